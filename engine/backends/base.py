@@ -1,0 +1,153 @@
+"""The Backend protocol every inference backend implements, and helpers they share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest
+
+ModelFormat = Literal["gguf", "safetensors", "mlx"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A local model a backend can load: its public name, where it lies, and its format."""
+
+    name: str
+    path: Path
+    format: ModelFormat = "gguf"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """How to load a model. None means "choose for this machine"."""
+
+    n_ctx: int | None = None
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    n_seq_max: int | None = None
+    n_batch: int | None = None
+    embedding: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What a loaded model is: the facts the server and the app show."""
+
+    name: str
+    backend: str
+    n_ctx: int
+    n_ctx_train: int
+    vocab_size: int
+    has_chat_template: bool
+    can_embed: bool = False
+    architecture: str = ""
+    parameters: int | None = None
+    path: str = ""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An inference backend. Implementations are thread-safe: ``stream`` may be called
+    from several threads at once, and ``cancel`` from any thread."""
+
+    name: str
+
+    def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
+        """Load ``model``. Raises ModelLoadError (naming the path) on failure."""
+
+    @property
+    def info(self) -> ModelInfo:
+        """Facts about the loaded model."""
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """Generate for ``request``; the last chunk carries a finish_reason.
+
+        Raises ContextLengthExceeded before generating when the prompt does not fit.
+        """
+
+    def cancel(self, request_id: str) -> None:
+        """Stop the generation of ``request_id`` within one token; unknown ids are ignored."""
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        """The model's token ids for ``text``."""
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt text for ``messages`` in the model's chat template."""
+
+    def stats(self) -> dict[str, Any]:
+        """Engine statistics (running/waiting requests, cache use, ...)."""
+
+    def close(self) -> None:
+        """Free the model and every resource the backend holds."""
+
+
+class StopMatcher:
+    """Finds stop strings in streamed text without ever emitting a partial match.
+
+    Text that could be the start of a stop string is held back until the next piece
+    decides it. ``feed`` returns (text safe to emit, whether a stop string was hit).
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self._pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        if not self.stops:
+            return text, False
+        buf = self._pending + text
+        first = -1
+        for s in self.stops:
+            i = buf.find(s)
+            if i != -1 and (first == -1 or i < first):
+                first = i
+        if first != -1:
+            self._pending = ""
+            return buf[:first], True
+        hold = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(buf)), 0, -1):
+                if buf.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        self._pending = buf[len(buf) - hold :] if hold else ""
+        return buf[: len(buf) - hold], False
+
+    def flush(self) -> str:
+        """Text held back when the stream ends without a stop string."""
+        out, self._pending = self._pending, ""
+        return out
+
+
+class Utf8Decoder:
+    """Turns token byte pieces into text, holding back incomplete multi-byte characters."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, piece: bytes) -> str:
+        self._buf += piece
+        for cut in range(len(self._buf), max(len(self._buf) - 4, -1), -1):
+            try:
+                text = self._buf[:cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            self._buf = self._buf[cut:]
+            if len(self._buf) >= 4:  # not a character in the making: give up on it
+                text += self._buf.decode("utf-8", errors="replace")
+                self._buf = b""
+            return text
+        return ""
+
+    def flush(self) -> str:
+        out = self._buf.decode("utf-8", errors="replace")
+        self._buf = b""
+        return out
+
+
+__all__ = ["Backend", "ModelSpec", "LoadOptions", "ModelInfo", "ModelFormat", "StopMatcher", "Utf8Decoder"]

@@ -1,0 +1,230 @@
+"""The llama.cpp backend: GGUF models on the CPU (or GPU offload), many requests batched."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import llama_cpp
+import psutil
+
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher
+from engine.backends.llamacpp.model import GGUFModel
+from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for
+from engine.backends.llamacpp.scheduler import DecodeLoop
+from engine.backends.llamacpp.scheduler import Sequence as Seq
+from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CTX = 4096
+MAX_DEFAULT_SEQS = 16
+# Share of available RAM the KV cache may take when choosing the number of slots.
+KV_MEMORY_SHARE = 0.25
+
+
+def default_threads() -> int:
+    """Threads for decoding: the physical cores this process may use."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or usable
+    return max(1, min(usable, physical))
+
+
+def default_seq_slots(kv_bytes_per_token: int, n_ctx_seq: int, available: int | None = None) -> int:
+    """How many sequences to decode at once: up to 16, as the free memory allows."""
+    available = psutil.virtual_memory().available if available is None else available
+    per_seq = max(1, kv_bytes_per_token * n_ctx_seq)
+    return max(1, min(MAX_DEFAULT_SEQS, int(available * KV_MEMORY_SHARE // per_seq)))
+
+
+class LlamaCppBackend:
+    """GGUF models through llama.cpp, with continuous batching and prefix reuse."""
+
+    name = "llamacpp"
+
+    def __init__(self) -> None:
+        self.model: GGUFModel | None = None
+        self.loop: DecodeLoop | None = None
+        self.spec: ModelSpec | None = None
+        self._embed_ctx = None
+        self._embed_lock = threading.Lock()
+        self._n_threads = 1
+
+    def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
+        options = options or LoadOptions()
+        if model.format != "gguf":
+            raise ModelLoadError(str(model.path), "the llama.cpp backend loads only GGUF files.")
+        self.model = GGUFModel(model.path, n_gpu_layers=options.n_gpu_layers)
+        self.spec = model
+        n_ctx = options.n_ctx or min(DEFAULT_CTX, self.model.n_ctx_train or DEFAULT_CTX)
+        n_seq = options.n_seq_max or default_seq_slots(self.model.kv_bytes_per_token, n_ctx)
+        self._n_threads = options.n_threads or default_threads()
+        try:
+            self.loop = DecodeLoop(
+                self.model,
+                n_seq_max=n_seq,
+                n_ctx_seq=n_ctx,
+                n_threads=self._n_threads,
+                prefill_chunk=int(options.extra.get("prefill_chunk", 256)),
+                max_waiting=int(options.extra.get("max_waiting", 64)),
+            )
+        except MemoryError as exc:
+            self.model.close()
+            raise ModelLoadError(str(model.path), f"{exc}; try a smaller context or fewer slots.") from exc
+        log.info("loaded %s: %d slots of %d tokens, %d threads", model.path.name, n_seq, n_ctx, self._n_threads)
+
+    def _require(self) -> tuple[GGUFModel, DecodeLoop]:
+        if self.model is None or self.loop is None:
+            raise RuntimeError("the llama.cpp backend has no model loaded")
+        return self.model, self.loop
+
+    @property
+    def info(self) -> ModelInfo:
+        model, loop = self._require()
+        return ModelInfo(
+            name=self.spec.name,
+            backend=self.name,
+            n_ctx=loop.n_ctx_seq,
+            n_ctx_train=model.n_ctx_train,
+            vocab_size=model.n_vocab,
+            has_chat_template=not model.chat_template.is_fallback,
+            can_embed=True,
+            architecture=model.architecture,
+            parameters=model.n_params,
+            path=str(model.path),
+        )
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        model, _ = self._require()
+        return model.chat_template.render(messages, add_generation_prompt=True)
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        model, _ = self._require()
+        return model.tokenize(text, add_special=False, parse_special=special)
+
+    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        """The token ids the request's prompt (or rendered chat) is decoded from."""
+        model, _ = self._require()
+        if request.messages is not None:
+            return model.tokenize_prompt(self.render_chat(request.messages))
+        return model.tokenize_prompt(request.prompt)
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """Generate for ``request``. Closing the iterator early cancels the generation.
+
+        Raises:
+            ContextLengthExceeded: the prompt does not fit this model's context.
+            InvalidRequest: the prompt is empty or the output format cannot be enforced.
+            Overloaded: too many requests are waiting.
+        """
+        model, loop = self._require()
+        prompt = self.prompt_tokens(request)
+        if not prompt:
+            raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
+        if len(prompt) >= loop.n_ctx_seq:
+            raise ContextLengthExceeded(len(prompt), loop.n_ctx_seq)
+        sampler = SequenceSampler(model, request.params, grammar_for(request.response_format))
+        out: queue.SimpleQueue = queue.SimpleQueue()
+        seq = Seq(
+            request=request,
+            prompt=prompt,
+            sampler=sampler,
+            out=out,
+            n_ctx=loop.n_ctx_seq,
+            stops=StopMatcher(request.params.stop) if request.params.stop else None,
+        )
+        try:
+            loop.submit(seq)
+        except Exception:
+            sampler.close()
+            raise
+        return self._drain(seq, loop)
+
+    @staticmethod
+    def _drain(seq: Seq, loop: DecodeLoop) -> Iterator[GenerationChunk]:
+        done = False
+        try:
+            while True:
+                chunk = seq.out.get()
+                yield chunk
+                if chunk.finish_reason is not None:
+                    done = True
+                    return
+        finally:
+            if not done:  # the consumer went away: free the slot at once
+                loop.cancel(seq.request_id)
+
+    def cancel(self, request_id: str) -> None:
+        if self.loop is not None:
+            self.loop.cancel(request_id)
+
+    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """Mean-pooled, L2-normalised embeddings of ``texts`` and the tokens they took.
+
+        Raises:
+            ContextLengthExceeded: one text is longer than the context.
+        """
+        model, loop = self._require()
+        import numpy as np
+
+        with self._embed_lock:
+            if self._embed_ctx is None:
+                params = llama_cpp.llama_context_default_params()
+                params.n_ctx = loop.n_ctx_seq
+                params.n_batch = loop.n_ctx_seq
+                params.n_ubatch = loop.n_ctx_seq
+                params.n_seq_max = 1
+                params.embeddings = True
+                params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+                params.n_threads = self._n_threads
+                params.n_threads_batch = self._n_threads
+                self._embed_ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+            ctx = self._embed_ctx
+            mem = llama_cpp.llama_get_memory(ctx)
+            out, total = [], 0
+            for text in texts:
+                tokens = model.tokenize_prompt(text) or [model.bos_id]
+                if len(tokens) > loop.n_ctx_seq:
+                    raise ContextLengthExceeded(len(tokens), loop.n_ctx_seq)
+                total += len(tokens)
+                llama_cpp.llama_memory_clear(mem, True)
+                batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
+                try:
+                    for i, t in enumerate(tokens):
+                        batch.token[i] = t
+                        batch.pos[i] = i
+                        batch.n_seq_id[i] = 1
+                        batch.seq_id[i][0] = 0
+                        batch.logits[i] = True
+                    batch.n_tokens = len(tokens)
+                    if llama_cpp.llama_decode(ctx, batch) != 0:
+                        raise RuntimeError("llama_decode failed while embedding")
+                    ptr = llama_cpp.llama_get_embeddings_seq(ctx, 0)
+                    vec = np.ctypeslib.as_array(ptr, shape=(model.n_embd,)).astype(np.float64)
+                finally:
+                    llama_cpp.llama_batch_free(batch)
+                norm = float(np.linalg.norm(vec)) or 1.0
+                out.append((vec / norm).tolist())
+            return out, total
+
+    def stats(self) -> dict[str, Any]:
+        return self.loop.stats() if self.loop is not None else {}
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+            self.loop = None
+        if self._embed_ctx is not None:
+            llama_cpp.llama_free(self._embed_ctx)
+            self._embed_ctx = None
+        if self.model is not None:
+            self.model.close()
+            self.model = None

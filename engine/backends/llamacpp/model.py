@@ -1,0 +1,173 @@
+"""A GGUF model loaded through llama.cpp's C API: weights, vocabulary and metadata."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from functools import cached_property
+from pathlib import Path
+
+import llama_cpp
+
+from engine.chat_template import ChatTemplate
+from engine.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+_backend_ready = False
+
+
+def _init_llama_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        from llama_cpp import _logger
+
+        _logger.set_verbose(os.environ.get("HEARTH_LLAMA_VERBOSE") == "1")
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def check_gguf_file(path: Path) -> None:
+    """Refuse what llama.cpp would crash or hang on: a missing, empty or non-GGUF file.
+
+    Raises:
+        ModelLoadError: the file is missing or is not GGUF.
+    """
+    if not path.is_file():
+        raise ModelLoadError(str(path), "the file does not exist; check the path or pull the model again.")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(str(path), "it is not a GGUF file; Hearth's llama.cpp backend loads only GGUF models.")
+
+
+class GGUFModel:
+    """Weights and vocabulary of one GGUF file, shared by every context made from it.
+
+    Args:
+        path: The .gguf file (the first part, for split files).
+        n_gpu_layers: Layers to offload to a GPU when llama.cpp was built with one.
+    """
+
+    def __init__(self, path: Path, *, n_gpu_layers: int = 0) -> None:
+        _init_llama_backend()
+        check_gguf_file(path)
+        self.path = path
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not ptr:
+            raise ModelLoadError(
+                str(path), "llama.cpp could not read it (truncated, corrupt, or an unsupported architecture)."
+            )
+        self.ptr = ptr
+        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self._pieces: dict[int, bytes] = {}
+        self._tok_buf = (llama_cpp.llama_token * 8192)()
+
+    # -- metadata -------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):  # the value (a long chat template) did not fit: ask again with room
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    @cached_property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or ""
+
+    @cached_property
+    def n_ctx_train(self) -> int:
+        return int(llama_cpp.llama_model_n_ctx_train(self.ptr))
+
+    @cached_property
+    def n_params(self) -> int:
+        return int(llama_cpp.llama_model_n_params(self.ptr))
+
+    @cached_property
+    def n_layer(self) -> int:
+        return int(llama_cpp.llama_model_n_layer(self.ptr))
+
+    @cached_property
+    def n_embd(self) -> int:
+        return int(llama_cpp.llama_model_n_embd(self.ptr))
+
+    @cached_property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token takes at f16 (keys and values, every layer)."""
+        n_head = max(1, int(llama_cpp.llama_model_n_head(self.ptr)))
+        n_head_kv = max(1, int(llama_cpp.llama_model_n_head_kv(self.ptr)))
+        head_dim = self.n_embd // n_head
+        return 2 * self.n_layer * n_head_kv * head_dim * 2
+
+    @cached_property
+    def bos_id(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self.vocab))
+
+    @cached_property
+    def eos_id(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self.vocab))
+
+    @cached_property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    def token_text(self, token: int) -> str:
+        return self.piece(token, special=True).decode("utf-8", errors="replace")
+
+    @cached_property
+    def chat_template(self) -> ChatTemplate:
+        source = self.meta("tokenizer.chat_template")
+        bos = self.token_text(self.bos_id) if self.bos_id >= 0 else ""
+        eos = self.token_text(self.eos_id) if self.eos_id >= 0 else ""
+        return ChatTemplate(source, bos_token=bos, eos_token=eos)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    # -- text <-> tokens -------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        buf = self._tok_buf if len(data) + 8 <= len(self._tok_buf) else (llama_cpp.llama_token * (len(data) + 8))()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, len(buf), add_special, parse_special)
+        if n < 0:
+            buf = (llama_cpp.llama_token * (-n))()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, len(buf), add_special, parse_special)
+        return list(buf[:n])
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """Tokens for a rendered prompt: special tokens parsed, BOS added once if the model wants it."""
+        tokens = self.tokenize(text, add_special=False, parse_special=True)
+        if self.add_bos and self.bos_id >= 0 and (not tokens or tokens[0] != self.bos_id):
+            tokens.insert(0, self.bos_id)
+        return tokens
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes of one token (cached: called once per generated token)."""
+        key = token if not special else -token - 1
+        cached = self._pieces.get(key)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        out = buf.raw[:n]
+        self._pieces[key] = out
+        return out
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None

@@ -1,0 +1,131 @@
+"""Per-sequence sampling on llama.cpp sampler chains, with logprobs from the raw logits."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+
+import llama_cpp
+import numpy as np
+
+from engine.backends.llamacpp.model import GGUFModel
+from engine.errors import InvalidRequest
+from engine.types import ResponseFormat, SamplingParams, TokenLogprob
+
+# How many recent tokens the repetition/presence/frequency penalties look at.
+PENALTY_WINDOW = 1024
+
+
+def grammar_for(response_format: ResponseFormat) -> str | None:
+    """GBNF for a response format, or None for free text.
+
+    Raises:
+        InvalidRequest: the JSON schema cannot be turned into a grammar.
+    """
+    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+
+    if response_format.type == "json_object":
+        return JSON_GBNF
+    if response_format.type == "json_schema":
+        schema = response_format.schema or {}
+        try:
+            return json_schema_to_gbnf(json.dumps(schema))
+        except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
+            raise InvalidRequest(
+                f"The JSON schema cannot be enforced ({exc}); simplify it or use json_object.",
+                param="response_format",
+            ) from exc
+    return None
+
+
+class SequenceSampler:
+    """The sampler chain of one request: logit bias, grammar, penalties, filters, then a draw.
+
+    Args:
+        model: The model whose vocabulary the chain samples from.
+        params: The request's sampling parameters.
+        grammar: Optional GBNF the output must follow.
+    """
+
+    def __init__(self, model: GGUFModel, params: SamplingParams, grammar: str | None = None) -> None:
+        self.model = model
+        self.params = params
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        self.chain = chain
+        add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+
+        bias = dict(params.logit_bias)
+        if params.ignore_eos:
+            for tok in (model.eos_id, *self._eog_ids(model)):
+                bias[tok] = -math.inf
+        if bias:
+            arr = (llama_cpp.llama_logit_bias * len(bias))()
+            for i, (tok, val) in enumerate(bias.items()):
+                if not 0 <= tok < model.n_vocab:
+                    self.close()
+                    raise InvalidRequest(f"logit_bias names token {tok}, which this model does not have.", "logit_bias")
+                arr[i].token = tok
+                arr[i].bias = val
+            add(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
+        if grammar is not None:
+            g = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+            if not g:
+                self.close()
+                raise InvalidRequest("The output grammar could not be parsed; check the JSON schema.", "response_format")
+            add(g)
+        if params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
+            add(
+                llama_cpp.llama_sampler_init_penalties(
+                    PENALTY_WINDOW, params.repetition_penalty, params.frequency_penalty, params.presence_penalty
+                )
+            )
+        if params.greedy:
+            add(llama_cpp.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+            if params.top_p < 1.0:
+                add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+            if params.min_p > 0.0:
+                add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+            add(llama_cpp.llama_sampler_init_temp(params.temperature))
+            seed = params.seed if params.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED
+            add(llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+
+    @staticmethod
+    def _eog_ids(model: GGUFModel) -> list[int]:
+        return [t for t in (llama_cpp.llama_vocab_eot(model.vocab),) if t >= 0]
+
+    def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+        """Draw the next token from the logits at batch row ``index`` (and accept it)."""
+        return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+
+    def logprobs(self, ctx: llama_cpp.llama_context_p, index: int, token: int) -> TokenLogprob:
+        """The chosen token's log-probability and the top alternatives, from the raw logits."""
+        ptr = llama_cpp.llama_get_logits_ith(ctx, index)
+        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
+        logits = logits.astype(np.float64)
+        m = logits.max()
+        lse = m + math.log(np.exp(logits - m).sum())
+        n_top = self.params.logprobs or 0
+        top: list[tuple[str, float, tuple[int, ...]]] = []
+        if n_top:
+            idx = np.argpartition(-logits, n_top)[:n_top]
+            idx = idx[np.argsort(-logits[idx])]
+            for t in idx:
+                piece = self.model.piece(int(t))
+                top.append((piece.decode("utf-8", errors="replace"), float(logits[t] - lse), tuple(piece)))
+        piece = self.model.piece(token)
+        return TokenLogprob(
+            token=piece.decode("utf-8", errors="replace"),
+            token_id=token,
+            logprob=float(logits[token] - lse),
+            bytes=tuple(piece),
+            top=tuple(top),
+        )
+
+    def close(self) -> None:
+        if self.chain:
+            llama_cpp.llama_sampler_free(self.chain)
+            self.chain = None

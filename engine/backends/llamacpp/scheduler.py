@@ -1,0 +1,383 @@
+"""Continuous batching over one llama.cpp context with several sequence slots.
+
+One thread owns the context. Each step decodes one batch holding the next token of
+every running sequence plus chunks of waiting prompts (under a per-step token budget),
+then samples every sequence with its own sampler chain and streams its text.
+
+Slots are llama.cpp sequence ids in a unified KV cache. A finished sequence leaves its
+tokens in its slot as a cached prefix; a new prompt starting the same way reuses that
+KV in place or copies it (``llama_memory_seq_cp``) instead of computing it again. Idle
+slots are recycled least-recently-used first.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import llama_cpp
+
+from engine.backends.base import StopMatcher, Utf8Decoder
+from engine.backends.llamacpp.model import GGUFModel
+from engine.backends.llamacpp.sampler import SequenceSampler
+from engine.errors import Overloaded
+from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
+
+log = logging.getLogger(__name__)
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Runtime state of one request inside the loop."""
+
+    request: GenerationRequest
+    prompt: list[int]
+    sampler: SequenceSampler
+    out: queue.SimpleQueue
+    n_ctx: int
+    status: SeqStatus = SeqStatus.WAITING
+    slot: Slot | None = None
+    n_past: int = 0
+    n_cached: int = 0
+    pending: int | None = None
+    generated: list[int] = field(default_factory=list)
+    cancelled: bool = False
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first: float | None = None
+    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
+    stops: StopMatcher | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def params(self):
+        return self.request.params
+
+
+@dataclass(eq=False)
+class Slot:
+    """A llama.cpp sequence id and the tokens whose KV it holds."""
+
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)
+    seq: Sequence | None = None
+    last_used: float = 0.0
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class DecodeLoop:
+    """Owns a llama.cpp context and serves every request of one model in batches.
+
+    Args:
+        model: The loaded GGUF model.
+        n_seq_max: Sequence slots (requests decoded at once).
+        n_ctx_seq: Context length of each sequence.
+        n_threads: CPU threads for decoding.
+        prefill_chunk: Most prompt tokens put into one step beside the decodes.
+        max_waiting: Most requests queued for a slot before new ones are refused.
+    """
+
+    def __init__(
+        self,
+        model: GGUFModel,
+        *,
+        n_seq_max: int,
+        n_ctx_seq: int,
+        n_threads: int,
+        prefill_chunk: int = 256,
+        max_waiting: int = 64,
+    ) -> None:
+        self.model = model
+        self.n_seq_max = n_seq_max
+        self.n_ctx_seq = n_ctx_seq
+        self.prefill_chunk = prefill_chunk
+        self.max_waiting = max_waiting
+        self.n_batch = prefill_chunk + n_seq_max
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx_seq * n_seq_max
+        params.n_batch = self.n_batch
+        params.n_ubatch = self.n_batch
+        params.n_seq_max = n_seq_max
+        params.kv_unified = True
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        if not ctx:
+            raise MemoryError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
+        self.ctx = ctx
+        self.mem = llama_cpp.llama_get_memory(ctx)
+        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []
+        self._by_id: dict[str, Sequence] = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.stats_prompt_tokens = 0
+        self.stats_cached_tokens = 0
+        self.stats_requests = 0
+        self.stats_prefix_hits = 0
+        self.stats_generated_tokens = 0
+        self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
+        self._thread.start()
+
+    # -- called from request threads ------------------------------------------------------------
+    def submit(self, seq: Sequence) -> None:
+        """Queue ``seq``; its chunks arrive on ``seq.out``.
+
+        Raises:
+            Overloaded: too many requests are already waiting for a slot.
+        """
+        with self._cond:
+            if self._stopping:
+                raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
+            if len(self._waiting) >= self.max_waiting:
+                raise Overloaded(
+                    f"{len(self._waiting)} requests are already waiting for this model; retry in a moment.",
+                    retry_after=2.0,
+                )
+            self._waiting.append(seq)
+            self._by_id[seq.request_id] = seq
+            self._cond.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._cond:
+            seq = self._by_id.get(request_id)
+            if seq is not None:
+                seq.cancelled = True
+                self._cond.notify()
+
+    def stats(self) -> dict:
+        with self._cond:
+            running = len(self._running)
+            waiting = len(self._waiting)
+        prompt = self.stats_prompt_tokens
+        return {
+            "running": running,
+            "waiting": waiting,
+            "slots": self.n_seq_max,
+            "n_ctx_per_sequence": self.n_ctx_seq,
+            "requests": self.stats_requests,
+            "prompt_tokens": prompt,
+            "generated_tokens": self.stats_generated_tokens,
+            "prefix_cache_hits": self.stats_prefix_hits,
+            "prefix_cache_tokens": self.stats_cached_tokens,
+            "prefix_cache_hit_rate": (self.stats_cached_tokens / prompt) if prompt else 0.0,
+        }
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+        if self.batch is not None:
+            llama_cpp.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._waiting and not self._running:
+                    self._cond.wait()
+                if self._stopping:
+                    for seq in [*self._running, *self._waiting]:
+                        self._finish(seq, "cancelled")
+                    self._waiting.clear()
+                    self._running.clear()
+                    return
+                self._reap_cancelled()
+                self._admit()
+            if self._running:
+                try:
+                    self._step()
+                except Exception as exc:  # never let one bad step kill the loop
+                    log.exception("decode step failed")
+                    for seq in list(self._running):
+                        self._finish(seq, "error", error=f"Generation failed: {exc}.")
+
+    def _reap_cancelled(self) -> None:
+        for seq in [s for s in self._waiting if s.cancelled]:
+            self._waiting.remove(seq)
+            self._finish(seq, "cancelled")
+        for seq in [s for s in self._running if s.cancelled]:
+            self._finish(seq, "cancelled")
+
+    def _admit(self) -> None:
+        """Give waiting sequences free slots, first come first served, reusing cached prefixes."""
+        while self._waiting:
+            free = [s for s in self.slots if s.seq is None]
+            if not free:
+                return
+            seq = self._waiting.popleft()
+            self._place(seq, free)
+            self._running.append(seq)
+
+    def _place(self, seq: Sequence, free: list[Slot]) -> None:
+        limit = len(seq.prompt) - 1  # the last prompt token is always decoded, for its logits
+        best, best_key = None, (0, False)
+        for slot in self.slots:
+            n = min(_common_prefix(slot.tokens, seq.prompt), limit)
+            key = (n, slot.seq is None)  # the longest prefix; an idle slot on a tie
+            if n > 0 and key > best_key:
+                best, best_key = slot, key
+        best_n = best_key[0]
+        if best is not None and best.seq is None:
+            dst = best
+            llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, best_n, -1)
+        else:
+            dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
+            llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, -1, -1)
+            if best is not None and best_n > 0:
+                llama_cpp.llama_memory_seq_cp(self.mem, best.seq_id, dst.seq_id, 0, best_n)
+        dst.tokens = seq.prompt[:best_n]
+        dst.seq = seq
+        seq.slot = dst
+        seq.n_past = best_n
+        seq.n_cached = best_n
+        seq.status = SeqStatus.PREFILL
+        self.stats_requests += 1
+        self.stats_prompt_tokens += len(seq.prompt)
+        self.stats_cached_tokens += best_n
+        if best_n:
+            self.stats_prefix_hits += 1
+
+    def _step(self) -> None:
+        batch = self.batch
+        n = 0
+        rows: list[tuple[Sequence, int]] = []  # sequences sampled this step, with their batch row
+
+        def add(token: int, pos: int, seq_id: int, logits: bool) -> None:
+            nonlocal n
+            batch.token[n] = token
+            batch.pos[n] = pos
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = seq_id
+            batch.logits[n] = logits
+            n += 1
+
+        for seq in self._running:
+            if seq.status is SeqStatus.DECODE:
+                add(seq.pending, seq.n_past, seq.slot.seq_id, True)
+                rows.append((seq, n - 1))
+        budget = self.prefill_chunk
+        prefilled: list[tuple[Sequence, int]] = []
+        for seq in self._running:
+            if budget <= 0:
+                break
+            if seq.status is not SeqStatus.PREFILL:
+                continue
+            start = seq.n_past
+            end = min(len(seq.prompt), start + budget)
+            for i in range(start, end):
+                add(seq.prompt[i], i, seq.slot.seq_id, i == len(seq.prompt) - 1)
+            budget -= end - start
+            prefilled.append((seq, end))
+            if end == len(seq.prompt):
+                rows.append((seq, n - 1))
+        batch.n_tokens = n
+        rc = llama_cpp.llama_decode(self.ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+
+        for seq in self._running:
+            if seq.status is SeqStatus.DECODE:
+                seq.slot.tokens.append(seq.pending)
+                seq.n_past += 1
+        for seq, end in prefilled:
+            seq.slot.tokens.extend(seq.prompt[seq.n_past : end])
+            seq.n_past = end
+            if end == len(seq.prompt):
+                seq.status = SeqStatus.DECODE
+        for seq, row in rows:
+            self._advance(seq, row)
+
+    def _advance(self, seq: Sequence, row: int) -> None:
+        token = seq.sampler.sample(self.ctx, row)
+        now = time.perf_counter()
+        if seq.t_first is None:
+            seq.t_first = now
+        params = seq.params
+        lp: tuple[TokenLogprob, ...] = ()
+        if params.logprobs is not None:
+            lp = (seq.sampler.logprobs(self.ctx, row, token),)
+        if (self.model.is_eog(token) and not params.ignore_eos) or token in params.stop_token_ids:
+            self._finish(seq, "stop")
+            return
+        seq.generated.append(token)
+        self.stats_generated_tokens += 1
+        text = seq.decoder.feed(self.model.piece(token))
+        hit = False
+        if seq.stops is not None:
+            text, hit = seq.stops.feed(text)
+        if text or lp:
+            seq.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=lp))
+        if hit:
+            self._finish(seq, "stop")
+        elif params.max_tokens is not None and len(seq.generated) >= params.max_tokens:
+            self._finish(seq, "length")
+        elif seq.n_past + 1 >= seq.n_ctx:
+            self._finish(seq, "length")
+        else:
+            seq.pending = token
+
+    def _finish(self, seq: Sequence, reason: str, *, error: str | None = None) -> None:
+        if seq.status is SeqStatus.FINISHED:
+            return
+        tail = ""
+        if reason in ("stop", "length") and error is None:
+            tail = seq.decoder.flush()
+            if seq.stops is not None:
+                text, hit = seq.stops.feed(tail)
+                tail = text if hit else text + seq.stops.flush()
+        seq.status = SeqStatus.FINISHED
+        if seq in self._running:
+            self._running.remove(seq)
+        if seq.slot is not None:
+            seq.slot.seq = None
+            seq.slot.last_used = time.monotonic()
+            seq.slot = None
+        self._by_id.pop(seq.request_id, None)
+        seq.sampler.close()
+        end = time.perf_counter()
+        n_gen = len(seq.generated)
+        tps = None
+        if seq.t_first is not None and n_gen > 1 and end > seq.t_first:
+            tps = (n_gen - 1) / (end - seq.t_first)
+        seq.out.put(
+            GenerationChunk(
+                text=tail,
+                finish_reason=reason,
+                prompt_tokens=len(seq.prompt),
+                completion_tokens=n_gen,
+                cached_tokens=seq.n_cached,
+                time_to_first_token=(seq.t_first - seq.t_submit) if seq.t_first is not None else None,
+                tokens_per_second=tps,
+                error=error,
+            )
+        )

@@ -1,0 +1,265 @@
+"""The local model registry: every model Hearth can run, in SQLite through SQLAlchemy.
+
+Names are the one way to refer to a model everywhere (CLI, API ``model`` field, app):
+``REPO:VARIANT`` for Hub downloads (plain ``REPO`` when only one variant is local),
+and short names for the starter model and imported files.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Boolean, DateTime, Integer, String, create_engine, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from engine.backends.base import ModelSpec
+from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
+from engine.paths import hearth_home
+from engine.starter import STARTER_NAME, STARTER_REPO, starter_model_path
+
+log = logging.getLogger(__name__)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String, unique=True, index=True)
+    repo: Mapped[str | None] = mapped_column(String, nullable=True, index=True)
+    variant: Mapped[str | None] = mapped_column(String, nullable=True)
+    path: Mapped[str] = mapped_column(String)
+    format: Mapped[str] = mapped_column(String, default="gguf")
+    source: Mapped[str] = mapped_column(String, default="import")  # starter | hub | import
+    size_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    quantization: Mapped[str | None] = mapped_column(String, nullable=True)
+    architecture: Mapped[str | None] = mapped_column(String, nullable=True)
+    parameters: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    context_length: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    has_chat_template: Mapped[bool] = mapped_column(Boolean, default=False)
+    sha256: Mapped[str | None] = mapped_column(String, nullable=True)
+    added_at: Mapped[datetime] = mapped_column(DateTime, default=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """A registered model, as the CLI, the API and the app show it."""
+
+    name: str
+    path: Path
+    format: str
+    source: str
+    size_bytes: int
+    repo: str | None = None
+    variant: str | None = None
+    quantization: str | None = None
+    architecture: str | None = None
+    parameters: int | None = None
+    context_length: int | None = None
+    has_chat_template: bool = False
+    sha256: str | None = None
+    added_at: datetime | None = None
+
+    @property
+    def spec(self) -> ModelSpec:
+        return ModelSpec(name=self.name, path=self.path, format=self.format)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_row(cls, row: ModelRow) -> LocalModel:
+        return cls(
+            name=row.name,
+            path=Path(row.path),
+            format=row.format,
+            source=row.source,
+            size_bytes=row.size_bytes,
+            repo=row.repo,
+            variant=row.variant,
+            quantization=row.quantization,
+            architecture=row.architecture,
+            parameters=row.parameters,
+            context_length=row.context_length,
+            has_chat_template=row.has_chat_template,
+            sha256=row.sha256,
+            added_at=row.added_at,
+        )
+
+
+def short_name(text: str) -> str:
+    """A lower-case, dash-separated name made from a file or repo name."""
+    stem = re.sub(r"\.gguf$", "", text, flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-") or "model"
+
+
+class ModelRegistry:
+    """The registry database in ``home`` (HEARTH_HOME or the platform data folder).
+
+    Args:
+        home: The data folder; defaults to :func:`engine.paths.hearth_home`.
+        register_starter: Register the bundled starter model if it is missing.
+    """
+
+    def __init__(self, home: Path | None = None, *, register_starter: bool = True) -> None:
+        self.home = home or hearth_home()
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.engine = create_engine(f"sqlite:///{self.home / 'registry.db'}", future=True)
+        Base.metadata.create_all(self.engine)
+        self._lock = threading.Lock()
+        if register_starter:
+            self.ensure_starter()
+
+    def ensure_starter(self) -> LocalModel | None:
+        """Register the bundled starter model (or repair its path after a reinstall)."""
+        path = starter_model_path()
+        if path is None:
+            return None
+        with self._lock, Session(self.engine) as s:
+            row = s.scalar(select(ModelRow).where(ModelRow.name == STARTER_NAME))
+            if row is not None and row.path == str(path):
+                return LocalModel.from_row(row)
+        return self.register(
+            path,
+            name=STARTER_NAME,
+            source="starter",
+            repo=STARTER_REPO,
+            variant="Q4_1",
+            replace=True,
+        )
+
+    def register(
+        self,
+        path: Path,
+        *,
+        name: str | None = None,
+        source: str = "import",
+        repo: str | None = None,
+        variant: str | None = None,
+        sha256: str | None = None,
+        replace: bool = False,
+    ) -> LocalModel:
+        """Add a model file or folder; metadata is read from its GGUF header or config.json.
+
+        Raises:
+            ModelLoadError: the path is missing or not a model Hearth can read.
+            InvalidRequest: the name is taken and ``replace`` is false.
+        """
+        from engine.catalog.metadata import read_model_metadata
+
+        path = Path(path).expanduser().resolve()
+        meta = read_model_metadata(path)
+        if name is None:
+            name = f"{repo}:{variant}" if repo and variant else short_name(path.name)
+        with self._lock, Session(self.engine) as s:
+            row = s.scalar(select(ModelRow).where(ModelRow.name == name))
+            if row is not None and not replace:
+                raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+            if row is None:
+                row = ModelRow(name=name)
+                s.add(row)
+            row.path = str(path)
+            row.repo = repo
+            row.variant = variant
+            row.source = source
+            row.format = meta.format
+            row.size_bytes = meta.size_bytes
+            row.quantization = meta.quantization or variant
+            row.architecture = meta.architecture
+            row.parameters = meta.parameters
+            row.context_length = meta.context_length
+            row.has_chat_template = meta.has_chat_template
+            row.sha256 = sha256
+            s.commit()
+            return LocalModel.from_row(row)
+
+    def list(self) -> list[LocalModel]:
+        with Session(self.engine) as s:
+            return [LocalModel.from_row(r) for r in s.scalars(select(ModelRow).order_by(ModelRow.added_at))]
+
+    def get(self, name: str) -> LocalModel | None:
+        with Session(self.engine) as s:
+            row = s.scalar(select(ModelRow).where(ModelRow.name == name))
+            return LocalModel.from_row(row) if row else None
+
+    def resolve(self, name: str) -> LocalModel:
+        """The model called ``name``: an exact name, or a repo with a single local variant.
+
+        Raises:
+            ModelNotFound: nothing local matches.
+        """
+        found = self.get(name)
+        if found is not None:
+            return found
+        with Session(self.engine) as s:
+            rows = list(s.scalars(select(ModelRow).where(ModelRow.repo == name)))
+        if len(rows) == 1:
+            return LocalModel.from_row(rows[0])
+        if len(rows) > 1:
+            variants = ", ".join(sorted(f"{r.repo}:{r.variant}" for r in rows))
+            raise ModelNotFound(name, f"'{name}' has several local variants; name one of: {variants}.")
+        raise ModelNotFound(name)
+
+    def remove(self, name: str, *, delete_files: bool = False) -> LocalModel:
+        """Unregister ``name`` (and delete its files when they are Hearth's own downloads).
+
+        Raises:
+            ModelNotFound: nothing local has that name.
+        """
+        model = self.resolve(name)
+        with self._lock, Session(self.engine) as s:
+            row = s.scalar(select(ModelRow).where(ModelRow.name == model.name))
+            if row is not None:
+                s.delete(row)
+                s.commit()
+        if delete_files and model.source == "hub" and model.path.exists():
+            if model.path.is_dir():
+                import shutil
+
+                shutil.rmtree(model.path, ignore_errors=True)
+            else:
+                model.path.unlink(missing_ok=True)
+        return model
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> LocalModel:
+    """A model by name, a path to a model file, or the starter model when ``name`` is None.
+
+    Raises:
+        ModelNotFound: the name is unknown and is not a path to a model.
+    """
+    registry = registry or ModelRegistry()
+    if name is None:
+        name = STARTER_NAME
+    try:
+        return registry.resolve(name)
+    except ModelNotFound:
+        path = Path(name).expanduser()
+        if path.exists() and (path.suffix.lower() == ".gguf" or path.is_dir()):
+            from engine.catalog.metadata import read_model_metadata
+
+            try:
+                meta = read_model_metadata(path.resolve())
+            except ModelLoadError:
+                # Let the backend report what is wrong with the file, naming its path.
+                return LocalModel(name=short_name(path.name), path=path.resolve(), format="gguf", source="path", size_bytes=0)
+            return LocalModel(
+                name=short_name(path.name),
+                path=path.resolve(),
+                format=meta.format,
+                source="path",
+                size_bytes=meta.size_bytes,
+                quantization=meta.quantization,
+                architecture=meta.architecture,
+                context_length=meta.context_length,
+                has_chat_template=meta.has_chat_template,
+            )
+        raise

@@ -1,0 +1,61 @@
+"""The `hearth` command. Subcommands live in engine.commands; heavy imports happen inside them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from engine import __version__
+
+# Each module has `register(subparsers)`, which adds its parser with `set_defaults(run=...)`.
+COMMAND_MODULES = (
+    "engine.commands.chat",
+    "engine.commands.models",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hearth",
+        description="Run language models on your own machine. With no command, opens the app.",
+    )
+    parser.add_argument("--version", action="version", version=f"hearth {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def _default_command(parser: argparse.ArgumentParser) -> list[str]:
+    """With no command: the desktop app where it is installed, else a chat in the terminal."""
+    if "engine.commands.gui" in COMMAND_MODULES:
+        return ["gui"]
+    return ["chat"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from engine.errors import HearthError
+
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args([*argv, *_default_command(parser)])
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.run(args) or 0)
+    except HearthError as exc:
+        print(f"hearth: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

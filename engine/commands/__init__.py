@@ -1,0 +1,1 @@
+"""Subcommands of the `hearth` CLI, one module each."""

@@ -1,0 +1,82 @@
+"""`hearth chat`: talk to a model in the terminal, one-shot or as a REPL."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chat", help="chat with a model in the terminal", description="Chat with a local model.")
+    p.add_argument("prompt", nargs="?", help="answer this one message and exit (omit for a conversation)")
+    p.add_argument("--model", "-m", help="model name (default: the starter model)")
+    p.add_argument("--backend", "-b", help="llamacpp, paged or mlx (default: chosen for the model and machine)")
+    p.add_argument("--max-tokens", type=int, default=None, help="most tokens per answer")
+    p.add_argument("--temperature", "-t", type=float, default=0.7)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
+    p.add_argument("--stats", action="store_true", help="print tokens/s and time to first token after each answer")
+    p.set_defaults(run=run)
+
+
+def _answer(backend, model_name: str, history: list, params, show_stats: bool) -> str:
+    from engine.types import GenerationRequest, as_messages
+
+    request = GenerationRequest(model=model_name, messages=as_messages(history), params=params)
+    stream = backend.stream(request)
+    parts: list[str] = []
+    last = None
+    try:
+        for chunk in stream:
+            if chunk.text:
+                parts.append(chunk.text)
+                sys.stdout.write(chunk.text)
+                sys.stdout.flush()
+            last = chunk
+    except KeyboardInterrupt:
+        stream.close()  # cancels the generation; the conversation goes on
+        sys.stdout.write(" [stopped]")
+    sys.stdout.write("\n")
+    if last is not None and last.finish_reason == "error":
+        print(f"hearth: {last.error}", file=sys.stderr)
+    if show_stats and last is not None and last.finish_reason:
+        ttft = f"{last.time_to_first_token * 1000:.0f} ms" if last.time_to_first_token is not None else "-"
+        tps = f"{last.tokens_per_second:.1f}" if last.tokens_per_second else "-"
+        print(f"[{last.completion_tokens} tokens, {tps} tokens/s, first token {ttft}]", file=sys.stderr)
+    return "".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.backends import LoadOptions
+    from engine.loading import open_model
+    from engine.types import SamplingParams
+
+    params = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens
+    )
+    backend, model = open_model(args.model, backend=args.backend, options=LoadOptions(n_ctx=args.ctx, n_seq_max=1))
+    try:
+        history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
+        if args.prompt is not None:
+            history.append({"role": "user", "content": args.prompt})
+            _answer(backend, model.name, history, params, args.stats)
+            return 0
+        print(f"Chatting with {model.name}. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:
+                print(file=sys.stderr)
+                return 0
+            except KeyboardInterrupt:
+                print(file=sys.stderr)
+                continue
+            if not line.strip():
+                continue
+            history.append({"role": "user", "content": line})
+            reply = _answer(backend, model.name, history, params, args.stats)
+            history.append({"role": "assistant", "content": reply})
+    finally:
+        backend.close()

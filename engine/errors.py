@@ -1,0 +1,79 @@
+"""The engine's exception hierarchy.
+
+Every message is one sentence a person can act on. The HTTP server maps these
+types (never their text) to OpenAI-shaped errors in one place.
+"""
+
+from __future__ import annotations
+
+
+class HearthError(Exception):
+    """Base class for every error Hearth reports to a user."""
+
+
+class ModelNotFound(HearthError):
+    """No local model has the requested name."""
+
+    def __init__(self, name: str, message: str | None = None) -> None:
+        self.name = name
+        super().__init__(
+            message
+            or f"Model '{name}' is not available locally; run `hearth models` to list models or `hearth pull` to get one."
+        )
+
+
+class ModelLoadError(HearthError):
+    """A model file exists but could not be loaded."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"Could not load the model at {path}: {reason}")
+
+
+class ContextLengthExceeded(HearthError):
+    """The prompt (plus what must be generated) does not fit the context window."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+        super().__init__(
+            f"The prompt is {prompt_tokens} tokens but this model's context holds {n_ctx}; "
+            "shorten the conversation or load the model with a larger context."
+        )
+
+
+class InvalidRequest(HearthError):
+    """A request's parameters are invalid."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        self.param = param
+        super().__init__(message)
+
+
+class BackendUnavailable(HearthError):
+    """A backend cannot run here (missing package, no GPU, wrong platform)."""
+
+    def __init__(self, backend: str, reason: str) -> None:
+        self.backend = backend
+        self.reason = reason
+        super().__init__(f"The {backend} backend is not available: {reason}")
+
+
+class Overloaded(HearthError):
+    """Too many requests are waiting; the client should retry later."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+__all__ = [
+    "HearthError",
+    "ModelNotFound",
+    "ModelLoadError",
+    "ContextLengthExceeded",
+    "InvalidRequest",
+    "BackendUnavailable",
+    "Overloaded",
+]

