@@ -68,6 +68,56 @@ class Overloaded(HearthError):
         super().__init__(message)
 
 
+class HubError(HearthError):
+    """The model hub could not answer (the base of the more precise hub errors below)."""
+
+    def __init__(self, message: str, *, repo: str | None = None, status: int | None = None) -> None:
+        self.repo = repo
+        self.status = status
+        super().__init__(message)
+
+
+class HubNotFound(HubError):
+    """The repo, revision or file does not exist on the hub (or is private and no token was given)."""
+
+
+class HubAccessDenied(HubError):
+    """The repo is gated or private and the token is missing, invalid or not granted access."""
+
+
+class HubRateLimited(HubError):
+    """The hub is rate-limiting this machine; retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, repo: str | None = None, retry_after: float = 60.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, repo=repo, status=429)
+
+
+class HubUnavailable(HubError):
+    """The hub could not be reached: no network, a timeout, or a server error."""
+
+
+class DownloadError(HearthError):
+    """A download failed: its payload did not match the hub's hash, or the transfer gave up."""
+
+    def __init__(self, message: str, *, job_id: str | None = None) -> None:
+        self.job_id = job_id
+        super().__init__(message)
+
+
+class InsufficientDiskSpace(HearthError):
+    """There is not enough free disk space for a download; nothing was started."""
+
+    def __init__(self, needed: int, free: int, path: str) -> None:
+        self.needed = needed
+        self.free = free
+        self.path = path
+        super().__init__(
+            f"This download needs {needed / 1e9:.2f} GB but only {free / 1e9:.2f} GB is free in {path}; "
+            "free some space or choose a smaller variant."
+        )
+
+
 __all__ = [
     "HearthError",
     "ModelNotFound",
@@ -76,4 +126,11 @@ __all__ = [
     "InvalidRequest",
     "BackendUnavailable",
     "Overloaded",
+    "HubError",
+    "HubNotFound",
+    "HubAccessDenied",
+    "HubRateLimited",
+    "HubUnavailable",
+    "DownloadError",
+    "InsufficientDiskSpace",
 ]
