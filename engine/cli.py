@@ -13,6 +13,7 @@ from engine import __version__
 COMMAND_MODULES = (
     "engine.commands.chat",
     "engine.commands.models",
+    "engine.commands.serve",
 )
 
 

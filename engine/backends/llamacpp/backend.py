@@ -166,6 +166,11 @@ class LlamaCppBackend:
         if self.loop is not None:
             self.loop.cancel(request_id)
 
+    def cancel_all(self) -> None:
+        """Cancel every generation (at shutdown); each stream ends with its final chunk."""
+        if self.loop is not None:
+            self.loop.cancel_all()
+
     def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
         """Mean-pooled, L2-normalised embeddings of ``texts`` and the tokens they took.
 

@@ -169,6 +169,12 @@ class DecodeLoop:
                 seq.cancelled = True
                 self._cond.notify()
 
+    def cancel_all(self) -> None:
+        with self._cond:
+            for seq in self._by_id.values():
+                seq.cancelled = True
+            self._cond.notify()
+
     def stats(self) -> dict:
         with self._cond:
             running = len(self._running)

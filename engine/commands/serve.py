@@ -1,0 +1,56 @@
+"""`hearth serve`: the worker, headless, in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the OpenAI-compatible API",
+        description="Serve local models through an OpenAI-compatible API until Ctrl-C.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    p.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    p.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        help="require 'Authorization: Bearer KEY' (repeatable; also HEARTH_API_KEY)",
+    )
+    p.add_argument("--model", "-m", help="load this model at start (others load on first request)")
+    p.add_argument("--backend", "-b", help="backend for every model: llamacpp, paged or mlx")
+    p.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
+    p.add_argument("--idle-ttl", type=float, default=None, help="unload a model after this many idle seconds")
+    p.add_argument("--ctx", type=int, default=None, help="context length per sequence")
+    p.add_argument("--parallel", type=int, default=None, help="sequences decoded at once per model")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads per model")
+    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.backends import LoadOptions
+    from engine.server.settings import ServerSettings
+    from engine.worker.main import WorkerConfig, run_worker
+
+    keys = list(args.api_key)
+    if os.environ.get("HEARTH_API_KEY"):
+        keys.append(os.environ["HEARTH_API_KEY"])
+    settings = ServerSettings(
+        host=args.host,
+        port=args.port,
+        api_keys=tuple(keys),
+        cors_origins=tuple(args.cors_origin),
+        max_body_bytes=args.max_body,
+    )
+    config = WorkerConfig(
+        settings=settings,
+        model=args.model,
+        backend=args.backend,
+        idle_ttl=args.idle_ttl,
+        load_options=LoadOptions(n_ctx=args.ctx, n_seq_max=args.parallel, n_threads=args.threads),
+    )
+    return run_worker(config)

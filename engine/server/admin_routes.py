@@ -1,0 +1,74 @@
+"""The admin API under /api/ used by the desktop app: local models, load state, load/unload, stats."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+
+from engine.server.schemas import LoadBody
+
+router = APIRouter(prefix="/api")
+
+
+def _model_entry(m, state: str) -> dict:
+    return {
+        "name": m.name,
+        "path": str(m.path),
+        "format": m.format,
+        "source": m.source,
+        "repo": m.repo,
+        "variant": m.variant,
+        "quantization": m.quantization,
+        "size_bytes": m.size_bytes,
+        "architecture": m.architecture,
+        "parameters": m.parameters,
+        "context_length": m.context_length,
+        "has_chat_template": m.has_chat_template,
+        "state": state,
+    }
+
+
+@router.get("/models")
+async def models(request: Request) -> dict:
+    manager = request.app.state.manager
+    local = await asyncio.to_thread(manager.available)
+    return {"models": [_model_entry(m, manager.state(m.name)) for m in local]}
+
+
+@router.post("/models/load")
+async def load(request: Request, body: LoadBody) -> dict:
+    manager = request.app.state.manager
+    lm = await asyncio.to_thread(manager.load, body.model)
+    info = lm.backend.info
+    return {
+        "name": lm.model.name,
+        "state": "loaded",
+        "backend": lm.backend_name,
+        "n_ctx": info.n_ctx,
+        "n_ctx_train": info.n_ctx_train,
+    }
+
+
+@router.post("/models/unload")
+async def unload(request: Request, body: LoadBody) -> dict:
+    from engine.catalog.registry import resolve_model
+
+    manager = request.app.state.manager
+    model = await asyncio.to_thread(resolve_model, body.model, manager.registry)
+    unloaded = await asyncio.to_thread(manager.unload, model.name)
+    return {"name": model.name, "state": "not-loaded", "unloaded": unloaded}
+
+
+@router.get("/stats")
+async def stats(request: Request) -> dict:
+    manager = request.app.state.manager
+    metrics = request.app.state.metrics
+    return {
+        "requests_in_flight": metrics.in_flight,
+        "models": manager.stats(),
+        "loaded": [
+            {"name": lm.model.name, "backend": lm.backend_name, "in_use": lm.in_use, "loaded_at": lm.loaded_at}
+            for lm in manager.loaded()
+        ],
+    }

@@ -1,0 +1,94 @@
+"""The one place engine exceptions become OpenAI-shaped HTTP errors.
+
+Classification is by exception type, never by message text.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.errors import (
+    BackendUnavailable,
+    ContextLengthExceeded,
+    HearthError,
+    InvalidRequest,
+    ModelLoadError,
+    ModelNotFound,
+    Overloaded,
+)
+
+log = logging.getLogger(__name__)
+
+
+def error_body(message: str, type_: str, *, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(
+    status: int, message: str, type_: str, *, param: str | None = None, code: str | None = None, headers=None
+) -> JSONResponse:
+    return JSONResponse(error_body(message, type_, param=param, code=code), status_code=status, headers=headers)
+
+
+def response_for(exc: Exception) -> JSONResponse:
+    """The HTTP response for an exception raised while serving a request."""
+    if isinstance(exc, ModelNotFound):
+        return error_response(404, str(exc), "invalid_request_error", param="model", code="model_not_found")
+    if isinstance(exc, ContextLengthExceeded):
+        return error_response(400, str(exc), "invalid_request_error", param="messages", code="context_length_exceeded")
+    if isinstance(exc, InvalidRequest):
+        return error_response(400, str(exc), "invalid_request_error", param=exc.param, code="invalid_value")
+    if isinstance(exc, Overloaded):
+        return error_response(
+            429, str(exc), "rate_limit_error", code="overloaded", headers={"Retry-After": str(max(1, round(exc.retry_after)))}
+        )
+    if isinstance(exc, BackendUnavailable):
+        return error_response(503, str(exc), "server_error", code="backend_unavailable")
+    if isinstance(exc, ModelLoadError):
+        return error_response(500, str(exc), "server_error", code="model_load_error")
+    if isinstance(exc, HearthError):
+        return error_response(400, str(exc), "invalid_request_error")
+    log.exception("unexpected error while serving a request", exc_info=exc)
+    return error_response(500, f"The server failed unexpectedly ({type(exc).__name__}); see the worker log.", "server_error")
+
+
+def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "The request body is invalid.", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        return "The request body is not valid JSON; send a JSON object.", None
+    msg = first.get("msg", "is invalid")
+    where = f"'{param}'" if param else "The request body"
+    return f"{where}: {msg}.", param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _describe_validation(exc)
+        return error_response(400, message, "invalid_request_error", param=param, code="invalid_value")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        code = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+            exc.status_code
+        )
+        return error_response(exc.status_code, str(exc.detail), type_, code=code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(HearthError)
+    async def _hearth(_: Request, exc: HearthError) -> JSONResponse:
+        return response_for(exc)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return response_for(exc)

@@ -1,0 +1,415 @@
+"""The OpenAI-compatible endpoints: models, chat completions, completions, embeddings."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from engine import __version__
+from engine.errors import InvalidRequest
+from engine.server.errors import error_body, response_for
+from engine.server.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, ResponseFormatBody, _Sampling
+from engine.server.streaming import merge_streams, open_streams
+from engine.types import GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams, TokenLogprob, as_messages
+
+router = APIRouter(prefix="/v1")
+
+FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
+
+
+def _params(body: _Sampling, *, max_tokens: int | None, logprobs: int | None, index: int = 0) -> SamplingParams:
+    seed = body.seed if body.seed is None or index == 0 else body.seed + index
+    rep = body.repetition_penalty if body.repetition_penalty is not None else body.repeat_penalty
+    return SamplingParams(
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=body.top_k or 0,
+        min_p=body.min_p or 0.0,
+        repetition_penalty=1.0 if rep is None else rep,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        seed=seed,
+        stop=body.stop or (),
+        max_tokens=max_tokens,
+        logit_bias=body.logit_bias or {},
+        logprobs=logprobs,
+        ignore_eos=body.ignore_eos,
+    )
+
+
+def _response_format(rf: ResponseFormatBody | None) -> ResponseFormat:
+    if rf is None or rf.type == "text":
+        return ResponseFormat()
+    if rf.type == "json_object":
+        return ResponseFormat(type="json_object")
+    if rf.json_schema is None or rf.json_schema.schema_ is None:
+        raise InvalidRequest("response_format of type json_schema needs 'json_schema.schema'.", param="response_format")
+    return ResponseFormat(type="json_schema", schema=rf.json_schema.schema_)
+
+
+def _check_n(request: Request, n: int) -> None:
+    limit = request.app.state.settings.max_n
+    if not 1 <= n <= limit:
+        raise InvalidRequest(f"'n' must be between 1 and {limit}.", param="n")
+
+
+def _usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _chat_logprobs(items: list[TokenLogprob]) -> dict:
+    return {
+        "content": [
+            {
+                "token": lp.token,
+                "logprob": lp.logprob,
+                "bytes": list(lp.bytes),
+                "top_logprobs": [{"token": t, "logprob": v, "bytes": list(b)} for t, v, b in lp.top],
+            }
+            for lp in items
+        ],
+        "refusal": None,
+    }
+
+
+def _completion_logprobs(items: list[TokenLogprob], start_offset: int) -> dict:
+    offsets, pos = [], start_offset
+    for lp in items:
+        offsets.append(pos)
+        pos += len(lp.token)
+    return {
+        "tokens": [lp.token for lp in items],
+        "token_logprobs": [lp.logprob for lp in items],
+        "top_logprobs": [{t: v for t, v, _ in lp.top} for lp in items],
+        "text_offset": offsets,
+    }
+
+
+def _sse(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class _Generation:
+    """One request's choices, running on a loaded model, with metrics recorded as chunks arrive."""
+
+    def __init__(self, request: Request, model_name: str, requests: list[GenerationRequest]) -> None:
+        self.http = request
+        self.app = request.app
+        self.model_name = model_name
+        self.requests = requests
+        self.created = int(time.time())
+        self.lm = None
+        self.streams = None
+        self.t0 = time.perf_counter()
+
+    async def start(self) -> None:
+        manager = self.app.state.manager
+        self.lm = await asyncio.to_thread(manager.acquire, self.model_name)
+        try:
+            self.streams = await open_streams(self.lm.backend, self.requests)
+        except BaseException:
+            manager.release(self.lm)
+            raise
+        self.app.state.metrics.request_started()
+
+    @property
+    def served_name(self) -> str:
+        return self.lm.model.name
+
+    @property
+    def fingerprint(self) -> str:
+        return f"fp_hearth_{__version__}_{self.lm.backend_name}"
+
+    async def chunks(self) -> AsyncIterator[tuple[int, GenerationChunk]]:
+        metrics = self.app.state.metrics
+        last_token_at: dict[int, float] = {}
+        status = "ok"
+        try:
+            async for index, chunk in merge_streams(self.lm.backend, self.requests, self.streams):
+                now = time.perf_counter()
+                if chunk.token_ids:
+                    prev = last_token_at.get(index)
+                    if prev is None:
+                        metrics.observe_ttft(now - self.t0)
+                    else:
+                        metrics.observe_itl(now - prev)
+                    last_token_at[index] = now
+                if chunk.finish_reason is not None:
+                    metrics.count_tokens(chunk.prompt_tokens if index == 0 else 0, chunk.completion_tokens)
+                    if chunk.finish_reason == "error":
+                        status = "error"
+                yield index, chunk
+        except BaseException:
+            status = "cancelled"
+            raise
+        finally:
+            metrics.request_finished(status)
+            self.app.state.manager.release(self.lm)
+
+
+async def _collect(gen: _Generation, n_choices: int):
+    texts = [""] * n_choices
+    logprobs: list[list[TokenLogprob]] = [[] for _ in range(n_choices)]
+    finals: list[GenerationChunk | None] = [None] * n_choices
+    async for index, chunk in gen.chunks():
+        texts[index] += chunk.text
+        logprobs[index].extend(chunk.logprobs)
+        if chunk.finish_reason is not None:
+            finals[index] = chunk
+    for f in finals:
+        if f is not None and f.finish_reason == "error":
+            raise RuntimeError(f.error or "generation failed")
+    return texts, logprobs, finals
+
+
+def _totals(finals: list[GenerationChunk | None]) -> tuple[int, int, int]:
+    done = [f for f in finals if f is not None]
+    prompt = done[0].prompt_tokens if done else 0
+    cached = done[0].cached_tokens if done else 0
+    return prompt, sum(f.completion_tokens for f in done), cached
+
+
+def _streaming(body_iter: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        body_iter, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+
+
+@router.get("/models")
+async def list_models(request: Request) -> dict:
+    manager = request.app.state.manager
+    models = await asyncio.to_thread(manager.available)
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": m.name,
+                "object": "model",
+                "created": int(m.added_at.timestamp()) if m.added_at else 0,
+                "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
+            }
+            for m in models
+        ],
+    }
+
+
+@router.get("/models/{model_id:path}")
+async def get_model(request: Request, model_id: str) -> dict:
+    from engine.catalog.registry import resolve_model
+
+    m = await asyncio.to_thread(resolve_model, model_id, request.app.state.manager.registry)
+    return {
+        "id": m.name,
+        "object": "model",
+        "created": int(m.added_at.timestamp()) if m.added_at else 0,
+        "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
+    }
+
+
+@router.post("/chat/completions")
+async def chat_completions(request: Request, body: ChatCompletionBody):
+    _check_n(request, body.n)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidRequest("'top_logprobs' needs 'logprobs' set to true.", param="top_logprobs")
+    messages = as_messages([m.model_dump() for m in body.messages])
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    fmt = _response_format(body.response_format)
+    reqs = [
+        GenerationRequest(
+            model=body.model,
+            messages=messages,
+            params=_params(body, max_tokens=max_tokens, logprobs=logprobs, index=i),
+            response_format=fmt,
+        )
+        for i in range(body.n)
+    ]
+    gen = _Generation(request, body.model, reqs)
+    await gen.start()
+    cid = f"chatcmpl-{uuid.uuid4().hex}"
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return _streaming(_chat_events(gen, cid, body.n, include_usage))
+    try:
+        texts, lps, finals = await _collect(gen, body.n)
+    except RuntimeError as exc:
+        return response_for(exc)
+    prompt, completion, cached = _totals(finals)
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": gen.created,
+        "model": gen.served_name,
+        "system_fingerprint": gen.fingerprint,
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": texts[i], "refusal": None},
+                "logprobs": _chat_logprobs(lps[i]) if logprobs is not None else None,
+                "finish_reason": FINISH.get(finals[i].finish_reason, "stop") if finals[i] else "stop",
+            }
+            for i in range(body.n)
+        ],
+        "usage": _usage(prompt, completion, cached),
+    }
+
+
+async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) -> AsyncIterator[bytes]:
+    base = {"id": cid, "object": "chat.completion.chunk", "created": gen.created, "model": gen.served_name}
+    base["system_fingerprint"] = gen.fingerprint
+    if include_usage:
+        base["usage"] = None
+
+    def event(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> bytes:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return _sse({**base, "choices": [choice]})
+
+    for i in range(n):
+        yield event(i, {"role": "assistant", "content": ""})
+    finals: list[GenerationChunk | None] = [None] * n
+    async for index, chunk in gen.chunks():
+        if chunk.finish_reason == "error":
+            yield _sse(error_body(chunk.error or "Generation failed.", "server_error"))
+            finals[index] = chunk
+            continue
+        lp = _chat_logprobs(list(chunk.logprobs)) if chunk.logprobs else None
+        if chunk.text or lp:
+            yield event(index, {"content": chunk.text}, logprobs=lp)
+        if chunk.finish_reason is not None:
+            finals[index] = chunk
+            yield event(index, {}, FINISH.get(chunk.finish_reason, "stop"))
+    if include_usage:
+        prompt, completion, cached = _totals(finals)
+        yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached)})
+    yield b"data: [DONE]\n\n"
+
+
+@router.post("/completions")
+async def completions(request: Request, body: CompletionBody):
+    _check_n(request, body.n)
+    prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
+    if not prompts:
+        raise InvalidRequest("'prompt' must be a string or a non-empty list of strings.", param="prompt")
+    if body.logprobs is not None and not 0 <= body.logprobs <= 20:
+        raise InvalidRequest("'logprobs' must be a whole number from 0 to 20.", param="logprobs")
+    if body.stream and len(prompts) > 1:
+        raise InvalidRequest("Streaming takes a single prompt; send one prompt per request.", param="prompt")
+    fmt = _response_format(body.response_format)
+    reqs = [
+        GenerationRequest(
+            model=body.model,
+            prompt=p,
+            params=_params(body, max_tokens=body.max_tokens if body.max_tokens is not None else 16, logprobs=body.logprobs, index=j),
+            response_format=fmt,
+        )
+        for p in prompts
+        for j in range(body.n)
+    ]
+    gen = _Generation(request, body.model, reqs)
+    await gen.start()
+    cid = f"cmpl-{uuid.uuid4().hex}"
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return _streaming(_completion_events(gen, cid, body, include_usage))
+    try:
+        texts, lps, finals = await _collect(gen, len(reqs))
+    except RuntimeError as exc:
+        return response_for(exc)
+    prompt_total = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % body.n == 0)
+    completion_total = sum(f.completion_tokens for f in finals if f)
+    choices = []
+    for i, text in enumerate(texts):
+        source = prompts[i // body.n]
+        full = source + text if body.echo else text
+        choices.append(
+            {
+                "index": i,
+                "text": full,
+                "logprobs": _completion_logprobs(lps[i], len(source) if body.echo else 0)
+                if body.logprobs is not None
+                else None,
+                "finish_reason": FINISH.get(finals[i].finish_reason, "stop") if finals[i] else "stop",
+            }
+        )
+    return {
+        "id": cid,
+        "object": "text_completion",
+        "created": gen.created,
+        "model": gen.served_name,
+        "system_fingerprint": gen.fingerprint,
+        "choices": choices,
+        "usage": _usage(prompt_total, completion_total, 0),
+    }
+
+
+async def _completion_events(gen: _Generation, cid: str, body: CompletionBody, include_usage: bool):
+    base = {"id": cid, "object": "text_completion", "created": gen.created, "model": gen.served_name}
+    base["system_fingerprint"] = gen.fingerprint
+    finals: list[GenerationChunk | None] = [None] * len(gen.requests)
+    offsets = [0] * len(gen.requests)
+    if body.echo:
+        for i in range(len(gen.requests)):
+            yield _sse({**base, "choices": [{"index": i, "text": body.prompt, "logprobs": None, "finish_reason": None}]})
+            offsets[i] = len(body.prompt)
+    async for index, chunk in gen.chunks():
+        if chunk.finish_reason == "error":
+            yield _sse(error_body(chunk.error or "Generation failed.", "server_error"))
+            finals[index] = chunk
+            continue
+        lp = _completion_logprobs(list(chunk.logprobs), offsets[index]) if body.logprobs is not None else None
+        offsets[index] += len(chunk.text)
+        finish = FINISH.get(chunk.finish_reason, "stop") if chunk.finish_reason else None
+        if chunk.text or finish or chunk.logprobs:
+            yield _sse({**base, "choices": [{"index": index, "text": chunk.text, "logprobs": lp, "finish_reason": finish}]})
+        if chunk.finish_reason is not None:
+            finals[index] = chunk
+    if include_usage:
+        prompt, completion, cached = _totals(finals)
+        yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached)})
+    yield b"data: [DONE]\n\n"
+
+
+@router.post("/embeddings")
+async def embeddings(request: Request, body: EmbeddingBody):
+    texts = [body.input] if isinstance(body.input, str) else list(body.input)
+    if not texts or any(not isinstance(t, str) or not t for t in texts):
+        raise InvalidRequest("'input' must be a non-empty string or a list of non-empty strings.", param="input")
+    manager = request.app.state.manager
+    lm = await asyncio.to_thread(manager.acquire, body.model)
+    try:
+        embed = getattr(lm.backend, "embed", None)
+        if embed is None:
+            raise InvalidRequest(f"Model '{lm.model.name}' cannot make embeddings; load an embedding model.", "model")
+        vectors, n_tokens = await asyncio.to_thread(embed, texts)
+    finally:
+        manager.release(lm)
+    data = []
+    for i, vec in enumerate(vectors):
+        value = (
+            base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            if body.encoding_format == "base64"
+            else vec
+        )
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": lm.model.name,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        }
+    )

@@ -1,0 +1,32 @@
+"""Settings of the OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """How the worker's HTTP server behaves.
+
+    Attributes:
+        host: Address to bind; loopback unless the user says otherwise.
+        port: TCP port; 0 picks a free one.
+        api_keys: Bearer tokens accepted; empty means no authentication.
+        cors_origins: Origins allowed by CORS; empty turns CORS off.
+        max_body_bytes: Largest request body accepted.
+        max_n: Largest ``n`` (choices per request) accepted.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    api_keys: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_n: int = 8
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS

@@ -1,0 +1,128 @@
+"""The worker process: owns the models and serves the API until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+
+from engine.backends import LoadOptions
+from engine.server.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    settings: ServerSettings
+    model: str | None = None
+    backend: str | None = None
+    idle_ttl: float | None = None
+    load_options: LoadOptions = LoadOptions()
+    memory_budget: int | None = None
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one).
+
+    Raises:
+        OSError: the address is in use or cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def base_url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/v1"
+
+
+def run_worker(config: WorkerConfig, *, announce=print) -> int:
+    """Serve until interrupted. In-flight streams end with a final chunk on shutdown."""
+    import uvicorn
+
+    from engine.catalog.registry import ModelRegistry
+    from engine.errors import HearthError
+    from engine.server import create_app
+    from engine.worker.manager import ModelManager
+
+    settings = config.settings
+    registry = ModelRegistry()
+    manager = ModelManager(
+        registry,
+        backend=config.backend,
+        options=config.load_options,
+        idle_ttl=config.idle_ttl,
+        memory_budget=config.memory_budget,
+    )
+    app = create_app(settings, manager)
+    try:
+        sock = bind_socket(settings.host, settings.port)
+    except OSError as exc:
+        manager.close()
+        raise HearthError(
+            f"Cannot listen on {settings.host}:{settings.port} ({exc.strerror}); choose another --port."
+        ) from exc
+    port = sock.getsockname()[1]
+    if not settings.is_loopback:
+        print(
+            f"hearth: warning: listening on {settings.host}, reachable from other machines"
+            + ("" if settings.api_keys else " with no API key"),
+            file=sys.stderr,
+        )
+    if config.model:
+        app.state.loading = True
+
+        def preload() -> None:
+            try:
+                manager.load(config.model)
+            except HearthError as exc:
+                log.error("could not load %s: %s", config.model, exc)
+            finally:
+                app.state.loading = False
+
+        threading.Thread(target=preload, name="preload", daemon=True).start()
+
+    server = _Server(
+        uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, lifespan="off", access_log=False),
+        manager=manager,
+    )
+    announce(f"Hearth API listening on {base_url(settings.host, port)}")
+    sys.stdout.flush()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        manager.close()
+        sock.close()
+    return 0
+
+
+def _make_server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """Cancels every generation at shutdown so each stream ends with its final chunk."""
+
+        def __init__(self, config, *, manager) -> None:
+            super().__init__(config)
+            self.manager = manager
+
+        def handle_exit(self, sig, frame) -> None:
+            for lm in self.manager.loaded():
+                cancel_all = getattr(lm.backend, "cancel_all", None)
+                if cancel_all is not None:
+                    cancel_all()
+            super().handle_exit(sig, frame)
+
+    return Server
+
+
+def _Server(config, *, manager):  # noqa: N802 - a class made on first use keeps uvicorn's import lazy
+    return _make_server_class()(config, manager=manager)

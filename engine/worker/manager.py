@@ -1,0 +1,213 @@
+"""The models a worker holds: loaded on first use, kept while used, unloaded when idle.
+
+Several models can be loaded at once within a memory budget; the least recently used
+idle model is unloaded first when a new one needs room.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from engine.backends import Backend, LoadOptions, create_backend
+from engine.backends.choice import choose_backend
+from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
+
+log = logging.getLogger(__name__)
+
+# Share of available memory the loaded models may take when no budget is given.
+DEFAULT_BUDGET_SHARE = 0.75
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    model: LocalModel
+    backend: Backend
+    backend_name: str
+    size_estimate: int
+    loaded_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    in_use: int = 0
+
+
+class ModelManager:
+    """Loads, shares and unloads the worker's models. Thread-safe.
+
+    Args:
+        registry: Where model names are resolved.
+        backend: Backend override for every model (None chooses per model).
+        options: Load options for every model.
+        idle_ttl: Seconds a model may sit unused before it is unloaded (None: never).
+        memory_budget: Bytes the loaded models may take together (None: 75% of available RAM).
+        backend_factory: Makes a backend by name (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        *,
+        backend: str | None = None,
+        options: LoadOptions | None = None,
+        idle_ttl: float | None = None,
+        memory_budget: int | None = None,
+        backend_factory: Callable[[str], Backend] = create_backend,
+    ) -> None:
+        self.registry = registry
+        self.backend_override = backend
+        self.options = options or LoadOptions()
+        self.idle_ttl = idle_ttl
+        self.memory_budget = memory_budget or int(psutil.virtual_memory().available * DEFAULT_BUDGET_SHARE)
+        self._factory = backend_factory
+        self._loaded: dict[str, LoadedModel] = {}
+        self._loading: set[str] = set()
+        self._lock = threading.Condition()
+        self._closed = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_idle, name="idle-unloader", daemon=True)
+        self._reaper.start()
+
+    # -- queries --------------------------------------------------------------------------------
+    def available(self) -> list[LocalModel]:
+        return self.registry.list()
+
+    def state(self, name: str) -> str:
+        with self._lock:
+            if name in self._loaded:
+                return "loaded"
+            if name in self._loading:
+                return "loading"
+            return "not-loaded"
+
+    def loaded(self) -> list[LoadedModel]:
+        with self._lock:
+            return list(self._loaded.values())
+
+    @property
+    def is_loading(self) -> bool:
+        with self._lock:
+            return bool(self._loading)
+
+    def stats(self) -> dict[str, Any]:
+        out = {}
+        for lm in self.loaded():
+            try:
+                out[lm.model.name] = {"backend": lm.backend_name, "in_use": lm.in_use, **lm.backend.stats()}
+            except Exception:  # a backend mid-close has no stats
+                continue
+        return out
+
+    # -- loading --------------------------------------------------------------------------------
+    def load(self, name: str) -> LoadedModel:
+        """Load ``name`` (or return it if loaded), making room within the memory budget.
+
+        Raises:
+            ModelNotFound, BackendUnavailable, ModelLoadError.
+        """
+        model = resolve_model(name, self.registry)
+        key = model.name
+        with self._lock:
+            while key in self._loading:
+                self._lock.wait()
+            if key in self._loaded:
+                lm = self._loaded[key]
+                lm.last_used = time.monotonic()
+                return lm
+            self._loading.add(key)
+        try:
+            choice = choose_backend(model.format, override=self.backend_override)
+            estimate = self._estimate(model)
+            self._make_room(estimate)
+            backend = self._factory(choice.backend)
+            try:
+                backend.load(model.spec, self.options)
+            except BaseException:
+                backend.close()
+                raise
+            lm = LoadedModel(model=model, backend=backend, backend_name=choice.backend, size_estimate=estimate)
+            log.info("loaded %s on %s (%s)", key, choice.backend, choice.reason)
+            with self._lock:
+                self._loaded[key] = lm
+            return lm
+        finally:
+            with self._lock:
+                self._loading.discard(key)
+                self._lock.notify_all()
+
+    @staticmethod
+    def _estimate(model: LocalModel) -> int:
+        return int(model.size_bytes * 1.2) + 256 * 1024 * 1024
+
+    def _make_room(self, needed: int) -> None:
+        with self._lock:
+            used = sum(lm.size_estimate for lm in self._loaded.values())
+            idle = sorted((lm for lm in self._loaded.values() if lm.in_use == 0), key=lambda lm: lm.last_used)
+            victims = []
+            while used + needed > self.memory_budget and idle:
+                lm = idle.pop(0)
+                victims.append(lm)
+                used -= lm.size_estimate
+                del self._loaded[lm.model.name]
+        for lm in victims:
+            log.info("unloading %s to make room", lm.model.name)
+            lm.backend.close()
+
+    def unload(self, name: str) -> bool:
+        """Unload ``name`` now; a request still using it keeps its stream until the close."""
+        with self._lock:
+            lm = self._loaded.pop(name, None)
+        if lm is None:
+            return False
+        lm.backend.close()
+        return True
+
+    @contextmanager
+    def use(self, name: str) -> Iterator[LoadedModel]:
+        """The loaded model ``name`` (loaded now if needed), kept from eviction while in use."""
+        lm = self.acquire(name)
+        try:
+            yield lm
+        finally:
+            self.release(lm)
+
+    def acquire(self, name: str) -> LoadedModel:
+        while True:
+            lm = self.load(name)
+            with self._lock:
+                if self._loaded.get(lm.model.name) is lm:
+                    lm.in_use += 1
+                    lm.last_used = time.monotonic()
+                    return lm
+
+    def release(self, lm: LoadedModel) -> None:
+        with self._lock:
+            lm.in_use = max(0, lm.in_use - 1)
+            lm.last_used = time.monotonic()
+
+    def _reap_idle(self) -> None:
+        while not self._closed.wait(1.0):
+            if self.idle_ttl is None:
+                continue
+            now = time.monotonic()
+            with self._lock:
+                stale = [
+                    lm for lm in self._loaded.values() if lm.in_use == 0 and now - lm.last_used > self.idle_ttl
+                ]
+                for lm in stale:
+                    del self._loaded[lm.model.name]
+            for lm in stale:
+                log.info("unloading %s after %.0f s idle", lm.model.name, self.idle_ttl)
+                lm.backend.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            models = list(self._loaded.values())
+            self._loaded.clear()
+        for lm in models:
+            lm.backend.close()

@@ -1,0 +1,234 @@
+"""Runs the worker as a separate process for the app: start, health-wait, restart, stop.
+
+A crash of the worker (a segfault in a native library, an OOM kill) never takes the
+caller down: the supervisor notices, reports it, and starts a new worker with backoff.
+Ending the worker process returns every byte its models held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from engine.errors import HearthError
+from engine.worker.main import base_url, bind_socket
+
+log = logging.getLogger(__name__)
+
+
+class WorkerStartError(HearthError):
+    """The worker did not become healthy."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEvent:
+    """A change in the worker's life: starting, ready, crashed, restarting, stopped."""
+
+    kind: str
+    detail: str = ""
+    exit_code: int | None = None
+    restart_in: float | None = None
+
+
+def hearth_command() -> list[str]:
+    """How to start Hearth's CLI from this process (the frozen app starts itself)."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable]
+    return [sys.executable, "-m", "engine.cli"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with bind_socket(host, 0) as sock:
+        return sock.getsockname()[1]
+
+
+class WorkerSupervisor:
+    """Starts and watches one worker process.
+
+    Args:
+        host: Address the worker listens on.
+        port: Port; 0 picks a free one at each start.
+        api_key: Bearer token the worker requires; a random per-launch token when None.
+        model: Model the worker loads at start.
+        extra_args: More `hearth serve` arguments (e.g. ``["--backend", "llamacpp"]``).
+        env: Extra environment for the worker.
+        log_path: File the worker's output goes to (appended).
+        on_event: Called (from a supervisor thread) with each :class:`WorkerEvent`.
+        startup_timeout: Seconds to wait for health before giving up on a start.
+        max_backoff: Longest wait between restarts after repeated crashes.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        model: str | None = None,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        on_event: Callable[[WorkerEvent], None] | None = None,
+        startup_timeout: float = 120.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.requested_port = port
+        self.port = port
+        self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
+        self.model = model
+        self.extra_args = list(extra_args)
+        self.env = env or {}
+        self.log_path = log_path
+        self.on_event = on_event
+        self.startup_timeout = startup_timeout
+        self.max_backoff = max_backoff
+        self.restarts = 0
+        self._proc: subprocess.Popen | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._monitor: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return base_url(self.host, self.port)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _emit(self, event: WorkerEvent) -> None:
+        log.info("worker %s %s", event.kind, event.detail)
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                log.exception("worker event handler failed")
+
+    def _spawn(self) -> None:
+        self.port = self.requested_port or free_port(self.host)
+        cmd = [*hearth_command(), "serve", "--host", self.host, "--port", str(self.port), *self.extra_args]
+        if self.model:
+            cmd += ["--model", self.model]
+        env = {**os.environ, **self.env}
+        if self.api_key:
+            env["HEARTH_API_KEY"] = self.api_key  # not on the command line, where `ps` would show it
+        else:
+            env.pop("HEARTH_API_KEY", None)
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env
+            )
+        finally:
+            if self.log_path:
+                out.close()
+        self._emit(WorkerEvent("starting", f"pid {self._proc.pid} on {self.base_url}"))
+
+    def _wait_healthy(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        url = self.base_url.removesuffix("/v1") + "/health"
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline and not self._stopping.is_set():
+                proc = self._proc
+                if proc is None or proc.poll() is not None:
+                    return False
+                try:
+                    if client.get(url).status_code == 200:
+                        return True
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+        return False
+
+    def start(self) -> None:
+        """Start the worker and wait until it answers /health.
+
+        Raises:
+            WorkerStartError: it exited or did not become healthy in time.
+        """
+        self._stopping.clear()
+        with self._lock:
+            self._spawn()
+        if not self._wait_healthy(self.startup_timeout):
+            code = self._proc.poll() if self._proc else None
+            self._kill()
+            where = f" (see {self.log_path})" if self.log_path else ""
+            raise WorkerStartError(
+                f"The Hearth worker did not start (exit code {code}){where}; check the log and try again."
+            )
+        self._emit(WorkerEvent("ready", self.base_url))
+        self._monitor = threading.Thread(target=self._watch, name="worker-monitor", daemon=True)
+        self._monitor.start()
+
+    def _watch(self) -> None:
+        backoff = 1.0
+        while not self._stopping.is_set():
+            proc = self._proc
+            if proc is None:
+                return
+            code = proc.wait()
+            if self._stopping.is_set():
+                return
+            started = time.monotonic()
+            self._emit(WorkerEvent("crashed", f"exit code {code}", exit_code=code, restart_in=backoff))
+            while not self._stopping.is_set():
+                if self._stopping.wait(backoff):
+                    return
+                self._emit(WorkerEvent("restarting", f"attempt after {backoff:.0f} s"))
+                with self._lock:
+                    if self._stopping.is_set():
+                        return
+                    self._spawn()
+                self.restarts += 1
+                if self._wait_healthy(self.startup_timeout):
+                    self._emit(WorkerEvent("ready", self.base_url))
+                    break
+                self._kill()
+                backoff = min(self.max_backoff, backoff * 2)
+            if time.monotonic() - started > 60:
+                backoff = 1.0
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the worker: SIGTERM (streams end cleanly), then SIGKILL after ``timeout``."""
+        self._stopping.set()
+        with self._lock:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join(timeout=5)
+        self._emit(WorkerEvent("stopped"))
+
+    def restart(self) -> None:
+        """Stop and start again (new settings take effect)."""
+        self.stop()
+        self.start()
