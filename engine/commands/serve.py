@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--api-key",
         action="append",
         default=[],
-        help="require 'Authorization: Bearer KEY' (repeatable; also HEARTH_API_KEY)",
+        help="require 'Authorization: Bearer KEY' (repeatable; also HEARTH_API_KEY, or HEARTH_API_KEYS comma-separated)",
     )
     p.add_argument("--model", "-m", help="load this model at start (others load on first request)")
     p.add_argument("--backend", "-b", help="backend for every model: llamacpp, paged or mlx")
@@ -39,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     keys = list(args.api_key)
     if os.environ.get("HEARTH_API_KEY"):
         keys.append(os.environ["HEARTH_API_KEY"])
+    # Several keys without putting any on the command line, where `ps` shows them
+    # (the desktop app's own token plus the key the user gave other apps).
+    keys += [k.strip() for k in os.environ.get("HEARTH_API_KEYS", "").split(",") if k.strip()]
     settings = ServerSettings(
         host=args.host,
         port=args.port,
