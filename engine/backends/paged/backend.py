@@ -1,0 +1,195 @@
+"""The paged engine behind the Backend protocol: one engine thread, a queue of chunks per request."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, Utf8Decoder
+from engine.backends.paged.sampler import RequestSampler
+from engine.backends.paged.sequence import Sequence as Seq
+from engine.backends.paged.startup import LoadedEngine, start_engine
+from engine.chat_template import ChatTemplate
+from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError, Overloaded
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class RequestState:
+    """What the engine thread keeps per request besides its sequence."""
+
+    request: GenerationRequest
+    sampler: RequestSampler
+    out: queue.SimpleQueue
+    stops: StopMatcher | None
+    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first: float | None = None
+
+
+class PagedBackend:
+    """Hugging Face (safetensors) and GGUF models on Hearth's paged engine, on CUDA or the CPU."""
+
+    name = "paged"
+
+    def __init__(self) -> None:
+        self.loaded: LoadedEngine | None = None
+        self.spec: ModelSpec | None = None
+        self.template: ChatTemplate | None = None
+        self._incoming: list[Seq] = []
+        self._by_id: dict[str, Seq] = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
+        if model.format == "mlx":
+            raise ModelLoadError(str(model.path), "the paged engine cannot read MLX-quantized weights.")
+        self.loaded = start_engine(model.path, options or LoadOptions())
+        self.spec = model
+        ck = self.loaded.checkpoint
+        self.template = ChatTemplate(ck.chat_template, bos_token=ck.bos_token, eos_token=ck.eos_token)
+        self._thread = threading.Thread(target=self._loop, name=f"paged-{model.name}", daemon=True)
+        self._thread.start()
+        log.info("loaded %s on %s (%s)", model.name, self.loaded.device, self.loaded.dtype)
+
+    def _require(self) -> LoadedEngine:
+        if self.loaded is None:
+            raise RuntimeError("the paged backend has no model loaded")
+        return self.loaded
+
+    @property
+    def info(self) -> ModelInfo:
+        le = self._require()
+        args = le.engine.runner.model.args
+        return ModelInfo(
+            name=self.spec.name, backend=self.name, n_ctx=le.config.max_model_len,
+            n_ctx_train=args.max_position_embeddings, vocab_size=args.vocab_size,
+            has_chat_template=not self.template.is_fallback, architecture=args.model_type,
+            parameters=le.num_parameters, path=str(self.spec.path),
+        )  # fmt: skip
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        self._require()
+        return self.template.render(messages, add_generation_prompt=True)
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        return self._require().checkpoint.tokenizer.encode(text, parse_special=special)
+
+    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        tok = self._require().checkpoint.tokenizer
+        text = self.render_chat(request.messages) if request.messages is not None else request.prompt
+        return tok.encode_prompt(text)
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """Generate for ``request``. Closing the iterator early cancels the generation.
+
+        Raises:
+            ContextLengthExceeded: the prompt does not fit the context.
+            InvalidRequest: the prompt is empty, the output format cannot be enforced, or a bias is invalid.
+            Overloaded: too many requests are waiting.
+        """
+        le = self._require()
+        if request.response_format.type != "text":
+            raise InvalidRequest(
+                "The paged engine cannot constrain output to JSON yet; use the llamacpp backend for response_format.",
+                param="response_format",
+            )
+        prompt = self.prompt_tokens(request)
+        if not prompt:
+            raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
+        n_ctx = le.config.max_model_len
+        if len(prompt) >= n_ctx:
+            raise ContextLengthExceeded(len(prompt), n_ctx)
+        tok = le.checkpoint.tokenizer
+        sampler = RequestSampler(request.params, vocab_size=le.engine.runner.model.args.vocab_size,
+                                 eos_ids=tok.eos_ids, device=le.device)  # fmt: skip
+        stops = StopMatcher(request.params.stop) if request.params.stop else None
+        state = RequestState(request, sampler, queue.SimpleQueue(), stops)
+        seq = Seq(prompt, request.params, block_size=le.config.block_size, owner=state)
+        with self._cond:
+            if self._stopping:
+                raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
+            waiting = len(self._incoming) + len(le.engine.scheduler.waiting)
+            if waiting >= le.config.max_waiting:
+                raise Overloaded(f"{waiting} requests are already waiting for this model; retry in a moment.", 2.0)
+            self._incoming.append(seq)
+            self._by_id[request.request_id] = seq
+            self._cond.notify()
+        return self._drain(seq)
+
+    def _drain(self, seq: Seq) -> Iterator[GenerationChunk]:
+        done = False
+        try:
+            while True:
+                chunk = seq.owner.out.get()
+                yield chunk
+                if chunk.finish_reason is not None:
+                    done = True
+                    return
+        finally:
+            if not done:  # the consumer went away: free the blocks at once
+                self.cancel(seq.owner.request.request_id)
+
+    def cancel(self, request_id: str) -> None:
+        with self._cond:
+            seq = self._by_id.get(request_id)
+            if seq is not None:
+                seq.cancelled = True
+                self._cond.notify()
+
+    def stats(self) -> dict[str, Any]:
+        if self.loaded is None:
+            return {}
+        with self._cond:
+            out = self.loaded.engine.stats()
+            out["waiting"] += len(self._incoming)
+        out["device"] = str(self.loaded.device)
+        return out
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+            self._thread = None
+        if self.loaded is not None:
+            self.loaded.engine.runner.kv_caches = []
+            self.loaded = None
+
+    # -- the engine thread --------------------------------------------------------------------
+    def _loop(self) -> None:
+        from engine.backends.paged.streaming import StreamWriter
+
+        engine = self._require().engine
+        writer = StreamWriter(engine, self._require().checkpoint.tokenizer, self._by_id, self._cond)
+        while True:
+            with self._cond:
+                while not self._stopping and not self._incoming and not engine.has_work:
+                    self._cond.wait()
+                if self._stopping:
+                    for seq in [*self._incoming, *engine.scheduler.running, *engine.scheduler.waiting]:
+                        writer.finish(seq, "cancelled")
+                    self._incoming.clear()
+                    return
+                for seq in self._incoming:
+                    engine.add(seq)
+                self._incoming.clear()
+                cancelled = [s for s in (*engine.scheduler.running, *engine.scheduler.waiting) if s.cancelled]
+            for seq in cancelled:
+                writer.finish(seq, "cancelled")
+            try:
+                for out in engine.step():
+                    writer.advance(out)
+            except Exception as exc:  # one bad step must not kill the loop: fail the requests in it
+                log.exception("engine step failed")
+                for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:
+                    writer.finish(seq, "error", error=f"Generation failed: {exc}.")

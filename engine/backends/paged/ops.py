@@ -1,0 +1,91 @@
+"""The per-layer operations a model's forward pass calls, in two interchangeable sets.
+
+:class:`TorchOps` is the plain-torch reference (and the CPU path); ``kernels.TritonOps``
+implements the same methods with fused Triton kernels. A model never knows which it got:
+the set travels in the :class:`ForwardContext` handed to ``Model.forward``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.backends.paged import attention
+from engine.backends.paged.attention import AttentionMetadata
+
+
+class TorchOps:
+    """Reference implementations, numerically the same as the Hugging Face models."""
+
+    name = "torch"
+
+    @staticmethod
+    def rms_norm(
+        x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual); x: [tokens, hidden]. Normalised in float32."""
+        if residual is not None:
+            x = x + residual
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(x.dtype), x
+
+    @staticmethod
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        """x: [tokens, 2 * inter] (gate then up) -> [tokens, inter]."""
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def rotary(
+        positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate-half RoPE; q: [tokens, heads, dim], k: [tokens, kv_heads, dim], cos_sin: [max_pos, dim]."""
+        cos, sin = cos_sin[positions].to(q.dtype).unsqueeze(1).chunk(2, dim=-1)
+
+        def rot(x: torch.Tensor) -> torch.Tensor:
+            x1, x2 = x.chunk(2, dim=-1)
+            return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+        return rot(q), rot(k)
+
+    @staticmethod
+    def attention(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        """Store this step's KV, then attend. q: [tokens, heads, dim]; k, v: [tokens, kv_heads, dim]."""
+        attention.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, meta.has_padding)
+        nd = meta.num_decodes
+        if meta.num_prefills == 0:
+            return attention.decode_attention(
+                q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
+                meta.max_decode_context_len or None,
+            )  # fmt: skip
+        out = torch.empty_like(q)
+        if nd:
+            out[:nd] = attention.decode_attention(
+                q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
+                meta.max_decode_context_len or None,
+            )  # fmt: skip
+        out[nd:] = attention.prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta, scale)
+        return out
+
+
+@dataclass(slots=True)
+class ForwardContext:
+    """Everything a forward pass needs besides tokens and positions."""
+
+    meta: AttentionMetadata
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (k_cache, v_cache)
+    ops: type[TorchOps] | object = TorchOps
+
+
+__all__ = ["TorchOps", "ForwardContext"]

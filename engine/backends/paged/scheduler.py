@@ -1,0 +1,153 @@
+"""Continuous batching: which sequences run this step, and how many of their tokens. No torch.
+
+Every step has a token budget. Running sequences go first, one-token decodes before prefill
+chunks, oldest first; then waiting sequences join, first come first served, as long as the
+budget, the sequence limit and the KV blocks allow. A long prompt is cut into chunks that fit
+the budget and finishes over several steps beside the decodes of others.
+
+When a running sequence needs a block and none is free, the youngest running sequence not
+yet scheduled this step is preempted: its blocks are freed and it waits at the head of the
+queue to be computed again from its tokens (preemption by recompute).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.backends.paged.block_manager import BlockManager
+from engine.backends.paged.config import EngineConfig
+from engine.backends.paged.sequence import Sequence, SequenceStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSeq:
+    """``num_tokens`` tokens of ``seq`` to compute this step, from ``seq.num_computed_tokens`` on."""
+
+    seq: Sequence
+    num_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """Whether this step reaches the sequence's last token, so its logits give the next one."""
+        return self.seq.num_computed_tokens + self.num_tokens == self.seq.num_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOutput:
+    scheduled: tuple[ScheduledSeq, ...]
+    preempted: tuple[Sequence, ...] = ()
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """Decides each step's batch and keeps the waiting and running queues.
+
+    Args:
+        config: Budgets and limits.
+        block_manager: The KV blocks the sequences draw from.
+    """
+
+    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def finish(self, seq: Sequence) -> None:
+        """Take ``seq`` out of the queues and free its blocks at once (finished or cancelled)."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.FINISHED
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[ScheduledSeq] = []
+        chosen: set[int] = set()
+        preempted: list[Sequence] = []
+        decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
+        prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        for seq in decodes + prefills:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this step
+            n = min(seq.num_uncomputed_tokens, budget)
+            while not self.block_manager.can_append(seq, n):
+                victim = self._victim(chosen)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            self.block_manager.append_slots(seq, n)
+            scheduled.append(ScheduledSeq(seq, n))
+            chosen.add(seq.seq_id)
+            budget -= n
+        if not preempted:
+            budget = self._admit(budget, scheduled)
+        return SchedulerOutput(tuple(scheduled), tuple(preempted))
+
+    def postprocess(self, output: SchedulerOutput, sampled: dict[int, int]) -> None:
+        """Record the computed tokens and append each sampled token (keyed by seq_id)."""
+        for item in output.scheduled:
+            seq = item.seq
+            seq.num_computed_tokens += item.num_tokens
+            self.block_manager.commit(seq)
+            token = sampled.get(seq.seq_id)
+            if token is not None:
+                seq.append_token(token)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _admit(self, budget: int, scheduled: list[ScheduledSeq]) -> int:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            cached = len(self.block_manager.match_prefix(seq)) * self.block_manager.block_size
+            n = min(seq.num_tokens - cached, budget)
+            if not self.block_manager.can_allocate(seq, n):
+                break
+            self.waiting.popleft()
+            self.block_manager.allocate(seq)
+            n = min(seq.num_uncomputed_tokens, budget)
+            self.block_manager.append_slots(seq, n)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            scheduled.append(ScheduledSeq(seq, n))
+            budget -= n
+        return budget
+
+    def _victim(self, chosen: set[int]) -> Sequence:
+        for seq in reversed(self.running):
+            if seq.seq_id not in chosen:
+                return seq
+        raise RuntimeError("no sequence can be preempted; the KV cache is too small for one step")
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.reset_for_recompute()
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+
+__all__ = ["Scheduler", "SchedulerOutput", "ScheduledSeq"]

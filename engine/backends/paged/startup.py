@@ -1,0 +1,118 @@
+"""From a model path to a running engine: read, build, quantize, size the KV cache, capture graphs."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.backends.base import LoadOptions
+from engine.backends.paged.config import EngineConfig
+from engine.backends.paged.llm_engine import LLMEngine
+from engine.backends.paged.loader import Checkpoint, read_checkpoint
+from engine.backends.paged.memory import num_kv_blocks
+from engine.backends.paged.model_runner import ModelRunner
+from engine.backends.paged.models import build_model
+from engine.backends.paged.ops import TorchOps
+from engine.errors import BackendUnavailable, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedEngine:
+    checkpoint: Checkpoint
+    engine: LLMEngine
+    config: EngineConfig
+    device: torch.device
+    dtype: torch.dtype
+    num_parameters: int
+
+
+def pick_device_dtype(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
+    """CUDA with bf16 (fp16 before Ampere) when there is a GPU; the CPU in float32 otherwise."""
+    device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailable("paged", "device 'cuda' was asked for but torch sees no CUDA GPU.")
+    if config.dtype is not None:
+        if config.dtype not in DTYPES:
+            raise ModelLoadError(config.dtype, f"unknown dtype; choose one of {', '.join(DTYPES)}.")
+        return device, DTYPES[config.dtype]
+    if device.type == "cuda":
+        return device, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return device, torch.float32
+
+
+def pick_ops(config: EngineConfig, device: torch.device):
+    """TorchOps (reference) or TritonOps: Triton on CUDA when it is installed, unless told otherwise."""
+    if config.attention_backend == "torch" or (config.attention_backend == "auto" and device.type != "cuda"):
+        return TorchOps
+    try:
+        from engine.backends.paged.kernels import TritonOps
+    except ImportError as exc:
+        if config.attention_backend == "triton":
+            raise BackendUnavailable("paged", f"the Triton kernels need the triton package ({exc}).") from exc
+        return TorchOps
+    return TritonOps
+
+
+def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
+    """Load the model at ``path`` and build an engine around it.
+
+    Raises:
+        ModelLoadError: the model cannot be read or does not fit.
+        InvalidRequest: an engine option is out of range.
+    """
+    base: dict = {}
+    if options.n_seq_max:
+        base["max_num_seqs"] = options.n_seq_max
+    if options.n_batch:
+        base["max_num_batched_tokens"] = options.n_batch
+    config = EngineConfig.from_options(dict(options.extra), **base)
+    device, dtype = pick_device_dtype(config)
+    ckpt = read_checkpoint(path)
+    # Quantization starts from float32 weights; otherwise the weights take their final dtype at once.
+    build_dtype = torch.float32 if config.quantization is not None else dtype
+    model = build_model(ckpt.config, ckpt.weights(), dtype=build_dtype, device=torch.device("cpu"), path=str(path))
+    if config.quantization is not None:
+        from engine.backends.paged.quant import quantize_model
+
+        quantize_model(model, config.quantization, device=device)
+    model = model.to(device=device, dtype=dtype) if config.quantization is None else _move(model, device, dtype)
+    args = model.args
+    limit = min(options.n_ctx or config.max_model_len, args.max_position_embeddings)
+    if args.sliding_window:  # attention here is full; stay within the window where the two agree
+        limit = min(limit, args.sliding_window)
+    config = dataclasses.replace(config, max_model_len=limit)
+    kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else dtype
+    runner = ModelRunner(model, config, device, ops=pick_ops(config, device), kv_dtype=kv_dtype)
+    blocks = num_kv_blocks(runner, config)
+    if blocks * config.block_size < config.max_model_len:
+        if blocks * config.block_size < 2 * config.block_size:
+            raise ModelLoadError(str(path), "there is not enough free memory for even a small KV cache.")
+        log.warning("KV cache holds %d tokens; limiting the context to that", blocks * config.block_size)
+        config = dataclasses.replace(config, max_model_len=blocks * config.block_size)
+        runner.config = config
+    runner.allocate_kv_cache(blocks)
+    runner.capture_cuda_graphs()
+    n_params = sum(p.numel() for p in model.parameters())
+    return LoadedEngine(ckpt, LLMEngine(runner, config, blocks), config, device, dtype, n_params)
+
+
+def _move(model, device: torch.device, dtype: torch.dtype):
+    """Move a quantized model: float tensors to ``dtype``, quantized ones keep theirs."""
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            keep = p.dtype in (torch.int8, torch.float8_e4m3fn) or name.endswith("scale")
+            p.data = p.data.to(device=device, dtype=p.dtype if keep else dtype)
+        for name, b in list(module.named_buffers(recurse=False)):
+            module._buffers[name] = b.to(device=device, dtype=b.dtype if name.endswith("scale") else dtype)
+    return model
+
+
+__all__ = ["start_engine", "LoadedEngine", "pick_device_dtype", "pick_ops", "DTYPES"]
