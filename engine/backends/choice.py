@@ -1,18 +1,30 @@
-"""Which backend runs a model here, and why, in words."""
+"""Which backend runs a model here, and why, in words.
+
+``choose_backend(model_format)`` works without any hardware facts (the old behaviour); given a
+:class:`engine.hardware.HardwareInfo` it also says whether llama.cpp can offload to the GPU.
+"""
 
 from __future__ import annotations
 
 import platform
 import sys
 from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
 
 from engine.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from engine.hardware import HardwareInfo
 
 
 @dataclass(frozen=True, slots=True)
 class BackendChoice:
+    """The backend for a model, the reason in one sentence, and whether it uses the GPU."""
+
     backend: str
     reason: str
+    gpu_offload: bool = False
 
 
 def is_apple_silicon() -> bool:
@@ -30,13 +42,51 @@ def has_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def choose_backend(model_format: str, *, override: str | None = None, cuda: bool | None = None) -> BackendChoice:
+@cache
+def llama_gpu_offload_supported() -> bool:
+    """Whether the installed llama.cpp build can offload layers to a GPU (CUDA, Metal, Vulkan...)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return False
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def _gguf_choice(hardware: HardwareInfo | None, gpu_offload_supported: bool | None) -> BackendChoice:
+    apple = hardware.apple_silicon if hardware is not None else is_apple_silicon()
+    if apple:
+        return BackendChoice("llamacpp", "GGUF files run on llama.cpp, which uses Metal on Apple Silicon", True)
+    if hardware is None:
+        return BackendChoice("llamacpp", "GGUF files run on llama.cpp, on the CPU or with GPU offload")
+    gpu = hardware.best_gpu
+    if gpu is None:
+        return BackendChoice("llamacpp", "GGUF files run on llama.cpp on the CPU, as this machine has no GPU")
+    supported = llama_gpu_offload_supported() if gpu_offload_supported is None else gpu_offload_supported
+    if supported:
+        return BackendChoice("llamacpp", f"GGUF files run on llama.cpp with layers offloaded to the {gpu.name}", True)
+    return BackendChoice(
+        "llamacpp",
+        f"GGUF files run on llama.cpp on the CPU, because this llama.cpp build has no GPU support "
+        f"(reinstall llama-cpp-python with CUDA to use the {gpu.name})",
+    )
+
+
+def choose_backend(
+    model_format: str,
+    *,
+    override: str | None = None,
+    cuda: bool | None = None,
+    hardware: HardwareInfo | None = None,
+    gpu_offload_supported: bool | None = None,
+) -> BackendChoice:
     """The backend for a model of ``model_format`` on this machine.
 
     Args:
         model_format: ``gguf``, ``safetensors`` or ``mlx``.
         override: The user's choice, which wins when it can run the format.
-        cuda: Whether a CUDA GPU is usable (detected when None).
+        cuda: Whether a CUDA GPU is usable (from ``hardware`` when given, else detected).
+        hardware: The machine; with it the reason names the GPU and GPU offload is decided.
+        gpu_offload_supported: Whether llama.cpp here can offload to a GPU (detected when None).
 
     Raises:
         BackendUnavailable: the override cannot run this format, or nothing here can.
@@ -48,16 +98,17 @@ def choose_backend(model_format: str, *, override: str | None = None, cuda: bool
             raise BackendUnavailable("paged", "it cannot read MLX-quantized weights; use the mlx backend.")
         return BackendChoice(override, "chosen by you")
     if model_format == "gguf":
-        if is_apple_silicon():
-            return BackendChoice("llamacpp", "GGUF files run on llama.cpp, which uses Metal on Apple Silicon")
-        return BackendChoice("llamacpp", "GGUF files run on llama.cpp, on the CPU or with GPU offload")
+        return _gguf_choice(hardware, gpu_offload_supported)
+    apple = hardware.apple_silicon if hardware is not None else is_apple_silicon()
     if model_format == "mlx":
-        if is_apple_silicon():
-            return BackendChoice("mlx", "MLX-format models run on MLX, the fastest path on Apple Silicon")
+        if apple:
+            return BackendChoice("mlx", "MLX-format models run on MLX, the fastest path on Apple Silicon", True)
         return BackendChoice("mlx", "MLX-format models need MLX (its CPU build here, slower than on a Mac)")
-    if is_apple_silicon():
-        return BackendChoice("mlx", "safetensors models run on MLX on Apple Silicon")
-    cuda = has_cuda() if cuda is None else cuda
+    if apple:
+        return BackendChoice("mlx", "safetensors models run on MLX on Apple Silicon", True)
+    if cuda is None:
+        cuda = hardware.has_nvidia if hardware is not None else has_cuda()
     if cuda:
-        return BackendChoice("paged", "safetensors models run on Hearth's paged engine on the NVIDIA GPU")
+        gpu = hardware.best_gpu.name if hardware is not None and hardware.best_gpu else "NVIDIA GPU"
+        return BackendChoice("paged", f"safetensors models run on Hearth's paged engine on the {gpu}", True)
     return BackendChoice("paged", "safetensors models run on Hearth's paged engine; with no GPU here it runs on the CPU, slowly")

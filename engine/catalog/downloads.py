@@ -1,0 +1,360 @@
+"""Downloads from the hub that can be paused, resumed (also after a crash) and cancelled.
+
+Python API, shared by ``hearth pull``, the server's admin endpoints and the app::
+
+    manager = DownloadManager(registry)                  # one per process; close() when done
+    job = manager.start("TheOrg/Model-GGUF", "Q4_K_M", on_event=callback)   # -> DownloadJob
+    job.status()       # -> DownloadStatus snapshot (also what every event callback receives)
+    job.pause(); job.resume(); job.cancel()
+    job.wait(timeout)  # blocks until completed, failed, cancelled or paused; returns the status
+    manager.jobs(), manager.status(), manager.get(job_id), manager.subscribe(callback)
+    manager.resume_interrupted()  # jobs that were running when the last process died
+
+Events: callbacks get a frozen :class:`DownloadStatus` (``to_dict()`` for JSON) on every state
+change and at most every ``progress_interval`` seconds while bytes arrive; they run on the
+download's thread and must return quickly.
+
+How it works: files go into ``<models>/.partial/<job id>/...part`` (never taken for models),
+fetched with HTTP Range from where they stopped, hashed while they arrive and checked against the
+hub's LFS sha256 (or git blob sha1 for small files). A file that does not match is deleted and
+the download fails; nothing is registered. When every file is verified they move into
+``<models>/<owner>/<repo>/`` and the model is registered as ``REPO:VARIANT`` (source ``hub``).
+Free disk space is checked before anything starts. State lives in the registry's SQLite database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.catalog.download_job import PART_SUFFIX, DownloadJob, DownloadState, DownloadStatus, Listener
+from engine.catalog.download_store import DownloadPlan, DownloadStore, StoredDownload
+from engine.catalog.hub import HubClient, RepoListing
+from engine.catalog.registry import LocalModel, ModelRegistry
+from engine.catalog.transfer import FileFetcher, ProcessLock, Stopped
+from engine.errors import DownloadError, HearthError, InsufficientDiskSpace, InvalidRequest
+
+log = logging.getLogger(__name__)
+
+PARTIAL_DIR = ".partial"
+DEFAULT_DISK_MARGIN = 100_000_000  # bytes left free beyond the download itself
+
+
+class DownloadManager:
+    """Runs downloads on threads, several at once, and keeps their state in the registry database.
+
+    Args:
+        registry: Where finished models are registered (and where state is kept).
+        hub: The hub client (endpoint, token); a default :class:`HubClient` when None.
+        models_dir: Where models go; ``<registry home>/models`` by default.
+        disk_free: Returns the free bytes at a path (``shutil.disk_usage`` by default); tests pass
+            their own to simulate a full disk.
+        max_parallel: Downloads transferring at once; the others wait as ``queued``.
+        retries: Tries per file after a dropped connection or server error before giving up.
+        disk_margin: Bytes to leave free beyond the download itself.
+        progress_interval: Least seconds between progress events of one job.
+        chunk_size: Bytes read per step (pause and cancel take effect between steps).
+        timeout: Seconds to wait on the hub for each read.
+        retry_wait: Seconds before the first retry (doubling each time, at most 8).
+    """
+
+    def __init__(
+        self,
+        registry: ModelRegistry | None = None,
+        *,
+        hub: HubClient | None = None,
+        models_dir: Path | None = None,
+        disk_free: Callable[[Path], int] | None = None,
+        max_parallel: int = 3,
+        retries: int = 5,
+        disk_margin: int = DEFAULT_DISK_MARGIN,
+        progress_interval: float = 0.25,
+        chunk_size: int = 1 << 20,
+        timeout: float = 30.0,
+        retry_wait: float = 0.5,
+    ) -> None:
+        self.registry = registry or ModelRegistry()
+        self.hub = hub or HubClient()
+        self.models_dir = Path(models_dir) if models_dir else self.registry.home / "models"
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        self.disk_free = disk_free or (lambda path: shutil.disk_usage(path).free)
+        self.max_parallel = max(1, max_parallel)
+        self.disk_margin = disk_margin
+        self.progress_interval = progress_interval
+        self.fetcher = FileFetcher(self.hub, chunk_size=chunk_size, timeout=timeout, retries=retries, retry_wait=retry_wait)
+        self.store = DownloadStore(self.registry.engine)
+        self.listeners: list[Listener] = []
+        self._jobs: dict[str, DownloadJob] = {}
+        self._jobs_lock = threading.Lock()
+        self._slots = threading.Condition()
+        self._running = 0
+        self._closed = False
+        for stored in self.store.load_all():
+            self._jobs[stored.plan.id] = self._revive(stored)
+
+    # -- public ------------------------------------------------------------------------------------
+    def start(
+        self,
+        repo: str,
+        variant: str | None = None,
+        *,
+        revision: str | None = None,
+        listing: RepoListing | None = None,
+        on_event: Listener | None = None,
+    ) -> DownloadJob:
+        """Start (or resume) downloading ``variant`` of ``repo``; returns at once.
+
+        An unfinished download of the same variant is resumed rather than started again.
+
+        Args:
+            repo: ``owner/name`` on the hub.
+            variant: The variant's name (``Q4_K_M``, ``4bit``...); may be None when there is one.
+            revision: A branch or commit; the latest when None.
+            listing: The repo's listing when the caller already has it (saves a request).
+            on_event: Called with a :class:`DownloadStatus` on every event of this job.
+
+        Raises:
+            HubError: the repo could not be listed (missing, gated, no network...).
+            InvalidRequest: no such variant, or several and none named.
+            InsufficientDiskSpace: the download does not fit on the disk; nothing was started.
+        """
+        if self._closed:
+            raise InvalidRequest("This download manager is closed; create a new one.")
+        listing = listing or self.hub.repo(repo, revision=revision)
+        chosen = listing.variant(variant)
+        existing = self.find(listing.repo, chosen.name)
+        if existing is not None:
+            if on_event is not None:
+                existing.subscribe(on_event)
+            existing.resume()
+            return existing
+        plan = DownloadPlan(
+            id=uuid.uuid4().hex[:16],
+            repo=listing.repo,
+            variant=chosen.name,
+            revision=listing.revision,
+            format=chosen.format,
+            files=chosen.files,
+        )
+        self.check_disk(plan, 0)
+        job = DownloadJob(self, plan, state=DownloadState.QUEUED)
+        if on_event is not None:
+            job.subscribe(on_event)
+        with self._jobs_lock:
+            self._jobs[plan.id] = job
+        job.save(force=True)
+        self.launch(job)
+        return job
+
+    def find(self, repo: str, variant: str) -> DownloadJob | None:
+        """The unfinished download of ``repo``'s ``variant``, if there is one."""
+        for job in reversed(self.jobs()):
+            if job.plan.repo == repo and job.plan.variant.lower() == variant.lower() and not job.state.finished:
+                return job
+        return None
+
+    def get(self, job_id: str) -> DownloadJob:
+        """The download with id ``job_id``.
+
+        Raises:
+            InvalidRequest: there is none.
+        """
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise InvalidRequest(f"There is no download with id '{job_id}'; list them to see the current ids.")
+        return job
+
+    def jobs(self) -> list[DownloadJob]:
+        """Every download this manager knows, oldest first (finished ones too, until forgotten)."""
+        with self._jobs_lock:
+            return list(self._jobs.values())
+
+    def status(self) -> list[DownloadStatus]:
+        return [job.status() for job in self.jobs()]
+
+    def pause(self, job_id: str) -> None:
+        self.get(job_id).pause()
+
+    def resume(self, job_id: str) -> None:
+        self.get(job_id).resume()
+
+    def cancel(self, job_id: str) -> None:
+        self.get(job_id).cancel()
+
+    def forget(self, job_id: str) -> None:
+        """Drop a completed, cancelled or failed download from the list (and cancel a paused one)."""
+        job = self.get(job_id)
+        if job.state.active:
+            raise InvalidRequest(f"The download of {job.name} is still running; pause or cancel it first.")
+        if not job.state.finished:
+            job.cancel()
+        self.store.delete(job_id)
+        with self._jobs_lock:
+            self._jobs.pop(job_id, None)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` with the events of every job; returns a function that stops it."""
+        self.listeners.append(listener)
+        return lambda: self.listeners.remove(listener) if listener in self.listeners else None
+
+    def resume_interrupted(self) -> list[DownloadJob]:
+        """Resume the downloads that were running when the last process stopped."""
+        resumed = []
+        for job in self.jobs():
+            if job.interrupted and job.state is DownloadState.PAUSED:
+                try:
+                    job.resume()
+                except HearthError as exc:
+                    log.warning("could not resume %s: %s", job.name, exc)
+                    continue
+                resumed.append(job)
+        return resumed
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Pause every running download (state is kept for later) and wait for the threads."""
+        self._closed = True
+        for job in self.jobs():
+            job.pause()
+        for job in self.jobs():
+            if job.thread is not None:
+                job.thread.join(timeout)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _revive(self, stored: StoredDownload) -> DownloadJob:
+        state = DownloadState(stored.state)
+        interrupted = state.active
+        if interrupted:  # the process that ran it died: what it fetched is on disk, ready to resume
+            state = DownloadState.PAUSED
+        return DownloadJob(
+            self,
+            stored.plan,
+            state=state,
+            done_files=stored.done_files,
+            error=stored.error,
+            model_name=stored.model_name,
+            interrupted=interrupted,
+        )
+
+
+    def partial_root(self, plan: DownloadPlan) -> Path:
+        """Where a download's unfinished files live (never taken for models)."""
+        return self.models_dir / PARTIAL_DIR / plan.id
+
+    def discard_partial(self, plan: DownloadPlan) -> None:
+        shutil.rmtree(self.partial_root(plan), ignore_errors=True)
+
+    def check_disk(self, plan: DownloadPlan, bytes_present: int) -> None:
+        """Refuse a download whose remaining bytes (plus a margin) do not fit on the disk.
+
+        Raises:
+            InsufficientDiskSpace: they do not.
+        """
+        needed = plan.bytes_total - bytes_present + self.disk_margin
+        free = int(self.disk_free(self.models_dir))
+        if free < needed:
+            raise InsufficientDiskSpace(needed=needed, free=free, path=str(self.models_dir))
+
+    def launch(self, job: DownloadJob) -> None:
+        """Queue ``job`` on a thread of its own (it transfers once a slot is free)."""
+        if job.thread is not None and job.thread.is_alive():
+            return
+        job.prepare_run()
+        job.set_state(DownloadState.QUEUED)
+        job.thread = threading.Thread(target=self._run, args=(job,), name=f"download-{job.id}", daemon=True)
+        job.thread.start()
+
+    def _acquire_slot(self, job: DownloadJob) -> bool:
+        with self._slots:
+            while self._running >= self.max_parallel and not job.stop_requested:
+                self._slots.wait(0.2)
+            if job.stop_requested:
+                return False
+            self._running += 1
+            return True
+
+    def _release_slot(self) -> None:
+        with self._slots:
+            self._running -= 1
+            self._slots.notify_all()
+
+    def _run(self, job: DownloadJob) -> None:
+        if not self._acquire_slot(job):
+            self._stopped(job, job.stop_requested or "pause")
+            return
+        partial = self.partial_root(job.plan)
+        lock = ProcessLock(partial / ".lock")
+        try:
+            if not lock.acquire():
+                raise DownloadError(
+                    f"{job.name} is already being downloaded by another Hearth process; wait for it to finish.",
+                    job_id=job.id,
+                )
+            job.set_state(DownloadState.RUNNING)
+            for f in job.plan.files:
+                if f.path not in job.done_files:
+                    self.fetcher.fetch(job, f, partial / (f.path + PART_SUFFIX))
+                    job.mark_file_done(f.path)
+            model = self._install(job)
+            job.set_model(model.name)
+            lock.release()
+            self.discard_partial(job.plan)
+            job.set_state(DownloadState.COMPLETED)
+            log.info("downloaded %s to %s", job.name, model.path)
+        except Stopped as stop:
+            lock.release()
+            self._stopped(job, stop.kind)
+        except HearthError as exc:
+            job.set_state(DownloadState.FAILED, error=str(exc))
+        except OSError as exc:
+            job.set_state(
+                DownloadState.FAILED,
+                error=f"Could not write {job.name} to {self.models_dir} ({exc.strerror or exc}); check the disk and resume the download.",
+            )
+        except Exception as exc:
+            log.exception("download %s failed", job.name)
+            job.set_state(
+                DownloadState.FAILED, error=f"The download of {job.name} failed unexpectedly ({exc!r}); resume it to try again."
+            )
+        finally:
+            lock.release()
+            if job.state is DownloadState.FAILED and not any(partial.rglob("*" + PART_SUFFIX)):
+                self.discard_partial(job.plan)  # nothing left to resume from
+            self._release_slot()
+
+    def _stopped(self, job: DownloadJob, kind: str) -> None:
+        if kind == "cancel":
+            self.discard_partial(job.plan)
+            job.set_state(DownloadState.CANCELLED)
+        else:
+            job.set_state(DownloadState.PAUSED)
+
+    def _install(self, job: DownloadJob) -> LocalModel:
+        """Move the verified files into ``<models>/<owner>/<repo>/`` and register the model."""
+        plan = job.plan
+        partial = self.partial_root(plan)
+        root = self.models_dir.joinpath(*plan.repo.split("/"))
+        moved: list[Path] = []
+        for f in plan.files:
+            dest = root / f.path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(partial / (f.path + PART_SUFFIX), dest)
+            moved.append(dest)
+        primary = next((f for f in plan.files if f.path.endswith(".gguf")), None)
+        path = root / primary.path if plan.format == "gguf" and primary is not None else root
+        sha = primary.sha256 if primary is not None else next((f.sha256 for f in plan.files if f.sha256), None)
+        try:
+            return self.registry.register(
+                path, name=plan.name, source="hub", repo=plan.repo, variant=plan.variant, sha256=sha, replace=True
+            )
+        except HearthError:
+            for p in moved:
+                p.unlink(missing_ok=True)
+            raise
+
+
+__all__ = ["DownloadManager", "DownloadJob", "DownloadStatus", "DownloadState", "DownloadPlan", "PARTIAL_DIR"]
