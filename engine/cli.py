@@ -11,8 +11,14 @@ from engine import __version__
 
 # Each module has `register(subparsers)`, which adds its parser with `set_defaults(run=...)`.
 COMMAND_MODULES = (
+    "engine.commands.bench",
     "engine.commands.chat",
+    "engine.commands.hw",
+    "engine.commands.import_model",
     "engine.commands.models",
+    "engine.commands.pull",
+    "engine.commands.rm",
+    "engine.commands.search",
     "engine.commands.serve",
 )
 

@@ -1,0 +1,398 @@
+"""`hearth bench`: measure a serving engine from the client side (Hearth's or any OpenAI-compatible one)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+DEFAULT_CONCURRENCY = "1,4,16"
+DEFAULT_INPUT = "uniform:20-300"
+DEFAULT_OUTPUT = "fixed:128"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from engine.bench.stats import DEFAULT_PRICE_PER_KWH, DEFAULT_WATTS
+
+    p = sub.add_parser(
+        "bench",
+        help="benchmark a server: latency, throughput, memory, cost",
+        description=(
+            "Benchmark Hearth or any OpenAI-compatible server from the client side: time to first token, "
+            "time per output token, inter-token latency and end-to-end latency (p50/p95/p99), throughput, "
+            "the server's peak memory (when it runs on this machine) and the cost of a million output tokens. "
+            "Writes bench.json, bench.md and PNG plots to --out. With neither --url nor --backend it starts "
+            "`hearth serve` with --model (default: the starter model) and stops it at the end."
+        ),
+    )
+    where = p.add_argument_group("server")
+    where.add_argument("--url", help="OpenAI base URL of a running server, e.g. http://127.0.0.1:8765/v1")
+    where.add_argument(
+        "--backend", "-b", help="start a local `hearth serve` on this backend (llamacpp, paged, mlx)"
+    )
+    where.add_argument(
+        "--model",
+        "-m",
+        help="model to serve (local server) or to request (--url; default: the one it has loaded)",
+    )
+    where.add_argument("--api-key", help="bearer token for --url and --compare servers")
+    where.add_argument("--parallel", type=int, help="local server: sequences decoded at once")
+    where.add_argument("--ctx", type=int, help="local server: context length per sequence")
+    where.add_argument("--threads", type=int, help="local server: CPU threads")
+    where.add_argument(
+        "--compare",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="URL",
+        help="also run the same workload against these servers, interleaved level by level (A B A B)",
+    )
+    where.add_argument(
+        "--label",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME",
+        help="names of the servers, in order",
+    )
+    where.add_argument(
+        "--model-file",
+        type=Path,
+        help="the model file the servers serve, to hash when a server cannot say (peers)",
+    )
+
+    load = p.add_argument_group("load")
+    load.add_argument(
+        "--concurrency",
+        default=DEFAULT_CONCURRENCY,
+        help="requests kept in flight, one level each (default: %(default)s)",
+    )
+    load.add_argument(
+        "--request-rate",
+        help="instead of --concurrency: Poisson arrivals at these rates (req/s, comma-separated; inf)",
+    )
+    load.add_argument(
+        "--requests", type=int, help="requests per level (default: max(16, 4 x concurrency); 64 per rate)"
+    )
+    load.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="unmeasured requests sent to each server first (default: %(default)s)",
+    )
+    load.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds a request may wait between chunks (default: %(default)s)",
+    )
+
+    work = p.add_argument_group("workload")
+    work.add_argument(
+        "--dataset", default="random", help="random, prefix-shared, or a FILE.jsonl (default: %(default)s)"
+    )
+    work.add_argument(
+        "--input-len",
+        default=DEFAULT_INPUT,
+        help="prompt length in words: fixed:N, uniform:A-B, normal:MEAN,SD (default: %(default)s)",
+    )
+    work.add_argument(
+        "--output-len",
+        default=DEFAULT_OUTPUT,
+        help="max_tokens per request, same forms (default: %(default)s)",
+    )
+    work.add_argument(
+        "--prefix-len",
+        type=int,
+        default=512,
+        help="prefix-shared: words in the shared system prompt (default: %(default)s)",
+    )
+    work.add_argument(
+        "--seed", type=int, default=0, help="seed of the workload and of the arrivals (default: %(default)s)"
+    )
+    work.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="sampling temperature, 0 is greedy (default: %(default)s)",
+    )
+    work.add_argument(
+        "--no-ignore-eos",
+        dest="ignore_eos",
+        action="store_false",
+        help="let the model stop early (by default ignore_eos asks for exactly max_tokens tokens)",
+    )
+    work.add_argument(
+        "--extra-body", help='JSON merged into every request, e.g. \'{"logit_bias": {"2": -100}}\''
+    )
+
+    rep = p.add_argument_group("report")
+    rep.add_argument("--out", type=Path, help="folder for the report (default: bench-out/DATE-TIME)")
+    rep.add_argument(
+        "--watts",
+        type=float,
+        default=DEFAULT_WATTS,
+        help="watts the machine draws under load, for the cost figure (default: %(default)s W)",
+    )
+    rep.add_argument(
+        "--price-per-kwh",
+        type=float,
+        default=DEFAULT_PRICE_PER_KWH,
+        help="electricity price per kWh, in your currency (default: %(default)s)",
+    )
+    p.set_defaults(run=run)
+
+
+def _levels(text: str, name: str) -> tuple[float, ...]:
+    from engine.bench.errors import BenchError
+
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise BenchError(f"{name} takes comma-separated numbers, e.g. 1,4,16; got '{text}'.") from None
+    if not values or any(v <= 0 for v in values):
+        raise BenchError(f"{name} takes numbers above 0; got '{text}'.")
+    return values
+
+
+def _plan(args: argparse.Namespace):
+    from engine.bench.errors import BenchError
+    from engine.bench.runner import RunPlan
+
+    if args.request_rate:
+        mode, levels = "rate", _levels(args.request_rate, "--request-rate")
+        requests = tuple(args.requests or 64 for _ in levels)
+    else:
+        mode, levels = "concurrency", _levels(args.concurrency, "--concurrency")
+        if any(v != int(v) for v in levels):
+            raise BenchError("--concurrency takes whole numbers, e.g. 1,4,16.")
+        requests = tuple(args.requests or max(16, 4 * int(v)) for v in levels)
+    if args.requests is not None and args.requests < 1:
+        raise BenchError("--requests must be at least 1.")
+    if args.warmup < 0:
+        raise BenchError("--warmup cannot be negative.")
+    extra: dict = {}
+    if args.extra_body:
+        try:
+            extra = json.loads(args.extra_body)
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"--extra-body is not JSON ({exc.msg}).") from None
+        if not isinstance(extra, dict):
+            raise BenchError("--extra-body must be a JSON object.")
+    return RunPlan(
+        mode=mode,
+        levels=levels,
+        requests=requests,
+        warmup=args.warmup,
+        seed=args.seed,
+        temperature=args.temperature,
+        ignore_eos=args.ignore_eos,
+        timeout=args.timeout,
+        extra_body=tuple(extra.items()),
+    )
+
+
+class _Progress:
+    """Rich progress bars, one per level and server, fed by the runner."""
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+        self.tasks: dict[int, int] = {}
+        self.warm: dict[str, int] = {}
+
+    def warmup_started(self, server: str, total: int) -> None:
+        self.progress.console.print(f"warming up {server} with {total} request(s)")
+
+    def level_started(self, run) -> None:
+        self.tasks[id(run)] = self.progress.add_task(
+            f"{run.server} @ {run.level:g}", total=run.requests_planned, failed=0
+        )
+
+    def request_done(self, run, result) -> None:
+        failed = sum(not r.ok for r in run.results)
+        self.progress.update(self.tasks[id(run)], advance=1, failed=failed)
+
+    def level_finished(self, run) -> None:
+        pass
+
+
+def _start_local(args: argparse.Namespace, out: Path):
+    from engine.worker.supervisor import WorkerSupervisor
+
+    extra = []
+    for flag, value in (
+        ("--backend", args.backend),
+        ("--parallel", args.parallel),
+        ("--ctx", args.ctx),
+        ("--threads", args.threads),
+    ):
+        if value is not None:
+            extra += [flag, str(value)]
+    out.mkdir(parents=True, exist_ok=True)
+    from engine.starter import STARTER_NAME
+
+    # The model is named even when it is the starter one, so the worker loads it before the first request.
+    sup = WorkerSupervisor(
+        port=0,
+        model=args.model or STARTER_NAME,
+        extra_args=extra,
+        log_path=out / "server.log",
+        startup_timeout=600,
+    )
+    sup.start()
+    return sup
+
+
+def _refresh(info, args: argparse.Namespace, api_keys: dict):
+    """Ask a Hearth server again once its model is loaded (a model loads on its first request)."""
+    import dataclasses
+
+    from engine.bench.errors import BenchError
+    from engine.bench.servers import complete_local_facts, probe_server
+
+    if info.kind != "hearth" or info.backend != "unknown":
+        return info
+    try:
+        fresh = probe_server(info.url, label=info.label, api_key=api_keys.get(info.label), model=info.model)
+    except BenchError:
+        return info
+    fresh = dataclasses.replace(fresh, pid=info.pid, started_by_bench=info.started_by_bench)
+    return complete_local_facts(fresh, model_file=args.model_file)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import dataclasses
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from engine.bench.errors import BenchError
+    from engine.bench.report import build_report, hardware_facts, print_table, write_outputs
+    from engine.bench.runner import BenchRunner
+    from engine.bench.servers import complete_local_facts, probe_server
+    from engine.bench.stats import find_listening_pid
+    from engine.bench.workload import LengthDist, build_workload
+
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    plan = _plan(args)
+    input_len, output_len = LengthDist.parse(args.input_len), LengthDist.parse(args.output_len)
+    n = max(plan.requests)
+    workload = build_workload(
+        args.dataset,
+        n,
+        input_len=input_len,
+        output_len=output_len,
+        seed=args.seed,
+        prefix_len=args.prefix_len,
+    )
+    # Warm-up prompts differ from the measured ones, so no measured prompt is already in a prefix cache.
+    warmup = build_workload(
+        args.dataset,
+        plan.warmup,
+        input_len=input_len,
+        output_len=output_len,
+        seed=args.seed + 1_000_003,
+        prefix_len=args.prefix_len,
+    )
+    if args.url and args.backend:
+        raise BenchError("Give --url (a running server) or --backend (start one here), not both.")
+    out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    started_at = datetime.now(UTC)
+    urls = ([args.url] if args.url else [None]) + list(args.compare)
+    if len(args.label) > len(urls):
+        raise BenchError(
+            f"{len(args.label)} labels for {len(urls)} servers; give one --label per server at most."
+        )
+    if len(set(args.label)) != len(args.label):
+        raise BenchError("Each --label must be different.")
+
+    sup = None
+    try:
+        servers, api_keys = [], {}
+        for i, url in enumerate(urls):
+            label = args.label[i] if i < len(args.label) else None
+            pid = None
+            if url is None:
+                console.print(
+                    f"starting hearth serve ({args.backend or 'backend chosen per model'}, {args.model or 'starter model'})"
+                )
+                sup = _start_local(args, out)
+                url, pid, key = sup.base_url, sup.pid, sup.api_key
+            else:
+                key = args.api_key
+            info = probe_server(
+                url, label=label or f"server{i + 1}", api_key=key, model=args.model if i == 0 else None
+            )
+            if pid is None:
+                pid = find_listening_pid(url)
+            info = dataclasses.replace(info, pid=pid, started_by_bench=sup is not None and i == 0)
+            if label is None:
+                base = info.kind if info.kind != "unknown" else "server"
+                taken = {s.label for s in servers} | set(args.label)
+                label = base if base not in taken else f"{base}-{i + 1}"
+                info = dataclasses.replace(info, label=label)
+            info = complete_local_facts(info, model_file=args.model_file)
+            servers.append(info)
+            if key:
+                api_keys[info.label] = key
+            console.print(
+                f"{info.label}: {info.kind} {info.version} at {info.url}, model {info.model}, backend {info.backend}, "
+                f"pid {info.pid if info.pid is not None else 'unknown'}"
+            )
+
+        runner = BenchRunner(servers, plan, workload, warmup_workload=warmup, api_keys=api_keys)
+        parameters = {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k not in ("run", "api_key")
+        }
+        parameters.update(
+            mode=plan.mode,
+            levels=list(plan.levels),
+            requests_per_level=list(plan.requests),
+            input_len=str(input_len),
+            output_len=str(output_len),
+            api_key_given=bool(args.api_key),
+        )
+        interrupted = False
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("[red]{task.fields[failed]} failed"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, transient=False) as progress:
+            runner.observer = _Progress(progress)
+            try:
+                asyncio.run(runner.run())
+            except KeyboardInterrupt:
+                interrupted = True
+        if interrupted:
+            console.print("[yellow]Interrupted: reporting what was measured so far.[/yellow]")
+        else:
+            runner.servers = [_refresh(s, args, api_keys) for s in runner.servers]
+        report = build_report(
+            runner,
+            parameters=parameters,
+            hardware=hardware_facts(),
+            watts=args.watts,
+            price_per_kwh=args.price_per_kwh,
+            started_at=started_at,
+            interrupted=interrupted,
+        )
+        paths = write_outputs(report, out)
+        print_table(report, console)
+        console.print(f"report: {paths['json']}, {paths['markdown']} and plots in {out}")
+    finally:
+        if sup is not None:
+            sup.stop()
+    if interrupted:
+        return 130
+    if not any(r["completed"] for r in report["results"]):
+        print("hearth: no request succeeded; see the errors in the report.", file=sys.stderr)
+        return 1
+    return 0
