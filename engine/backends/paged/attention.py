@@ -69,7 +69,8 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
     """The first ``length`` tokens of one sequence's KV: [length, num_kv_heads, head_dim]."""
     block_size = cache.shape[1]
     n_blocks = -(-length // block_size)
-    return cache[block_table[:n_blocks].long()].flatten(0, 1)[:length]
+    # index_select, not advanced indexing: the latter is pathologically slow on few CPU threads
+    return cache.index_select(0, block_table[:n_blocks]).flatten(0, 1)[:length]
 
 
 def decode_attention(
@@ -91,9 +92,10 @@ def decode_attention(
     if max_context_len is None:
         max_context_len = int(context_lens.max())
     n_blocks = max(1, -(-max_context_len // block_size))
-    table = block_tables[:, :n_blocks].long()
-    k = k_cache[table].flatten(1, 2).to(q.dtype)  # [batch, n_blocks * block_size, num_kv_heads, head_dim]
-    v = v_cache[table].flatten(1, 2).to(q.dtype)
+    table = block_tables[:, :n_blocks].reshape(-1)
+    shape = (batch, n_blocks * block_size, *k_cache.shape[2:])
+    k = k_cache.index_select(0, table).view(shape).to(q.dtype)  # [batch, n_blocks * block_size, num_kv_heads, head_dim]
+    v = v_cache.index_select(0, table).view(shape).to(q.dtype)
     positions = torch.arange(k.shape[1], device=q.device)
     mask = positions[None, :] < context_lens[:, None].to(positions.dtype)  # [batch, ctx]
     out = F.scaled_dot_product_attention(

@@ -65,8 +65,9 @@ class ModelRunner:
     def allocate_kv_cache(self, num_blocks: int) -> None:
         shape = (num_blocks, self.config.block_size, self.num_kv_heads, self.head_dim)
         self.kv_caches = [
-            (torch.empty(shape, dtype=self.kv_dtype, device=self.device),
-             torch.empty(shape, dtype=self.kv_dtype, device=self.device))
+            # zeros, not empty: masked-out positions are still multiplied by 0, and 0 * NaN is NaN
+            (torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
+             torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
             for _ in range(self.num_layers)
         ]  # fmt: skip
 
@@ -138,7 +139,7 @@ class ModelRunner:
             hidden = self.model(batch.input_ids, batch.positions, ctx)  # [num_tokens, hidden]
         if batch.sample_rows.numel() == 0:
             return torch.empty(0, self.model.args.vocab_size, device=self.device)
-        return self.model.compute_logits(hidden[batch.sample_rows])
+        return self.model.compute_logits(hidden.index_select(0, batch.sample_rows))
 
     @torch.inference_mode()
     def forward_padded(self, batch: StepBatch, size: int) -> torch.Tensor:
@@ -150,7 +151,7 @@ class ModelRunner:
 
         ids, pos, meta = pad_decode_batch(batch, size, self.config.max_blocks_per_seq)
         hidden = self.model(ids, pos, ForwardContext(meta, self.kv_caches, self.ops))
-        return self.model.compute_logits(hidden[: batch.num_decodes][batch.sample_rows])
+        return self.model.compute_logits(hidden[: batch.num_decodes].index_select(0, batch.sample_rows))
 
 
 __all__ = ["ModelRunner", "StepBatch"]

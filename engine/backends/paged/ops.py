@@ -43,7 +43,7 @@ class TorchOps:
         positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate-half RoPE; q: [tokens, heads, dim], k: [tokens, kv_heads, dim], cos_sin: [max_pos, dim]."""
-        cos, sin = cos_sin[positions].to(q.dtype).unsqueeze(1).chunk(2, dim=-1)
+        cos, sin = cos_sin.index_select(0, positions).to(q.dtype).unsqueeze(1).chunk(2, dim=-1)
 
         def rot(x: torch.Tensor) -> torch.Tensor:
             x1, x2 = x.chunk(2, dim=-1)

@@ -1,0 +1,145 @@
+"""Each Triton kernel against its plain-torch reference on random inputs of several shapes.
+
+Run on CUDA by ``benchmarks/gpu_check.py``, and on the CPU by the tests, under
+``TRITON_INTERPRET=1`` (``python -m engine.backends.paged.kernels.checks`` prints JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+
+import torch
+
+from engine.backends.paged import attention as ref
+from engine.backends.paged.attention import AttentionMetadata
+from engine.backends.paged.ops import TorchOps
+
+Check = tuple[str, float, float]  # (name, max abs error, tolerance)
+
+
+def _cache(blocks: int, bs: int, n_kv: int, dim: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.randn(blocks, bs, n_kv, dim, device=device).to(dtype),
+            torch.randn(blocks, bs, n_kv, dim, device=device).to(dtype))  # fmt: skip
+
+
+def _tables(lens: list[int], bs: int, blocks: int, device) -> torch.Tensor:
+    perm = torch.randperm(blocks).tolist()
+    width = max(-(-n // bs) for n in lens)
+    rows, used = [], 0
+    for n in lens:
+        k = -(-n // bs)
+        rows.append(perm[used : used + k] + [0] * (width - k))
+        used += k
+    return torch.tensor(rows, dtype=torch.int32, device=device)
+
+
+def check_store(device, dtype) -> list[Check]:
+    from engine.backends.paged.kernels import store_kv
+
+    out = []
+    for tokens, n_kv, dim, bs in [(7, 2, 64, 16), (33, 3, 80, 8)]:
+        k, v = torch.randn(2, tokens, n_kv, dim, device=device).to(dtype)
+        slots = torch.randperm(64 * bs, device=device)[:tokens]
+        slots[1] = -1
+        kc, vc = _cache(64, bs, n_kv, dim, dtype, device)
+        kr, vr = kc.clone(), vc.clone()
+        store_kv(k, v, kc, vc, slots)
+        ref.store_kv(k, v, kr, vr, slots, has_padding=True)
+        out.append((f"store_kv t{tokens} kv{n_kv} d{dim} bs{bs}", float(((kc - kr).abs().max() + (vc - vr).abs().max())), 0.0))
+    return out
+
+
+def check_decode(device, dtype, kv_dtype=None) -> list[Check]:
+    from engine.backends.paged.kernels import paged_decode_attention
+
+    out = []
+    for batch, heads, n_kv, dim, bs in [(3, 4, 4, 64, 16), (5, 9, 3, 64, 16), (2, 8, 2, 128, 32), (4, 6, 2, 80, 8)]:
+        lens = torch.randint(1, 5 * bs, (batch,)).tolist()
+        kc, vc = _cache(96, bs, n_kv, dim, kv_dtype or dtype, device)
+        tables = _tables(lens, bs, 96, device)
+        q = torch.randn(batch, heads, dim, device=device).to(dtype)
+        cl = torch.tensor(lens, dtype=torch.int32, device=device)
+        got = paged_decode_attention(q, kc, vc, tables, cl, dim**-0.5)
+        want = ref.decode_attention(q, kc, vc, tables, cl, dim**-0.5, max(lens))
+        tag = f" kv={kv_dtype}" if kv_dtype else ""
+        out.append((f"decode b{batch} h{heads}/{n_kv} d{dim} bs{bs}{tag}", float((got - want).abs().max()), _tol(dtype)))
+    return out
+
+
+def check_prefill(device, dtype) -> list[Check]:
+    from engine.backends.paged.kernels import paged_prefill_attention
+
+    out = []
+    for heads, n_kv, dim, bs, chunks in [(4, 2, 64, 16, [(5, 5), (20, 37), (1, 17)]), (6, 6, 32, 8, [(40, 40), (9, 70)])]:
+        q_lens, ctx = [c[0] for c in chunks], [c[1] for c in chunks]
+        kc, vc = _cache(64, bs, n_kv, dim, dtype, device)
+        tables = _tables(ctx, bs, 64, device)
+        q = torch.randn(sum(q_lens), heads, dim, device=device).to(dtype)
+        starts = [sum(q_lens[:i]) for i in range(len(q_lens))]
+        # the chunk's own keys, read back from the cache (the reference takes them fresh when ctx == q_len)
+        fresh_k = torch.cat([ref.gather_kv(kc, tables[i], c)[c - n :] for i, (n, c) in enumerate(chunks)])
+        fresh_v = torch.cat([ref.gather_kv(vc, tables[i], c)[c - n :] for i, (n, c) in enumerate(chunks)])
+        meta = AttentionMetadata(
+            slot_mapping=torch.zeros(0, dtype=torch.int64, device=device), prefill_query_starts=tuple(starts),
+            prefill_query_lens=tuple(q_lens), prefill_context_lens=tuple(ctx), prefill_block_tables=tables,
+        )  # fmt: skip
+        want = ref.prefill_attention(q, fresh_k, fresh_v, kc, vc, meta, dim**-0.5)
+        cu = torch.tensor([*starts, sum(q_lens)], dtype=torch.int32, device=device)
+        got = paged_prefill_attention(q, kc, vc, tables, cu, torch.tensor(ctx, dtype=torch.int32, device=device),
+                                      max(q_lens), dim**-0.5)  # fmt: skip
+        out.append((f"prefill h{heads}/{n_kv} d{dim} bs{bs} chunks{chunks}", float((got - want).abs().max()), _tol(dtype)))
+    return out
+
+
+def check_fused(device, dtype) -> list[Check]:
+    from engine.backends.paged.kernels import rms_norm, rotary, silu_and_mul
+    from engine.backends.paged.rope import cos_sin_table
+
+    out = []
+    for rows, n in [(3, 576), (17, 1000)]:
+        x, r = torch.randn(2, rows, n, device=device).to(dtype)
+        w = torch.randn(n, device=device).to(dtype)
+        for residual in (None, r):
+            got, got_r = rms_norm(x, w, 1e-5, residual)
+            want, want_r = TorchOps.rms_norm(x, w, 1e-5, residual)
+            err = float(max((got - want).abs().max(), (got_r - want_r).abs().max()))
+            out.append((f"rms_norm {rows}x{n} residual={residual is not None}", err, _tol(dtype)))
+    for rows, n in [(4, 1536), (9, 100)]:
+        x = torch.randn(rows, 2 * n, device=device).to(dtype)
+        out.append((f"silu_and_mul {rows}x{n}", float((silu_and_mul(x) - TorchOps.silu_and_mul(x)).abs().max()), _tol(dtype)))
+    for heads, n_kv, dim in [(9, 3, 64), (4, 4, 128)]:
+        tokens = 11
+        qkv = torch.randn(tokens, (heads + 2 * n_kv) * dim, device=device).to(dtype)
+        table = cos_sin_table({"rope_theta": 10000.0, "rope_type": "default"}, dim, 64).to(device)
+        pos = torch.randint(0, 64, (tokens,), device=device)
+        q = qkv[:, : heads * dim].view(tokens, heads, dim)  # strided views, as the models pass them
+        k = qkv[:, heads * dim : (heads + n_kv) * dim].view(tokens, n_kv, dim)
+        want_q, want_k = TorchOps.rotary(pos, q.clone(), k.clone(), table)
+        got_q, got_k = rotary(pos, q, k, table)
+        err = float(max((got_q - want_q).abs().max(), (got_k - want_k).abs().max()))
+        out.append((f"rotary h{heads}/{n_kv} d{dim}", err, _tol(dtype)))
+    return out
+
+
+def _tol(dtype) -> float:
+    return 2e-2 if dtype in (torch.float16, torch.bfloat16) else 2e-4
+
+
+def run_all(device: str = "cpu", dtype: torch.dtype = torch.float32, *, fp8: bool = True) -> list[Check]:
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    suites: list[Callable[[], list[Check]]] = [
+        lambda: check_store(dev, dtype), lambda: check_decode(dev, dtype),
+        lambda: check_prefill(dev, dtype), lambda: check_fused(dev, dtype),
+    ]  # fmt: skip
+    if fp8 and hasattr(torch, "float8_e4m3fn"):
+        suites.append(lambda: check_decode(dev, dtype, kv_dtype=torch.float8_e4m3fn))
+    return [c for suite in suites for c in suite()]
+
+
+if __name__ == "__main__":
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    results = run_all(device)
+    print(json.dumps([{"name": n, "error": e, "tolerance": t} for n, e, t in results]))
