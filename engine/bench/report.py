@@ -232,6 +232,7 @@ def markdown(report: dict) -> str:
             f"{s['backend']} | {s['backend_version']} | {s['model_sha256'][:16]} |"
         )
     gpus = hw.get("gpu_summary") or (", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "no GPU")
+    gpus = gpus.rstrip(".")
     lines += [
         "",
         f"Hardware: {hw.get('os', '?')}; CPU {cpu.get('model', '?')} ({cpu.get('cores_physical', '?')} cores, "

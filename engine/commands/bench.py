@@ -339,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
             if key:
                 api_keys[info.label] = key
             console.print(
-                f"{info.label}: {info.kind} {info.version} at {info.url}, model {info.model}, backend {info.backend}, "
+                f"{info.label}: {info.kind} (version {info.version}) at {info.url}, model {info.model}, backend {info.backend}, "
                 f"pid {info.pid if info.pid is not None else 'unknown'}"
             )
 
