@@ -1,0 +1,115 @@
+"""The scheduler on its own: budgets, chunked prefill, decode priority, preemption by recompute. No torch."""
+
+from __future__ import annotations
+
+from engine.backends.paged.block_manager import BlockManager
+from engine.backends.paged.config import EngineConfig
+from engine.backends.paged.scheduler import Scheduler
+from engine.backends.paged.sequence import Sequence, SequenceStatus
+from engine.types import SamplingParams
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def make(num_blocks=64, **cfg) -> Scheduler:
+    config = EngineConfig(block_size=4, **cfg)
+    return Scheduler(config, BlockManager(num_blocks, 4, enable_prefix_caching=config.enable_prefix_caching))
+
+
+def step(sched: Scheduler, token: int = 7):
+    out = sched.schedule()
+    sched.postprocess(out, {s.seq.seq_id: token for s in out.scheduled if s.samples})
+    return out
+
+
+def test_a_long_prompt_is_chunked_under_the_token_budget():
+    sched = make(max_num_batched_tokens=8)
+    s = Sequence(range(20), GREEDY, block_size=4)
+    sched.add(s)
+    sizes = []
+    while s.num_completion_tokens == 0:
+        out = step(sched)
+        sizes.append(out.num_batched_tokens)
+        assert out.num_batched_tokens <= 8
+    assert sizes == [8, 8, 4]
+    assert s.num_computed_tokens == 20 and s.num_tokens == 21
+
+
+def test_decodes_are_scheduled_before_prefill_chunks_and_share_the_step():
+    sched = make(max_num_batched_tokens=10)
+    a = Sequence(range(3), GREEDY, block_size=4)
+    sched.add(a)
+    step(sched)  # a is prefilled and has its first token
+    b = Sequence(range(30), GREEDY, block_size=4)
+    sched.add(b)
+    out = step(sched)
+    assert [(x.seq is a, x.num_tokens) for x in out.scheduled] == [(True, 1), (False, 9)]
+    out = step(sched)
+    assert out.scheduled[0].seq is a and out.scheduled[0].num_tokens == 1
+
+
+def test_requests_join_and_leave_between_steps():
+    sched = make()
+    a = Sequence(range(5), GREEDY, block_size=4)
+    sched.add(a)
+    step(sched)
+    b = Sequence(range(6), GREEDY, block_size=4)
+    sched.add(b)
+    out = step(sched)
+    assert {x.seq.seq_id for x in out.scheduled} == {a.seq_id, b.seq_id}
+    sched.finish(a)
+    assert a.status is SequenceStatus.FINISHED and a.block_table == []
+    out = step(sched)
+    assert [x.seq for x in out.scheduled] == [b]
+
+
+def test_max_num_seqs_limits_admission():
+    sched = make(max_num_seqs=2)
+    seqs = [Sequence(range(3), GREEDY, block_size=4) for _ in range(3)]
+    for s in seqs:
+        sched.add(s)
+    out = step(sched)
+    assert len(out.scheduled) == 2 and len(sched.waiting) == 1
+
+
+def test_running_out_of_blocks_preempts_the_youngest_and_it_recomputes_later():
+    sched = make(num_blocks=4, max_num_batched_tokens=64)
+    old = Sequence(range(7), GREEDY, block_size=4)
+    young = Sequence(range(100, 107), GREEDY, block_size=4)
+    sched.add(old)
+    sched.add(young)
+    step(sched)  # both prefilled: 2 blocks each, all 4 used; each now has 8 tokens
+    step(sched)  # each decodes its 8th token into its 2nd block (full now)
+    out = step(sched)  # the 9th token needs a 3rd block: young is preempted
+    assert out.preempted == (young,)
+    assert young.status is SequenceStatus.WAITING and young.num_computed_tokens == 0
+    assert young.block_table == [] and young.num_preemptions == 1
+    assert [x.seq for x in out.scheduled] == [old]
+    tokens_before = list(young.token_ids)
+    sched.finish(old)
+    out = step(sched)
+    assert out.scheduled[0].seq is young
+    # recomputed from its tokens; its first full block was still in the prefix cache
+    assert young.num_cached_tokens == 4 and out.scheduled[0].num_tokens == len(tokens_before) - 4
+    assert young.token_ids[: len(tokens_before)] == tokens_before  # recomputed, nothing lost
+
+
+def test_prefix_hit_skips_the_cached_tokens():
+    sched = make(max_num_batched_tokens=64)
+    a = Sequence(range(13), GREEDY, block_size=4)
+    sched.add(a)
+    step(sched)
+    sched.finish(a)
+    b = Sequence([*range(12), 99, 98], GREEDY, block_size=4)
+    sched.add(b)
+    out = step(sched)
+    assert b.num_cached_tokens == 12
+    assert out.scheduled[0].num_tokens == 2
+
+
+def test_a_cancelled_waiting_request_leaves_the_queue():
+    sched = make()
+    s = Sequence(range(3), GREEDY, block_size=4)
+    sched.add(s)
+    sched.finish(s)
+    assert not sched.has_work and s.is_finished
