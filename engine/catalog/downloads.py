@@ -216,13 +216,21 @@ class DownloadManager:
         return resumed
 
     def close(self, timeout: float = 10.0) -> None:
-        """Pause every running download (state is kept for later) and wait for the threads."""
+        """Pause every running download and wait for the threads.
+
+        Downloads that were running are stored as interrupted, so that the next manager's
+        :meth:`resume_interrupted` picks them up (as after a crash).
+        """
         self._closed = True
-        for job in self.jobs():
+        active = [job for job in self.jobs() if job.state.active]
+        for job in active:
             job.pause()
         for job in self.jobs():
             if job.thread is not None:
                 job.thread.join(timeout)
+        for job in active:
+            if job.state is DownloadState.PAUSED:
+                self.store.save(job.plan, state=DownloadState.QUEUED.value, done_files=job.done_files, bytes_done=job.bytes_on_disk())
 
     # -- internals ---------------------------------------------------------------------------------
     def _revive(self, stored: StoredDownload) -> DownloadJob:

@@ -26,12 +26,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from engine.catalog.gguf_header import MAX_HEADER_BYTES, read_gguf_kv
 from engine.catalog.shape import (
-    MAX_HEADER_BYTES,
     ModelShape,
     estimate_shape,
     parameters_from_name,
-    read_gguf_kv,
     shape_from_config,
     shape_from_gguf_kv,
 )
@@ -356,6 +355,9 @@ class HubClient:
             names = tuple(s.rfilename for s in info.siblings or ())
             tags = tuple(info.tags or ())
             variants = group_variants(info.id, [RemoteFile(n, 0) for n in names], tags=tags, library=info.library_name)
+            formats = _formats(tags, info.library_name, names)
+            if format and format not in formats:  # MLX repos carry the safetensors tag too
+                continue
             out.append(
                 RepoSummary(
                     repo=info.id,
@@ -365,7 +367,7 @@ class HubClient:
                     tags=tags,
                     library=info.library_name,
                     gated=bool(info.gated),
-                    formats=_formats(tags, info.library_name, names),
+                    formats=formats,
                     variants=tuple(v.name for v in variants),
                 )
             )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,52 +34,55 @@ class ModelMetadata:
     head_dim: int | None = None
 
 
-def _field(reader, key: str):
-    f = reader.fields.get(key)
-    if f is None or not f.data:
-        return None
-    value = f.parts[f.data[0]]
-    if f.types and f.types[0].name == "STRING":
-        return bytes(value).decode("utf-8", errors="replace")
-    try:
-        return value.tolist()[0] if hasattr(value, "tolist") else value
-    except (IndexError, TypeError):
-        return None
+_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def gguf_files_size(path: Path) -> int:
+    """Bytes of a GGUF model: the file, or every part of a split model beside it."""
+    m = _SPLIT_PART.search(path.name)
+    if not m:
+        return path.stat().st_size
+    prefix = path.name[: m.start()]
+    parts = list(path.parent.glob(f"{prefix}-*-of-{m.group(2)}.gguf"))
+    return sum(p.stat().st_size for p in parts) or path.stat().st_size
 
 
 def read_gguf_metadata(path: Path) -> ModelMetadata:
-    """Metadata from a GGUF header.
+    """Metadata from a GGUF header (read without the vocabulary; see engine.catalog.gguf_header).
 
     Raises:
         ModelLoadError: the file is not a readable GGUF file.
     """
-    from gguf import GGUFReader
+    from engine.catalog.gguf_header import read_gguf_file
 
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
             raise ModelLoadError(str(path), "it is not a GGUF file.")
     try:
-        reader = GGUFReader(str(path), "r")
-    except Exception as exc:  # gguf raises ValueError/IndexError/struct errors on damaged headers
+        kv, params = read_gguf_file(path)
+    except (ValueError, struct.error) as exc:
         raise ModelLoadError(str(path), f"its GGUF header is damaged ({exc}).") from exc
-    arch = _field(reader, "general.architecture")
-    ft = _field(reader, "general.file_type")
-    params = sum(int(t.n_elements) for t in reader.tensors) or None
-    n_head = _field(reader, f"{arch}.attention.head_count") if arch else None
-    n_head_kv = _field(reader, f"{arch}.attention.head_count_kv") if arch else None
-    n_embd = _field(reader, f"{arch}.embedding_length") if arch else None
-    head_dim = _field(reader, f"{arch}.attention.key_length") if arch else None
+    arch = kv.get("general.architecture")
+    arch = arch if isinstance(arch, str) else None
+
+    def field(name: str):
+        value = kv.get(f"{arch}.{name}") if arch else None
+        return max(value) if isinstance(value, list) and value else value  # per-layer values: the largest
+
+    ft = kv.get("general.file_type")
+    n_head, n_head_kv, n_embd = field("attention.head_count"), field("attention.head_count_kv"), field("embedding_length")
+    head_dim = field("attention.key_length")
     if head_dim is None and n_embd and n_head:
         head_dim = int(n_embd) // int(n_head)
     return ModelMetadata(
         format="gguf",
-        size_bytes=path.stat().st_size,
-        quantization=_FILE_TYPES.get(int(ft)) if ft is not None else None,
+        size_bytes=gguf_files_size(path),
+        quantization=_FILE_TYPES.get(int(ft)) if isinstance(ft, int) else None,
         architecture=arch,
-        parameters=params,
-        context_length=_field(reader, f"{arch}.context_length") if arch else None,
-        has_chat_template="tokenizer.chat_template" in reader.fields,
-        layers=_field(reader, f"{arch}.block_count") if arch else None,
+        parameters=params or None,
+        context_length=field("context_length"),
+        has_chat_template=bool(kv.get("tokenizer.chat_template")),
+        layers=field("block_count"),
         kv_heads=n_head_kv or n_head,
         head_dim=head_dim,
     )

@@ -92,6 +92,47 @@ class LocalModel:
         )
 
 
+_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def check_importable(path: Path) -> None:
+    """Refuse what must never be registered: unfinished downloads and later parts of split GGUF files.
+
+    Raises:
+        ModelLoadError: naming the path and what to do instead.
+    """
+    if ".partial" in path.parts or path.name.endswith(".part"):
+        raise ModelLoadError(str(path), "it is an unfinished download; resume it with `hearth pull` instead.")
+    m = _SPLIT_PART.search(path.name)
+    if m and int(m.group(1)) != 1:
+        first = path.with_name(_SPLIT_PART.sub(f"-00001-of-{m.group(2)}.gguf", path.name))
+        raise ModelLoadError(str(path), f"it is part {int(m.group(1))} of a split model; import the first part, {first.name}.")
+
+
+def delete_model_files(path: Path, *, stop_at: Path) -> None:
+    """Delete a downloaded model: its folder, or its GGUF file with every split part beside it,
+    then the folders left empty up to ``stop_at``."""
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        m = _SPLIT_PART.search(path.name)
+        if m:
+            prefix = path.name[: m.start()]
+            for part in path.parent.glob(f"{prefix}-*-of-{m.group(2)}.gguf"):
+                part.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+    parent = path.parent
+    stop_at = stop_at.resolve()
+    while parent.resolve() != stop_at and stop_at in parent.resolve().parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+
+
 def short_name(text: str) -> str:
     """A lower-case, dash-separated name made from a file or repo name."""
     stem = re.sub(r"\.gguf$", "", text, flags=re.IGNORECASE)
@@ -153,6 +194,7 @@ class ModelRegistry:
         from engine.catalog.metadata import read_model_metadata
 
         path = Path(path).expanduser().resolve()
+        check_importable(path)
         meta = read_model_metadata(path)
         if name is None:
             name = f"{repo}:{variant}" if repo and variant else short_name(path.name)
@@ -218,12 +260,7 @@ class ModelRegistry:
                 s.delete(row)
                 s.commit()
         if delete_files and model.source == "hub" and model.path.exists():
-            if model.path.is_dir():
-                import shutil
-
-                shutil.rmtree(model.path, ignore_errors=True)
-            else:
-                model.path.unlink(missing_ok=True)
+            delete_model_files(model.path, stop_at=self.home / "models")
         return model
 
     def close(self) -> None:

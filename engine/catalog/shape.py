@@ -2,22 +2,17 @@
 
 Read from the best source available: a local GGUF header or config.json, the first bytes of a
 remote GGUF file (:func:`read_gguf_kv` parses a header from a stream and stops before the
-vocabulary), a repo's config.json, and, when nothing else is known, a guess from the parameter
+vocabulary, see :mod:`engine.catalog.gguf_header`), a repo's config.json, and, when nothing else is known, a guess from the parameter
 count (itself from the hub, the repo name, or the file size and bits per weight).
 """
 
 from __future__ import annotations
 
 import re
-import struct
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from engine.catalog.metadata import ModelMetadata
-
-# Stop reading a remote header past this many bytes: metadata lies well within it.
-MAX_HEADER_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,89 +146,6 @@ def parameters_from_name(name: str) -> int | None:
     return best
 
 
-# -- a GGUF header from a byte stream ------------------------------------------------------------
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
-
-
-class _Reader:
-    def __init__(self, chunks: Iterable[bytes], limit: int) -> None:
-        self._it: Iterator[bytes] = iter(chunks)
-        self._buf = bytearray()
-        self._pos = 0
-        self.consumed = 0
-        self.limit = limit
-
-    def read(self, n: int) -> bytes:
-        while len(self._buf) - self._pos < n:
-            if self.consumed > self.limit:
-                raise ValueError("the GGUF header is larger than Hearth reads")
-            try:
-                chunk = next(self._it)
-            except StopIteration:
-                raise ValueError("the GGUF header ended early") from None
-            del self._buf[: self._pos]
-            self._pos = 0
-            self._buf += chunk
-            self.consumed += len(chunk)
-        out = bytes(self._buf[self._pos : self._pos + n])
-        self._pos += n
-        return out
-
-    def unpack(self, fmt: str) -> Any:
-        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
-
-    def string(self) -> str:
-        return self.read(self.unpack("<Q")).decode("utf-8", errors="replace")
-
-
-def _value(r: _Reader, vtype: int, keep: bool) -> Any:
-    if vtype in _SCALARS:
-        return r.unpack(_SCALARS[vtype])
-    if vtype == _STRING:
-        return r.string()
-    if vtype == _ARRAY:
-        etype = r.unpack("<I")
-        count = r.unpack("<Q")
-        if etype in _SCALARS and not keep:
-            r.read(struct.calcsize(_SCALARS[etype]) * count)
-            return None
-        items = [_value(r, etype, keep) for _ in range(count)]
-        return items if keep else None
-    raise ValueError(f"unknown GGUF value type {vtype}")
-
-
-def read_gguf_kv(chunks: Iterable[bytes], *, limit: int = MAX_HEADER_BYTES) -> dict[str, Any]:
-    """The key/values of a GGUF header read from ``chunks`` (e.g. an HTTP body), up to the vocabulary.
-
-    Reading stops at the first ``tokenizer.`` key, which in llama.cpp's files comes after the
-    architecture's numbers, so megabytes of vocabulary are never fetched.
-
-    Raises:
-        ValueError: the bytes are not a GGUF header Hearth can read.
-    """
-    r = _Reader(chunks, limit)
-    if r.read(4) != b"GGUF":
-        raise ValueError("not a GGUF file")
-    version = r.unpack("<I")
-    if version == 1:
-        r.unpack("<I")
-        n_kv = r.unpack("<I")
-    else:
-        r.unpack("<Q")
-        n_kv = r.unpack("<Q")
-    out: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key = r.string()
-        if key.startswith("tokenizer."):
-            break
-        vtype = r.unpack("<I")
-        # Arrays are kept only for per-layer numbers (short); others are skipped over.
-        out[key] = _value(r, vtype, keep=key.startswith(("general.architecture",)) or ".attention." in key)
-    return out
-
-
 __all__ = [
     "ModelShape",
     "shape_from_metadata",
@@ -241,5 +153,4 @@ __all__ = [
     "shape_from_gguf_kv",
     "estimate_shape",
     "parameters_from_name",
-    "read_gguf_kv",
 ]

@@ -1,0 +1,116 @@
+"""`hearth search`, `pull`, `import`, `rm` as a user runs them: subprocesses against the fake hub."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.engine.catalog.conftest import BIG, GATED, TINY, make_gguf
+from tests.engine.catalog.test_hub import free_port
+
+Q4 = "tiny-llama.Q4_K_M.gguf"
+
+
+@pytest.fixture
+def env(hub, tmp_path):
+    environ = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    return {**environ, "HF_ENDPOINT": hub.url, "HEARTH_HOME": str(tmp_path / "home"), "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
+
+
+def hearth(env, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def one_clear_line(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("hearth:")]
+    assert len(lines) == 1, out.stderr
+    return lines[0]
+
+
+def test_search_lists_variants_with_how_they_fit(env):
+    out = hearth(env, "search", "llama", "--sort", "likes", "--format", "gguf", "--limit", "2")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert text.index(BIG) < text.index(TINY)
+    lines = text.splitlines()
+    q4 = next(line for line in lines if line.strip().startswith("Q4_K_M") and "4.9 GB" in line)
+    assert any(label in q4 for label in ("CPU only", "fits fully on GPU", "partial offload", "will not fit"))
+    assert "Q6_K" in text and "(2 parts)" in text and "<- recommended" in text
+    data = json.loads(hearth(env, "search", "tiny", "--json").stdout)
+    tiny = next(item for item in data if item["repo"] == TINY)
+    assert [v["name"] for v in tiny["variants"]] == ["Q2_K", "Q4_K_M", "Q6_K", "Q8_0", "F16"]
+    assert tiny["advice"]["recommended"] in {v["name"] for v in tiny["variants"]}
+
+
+def test_pull_then_list_then_remove(env, tmp_path):
+    out = hearth(env, "pull", f"{TINY}:Q2_K")
+    assert out.returncode == 0, out.stderr
+    assert f"Pulled {TINY}:Q2_K" in out.stdout and "Q2_K" in out.stdout
+    path = tmp_path / "home" / "models" / "TheOrg" / "Tiny-Llama-GGUF" / "tiny-llama.Q2_K.gguf"
+    assert path.is_file()
+    assert f"{TINY}:Q2_K" in hearth(env, "models").stdout
+    assert "already downloaded" in hearth(env, "pull", f"{TINY}:Q2_K").stdout
+    refused = hearth(env, "rm", TINY)  # no terminal to ask on, and no --yes
+    assert "--yes" in one_clear_line(refused) and path.exists()
+    out = hearth(env, "rm", TINY, "--yes")
+    assert out.returncode == 0 and "deleted its files" in out.stdout
+    assert not path.exists() and TINY not in hearth(env, "models").stdout
+
+
+def test_a_killed_pull_resumes_with_range(env, hub, tmp_path):
+    hub.throttle[Q4] = 0.1
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "pull", f"{TINY}:Q4_K_M"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    partial = tmp_path / "home" / "models" / ".partial"
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.stat().st_size > 200_000 for p in partial.rglob("*.part")):
+            assert time.monotonic() < deadline and proc.poll() is None, "the pull did not get going"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    hub.throttle.clear()
+    out = hearth(env, "pull", f"{TINY}:Q4_K_M")
+    assert out.returncode == 0, out.stderr
+    resumed = hub.ranges(Q4)[-1]
+    assert resumed is not None and int(resumed.removeprefix("bytes=").rstrip("-")) >= 200_000
+    model = tmp_path / "home" / "models" / "TheOrg" / "Tiny-Llama-GGUF" / Q4
+    assert model.read_bytes() == hub.repos[TINY].file(Q4).data
+    assert not list(partial.rglob("*.part"))
+
+
+def test_hub_errors_are_one_line_without_traceback(env):
+    line = one_clear_line(hearth(env, "pull", "TheOrg/No-Such-Model"))
+    assert "There is no model 'TheOrg/No-Such-Model'" in line
+    assert "is gated" in one_clear_line(hearth(env, "pull", GATED))
+    down = {**env, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
+    assert "Could not reach the model hub" in one_clear_line(hearth(down, "search", "llama"))
+    assert "Could not reach the model hub" in one_clear_line(hearth(down, "pull", TINY))
+
+
+def test_import_registers_local_files_and_refuses_partials(env, tmp_path):
+    source = tmp_path / "mine"
+    source.mkdir()
+    make_gguf(source / "my-model.Q8_0.gguf", label="Q8_0", n_floats=1000)
+    out = hearth(env, "import", str(source / "my-model.Q8_0.gguf"), "--name", "my-model")
+    assert out.returncode == 0, out.stderr
+    assert "Imported my-model (gguf, Q8_0" in out.stdout
+    assert "my-model" in hearth(env, "models").stdout
+    part = source / "x.Q6_K-00002-of-00003.gguf"
+    make_gguf(part, label="Q6_K", n_floats=10)
+    assert "import the first part, x.Q6_K-00001-of-00003.gguf" in one_clear_line(hearth(env, "import", str(part)))
+    out = hearth(env, "rm", "my-model", "--yes")
+    assert out.returncode == 0 and "left in place" in out.stdout
+    assert (source / "my-model.Q8_0.gguf").exists()
