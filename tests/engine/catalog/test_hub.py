@@ -33,7 +33,7 @@ def test_search_filters_by_format_and_names_variants(client):
     mlx = client.search("", format="mlx")
     assert {r.repo for r in mlx} == {MLX_TINY, MLX_BIG} and all(r.formats == ("mlx",) for r in mlx)
     gguf = {r.repo: r for r in client.search("llama", format="gguf")}
-    assert set(gguf) == {TINY, BIG, GATED, PRIVATE} - {PRIVATE}
+    assert set(gguf) == {TINY, BIG, GATED}  # the private repo stays hidden without a token
     assert gguf[TINY].variants == ("Q2_K", "Q4_K_M", "Q6_K", "Q8_0", "F16")
     assert gguf[GATED].gated
     assert {r.repo for r in client.search("", format="safetensors")} == {ST_TINY, ST_BIG}
