@@ -7,12 +7,23 @@ Python API, shared by ``hearth pull``, the server's admin endpoints and the app:
     job.status()       # -> DownloadStatus snapshot (also what every event callback receives)
     job.pause(); job.resume(); job.cancel()
     job.wait(timeout)  # blocks until completed, failed, cancelled or paused; returns the status
-    manager.jobs(), manager.status(), manager.get(job_id), manager.subscribe(callback)
-    manager.resume_interrupted()  # jobs that were running when the last process died
+    manager.jobs(), manager.status(), manager.get(job_id), manager.find(repo, variant)
+    manager.pause(job_id), manager.resume(job_id), manager.cancel(job_id), manager.forget(job_id)
+    manager.subscribe(callback) -> unsubscribe   # events of every job
+    manager.resume_interrupted()  # jobs that were running when the last process died or closed
+    manager.close()               # pauses running jobs, keeping them for resume_interrupted()
 
-Events: callbacks get a frozen :class:`DownloadStatus` (``to_dict()`` for JSON) on every state
-change and at most every ``progress_interval`` seconds while bytes arrive; they run on the
-download's thread and must return quickly.
+``start`` raises at once (nothing is created) for a hub error (:class:`engine.errors.HubError` and
+its subclasses), an unknown variant (:class:`InvalidRequest`), or too little disk
+(:class:`InsufficientDiskSpace`). Failures during the transfer end the job in state ``failed``
+with ``status().error`` set to one sentence; ``resume()`` retries from what is on disk.
+
+Events: callbacks get a frozen :class:`DownloadStatus` on every state change and at most every
+``progress_interval`` seconds while bytes arrive; they run on the download's thread and must
+return quickly. ``status.to_dict()`` is ``{id, repo, variant, name, format, state, bytes_done,
+bytes_total, speed, eta, current_file, files_done, files_total, error, model}`` with ``state`` one
+of ``queued running paused completed failed cancelled``, ``speed`` in bytes/s, ``eta`` in seconds
+(or None), and ``model`` the registered name once completed.
 
 How it works: files go into ``<models>/.partial/<job id>/...part`` (never taken for models),
 fetched with HTTP Range from where they stopped, hashed while they arrive and checked against the
@@ -28,6 +39,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -58,7 +70,6 @@ class DownloadManager:
         retries: Tries per file after a dropped connection or server error before giving up.
         disk_margin: Bytes to leave free beyond the download itself.
         progress_interval: Least seconds between progress events of one job.
-        chunk_size: Bytes read per step (pause and cancel take effect between steps).
         timeout: Seconds to wait on the hub for each read.
         retry_wait: Seconds before the first retry (doubling each time, at most 8).
     """
@@ -74,7 +85,6 @@ class DownloadManager:
         retries: int = 5,
         disk_margin: int = DEFAULT_DISK_MARGIN,
         progress_interval: float = 0.25,
-        chunk_size: int = 1 << 20,
         timeout: float = 30.0,
         retry_wait: float = 0.5,
     ) -> None:
@@ -86,7 +96,7 @@ class DownloadManager:
         self.max_parallel = max(1, max_parallel)
         self.disk_margin = disk_margin
         self.progress_interval = progress_interval
-        self.fetcher = FileFetcher(self.hub, chunk_size=chunk_size, timeout=timeout, retries=retries, retry_wait=retry_wait)
+        self.fetcher = FileFetcher(self.hub, timeout=timeout, retries=retries, retry_wait=retry_wait)
         self.store = DownloadStore(self.registry.engine)
         self.listeners: list[Listener] = []
         self._jobs: dict[str, DownloadJob] = {}
@@ -269,8 +279,12 @@ class DownloadManager:
 
     def launch(self, job: DownloadJob) -> None:
         """Queue ``job`` on a thread of its own (it transfers once a slot is free)."""
-        if job.thread is not None and job.thread.is_alive():
-            return
+        thread = job.thread
+        if thread is not None and thread.is_alive():
+            if job.state.active:
+                return
+            if thread is not threading.current_thread():
+                thread.join()  # it has paused or failed and is tidying up; let it finish first
         job.prepare_run()
         job.set_state(DownloadState.QUEUED)
         job.thread = threading.Thread(target=self._run, args=(job,), name=f"download-{job.id}", daemon=True)
@@ -297,7 +311,7 @@ class DownloadManager:
         partial = self.partial_root(job.plan)
         lock = ProcessLock(partial / ".lock")
         try:
-            if not lock.acquire():
+            if not self._lock_partial(lock):
                 raise DownloadError(
                     f"{job.name} is already being downloaded by another Hearth process; wait for it to finish.",
                     job_id=job.id,
@@ -333,6 +347,16 @@ class DownloadManager:
             if job.state is DownloadState.FAILED and not any(partial.rglob("*" + PART_SUFFIX)):
                 self.discard_partial(job.plan)  # nothing left to resume from
             self._release_slot()
+
+    @staticmethod
+    def _lock_partial(lock: ProcessLock, patience: float = 2.0) -> bool:
+        """Take the partial folder's lock, waiting briefly for a thread of ours that is letting go."""
+        deadline = time.monotonic() + patience
+        while not lock.acquire():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _stopped(self, job: DownloadJob, kind: str) -> None:
         if kind == "cancel":

@@ -21,6 +21,7 @@ from engine.errors import DownloadError
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = (408, 429, 500, 502, 503, 504)
+_HASH_BLOCK = 1 << 20
 
 
 class Stopped(Exception):
@@ -82,15 +83,13 @@ class FileFetcher:
 
     Args:
         hub: The hub client (endpoint, token, error translation).
-        chunk_size: Bytes read per step; pause and cancel are noticed between steps.
         timeout: Seconds to wait for each read.
         retries: Consecutive failed tries (with no bytes gained) before giving up.
         retry_wait: Seconds before the first retry, doubling up to 8.
     """
 
-    def __init__(self, hub: HubClient, *, chunk_size: int, timeout: float, retries: int, retry_wait: float) -> None:
+    def __init__(self, hub: HubClient, *, timeout: float, retries: int, retry_wait: float) -> None:
         self.hub = hub
-        self.chunk_size = chunk_size
         self.timeout = timeout
         self.retries = retries
         self.retry_wait = retry_wait
@@ -111,7 +110,7 @@ class FileFetcher:
             offset = 0
         if offset and hasher is not None:  # resuming: the hash must cover what is already there
             with part.open("rb") as src:
-                while block := src.read(self.chunk_size):
+                while block := src.read(_HASH_BLOCK):
                     hasher.update(block)
         job.set_current(f.path)
         failures = 0
@@ -167,7 +166,7 @@ class FileFetcher:
                     part.unlink(missing_ok=True)
                     offset, hasher = 0, new_hasher(f)
                 with part.open("ab") as out:
-                    for chunk in r.iter_bytes(self.chunk_size):
+                    for chunk in r.iter_bytes():  # as the bytes arrive, so progress and pause are prompt
                         if job.stop_requested:
                             raise Stopped(job.stop_requested)
                         out.write(chunk)

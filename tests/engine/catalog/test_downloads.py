@@ -19,7 +19,7 @@ Q4 = "tiny-llama.Q4_K_M.gguf"
 
 @pytest.fixture
 def manager(registry, client):
-    m = DownloadManager(registry, hub=client, chunk_size=16 * 1024, retry_wait=0.05, progress_interval=0.0)
+    m = DownloadManager(registry, hub=client, retry_wait=0.05, progress_interval=0.0)
     yield m
     m.close()
 
@@ -72,12 +72,18 @@ def test_a_dropped_connection_resumes_with_range_to_the_right_sha256(manager, re
 
 def test_a_corrupted_payload_is_rejected_deleted_and_never_registered(manager, registry, hub):
     hub.corrupt.add(Q4)
-    status = manager.start(TINY, "Q4_K_M").wait(30)
+    job = manager.start(TINY, "Q4_K_M")
+    status = job.wait(30)
     assert status.state is DownloadState.FAILED
     assert "failed its sha256 check" in status.error and "nothing was registered" in status.error
     assert registry.get(f"{TINY}:Q4_K_M") is None
     assert partial_files(manager) == []
     assert not (manager.models_dir / "TheOrg").exists()
+    hub.corrupt.clear()  # the hub is fixed: trying again fetches the file afresh and succeeds
+    job.resume()
+    assert job.wait(30).state is DownloadState.COMPLETED
+    assert hub.ranges(Q4) == [None, None]
+    assert registry.get(f"{TINY}:Q4_K_M").path.read_bytes() == served(hub, Q4)
 
 
 def test_too_little_disk_is_refused_before_anything_starts(registry, client, hub):
@@ -123,12 +129,12 @@ def test_pause_keeps_the_partial_file_and_resume_continues_it(manager, registry,
 
 def test_a_new_manager_resumes_what_the_last_one_left(registry, client, hub):
     hub.throttle[Q4] = 0.05
-    first = DownloadManager(registry, hub=client, chunk_size=16 * 1024)
+    first = DownloadManager(registry, hub=client)
     job = first.start(TINY, "Q4_K_M")
     wait_until(lambda: job.status().bytes_done > 50_000)
     first.close()  # what an app does on quit: downloads pause and their state stays in the database
     assert job.state is DownloadState.PAUSED
-    second = DownloadManager(registry, hub=client, chunk_size=16 * 1024)
+    second = DownloadManager(registry, hub=client)
     try:
         (again,) = second.jobs()
         assert (again.id, again.state, again.interrupted) == (job.id, DownloadState.PAUSED, True)
@@ -145,7 +151,7 @@ def test_a_new_manager_resumes_what_the_last_one_left(registry, client, hub):
 def test_several_downloads_run_at_once_up_to_the_limit(registry, client, hub):
     for name in ("tiny-llama.Q2_K.gguf", "tiny-llama.Q8_0.gguf", "tiny-llama.F16.gguf"):
         hub.throttle[name] = 0.05
-    m = DownloadManager(registry, hub=client, max_parallel=2, chunk_size=16 * 1024, progress_interval=0.0)
+    m = DownloadManager(registry, hub=client, max_parallel=2, progress_interval=0.0)
     seen: dict[str, set] = {}
     running_at_once = []
     lock = threading.Lock()
