@@ -7,7 +7,7 @@ Speaks:
   HEAD/GET /{repo}/resolve/{rev}/{path}                           files: ETag, X-Repo-Commit, Range
 
 and can misbehave on purpose: drop a connection part-way through a file, corrupt a payload, serve
-slowly, rate-limit, demand a token (gated and private repos). Every request is recorded.
+slowly, stall, rate-limit, demand a token (gated and private repos). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class FakeHub:
         self.corrupt: set[str] = set()  # file paths served with a flipped byte
         self.throttle: dict[str, float] = {}  # file path -> seconds to wait before each chunk
         self.rate_limited = False
+        self.stall = 0.0  # seconds to sit on every request before answering
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -126,6 +127,7 @@ class FakeHub:
         self.corrupt.clear()
         self.throttle.clear()
         self.rate_limited = False
+        self.stall = 0.0
 
     def record(self, item: Recorded) -> None:
         with self._lock:
@@ -197,6 +199,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(parts.path)
         query = parse_qs(parts.query)
         self.fake.record(Recorded(self.command, path, query, {k.lower(): v for k, v in self.headers.items()}))
+        if self.fake.stall:
+            time.sleep(self.fake.stall)
         if self.fake.rate_limited:
             self._error(429, None, "Too many requests")
             return

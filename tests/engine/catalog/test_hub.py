@@ -99,3 +99,10 @@ def test_rate_limits_and_a_dead_hub_are_one_sentence(client, hub):
         with pytest.raises(HubUnavailable, match="Could not reach the model hub") as err:
             call()
         assert str(err.value).count(".") >= 1 and "\n" not in str(err.value)
+
+
+def test_a_hub_that_does_not_answer_times_out_with_a_clear_error(hub):
+    hub.stall = 2.0
+    impatient = HubClient(endpoint=hub.url, timeout=0.5)
+    with pytest.raises(HubUnavailable, match="did not answer in time"):
+        impatient.repo(TINY)
