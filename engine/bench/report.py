@@ -163,6 +163,10 @@ def _num(x: float | None, fmt: str = ".1f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
 def _mib(x: int | None) -> str:
     return "unknown" if x is None else f"{x / 2**20:.0f} MiB"
 
@@ -262,9 +266,9 @@ def markdown(report: dict) -> str:
         ]
         for q in report["ratios"]:
             lines.append(
-                f"| {_level_text(q['level'])} | {q['server']} | {q['baseline']} | {_num(q['output_throughput'], '.2f')}x | "
-                f"{_num(q['ttft_p50'], '.2f')}x | {_num(q['ttft_p99'], '.2f')}x | {_num(q['tpot_p50'], '.2f')}x | "
-                f"{_num(q['tpot_p99'], '.2f')}x |"
+                f"| {_level_text(q['level'])} | {q['server']} | {q['baseline']} | "
+                + " | ".join(_ratio(q[k]) for k, _ in RATIO_FIGURES)
+                + " |"
             )
     failures = [
         (r["server"], r["level"], msg, n) for r in report["results"] for msg, n in r["errors"].items()
@@ -344,7 +348,7 @@ def print_table(report: dict, console=None) -> None:
                 _level_text(q["level"]),
                 f"{q['server']} / {q['baseline']}",
                 *(
-                    f"{_num(q[k], '.2f')}x"
+                    _ratio(q[k])
                     for k in ("output_throughput", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99")
                 ),
             )

@@ -66,6 +66,7 @@ class LevelRun:
 
 class RunObserver(Protocol):
     def warmup_started(self, server: str, total: int) -> None: ...
+    def warmup_finished(self, server: str, results: list[RequestResult]) -> None: ...
     def level_started(self, run: LevelRun) -> None: ...
     def request_done(self, run: LevelRun, result: RequestResult) -> None: ...
     def level_finished(self, run: LevelRun) -> None: ...
@@ -73,6 +74,9 @@ class RunObserver(Protocol):
 
 class _Silent:
     def warmup_started(self, server: str, total: int) -> None:
+        pass
+
+    def warmup_finished(self, server: str, results: list[RequestResult]) -> None:
         pass
 
     def level_started(self, run: LevelRun) -> None:
@@ -174,6 +178,7 @@ class BenchRunner:
 
         for i in range(0, len(reqs), width):
             await asyncio.gather(*(one(r) for r in reqs[i : i + width]))
+        self.observer.warmup_finished(server.label, results)
 
     async def _level(self, server: ServerInfo, client, level: float, n: int) -> None:
         run = LevelRun(server=server.label, level=level, requests_planned=n)

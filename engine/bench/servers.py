@@ -89,7 +89,8 @@ def probe_server(
         url: The server's OpenAI base URL.
         label: Its name in the report.
         api_key: Bearer token, if the server wants one.
-        model: The model to request; None picks the loaded (Hearth) or first listed one.
+        model: The model to request: Hearth loads it if needed; another server gets it when it lists it
+            (or lists nothing), else its first listed model. None picks Hearth's loaded model or the first.
         timeout: Seconds to wait for the server's first answer.
 
     Raises:
@@ -129,8 +130,11 @@ def probe_server(
             info = _hearth_info(client, info, root, health, stats, model)
         else:
             info = _peer_info(client, info, root)
-    chosen = info.model if info.model != UNKNOWN else model
-    if chosen is None:
+    if info.kind == "hearth":
+        chosen = info.model if info.model != UNKNOWN else (listed[0] if listed else None)
+    elif model is not None and (model in listed or not listed):
+        chosen = model
+    else:  # a peer serving one model under another name (llama_cpp.server lists its file path)
         chosen = listed[0] if listed else None
     if chosen is None:
         raise BenchError(f"The server at {url} lists no model; name one with --model.")
@@ -150,8 +154,13 @@ def _hearth_info(
         for m in models.get("models", []):
             if name is not None and m.get("name") == name:
                 entry = m
-    backend = next((m.get("backend") for m in loaded if m.get("name") in (name, entry.get("name"))), None)
-    engine_stats = (stats.get("models") or {}).get(entry.get("name", name) or "", {})
+    match = next((m for m in loaded if m.get("name") in (name, entry.get("name"))), None)
+    if match is None and not entry and len(loaded) == 1 and name and Path(name).is_file():
+        match = loaded[0]  # loaded by path: the server lists it under a short name of the file
+    backend = match.get("backend") if match else None
+    engine_stats = (stats.get("models") or {}).get(
+        (match or {}).get("name") or entry.get("name", name) or "", {}
+    )
     backend = backend or engine_stats.get("backend") or UNKNOWN
     details = tuple(
         (k, engine_stats[k])
@@ -166,7 +175,7 @@ def _hearth_info(
         backend=backend,
         backend_version=str(engine_stats.get("backend_version", UNKNOWN)),
         quantization=str(entry.get("quantization") or UNKNOWN),
-        model_file=str(entry.get("path") or UNKNOWN),
+        model_file=str(entry.get("path") or (name if name and Path(name).is_file() else UNKNOWN)),
         model_sha256=str(entry.get("sha256") or UNKNOWN),
         model_size_bytes=entry.get("size_bytes"),
         details=details,

@@ -205,6 +205,14 @@ class _Progress:
     def warmup_started(self, server: str, total: int) -> None:
         self.progress.console.print(f"warming up {server} with {total} request(s)")
 
+    def warmup_finished(self, server: str, results) -> None:
+        failed = [r for r in results if not r.ok]
+        if failed:
+            self.progress.console.print(
+                f"[yellow]warning: {len(failed)} of {len(results)} warm-up request(s) to {server} failed: "
+                f"{failed[0].error}[/yellow]"
+            )
+
     def level_started(self, run) -> None:
         self.tasks[id(run)] = self.progress.add_task(
             f"{run.server} @ {run.level:g}", total=run.requests_planned, failed=0
@@ -323,9 +331,7 @@ def run(args: argparse.Namespace) -> int:
                 url, pid, key = sup.base_url, sup.pid, sup.api_key
             else:
                 key = args.api_key
-            info = probe_server(
-                url, label=label or f"server{i + 1}", api_key=key, model=args.model if i == 0 else None
-            )
+            info = probe_server(url, label=label or f"server{i + 1}", api_key=key, model=args.model)
             if pid is None:
                 pid = find_listening_pid(url)
             info = dataclasses.replace(info, pid=pid, started_by_bench=sup is not None and i == 0)
