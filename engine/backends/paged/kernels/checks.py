@@ -47,7 +47,7 @@ def check_store(device, dtype) -> list[Check]:
         kr, vr = kc.clone(), vc.clone()
         store_kv(k, v, kc, vc, slots)
         ref.store_kv(k, v, kr, vr, slots, has_padding=True)
-        out.append((f"store_kv t{tokens} kv{n_kv} d{dim} bs{bs}", float(((kc - kr).abs().max() + (vc - vr).abs().max())), 0.0))
+        out.append((f"store_kv t{tokens} kv{n_kv} d{dim} bs{bs}", float((kc - kr).abs().max() + (vc - vr).abs().max()), 0.0))
     return out
 
 
@@ -123,6 +123,45 @@ def check_fused(device, dtype) -> list[Check]:
     return out
 
 
+def check_model(device, dtype) -> list[Check]:
+    """A tiny random Llama through TritonOps vs TorchOps: chunked prefill over a prefix, then decodes."""
+    from engine.backends.paged.block_manager import BlockManager
+    from engine.backends.paged.config import EngineConfig
+    from engine.backends.paged.kernels import TritonOps
+    from engine.backends.paged.model_runner import ModelRunner
+    from engine.backends.paged.models.llama import Model, ModelArgs
+    from engine.backends.paged.scheduler import Scheduler
+    from engine.backends.paged.sequence import Sequence
+    from engine.types import SamplingParams
+
+    args = ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                     num_attention_heads=4, num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
+                     rope={"rope_theta": 10000.0, "rope_type": "default"})  # fmt: skip
+    model = Model(args)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    model = model.to(device=device, dtype=dtype).eval()
+    # a 50-token budget: step 0 prefills A (45) and a chunk of B (5); step 1 decodes A beside B's
+    # second chunk over its cached prefix; then both decode
+    config = EngineConfig(block_size=16, max_model_len=256, max_num_batched_tokens=50)
+    logits = {}
+    for ops in (TorchOps, TritonOps):
+        runner = ModelRunner(model, config, device, ops=ops)
+        runner.allocate_kv_cache(32)
+        sched = Scheduler(config, BlockManager(32, 16, enable_prefix_caching=False))
+        seqs = [Sequence(list(range(a, a + n)), SamplingParams(temperature=0), block_size=16) for a, n in ((1, 45), (7, 20))]
+        for seq in seqs:
+            sched.add(seq)
+        outs = []
+        for step in range(5):
+            out = sched.schedule()
+            outs.append(runner.run(runner.prepare(out.scheduled)))
+            sched.postprocess(out, {x.seq.seq_id: (step * 7 + seqs.index(x.seq)) % 128 for x in out.scheduled if x.samples})
+        logits[ops.name] = torch.cat(outs)
+    return [("model forward (prefill chunks, prefix, decodes)", float((logits["triton"] - logits["torch"]).abs().max()),
+             10 * _tol(dtype))]  # fmt: skip
+
+
 def _tol(dtype) -> float:
     return 2e-2 if dtype in (torch.float16, torch.bfloat16) else 2e-4
 
@@ -132,7 +171,7 @@ def run_all(device: str = "cpu", dtype: torch.dtype = torch.float32, *, fp8: boo
     dev = torch.device(device)
     suites: list[Callable[[], list[Check]]] = [
         lambda: check_store(dev, dtype), lambda: check_decode(dev, dtype),
-        lambda: check_prefill(dev, dtype), lambda: check_fused(dev, dtype),
+        lambda: check_prefill(dev, dtype), lambda: check_fused(dev, dtype), lambda: check_model(dev, dtype),
     ]  # fmt: skip
     if fp8 and hasattr(torch, "float8_e4m3fn"):
         suites.append(lambda: check_decode(dev, dtype, kv_dtype=torch.float8_e4m3fn))
