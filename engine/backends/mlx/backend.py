@@ -1,0 +1,158 @@
+"""The MLX backend: the fastest path on Apple Silicon, and MLX's CPU build elsewhere.
+
+Loads MLX-quantized folders, plain Hugging Face safetensors folders and llama-family GGUF
+files; runs one generation at a time on the model's own thread (requests queue).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher
+from engine.backends.mlx import loader
+from engine.backends.mlx.runner import GenerationLoop
+from engine.backends.mlx.runner import Sequence as Seq
+from engine.backends.mlx.sampler import TokenSampler
+from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CTX = 4096
+
+#: Request fields the MLX backend accepts but cannot honour: MLX has no grammar-constrained
+#: decoding, so ``response_format`` (json_object / json_schema) yields free text. Every
+#: sampling parameter of :class:`~engine.types.SamplingParams` is honoured.
+UNSUPPORTED_PARAMS: tuple[str, ...] = ("response_format",)
+
+
+def ignored_params(request: GenerationRequest) -> tuple[str, ...]:
+    """The fields of ``request`` the MLX backend will ignore (for the server to mention)."""
+    return ("response_format",) if request.response_format.type != "text" else ()
+
+
+class MLXBackend:
+    """Models on MLX: Metal on Apple Silicon, the CPU elsewhere."""
+
+    name = "mlx"
+    unsupported_params = UNSUPPORTED_PARAMS
+
+    def __init__(self) -> None:
+        self.loop: GenerationLoop | None = None
+        self.spec: ModelSpec | None = None
+
+    def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
+        """Load ``model`` on a new generation thread.
+
+        Raises:
+            ModelLoadError: the model cannot be read or run by MLX (the message names its path).
+        """
+        options = options or LoadOptions()
+        self.close()
+
+        def n_ctx(loaded: loader.LoadedModel) -> int:
+            return options.n_ctx or min(DEFAULT_CTX, loaded.n_ctx_train or DEFAULT_CTX)
+
+        self.loop = GenerationLoop(
+            lambda: loader.load(model),
+            n_ctx=n_ctx,
+            prefill_chunk=int(options.extra.get("prefill_chunk", 512)),
+            max_waiting=int(options.extra.get("max_waiting", 64)),
+        )
+        self.spec = model
+        log.info("loaded %s on MLX with a context of %d tokens", model.path, self.loop.n_ctx)
+
+    def _require(self) -> tuple[loader.LoadedModel, GenerationLoop]:
+        loop = self.loop
+        if loop is None or loop.loaded is None:
+            raise RuntimeError("the mlx backend has no model loaded")
+        return loop.loaded, loop
+
+    @property
+    def info(self) -> ModelInfo:
+        loaded, loop = self._require()
+        return ModelInfo(
+            name=self.spec.name,
+            backend=self.name,
+            n_ctx=loop.n_ctx,
+            n_ctx_train=loaded.n_ctx_train,
+            vocab_size=loaded.vocab.n_vocab,
+            has_chat_template=not loaded.vocab.chat_template.is_fallback,
+            can_embed=False,
+            architecture=loaded.architecture,
+            parameters=loaded.n_params,
+            path=str(loaded.path),
+        )
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        loaded, _ = self._require()
+        return loaded.vocab.chat_template.render(messages, add_generation_prompt=True)
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        loaded, _ = self._require()
+        return loaded.vocab.encode(text, parse_special=special)
+
+    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        """The token ids the request's prompt (or rendered chat) is computed from."""
+        loaded, _ = self._require()
+        text = self.render_chat(request.messages) if request.messages is not None else request.prompt
+        return loaded.vocab.encode_prompt(text)
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """Generate for ``request``. Closing the iterator early cancels the generation.
+
+        Raises:
+            ContextLengthExceeded: the prompt does not fit this model's context.
+            InvalidRequest: the prompt is empty or logit_bias names an unknown token.
+            Overloaded: too many requests are waiting.
+        """
+        loaded, loop = self._require()
+        prompt = self.prompt_tokens(request)
+        if not prompt:
+            raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
+        if len(prompt) >= loop.n_ctx:
+            raise ContextLengthExceeded(len(prompt), loop.n_ctx)
+        ignored = ignored_params(request)
+        if ignored:
+            log.warning("the mlx backend ignores %s for request %s", ", ".join(ignored), request.request_id)
+        seq = Seq(
+            request=request,
+            prompt=prompt,
+            sampler=TokenSampler(request.params, loaded.vocab.n_vocab, loaded.vocab.eog_ids),
+            out=queue.SimpleQueue(),
+            stops=StopMatcher(request.params.stop) if request.params.stop else None,
+        )
+        loop.submit(seq)
+        return self._drain(seq, loop)
+
+    @staticmethod
+    def _drain(seq: Seq, loop: GenerationLoop) -> Iterator[GenerationChunk]:
+        done = False
+        try:
+            while True:
+                chunk = seq.out.get()
+                yield chunk
+                if chunk.finish_reason is not None:
+                    done = True
+                    return
+        finally:
+            if not done:  # the consumer went away: stop generating for it
+                loop.cancel(seq.request_id)
+
+    def cancel(self, request_id: str) -> None:
+        if self.loop is not None:
+            self.loop.cancel(request_id)
+
+    def stats(self) -> dict[str, Any]:
+        return self.loop.stats() if self.loop is not None else {}
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+            self.loop = None
+
+
+__all__ = ["MLXBackend", "UNSUPPORTED_PARAMS", "ignored_params"]

@@ -1,0 +1,138 @@
+"""Load a model for MLX: a GGUF file, a Hugging Face safetensors folder, or an MLX-quantized folder."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from engine.backends.base import ModelSpec
+from engine.backends.mlx.gguf import build_gguf_model
+from engine.backends.mlx.vocab import Vocabulary, vocabulary_from_folder, vocabulary_from_gguf
+from engine.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_CTX_TRAIN = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A model ready for MLX, with the facts the backend reports about it."""
+
+    model: nn.Module
+    vocab: Vocabulary
+    path: Path
+    architecture: str
+    n_ctx_train: int
+    n_params: int | None
+
+
+def on_cpu() -> bool:
+    """Whether MLX computes on the CPU here (its Linux build), where 16-bit floats are slow."""
+    return mx.default_device().type == mx.DeviceType.cpu
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Weights in the model, counting each quantized weight once."""
+    from mlx.utils import tree_flatten
+
+    total = 0
+    for _, module in tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module):
+        if hasattr(module, "bits"):
+            total += module.weight.size * 32 // module.bits + (module.bias.size if "bias" in module else 0)
+        else:
+            total += sum(v.size for _, v in tree_flatten(module.parameters()))
+    return total
+
+
+def is_gguf(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    with path.open("rb") as f:
+        return f.read(4) == GGUF_MAGIC
+
+
+def load_gguf(path: Path) -> LoadedModel:
+    """A llama-family GGUF file, Q4_0/Q4_1/Q8_0 weights kept quantized.
+
+    Raises:
+        ModelLoadError: the file is not GGUF, is damaged, or holds a model the mlx backend cannot run.
+    """
+    if not is_gguf(path):
+        raise ModelLoadError(str(path), "it is not a GGUF file.")
+    try:
+        weights, meta = mx.load(str(path), return_metadata=True)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise ModelLoadError(str(path), f"MLX could not read it (truncated or corrupt?): {exc}.") from exc
+    vocab = vocabulary_from_gguf(path, meta)
+    dtype = mx.float32 if on_cpu() else mx.float16
+    model, args = build_gguf_model(path, weights, meta, dtype=dtype)
+    mx.eval(model.parameters())
+    return LoadedModel(
+        model=model,
+        vocab=vocab,
+        path=path,
+        architecture=str(meta.get("general.architecture", "")),
+        n_ctx_train=int(args.max_position_embeddings or DEFAULT_CTX_TRAIN),
+        n_params=count_parameters(model),
+    )
+
+
+def load_folder(folder: Path) -> LoadedModel:
+    """A Hugging Face safetensors folder, plain or MLX-quantized, through mlx-lm's model zoo.
+
+    Raises:
+        ModelLoadError: the folder lacks config.json or weights, or its architecture is unknown to mlx-lm.
+    """
+    from mlx_lm.utils import load_model
+
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            str(folder), "the folder has no config.json; it is not a Hugging Face or MLX model."
+        )
+    try:
+        model, config = load_model(folder, strict=True)
+    except FileNotFoundError as exc:
+        raise ModelLoadError(str(folder), "the folder holds no model*.safetensors weights.") from exc
+    except ValueError as exc:  # unknown model_type, or weights that do not match the config
+        raise ModelLoadError(str(folder), f"mlx-lm cannot build it ({exc}).") from exc
+    if on_cpu():
+        # The CPU computes 16-bit floats slowly; float32 weights (and quantization scales) run far faster.
+        model.set_dtype(mx.float32)
+        mx.eval(model.parameters())
+    vocab = vocabulary_from_folder(folder)
+    n_ctx = config.get("max_position_embeddings") or config.get("text_config", {}).get(
+        "max_position_embeddings"
+    )
+    return LoadedModel(
+        model=model,
+        vocab=vocab,
+        path=folder,
+        architecture=str(config.get("model_type", "")),
+        n_ctx_train=int(n_ctx or DEFAULT_CTX_TRAIN),
+        n_params=count_parameters(model),
+    )
+
+
+def load(spec: ModelSpec) -> LoadedModel:
+    """Load ``spec`` for MLX, choosing the reader by what lies at its path.
+
+    Raises:
+        ModelLoadError: nothing usable lies at the path.
+    """
+    path = Path(spec.path)
+    if not path.exists():
+        raise ModelLoadError(str(path), "nothing is there; check the path or pull the model again.")
+    if path.is_file():
+        if spec.format == "gguf" or path.suffix.lower() == ".gguf":
+            return load_gguf(path)
+        path = path.parent  # a file inside a model folder (config.json, a shard): load the folder
+    return load_folder(path)
+
+
+__all__ = ["LoadedModel", "load", "load_gguf", "load_folder", "on_cpu", "count_parameters"]

@@ -1,0 +1,343 @@
+"""One thread that owns the MLX model: it loads it, runs one generation at a time, and frees it.
+
+MLX evaluates lazily and keeps per-thread state, so every MLX call for a model happens on
+its own thread; request threads only tokenize and read their queues. Requests wait first
+come, first served. The KV cache of the last request stays, so a follow-up whose prompt
+starts the same way (the next turn of a chat) computes only the new tokens.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from engine.backends.base import StopMatcher, Utf8Decoder
+from engine.backends.mlx.loader import LoadedModel
+from engine.backends.mlx.sampler import TokenSampler
+from engine.errors import Overloaded
+from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Runtime state of one request."""
+
+    request: GenerationRequest
+    prompt: list[int]
+    sampler: TokenSampler
+    out: queue.SimpleQueue
+    stops: StopMatcher | None = None
+    generated: list[int] = field(default_factory=list)
+    cancelled: bool = False
+    finished: bool = False
+    n_cached: int = 0
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first: float | None = None
+    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+
+# Loops still open at interpreter exit are closed then: MLX aborts the process if a thread's
+# streams outlive Python (see GenerationLoop._run).
+_OPEN_LOOPS: weakref.WeakSet[GenerationLoop] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_loops() -> None:
+    for loop in list(_OPEN_LOOPS):
+        loop.close()
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class GenerationLoop:
+    """The model's thread and its queue of requests.
+
+    Args:
+        loader: Loads the model; called on the new thread.
+        n_ctx: Most tokens (prompt and answer) one request may hold.
+        prefill_chunk: Most prompt tokens computed in one step (bounds memory; cancellation is checked between).
+        max_waiting: Most requests queued before new ones are refused.
+
+    Raises:
+        ModelLoadError: (from the constructor) the loader failed; the thread has ended.
+    """
+
+    def __init__(
+        self,
+        loader: Callable[[], LoadedModel],
+        *,
+        n_ctx: int | Callable[[LoadedModel], int],
+        prefill_chunk: int = 512,
+        max_waiting: int = 64,
+    ) -> None:
+        self.prefill_chunk = prefill_chunk
+        self.max_waiting = max_waiting
+        self.loaded: LoadedModel | None = None
+        self.n_ctx = 0
+        self._waiting: deque[Sequence] = deque()
+        self._running: Sequence | None = None
+        self._by_id: dict[str, Sequence] = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._cache: list[Any] | None = None
+        self._cache_tokens: list[int] = []
+        self.stats_requests = 0
+        self.stats_prompt_tokens = 0
+        self.stats_cached_tokens = 0
+        self.stats_generated_tokens = 0
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def start() -> None:
+            try:
+                self.loaded = loader()
+                self.n_ctx = n_ctx(self.loaded) if callable(n_ctx) else n_ctx
+            except BaseException as exc:  # handed to the loading thread, which raises it
+                failure.append(exc)
+                self.loaded = None
+                mx.clear_streams()
+                return
+            finally:
+                ready.set()
+            self._run()
+
+        self._thread = threading.Thread(target=start, name="mlx-generation", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            raise failure[0]
+        _OPEN_LOOPS.add(self)
+
+    # -- called from request threads ------------------------------------------------------------
+    def submit(self, seq: Sequence) -> None:
+        """Queue ``seq``; its chunks arrive on ``seq.out``.
+
+        Raises:
+            Overloaded: too many requests are already waiting, or the model is being unloaded.
+        """
+        with self._cond:
+            if self._stopping:
+                raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
+            if len(self._waiting) >= self.max_waiting:
+                raise Overloaded(
+                    f"{len(self._waiting)} requests are already waiting for this model; retry in a moment.",
+                    retry_after=2.0,
+                )
+            self._waiting.append(seq)
+            self._by_id[seq.request_id] = seq
+            self._cond.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._cond:
+            seq = self._by_id.get(request_id)
+            if seq is not None:
+                seq.cancelled = True
+                self._cond.notify()
+
+    def stats(self) -> dict[str, Any]:
+        with self._cond:
+            running = 1 if self._running is not None else 0
+            waiting = len(self._waiting)
+        prompt = self.stats_prompt_tokens
+        return {
+            "running": running,
+            "waiting": waiting,
+            "slots": 1,
+            "n_ctx_per_sequence": self.n_ctx,
+            "requests": self.stats_requests,
+            "prompt_tokens": prompt,
+            "generated_tokens": self.stats_generated_tokens,
+            "prefix_cache_tokens": self.stats_cached_tokens,
+            "prefix_cache_hit_rate": (self.stats_cached_tokens / prompt) if prompt else 0.0,
+        }
+
+    def close(self) -> None:
+        """Cancel every request, stop the thread and free the model."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout=60)
+
+    # -- the model's thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._stopping and not self._waiting:
+                        self._cond.wait()
+                    if self._stopping:
+                        for seq in self._waiting:
+                            self._finish(seq, "cancelled")
+                        self._waiting.clear()
+                        return
+                    seq = self._waiting.popleft()
+                    self._running = seq
+                try:
+                    self._generate(seq)
+                except Exception as exc:  # never let one request kill the thread
+                    log.exception("MLX generation failed")
+                    self._cache = None  # its state is unknown now
+                    self._cache_tokens = []
+                    self._finish(seq, "error", error=f"Generation failed: {exc}.")
+                finally:
+                    with self._cond:
+                        self._running = None
+        finally:
+            self._cache = None
+            self.loaded = None
+            mx.clear_cache()
+            # MLX's streams of this thread must be destroyed before the thread (and Python) ends,
+            # or the process aborts at exit ("terminate called without an active exception").
+            mx.clear_streams()
+
+    def _stop_requested(self, seq: Sequence) -> bool:
+        return seq.cancelled or self._stopping
+
+    def _prepare_cache(self, prompt: list[int]) -> int:
+        """Reuse the KV of the longest cached prefix of ``prompt``; returns its length."""
+        model = self.loaded.model
+        if self._cache is None or not can_trim_prompt_cache(self._cache):
+            self._cache = make_prompt_cache(model)
+            self._cache_tokens = []
+        keep = min(_common_prefix(self._cache_tokens, prompt), len(prompt) - 1)
+        drop = len(self._cache_tokens) - keep
+        if drop:
+            trim_prompt_cache(self._cache, drop)
+            del self._cache_tokens[keep:]
+        return keep
+
+    def _feed(self, tokens: list[int]) -> mx.array:
+        """Run ``tokens`` through the model into the cache; the logits of the last one, lazily."""
+        logits = self.loaded.model(mx.array(tokens, dtype=mx.int32)[None], cache=self._cache)
+        self._cache_tokens.extend(tokens)
+        return logits[0, -1]
+
+    def _generate(self, seq: Sequence) -> None:
+        self.stats_requests += 1
+        self.stats_prompt_tokens += len(seq.prompt)
+        if self._stop_requested(seq):
+            self._finish(seq, "cancelled")
+            return
+        seq.n_cached = self._prepare_cache(seq.prompt)
+        self.stats_cached_tokens += seq.n_cached
+        todo = seq.prompt[seq.n_cached :]
+        # Prefill all but the last prompt token, a chunk at a time; only the cache is evaluated.
+        for start in range(0, len(todo) - 1, self.prefill_chunk):
+            if self._stop_requested(seq):
+                self._finish(seq, "cancelled")
+                return
+            self._feed(todo[start : min(start + self.prefill_chunk, len(todo) - 1)])
+            mx.eval([c.state for c in self._cache])
+        token = todo[-1]
+        while True:
+            if self._stop_requested(seq):
+                self._finish(seq, "cancelled")
+                return
+            logits = self._feed([token])
+            token = seq.sampler.sample(logits, seq.generated)
+            if self._advance(seq, token, logits):
+                return
+
+    def _advance(self, seq: Sequence, token: int, logits: mx.array) -> bool:
+        """Stream ``token``; returns whether the generation is over."""
+        if seq.t_first is None:
+            seq.t_first = time.perf_counter()
+        params = seq.request.params
+        vocab = self.loaded.vocab
+        lp: tuple[TokenLogprob, ...] = ()
+        if params.logprobs is not None:
+            lp = (self._logprob(seq, logits, token),)
+        if (token in vocab.eog_ids and not params.ignore_eos) or token in params.stop_token_ids:
+            self._finish(seq, "stop")
+            return True
+        seq.generated.append(token)
+        self.stats_generated_tokens += 1
+        text = seq.decoder.feed(vocab.piece(token))
+        hit = False
+        if seq.stops is not None:
+            text, hit = seq.stops.feed(text)
+        if text or lp:
+            seq.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=lp))
+        if hit:
+            self._finish(seq, "stop")
+        elif params.max_tokens is not None and len(seq.generated) >= params.max_tokens:
+            self._finish(seq, "length")
+        elif len(self._cache_tokens) + 1 >= self.n_ctx:
+            self._finish(seq, "length")
+        else:
+            return False
+        return True
+
+    def _logprob(self, seq: Sequence, logits: mx.array, token: int) -> TokenLogprob:
+        vocab = self.loaded.vocab
+        lp, top_ids = seq.sampler.logprobs(logits)
+        values = lp.tolist()
+        top = []
+        for t in top_ids:
+            piece = vocab.piece(t)
+            top.append((piece.decode("utf-8", errors="replace"), float(values[t]), tuple(piece)))
+        piece = vocab.piece(token)
+        return TokenLogprob(
+            token=piece.decode("utf-8", errors="replace"),
+            token_id=token,
+            logprob=float(values[token]),
+            bytes=tuple(piece),
+            top=tuple(top),
+        )
+
+    def _finish(self, seq: Sequence, reason: str, *, error: str | None = None) -> None:
+        if seq.finished:
+            return
+        seq.finished = True
+        tail = ""
+        if reason in ("stop", "length") and error is None:
+            tail = seq.decoder.flush()
+            if seq.stops is not None:
+                text, hit = seq.stops.feed(tail)
+                tail = text if hit else text + seq.stops.flush()
+        with self._cond:
+            self._by_id.pop(seq.request_id, None)
+        end = time.perf_counter()
+        n_gen = len(seq.generated)
+        tps = None
+        if seq.t_first is not None and n_gen > 1 and end > seq.t_first:
+            tps = (n_gen - 1) / (end - seq.t_first)
+        seq.out.put(
+            GenerationChunk(
+                text=tail,
+                finish_reason=reason,
+                prompt_tokens=len(seq.prompt),
+                completion_tokens=n_gen,
+                cached_tokens=seq.n_cached,
+                time_to_first_token=(seq.t_first - seq.t_submit) if seq.t_first is not None else None,
+                tokens_per_second=tps,
+                error=error,
+            )
+        )
+
+
+__all__ = ["GenerationLoop", "Sequence"]
