@@ -37,3 +37,18 @@ def llama_backend(starter_path: Path):
     backend.load(ModelSpec(name="smollm2-135m-instruct", path=starter_path), LoadOptions(n_ctx=2048, n_seq_max=4))
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="session")
+def mlx_backend(starter_path: Path):
+    """The starter model on the MLX backend (its CPU build here); skipped where MLX is not installed."""
+    try:
+        from engine.backends.mlx import MLXBackend
+    except ImportError as exc:
+        pytest.skip(f"MLX is not installed: {exc}")
+    from engine.backends.base import LoadOptions, ModelSpec
+
+    backend = MLXBackend()
+    backend.load(ModelSpec(name="smollm2-135m-instruct", path=starter_path), LoadOptions(n_ctx=2048))
+    yield backend
+    backend.close()

@@ -1,0 +1,150 @@
+"""What every backend must do the same way, run on each with the real starter model.
+
+Each test takes the ``backend`` fixture, which is the llama.cpp backend and then the MLX
+backend (the MLX run is skipped only where MLX cannot be imported).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.errors import ContextLengthExceeded
+from engine.types import ChatMessage, GenerationRequest, SamplingParams
+
+QUESTION = (ChatMessage("user", "Name three colours."),)
+
+
+def run(backend, *, messages=QUESTION, prompt=None, **params):
+    req = GenerationRequest(
+        model="starter", messages=None if prompt else messages, prompt=prompt, params=SamplingParams(**params)
+    )
+    chunks = list(backend.stream(req))
+    return "".join(c.text for c in chunks), chunks
+
+
+@pytest.fixture(params=["llamacpp", "mlx"])
+def backend(request):
+    """The session's starter-model backend of each kind."""
+    return request.getfixturevalue(f"{request.param.replace('llamacpp', 'llama')}_backend")
+
+
+def test_answers_a_chat_prompt_and_ends_with_a_finish_reason(backend):
+    text, chunks = run(backend, temperature=0, max_tokens=40)
+    assert text.strip()
+    final = chunks[-1]
+    assert final.finish_reason in ("stop", "length")
+    assert all(c.finish_reason is None for c in chunks[:-1])
+    assert final.prompt_tokens > 5
+    assert final.completion_tokens == sum(len(c.token_ids) for c in chunks)
+    assert final.time_to_first_token is not None and final.time_to_first_token > 0
+    assert final.completion_tokens < 2 or (final.tokens_per_second or 0) > 0
+
+
+def test_greedy_is_deterministic(backend):
+    a, _ = run(backend, temperature=0, max_tokens=32)
+    b, _ = run(backend, temperature=0, max_tokens=32)
+    assert a == b
+
+
+def test_seed_reproduces_and_another_seed_differs(backend):
+    kw = dict(temperature=1.0, max_tokens=24, seed=1234)
+    a, _ = run(backend, **kw)
+    b, _ = run(backend, **kw)
+    assert a == b
+    others = {run(backend, temperature=1.0, max_tokens=24, seed=s)[0] for s in (1, 2, 3)}
+    assert others - {a}, "different seeds all gave the same text"
+
+
+def test_max_tokens_is_exact(backend):
+    _, chunks = run(backend, temperature=0, max_tokens=7, ignore_eos=True)
+    assert chunks[-1].finish_reason == "length"
+    assert chunks[-1].completion_tokens == 7
+
+
+def test_stop_string_ends_the_answer_without_leaking(backend):
+    full, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=30, ignore_eos=True)
+    assert " 9" in full
+    text, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=30, stop=[" 9"])
+    assert chunks[-1].finish_reason == "stop"
+    assert text == full[: full.index(" 9")]
+    assert " 9" not in text and not text.endswith(" ")
+
+
+def test_stop_token_id_ends_the_answer_before_that_token(backend):
+    _, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=6, ignore_eos=True)
+    ids = [t for c in chunks for t in c.token_ids]
+    stop_at = ids.index(ids[3])  # the first place the fourth token occurs
+    _, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=6, stop_token_ids=(ids[3],))
+    assert chunks[-1].finish_reason == "stop"
+    assert [t for c in chunks for t in c.token_ids] == ids[:stop_at]
+
+
+def test_narrow_filters_at_full_temperature_pick_the_greedy_tokens(backend):
+    greedy, _ = run(backend, temperature=0, max_tokens=6, ignore_eos=True)
+    for filters in (dict(top_k=1), dict(top_p=0.0001), dict(min_p=1.0)):
+        text, _ = run(backend, temperature=1.0, max_tokens=6, ignore_eos=True, seed=7, **filters)
+        assert text == greedy, filters
+
+
+def test_logit_bias_forces_a_token(backend):
+    token = backend.tokenize(" purple")[0]
+    _, chunks = run(backend, temperature=0, max_tokens=3, ignore_eos=True, logit_bias={token: 100})
+    assert [t for c in chunks for t in c.token_ids] == [token] * 3
+
+
+def test_repetition_penalty_changes_a_repetitive_answer(backend, request):
+    if backend.name == "llamacpp":
+        # llama-cpp-python 0.3.36 binds llama_sampler_init_penalties with n_vocab first; the
+        # llama.cpp sampler passes four arguments and raises. Strict: this flags the fix.
+        request.applymarker(pytest.mark.xfail(raises=TypeError, strict=True, reason="llama.cpp penalties binding"))
+    plain, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=8, ignore_eos=True)
+    penalised, _ = run(
+        backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=8, ignore_eos=True, repetition_penalty=5.0
+    )
+    assert plain.count(",") > penalised.count(",")  # a comma once said is penalised out of the answer
+
+
+def test_logprobs_are_reported_per_token(backend):
+    _, chunks = run(backend, temperature=0, max_tokens=5, logprobs=3, ignore_eos=True)
+    lps = [lp for c in chunks for lp in c.logprobs]
+    assert len(lps) == 5
+    for lp in lps:
+        assert lp.logprob <= 0
+        assert len(lp.top) == 3
+        assert lp.top[0][1] >= lp.top[1][1] >= lp.top[2][1]
+        assert abs(lp.top[0][1] - lp.logprob) < 1e-6  # greedy picks the most likely token
+
+
+def test_cancel_mid_stream_finishes_with_cancelled(backend):
+    req = GenerationRequest(
+        model="starter", prompt="Once upon a time", params=SamplingParams(temperature=0, max_tokens=500, ignore_eos=True)
+    )
+    seen = []
+    for chunk in backend.stream(req):
+        seen.append(chunk)
+        if len(seen) == 3:
+            backend.cancel(req.request_id)
+    assert seen[-1].finish_reason == "cancelled"
+    assert seen[-1].completion_tokens < 20  # stopped within a token or two, not at 500
+
+
+def test_closing_the_stream_frees_the_slot(backend):
+    req = GenerationRequest(model="s", prompt="Hello", params=SamplingParams(temperature=0, max_tokens=500, ignore_eos=True))
+    stream = backend.stream(req)
+    next(stream)
+    stream.close()
+    for _ in range(200):
+        if backend.stats()["running"] == 0:
+            break
+        threading.Event().wait(0.01)
+    assert backend.stats()["running"] == 0
+
+
+def test_prompt_over_the_context_raises_before_generating(backend):
+    long_prompt = "word " * 5000
+    with pytest.raises(ContextLengthExceeded) as info:
+        backend.stream(GenerationRequest(model="s", prompt=long_prompt))
+    assert info.value.n_ctx == 2048
+    assert info.value.prompt_tokens > 2048
