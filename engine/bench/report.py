@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import platform
 import sys
 from collections.abc import Sequence
@@ -72,7 +73,7 @@ def level_entry(run: LevelRun, *, mode: str, watts: float, price_per_kwh: float)
     return {
         "server": run.server,
         "mode": mode,
-        "level": run.level,
+        "level": json_level(run.level),
         "complete": run.complete,
         "requests_planned": run.requests_planned,
         "peak_rss_bytes": run.peak_rss_bytes,
@@ -145,7 +146,7 @@ def build_report(
         "results": results,
         "ratios": ratios(results, labels),
         "requests": [
-            {"server": run.server, "level": run.level, **r.to_dict()}
+            {"server": run.server, "level": json_level(run.level), **r.to_dict()}
             for run in runner.levels
             for r in run.results
         ],
@@ -175,8 +176,13 @@ def _level_name(report: dict) -> str:
     return "concurrency" if report["setup"]["mode"] == "concurrency" else "req/s"
 
 
-def _level_text(x: float) -> str:
-    return f"{x:g}"
+def json_level(x: float) -> float | str:
+    """A level as JSON can hold it: an unlimited request rate is the string "inf" (JSON has no infinity)."""
+    return "inf" if math.isinf(x) else x
+
+
+def _level_text(x: float | str) -> str:
+    return f"{float(x):g}"
 
 
 ROW_HEADERS = (
@@ -370,7 +376,7 @@ def write_plots(report: dict, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     servers = [s["label"] for s in report["setup"]["servers"]]
-    levels = sorted({r["level"] for r in report["results"]})
+    levels = sorted({r["level"] for r in report["results"]}, key=float)
     xs = {lvl: i for i, lvl in enumerate(levels)}
     xlabel = "concurrent requests" if report["setup"]["mode"] == "concurrency" else "request rate (req/s)"
     paths = []

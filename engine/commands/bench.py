@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from engine.bench.errors import BenchError
-    from engine.bench.report import build_report, hardware_facts, print_table, write_outputs
+    from engine.bench.report import build_report, hardware_facts, json_level, print_table, write_outputs
     from engine.bench.runner import BenchRunner
     from engine.bench.servers import complete_local_facts, probe_server
     from engine.bench.stats import find_listening_pid
@@ -357,9 +357,9 @@ def run(args: argparse.Namespace) -> int:
         }
         parameters.update(
             mode=plan.mode,
-            levels=list(plan.levels),
+            levels=[json_level(v) for v in plan.levels],
             requests_per_level=list(plan.requests),
-            input_len=str(input_len),
+            input_len=str(input_len) if args.dataset in ("random", "prefix-shared") else "from the dataset",
             output_len=str(output_len),
             api_key_given=bool(args.api_key),
         )

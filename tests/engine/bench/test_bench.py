@@ -220,3 +220,23 @@ def test_ctrl_c_saves_and_prints_what_was_measured(fake_server, tmp_path):
     assert 2 <= level["completed"] < 200 and level["failed"] == 0
     assert math.isclose(level["output_tokens"], 20 * level["completed"])
     assert "interrupted" in (out / "bench.md").read_text()
+
+
+def test_poisson_arrivals_at_each_rate_give_strict_json(fake_server, tmp_path):
+    dataset = tmp_path / "ok.jsonl"
+    dataset.write_text(json.dumps({"prompt": "ok please", "max_tokens": 4}) + "\n")
+    out = tmp_path / "report"
+    rc = main(
+        ["bench", "--url", fake_server.url, "--dataset", str(dataset), "--request-rate", "50,inf"]
+        + ["--requests", "8", "--warmup", "0", "--out", str(out)]
+    )
+    assert rc == 0
+
+    def no_constants(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    report = json.loads((out / "bench.json").read_text(), parse_constant=no_constants)
+    assert report["setup"]["mode"] == "rate" and report["setup"]["parameters"]["levels"] == [50, "inf"]
+    assert [(r["level"], r["completed"]) for r in report["results"]] == [(50, 8), ("inf", 8)]
+    assert fake_server.finished == 16
+    assert "req/s" in (out / "bench.md").read_text()
