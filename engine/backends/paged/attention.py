@@ -61,8 +61,17 @@ def store_kv(
         keep = slot_mapping >= 0
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
     n_kv, dim = k_cache.shape[-2:]
-    k_cache.view(-1, n_kv, dim).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, n_kv, dim).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    for x, cache in ((k, k_cache), (v, v_cache)):
+        _bytes(cache).view(-1, n_kv, dim).index_copy_(0, slot_mapping, _bytes(x.to(cache.dtype)))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """float8 tensors as their bytes: CPU index kernels do not take float8, and a copy is a copy."""
+    return t.view(torch.uint8) if t.element_size() == 1 and t.is_floating_point() else t
+
+
+def _select(cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return _bytes(cache).index_select(0, index).view(cache.dtype)
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -70,7 +79,7 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
     block_size = cache.shape[1]
     n_blocks = -(-length // block_size)
     # index_select, not advanced indexing: the latter is pathologically slow on few CPU threads
-    return cache.index_select(0, block_table[:n_blocks]).flatten(0, 1)[:length]
+    return _select(cache, block_table[:n_blocks]).flatten(0, 1)[:length]
 
 
 def decode_attention(
@@ -94,8 +103,8 @@ def decode_attention(
     n_blocks = max(1, -(-max_context_len // block_size))
     table = block_tables[:, :n_blocks].reshape(-1)
     shape = (batch, n_blocks * block_size, *k_cache.shape[2:])
-    k = k_cache.index_select(0, table).view(shape).to(q.dtype)  # [batch, n_blocks * block_size, num_kv_heads, head_dim]
-    v = v_cache.index_select(0, table).view(shape).to(q.dtype)
+    k = _select(k_cache, table).view(shape).to(q.dtype)  # [batch, n_blocks * block_size, num_kv_heads, head_dim]
+    v = _select(v_cache, table).view(shape).to(q.dtype)
     positions = torch.arange(k.shape[1], device=q.device)
     mask = positions[None, :] < context_lens[:, None].to(positions.dtype)  # [batch, ctx]
     out = F.scaled_dot_product_attention(

@@ -1,0 +1,78 @@
+"""Quantized weights (int8 weight-only; FP8 e4m3 emulated on the CPU) against full precision.
+
+Stated bounds, over ~300 teacher-forced positions of the starter model (logits' std is ~7):
+int8: greedy agreement >= 93%, mean |logit error| <= 0.4, max <= 3; FP8: >= 88%, <= 1.0, <= 8.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine.backends.base import LoadOptions
+from engine.backends.paged.quant import FP8Linear, Int8Linear, quantize_int8, quantize_model
+
+from .helpers import make_runner, paged_logits
+
+BOUNDS = {"int8": (0.93, 0.4, 3.0), "fp8": (0.88, 1.0, 8.0)}
+TEXT = (
+    "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg developed "
+    "movable type in Mainz. Books became cheaper, literacy spread, and ideas travelled faster than ever. "
+    "Question: why did the printing press matter? Answer: because it made knowledge easy to copy and share. "
+) * 5
+
+
+@pytest.fixture(scope="module")
+def starter(paged_backend):
+    model = paged_backend.loaded.engine.runner.model  # the starter's float32 weights, shared, never modified
+    tokens = paged_backend.tokenize(TEXT)
+    base = paged_logits(make_runner(model, num_blocks=32, block_size=16), tokens, [len(tokens)])
+    return model, tokens, base
+
+
+@pytest.mark.parametrize("method", ["int8", "fp8"])
+def test_quantized_logits_stay_within_the_stated_bounds(starter, method):
+    if method == "fp8" and not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    model, tokens, base = starter
+    quant = copy.deepcopy(model)
+    assert quantize_model(quant, method, device=torch.device("cpu")) == method
+    kind = FP8Linear if method == "fp8" else Int8Linear
+    assert isinstance(quant.layers[0].mlp.down_proj, kind)
+    got = paged_logits(make_runner(quant, num_blocks=32, block_size=16), tokens, [len(tokens)])
+    agree = (got.argmax(-1) == base.argmax(-1)).float().mean().item()
+    err = (got - base).abs()
+    min_agree, max_mean, max_err = BOUNDS[method]
+    assert len(tokens) > 250
+    assert agree >= min_agree and err.mean().item() <= max_mean and err.max().item() <= max_err, (
+        agree, err.mean().item(), err.max().item())  # fmt: skip
+
+
+def test_int8_round_trip_error_is_half_a_step_at_most():
+    w = torch.randn(64, 32)
+    q, scale = quantize_int8(w)
+    assert q.dtype == torch.int8
+    assert ((q.float() * scale[:, None] - w).abs() <= scale[:, None] / 2 + 1e-6).all()
+
+
+def test_quantization_and_fp8_kv_cache_options_reach_the_engine(tmp_path):
+    from engine.backends.paged.startup import start_engine
+
+    from .test_models import make_checkpoint
+
+    make_checkpoint(tmp_path, "LlamaConfig", {})
+    plain = start_engine(tmp_path, LoadOptions(n_ctx=128, extra={"num_kv_blocks": 16}))
+    quant = start_engine(tmp_path, LoadOptions(n_ctx=128, extra={
+        "quantization": "int8", "kv_cache_dtype": "fp8", "num_kv_blocks": 16}))  # fmt: skip
+    runner = quant.engine.runner
+    assert runner.kv_caches[0][0].dtype == torch.float8_e4m3fn
+    assert isinstance(runner.model.layers[1].self_attn.qkv_proj, Int8Linear)
+    assert runner.model.layers[1].self_attn.qkv_proj.weight.dtype == torch.int8
+    tokens = torch.randint(0, 300, (60,), generator=torch.Generator().manual_seed(0)).tolist()
+    # a prefill chunk, then decodes that read back the FP8 cache
+    got = paged_logits(make_runner(runner.model, kv_dtype=torch.float8_e4m3fn), tokens, [40, 17, 1, 1, 1])
+    want = paged_logits(make_runner(plain.engine.runner.model), tokens, [40, 17, 1, 1, 1])
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean().item() >= 0.9
+    assert (got - want).abs().max().item() < 0.5
