@@ -75,6 +75,8 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
         base["max_num_batched_tokens"] = options.n_batch
     config = EngineConfig.from_options(dict(options.extra), **base)
     device, dtype = pick_device_dtype(config)
+    if device.type == "cpu" and options.n_threads:
+        torch.set_num_threads(options.n_threads)  # process-wide: torch has one intra-op pool
     ckpt = read_checkpoint(path)
     # Quantization starts from float32 weights; otherwise the weights take their final dtype at once.
     build_dtype = torch.float32 if config.quantization is not None else dtype
