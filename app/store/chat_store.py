@@ -1,0 +1,199 @@
+"""ChatStore: chats, messages and their stats in SQLite, through SQLAlchemy.
+
+Every method is one short transaction; an answer that streams is written with
+:meth:`ChatStore.update_message` every half second, so a crash keeps what was shown.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, delete, event, func, or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.store import migrate
+from app.store.records import AnswerStats, ChatRecord, ChatSettings, MessageRecord, SamplingSettings
+from app.store.schema import ChatRow, MessageRow, utcnow
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "chats.db"
+TITLE_CHARS = 60
+
+
+def _chat(row: ChatRow) -> ChatRecord:
+    sampling = SamplingSettings(
+        temperature=row.temperature, top_p=row.top_p, max_tokens=row.max_tokens, seed=row.seed
+    )
+    return ChatRecord(
+        id=row.id,
+        title=row.title,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        settings=ChatSettings(model=row.model, system_prompt=row.system_prompt, sampling=sampling),
+    )
+
+
+def _message(row: MessageRow) -> MessageRecord:
+    stats = None
+    if row.role == "assistant":
+        stats = AnswerStats(
+            tokens=row.tokens or 0,
+            tokens_per_second=row.tokens_per_second,
+            ttft=row.ttft,
+            finish_reason=row.finish_reason,
+            dropped_messages=row.dropped_messages or 0,
+            model=row.model or "",
+            error=row.error,
+        )
+    return MessageRecord(
+        id=row.id, chat_id=row.chat_id, role=row.role, content=row.content, created_at=row.created_at, stats=stats
+    )
+
+
+def _apply_settings(row: ChatRow, settings: ChatSettings) -> None:
+    row.model = settings.model
+    row.system_prompt = settings.system_prompt
+    row.temperature = settings.sampling.temperature
+    row.top_p = settings.sampling.top_p
+    row.max_tokens = settings.sampling.max_tokens
+    row.seed = settings.sampling.seed
+
+
+def _apply_stats(row: MessageRow, stats: AnswerStats) -> None:
+    row.model = stats.model
+    row.tokens = stats.tokens
+    row.tokens_per_second = stats.tokens_per_second
+    row.ttft = stats.ttft
+    row.finish_reason = stats.finish_reason
+    row.dropped_messages = stats.dropped_messages
+    row.error = stats.error
+
+
+def open_engine(path: Path) -> Engine:
+    engine = create_engine(f"sqlite:///{path}")
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection, _record) -> None:
+        # WAL + NORMAL: a half-second save of a streaming answer costs well under a millisecond.
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+class ChatStore:
+    """The chats of one data folder.
+
+    Args:
+        folder: Where the database lives (the Hearth data folder).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / DB_NAME
+        self.engine = open_engine(self.path)
+        migrate.ensure_current(self.engine)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def session(self) -> Session:
+        return self._session()
+
+    # -- chats --------------------------------------------------------------------------------
+    def list_chats(self, query: str = "") -> list[ChatRecord]:
+        """Chats, newest activity first; ``query`` matches titles and message text."""
+        stmt = select(ChatRow).order_by(ChatRow.updated_at.desc(), ChatRow.id.desc())
+        if query.strip():
+            pattern = f"%{query.strip()}%"
+            in_messages = select(MessageRow.chat_id).where(MessageRow.content.ilike(pattern))
+            stmt = stmt.where(or_(ChatRow.title.ilike(pattern), ChatRow.id.in_(in_messages)))
+        with self.session() as s:
+            return [_chat(r) for r in s.scalars(stmt)]
+
+    def get_chat(self, chat_id: int) -> ChatRecord | None:
+        with self.session() as s:
+            row = s.get(ChatRow, chat_id)
+            return _chat(row) if row else None
+
+    def create_chat(self, settings: ChatSettings | None = None, title: str = "New chat") -> ChatRecord:
+        row = ChatRow(title=title)
+        _apply_settings(row, settings or ChatSettings())
+        with self.session() as s, s.begin():
+            s.add(row)
+        return _chat(row)
+
+    def rename_chat(self, chat_id: int, title: str) -> ChatRecord:
+        return self._update_chat(chat_id, title=title.strip()[:200] or "Untitled")
+
+    def update_settings(self, chat_id: int, settings: ChatSettings) -> ChatRecord:
+        return self._update_chat(chat_id, settings=settings)
+
+    def _update_chat(self, chat_id: int, *, title: str | None = None, settings: ChatSettings | None = None) -> ChatRecord:
+        with self.session() as s, s.begin():
+            row = s.get(ChatRow, chat_id)
+            if row is None:
+                raise KeyError(chat_id)
+            if title is not None:
+                row.title = title
+            if settings is not None:
+                _apply_settings(row, settings)
+        return _chat(row)
+
+    def delete_chat(self, chat_id: int) -> None:
+        with self.session() as s, s.begin():
+            s.execute(delete(MessageRow).where(MessageRow.chat_id == chat_id))
+            s.execute(delete(ChatRow).where(ChatRow.id == chat_id))
+
+    def count_chats(self) -> int:
+        with self.session() as s:
+            return s.scalar(select(func.count(ChatRow.id))) or 0
+
+    # -- messages -----------------------------------------------------------------------------
+    def messages(self, chat_id: int) -> list[MessageRecord]:
+        with self.session() as s:
+            rows = s.scalars(select(MessageRow).where(MessageRow.chat_id == chat_id).order_by(MessageRow.id))
+            return [_message(r) for r in rows]
+
+    def add_message(self, chat_id: int, role: str, content: str, stats: AnswerStats | None = None) -> MessageRecord:
+        """Append a message; the first user message also names a chat still called "New chat"."""
+        row = MessageRow(chat_id=chat_id, role=role, content=content)
+        if stats is not None:
+            _apply_stats(row, stats)
+        with self.session() as s, s.begin():
+            s.add(row)
+            chat = s.get(ChatRow, chat_id)
+            if chat is None:
+                raise KeyError(chat_id)
+            chat.updated_at = utcnow()
+            if role == "user" and chat.title == "New chat" and content.strip():
+                chat.title = " ".join(content.split())[:TITLE_CHARS]
+        return _message(row)
+
+    def update_message(self, message_id: int, content: str, stats: AnswerStats | None = None) -> None:
+        with self.session() as s, s.begin():
+            row = s.get(MessageRow, message_id)
+            if row is None:
+                return  # deleted meanwhile (the chat was deleted while answering)
+            row.content = content
+            if stats is not None:
+                _apply_stats(row, stats)
+
+    def delete_messages_after(self, chat_id: int, message_id: int, *, inclusive: bool = False) -> None:
+        """Delete the messages of a chat that come after ``message_id`` (and it, if ``inclusive``)."""
+        cond = MessageRow.id >= message_id if inclusive else MessageRow.id > message_id
+        with self.session() as s, s.begin():
+            s.execute(delete(MessageRow).where(MessageRow.chat_id == chat_id, cond))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def interrupted(message: MessageRecord) -> MessageRecord:
+    """An answer saved mid-stream by a run that died: marked so the view says so."""
+    if message.stats is None or message.stats.finish_reason is not None:
+        return message
+    return replace(message, stats=replace(message.stats, finish_reason="error", error="The answer was interrupted."))

@@ -1,0 +1,1 @@
+"""Alembic migrations of the app's store (run in code by app.store.migrate)."""

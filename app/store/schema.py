@@ -1,0 +1,58 @@
+"""The SQLite tables of the app's store. Changes go through an Alembic migration in migrations/."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ChatRow(Base):
+    __tablename__ = "chats"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    title: Mapped[str] = mapped_column(String(200), default="New chat")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    model: Mapped[str] = mapped_column(String(300))
+    system_prompt: Mapped[str] = mapped_column(Text, default="")
+    temperature: Mapped[float] = mapped_column(Float, default=0.7)
+    top_p: Mapped[float] = mapped_column(Float, default=0.95)
+    max_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class MessageRow(Base):
+    __tablename__ = "messages"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    chat_id: Mapped[int] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(20))
+    content: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Per-answer stats (NULL on user messages).
+    model: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tokens_per_second: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finish_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    dropped_messages: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class SettingRow(Base):
+    __tablename__ = "app_settings"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
