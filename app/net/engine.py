@@ -1,0 +1,235 @@
+"""EngineController: the worker process as the GUI sees it.
+
+Wraps :class:`engine.worker.WorkerSupervisor`: starts it off the GUI thread, bridges its events
+into the GUI thread with a signal, and restarts it with new settings when the user exposes the
+API. The app's own requests always carry a per-launch token; when the API is exposed with no
+key, other apps need none and neither does the app.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.store.records import DEFAULT_PORT, AppSettings
+from engine.starter import STARTER_NAME
+
+if TYPE_CHECKING:
+    from engine.worker.supervisor import WorkerSupervisor
+
+log = logging.getLogger(__name__)
+
+ANY_HOST = "0.0.0.0"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How to run the worker. ``extra_args`` and ``env`` pass through to ``hearth serve``."""
+
+    model: str | None = STARTER_NAME
+    expose: bool = False
+    port: int = DEFAULT_PORT
+    api_key: str = ""
+    lan: bool = False
+    cors_origins: tuple[str, ...] = ()
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=())
+    startup_timeout: float = 120.0
+
+    @classmethod
+    def from_settings(cls, settings: AppSettings, **overrides) -> EngineConfig:
+        values = dict(
+            model=settings.default_model or STARTER_NAME,
+            expose=settings.expose_api,
+            port=settings.port,
+            api_key=settings.api_key,
+            lan=settings.lan,
+            cors_origins=settings.cors_origins,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """What the worker is doing: starting | ready | crashed | restarting | stopped | failed."""
+
+    kind: str
+    detail: str = ""
+    root_url: str = ""  # http://127.0.0.1:PORT, without /v1
+
+    @property
+    def ready(self) -> bool:
+        return self.kind == "ready"
+
+
+class EngineController(QObject):
+    """Owns the worker supervisor for the app. All signals arrive on the GUI thread."""
+
+    state_changed = Signal(EngineState)
+    # WorkerEvent and the generation it belongs to. Typed `object` so this module does not
+    # import the supervisor (and the server modules behind it) before the window shows.
+    _bridge = Signal(object, int)
+
+    def __init__(self, *, log_path: Path | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.log_path = log_path
+        self.launch_token = secrets.token_urlsafe(24)
+        self.config = EngineConfig()
+        self.state = EngineState("stopped")
+        self.supervisor: WorkerSupervisor | None = None
+        self._api_key = ""
+        self._generation = 0
+        self._lock = threading.Lock()
+        self._live: dict[int, WorkerSupervisor] = {}  # started or starting, by launch
+        self._threads: list[threading.Thread] = []
+        self._bridge.connect(self._on_worker_event)
+
+    # -- what the API client needs ------------------------------------------------------------
+    @property
+    def token(self) -> str:
+        """The Bearer token the app sends ("" when the API is shared without a key)."""
+        return self._api_key
+
+    @property
+    def root_url(self) -> str:
+        return self.state.root_url if self.state.ready else ""
+
+    @property
+    def public_url(self) -> str:
+        """The base URL other apps use (only meaningful when the API is exposed)."""
+        return f"http://127.0.0.1:{self.config.port}/v1"
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self, config: EngineConfig) -> None:
+        """Start the worker in the background; :attr:`state_changed` tells how it goes."""
+        self._launch(config)
+
+    def apply(self, config: EngineConfig) -> None:
+        """Restart the worker with ``config`` (in the background)."""
+        self._launch(config)
+
+    def stop(self) -> None:
+        """Stop the worker now, and any being started (blocks a few seconds at most; at quit)."""
+        with self._lock:
+            self._generation += 1
+            live = list(self._live.values())
+            self._live.clear()
+            threads = list(self._threads)
+        self.supervisor = None
+        for sup in live:
+            sup.stop(timeout=5)
+        for thread in threads:
+            thread.join(timeout=10)  # a start in progress notices the stop and cleans up
+        self._set_state(EngineState("stopped"))
+
+    def _supervisor_for(self, config: EngineConfig, api_key: str, generation: int) -> WorkerSupervisor:
+        from engine.worker.supervisor import WorkerSupervisor
+
+        env = dict(config.env)
+        env["HEARTH_API_KEYS"] = config.api_key if config.expose else ""  # never the shell's keys
+        args = list(config.extra_args)
+        for origin in config.cors_origins:
+            args += ["--cors-origin", origin]
+        host = (ANY_HOST if config.lan else "127.0.0.1") if config.expose else "127.0.0.1"
+        return WorkerSupervisor(
+            host=host,
+            port=config.port if config.expose else 0,
+            api_key=api_key,
+            model=config.model,
+            extra_args=args,
+            env=env,
+            log_path=self.log_path,
+            startup_timeout=config.startup_timeout,
+            on_event=lambda event: self._bridge.emit(event, generation),
+        )
+
+    @staticmethod
+    def api_key_for(config: EngineConfig, launch_token: str) -> str:
+        """The app's own token; none when the API is shared without a key (LM Studio's way:
+        shared without a key means no key at all)."""
+        return "" if config.expose and not config.api_key else launch_token
+
+    def _current(self, generation: int) -> bool:
+        with self._lock:
+            return generation == self._generation
+
+    def _launch(self, config: EngineConfig) -> None:
+        api_key = self.api_key_for(config, self.launch_token)
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+            previous = list(self._live.values())
+            self._live.clear()
+            self._threads = [t for t in self._threads if t.is_alive()]
+        self.config = config
+        self._api_key = api_key
+        self.supervisor = None
+        self._set_state(EngineState("starting", "Starting the engine…"))
+
+        def run() -> None:
+            # Off the GUI thread: importing the supervisor (and the server modules behind it),
+            # stopping the old worker, waiting for the new one's health.
+            from engine.worker.supervisor import WorkerEvent, WorkerStartError
+
+            for old in previous:
+                old.stop(timeout=5)
+            try:
+                sup = self._supervisor_for(config, api_key, generation)
+            except Exception as exc:
+                log.exception("the worker could not be prepared")
+                self._bridge.emit(WorkerEvent("failed", f"The engine did not start: {exc}"), generation)
+                return
+            with self._lock:
+                if generation != self._generation:
+                    return  # replaced or stopped before it began
+                self._live[generation] = sup
+            self._bridge.emit(sup, generation)
+            try:
+                sup.start()
+            except WorkerStartError as exc:
+                self._bridge.emit(WorkerEvent("failed", str(exc)), generation)
+            except Exception as exc:  # a port in use, a missing interpreter: say so, don't die
+                log.exception("the worker did not start")
+                self._bridge.emit(WorkerEvent("failed", f"The engine did not start: {exc}"), generation)
+            if not self._current(generation):
+                sup.stop(timeout=5)  # stopped while it was starting: leave no worker behind
+
+        thread = threading.Thread(target=run, name="engine-start", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    @Slot(object, int)
+    def _on_worker_event(self, event, generation: int) -> None:
+        if not self._current(generation):
+            return  # an old worker's last words (it was replaced on purpose)
+        if not hasattr(event, "kind"):
+            self.supervisor = event  # the supervisor of this launch, made off the GUI thread
+            return
+        sup = self.supervisor
+        if sup is None:
+            return
+        host = "127.0.0.1" if sup.host == ANY_HOST else sup.host
+        messages = {
+            "starting": "Starting the engine…",
+            "ready": "The engine is ready.",
+            "crashed": f"The engine stopped ({event.detail}); restarting…",
+            "restarting": "The engine stopped; restarting…",
+            "stopped": "The engine is stopped.",
+        }
+        detail = messages.get(event.kind, event.detail)
+        if event.kind == "failed":
+            detail = event.detail
+        root = f"http://{host}:{sup.port}" if event.kind == "ready" else ""
+        self._set_state(EngineState(event.kind, detail, root))
+
+    def _set_state(self, state: EngineState) -> None:
+        self.state = state
+        self.state_changed.emit(state)
