@@ -1,0 +1,83 @@
+"""Starting the desktop app: the window first (so it shows at once), then the engine behind it."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import psutil
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.crash import CrashReporter
+from app.icons import app_icon
+from app.main_window import MainWindow
+from app.net.engine import EngineConfig, EngineController
+from app.store.chat_store import ChatStore
+from app.store.settings_store import SettingsStore
+from app.theme import ThemeManager
+from app.widgets.markdown import render_markdown
+from engine.paths import hearth_home, logs_dir
+
+log = logging.getLogger(__name__)
+
+
+def seconds_since_launch() -> float:
+    """Seconds since this process started (what a person waits after double-clicking)."""
+    return time.time() - psutil.Process().create_time()
+
+
+def create_application(argv: list[str] | None = None) -> QApplication:
+    app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+    app.setApplicationName("Hearth")
+    app.setApplicationDisplayName("Hearth")
+    app.setOrganizationName("Hearth")
+    app.setDesktopFileName("hearth")
+    app.setWindowIcon(app_icon())
+    return app
+
+
+def run_app(*, engine_config: EngineConfig | None = None) -> int:
+    """Open the main window, start the engine, and run until the window closes."""
+    code, _report = _run(engine_config=engine_config, smoke=None)
+    return code
+
+
+def run_smoke(out: str, *, engine_config: EngineConfig | None = None):
+    """Send one message, wait for the answer, save a screenshot to ``out``; a :class:`SmokeReport`."""
+    _code, report = _run(engine_config=engine_config, smoke=out)
+    return report
+
+
+def _run(*, engine_config: EngineConfig | None, smoke: str | None):
+    launched_at = psutil.Process().create_time()
+    app = create_application()
+    reporter = CrashReporter(logs_dir(), app)
+    reporter.install()
+    store = ChatStore(hearth_home())
+    settings = SettingsStore(store).load()
+    theme = ThemeManager(settings.theme, app)
+    theme.apply()
+    engine = EngineController(log_path=logs_dir() / "worker.log", parent=app)
+    window = MainWindow(store=store, engine=engine, theme=theme)
+    window.show()
+    shown_after = seconds_since_launch()
+    log.info("window shown %.2f s after launch", shown_after)
+    engine.start(engine_config or EngineConfig.from_settings(settings))
+    # Warm the Markdown and highlighting caches now, not on the first streamed token.
+    QTimer.singleShot(0, lambda: render_markdown("```python\nx = 1\n```", theme.colors))
+    smoke_run = None
+    if smoke:
+        from app.smoke import SmokeRun
+
+        smoke_run = SmokeRun(window, out=smoke, shown_after=shown_after, launched_at=launched_at)
+        smoke_run.start()
+    try:
+        code = app.exec()
+    finally:
+        window.controller.stop_all()
+        engine.stop()
+        store.close()
+        reporter.uninstall()
+    return code, (smoke_run.report if smoke_run is not None else None)

@@ -1,0 +1,161 @@
+"""ChatController: sends, stops, regenerates and edits, for any number of chats at once.
+
+It owns one :class:`ConversationModel` per opened chat and one :class:`AnswerRun` per chat
+that is answering; the worker batches the runs of several chats together.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from PySide6.QtCore import QObject, Signal
+
+from app.chat.answer_run import AnswerOutcome, AnswerRun
+from app.chat.context import DEFAULT_CONTEXT
+from app.chat.conversation_model import ConversationModel
+from app.net.api import HearthApi
+from app.net.types import ModelInfo, StatsSnapshot
+from app.store.chat_store import ChatStore, interrupted
+from app.store.records import AnswerStats, ChatRecord, ChatSettings
+
+log = logging.getLogger(__name__)
+
+
+class ChatController(QObject):
+    """The chats' behaviour, apart from any widget (the chat page drives it)."""
+
+    answer_started = Signal(int)  # chat id
+    answer_finished = Signal(AnswerOutcome)
+    chats_changed = Signal()  # titles or order changed: the sidebar refreshes
+
+    def __init__(self, store: ChatStore, api: HearthApi, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.api = api
+        self._conversations: dict[int, ConversationModel] = {}
+        self._runs: dict[int, AnswerRun] = {}
+        self._context: dict[str, int] = {}  # model name -> tokens per sequence
+
+    # -- what the views need ------------------------------------------------------------------
+    def conversation(self, chat_id: int) -> ConversationModel:
+        """The chat's message model (loaded once; answers cut off by a crash are marked)."""
+        model = self._conversations.get(chat_id)
+        if model is None:
+            messages = []
+            for m in self.store.messages(chat_id):
+                fixed = interrupted(m)
+                if fixed is not m:
+                    self.store.update_message(fixed.id, fixed.content, fixed.stats)
+                messages.append(fixed)
+            model = ConversationModel(chat_id, messages, self)
+            self._conversations[chat_id] = model
+        return model
+
+    def is_answering(self, chat_id: int) -> bool:
+        return chat_id in self._runs
+
+    def answering_chats(self) -> list[int]:
+        return list(self._runs)
+
+    def context_length(self, model: str) -> int:
+        return self._context.get(model, DEFAULT_CONTEXT)
+
+    def learn_models(self, models: list[ModelInfo]) -> None:
+        """Context lengths from /api/models (the model's own limit, until loaded)."""
+        for m in models:
+            if m.context_length and m.name not in self._context:
+                self._context[m.name] = min(m.context_length, 4096)
+
+    def learn_stats(self, stats: StatsSnapshot) -> None:
+        """Context lengths of loaded models from /api/stats (what the worker really allows)."""
+        for m in stats.models:
+            if m.n_ctx:
+                self._context[m.name] = m.n_ctx
+
+    # -- actions ------------------------------------------------------------------------------
+    def send(self, chat_id: int, text: str) -> bool:
+        """Add a user message and start answering it. False when the chat is busy or ``text`` empty."""
+        if not text.strip() or self.is_answering(chat_id):
+            return False
+        message = self.store.add_message(chat_id, "user", text)
+        self.conversation(chat_id).append(message)
+        self.chats_changed.emit()
+        self._answer(chat_id)
+        return True
+
+    def stop(self, chat_id: int) -> None:
+        run = self._runs.get(chat_id)
+        if run is not None:
+            run.stop()
+
+    def stop_all(self) -> None:
+        """Stop every answer (at quit); each keeps its text."""
+        for run in list(self._runs.values()):
+            run.stop()
+
+    def regenerate(self, chat_id: int) -> bool:
+        """Replace the last answer with a new one."""
+        model = self.conversation(chat_id)
+        last = model.last_answer()
+        if last is None or self.is_answering(chat_id):
+            return False
+        self.store.delete_messages_after(chat_id, last.id, inclusive=True)
+        model.remove_from(model.row_of(last.id))
+        self._answer(chat_id)
+        return True
+
+    def edit_and_resend(self, chat_id: int, message_id: int, text: str) -> bool:
+        """Change a user message, drop everything after it and answer it again."""
+        model = self.conversation(chat_id)
+        row = model.row_of(message_id)
+        if row < 0 or not text.strip() or self.is_answering(chat_id) or model.message(row).role != "user":
+            return False
+        edited = replace(model.message(row), content=text)
+        self.store.update_message(message_id, text)
+        self.store.delete_messages_after(chat_id, message_id)
+        model.remove_from(row + 1)
+        model.replace(edited)
+        self._answer(chat_id)
+        return True
+
+    def update_settings(self, chat_id: int, settings: ChatSettings) -> ChatRecord:
+        return self.store.update_settings(chat_id, settings)
+
+    def forget(self, chat_id: int) -> None:
+        """Drop a deleted chat: stop its answer and its model."""
+        self.stop(chat_id)
+        self._conversations.pop(chat_id, None)
+
+    # -- running answers ----------------------------------------------------------------------
+    def _answer(self, chat_id: int) -> None:
+        chat = self.store.get_chat(chat_id)
+        if chat is None:
+            return
+        model = self.conversation(chat_id)
+        history = model.messages()
+        answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model))
+        model.append(answer, streaming=True)
+        run = AnswerRun(
+            api=self.api,
+            store=self.store,
+            conversation=model,
+            chat=chat,
+            answer=answer,
+            history=history,
+            context_length=self.context_length(chat.settings.model),
+            parent=self,
+        )
+        run.finished.connect(self._on_run_finished)
+        self._runs[chat_id] = run
+        run.start()
+        self.answer_started.emit(chat_id)
+
+    def _on_run_finished(self, outcome: AnswerOutcome) -> None:
+        run = self._runs.pop(outcome.chat_id, None)
+        if run is not None:
+            run.deleteLater()
+        self.answer_finished.emit(outcome)
+        # The model may have loaded on this request: learn its real context length.
+        call = self.api.stats()
+        call.succeeded.connect(self.learn_stats)

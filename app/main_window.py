@@ -1,0 +1,112 @@
+"""MainWindow: the navigation rail, the four pages, and the banner for the engine's troubles."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QStackedWidget, QVBoxLayout, QWidget
+
+from app.chat.controller import ChatController
+from app.icons import app_icon
+from app.net.api import HearthApi
+from app.net.engine import EngineController, EngineState
+from app.net.local_models import LocalModels
+from app.pages.api_page import ApiPage
+from app.pages.chats_page import ChatsPage
+from app.pages.hardware_page import HardwarePage
+from app.pages.models_page import ModelsPage
+from app.store.chat_store import ChatStore
+from app.store.settings_store import SettingsStore
+from app.theme import ThemeColors, ThemeManager
+from app.widgets.banner import Banner
+from app.widgets.nav_rail import NavRail
+
+log = logging.getLogger(__name__)
+
+CRASH_TEXT = "The engine stopped; restarting…"
+
+
+class MainWindow(QMainWindow):
+    """The app's window over a store and a running (or starting) engine; owns neither."""
+
+    def __init__(self, *, store: ChatStore, engine: EngineController, theme: ThemeManager) -> None:
+        super().__init__()
+        self.setWindowTitle("Hearth")
+        self.setWindowIcon(app_icon())
+        self.resize(1280, 820)
+        self.setMinimumSize(900, 600)
+        self.store = store
+        self.engine = engine
+        self.theme = theme
+        self.settings_store = SettingsStore(store)
+        self.api = HearthApi(engine, self)
+        self.models = LocalModels(self.api, self)
+        self.controller = ChatController(store, self.api, self)
+        colors = theme.colors
+        self.banner = Banner(colors)
+        self.nav = NavRail(colors)
+        self.chats = ChatsPage(self.controller, self.models, colors)
+        self.models_page = ModelsPage(self.api, self.models, colors)
+        self.hardware = HardwarePage(self.api, self.models, colors)
+        self.api_page = ApiPage(self.api, engine, self.settings_store, colors)
+        self.pages = QStackedWidget()
+        for page in (self.chats, self.models_page, self.hardware, self.api_page):
+            self.pages.addWidget(page)
+        central = QWidget()
+        row = QHBoxLayout(central)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.nav)
+        column = QVBoxLayout()
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.banner)
+        column.addWidget(self.pages, 1)
+        row.addLayout(column, 1)
+        self.setCentralWidget(central)
+        self.nav.page_selected.connect(self.pages.setCurrentIndex)
+        self.controller.answer_finished.connect(self._answer_finished)
+        engine.state_changed.connect(self.on_engine_state)
+        theme.changed.connect(self.set_colors)
+        self.on_engine_state(engine.state)
+
+    # -- engine -------------------------------------------------------------------------------
+    def on_engine_state(self, state: EngineState) -> None:
+        self.chats.set_engine_ready(state.ready, state.detail)
+        if state.kind in ("crashed", "restarting"):
+            self.banner.show_message(CRASH_TEXT)
+        elif state.kind == "failed":
+            self.banner.show_message(
+                f"{state.detail} The log is in {self.engine.log_path}." if self.engine.log_path else state.detail,
+                level="error",
+                action="Try again",
+                on_action=lambda: self.engine.start(self.engine.config),
+            )
+        elif state.ready:
+            if self.banner.text == CRASH_TEXT:
+                self.banner.show_message("The engine restarted. Answers that were cut off are kept as far as they got.", level="info")
+                QTimer.singleShot(6000, lambda: self.banner.hide() if not self.banner.text.startswith(CRASH_TEXT) else None)
+            else:
+                self.banner.hide()
+            self.models_page.engine_ready()
+            self.hardware.refresh()
+
+    def _answer_finished(self, outcome) -> None:
+        if outcome.error is not None and outcome.error.status == 0 and not self.engine.state.ready:
+            self.banner.show_message(CRASH_TEXT)
+
+    # -- theme and closing --------------------------------------------------------------------
+    def set_colors(self, colors: ThemeColors) -> None:
+        self.nav.set_colors(colors)
+        self.chats.set_colors(colors)
+        self.models_page.set_colors(colors)
+        self.hardware.set_colors(colors)
+        self.api_page.set_colors(colors)
+        self.banner.colors = colors
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        self.chats.settings_panel.apply_now()
+        self.controller.stop_all()  # each answer keeps its text, saved now
+        super().closeEvent(event)

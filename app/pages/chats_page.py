@@ -1,0 +1,276 @@
+"""The Chats page: the sidebar of chats, the chat itself, the composer and the chat settings."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QSize
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chat.answer_run import AnswerOutcome
+from app.chat.chat_list_model import ChatListModel
+from app.chat.controller import ChatController
+from app.icons import icon
+from app.net.local_models import LocalModels
+from app.net.types import ModelInfo
+from app.store import ChatSettings, to_json, to_markdown
+from app.theme import ThemeColors
+from app.widgets.chat_settings import ChatSettingsPanel
+from app.widgets.chat_sidebar import ChatSidebar
+from app.widgets.chat_view import ChatView
+from app.widgets.composer import Composer
+
+log = logging.getLogger(__name__)
+
+
+class ChatsPage(QWidget):
+    def __init__(self, controller: ChatController, models: LocalModels, colors: ThemeColors, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Page")
+        self.controller = controller
+        self.store = controller.store
+        self.models = models
+        self.colors = colors
+        self.chat_id: int | None = None
+        self.engine_ready = False
+        self.list_model = ChatListModel(self)
+        self.sidebar = ChatSidebar(self.list_model, colors)
+        self.view = ChatView(colors)
+        self.composer = Composer(colors)
+        self.settings_panel = ChatSettingsPanel()
+        self.settings_panel.hide()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.sidebar)
+        center = QVBoxLayout()
+        center.setSpacing(0)
+        center.addWidget(self._header())
+        center.addWidget(self.view, 1)
+        center.addWidget(self.composer)
+        row.addLayout(center, 1)
+        row.addWidget(self.settings_panel)
+        self._connect()
+        self.refresh_list()
+        chats = self.store.list_chats()
+        if chats:
+            self.open_chat(chats[0].id)
+        else:
+            self.new_chat()
+
+    def _header(self) -> QWidget:
+        header = QFrame()
+        header.setObjectName("ChatHeader")
+        row = QHBoxLayout(header)
+        row.setContentsMargins(20, 10, 12, 10)
+        self.title = QLabel()
+        self.title.setObjectName("ChatTitle")
+        row.addWidget(self.title, 1)
+        self.model_combo = QComboBox()
+        self.model_combo.setObjectName("modelCombo")
+        self.model_combo.setMinimumWidth(240)
+        self.model_combo.setToolTip("The model this chat talks to")
+        row.addWidget(self.model_combo)
+        self.export_button = QToolButton()
+        self.export_button.setToolTip("Export this chat as Markdown")
+        self.export_button.setIconSize(QSize(18, 18))
+        self.export_button.clicked.connect(lambda: self.export_chat(self.chat_id, "md") if self.chat_id else None)
+        row.addWidget(self.export_button)
+        self.settings_button = QToolButton()
+        self.settings_button.setObjectName("chatSettingsButton")
+        self.settings_button.setToolTip("System prompt and sampling")
+        self.settings_button.setCheckable(True)
+        self.settings_button.setIconSize(QSize(18, 18))
+        self.settings_button.toggled.connect(self.settings_panel.setVisible)
+        row.addWidget(self.settings_button)
+        self._set_header_icons()
+        return header
+
+    def _set_header_icons(self) -> None:
+        self.export_button.setIcon(icon("export", self.colors.muted))
+        self.settings_button.setIcon(icon("settings", self.colors.muted))
+
+    def _connect(self) -> None:
+        c = self.controller
+        c.answer_started.connect(self._answer_started)
+        c.answer_finished.connect(self._answer_finished)
+        c.chats_changed.connect(self.refresh_list)
+        self.sidebar.chat_selected.connect(self.open_chat)
+        self.sidebar.new_chat_requested.connect(self.new_chat)
+        self.sidebar.search_changed.connect(lambda _q: self.refresh_list())
+        self.sidebar.delete_requested.connect(self.confirm_delete)
+        self.sidebar.export_requested.connect(self.export_chat)
+        self.list_model.rename_requested.connect(self.rename_chat)
+        self.composer.send_requested.connect(self.send)
+        self.composer.stop_requested.connect(lambda: self.controller.stop(self.chat_id) if self.chat_id else None)
+        self.view.edit_submitted.connect(lambda mid, text: self.controller.edit_and_resend(self.chat_id, mid, text))
+        self.view.regenerate_clicked.connect(lambda: self.controller.regenerate(self.chat_id))
+        self.settings_panel.settings_changed.connect(self._settings_edited)
+        self.model_combo.activated.connect(self._model_chosen)
+        self.models.changed.connect(self._models_changed)
+
+    # -- chats --------------------------------------------------------------------------------
+    def refresh_list(self) -> None:
+        self.list_model.set_chats(self.store.list_chats(self.sidebar.search.text()))
+        for chat_id in self.controller.answering_chats():
+            self.list_model.set_answering(chat_id, True)
+        if self.chat_id is not None:
+            self.sidebar.select_chat(self.chat_id)
+
+    def new_chat(self) -> None:
+        """Open a new chat (the current one, if it is still empty), with the current chat's model."""
+        current = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        if current is not None and not self.controller.conversation(current.id).rowCount():
+            self.sidebar.search.clear()
+            self.composer.input.setFocus()
+            return
+        settings = ChatSettings(model=current.settings.model) if current else ChatSettings()
+        if not self.models.get(settings.model) and self.models.models:
+            settings = ChatSettings(model=self.models.models[0].name) if not current else settings
+        chat = self.store.create_chat(settings)
+        self.sidebar.search.clear()
+        self.open_chat(chat.id)
+        self.refresh_list()
+        self.composer.input.setFocus()
+
+    def open_chat(self, chat_id: int) -> None:
+        chat = self.store.get_chat(chat_id)
+        if chat is None:
+            return
+        if self.chat_id is not None and self.chat_id != chat_id:
+            self.settings_panel.apply_now()  # pending edits belong to the chat being left
+        self.chat_id = chat_id
+        self.view.set_model(self.controller.conversation(chat_id))
+        self.title.setText(chat.title)
+        self.settings_panel.set_settings(chat.settings)
+        self._fill_models(chat.settings.model)
+        self.view.set_empty_text(
+            f"<h2>What can I help with?</h2><p>Answers come from <b>{chat.settings.model}</b>, "
+            "running on this computer. Nothing leaves it.</p>"
+        )
+        answering = self.controller.is_answering(chat_id)
+        self.composer.set_answering(answering)
+        self.view.set_actions_enabled(not answering)
+        self.sidebar.select_chat(chat_id)
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        chat = self.store.rename_chat(chat_id, title)
+        if chat_id == self.chat_id:
+            self.title.setText(chat.title)
+        self.refresh_list()
+
+    def confirm_delete(self, chat_id: int) -> None:
+        chat = self.store.get_chat(chat_id)
+        if chat is None:
+            return
+        box = QMessageBox(QMessageBox.Icon.Question, "Delete chat", f"Delete “{chat.title}” and all its messages?", parent=self)
+        box.setStandardButtons(QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes)
+        box.button(QMessageBox.StandardButton.Yes).setText("Delete")
+        box.accepted.connect(lambda: self.delete_chat(chat_id))
+        box.open()
+
+    def delete_chat(self, chat_id: int) -> None:
+        self.controller.forget(chat_id)
+        self.store.delete_chat(chat_id)
+        if chat_id == self.chat_id:
+            self.chat_id = None
+            rest = self.store.list_chats()
+            self.open_chat(rest[0].id) if rest else self.new_chat()
+        self.refresh_list()
+
+    def export_chat(self, chat_id: int, fmt: str) -> None:
+        chat = self.store.get_chat(chat_id)
+        if chat is None:
+            return
+        suffix = "md" if fmt == "md" else "json"
+        kind = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
+        safe = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in chat.title).strip() or "chat"
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{safe}.{suffix}", kind)
+        if path:
+            self.write_export(chat_id, Path(path), fmt)
+
+    def write_export(self, chat_id: int, path: Path, fmt: str) -> None:
+        chat = self.store.get_chat(chat_id)
+        messages = self.controller.conversation(chat_id).messages()
+        text = to_markdown(chat, messages) if fmt == "md" else to_json(chat, messages)
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            QMessageBox.warning(self, "Export failed", f"Could not write {path}: {exc.strerror}. Choose another folder.")
+
+    # -- sending ------------------------------------------------------------------------------
+    def send(self, text: str) -> None:
+        if self.chat_id is None:
+            return
+        self.settings_panel.apply_now()
+        if not self.controller.send(self.chat_id, text):
+            self.composer.input.setPlainText(text)
+
+    def _answer_started(self, chat_id: int) -> None:
+        self.list_model.set_answering(chat_id, True)
+        if chat_id == self.chat_id:
+            self.composer.set_answering(True)
+            self.view.set_actions_enabled(False)
+            chat = self.store.get_chat(chat_id)
+            self.title.setText(chat.title if chat else "")
+
+    def _answer_finished(self, outcome: AnswerOutcome) -> None:
+        self.list_model.set_answering(outcome.chat_id, False)
+        if outcome.chat_id == self.chat_id:
+            self.composer.set_answering(False)
+            self.view.set_actions_enabled(True)
+
+    def _settings_edited(self, settings: ChatSettings) -> None:
+        if self.chat_id is not None:
+            self.controller.update_settings(self.chat_id, settings)
+
+    # -- models -------------------------------------------------------------------------------
+    def _fill_models(self, selected: str) -> None:
+        self.model_combo.blockSignals(True)
+        self.model_combo.clear()
+        names = self.models.names()
+        for name in names:
+            self.model_combo.addItem(name, name)
+        if selected not in names:
+            self.model_combo.addItem(f"{selected} (not available)" if names else selected, selected)
+        self.model_combo.setCurrentIndex(self.model_combo.findData(selected))
+        self.model_combo.blockSignals(False)
+
+    def _models_changed(self, models: list[ModelInfo]) -> None:
+        self.controller.learn_models(models)
+        chat = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        if chat is not None:
+            self._fill_models(chat.settings.model)
+
+    def _model_chosen(self, index: int) -> None:
+        name = self.model_combo.itemData(index)
+        if self.chat_id is None or not name:
+            return
+        chat = self.store.get_chat(self.chat_id)
+        settings = replace(chat.settings, model=name)
+        self.controller.update_settings(self.chat_id, settings)
+        self.settings_panel.set_settings(settings)
+
+    # -- engine and theme ---------------------------------------------------------------------
+    def set_engine_ready(self, ready: bool, message: str = "") -> None:
+        self.engine_ready = ready
+        self.composer.set_engine_ready(ready, message)
+
+    def set_colors(self, colors: ThemeColors) -> None:
+        self.colors = colors
+        self.view.set_colors(colors)
+        self.composer.set_colors(colors)
+        self.sidebar.set_colors(colors)
+        self._set_header_icons()

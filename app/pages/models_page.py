@@ -1,0 +1,202 @@
+"""The Models page: models on this computer, the Hub with the advisor's labels, and downloads.
+
+A local GGUF comes in through the Import button or by dropping the file anywhere on the page.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTableView,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.icons import icon
+from app.net.api import HearthApi
+from app.net.catalog_types import HardwareFacts
+from app.net.local_models import LocalModels
+from app.net.types import ApiError, ModelInfo, StatsSnapshot
+from app.pages.downloads_panel import DownloadsPanel
+from app.pages.hub_panel import HubPanel
+from app.theme import ThemeColors
+from app.widgets.local_models_table import LocalModelsTable
+
+
+class ModelsPage(QWidget):
+    status = Signal(str)  # a sentence for the page's status line
+
+    def __init__(self, api: HearthApi, models: LocalModels, colors: ThemeColors, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Page")
+        self.setAcceptDrops(True)
+        self.api = api
+        self.models = models
+        self.colors = colors
+        column = QVBoxLayout(self)
+        column.setContentsMargins(28, 22, 28, 18)
+        column.setSpacing(12)
+        header = QHBoxLayout()
+        title = QLabel("Models")
+        title.setObjectName("PageTitle")
+        header.addWidget(title)
+        header.addStretch()
+        self.import_button = QPushButton(" Import GGUF…")
+        self.import_button.setObjectName("importButton")
+        self.import_button.setIconSize(QSize(16, 16))
+        self.import_button.clicked.connect(self.choose_import)
+        header.addWidget(self.import_button)
+        column.addLayout(header)
+        self.message = QLabel()
+        self.message.setObjectName("Muted")
+        self.message.setWordWrap(True)
+        column.addWidget(self.message)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self._local_tab(), "On this computer")
+        self.hub = HubPanel(api, colors)
+        self.tabs.addTab(self.hub, "Discover")
+        self.downloads = DownloadsPanel(api, colors)
+        self.tabs.addTab(self.downloads, "Downloads")
+        column.addWidget(self.tabs, 1)
+        self.hub.download_started.connect(lambda _d: (self.downloads.refresh(), self.tabs.setCurrentWidget(self.downloads)))
+        self.hub.message.connect(self.show_message)
+        self.downloads.model_arrived.connect(lambda _name: self.models.refresh())
+        self.downloads.message.connect(self.show_message)
+        self.models.changed.connect(self.table.set_models)
+        self.models.failed.connect(lambda e: self.show_message(e.message, error=True))
+        self.set_colors(colors)
+
+    def _local_tab(self) -> QWidget:
+        tab = QWidget()
+        column = QVBoxLayout(tab)
+        column.setContentsMargins(0, 12, 0, 0)
+        self.table = LocalModelsTable(self)
+        self.view = QTableView()
+        self.view.setObjectName("localModels")
+        self.view.setModel(self.table)
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.view.verticalHeader().hide()
+        self.view.setShowGrid(False)
+        self.view.setAlternatingRowColors(True)
+        self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.view.horizontalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignLeft)
+        self.view.verticalHeader().setDefaultSectionSize(34)
+        column.addWidget(self.view, 1)
+        buttons = QHBoxLayout()
+        hint = QLabel("Drop a .gguf file here to add it.")
+        hint.setObjectName("Muted")
+        buttons.addWidget(hint)
+        buttons.addStretch()
+        self.load_button = QPushButton("Load")
+        self.unload_button = QPushButton("Unload")
+        self.delete_button = QPushButton("Delete…")
+        self.delete_button.setProperty("danger", True)
+        self.delete_button.setObjectName("deleteModelButton")
+        for b in (self.load_button, self.unload_button, self.delete_button):
+            buttons.addWidget(b)
+        self.load_button.clicked.connect(lambda: self._on_selected(self.load))
+        self.unload_button.clicked.connect(lambda: self._on_selected(self.unload))
+        self.delete_button.clicked.connect(lambda: self._on_selected(self.confirm_delete))
+        column.addLayout(buttons)
+        return tab
+
+    def set_colors(self, colors: ThemeColors) -> None:
+        self.colors = colors
+        self.import_button.setIcon(icon("import", colors.text))
+        self.hub.set_colors(colors)
+        self.downloads.set_colors(colors)
+
+    def show_message(self, text: str, error: bool = False) -> None:
+        color = self.colors.error_text if error else self.colors.muted
+        self.message.setText(f'<span style="color:{color};">{text}</span>' if text else "")
+
+    # -- engine facts -------------------------------------------------------------------------
+    def engine_ready(self) -> None:
+        self.models.refresh()
+        self.downloads.refresh()
+        call = self.api.hardware()
+        call.succeeded.connect(self._hardware)
+        stats = self.api.stats()
+        stats.succeeded.connect(self._stats)
+
+    def _hardware(self, facts: HardwareFacts) -> None:
+        self.table.set_backends(by_format={b.format: b.backend for b in facts.backends})
+
+    def _stats(self, stats: StatsSnapshot) -> None:
+        self.table.set_backends(by_model={m.name: m.backend for m in stats.models if m.backend})
+
+    # -- actions on the selected model --------------------------------------------------------
+    def selected(self) -> ModelInfo | None:
+        rows = self.view.selectionModel().selectedRows() if self.view.selectionModel() else []
+        return self.table.model_at(rows[0].row()) if rows else None
+
+    def _on_selected(self, action) -> None:
+        model = self.selected()
+        if model is None:
+            self.show_message("Select a model in the list first.")
+            return
+        action(model)
+
+    def load(self, model: ModelInfo) -> None:
+        self.show_message(f"Loading {model.name}…")
+        call = self.api.load_model(model.name)
+        call.succeeded.connect(lambda r: (self.show_message(f"{model.name} is loaded ({r.get('backend', '')}, {r.get('n_ctx', '?')} tokens of context)."), self.engine_ready()))
+        call.failed.connect(lambda e: self.show_message(e.message, error=True))
+
+    def unload(self, model: ModelInfo) -> None:
+        call = self.api.unload_model(model.name)
+        call.succeeded.connect(lambda _r: (self.show_message(f"{model.name} is unloaded; its memory is free."), self.models.refresh()))
+        call.failed.connect(lambda e: self.show_message(e.message, error=True))
+
+    def confirm_delete(self, model: ModelInfo) -> None:
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Delete model",
+            f"Delete {model.name}? Its files ({model.path}) are removed from this computer.",
+            parent=self,
+        )
+        box.setStandardButtons(QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes)
+        box.button(QMessageBox.StandardButton.Yes).setText("Delete")
+        box.accepted.connect(lambda: self.delete(model))
+        box.open()
+
+    def delete(self, model: ModelInfo) -> None:
+        call = self.api.delete_model(model.name)
+        call.succeeded.connect(lambda name: (self.show_message(f"{name} is deleted."), self.models.refresh()))
+        call.failed.connect(lambda e: self.show_message(e.message, error=True))
+
+    # -- importing ----------------------------------------------------------------------------
+    def choose_import(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", "", "GGUF models (*.gguf)")
+        if path:
+            self.import_file(path)
+
+    def import_file(self, path: str) -> None:
+        self.show_message(f"Importing {path}…")
+        call = self.api.import_model(path)
+        call.succeeded.connect(lambda m: (self.show_message(f"{m.name} is ready to use."), self.models.refresh()))
+        call.failed.connect(self._import_failed)
+
+    def _import_failed(self, error: ApiError) -> None:
+        self.show_message(error.message, error=True)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        if any(u.toLocalFile().lower().endswith(".gguf") for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        for url in event.mimeData().urls():
+            if url.toLocalFile().lower().endswith(".gguf"):
+                self.import_file(url.toLocalFile())
+        event.acceptProposedAction()

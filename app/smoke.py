@@ -1,0 +1,132 @@
+"""The smoke run behind ``hearth gui --smoke OUT.png``: one message end to end, measured.
+
+It times the window's appearance from process start and watches the GUI thread while the
+answer streams: a 5 ms precise timer records the longest gap between its ticks (a stall of
+the event loop shows up as a long gap).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+
+from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.chat.answer_run import AnswerOutcome
+from app.main_window import MainWindow
+from app.net.engine import EngineState
+
+log = logging.getLogger(__name__)
+
+PROMPT = "Write a short Python function that reverses a string, then explain it in one sentence."
+TICK_MS = 5
+TIMEOUT_S = 300
+
+
+@dataclass(frozen=True, slots=True)
+class SmokeReport:
+    ok: bool
+    shown_after: float
+    engine_ready_after: float | None = None
+    longest_stall_ms: float | None = None
+    tokens: int = 0
+    tokens_per_second: float | None = None
+    screenshot: str = ""
+    error: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def text(self) -> str:
+        lines = [f"window shown: {self.shown_after:.2f} s after launch"]
+        if self.engine_ready_after is not None:
+            lines.append(f"engine ready: {self.engine_ready_after:.2f} s after launch")
+        if self.longest_stall_ms is not None:
+            lines.append(f"longest GUI-thread stall while streaming: {self.longest_stall_ms:.1f} ms")
+        if self.tokens:
+            tps = f" at {self.tokens_per_second:.1f} tokens/s" if self.tokens_per_second else ""
+            lines.append(f"answer: {self.tokens} tokens{tps}")
+        if self.screenshot:
+            lines.append(f"screenshot: {self.screenshot}")
+        if self.error:
+            lines.append(f"error: {self.error}")
+        return "\n".join(lines)
+
+
+class SmokeRun(QObject):
+    def __init__(self, window: MainWindow, *, out: str, shown_after: float, launched_at: float) -> None:
+        super().__init__(window)
+        self.window = window
+        self.out = out
+        self.launched_at = launched_at
+        self.report = SmokeReport(ok=False, shown_after=shown_after)
+        self._sent = False
+        self._last_tick = 0.0
+        self._max_gap = 0.0
+        self._ticker = QTimer(self)
+        self._ticker.setTimerType(Qt.TimerType.PreciseTimer)
+        self._ticker.setInterval(TICK_MS)
+        self._ticker.timeout.connect(self._tick)
+        self._deadline = QTimer(self)
+        self._deadline.setSingleShot(True)
+        self._deadline.timeout.connect(lambda: self._fail(f"no answer within {TIMEOUT_S} s"))
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
+
+    def start(self) -> None:
+        self.window.engine.state_changed.connect(self._engine)
+        self.window.controller.answer_finished.connect(self._finished)
+        self._deadline.start(TIMEOUT_S * 1000)
+        self._engine(self.window.engine.state)
+
+    def _engine(self, state: EngineState) -> None:
+        if state.kind == "failed":
+            self._fail(state.detail)
+        elif state.ready and not self._sent:
+            self._sent = True
+            self.report = replace(self.report, engine_ready_after=time.time() - self.launched_at)
+            page = self.window.chats
+            page.new_chat()
+            page.settings_panel.max_tokens.setValue(200)
+            page.settings_panel.apply_now()
+            page.composer.input.setPlainText(PROMPT)
+            self._last_tick = time.perf_counter()
+            self._ticker.start()
+            page.composer.button.click()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self._max_gap = max(self._max_gap, now - self._last_tick)
+        self._last_tick = now
+
+    def _finished(self, outcome: AnswerOutcome) -> None:
+        self._ticker.stop()
+        self._tick()
+        stats = outcome.message.stats
+        self.report = replace(
+            self.report,
+            longest_stall_ms=self._max_gap * 1000,
+            tokens=stats.tokens if stats else 0,
+            tokens_per_second=stats.tokens_per_second if stats else None,
+        )
+        if outcome.error is not None:
+            self._fail(outcome.error.message)
+            return
+        QTimer.singleShot(100, self._screenshot)  # let the final render land first
+
+    def _screenshot(self) -> None:
+        if not self.window.grab().save(self.out):
+            self._fail(f"could not save the screenshot to {self.out}")
+            return
+        self.report = replace(self.report, ok=True, screenshot=self.out)
+        QApplication.quit()
+
+    def _fail(self, error: str) -> None:
+        self._ticker.stop()
+        self.report = replace(self.report, ok=False, error=error)
+        QApplication.quit()

@@ -1,0 +1,106 @@
+"""Composer: where a message is written. Enter sends, Shift+Enter starts a new line; while the
+chat answers, the send button becomes Stop."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.icons import icon
+from app.theme import ThemeColors
+
+MAX_LINES = 8
+
+
+class Composer(QWidget):
+    send_requested = Signal(str)
+    stop_requested = Signal()
+
+    def __init__(self, colors: ThemeColors, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.colors = colors
+        self.answering = False
+        self.engine_ready = False
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(24, 4, 24, 12)
+        outer.setSpacing(4)
+        self.frame = QFrame()
+        self.frame.setObjectName("Composer")
+        self.frame.setMaximumWidth(860)
+        row = QHBoxLayout(self.frame)
+        row.setContentsMargins(10, 8, 8, 8)
+        self.input = QPlainTextEdit()
+        self.input.setObjectName("composerInput")
+        self.input.setPlaceholderText("Send a message…")
+        self.input.setTabChangesFocus(True)
+        self.input.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.input.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.input.installEventFilter(self)
+        self.input.textChanged.connect(self._resize_input)
+        self.input.textChanged.connect(self._update_button)
+        row.addWidget(self.input, 1)
+        self.button = QPushButton()
+        self.button.setObjectName("sendButton")
+        self.button.setProperty("primary", True)
+        self.button.setFixedSize(QSize(38, 38))
+        self.button.setIconSize(QSize(18, 18))
+        self.button.clicked.connect(self._clicked)
+        row.addWidget(self.button, 0, Qt.AlignmentFlag.AlignBottom)
+        outer.addWidget(self.frame, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.hint = QLabel("Enter to send · Shift+Enter for a new line")
+        self.hint.setObjectName("Muted")
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        outer.addWidget(self.hint)
+        self._resize_input()
+        self._update_button()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        self.frame.setFixedWidth(min(860, max(200, self.width() - 48)))
+        super().resizeEvent(event)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self.input and event.type() == QEvent.Type.KeyPress:
+            key: QKeyEvent = event
+            if key.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not key.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self._clicked() if not self.answering else None
+                return True
+        return super().eventFilter(watched, event)
+
+    def _resize_input(self) -> None:
+        lines = max(1, min(MAX_LINES, self.input.document().size().toSize().height() or 1))
+        height = self.input.fontMetrics().lineSpacing() * lines + 14
+        self.input.setFixedHeight(height)
+
+    def set_answering(self, answering: bool) -> None:
+        self.answering = answering
+        self._update_button()
+
+    def set_engine_ready(self, ready: bool, message: str = "") -> None:
+        self.engine_ready = ready
+        self.input.setPlaceholderText("Send a message…" if ready else (message or "Starting the engine…"))
+        self._update_button()
+
+    def set_colors(self, colors: ThemeColors) -> None:
+        self.colors = colors
+        self._update_button()
+
+    def _update_button(self) -> None:
+        if self.answering:
+            self.button.setIcon(icon("stop", self.colors.accent_text))
+            self.button.setToolTip("Stop the answer")
+            self.button.setEnabled(True)
+        else:
+            self.button.setIcon(icon("send", self.colors.accent_text))
+            self.button.setToolTip("Send" if self.engine_ready else "The engine is starting…")
+            self.button.setEnabled(self.engine_ready and bool(self.input.toPlainText().strip()))
+
+    def _clicked(self) -> None:
+        if self.answering:
+            self.stop_requested.emit()
+            return
+        text = self.input.toPlainText()
+        if not text.strip() or not self.engine_ready:
+            return
+        self.input.clear()
+        self.send_requested.emit(text)

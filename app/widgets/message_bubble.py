@@ -1,0 +1,214 @@
+"""MessageBubble: one message in the chat view, with its actions and, for answers, its stats.
+
+User messages sit in a tinted bubble on the right and can be edited and sent again; answers use
+the full column, render Markdown with highlighted code (each block with a Copy link), and show
+tokens/s, time to first token and token count underneath.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.icons import icon
+from app.store.records import AnswerStats, MessageRecord
+from app.theme import ThemeColors
+from app.widgets.markdown import render_markdown
+
+CURSOR = " ▍"
+
+
+def stats_text(stats: AnswerStats | None, streaming: bool) -> str:
+    """The line under an answer: its numbers, or what happened to it."""
+    if streaming:
+        return "Generating…"
+    if stats is None:
+        return ""
+    parts = []
+    if stats.tokens_per_second:
+        parts.append(f"{stats.tokens_per_second:.1f} tok/s")
+    if stats.tokens:
+        parts.append(f"{stats.tokens} tokens")
+    if stats.ttft is not None:
+        parts.append(f"first token {stats.ttft * 1000:.0f} ms")
+    if stats.finish_reason == "cancelled":
+        parts.append("stopped")
+    elif stats.finish_reason == "length":
+        parts.append("hit the token limit")
+    return " · ".join(parts)
+
+
+def _tool(name: str, tip: str, colors: ThemeColors, object_name: str) -> QToolButton:
+    button = QToolButton()
+    button.setObjectName(object_name)
+    button.setIcon(icon(name, colors.muted))
+    button.setIconSize(QSize(16, 16))
+    button.setToolTip(tip)
+    button.setCursor(Qt.CursorShape.PointingHandCursor)
+    return button
+
+
+class MessageBubble(QWidget):
+    """Shows one :class:`MessageRecord`; call :meth:`show_message` whenever it changes."""
+
+    edit_submitted = Signal(int, str)  # message id, new text
+    regenerate_clicked = Signal()
+
+    def __init__(self, message: MessageRecord, colors: ThemeColors, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message = message
+        self.colors = colors
+        self.streaming = False
+        self.code_blocks: tuple[str, ...] = ()
+        self._build()
+
+    def _build(self) -> None:
+        user = self.message.role == "user"
+        outer = QHBoxLayout(self)
+        outer.setContentsMargins(0, 6, 0, 6)
+        column = QVBoxLayout()
+        column.setSpacing(4)
+        self.frame = QFrame()
+        self.frame.setObjectName("UserBubble" if user else "AnswerBubble")
+        inner = QVBoxLayout(self.frame)
+        inner.setContentsMargins(14, 10, 14, 10) if user else inner.setContentsMargins(2, 0, 2, 0)
+        inner.setSpacing(6)
+        self.notice = QLabel()
+        self.notice.setObjectName("Notice")
+        self.notice.hide()
+        inner.addWidget(self.notice, 0, Qt.AlignmentFlag.AlignLeft)
+        self.body = QLabel()
+        self.body.setWordWrap(True)
+        self.body.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
+        )
+        self.body.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.body.linkActivated.connect(self._on_link)
+        inner.addWidget(self.body)
+        self.editor = QPlainTextEdit()
+        self.editor.setObjectName("messageEditor")
+        self.editor.hide()
+        inner.addWidget(self.editor)
+        self.edit_buttons = QWidget()
+        eb = QHBoxLayout(self.edit_buttons)
+        eb.setContentsMargins(0, 0, 0, 0)
+        eb.addStretch()
+        self.cancel_edit = QPushButton("Cancel")
+        self.send_edit = QPushButton("Send")
+        self.send_edit.setObjectName("sendEditButton")
+        self.send_edit.setProperty("primary", True)
+        eb.addWidget(self.cancel_edit)
+        eb.addWidget(self.send_edit)
+        self.edit_buttons.hide()
+        inner.addWidget(self.edit_buttons)
+        self.cancel_edit.clicked.connect(lambda: self.set_editing(False))
+        self.send_edit.clicked.connect(self._submit_edit)
+        column.addWidget(self.frame)
+
+        footer = QHBoxLayout()
+        footer.setSpacing(2)
+        self.stats = QLabel()
+        self.stats.setObjectName("Muted")
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.hide()
+        self.copy_button = _tool("copy", "Copy the message", self.colors, "copyButton")
+        self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.message.content))
+        self.edit_button = _tool("edit", "Edit and send again", self.colors, "editButton")
+        self.edit_button.clicked.connect(lambda: self.set_editing(True))
+        self.regenerate_button = _tool("regenerate", "Answer again", self.colors, "regenerateButton")
+        self.regenerate_button.clicked.connect(self.regenerate_clicked)
+        if user:
+            footer.addStretch()
+            footer.addWidget(self.copy_button)
+            footer.addWidget(self.edit_button)
+            self.regenerate_button.hide()
+            self.stats.hide()
+        else:
+            footer.addWidget(self.stats)
+            footer.addSpacing(8)
+            footer.addWidget(self.copy_button)
+            footer.addWidget(self.regenerate_button)
+            footer.addStretch()
+            self.edit_button.hide()
+        column.addWidget(self.error)
+        column.addLayout(footer)
+        if user:
+            outer.addStretch(1)
+            outer.addLayout(column, 4)
+        else:
+            outer.addLayout(column)
+        self.show_message(self.message, streaming=False)
+
+    # -- showing ------------------------------------------------------------------------------
+    def show_message(self, message: MessageRecord, *, streaming: bool) -> None:
+        self.message = message
+        self.streaming = streaming
+        if message.role == "user":
+            self.body.setTextFormat(Qt.TextFormat.PlainText)
+            self.body.setText(message.content)
+        else:
+            rendered = render_markdown(message.content + (CURSOR if streaming else ""), self.colors)
+            self.code_blocks = rendered.code_blocks
+            self.body.setTextFormat(Qt.TextFormat.RichText)
+            self.body.setText(rendered.html or "<p>…</p>")
+        stats = message.stats
+        self.stats.setText(stats_text(stats, streaming))
+        dropped = stats.dropped_messages if stats else 0
+        self.notice.setVisible(bool(dropped))
+        if dropped:
+            noun = "message" if dropped == 1 else "messages"
+            self.notice.setText(f"{dropped} earlier {noun} left out to fit the context")
+        failed = stats is not None and stats.finish_reason == "error" and not streaming
+        self.error.setVisible(failed)
+        if failed:
+            self.error.setText(f'<span style="color:{self.colors.error_text};">{stats.error or "The answer failed."}</span>')
+        self.copy_button.setEnabled(not streaming)
+
+    def set_last(self, last: bool) -> None:
+        """Only the last answer can be regenerated."""
+        self.regenerate_button.setVisible(self.message.role == "assistant" and last)
+
+    def set_actions_enabled(self, enabled: bool) -> None:
+        self.regenerate_button.setEnabled(enabled and not self.streaming)
+        self.edit_button.setEnabled(enabled)
+
+    def set_colors(self, colors: ThemeColors) -> None:
+        self.colors = colors
+        for button, name in ((self.copy_button, "copy"), (self.edit_button, "edit"), (self.regenerate_button, "regenerate")):
+            button.setIcon(icon(name, colors.muted))
+        self.show_message(self.message, streaming=self.streaming)
+
+    # -- editing ------------------------------------------------------------------------------
+    def set_editing(self, editing: bool) -> None:
+        if editing:
+            self.editor.setPlainText(self.message.content)
+            self.editor.setFocus()
+        self.body.setVisible(not editing)
+        self.editor.setVisible(editing)
+        self.edit_buttons.setVisible(editing)
+
+    def _submit_edit(self) -> None:
+        text = self.editor.toPlainText()
+        if text.strip():
+            self.set_editing(False)
+            self.edit_submitted.emit(self.message.id, text)
+
+    def _on_link(self, href: str) -> None:
+        if href.startswith("copy:"):
+            index = int(href.split(":", 1)[1])
+            if 0 <= index < len(self.code_blocks):
+                QGuiApplication.clipboard().setText(self.code_blocks[index])
+        else:
+            QDesktopServices.openUrl(QUrl(href))
