@@ -1,0 +1,81 @@
+"""The app's tests: a real window offscreen, a real worker with the starter model, real SQLite.
+
+One worker serves the whole session (starting one takes seconds on a shared machine); each test
+opens its own MainWindow over the session's data folder.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+WORKER_ARGS = ("--parallel", "4", "--ctx", "1024")
+ANSWER_TIMEOUT_MS = 90_000
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    """Run the Qt event loop until ``predicate()`` holds (for fixtures, where qtbot is not available)."""
+    from PySide6.QtTest import QTest
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        QTest.qWait(20)
+
+
+@pytest.fixture(scope="session")
+def theme(qapp):
+    from app.theme import ThemeManager
+
+    manager = ThemeManager("light", qapp)
+    manager.apply()
+    return manager
+
+
+@pytest.fixture(scope="session")
+def store(hearth_home: Path):
+    from app.store import ChatStore
+
+    chats = ChatStore(hearth_home)
+    yield chats
+    chats.close()
+
+
+def start_engine(config, log_path: Path):
+    from app.net.engine import EngineController
+
+    engine = EngineController(log_path=log_path)
+    engine.start(config)
+    wait_until(lambda: engine.state.ready or engine.state.kind == "failed", 240, "the worker to start")
+    assert engine.state.ready, f"{engine.state.detail} (log: {log_path})"
+    return engine
+
+
+@pytest.fixture(scope="session")
+def engine(qapp, hearth_home: Path):
+    from app.net.engine import EngineConfig
+
+    controller = start_engine(EngineConfig(extra_args=WORKER_ARGS), hearth_home / "worker.log")
+    yield controller
+    controller.stop()
+
+
+def open_window(qtbot, store, engine, theme):
+    from app.main_window import MainWindow
+
+    window = MainWindow(store=store, engine=engine, theme=theme)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    return window
+
+
+@pytest.fixture
+def window(qtbot, store, engine, theme):
+    win = open_window(qtbot, store, engine, theme)
+    yield win
+    win.controller.stop_all()
+    qtbot.waitUntil(lambda: not win.controller.answering_chats(), timeout=10_000)

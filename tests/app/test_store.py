@@ -1,0 +1,135 @@
+"""The store without a window: migrations, chats and messages, settings, export; and the pure
+parts of the chat (context policy, SSE parsing)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import text
+
+from app.chat.context import estimate_tokens, fit_history
+from app.net.sse import SseParser
+from app.store import (
+    AnswerStats,
+    AppSettings,
+    ChatSettings,
+    ChatStore,
+    SamplingSettings,
+    SettingsStore,
+    migrate,
+    to_json,
+    to_markdown,
+)
+from app.store.chat_store import open_engine
+from app.store.records import MessageRecord
+
+
+def test_the_head_revision_constant_matches_the_migrations():
+    assert migrate.head_revision() == migrate.HEAD_REVISION
+
+
+def test_an_old_database_is_upgraded_with_its_chats_kept(tmp_path):
+    engine = open_engine(tmp_path / "chats.db")
+    migrate.upgrade(engine, "0001_initial")  # the database as the first release left it
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO chats (id, title, created_at, updated_at, model, system_prompt, temperature, top_p)"
+            " VALUES (7, 'Old chat', '2025-01-01 10:00:00', '2025-01-01 10:00:00', 'm', '', 0.7, 0.95)"
+        ))  # fmt: skip
+        conn.execute(text(
+            "INSERT INTO messages (chat_id, role, content, created_at, dropped_messages) VALUES (7, 'user', 'hi', '2025-01-01 10:00:00', 0)"
+        ))  # fmt: skip
+    engine.dispose()
+    store = ChatStore(tmp_path)
+    try:
+        assert migrate.current_revision(store.engine) == migrate.HEAD_REVISION
+        assert [c.title for c in store.list_chats()] == ["Old chat"]
+        assert [m.content for m in store.messages(7)] == ["hi"]
+    finally:
+        store.close()
+
+
+def test_chats_messages_search_and_stats_round_trip(tmp_path):
+    store = ChatStore(tmp_path)
+    try:
+        settings = ChatSettings(model="m", system_prompt="Be brief.", sampling=SamplingSettings(temperature=0.2, max_tokens=64, seed=3))
+        chat = store.create_chat(settings)
+        store.add_message(chat.id, "user", "Tell me about   otters\nplease")
+        answer = store.add_message(chat.id, "assistant", "", AnswerStats(model="m"))
+        store.update_message(answer.id, "Otters hold hands.", AnswerStats(tokens=5, tokens_per_second=20.0, ttft=0.1, finish_reason="stop", model="m"))
+        other = store.create_chat()
+        store.add_message(other.id, "user", "Something else")
+
+        assert store.get_chat(chat.id).title == "Tell me about otters please"
+        assert store.get_chat(chat.id).settings == settings
+        assert [c.id for c in store.list_chats("hold hands")] == [chat.id]
+        assert [c.id for c in store.list_chats()] == [other.id, chat.id]
+        saved = store.messages(chat.id)[1]
+        assert saved.content == "Otters hold hands." and saved.stats.tokens == 5 and saved.stats.finish_reason == "stop"
+
+        store.delete_messages_after(chat.id, saved.id, inclusive=True)
+        later = store.add_message(chat.id, "assistant", "again")
+        assert later.id > saved.id  # ids are never reused
+        store.delete_chat(chat.id)
+        assert store.get_chat(chat.id) is None and store.messages(chat.id) == []
+    finally:
+        store.close()
+
+
+def test_app_settings_round_trip(tmp_path):
+    store = ChatStore(tmp_path)
+    try:
+        settings = SettingsStore(store)
+        assert settings.load() == AppSettings()
+        wanted = AppSettings(expose_api=True, port=9999, api_key="k", cors_origins=("http://a", "http://b"), lan=True, theme="dark")
+        settings.save(wanted)
+        assert SettingsStore(store).load() == wanted
+    finally:
+        store.close()
+
+
+def _msg(i: int, role: str, content: str) -> MessageRecord:
+    return MessageRecord(id=i, chat_id=1, role=role, content=content, created_at=datetime(2025, 1, 1))
+
+
+def test_export_as_markdown_and_json(tmp_path):
+    store = ChatStore(tmp_path)
+    try:
+        chat = store.create_chat(ChatSettings(model="m", system_prompt="Be kind."), title="Otters")
+        stats = AnswerStats(tokens=2, tokens_per_second=10.0, ttft=0.05, finish_reason="stop", model="m")
+        messages = [_msg(1, "user", "Hi"), replace(_msg(2, "assistant", "Hello!"), stats=stats)]
+        md = to_markdown(chat, messages)
+        assert md.startswith("# Otters\n") and "## System\n\nBe kind." in md and "## You\n\nHi" in md
+        assert "*2 tokens · 10.0 tokens/s · first token 50 ms · m*" in md
+        data = json.loads(to_json(chat, messages))
+        assert data["title"] == "Otters" and data["settings"]["system_prompt"] == "Be kind."
+        assert data["messages"][1]["stats"]["tokens"] == 2 and "stats" not in data["messages"][0]
+    finally:
+        store.close()
+
+
+def test_a_long_history_keeps_the_newest_turns_and_the_system_prompt():
+    history = []
+    for i in range(10):
+        history += [_msg(2 * i, "user", f"q{i} " + "x" * 400), _msg(2 * i + 1, "assistant", f"a{i} " + "y" * 400)]
+    history.append(_msg(99, "user", "the new question"))
+    fit = fit_history(history, system_prompt="Be brief.", context_length=1024, max_tokens=128)
+    assert fit.messages[0] == {"role": "system", "content": "Be brief."}
+    assert fit.messages[-1]["content"] == "the new question"
+    assert fit.messages[1]["role"] == "user"  # never starts with an orphaned answer
+    assert 0 < fit.dropped < len(history)
+    assert sum(estimate_tokens(m["content"]) for m in fit.messages) <= 1024 - 128
+    assert fit.notice == f"{fit.dropped} earlier messages left out to fit the context"
+    short = fit_history(history[-3:], system_prompt="", context_length=4096, max_tokens=None)
+    assert short.dropped == 0 and short.notice == "" and len(short.messages) == 3
+
+
+def test_sse_events_split_anywhere_are_put_back_together():
+    stream = b'data: {"a": 1}\n\n: comment\r\ndata: line one\r\ndata: line two\r\n\r\ndata: [DONE]\n\n'
+    whole = SseParser().feed(stream)
+    assert whole == ['{"a": 1}', "line one\nline two", "[DONE]"]
+    for cut in range(1, len(stream)):
+        parser = SseParser()
+        assert parser.feed(stream[:cut]) + parser.feed(stream[cut:]) == whole, cut
