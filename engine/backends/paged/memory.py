@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 
 # On the CPU the cache shares RAM with everything else: take at most this share of what is free.
 CPU_DEFAULT_FRACTION = 0.25
+# ... and at most this much unless num_kv_blocks says otherwise (vLLM's CPU backend defaults to 4 GiB too).
+CPU_DEFAULT_CAP_BYTES = 4 << 30
 
 
 def warm_up(runner, config: EngineConfig) -> None:
@@ -36,8 +38,9 @@ def num_kv_blocks(runner, config: EngineConfig) -> int:
     """Blocks for the KV cache: ``config.num_kv_blocks`` if set, else what fits in free memory.
 
     On CUDA: the free device memory after loading and warm-up, times the fraction, less the
-    warm-up's peak activations. On the CPU: the available RAM times the fraction, capped at what
-    ``max_num_seqs`` full-length sequences could ever use.
+    warm-up's peak activations. On the CPU: the available RAM times the fraction, at most 4 GiB.
+    Either way no more than ``max_num_seqs`` full-length sequences could use (4x that on a GPU,
+    where spare blocks serve the prefix cache).
     """
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
@@ -56,6 +59,7 @@ def num_kv_blocks(runner, config: EngineConfig) -> int:
     else:
         warm_up(runner, config)
         budget = psutil.virtual_memory().available * (config.kv_cache_fraction or CPU_DEFAULT_FRACTION)
+        budget = min(budget, CPU_DEFAULT_CAP_BYTES)
     blocks = min(cap, int(budget // per_block))
     log.info("KV cache: %d blocks of %d tokens (%.1f MiB)", blocks, config.block_size, blocks * per_block / 2**20)
     return blocks
