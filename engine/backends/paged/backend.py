@@ -14,6 +14,7 @@ from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher,
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
+from engine.backends.paged.streaming import StreamWriter
 from engine.chat_template import ChatTemplate
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError, Overloaded
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
@@ -167,8 +168,6 @@ class PagedBackend:
 
     # -- the engine thread --------------------------------------------------------------------
     def _loop(self) -> None:
-        from engine.backends.paged.streaming import StreamWriter
-
         engine = self._require().engine
         writer = StreamWriter(engine, self._require().checkpoint.tokenizer, self._by_id, self._cond)
         while True:

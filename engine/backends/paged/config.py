@@ -5,7 +5,7 @@ Plain data, no torch: the block manager and the scheduler read it in unit tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import InvalidRequest
@@ -97,20 +97,4 @@ class EngineConfig:
         return cls(**values)
 
 
-@dataclass(frozen=True, slots=True)
-class CacheLayout:
-    """The shape of the KV cache, decided once the model and memory are known."""
-
-    num_blocks: int
-    block_size: int
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    bytes_per_block: int = field(default=0)
-
-    @property
-    def num_tokens(self) -> int:
-        return self.num_blocks * self.block_size
-
-
-__all__ = ["EngineConfig", "CacheLayout", "KV_CACHE_DTYPES", "QUANTIZATIONS", "ATTENTION_BACKENDS"]
+__all__ = ["EngineConfig", "KV_CACHE_DTYPES", "QUANTIZATIONS", "ATTENTION_BACKENDS"]
