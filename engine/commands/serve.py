@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=int, default=None, help="context length per sequence")
     p.add_argument("--parallel", type=int, default=None, help="sequences decoded at once per model")
     p.add_argument("--threads", type=int, default=None, help="CPU threads per model")
+    p.add_argument(
+        "--max-waiting", type=int, default=64, help="requests queued per model before new ones get 429 (default 64)"
+    )
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
     p.set_defaults(run=run)
 
@@ -54,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         backend=args.backend,
         idle_ttl=args.idle_ttl,
-        load_options=LoadOptions(n_ctx=args.ctx, n_seq_max=args.parallel, n_threads=args.threads),
+        load_options=LoadOptions(
+            n_ctx=args.ctx, n_seq_max=args.parallel, n_threads=args.threads, extra={"max_waiting": args.max_waiting}
+        ),
     )
     return run_worker(config)

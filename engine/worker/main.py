@@ -120,6 +120,8 @@ def _make_server_class():
                 if cancel_all is not None:
                     cancel_all()
             super().handle_exit(sig, frame)
+            # Shut down and return (freeing the models) instead of re-raising the signal.
+            self._captured_signals.clear()
 
     return Server
 

@@ -75,6 +75,7 @@ class LlamaCppBackend:
                 n_threads=self._n_threads,
                 prefill_chunk=int(options.extra.get("prefill_chunk", 256)),
                 max_waiting=int(options.extra.get("max_waiting", 64)),
+                **{k: options.extra[k] for k in ("flash_attn", "kv_unified") if k in options.extra},
             )
         except MemoryError as exc:
             self.model.close()

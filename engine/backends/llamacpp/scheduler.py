@@ -107,6 +107,8 @@ class DecodeLoop:
         n_threads: int,
         prefill_chunk: int = 256,
         max_waiting: int = 64,
+        flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        kv_unified: bool = True,
     ) -> None:
         self.model = model
         self.n_seq_max = n_seq_max
@@ -114,12 +116,14 @@ class DecodeLoop:
         self.prefill_chunk = prefill_chunk
         self.max_waiting = max_waiting
         self.n_batch = prefill_chunk + n_seq_max
+        self.kv_unified = kv_unified
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq_max
         params.n_batch = self.n_batch
         params.n_ubatch = self.n_batch
         params.n_seq_max = n_seq_max
-        params.kv_unified = True
+        params.kv_unified = kv_unified
+        params.flash_attn_type = flash_attn
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
@@ -260,7 +264,11 @@ class DecodeLoop:
             dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
             llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, -1, -1)
             if best is not None and best_n > 0:
-                llama_cpp.llama_memory_seq_cp(self.mem, best.seq_id, dst.seq_id, 0, best_n)
+                if self.kv_unified:  # cells are shared: no data moves
+                    llama_cpp.llama_memory_seq_cp(self.mem, best.seq_id, dst.seq_id, 0, best_n)
+                else:  # separate streams copy whole buffers; then drop what is not shared
+                    llama_cpp.llama_memory_seq_cp(self.mem, best.seq_id, dst.seq_id, -1, -1)
+                    llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, best_n, -1)
         dst.tokens = seq.prompt[:best_n]
         dst.seq = seq
         seq.slot = dst
@@ -341,8 +349,7 @@ class DecodeLoop:
         hit = False
         if seq.stops is not None:
             text, hit = seq.stops.feed(text)
-        if text or lp:
-            seq.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=lp))
+        seq.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=lp))
         if hit:
             self._finish(seq, "stop")
         elif params.max_tokens is not None and len(seq.generated) >= params.max_tokens:

@@ -1,0 +1,99 @@
+"""A real `hearth serve` subprocess with the starter model, and OpenAI's own schemas."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.worker.supervisor import free_port
+
+API_KEY = "test-key-123"
+MODEL = "smollm2-135m-instruct"
+SPEC = Path(__file__).resolve().parents[3].parent / "shared" / "openai-api" / "openapi.yaml"
+
+
+class Server:
+    def __init__(self, *args: str, api_key: str | None = API_KEY) -> None:
+        self.port = free_port()
+        self.api_key = api_key
+        env = {**os.environ}
+        env.pop("HEARTH_API_KEY", None)
+        cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), "--model", MODEL, *args]
+        if api_key:
+            cmd += ["--api-key", api_key]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"{self.root}/v1"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hearth serve exited: {self.proc.stderr.read()}")
+            try:
+                if httpx.get(f"{self.root}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("hearth serve did not become healthy")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def client(self):
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "none", max_retries=0, timeout=120)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server("--parallel", "8", "--ctx", "2048")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def openai_schemas():
+    """A validator factory for OpenAI's component schemas (OpenAPI 3.1 with 3.0-style `nullable`)."""
+    import jsonschema
+    import yaml
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    doc = yaml.safe_load(SPEC.read_text())
+
+    def fix_nullable(node):
+        if isinstance(node, dict):
+            node = {k: fix_nullable(v) for k, v in node.items()}
+            if node.pop("nullable", False) is True:
+                node = {"anyOf": [node, {"type": "null"}]}
+            return node
+        if isinstance(node, list):
+            return [fix_nullable(v) for v in node]
+        return node
+
+    doc = fix_nullable(doc)
+    registry = Registry().with_resource("urn:openai", Resource.from_contents(doc, default_specification=DRAFT202012))
+
+    def validate(component: str, instance) -> None:
+        schema = {"$ref": f"urn:openai#/components/schemas/{component}"}
+        jsonschema.Draft202012Validator(schema, registry=registry).validate(instance)
+
+    return validate

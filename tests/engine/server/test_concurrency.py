@@ -1,0 +1,175 @@
+"""Many clients at once, disconnects, overload, shutdown and crashes, against real workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.engine.server.conftest import MODEL, Server
+
+PROMPTS = [
+    "Name three colours.",
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three fruits.",
+    "What is 2 + 2?",
+    "Say hello in Spanish.",
+    "Name a famous scientist.",
+    "What do bees make?",
+]
+
+
+def ask(client, prompt: str, *, stream: bool) -> str:
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=32, temperature=0)
+    if not stream:
+        return client.chat.completions.create(**kw).choices[0].message.content
+    parts = []
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+    return "".join(parts)
+
+
+def test_eight_concurrent_streams_each_get_their_own_answer(server):
+    client = server.client()
+    alone = [ask(client, p, stream=False) for p in PROMPTS]
+    results: dict[int, str] = {}
+
+    def worker(i: int) -> None:
+        results[i] = ask(server.client(), PROMPTS[i], stream=True)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [results[i] for i in range(len(PROMPTS))] == alone
+
+
+def running(server) -> int:
+    stats = httpx.get(f"{server.root}/api/stats", headers=server.headers).json()
+    return stats["models"][MODEL]["running"]
+
+
+def test_disconnect_mid_stream_frees_its_place(server):
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a very long story."}],
+        "max_tokens": 1500,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body, headers=server.headers, timeout=60) as r:
+        lines = r.iter_lines()
+        for _ in range(6):
+            next(lines)
+        assert running(server) == 1
+    for _ in range(100):
+        if running(server) == 0:
+            break
+        time.sleep(0.05)
+    assert running(server) == 0
+
+
+def test_cors_origin_when_asked():
+    s = Server("--parallel", "1", "--ctx", "512", "--cors-origin", "http://app.example", api_key=None)
+    try:
+        ok = httpx.options(
+            f"{s.base_url}/models", headers={"Origin": "http://app.example", "Access-Control-Request-Method": "GET"}
+        )
+        assert ok.headers.get("access-control-allow-origin") == "http://app.example"
+        other = httpx.get(f"{s.base_url}/models", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+    finally:
+        s.stop()
+
+
+def test_overload_is_429_with_retry_after_and_sigterm_ends_streams_cleanly():
+    s = Server("--parallel", "1", "--ctx", "512", "--max-waiting", "1")
+    try:
+        body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        first = httpx.stream("POST", f"{s.base_url}/completions", json=body, headers=s.headers, timeout=60)
+        r1 = first.__enter__()
+        lines = r1.iter_lines()
+        next(lines)
+        second = threading.Thread(
+            target=lambda: httpx.post(f"{s.base_url}/completions", json={**body, "stream": False}, headers=s.headers, timeout=60)
+        )
+        second.start()
+        for _ in range(100):
+            stats = httpx.get(f"{s.root}/api/stats", headers=s.headers).json()["models"][MODEL]
+            if stats["waiting"] == 1:
+                break
+            time.sleep(0.05)
+        third = httpx.post(f"{s.base_url}/completions", json={**body, "stream": False}, headers=s.headers, timeout=60)
+        assert third.status_code == 429
+        assert int(third.headers["retry-after"]) >= 1
+        assert third.json()["error"]["type"] == "rate_limit_error"
+
+        s.proc.send_signal(signal.SIGTERM)
+        rest = list(lines)
+        data = [line for line in rest if line.startswith("data: ")]
+        assert data[-1] == "data: [DONE]"
+        assert '"finish_reason":"stop"' in data[-2]
+        first.__exit__(None, None, None)
+        second.join(30)
+        assert s.proc.wait(30) == 0
+    finally:
+        s.stop()
+
+
+def test_non_loopback_host_warns():
+    import subprocess
+    import sys
+
+    from engine.worker.supervisor import free_port
+
+    port = free_port("0.0.0.0")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "serve", "--host", "0.0.0.0", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stderr.readline()
+        assert "warning" in line and "0.0.0.0" in line and "no API key" in line
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def test_supervisor_restarts_a_killed_worker_mid_stream():
+    from engine.worker import WorkerSupervisor
+
+    events = []
+    sup = WorkerSupervisor(model=MODEL, extra_args=["--parallel", "2", "--ctx", "1024"], on_event=lambda e: events.append(e))
+    sup.start()
+    try:
+        client = openai.OpenAI(base_url=sup.base_url, api_key=sup.api_key, max_retries=0, timeout=60)
+        stream = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Count to a thousand."}], max_tokens=1000, stream=True
+        )
+        next(iter(stream))
+        os.kill(sup.pid, signal.SIGKILL)
+        with pytest.raises((openai.APIError, httpx.HTTPError)):
+            for _ in stream:
+                pass
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and [e.kind for e in events].count("ready") < 2:
+            time.sleep(0.05)
+        kinds = [e.kind for e in events]
+        assert "crashed" in kinds and kinds.count("ready") == 2
+        client = openai.OpenAI(base_url=sup.base_url, api_key=sup.api_key, max_retries=0, timeout=60)
+        answer = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=8)
+        assert answer.choices[0].message.content
+        assert sup.restarts == 1
+    finally:
+        sup.stop()
+    assert events[-1].kind == "stopped"

@@ -1,0 +1,279 @@
+"""The local API against the official `openai` client and OpenAI's own schemas."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.engine.server.conftest import MODEL
+
+QUESTION = [{"role": "user", "content": "Name three colours."}]
+
+
+def reference_prompt_tokens(starter_path, messages) -> int:
+    """Prompt tokens counted independently: the GGUF's template rendered and tokenized by raw llama-cpp-python."""
+    import llama_cpp
+
+    from engine.chat_template import ChatTemplate
+    from engine.types import as_messages
+
+    llm = llama_cpp.Llama(model_path=str(starter_path), vocab_only=True, verbose=False)
+    template = ChatTemplate(llm.metadata.get("tokenizer.chat_template"))
+    text = template.render(as_messages(messages))
+    return len(llm.tokenize(text.encode(), add_bos=False, special=True))
+
+
+def test_models_list_validates(server, openai_schemas):
+    raw = httpx.get(f"{server.base_url}/models", headers=server.headers).json()
+    openai_schemas("ListModelsResponse", raw)
+    ids = [m.id for m in server.client().models.list()]
+    assert MODEL in ids
+
+
+def test_chat_completion_with_exact_usage(server, openai_schemas, starter_path):
+    body = {"model": MODEL, "messages": QUESTION, "max_tokens": 20, "temperature": 0, "logprobs": True}
+    raw = httpx.post(f"{server.base_url}/chat/completions", json=body, headers=server.headers, timeout=60).json()
+    openai_schemas("CreateChatCompletionResponse", raw)
+    choice = raw["choices"][0]
+    assert choice["message"]["content"]
+    assert raw["usage"]["completion_tokens"] == len(choice["logprobs"]["content"])
+    assert raw["usage"]["prompt_tokens"] == reference_prompt_tokens(starter_path, QUESTION)
+    assert raw["usage"]["total_tokens"] == raw["usage"]["prompt_tokens"] + raw["usage"]["completion_tokens"]
+
+    client = server.client()
+    resp = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=20, temperature=0)
+    assert resp.choices[0].message.content == choice["message"]["content"]
+    assert resp.choices[0].finish_reason in ("stop", "length")
+
+
+def test_streamed_chat_chunks_validate_and_match_non_streamed(server, openai_schemas):
+    body = {
+        "model": MODEL,
+        "messages": QUESTION,
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    events = []
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body, headers=server.headers, timeout=60) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    for c in chunks:
+        openai_schemas("CreateChatCompletionStreamResponse", c)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finishes) == 1
+    usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == []
+
+    plain = server.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=24, temperature=0)
+    assert text == plain.choices[0].message.content
+    assert usage == {
+        "prompt_tokens": plain.usage.prompt_tokens,
+        "completion_tokens": plain.usage.completion_tokens,
+        "total_tokens": plain.usage.total_tokens,
+        "prompt_tokens_details": usage["prompt_tokens_details"],
+    }
+
+    # the openai client's own stream parser agrees
+    stream = server.client().chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
+    parts, last = [], None
+    for chunk in stream:
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+        last = chunk
+    assert "".join(parts) == text
+    assert last.usage.completion_tokens == plain.usage.completion_tokens
+
+
+def test_completions_plain_and_streamed(server, openai_schemas):
+    body = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0, "logprobs": 2}
+    raw = httpx.post(f"{server.base_url}/completions", json=body, headers=server.headers, timeout=60).json()
+    openai_schemas("CreateCompletionResponse", raw)
+    lp = raw["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == raw["usage"]["completion_tokens"] == len(lp["token_logprobs"])
+    assert "".join(lp["tokens"]) == raw["choices"][0]["text"]
+
+    events = []
+    with httpx.stream(
+        "POST", f"{server.base_url}/completions", json={**body, "stream": True}, headers=server.headers, timeout=60
+    ) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    # The spec shares one shape between streamed and plain completions, with a non-null
+    # finish_reason; OpenAI's own streams send null until the last chunk, and so do we.
+    # Every chunk validates once that one field is given its final value.
+    for c in chunks:
+        choice = c["choices"][0]
+        openai_schemas("CreateCompletionResponse", {**c, "choices": [{**choice, "finish_reason": choice["finish_reason"] or "stop"}]})
+    openai_schemas("CreateCompletionResponse", chunks[-1])
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert "".join(c["choices"][0]["text"] for c in chunks) == raw["choices"][0]["text"]
+
+
+def test_n_choices_and_usage(server):
+    resp = server.client().chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=10, temperature=1.0, seed=3, n=3
+    )
+    assert [c.index for c in resp.choices] == [0, 1, 2]
+    assert resp.usage.completion_tokens >= 3
+
+
+def test_stop_sequence(server):
+    client = server.client()
+    full = client.completions.create(model=MODEL, prompt="1, 2, 3, 4, 5,", max_tokens=20, temperature=0).choices[0].text
+    assert " 8" in full
+    cut = client.completions.create(model=MODEL, prompt="1, 2, 3, 4, 5,", max_tokens=20, temperature=0, stop=[" 8"])
+    assert cut.choices[0].text == full[: full.index(" 8")]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_seed_determinism(server):
+    client = server.client()
+    kw = dict(model=MODEL, messages=QUESTION, max_tokens=30, temperature=1.0, seed=42)
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b
+
+
+def test_json_schema_output_parses_and_validates(server):
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"type": "string"}, "count": {"type": "integer"}},
+        "required": ["colour", "count"],
+        "additionalProperties": False,
+    }
+    resp = server.client().chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Give a colour and a count as JSON."}],
+        max_tokens=60,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": schema, "strict": True}},
+    )
+    jsonschema.validate(json.loads(resp.choices[0].message.content), schema)
+    obj = server.client().chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=60, temperature=0, response_format={"type": "json_object"}
+    )
+    assert isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+def test_embeddings_validate(server, openai_schemas):
+    raw = httpx.post(
+        f"{server.base_url}/embeddings", json={"model": MODEL, "input": ["red", "blue"]}, headers=server.headers, timeout=60
+    ).json()
+    openai_schemas("CreateEmbeddingResponse", raw)
+    assert len(raw["data"]) == 2 and len(raw["data"][0]["embedding"]) > 100
+    resp = server.client().embeddings.create(model=MODEL, input="hello")
+    assert abs(sum(x * x for x in resp.data[0].embedding) - 1.0) < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"model": "no-such-model", "messages": QUESTION}, 404, "model"),
+        ({"model": MODEL, "messages": QUESTION, "temperature": -1}, 400, "temperature"),
+        ({"model": MODEL, "messages": QUESTION, "max_tokens": 0}, 400, "max_tokens"),
+        ({"model": MODEL, "messages": []}, 400, "messages"),
+        ({"model": MODEL, "messages": "hello"}, 400, "messages"),
+        ({"model": MODEL, "messages": QUESTION, "temperature": "hot"}, 400, "temperature"),
+        ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, 400, "messages"),
+        ({"model": MODEL, "messages": QUESTION, "n": 0}, 400, "n"),
+        ({"messages": QUESTION}, 400, "model"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "word " * 3000}]}, 400, "messages"),
+    ],
+)
+def test_errors_are_openai_shaped(server, openai_schemas, body, status, param):
+    r = httpx.post(f"{server.base_url}/chat/completions", json=body, headers=server.headers, timeout=60)
+    assert r.status_code == status, r.text
+    openai_schemas("ErrorResponse", r.json())
+    err = r.json()["error"]
+    assert err["param"] == param
+    assert err["message"].endswith(".")
+
+
+def test_context_overflow_has_its_code(server):
+    with pytest.raises(openai.BadRequestError) as info:
+        server.client().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 3000}])
+    assert info.value.code == "context_length_exceeded"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"{bad json", b"", b"[]", b"null", b'{"model": 5, "messages": 7}', b'{"model": "x", "prompt": {"a": 1}}', b"\xff\xfe"],
+)
+def test_malformed_bodies_never_give_500(server, raw):
+    for path in ("/chat/completions", "/completions", "/embeddings"):
+        r = httpx.post(
+            f"{server.base_url}{path}", content=raw, headers={**server.headers, "content-type": "application/json"}
+        )
+        assert 400 <= r.status_code < 500, (path, raw, r.status_code, r.text)
+        assert "error" in r.json()
+    assert httpx.get(f"{server.root}/health").status_code == 200
+
+
+def test_oversized_body_is_refused(server):
+    r = httpx.post(
+        f"{server.base_url}/chat/completions",
+        content=b'{"model": "x", "messages": [], "pad": "' + b"x" * (9 * 1024 * 1024) + b'"}',
+        headers={**server.headers, "content-type": "application/json"},
+    )
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "request_too_large"
+
+
+def test_api_key_is_enforced_everywhere_but_health(server):
+    for method, path in [("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("GET", "/metrics"), ("GET", "/api/models")]:
+        r = httpx.request(method, f"{server.root}{path}", json={})
+        assert r.status_code == 401, path
+        assert r.json()["error"]["code"] == "invalid_api_key"
+        r = httpx.request(method, f"{server.root}{path}", json={}, headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401
+    assert httpx.get(f"{server.root}/health").status_code == 200
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.base_url, api_key="wrong", max_retries=0).models.list()
+
+
+def test_cors_is_off_by_default(server):
+    r = httpx.options(
+        f"{server.base_url}/models",
+        headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "GET"},
+    )
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_metrics_and_health(server):
+    server.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+    text = httpx.get(f"{server.root}/metrics", headers=server.headers).text
+    for name in (
+        "hearth_requests_running",
+        "hearth_requests_waiting",
+        "hearth_time_to_first_token_seconds_bucket",
+        "hearth_inter_token_latency_seconds_bucket",
+        "hearth_prompt_tokens_total",
+        "hearth_generation_tokens_total",
+    ):
+        assert name in text
+    assert httpx.get(f"{server.root}/health").json()["status"] == "ok"
+
+
+def test_admin_api_lists_and_reports_load_state(server):
+    models = httpx.get(f"{server.root}/api/models", headers=server.headers).json()["models"]
+    starter = next(m for m in models if m["name"] == MODEL)
+    assert starter["state"] == "loaded"
+    assert starter["format"] == "gguf"
+    stats = httpx.get(f"{server.root}/api/stats", headers=server.headers).json()
+    assert MODEL in stats["models"]
+    assert stats["models"][MODEL]["slots"] == 8
