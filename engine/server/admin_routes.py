@@ -52,10 +52,8 @@ async def load(request: Request, body: LoadBody) -> dict:
 
 @router.post("/models/unload")
 async def unload(request: Request, body: LoadBody) -> dict:
-    from engine.catalog.registry import resolve_model
-
     manager = request.app.state.manager
-    model = await asyncio.to_thread(resolve_model, body.model, manager.registry)
+    model = await asyncio.to_thread(manager.resolve, body.model)
     unloaded = await asyncio.to_thread(manager.unload, model.name)
     return {"name": model.name, "state": "not-loaded", "unloaded": unloaded}
 

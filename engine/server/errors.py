@@ -15,7 +15,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.errors import (
     BackendUnavailable,
     ContextLengthExceeded,
+    DownloadError,
     HearthError,
+    HubAccessDenied,
+    HubNotFound,
+    HubRateLimited,
+    HubUnavailable,
+    InsufficientDiskSpace,
     InvalidRequest,
     ModelLoadError,
     ModelNotFound,
@@ -51,6 +57,19 @@ def response_for(exc: Exception) -> JSONResponse:
         return error_response(503, str(exc), "server_error", code="backend_unavailable")
     if isinstance(exc, ModelLoadError):
         return error_response(500, str(exc), "server_error", code="model_load_error")
+    if isinstance(exc, HubNotFound):
+        return error_response(404, str(exc), "invalid_request_error", code="hub_not_found")
+    if isinstance(exc, HubAccessDenied):
+        return error_response(403, str(exc), "invalid_request_error", code="hub_access_denied")
+    if isinstance(exc, HubRateLimited):
+        headers = {"Retry-After": str(max(1, round(exc.retry_after)))}
+        return error_response(429, str(exc), "rate_limit_error", code="hub_rate_limited", headers=headers)
+    if isinstance(exc, HubUnavailable):
+        return error_response(502, str(exc), "server_error", code="hub_unavailable")
+    if isinstance(exc, InsufficientDiskSpace):
+        return error_response(507, str(exc), "server_error", code="insufficient_storage")
+    if isinstance(exc, DownloadError):
+        return error_response(400, str(exc), "invalid_request_error", code="download_error")
     if isinstance(exc, HearthError):
         return error_response(400, str(exc), "invalid_request_error")
     log.exception("unexpected error while serving a request", exc_info=exc)

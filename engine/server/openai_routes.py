@@ -209,9 +209,7 @@ async def list_models(request: Request) -> dict:
 
 @router.get("/models/{model_id:path}")
 async def get_model(request: Request, model_id: str) -> dict:
-    from engine.catalog.registry import resolve_model
-
-    m = await asyncio.to_thread(resolve_model, model_id, request.app.state.manager.registry)
+    m = await asyncio.to_thread(request.app.state.manager.resolve, model_id)
     return {
         "id": m.name,
         "object": "model",

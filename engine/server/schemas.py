@@ -80,3 +80,13 @@ class EmbeddingBody(_Body):
 
 class LoadBody(_Body):
     model: str = Field(min_length=1)
+
+
+class DownloadBody(_Body):
+    repo: str = Field(min_length=3)
+    variant: str | None = None
+
+
+class ImportBody(_Body):
+    path: str = Field(min_length=1)
+    name: str | None = None

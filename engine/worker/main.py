@@ -62,7 +62,12 @@ def run_worker(config: WorkerConfig, *, announce=print) -> int:
         idle_ttl=config.idle_ttl,
         memory_budget=config.memory_budget,
     )
-    app = create_app(settings, manager)
+    from engine.catalog.services import CatalogServices
+
+    catalog = CatalogServices(registry)
+    app = create_app(settings, manager, catalog)
+    # Downloads cut off when the last worker ended carry on now.
+    threading.Thread(target=lambda: catalog.downloads, name="resume-downloads", daemon=True).start()
     try:
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:
@@ -99,6 +104,7 @@ def run_worker(config: WorkerConfig, *, announce=print) -> int:
     try:
         server.run(sockets=[sock])
     finally:
+        catalog.close()
         manager.close()
         sock.close()
     return 0

@@ -66,6 +66,7 @@ class ModelManager:
         self.memory_budget = memory_budget or int(psutil.virtual_memory().available * DEFAULT_BUDGET_SHARE)
         self._factory = backend_factory
         self._loaded: dict[str, LoadedModel] = {}
+        self._by_path: dict[str, LocalModel] = {}  # models opened by file path, not registered
         self._loading: set[str] = set()
         self._lock = threading.Condition()
         self._closed = threading.Event()
@@ -74,7 +75,23 @@ class ModelManager:
 
     # -- queries --------------------------------------------------------------------------------
     def available(self) -> list[LocalModel]:
-        return self.registry.list()
+        models = self.registry.list()
+        names = {m.name for m in models}
+        return models + [m for m in self._by_path.values() if m.name not in names]
+
+    def resolve(self, name: str) -> LocalModel:
+        """The model called ``name``: registered, opened earlier by path, or a path to a model file.
+
+        Raises:
+            ModelNotFound: nothing matches.
+        """
+        known = self._by_path.get(name)
+        if known is not None and self.registry.get(name) is None:
+            return known
+        model = resolve_model(name, self.registry)
+        if model.source == "path":
+            self._by_path[model.name] = model
+        return model
 
     def state(self, name: str) -> str:
         with self._lock:
@@ -109,7 +126,7 @@ class ModelManager:
         Raises:
             ModelNotFound, BackendUnavailable, ModelLoadError.
         """
-        model = resolve_model(name, self.registry)
+        model = self.resolve(name)
         key = model.name
         with self._lock:
             while key in self._loading:

@@ -1,0 +1,144 @@
+"""The catalog part of the admin API: hardware, Hub search with advisor labels, downloads,
+imports and deletions. The app reaches the catalog only through these endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+
+from engine.errors import InvalidRequest, ModelLoadError
+from engine.server.admin_routes import _model_entry
+from engine.server.schemas import DownloadBody, ImportBody
+
+router = APIRouter(prefix="/api")
+
+# The API speaks of a finished download as "done".
+_STATE = {"completed": "done"}
+
+
+def _download(status) -> dict:
+    d = status.to_dict()
+    d["state"] = _STATE.get(d["state"], d["state"])
+    return d
+
+
+def _catalog(request: Request):
+    return request.app.state.catalog
+
+
+@router.get("/hardware")
+async def hardware(request: Request) -> dict:
+    from engine.backends.choice import choose_backend
+    from engine.hardware import detect_hardware
+
+    hw = await asyncio.to_thread(detect_hardware)
+    backends = []
+    for fmt in ("gguf", "safetensors", "mlx"):
+        choice = choose_backend(fmt, hardware=hw)
+        backends.append({"format": fmt, "backend": choice.backend, "reason": choice.reason})
+    return {"hardware": hw.to_dict(), "backends": backends}
+
+
+@router.get("/hub/search")
+async def hub_search(request: Request, q: str = "", sort: str = "downloads", format: str | None = None, limit: int = 20):
+    if sort not in ("downloads", "likes", "recent"):
+        raise InvalidRequest("'sort' must be downloads, likes or recent.", param="sort")
+    if format not in (None, "", "gguf", "mlx", "safetensors"):
+        raise InvalidRequest("'format' must be gguf, mlx or safetensors.", param="format")
+    hub = _catalog(request).hub
+    results = await asyncio.to_thread(hub.search, q, sort=sort, format=format or None, limit=max(1, min(limit, 100)))
+    out = []
+    for r in results:
+        d = r.to_dict()
+        d["updated"] = d.get("last_modified")
+        out.append(d)
+    return {"results": out}
+
+
+@router.get("/hub/variants")
+async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> dict:
+    from engine.catalog.advisor import advise
+    from engine.hardware import detect_hardware
+
+    if ctx is not None and ctx < 256:
+        raise InvalidRequest("'ctx' must be at least 256 tokens.", param="ctx")
+    hub = _catalog(request).hub
+
+    def work():
+        listing = hub.repo(repo)
+        shape = hub.model_shape(listing)
+        advice = advise(listing.variants, shape, detect_hardware(), context_length=ctx)
+        return listing, advice
+
+    listing, advice = await asyncio.to_thread(work)
+    variants = []
+    for v in listing.variants:
+        est = advice.get(v.name)
+        variants.append(
+            {
+                "name": v.name,
+                "quantization": v.name,
+                "format": v.format,
+                "files": [f.to_dict() for f in v.files],
+                "size_bytes": v.size_bytes,
+                "fit": est.fit.value if est else "none",
+                "label": est.label if est else "",
+                "detail": est.reason if est else "",
+                "memory_bytes": est.memory.total if est else None,
+                "backend": est.backend if est else None,
+                "recommended": advice.recommended == v.name,
+            }
+        )
+    rec = {"variant": advice.recommended, "reason": advice.reason} if advice.recommended else None
+    return {
+        "repo": listing.repo,
+        "revision": listing.revision,
+        "context_length": advice.context_length,
+        "variants": variants,
+        "recommendation": rec,
+        "reason": advice.reason,
+    }
+
+
+@router.get("/downloads")
+async def downloads(request: Request) -> dict:
+    manager = _catalog(request).downloads
+    return {"downloads": [_download(s) for s in manager.status()]}
+
+
+@router.post("/downloads")
+async def start_download(request: Request, body: DownloadBody) -> dict:
+    manager = _catalog(request).downloads
+    job = await asyncio.to_thread(manager.start, body.repo, body.variant)
+    return _download(job.status())
+
+
+@router.post("/downloads/{job_id}/{action}")
+async def control_download(request: Request, job_id: str, action: str) -> dict:
+    manager = _catalog(request).downloads
+    if action not in ("pause", "resume", "cancel"):
+        raise InvalidRequest("A download can be paused, resumed or cancelled.", param="action")
+    job = await asyncio.to_thread(manager.get, job_id)
+    await asyncio.to_thread(getattr(manager, action), job_id)
+    return _download(job.status())
+
+
+@router.post("/models/import")
+async def import_model(request: Request, body: ImportBody) -> dict:
+    registry = request.app.state.manager.registry
+    try:
+        model = await asyncio.to_thread(registry.register, Path(body.path), name=body.name, source="import")
+    except ModelLoadError as exc:  # a path the user gave: their input, not a server fault
+        raise InvalidRequest(str(exc), param="path") from exc
+    return _model_entry(model, "not-loaded")
+
+
+@router.delete("/models/{name:path}")
+async def delete_model(request: Request, name: str) -> dict:
+    manager = request.app.state.manager
+    model = await asyncio.to_thread(manager.registry.resolve, name)
+    await asyncio.to_thread(manager.unload, model.name)
+    await asyncio.to_thread(manager.registry.remove, model.name, delete_files=True)
+    return {"deleted": model.name}

@@ -1,0 +1,82 @@
+"""The catalog endpoints of the admin API, over the real app, against the fake hub."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.engine.catalog.conftest import BIG, TINY
+
+
+@pytest.fixture
+def api(hub, registry):
+    from engine.catalog.services import CatalogServices
+    from engine.server import ServerSettings, create_app
+    from engine.worker.manager import ModelManager
+
+    manager = ModelManager(registry)
+    catalog = CatalogServices(registry, endpoint=hub.url)
+    app = create_app(ServerSettings(), manager, catalog)
+    with TestClient(app) as client:
+        yield client
+    catalog.close()
+    manager.close()
+
+
+def test_hardware_says_what_runs_here_and_why(api):
+    body = api.get("/api/hardware").json()
+    assert body["hardware"]["ram_total"] > 0
+    kinds = {b["format"]: b for b in body["backends"]}
+    assert kinds["gguf"]["backend"] == "llamacpp"
+    assert kinds["gguf"]["reason"]
+
+
+def test_search_and_variants_with_advisor_labels(api):
+    found = api.get("/api/hub/search", params={"q": "llama", "format": "gguf"}).json()["results"]
+    repos = [r["repo"] for r in found]
+    assert TINY in repos and BIG in repos
+    body = api.get("/api/hub/variants", params={"repo": BIG, "ctx": 4096}).json()
+    names = {v["name"] for v in body["variants"]}
+    assert {"Q4_K_M", "Q8_0"} <= names
+    for v in body["variants"]:
+        assert v["fit"] in ("gpu", "partial", "cpu", "none")
+        assert v["label"] and v["detail"]
+    rec = [v for v in body["variants"] if v["recommended"]]
+    assert len(rec) == 1 and body["recommendation"]["variant"] == rec[0]["name"]
+    assert body["recommendation"]["reason"]
+
+
+def test_unknown_repo_is_a_clear_404(api):
+    r = api.get("/api/hub/variants", params={"repo": "nobody/nothing"})
+    assert r.status_code == 404
+    assert r.json()["error"]["message"].endswith(".")
+
+
+def test_download_to_completion_appears_in_models(api):
+    job = api.post("/api/downloads", json={"repo": TINY, "variant": "Q8_0"}).json()
+    assert job["state"] in ("queued", "running", "done")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = {d["id"]: d for d in api.get("/api/downloads").json()["downloads"]}
+        if states[job["id"]]["state"] in ("done", "failed"):
+            break
+        time.sleep(0.1)
+    done = states[job["id"]]
+    assert done["state"] == "done", done
+    assert done["bytes_done"] == done["bytes_total"] > 0
+    names = [m["id"] for m in api.get("/v1/models").json()["data"]]
+    assert f"{TINY}:Q8_0" in names
+    r = api.delete(f"/api/models/{TINY}:Q8_0")
+    assert r.json() == {"deleted": f"{TINY}:Q8_0"}
+    assert f"{TINY}:Q8_0" not in [m["id"] for m in api.get("/v1/models").json()["data"]]
+
+
+def test_import_a_local_gguf_and_refuse_a_bad_path(api, starter_path):
+    r = api.post("/api/models/import", json={"path": str(starter_path), "name": "my-smol"})
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == "my-smol" and r.json()["quantization"] == "Q4_1"
+    bad = api.post("/api/models/import", json={"path": "/nope/model.gguf"})
+    assert bad.status_code == 400
+    assert "/nope/model.gguf" in bad.json()["error"]["message"]
