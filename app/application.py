@@ -17,7 +17,7 @@ from app.net.engine import EngineConfig, EngineController
 from app.store.chat_store import ChatStore
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeManager
-from app.widgets.markdown import render_markdown
+from app.widgets.markdown import render_blocks
 from engine.paths import hearth_home, logs_dir
 
 log = logging.getLogger(__name__)
@@ -63,15 +63,17 @@ def _run(*, engine_config: EngineConfig | None, smoke: str | None):
     window = MainWindow(store=store, engine=engine, theme=theme)
     window.show()
     shown_after = seconds_since_launch()
+    times = psutil.Process().cpu_times()
+    shown_cpu = times.user + times.system
     log.info("window shown %.2f s after launch", shown_after)
     engine.start(engine_config or EngineConfig.from_settings(settings))
     # Warm the Markdown and highlighting caches now, not on the first streamed token.
-    QTimer.singleShot(0, lambda: render_markdown("```python\nx = 1\n```", theme.colors))
+    QTimer.singleShot(0, lambda: render_blocks("```python\nx = 1\n```", theme.colors))
     smoke_run = None
     if smoke:
         from app.smoke import SmokeRun
 
-        smoke_run = SmokeRun(window, out=smoke, shown_after=shown_after, launched_at=launched_at)
+        smoke_run = SmokeRun(window, out=smoke, shown_after=shown_after, shown_cpu=shown_cpu, launched_at=launched_at)
         smoke_run.start()
     try:
         code = app.exec()

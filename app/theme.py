@@ -81,6 +81,9 @@ QToolButton:hover {{ background: {c.raised}; color: {c.text}; }}
 #Composer QPlainTextEdit {{ border: none; background: transparent; padding: 4px; }}
 #UserBubble {{ background: {c.user_bubble}; border-radius: 14px; }}
 #AnswerBubble {{ background: transparent; }}
+#CodeBlock {{ background: {c.code_bg}; border: 1px solid {c.border}; border-radius: 10px; }}
+#CodeHeader {{ background: {c.code_header}; border-top-left-radius: 10px; border-top-right-radius: 10px; }}
+#CodeHeader QToolButton {{ font-size: 9pt; padding: 2px 6px; }}
 #Muted, QLabel[muted="true"] {{ color: {c.muted}; }}
 #Notice {{ color: {c.muted}; background: {c.raised}; border-radius: 8px; padding: 4px 10px; }}
 #Banner {{ background: {c.warning_bg}; border-bottom: 1px solid {c.border}; }}
@@ -97,8 +100,7 @@ QTableView, QTreeView, QListWidget {{ background: {c.surface}; border: 1px solid
 QHeaderView::section {{ background: {c.sidebar}; color: {c.muted}; border: none; border-bottom: 1px solid {c.border}; padding: 6px 8px; font-weight: 600; }}
 QProgressBar {{ background: {c.raised}; border: none; border-radius: 5px; height: 10px; text-align: center; color: transparent; }}
 QProgressBar::chunk {{ background: {c.accent}; border-radius: 5px; }}
-QCheckBox::indicator {{ width: 34px; height: 18px; border-radius: 9px; background: {c.border}; }}
-QCheckBox::indicator:checked {{ background: {c.accent}; }}
+QAbstractSpinBox::up-button, QAbstractSpinBox::down-button {{ width: 0px; border: none; }}
 QTabWidget::pane {{ border: none; }}
 QTabBar::tab {{ background: transparent; padding: 8px 14px; color: {c.muted}; border-bottom: 2px solid transparent; }}
 QTabBar::tab:selected {{ color: {c.text}; border-bottom: 2px solid {c.accent}; font-weight: 600; }}

@@ -13,7 +13,6 @@ from dataclasses import replace
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
-    QCheckBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -33,6 +32,7 @@ from app.pages.hardware_page import card
 from app.store.records import AppSettings
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors
+from app.widgets.toggle import ToggleSwitch
 
 POLL_MS = 1000
 
@@ -86,7 +86,7 @@ class ApiPage(QWidget):
     # -- building -----------------------------------------------------------------------------
     def _share_card(self):
         frame, col = card("Share with other apps")
-        self.expose = QCheckBox("  Let other apps on this computer use Hearth's OpenAI-compatible API")
+        self.expose = ToggleSwitch("Let other apps on this computer use Hearth's OpenAI-compatible API", self.colors)
         self.expose.setObjectName("exposeSwitch")
         col.addWidget(self.expose)
         grid = QGridLayout()
@@ -94,6 +94,7 @@ class ApiPage(QWidget):
         self.port = QSpinBox()
         self.port.setObjectName("apiPort")
         self.port.setRange(1024, 65535)
+        self.port.setMaximumWidth(140)
         self.key = QLineEdit()
         self.key.setObjectName("apiKey")
         self.key.setPlaceholderText("none: any app may connect")
@@ -102,10 +103,10 @@ class ApiPage(QWidget):
         self.cors = QLineEdit()
         self.cors.setObjectName("corsOrigins")
         self.cors.setPlaceholderText("e.g. http://localhost:3000, https://my.app (for web pages)")
-        self.lan = QCheckBox("  Also accept other computers on the network")
+        self.lan = ToggleSwitch("Also accept other computers on the network", self.colors)
         self.lan.setObjectName("lanSwitch")
         grid.addWidget(QLabel("Port"), 0, 0)
-        grid.addWidget(self.port, 0, 1)
+        grid.addWidget(self.port, 0, 1, Qt.AlignmentFlag.AlignLeft)
         grid.addWidget(QLabel("API key"), 1, 0)
         key_row = QHBoxLayout()
         key_row.addWidget(self.key, 1)
@@ -227,6 +228,8 @@ class ApiPage(QWidget):
     # -- live numbers -------------------------------------------------------------------------
     def set_colors(self, colors: ThemeColors) -> None:
         self.colors = colors
+        self.expose.set_colors(colors)
+        self.lan.set_colors(colors)
         self._refresh_texts()
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override

@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QLabel,
     QMessageBox,
     QToolButton,
     QVBoxLayout,
@@ -31,6 +30,7 @@ from app.widgets.chat_settings import ChatSettingsPanel
 from app.widgets.chat_sidebar import ChatSidebar
 from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
+from app.widgets.elided_label import ElidedLabel
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class ChatsPage(QWidget):
         header.setObjectName("ChatHeader")
         row = QHBoxLayout(header)
         row.setContentsMargins(20, 10, 12, 10)
-        self.title = QLabel()
+        self.title = ElidedLabel()
         self.title.setObjectName("ChatTitle")
         row.addWidget(self.title, 1)
         self.model_combo = QComboBox()

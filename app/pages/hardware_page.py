@@ -107,6 +107,7 @@ class HardwarePage(QWidget):
         self.bar_legend.setWordWrap(True)
         for w in (self.vram_label, self.vram_bar, self.ram_label, self.ram_bar, self.bar_legend):
             fit_col.addWidget(w)
+            w.hide()  # until the engine says what memory there is
         column.addWidget(fit_card)
         column.addStretch(1)
         self.model_combo.currentIndexChanged.connect(self.update_fit)
@@ -184,6 +185,8 @@ class HardwarePage(QWidget):
         self.vram_label.setVisible(bool(facts.gpus))
         self.vram_bar.set_values(need, int(vram * GPU_USABLE))
         self.ram_bar.set_values(need, int(ram * RAM_USABLE))
+        for w in (self.ram_label, self.ram_bar, self.bar_legend):
+            w.show()
         total = human_bytes(need.total)
         self.vram_label.setText(f"GPU memory: needs {total} of {human_bytes(vram * GPU_USABLE)} usable")
         self.ram_label.setText(f"RAM: needs {total} of {human_bytes(ram * RAM_USABLE)} usable")

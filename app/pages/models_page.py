@@ -59,6 +59,7 @@ class ModelsPage(QWidget):
         self.message = QLabel()
         self.message.setObjectName("Muted")
         self.message.setWordWrap(True)
+        self.message.hide()
         column.addWidget(self.message)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -89,6 +90,7 @@ class ModelsPage(QWidget):
         self.view.verticalHeader().hide()
         self.view.setShowGrid(False)
         self.view.setAlternatingRowColors(True)
+        self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.view.horizontalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignLeft)
         self.view.verticalHeader().setDefaultSectionSize(34)
@@ -120,6 +122,7 @@ class ModelsPage(QWidget):
     def show_message(self, text: str, error: bool = False) -> None:
         color = self.colors.error_text if error else self.colors.muted
         self.message.setText(f'<span style="color:{color};">{text}</span>' if text else "")
+        self.message.setVisible(bool(text))
 
     # -- engine facts -------------------------------------------------------------------------
     def engine_ready(self) -> None:

@@ -1,10 +1,13 @@
 """ChatView: the messages of one chat as bubbles in a scrolling column, bound to a ConversationModel.
 
 Row inserts and removals add and drop bubbles; ``dataChanged`` re-renders only the changed
-rows, at most every 50 ms, so a fast stream costs the GUI thread a few renders a second.
+rows, at most every 50 ms (longer when a render gets expensive, so rendering never takes more
+than about a fifth of the GUI thread's time).
 """
 
 from __future__ import annotations
+
+import time
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
@@ -14,6 +17,8 @@ from app.theme import ThemeColors
 from app.widgets.message_bubble import MessageBubble
 
 RENDER_INTERVAL_MS = 50
+MAX_RENDER_INTERVAL_MS = 300
+RENDER_SHARE = 5  # wait this many times the last render's duration before the next
 COLUMN_WIDTH = 860
 
 
@@ -121,12 +126,16 @@ class ChatView(QScrollArea):
         self._render_timer.stop()
         if self.model is None:
             return
+        started = time.perf_counter()
         for row in sorted(self._dirty):
             if row < len(self.bubbles):
                 message = self.model.message(row)
                 self.bubbles[row].show_message(message, streaming=self.model.is_streaming(message.id))
         self._dirty.clear()
         self._after_change()
+        spent_ms = (time.perf_counter() - started) * 1000
+        interval = int(min(MAX_RENDER_INTERVAL_MS, max(RENDER_INTERVAL_MS, spent_ms * RENDER_SHARE)))
+        self._render_timer.setInterval(interval)
 
     def _after_change(self) -> None:
         self.empty.setVisible(not self.bubbles)

@@ -34,7 +34,7 @@ class Composer(QWidget):
         self.input.setObjectName("composerInput")
         self.input.setPlaceholderText("Send a message…")
         self.input.setTabChangesFocus(True)
-        self.input.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.input.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.input.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.input.installEventFilter(self)
         self.input.textChanged.connect(self._resize_input)
@@ -68,9 +68,12 @@ class Composer(QWidget):
         return super().eventFilter(watched, event)
 
     def _resize_input(self) -> None:
-        lines = max(1, min(MAX_LINES, self.input.document().size().toSize().height() or 1))
-        height = self.input.fontMetrics().lineSpacing() * lines + 14
+        wanted = max(1, self.input.document().size().toSize().height() or 1)
+        lines = min(MAX_LINES, wanted)
+        height = self.input.fontMetrics().lineSpacing() * lines + 20
         self.input.setFixedHeight(height)
+        policy = Qt.ScrollBarPolicy.ScrollBarAsNeeded if wanted > MAX_LINES else Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        self.input.setVerticalScrollBarPolicy(policy)
 
     def set_answering(self, answering: bool) -> None:
         self.answering = answering

@@ -7,8 +7,8 @@ tokens/s, time to first token and token count underneath.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from app.icons import icon
 from app.store.records import AnswerStats, MessageRecord
 from app.theme import ThemeColors
-from app.widgets.markdown import render_markdown
+from app.widgets.markdown_view import MarkdownView
 
 CURSOR = " ▍"
 
@@ -70,7 +70,6 @@ class MessageBubble(QWidget):
         self.message = message
         self.colors = colors
         self.streaming = False
-        self.code_blocks: tuple[str, ...] = ()
         self._build()
 
     def _build(self) -> None:
@@ -88,13 +87,14 @@ class MessageBubble(QWidget):
         self.notice.setObjectName("Notice")
         self.notice.hide()
         inner.addWidget(self.notice, 0, Qt.AlignmentFlag.AlignLeft)
-        self.body = QLabel()
-        self.body.setWordWrap(True)
-        self.body.setTextInteractionFlags(
-            Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
-        )
-        self.body.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.body.linkActivated.connect(self._on_link)
+        if user:
+            self.body = QLabel()
+            self.body.setWordWrap(True)
+            self.body.setTextFormat(Qt.TextFormat.PlainText)
+            self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.body.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        else:
+            self.body = MarkdownView(self.colors)
         inner.addWidget(self.body)
         self.editor = QPlainTextEdit()
         self.editor.setObjectName("messageEditor")
@@ -156,13 +156,9 @@ class MessageBubble(QWidget):
         self.message = message
         self.streaming = streaming
         if message.role == "user":
-            self.body.setTextFormat(Qt.TextFormat.PlainText)
             self.body.setText(message.content)
         else:
-            rendered = render_markdown(message.content + (CURSOR if streaming else ""), self.colors)
-            self.code_blocks = rendered.code_blocks
-            self.body.setTextFormat(Qt.TextFormat.RichText)
-            self.body.setText(rendered.html or "<p>…</p>")
+            self.body.set_markdown(message.content + CURSOR if streaming else message.content)
         stats = message.stats
         self.stats.setText(stats_text(stats, streaming))
         dropped = stats.dropped_messages if stats else 0
@@ -188,6 +184,8 @@ class MessageBubble(QWidget):
         self.colors = colors
         for button, name in ((self.copy_button, "copy"), (self.edit_button, "edit"), (self.regenerate_button, "regenerate")):
             button.setIcon(icon(name, colors.muted))
+        if isinstance(self.body, MarkdownView):
+            self.body.set_colors(colors)
         self.show_message(self.message, streaming=self.streaming)
 
     # -- editing ------------------------------------------------------------------------------
@@ -204,11 +202,3 @@ class MessageBubble(QWidget):
         if text.strip():
             self.set_editing(False)
             self.edit_submitted.emit(self.message.id, text)
-
-    def _on_link(self, href: str) -> None:
-        if href.startswith("copy:"):
-            index = int(href.split(":", 1)[1])
-            if 0 <= index < len(self.code_blocks):
-                QGuiApplication.clipboard().setText(self.code_blocks[index])
-        else:
-            QDesktopServices.openUrl(QUrl(href))

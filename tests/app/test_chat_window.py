@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.net.types import LoadedModelStats, StatsSnapshot
 from app.store import ChatStore
+from app.store.records import AnswerStats
 from engine.starter import STARTER_NAME
 from tests.app.conftest import ANSWER_TIMEOUT_MS, open_window
 from tests.app.helpers import bubbles, fresh_chat, send_and_wait, type_and_send
@@ -30,7 +31,7 @@ def test_a_message_is_answered_by_streaming(qtbot, window, store):
     assert answer.stats.tokens > 0 and answer.stats.ttft is not None and answer.stats.tokens_per_second
     footer = bubbles(window)[-1].stats.text()
     assert "tok/s" in footer and "tokens" in footer and "first token" in footer
-    assert window.chats.title.text() == "Name three colours."
+    assert window.chats.title.full_text() == "Name three colours."
 
 
 def test_stop_keeps_the_partial_answer(qtbot, window, store):
@@ -171,3 +172,20 @@ def test_search_rename_export_and_delete(qtbot, window, store, tmp_path):
     box.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: store.get_chat(chat_id) is None, timeout=5000)
     assert page.list_model.row_of(chat_id) == -1
+
+
+def test_an_answer_left_mid_stream_by_a_dead_app_is_shown_as_interrupted(qtbot, window, store):
+    # What an app killed mid-answer leaves behind: the last half-second save, no finish reason.
+    chat = store.create_chat()
+    store.add_message(chat.id, "user", "Tell me a story.")
+    store.add_message(chat.id, "assistant", "Once upon a time", AnswerStats(tokens=4, model=STARTER_NAME))
+
+    window.chats.refresh_list()
+    window.chats.open_chat(chat.id)
+
+    answer = bubbles(window)[-1]
+    assert answer.body.text() == "Once upon a time"
+    qtbot.waitUntil(answer.error.isVisible, timeout=5000)  # new widgets show on the next event loop pass
+    assert "interrupted" in answer.error.text()
+    assert store.messages(chat.id)[-1].stats.finish_reason == "error"  # marked once, not on every load
+    assert bubbles(window)[-1].regenerate_button.isVisible()
