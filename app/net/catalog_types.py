@@ -114,7 +114,7 @@ class HubVariant:
             label=str(d.get("label") or ""),
             detail=str(d.get("detail") or ""),
             recommended=bool(d.get("recommended", False)),
-            files=tuple(str(f) for f in d.get("files") or ()),
+            files=tuple(str(f.get("path", "")) if isinstance(f, dict) else str(f) for f in d.get("files") or ()),
         )
 
 

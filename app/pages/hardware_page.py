@@ -126,6 +126,7 @@ class HardwarePage(QWidget):
 
     def _failed(self, error: ApiError) -> None:
         self.message.setText(error.message)
+        self.message.show()
 
     @staticmethod
     def _fill(grid: QGridLayout, rows: list[tuple[str, str]]) -> None:
@@ -144,7 +145,7 @@ class HardwarePage(QWidget):
 
     def _facts(self, facts: HardwareFacts) -> None:
         self.facts = facts
-        self.message.setText("")
+        self.message.hide()
         rows = [("Processor", facts.cpu + (f", {facts.cores} threads" if facts.cores else ""))]
         rows.append(("Memory", f"{human_bytes(facts.ram_total)} ({human_bytes(facts.ram_available)} free)"))
         for g in facts.gpus:

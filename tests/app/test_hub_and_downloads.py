@@ -10,8 +10,6 @@ import pytest
 from app.net.engine import EngineConfig
 from tests.app.conftest import WORKER_ARGS, open_window, start_engine
 
-pytestmark = pytest.mark.skip(reason="needs the worker's /api/hub/search, /api/hub/variants and /api/downloads (integrator to add)")
-
 TINY = "TheOrg/Tiny-Llama-GGUF"
 LABELS = ("fits fully on GPU", "partial offload", "CPU only", "will not fit")  # the advisor's words
 
@@ -21,7 +19,8 @@ def fake_hub(tmp_path_factory):
     from tests.engine.catalog.conftest import TOKEN, build_repos
     from tests.hubserver import FakeHub
 
-    with FakeHub(build_repos(tmp_path_factory.mktemp("hub-files")), token=TOKEN) as hub:
+    # Small chunks, so a throttled file arrives in visible steps.
+    with FakeHub(build_repos(tmp_path_factory.mktemp("hub-files")), token=TOKEN, chunk=16 * 1024) as hub:
         yield hub
 
 
@@ -67,21 +66,25 @@ def test_hub_search_shows_variants_labelled_by_the_advisor(qtbot, hub_window):
     assert "Recommended:" in page.hub.recommendation.text()
 
 
-def test_a_download_runs_to_completion_and_the_model_appears(qtbot, hub_window):
+def test_a_download_runs_to_completion_and_the_model_appears(qtbot, hub_window, fake_hub):
+    fake_hub.throttle["tiny-llama.Q2_K.gguf"] = 0.25  # ~120 KB in 8 chunks: about two seconds
     hub_window.nav.select(1)
     page = hub_window.models_page
     repos = search(qtbot, page, "tiny")
     page.hub.results.setCurrentRow(repos.index(TINY))
     qtbot.waitUntil(lambda: page.hub.table.rowCount() > 0, timeout=30_000)
     row = [v.name for v in page.hub.variants.variants].index("Q2_K")
-    progress = []
     page.hub.table.cellWidget(row, 5).click()
     qtbot.waitUntil(lambda: bool(page.downloads.rows), timeout=30_000)
+    assert page.tabs.currentWidget() is page.downloads
     download_row = next(iter(page.downloads.rows.values()))
-    download_row.bar.valueChanged.connect(progress.append)
+    seen = [download_row.bar.value()]
+    download_row.bar.valueChanged.connect(seen.append)
 
     qtbot.waitUntil(lambda: download_row.download.state == "done", timeout=60_000)
-    assert download_row.bar.value() == 1000 and progress and progress[-1] == 1000
+    assert any(0 < v < 1000 for v in seen), f"the bar jumped straight to the end: {seen}"
+    assert seen == sorted(seen) and download_row.bar.value() == 1000
+    assert "ready as" in download_row.detail.text()
     qtbot.waitUntil(
         lambda: any("tiny-llama" in page.table.index(r, 0).data().lower() for r in range(page.table.rowCount())),
         timeout=30_000,

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
-
 from app.units import human_bytes
 from engine.starter import STARTER_NAME
-
-NEEDS_HUB = "needs the worker's /api/hub/* and /api/downloads endpoints (integrator to add)"
-NEEDS_IMPORT = "needs the worker's POST /api/models/import and DELETE /api/models/{name} (integrator to add)"
-NEEDS_HARDWARE = "needs the worker's GET /api/hardware (integrator to add)"
 
 
 def table_rows(page):
@@ -42,7 +36,6 @@ def test_an_endpoint_the_worker_lacks_is_a_sentence_not_a_crash(qtbot, window):
     assert error.message.startswith("This engine does not offer GET /api/no-such-endpoint")
 
 
-@pytest.mark.skip(reason=NEEDS_HARDWARE)
 def test_hardware_page_shows_facts_backends_and_a_memory_bar(qtbot, window):
     window.nav.select(2)
     page = window.hardware
@@ -56,7 +49,6 @@ def test_hardware_page_shows_facts_backends_and_a_memory_bar(qtbot, window):
     assert "Weights" in page.bar_legend.text()
 
 
-@pytest.mark.skip(reason=NEEDS_IMPORT)
 def test_importing_a_gguf_by_drop_adds_it_and_delete_removes_it(qtbot, window, starter_path, tmp_path):
     from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl
     from PySide6.QtGui import QDropEvent
