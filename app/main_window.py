@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QCloseEvent
@@ -67,6 +68,7 @@ class MainWindow(QMainWindow):
         row.addLayout(column, 1)
         self.setCentralWidget(central)
         self.nav.page_selected.connect(self.pages.setCurrentIndex)
+        self.nav.theme_chosen.connect(self.choose_theme)
         self.controller.answer_finished.connect(self._answer_finished)
         engine.state_changed.connect(self.on_engine_state)
         theme.changed.connect(self.set_colors)
@@ -87,17 +89,27 @@ class MainWindow(QMainWindow):
         elif state.ready:
             if self.banner.text == CRASH_TEXT:
                 self.banner.show_message("The engine restarted. Answers that were cut off are kept as far as they got.", level="info")
-                QTimer.singleShot(6000, lambda: self.banner.hide() if not self.banner.text.startswith(CRASH_TEXT) else None)
+                QTimer.singleShot(6000, self.banner, self._hide_restart_notice)  # dropped if the window goes first
             else:
                 self.banner.hide()
             self.models_page.engine_ready()
             self.hardware.refresh()
+
+    def _hide_restart_notice(self) -> None:
+        if self.banner.text != CRASH_TEXT:
+            self.banner.hide()
 
     def _answer_finished(self, outcome) -> None:
         if outcome.error is not None and outcome.error.status == 0 and not self.engine.state.ready:
             self.banner.show_message(CRASH_TEXT)
 
     # -- theme and closing --------------------------------------------------------------------
+    def choose_theme(self, choice: str) -> None:
+        """Use ``choice`` (system, light or dark) now and at every later launch."""
+        settings = self.settings_store.load()
+        self.settings_store.save(replace(settings, theme=choice))
+        self.theme.set_choice(choice)
+
     def set_colors(self, colors: ThemeColors) -> None:
         self.nav.set_colors(colors)
         self.chats.set_colors(colors)

@@ -107,7 +107,7 @@ class SmokeRun(QObject):
             self._last_tick = time.perf_counter()
             self._last_cpu = time.thread_time()
             self._ticker.start()
-            QTimer.singleShot(BASELINE_MS, self._send)
+            QTimer.singleShot(BASELINE_MS, self, self._send)
 
     def _send(self) -> None:
         self.report = replace(self.report, idle_stall_ms=self._max_gap * 1000)
@@ -142,7 +142,7 @@ class SmokeRun(QObject):
         if outcome.error is not None:
             self._fail(outcome.error.message)
             return
-        QTimer.singleShot(100, self._screenshot)  # let the final render land first
+        QTimer.singleShot(100, self, self._screenshot)  # let the final render land first
 
     def _screenshot(self) -> None:
         if not self.window.grab().save(self.out):

@@ -61,7 +61,7 @@ class ApiCall(QObject):
         reply.finished.connect(self._finished)
 
     def fail_soon(self, error: ApiError) -> None:
-        QTimer.singleShot(0, lambda: self._emit_failed(error))
+        QTimer.singleShot(0, self, lambda: self._emit_failed(error))
 
     def _emit_failed(self, error: ApiError) -> None:
         self.failed.emit(error)

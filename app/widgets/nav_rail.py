@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QButtonGroup, QFrame, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QButtonGroup, QFrame, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from app.icons import app_icon, icon
 from app.theme import ThemeColors
 
 PAGES = (("chat", "Chats"), ("models", "Models"), ("hardware", "Hardware"), ("api", "Local API"))
+THEMES = (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark"))
 
 
 class NavRail(QFrame):
     page_selected = Signal(int)
+    theme_chosen = Signal(str)  # system | light | dark
 
     def __init__(self, colors: ThemeColors, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -43,6 +45,17 @@ class NavRail(QFrame):
             self.buttons.append(button)
             column.addWidget(button, 0, Qt.AlignmentFlag.AlignHCenter)
         column.addStretch(1)
+        self.theme_button = QToolButton()
+        self.theme_button.setObjectName("themeButton")
+        self.theme_button.setToolTip("Appearance")
+        self.theme_button.setIconSize(QSize(20, 20))
+        self.theme_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.theme_button)
+        for value, label in THEMES:
+            menu.addAction(label, lambda v=value: self.theme_chosen.emit(v))
+        self.theme_button.setMenu(menu)
+        self.theme_button.setStyleSheet("QToolButton::menu-indicator { image: none; width: 0; }")
+        column.addWidget(self.theme_button, 0, Qt.AlignmentFlag.AlignHCenter)
         self.group.idClicked.connect(self.page_selected)
         self.buttons[0].setChecked(True)
         self.set_colors(colors)
@@ -54,3 +67,4 @@ class NavRail(QFrame):
     def set_colors(self, colors: ThemeColors) -> None:
         for button, (name, _label) in zip(self.buttons, PAGES, strict=True):
             button.setIcon(icon(name, colors.text if colors.dark else colors.muted))
+        self.theme_button.setIcon(icon("theme", colors.muted))

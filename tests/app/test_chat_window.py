@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.net.types import LoadedModelStats, StatsSnapshot
-from app.store import ChatStore
+from app.store import ChatStore, SettingsStore
 from app.store.records import AnswerStats
+from app.theme import DARK, LIGHT
+from app.widgets.markdown import render_blocks
 from engine.starter import STARTER_NAME
 from tests.app.conftest import ANSWER_TIMEOUT_MS, open_window
 from tests.app.helpers import bubbles, fresh_chat, send_and_wait, type_and_send
@@ -189,3 +192,21 @@ def test_an_answer_left_mid_stream_by_a_dead_app_is_shown_as_interrupted(qtbot, 
     assert "interrupted" in answer.error.text()
     assert store.messages(chat.id)[-1].stats.finish_reason == "error"  # marked once, not on every load
     assert bubbles(window)[-1].regenerate_button.isVisible()
+
+
+def test_choosing_the_dark_theme_restyles_open_chats_and_is_remembered(qtbot, window, store, theme):
+    chat = store.create_chat()
+    store.add_message(chat.id, "user", "Show me code.")
+    store.add_message(chat.id, "assistant", "```python\nprint('hi')\n```", AnswerStats(tokens=5, finish_reason="stop"))
+    window.chats.open_chat(chat.id)
+    (code,) = bubbles(window)[-1].body.code_blocks()
+    light_html = code.block.html
+    try:
+        window.nav.theme_button.menu().actions()[2].trigger()  # "Dark"
+        assert QApplication.palette().color(QPalette.ColorRole.Window).name() == DARK.window
+        (code,) = bubbles(window)[-1].body.code_blocks()
+        assert code.block.html != light_html and code.block.html == render_blocks("```python\nprint('hi')\n```", DARK)[0].html
+        assert SettingsStore(store).load().theme == "dark"
+    finally:
+        window.choose_theme("light")
+    assert QApplication.palette().color(QPalette.ColorRole.Window).name() == LIGHT.window

@@ -81,6 +81,11 @@ def test_a_download_runs_to_completion_and_the_model_appears(qtbot, hub_window, 
     seen = [download_row.bar.value()]
     download_row.bar.valueChanged.connect(seen.append)
 
+    qtbot.waitUntil(lambda: download_row.download.state == "running" and download_row.pause.isVisible(), timeout=30_000)
+    download_row.pause.click()
+    qtbot.waitUntil(lambda: download_row.download.state == "paused", timeout=30_000)
+    assert download_row.resume.isVisible() and not download_row.pause.isVisible()
+    download_row.resume.click()
     qtbot.waitUntil(lambda: download_row.download.state == "done", timeout=60_000)
     assert any(0 < v < 1000 for v in seen), f"the bar jumped straight to the end: {seen}"
     assert seen == sorted(seen) and download_row.bar.value() == 1000
