@@ -79,6 +79,15 @@ def _apply_stats(row: MessageRow, stats: AnswerStats) -> None:
         setattr(row, key, value)
 
 
+def title_from(text: str) -> str:
+    """A chat's title from its first message: one line, cut at a word with "…" when long."""
+    line = " ".join(text.split())
+    if len(line) <= TITLE_CHARS:
+        return line
+    cut = line[:TITLE_CHARS].rsplit(" ", 1)[0] or line[:TITLE_CHARS]
+    return cut.rstrip(",.;:") + "…"
+
+
 def open_engine(path: Path) -> Engine:
     engine = create_engine(f"sqlite:///{path}")
 
@@ -177,7 +186,7 @@ class ChatStore:
                 raise KeyError(chat_id)
             chat.updated_at = utcnow()
             if role == "user" and chat.title == "New chat" and content.strip():
-                chat.title = " ".join(content.split())[:TITLE_CHARS]
+                chat.title = title_from(content)
         return _message(row)
 
     def update_message(self, message_id: int, content: str, stats: AnswerStats | None = None) -> None:

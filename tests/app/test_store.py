@@ -63,9 +63,12 @@ def test_chats_messages_search_and_stats_round_trip(tmp_path):
         store.add_message(other.id, "user", "Something else")
 
         assert store.get_chat(chat.id).title == "Tell me about otters please"
+        long = store.create_chat()
+        store.add_message(long.id, "user", "Write a short Python function that reverses a string, then explain it in one sentence.")
+        assert store.get_chat(long.id).title == "Write a short Python function that reverses a string, then…"
         assert store.get_chat(chat.id).settings == settings
         assert [c.id for c in store.list_chats("hold hands")] == [chat.id]
-        assert [c.id for c in store.list_chats()] == [other.id, chat.id]
+        assert [c.id for c in store.list_chats()] == [long.id, other.id, chat.id]
         saved = store.messages(chat.id)[1]
         assert saved.content == "Otters hold hands." and saved.stats.tokens == 5 and saved.stats.finish_reason == "stop"
 
