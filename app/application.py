@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 
@@ -38,6 +39,18 @@ def create_application(argv: list[str] | None = None) -> QApplication:
     return app
 
 
+def quit_on_signals(app: QApplication) -> QTimer:
+    """Ctrl-C or SIGTERM close the app the normal way (answers saved, worker stopped), not by
+    killing it and leaving the worker behind. The timer lets Python run its handlers while Qt's
+    event loop holds the thread."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: app.quit())
+    heartbeat = QTimer(app)
+    heartbeat.start(250)
+    heartbeat.timeout.connect(lambda: None)
+    return heartbeat
+
+
 def run_app(*, engine_config: EngineConfig | None = None) -> int:
     """Open the main window, start the engine, and run until the window closes."""
     code, _report = _run(engine_config=engine_config, smoke=None)
@@ -53,6 +66,7 @@ def run_smoke(out: str, *, engine_config: EngineConfig | None = None):
 def _run(*, engine_config: EngineConfig | None, smoke: str | None):
     launched_at = psutil.Process().create_time()
     app = create_application()
+    quit_on_signals(app)
     reporter = CrashReporter(logs_dir(), app)
     reporter.install()
     store = ChatStore(hearth_home())
