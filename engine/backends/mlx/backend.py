@@ -22,6 +22,10 @@ from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 log = logging.getLogger(__name__)
 
 DEFAULT_CTX = 4096
+# Prompt tokens computed between cancellation checks: MLX's CPU build computes a few dozen
+# tokens a second, Metal thousands.
+PREFILL_CHUNK_CPU = 64
+PREFILL_CHUNK_GPU = 512
 
 #: Request fields the MLX backend accepts but cannot honour: MLX has no grammar-constrained
 #: decoding, so ``response_format`` (json_object / json_schema) yields free text. Every
@@ -59,11 +63,19 @@ class MLXBackend:
         self.loop = GenerationLoop(
             lambda: loader.load(model),
             n_ctx=n_ctx,
-            prefill_chunk=int(options.extra.get("prefill_chunk", 512)),
+            prefill_chunk=int(
+                options.extra.get(
+                    "prefill_chunk", PREFILL_CHUNK_CPU if loader.on_cpu() else PREFILL_CHUNK_GPU
+                )
+            ),
             max_waiting=int(options.extra.get("max_waiting", 64)),
         )
         self.spec = model
         log.info("loaded %s on MLX with a context of %d tokens", model.path, self.loop.n_ctx)
+
+    def ignored_params(self, request: GenerationRequest) -> tuple[str, ...]:
+        """The fields of ``request`` this backend will not honour (the server can say so)."""
+        return ignored_params(request)
 
     def _require(self) -> tuple[loader.LoadedModel, GenerationLoop]:
         loop = self.loop

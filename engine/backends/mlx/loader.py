@@ -83,20 +83,34 @@ def load_gguf(path: Path) -> LoadedModel:
     )
 
 
+def rope_overrides(config: dict) -> dict:
+    """Top-level ``rope_theta``/``rope_scaling`` for a config written by transformers 5, which nests
+    them in ``rope_parameters`` where mlx-lm's model arguments do not look."""
+    nested = config.get("rope_parameters")
+    if not isinstance(nested, dict) or not all(not isinstance(v, dict) for v in nested.values()):
+        return {}  # absent, or per-layer-type parameters that the model's own code reads
+    out: dict = {}
+    if "rope_theta" in nested and "rope_theta" not in config:
+        out["rope_theta"] = nested["rope_theta"]
+    if nested.get("rope_type", "default") != "default" and not config.get("rope_scaling"):
+        out["rope_scaling"] = {k: v for k, v in nested.items() if k != "rope_theta"}
+    return out
+
+
 def load_folder(folder: Path) -> LoadedModel:
     """A Hugging Face safetensors folder, plain or MLX-quantized, through mlx-lm's model zoo.
 
     Raises:
         ModelLoadError: the folder lacks config.json or weights, or its architecture is unknown to mlx-lm.
     """
-    from mlx_lm.utils import load_model
+    from mlx_lm.utils import load_config, load_model
 
     if not (folder / "config.json").is_file():
         raise ModelLoadError(
             str(folder), "the folder has no config.json; it is not a Hugging Face or MLX model."
         )
     try:
-        model, config = load_model(folder, strict=True)
+        model, config = load_model(folder, strict=True, model_config=rope_overrides(load_config(folder)))
     except FileNotFoundError as exc:
         raise ModelLoadError(str(folder), "the folder holds no model*.safetensors weights.") from exc
     except ValueError as exc:  # unknown model_type, or weights that do not match the config

@@ -51,7 +51,8 @@ class TokenSampler:
                     bias[tok] = -math.inf
         self._bias_items = bias
         self._bias: mx.array | None = None
-        self._seed = params.seed if params.seed is not None else secrets.randbits(63)
+        # any whole number is a valid seed; MLX keys take 64 bits
+        self._seed = params.seed % 2**64 if params.seed is not None else secrets.randbits(64)
         self._key: mx.array | None = None
 
     def _processed(self, logits: mx.array, generated: Sequence[int]) -> mx.array:
