@@ -1,7 +1,8 @@
 """What every backend must do the same way, run on each with the real starter model.
 
 Each test takes the ``backend`` fixture, which is the llama.cpp backend and then the MLX
-backend (the MLX run is skipped only where MLX cannot be imported).
+backend (the MLX run is skipped only where MLX cannot be imported). Tests that send the same
+prompt sit together: the MLX backend keeps the KV cache of the previous request's prefix.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def test_greedy_is_deterministic(backend):
 
 
 def test_seed_reproduces_and_another_seed_differs(backend):
-    kw = dict(temperature=1.0, max_tokens=24, seed=1234)
+    kw = dict(temperature=1.0, max_tokens=16, seed=1234)
     a, _ = run(backend, **kw)
     b, _ = run(backend, **kw)
     assert a == b
-    others = {run(backend, temperature=1.0, max_tokens=24, seed=s)[0] for s in (1, 2, 3)}
+    others = {run(backend, temperature=1.0, max_tokens=16, seed=s)[0] for s in (1, 2, 3)}
     assert others - {a}, "different seeds all gave the same text"
 
 
@@ -61,24 +62,6 @@ def test_max_tokens_is_exact(backend):
     _, chunks = run(backend, temperature=0, max_tokens=7, ignore_eos=True)
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].completion_tokens == 7
-
-
-def test_stop_string_ends_the_answer_without_leaking(backend):
-    full, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=30, ignore_eos=True)
-    assert " 9" in full
-    text, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=30, stop=[" 9"])
-    assert chunks[-1].finish_reason == "stop"
-    assert text == full[: full.index(" 9")]
-    assert " 9" not in text and not text.endswith(" ")
-
-
-def test_stop_token_id_ends_the_answer_before_that_token(backend):
-    _, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=6, ignore_eos=True)
-    ids = [t for c in chunks for t in c.token_ids]
-    stop_at = ids.index(ids[3])  # the first place the fourth token occurs
-    _, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=6, stop_token_ids=(ids[3],))
-    assert chunks[-1].finish_reason == "stop"
-    assert [t for c in chunks for t in c.token_ids] == ids[:stop_at]
 
 
 def test_narrow_filters_at_full_temperature_pick_the_greedy_tokens(backend):
@@ -94,6 +77,35 @@ def test_logit_bias_forces_a_token(backend):
     assert [t for c in chunks for t in c.token_ids] == [token] * 3
 
 
+def test_logprobs_are_reported_per_token(backend):
+    _, chunks = run(backend, temperature=0, max_tokens=5, logprobs=3, ignore_eos=True)
+    lps = [lp for c in chunks for lp in c.logprobs]
+    assert len(lps) == 5
+    for lp in lps:
+        assert lp.logprob <= 0
+        assert len(lp.top) == 3
+        assert lp.top[0][1] >= lp.top[1][1] >= lp.top[2][1]
+        assert abs(lp.top[0][1] - lp.logprob) < 1e-6  # greedy picks the most likely token
+
+
+def test_stop_string_ends_the_answer_without_leaking(backend):
+    full, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=12, ignore_eos=True)
+    assert " 9" in full
+    text, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=12, stop=[" 9"])
+    assert chunks[-1].finish_reason == "stop"
+    assert text == full[: full.index(" 9")]
+    assert " 9" not in text and not text.endswith(" ")
+
+
+def test_stop_token_id_ends_the_answer_before_that_token(backend):
+    _, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=6, ignore_eos=True)
+    ids = [t for c in chunks for t in c.token_ids]
+    stop_at = ids.index(ids[3])  # the first place the fourth token occurs
+    _, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=6, stop_token_ids=(ids[3],))
+    assert chunks[-1].finish_reason == "stop"
+    assert [t for c in chunks for t in c.token_ids] == ids[:stop_at]
+
+
 def test_repetition_penalty_changes_a_repetitive_answer(backend, request):
     if backend.name == "llamacpp":
         # llama-cpp-python 0.3.36 binds llama_sampler_init_penalties with n_vocab first; the
@@ -104,17 +116,6 @@ def test_repetition_penalty_changes_a_repetitive_answer(backend, request):
         backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=8, ignore_eos=True, repetition_penalty=5.0
     )
     assert plain.count(",") > penalised.count(",")  # a comma once said is penalised out of the answer
-
-
-def test_logprobs_are_reported_per_token(backend):
-    _, chunks = run(backend, temperature=0, max_tokens=5, logprobs=3, ignore_eos=True)
-    lps = [lp for c in chunks for lp in c.logprobs]
-    assert len(lps) == 5
-    for lp in lps:
-        assert lp.logprob <= 0
-        assert len(lp.top) == 3
-        assert lp.top[0][1] >= lp.top[1][1] >= lp.top[2][1]
-        assert abs(lp.top[0][1] - lp.logprob) < 1e-6  # greedy picks the most likely token
 
 
 def test_cancel_mid_stream_finishes_with_cancelled(backend):
