@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-import socket
+import os
 import sys
 import threading
 from dataclasses import dataclass
 
 from engine.backends import LoadOptions
 from engine.server.settings import ServerSettings
+from engine.worker.net import base_url, bind_socket
 
 log = logging.getLogger(__name__)
 
@@ -22,26 +23,6 @@ class WorkerConfig:
     idle_ttl: float | None = None
     load_options: LoadOptions = LoadOptions()
     memory_budget: int | None = None
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (port 0: a free one).
-
-    Raises:
-        OSError: the address is in use or cannot be bound.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
-def base_url(host: str, port: int) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/v1"
 
 
 def run_worker(config: WorkerConfig, *, announce=print) -> int:
@@ -99,6 +80,7 @@ def run_worker(config: WorkerConfig, *, announce=print) -> int:
         uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, lifespan="off", access_log=False),
         manager=manager,
     )
+    _exit_with_parent(server)
     announce(f"Hearth API listening on {base_url(settings.host, port)}")
     sys.stdout.flush()
     try:
@@ -108,6 +90,34 @@ def run_worker(config: WorkerConfig, *, announce=print) -> int:
         manager.close()
         sock.close()
     return 0
+
+
+def _exit_with_parent(server) -> None:
+    """A worker started by the app ends when the app is gone, even after a SIGKILL of the app."""
+    parent = os.environ.get("HEARTH_PARENT_PID")
+    if not parent or not parent.isdigit():
+        return
+    import signal
+
+    import psutil
+
+    pid = int(parent)
+
+    def alive() -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def watch() -> None:
+        while alive():
+            if server.should_exit:
+                return
+            threading.Event().wait(1.0)
+        log.warning("the app (pid %d) is gone; stopping", pid)
+        server.handle_exit(signal.SIGTERM, None)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _make_server_class():

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from engine.errors import HearthError
-from engine.worker.main import base_url, bind_socket
+from engine.worker.net import free_port, local_url
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,6 @@ def hearth_command() -> list[str]:
     if getattr(sys, "frozen", False):
         return [sys.executable]
     return [sys.executable, "-m", "engine.cli"]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with bind_socket(host, 0) as sock:
-        return sock.getsockname()[1]
 
 
 class WorkerSupervisor:
@@ -101,7 +96,8 @@ class WorkerSupervisor:
 
     @property
     def base_url(self) -> str:
-        return base_url(self.host, self.port)
+        """Where this machine reaches the worker (loopback even when it listens on every address)."""
+        return local_url(self.host, self.port)
 
     @property
     def pid(self) -> int | None:
@@ -127,7 +123,7 @@ class WorkerSupervisor:
         cmd = [*hearth_command(), "serve", "--host", self.host, "--port", str(self.port), *self.extra_args]
         if self.model:
             cmd += ["--model", self.model]
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, "HEARTH_PARENT_PID": str(os.getpid())}
         if self.api_key:
             env["HEARTH_API_KEY"] = self.api_key  # not on the command line, where `ps` would show it
         else:

@@ -106,16 +106,18 @@ class DecodeLoop:
         n_ctx_seq: int,
         n_threads: int,
         prefill_chunk: int = 256,
+        prefill_block: int = 64,
         max_waiting: int = 64,
-        flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
-        kv_unified: bool = True,
+        flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        kv_unified: bool = False,
     ) -> None:
         self.model = model
         self.n_seq_max = n_seq_max
         self.n_ctx_seq = n_ctx_seq
         self.prefill_chunk = prefill_chunk
         self.max_waiting = max_waiting
-        self.n_batch = prefill_chunk + n_seq_max
+        self.prefill_block = prefill_block
+        self.n_batch = max(prefill_block, n_seq_max)
         self.kv_unified = kv_unified
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq_max
@@ -256,7 +258,10 @@ class DecodeLoop:
             key = (n, slot.seq is None)  # the longest prefix; an idle slot on a tie
             if n > 0 and key > best_key:
                 best, best_key = slot, key
-        best_n = best_key[0]
+        # Reuse whole prefill blocks only, so the rest is computed as it would be alone.
+        best_n = best_key[0] // self.prefill_block * self.prefill_block
+        if best_n == 0:
+            best = None
         if best is not None and best.seq is None:
             dst = best
             llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, best_n, -1)
@@ -281,55 +286,51 @@ class DecodeLoop:
         if best_n:
             self.stats_prefix_hits += 1
 
-    def _step(self) -> None:
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+        """One ``llama_decode`` call over ``(token, position, seq_id, wants_logits)`` items."""
         batch = self.batch
-        n = 0
-        rows: list[tuple[Sequence, int]] = []  # sequences sampled this step, with their batch row
-
-        def add(token: int, pos: int, seq_id: int, logits: bool) -> None:
-            nonlocal n
+        for n, (token, pos, seq_id, logits) in enumerate(items):
             batch.token[n] = token
             batch.pos[n] = pos
             batch.n_seq_id[n] = 1
             batch.seq_id[n][0] = seq_id
             batch.logits[n] = logits
-            n += 1
-
-        for seq in self._running:
-            if seq.status is SeqStatus.DECODE:
-                add(seq.pending, seq.n_past, seq.slot.seq_id, True)
-                rows.append((seq, n - 1))
-        budget = self.prefill_chunk
-        prefilled: list[tuple[Sequence, int]] = []
-        for seq in self._running:
-            if budget <= 0:
-                break
-            if seq.status is not SeqStatus.PREFILL:
-                continue
-            start = seq.n_past
-            end = min(len(seq.prompt), start + budget)
-            for i in range(start, end):
-                add(seq.prompt[i], i, seq.slot.seq_id, i == len(seq.prompt) - 1)
-            budget -= end - start
-            prefilled.append((seq, end))
-            if end == len(seq.prompt):
-                rows.append((seq, n - 1))
-        batch.n_tokens = n
+        batch.n_tokens = len(items)
         rc = llama_cpp.llama_decode(self.ctx, batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
-        for seq in self._running:
-            if seq.status is SeqStatus.DECODE:
-                seq.slot.tokens.append(seq.pending)
-                seq.n_past += 1
-        for seq, end in prefilled:
-            seq.slot.tokens.extend(seq.prompt[seq.n_past : end])
-            seq.n_past = end
-            if end == len(seq.prompt):
-                seq.status = SeqStatus.DECODE
-        for seq, row in rows:
-            self._advance(seq, row)
+    def _step(self) -> None:
+        """Decode one token of every running sequence, then prefill waiting prompts within the budget.
+
+        Prompts are prefilled in blocks that start at multiples of ``prefill_block`` and run
+        in calls of their own, so a prompt's numbers never depend on what else is running:
+        a request gets the same tokens in a batch as alone.
+        """
+        decoding = [s for s in self._running if s.status is SeqStatus.DECODE]
+        if decoding:
+            self._decode([(s.pending, s.n_past, s.slot.seq_id, True) for s in decoding])
+            for s in decoding:
+                s.slot.tokens.append(s.pending)
+                s.n_past += 1
+            for row, s in enumerate(decoding):
+                self._advance(s, row)
+        budget = self.prefill_chunk
+        block = self.prefill_block
+        for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
+            while budget > 0 and seq.status is SeqStatus.PREFILL and not seq.cancelled:
+                start = seq.n_past
+                end = min(len(seq.prompt), (start // block + 1) * block)
+                last = end == len(seq.prompt)
+                self._decode([(seq.prompt[i], i, seq.slot.seq_id, last and i == end - 1) for i in range(start, end)])
+                seq.slot.tokens.extend(seq.prompt[start:end])
+                seq.n_past = end
+                budget -= end - start
+                if last:
+                    seq.status = SeqStatus.DECODE
+                    self._advance(seq, end - start - 1)
+            if budget <= 0:
+                break
 
     def _advance(self, seq: Sequence, row: int) -> None:
         token = seq.sampler.sample(self.ctx, row)

@@ -173,3 +173,29 @@ def test_supervisor_restarts_a_killed_worker_mid_stream():
     finally:
         sup.stop()
     assert events[-1].kind == "stopped"
+
+
+def test_worker_ends_when_the_app_is_killed():
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = (
+        "import sys, time\n"
+        "from engine.worker import WorkerSupervisor\n"
+        "s = WorkerSupervisor(extra_args=['--parallel', '1', '--ctx', '512'])\n"
+        "s.start()\n"
+        "print(s.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    app = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(app.stdout.readline())
+        assert psutil.pid_exists(worker_pid)
+        app.kill()
+        app.wait()
+        worker = psutil.Process(worker_pid)
+        worker.wait(30)  # raises TimeoutExpired if the orphan lives on
+    finally:
+        app.kill()

@@ -1,0 +1,155 @@
+"""Continuous batching in the llama.cpp backend: many sequences in one decode loop."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.llamacpp import LlamaCppBackend
+from engine.types import ChatMessage, GenerationRequest, SamplingParams
+
+PROMPTS = [
+    "Name three colours.", "What is the capital of France?", "Write a haiku about the sea.", "List three fruits.",
+    "What is 2 + 2?", "Say hello in Spanish.", "Name a famous scientist.", "What do bees make?",
+    "Why is the sky blue?", "Give me a synonym for happy.", "How many legs does a spider have?", "What is Python?",
+    "Describe a cat in one sentence.", "What is the boiling point of water?", "Suggest a name for a dog.",
+    "Translate 'thank you' to French.",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def batched(starter_path):
+    backend = LlamaCppBackend()
+    backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=4096, n_seq_max=16))
+    yield backend
+    backend.close()
+
+
+def request(prompt: str, **params) -> GenerationRequest:
+    defaults = dict(temperature=0, max_tokens=32, ignore_eos=True)
+    return GenerationRequest(
+        model="starter", messages=(ChatMessage("user", prompt),), params=SamplingParams(**{**defaults, **params})
+    )
+
+
+def tokens(backend, req) -> list[int]:
+    return [t for c in backend.stream(req) for t in c.token_ids]
+
+
+def run_together(backend, reqs) -> list[list[int]]:
+    out: dict[int, list[int]] = {}
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, tokens(backend, reqs[i]))) for i in range(len(reqs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return [out[i] for i in range(len(reqs))]
+
+
+def test_sixteen_at_once_match_each_alone(batched):
+    alone = [tokens(batched, request(p)) for p in PROMPTS]
+    together = run_together(batched, [request(p) for p in PROMPTS])
+    assert all(len(t) == 32 for t in together)
+    same = sum(a == b for x, y in zip(alone, together, strict=True) for a, b in zip(x, y, strict=True))
+    agreement = same / (32 * len(PROMPTS))
+    first_tokens_equal = sum(x[:16] == y[:16] for x, y in zip(alone, together, strict=True))
+    # Decodes run one row per sequence and prompts in blocks of their own, yet llama.cpp's CPU
+    # kernels are not bitwise batch-invariant, and this 135M Q4_1 model turns a rounding
+    # difference into a different token now and then. Measured here over repeated runs: 88-100%
+    # of tokens equal, every token of every request in about half the runs, and at most two of
+    # the sixteen requests differing within their first 16 tokens.
+    assert agreement >= 0.80, agreement
+    assert first_tokens_equal >= 12, first_tokens_equal
+
+
+def test_seeds_hold_whatever_else_is_in_the_batch(batched):
+    seeded = request("Tell me a story about a fox.", temperature=1.0, seed=77, max_tokens=16)
+    alone = tokens(batched, seeded)
+    others = [request(p, temperature=1.0, max_tokens=24) for p in PROMPTS[:7]]
+    together = run_together(batched, [*others, request("Tell me a story about a fox.", temperature=1.0, seed=77, max_tokens=16)])
+    assert together[-1] == alone
+
+
+def test_cancel_in_a_batch_leaves_the_others_intact(batched):
+    reqs = [request(p, max_tokens=40) for p in PROMPTS[:4]]
+    results: dict[int, list] = {}
+
+    def consume(i: int) -> None:
+        chunks = []
+        for c in batched.stream(reqs[i]):
+            chunks.append(c)
+            if i == 1 and len(chunks) == 5:
+                batched.cancel(reqs[i].request_id)
+        results[i] = chunks
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert results[1][-1].finish_reason == "cancelled"
+    for i in (0, 2, 3):
+        assert results[i][-1].finish_reason == "length"
+        assert results[i][-1].completion_tokens == 40
+    assert batched.stats()["running"] == 0
+
+
+def test_a_long_prompt_never_freezes_running_streams(batched):
+    running = [request(p, max_tokens=48) for p in PROMPTS[:4]]
+    long_prompt = " ".join(f"Fact {i}: the number {i} comes after {i - 1}." for i in range(1, 230))
+    long_req = GenerationRequest(model="starter", prompt=long_prompt, params=SamplingParams(temperature=0, max_tokens=4))
+    n_long = len(batched.tokenize(long_prompt))
+    assert n_long > 2800
+    counts = [0] * len(running)
+    marks: dict[str, list[int]] = {}
+    started = threading.Event()
+
+    def consume(i: int) -> None:
+        for c in batched.stream(running[i]):
+            counts[i] += len(c.token_ids)
+            if counts[i] == 10:
+                started.set()
+
+    def long_one() -> None:
+        started.wait(120)
+        marks["submit"] = list(counts)
+        for c in batched.stream(long_req):
+            if c.token_ids and "first" not in marks:
+                marks["first"] = list(counts)
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(len(running))]
+    threads.append(threading.Thread(target=long_one))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    # Prefilling ~3,000 tokens takes a dozen steps of 256; every running stream gets a token in each.
+    steps = n_long // 256
+    for before, after in zip(marks["submit"], marks["first"], strict=True):
+        assert after - before >= min(steps - 1, 48 - before), (before, after, steps)
+
+
+def test_shared_system_prompt_is_served_from_the_prefix_cache(batched):
+    system = " ".join(f"Rule {i}: always answer politely and clearly." for i in range(1, 120))
+    first = GenerationRequest(
+        model="starter",
+        messages=(ChatMessage("system", system), ChatMessage("user", "What is 3 + 4?")),
+        params=SamplingParams(temperature=0, max_tokens=4),
+    )
+    second = GenerationRequest(
+        model="starter",
+        messages=(ChatMessage("system", system), ChatMessage("user", "Name a planet.")),
+        params=SamplingParams(temperature=0, max_tokens=4),
+    )
+    n_system = len(batched.tokenize(system))
+    assert n_system >= 1000
+    before = batched.stats()
+    final_first = list(batched.stream(first))[-1]
+    final_second = list(batched.stream(second))[-1]
+    after = batched.stats()
+    assert final_second.cached_tokens >= n_system - 64
+    assert after["prefix_cache_tokens"] - before["prefix_cache_tokens"] >= n_system - 64
+    assert after["prefix_cache_hits"] > before["prefix_cache_hits"]
+    assert final_first.cached_tokens < 64  # the first one computed its prompt
