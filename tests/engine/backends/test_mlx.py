@@ -69,6 +69,7 @@ def llama_one_thread(starter_path: Path):
     backend.close()
 
 
+@pytest.mark.slow
 def test_greedy_tokens_agree_with_llama_cpp_on_the_same_q4_1_file(mlx_backend, llama_one_thread):
     """Teacher-forced: after each prefix of llama.cpp's greedy answer, MLX picks llama.cpp's next token.
 
@@ -158,6 +159,7 @@ def mlx_hf_backend(hf_starter_dir: Path):
     backend.close()
 
 
+@pytest.mark.slow
 def test_hugging_face_folder_gives_transformers_greedy_tokens(mlx_hf_backend, hf_starter_dir: Path):
     """The first 8 greedy tokens of 5 chat prompts, exactly (measured: all 32 of 32 tokens agree too)."""
     import torch
@@ -177,6 +179,7 @@ def test_hugging_face_folder_gives_transformers_greedy_tokens(mlx_hf_backend, hf
         assert token_ids(mlx_hf_backend, req) == out[0, len(prompt) :].tolist(), q
 
 
+@pytest.mark.slow
 def test_mlx_quantized_folder_loads_and_answers(hf_starter_dir: Path, tmp_path: Path):
     from mlx_lm import convert
 
