@@ -16,9 +16,22 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from engine import __version__
 from engine.errors import InvalidRequest
 from engine.server.errors import error_body, response_for
-from engine.server.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, ResponseFormatBody, _Sampling
+from engine.server.schemas import (
+    ChatCompletionBody,
+    CompletionBody,
+    EmbeddingBody,
+    ResponseFormatBody,
+    _Sampling,
+)
 from engine.server.streaming import merge_streams, open_streams
-from engine.types import GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams, TokenLogprob, as_messages
+from engine.types import (
+    GenerationChunk,
+    GenerationRequest,
+    ResponseFormat,
+    SamplingParams,
+    TokenLogprob,
+    as_messages,
+)
 
 router = APIRouter(prefix="/v1")
 

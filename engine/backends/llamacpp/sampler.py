@@ -77,7 +77,11 @@ class SequenceSampler:
         if params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
             add(
                 llama_cpp.llama_sampler_init_penalties(
-                    PENALTY_WINDOW, params.repetition_penalty, params.frequency_penalty, params.presence_penalty
+                    model.n_vocab,
+                    PENALTY_WINDOW,
+                    params.repetition_penalty,
+                    params.frequency_penalty,
+                    params.presence_penalty,
                 )
             )
         if params.greedy:

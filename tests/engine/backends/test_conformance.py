@@ -106,11 +106,7 @@ def test_stop_token_id_ends_the_answer_before_that_token(backend):
     assert [t for c in chunks for t in c.token_ids] == ids[:stop_at]
 
 
-def test_repetition_penalty_changes_a_repetitive_answer(backend, request):
-    if backend.name == "llamacpp":
-        # llama-cpp-python 0.3.36 binds llama_sampler_init_penalties with n_vocab first; the
-        # llama.cpp sampler passes four arguments and raises. Strict: this flags the fix.
-        request.applymarker(pytest.mark.xfail(raises=TypeError, strict=True, reason="llama.cpp penalties binding"))
+def test_repetition_penalty_changes_a_repetitive_answer(backend):
     plain, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=8, ignore_eos=True)
     penalised, _ = run(
         backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=8, ignore_eos=True, repetition_penalty=5.0
@@ -136,7 +132,7 @@ def test_closing_the_stream_frees_the_slot(backend):
     stream = backend.stream(req)
     next(stream)
     stream.close()
-    for _ in range(200):
+    for _ in range(3000):  # the slot frees at the end of the step under way
         if backend.stats()["running"] == 0:
             break
         threading.Event().wait(0.01)
