@@ -86,6 +86,25 @@ class Backend(Protocol):
         """Free the model and every resource the backend holds."""
 
 
+def drain(out, cancel) -> Iterator[GenerationChunk]:
+    """Yield a request's chunks from its queue ``out`` until the one with a finish_reason.
+
+    If the consumer stops early (closes the iterator, disconnects), ``cancel()`` is called
+    so the engine stops generating for it at once.
+    """
+    done = False
+    try:
+        while True:
+            chunk = out.get()
+            yield chunk
+            if chunk.finish_reason is not None:
+                done = True
+                return
+    finally:
+        if not done:
+            cancel()
+
+
 class StopMatcher:
     """Finds stop strings in streamed text without ever emitting a partial match.
 
@@ -150,4 +169,4 @@ class Utf8Decoder:
         return out
 
 
-__all__ = ["Backend", "ModelSpec", "LoadOptions", "ModelInfo", "ModelFormat", "StopMatcher", "Utf8Decoder"]
+__all__ = ["drain", "Backend", "ModelSpec", "LoadOptions", "ModelInfo", "ModelFormat", "StopMatcher", "Utf8Decoder"]

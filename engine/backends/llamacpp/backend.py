@@ -12,7 +12,7 @@ from typing import Any
 import llama_cpp
 import psutil
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, drain
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for
 from engine.backends.llamacpp.scheduler import DecodeLoop
@@ -147,21 +147,7 @@ class LlamaCppBackend:
         except Exception:
             sampler.close()
             raise
-        return self._drain(seq, loop)
-
-    @staticmethod
-    def _drain(seq: Seq, loop: DecodeLoop) -> Iterator[GenerationChunk]:
-        done = False
-        try:
-            while True:
-                chunk = seq.out.get()
-                yield chunk
-                if chunk.finish_reason is not None:
-                    done = True
-                    return
-        finally:
-            if not done:  # the consumer went away: free the slot at once
-                loop.cancel(seq.request_id)
+        return drain(seq.out, lambda: loop.cancel(seq.request_id))
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

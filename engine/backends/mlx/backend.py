@@ -11,7 +11,7 @@ import queue
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, drain
 from engine.backends.mlx import loader
 from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
@@ -138,21 +138,7 @@ class MLXBackend:
             stops=StopMatcher(request.params.stop) if request.params.stop else None,
         )
         loop.submit(seq)
-        return self._drain(seq, loop)
-
-    @staticmethod
-    def _drain(seq: Seq, loop: GenerationLoop) -> Iterator[GenerationChunk]:
-        done = False
-        try:
-            while True:
-                chunk = seq.out.get()
-                yield chunk
-                if chunk.finish_reason is not None:
-                    done = True
-                    return
-        finally:
-            if not done:  # the consumer went away: stop generating for it
-                loop.cancel(seq.request_id)
+        return drain(seq.out, lambda: loop.cancel(seq.request_id))
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, Utf8Decoder
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, Utf8Decoder, drain
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
@@ -124,20 +124,7 @@ class PagedBackend:
             self._incoming.append(seq)
             self._by_id[request.request_id] = seq
             self._cond.notify()
-        return self._drain(seq)
-
-    def _drain(self, seq: Seq) -> Iterator[GenerationChunk]:
-        done = False
-        try:
-            while True:
-                chunk = seq.owner.out.get()
-                yield chunk
-                if chunk.finish_reason is not None:
-                    done = True
-                    return
-        finally:
-            if not done:  # the consumer went away: free the blocks at once
-                self.cancel(seq.owner.request.request_id)
+        return drain(seq.owner.out, lambda: self.cancel(seq.owner.request.request_id))
 
     def cancel(self, request_id: str) -> None:
         with self._cond:
