@@ -22,7 +22,10 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install $(PIP_INDEX_ARGS) -e ".$(if $(EXTRAS),[$(EXTRAS)],)"
 	touch $@
 
+# torch first, alone with its pin: later requirements such as `torch>=2.0` are then already met,
+# so pip never fetches another (multi-GB CUDA) torch build just to look at it.
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install $(PIP_INDEX_ARGS) -e ".[paged]"
 	$(PIP) install $(PIP_INDEX_ARGS) -e ".[test]"
 	touch $@ $(VENV)/.installed
 
