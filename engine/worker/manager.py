@@ -77,7 +77,8 @@ class ModelManager:
     def available(self) -> list[LocalModel]:
         models = self.registry.list()
         names = {m.name for m in models}
-        return models + [m for m in self._by_path.values() if m.name not in names]
+        extra = {m.name: m for m in self._by_path.values() if m.name not in names}
+        return models + list(extra.values())
 
     def resolve(self, name: str) -> LocalModel:
         """The model called ``name``: registered, opened earlier by path, or a path to a model file.
@@ -90,7 +91,9 @@ class ModelManager:
             return known
         model = resolve_model(name, self.registry)
         if model.source == "path":
+            # Remember it under its short name and as asked (its path), so neither reads the file again.
             self._by_path[model.name] = model
+            self._by_path[name] = model
         return model
 
     def state(self, name: str) -> str:
