@@ -17,15 +17,14 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import llama_cpp
 
+from engine.backends.admission import AdmissionQueue
 from engine.backends.base import StopMatcher, Utf8Decoder
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
-from engine.errors import Overloaded
 from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -86,7 +85,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-class DecodeLoop:
+class DecodeLoop(AdmissionQueue):
     """Owns a llama.cpp context and serves every request of one model in batches.
 
     Args:
@@ -115,7 +114,7 @@ class DecodeLoop:
         self.n_seq_max = n_seq_max
         self.n_ctx_seq = n_ctx_seq
         self.prefill_chunk = prefill_chunk
-        self.max_waiting = max_waiting
+        super().__init__(max_waiting)
         self.prefill_block = prefill_block
         self.n_batch = max(prefill_block, n_seq_max)
         self.kv_unified = kv_unified
@@ -136,11 +135,7 @@ class DecodeLoop:
         self.mem = llama_cpp.llama_get_memory(ctx)
         self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
-        self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
-        self._by_id: dict[str, Sequence] = {}
-        self._cond = threading.Condition()
-        self._stopping = False
         self.stats_prompt_tokens = 0
         self.stats_cached_tokens = 0
         self.stats_requests = 0
@@ -150,37 +145,6 @@ class DecodeLoop:
         self._thread.start()
 
     # -- called from request threads ------------------------------------------------------------
-    def submit(self, seq: Sequence) -> None:
-        """Queue ``seq``; its chunks arrive on ``seq.out``.
-
-        Raises:
-            Overloaded: too many requests are already waiting for a slot.
-        """
-        with self._cond:
-            if self._stopping:
-                raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
-            if len(self._waiting) >= self.max_waiting:
-                raise Overloaded(
-                    f"{len(self._waiting)} requests are already waiting for this model; retry in a moment.",
-                    retry_after=2.0,
-                )
-            self._waiting.append(seq)
-            self._by_id[seq.request_id] = seq
-            self._cond.notify()
-
-    def cancel(self, request_id: str) -> None:
-        with self._cond:
-            seq = self._by_id.get(request_id)
-            if seq is not None:
-                seq.cancelled = True
-                self._cond.notify()
-
-    def cancel_all(self) -> None:
-        with self._cond:
-            for seq in self._by_id.values():
-                seq.cancelled = True
-            self._cond.notify()
-
     def stats(self) -> dict:
         with self._cond:
             running = len(self._running)

@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +21,10 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
+from engine.backends.admission import AdmissionQueue
 from engine.backends.base import StopMatcher, Utf8Decoder
 from engine.backends.mlx.loader import LoadedModel
 from engine.backends.mlx.sampler import TokenSampler
-from engine.errors import Overloaded
 from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-class GenerationLoop:
+class GenerationLoop(AdmissionQueue):
     """The model's thread and its queue of requests.
 
     Args:
@@ -94,14 +93,10 @@ class GenerationLoop:
         max_waiting: int = 64,
     ) -> None:
         self.prefill_chunk = prefill_chunk
-        self.max_waiting = max_waiting
+        super().__init__(max_waiting)
         self.loaded: LoadedModel | None = None
         self.n_ctx = 0
-        self._waiting: deque[Sequence] = deque()
         self._running: Sequence | None = None
-        self._by_id: dict[str, Sequence] = {}
-        self._cond = threading.Condition()
-        self._stopping = False
         self._cache: list[Any] | None = None
         self._cache_tokens: list[int] = []
         self.stats_requests = 0
@@ -133,31 +128,6 @@ class GenerationLoop:
         _OPEN_LOOPS.add(self)
 
     # -- called from request threads ------------------------------------------------------------
-    def submit(self, seq: Sequence) -> None:
-        """Queue ``seq``; its chunks arrive on ``seq.out``.
-
-        Raises:
-            Overloaded: too many requests are already waiting, or the model is being unloaded.
-        """
-        with self._cond:
-            if self._stopping:
-                raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
-            if len(self._waiting) >= self.max_waiting:
-                raise Overloaded(
-                    f"{len(self._waiting)} requests are already waiting for this model; retry in a moment.",
-                    retry_after=2.0,
-                )
-            self._waiting.append(seq)
-            self._by_id[seq.request_id] = seq
-            self._cond.notify()
-
-    def cancel(self, request_id: str) -> None:
-        with self._cond:
-            seq = self._by_id.get(request_id)
-            if seq is not None:
-                seq.cancelled = True
-                self._cond.notify()
-
     def stats(self) -> dict[str, Any]:
         with self._cond:
             running = 1 if self._running is not None else 0
