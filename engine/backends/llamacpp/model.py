@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import threading
 from functools import cached_property
 from pathlib import Path
 
@@ -66,7 +67,8 @@ class GGUFModel:
         self.vocab = llama_cpp.llama_model_get_vocab(ptr)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self._pieces: dict[int, bytes] = {}
-        self._tok_buf = (llama_cpp.llama_token * 8192)()
+        # Request threads tokenize at once (ctypes releases the GIL): one buffer per thread.
+        self._local = threading.local()
 
     # -- metadata -------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -135,7 +137,11 @@ class GGUFModel:
     # -- text <-> tokens -------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
-        buf = self._tok_buf if len(data) + 8 <= len(self._tok_buf) else (llama_cpp.llama_token * (len(data) + 8))()
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = (llama_cpp.llama_token * 8192)()
+        if len(data) + 8 > len(buf):
+            buf = (llama_cpp.llama_token * (len(data) + 8))()
         n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, len(buf), add_special, parse_special)
         if n < 0:
             buf = (llama_cpp.llama_token * (-n))()

@@ -3,6 +3,7 @@ starter model. Behaviour every backend shares is in test_conformance.py."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,21 @@ def test_non_gguf_file_is_a_load_error_naming_the_path(tmp_path: Path):
         backend.load(ModelSpec(name="bad", path=bad))
     assert str(bad) in str(info.value)
     backend.close()
+
+
+def test_threads_tokenizing_at_once_each_get_their_own_tokens(llama_backend):
+    model = llama_backend.model
+    texts = [f"Request {i}: " + " ".join(f"word{i}x{j}" for j in range(200)) for i in range(8)]
+    expected = [model.tokenize(t) for t in texts]
+    got: dict[int, list[bool]] = {i: [] for i in range(len(texts))}
+
+    def work(i: int) -> None:
+        for _ in range(50):
+            got[i].append(model.tokenize(texts[i]) == expected[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all(all(v) and len(v) == 50 for v in got.values())
