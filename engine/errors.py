@@ -118,6 +118,108 @@ class InsufficientDiskSpace(HearthError):
         )
 
 
+class RemoteError(HearthError):
+    """A remote provider (another OpenAI-compatible server the user added) failed a request.
+
+    Attributes:
+        provider: The provider's name, as the user gave it.
+        url: Its base URL.
+        status: The HTTP status the local API answers with.
+    """
+
+    status = 502
+
+    def __init__(self, message: str, *, provider: str, url: str) -> None:
+        self.provider = provider
+        self.url = url
+        super().__init__(message)
+
+
+class RemoteUnreachable(RemoteError):
+    """Nothing answers at the provider's address (refused, no route, DNS, TLS)."""
+
+    def __init__(self, *, provider: str, url: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"The remote provider '{provider}' at {url} cannot be reached ({reason}); check that it is running.",
+            provider=provider,
+            url=url,
+        )
+
+
+class RemoteAuthFailed(RemoteError):
+    """The provider refused the API key Hearth sent (HTTP 401 or 403)."""
+
+    status = 401
+
+    def __init__(self, *, provider: str, url: str, remote_status: int) -> None:
+        self.remote_status = remote_status
+        super().__init__(
+            f"The remote provider '{provider}' at {url} refused the API key (HTTP {remote_status}); "
+            "remove it and add it again with the right key.",
+            provider=provider,
+            url=url,
+        )
+
+
+class RemoteTimeout(RemoteError):
+    """The provider accepted the connection but did not answer in time."""
+
+    status = 504
+
+    def __init__(self, *, provider: str, url: str, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(
+            f"The remote provider '{provider}' at {url} did not answer within {seconds:g} s; "
+            "it may be overloaded, or add it again with a longer --timeout.",
+            provider=provider,
+            url=url,
+        )
+
+
+class RemoteFailed(RemoteError):
+    """The provider answered a request with an error of its own (kept with its status and code)."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        url: str,
+        status: int,
+        message: str,
+        type_: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        self.status = status
+        self.type_ = type_
+        self.param = param
+        self.code = code
+        text = message.strip().rstrip(".") or f"HTTP {status}"
+        super().__init__(f"The remote provider '{provider}' answered: {text}.", provider=provider, url=url)
+
+
+class RemoteStreamCut(RemoteError):
+    """The provider stopped in the middle of a streamed answer (it died, or the connection broke)."""
+
+    def __init__(self, *, provider: str, url: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"The remote provider '{provider}' at {url} stopped while answering ({reason}); "
+            "the answer is cut off here, check that the provider is running and try again.",
+            provider=provider,
+            url=url,
+        )
+
+
+class ProviderNotFound(HearthError):
+    """No remote provider has the given name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"There is no remote provider named '{name}'; run `hearth remote list` to see them.")
+
+
 __all__ = [
     "HearthError",
     "ModelNotFound",
@@ -133,4 +235,11 @@ __all__ = [
     "HubUnavailable",
     "DownloadError",
     "InsufficientDiskSpace",
+    "RemoteError",
+    "RemoteUnreachable",
+    "RemoteAuthFailed",
+    "RemoteTimeout",
+    "RemoteFailed",
+    "RemoteStreamCut",
+    "ProviderNotFound",
 ]

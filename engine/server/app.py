@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse, Response
 
 from engine import __version__
 from engine.catalog.services import CatalogServices
-from engine.server import admin_routes, catalog_routes, openai_routes
+from engine.remote.registry import RemoteRegistry
+from engine.server import admin_routes, catalog_routes, openai_routes, remote_routes
 from engine.server.errors import error_body, install_error_handlers
 from engine.server.metrics import ServerMetrics
 from engine.server.settings import ServerSettings
@@ -88,18 +89,26 @@ class _TooLarge(Exception):
     pass
 
 
-def create_app(settings: ServerSettings, manager: ModelManager, catalog: CatalogServices | None = None) -> FastAPI:
-    """A new API app serving ``manager``'s models under ``settings`` (and the Hub through ``catalog``)."""
+def create_app(
+    settings: ServerSettings,
+    manager: ModelManager,
+    catalog: CatalogServices | None = None,
+    remotes: RemoteRegistry | None = None,
+) -> FastAPI:
+    """A new API app serving ``manager``'s models under ``settings`` (the Hub through ``catalog``,
+    and the remote providers' models as ``provider/model`` through ``remotes``)."""
     app = FastAPI(title="Hearth", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
     app.state.manager = manager
     app.state.metrics = ServerMetrics(manager.stats)
     app.state.catalog = catalog or CatalogServices(manager.registry)
+    app.state.remotes = remotes or RemoteRegistry()
     app.state.loading = False
     install_error_handlers(app)
     app.include_router(openai_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(catalog_routes.router)
+    app.include_router(remote_routes.router)
 
     @app.get("/health")
     async def health(request: Request):

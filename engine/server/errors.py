@@ -26,6 +26,12 @@ from engine.errors import (
     ModelLoadError,
     ModelNotFound,
     Overloaded,
+    ProviderNotFound,
+    RemoteAuthFailed,
+    RemoteFailed,
+    RemoteStreamCut,
+    RemoteTimeout,
+    RemoteUnreachable,
 )
 
 log = logging.getLogger(__name__)
@@ -70,6 +76,19 @@ def response_for(exc: Exception) -> JSONResponse:
         return error_response(507, str(exc), "server_error", code="insufficient_storage")
     if isinstance(exc, DownloadError):
         return error_response(400, str(exc), "invalid_request_error", code="download_error")
+    if isinstance(exc, RemoteAuthFailed):
+        return error_response(401, str(exc), "invalid_request_error", code="remote_auth_failed")
+    if isinstance(exc, RemoteUnreachable):
+        return error_response(502, str(exc), "server_error", code="remote_unreachable")
+    if isinstance(exc, RemoteStreamCut):
+        return error_response(502, str(exc), "server_error", code="remote_stream_cut")
+    if isinstance(exc, RemoteTimeout):
+        return error_response(504, str(exc), "server_error", code="remote_timeout")
+    if isinstance(exc, RemoteFailed):
+        type_ = exc.type_ or ("invalid_request_error" if exc.status < 500 else "server_error")
+        return error_response(exc.status, str(exc), type_, param=exc.param, code=exc.code or "remote_error")
+    if isinstance(exc, ProviderNotFound):
+        return error_response(404, str(exc), "invalid_request_error", code="provider_not_found")
     if isinstance(exc, HearthError):
         return error_response(400, str(exc), "invalid_request_error")
     log.exception("unexpected error while serving a request", exc_info=exc)

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine import __version__
 from engine.errors import InvalidRequest
+from engine.server import remote_routes
 from engine.server.errors import error_body, response_for
 from engine.server.schemas import (
     ChatCompletionBody,
@@ -206,6 +207,7 @@ def _streaming(body_iter: AsyncIterator[bytes]) -> StreamingResponse:
 async def list_models(request: Request) -> dict:
     manager = request.app.state.manager
     models = await asyncio.to_thread(manager.available)
+    remote = await remote_routes.remote_models(request)
     return {
         "object": "list",
         "data": [
@@ -216,12 +218,16 @@ async def list_models(request: Request) -> dict:
                 "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
             }
             for m in models
-        ],
+        ]
+        + [m.to_openai() for m in remote],
     }
 
 
 @router.get("/models/{model_id:path}")
 async def get_model(request: Request, model_id: str) -> dict:
+    target = await remote_routes.routed(request, model_id)
+    if target is not None:
+        return await remote_routes.model_entry(request, target, model_id)
     m = await asyncio.to_thread(request.app.state.manager.resolve, model_id)
     return {
         "id": m.name,
@@ -233,6 +239,9 @@ async def get_model(request: Request, model_id: str) -> dict:
 
 @router.post("/chat/completions")
 async def chat_completions(request: Request, body: ChatCompletionBody):
+    target = await remote_routes.routed(request, body.model)
+    if target is not None:
+        return await remote_routes.forward(request, target, "/chat/completions", body.model, body.stream)
     _check_n(request, body.n)
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidRequest("'top_logprobs' needs 'logprobs' set to true.", param="top_logprobs")
@@ -311,6 +320,9 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
 
 @router.post("/completions")
 async def completions(request: Request, body: CompletionBody):
+    target = await remote_routes.routed(request, body.model)
+    if target is not None:
+        return await remote_routes.forward(request, target, "/completions", body.model, body.stream)
     _check_n(request, body.n)
     prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
     if not prompts:
@@ -396,6 +408,9 @@ async def _completion_events(gen: _Generation, cid: str, body: CompletionBody, i
 
 @router.post("/embeddings")
 async def embeddings(request: Request, body: EmbeddingBody):
+    target = await remote_routes.routed(request, body.model)
+    if target is not None:
+        return await remote_routes.forward(request, target, "/embeddings", body.model, False)
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     if not texts or any(not isinstance(t, str) or not t for t in texts):
         raise InvalidRequest("'input' must be a non-empty string or a list of non-empty strings.", param="input")

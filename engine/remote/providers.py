@@ -1,0 +1,261 @@
+"""Remote providers: OpenAI-compatible servers the user added by name (a vLLM or SGLang cluster,
+another Hearth, any hosted service). Stored in ``remotes.json`` in the data folder; their keys in
+the OS keyring, else in a file only the user can read (see :mod:`engine.remote.keys`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from engine.errors import InvalidRequest, ProviderNotFound
+from engine.remote.keys import FileKeys, KeyringKeys, KeyStore, usable_keyring
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 120.0  # seconds a provider may take between two chunks of an answer
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
+_AUTO = object()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteProvider:
+    """One provider as stored (no key).
+
+    Attributes:
+        name: What the user calls it; model ids are ``name/remote-model-id``.
+        base_url: Its OpenAI base URL, e.g. ``http://gpu-head:8000/v1``.
+        key_store: Where its API key is (``keyring`` or ``file``), None when it needs none.
+        timeout: Seconds it may take to start answering or between two chunks.
+        added_at: Unix time it was added.
+    """
+
+    name: str
+    base_url: str
+    key_store: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    added_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAccess:
+    """A provider with its key, for sending requests. Its repr never shows the key."""
+
+    provider: RemoteProvider
+    api_key: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.provider.name
+
+    @property
+    def base_url(self) -> str:
+        return self.provider.base_url
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def __repr__(self) -> str:
+        return f"ProviderAccess({self.provider.name!r}, {self.provider.base_url!r}, key={'yes' if self.api_key else 'no'})"
+
+
+def normalize_url(url: str) -> str:
+    """The provider's OpenAI base URL: ``http(s)://host[:port]/path`` without a trailing slash;
+    a bare host gets ``/v1`` (where vLLM, SGLang, llama.cpp and Hearth serve the API).
+
+    Raises:
+        InvalidRequest: not an http(s) URL with a host.
+    """
+    text = url.strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(
+            f"'{url}' is not a server address; give its base URL, e.g. http://gpu-head:8000/v1.", param="url"
+        )
+    if parts.username or parts.password:
+        raise InvalidRequest("Put the API key in --api-key-env, not in the URL.", param="url")
+    path = parts.path.rstrip("/") or "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def check_name(name: str) -> str:
+    """Raises InvalidRequest unless ``name`` is a usable provider name."""
+    if not NAME_RE.fullmatch(name or ""):
+        raise InvalidRequest(
+            f"'{name}' cannot name a provider; use up to 40 letters, digits, '.', '_' or '-' (no '/').",
+            param="name",
+        )
+    return name
+
+
+class ProviderStore:
+    """The providers file and the keys, read and written by the CLI and the worker alike.
+
+    Args:
+        path: The providers file (default: ``remotes.json`` in the data folder).
+        keys: Where new keys go (default: the OS keyring where usable, else ``remote-keys.json``
+            beside ``path``, mode 0600).
+    """
+
+    def __init__(self, path: Path | None = None, *, keys: KeyStore | None = None) -> None:
+        if path is None:
+            from engine.paths import hearth_home
+
+            path = hearth_home() / "remotes.json"
+        self.path = path
+        self.file_keys = FileKeys(path.with_name("remote-keys.json"))
+        self._keys = keys
+
+    # -- keys ---------------------------------------------------------------------------------
+    def _new_key_store(self) -> KeyStore:
+        if self._keys is not None:
+            return self._keys
+        backend = usable_keyring()
+        return KeyringKeys(backend) if backend is not None else self.file_keys
+
+    def _key_store(self, kind: str | None) -> KeyStore | None:
+        if kind is None:
+            return None
+        if self._keys is not None and self._keys.kind == kind:
+            return self._keys
+        if kind == "file":
+            return self.file_keys
+        backend = usable_keyring()
+        return KeyringKeys(backend) if backend is not None else None
+
+    def api_key(self, provider: RemoteProvider) -> str | None:
+        """The provider's key, or None (no key, or its keyring is not reachable from here)."""
+        store = self._key_store(provider.key_store)
+        if store is None:
+            if provider.key_store is not None:
+                log.warning("the key of remote provider %s is in a keyring this process cannot use", provider.name)
+            return None
+        try:
+            return store.get(provider.name)
+        except Exception as exc:  # a locked or broken keyring: the request goes without a key
+            log.warning("cannot read the key of remote provider %s: %s", provider.name, exc)
+            return None
+
+    def access(self, provider: RemoteProvider) -> ProviderAccess:
+        return ProviderAccess(provider, self.api_key(provider))
+
+    # -- the providers file -------------------------------------------------------------------
+    def signature(self) -> tuple[int, int, int] | None:
+        """Changes whenever the providers file does (None: no file yet). Each save replaces the
+        file, so its inode changes even when two saves fall within the clock's resolution."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def list(self) -> list[RemoteProvider]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read %s: %s", self.path, exc)
+            return []
+        out = []
+        for entry in data.get("providers", []) if isinstance(data, dict) else []:
+            try:
+                out.append(
+                    RemoteProvider(
+                        name=str(entry["name"]),
+                        base_url=str(entry["base_url"]),
+                        key_store=entry.get("key_store"),
+                        timeout=float(entry.get("timeout") or DEFAULT_TIMEOUT),
+                        added_at=float(entry.get("added_at") or 0.0),
+                    )
+                )
+            except (KeyError, TypeError, ValueError):
+                log.warning("skipping an unreadable provider entry in %s: %r", self.path, entry)
+        return out
+
+    def get(self, name: str) -> RemoteProvider:
+        """Raises ProviderNotFound."""
+        for p in self.list():
+            if p.name == name:
+                return p
+        raise ProviderNotFound(name)
+
+    def _save(self, providers: list[RemoteProvider]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"providers": [asdict(p) for p in providers]}, indent=2), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def add(self, name: str, url: str, *, api_key: str | None = None, timeout: float | None = None) -> RemoteProvider:
+        """Store a new provider (and its key).
+
+        Raises:
+            InvalidRequest: a bad name, URL or timeout, or the name is taken.
+        """
+        check_name(name)
+        base_url = normalize_url(url)
+        if timeout is not None and not 0 < timeout <= 86_400:
+            raise InvalidRequest("The timeout must be between 0 and 86400 seconds.", param="timeout")
+        providers = self.list()
+        if any(p.name == name for p in providers):
+            raise InvalidRequest(
+                f"A remote provider named '{name}' exists; remove it first with `hearth remote rm {name}`.",
+                param="name",
+            )
+        kind = None
+        if api_key:
+            kind = self._store_key(name, api_key)
+        provider = RemoteProvider(name=name, base_url=base_url, key_store=kind, timeout=timeout or DEFAULT_TIMEOUT)
+        self._save([*providers, provider])
+        return provider
+
+    def _store_key(self, name: str, api_key: str) -> str:
+        store = self._new_key_store()
+        try:
+            store.set(name, api_key)
+            return store.kind
+        except Exception as exc:  # a locked keyring: the user-only file still keeps it off the command line
+            if store is self.file_keys:
+                raise
+            log.warning("the keyring refused the key of %s (%s); keeping it in %s", name, exc, self.file_keys.path)
+            self.file_keys.set(name, api_key)
+            return self.file_keys.kind
+
+    def remove(self, name: str) -> RemoteProvider:
+        """Forget a provider and its key. Raises ProviderNotFound."""
+        providers = self.list()
+        provider = next((p for p in providers if p.name == name), None)
+        if provider is None:
+            raise ProviderNotFound(name)
+        self._save([p for p in providers if p.name != name])
+        store = self._key_store(provider.key_store)
+        if store is not None:
+            try:
+                store.delete(name)
+            except Exception as exc:
+                log.warning("could not delete the key of %s: %s", name, exc)
+        return provider
+
+
+def split_model_id(model_id: str, names: set[str] | list[str]) -> tuple[str, str] | None:
+    """``(provider, remote model id)`` when ``model_id`` is ``provider/model`` for a known provider."""
+    provider, sep, remote = model_id.partition("/")
+    if sep and remote and provider in names:
+        return provider, remote
+    return None
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ProviderAccess",
+    "ProviderStore",
+    "RemoteProvider",
+    "check_name",
+    "normalize_url",
+    "split_model_id",
+]

@@ -1,0 +1,128 @@
+"""Remote providers at the HTTP edge: ``provider/model`` requests passed through to the provider
+(streams relayed event by event), and the admin endpoints the app uses to add, list and remove
+providers (``/api/remotes``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import Field
+
+from engine.errors import InvalidRequest, ModelNotFound, RemoteError
+from engine.remote.client import FORWARDED_HEADER, RemoteModel
+from engine.remote.providers import ProviderAccess
+from engine.remote.registry import RemoteRegistry
+from engine.remote.relay import DONE, relay_events, rewrite
+from engine.server.errors import response_for
+from engine.server.schemas import _Body
+
+router = APIRouter(prefix="/api")
+
+Routed = tuple[ProviderAccess, str]
+
+
+class RemoteBody(_Body):
+    name: str = Field(min_length=1, max_length=40)
+    url: str = Field(min_length=1, max_length=2000)
+    api_key: str | None = None
+    timeout: float | None = None
+
+
+def _registry(request: Request) -> RemoteRegistry:
+    return request.app.state.remotes
+
+
+def _forwarded(request: Request) -> bool:
+    """A request another Hearth forwarded here: answered with local models only (one hop at most)."""
+    return FORWARDED_HEADER.lower() in request.headers
+
+
+async def routed(request: Request, model_id: str) -> Routed | None:
+    """The provider and its model id when ``model_id`` is ``provider/model``, else None (a local model)."""
+    if _forwarded(request):
+        return None
+    return await _registry(request).route(model_id)
+
+
+async def remote_models(request: Request) -> list[RemoteModel]:
+    """The models of every provider that answers (none for a forwarded request)."""
+    if _forwarded(request):
+        return []
+    return await _registry(request).models()
+
+
+async def model_entry(request: Request, target: Routed, model_id: str) -> dict[str, Any]:
+    """``GET /v1/models/provider/model``.
+
+    Raises:
+        RemoteError: the provider cannot list its models.
+        ModelNotFound: it does not serve that model.
+    """
+    access, _remote_id = target
+    status = await _registry(request).status(access)
+    if status.error is not None:
+        raise status.error
+    for m in status.models:
+        if m.id == model_id:
+            return m.to_openai()
+    raise ModelNotFound(
+        model_id,
+        f"The remote provider '{access.name}' does not serve '{model_id}'; run `hearth models` to list its models.",
+    )
+
+
+async def forward(request: Request, target: Routed, path: str, public_model: str, stream: bool):
+    """Send the request's own JSON body to the provider under its model id and answer with what it
+    answers (model renamed back to ``public_model``). The client's Authorization is not passed on;
+    the provider gets its own key.
+
+    Raises:
+        RemoteError: before any byte of the answer (so the status code says what went wrong).
+    """
+    access, remote_id = target
+    body = await request.json()
+    body["model"] = remote_id
+    client = _registry(request).client
+    if not stream:
+        data = await client.post_json(access, path, body)
+        return JSONResponse(rewrite(data, access, public_model))
+    response = await client.open_stream(access, path, body)
+    return StreamingResponse(
+        _events(response, access, public_model),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _events(response, access: ProviderAccess, public_model: str) -> AsyncIterator[bytes]:
+    try:
+        async for event in relay_events(response, access, public_model):
+            yield event
+    except RemoteError as exc:
+        # Mid-answer the status line is sent already: the error becomes the stream's last event.
+        yield b"data: " + bytes(response_for(exc).body) + b"\n\n"
+        yield DONE
+
+
+# -- admin: the app adds, lists and removes providers through these -----------------------------
+@router.get("/remotes")
+async def list_remotes(request: Request, fresh: bool = False) -> dict:
+    statuses = await _registry(request).statuses(fresh=fresh)
+    return {"providers": [s.to_json() for s in statuses]}
+
+
+@router.post("/remotes")
+async def add_remote(request: Request, body: RemoteBody) -> dict:
+    if body.timeout is not None and body.timeout <= 0:
+        raise InvalidRequest("'timeout' must be a number of seconds above 0.", param="timeout")
+    status = await _registry(request).add(body.name, body.url, api_key=body.api_key or None, timeout=body.timeout)
+    return status.to_json()
+
+
+@router.delete("/remotes/{name}")
+async def remove_remote(request: Request, name: str) -> dict:
+    provider = await _registry(request).remove(name)
+    return {"removed": provider.name}
