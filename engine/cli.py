@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "engine.commands.import_model",
     "engine.commands.models",
     "engine.commands.pull",
+    "engine.commands.remote",
     "engine.commands.rm",
     "engine.commands.search",
     "engine.commands.serve",
