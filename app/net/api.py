@@ -10,6 +10,7 @@ from app.net.catalog_types import Download, HardwareFacts, HubRepo, VariantList
 from app.net.chat_stream import ChatStream
 from app.net.client import ApiCall, ApiClient
 from app.net.engine import EngineController
+from app.net.remote_types import ProviderInfo
 from app.net.types import Metrics, ModelInfo, StatsSnapshot
 
 LOAD_TIMEOUT_MS = 300_000  # a big model can take minutes to load from a slow disk
@@ -48,6 +49,21 @@ class HearthApi(ApiClient):
     def delete_model(self, name: str) -> ApiCall:
         """str (the deleted name)"""
         return self.delete(f"/api/models/{self.quote(name)}", lambda d: str(d.get("deleted", name)))
+
+    # -- remote providers ---------------------------------------------------------------------
+    def remotes(self, *, fresh: bool = False) -> ApiCall:
+        """list[ProviderInfo]"""
+        return self.get(
+            "/api/remotes", lambda d: [ProviderInfo.from_json(p) for p in d.get("providers", [])], fresh="true" if fresh else None
+        )
+
+    def add_remote(self, name: str, url: str, api_key: str = "") -> ApiCall:
+        """ProviderInfo (added even when it cannot be reached now; its state says so)"""
+        return self.post("/api/remotes", {"name": name, "url": url, "api_key": api_key or None}, ProviderInfo.from_json)
+
+    def remove_remote(self, name: str) -> ApiCall:
+        """str (the removed name)"""
+        return self.delete(f"/api/remotes/{self.quote(name)}", lambda d: str(d.get("removed", name)))
 
     # -- live numbers -------------------------------------------------------------------------
     def stats(self) -> ApiCall:

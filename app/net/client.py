@@ -39,7 +39,7 @@ def error_from_reply(reply: QNetworkReply, body: bytes, endpoint: str) -> ApiErr
         pass
     if status == 404 and code in (None, "not_found"):
         message = f"This engine does not offer {endpoint} yet (it answered 404); update Hearth to use this."
-    elif status == 401:
+    elif status == 401 and code in (None, "invalid_api_key"):  # not a remote provider's refusal
         message = "The engine refused the app's key; restart Hearth."
     return ApiError(message or f"The engine answered {status} to {endpoint}.", status=status, code=code, endpoint=endpoint)
 

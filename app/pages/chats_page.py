@@ -6,7 +6,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QSize
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -23,6 +23,7 @@ from app.chat.chat_list_model import ChatListModel
 from app.chat.controller import ChatController
 from app.icons import icon
 from app.net.local_models import LocalModels
+from app.net.remote_types import ProviderInfo
 from app.net.types import ModelInfo
 from app.store import ChatSettings, to_json, to_markdown
 from app.theme import ThemeColors
@@ -120,6 +121,7 @@ class ChatsPage(QWidget):
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.model_combo.activated.connect(self._model_chosen)
         self.models.changed.connect(self._models_changed)
+        self.models.remote_changed.connect(self._remotes_changed)
 
     # -- chats --------------------------------------------------------------------------------
     def refresh_list(self) -> None:
@@ -156,10 +158,7 @@ class ChatsPage(QWidget):
         self.title.setText(chat.title)
         self.settings_panel.set_settings(chat.settings)
         self._fill_models(chat.settings.model)
-        self.view.set_empty_text(
-            f"<h2>What can I help with?</h2><p>Answers come from <b>{chat.settings.model}</b>, "
-            "running on this computer. Nothing leaves it.</p>"
-        )
+        self._set_empty_text(chat.settings.model)
         answering = self.controller.is_answering(chat_id)
         self.composer.set_answering(answering)
         self.view.set_actions_enabled(not answering)
@@ -243,16 +242,41 @@ class ChatsPage(QWidget):
         names = self.models.names()
         for name in names:
             self.model_combo.addItem(name, name)
-        if selected not in names:
-            self.model_combo.addItem(f"{selected} (not available)" if names else selected, selected)
+        remote = self.models.remote_models()
+        for m in remote:
+            # Marked with its provider; the chat stores the full provider/model id.
+            self.model_combo.addItem(f"{m.remote_id} — {m.provider}", m.id)
+            self.model_combo.setItemData(self.model_combo.count() - 1, f"{m.id}, served by {m.provider}", Qt.ItemDataRole.ToolTipRole)
+        available = set(names) | {m.id for m in remote}
+        if selected not in available:
+            self.model_combo.addItem(f"{selected} (not available)" if available else selected, selected)
         self.model_combo.setCurrentIndex(self.model_combo.findData(selected))
         self.model_combo.blockSignals(False)
 
     def _models_changed(self, models: list[ModelInfo]) -> None:
         self.controller.learn_models(models)
+        self._refill()
+
+    def _remotes_changed(self, providers: list[ProviderInfo]) -> None:
+        # A provider that says how long its context is (vLLM's max_model_len) bounds the history sent.
+        self.controller.learn_models(
+            [ModelInfo(name=m.id, context_length=m.context_length) for p in providers for m in p.models if m.context_length]
+        )
+        self._refill()
+
+    def _refill(self) -> None:
         chat = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
         if chat is not None:
             self._fill_models(chat.settings.model)
+            self._set_empty_text(chat.settings.model)
+
+    def _set_empty_text(self, model: str) -> None:
+        provider = self.models.provider_of(model)
+        if provider is None:
+            where = "running on this computer. Nothing leaves it."
+        else:
+            where = f"running on <b>{provider.name}</b> ({provider.url}); your messages are sent there."
+        self.view.set_empty_text(f"<h2>What can I help with?</h2><p>Answers come from <b>{model}</b>, {where}</p>")
 
     def _model_chosen(self, index: int) -> None:
         name = self.model_combo.itemData(index)
@@ -262,6 +286,7 @@ class ChatsPage(QWidget):
         settings = replace(chat.settings, model=name)
         self.controller.update_settings(self.chat_id, settings)
         self.settings_panel.set_settings(settings)
+        self._set_empty_text(name)
 
     # -- engine and theme ---------------------------------------------------------------------
     def set_engine_ready(self, ready: bool, message: str = "") -> None:

@@ -1,4 +1,5 @@
-"""The Models page: models on this computer, the Hub with the advisor's labels, and downloads.
+"""The Models page: models on this computer, the Hub with the advisor's labels, downloads, and
+remote providers (serving engines elsewhere whose models chats can use).
 
 A local GGUF comes in through the Import button or by dropping the file anywhere on the page.
 """
@@ -28,6 +29,7 @@ from app.net.local_models import LocalModels
 from app.net.types import ApiError, ModelInfo, StatsSnapshot
 from app.pages.downloads_panel import DownloadsPanel
 from app.pages.hub_panel import HubPanel
+from app.pages.remote_panel import RemotePanel
 from app.theme import ThemeColors
 from app.widgets.local_models_table import LocalModelsTable
 
@@ -68,11 +70,14 @@ class ModelsPage(QWidget):
         self.tabs.addTab(self.hub, "Discover")
         self.downloads = DownloadsPanel(api, colors)
         self.tabs.addTab(self.downloads, "Downloads")
+        self.remote = RemotePanel(api, models)
+        self.tabs.addTab(self.remote, "Remote providers")
         column.addWidget(self.tabs, 1)
         self.hub.download_started.connect(lambda _d: (self.downloads.refresh(), self.tabs.setCurrentWidget(self.downloads)))
         self.hub.message.connect(self.show_message)
         self.downloads.model_arrived.connect(lambda _name: self.models.refresh())
         self.downloads.message.connect(self.show_message)
+        self.remote.message.connect(self.show_message)
         self.models.changed.connect(self.table.set_models)
         self.models.failed.connect(lambda e: self.show_message(e.message, error=True))
         self.set_colors(colors)
