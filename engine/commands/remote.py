@@ -88,7 +88,7 @@ def _probe(registry, name: str):
 
     async def run():
         try:
-            return await registry.status((await registry.accesses())[name], fresh=True)
+            return await registry.status(await registry.access(registry.providers()[name]), fresh=True)
         finally:
             await registry.aclose()
 

@@ -56,7 +56,7 @@ class ProviderStatus:
 
 
 class RemoteRegistry:
-    """Thread-compatible for one event loop (the worker's).
+    """Used from one event loop (the worker's).
 
     Args:
         store: The providers file and keys (default: the data folder's).
@@ -67,35 +67,46 @@ class RemoteRegistry:
         self.store = store or ProviderStore()
         self.client = client or RemoteClient()
         self._signature: object = object()  # never equal to a real one: the first use loads
-        self._access: dict[str, ProviderAccess] = {}
+        self._providers: dict[str, RemoteProvider] = {}
+        self._keys: dict[str, ProviderAccess] = {}
         self._cache: dict[str, tuple[float, ProviderStatus]] = {}
-        self._lock = asyncio.Lock()
+
+    def providers(self) -> dict[str, RemoteProvider]:
+        """The providers by name, re-read if the providers file changed (a small file: read inline)."""
+        signature = self.store.signature()
+        if signature != self._signature:
+            self._providers = {p.name: p for p in self.store.list()}
+            self._signature = signature
+            self._cache.clear()
+            self._keys = {n: a for n, a in self._keys.items() if self._providers.get(n) == a.provider}
+        return self._providers
+
+    async def access(self, provider: RemoteProvider) -> ProviderAccess:
+        """``provider`` with its key. The key may come from the OS keyring (a D-Bus call that can
+        wait on an unlock prompt): it is read off the event loop, once, and only for this provider."""
+        cached = self._keys.get(provider.name)
+        if cached is not None and cached.provider == provider:
+            return cached
+        access = await asyncio.to_thread(self.store.access, provider)
+        self._keys[provider.name] = access
+        return access
 
     async def accesses(self) -> dict[str, ProviderAccess]:
-        """The providers with their keys, re-read if the providers file changed."""
-        if self.store.signature() == self._signature:
-            return self._access
-        async with self._lock:
-            signature = self.store.signature()
-            if signature != self._signature:
-                # Keys may come from the OS keyring (a D-Bus call): off the event loop.
-                self._access = await asyncio.to_thread(self._load)
-                self._signature = signature
-                self._cache.clear()
-        return self._access
-
-    def _load(self) -> dict[str, ProviderAccess]:
-        return {p.name: self.store.access(p) for p in self.store.list()}
+        """Every provider with its key."""
+        providers = list(self.providers().values())
+        found = await asyncio.gather(*(self.access(p) for p in providers))
+        return {a.name: a for a in found}
 
     async def route(self, model_id: str) -> tuple[ProviderAccess, str] | None:
-        """``(provider, the provider's model id)`` when ``model_id`` is ``provider/model``, else None."""
+        """``(provider, the provider's model id)`` when ``model_id`` is ``provider/model``, else None.
+        A local model's name never waits on a provider's key."""
         if "/" not in model_id:
             return None
-        accesses = await self.accesses()
-        split = split_model_id(model_id, set(accesses))
+        providers = self.providers()
+        split = split_model_id(model_id, set(providers))
         if split is None:
             return None
-        return accesses[split[0]], split[1]
+        return await self.access(providers[split[0]]), split[1]
 
     async def status(self, access: ProviderAccess, *, fresh: bool = False) -> ProviderStatus:
         """What listing ``access``'s models gives (kept for :data:`CACHE_SECONDS`)."""
@@ -127,15 +138,16 @@ class RemoteRegistry:
         Raises:
             InvalidRequest: a bad name, URL or timeout, or the name is taken.
         """
-        await asyncio.to_thread(self.store.add, name, url, api_key=api_key, timeout=timeout)
-        access = (await self.accesses())[name]
-        return await self.status(access, fresh=True)
+        provider = await asyncio.to_thread(self.store.add, name, url, api_key=api_key, timeout=timeout)
+        self.providers()
+        return await self.status(await self.access(provider), fresh=True)
 
     async def remove(self, name: str) -> RemoteProvider:
         """Raises ProviderNotFound."""
         provider = await asyncio.to_thread(self.store.remove, name)
         self._cache.pop(name, None)
-        await self.accesses()
+        self._keys.pop(name, None)
+        self.providers()
         return provider
 
     async def aclose(self) -> None:
