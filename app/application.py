@@ -9,12 +9,13 @@ import time
 
 import psutil
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.crash import CrashReporter
 from app.icons import app_icon
 from app.main_window import MainWindow
 from app.net.engine import EngineConfig, EngineController
+from app.single_instance import SingleInstance, bring_to_front
 from app.store.chat_store import ChatStore
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeManager
@@ -63,9 +64,32 @@ def run_smoke(out: str, *, engine_config: EngineConfig | None = None):
     return report
 
 
+def hand_over(instance: SingleInstance) -> int:
+    """Another Hearth holds the data folder: ask it to bring its window forward. The exit status:
+    0 when it did, 1 (with a message) when it does not respond."""
+    if instance.notify_running():
+        log.info("Hearth is already running; its window was brought forward")
+        return 0
+    pid = instance.holder_pid
+    message = (
+        f"Hearth is already running{f' (process {pid})' if pid else ''} but does not respond; "
+        "close it (or end that process) and start Hearth again."
+    )
+    log.error("%s", message)
+    if QApplication.platformName() not in ("offscreen", "minimal"):
+        QMessageBox.warning(None, "Hearth", message)
+    return 1
+
+
 def _run(*, engine_config: EngineConfig | None, smoke: str | None):
     launched_at = psutil.Process().create_time()
     app = create_application()
+    # A smoke run is a measurement, not the user's app: it neither claims the data folder nor defers.
+    instance = None
+    if smoke is None:
+        instance = SingleInstance(hearth_home(), parent=app)
+        if not instance.claim():
+            return hand_over(instance), None
     quit_on_signals(app)
     reporter = CrashReporter(logs_dir(), app)
     reporter.install()
@@ -75,6 +99,8 @@ def _run(*, engine_config: EngineConfig | None, smoke: str | None):
     theme.apply()
     engine = EngineController(log_path=logs_dir() / "worker.log", parent=app)
     window = MainWindow(store=store, engine=engine, theme=theme)
+    if instance is not None:
+        instance.activated.connect(lambda: bring_to_front(window))
     window.show()
     shown_after = seconds_since_launch()
     times = psutil.Process().cpu_times()
@@ -96,4 +122,6 @@ def _run(*, engine_config: EngineConfig | None, smoke: str | None):
         engine.stop()
         store.close()
         reporter.uninstall()
+        if instance is not None:
+            instance.release()
     return code, (smoke_run.report if smoke_run is not None else None)
