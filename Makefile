@@ -11,8 +11,15 @@ PIP_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 # Extras for `make run`; add `paged` for the CUDA engine, `mlx` on a Mac.
 EXTRAS ?=
 PYTEST_ARGS ?=
+# `make package` edition: standard (llama.cpp, no torch) or cuda (adds torch and the paged engine).
+EDITION ?= standard
+EDITION_SUFFIX := $(if $(filter cuda,$(EDITION)),-cuda,)
+BUNDLE := dist/hearth$(EDITION_SUFFIX)
+APPDIR := dist/Hearth$(EDITION_SUFFIX).AppDir
+# The Python that runs packaging/linux/desktop.py (standard library only): the venv's if there is one.
+SCRIPT_PY := $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 
-.PHONY: run test setup test-setup lint clean bench package package-test install-desktop uninstall-desktop
+.PHONY: run test setup test-setup lint clean bench package package-test install-desktop uninstall-desktop icons
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +36,10 @@ $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install $(PIP_INDEX_ARGS) -e ".[test]"
 	touch $@ $(VENV)/.installed
 
+$(VENV)/.installed-package: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install $(PIP_INDEX_ARGS) -e ".[package]"
+	touch $@
+
 setup: $(VENV)/.installed
 
 test-setup: $(VENV)/.installed-test
@@ -41,6 +52,33 @@ test: test-setup
 
 lint: test-setup
 	$(VENV)/bin/ruff check .
+
+# The desktop bundle (PyInstaller one-folder build, laid out as an AppDir): see README, "Install".
+package: $(VENV)/.installed-package
+ifeq ($(EDITION),cuda)
+	$(PIP) install $(PIP_INDEX_ARGS) -e ".[paged]"
+endif
+	HEARTH_EDITION=$(EDITION) $(VENV)/bin/pyinstaller --noconfirm --log-level WARN \
+		--distpath dist --workpath build/pyinstaller packaging/hearth.spec
+	$(PY) packaging/linux/desktop.py appdir --bundle $(BUNDLE) --out $(APPDIR)
+	@du -sh $(APPDIR)
+
+# Builds the bundle, then runs it: the app's smoke run, `hearth serve` with the openai client.
+package-test: package test-setup
+	HEARTH_PACKAGE_TEST=1 HEARTH_BUNDLE=$(APPDIR) HEARTH_EDITION=$(EDITION) QT_QPA_PLATFORM=offscreen \
+		$(PY) -m pytest -m package tests/packaging $(PYTEST_ARGS)
+
+# A menu entry for this user (XDG_DATA_HOME, else ~/.local/share) that starts the bundle if built,
+# else the venv's hearth.
+install-desktop:
+	$(SCRIPT_PY) packaging/linux/desktop.py install --venv $(VENV)
+
+uninstall-desktop:
+	$(SCRIPT_PY) packaging/linux/desktop.py uninstall
+
+# Regenerates resources/icons/{hicolor,hearth.ico,hearth.icns} from resources/icons/app.svg.
+icons: $(VENV)/.installed-package
+	$(PY) packaging/icons.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
