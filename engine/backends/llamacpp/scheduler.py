@@ -4,9 +4,11 @@ One thread owns the context. Each step decodes one batch holding the next token 
 every running sequence plus chunks of waiting prompts (under a per-step token budget),
 then samples every sequence with its own sampler chain and streams its text.
 
-Slots are llama.cpp sequence ids in a unified KV cache. A finished sequence leaves its
-tokens in its slot as a cached prefix; a new prompt starting the same way reuses that
-KV in place or copies it (``llama_memory_seq_cp``) instead of computing it again. Idle
+Slots are llama.cpp sequence ids, each with a KV stream of its own. A finished sequence
+leaves its tokens in its slot as a cached prefix; a new prompt starting the same way reuses
+that KV in place or copies it (``llama_memory_seq_cp``) instead of computing it again. A
+prompt admitted beside another that is still prefilling the same beginning (requests that
+arrive together with one system prompt) waits for that prefix and then copies it. Idle
 slots are recycled least-recently-used first.
 """
 
@@ -51,6 +53,8 @@ class Sequence:
     n_past: int = 0
     n_cached: int = 0
     pending: int | None = None
+    copy_from: Slot | None = None  # a slot still prefilling this prompt's beginning
+    copy_len: int = 0
     generated: list[int] = field(default_factory=list)
     cancelled: bool = False
     t_submit: float = field(default_factory=time.perf_counter)
@@ -217,38 +221,80 @@ class DecodeLoop(AdmissionQueue):
     def _place(self, seq: Sequence, free: list[Slot]) -> None:
         limit = len(seq.prompt) - 1  # the last prompt token is always decoded, for its logits
         best, best_key = None, (0, False)
+        ahead, ahead_n = None, 0
         for slot in self.slots:
             n = min(_common_prefix(slot.tokens, seq.prompt), limit)
             key = (n, slot.seq is None)  # the longest prefix; an idle slot on a tie
             if n > 0 and key > best_key:
                 best, best_key = slot, key
-        # Reuse whole prefill blocks only, so the rest is computed as it would be alone.
-        best_n = best_key[0] // self.prefill_block * self.prefill_block
+            if slot.seq is not None and slot.seq.status is SeqStatus.PREFILL and slot.seq.copy_from is None:
+                planned = min(_common_prefix(slot.seq.prompt, seq.prompt), limit)
+                if planned > ahead_n:
+                    ahead, ahead_n = slot, planned
+        # Reuse whole prefill blocks only, so the rest is computed in the blocks it would be alone:
+        # llama.cpp's CPU kernels round differently for different batch shapes.
+        block = self.prefill_block
+        best_n = best_key[0] // block * block
         if best_n == 0:
             best = None
+        ahead_n = ahead_n // block * block
         if best is not None and best.seq is None:
             dst = best
             llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, best_n, -1)
         else:
             dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
             llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, -1, -1)
-            if best is not None and best_n > 0:
-                if self.kv_unified:  # cells are shared: no data moves
-                    llama_cpp.llama_memory_seq_cp(self.mem, best.seq_id, dst.seq_id, 0, best_n)
-                else:  # separate streams copy whole buffers; then drop what is not shared
-                    llama_cpp.llama_memory_seq_cp(self.mem, best.seq_id, dst.seq_id, -1, -1)
-                    llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, best_n, -1)
+            if best is not None:
+                self._copy_prefix(best, dst, best_n)
         dst.tokens = seq.prompt[:best_n]
         dst.seq = seq
         seq.slot = dst
         seq.n_past = best_n
-        seq.n_cached = best_n
         seq.status = SeqStatus.PREFILL
+        if ahead is not None and ahead_n > best_n:
+            seq.copy_from, seq.copy_len = ahead, ahead_n
         self.stats_requests += 1
         self.stats_prompt_tokens += len(seq.prompt)
-        self.stats_cached_tokens += best_n
-        if best_n:
+        self._count_cached(seq, best_n)
+
+    def _copy_prefix(self, src: Slot, dst: Slot, n: int) -> None:
+        """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens."""
+        if self.kv_unified:  # cells are shared: no data moves
+            llama_cpp.llama_memory_seq_cp(self.mem, src.seq_id, dst.seq_id, 0, n)
+        else:  # separate streams copy whole buffers; then drop what is not shared
+            llama_cpp.llama_memory_seq_cp(self.mem, src.seq_id, dst.seq_id, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, n, -1)
+
+    def _count_cached(self, seq: Sequence, n: int) -> None:
+        seq.n_cached = n
+        self.stats_cached_tokens += n
+        if n:
             self.stats_prefix_hits += 1
+
+    def _shared_prefix_ready(self, seq: Sequence) -> bool:
+        """Settle a wait for a neighbour's prefix: True once ``seq`` may prefill, False to wait."""
+        src = seq.copy_from
+        block = self.prefill_block
+        have = min(_common_prefix(src.tokens, seq.prompt), seq.copy_len) // block * block
+        coming = (
+            src.seq is not None
+            and src.seq.status is SeqStatus.PREFILL
+            and min(_common_prefix(src.seq.prompt, seq.prompt), seq.copy_len) // block * block > have
+        )
+        if coming and have < seq.copy_len:
+            return False
+        seq.copy_from, seq.copy_len = None, 0
+        if have > seq.n_past:
+            slot = seq.slot
+            llama_cpp.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+            self._copy_prefix(src, slot, have)
+            slot.tokens = seq.prompt[:have]
+            seq.n_past = have
+            self.stats_cached_tokens -= seq.n_cached
+            if seq.n_cached:
+                self.stats_prefix_hits -= 1
+            self._count_cached(seq, have)
+        return True
 
     def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
         """One ``llama_decode`` call over ``(token, position, seq_id, wants_logits)`` items."""
@@ -268,8 +314,11 @@ class DecodeLoop(AdmissionQueue):
         """Decode one token of every running sequence, then prefill waiting prompts within the budget.
 
         Prompts are prefilled in blocks that start at multiples of ``prefill_block`` and run
-        in calls of their own, so a prompt's numbers never depend on what else is running:
-        a request gets the same tokens in a batch as alone.
+        in calls of their own, so a prompt's numbers never depend on what else is running,
+        and each decode row is computed on its own. With flash attention on several threads,
+        llama.cpp splits a lone sequence's attention differently from a batch's once contexts
+        pass 256 tokens, which can flip a rare greedy token there; below that a request gets
+        the same tokens in a batch as alone.
         """
         decoding = [s for s in self._running if s.status is SeqStatus.DECODE]
         if decoding:
@@ -282,6 +331,8 @@ class DecodeLoop(AdmissionQueue):
         budget = self.prefill_chunk
         block = self.prefill_block
         for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
+            if seq.copy_from is not None and not self._shared_prefix_ready(seq):
+                continue
             while budget > 0 and seq.status is SeqStatus.PREFILL and not seq.cancelled:
                 start = seq.n_past
                 end = min(len(seq.prompt), (start // block + 1) * block)
