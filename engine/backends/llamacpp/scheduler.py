@@ -231,13 +231,7 @@ class DecodeLoop(AdmissionQueue):
                 planned = min(_common_prefix(slot.seq.prompt, seq.prompt), limit)
                 if planned > ahead_n:
                     ahead, ahead_n = slot, planned
-        # Reuse whole prefill blocks only, so the rest is computed in the blocks it would be alone:
-        # llama.cpp's CPU kernels round differently for different batch shapes.
-        block = self.prefill_block
-        best_n = best_key[0] // block * block
-        if best_n == 0:
-            best = None
-        ahead_n = ahead_n // block * block
+        best_n = best_key[0]
         if best is not None and best.seq is None:
             dst = best
             llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, best_n, -1)
@@ -274,12 +268,11 @@ class DecodeLoop(AdmissionQueue):
     def _shared_prefix_ready(self, seq: Sequence) -> bool:
         """Settle a wait for a neighbour's prefix: True once ``seq`` may prefill, False to wait."""
         src = seq.copy_from
-        block = self.prefill_block
-        have = min(_common_prefix(src.tokens, seq.prompt), seq.copy_len) // block * block
+        have = min(_common_prefix(src.tokens, seq.prompt), seq.copy_len)
         coming = (
             src.seq is not None
             and src.seq.status is SeqStatus.PREFILL
-            and min(_common_prefix(src.seq.prompt, seq.prompt), seq.copy_len) // block * block > have
+            and min(_common_prefix(src.seq.prompt, seq.prompt), seq.copy_len) > have
         )
         if coming and have < seq.copy_len:
             return False
@@ -315,7 +308,9 @@ class DecodeLoop(AdmissionQueue):
 
         Prompts are prefilled in blocks that start at multiples of ``prefill_block`` and run
         in calls of their own, so a prompt's numbers never depend on what else is running,
-        and each decode row is computed on its own. With flash attention on several threads,
+        and each decode row is computed on its own. (A cached prefix is reused to the exact token,
+        so what follows it may be computed in a shorter first block than on a cold start.) With
+        flash attention on several threads,
         llama.cpp splits a lone sequence's attention differently from a batch's once contexts
         pass 256 tokens, which can flip a rare greedy token there; below that a request gets
         the same tokens in a batch as alone.

@@ -147,8 +147,8 @@ def test_shared_system_prompt_is_served_from_the_prefix_cache(batched):
     final_first = list(batched.stream(first))[-1]
     final_second = list(batched.stream(second))[-1]
     after = batched.stats()
-    assert final_second.cached_tokens >= n_system - 64  # whole 64-token blocks are reused
-    assert after["prefix_cache_tokens"] - before["prefix_cache_tokens"] >= n_system - 64
+    assert final_second.cached_tokens >= n_system
+    assert after["prefix_cache_tokens"] - before["prefix_cache_tokens"] >= n_system
     assert after["prefix_cache_hits"] > before["prefix_cache_hits"]
     assert final_first.cached_tokens < 64  # the first one computed its prompt
 
@@ -171,7 +171,7 @@ def test_requests_arriving_together_compute_their_shared_system_prompt_once(star
         stats = backend.stats()
         # The first computes the system prompt; the seven admitted beside it wait for it and copy it.
         assert stats["prefix_cache_hits"] == 7, stats
-        assert stats["prefix_cache_tokens"] >= 7 * (n_system // 64 * 64), stats
+        assert stats["prefix_cache_tokens"] >= 7 * n_system, stats
         assert together == [tokens(backend, r) for r in reqs]  # the same tokens as one at a time
     finally:
         backend.close()
