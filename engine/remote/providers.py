@@ -72,11 +72,16 @@ def normalize_url(url: str) -> str:
         InvalidRequest: not an http(s) URL with a host.
     """
     text = url.strip()
-    parts = urlsplit(text)
+    bad = InvalidRequest(
+        f"'{url}' is not a server address; give its base URL, e.g. http://gpu-head:8000/v1.", param="url"
+    )
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        raise bad from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(
-            f"'{url}' is not a server address; give its base URL, e.g. http://gpu-head:8000/v1.", param="url"
-        )
+        raise bad
     if parts.username or parts.password:
         raise InvalidRequest("Put the API key in --api-key-env, not in the URL.", param="url")
     path = parts.path.rstrip("/") or "/v1"

@@ -88,7 +88,8 @@ class RemoteRegistry:
         if cached is not None and cached.provider == provider:
             return cached
         access = await asyncio.to_thread(self.store.access, provider)
-        self._keys[provider.name] = access
+        if access.api_key is not None or provider.key_store is None:  # a failed read is tried again
+            self._keys[provider.name] = access
         return access
 
     async def accesses(self) -> dict[str, ProviderAccess]:
@@ -120,6 +121,10 @@ class RemoteRegistry:
         except RemoteError as exc:
             log.info("remote provider %s: %s", access.name, exc)
             result = ProviderStatus(access.provider, error=exc)
+        except Exception as exc:  # noqa: BLE001 - one odd provider never fails the whole listing
+            log.warning("remote provider %s: unexpected %r", access.name, exc)
+            error = RemoteUnreachable(provider=access.name, url=access.base_url, reason=str(exc) or type(exc).__name__)
+            result = ProviderStatus(access.provider, error=error)
         self._cache[access.name] = (time.monotonic(), result)
         return result
 

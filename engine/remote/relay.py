@@ -71,7 +71,7 @@ def _event(payload: bytes, access: ProviderAccess, public_model: str) -> bytes:
     try:
         obj = json.loads(payload)
     except ValueError:
-        return b"data: " + payload + b"\n\n"  # not JSON: passed on as it came
+        return b"".join(b"data: " + line + b"\n" for line in payload.split(b"\n")) + b"\n"  # not JSON: as it came
     obj = rewrite(obj, access, public_model)
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 

@@ -82,6 +82,9 @@ def test_bad_names_urls_and_duplicates_are_refused_with_a_sentence(tmp_path):
         ("", "http://h:1/v1", "cannot name a provider"),
         ("b", "h:1/v1", "is not a server address"),
         ("b", "http://user:pw@h:1/v1", "not in the URL"),
+        ("b", "http://127.0.0.1:abc/v1", "is not a server address"),
+        ("b", "http://h:99999/v1", "is not a server address"),
+        ("b", "http://[::1/v1", "is not a server address"),
     ):
         with pytest.raises(InvalidRequest, match=words):
             store.add(name, url)
@@ -90,6 +93,28 @@ def test_bad_names_urls_and_duplicates_are_refused_with_a_sentence(tmp_path):
     with pytest.raises(ProviderNotFound, match="no remote provider named 'zz'"):
         store.remove("zz")
     assert [p.name for p in store.list()] == ["a"]
+
+
+def test_a_provider_stored_with_an_unusable_address_is_listed_with_its_error(tmp_path):
+    import asyncio
+
+    from engine.remote.registry import RemoteRegistry
+
+    path = tmp_path / "remotes.json"
+    path.write_text(json.dumps({"providers": [{"name": "odd", "base_url": "http://127.0.0.1:abc/v1"}]}))
+    store = ProviderStore(path)
+    assert [p.name for p in store.list()] == ["odd"]
+
+    async def listing():
+        registry = RemoteRegistry(store)
+        try:
+            return await registry.statuses(fresh=True), await registry.models()
+        finally:
+            await registry.aclose()
+
+    statuses, models = asyncio.run(listing())
+    assert models == []
+    assert statuses[0].error is not None and "odd" in str(statuses[0].error)
 
 
 def test_an_unreadable_providers_file_is_no_providers_not_a_crash(tmp_path):
