@@ -75,7 +75,11 @@ class SingleInstance(QObject):
     def claim(self) -> bool:
         """Become the running app for this data folder; False when another Hearth already is."""
         if not self._lock.tryLock(0):
-            return False
+            if self._lock.error() == QLockFile.LockError.LockFailedError:
+                return False
+            # Not another Hearth but a folder we cannot lock (permissions): run rather than refuse.
+            log.warning("cannot lock the data folder (%s); starting without the one-app check", self._lock.error())
+            return True
         QLocalServer.removeServer(self.name)  # a socket file that a crashed Hearth left behind
         server = QLocalServer(self)
         server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
