@@ -13,8 +13,8 @@ from PySide6.QtCore import QByteArray, QObject, Signal
 from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
 
 from app.net.client import STATUS, error_from_reply
-from app.net.sse import DONE, SseParser
 from app.net.types import ApiError, StreamResult
+from engine.sse import DONE, SseParser
 
 log = logging.getLogger(__name__)
 

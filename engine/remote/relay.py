@@ -13,46 +13,9 @@ import httpx
 from engine.errors import RemoteStreamCut, RemoteTimeout
 from engine.remote.client import transport_reason
 from engine.remote.providers import ProviderAccess
+from engine.sse import SseParser
 
 DONE = b"data: [DONE]\n\n"
-
-
-class SseEvents:
-    """Incremental SSE parser: bytes in, the ``data`` of each complete event out.
-
-    Lines may end in LF, CRLF or CR (sse-starlette, which llama-cpp-python's server uses, sends
-    CRLF) and may be split anywhere between reads; comments (keep-alive pings) are dropped.
-    """
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._data: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        self._buffer += chunk
-        events: list[bytes] = []
-        while True:
-            lf, cr = self._buffer.find(b"\n"), self._buffer.find(b"\r")
-            if cr != -1 and (lf == -1 or cr < lf):
-                if cr == len(self._buffer) - 1:
-                    return events  # maybe the first half of CRLF
-                end, skip = cr, 2 if self._buffer[cr + 1 : cr + 2] == b"\n" else 1
-            elif lf != -1:
-                end, skip = lf, 1
-            else:
-                return events
-            line, self._buffer = self._buffer[:end], self._buffer[end + skip :]
-            if not line:
-                if self._data:
-                    events.append(b"\n".join(self._data))
-                    self._data = []
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
-
-    def close(self) -> list[bytes]:
-        """Events left when the stream ended without a final blank line."""
-        return self.feed(b"\n\n") if self._buffer or self._data else []
 
 
 def rewrite(obj: Any, access: ProviderAccess, public_model: str) -> Any:
@@ -67,11 +30,11 @@ def rewrite(obj: Any, access: ProviderAccess, public_model: str) -> Any:
     return obj
 
 
-def _event(payload: bytes, access: ProviderAccess, public_model: str) -> bytes:
+def _event(payload: str, access: ProviderAccess, public_model: str) -> bytes:
     try:
         obj = json.loads(payload)
     except ValueError:
-        return b"".join(b"data: " + line + b"\n" for line in payload.split(b"\n")) + b"\n"  # not JSON: as it came
+        return "".join(f"data: {line}\n" for line in payload.split("\n")).encode() + b"\n"  # not JSON: as it came
     obj = rewrite(obj, access, public_model)
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
@@ -86,13 +49,13 @@ async def relay_events(response: httpx.Response, access: ProviderAccess, public_
         RemoteTimeout: no chunk within the provider's timeout.
         RemoteStreamCut: the provider died or the connection broke before the end of the answer.
     """
-    parser = SseEvents()
+    parser = SseParser()
     finished = False
     try:
         try:
             async for part in response.aiter_bytes():
                 for payload in parser.feed(part):
-                    if payload.strip() == b"[DONE]":
+                    if payload.strip() == "[DONE]":
                         finished = True
                         yield DONE
                         return
@@ -104,7 +67,7 @@ async def relay_events(response: httpx.Response, access: ProviderAccess, public_
         except httpx.HTTPError as exc:
             raise RemoteStreamCut(provider=access.name, url=access.base_url, reason=transport_reason(exc)) from None
         for payload in parser.close():
-            if payload.strip() == b"[DONE]":
+            if payload.strip() == "[DONE]":
                 finished = True
                 yield DONE
                 return
@@ -118,4 +81,4 @@ async def relay_events(response: httpx.Response, access: ProviderAccess, public_
             await response.aclose()
 
 
-__all__ = ["DONE", "SseEvents", "relay_events", "rewrite"]
+__all__ = ["DONE", "relay_events", "rewrite"]

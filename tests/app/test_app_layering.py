@@ -1,5 +1,5 @@
 """The app reaches the engine only through the worker's HTTP API: of the engine it may import
-the data-folder paths, the starter model's name and the worker supervisor, nothing else."""
+the data-folder paths, the starter model's name, the SSE parser and the worker supervisor, nothing else."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[2] / "app"
-ALLOWED = {"engine.paths", "engine.starter", "engine.worker.supervisor"}
+ALLOWED = {"engine.paths", "engine.sse", "engine.starter", "engine.worker.supervisor"}
 
 
 def engine_imports():

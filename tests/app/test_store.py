@@ -10,7 +10,6 @@ from datetime import datetime
 from sqlalchemy import text
 
 from app.chat.context import estimate_tokens, fit_history
-from app.net.sse import SseParser
 from app.store import (
     AnswerStats,
     AppSettings,
@@ -127,12 +126,3 @@ def test_a_long_history_keeps_the_newest_turns_and_the_system_prompt():
     assert fit.notice == f"{fit.dropped} earlier messages left out to fit the context"
     short = fit_history(history[-3:], system_prompt="", context_length=4096, max_tokens=None)
     assert short.dropped == 0 and short.notice == "" and len(short.messages) == 3
-
-
-def test_sse_events_split_anywhere_are_put_back_together():
-    stream = b'data: {"a": 1}\n\n: comment\r\ndata: line one\r\ndata: line two\r\n\r\ndata: [DONE]\n\n'
-    whole = SseParser().feed(stream)
-    assert whole == ['{"a": 1}', "line one\nline two", "[DONE]"]
-    for cut in range(1, len(stream)):
-        parser = SseParser()
-        assert parser.feed(stream[:cut]) + parser.feed(stream[cut:]) == whole, cut

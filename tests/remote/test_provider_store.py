@@ -131,16 +131,3 @@ def test_model_ids_split_only_on_a_known_provider():
     assert split_model_id("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_K_M", names) is None
     assert split_model_id("cluster/", names) is None and split_model_id("cluster", names) is None
     assert normalize_url(" http://h:8000/ ") == "http://h:8000/v1"
-
-
-def test_sse_events_split_anywhere_with_any_line_ending():
-    from engine.remote.relay import SseEvents
-
-    stream = b': ping\r\n\r\ndata: {"a":1}\r\n\r\ndata: {"b":\ndata: 2}\n\ndata: [DONE]\r\r'
-    for step in (1, 3, len(stream)):
-        parser = SseEvents()
-        events = []
-        for i in range(0, len(stream), step):
-            events += parser.feed(stream[i : i + step])
-        events += parser.close()
-        assert events == [b'{"a":1}', b'{"b":\n2}', b"[DONE]"]
