@@ -96,10 +96,10 @@ def test_the_app_answers_with_the_starter_model_and_saves_a_screenshot(appdir, t
     finally:
         store.close()
     assert user.role == "user" and "reverses a string" in user.content
-    assert answer.role == "assistant" and len(answer.content.split()) >= 5
+    assert answer.role == "assistant" and len(answer.content.strip()) >= 20  # e.g. a def ... return ...
     assert (
         answer.stats is not None
-        and answer.stats.tokens > 0
+        and answer.stats.tokens >= 5
         and answer.stats.finish_reason in ("stop", "length")
     )
     # The worker was the bundle itself (`hearth serve`), logging into the data folder.
