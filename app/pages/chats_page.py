@@ -31,6 +31,7 @@ from app.widgets.chat_settings import ChatSettingsPanel
 from app.widgets.chat_sidebar import ChatSidebar
 from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
+from app.widgets.confirm import confirm
 from app.widgets.elided_label import ElidedLabel
 
 log = logging.getLogger(__name__)
@@ -174,11 +175,7 @@ class ChatsPage(QWidget):
         chat = self.store.get_chat(chat_id)
         if chat is None:
             return
-        box = QMessageBox(QMessageBox.Icon.Question, "Delete chat", f"Delete “{chat.title}” and all its messages?", parent=self)
-        box.setStandardButtons(QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes)
-        box.button(QMessageBox.StandardButton.Yes).setText("Delete")
-        box.accepted.connect(lambda: self.delete_chat(chat_id))
-        box.open()
+        confirm(self, "Delete chat", f"Delete “{chat.title}” and all its messages?", "Delete", lambda: self.delete_chat(chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
         self.controller.forget(chat_id)

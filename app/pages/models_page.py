@@ -31,6 +31,7 @@ from app.pages.downloads_panel import DownloadsPanel
 from app.pages.hub_panel import HubPanel
 from app.pages.remote_panel import RemotePanel
 from app.theme import ThemeColors
+from app.widgets.confirm import confirm
 from app.widgets.local_models_table import LocalModelsTable
 
 
@@ -168,16 +169,14 @@ class ModelsPage(QWidget):
         call.failed.connect(lambda e: self.show_message(e.message, error=True))
 
     def confirm_delete(self, model: ModelInfo) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.Warning,
+        confirm(
+            self,
             "Delete model",
             f"Delete {model.name}? Its files ({model.path}) are removed from this computer.",
-            parent=self,
+            "Delete",
+            lambda: self.delete(model),
+            icon=QMessageBox.Icon.Warning,
         )
-        box.setStandardButtons(QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes)
-        box.button(QMessageBox.StandardButton.Yes).setText("Delete")
-        box.accepted.connect(lambda: self.delete(model))
-        box.open()
 
     def delete(self, model: ModelInfo) -> None:
         call = self.api.delete_model(model.name)

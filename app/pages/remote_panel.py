@@ -11,7 +11,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QPushButton,
     QTableView,
     QVBoxLayout,
@@ -22,6 +21,7 @@ from app.net.api import HearthApi
 from app.net.local_models import LocalModels
 from app.net.remote_types import ProviderInfo
 from app.net.types import ApiError
+from app.widgets.confirm import confirm
 from app.widgets.remote_providers_table import RemoteProvidersTable
 
 INTRO = (
@@ -134,16 +134,13 @@ class RemotePanel(QWidget):
         if provider is None:
             self.message.emit("Select a provider in the list first.", False)
             return
-        box = QMessageBox(
-            QMessageBox.Icon.Question,
+        confirm(
+            self,
             "Remove provider",
             f"Remove {provider.name} ({provider.url}) and its key? Chats that use its models keep their messages.",
-            parent=self,
+            "Remove",
+            lambda: self.remove(provider),
         )
-        box.setStandardButtons(QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes)
-        box.button(QMessageBox.StandardButton.Yes).setText("Remove")
-        box.accepted.connect(lambda: self.remove(provider))
-        box.open()
 
     def remove(self, provider: ProviderInfo) -> None:
         call = self.api.remove_remote(provider.name)
