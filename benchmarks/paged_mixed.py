@@ -2,8 +2,8 @@
 
 32 requests (seeded), prompt lengths uniform in 20-300 tokens, max_tokens uniform in 16-128, EOS ignored,
 all submitted at once to the paged engine. transformers' generate runs the same requests in left-padded
-batches of 16, each batch running to its longest request. Both sides count useful output tokens only
-(the sum of max_tokens) over their wall time. Starter model, float32, CPU.
+batches of 16, each batch running to its longest request, in a process of its own. Both sides count
+useful output tokens only (the sum of max_tokens) over their wall time. Starter model, float32, CPU.
 
 Goal (issue 4): paged >= 1.5x transformers in aggregate useful tokens/s.
 
@@ -17,7 +17,7 @@ import random
 import threading
 import time
 
-from paged_common import hf_generate, load_paged, load_transformers, stream_times
+from paged_common import Child, load_paged, stream_times
 
 
 def workload(n: int, seed: int, vocab: int) -> list[tuple[list[int], int]]:
@@ -52,7 +52,7 @@ def run_hf(model, jobs, batch: int) -> float:
     total = 0.0
     for i in range(0, len(jobs), batch):
         part = jobs[i : i + batch]
-        total += hf_generate(model, [p for p, _ in part], max(m for _, m in part))
+        total += model.generate([p for p, _ in part], max(m for _, m in part))
     return total
 
 
@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
 
     paged = load_paged(max_num_seqs=args.requests)
-    hf = load_transformers()
+    hf = Child("TransformersSide")  # a process of its own, as in paged_common.Child
     jobs = workload(args.requests, args.seed, paged.info.vocab_size)
     # the paged side re-tokenizes decoded text: use its own token ids on both sides
     tok = paged.loaded.checkpoint.tokenizer
@@ -79,6 +79,7 @@ def main() -> None:
     print(f"transformers (padded batches of {args.batch}): {t_hf:7.1f} s  {b:7.2f} tokens/s")
     print(f"ratio paged / transformers: {a / b:.2f}x (goal >= 1.5x)")
     paged.close()
+    hf.close()
 
 
 if __name__ == "__main__":
