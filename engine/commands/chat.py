@@ -17,6 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--system", help="system prompt")
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
+    p.add_argument(
+        "--quantization",
+        choices=("int4", "int8", "fp8"),
+        help="paged backend: weight quantization (int4: the CPU's fast path; int8, fp8: GPUs)",
+    )
     p.add_argument("--stats", action="store_true", help="print tokens/s and time to first token after each answer")
     p.set_defaults(run=run)
 
@@ -56,7 +61,12 @@ def run(args: argparse.Namespace) -> int:
     params = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens
     )
-    backend, model = open_model(args.model, backend=args.backend, options=LoadOptions(n_ctx=args.ctx, n_seq_max=1))
+    if args.quantization and args.backend != "paged":
+        print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
+        return 2
+    extra = {"quantization": args.quantization} if args.quantization else {}
+    options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, extra=extra)
+    backend, model = open_model(args.model, backend=args.backend, options=options)
     try:
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
         if args.prompt is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-waiting", type=int, default=64, help="requests queued per model before new ones get 429 (default 64)"
     )
+    p.add_argument(
+        "--quantization",
+        choices=("int4", "int8", "fp8"),
+        help="paged backend: weight quantization (int4: the CPU's fast path; int8, fp8: GPUs)",
+    )
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
     p.set_defaults(run=run)
 
@@ -38,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from engine.backends import LoadOptions
     from engine.server.settings import ServerSettings
     from engine.worker.main import WorkerConfig, run_worker
+
+    if args.quantization and args.backend != "paged":
+        print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
+        return 2
 
     keys = list(args.api_key)
     if os.environ.get("HEARTH_API_KEY"):
@@ -58,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         idle_ttl=args.idle_ttl,
         load_options=LoadOptions(
-            n_ctx=args.ctx, n_seq_max=args.parallel, n_threads=args.threads, extra={"max_waiting": args.max_waiting}
+            n_ctx=args.ctx,
+            n_seq_max=args.parallel,
+            n_threads=args.threads,
+            extra={"max_waiting": args.max_waiting} | ({"quantization": args.quantization} if args.quantization else {}),
         ),
     )
     return run_worker(config)

@@ -11,7 +11,7 @@ from typing import Any
 from engine.errors import InvalidRequest
 
 KV_CACHE_DTYPES = ("auto", "fp8")
-QUANTIZATIONS = (None, "int8", "fp8")
+QUANTIZATIONS = (None, "int8", "fp8", "int4")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
@@ -31,7 +31,8 @@ class EngineConfig:
         device: ``cuda`` or ``cpu``; None picks CUDA when present.
         dtype: Weight/activation dtype name (``float32``, ``bfloat16``, ``float16``, ``float64``); None picks.
         kv_cache_dtype: ``auto`` (the model dtype) or ``fp8`` (e4m3).
-        quantization: None, ``int8`` (weight-only) or ``fp8`` (e4m3, per-channel scales).
+        quantization: None, ``int8`` (weight-only), ``fp8`` (e4m3, per-channel scales) or ``int4``
+            (weight-only in groups of 32, as GGUF Q4_1; the CPU's fast path, bfloat16 activations).
         attention_backend: ``torch`` (reference), ``triton`` (kernels) or ``auto``.
         cuda_graph_batch_sizes: Decode batch sizes captured as CUDA graphs.
         enforce_eager: Never capture CUDA graphs.
@@ -66,7 +67,7 @@ class EngineConfig:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidRequest(f"'kv_cache_dtype' must be one of {', '.join(KV_CACHE_DTYPES)}.", param="kv_cache_dtype")
         if self.quantization not in QUANTIZATIONS:
-            raise InvalidRequest("'quantization' must be none, int8 or fp8.", param="quantization")
+            raise InvalidRequest("'quantization' must be none, int8, fp8 or int4.", param="quantization")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise InvalidRequest(
                 f"'attention_backend' must be one of {', '.join(ATTENTION_BACKENDS)}.", param="attention_backend"

@@ -1,9 +1,15 @@
-"""Quantized linear layers: FP8 (e4m3, per-output-channel scales) and int8 weight-only.
+"""Quantized linear layers: FP8 (e4m3, per-output-channel scales), int8 weight-only, and int4
+weight-only in groups (the CPU's fast path).
 
 On CUDA with compute capability >= 8.9 (Ada, Hopper) FP8 layers run ``torch._scaled_mm`` with
 activations quantized per token on the fly; elsewhere ``fp8`` falls back to int8 weight-only.
 On the CPU both are emulated exactly as they compute (FP8: activations and weights rounded to
 e4m3 and back), which is what the tests compare against full precision.
+
+``int4`` stores each group of 32 input weights as 4-bit codes with a scale and an offset, the
+layout of GGUF's Q4_1: a model read from a Q4_1 GGUF file keeps exactly the values the file holds,
+at an eighth of the float32 bytes a decode step has to read. It runs on torch's packed int4 CPU
+matmul, which is fast with bfloat16 activations (the engine's CPU dtype when int4 is chosen).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ log = logging.getLogger(__name__)
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
+INT4_GROUP = 32
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,6 +40,27 @@ def quantize_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-channel e4m3: w [out, in] -> (q float8 [out, in], scale float32 [out])."""
     scale = (w.abs().amax(dim=1).float() / FP8_MAX).clamp(min=1e-12)
     return (w.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+def quantize_int4(w: torch.Tensor, group: int = INT4_GROUP) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit groups: w [out, in] -> (codes uint8 [out, in] in 0..15, scale, offset [out, in / group]).
+
+    ``w ~= (code - 8) * scale + offset`` for each group of ``group`` input weights, torch's int4
+    convention. The codes span each group's minimum to maximum in 15 steps, as GGUF Q4_1 does, so a
+    tensor dequantized from Q4_1 comes back to its own codes.
+    """
+    out, inp = w.shape
+    g = w.float().reshape(out, inp // group, group)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15.0).clamp(min=torch.finfo(torch.float32).tiny)
+    codes = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.uint8)
+    return codes.reshape(out, inp), scale, lo + 8.0 * scale
+
+
+def int4_supported(linear: nn.Module, group: int = INT4_GROUP) -> bool:
+    """torch's packed int4 layout needs whole groups along the input and outputs in multiples of 16."""
+    out, inp = linear.weight.shape
+    return inp % group == 0 and out % 16 == 0
 
 
 def quantize_per_token_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,6 +109,33 @@ class FP8Linear(nn.Module):
         return y + self.bias if self.bias is not None else y
 
 
+class Int4Linear(nn.Module):
+    """Weight-only int4 in groups, on torch's packed int4 CPU matmul.
+
+    ``weight``: the codes packed two to a byte in the kernel's layout [out, in / 2];
+    ``weight_scales_zeros``: [in / group, out, 2] scale and offset per group, in the activation dtype.
+    """
+
+    def __init__(self, linear: Linear, group: int = INT4_GROUP) -> None:
+        super().__init__()
+        codes, scale, offset = quantize_int4(linear.weight.data, group)
+        self.group = group
+        self.out_features = codes.shape[0]
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+        self.weight = nn.Parameter(packed, requires_grad=False)
+        scales_zeros = torch.stack([scale.t(), offset.t()], dim=-1).contiguous()
+        self.weight_scales_zeros = nn.Parameter(scales_zeros, requires_grad=False)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        sz = self.weight_scales_zeros
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.reshape(-1, shape[-1]), self.weight, self.group, sz if sz.dtype == x.dtype else sz.to(x.dtype)
+        ).reshape(*shape[:-1], self.out_features)
+        return y + self.bias if self.bias is not None else y
+
+
 def fp8_supported(device: torch.device) -> bool:
     """FP8 matmuls need compute capability 8.9 or newer; the CPU emulates them (slowly)."""
     if device.type != "cuda":
@@ -91,18 +146,26 @@ def fp8_supported(device: torch.device) -> bool:
 def quantize_model(model: nn.Module, method: str, *, device: torch.device) -> str:
     """Swap every decoder-layer Linear for its quantized twin; embeddings and LM head stay as they are.
 
-    Returns the method applied: ``fp8`` becomes ``int8`` on GPUs older than compute capability 8.9.
+    Returns the method applied: ``fp8`` becomes ``int8`` on GPUs older than compute capability 8.9,
+    and ``int4`` (a CPU kernel) becomes ``int8`` on a GPU. A layer whose shape the int4 layout
+    cannot hold stays in full precision.
     """
     if method == "fp8" and not fp8_supported(device):
         log.info("FP8 needs compute capability >= 8.9; using int8 weight-only instead")
         method = "int8"
-    cls = FP8Linear if method == "fp8" else Int8Linear
+    if method == "int4" and device.type != "cpu":
+        log.info("int4 weights run on the CPU; using int8 weight-only on %s instead", device.type)
+        method = "int8"
+    cls = {"fp8": FP8Linear, "int8": Int8Linear, "int4": Int4Linear}[method]
     for layer in model.layers:
         for parent in (layer.self_attn, layer.mlp):
             for name, child in list(parent.named_children()):
-                if isinstance(child, Linear):
+                if isinstance(child, Linear) and (method != "int4" or int4_supported(child)):
                     setattr(parent, name, cls(child))
     return method
 
 
-__all__ = ["Int8Linear", "FP8Linear", "quantize_model", "quantize_int8", "quantize_fp8", "fp8_supported"]
+__all__ = [
+    "Int8Linear", "FP8Linear", "Int4Linear", "quantize_model", "quantize_int8", "quantize_fp8", "quantize_int4",
+    "fp8_supported", "int4_supported",
+]  # fmt: skip

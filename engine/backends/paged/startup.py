@@ -35,7 +35,8 @@ class LoadedEngine:
 
 
 def pick_device_dtype(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
-    """CUDA with bf16 (fp16 before Ampere) when there is a GPU; the CPU in float32 otherwise."""
+    """CUDA with bf16 (fp16 before Ampere) when there is a GPU; the CPU in float32 otherwise, or in
+    bfloat16 with int4 weights (the dtype torch's int4 CPU matmul is fast in)."""
     device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable("paged", "device 'cuda' was asked for but torch sees no CUDA GPU.")
@@ -45,7 +46,7 @@ def pick_device_dtype(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
         return device, DTYPES[config.dtype]
     if device.type == "cuda":
         return device, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return device, torch.float32
+    return device, torch.bfloat16 if config.quantization == "int4" else torch.float32
 
 
 def pick_ops(config: EngineConfig, device: torch.device):
@@ -110,7 +111,7 @@ def _move(model, device: torch.device, dtype: torch.dtype):
     """Move a quantized model: float tensors to ``dtype``, quantized ones keep theirs."""
     for module in model.modules():
         for name, p in list(module.named_parameters(recurse=False)):
-            keep = p.dtype in (torch.int8, torch.float8_e4m3fn) or name.endswith("scale")
+            keep = p.dtype in (torch.int8, torch.uint8, torch.float8_e4m3fn) or name.endswith("scale")
             p.data = p.data.to(device=device, dtype=p.dtype if keep else dtype)
         for name, b in list(module.named_buffers(recurse=False)):
             module._buffers[name] = b.to(device=device, dtype=b.dtype if name.endswith("scale") else dtype)
