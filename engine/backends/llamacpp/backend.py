@@ -165,6 +165,10 @@ class LlamaCppBackend:
             ContextLengthExceeded: one text is longer than the context.
         """
         model, loop = self._require()
+        # on the decode thread, which owns llama.cpp's compute threads (see DecodeLoop.call)
+        return loop.call(lambda: self._embed(model, loop, texts))
+
+    def _embed(self, model, loop, texts: Sequence[str]) -> tuple[list[list[float]], int]:
         import numpy as np
 
         with self._embed_lock:

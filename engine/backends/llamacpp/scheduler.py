@@ -19,7 +19,10 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import llama_cpp
 
@@ -27,6 +30,7 @@ from engine.backends.admission import AdmissionQueue
 from engine.backends.base import StopMatcher, Utf8Decoder
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
+from engine.errors import Overloaded
 from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -145,6 +149,7 @@ class DecodeLoop(AdmissionQueue):
         self.stats_requests = 0
         self.stats_prefix_hits = 0
         self.stats_generated_tokens = 0
+        self._calls: list[tuple[Callable[[], Any], Future]] = []
         self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
         self._thread.start()
 
@@ -167,6 +172,34 @@ class DecodeLoop(AdmissionQueue):
             "prefix_cache_hit_rate": (self.stats_cached_tokens / prompt) if prompt else 0.0,
         }
 
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the decode thread between two steps and return what it returns.
+
+        For other llama.cpp compute on this model (embeddings): llama.cpp runs on an OpenMP team per
+        calling thread, and once a second thread has one the two oversubscribe the cores and every
+        later decode step waits on sleeping workers (a quarter slower, for the life of the process).
+
+        Raises:
+            Overloaded: the model is being unloaded.
+            Exception: whatever ``fn`` raised.
+        """
+        future: Future = Future()
+        with self._cond:
+            if self._stopping:
+                raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
+            self._calls.append((fn, future))
+            self._cond.notify()
+        return future.result()
+
+    def _run_calls(self) -> None:
+        with self._cond:
+            calls, self._calls = self._calls, []
+        for fn, future in calls:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # the caller raises it
+                future.set_exception(exc)
+
     def close(self) -> None:
         with self._cond:
             self._stopping = True
@@ -183,16 +216,21 @@ class DecodeLoop(AdmissionQueue):
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._waiting and not self._running:
+                while not self._stopping and not self._waiting and not self._running and not self._calls:
                     self._cond.wait()
                 if self._stopping:
                     for seq in [*self._running, *self._waiting]:
                         self._finish(seq, "cancelled")
                     self._waiting.clear()
                     self._running.clear()
+                    for _, future in self._calls:
+                        future.set_exception(Overloaded("The model is being unloaded; retry the request.", 1.0))
+                    self._calls.clear()
                     return
                 self._reap_cancelled()
                 self._admit()
+            if self._calls:
+                self._run_calls()
             if self._running:
                 try:
                     self._step()

@@ -76,6 +76,8 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
         base["max_num_batched_tokens"] = options.n_batch
     config = EngineConfig.from_options(dict(options.extra), **base)
     device, dtype = pick_device_dtype(config)
+    if config.quantization == "int4" and device.type == "cpu" and dtype != torch.bfloat16:
+        log.warning("int4 weights are fast with bfloat16 activations; in %s they take a slow path", config.dtype)
     if device.type == "cpu" and options.n_threads:
         torch.set_num_threads(options.n_threads)  # process-wide: torch has one intra-op pool
     ckpt = read_checkpoint(path)

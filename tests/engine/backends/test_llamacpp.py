@@ -72,3 +72,28 @@ def test_threads_tokenizing_at_once_each_get_their_own_tokens(llama_backend):
     for t in threads:
         t.join(60)
     assert all(all(v) and len(v) == 50 for v in got.values())
+
+
+def test_embeddings_compute_on_the_decode_thread(llama_backend, monkeypatch):
+    """llama.cpp computes on an OpenMP team per calling thread; a second team (an embedding request's
+    thread) would slow every later decode step, so embeddings run on the thread that decodes."""
+    import llama_cpp
+
+    seen: list[str] = []
+    real = llama_cpp.llama_decode
+
+    def recording(ctx, batch):
+        seen.append(threading.current_thread().name)
+        return real(ctx, batch)
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", recording)
+    box: list = []
+    caller = threading.Thread(target=lambda: box.append(llama_backend.embed(["a river", "a mountain"])), name="caller")
+    caller.start()
+    caller.join(timeout=60)
+    vectors, n_tokens = box[0]
+    assert len(vectors) == 2 and n_tokens > 0
+    assert seen and set(seen) == {llama_backend.loop._thread.name}
+    # a chat still streams afterwards
+    req = GenerationRequest(model="s", prompt="Hello", params=SamplingParams(temperature=0, max_tokens=4))
+    assert any(c.token_ids for c in llama_backend.stream(req))

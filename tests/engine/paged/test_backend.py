@@ -145,3 +145,40 @@ def test_unsupported_requests_are_refused_with_a_clear_error(paged_backend):
         paged_backend.stream(GenerationRequest(model="s", prompt="hi", response_format=ResponseFormat(type="json_object")))
     with pytest.raises(InvalidRequest, match="logit_bias"):
         paged_backend.stream(GenerationRequest(model="s", prompt="hi", params=SamplingParams(logit_bias={10**7: 1.0})))
+
+
+def test_the_engine_thread_loads_the_model_and_load_errors_reach_the_caller(tmp_path, monkeypatch):
+    """torch's CPU ops run on an OpenMP team per calling thread: the engine thread that runs the model
+    also loads it, so a process with one model has one team (a second slows every decode step)."""
+    from engine.backends.base import LoadOptions, ModelSpec
+    from engine.backends.paged import PagedBackend
+    from engine.backends.paged import backend as backend_module
+    from engine.errors import ModelLoadError
+
+    from .test_models import make_checkpoint
+
+    make_checkpoint(tmp_path, "LlamaConfig", {})
+    threads: list[str] = []
+    real = backend_module.start_engine
+
+    def recording(path, options):
+        threads.append(threading.current_thread().name)
+        return real(path, options)
+
+    monkeypatch.setattr(backend_module, "start_engine", recording)
+    backend = PagedBackend()
+    backend.load(ModelSpec("tiny", tmp_path), LoadOptions(n_ctx=64, extra={"num_kv_blocks": 16}))
+    try:
+        assert threads == [backend._thread.name] and threads[0] != threading.current_thread().name
+        steps: list[str] = []
+        runner = backend.loaded.engine.runner
+        real_run = runner.run
+        monkeypatch.setattr(runner, "run", lambda batch: steps.append(threading.current_thread().name) or real_run(batch))
+        chunks = list(backend.stream(GenerationRequest(model="tiny", prompt="the", params=SamplingParams(max_tokens=3))))
+        assert chunks[-1].finish_reason == "length" and set(steps) == set(threads)
+    finally:
+        backend.close()
+    broken = PagedBackend()
+    with pytest.raises(ModelLoadError):
+        broken.load(ModelSpec("missing", tmp_path / "missing"), LoadOptions())
+    assert broken._thread is None and broken.loaded is None
