@@ -5,7 +5,9 @@
 - Hearth API: the same backend behind `hearth serve`, reached with the official openai client.
 
 Greedy, exactly --max-tokens tokens each (Hearth: ignore_eos; raw: a logits processor banning the
-end-of-generation tokens). Runs rotate so a change in the machine's load falls on every side.
+end-of-generation tokens). Runs rotate so a change in the machine's load falls on every side, and
+each side runs in a process of its own (sides.py: two llama.cpp contexts computing from two threads
+of one process slow each other; the API side's is the server's).
 Reported: decode speed of the API over raw llama-cpp-python and the time the API adds to the first
 token over raw llama-cpp-python (the goal), and the same two figures against Hearth in-process (what
 HTTP, SSE and the client cost on their own).
@@ -98,6 +100,42 @@ def api_run(client, model: str, max_tokens: int) -> tuple[float, float, int]:
     return first - t0, (n - 1) / (last - first), n
 
 
+class RawSide:
+    """llama_cpp.Llama's streaming chat completion."""
+
+    def __init__(self, model: Path, ctx: int, threads: int) -> None:
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(
+            model_path=str(model), n_ctx=ctx, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
+        vocab = self.llm._model.vocab
+        self.eog = [t for t in range(self.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+
+    def run(self, max_tokens: int) -> tuple[float, float, int]:
+        return raw_run(self.llm, self.eog, max_tokens)
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+class InProcessSide:
+    """Hearth's llama.cpp backend called directly."""
+
+    def __init__(self, model: Path, ctx: int, threads: int) -> None:
+        from engine.backends.base import LoadOptions, ModelSpec
+        from engine.backends.llamacpp import LlamaCppBackend
+
+        self.backend = LlamaCppBackend()
+        self.backend.load(ModelSpec(name="bench", path=model), LoadOptions(n_ctx=ctx, n_seq_max=1, n_threads=threads))
+
+    def run(self, max_tokens: int) -> tuple[float, float, int]:
+        return inprocess_run(self.backend, max_tokens)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     from engine.starter import starter_model_path
 
@@ -112,9 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import openai
+    from sides import Child
 
-    from engine.backends.base import LoadOptions, ModelSpec
-    from engine.backends.llamacpp import LlamaCppBackend
     from engine.backends.llamacpp.backend import default_threads
     from engine.worker.supervisor import WorkerSupervisor
 
@@ -134,24 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
     server.start()
-    backend = LlamaCppBackend()
-    llm = None
+    children = []
     try:
-        import llama_cpp
-
-        backend.load(
-            ModelSpec(name="bench", path=args.model),
-            LoadOptions(n_ctx=args.ctx, n_seq_max=1, n_threads=threads),
-        )
-        llm = llama_cpp.Llama(
-            model_path=str(args.model), n_ctx=args.ctx, n_threads=threads, n_threads_batch=threads, verbose=False
-        )
-        eog = [t for t in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)]
+        for target in ("api_overhead:RawSide", "api_overhead:InProcessSide"):
+            children.append(Child(target, model=args.model, ctx=args.ctx, threads=threads))
+        raw, inproc = children
         client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=300)
         model = str(args.model)
         runs = {
-            "raw": lambda: raw_run(llm, eog, args.max_tokens),
-            "in-process": lambda: inprocess_run(backend, args.max_tokens),
+            "raw": lambda: raw.run(args.max_tokens),
+            "in-process": lambda: inproc.run(args.max_tokens),
             "api": lambda: api_run(client, model, args.max_tokens),
         }
         print(f"model {args.model.name}, {threads} threads, ctx {args.ctx}, {args.max_tokens} tokens")
@@ -167,9 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"  round {i + 1} {side:>10}: first token {r[0] * 1000:6.1f} ms, {r[1]:6.1f} tokens/s, {r[2]} tokens"
                 )
     finally:
-        backend.close()
-        if llm is not None:
-            llm.close()
+        for child in children:
+            child.close()
         server.stop()
     speed = {side: statistics.median(r[1] for r in rs) for side, rs in results.items()}
     ttft = {side: statistics.median(r[0] for r in rs) for side, rs in results.items()}

@@ -3,8 +3,10 @@
 Both sides load the same GGUF with the same context length and thread count, get the same prompt,
 decode greedily and produce exactly --max-tokens tokens (Hearth: ignore_eos; raw: a logits processor
 that bans the end-of-generation tokens, which costs it a few microseconds a token). Runs alternate
-(Hearth, raw, raw, Hearth, ...) so a change in the machine's load falls on both. Decode speed is
-(tokens - 1) / (time of last token - time of first token); the first token's time is reported apart.
+(Hearth, raw, raw, Hearth, ...) so a change in the machine's load falls on both, and each side runs
+in a process of its own (see sides.py: two llama.cpp contexts computing from two threads of one process
+slow each other). Decode speed is (tokens - 1) / (time of last token - time of first token); the first
+token's time is reported apart.
 
 Goal (issue 9): Hearth >= 1.1x raw llama-cpp-python's high-level API.
 
@@ -70,6 +72,43 @@ def raw_run(llm, eog: list[int], max_tokens: int) -> tuple[float, float, int]:
     return first - t0, (n - 1) / (last - first), n
 
 
+class HearthSide:
+    """Hearth's llama.cpp backend, one sequence slot."""
+
+    def __init__(self, model: Path, ctx: int, threads: int) -> None:
+        from engine.backends.base import LoadOptions, ModelSpec
+        from engine.backends.llamacpp import LlamaCppBackend
+
+        self.backend = LlamaCppBackend()
+        self.backend.load(ModelSpec(name="bench", path=model), LoadOptions(n_ctx=ctx, n_seq_max=1, n_threads=threads))
+
+    def run(self, max_tokens: int) -> tuple[float, float, int]:
+        return hearth_run(self.backend, "bench", max_tokens)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class RawSide:
+    """llama_cpp.Llama's high-level API."""
+
+    def __init__(self, model: Path, ctx: int, threads: int) -> None:
+        import llama_cpp
+
+        from engine.bench.peers import eog_token_ids
+
+        self.llm = llama_cpp.Llama(
+            model_path=str(model), n_ctx=ctx, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
+        self.eog = eog_token_ids(model)
+
+    def run(self, max_tokens: int) -> tuple[float, float, int]:
+        return raw_run(self.llm, self.eog, max_tokens)
+
+    def close(self) -> None:
+        self.llm.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     from engine.starter import starter_model_path
 
@@ -85,44 +124,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    import llama_cpp
+    from sides import Child
 
-    from engine.backends.base import LoadOptions, ModelSpec
-    from engine.backends.llamacpp import LlamaCppBackend
     from engine.backends.llamacpp.backend import default_threads
-    from engine.bench.peers import eog_token_ids
 
     threads = args.threads or default_threads()
-    backend = LlamaCppBackend()
-    backend.load(
-        ModelSpec(name="bench", path=args.model), LoadOptions(n_ctx=args.ctx, n_seq_max=1, n_threads=threads)
-    )
-    llm = llama_cpp.Llama(
-        model_path=str(args.model), n_ctx=args.ctx, n_threads=threads, n_threads_batch=threads, verbose=False
-    )
-    eog = eog_token_ids(args.model)
+    sides = {
+        "hearth": Child("decode_llamacpp:HearthSide", model=args.model, ctx=args.ctx, threads=threads),
+        "raw": Child("decode_llamacpp:RawSide", model=args.model, ctx=args.ctx, threads=threads),
+    }
     print(
         f"model {args.model.name}, {threads} threads, ctx {args.ctx}, {args.max_tokens} tokens, {os.cpu_count()} CPUs"
     )
     try:
-        hearth_run(backend, "bench", args.max_tokens)  # warm-up: page in the weights, build the graphs
-        raw_run(llm, eog, args.max_tokens)
+        for child in sides.values():  # warm-up: page in the weights, build the graphs
+            child.run(args.max_tokens)
         results: dict[str, list[tuple[float, float, int]]] = {"hearth": [], "raw": []}
         for i in range(args.rounds):
             order = ("hearth", "raw") if i % 2 == 0 else ("raw", "hearth")
             for side in order:
-                r = (
-                    hearth_run(backend, "bench", args.max_tokens)
-                    if side == "hearth"
-                    else raw_run(llm, eog, args.max_tokens)
-                )
+                r = sides[side].run(args.max_tokens)
                 results[side].append(r)
                 print(
                     f"  round {i + 1} {side:>6}: first token {r[0] * 1000:6.1f} ms, {r[1]:6.1f} tokens/s, {r[2]} tokens"
                 )
     finally:
-        backend.close()
-        llm.close()
+        for child in sides.values():
+            child.close()
     for side, rs in results.items():
         if any(n != args.max_tokens for _, _, n in rs):
             print(f"warning: {side} did not always produce {args.max_tokens} tokens", file=sys.stderr)

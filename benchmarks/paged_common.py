@@ -32,55 +32,6 @@ def load_transformers(dtype: str = "float32"):
     return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=getattr(torch, dtype)).eval()
 
 
-class Child:
-    """A benchmark side in a process of its own: ``Child("TransformersSide", dtype="float32").generate(...)``
-    builds that class of this module in the child and calls its methods there.
-
-    torch runs CPU ops on an OpenMP team per calling thread; two teams in one process (say the paged
-    engine's thread and transformers' caller) oversubscribe the cores and slow whichever runs. Apart,
-    each side has the machine to itself while it runs, as it would in its own program.
-    """
-
-    def __init__(self, side: str, **kwargs) -> None:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_child_main, args=(child, side, kwargs), daemon=True)
-        self._proc.start()
-        child.close()
-        self._answer()  # built
-
-    def _answer(self):
-        kind, value = self._conn.recv()
-        if kind == "error":
-            raise RuntimeError(f"benchmark side failed: {value}")
-        return value
-
-    def __getattr__(self, method: str):
-        def call(*args):
-            self._conn.send((method, args))
-            return self._answer()
-
-        return call
-
-    def close(self) -> None:
-        self._conn.send(None)
-        self._proc.join(timeout=60)
-
-
-def _child_main(conn, side: str, kwargs: dict) -> None:
-    try:
-        obj = globals()[side](**kwargs)
-        conn.send(("ok", None))
-        while (job := conn.recv()) is not None:
-            method, args = job
-            conn.send(("ok", getattr(obj, method)(*args)))
-        getattr(obj, "close", lambda: None)()
-    except Exception as exc:  # reported to the parent, which raises it
-        conn.send(("error", repr(exc)))
-
-
 class TransformersSide:
     """transformers' ``generate`` on the starter model in ``dtype``."""
 

@@ -17,7 +17,8 @@ import random
 import threading
 import time
 
-from paged_common import Child, load_paged, stream_times
+from paged_common import load_paged, stream_times
+from sides import Child
 
 
 def workload(n: int, seed: int, vocab: int) -> list[tuple[list[int], int]]:
@@ -64,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
 
     paged = load_paged(max_num_seqs=args.requests)
-    hf = Child("TransformersSide")  # a process of its own, as in paged_common.Child
+    hf = Child("paged_common:TransformersSide")  # a process of its own, as in sides.Child
     jobs = workload(args.requests, args.seed, paged.info.vocab_size)
     # the paged side re-tokenizes decoded text: use its own token ids on both sides
     tok = paged.loaded.checkpoint.tokenizer

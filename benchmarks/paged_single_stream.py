@@ -12,7 +12,7 @@ on the starter model (SmolLM2-135M from its Q4_1 GGUF), CPU. Sides:
 
 Decode speed excludes the first token: (n - 1) / (last token - first token) from the paged stream;
 (n - 1) / (time for n tokens - time for 1 token) for transformers. Each side runs in a process of
-its own (see ``paged_common.Child``); rounds alternate so a change in the machine's load falls on
+its own (see ``sides.Child``); rounds alternate so a change in the machine's load falls on
 every side, and medians are compared. Also printed: how many of each side's greedy tokens match the
 float32 reference before the first difference.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from paged_common import Child
+from sides import Child
 
 PROMPT = (
     "The history of the river town began long before the first stone bridge was built. Farmers came down "
@@ -52,10 +52,10 @@ def main() -> None:
 
     t = {"threads": args.threads}
     sides = {
-        "transformers, float32": (Child("TransformersSide", dtype="float32", **t), "ids"),
-        "transformers, bfloat16": (Child("TransformersSide", dtype="bfloat16", **t), "ids"),
-        "paged engine, float32": (Child("PagedSide", **t), "text"),
-        "paged engine, int4 weights + bfloat16": (Child("PagedSide", quantization="int4", **t), "text"),
+        "transformers, float32": (Child("paged_common:TransformersSide", dtype="float32", **t), "ids"),
+        "transformers, bfloat16": (Child("paged_common:TransformersSide", dtype="bfloat16", **t), "ids"),
+        "paged engine, float32": (Child("paged_common:PagedSide", **t), "text"),
+        "paged engine, int4 weights + bfloat16": (Child("paged_common:PagedSide", quantization="int4", **t), "text"),
     }
     prompt_ids = sides["paged engine, float32"][0].tokenize(PROMPT)
     speeds: dict[str, list[float]] = {name: [] for name in sides}
