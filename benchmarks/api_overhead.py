@@ -106,11 +106,12 @@ class RawSide:
     def __init__(self, model: Path, ctx: int, threads: int) -> None:
         import llama_cpp
 
+        from engine.bench.peers import eog_token_ids
+
         self.llm = llama_cpp.Llama(
             model_path=str(model), n_ctx=ctx, n_threads=threads, n_threads_batch=threads, verbose=False
         )
-        vocab = self.llm._model.vocab
-        self.eog = [t for t in range(self.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+        self.eog = eog_token_ids(model)
 
     def run(self, max_tokens: int) -> tuple[float, float, int]:
         return raw_run(self.llm, self.eog, max_tokens)
