@@ -15,7 +15,8 @@ from engine.worker.supervisor import free_port
 
 API_KEY = "test-key-123"
 MODEL = "smollm2-135m-instruct"
-SPEC = Path(__file__).resolve().parents[3].parent / "shared" / "openai-api" / "openapi.yaml"
+# OpenAI's published spec (MIT, see tests/data/openai/LICENSE), kept in the repository's test data.
+SPEC = Path(__file__).resolve().parents[2] / "data" / "openai" / "openapi.yaml"
 
 
 class Server:
