@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 import jinja2
+from jinja2 import meta as jinja_meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from engine.errors import InvalidRequest
@@ -43,6 +44,23 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def message_payload(m: ChatMessage) -> dict[str, Any]:
+    """A message as Hugging Face chat templates take it: tool calls with their arguments as objects."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_object}}
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        out["name"] = m.name
+    if m.reasoning is not None:
+        out["reasoning_content"] = m.reasoning
+    return out
+
+
 def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
 
@@ -65,11 +83,29 @@ class ChatTemplate:
         self.eos_token = eos_token
 
     @cached_property
-    def _template(self) -> jinja2.Template:
+    def _env(self) -> ImmutableSandboxedEnvironment:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=None)
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
+        return env
+
+    @cached_property
+    def variables(self) -> frozenset[str]:
+        """The variables the template reads from its caller (``messages``, ``tools``, ``enable_thinking``...)."""
+        try:
+            return frozenset(jinja_meta.find_undeclared_variables(self._env.parse(self.source)))
+        except jinja2.TemplateSyntaxError:
+            return frozenset()
+
+    @property
+    def knows_tools(self) -> bool:
+        """True when the template renders a ``tools`` list itself (as Hugging Face templates with tool support do)."""
+        return "tools" in self.variables
+
+    @cached_property
+    def _template(self) -> jinja2.Template:
+        env = self._env
         try:
             return env.from_string(self.source)
         except jinja2.TemplateSyntaxError as exc:
@@ -89,7 +125,7 @@ class ChatTemplate:
         Raises:
             ChatTemplateError: the template raised, failed, or tried something the sandbox forbids.
         """
-        payload = [{"role": m.role, "content": m.content} for m in messages]
+        payload = [message_payload(m) for m in messages]
         try:
             return self._template.render(
                 messages=payload,
@@ -109,4 +145,4 @@ class ChatTemplate:
             raise ChatTemplateError(f"The model's chat template failed: {exc}.") from exc
 
 
-__all__ = ["ChatTemplate", "ChatTemplateError", "CHATML_TEMPLATE"]
+__all__ = ["ChatTemplate", "ChatTemplateError", "CHATML_TEMPLATE", "message_payload"]

@@ -10,12 +10,17 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import InvalidRequest
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
-FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "error")
+if TYPE_CHECKING:  # engine.tools imports this module; only annotations refer back to it
+    from engine.tools.parsers import ToolCallDelta
+    from engine.tools.spec import ToolCall, ToolChoice, ToolSpec
+
+# "tool_calls" is set by the tool-call parser (engine.tools) on top of a backend's stream.
+FinishReason = Literal["stop", "length", "cancelled", "error", "tool_calls"]
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "error", "tool_calls")
 ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -94,10 +99,18 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One turn of a conversation, already flattened to text."""
+    """One turn of a conversation, already flattened to text.
+
+    An assistant turn may carry ``tool_calls`` (and the ``reasoning`` it thought first); a ``tool``
+    turn answers the call ``tool_call_id`` (of the function ``name``).
+    """
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -126,6 +139,14 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Tool calling and thinking (engine.tools): the offered tools, whether a call is allowed or forced,
+    # whether several calls may come at once; ``thinking`` None keeps the model's default, and
+    # ``template_kwargs`` are extra variables for the chat template (such as ``reasoning_effort``).
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    thinking: bool | None = None
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -166,6 +187,12 @@ class GenerationChunk:
     tokens_per_second: float | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
     error: str | None = None
+    # Set by engine.tools on chat streams: the thinking in this piece (kept out of ``text``), pieces of
+    # tool calls, and on the final chunk every call and the number of thinking tokens.
+    reasoning: str = ""
+    tool_call_deltas: tuple[ToolCallDelta, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning_tokens: int = 0
 
 
 def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatMessage, ...]:
@@ -182,7 +209,23 @@ def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatM
             content = "".join(
                 part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
             )
-        out.append(ChatMessage(role=str(item.get("role", "")), content=content))
+        role = str(item.get("role", ""))
+        tool_calls = ()
+        if role == "assistant" and item.get("tool_calls"):
+            from engine.tools.spec import parse_tool_calls
+
+            tool_calls = parse_tool_calls(item["tool_calls"])
+        reasoning = item.get("reasoning_content") or item.get("reasoning")
+        out.append(
+            ChatMessage(
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=item.get("tool_call_id") if role == "tool" else None,
+                name=item.get("name") if isinstance(item.get("name"), str) else None,
+                reasoning=reasoning if isinstance(reasoning, str) else None,
+            )
+        )
     return tuple(out)
 
 

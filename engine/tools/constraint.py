@@ -1,0 +1,115 @@
+"""Constraints for forced tool calls: the exact shape the output must take, built from the tools' schemas.
+
+When ``tool_choice`` is ``required`` or names a function, the answer must be a call: the family's
+opening markup, a JSON object ``{"name": <one of the tools>, "arguments": <that tool's schema>}``,
+the closing markup, and (with parallel calls) more calls after a separator. One
+:class:`ToolCallConstraint` describes that; each backend compiles it for its own constraint engine
+(llama.cpp: GBNF through :func:`call_schema`; the paged and MLX engines: llguidance through
+:func:`to_lark`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.tools.spec import ToolChoice, ToolSpec
+
+# The markup the constrained output is written in, per family: (prefix, suffix, separator, arguments key).
+# llama3 and mistral use their bare-JSON forms: their markers are control tokens that a text grammar
+# cannot always name, and their parsers read the bare forms as calls.
+_MARKUP: dict[str, tuple[str, str, str, str]] = {
+    "hermes": ("<tool_call>\n", "\n</tool_call>", "\n", "arguments"),
+    "generic": ("<tool_call>\n", "\n</tool_call>", "\n", "arguments"),
+    "llama3": ("", "", "; ", "parameters"),
+    "mistral": ("[", "]", ", ", "arguments"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallConstraint:
+    """The output must be ``prefix call suffix`` once, or (``parallel``) several times joined by ``separator``.
+
+    For ``mistral`` the prefix/suffix wrap the whole list and the separator joins calls inside it.
+    """
+
+    fmt: str
+    tools: tuple[ToolSpec, ...]
+    parallel: bool
+    prefix: str
+    suffix: str
+    separator: str
+    arguments_key: str
+
+    @property
+    def wraps_list(self) -> bool:
+        return self.fmt == "mistral"
+
+    def call_schema(self) -> dict[str, Any]:
+        """The JSON schema of one call object (name first, then the arguments)."""
+        return call_schema(self.tools, self.arguments_key)
+
+
+def _object_schema(params: Mapping[str, Any]) -> dict[str, Any]:
+    schema = dict(params)
+    schema.setdefault("type", "object")
+    if "properties" not in schema and "additionalProperties" not in schema:
+        schema["properties"] = {}
+    return schema
+
+
+def call_schema(tools: Sequence[ToolSpec], arguments_key: str = "arguments") -> dict[str, Any]:
+    """A JSON schema accepting a call to any of ``tools`` with arguments valid for that tool."""
+    options = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.name}, arguments_key: _object_schema(t.parameters)},
+            "required": ["name", arguments_key],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return options[0] if len(options) == 1 else {"anyOf": options}
+
+
+def tool_call_constraint(
+    fmt: str, tools: Sequence[ToolSpec], choice: ToolChoice | None, *, parallel: bool = True
+) -> ToolCallConstraint | None:
+    """The constraint for a request, or None when the model may answer freely (``auto``/``none``)."""
+    if choice is None or not choice.forced or not tools:
+        return None
+    allowed = tuple(t for t in tools if choice.mode == "required" or t.name == choice.name)
+    prefix, suffix, sep, key = _MARKUP.get(fmt, _MARKUP["generic"])
+    return ToolCallConstraint(
+        fmt=fmt if fmt in _MARKUP else "generic",
+        tools=allowed,
+        parallel=parallel and choice.mode == "required",
+        prefix=prefix,
+        suffix=suffix,
+        separator=sep,
+        arguments_key=key,
+    )
+
+
+def _lark_str(text: str) -> str:
+    return json.dumps(text)
+
+
+def to_lark(constraint: ToolCallConstraint) -> str:
+    """The constraint as an llguidance Lark grammar (the call object through ``%json``)."""
+    schema = json.dumps(constraint.call_schema(), separators=(",", ":"))
+    lines = [f"call: %json {schema}"]
+    if constraint.wraps_list:
+        body = f"call ({_lark_str(constraint.separator)} call)*" if constraint.parallel else "call"
+        lines.insert(0, f"start: {_lark_str(constraint.prefix)} {body} {_lark_str(constraint.suffix)}")
+    else:
+        one = " ".join(p for p in (_lark_str(constraint.prefix) if constraint.prefix else "", "call",
+                                   _lark_str(constraint.suffix) if constraint.suffix else "") if p)  # fmt: skip
+        body = f"{one} ({_lark_str(constraint.separator)} {one})*" if constraint.parallel else one
+        lines.insert(0, f"start: {body}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["ToolCallConstraint", "call_schema", "tool_call_constraint", "to_lark"]

@@ -1,0 +1,297 @@
+"""Reading tool calls out of a model's output, per model family, as the text streams in.
+
+A parser is fed the answer text piece by piece and returns what is safe to show: plain content,
+and tool calls once they are complete and parse. Text that could be the start of a call's markup
+(``<tool_c`` at the end of a piece) is held back until the next piece decides it, so markup never
+reaches the content. A call is only reported when its JSON parses and names an offered tool;
+anything else that looked like a call is given back as plain text, never an error.
+
+Families (see docs/tools.md): ``hermes`` (``<tool_call>{...}</tool_call>``: Hermes, Qwen 2.5/3),
+``llama3`` (``<|python_tag|>`` or a bare ``{"name", "parameters"}`` object: Llama 3.1-3.3),
+``mistral`` (``[TOOL_CALLS]`` then a JSON list, or ``name[ARGS]{...}``), and ``generic`` (Hearth's
+own format for templates that know no tools: the hermes tags, or a bare JSON call as the whole answer).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.tools.spec import ToolCall, new_call_id
+
+ToolFormat = Literal["hermes", "llama3", "mistral", "generic"]
+TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "generic")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call, as OpenAI streams them.
+
+    The first delta of a call carries ``id`` and ``name`` (and empty ``arguments``); later deltas
+    carry pieces of ``arguments`` only.
+    """
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedOutput:
+    """What one piece of output turned into: content text and tool-call deltas."""
+
+    content: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    start: tuple[str, ...]  # markers that open a call
+    end: str | None  # marker that closes one (None: the call runs to the end of the answer)
+    bare_json: bool  # a JSON call may stand alone as the whole answer
+
+
+FAMILIES: dict[str, _Family] = {
+    "hermes": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=False),
+    "llama3": _Family(start=("<|python_tag|>",), end=None, bare_json=True),
+    "mistral": _Family(start=("[TOOL_CALLS]",), end=None, bare_json=True),
+    "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
+}
+
+_ARG_KEYS = ("arguments", "parameters", "args", "input")
+
+
+def _as_call(obj: Any, names: Collection[str] | None) -> tuple[str, str] | None:
+    """(name, arguments JSON) from one decoded call object, or None if it is not a call."""
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("function"), dict) and "name" not in obj:
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name or (names is not None and name not in names):
+        return None
+    args: Any = {}
+    for key in _ARG_KEYS:
+        if key in obj:
+            args = obj[key]
+            break
+    if isinstance(args, str):  # some models write the arguments as JSON inside a string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return name, json.dumps(args, ensure_ascii=False)
+
+
+def parse_json_calls(text: str, names: Collection[str] | None = None) -> list[tuple[str, str]] | None:
+    """Calls from text holding one or more JSON calls: an object, a list of objects, or several
+    objects separated by whitespace, ``;`` or ``,``. None unless all of the text is calls."""
+    decoder = json.JSONDecoder()
+    calls: list[tuple[str, str]] = []
+    pos, n = 0, len(text)
+    while True:
+        while pos < n and text[pos] in " \t\r\n;,":
+            pos += 1
+        if pos >= n:
+            break
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            return None
+        for item in obj if isinstance(obj, list) else [obj]:
+            call = _as_call(item, names)
+            if call is None:
+                return None
+            calls.append(call)
+    return calls or None
+
+
+def _parse_mistral(text: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{"):
+        return parse_json_calls(stripped, names)
+    calls: list[tuple[str, str]] = []
+    for part in stripped.split("[TOOL_CALLS]"):
+        part = part.strip()
+        if not part:
+            continue
+        if "[ARGS]" not in part:
+            return None
+        name, args = part.split("[ARGS]", 1)
+        name = name.split("[CALL_ID]", 1)[0].strip()
+        parsed = parse_json_calls(json.dumps({"name": name, "arguments": _loads_or_none(args)}), names)
+        if parsed is None:
+            return None
+        calls.extend(parsed)
+    return calls or None
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def parse_body(fmt: str, body: str, names: Collection[str] | None = None) -> list[tuple[str, str]] | None:
+    """The calls inside one call's markup (or a bare answer), or None when it does not parse."""
+    if fmt == "mistral":
+        return _parse_mistral(body, names)
+    return parse_json_calls(body.strip(), names)
+
+
+def _held_prefix(buf: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest end of ``buf`` that could begin one of ``markers``."""
+    hold = 0
+    for m in markers:
+        for k in range(min(len(m) - 1, len(buf)), 0, -1):
+            if buf.endswith(m[:k]):
+                hold = max(hold, k)
+                break
+    return hold
+
+
+class ToolCallParser:
+    """Streams content and tool calls out of answer text in one family's format.
+
+    Args:
+        fmt: The family: ``hermes``, ``llama3``, ``mistral`` or ``generic``.
+        tool_names: The offered tools; a call naming another is kept as text (None accepts any name).
+
+    ``feed`` and ``finish`` return :class:`ParsedOutput`; ``calls`` holds every call so far.
+    """
+
+    def __init__(self, fmt: str = "generic", tool_names: Collection[str] | None = None) -> None:
+        if fmt not in FAMILIES:
+            raise ValueError(f"unknown tool-call format {fmt!r}")
+        self.fmt = fmt
+        self.family = FAMILIES[fmt]
+        self.names = set(tool_names) if tool_names is not None else None
+        self.calls: list[ToolCall] = []
+        self._buf = ""  # text not yet decided
+        self._state = "start"  # start -> text | markup | bare
+        self._marker = ""  # the marker that opened the markup being read
+        self._space = ""  # whitespace after a call, shown only if more text follows
+
+    # -- feeding --------------------------------------------------------------------------------
+    def feed(self, text: str) -> ParsedOutput:
+        self._buf += text
+        content: list[str] = []
+        deltas: list[ToolCallDelta] = []
+        self._advance(content, deltas, final=False)
+        return ParsedOutput("".join(content), tuple(deltas))
+
+    def finish(self) -> ParsedOutput:
+        """Everything still held back, at the end of the answer."""
+        content: list[str] = []
+        deltas: list[ToolCallDelta] = []
+        self._advance(content, deltas, final=True)
+        return ParsedOutput("".join(content), tuple(deltas))
+
+    # -- the state machine ----------------------------------------------------------------------
+    def _emit_text(self, text: str, content: list[str]) -> None:
+        if not text:
+            return
+        if self.calls and not text.strip():
+            self._space += text
+            return
+        content.append(self._space + text)
+        self._space = ""
+
+    def _emit_calls(self, calls: list[tuple[str, str]], deltas: list[ToolCallDelta]) -> None:
+        for name, args in calls:
+            call = ToolCall(name=name, arguments=args, id=new_call_id())
+            index = len(self.calls)
+            self.calls.append(call)
+            deltas.append(ToolCallDelta(index=index, id=call.id, name=name, arguments=""))
+            deltas.append(ToolCallDelta(index=index, arguments=args))
+        self._space = ""
+
+    def _advance(self, content: list[str], deltas: list[ToolCallDelta], *, final: bool) -> None:
+        fam = self.family
+        while True:
+            if self._state == "start":
+                stripped = self._buf.lstrip()
+                if not stripped and not final:
+                    return
+                if not final and any(m.startswith(stripped) and m != stripped for m in fam.start):
+                    return  # could still be a marker: wait for more
+                if any(stripped.startswith(m) for m in fam.start):
+                    self._state = "text"
+                    continue
+                if fam.bare_json and stripped[:1] in ("{", "["):
+                    self._state = "bare"
+                    continue
+                self._state = "text"
+                continue
+            if self._state == "bare":
+                if not final:
+                    return
+                calls = parse_body(self.fmt, self._buf, self.names)
+                if calls is None:
+                    self._emit_text(self._buf, content)
+                else:
+                    self._emit_calls(calls, deltas)
+                self._buf = ""
+                return
+            if self._state == "text":
+                first, marker = -1, ""
+                for m in fam.start:
+                    i = self._buf.find(m)
+                    if i != -1 and (first == -1 or i < first):
+                        first, marker = i, m
+                if first == -1:
+                    hold = 0 if final else _held_prefix(self._buf, fam.start)
+                    self._emit_text(self._buf[: len(self._buf) - hold], content)
+                    self._buf = self._buf[len(self._buf) - hold :]
+                    return
+                self._emit_text(self._buf[:first], content)
+                self._buf = self._buf[first + len(marker) :]
+                self._marker = marker
+                self._state = "markup"
+                continue
+            # markup: a call's body, up to the end marker or the end of the answer
+            if fam.end is not None:
+                j = self._buf.find(fam.end)
+                if j == -1 and not final:
+                    return
+                body = self._buf if j == -1 else self._buf[:j]
+                rest = "" if j == -1 else self._buf[j + len(fam.end) :]
+                closing = "" if j == -1 else fam.end
+            else:
+                if not final:
+                    return
+                body, rest, closing = self._buf, "", ""
+            calls = parse_body(self.fmt, body, self.names)
+            if calls is None:
+                self._emit_text(self._marker + body + closing, content)
+            else:
+                self._emit_calls(calls, deltas)
+            self._buf = rest
+            self._state = "text"
+            if final and not rest:
+                return
+
+
+def parse_tool_calls_text(fmt: str, text: str, tool_names: Collection[str] | None = None) -> tuple[str, list[ToolCall]]:
+    """A whole answer split into its content and its tool calls (the non-streamed path)."""
+    parser = ToolCallParser(fmt, tool_names)
+    a, b = parser.feed(text), parser.finish()
+    return a.content + b.content, list(parser.calls)
+
+
+__all__ = [
+    "ToolFormat",
+    "TOOL_FORMATS",
+    "ToolCallDelta",
+    "ParsedOutput",
+    "ToolCallParser",
+    "parse_json_calls",
+    "parse_body",
+    "parse_tool_calls_text",
+]

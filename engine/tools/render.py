@@ -1,0 +1,160 @@
+"""Rendering a chat request with tools and thinking through the model's own template.
+
+A template that reads ``tools`` (Hugging Face's convention) gets them as ``apply_chat_template``
+passes them: a list of ``{"type": "function", "function": {...}}``, with assistant ``tool_calls``
+(arguments as objects) and ``tool`` messages in the conversation. A template that knows no tools
+gets Hearth's generic format instead: the tools described in the system prompt, earlier calls
+written as ``<tool_call>`` blocks and their results as ``<tool_response>`` blocks in user turns.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from engine.tools.constraint import ToolCallConstraint, tool_call_constraint
+from engine.tools.reasoning import THINK_TAGS, strip_reasoning
+from engine.tools.spec import ToolSpec
+
+if TYPE_CHECKING:
+    from engine.chat_template import ChatTemplate
+    from engine.types import ChatMessage, GenerationRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedChat:
+    """A chat request rendered to a prompt, and how to read the model's answer to it.
+
+    ``tools`` are the tools the answer may call (empty: do not look for calls); ``constraint`` is set
+    when the answer must be a call; ``thinking_started`` when the prompt itself opened the thinking
+    section.
+    """
+
+    prompt: str
+    tool_format: str = "generic"
+    tools: tuple[ToolSpec, ...] = ()
+    constraint: ToolCallConstraint | None = None
+    think_tags: tuple[str, str] = THINK_TAGS[0]
+    thinking_started: bool = False
+
+
+def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
+    """The tool-call family a model writes, from its chat template (and architecture as a hint).
+
+    ``generic`` when the template knows no tools or uses markup Hearth does not recognise.
+    """
+    if not template.knows_tools:
+        return "generic"
+    src = template.source
+    if "<tool_call>" in src:
+        return "hermes"
+    if "<|python_tag|>" in src or "ipython" in src:
+        return "llama3"
+    if "[TOOL_CALLS]" in src:
+        return "mistral"
+    if architecture.startswith("qwen"):
+        return "hermes"
+    return "generic"
+
+
+def detect_think_tags(template: ChatTemplate) -> tuple[str, str]:
+    return THINK_TAGS[1] if "[THINK]" in template.source else THINK_TAGS[0]
+
+
+def generic_tools_prompt(tools: tuple[ToolSpec, ...], *, forced: str | None = None) -> str:
+    """The system-prompt block of the generic format (``forced``: ``required`` or a tool's name)."""
+    lines = "\n".join(json.dumps(t.as_openai()["function"], ensure_ascii=False) for t in tools)
+    text = (
+        "You can call these tools (function signatures as JSON schemas):\n"
+        f"<tools>\n{lines}\n</tools>\n"
+        "To call a tool, answer with one block per call, and nothing else:\n"
+        '<tool_call>\n{"name": "<tool name>", "arguments": {<the arguments as JSON>}}\n</tool_call>\n'
+        "Each result comes back to you in a <tool_response> block. If no tool is needed, answer normally."
+    )
+    if forced == "required":
+        text += "\nCall at least one tool now."
+    elif forced:
+        text += f"\nCall the tool '{forced}' now."
+    return text
+
+
+def _generic_call_text(msg: ChatMessage) -> str:
+    blocks = [
+        "<tool_call>\n"
+        + json.dumps({"name": c.name, "arguments": c.arguments_object}, ensure_ascii=False)
+        + "\n</tool_call>"
+        for c in msg.tool_calls
+    ]
+    return "\n".join(([msg.content] if msg.content else []) + blocks)
+
+
+def _generic_messages(messages: tuple[ChatMessage, ...], system_block: str | None) -> list[ChatMessage]:
+    from engine.types import ChatMessage
+
+    out: list[ChatMessage] = []
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            out.append(ChatMessage(role="assistant", content=_generic_call_text(m)))
+        elif m.role == "tool":
+            body = json.dumps({"name": m.name, "content": m.content}, ensure_ascii=False) if m.name else m.content
+            text = f"<tool_response>\n{body}\n</tool_response>"
+            if out and out[-1].role == "user" and out[-1].content.startswith("<tool_response>"):
+                out[-1] = ChatMessage(role="user", content=out[-1].content + "\n" + text)
+            else:
+                out.append(ChatMessage(role="user", content=text))
+        else:
+            out.append(m)
+    if system_block:
+        if out and out[0].role in ("system", "developer"):
+            out[0] = ChatMessage(role=out[0].role, content=f"{out[0].content}\n\n{system_block}".lstrip())
+        else:
+            out.insert(0, ChatMessage(role="system", content=system_block))
+    return out
+
+
+def _history(messages: tuple[ChatMessage, ...], template: ChatTemplate, tags: tuple[str, str]) -> tuple:
+    """Earlier assistant turns without their thinking, unless the template takes it as ``reasoning_content``."""
+    keep = "reasoning_content" in template.source
+    out = []
+    for m in messages:
+        if m.role == "assistant":
+            m = replace(m, content=strip_reasoning(m.content, tags), reasoning=m.reasoning if keep else None)
+        out.append(m)
+    return tuple(out)
+
+
+def render_request(template: ChatTemplate, request: GenerationRequest, *, architecture: str = "") -> RenderedChat:
+    """Render ``request.messages`` with its tools and thinking switch through ``template``.
+
+    Raises:
+        ChatTemplateError: the template failed or was refused by the sandbox.
+    """
+    tags = detect_think_tags(template)
+    choice = request.tool_choice
+    offered = request.tools if (choice is None or choice.mode != "none") else ()
+    fmt = detect_tool_format(template, architecture)
+    messages = _history(tuple(request.messages or ()), template, tags)
+    extra = dict(request.template_kwargs)
+    if request.thinking is not None:
+        extra.setdefault("enable_thinking", request.thinking)
+    if fmt == "generic" and not template.knows_tools:
+        forced = None if choice is None or not choice.forced else (choice.name or "required")
+        block = generic_tools_prompt(offered, forced=forced) if offered else None
+        prompt = template.render(_generic_messages(messages, block), add_generation_prompt=True, **extra)
+    else:
+        if offered:
+            extra["tools"] = [t.as_openai() for t in offered]
+        prompt = template.render(messages, add_generation_prompt=True, **extra)
+    constraint = tool_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls)
+    return RenderedChat(
+        prompt=prompt,
+        tool_format=fmt,
+        tools=offered,
+        constraint=constraint,
+        think_tags=tags,
+        thinking_started=prompt.rstrip().endswith(tags[0]),
+    )
+
+
+__all__ = ["RenderedChat", "detect_tool_format", "detect_think_tags", "generic_tools_prompt", "render_request"]

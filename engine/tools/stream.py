@@ -1,0 +1,103 @@
+"""A chat stream split into thinking, answer and tool calls: what every backend's chat output passes through."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from engine.tools.parsers import ToolCallDelta, ToolCallParser
+from engine.tools.reasoning import ReasoningSplitter
+from engine.tools.render import RenderedChat
+from engine.tools.spec import ToolCall
+
+if TYPE_CHECKING:
+    from engine.types import GenerationChunk
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPiece:
+    """One piece of a chat answer, split: thinking, answer text, and tool-call deltas."""
+
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+
+
+class ChatOutputParser:
+    """Reads a chat answer as it streams: thinking first (when the model thinks), then the answer,
+    from which tool calls are taken when the request offered tools.
+
+    Args:
+        rendered: The rendered request (its tool format, tools and thinking tags).
+    """
+
+    def __init__(self, rendered: RenderedChat) -> None:
+        self.splitter = ReasoningSplitter(rendered.think_tags, started=rendered.thinking_started)
+        names = [t.name for t in rendered.tools]
+        self.tools = ToolCallParser(rendered.tool_format, names) if names else None
+
+    @property
+    def thinking(self) -> bool:
+        return self.splitter.thinking
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return list(self.tools.calls) if self.tools is not None else []
+
+    def feed(self, text: str) -> OutputPiece:
+        return self._answer(self.splitter.feed(text), final=False)
+
+    def finish(self) -> OutputPiece:
+        return self._answer(self.splitter.flush(), final=True)
+
+    def _answer(self, piece, *, final: bool) -> OutputPiece:
+        if self.tools is None:
+            return OutputPiece(piece.reasoning, piece.content)
+        a = self.tools.feed(piece.content) if piece.content else None
+        b = self.tools.finish() if final else None
+        content = (a.content if a else "") + (b.content if b else "")
+        deltas = (a.tool_calls if a else ()) + (b.tool_calls if b else ())
+        return OutputPiece(piece.reasoning, content, deltas)
+
+
+def parse_stream(chunks: Iterator[GenerationChunk], rendered: RenderedChat) -> Iterator[GenerationChunk]:
+    """A backend's chat stream with thinking moved to ``reasoning`` and tool calls out of ``text``.
+
+    The final chunk carries every call in ``tool_calls`` (and ``finish_reason`` ``tool_calls`` when
+    the answer stopped after making some) and the count of thinking tokens. Closing this iterator
+    closes ``chunks`` (which cancels the generation).
+    """
+    parser = ChatOutputParser(rendered)
+    reasoning_tokens = 0
+    try:
+        for chunk in chunks:
+            thinking_before = parser.thinking
+            piece = parser.feed(chunk.text)
+            if chunk.token_ids and (thinking_before or (piece.reasoning and not piece.content)):
+                reasoning_tokens += len(chunk.token_ids)
+            if chunk.finish_reason is None:
+                yield replace(chunk, text=piece.content, reasoning=piece.reasoning, tool_call_deltas=piece.tool_calls)
+                continue
+            tail = parser.finish()
+            calls = tuple(parser.calls)
+            finish = chunk.finish_reason
+            if calls and finish == "stop":
+                finish = "tool_calls"
+            yield replace(
+                chunk,
+                text=piece.content + tail.content,
+                reasoning=piece.reasoning + tail.reasoning,
+                tool_call_deltas=piece.tool_calls + tail.tool_calls,
+                tool_calls=calls,
+                finish_reason=finish,
+                reasoning_tokens=reasoning_tokens,
+            )
+            return
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+__all__ = ["OutputPiece", "ChatOutputParser", "parse_stream"]

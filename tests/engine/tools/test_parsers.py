@@ -1,0 +1,130 @@
+"""Tool-call parsers per family, on outputs written for the tests, whole and split into stream pieces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.tools import ToolCallParser, parse_tool_calls_text
+
+NAMES = ("get_weather", "add")
+
+
+def stream(fmt: str, pieces: list[str], names=NAMES):
+    """Feed pieces one by one; return (content, calls, deltas) as a client would assemble them."""
+    p = ToolCallParser(fmt, names)
+    content, deltas = [], []
+    for piece in [*pieces, None]:
+        out = p.finish() if piece is None else p.feed(piece)
+        content.append(out.content)
+        deltas.extend(out.tool_calls)
+    return "".join(content), [(c.name, json.loads(c.arguments)) for c in p.calls], deltas
+
+
+def chars(text: str) -> list[str]:
+    return list(text)
+
+
+CASES = {
+    "hermes": (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
+    ),
+    "llama3": (
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+        '{"name": "add", "parameters": {"a": 1, "b": 2}}',
+    ),
+    "mistral": (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
+    ),
+    "generic": (
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}</tool_call>',
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_single_call(fmt):
+    content, calls = parse_tool_calls_text(fmt, CASES[fmt][0], NAMES)
+    assert content == ""
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert calls[0].id.startswith("call_")
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_parallel_calls_become_several(fmt):
+    content, calls = parse_tool_calls_text(fmt, CASES[fmt][1], NAMES)
+    assert content == ""
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("add", {"a": 1, "b": 2}),
+    ]
+    assert len({c.id for c in calls}) == 2
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_markup_split_across_every_character(fmt):
+    content, calls, deltas = stream(fmt, chars(CASES[fmt][1]))
+    assert content == ""
+    assert [name for name, _ in calls] == ["get_weather", "add"]
+    # OpenAI's stream shape: a first delta with id and name, then pieces of the arguments
+    firsts = [d for d in deltas if d.id is not None]
+    assert [(d.index, d.name, d.arguments) for d in firsts] == [(0, "get_weather", ""), (1, "add", "")]
+    args = {i: "".join(d.arguments for d in deltas if d.index == i) for i in (0, 1)}
+    assert json.loads(args[1]) == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "generic"])
+def test_a_call_after_some_text(fmt):
+    text = 'Let me look that up.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    content, calls, _ = stream(fmt, [text[i : i + 3] for i in range(0, len(text), 3)])
+    assert content == "Let me look that up.\n"
+    assert calls == [("get_weather", {"city": "Oslo"})]
+
+
+def test_llama3_call_after_text_through_the_python_tag():
+    content, calls = parse_tool_calls_text(
+        "llama3", 'Checking.<|python_tag|>{"name": "add", "parameters": {"a": 1}}', NAMES
+    )
+    assert content == "Checking."
+    assert [c.name for c in calls] == ["add"]
+
+
+@pytest.mark.parametrize(
+    "fmt,text",
+    [
+        ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\n</tool_call>'),
+        ("hermes", '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}'),  # never closed
+        ("llama3", '{"name": "get_weather", "parameters": {"city": '),
+        ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city"'),
+        ("generic", '{"name": "get_weather", "arguments": [1, 2]}'),
+        ("generic", '<tool_call>{"name": "launch_rockets", "arguments": {}}</tool_call>'),  # not an offered tool
+    ],
+)
+def test_broken_calls_come_back_as_text(fmt, text):
+    content, calls, _ = stream(fmt, chars(text))
+    assert calls == []
+    assert content == text
+
+
+def test_plain_text_passes_untouched_even_with_a_partial_marker_at_the_end():
+    text = "Use <b>bold</b> and a < sign, then <tool"
+    content, calls, _ = stream("hermes", [text[:10], text[10:]])
+    assert calls == [] and content == text
+
+
+def test_json_that_is_not_a_call_stays_content():
+    content, calls = parse_tool_calls_text("generic", '{"answer": 42}', NAMES)
+    assert calls == [] and content == '{"answer": 42}'
+
+
+def test_whitespace_between_calls_does_not_become_content():
+    text = CASES["hermes"][1].replace("\n<tool_call>", "\n\n\n<tool_call>") + "\n\n"
+    content, calls = parse_tool_calls_text("hermes", text, NAMES)
+    assert content == "" and len(calls) == 2
