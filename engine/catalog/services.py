@@ -4,41 +4,92 @@ made on first use so a worker that never touches the Hub pays nothing for it."""
 from __future__ import annotations
 
 import threading
-from functools import cached_property
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engine.catalog.registry import ModelRegistry
+from engine.errors import Overloaded
+
+if TYPE_CHECKING:
+    from engine.catalog.downloads import DownloadManager
+    from engine.catalog.hub import HubClient
+
+
+def _default_downloads(registry: ModelRegistry, hub: HubClient) -> DownloadManager:
+    from engine.catalog.downloads import DownloadManager
+
+    return DownloadManager(registry, hub=hub)
 
 
 class CatalogServices:
     """Hub access and downloads sharing the worker's registry.
 
+    Both are built at most once, whichever threads ask first (the worker's resume thread and the
+    first ``/api/downloads`` request race for it): two download managers would resume the same
+    jobs twice. ``close()`` waits for a manager being built and closes it.
+
     Args:
         registry: The registry downloads register into.
         endpoint: Hub endpoint (HF_ENDPOINT by default).
         token: Hub token for gated or private repos (HF_TOKEN by default).
+        make_downloads: Builds the download manager from the registry and hub client (a
+            :class:`DownloadManager` by default).
     """
 
-    def __init__(self, registry: ModelRegistry, *, endpoint: str | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        *,
+        endpoint: str | None = None,
+        token: str | None = None,
+        make_downloads: Callable[[ModelRegistry, HubClient], DownloadManager] | None = None,
+    ) -> None:
         self.registry = registry
         self._endpoint = endpoint
         self._token = token
-        self._lock = threading.Lock()
+        self._make_downloads = make_downloads or _default_downloads
+        # One lock, re-entrant: building the manager builds the hub client under it.
+        self._lock = threading.RLock()
+        self._hub: HubClient | None = None
+        self._downloads: DownloadManager | None = None
+        self._closed = False
 
-    @cached_property
-    def hub(self):
-        from engine.catalog.hub import HubClient
-
-        return HubClient(endpoint=self._endpoint, token=self._token)
-
-    @cached_property
-    def downloads(self):
-        from engine.catalog.downloads import DownloadManager
-
+    @property
+    def hub(self) -> HubClient:
+        hub = self._hub
+        if hub is not None:
+            return hub
         with self._lock:
-            manager = DownloadManager(self.registry, hub=self.hub)
-            manager.resume_interrupted()
+            if self._hub is None:
+                from engine.catalog.hub import HubClient
+
+                self._hub = HubClient(endpoint=self._endpoint, token=self._token)
+            return self._hub
+
+    @property
+    def downloads(self) -> DownloadManager:
+        """The process's one download manager; the downloads cut off last time resume when it is built.
+
+        Raises:
+            Overloaded: the services were closed (the worker is stopping).
+        """
+        manager = self._downloads
+        if manager is not None and not self._closed:
             return manager
+        with self._lock:
+            if self._closed:
+                raise Overloaded("The worker is stopping; try the download again once it has restarted.")
+            if self._downloads is None:
+                manager = self._make_downloads(self.registry, self.hub)
+                manager.resume_interrupted()
+                self._downloads = manager
+            return self._downloads
 
     def close(self) -> None:
-        if "downloads" in self.__dict__:
-            self.downloads.close()
+        """Close the download manager (pausing its downloads for the next worker), waiting for one
+        being built."""
+        with self._lock:
+            self._closed = True
+            manager = self._downloads
+        if manager is not None:
+            manager.close()
