@@ -217,18 +217,23 @@ class EngineController(QObject):
         if sup is None:
             return
         host = "127.0.0.1" if sup.host == ANY_HOST else sup.host
+        wait = f" in {event.restart_in:g} s" if event.restart_in else ""
         messages = {
             "starting": "Starting the engine…",
             "ready": "The engine is ready.",
-            "crashed": f"The engine stopped ({event.detail}); restarting…",
+            "crashed": f"The engine stopped ({event.detail}); restarting{wait}…",
             "restarting": "The engine stopped; restarting…",
             "stopped": "The engine is stopped.",
         }
         detail = messages.get(event.kind, event.detail)
-        if event.kind == "failed":
+        kind = event.kind
+        if kind == "failed":
             detail = event.detail
+        elif kind == "gave_up":  # a crash loop: left stopped, with the worker's last words
+            kind = "failed"
+            detail = "\n".join([event.detail, *event.log_tail])
         root = f"http://{host}:{sup.port}" if event.kind == "ready" else ""
-        self._set_state(EngineState(event.kind, detail, root))
+        self._set_state(EngineState(kind, detail, root))
 
     def _set_state(self, state: EngineState) -> None:
         self.state = state

@@ -3,6 +3,12 @@
 A crash of the worker (a segfault in a native library, an OOM kill) never takes the
 caller down: the supervisor notices, reports it, and starts a new worker with backoff.
 Ending the worker process returns every byte its models held.
+
+Crash loops back off: a worker that dies within ``stable_after`` seconds of becoming healthy (or
+never becomes healthy again) is a fast crash; each one doubles the wait before the next start, up
+to ``max_backoff``. After ``max_fast_crashes`` fast crashes in a row the supervisor stops
+restarting and reports ``gave_up`` with the last lines of the worker's log. A worker that stayed
+up ``stable_after`` seconds starts the count afresh.
 """
 
 from __future__ import annotations
@@ -32,12 +38,17 @@ class WorkerStartError(HearthError):
 
 @dataclass(frozen=True, slots=True)
 class WorkerEvent:
-    """A change in the worker's life: starting, ready, crashed, restarting, stopped."""
+    """A change in the worker's life: starting, ready, crashed, restarting, gave_up, stopped.
+
+    ``restart_in`` (crashed) is the wait before the next start; ``log_tail`` (gave_up) holds the
+    last lines the worker wrote to its log.
+    """
 
     kind: str
     detail: str = ""
     exit_code: int | None = None
     restart_in: float | None = None
+    log_tail: tuple[str, ...] = ()
 
 
 def hearth_command() -> list[str]:
@@ -61,6 +72,10 @@ class WorkerSupervisor:
         on_event: Called (from a supervisor thread) with each :class:`WorkerEvent`.
         startup_timeout: Seconds to wait for health before giving up on a start.
         max_backoff: Longest wait between restarts after repeated crashes.
+        initial_backoff: Wait before restarting after the first fast crash.
+        stable_after: Seconds of uptime after which a crash no longer counts as fast.
+        max_fast_crashes: Fast crashes in a row after which the worker is left stopped.
+        log_tail_lines: How many of the worker's last log lines a ``gave_up`` event carries.
     """
 
     def __init__(
@@ -76,6 +91,10 @@ class WorkerSupervisor:
         on_event: Callable[[WorkerEvent], None] | None = None,
         startup_timeout: float = 120.0,
         max_backoff: float = 30.0,
+        initial_backoff: float = 1.0,
+        stable_after: float = 60.0,
+        max_fast_crashes: int = 5,
+        log_tail_lines: int = 20,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -88,7 +107,14 @@ class WorkerSupervisor:
         self.on_event = on_event
         self.startup_timeout = startup_timeout
         self.max_backoff = max_backoff
+        self.initial_backoff = initial_backoff
+        self.stable_after = stable_after
+        self.max_fast_crashes = max(1, max_fast_crashes)
+        self.log_tail_lines = log_tail_lines
         self.restarts = 0
+        self.gave_up = False
+        self._ready_at = 0.0
+        self._log_offset = 0
         self._proc: subprocess.Popen | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -129,6 +155,7 @@ class WorkerSupervisor:
         else:
             env.pop("HEARTH_API_KEY", None)
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._log_offset = out.tell() if self.log_path else 0  # this run's lines start here
         try:
             self._proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env
@@ -170,12 +197,42 @@ class WorkerSupervisor:
             raise WorkerStartError(
                 f"The Hearth worker did not start (exit code {code}){where}; check the log and try again."
             )
-        self._emit(WorkerEvent("ready", self.base_url))
+        self.gave_up = False
+        self._ready()
         self._monitor = threading.Thread(target=self._watch, name="worker-monitor", daemon=True)
         self._monitor.start()
 
+    def _ready(self) -> None:
+        self._ready_at = time.monotonic()
+        self._emit(WorkerEvent("ready", self.base_url))
+
+    def _backoff(self, fast_crashes: int) -> float:
+        return min(self.max_backoff, self.initial_backoff * 2 ** (fast_crashes - 1))
+
+    def log_tail(self) -> tuple[str, ...]:
+        """The last lines the current (or last) worker wrote to the log file."""
+        if self.log_path is None:
+            return ()
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(self._log_offset, f.seek(0, os.SEEK_END) - 64 * 1024))
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ()
+        lines = [line for line in text.splitlines() if line.strip()]
+        return tuple(lines[-self.log_tail_lines :])
+
+    def _give_up(self, code: int | None, crashes: int) -> None:
+        self.gave_up = True
+        where = f" (the log is {self.log_path})" if self.log_path else ""
+        detail = (
+            f"The engine crashed {crashes} times in a row within {self.stable_after:.0f} s of starting, so Hearth "
+            f"stopped restarting it{where}; read its last lines, fix what they name and start it again."
+        )
+        self._emit(WorkerEvent("gave_up", detail, exit_code=code, log_tail=self.log_tail()))
+
     def _watch(self) -> None:
-        backoff = 1.0
+        fast_crashes = 0
         while not self._stopping.is_set():
             proc = self._proc
             if proc is None:
@@ -183,24 +240,33 @@ class WorkerSupervisor:
             code = proc.wait()
             if self._stopping.is_set():
                 return
-            started = time.monotonic()
-            self._emit(WorkerEvent("crashed", f"exit code {code}", exit_code=code, restart_in=backoff))
-            while not self._stopping.is_set():
+            # Uptime since it became healthy, not time since the restart began: a worker that
+            # dies a second after every start is a crash loop however long its starts take.
+            if time.monotonic() - self._ready_at >= self.stable_after:
+                fast_crashes = 0
+            fast_crashes += 1
+            while True:
+                if fast_crashes >= self.max_fast_crashes:
+                    self._give_up(code, fast_crashes)
+                    return
+                backoff = self._backoff(fast_crashes)
+                self._emit(WorkerEvent("crashed", f"exit code {code}", exit_code=code, restart_in=backoff))
                 if self._stopping.wait(backoff):
                     return
-                self._emit(WorkerEvent("restarting", f"attempt after {backoff:.0f} s"))
+                self._emit(WorkerEvent("restarting", f"attempt after {backoff:g} s"))
                 with self._lock:
                     if self._stopping.is_set():
                         return
                     self._spawn()
                 self.restarts += 1
                 if self._wait_healthy(self.startup_timeout):
-                    self._emit(WorkerEvent("ready", self.base_url))
+                    self._ready()
                     break
+                if self._stopping.is_set():
+                    return
+                code = self._proc.poll() if self._proc else None
                 self._kill()
-                backoff = min(self.max_backoff, backoff * 2)
-            if time.monotonic() - started > 60:
-                backoff = 1.0
+                fast_crashes += 1  # a start that never became healthy is a fast crash too
 
     def _kill(self) -> None:
         proc = self._proc
