@@ -73,6 +73,8 @@ class MainWindow(QMainWindow):
         engine.state_changed.connect(self.on_engine_state)
         theme.changed.connect(self.set_colors)
         self.on_engine_state(engine.state)
+        if store.problem:
+            self.banner.show_message(store.problem, level="error")
 
     # -- engine -------------------------------------------------------------------------------
     def on_engine_state(self, state: EngineState) -> None:
@@ -90,6 +92,8 @@ class MainWindow(QMainWindow):
             if self.banner.text == CRASH_TEXT:
                 self.banner.show_message("The engine restarted. Answers that were cut off are kept as far as they got.", level="info")
                 QTimer.singleShot(6000, self.banner, self._hide_restart_notice)  # dropped if the window goes first
+            elif self.store.problem:  # the chat database was locked or damaged: still worth knowing
+                self.banner.show_message(self.store.problem, level="error")
             else:
                 self.banner.hide()
             self.models_page.engine_ready()

@@ -11,10 +11,22 @@ from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, delete, event, func, or_, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.store import migrate
 from app.store.records import AnswerStats, ChatRecord, ChatSettings, MessageRecord, SamplingSettings
+from app.store.recovery import (
+    UNSAVED_GLOB,
+    Copied,
+    StoreDamaged,
+    StoreLocked,
+    classify,
+    copy_chats,
+    keep_damaged_copy,
+    remove_database,
+    stamp,
+)
 from app.store.schema import ChatRow, MessageRow, utcnow
 
 log = logging.getLogger(__name__)
@@ -88,8 +100,8 @@ def title_from(text: str) -> str:
     return cut.rstrip(",.;:") + "…"
 
 
-def open_engine(path: Path) -> Engine:
-    engine = create_engine(f"sqlite:///{path}")
+def open_engine(path: Path, *, busy_timeout: float = 5.0) -> Engine:
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": busy_timeout})
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection, _record) -> None:
@@ -103,18 +115,107 @@ def open_engine(path: Path) -> Engine:
     return engine
 
 
+def _open_checked(path: Path, busy_timeout: float) -> Engine:
+    """An engine on ``path``, checked and migrated.
+
+    Raises:
+        StoreLocked: another program holds the database's lock.
+        StoreDamaged: the file is not a database or fails SQLite's quick check.
+    """
+    engine = open_engine(path, busy_timeout=busy_timeout)
+    try:
+        with engine.connect() as connection:
+            verdict = connection.exec_driver_sql("PRAGMA quick_check").scalar()
+        if verdict != "ok":
+            raise StoreDamaged(str(verdict))
+        migrate.ensure_current(engine)
+    except DBAPIError as exc:
+        engine.dispose()
+        kind = classify(exc)
+        if kind is None:
+            raise
+        raise kind(str(exc.orig)) from exc
+    except StoreDamaged:
+        engine.dispose()
+        raise
+    return engine
+
+
 class ChatStore:
     """The chats of one data folder.
 
+    A database that another program has locked, or that is damaged, does not stop the app:
+    :attr:`problem` says in one sentence what happened (see :mod:`app.store.recovery`).
+
     Args:
         folder: Where the database lives (the Hearth data folder).
+        busy_timeout: Seconds to wait for another program's lock before giving up on it.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = folder / DB_NAME
-        self.engine = open_engine(self.path)
-        migrate.ensure_current(self.engine)
+        self.problem: str | None = None
+        self.kept_copy: Path | None = None  # the damaged file, moved aside
+        try:
+            self.engine = _open_checked(self.path, busy_timeout)
+        except StoreLocked:
+            self.engine = self._open_side_file(folder, busy_timeout)
+        except StoreDamaged as exc:
+            self.engine = self._replace_damaged(str(exc), busy_timeout)
+        else:
+            self._merge_unsaved(folder)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _open_side_file(self, folder: Path, busy_timeout: float) -> Engine:
+        side = folder / f"chats-unsaved-{stamp()}.db"
+        log.error("%s is locked by another program; this session's chats go to %s", self.path, side)
+        self.problem = (
+            f"The chat database {self.path} is locked by another program, so your earlier chats cannot be shown "
+            f"now (they are safe in it); close that program and restart Hearth — chats you have now are kept in "
+            f"{side.name} and join the others then."
+        )
+        return _open_checked(side, busy_timeout)
+
+    def _replace_damaged(self, reason: str, busy_timeout: float) -> Engine:
+        kept = keep_damaged_copy(self.path)
+        self.kept_copy = kept
+        engine = _open_checked(self.path, busy_timeout)
+        try:
+            copied = self._copy_from(engine, kept)
+        except Exception:
+            log.exception("nothing could be read from %s", kept)
+            copied = Copied(0, 0, False)
+        log.error("%s was damaged (%s); kept as %s, %d chats recovered", self.path, reason, kept, copied.chats)
+        recovered = (
+            f"all {copied.chats} chats were recovered from it"
+            if copied.complete
+            else f"{copied.chats} chats and {copied.messages} messages could be recovered from it, the rest may be lost"
+        )
+        self.problem = (
+            f"The chat database was damaged, so Hearth started a new one and kept the damaged file as {kept}; "
+            f"{recovered}."
+        )
+        return engine
+
+    @staticmethod
+    def _copy_from(engine: Engine, source: Path) -> Copied:
+        raw = engine.raw_connection()
+        try:
+            return copy_chats(source, raw.driver_connection)
+        finally:
+            raw.close()
+
+    def _merge_unsaved(self, folder: Path) -> None:
+        """Chats a session kept aside while the database was locked join it now."""
+        for side in sorted(folder.glob(UNSAVED_GLOB)):
+            try:
+                copied = self._copy_from(self.engine, side)
+            except Exception:
+                log.exception("could not bring back the chats kept in %s", side)
+                self.problem = f"The chats kept in {side} while the database was locked could not be read; the file is kept."
+                continue
+            log.info("merged %d chats kept in %s while the database was locked", copied.chats, side)
+            remove_database(side)
 
     def session(self) -> Session:
         return self._session()
