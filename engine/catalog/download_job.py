@@ -16,6 +16,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from engine.catalog.download_store import DownloadPlan
 from engine.errors import InvalidRequest
 
@@ -316,7 +318,12 @@ class DownloadJob:
                 error=self._error,
                 model_name=self._model_name,
             )
-        self.manager.store.save(self.plan, **fields)
+        try:
+            self.manager.store.save(self.plan, **fields)
+        except (OSError, SQLAlchemyError) as exc:
+            # A full disk fails the database too; the job goes on in memory and is saved at its
+            # next state change, and the files on disk are what a resume trusts anyway.
+            log.warning("could not save the state of download %s: %s", self.id, exc)
 
     def _request_stop(self, kind: str) -> None:
         with self._cond:

@@ -35,6 +35,7 @@ Free disk space is checked before anything starts. State lives in the registry's
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 PARTIAL_DIR = ".partial"
 DEFAULT_DISK_MARGIN = 100_000_000  # bytes left free beyond the download itself
+DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 class DownloadManager:
@@ -333,10 +335,19 @@ class DownloadManager:
         except HearthError as exc:
             job.set_state(DownloadState.FAILED, error=str(exc))
         except OSError as exc:
-            job.set_state(
-                DownloadState.FAILED,
-                error=f"Could not write {job.name} to {self.models_dir} ({exc.strerror or exc}); check the disk and resume the download.",
-            )
+            if exc.errno in DISK_FULL:  # paused, not failed: what arrived is kept for the resume
+                lock.release()
+                log.warning("download %s paused: the disk is full (%s)", job.name, exc)
+                job.set_state(
+                    DownloadState.PAUSED,
+                    error=f"The disk is full, so the download of {job.name} to {self.models_dir} is paused; free some "
+                    "space and resume it (what arrived is kept).",
+                )
+            else:
+                job.set_state(
+                    DownloadState.FAILED,
+                    error=f"Could not write {job.name} to {self.models_dir} ({exc.strerror or exc}); check the disk and resume the download.",
+                )
         except Exception as exc:
             log.exception("download %s failed", job.name)
             job.set_state(
