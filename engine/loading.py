@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engine.backends import Backend, LoadOptions, create_backend
 from engine.backends.choice import choose_backend
+from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
 
 
@@ -23,6 +24,8 @@ def open_model(
     """
     model = resolve_model(name, registry)
     choice = choose_backend(model.format, override=backend)
+    if model.format == "gguf":
+        verify_gguf(model.path)
     engine = create_backend(choice.backend)
     try:
         engine.load(model.spec, options)

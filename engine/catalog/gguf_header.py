@@ -3,6 +3,12 @@
 It reads key/values (arrays are skipped over, not kept, unless short and numeric) and, for local
 files, the tensor infos for the parameter count. That is all Hearth needs, and it is far faster
 than ``gguf.GGUFReader``, which turns every vocabulary entry into a numpy view.
+
+Every count and length in a header is checked against what is left to read before it is used, so
+a truncated or hostile file (a tensor count of 2**63, a string longer than the file, arrays nested
+without end) is a :class:`ValueError` naming the problem, never a long loop, a huge allocation or
+a crash. :func:`check_gguf_layout` also checks that every tensor's data lies inside the file, which
+is what a truncated download or copy gets wrong.
 """
 
 from __future__ import annotations
@@ -18,22 +24,37 @@ _KEEP_ARRAY = 512  # numeric arrays up to this length are kept (per-layer head c
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_MAX_NESTING = 8  # arrays of arrays: real files nest none
+MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+_MIN_KV_BYTES = 8 + 4 + 1  # key length, value type, a one-byte value
+_MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8  # name length, n_dims, one dim, type, offset
 
 
 class _Reader:
     """Reads exact byte counts from an iterator of chunks, up to ``limit`` bytes."""
 
-    def __init__(self, chunks: Iterable[bytes], limit: int) -> None:
+    def __init__(self, chunks: Iterable[bytes], limit: int, *, end_name: str = "the bytes Hearth reads of a header") -> None:
         self._it: Iterator[bytes] = iter(chunks)
         self._buf = bytearray()
         self._pos = 0
         self.consumed = 0
         self.limit = limit
+        self.end_name = end_name
+
+    @property
+    def position(self) -> int:
+        """Bytes read so far."""
+        return self.consumed - (len(self._buf) - self._pos)
+
+    @property
+    def remaining(self) -> int:
+        """Most bytes still allowed (the end of the file, or the header limit)."""
+        return max(0, self.limit - self.position)
 
     def read(self, n: int) -> bytes:
+        if n > self.remaining:
+            raise ValueError(f"a length in the header ({n} bytes) runs past {self.end_name}")
         while len(self._buf) - self._pos < n:
-            if self.consumed > self.limit:
-                raise ValueError("the GGUF header is larger than Hearth reads")
             try:
                 chunk = next(self._it)
             except StopIteration:
@@ -53,12 +74,14 @@ class _Reader:
         return self.read(self.unpack("<Q")).decode("utf-8", errors="replace")
 
 
-def _value(r: _Reader, vtype: int) -> Any:
+def _value(r: _Reader, vtype: int, depth: int = 0) -> Any:
     if vtype in _SCALARS:
         return r.unpack(_SCALARS[vtype])
     if vtype == _STRING:
         return r.string()
     if vtype == _ARRAY:
+        if depth >= _MAX_NESTING:
+            raise ValueError(f"its arrays nest more than {_MAX_NESTING} deep")
         etype = r.unpack("<I")
         count = r.unpack("<Q")
         if etype in _SCALARS:
@@ -67,8 +90,12 @@ def _value(r: _Reader, vtype: int) -> Any:
             if count <= _KEEP_ARRAY:
                 return list(struct.unpack(f"<{count}{_SCALARS[etype][1]}", data))
             return None
+        if etype not in (_STRING, _ARRAY):
+            raise ValueError(f"unknown GGUF value type {etype}")
+        if count * 8 > r.remaining:  # every string or array starts with an 8-byte length
+            raise ValueError(f"an array of {count} entries runs past {r.end_name}")
         for _ in range(count):  # strings (the vocabulary) or nested arrays: skipped over
-            _value(r, etype)
+            _value(r, etype, depth + 1)
         return None
     raise ValueError(f"unknown GGUF value type {vtype}")
 
@@ -80,8 +107,14 @@ def _prelude(r: _Reader) -> tuple[int, int, int]:
     if version not in (1, 2, 3):
         raise ValueError(f"unknown GGUF version {version}")
     if version == 1:
-        return version, r.unpack("<I"), r.unpack("<I")
-    return version, r.unpack("<Q"), r.unpack("<Q")
+        n_tensors, n_kv = r.unpack("<I"), r.unpack("<I")
+    else:
+        n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+    if n_kv * _MIN_KV_BYTES > r.remaining:
+        raise ValueError(f"it declares {n_kv} metadata entries, more than {r.end_name} can hold")
+    if n_tensors * _MIN_TENSOR_INFO_BYTES > r.remaining:
+        raise ValueError(f"it declares {n_tensors} tensors, more than {r.end_name} can hold")
+    return version, n_tensors, n_kv
 
 
 def read_gguf_kv(chunks: Iterable[bytes], *, limit: int = MAX_HEADER_BYTES, stop_at_tokenizer: bool = True) -> dict[str, Any]:
@@ -110,27 +143,128 @@ def _file_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
             yield block
 
 
+def _file_reader(path: Path) -> tuple[_Reader, int]:
+    size = path.stat().st_size
+    return _Reader(_file_chunks(path), min(size, MAX_HEADER_BYTES), end_name="the end of the file"), size
+
+
+def _tensor_infos(r: _Reader, version: int, n_tensors: int) -> list[tuple[str, tuple[int, ...], int, int]]:
+    """``(name, dims, ggml type, offset)`` of each tensor info."""
+    infos = []
+    for _ in range(n_tensors):
+        name = r.string()
+        n_dims = r.unpack("<I")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise ValueError(f"tensor '{name[:80]}' has {n_dims} dimensions (at most {MAX_DIMS} are possible)")
+        dims = struct.unpack(f"<{n_dims}{'I' if version == 1 else 'Q'}", r.read(n_dims * (4 if version == 1 else 8)))
+        if math.prod(dims) >= 1 << 62:
+            raise ValueError(f"tensor '{name[:80]}' declares an impossible size {dims}")
+        ggml_type = r.unpack("<I")
+        infos.append((name, dims, ggml_type, r.unpack("<Q")))
+    return infos
+
+
 def read_gguf_file(path: Path) -> tuple[dict[str, Any], int]:
-    """A local GGUF file's key/values (vocabulary skipped) and its parameter count (from tensor infos).
+    """A local GGUF file's key/values (vocabulary skipped) and its parameter count (from tensor infos),
+    once :func:`check_gguf_layout`'s checks have passed.
+
+    Raises:
+        ValueError: the file is not a GGUF file Hearth can read, or it is truncated.
+    """
+    kv, infos, data_start, size = _layout(path)
+    _check_tensor_data(infos, data_start, size)
+    if kv.get("tokenizer.chat_template"):
+        kv["tokenizer.chat_template"] = True
+    return kv, sum(math.prod(dims) for _, dims, _, _ in infos)
+
+
+# ggml tensor type ids -> names (the weights-per-tensor-type breakdown of `hearth fit`).
+GGML_TYPE_NAMES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
+    11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+    19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+    27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
+}  # fmt: skip
+
+
+def read_gguf_tensors(path: Path) -> tuple[dict[str, Any], list[tuple[str, str, int, tuple[int, ...]]]]:
+    """A local GGUF file's key/values and its tensors as ``(name, type name, bytes, dims)``.
+
+    Each tensor's bytes are the distance to the next tensor's data (the last one's, to the end of
+    the file), so alignment padding is counted where llama.cpp maps it.
 
     Raises:
         ValueError: the file is not a GGUF file Hearth can read.
     """
-    r = _Reader(_file_chunks(path), MAX_HEADER_BYTES)
+    kv, raw, data_start, size = _layout(path)
+    infos = [(name, GGML_TYPE_NAMES.get(t, f"type {t}"), offset, dims) for name, dims, t, offset in raw]
+    data_bytes = size - data_start
+    ends = sorted({info[2] for info in infos} | {data_bytes})
+    after = {a: b for a, b in zip(ends, ends[1:], strict=False)}
+    return kv, [(name, kind, max(0, after.get(offset, offset) - offset), dims) for name, kind, offset, dims in infos]
+
+
+def _layout(path: Path) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, int]], int, int]:
+    """Key/values, tensor infos, where the tensor data starts, and the file's size."""
+    r, size = _file_reader(path)
     version, n_tensors, n_kv = _prelude(r)
     kv: dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
-        value = _value(r, r.unpack("<I"))
-        kv[key] = True if key == "tokenizer.chat_template" and value else value
-    params = 0
-    for _ in range(n_tensors):
-        r.string()
-        n_dims = r.unpack("<I")
-        dims = struct.unpack(f"<{n_dims}{'I' if version == 1 else 'Q'}", r.read(n_dims * (4 if version == 1 else 8)))
-        r.read(4 + 8)  # type, offset
-        params += math.prod(dims)
-    return kv, params
+        kv[key] = _value(r, r.unpack("<I"))
+    infos = _tensor_infos(r, version, n_tensors)
+    alignment = kv.get("general.alignment") or 32
+    if not isinstance(alignment, int) or not 1 <= alignment <= 1 << 20:
+        raise ValueError(f"its alignment {alignment!r} is not a sensible number of bytes")
+    data_start = -(-r.position // alignment) * alignment
+    return kv, infos, data_start, size
 
 
-__all__ = ["read_gguf_kv", "read_gguf_file", "MAX_HEADER_BYTES"]
+# ggml tensor type id -> (values per block, bytes per block), as ggml lays them out.
+GGML_BLOCK_SIZES = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 40),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
+    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82),
+    23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2),
+    34: (256, 54), 35: (256, 66), 39: (32, 17),
+}  # fmt: skip
+
+
+def check_gguf_layout(path: Path) -> None:
+    """Check that a local GGUF file's header is sound and every tensor's data lies inside the file.
+
+    Raises:
+        ValueError: it does not (the reason in a few words: truncated, or a header that lies).
+    """
+    _kv, infos, data_start, size = _layout(path)
+    _check_tensor_data(infos, data_start, size)
+
+
+def _check_tensor_data(infos: list[tuple[str, tuple[int, ...], int, int]], data_start: int, size: int) -> None:
+    if infos and data_start > size:
+        raise ValueError("its tensor data is missing (the file ends within the header)")
+    data_bytes = size - data_start
+    for name, dims, ggml_type, offset in infos:
+        nbytes = 0
+        block = GGML_BLOCK_SIZES.get(ggml_type)
+        if block is not None:
+            per_block, block_bytes = block
+            if dims[0] % per_block:
+                raise ValueError(f"tensor '{name[:80]}' has a row of {dims[0]} values, not a whole number of blocks")
+            nbytes = math.prod(dims) // per_block * block_bytes
+        if offset + nbytes > data_bytes:
+            raise ValueError(
+                f"tensor '{name[:80]}' lies past the end of the file ({offset + nbytes} bytes of data needed, "
+                f"{data_bytes} present): the file is truncated or damaged"
+            )
+
+
+__all__ = [
+    "GGML_BLOCK_SIZES",
+    "GGML_TYPE_NAMES",
+    "MAX_HEADER_BYTES",
+    "check_gguf_layout",
+    "read_gguf_file",
+    "read_gguf_kv",
+    "read_gguf_tensors",
+]

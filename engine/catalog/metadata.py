@@ -61,7 +61,7 @@ def read_gguf_metadata(path: Path) -> ModelMetadata:
     try:
         kv, params = read_gguf_file(path)
     except (ValueError, struct.error) as exc:
-        raise ModelLoadError(str(path), f"its GGUF header is damaged ({exc}).") from exc
+        raise ModelLoadError(str(path), f"its GGUF file is damaged ({exc}); download or copy it again.") from exc
     arch = kv.get("general.architecture")
     arch = arch if isinstance(arch, str) else None
 
@@ -121,6 +121,30 @@ def read_config_metadata(folder: Path) -> ModelMetadata:
         kv_heads=config.get("num_key_value_heads") or n_head,
         head_dim=config.get("head_dim") or (config["hidden_size"] // n_head if n_head and config.get("hidden_size") else None),
     )
+
+
+def verify_gguf(path: Path) -> None:
+    """Refuse a GGUF file whose header lies or whose tensor data is cut off, before a backend reads it
+    (llama.cpp trusts much of a header; a hostile one must never reach it).
+
+    Raises:
+        ModelLoadError: the file is missing, not GGUF, truncated or damaged.
+    """
+    from engine.catalog.gguf_header import check_gguf_layout
+
+    if not path.is_file():
+        raise ModelLoadError(str(path), "the file does not exist; check the path or pull the model again.")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(str(path), f"it cannot be read ({exc.strerror or exc}); check the file.") from exc
+    if magic != b"GGUF":
+        raise ModelLoadError(str(path), "it is not a GGUF file; Hearth loads only GGUF files from .gguf paths.")
+    try:
+        check_gguf_layout(path)
+    except (ValueError, struct.error) as exc:
+        raise ModelLoadError(str(path), f"its GGUF file is damaged ({exc}); download or copy it again.") from exc
 
 
 def read_model_metadata(path: Path) -> ModelMetadata:

@@ -18,6 +18,7 @@ import psutil
 
 from engine.backends import Backend, LoadOptions, create_backend
 from engine.backends.choice import choose_backend
+from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,8 @@ class ModelManager:
             self._loading.add(key)
         try:
             choice = choose_backend(model.format, override=self.backend_override)
+            if model.format == "gguf":
+                verify_gguf(model.path)  # a truncated or hostile file is refused here, not crashed on
             estimate = self._estimate(model)
             self._make_room(estimate)
             backend = self._factory(choice.backend)
