@@ -53,6 +53,18 @@ def _answer(backend, model_name: str, history: list, params, show_stats: bool) -
     return "".join(parts)
 
 
+def _open_remote(name: str | None):
+    """A chat with a remote provider's ``PROVIDER/MODEL`` (as `hearth models` lists it), twice (it is
+    the backend and names the model), or None for a local model."""
+    from engine.remote.chat import RemoteChat, find_remote
+
+    found = find_remote(name)
+    if found is None:
+        return None
+    chat = RemoteChat(*found, name=name)
+    return chat, chat
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.backends import LoadOptions
     from engine.loading import open_model
@@ -66,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     extra = {"quantization": args.quantization} if args.quantization else {}
     options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, extra=extra)
-    backend, model = open_model(args.model, backend=args.backend, options=options)
+    backend, model = _open_remote(args.model) or open_model(args.model, backend=args.backend, options=options)
     try:
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
         if args.prompt is not None:

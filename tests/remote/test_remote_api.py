@@ -167,6 +167,24 @@ def test_hearth_models_marks_remote_models_with_their_provider(local, local_home
     assert entries[STARTER_NAME]["format"] == "gguf"
 
 
+def test_hearth_chat_talks_to_a_listed_remote_model(local, local_home, llama_server, capsys):
+    question = "Name three colours."
+    direct = llama_server.client().chat.completions.create(
+        model=ALIAS, messages=[{"role": "user", "content": question}], temperature=0, top_p=0.95, max_tokens=12
+    )
+    with data_folder(local_home):
+        code = main(["chat", "--model", LLAMA_MODEL, "--temperature", "0", "--max-tokens", "12", question])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.strip() == direct.choices[0].message.content.strip()  # greedy: the provider's own answer
+    assert "not available locally" not in captured.err
+
+    with data_folder(local_home):  # the same provider with a key it refuses: one sentence, no traceback
+        main(["chat", "--model", f"badkey/{ALIAS}", "--max-tokens", "4", question])
+    err = capsys.readouterr().err
+    assert "The remote provider 'badkey'" in err and "refused the API key" in err and "Traceback" not in err
+
+
 # -- the local API ----------------------------------------------------------------------------------
 def test_models_are_listed_with_their_provider(local, openai_schemas):  # noqa: F811
     with api(local) as c:
