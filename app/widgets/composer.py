@@ -13,6 +13,19 @@ from app.theme import ThemeColors
 MAX_LINES = 8
 
 
+class MessageInput(QPlainTextEdit):
+    """The text box of the composer, whose placeholder says whether the engine is ready."""
+
+    def setPlaceholderText(self, text: str) -> None:  # noqa: N802 - Qt override
+        if text == self.placeholderText():
+            return
+        super().setPlaceholderText(text)
+        # QPlainTextEdit repaints its placeholder only when it appears or disappears (the text
+        # turning empty or not), not when the placeholder itself changes while shown: the old
+        # words stay on the screen until something else repaints the box (a resize, a click).
+        self.viewport().update()
+
+
 class Composer(QWidget):
     send_requested = Signal(str)
     stop_requested = Signal()
@@ -30,7 +43,7 @@ class Composer(QWidget):
         self.frame.setMaximumWidth(860)
         row = QHBoxLayout(self.frame)
         row.setContentsMargins(10, 8, 8, 8)
-        self.input = QPlainTextEdit()
+        self.input = MessageInput()
         self.input.setObjectName("composerInput")
         self.input.setPlaceholderText("Send a message…")
         self.input.setTabChangesFocus(True)

@@ -15,6 +15,8 @@ import pytest
 # processes hold the CPUs slow decoding by ten times or more.
 WORKER_ARGS = ("--parallel", "4", "--ctx", "1024", "--threads", "1")
 ANSWER_TIMEOUT_MS = 90_000
+# How a skipped test of the window on a real X server begins its reason (printed at the end of a run).
+X11_SKIP_PREFIX = "no test of the window on a real X server:"
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:
@@ -81,3 +83,11 @@ def window(qtbot, store, engine, theme):
     yield win
     win.controller.stop_all()
     qtbot.waitUntil(lambda: not win.controller.answering_chats(), timeout=10_000)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say why the test of the window on a real X server did not run (it needs system packages)."""
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if X11_SKIP_PREFIX in reason:
+            terminalreporter.write_line(reason[reason.index(X11_SKIP_PREFIX) :], yellow=True)
