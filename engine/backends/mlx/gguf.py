@@ -19,34 +19,12 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 
 from engine.errors import ModelLoadError
+from engine.gguf.names import hf_name
 
 log = logging.getLogger(__name__)
 
 GGUF_GROUP_SIZE = 32  # every GGUF type MLX keeps quantized uses blocks of 32 weights
 SUPPORTED_ARCHITECTURES = ("llama",)
-
-_TOP_LEVEL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_IN_BLOCK = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-
-
-def mlx_name(gguf_name: str) -> str | None:
-    """The mlx-lm parameter a GGUF tensor fills (``blk.3.attn_q.scales`` -> ``model.layers.3.self_attn.q_proj.scales``)."""
-    parts = gguf_name.split(".")
-    if parts[0] == "blk" and len(parts) == 4 and parts[2] in _IN_BLOCK:
-        return f"model.layers.{parts[1]}.{_IN_BLOCK[parts[2]]}.{parts[3]}"
-    if len(parts) == 2 and parts[0] in _TOP_LEVEL:
-        return f"{_TOP_LEVEL[parts[0]]}.{parts[1]}"
-    return None
 
 
 def _num(meta: Mapping[str, Any], key: str, default: float | None = None) -> Any:
@@ -121,7 +99,7 @@ def build_gguf_model(
     args = model_args(path, meta, weights)
     params: dict[str, mx.array] = {}
     for name, value in weights.items():
-        target = mlx_name(name)
+        target = hf_name(name)
         if target is None:
             raise ModelLoadError(
                 str(path), f"it has a tensor the mlx backend does not know ({name}); use llama.cpp."
@@ -150,4 +128,4 @@ def build_gguf_model(
     return model, args
 
 
-__all__ = ["build_gguf_model", "model_args", "mlx_name", "SUPPORTED_ARCHITECTURES"]
+__all__ = ["build_gguf_model", "model_args", "SUPPORTED_ARCHITECTURES"]

@@ -11,8 +11,8 @@ import mlx.nn as nn
 
 from engine.backends.base import ModelSpec
 from engine.backends.mlx.gguf import build_gguf_model
-from engine.backends.mlx.vocab import Vocabulary, vocabulary_from_folder, vocabulary_from_gguf
 from engine.errors import ModelLoadError
+from engine.gguf import Vocabulary, read_metadata, vocabulary_from_folder, vocabulary_from_gguf
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def load_gguf(path: Path) -> LoadedModel:
         weights, meta = mx.load(str(path), return_metadata=True)
     except (RuntimeError, ValueError, OSError) as exc:
         raise ModelLoadError(str(path), f"MLX could not read it (truncated or corrupt?): {exc}.") from exc
-    vocab = vocabulary_from_gguf(path, meta)
+    vocab = vocabulary_from_gguf(path, read_metadata(path))
     dtype = mx.float32 if on_cpu() else mx.float16
     model, args = build_gguf_model(path, weights, meta, dtype=dtype)
     mx.eval(model.parameters())

@@ -124,7 +124,7 @@ class PagedBackend:
             raise ContextLengthExceeded(len(prompt), n_ctx)
         tok = le.checkpoint.tokenizer
         sampler = RequestSampler(request.params, vocab_size=le.engine.runner.model.args.vocab_size,
-                                 eos_ids=tok.eos_ids, device=le.device)  # fmt: skip
+                                 eos_ids=sorted(tok.eog_ids), device=le.device)  # fmt: skip
         stops = StopMatcher(request.params.stop) if request.params.stop else None
         state = RequestState(request, sampler, queue.SimpleQueue(), stops)
         seq = Seq(prompt, request.params, block_size=le.config.block_size, owner=state)

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.backends.paged.loader import Checkpoint, Weights, hf_name, unpermute_qk
-from engine.backends.paged.tokenizer import Tokenizer
+from engine.backends.paged.loader import Checkpoint, Weights, unpermute_qk
 from engine.errors import ModelLoadError
+from engine.gguf import hf_name, metadata, open_gguf, vocabulary_from_gguf
 
 # GGUF architecture -> Hugging Face model_type
 ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3"}
@@ -27,16 +27,11 @@ CONFIG_KEYS = {
 
 def read_gguf(path: Path) -> Checkpoint:
     """Raises ModelLoadError when the file cannot be parsed or its architecture is not supported."""
-    import gguf
-
-    try:
-        reader = gguf.GGUFReader(path)
-    except Exception as exc:  # the reader raises bare ValueError/IndexError/OSError on damaged files
-        raise ModelLoadError(str(path), f"the GGUF file is damaged or truncated ({exc}).") from exc
-    meta = reader.fields
+    reader = open_gguf(path)
+    meta = metadata(reader)
 
     def get(key: str, default: Any = None) -> Any:
-        return meta[key].contents() if key in meta else default
+        return meta.get(key, default)
 
     arch = get("general.architecture", "")
     if arch not in ARCHITECTURES:
@@ -65,26 +60,7 @@ def read_gguf(path: Path) -> Checkpoint:
     if "rope_freqs.weight" in tensors:  # Llama 3.1+: llama3 scaling stored as per-frequency divisors
         factors = _dequantize(tensors["rope_freqs.weight"])
         config.setdefault("rope_scaling", {"rope_type": "default"})["freq_factors"] = factors.tolist()
-    if len(tokens) == 0:
-        raise ModelLoadError(str(path), "the GGUF file has no tokenizer vocabulary.")
-    bos = get("tokenizer.ggml.bos_token_id")
-    eos = get("tokenizer.ggml.eos_token_id")
-    eos_ids = [int(e) for e in (eos, get("tokenizer.ggml.eot_token_id"), get("tokenizer.ggml.eom_token_id")) if e is not None]
-    try:
-        tokenizer = Tokenizer.from_gguf_vocab(
-            kind=get("tokenizer.ggml.model", "gpt2"),
-            tokens=list(tokens),
-            token_types=list(get("tokenizer.ggml.token_type", [1] * len(tokens))),
-            merges=list(get("tokenizer.ggml.merges", [])),
-            scores=list(get("tokenizer.ggml.scores", [0.0] * len(tokens))),
-            pre=get("tokenizer.ggml.pre", "default"),
-            bos_id=int(bos) if bos is not None else None,
-            eos_ids=eos_ids,
-            add_bos=bool(get("tokenizer.ggml.add_bos_token", arch == "llama" and get("tokenizer.ggml.model") == "llama")),
-            add_space_prefix=bool(get("tokenizer.ggml.add_space_prefix", True)),
-        )
-    except ValueError as exc:
-        raise ModelLoadError(str(path), f"its tokenizer cannot be rebuilt: {exc}.") from exc
+    tokenizer = vocabulary_from_gguf(path, meta)
     n_heads = int(config["num_attention_heads"])
     n_kv = int(config.get("num_key_value_heads", n_heads))
     permuted = arch in ("llama", "mistral")
@@ -103,8 +79,7 @@ def read_gguf(path: Path) -> Checkpoint:
 
     return Checkpoint(
         path, config, tokenizer, get("tokenizer.chat_template"), weights,
-        tokenizer.token_text(bos) if bos is not None else "",
-        tokenizer.token_text(eos) if eos is not None else "",
+        tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.eos_id),
     )  # fmt: skip
 
 

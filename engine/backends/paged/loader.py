@@ -9,7 +9,6 @@ of Llama-family models permuted for its own RoPE layout, so they are permuted ba
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +16,8 @@ from typing import Any
 
 import torch
 
-from engine.backends.paged.tokenizer import Tokenizer
 from engine.errors import ModelLoadError
+from engine.gguf.vocab import Vocabulary, folder_chat_template, vocabulary_from_folder
 
 Weights = Iterator[tuple[str, torch.Tensor]]
 
@@ -27,7 +26,7 @@ Weights = Iterator[tuple[str, torch.Tensor]]
 class Checkpoint:
     path: Path
     config: dict[str, Any]
-    tokenizer: Tokenizer
+    tokenizer: Vocabulary
     chat_template: str | None
     weights: Callable[[], Weights]
     bos_token: str = ""
@@ -60,10 +59,6 @@ def _json(path: Path) -> dict[str, Any]:
         raise ModelLoadError(str(path), f"the file is not valid JSON ({exc}).") from exc
 
 
-def _token(value: Any) -> str | None:
-    return value.get("content") if isinstance(value, dict) else value
-
-
 def read_hf_dir(path: Path) -> Checkpoint:
     config = _json(path / "config.json")
     if not config:
@@ -72,23 +67,8 @@ def read_hf_dir(path: Path) -> Checkpoint:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelLoadError(str(path), "there are no .safetensors files in the folder.")
-    if not (path / "tokenizer.json").is_file():
-        raise ModelLoadError(str(path), "tokenizer.json is missing; the paged engine needs the fast tokenizer file.")
-    tok_cfg = _json(path / "tokenizer_config.json")
-    gen_cfg = _json(path / "generation_config.json")
-    template = tok_cfg.get("chat_template")
-    if isinstance(template, list):  # named templates: take the default one
-        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-    if (path / "chat_template.jinja").is_file():
-        template = (path / "chat_template.jinja").read_text(encoding="utf-8")
-    bos, eos = _token(tok_cfg.get("bos_token")), _token(tok_cfg.get("eos_token"))
-    eos_ids = gen_cfg.get("eos_token_id", config.get("eos_token_id"))
-    eos_list: list[str | int] = list(eos_ids) if isinstance(eos_ids, list) else [eos_ids] if eos_ids is not None else []
-    if eos:
-        eos_list.append(eos)
-    tokenizer = Tokenizer.from_hf_json(
-        str(path / "tokenizer.json"), bos_token=bos, eos_tokens=eos_list, add_bos=tok_cfg.get("add_bos_token")
-    )
+    tokenizer = vocabulary_from_folder(path, allow_slow=False)
+    template = folder_chat_template(path, _json(path / "tokenizer_config.json"))
 
     def weights() -> Weights:
         from safetensors import safe_open
@@ -98,29 +78,8 @@ def read_hf_dir(path: Path) -> Checkpoint:
                 for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
                     yield name, f.get_tensor(name)
 
-    return Checkpoint(path, config, tokenizer, template, weights, bos or "", eos or "")
-
-
-# GGUF tensor name pieces -> Hugging Face name pieces
-GGUF_NAMES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-}  # fmt: skip
-_BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
-
-
-def hf_name(gguf_name: str) -> str | None:
-    """The Hugging Face parameter name of a GGUF tensor, or None for tensors the models do not take."""
-    top = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-           "output.weight": "lm_head.weight"}  # fmt: skip
-    if gguf_name in top:
-        return top[gguf_name]
-    m = _BLOCK.match(gguf_name)
-    if m is None or m.group(2) not in GGUF_NAMES:
-        return None
-    return f"model.layers.{m.group(1)}.{GGUF_NAMES[m.group(2)]}.{m.group(3)}"
+    bos, eos = tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.eos_id)
+    return Checkpoint(path, config, tokenizer, template, weights, bos, eos)
 
 
 def permute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -135,4 +94,4 @@ def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-__all__ = ["Checkpoint", "read_checkpoint", "read_hf_dir", "hf_name", "permute_qk", "unpermute_qk"]
+__all__ = ["Checkpoint", "read_checkpoint", "read_hf_dir", "permute_qk", "unpermute_qk"]

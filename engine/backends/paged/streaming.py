@@ -7,7 +7,7 @@ import time
 
 from engine.backends.paged.llm_engine import LLMEngine, StepOutput
 from engine.backends.paged.sequence import Sequence
-from engine.backends.paged.tokenizer import Tokenizer
+from engine.gguf.vocab import Vocabulary
 from engine.types import GenerationChunk, TokenLogprob
 
 
@@ -21,7 +21,7 @@ class StreamWriter:
         lock: The backend's condition lock.
     """
 
-    def __init__(self, engine: LLMEngine, tokenizer: Tokenizer, by_id: dict[str, Sequence], lock: threading.Condition):
+    def __init__(self, engine: LLMEngine, tokenizer: Vocabulary, by_id: dict[str, Sequence], lock: threading.Condition):
         self.engine = engine
         self.tokenizer = tokenizer
         self.by_id = by_id
@@ -41,7 +41,7 @@ class StreamWriter:
         if state.t_first is None:
             state.t_first = time.perf_counter()
         lp = (self._logprob(token, out.logprobs),) if out.logprobs is not None else ()
-        if (token in self.tokenizer.eos_ids and not params.ignore_eos) or token in params.stop_token_ids:
+        if (token in self.tokenizer.eog_ids and not params.ignore_eos) or token in params.stop_token_ids:
             self.finish(seq, "stop", counted=seq.num_completion_tokens - 1)
             return
         text = state.decoder.feed(self.tokenizer.piece(token))
@@ -85,6 +85,7 @@ class StreamWriter:
                 time_to_first_token=(state.t_first - state.t_submit) if state.t_first is not None else None,
                 tokens_per_second=tps,
                 error=error,
+                stop_sequence=state.stops.matched if state.stops is not None else None,
             )
         )
 

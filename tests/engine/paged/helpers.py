@@ -20,7 +20,7 @@ def write_byte_tokenizer(folder: Path, *, chat_template: str | None = None) -> N
     """A byte-level BPE tokenizer.json (256 byte tokens, a few merges, <s> and </s>) for tiny checkpoints."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    from engine.backends.paged.tokenizer import byte_alphabet
+    from engine.gguf.vocab import byte_alphabet
 
     chars = sorted(byte_alphabet(), key=lambda c: byte_alphabet()[c])
     vocab = {c: i for i, c in enumerate(chars)}

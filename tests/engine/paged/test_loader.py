@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.backends.paged.loader import hf_name, permute_qk, read_checkpoint, unpermute_qk
+from engine.backends.paged.loader import permute_qk, read_checkpoint, unpermute_qk
+from engine.gguf import hf_name
 
 
 def test_unpermute_undoes_llama_cpp_permutation_like_transformers_does():
@@ -35,7 +36,7 @@ def test_starter_gguf_config_tokenizer_and_template(starter_path):
     assert cfg["tie_word_embeddings"] is True and cfg["rope_theta"] == 100000.0
     assert "<|im_start|>" in ckpt.chat_template
     tok = ckpt.tokenizer
-    assert tok.eos_ids == (2,) and not tok.add_bos
+    assert tok.eos_id == 2 and 2 in tok.eog_ids and not tok.add_bos
     text = "Hello, wörld! 12345 😀"
     assert tok.decode(tok.encode(text)) == text
-    assert tok.piece(tok.eos_ids[0]) == b""  # control tokens add no text
+    assert tok.piece(tok.eos_id) == b""  # control tokens add no text

@@ -75,7 +75,7 @@ def test_hf_folder_reads_tokenizer_and_chat_template(tmp_path):
     tok = ckpt.tokenizer
     ids = tok.encode_prompt("the cat")
     assert ids[0] == tok.bos_id and tok.decode(ids[1:]) == "the cat"
-    assert tok.backend.token_to_id("</s>") in tok.eos_ids  # from tokenizer_config.json, beside config.json's id
+    assert tok.tokenizer.token_to_id("</s>") in tok.eog_ids  # from tokenizer_config.json, beside config.json's id
 
 
 def test_unknown_model_type_is_a_load_error(tmp_path):
