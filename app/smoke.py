@@ -145,7 +145,12 @@ class SmokeRun(QObject):
         QTimer.singleShot(100, self, self._screenshot)  # let the final render land first
 
     def _screenshot(self) -> None:
-        if not self.window.grab().save(self.out):
+        # What the screen holds (the X server's copy on X11), not a fresh render: grab() would
+        # paint the window anew and hide a widget that changed without repainting.
+        shot = self.window.screen().grabWindow(self.window.winId())
+        if shot.isNull():
+            shot = self.window.grab()  # Wayland gives no app the screen's pixels
+        if not shot.save(self.out):
             self._fail(f"could not save the screenshot to {self.out}")
             return
         self.report = replace(self.report, ok=True, screenshot=self.out)
