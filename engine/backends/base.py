@@ -115,6 +115,7 @@ class StopMatcher:
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = tuple(s for s in stops if s)
         self._pending = ""
+        self.matched: str | None = None  # the stop string that ended the text, once one has
 
     def feed(self, text: str) -> tuple[str, bool]:
         if not self.stops:
@@ -127,6 +128,7 @@ class StopMatcher:
                 first = i
         if first != -1:
             self._pending = ""
+            self.matched = min((s for s in self.stops if buf.find(s) == first), key=len)
             return buf[:first], True
         hold = 0
         for s in self.stops:

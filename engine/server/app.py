@@ -16,7 +16,17 @@ from fastapi.responses import JSONResponse, Response
 from engine import __version__
 from engine.catalog.services import CatalogServices
 from engine.remote.registry import RemoteRegistry
-from engine.server import admin_routes, catalog_routes, openai_routes, remote_routes
+from engine.server import (
+    admin_routes,
+    anthropic_routes,
+    catalog_routes,
+    ollama_models,
+    ollama_routes,
+    openai_routes,
+    remote_routes,
+    responses_routes,
+)
+from engine.server.dialect import error_body_for_path
 from engine.server.errors import error_body, install_error_handlers
 from engine.server.metrics import ServerMetrics
 from engine.server.settings import ServerSettings
@@ -33,8 +43,9 @@ class _Guard:
         self.keys = tuple(k.encode() for k in settings.api_keys)
         self.max_body = settings.max_body_bytes
 
-    async def _reject(self, send, status: int, message: str, type_: str, code: str, headers=()) -> None:
-        body = json.dumps(error_body(message, type_, code=code)).encode()
+    async def _reject(self, send, status: int, message: str, type_: str, code: str, headers=(), path: str = "") -> None:
+        shaped = error_body_for_path(path, status, message)  # Anthropic's and Ollama's clients read their own shape
+        body = json.dumps(shaped if shaped is not None else error_body(message, type_, code=code)).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -51,19 +62,22 @@ class _Guard:
         if self.keys and scope["path"] not in OPEN_PATHS:
             auth = headers.get(b"authorization", b"")
             token = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
-            if not any(hmac.compare_digest(token, k) for k in self.keys):
+            tokens = [t for t in (token, headers.get(b"x-api-key", b"").strip()) if t]  # x-api-key: Anthropic's SDK
+            if not any(hmac.compare_digest(t, k) for t in tokens for k in self.keys):
                 return await self._reject(
                     send,
                     401,
-                    "Missing or wrong API key; send it as 'Authorization: Bearer <key>'.",
+                    "Missing or wrong API key; send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
                     "invalid_request_error",
                     "invalid_api_key",
                     headers=[(b"www-authenticate", b"Bearer")],
+                    path=scope["path"],
                 )
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return await self._reject(
-                send, 413, f"The request body is larger than {self.max_body} bytes; send less.", "invalid_request_error", "request_too_large"
+                send, 413, f"The request body is larger than {self.max_body} bytes; send less.", "invalid_request_error", "request_too_large",
+                path=scope["path"],
             )
         seen = 0
         limit = self.max_body
@@ -81,7 +95,8 @@ class _Guard:
             return await self.app(scope, limited_receive, send)
         except _TooLarge:
             return await self._reject(
-                send, 413, f"The request body is larger than {limit} bytes; send less.", "invalid_request_error", "request_too_large"
+                send, 413, f"The request body is larger than {limit} bytes; send less.", "invalid_request_error", "request_too_large",
+                path=scope["path"],
             )
 
 
@@ -105,7 +120,14 @@ def create_app(
     app.state.remotes = remotes or RemoteRegistry()
     app.state.loading = False
     install_error_handlers(app)
+    # Anthropic's model list first: it answers /v1/models only for requests carrying anthropic-version.
+    app.include_router(anthropic_routes.models_router)
     app.include_router(openai_routes.router)
+    app.include_router(anthropic_routes.router)
+    app.include_router(responses_routes.router)
+    app.include_router(ollama_routes.router)
+    app.include_router(ollama_models.router)
+    app.include_router(ollama_models.root_router)
     app.include_router(admin_routes.router)
     app.include_router(catalog_routes.router)
     app.include_router(remote_routes.router)
@@ -124,8 +146,8 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
         )
     app.add_middleware(_Guard, settings=settings)
     return app

@@ -36,6 +36,7 @@ class LoadedModel:
     loaded_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
     in_use: int = 0
+    keep_alive: float | None = None  # idle seconds before unloading (None: the manager's idle_ttl; < 0: never)
 
 
 class ModelManager:
@@ -212,20 +213,35 @@ class ModelManager:
             lm.in_use = max(0, lm.in_use - 1)
             lm.last_used = time.monotonic()
 
+    def set_keep_alive(self, lm: LoadedModel, seconds: float | None) -> None:
+        """Keep ``lm`` loaded for ``seconds`` after its last use (None: the manager's idle_ttl; < 0: forever)."""
+        with self._lock:
+            lm.keep_alive = seconds
+
+    def ttl(self, lm: LoadedModel) -> float | None:
+        """Idle seconds before ``lm`` is unloaded, or None when it stays."""
+        ttl = lm.keep_alive if lm.keep_alive is not None else self.idle_ttl
+        return None if ttl is None or ttl < 0 else ttl
+
+    def reap_idle(self) -> list[str]:
+        """Unload every model idle for longer than its TTL now; returns their names."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [
+                lm
+                for lm in self._loaded.values()
+                if lm.in_use == 0 and (ttl := self.ttl(lm)) is not None and now - lm.last_used >= ttl
+            ]
+            for lm in stale:
+                del self._loaded[lm.model.name]
+        for lm in stale:
+            log.info("unloading %s after %.0f s idle", lm.model.name, self.ttl(lm) or 0)
+            lm.backend.close()
+        return [lm.model.name for lm in stale]
+
     def _reap_idle(self) -> None:
         while not self._closed.wait(1.0):
-            if self.idle_ttl is None:
-                continue
-            now = time.monotonic()
-            with self._lock:
-                stale = [
-                    lm for lm in self._loaded.values() if lm.in_use == 0 and now - lm.last_used > self.idle_ttl
-                ]
-                for lm in stale:
-                    del self._loaded[lm.model.name]
-            for lm in stale:
-                log.info("unloading %s after %.0f s idle", lm.model.name, self.idle_ttl)
-                lm.backend.close()
+            self.reap_idle()
 
     def close(self) -> None:
         self._closed.set()

@@ -441,5 +441,6 @@ class DecodeLoop(AdmissionQueue):
                 time_to_first_token=(seq.t_first - seq.t_submit) if seq.t_first is not None else None,
                 tokens_per_second=tps,
                 error=error,
+                stop_sequence=seq.stops.matched if seq.stops is not None else None,
             )
         )

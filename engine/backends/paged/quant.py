@@ -143,12 +143,19 @@ def fp8_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 9)
 
 
+def scaled_mm_supported(linear: nn.Module) -> bool:
+    """torch._scaled_mm takes matrices whose both dimensions are multiples of 16."""
+    out, inp = linear.weight.shape
+    return inp % 16 == 0 and out % 16 == 0
+
+
 def quantize_model(model: nn.Module, method: str, *, device: torch.device) -> str:
     """Swap every decoder-layer Linear for its quantized twin; embeddings and LM head stay as they are.
 
     Returns the method applied: ``fp8`` becomes ``int8`` on GPUs older than compute capability 8.9,
     and ``int4`` (a CPU kernel) becomes ``int8`` on a GPU. A layer whose shape the int4 layout
-    cannot hold stays in full precision.
+    cannot hold stays in full precision; on a GPU, one whose shape ``_scaled_mm`` cannot take gets
+    int8 weights instead of FP8 (one log line counts them).
     """
     if method == "fp8" and not fp8_supported(device):
         log.info("FP8 needs compute capability >= 8.9; using int8 weight-only instead")
@@ -157,15 +164,24 @@ def quantize_model(model: nn.Module, method: str, *, device: torch.device) -> st
         log.info("int4 weights run on the CPU; using int8 weight-only on %s instead", device.type)
         method = "int8"
     cls = {"fp8": FP8Linear, "int8": Int8Linear, "int4": Int4Linear}[method]
-    for layer in model.layers:
+    odd: list[str] = []
+    for i, layer in enumerate(model.layers):
         for parent in (layer.self_attn, layer.mlp):
             for name, child in list(parent.named_children()):
-                if isinstance(child, Linear) and (method != "int4" or int4_supported(child)):
+                if not isinstance(child, Linear) or (method == "int4" and not int4_supported(child)):
+                    continue
+                if method == "fp8" and device.type != "cpu" and not scaled_mm_supported(child):
+                    odd.append(f"layers.{i}.{name}")
+                    setattr(parent, name, Int8Linear(child))
+                else:
                     setattr(parent, name, cls(child))
+    if odd:
+        log.info("%d layers (%s ...) have shapes FP8 matmuls cannot take (not multiples of 16); they use int8 weights",
+                 len(odd), odd[0])  # fmt: skip
     return method
 
 
 __all__ = [
     "Int8Linear", "FP8Linear", "Int4Linear", "quantize_model", "quantize_int8", "quantize_fp8", "quantize_int4",
-    "fp8_supported", "int4_supported",
+    "fp8_supported", "int4_supported", "scaled_mm_supported",
 ]  # fmt: skip

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import LoadOptions
+from engine.backends.paged.capability import check_cuda_config, triton_serves
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.llm_engine import LLMEngine
 from engine.backends.paged.loader import Checkpoint, read_checkpoint
@@ -17,7 +18,7 @@ from engine.backends.paged.memory import num_kv_blocks
 from engine.backends.paged.model_runner import ModelRunner
 from engine.backends.paged.models import build_model
 from engine.backends.paged.ops import TorchOps
-from engine.errors import BackendUnavailable, ModelLoadError
+from engine.errors import BackendUnavailable, InvalidRequest, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,22 @@ def pick_device_dtype(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
     return device, torch.bfloat16 if config.quantization == "int4" else torch.float32
 
 
-def pick_ops(config: EngineConfig, device: torch.device):
-    """TorchOps (reference) or TritonOps: Triton on CUDA when it is installed, unless told otherwise."""
+def pick_ops(config: EngineConfig, device: torch.device, dtype: torch.dtype | None = None, head_dim: int | None = None):
+    """TorchOps (reference) or TritonOps: Triton on CUDA when it is installed and serves the model
+    (bfloat16 or float16, head size up to 128), unless told otherwise.
+
+    Raises:
+        BackendUnavailable: ``attention_backend`` is ``triton`` and the kernels cannot run this model here.
+    """
     if config.attention_backend == "torch" or (config.attention_backend == "auto" and device.type != "cuda"):
+        return TorchOps
+    why_not = None
+    if device.type == "cuda" and dtype is not None and head_dim is not None:
+        why_not = triton_serves(str(dtype).removeprefix("torch."), head_dim)
+    if why_not is not None:
+        if config.attention_backend == "triton":
+            raise BackendUnavailable("paged", f"{why_not}; set attention_backend to auto or torch.")
+        log.info("running on the torch ops: %s", why_not)
         return TorchOps
     try:
         from engine.backends.paged.kernels import TritonOps
@@ -60,6 +74,20 @@ def pick_ops(config: EngineConfig, device: torch.device):
             raise BackendUnavailable("paged", f"the Triton kernels need the triton package ({exc}).") from exc
         return TorchOps
     return TritonOps
+
+
+def check_device(config: EngineConfig, device: torch.device) -> None:
+    """Refuse at load what the CUDA path cannot run (block size, FP8 on GPUs before compute capability 8.9).
+
+    Raises:
+        InvalidRequest: the configuration cannot run on this GPU.
+    """
+    if device.type != "cuda":
+        return
+    check_cuda_config(
+        block_size=config.block_size, quantization=config.quantization, kv_cache_dtype=config.kv_cache_dtype,
+        capability=torch.cuda.get_device_capability(device), gpu_name=torch.cuda.get_device_name(device),
+    )  # fmt: skip
 
 
 def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
@@ -74,8 +102,16 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
         base["max_num_seqs"] = options.n_seq_max
     if options.n_batch:
         base["max_num_batched_tokens"] = options.n_batch
-    config = EngineConfig.from_options(dict(options.extra), **base)
+    extra = dict(options.extra)
+    extra.pop("memory_budget", None)  # the llama.cpp loader's planning budget
+    kv_type = extra.pop("kv_type", None)  # `--kv-type`: fp8 is this engine's 8-bit cache, f16 its model dtype
+    if kv_type not in (None, "f16", "fp8"):
+        raise InvalidRequest("The paged engine's KV cache can be f16 or fp8; use one of those.", param="kv_type")
+    if kv_type is not None:
+        extra.setdefault("kv_cache_dtype", "fp8" if kv_type == "fp8" else "auto")
+    config = EngineConfig.from_options(extra, **base)
     device, dtype = pick_device_dtype(config)
+    check_device(config, device)
     if config.quantization == "int4" and device.type == "cpu" and dtype != torch.bfloat16:
         log.warning("int4 weights are fast with bfloat16 activations; in %s they take a slow path", config.dtype)
     if device.type == "cpu" and options.n_threads:
@@ -95,7 +131,8 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
         limit = min(limit, args.sliding_window)
     config = dataclasses.replace(config, max_model_len=limit)
     kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else dtype
-    runner = ModelRunner(model, config, device, ops=pick_ops(config, device), kv_dtype=kv_dtype)
+    runner = ModelRunner(model, config, device, ops=pick_ops(config, device, dtype, args.dim_head),
+                         kv_dtype=kv_dtype)
     blocks = num_kv_blocks(runner, config)
     if blocks * config.block_size < config.max_model_len:
         if blocks * config.block_size < 2 * config.block_size:
@@ -120,4 +157,4 @@ def _move(model, device: torch.device, dtype: torch.dtype):
     return model
 
 
-__all__ = ["start_engine", "LoadedEngine", "pick_device_dtype", "pick_ops", "DTYPES"]
+__all__ = ["start_engine", "LoadedEngine", "pick_device_dtype", "pick_ops", "check_device", "DTYPES"]

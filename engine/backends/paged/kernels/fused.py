@@ -6,24 +6,37 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.backends.paged.kernels.launch import launch
+
+RMS_BLOCK = 1024  # widest tile of a norm row; longer rows take several
+
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, eps, stride_x, stride_r, stride_o, stride_ro,
-    N: tl.constexpr, BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, eps, stride_x, stride_r, stride_o, stride_ro, n,
+    BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        x = x + tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0)
-        tl.store(res_out_ptr + row * stride_ro + cols, x, mask=mask)
-    xf = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    y = (xf * rstd).to(x.dtype) * w  # normalised in float32, scaled in the model dtype, as the reference does
-    tl.store(out_ptr + row * stride_o + cols, y, mask=mask)
+    sq = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < n
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+        if HAS_RESIDUAL:
+            x = x + tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0)
+            tl.store(res_out_ptr + row * stride_ro + cols, x, mask=mask)
+        xf = x.to(tl.float32)
+        sq += xf * xf
+    rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=0) / n + eps)
+    for start in range(0, n, BLOCK_N):  # the sum first, then the scaling: x is read again (from L2)
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < n
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+        if HAS_RESIDUAL:
+            x = x + tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+        y = (x.to(tl.float32) * rstd).to(x.dtype) * w  # normalised in float32, scaled in the model dtype
+        tl.store(out_ptr + row * stride_o + cols, y, mask=mask)
 
 
 def rms_norm(
@@ -37,20 +50,21 @@ def rms_norm(
     res_out = torch.empty_like(x) if residual is not None else x
     res = residual if residual is not None else x
     if rows:
-        _rms_norm_kernel[(rows,)](
-            x, res, weight, out, res_out, eps, x.stride(0), res.stride(0), out.stride(0), res_out.stride(0),
-            N=n, BLOCK_N=triton.next_power_of_2(n), HAS_RESIDUAL=residual is not None,
+        launch(
+            _rms_norm_kernel, (rows,),
+            x, res, weight, out, res_out, eps, x.stride(0), res.stride(0), out.stride(0), res_out.stride(0), n,
+            BLOCK_N=min(RMS_BLOCK, triton.next_power_of_2(n)), HAS_RESIDUAL=residual is not None,
         )  # fmt: skip
     return out, res_out
 
 
 @triton.jit
-def _silu_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, N: tl.constexpr, BLOCK: tl.constexpr):
+def _silu_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N
+    mask = cols < n
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(x_ptr + row * stride_x + N + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + row * stride_x + n + cols, mask=mask, other=0.0).to(tl.float32)
     y = gate / (1.0 + tl.exp(-gate)) * up
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -62,28 +76,28 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
     block = min(1024, triton.next_power_of_2(n))
     if rows:
-        _silu_mul_kernel[(rows, triton.cdiv(n, block))](x, out, x.stride(0), out.stride(0), N=n, BLOCK=block)
+        launch(_silu_mul_kernel, (rows, triton.cdiv(n, block)), x, out, x.stride(0), out.stride(0), n, BLOCK=block)
     return out
 
 
 @triton.jit
 def _rotary_kernel(
-    x_ptr, positions, cos_sin, stride_xt, stride_xh, stride_cs, HALF: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, positions, cos_sin, stride_xt, stride_xh, stride_cs, half, BLOCK: tl.constexpr,
 ):  # fmt: skip
     token = tl.program_id(0)
     head = tl.program_id(1)
     pos = tl.load(positions + token)
     i = tl.arange(0, BLOCK)
-    mask = i < HALF
+    mask = i < half
     cos = tl.load(cos_sin + pos * stride_cs + i, mask=mask, other=0.0)
-    sin = tl.load(cos_sin + pos * stride_cs + HALF + i, mask=mask, other=0.0)
+    sin = tl.load(cos_sin + pos * stride_cs + half + i, mask=mask, other=0.0)
     base = x_ptr + token * stride_xt + head * stride_xh
     x1 = tl.load(base + i, mask=mask, other=0.0)
-    x2 = tl.load(base + HALF + i, mask=mask, other=0.0)
+    x2 = tl.load(base + half + i, mask=mask, other=0.0)
     cos = cos.to(x1.dtype)
     sin = sin.to(x1.dtype)
     tl.store(base + i, x1 * cos - x2 * sin, mask=mask)
-    tl.store(base + HALF + i, x2 * cos + x1 * sin, mask=mask)
+    tl.store(base + half + i, x2 * cos + x1 * sin, mask=mask)
 
 
 def rotary(
@@ -93,9 +107,10 @@ def rotary(
     half = q.shape[-1] // 2
     for x in (q, k):
         if x.shape[0]:
-            _rotary_kernel[(x.shape[0], x.shape[1])](
-                x, positions, cos_sin, x.stride(0), x.stride(1), cos_sin.stride(0),
-                HALF=half, BLOCK=triton.next_power_of_2(half),
+            launch(
+                _rotary_kernel, (x.shape[0], x.shape[1]),
+                x, positions, cos_sin, x.stride(0), x.stride(1), cos_sin.stride(0), half,
+                BLOCK=triton.next_power_of_2(half),
             )  # fmt: skip
     return q, k
 

@@ -1,0 +1,242 @@
+"""Anthropic's Messages API on the same port: ``POST /v1/messages``, ``/v1/messages/count_tokens``,
+and the model list for clients that send ``anthropic-version`` (Claude Code and other Anthropic-SDK apps).
+
+A request becomes one :class:`GenerationRequest` (see :mod:`engine.server.dialect`); the answer
+comes back as content blocks, streamed with Anthropic's event sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.routing import Match
+
+from engine.errors import InvalidRequest
+from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest, SamplingParams
+
+router = APIRouter(prefix="/v1", route_class=error_route(anthropic_error))
+
+
+class _AnthropicModelsRoute(error_route(anthropic_error)):
+    """``/v1/models`` in Anthropic's shape, only for requests that carry ``anthropic-version``
+    (the Anthropic SDK always does); every other client gets OpenAI's list from the same path."""
+
+    def matches(self, scope):
+        match, child = super().matches(scope)
+        if match is not Match.NONE and not any(k == b"anthropic-version" for k, _ in scope.get("headers") or ()):
+            return Match.NONE, {}
+        return match, child
+
+
+models_router = APIRouter(prefix="/v1", route_class=_AnthropicModelsRoute)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class MessageBody(_Body):
+    role: str
+    content: str | list[dict[str, Any]]
+
+
+class CountTokensBody(_Body):
+    model: str = Field(min_length=1)
+    messages: list[MessageBody]
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+
+
+class MessagesBody(CountTokensBody):
+    max_tokens: int
+    stop_sequences: list[str] | None = None
+    stream: StrictBool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _text_of(blocks: str | list[dict[str, Any]] | None, where: str) -> str:
+    if blocks is None or isinstance(blocks, str):
+        return blocks or ""
+    parts = []
+    for j, block in enumerate(blocks):
+        if block.get("type") != "text" or not isinstance(block.get("text"), str):
+            raise InvalidRequest(f"{where}[{j}] must be a text block with 'text'.", param=where)
+        parts.append(block["text"])
+    return "\n".join(parts)
+
+
+def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
+    out: list[ChatMessage] = []
+    system = _text_of(body.system, "system")
+    if system:
+        out.append(ChatMessage("system", system))
+    for i, m in enumerate(body.messages):
+        if m.role not in ("user", "assistant"):
+            raise InvalidRequest(f"messages[{i}].role must be 'user' or 'assistant', got '{m.role}'.", param="messages")
+        if isinstance(m.content, str):
+            out.append(ChatMessage(m.role, m.content))
+            continue
+        texts: list[str] = []
+        for j, block in enumerate(m.content):
+            kind = block.get("type")
+            where = f"messages[{i}].content[{j}]"
+            if kind == "text":
+                if not isinstance(block.get("text"), str):
+                    raise InvalidRequest(f"{where} is a text block without 'text'.", param="messages")
+                texts.append(block["text"])
+            elif kind in ("thinking", "redacted_thinking"):
+                continue  # earlier turns' thinking is not sent back to the model
+            elif kind in ("image", "document"):
+                raise InvalidRequest(
+                    f"{where} is an {kind} block; Hearth's models here read text only, send it as text.", param="messages"
+                )
+            else:
+                raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support.", param="messages")
+        out.append(ChatMessage(m.role, "\n".join(texts)))
+    if not out or all(m.role == "system" for m in out):
+        raise InvalidRequest("'messages' must hold at least one message.", param="messages")
+    return tuple(out)
+
+
+def _params(body: MessagesBody) -> SamplingParams:
+    if body.max_tokens < 1:
+        raise InvalidRequest("'max_tokens' must be at least 1.", param="max_tokens")
+    if body.temperature is not None and not 0.0 <= body.temperature <= 1.0:
+        raise InvalidRequest("'temperature' must be between 0 and 1.", param="temperature")
+    return SamplingParams(
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=body.top_k or 0,
+        stop=tuple(body.stop_sequences or ()),
+        max_tokens=body.max_tokens,
+    )
+
+
+def _request(body: CountTokensBody, params: SamplingParams | None = None) -> GenerationRequest:
+    return GenerationRequest(model=body.model, messages=_messages(body), params=params or SamplingParams())
+
+
+def _stop_reason(final: GenerationChunk) -> tuple[str, str | None]:
+    if final.finish_reason == "length":
+        return "max_tokens", None
+    if final.stop_sequence:
+        return "stop_sequence", final.stop_sequence
+    return "end_turn", None
+
+
+def _usage(final: GenerationChunk) -> dict:
+    return {
+        "input_tokens": final.prompt_tokens - final.cached_tokens,
+        "output_tokens": final.completion_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": final.cached_tokens,
+    }
+
+
+@router.post("/messages")
+async def create_message(request: Request, body: MessagesBody):
+    run = await DialectRun(request, _request(body, _params(body))).start()
+    mid = f"msg_{uuid.uuid4().hex}"
+    if body.stream:
+        return StreamingResponse(
+            _events(run, mid), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+    text, final = await run.collect()
+    stop_reason, stop_sequence = _stop_reason(final)
+    return {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": run.model_name,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": _usage(final),
+    }
+
+
+def _event(name: str, payload: dict) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+async def _events(run: DialectRun, mid: str) -> AsyncIterator[bytes]:
+    chunks = run.chunks()
+    try:
+        input_tokens = await run.prompt_tokens()
+    except Exception:  # counted again by the engine, in message_delta
+        input_tokens = 0
+    message = {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": run.model_name,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 0},
+    }
+    yield _event("message_start", {"type": "message_start", "message": message})
+    yield _event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+    yield _event("ping", {"type": "ping"})
+    final = GenerationChunk(finish_reason="stop")
+    async for chunk in chunks:
+        if chunk.finish_reason == "error":
+            yield _event("error", anthropic_error(500, chunk.error or "Generation failed; see the worker log."))
+            return
+        if chunk.text:
+            delta = {"type": "text_delta", "text": chunk.text}
+            yield _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        if chunk.finish_reason is not None:
+            final = chunk
+    yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    stop_reason, stop_sequence = _stop_reason(final)
+    yield _event(
+        "message_delta",
+        {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence}, "usage": _usage(final)},
+    )
+    yield _event("message_stop", {"type": "message_stop"})
+
+
+@router.post("/messages/count_tokens")
+async def count_tokens(request: Request, body: CountTokensBody) -> dict:
+    return {"input_tokens": await count_prompt_tokens(request, _request(body))}
+
+
+def _model(m) -> dict:
+    created = m.added_at or datetime.fromtimestamp(0, UTC)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created.isoformat().replace("+00:00", "Z")}
+
+
+@models_router.get("/models", include_in_schema=False)
+async def list_models(request: Request) -> dict:
+    models = [_model(m) for m in await asyncio.to_thread(request.app.state.manager.available)]
+    return {
+        "data": models,
+        "has_more": False,
+        "first_id": models[0]["id"] if models else None,
+        "last_id": models[-1]["id"] if models else None,
+    }
+
+
+@models_router.get("/models/{model_id:path}", include_in_schema=False)
+async def get_model(request: Request, model_id: str) -> dict:
+    return _model(await asyncio.to_thread(request.app.state.manager.resolve, model_id))
+
+
+__all__ = ["router", "models_router"]

@@ -1,0 +1,193 @@
+"""What the other API dialects on the port (Anthropic Messages, OpenAI Responses, Ollama) share.
+
+Each dialect is a translation: its request becomes one :class:`GenerationRequest`, run by chat
+completions' own generation (the same model manager, scheduler, cancellation and metrics), and the
+chunks are translated back. Errors are classified once, by type, in :mod:`engine.server.errors`;
+here they are only reshaped into the dialect's error body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.server.errors import _describe_validation, response_for
+from engine.server.openai_routes import _Generation
+from engine.types import GenerationChunk, GenerationRequest
+
+ANTHROPIC_PREFIX = "/v1/messages"
+OLLAMA_PATHS = frozenset(
+    f"/api/{p}" for p in ("version", "tags", "show", "ps", "chat", "generate", "embed", "embeddings", "pull", "delete")
+)
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An error as every dialect reports it: HTTP status, one sentence, OpenAI's type and code."""
+
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    headers: dict[str, str] | None = None
+
+
+def classify(exc: Exception) -> Failure:
+    """The status and message chat completions would answer ``exc`` with."""
+    if isinstance(exc, RequestValidationError):
+        message, _ = _describe_validation(exc)
+        return Failure(400, message, code="invalid_value")
+    if isinstance(exc, StarletteHTTPException):
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return Failure(exc.status_code, str(exc.detail), kind, headers=getattr(exc, "headers", None))
+    resp = response_for(exc)
+    err = json.loads(resp.body)["error"]
+    retry = resp.headers.get("retry-after")
+    return Failure(resp.status_code, err["message"], err["type"], err.get("code"), {"Retry-After": retry} if retry else None)
+
+
+def anthropic_error(status: int, message: str) -> dict:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def ollama_error(status: int, message: str) -> dict:
+    return {"error": message}
+
+
+def error_body_for_path(path: str, status: int, message: str) -> dict | None:
+    """The error body of the dialect that owns ``path`` (None: OpenAI's shape)."""
+    if path.startswith(ANTHROPIC_PREFIX):
+        return anthropic_error(status, message)
+    if path in OLLAMA_PATHS:
+        return ollama_error(status, message)
+    return None
+
+
+def _as_json(request: Request) -> Request:
+    """The request with its body taken as JSON whatever its content type says (``curl -d`` sends a form's)."""
+    headers = [(k, v) for k, v in request.scope.get("headers", ()) if k != b"content-type"]
+    return Request({**request.scope, "headers": [*headers, (b"content-type", b"application/json")]}, request.receive)
+
+
+def error_route(shape: Callable[[int, str], dict], *, json_body: bool = False) -> type[APIRoute]:
+    """A route class whose handlers answer every error, bad bodies included, in ``shape``
+    (and, with ``json_body``, read every body as JSON)."""
+
+    class ShapedRoute(APIRoute):
+        def get_route_handler(self):
+            handler = super().get_route_handler()
+
+            async def shaped(request: Request) -> Response:
+                try:
+                    return await handler(_as_json(request) if json_body else request)
+                except Exception as exc:  # classified by type in engine.server.errors
+                    f = classify(exc)
+                    return JSONResponse(shape(f.status, f.message), status_code=f.status, headers=f.headers)
+
+            return shaped
+
+    return ShapedRoute
+
+
+class DialectRun:
+    """One generation request of a dialect, run exactly as chat completions runs its own.
+
+    ``load_seconds`` is how long the model took to load (0 when it was loaded already).
+    """
+
+    def __init__(self, request: Request, req: GenerationRequest) -> None:
+        self.request = request
+        self.req = req
+        self.gen = _Generation(request, req.model, [req])
+        self.t0 = time.perf_counter()
+        self.load_seconds = 0.0
+        self.first_token_at: float | None = None
+
+    async def start(self, *, time_load: bool = False) -> DialectRun:
+        """Load the model if needed (timed when ``time_load``) and start generating.
+
+        Raises:
+            ModelNotFound, ContextLengthExceeded, InvalidRequest, Overloaded: before anything is sent.
+        """
+        if time_load:
+            await asyncio.to_thread(self.request.app.state.manager.load, self.req.model)
+            self.load_seconds = time.perf_counter() - self.t0
+        await self.gen.start()
+        return self
+
+    async def prompt_tokens(self) -> int:
+        """The prompt's length in tokens, counted before the generation reports it."""
+        return len(await asyncio.to_thread(self.backend.prompt_tokens, self.req))
+
+    @property
+    def model_name(self) -> str:
+        return self.gen.served_name
+
+    @property
+    def backend(self):
+        return self.gen.lm.backend
+
+    async def chunks(self) -> AsyncIterator[GenerationChunk]:
+        """The generation's chunks; a failed generation ends with a chunk whose finish_reason is "error"."""
+        async for _, chunk in self.gen.chunks():
+            if chunk.token_ids and self.first_token_at is None:
+                self.first_token_at = time.perf_counter()
+            yield chunk
+
+    async def collect(self) -> tuple[str, GenerationChunk]:
+        """The whole text and the final chunk.
+
+        Raises:
+            RuntimeError: the generation failed (answered as a server error).
+        """
+        parts: list[str] = []
+        final = GenerationChunk(finish_reason="stop")
+        async for chunk in self.chunks():
+            parts.append(chunk.text)
+            if chunk.finish_reason is not None:
+                final = chunk
+        if final.finish_reason == "error":
+            raise RuntimeError(final.error or "generation failed")
+        return "".join(parts), final
+
+
+async def count_prompt_tokens(request: Request, req: GenerationRequest) -> int:
+    """How many tokens ``req``'s prompt takes on its model, rendered as a generation would render it."""
+    manager = request.app.state.manager
+    lm = await asyncio.to_thread(manager.acquire, req.model)
+    try:
+        return len(await asyncio.to_thread(lm.backend.prompt_tokens, req))
+    finally:
+        manager.release(lm)
+
+
+__all__ = [
+    "Failure",
+    "classify",
+    "anthropic_error",
+    "ollama_error",
+    "error_body_for_path",
+    "error_route",
+    "DialectRun",
+    "count_prompt_tokens",
+]

@@ -1,0 +1,319 @@
+"""Ollama's model endpoints: ``GET /api/version``, ``/api/tags``, ``/api/ps``, ``POST /api/show``,
+``/api/pull`` (a Hub download through the catalog, with Ollama's progress lines) and
+``DELETE /api/delete``. Models carry the names Hearth shows everywhere (``:latest`` tolerated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, StrictBool
+
+from engine import __version__
+from engine.errors import DownloadError, HearthError, InvalidRequest
+from engine.server.dialect import classify, error_route, ollama_error
+from engine.server.ollama_routes import NDJSON, resolve
+
+router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
+root_router = APIRouter(route_class=error_route(ollama_error, json_body=True))
+
+# The Ollama API level these endpoints follow; clients compare it against the features they need.
+OLLAMA_API_VERSION = "0.12.0"
+_FOREVER = datetime(2318, 1, 1, tzinfo=UTC)  # what Ollama shows for a model kept loaded for good
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ModelBody(_Body):
+    model: str | None = None
+    name: str | None = None  # Ollama's older spelling
+    verbose: StrictBool = False
+
+    @property
+    def target(self) -> str:
+        value = self.model or self.name
+        if not value:
+            raise InvalidRequest("'model' is required; name a model.", param="model")
+        return value
+
+
+class PullBody(ModelBody):
+    stream: StrictBool = True
+    insecure: StrictBool = False
+
+
+def _iso(moment: datetime | None) -> str:
+    moment = moment or datetime.fromtimestamp(0, UTC)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _digest(m) -> str:
+    return m.sha256 or hashlib.sha256(f"{m.name}\0{m.path}".encode()).hexdigest()
+
+
+def _size_label(n: int | None) -> str:
+    if not n:
+        return ""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}".replace(".0", "")
+    return str(n)
+
+
+def _details(m) -> dict:
+    family = m.architecture or ""
+    return {
+        "parent_model": "",
+        "format": m.format,
+        "family": family,
+        "families": [family] if family else None,
+        "parameter_size": _size_label(m.parameters),
+        "quantization_level": m.quantization or "",
+    }
+
+
+def _entry(m) -> dict:
+    return {
+        "name": m.name,
+        "model": m.name,
+        "modified_at": _iso(m.added_at),
+        "size": m.size_bytes,
+        "digest": _digest(m),
+        "details": _details(m),
+    }
+
+
+@root_router.api_route("/", methods=["GET", "HEAD"])
+async def root() -> PlainTextResponse:
+    return PlainTextResponse("Hearth is running (the Ollama API is under /api)")
+
+
+@router.get("/version")
+async def version() -> dict:
+    return {"version": OLLAMA_API_VERSION, "hearth": __version__}
+
+
+@router.get("/tags")
+async def tags(request: Request) -> dict:
+    return {"models": [_entry(m) for m in await asyncio.to_thread(request.app.state.manager.available)]}
+
+
+@router.get("/ps")
+async def ps(request: Request) -> dict:
+    manager = request.app.state.manager
+    wall_minus_mono = time.time() - time.monotonic()
+    out = []
+    for lm in manager.loaded():
+        ttl = manager.ttl(lm)
+        expires = (
+            _FOREVER
+            if ttl is None
+            else datetime.fromtimestamp(wall_minus_mono + lm.last_used, UTC) + timedelta(seconds=ttl)
+        )
+        try:
+            n_ctx = lm.backend.info.n_ctx
+        except Exception:  # a backend mid-close
+            n_ctx = None
+        out.append(
+            {
+                **_entry(lm.model),
+                "size": lm.size_estimate,
+                "size_vram": 0 if lm.backend_name != "paged" else lm.size_estimate,
+                "expires_at": _iso(expires),
+                "context_length": n_ctx,
+            }
+        )
+    return {"models": out}
+
+
+def _header(m) -> dict[str, Any]:
+    """Key/values of the model's files (GGUF header, or config.json), for ``model_info`` and the template."""
+    path = Path(m.path)
+    try:
+        if m.format == "gguf":
+            from engine.catalog.gguf_header import _file_chunks, read_gguf_kv
+
+            return read_gguf_kv(_file_chunks(path), stop_at_tokenizer=False)
+        info: dict[str, Any] = {}
+        for name in ("config.json", "tokenizer_config.json"):
+            if (path / name).is_file():
+                info.update(json.loads((path / name).read_text()))
+        return info
+    except (OSError, ValueError):
+        return {}
+
+
+def capabilities(m, template: str) -> list[str]:
+    """What an Ollama client may ask of the model."""
+    if not m.has_chat_template and m.format == "gguf" and not template:
+        return ["embedding"]
+    caps = ["completion"]
+    if "<think>" in template or "enable_thinking" in template:
+        caps.append("thinking")
+    return caps
+
+
+@router.post("/show")
+async def show(request: Request, body: ModelBody) -> dict:
+    m = await resolve(request, body.target)
+    kv = await asyncio.to_thread(_header, m)
+    template = kv.get("tokenizer.chat_template") or kv.get("chat_template") or ""
+    if not isinstance(template, str):
+        template = ""
+    info = {
+        k: v
+        for k, v in kv.items()
+        if isinstance(v, (str, int, float, bool)) and k != "tokenizer.chat_template" and k != "chat_template"
+        and (body.verbose or not k.startswith("tokenizer."))
+    }
+    info.setdefault("general.architecture", m.architecture or "")
+    if m.parameters:
+        info["general.parameter_count"] = m.parameters
+    if m.context_length and m.architecture:
+        info.setdefault(f"{m.architecture}.context_length", m.context_length)
+    return {
+        "modelfile": f"# Served by Hearth\nFROM {m.path}\n",
+        "parameters": "",
+        "template": template,
+        "details": _details(m),
+        "model_info": info,
+        "capabilities": capabilities(m, template),
+        "modified_at": _iso(m.added_at),
+    }
+
+
+@router.delete("/delete")
+async def delete(request: Request, body: ModelBody) -> Response:
+    manager = request.app.state.manager
+    m = await resolve(request, body.target)
+    await asyncio.to_thread(manager.unload, m.name)
+    await asyncio.to_thread(manager.registry.remove, m.name, delete_files=True)
+    return Response(status_code=200)
+
+
+def pull_target(name: str) -> tuple[str, str | None]:
+    """``(repo, variant)`` from an Ollama pull name: ``owner/repo[:VARIANT]``, also as ``hf.co/owner/repo``;
+    ``:latest`` (or no variant) means the variant the advisor recommends for this machine.
+
+    Raises:
+        InvalidRequest: the name is not a Hub repo.
+    """
+    from engine.commands.pull import split_spec
+
+    spec = name.strip()
+    for prefix in ("https://", "hf.co/", "huggingface.co/"):
+        spec = spec.removeprefix(prefix)
+    repo, variant = split_spec(spec)
+    if variant is None and repo.endswith(":latest"):
+        repo = repo.removesuffix(":latest")
+    if variant is not None and variant.lower() == "latest":
+        variant = None
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise InvalidRequest(
+            f"'{name}' is not a Hugging Face repo; pull models as owner/repo or owner/repo:VARIANT (e.g. a GGUF repo).",
+            param="model",
+        )
+    return repo, variant
+
+
+def _choose(catalog, repo: str, variant: str | None):
+    """The listing and the variant to fetch (the advisor's pick when none is named)."""
+    from engine.catalog.advisor import advise
+    from engine.hardware import detect_hardware
+
+    listing = catalog.hub.repo(repo)
+    if variant is None and len(listing.variants) > 1:
+        advice = advise(listing.variants, catalog.hub.model_shape(listing), detect_hardware(), context_length=None)
+        if advice.recommended is None:
+            raise InvalidRequest(f"None of {listing.repo}'s variants fits this machine; pull {listing.repo}:VARIANT to get one anyway.")
+        variant = advice.recommended
+    return listing, listing.variant(variant)
+
+
+def _ended(status) -> bool:
+    return status.state.value in ("completed", "failed", "cancelled", "paused")
+
+
+async def _pull_lines(request: Request, repo: str, variant: str | None) -> AsyncIterator[dict]:
+    """Ollama's progress objects for a download, ending with ``{"status": "success"}``.
+
+    Raises:
+        HearthError: the repo or variant cannot be fetched (before anything was downloaded, or when it fails).
+    """
+    catalog = request.app.state.catalog
+    registry = request.app.state.manager.registry
+    yield {"status": "pulling manifest"}
+    listing, chosen = await asyncio.to_thread(_choose, catalog, repo, variant)
+    name = f"{listing.repo}:{chosen.name}"
+    existing = await asyncio.to_thread(registry.get, name)
+    if existing is None or not existing.path.exists():
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def on_event(status) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, status)
+
+        downloads = await asyncio.to_thread(lambda: catalog.downloads)
+        job = await asyncio.to_thread(downloads.start, listing.repo, chosen.name, listing=listing)
+        unsubscribe = job.subscribe(on_event)
+        weights = max(chosen.files, key=lambda f: f.size)
+        digest = f"sha256:{weights.sha256 or hashlib.sha256(name.encode()).hexdigest()}"
+        status = job.status()
+        try:
+            while not _ended(status):
+                yield {"status": f"pulling {digest[7:19]}", "digest": digest, "total": status.bytes_total, "completed": status.bytes_done}
+                try:
+                    status = await asyncio.wait_for(events.get(), timeout=1.0)
+                except TimeoutError:
+                    status = job.status()
+        finally:
+            unsubscribe()
+        if status.state.value != "completed":
+            raise DownloadError(status.error or f"The download of {name} was {status.state.value}; pull it again to resume.")
+        yield {"status": f"pulling {digest[7:19]}", "digest": digest, "total": status.bytes_total, "completed": status.bytes_total}
+    yield {"status": "verifying sha256 digest"}
+    yield {"status": "writing manifest"}
+    yield {"status": "success"}
+
+
+def _line(payload: dict) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+
+
+@router.post("/pull")
+async def pull(request: Request, body: PullBody):
+    repo, variant = pull_target(body.target)
+    lines = _pull_lines(request, repo, variant)
+    first = [await anext(lines)]
+    first.append(await anext(lines))  # the listing is fetched here: a missing repo is an HTTP error, not a line
+    if not body.stream:
+        async for _ in lines:
+            pass
+        return {"status": "success"}
+
+    async def stream() -> AsyncIterator[bytes]:
+        for item in first:
+            yield _line(item)
+        try:
+            async for item in lines:
+                yield _line(item)
+        except HearthError as exc:
+            yield _line({"error": classify(exc).message})
+
+    return StreamingResponse(stream(), media_type=NDJSON)
+
+
+__all__ = ["router", "root_router", "OLLAMA_API_VERSION", "pull_target", "capabilities"]

@@ -1,0 +1,326 @@
+"""Ollama's API on the same port (and on ``hearth serve --ollama-port``, usually 11434):
+``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings`` here; the model endpoints
+(``tags``, ``show``, ``ps``, ``pull``, ``delete``, ``version``) in :mod:`engine.server.ollama_models`.
+
+For Open WebUI, VS Code's Copilot Chat "Ollama" provider, Page Assist, Continue's and Aider's Ollama
+providers and the ``ollama`` libraries. Streams are NDJSON (one JSON object a line) ending with a
+``done: true`` line that carries Ollama's counts and durations (nanoseconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from engine.errors import InvalidRequest, ModelNotFound
+from engine.server.dialect import DialectRun, error_route, ollama_error
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
+
+router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
+
+NDJSON = "application/x-ndjson"
+_OPTIONS = {  # Ollama's option -> SamplingParams field
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "seed": "seed",
+    "stop": "stop",
+    "repeat_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Generate(_Body):
+    model: str = Field(min_length=1)
+    format: str | dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    stream: StrictBool = True
+    keep_alive: float | str | None = None
+    think: bool | str | None = None
+
+
+class ChatBody(_Generate):
+    messages: list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] | None = None
+
+
+class GenerateBody(_Generate):
+    prompt: str = ""
+    system: str | None = None
+    raw: StrictBool = False
+    suffix: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    images: list[str] | None = None
+
+
+class EmbedBody(_Body):
+    model: str = Field(min_length=1)
+    input: str | list[str]
+    truncate: StrictBool = True
+    options: dict[str, Any] | None = None
+    keep_alive: float | str | None = None
+    dimensions: int | None = None
+
+
+class EmbeddingsBody(_Body):
+    model: str = Field(min_length=1)
+    prompt: str
+    options: dict[str, Any] | None = None
+    keep_alive: float | str | None = None
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def keep_alive_seconds(value: float | str | None) -> float | None:
+    """Ollama's ``keep_alive`` in seconds: a number of seconds or a Go duration ("5m", "1h30m");
+    negative means forever (-1 here), None leaves the server's idle TTL.
+
+    Raises:
+        InvalidRequest: the value is neither.
+    """
+    if value is None or isinstance(value, (int, float)):
+        return None if value is None else (-1.0 if value < 0 else float(value))
+    text = value.strip()
+    try:
+        return keep_alive_seconds(float(text))
+    except ValueError:
+        pass
+    sign, body = (-1, text[1:]) if text.startswith("-") else (1, text)
+    parts = _DURATION.findall(body)
+    if not parts or "".join(n + u for n, u in parts) != body:
+        raise InvalidRequest(f"'keep_alive' must be seconds or a duration like '5m', got '{value}'.", param="keep_alive")
+    return -1.0 if sign < 0 else sum(float(n) * _UNIT[u] for n, u in parts)
+
+
+async def resolve(request: Request, name: str):
+    """The local model an Ollama client means: Hearth's name, with ``:latest`` or ``hf.co/`` tolerated.
+
+    Raises:
+        ModelNotFound: no local model has that name.
+    """
+    manager = request.app.state.manager
+    try:
+        return await asyncio.to_thread(manager.resolve, name)
+    except ModelNotFound:
+        short = name
+        for prefix in ("hf.co/", "huggingface.co/"):
+            short = short.removeprefix(prefix)
+        short = short.removesuffix(":latest")
+        if short == name:
+            raise
+        return await asyncio.to_thread(manager.resolve, short)
+
+
+def params(options: dict[str, Any] | None) -> SamplingParams:
+    """Sampling from Ollama's ``options``; the ones Hearth does not use are listed in docs/api.md."""
+    o = options or {}
+    if not isinstance(o, dict):
+        raise InvalidRequest("'options' must be an object.", param="options")
+    kwargs: dict[str, Any] = {field: o[name] for name, field in _OPTIONS.items() if o.get(name) is not None}
+    n = o.get("num_predict")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
+        raise InvalidRequest("'num_predict' must be a whole number (-1: no limit).", param="options.num_predict")
+    if n is not None and n > 0:
+        kwargs["max_tokens"] = n
+    return SamplingParams(**kwargs)
+
+
+def response_format(fmt: str | dict[str, Any] | None) -> ResponseFormat:
+    if fmt in (None, ""):
+        return ResponseFormat()
+    if fmt == "json":
+        return ResponseFormat(type="json_object")
+    if isinstance(fmt, dict):
+        return ResponseFormat(type="json_schema", schema=fmt)
+    raise InvalidRequest("'format' must be \"json\" or a JSON schema object.", param="format")
+
+
+def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
+    out = []
+    for i, m in enumerate(items):
+        if not isinstance(m, dict):
+            raise InvalidRequest(f"messages[{i}] must be an object with 'role' and 'content'.", param="messages")
+        if m.get("images"):
+            raise InvalidRequest(f"messages[{i}] has images; Hearth's models here read text only.", param="messages")
+        content = m.get("content") or ""
+        if not isinstance(content, str):
+            raise InvalidRequest(f"messages[{i}].content must be text.", param="messages")
+        out.append(ChatMessage(str(m.get("role", "")), content))
+    return tuple(out)
+
+
+def _stats(run: DialectRun, final: GenerationChunk) -> dict:
+    end = time.perf_counter()
+    first = run.first_token_at or end
+    prompt_eval = final.time_to_first_token if final.time_to_first_token is not None else first - run.t0 - run.load_seconds
+    return {
+        "done_reason": "length" if final.finish_reason == "length" else "stop",
+        "total_duration": int((end - run.t0) * 1e9),
+        "load_duration": int(run.load_seconds * 1e9),
+        "prompt_eval_count": final.prompt_tokens,
+        "prompt_eval_duration": int(max(prompt_eval, 0.0) * 1e9),
+        "eval_count": final.completion_tokens,
+        "eval_duration": int(max(end - first, 0.0) * 1e9),
+    }
+
+
+async def _keep(request: Request, run: DialectRun, keep: float | None) -> None:
+    """After a request: a model asked to be kept 0 s is unloaded now (when no other request uses it)."""
+    if keep == 0:
+        await asyncio.to_thread(request.app.state.manager.reap_idle)
+
+
+async def _load_or_unload(request: Request, model: str, keep: float | None, key: str) -> dict:
+    """An empty prompt or conversation: load the model (or unload it with ``keep_alive: 0``)."""
+    manager = request.app.state.manager
+    lm = await asyncio.to_thread(manager.acquire, model)
+    manager.set_keep_alive(lm, keep)
+    manager.release(lm)
+    reason = "load"
+    if keep == 0:
+        await asyncio.to_thread(manager.reap_idle)
+        reason = "unload"
+    body = {"model": lm.model.name, "created_at": now_iso(), key: "", "done": True, "done_reason": reason}
+    return body if key == "response" else {**body, "message": {"role": "assistant", "content": ""}}
+
+
+async def _run(request: Request, req: GenerationRequest, keep: float | None) -> DialectRun:
+    run = await DialectRun(request, req).start(time_load=True)
+    request.app.state.manager.set_keep_alive(run.gen.lm, keep)
+    return run
+
+
+def _line(payload: dict) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -> AsyncIterator[bytes]:
+    final = GenerationChunk(finish_reason="stop")
+    async for chunk in run.chunks():
+        if chunk.finish_reason == "error":
+            yield _line({"error": chunk.error or "Generation failed; see the worker log."})
+            return
+        if chunk.text:
+            yield _line({"model": run.model_name, "created_at": now_iso(), **piece(chunk.text), "done": False})
+        if chunk.finish_reason is not None:
+            final = chunk
+    yield _line({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final)})
+    await _keep(request, run, keep)
+
+
+async def _answer(request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece):
+    run = await _run(request, req, keep)
+    if stream:
+        return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
+    text, final = await run.collect()
+    await _keep(request, run, keep)
+    return {"model": run.model_name, "created_at": now_iso(), **piece(text), "done": True, **_stats(run, final)}
+
+
+@router.post("/chat")
+async def chat(request: Request, body: ChatBody):
+    model = (await resolve(request, body.model)).name
+    keep = keep_alive_seconds(body.keep_alive)
+    if not body.messages:
+        return await _load_or_unload(request, model, keep, "message")
+    req = GenerationRequest(
+        model=model,
+        messages=_chat_messages(body.messages),
+        params=params(body.options),
+        response_format=response_format(body.format),
+    )
+    return await _answer(request, req, keep, body.stream, lambda text: {"message": {"role": "assistant", "content": text}})
+
+
+@router.post("/generate")
+async def generate(request: Request, body: GenerateBody):
+    model = (await resolve(request, body.model)).name
+    keep = keep_alive_seconds(body.keep_alive)
+    if body.images:
+        raise InvalidRequest("This request has images; Hearth's models here read text only.", param="images")
+    if not body.prompt:
+        return await _load_or_unload(request, model, keep, "response")
+    common = {"model": model, "params": params(body.options), "response_format": response_format(body.format)}
+    if body.raw:
+        req = GenerationRequest(prompt=body.prompt, **common)
+    else:
+        system = (ChatMessage("system", body.system),) if body.system else ()
+        req = GenerationRequest(messages=(*system, ChatMessage("user", body.prompt)), **common)
+    return await _answer(request, req, keep, body.stream, lambda text: {"response": text})
+
+
+def _shorten(vec: list[float], dims: int | None) -> list[float]:
+    if dims is None or dims >= len(vec):
+        return vec
+    if dims < 1:
+        raise InvalidRequest("'dimensions' must be at least 1.", param="dimensions")
+    cut = vec[:dims]
+    norm = math.sqrt(sum(v * v for v in cut)) or 1.0
+    return [v / norm for v in cut]
+
+
+async def _embed(request: Request, name: str, texts: list[str], keep: float | None) -> tuple[str, list, int, float]:
+    model = (await resolve(request, name)).name
+    manager = request.app.state.manager
+    t0 = time.perf_counter()
+    lm = await asyncio.to_thread(manager.acquire, model)
+    load = time.perf_counter() - t0
+    try:
+        embed = getattr(lm.backend, "embed", None)
+        if embed is None:
+            raise InvalidRequest(f"Model '{lm.model.name}' cannot make embeddings; use an embedding model.", "model")
+        manager.set_keep_alive(lm, keep)
+        vectors, n_tokens = await asyncio.to_thread(embed, texts)
+    finally:
+        manager.release(lm)
+    if keep == 0:
+        await asyncio.to_thread(manager.reap_idle)
+    return lm.model.name, vectors, n_tokens, load
+
+
+@router.post("/embed")
+async def embed(request: Request, body: EmbedBody) -> dict:
+    t0 = time.perf_counter()
+    texts = [body.input] if isinstance(body.input, str) else list(body.input)
+    if not texts or any(not t for t in texts):
+        raise InvalidRequest("'input' must be a non-empty string or a list of non-empty strings.", param="input")
+    name, vectors, n_tokens, load = await _embed(request, body.model, texts, keep_alive_seconds(body.keep_alive))
+    return {
+        "model": name,
+        "embeddings": [_shorten(v, body.dimensions) for v in vectors],
+        "total_duration": int((time.perf_counter() - t0) * 1e9),
+        "load_duration": int(load * 1e9),
+        "prompt_eval_count": n_tokens,
+    }
+
+
+@router.post("/embeddings")
+async def embeddings(request: Request, body: EmbeddingsBody) -> dict:
+    if not body.prompt:
+        return {"embedding": []}
+    _, vectors, _, _ = await _embed(request, body.model, [body.prompt], keep_alive_seconds(body.keep_alive))
+    return {"embedding": vectors[0]}
+
+
+__all__ = ["router", "resolve", "keep_alive_seconds", "params", "response_format", "now_iso"]

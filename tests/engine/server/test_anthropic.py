@@ -1,0 +1,123 @@
+"""Anthropic's Messages API on Hearth's port, driven by the official `anthropic` client."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from tests.engine.server.conftest import MODEL
+
+QUESTION = [{"role": "user", "content": "Name three colours."}]
+# This SDK no longer has sampling arguments (newer Claude models drop them); older clients send them in the body.
+GREEDY = {"extra_body": {"temperature": 0}}
+
+
+@pytest.fixture(scope="module")
+def claude(server):
+    return anthropic.Anthropic(base_url=server.root, api_key=server.api_key, max_retries=0, timeout=120)
+
+
+def test_create_answers_with_text_and_usage_that_count_tokens_agrees_with(claude):
+    msg = claude.messages.create(model=MODEL, max_tokens=12, messages=QUESTION, **GREEDY, system="Be brief.")
+    assert msg.type == "message" and msg.role == "assistant" and msg.id.startswith("msg_")
+    assert msg.model == MODEL
+    assert [b.type for b in msg.content] == ["text"] and msg.content[0].text
+    assert msg.stop_reason in ("end_turn", "max_tokens")
+    assert 0 < msg.usage.output_tokens <= 12
+    counted = claude.messages.count_tokens(model=MODEL, messages=QUESTION, system="Be brief.").input_tokens
+    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == counted
+    longer = claude.messages.count_tokens(model=MODEL, messages=QUESTION, system="Be brief, and answer in English.")
+    assert longer.input_tokens > counted
+
+
+def test_stream_text_matches_the_plain_answer_and_the_final_message(claude):
+    plain = claude.messages.create(model=MODEL, max_tokens=12, messages=QUESTION, **GREEDY)
+    with claude.messages.stream(model=MODEL, max_tokens=12, messages=QUESTION, **GREEDY) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert len(pieces) > 1
+    assert "".join(pieces) == plain.content[0].text == final.content[0].text
+    assert final.stop_reason == plain.stop_reason
+    assert final.usage.output_tokens == plain.usage.output_tokens
+    assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) == plain.usage.input_tokens + (
+        plain.usage.cache_read_input_tokens or 0
+    )
+
+
+def test_raw_event_sequence_is_anthropics(server):
+    body = {"model": MODEL, "max_tokens": 4, "messages": QUESTION, "stream": True}
+    names = []
+    with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert set(names[3:-3]) == {"content_block_delta"}
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+
+
+def test_stop_sequence_ends_the_answer_and_is_named(claude):
+    plain = claude.messages.create(model=MODEL, max_tokens=16, messages=QUESTION, **GREEDY).content[0].text
+    words = plain.split()
+    assert len(words) >= 3, plain
+    stop = words[2]
+    msg = claude.messages.create(model=MODEL, max_tokens=16, messages=QUESTION, **GREEDY, stop_sequences=[stop, "@@@"])
+    assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == stop
+    assert msg.content[0].text == plain[: plain.index(stop)]
+
+
+def test_sampling_and_content_blocks(claude):
+    kw = dict(model=MODEL, max_tokens=10, extra_body={"temperature": 1.0, "top_p": 0.9, "top_k": 40})
+    blocks = [{"role": "user", "content": [{"type": "text", "text": "Name three"}, {"type": "text", "text": "colours."}]}]
+    msg = claude.messages.create(messages=blocks, system=[{"type": "text", "text": "Be brief."}], **kw)
+    assert msg.content[0].text
+
+
+def test_models_list_in_anthropics_shape(claude, server):
+    models = list(claude.models.list())
+    assert MODEL in [m.id for m in models] and all(m.type == "model" for m in models)
+    assert claude.models.retrieve(MODEL).id == MODEL
+    openai_shape = httpx.get(f"{server.base_url}/models", headers=server.headers).json()
+    assert openai_shape["object"] == "list"  # the same path without anthropic-version stays OpenAI's
+
+
+def test_x_api_key_is_required_and_refusals_are_anthropic_shaped(server):
+    no_key = anthropic.Anthropic(base_url=server.root, api_key="wrong", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as err:
+        no_key.messages.create(model=MODEL, max_tokens=4, messages=QUESTION)
+    assert err.value.status_code == 401
+    assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "authentication_error"
+    r = httpx.post(f"{server.root}/v1/messages", json={"model": MODEL, "max_tokens": 4, "messages": QUESTION})
+    assert r.status_code == 401 and r.json()["type"] == "error"
+    bearer = httpx.post(
+        f"{server.root}/v1/messages/count_tokens",
+        json={"model": MODEL, "messages": QUESTION},
+        headers={"Authorization": f"Bearer {server.api_key}"},
+    )
+    assert bearer.status_code == 200 and bearer.json()["input_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "kind"),
+    [
+        ({"model": MODEL, "messages": QUESTION}, 400, "invalid_request_error"),  # max_tokens is required
+        ({"model": MODEL, "max_tokens": 4, "messages": "hello"}, 400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": 4, "messages": QUESTION, "temperature": 1.5}, 400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": 0, "messages": QUESTION}, 400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "tool", "content": "x"}]}, 400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, 400, "invalid_request_error"),
+        ({"model": "no-such-model", "max_tokens": 4, "messages": QUESTION}, 404, "not_found_error"),
+    ],
+)
+def test_bad_requests_get_anthropic_errors_never_a_500(server, body, status, kind):
+    r = httpx.post(f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=60)
+    assert r.status_code == status, r.text
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] == kind and err["error"]["message"].endswith(".")
+
+
+def test_not_json_is_a_400_in_anthropics_shape(server):
+    r = httpx.post(
+        f"{server.root}/v1/messages", content=b"{nope", headers={"x-api-key": server.api_key, "content-type": "application/json"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"

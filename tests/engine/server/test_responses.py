@@ -1,0 +1,151 @@
+"""OpenAI's Responses API on Hearth's port: the official client's responses.create / responses.stream,
+and every object validated against the Responses schemas of OpenAI's spec."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.engine.server.conftest import MODEL
+
+# Each streaming event's own schema in OpenAI's spec (ResponseStreamEvent is their union).
+EVENT_SCHEMAS = {
+    "response.created": "ResponseCreatedEvent",
+    "response.in_progress": "ResponseInProgressEvent",
+    "response.output_item.added": "ResponseOutputItemAddedEvent",
+    "response.content_part.added": "ResponseContentPartAddedEvent",
+    "response.output_text.delta": "ResponseTextDeltaEvent",
+    "response.output_text.done": "ResponseTextDoneEvent",
+    "response.content_part.done": "ResponseContentPartDoneEvent",
+    "response.output_item.done": "ResponseOutputItemDoneEvent",
+    "response.function_call_arguments.delta": "ResponseFunctionCallArgumentsDeltaEvent",
+    "response.function_call_arguments.done": "ResponseFunctionCallArgumentsDoneEvent",
+    "response.reasoning_text.delta": "ResponseReasoningTextDeltaEvent",
+    "response.reasoning_text.done": "ResponseReasoningTextDoneEvent",
+    "response.completed": "ResponseCompletedEvent",
+    "response.incomplete": "ResponseIncompleteEvent",
+    "response.failed": "ResponseFailedEvent",
+}
+
+
+def raw_events(server, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{server.base_url}/responses", json={**body, "stream": True}, headers=server.headers, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+
+
+def test_create_validates_and_reports_usage(server, openai_schemas):
+    body = {"model": MODEL, "input": "Name three colours.", "instructions": "Be brief.", "max_output_tokens": 10, "temperature": 0}
+    raw = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=60).json()
+    openai_schemas("Response", raw)
+    assert raw["object"] == "response" and raw["id"].startswith("resp_") and raw["model"] == MODEL
+    assert raw["status"] in ("completed", "incomplete") and raw["instructions"] == "Be brief."
+    usage = raw["usage"]
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] and 0 < usage["output_tokens"] <= 10
+
+    resp = server.client().responses.create(model=MODEL, input="Name three colours.", instructions="Be brief.",
+                                             max_output_tokens=10, temperature=0)  # fmt: skip
+    assert resp.output_text == raw["output"][0]["content"][0]["text"]
+    assert resp.output[0].type == "message" and resp.output[0].role == "assistant"
+
+
+def test_stream_events_validate_and_the_sdk_assembles_them(server, openai_schemas):
+    body = {"model": MODEL, "input": "Name three colours.", "max_output_tokens": 8, "temperature": 0}
+    events = raw_events(server, body)
+    for kind in dict.fromkeys(e["type"] for e in events):  # one of each kind: validating is slow on this spec
+        openai_schemas(EVENT_SCHEMAS[kind], next(e for e in events if e["type"] == kind))
+    kinds = [e["type"] for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.incomplete" if events[-1]["response"]["status"] == "incomplete" else "response.completed"]  # fmt: skip
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    streamed = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+    deltas, final = [], None
+    with server.client().responses.stream(**body) as stream:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+            elif event.type in ("response.completed", "response.incomplete"):
+                final = event.response  # max_output_tokens ends it as incomplete, which get_final_response refuses
+        if final.status == "completed":
+            assert stream.get_final_response().output_text == final.output_text
+    assert "".join(deltas) == streamed == final.output_text
+    assert final.usage.output_tokens == events[-1]["response"]["usage"]["output_tokens"]
+
+
+def test_previous_response_id_continues_the_conversation(server):
+    client = server.client()
+    first = client.responses.create(model=MODEL, input="My name is Ada.", max_output_tokens=8, temperature=0)
+    second = client.responses.create(model=MODEL, input="What is my name?", previous_response_id=first.id,
+                                     max_output_tokens=8, temperature=0)  # fmt: skip
+    alone = client.responses.create(model=MODEL, input="What is my name?", max_output_tokens=8, temperature=0)
+    # the earlier turn (question and answer) is part of the second prompt
+    assert second.usage.input_tokens > alone.usage.input_tokens + first.usage.output_tokens
+    assert second.previous_response_id == first.id
+    assert client.responses.retrieve(first.id).output_text == first.output_text
+    items = client.responses.input_items.list(first.id)
+    assert [i.type for i in items.data] == ["message"]
+    client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)
+
+
+def test_store_false_keeps_nothing(server):
+    client = server.client()
+    resp = client.responses.create(model=MODEL, input="Hello", max_output_tokens=4, store=False)
+    assert resp.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(resp.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input="Again", previous_response_id=resp.id, max_output_tokens=4)
+
+
+def test_store_is_bounded():
+    from engine.server.responses_routes import ResponseStore, StoredResponse
+    from engine.types import ChatMessage
+
+    store = ResponseStore(max_responses=3, max_chars=10_000)
+    for i in range(5):
+        store.put(f"resp_{i}", StoredResponse({"id": f"resp_{i}"}, (ChatMessage("user", "hi"),), ()))
+    assert len(store) == 3 and store.get("resp_0") is None and store.get("resp_4") is not None
+    store.put("big", StoredResponse({}, (ChatMessage("user", "x" * 20_000),), ()))
+    assert len(store) == 0  # one answer larger than the whole budget is not kept either
+
+
+def test_json_schema_format(server):
+    schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "blue"]}},
+              "required": ["colour"], "additionalProperties": False}  # fmt: skip
+    resp = server.client().responses.create(
+        model=MODEL,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Pick a colour as JSON."}]}],
+        text={"format": {"type": "json_schema", "name": "pick", "schema": schema, "strict": True}},
+        max_output_tokens=40,
+        temperature=0,
+    )
+    jsonschema.validate(json.loads(resp.output_text), schema)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"model": MODEL, "input": [{"type": "item_reference", "id": "x"}]}, 400),
+        ({"model": MODEL, "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400),
+        ({"model": MODEL, "input": [{"role": "wizard", "content": "hi"}]}, 400),
+        ({"model": MODEL, "input": ""}, 400),
+        ({"model": MODEL, "input": "hi", "max_output_tokens": 0}, 400),
+        ({"model": MODEL, "input": "hi", "text": {"format": {"type": "yaml"}}}, 400),
+        ({"model": MODEL, "input": "hi", "temperature": 5}, 400),
+        ({"model": MODEL, "input": "hi", "previous_response_id": "resp_missing"}, 404),
+        ({"model": "no-such-model", "input": "hi"}, 404),
+        ({"input": "hi"}, 400),
+    ],
+)
+def test_bad_requests_get_openai_errors_never_a_500(server, body, status):
+    r = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=60)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["message"].endswith(".")
