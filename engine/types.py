@@ -174,7 +174,8 @@ class GenerationChunk:
     """One item of a generation stream.
 
     ``text`` is the new text (never a partial stop-string match). The final chunk has
-    ``finish_reason`` set, and its counters and timings cover the whole generation.
+    ``finish_reason`` set, and its counters and timings cover the whole generation;
+    ``stop_sequence`` is the stop string that ended it, when one did.
     """
 
     text: str = ""
@@ -193,6 +194,7 @@ class GenerationChunk:
     tool_call_deltas: tuple[ToolCallDelta, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning_tokens: int = 0
+    stop_sequence: str | None = None
 
 
 def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatMessage, ...]:

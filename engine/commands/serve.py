@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="paged backend: weight quantization (int4: the CPU's fast path; int8, fp8: GPUs)",
     )
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    p.add_argument(
+        "--ollama-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also listen on PORT (Ollama's is 11434) for clients that assume Ollama's address",
+    )
     p.set_defaults(run=run)
 
 
@@ -61,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         api_keys=tuple(keys),
         cors_origins=tuple(args.cors_origin),
         max_body_bytes=args.max_body,
+        ollama_port=args.ollama_port,
     )
     config = WorkerConfig(
         settings=settings,

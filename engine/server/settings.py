@@ -18,6 +18,8 @@ class ServerSettings:
         cors_origins: Origins allowed by CORS; empty turns CORS off.
         max_body_bytes: Largest request body accepted.
         max_n: Largest ``n`` (choices per request) accepted.
+        ollama_port: A second port on the same host serving the same API, for clients that assume
+            Ollama's (11434); None for none.
     """
 
     host: str = "127.0.0.1"
@@ -26,6 +28,7 @@ class ServerSettings:
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 8 * 1024 * 1024
     max_n: int = 8
+    ollama_port: int | None = None
 
     @property
     def is_loopback(self) -> bool:

@@ -57,6 +57,17 @@ def run_worker(config: WorkerConfig, *, announce=print) -> int:
             f"Cannot listen on {settings.host}:{settings.port} ({exc.strerror}); choose another --port."
         ) from exc
     port = sock.getsockname()[1]
+    sockets = [sock]
+    if settings.ollama_port is not None:
+        try:
+            sockets.append(bind_socket(settings.host, settings.ollama_port))
+        except OSError as exc:
+            manager.close()
+            sock.close()
+            raise HearthError(
+                f"Cannot listen on {settings.host}:{settings.ollama_port} for Ollama's clients ({exc.strerror}); "
+                "stop what uses it (perhaps Ollama itself) or choose another --ollama-port."
+            ) from exc
     if not settings.is_loopback:
         print(
             f"hearth: warning: listening on {settings.host}, reachable from other machines"
@@ -82,13 +93,16 @@ def run_worker(config: WorkerConfig, *, announce=print) -> int:
     )
     _exit_with_parent(server)
     announce(f"Hearth API listening on {base_url(settings.host, port)}")
+    if len(sockets) > 1:
+        announce(f"Ollama's API also on {base_url(settings.host, sockets[1].getsockname()[1]).removesuffix('/v1')}")
     sys.stdout.flush()
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     finally:
         catalog.close()
         manager.close()
-        sock.close()
+        for s in sockets:
+            s.close()
     return 0
 
 
