@@ -140,11 +140,12 @@ class GenerationRequest:
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # Tool calling and thinking (engine.tools): the offered tools, whether a call is allowed or forced,
-    # whether several calls may come at once; ``thinking`` None keeps the model's default, and
-    # ``template_kwargs`` are extra variables for the chat template (such as ``reasoning_effort``).
+    # whether a forced answer may hold several calls (off unless asked: small models otherwise repeat
+    # calls until max_tokens); ``thinking`` None keeps the model's default, and ``template_kwargs``
+    # are extra variables for the chat template (such as ``reasoning_effort``).
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice | None = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool = False
     thinking: bool | None = None
     template_kwargs: tuple[tuple[str, Any], ...] = ()
 

@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parallel", type=int, default=None, help="sequences decoded at once per model")
     p.add_argument("--threads", type=int, default=None, help="CPU threads per model")
     p.add_argument(
+        "--kv-type",
+        choices=("f16", "q8_0", "q4_0", "fp8"),
+        help="KV cache type (llama.cpp: f16, q8_0, q4_0; paged: f16, fp8); default: 16-bit, or what fits",
+    )
+    p.add_argument(
         "--max-waiting", type=int, default=64, help="requests queued per model before new ones get 429 (default 64)"
     )
     p.add_argument(
@@ -79,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
             n_ctx=args.ctx,
             n_seq_max=args.parallel,
             n_threads=args.threads,
-            extra={"max_waiting": args.max_waiting} | ({"quantization": args.quantization} if args.quantization else {}),
+            extra={"max_waiting": args.max_waiting}
+            | ({"quantization": args.quantization} if args.quantization else {})
+            | ({"kv_type": args.kv_type} if args.kv_type else {}),
         ),
     )
     return run_worker(config)
