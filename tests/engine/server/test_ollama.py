@@ -1,0 +1,203 @@
+"""Ollama's API on Hearth's port and on --ollama-port, driven by the official `ollama` client.
+
+A worker of its own (own data folder, no API key, as Ollama's clients expect) with the Hub stand-in
+behind it for /api/pull.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import ollama
+import pytest
+
+from engine.worker.supervisor import free_port
+from tests.engine.server.conftest import MODEL, Server
+
+REPO = "TheOrg/Tiny-Llama-GGUF"
+QUESTION = [{"role": "user", "content": "Name three colours."}]
+GREEDY = {"temperature": 0, "num_predict": 8}
+
+
+@pytest.fixture(scope="module")
+def fake_hub(tmp_path_factory):
+    from tests.engine.catalog.conftest import make_gguf
+    from tests.hubserver import FakeHub, HubFile, HubRepo
+
+    folder = tmp_path_factory.mktemp("ollama-hub")
+    gguf = make_gguf(folder / "tiny-llama.Q2_K.gguf", label="Q2_K", n_floats=30_000)
+    repo = HubRepo(REPO, [HubFile("README.md", b"# Tiny\n", lfs=False), HubFile("tiny-llama.Q2_K.gguf", gguf)], tags=["gguf"])
+    with FakeHub([repo], chunk=16 * 1024) as hub:
+        hub.throttle["tiny-llama.Q2_K.gguf"] = 0.1  # eight chunks: progress lines before the end
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def ollama_server(fake_hub, tmp_path_factory):
+    saved = {k: os.environ.get(k) for k in ("HF_ENDPOINT", "HEARTH_HOME")}
+    os.environ["HF_ENDPOINT"] = fake_hub.url
+    os.environ["HEARTH_HOME"] = str(tmp_path_factory.mktemp("ollama-home"))
+    port = free_port()
+    try:
+        s = Server("--ctx", "1024", "--parallel", "2", "--ollama-port", str(port), api_key=None)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    s.ollama_port = port
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(ollama_server):
+    return ollama.Client(host=ollama_server.root, timeout=120)
+
+
+def test_list_show_and_ps(client):
+    names = [m.model for m in client.list().models]
+    assert MODEL in names
+    shown = client.show(MODEL + ":latest")  # Ollama's clients add :latest to untagged names
+    assert shown.details.format == "gguf" and shown.details.family == "llama" and shown.details.quantization_level
+    assert "completion" in shown.capabilities
+    assert shown.modelinfo["general.architecture"] == "llama" and shown.modelinfo["general.parameter_count"] > 1e8
+    assert "<|im_start|>" in shown.template
+    client.generate(model=MODEL, prompt="")  # an empty prompt loads the model
+    running = client.ps().models
+    assert [m.model for m in running] == [MODEL] and running[0].context_length == 1024
+
+
+def test_chat_streamed_and_not_agree_and_end_with_ollamas_counts(client):
+    plain = client.chat(model=MODEL, messages=QUESTION, options=GREEDY)
+    assert plain.done and plain.message.role == "assistant" and plain.message.content
+    assert plain.eval_count == 8 and plain.done_reason == "length"
+    assert plain.prompt_eval_count > 5 and plain.total_duration >= plain.eval_duration > 0
+    parts = list(client.chat(model=MODEL, messages=QUESTION, options=GREEDY, stream=True))
+    assert len(parts) > 2 and all(not p.done for p in parts[:-1]) and parts[-1].done
+    assert "".join(p.message.content for p in parts) == plain.message.content
+    last = parts[-1]
+    assert last.eval_count == 8 and last.prompt_eval_count == plain.prompt_eval_count
+    assert last.load_duration is not None and last.prompt_eval_duration > 0
+
+
+def test_generate_with_system_raw_stop_and_seed(client):
+    r = client.generate(model=MODEL, prompt="Name three colours.", system="Be brief.", options=GREEDY)
+    assert r.response and r.done and r.eval_count <= 8
+    raw = client.generate(model=MODEL, prompt="The sky is", raw=True, options={"num_predict": 6, "temperature": 0})
+    assert raw.response and raw.prompt_eval_count < r.prompt_eval_count  # no chat template around it
+    words = r.response.split()
+    if len(words) >= 3:
+        cut = client.generate(model=MODEL, prompt="Name three colours.", system="Be brief.", options={**GREEDY, "stop": [words[2]]})
+        assert cut.response == r.response[: r.response.index(words[2])]
+    seeded = {"temperature": 1.0, "seed": 7, "num_predict": 8, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "repeat_penalty": 1.1}
+    a = client.generate(model=MODEL, prompt="Tell me a story.", options=seeded).response
+    assert a == client.generate(model=MODEL, prompt="Tell me a story.", options=seeded).response
+
+
+def test_format_json_goes_through_the_grammar(client):
+    import json
+
+    schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "blue"]}}, "required": ["colour"]}
+    r = client.chat(model=MODEL, messages=[{"role": "user", "content": "Pick a colour."}], format=schema,
+                    options={"temperature": 0, "num_predict": 40})  # fmt: skip
+    assert json.loads(r.message.content)["colour"] in ("red", "blue")
+
+
+def test_embed_and_the_older_embeddings(client):
+    r = client.embed(model=MODEL, input=["red", "blue"])
+    assert len(r.embeddings) == 2 and len(r.embeddings[0]) > 100 and r.prompt_eval_count >= 2
+    assert abs(sum(x * x for x in r.embeddings[0]) - 1.0) < 1e-3
+    short = client.embed(model=MODEL, input="red", dimensions=64)
+    assert len(short.embeddings[0]) == 64 and abs(sum(x * x for x in short.embeddings[0]) - 1.0) < 1e-3
+    old = client.embeddings(model=MODEL, prompt="red")
+    assert max(abs(a - b) for a, b in zip(old.embedding, r.embeddings[0], strict=True)) < 1e-4
+
+
+def test_keep_alive_zero_unloads_after_the_answer(client):
+    client.chat(model=MODEL, messages=QUESTION, options={"num_predict": 2}, keep_alive=0)
+    deadline = time.monotonic() + 15
+    while client.ps().models and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.ps().models == []
+    client.generate(model=MODEL, prompt="", keep_alive="10m")
+    (entry,) = client.ps().models
+    left = entry.expires_at.timestamp() - time.time()
+    assert 500 < left <= 600
+    unloaded = client.generate(model=MODEL, prompt="", keep_alive=0)
+    assert unloaded.done_reason == "unload" and client.ps().models == []
+
+
+def test_pull_from_the_hub_with_progress_then_delete(client):
+    progress = list(client.pull(f"hf.co/{REPO}:Q2_K", stream=True))
+    statuses = [p.status for p in progress]
+    assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+    sized = [p for p in progress if p.total]
+    assert sized and sized[-1].completed == sized[-1].total > 100_000 and sized[-1].digest.startswith("sha256:")
+    assert any(p.completed < p.total for p in sized), "no progress line before the end"
+    name = f"{REPO}:Q2_K"
+    assert name in [m.model for m in client.list().models]
+    assert client.pull(name).status == "success"  # already here: nothing to fetch
+    assert client.show(name).details.quantization_level == "Q2_K"
+    assert client.delete(name).status == "success"
+    assert name not in [m.model for m in client.list().models]
+    with pytest.raises(ollama.ResponseError) as err:
+        client.delete(name)
+    assert err.value.status_code == 404
+
+
+def test_pull_of_what_the_hub_lacks_is_an_ollama_error(client):
+    with pytest.raises(ollama.ResponseError) as err:
+        client.pull("TheOrg/No-Such-Repo-GGUF:Q4_K_M")
+    assert err.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as err:
+        client.pull("llama3.2")  # an Ollama library name, not a Hub repo
+    assert err.value.status_code == 400 and "owner/repo" in err.value.error
+
+
+def test_the_ollama_port_serves_the_same_api(ollama_server):
+    other = ollama.Client(host=f"http://127.0.0.1:{ollama_server.ollama_port}", timeout=60)
+    assert MODEL in [m.model for m in other.list().models]
+    assert httpx.get(f"http://127.0.0.1:{ollama_server.ollama_port}/api/version").json()["version"]
+    assert httpx.get(f"http://127.0.0.1:{ollama_server.ollama_port}/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/api/chat", {"model": "no-such-model", "messages": QUESTION}, 404),
+        ("/api/chat", {"model": MODEL, "messages": QUESTION, "options": {"temperature": "hot"}}, 400),
+        ("/api/chat", {"model": MODEL, "messages": QUESTION, "options": {"num_predict": "ten"}}, 400),
+        ("/api/chat", {"model": MODEL, "messages": QUESTION, "keep_alive": "soon"}, 400),
+        ("/api/chat", {"model": MODEL, "messages": QUESTION, "format": "yaml"}, 400),
+        ("/api/chat", {"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400),
+        ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]}, 400),
+        ("/api/chat", {"messages": QUESTION}, 400),
+        ("/api/generate", {"model": MODEL, "prompt": 5}, 400),
+        ("/api/embed", {"model": MODEL, "input": []}, 400),
+        ("/api/show", {}, 400),
+        ("/api/show", {"model": "no-such-model"}, 404),
+    ],
+)
+def test_bad_requests_get_ollamas_error_shape_never_a_500(ollama_server, path, body, status):
+    r = httpx.post(f"{ollama_server.root}{path}", json=body, timeout=60)
+    assert r.status_code == status, r.text
+    assert set(r.json()) == {"error"} and r.json()["error"].endswith(".")
+
+
+def test_a_body_sent_as_curl_sends_it_is_read_as_json(ollama_server):
+    r = httpx.post(f"{ollama_server.root}/api/show", content=b'{"model": "%s"}' % MODEL.encode(),
+                   headers={"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert r.status_code == 200 and r.json()["details"]["format"] == "gguf"
+    bad = httpx.post(f"{ollama_server.root}/api/show", content=b"{nope")
+    assert bad.status_code == 400 and "error" in bad.json()
+
+
+def test_with_a_key_ollamas_clients_send_it_as_a_bearer_token(server):
+    refused = httpx.get(f"{server.root}/api/tags")
+    assert refused.status_code == 401 and set(refused.json()) == {"error"}
+    keyed = ollama.Client(host=server.root, headers={"Authorization": f"Bearer {server.api_key}"})
+    assert MODEL in [m.model for m in keyed.list().models]
