@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from PySide6.QtCore import QPoint, QRect, QTimer
@@ -38,6 +39,18 @@ def pixels(image: QImage, hole: QRect) -> bytes:
     return bytes(out.constBits())
 
 
+def reported(method):
+    """Any error in the watch ends the run with that error in the report (not a hang)."""
+
+    def run(self, *args):
+        try:
+            method(self, *args)
+        except Exception:
+            self.finish(error=traceback.format_exc())
+
+    return run
+
+
 class ScreenWatch:
     def __init__(self, out: Path, limit_s: float) -> None:
         self.out = out
@@ -49,6 +62,7 @@ class ScreenWatch:
         self.region = QRect()
         self.hole = QRect()
 
+    @reported
     def find_window(self) -> None:
         from app.main_window import MainWindow
 
@@ -70,6 +84,7 @@ class ScreenWatch:
         viewport = self.window.chats.composer.input.viewport()
         return self.window.grab(QRect(viewport.mapTo(self.window, QPoint(0, 0)), viewport.size())).toImage()
 
+    @reported
     def on_state(self, state) -> None:
         from app.application import seconds_since_launch
 
@@ -100,6 +115,7 @@ class ScreenWatch:
         screen.save(str(path))
         return screen.toImage()
 
+    @reported
     def poll(self) -> None:
         waited = time.monotonic() - self.ready_at
         shot = self.screenshot(self.out / "screen.png")
