@@ -10,9 +10,11 @@ no Qt, so it can run before Qt loads anything.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 __all__ = ["XCB_LIBRARIES", "display_problem", "missing_xcb_packages", "will_use_xcb"]
 
@@ -31,13 +33,29 @@ XCB_LIBRARIES: tuple[tuple[str, str], ...] = (
 )
 
 
+def _beside_qt() -> list[Path]:
+    """Folders Qt's plugin also finds libraries in: Qt's own lib folder (its RUNPATH) and, in
+    the frozen app, the bundle's folder (PyInstaller's bootloader adds it to LD_LIBRARY_PATH
+    too, so this is a second chance)."""
+    folders = []
+    spec = importlib.util.find_spec("PySide6")  # finds the package without importing Qt
+    if spec is not None and spec.submodule_search_locations:
+        folders.append(Path(next(iter(spec.submodule_search_locations))) / "Qt" / "lib")
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle:
+        folders.append(Path(bundle))
+    return folders
+
+
 def _loads(soname: str) -> bool:
-    """Whether the dynamic linker finds ``soname`` (as it would for Qt's plugin)."""
-    try:
-        ctypes.CDLL(soname)
-    except OSError:
-        return False
-    return True
+    """Whether ``soname`` can be loaded as Qt's plugin would load it."""
+    for candidate in (soname, *(str(folder / soname) for folder in _beside_qt() if (folder / soname).is_file())):
+        try:
+            ctypes.CDLL(candidate)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 def will_use_xcb(env: Mapping[str, str], *, system: str = sys.platform) -> bool:

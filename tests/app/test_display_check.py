@@ -84,3 +84,11 @@ def test_hearth_gui_without_a_display_exits_with_the_sentence_instead_of_qt_abor
     assert done.returncode == 1, done.stderr  # Qt's own failure is an abort (-6)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hearth: Hearth found no display"), done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11 is checked on Linux only")
+def test_the_real_lookup_finds_libraries_beside_qts_own_and_not_made_up_ones():
+    from app import display
+
+    assert display._loads("libQt6Core.so.6")  # in PySide6's Qt/lib, where Qt's plugin looks too
+    assert not display._loads("libhearth-no-such-library.so.0")
