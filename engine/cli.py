@@ -13,6 +13,7 @@ from engine import __version__
 COMMAND_MODULES = (
     "engine.commands.bench",
     "engine.commands.chat",
+    "engine.commands.fit",
     "engine.commands.gui",
     "engine.commands.hw",
     "engine.commands.import_model",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +94,31 @@ def test_the_real_lookup_finds_libraries_beside_qts_own_and_not_made_up_ones():
 
     assert display._loads("libQt6Core.so.6")  # in PySide6's Qt/lib, where Qt's plugin looks too
     assert not display._loads("libhearth-no-such-library.so.0")
+
+
+def _installed_xcb_cursor() -> Path | None:
+    for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        path = Path(folder) / "libxcb-cursor.so.0"
+        if path.exists():
+            return path.resolve()
+    return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11 is checked on Linux only")
+def test_hearth_on_an_x11_desktop_without_libxcb_cursor_names_the_package_instead_of_aborting(tmp_path):
+    """The library is really gone for the app: hidden under /dev/null in a mount namespace of its own."""
+    library = _installed_xcb_cursor()
+    unshare = shutil.which("unshare")
+    if library is None or unshare is None or os.geteuid() != 0:
+        pytest.skip("needs root, unshare and an installed libxcb-cursor0 to hide from the app")
+    env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "QT_QPA_PLATFORM", "XDG_SESSION_TYPE")}
+    env.update(DISPLAY=":99", HEARTH_HOME=str(tmp_path))  # the check comes before Qt looks for the display
+    script = f'mount --bind /dev/null "{library}" || exit 99; exec "{sys.executable}" -m engine.cli'
+    done = subprocess.run([unshare, "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode == 99:
+        pytest.skip(f"this machine does not allow a private mount namespace: {done.stderr.strip()}")
+    assert done.returncode == 1, done.stderr  # Qt alone: "could not load the Qt platform plugin" and SIGABRT
+    assert done.stderr.strip() == (
+        "hearth: Hearth's window needs X11 libraries this system lacks (libxcb-cursor0): "
+        "install them with `sudo apt-get install libxcb-cursor0` (Debian/Ubuntu) and start Hearth again."
+    )

@@ -13,20 +13,16 @@ import llama_cpp
 import psutil
 
 from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, drain
-from engine.backends.llamacpp.model import GGUFModel
+from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
+from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from engine.fit.plan import LoadPlan
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CTX = 4096
-MAX_DEFAULT_SEQS = 16
-# Share of available RAM the KV cache may take when choosing the number of slots.
-KV_MEMORY_SHARE = 0.25
-
 
 def default_threads() -> int:
     """Threads for decoding: the physical cores this process may use."""
@@ -38,13 +34,6 @@ def default_threads() -> int:
     return max(1, min(usable, physical))
 
 
-def default_seq_slots(kv_bytes_per_token: int, n_ctx_seq: int, available: int | None = None) -> int:
-    """How many sequences to decode at once: up to 16, as the free memory allows."""
-    available = psutil.virtual_memory().available if available is None else available
-    per_seq = max(1, kv_bytes_per_token * n_ctx_seq)
-    return max(1, min(MAX_DEFAULT_SEQS, int(available * KV_MEMORY_SHARE // per_seq)))
-
-
 class LlamaCppBackend:
     """GGUF models through llama.cpp, with continuous batching and prefix reuse."""
 
@@ -54,6 +43,7 @@ class LlamaCppBackend:
         self.model: GGUFModel | None = None
         self.loop: DecodeLoop | None = None
         self.spec: ModelSpec | None = None
+        self.plan: LoadPlan | None = None
         self._embed_ctx = None
         self._embed_lock = threading.Lock()
         self._n_threads = 1
@@ -62,10 +52,12 @@ class LlamaCppBackend:
         options = options or LoadOptions()
         if model.format != "gguf":
             raise ModelLoadError(str(model.path), "the llama.cpp backend loads only GGUF files.")
-        self.model = GGUFModel(model.path, n_gpu_layers=options.n_gpu_layers)
+        check_gguf_file(model.path)
+        plan = plan_llamacpp_load(model.path, options)  # context, slots, KV type and GPU layers that fit
+        self.model = GGUFModel(model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split)
         self.spec = model
-        n_ctx = options.n_ctx or min(DEFAULT_CTX, self.model.n_ctx_train or DEFAULT_CTX)
-        n_seq = options.n_seq_max or default_seq_slots(self.model.kv_bytes_per_token, n_ctx)
+        self.plan = plan
+        n_ctx, n_seq = plan.n_ctx, plan.n_seq
         self._n_threads = options.n_threads or default_threads()
         try:
             self.loop = DecodeLoop(
@@ -75,12 +67,13 @@ class LlamaCppBackend:
                 n_threads=self._n_threads,
                 prefill_chunk=int(options.extra.get("prefill_chunk", 256)),
                 max_waiting=int(options.extra.get("max_waiting", 64)),
+                kv_type=GGML_KV_TYPES[plan.kv_type],
                 **{k: options.extra[k] for k in ("flash_attn", "kv_unified") if k in options.extra},
             )
         except MemoryError as exc:
             self.model.close()
             raise ModelLoadError(str(model.path), f"{exc}; try a smaller context or fewer slots.") from exc
-        log.info("loaded %s: %d slots of %d tokens, %d threads", model.path.name, n_seq, n_ctx, self._n_threads)
+        log.info("loaded %s: %s, %d threads; %s", model.path.name, plan.describe(), self._n_threads, plan.reason)
 
     def _require(self) -> tuple[GGUFModel, DecodeLoop]:
         if self.model is None or self.loop is None:
@@ -212,7 +205,10 @@ class LlamaCppBackend:
             return out, total
 
     def stats(self) -> dict[str, Any]:
-        return self.loop.stats() if self.loop is not None else {}
+        if self.loop is None:
+            return {}
+        plan = self.plan.to_dict() if self.plan is not None else None
+        return {**self.loop.stats(), "load_plan": plan}
 
     def close(self) -> None:
         if self.loop is not None:

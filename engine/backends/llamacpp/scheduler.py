@@ -103,6 +103,7 @@ class DecodeLoop(AdmissionQueue):
         n_threads: CPU threads for decoding.
         prefill_chunk: Most prompt tokens put into one step beside the decodes.
         max_waiting: Most requests queued for a slot before new ones are refused.
+        kv_type: The ggml type of the KV cache (F16, Q8_0, Q4_0).
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class DecodeLoop(AdmissionQueue):
         max_waiting: int = 64,
         flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
         kv_unified: bool = False,
+        kv_type: int = llama_cpp.GGML_TYPE_F16,
     ) -> None:
         self.model = model
         self.n_seq_max = n_seq_max
@@ -133,6 +135,8 @@ class DecodeLoop(AdmissionQueue):
         params.n_seq_max = n_seq_max
         params.kv_unified = kv_unified
         params.flash_attn_type = flash_attn
+        params.type_k = kv_type  # a quantized V cache needs flash attention (llama.cpp refuses it otherwise)
+        params.type_v = kv_type
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
