@@ -27,7 +27,7 @@ class LoadOptions:
 
     n_ctx: int | None = None
     n_threads: int | None = None
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = None  # None: as many as fit (llama.cpp built with GPU support)
     n_seq_max: int | None = None
     n_batch: int | None = None
     embedding: bool = False

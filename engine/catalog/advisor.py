@@ -1,10 +1,12 @@
 """The quantization advisor: how much memory each variant needs here, and which one to take.
 
-Memory = weights (file sizes, split parts summed) + KV cache at the chosen context length
-(layers x KV heads x head dim x 2 x bytes per element) + runtime overhead (compute buffers, the
-tokenizer, tensor bookkeeping; on NVIDIA also the CUDA context). Each variant gets a :class:`Fit`:
-fits fully on GPU, partial offload (N of M layers), CPU only, or will not fit. Apple Silicon's
-unified memory counts as GPU memory up to :data:`UNIFIED_GPU_SHARE` of RAM.
+Every figure comes from the one memory model in :mod:`engine.fit`, the same one the loaders plan
+with: weights (file sizes, split parts summed), the KV cache of each slot at the chosen context
+and KV cache type, llama.cpp's compute and output buffers, and the worker's runtime (on NVIDIA
+also each GPU's CUDA context). Each variant gets a :class:`FitEstimate` holding the
+:class:`engine.fit.LoadPlan` the loader would make on this machine at rest: fits fully on GPU,
+partial offload (N of M layers), CPU only, or will not fit. Apple Silicon's unified memory counts
+as GPU memory up to 75% of RAM.
 
 Typical use (the server and the CLI do this)::
 
@@ -15,7 +17,6 @@ Typical use (the server and the CLI do this)::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,15 +25,14 @@ from typing import Any
 from engine.backends.choice import choose_backend
 from engine.catalog.shape import ModelShape
 from engine.catalog.variants import Variant
+from engine.fit.budget import MemoryBudget
+from engine.fit.facts import ModelFacts, facts_from_shape
+from engine.fit.memory import KV_TYPE_WORDS, compute_buffer_bytes, llamacpp_model_bytes, output_buffer_bytes
+from engine.fit.plan import DEFAULT_CTX, PREFILL_BLOCK, LoadPlan, plan_load
 from engine.hardware import HardwareInfo
 
-DEFAULT_CONTEXT = 4096  # what the llama.cpp backend loads with when not told otherwise
-RUNTIME_BASE_BYTES = 32 * 1024**2  # graph, tokenizer, tensor metadata
-RUNTIME_WEIGHT_SHARE = 0.04  # compute buffers grow with the model
-GPU_CONTEXT_BYTES = 400 * 1024**2  # the CUDA context and cuBLAS workspace on an NVIDIA GPU
-GPU_USABLE_SHARE = 0.90  # of a discrete GPU's memory (the desktop and drivers keep the rest)
-UNIFIED_GPU_SHARE = 0.75  # of an Apple Silicon Mac's RAM that Metal lets the GPU wire
-RAM_USABLE_SHARE = 0.80  # of RAM (the OS and other apps keep the rest)
+DEFAULT_CONTEXT = DEFAULT_CTX  # what the llama.cpp backend loads with when not told otherwise
+_KV_TYPE_BY_BYTES = {2.0: "f16", 1.0: "q8_0", 0.5: "q4_0"}
 
 
 class Fit(StrEnum):
@@ -69,6 +69,7 @@ class FitEstimate:
     gpu_layers: int
     total_layers: int
     quality: int
+    plan: LoadPlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +85,7 @@ class FitEstimate:
             "backend": self.backend,
             "gpu_layers": self.gpu_layers,
             "total_layers": self.total_layers,
+            "plan": self.plan.to_dict() if self.plan is not None else None,
         }
 
 
@@ -115,25 +117,39 @@ def _gb(n: float) -> str:
 
 
 def estimate_memory(
-    weights_bytes: int, shape: ModelShape, *, context_length: int, kv_dtype_bytes: float = 2.0
+    weights_bytes: int,
+    shape: ModelShape,
+    *,
+    context_length: int,
+    kv_dtype_bytes: float = 2.0,
+    facts: ModelFacts | None = None,
 ) -> MemoryEstimate:
-    """Memory a model of ``weights_bytes`` and ``shape`` takes at ``context_length`` tokens (one sequence)."""
+    """Memory one sequence of ``context_length`` tokens takes with a model of ``weights_bytes`` and ``shape``.
+
+    The overhead is llama.cpp's: compute and output buffers and its bookkeeping (not the worker's
+    own runtime, which :class:`engine.fit.LoadPlan` adds).
+    """
+    facts = facts or facts_from_shape(shape, weights_bytes)
+    overhead = (
+        compute_buffer_bytes(facts, n_ubatch=PREFILL_BLOCK, n_ctx=context_length)
+        + output_buffer_bytes(facts, n_outputs=1)
+        + llamacpp_model_bytes(facts)
+    )
     return MemoryEstimate(
         weights=int(weights_bytes),
         kv_cache=shape.kv_bytes_per_token(kv_dtype_bytes) * int(context_length),
-        overhead=int(RUNTIME_BASE_BYTES + RUNTIME_WEIGHT_SHARE * weights_bytes),
+        overhead=int(overhead),
     )
 
 
-def _budgets(hardware: HardwareInfo) -> tuple[int, int, int]:
-    """(usable GPU bytes, bytes the GPU context takes, usable RAM bytes)."""
-    ram = int(hardware.ram_total * RAM_USABLE_SHARE)
+def _gpu_plan_or_cpu(facts: ModelFacts, hardware: HardwareInfo, backend: str, gpu_offload: bool, **kw: Any) -> LoadPlan:
+    """The loader's plan at rest; off the GPU when it does not fit there and RAM can hold it."""
+    plan = plan_load(facts, MemoryBudget.from_hardware(hardware, live=False, gpu_offload=gpu_offload), backend=backend, **kw)
     gpu = hardware.best_gpu
-    if gpu is None:
-        return 0, 0, ram
-    if gpu.unified_memory:
-        return int(hardware.ram_total * UNIFIED_GPU_SHARE), 0, ram
-    return int(gpu.memory_total * GPU_USABLE_SHARE), GPU_CONTEXT_BYTES, ram
+    if plan.fits or not gpu_offload or gpu is None or gpu.unified_memory:
+        return plan
+    cpu = plan_load(facts, MemoryBudget.from_hardware(hardware, live=False, gpu_offload=False), backend=backend, **kw)
+    return cpu if cpu.fits else plan
 
 
 def estimate_fit(
@@ -143,62 +159,92 @@ def estimate_fit(
     *,
     context_length: int,
     kv_dtype_bytes: float = 2.0,
+    kv_type: str | None = None,
+    parallel: int | None = None,
     gpu_offload_supported: bool | None = None,
 ) -> FitEstimate:
-    """How ``variant`` fits ``hardware`` at ``context_length`` tokens."""
-    mem = estimate_memory(variant.weights_bytes, shape, context_length=context_length, kv_dtype_bytes=kv_dtype_bytes)
+    """How ``variant`` fits ``hardware`` at ``context_length`` tokens (the loader's plan at rest).
+
+    Args:
+        kv_type: The KV cache type (``f16``, ``q8_0``, ``q4_0``; ``fp8`` for the paged engine);
+            None lets the plan choose, as the loader does.
+        kv_dtype_bytes: The older way to say it (2: f16, 1: q8_0), used when ``kv_type`` is None
+            and it is not 2.
+        parallel: Slots to plan for (None: as the loader chooses).
+    """
+    if kv_type is None and kv_dtype_bytes != 2.0:
+        kv_type = _KV_TYPE_BY_BYTES.get(kv_dtype_bytes, "q8_0")
     choice = choose_backend(variant.format, hardware=hardware, gpu_offload_supported=gpu_offload_supported)
-    gpu_budget, gpu_ctx, ram_budget = _budgets(hardware)
+    facts = facts_from_shape(shape, variant.weights_bytes, format=variant.format, bits_per_weight=variant.bits_per_weight)
+    try:
+        plan = _gpu_plan_or_cpu(
+            facts, hardware, choice.backend, choice.gpu_offload, n_ctx=context_length, n_seq=parallel, kv_type=kv_type
+        )
+    except ValueError:  # a KV type this backend does not have: plan with its own
+        plan = _gpu_plan_or_cpu(facts, hardware, choice.backend, choice.gpu_offload, n_ctx=context_length, n_seq=parallel)
+    kv_bytes = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "fp8": 1.0}[plan.kv_type]
+    mem = estimate_memory(variant.weights_bytes, shape, context_length=context_length, kv_dtype_bytes=kv_bytes, facts=facts)
     gpu = hardware.best_gpu
     layers = shape.layers
-    need = f"needs about {_gb(mem.total)} ({_gb(mem.weights)} weights + {_gb(mem.kv_cache)} KV cache for {context_length:,} tokens + {_gb(mem.overhead)} runtime)"
+    total = plan.memory.total
+    opened = plan.describe()
+    need = (
+        f"needs about {_gb(total)} as loaded here ({opened}: {_gb(plan.memory.weights)} weights + "
+        f"{_gb(plan.memory.kv_cache)} KV cache + {_gb(plan.memory.buffers + plan.memory.runtime)} buffers and runtime)"
+    )
+    lever = ""
+    if plan.kv_type in ("q8_0", "q4_0", "fp8") and kv_type is None:
+        lever = f"It fits at {context_length:,} tokens with an {KV_TYPE_WORDS[plan.kv_type]} KV cache. "
 
-    def result(fit: Fit, label: str, reason: str, gpu_layers: int) -> FitEstimate:
+    def result(fit: Fit, label: str, reason: str) -> FitEstimate:
         return FitEstimate(
             variant=variant.name,
             format=variant.format,
             fit=fit,
             label=label,
-            reason=reason,
+            reason=lever + reason,
             memory=mem,
             backend=choice.backend,
-            gpu_layers=gpu_layers,
+            gpu_layers=plan.gpu_layers,
             total_layers=layers,
             quality=variant.quality,
+            plan=plan,
         )
 
+    if not plan.fits:
+        return result(Fit.NONE, "will not fit", plan.reason)
+    on_gpu = [d for d in plan.devices if d.device != "cpu"]
+    usable = sum(d.usable for d in on_gpu)
+    if gpu is not None and on_gpu and plan.gpu_layers >= plan.total_layers:
+        names = " and ".join(d.name for d in on_gpu)
+        return result(Fit.GPU, "fits fully on GPU", f"It {need}, within the {names}'s {_gb(usable)} usable.")
+    if gpu is not None and on_gpu and plan.gpu_layers > 0:
+        n = plan.gpu_layers
+        hint = plan.reason.split("GB runtime).")[-1]
+        return result(
+            Fit.PARTIAL,
+            f"partial offload ({n} of {layers} layers)",
+            f"It {need}: {n} of {layers} layers fit in the {gpu.name}'s {_gb(usable)} usable and the rest runs from RAM.{hint}",
+        )
     if gpu is not None and choice.gpu_offload:
-        if mem.total + gpu_ctx <= gpu_budget:
-            return result(Fit.GPU, "fits fully on GPU", f"It {need}, within the {gpu.name}'s {_gb(gpu_budget)} usable.", layers)
-        if choice.backend == "llamacpp":
-            layer_bytes = (mem.weights + mem.kv_cache) / max(1, layers)
-            n = min(layers - 1, max(0, math.floor((gpu_budget - gpu_ctx - mem.overhead) / layer_bytes)))
-            in_ram = mem.total if gpu.unified_memory else (layers - n) * layer_bytes + mem.overhead
-            if n > 0 and in_ram <= ram_budget:
-                return result(
-                    Fit.PARTIAL,
-                    f"partial offload ({n} of {layers} layers)",
-                    f"It {need}: {n} of {layers} layers fit in the {gpu.name}'s {_gb(gpu_budget)} usable and the rest runs from RAM.",
-                    n,
-                )
-        if not gpu.unified_memory and mem.total <= ram_budget:
-            return result(
-                Fit.CPU,
-                "CPU only",
-                f"It {need}, more than the {gpu.name}'s {_gb(gpu_budget)} usable, so it runs on the CPU from RAM, slowly.",
-                0,
-            )
-        where = f"the {gpu.name}'s {_gb(gpu_budget)} usable" if gpu.unified_memory else f"{_gb(ram_budget)} of usable RAM"
-        return result(Fit.NONE, "will not fit", f"It {need}, more than {where}.", 0)
-    if mem.total <= ram_budget:
-        why = choice.reason if gpu is not None else "there is no GPU"
-        return result(Fit.CPU, "CPU only", f"It {need} and runs on the CPU from RAM ({why}).", 0)
-    return result(Fit.NONE, "will not fit", f"It {need}, more than this machine's {_gb(ram_budget)} of usable RAM.", 0)
+        gpu_usable = MemoryBudget.from_hardware(hardware, live=False).gpus[0].usable if hardware.gpus else 0
+        return result(
+            Fit.CPU,
+            "CPU only",
+            f"It {need}, more than the {gpu.name}'s {_gb(gpu_usable)} usable, so it runs on the CPU from RAM, slowly.",
+        )
+    why = choice.reason if gpu is not None else "there is no GPU"
+    return result(Fit.CPU, "CPU only", f"It {need} and runs on the CPU from RAM ({why}).")
 
 
 def _recommend(estimates: Sequence[FitEstimate], hardware: HardwareInfo, ctx: int) -> tuple[str | None, str]:
     def best(items: list[FitEstimate]) -> FitEstimate:
-        return max(items, key=lambda e: (e.quality, -e.memory.total))
+        # A variant that fits only with a 4-bit KV cache ranks below those that fit with 8 or 16 bits:
+        # the cache loses more than the next quantization step gains.
+        return max(items, key=lambda e: (e.plan is None or e.plan.kv_type != "q4_0", e.quality, -e.memory.total))
+
+    def about(e: FitEstimate) -> str:
+        return f"about {_gb(e.plan.memory.total if e.plan else e.memory.total)} with {ctx:,} tokens of context"
 
     gpu = hardware.best_gpu
     full = [e for e in estimates if e.fit is Fit.GPU]
@@ -206,7 +252,7 @@ def _recommend(estimates: Sequence[FitEstimate], hardware: HardwareInfo, ctx: in
         e = best(full)
         return e.variant, (
             f"{e.variant} is the highest-quality variant that fits fully on the {gpu.name if gpu else 'GPU'} "
-            f"(about {_gb(e.memory.total)} with {ctx:,} tokens of context)."
+            f"({about(e)})."
         )
     partial = [e for e in estimates if e.fit is Fit.PARTIAL]
     cpu = [e for e in estimates if e.fit is Fit.CPU]
@@ -214,7 +260,7 @@ def _recommend(estimates: Sequence[FitEstimate], hardware: HardwareInfo, ctx: in
         e = best(cpu)
         return e.variant, (
             f"{e.variant} is the highest-quality variant that fits in this machine's RAM "
-            f"(about {_gb(e.memory.total)} with {ctx:,} tokens of context); it runs on the CPU."
+            f"({about(e)}); it runs on the CPU."
         )
     if partial:
         mostly = [e for e in partial if e.gpu_layers * 2 >= e.total_layers]
@@ -227,7 +273,7 @@ def _recommend(estimates: Sequence[FitEstimate], hardware: HardwareInfo, ctx: in
         e = best(cpu)
         return e.variant, (
             f"No variant fits on the {gpu.name if gpu else 'GPU'}; {e.variant} is the highest-quality one "
-            f"that runs on the CPU from RAM (about {_gb(e.memory.total)})."
+            f"that runs on the CPU from RAM ({about(e)})."
         )
     return None, (
         f"None of these variants fits in this machine's memory with {ctx:,} tokens of context; "
@@ -242,6 +288,8 @@ def advise(
     *,
     context_length: int | None = None,
     kv_dtype_bytes: float = 2.0,
+    kv_type: str | None = None,
+    parallel: int | None = None,
     gpu_offload_supported: bool | None = None,
 ) -> Advice:
     """Label every variant for ``hardware`` and recommend the highest-quality one that fits fully.
@@ -252,13 +300,22 @@ def advise(
         hardware: The machine (:func:`engine.hardware.detect_hardware`, or data from elsewhere).
         context_length: Tokens of context to plan for; the backend's default (4096, or the
             model's own length when shorter) when None.
-        kv_dtype_bytes: Bytes per KV-cache element (2 for f16, 1 for q8_0).
+        kv_dtype_bytes: Bytes per KV-cache element (2 for f16, 1 for q8_0); ``kv_type`` says it by name.
+        kv_type: ``f16``, ``q8_0``, ``q4_0`` (llama.cpp) or ``fp8`` (paged); None: as the loader chooses.
+        parallel: Slots to plan for; None: as the loader chooses.
         gpu_offload_supported: Whether llama.cpp can offload to the GPU (detected when None).
     """
     ctx = context_length or min(DEFAULT_CONTEXT, shape.context_length or DEFAULT_CONTEXT)
     estimates = tuple(
         estimate_fit(
-            v, shape, hardware, context_length=ctx, kv_dtype_bytes=kv_dtype_bytes, gpu_offload_supported=gpu_offload_supported
+            v,
+            shape,
+            hardware,
+            context_length=ctx,
+            kv_dtype_bytes=kv_dtype_bytes,
+            kv_type=kv_type,
+            parallel=parallel,
+            gpu_offload_supported=gpu_offload_supported,
         )
         for v in variants
     )

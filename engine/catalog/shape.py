@@ -26,6 +26,11 @@ class ModelShape:
     parameters: int | None = None
     architecture: str | None = None
     source: str = "estimated"
+    # What sizes llama.cpp's compute buffers (None where the source does not say)
+    embedding: int | None = None
+    heads: int | None = None
+    vocab: int | None = None
+    feed_forward: int | None = None
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float = 2.0) -> int:
         """Keys and values of one token across every layer (f16 cache: 2 bytes per element)."""
@@ -40,6 +45,10 @@ class ModelShape:
             "parameters": self.parameters,
             "architecture": self.architecture,
             "source": self.source,
+            "embedding": self.embedding,
+            "heads": self.heads,
+            "vocab": self.vocab,
+            "feed_forward": self.feed_forward,
         }
 
 
@@ -77,6 +86,10 @@ def shape_from_config(config: dict[str, Any], source: str = "the repo's config.j
         context_length=config.get("max_position_embeddings"),
         architecture=config.get("model_type"),
         source=source,
+        embedding=hidden,
+        heads=int(heads),
+        vocab=config.get("vocab_size"),
+        feed_forward=config.get("intermediate_size"),
     )
 
 
@@ -101,7 +114,15 @@ def shape_from_gguf_kv(kv: dict[str, Any], source: str = "the GGUF header") -> M
         context_length=kv.get(f"{arch}.context_length"),
         architecture=arch,
         source=source,
+        embedding=embd,
+        heads=max(heads) if isinstance(heads, list) else heads,
+        vocab=kv.get(f"{arch}.vocab_size"),
+        feed_forward=_largest(kv.get(f"{arch}.feed_forward_length")),
     )
+
+
+def _largest(value: Any) -> Any:
+    return max(value) if isinstance(value, list) and value else value
 
 
 # Typical shapes of decoder models by size (Llama/Qwen/SmolLM families), for guesses only.

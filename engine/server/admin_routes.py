@@ -1,4 +1,4 @@
-"""The admin API under /api/ used by the desktop app: local models, load state, load/unload, stats."""
+"""The admin API under /api/ used by the desktop app: local models, load state, load/unload, stats, fit."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
+from engine.errors import InvalidRequest
 from engine.server.schemas import LoadBody
 
 router = APIRouter(prefix="/api")
@@ -70,3 +71,26 @@ async def stats(request: Request) -> dict:
             for lm in manager.loaded()
         ],
     }
+
+
+@router.get("/fit")
+async def fit(
+    request: Request, model: str, ctx: int | None = None, parallel: int | None = None, kv_type: str | None = None
+) -> dict:
+    """How ``model`` (local, or a Hub ``OWNER/REPO[:VARIANT]``) fits this machine: the memory model's breakdown."""
+    from engine.fit.report import fit_model
+    from engine.hardware import detect_hardware
+
+    if kv_type not in (None, "", "f16", "q8_0", "q4_0", "fp8"):
+        raise InvalidRequest("'kv_type' must be f16, q8_0, q4_0 or fp8.", param="kv_type")
+    manager = request.app.state.manager
+    catalog = getattr(request.app.state, "catalog", None)
+    hub = catalog.hub if catalog is not None else None
+
+    def work():
+        return fit_model(
+            model, detect_hardware(), registry=manager.registry, hub=hub, n_ctx=ctx, n_seq=parallel, kv_type=kv_type or None
+        )
+
+    report = await asyncio.to_thread(work)
+    return report.to_dict()

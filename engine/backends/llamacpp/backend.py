@@ -24,6 +24,7 @@ from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
 
+
 def default_threads() -> int:
     """Threads for decoding: the physical cores this process may use."""
     try:

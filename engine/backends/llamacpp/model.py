@@ -6,6 +6,7 @@ import ctypes
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -50,14 +51,19 @@ class GGUFModel:
     Args:
         path: The .gguf file (the first part, for split files).
         n_gpu_layers: Layers to offload to a GPU when llama.cpp was built with one.
+        tensor_split: Layers per GPU on a machine with several (empty: llama.cpp's own split).
     """
 
-    def __init__(self, path: Path, *, n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: Path, *, n_gpu_layers: int = 0, tensor_split: Sequence[float] = ()) -> None:
         _init_llama_backend()
         check_gguf_file(path)
         self.path = path
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        if tensor_split:
+            count = max(len(tensor_split), int(llama_cpp.llama_max_devices()))
+            self._split = (ctypes.c_float * count)(*tensor_split)  # kept alive as long as the model
+            params.tensor_split = self._split
         ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             raise ModelLoadError(

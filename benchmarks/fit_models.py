@@ -1,0 +1,106 @@
+"""GGUF files of real shapes with random weights, written with the `gguf` library for memory checks.
+
+Only memory matters here, so the weights are random Q8_0 blocks (a small scale and random int8s,
+written raw, no float tensors in between) and the vocabulary is made-up pieces plus byte tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    arch: str
+    layers: int
+    embd: int
+    heads: int
+    kv_heads: int
+    ff: int
+    vocab: int
+    ctx: int
+    qkv_bias: bool = False
+    rope_theta: float = 10000.0
+
+
+# Llama-3.2-1B and Qwen2.5-0.5B as their configs give them (embeddings tied to the output head).
+LLAMA_1B = Shape("llama-1b", "llama", 16, 2048, 32, 8, 8192, 128_256, 131_072, rope_theta=500_000.0)
+QWEN_05B = Shape("qwen-0.5b", "qwen2", 24, 896, 14, 2, 4864, 151_936, 32_768, qkv_bias=True, rope_theta=1_000_000.0)
+
+
+def _q8_0(rng: np.random.Generator, rows: int, cols: int):
+    """Raw Q8_0 blocks for a [rows, cols] weight: an f16 scale then 32 int8s per block."""
+    import gguf
+
+    blocks = rows * cols // 32
+    data = np.empty((blocks, 34), dtype=np.uint8)
+    data[:, :2] = np.frombuffer(np.full(blocks, 0.002, dtype=np.float16).tobytes(), dtype=np.uint8).reshape(blocks, 2)
+    data[:, 2:] = rng.integers(0, 256, size=(blocks, 32), dtype=np.uint8)
+    return data.reshape(rows, cols // 32 * 34), gguf.GGMLQuantizationType.Q8_0
+
+
+def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0) -> Path:
+    """Write a loadable GGUF model of ``shape`` with random Q8_0 weights to ``path``."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    head_dim = shape.embd // shape.heads
+    w = gguf.GGUFWriter(str(path), shape.arch)
+    w.add_name(shape.name)
+    w.add_block_count(shape.layers)
+    w.add_context_length(shape.ctx)
+    w.add_embedding_length(shape.embd)
+    w.add_feed_forward_length(shape.ff)
+    w.add_head_count(shape.heads)
+    w.add_head_count_kv(shape.kv_heads)
+    w.add_rope_freq_base(shape.rope_theta)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_tokenizer_model("llama")
+    specials = [b"<unk>", b"<s>", b"</s>"]
+    byte_tokens = [f"<0x{i:02X}>".encode() for i in range(256)]
+    words = [f"\u2581w{i}".encode() for i in range(shape.vocab - len(specials) - len(byte_tokens))]
+    w.add_token_list(specials + byte_tokens + words)
+    w.add_token_scores([0.0] * 3 + [0.0] * 256 + [-float(i) for i in range(len(words))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(words))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+
+    def norm(name: str, n: int) -> None:
+        w.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    def linear(name: str, rows: int, cols: int) -> None:
+        data, kind = _q8_0(rng, rows, cols)
+        w.add_tensor(name, data, raw_dtype=kind)  # the byte shape gives [rows, cols]
+
+    linear("token_embd.weight", shape.vocab, shape.embd)
+    kv_dim = shape.kv_heads * head_dim
+    for i in range(shape.layers):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight", shape.embd)
+        linear(p + "attn_q.weight", shape.embd, shape.embd)
+        linear(p + "attn_k.weight", kv_dim, shape.embd)
+        linear(p + "attn_v.weight", kv_dim, shape.embd)
+        if shape.qkv_bias:
+            w.add_tensor(p + "attn_q.bias", np.zeros(shape.embd, dtype=np.float32))
+            w.add_tensor(p + "attn_k.bias", np.zeros(kv_dim, dtype=np.float32))
+            w.add_tensor(p + "attn_v.bias", np.zeros(kv_dim, dtype=np.float32))
+        linear(p + "attn_output.weight", shape.embd, shape.embd)
+        norm(p + "ffn_norm.weight", shape.embd)
+        linear(p + "ffn_gate.weight", shape.ff, shape.embd)
+        linear(p + "ffn_up.weight", shape.ff, shape.embd)
+        linear(p + "ffn_down.weight", shape.embd, shape.ff)
+    norm("output_norm.weight", shape.embd)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+__all__ = ["Shape", "LLAMA_1B", "QWEN_05B", "write_random_gguf"]

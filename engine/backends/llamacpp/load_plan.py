@@ -1,0 +1,79 @@
+"""The llama.cpp loader's side of the memory model: read the GGUF file, take the machine's budget
+now, and plan context, slots, KV cache type and GPU layers with :func:`engine.fit.plan_load`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from engine.backends.base import LoadOptions
+from engine.errors import InvalidRequest, ModelLoadError
+from engine.fit.budget import MemoryBudget
+from engine.fit.facts import facts_from_gguf
+from engine.fit.memory import LLAMACPP_KV_TYPES
+from engine.fit.plan import LoadPlan, plan_gguf
+
+log = logging.getLogger(__name__)
+
+# ggml type ids of llama.cpp's KV cache types
+GGML_KV_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}
+
+
+def machine_budget() -> MemoryBudget:
+    """This machine's budget now: available RAM and each GPU's free memory, if llama.cpp can use GPUs."""
+    import llama_cpp
+
+    from engine.hardware import detect_hardware
+
+    return MemoryBudget.from_hardware(detect_hardware(), live=True, gpu_offload=bool(llama_cpp.llama_supports_gpu_offload()))
+
+
+def budget_for(options: LoadOptions) -> MemoryBudget:
+    """``options.extra["memory_budget"]`` bytes of RAM when given (tests, small machines), else the machine's."""
+    given = options.extra.get("memory_budget")
+    if given is not None:
+        return MemoryBudget.ram_only(int(given))
+    return machine_budget()
+
+
+def plan_llamacpp_load(path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None) -> LoadPlan:
+    """The plan for loading ``path`` with ``options``; settings left None are chosen to fit.
+
+    Raises:
+        InvalidRequest: an unknown KV cache type, or a quantized one without flash attention.
+        ModelLoadError: the file cannot be read, or what was asked for does not fit (the message
+            names what would).
+    """
+    import llama_cpp
+
+    kv_type = options.extra.get("kv_type")
+    if kv_type is not None and kv_type not in LLAMACPP_KV_TYPES:
+        raise InvalidRequest(f"The KV cache type must be one of {', '.join(LLAMACPP_KV_TYPES)}.", param="kv_type")
+    flash = options.extra.get("flash_attn", llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED) != llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    try:
+        facts = facts_from_gguf(path)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(str(path), f"its GGUF header cannot be read ({exc}).") from exc
+    try:
+        plan = plan_gguf(
+            facts,
+            budget or budget_for(options),
+            n_ctx=options.n_ctx,
+            n_seq=options.n_seq_max,
+            kv_type=kv_type,
+            gpu_layers=options.n_gpu_layers,
+            flash_attn=flash,
+        )
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="kv_type") from exc
+    if not plan.fits:
+        raise ModelLoadError(str(path), plan.reason)
+    return plan
+
+
+def llama_gpu_layers(plan: LoadPlan) -> int:
+    """llama.cpp's n_gpu_layers for a plan: one more than the blocks when the output head goes too."""
+    return plan.total_layers + 1 if plan.gpu_layers >= plan.total_layers else plan.gpu_layers
+
+
+__all__ = ["plan_llamacpp_load", "budget_for", "machine_budget", "llama_gpu_layers", "GGML_KV_TYPES"]

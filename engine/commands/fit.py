@@ -1,0 +1,69 @@
+"""`hearth fit MODEL`: how a model would load here — context, slots, KV cache type, GPU layers —
+and the memory it takes (weights, KV cache, buffers, runtime), from the one memory model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fit",
+        help="show how a model fits this machine's memory",
+        description="Show how MODEL (a local name or path, or a Hub OWNER/REPO[:VARIANT]) would load here: "
+        "context, slots, KV cache type, GPU layers, and the memory each part takes.",
+    )
+    p.add_argument("model", help="a local model (name or path) or OWNER/REPO[:VARIANT] on the Hub")
+    p.add_argument("--ctx", type=int, default=None, help="context length per slot (default: 4096, or what fits)")
+    p.add_argument("--parallel", type=int, default=None, help="sequence slots (default: as many as fit, up to 16)")
+    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type (default: 16-bit, or what fits)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run)
+
+
+def _mb(n: int) -> str:
+    from engine.commands.models import human_size
+
+    return human_size(n)
+
+
+def render(report) -> list[str]:
+    """The breakdown as lines of text."""
+    plan, facts = report.plan, report.facts
+    m = plan.memory
+    name = f"{report.model}:{report.variant}" if report.source == "hub" and report.variant else report.model
+    where = "Hub variant, judged on this machine at rest" if report.source == "hub" else "on this machine, now"
+    lines = [f"{name}  ({where})"]
+    if report.label:
+        lines.append(f"  advisor    {report.label}")
+    lines.append(f"  plan       {plan.describe()} [{plan.backend}]" + ("" if plan.fits else "  (does not fit)"))
+    types = ", ".join(f"{t} {_mb(b)}" for t, b in facts.by_type[:4])
+    lines.append(f"  weights    {_mb(m.weights):>10}" + (f"  ({types})" if types else ""))
+    per_token = report.kv_bytes_per_token
+    lines.append(
+        f"  KV cache   {_mb(m.kv_cache):>10}  ({per_token:,} bytes per token x {plan.n_ctx:,} tokens x {plan.n_seq} slots"
+        + (f", {plan.kv_blocks:,} blocks" if plan.kv_blocks is not None else "")
+        + ")"
+    )
+    lines.append(f"  buffers    {_mb(m.buffers):>10}  (compute and output)")
+    lines.append(f"  runtime    {_mb(m.runtime):>10}  (worker, llama.cpp bookkeeping, CUDA contexts)")
+    lines.append(f"  total      {_mb(m.total):>10}")
+    for d in plan.devices:
+        place = "RAM" if d.device == "cpu" else f"{d.name} ({d.device})"
+        layers = f", {d.layers} layers" if d.layers else ""
+        lines.append(f"  on {place}: {_mb(d.memory.total)} of {_mb(d.usable)} usable{layers}")
+    lines.append(f"  why        {plan.reason}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.fit.report import fit_model
+    from engine.hardware import detect_hardware
+
+    report = fit_model(args.model, detect_hardware(), n_ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv_type)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print("\n".join(render(report)))
+    return 0 if report.plan.fits else 1

@@ -1,0 +1,29 @@
+"""One memory model for the advisor and the loaders: what a load takes, and how to load within a budget.
+
+Public API:
+    ModelFacts, facts_from_gguf, facts_from_shape     engine.fit.facts   (what a model is, memory-wise)
+    MemoryBreakdown, KV_TYPES, kv_bytes_per_token     engine.fit.memory  (bytes of weights, KV, buffers, runtime)
+    MemoryBudget, DeviceBudget                        engine.fit.budget  (RAM and each GPU, with headroom)
+    LoadPlan, DevicePlan, plan_load                   engine.fit.plan    (context, slots, KV type, GPU layers)
+"""
+
+from engine.fit.budget import DeviceBudget, MemoryBudget
+from engine.fit.facts import ModelFacts, facts_from_gguf, facts_from_shape
+from engine.fit.memory import KV_TYPES, LLAMACPP_KV_TYPES, PAGED_KV_TYPES, MemoryBreakdown, kv_bytes_per_token
+from engine.fit.plan import DevicePlan, LoadPlan, plan_load
+
+__all__ = [
+    "ModelFacts",
+    "facts_from_gguf",
+    "facts_from_shape",
+    "MemoryBreakdown",
+    "KV_TYPES",
+    "LLAMACPP_KV_TYPES",
+    "PAGED_KV_TYPES",
+    "kv_bytes_per_token",
+    "MemoryBudget",
+    "DeviceBudget",
+    "LoadPlan",
+    "DevicePlan",
+    "plan_load",
+]

@@ -1,0 +1,168 @@
+"""`hearth fit` and `GET /api/fit`: the breakdown for a local model (what the loader would do now)
+or a Hub variant (what the advisor says about it on this machine at rest)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
+from engine.fit.budget import MemoryBudget
+from engine.fit.facts import ModelFacts, facts_from_gguf, facts_from_shape
+from engine.fit.memory import kv_bytes_per_token
+from engine.fit.plan import LoadPlan, plan_load
+
+if TYPE_CHECKING:
+    from engine.catalog.registry import LocalModel, ModelRegistry
+    from engine.hardware import HardwareInfo
+
+
+@dataclass(frozen=True, slots=True)
+class FitReport:
+    """One model's memory plan on this machine, with where the numbers came from."""
+
+    model: str
+    source: str  # "local" (the loader's plan now) or "hub" (the advisor's, at rest)
+    variant: str | None
+    facts: ModelFacts
+    plan: LoadPlan
+    budget: MemoryBudget
+    label: str | None = None
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return kv_bytes_per_token(self.facts, self.plan.kv_type)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "source": self.source,
+            "variant": self.variant,
+            "label": self.label,
+            "fits": self.plan.fits,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "plan": self.plan.to_dict(),
+            "budget": self.budget.to_dict(),
+            "facts": self.facts.to_dict(),
+        }
+
+
+def facts_for_local(model: LocalModel) -> ModelFacts:
+    """The memory facts of a model on disk: its GGUF tensors, or a folder's config.json and file sizes.
+
+    Raises:
+        ModelLoadError: the files cannot be read.
+    """
+    from engine.catalog.shape import shape_from_config
+
+    if model.format == "gguf":
+        try:
+            return facts_from_gguf(model.path)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(str(model.path), f"its GGUF header cannot be read ({exc}).") from exc
+    folder = model.path if model.path.is_dir() else model.path.parent
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(str(folder), f"its config.json cannot be read ({exc}).") from exc
+    shape = shape_from_config(config, source="the model's config.json")
+    if shape is None:
+        raise ModelLoadError(str(folder), "its config.json does not give the layers and attention heads.")
+    quant = config.get("quantization") or {}
+    bits = float(quant.get("bits", 16)) if isinstance(quant, dict) else 16.0
+    return facts_from_shape(shape, model.size_bytes, format=model.format, bits_per_weight=bits)
+
+
+def _plan(facts: ModelFacts, budget: MemoryBudget, backend: str, **kw: Any) -> LoadPlan:
+    try:
+        return plan_load(facts, budget, backend=backend, **kw)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="kv_type") from exc
+
+
+def fit_local(
+    model: LocalModel,
+    hardware: HardwareInfo,
+    *,
+    n_ctx: int | None = None,
+    n_seq: int | None = None,
+    kv_type: str | None = None,
+) -> FitReport:
+    """The plan the loader would make for ``model`` now (available RAM, free GPU memory)."""
+    from engine.backends.choice import choose_backend
+
+    choice = choose_backend(model.format, hardware=hardware)
+    facts = facts_for_local(model)
+    budget = MemoryBudget.from_hardware(hardware, live=True, gpu_offload=choice.gpu_offload)
+    plan = _plan(facts, budget, choice.backend, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
+    return FitReport(model=model.name, source="local", variant=model.variant or model.quantization, facts=facts,
+                     plan=plan, budget=budget)  # fmt: skip
+
+
+def fit_hub(
+    hub: Any,
+    spec: str,
+    hardware: HardwareInfo,
+    *,
+    n_ctx: int | None = None,
+    n_seq: int | None = None,
+    kv_type: str | None = None,
+) -> FitReport:
+    """The advisor's plan for ``OWNER/REPO[:VARIANT]`` (the recommended variant when none is named).
+
+    Raises:
+        InvalidRequest: no such variant. HubError: the Hub could not answer.
+    """
+    from engine.catalog.advisor import advise
+
+    repo, _, name = spec.partition(":")
+    listing = hub.repo(repo)
+    shape = hub.model_shape(listing)
+    advice = advise(listing.variants, shape, hardware, context_length=n_ctx, kv_type=kv_type, parallel=n_seq)
+    variant = listing.variant(name) if name else listing.variant(advice.recommended) if advice.recommended else None
+    if variant is None:
+        variant = min(listing.variants, key=lambda v: v.size_bytes) if listing.variants else None
+    if variant is None:
+        raise InvalidRequest(f"{repo} has no model files Hearth can run.", param="model")
+    est = advice.get(variant.name)
+    facts = facts_from_shape(shape, variant.weights_bytes, format=variant.format, bits_per_weight=variant.bits_per_weight)
+    budget = MemoryBudget.from_hardware(hardware, live=False)
+    return FitReport(model=listing.repo, source="hub", variant=variant.name, facts=facts, plan=est.plan,
+                     budget=budget, label=est.label)  # fmt: skip
+
+
+def fit_model(
+    name: str,
+    hardware: HardwareInfo,
+    *,
+    registry: ModelRegistry | None = None,
+    hub: Any = None,
+    n_ctx: int | None = None,
+    n_seq: int | None = None,
+    kv_type: str | None = None,
+) -> FitReport:
+    """A local model by name or path, else a Hub repo (``OWNER/REPO[:VARIANT]``).
+
+    Raises:
+        ModelNotFound: neither here nor a repo name. InvalidRequest: bad settings.
+    """
+    from engine.catalog.registry import resolve_model
+
+    for value, what in ((n_ctx, "ctx"), (n_seq, "parallel")):
+        if value is not None and value < 1:
+            raise InvalidRequest(f"'{what}' must be at least 1.", param=what)
+    try:
+        model = resolve_model(name, registry)
+    except ModelNotFound:
+        if "/" not in name or name.startswith(("/", ".", "~")):
+            raise
+        if hub is None:
+            from engine.catalog.hub import HubClient
+
+            hub = HubClient()
+        return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
+    return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
+
+
+__all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local"]

@@ -1,0 +1,86 @@
+"""The memory model on the starter model's real GGUF header: weights per tensor type, the slots and
+context chosen under a small budget, the KV cache lever, and refusals that name what would fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.fit import MemoryBudget, facts_from_gguf, kv_bytes_per_token, plan_load
+from engine.fit.plan import plan_gguf
+
+MIB = 1024**2
+
+
+@pytest.fixture(scope="module")
+def starter(starter_path):
+    return facts_from_gguf(starter_path)
+
+
+def test_the_starter_facts_come_from_its_tensor_table(starter, starter_path):
+    assert (starter.layers, starter.shape.kv_heads, starter.shape.head_dim, starter.vocab) == (30, 3, 64, 49152)
+    types = dict(starter.by_type)
+    assert set(types) == {"Q4_1", "Q8_0", "F32"} and types["Q4_1"] > types["Q8_0"] > types["F32"]
+    tensors = sum(types.values())
+    assert tensors == sum(starter.layer_bytes) + starter.input_bytes + starter.output_bytes
+    assert 0 < starter_path.stat().st_size - tensors < 4 * MIB  # the header and vocabulary
+    assert starter.input_bytes > 0 and len(set(starter.layer_bytes)) == 1
+    # 30 layers x 3 KV heads x 64 x (K, V) x 2 bytes, as llama.cpp's "KV buffer size = 90.00 MiB" at 4096
+    assert kv_bytes_per_token(starter) * 4096 == 90 * MIB
+    assert kv_bytes_per_token(starter, "q8_0") * 4096 == int(90 * MIB * 34 / 64)
+
+
+def _largest_fitting(starter, budget, **kw) -> int:
+    return max(p for p in range(1, 17) if plan_gguf(starter, budget, n_seq=p, kv_type="f16", **kw).fits)
+
+
+def test_slots_are_chosen_to_fit_a_small_budget(starter):
+    budget = MemoryBudget.ram_only(300 * MIB)
+    plan = plan_load(starter, budget, n_ctx=1024)  # 22.5 MiB of KV cache per slot
+    assert plan.fits and plan.n_ctx == 1024 and plan.kv_type == "f16" and plan.gpu_layers == 0
+    assert 1 < plan.n_seq < 16 and plan.n_seq == _largest_fitting(starter, budget, n_ctx=1024)
+    more = plan_gguf(starter, budget, n_ctx=1024, n_seq=plan.n_seq + 1, kv_type="f16")
+    assert plan.memory.total <= 300 * MIB < more.memory.total
+    assert plan.memory.kv_cache == plan.n_seq * 90 * MIB // 4
+    assert f"{plan.n_seq} slots of 1,024 tokens" in plan.reason and "more would not fit" in plan.reason
+    roomy = plan_load(starter, MemoryBudget.ram_only(16 * 1024 * MIB))
+    assert roomy.n_seq == 16 and "the most Hearth opens by default" in roomy.reason
+
+
+def test_the_kv_cache_takes_at_most_a_third_of_ram_when_hearth_chooses(starter):
+    plan = plan_load(starter, MemoryBudget.ram_only(2048 * MIB), n_ctx=8192)  # 180 MiB per slot
+    assert plan.n_seq == 3 and plan.memory.kv_cache <= 2048 * MIB / 3 < plan.memory.kv_cache + 180 * MIB
+    assert "over a third of the 2.1 GB of usable RAM" in plan.reason
+    assert _largest_fitting(starter, MemoryBudget.ram_only(2048 * MIB), n_ctx=8192) > 3  # asked for, more fit
+
+
+def test_a_quantized_kv_cache_is_the_lever_when_16_bits_do_not_fit(starter):
+    budget = MemoryBudget.ram_only(450 * MIB)
+    assert not plan_load(starter, budget, n_ctx=16384, kv_type="f16").fits
+    plan = plan_load(starter, budget, n_ctx=16384)
+    assert plan.fits and plan.kv_type == "q8_0" and plan.n_ctx == 16384
+    assert "a 16-bit KV cache would not fit, an 8-bit one does" in plan.reason
+    with pytest.raises(ValueError, match="needs flash attention"):
+        plan_load(starter, budget, kv_type="q4_0", flash_attn=False)
+    with pytest.raises(ValueError, match="f16, q8_0, q4_0"):
+        plan_load(starter, budget, kv_type="fp8")
+
+
+def test_settings_that_cannot_fit_are_refused_naming_what_would(starter):
+    budget = MemoryBudget.ram_only(600 * MIB)
+    plan = plan_load(starter, budget, n_seq=16, kv_type="f16")
+    assert not plan.fits
+    best = _largest_fitting(starter, budget)
+    assert plan.reason.startswith("16 slots of 4,096 tokens need about")
+    assert "more than the 0.6 GB usable RAM" in plan.reason
+    assert f"{best} slots of 4,096 tokens (--parallel {best})" in plan.reason
+    ctx = int(plan.reason.split("--ctx ")[1].split(")")[0])
+    assert plan_gguf(starter, budget, n_seq=16, n_ctx=ctx, kv_type="f16").fits
+    assert not plan_gguf(starter, budget, n_seq=16, n_ctx=ctx + 256, kv_type="f16").fits
+    hopeless = plan_load(starter, MemoryBudget.ram_only(100 * MIB), n_ctx=512)
+    assert not hopeless.fits and "pick a smaller quantization or model" in hopeless.reason
+
+
+def test_the_default_context_is_shortened_when_one_slot_of_it_does_not_fit(starter):
+    plan = plan_load(starter, MemoryBudget.ram_only(250 * MIB))
+    assert plan.fits and plan.n_seq == 1 and plan.n_ctx < 4096
+    assert "4,096 tokens of context would not fit" in plan.reason
