@@ -57,7 +57,7 @@ def check_store(device, dtype) -> list[Check]:
     return out
 
 
-def check_decode(device, dtype, kv_dtype=None) -> list[Check]:
+def check_decode(device, dtype, kv_dtype=None, *, quick: bool = False) -> list[Check]:
     from engine.backends.paged.kernels import paged_decode_attention
 
     out = []
@@ -65,7 +65,7 @@ def check_decode(device, dtype, kv_dtype=None) -> list[Check]:
         (3, 4, 4, 64, 16, None), (5, 9, 3, 64, 16, 3), (2, 8, 2, 128, 32, 16), (4, 6, 2, 80, 8, 1),
         (2, 32, 1, 32, 16, 4),  # a group of 32 query heads: two programs per KV head
     ]  # fmt: skip
-    for batch, heads, n_kv, dim, bs, splits in cases:
+    for batch, heads, n_kv, dim, bs, splits in cases[1:3] if quick else cases:
         lens = torch.randint(1, 12 * bs, (batch,)).tolist()
         lens[0] = 1  # a one-token context: most slices are empty
         kc, vc = _cache(160, bs, n_kv, dim, kv_dtype or dtype, device)
@@ -80,7 +80,7 @@ def check_decode(device, dtype, kv_dtype=None) -> list[Check]:
     return out
 
 
-def check_prefill(device, dtype) -> list[Check]:
+def check_prefill(device, dtype, kv_dtype=None, *, quick: bool = False) -> list[Check]:
     from engine.backends.paged.kernels import paged_prefill_attention
 
     out = []
@@ -88,9 +88,9 @@ def check_prefill(device, dtype) -> list[Check]:
         (4, 2, 64, 16, [(5, 5), (20, 37), (1, 17)]), (6, 6, 32, 8, [(40, 40), (9, 70)]),  # blocks of 8: K tiles of 32
         (4, 1, 64, 32, [(70, 70), (17, 100)]),  # chunks over 16 rows: 64-row tiles
     ]  # fmt: skip
-    for heads, n_kv, dim, bs, chunks in cases:
+    for heads, n_kv, dim, bs, chunks in cases[:1] if quick else cases:
         q_lens, ctx = [c[0] for c in chunks], [c[1] for c in chunks]
-        kc, vc = _cache(64, bs, n_kv, dim, dtype, device)
+        kc, vc = _cache(64, bs, n_kv, dim, kv_dtype or dtype, device)
         tables = _tables(ctx, bs, 64, device)
         q = torch.randn(sum(q_lens), heads, dim, device=device).to(dtype)
         starts = [sum(q_lens[:i]) for i in range(len(q_lens))]
@@ -105,7 +105,8 @@ def check_prefill(device, dtype) -> list[Check]:
         cu = torch.tensor([*starts, sum(q_lens)], dtype=torch.int32, device=device)
         got = paged_prefill_attention(q, kc, vc, tables, cu, torch.tensor(ctx, dtype=torch.int32, device=device),
                                       max(q_lens), dim**-0.5)  # fmt: skip
-        out.append((f"prefill h{heads}/{n_kv} d{dim} bs{bs} chunks{chunks}", _err(got, want), _tol(dtype, want)))
+        tag = f" kv={kv_dtype}" if kv_dtype else ""
+        out.append((f"prefill h{heads}/{n_kv} d{dim} bs{bs} chunks{chunks}{tag}", _err(got, want), _tol(dtype, want)))
     return out
 
 
@@ -189,15 +190,21 @@ def _tol(dtype, *refs: torch.Tensor) -> float:
     return STEPS[dtype] * STEP[dtype] * scale
 
 
-def run_all(device: str = "cpu", dtype: torch.dtype = torch.float32, *, fp8: bool = True) -> list[Check]:
+def run_all(
+    device: str = "cpu", dtype: torch.dtype = torch.float32, *, fp8: bool = True, quick: bool = False
+) -> list[Check]:
+    """Every check (``quick``: a few of attention and the KV store, for a dry run under the interpreter)."""
     torch.manual_seed(0)
     dev = torch.device(device)
     suites: list[Callable[[], list[Check]]] = [
-        lambda: check_store(dev, dtype), lambda: check_decode(dev, dtype),
-        lambda: check_prefill(dev, dtype), lambda: check_fused(dev, dtype), lambda: check_model(dev, dtype),
+        lambda: check_store(dev, dtype), lambda: check_decode(dev, dtype, quick=quick),
+        lambda: check_prefill(dev, dtype, quick=quick),
     ]  # fmt: skip
-    if fp8 and hasattr(torch, "float8_e4m3fn"):
+    if not quick:
+        suites += [lambda: check_fused(dev, dtype), lambda: check_model(dev, dtype)]
+    if fp8 and hasattr(torch, "float8_e4m3fn") and not quick:
         suites.append(lambda: check_decode(dev, dtype, kv_dtype=torch.float8_e4m3fn))
+        suites.append(lambda: check_prefill(dev, dtype, kv_dtype=torch.float8_e4m3fn))
     return [c for suite in suites for c in suite()]
 
 
