@@ -6,7 +6,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 
-from app.net.catalog_types import Download, HardwareFacts, HubRepo, VariantList
+from app.net.catalog_types import Download, FitFacts, HardwareFacts, HubRepo, VariantList
 from app.net.chat_stream import ChatStream
 from app.net.client import ApiCall, ApiClient
 from app.net.engine import EngineController
@@ -77,6 +77,10 @@ class HearthApi(ApiClient):
     def hardware(self) -> ApiCall:
         """HardwareFacts"""
         return self.get("/api/hardware", HardwareFacts.from_json)
+
+    def fit(self, model: str, *, ctx: int | None = None) -> ApiCall:
+        """FitFacts: how ``model`` would load here (context, slots, KV type, memory per device)"""
+        return self.get("/api/fit", FitFacts.from_json, model=model, ctx=ctx)
 
     # -- the Hub and downloads ----------------------------------------------------------------
     def hub_search(self, query: str, *, sort: str = "downloads", fmt: str = "") -> ApiCall:

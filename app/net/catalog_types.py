@@ -171,3 +171,73 @@ class Download:
             error=d.get("error"),
             model=d.get("model"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFit:
+    """One device under a fit plan: what it would hold, and what it may hold."""
+
+    device: str  # "cpu", "gpu0"...
+    name: str
+    layers: int
+    weights: int
+    kv_cache: int
+    overhead: int  # compute buffers and runtime
+    usable: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.overhead
+
+
+@dataclass(frozen=True, slots=True)
+class FitFacts:
+    """``GET /api/fit``: the engine's memory plan for a model (what its loader would allocate)."""
+
+    model: str
+    fits: bool
+    summary: str  # "16 slots of 4,096 tokens, 16-bit KV cache, on CPU"
+    reason: str
+    n_ctx: int
+    parallel: int
+    kv_type: str
+    weights: int
+    kv_cache: int
+    overhead: int
+    devices: tuple[DeviceFit, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FitFacts:
+        plan = d.get("plan") or {}
+        mem = plan.get("memory") or {}
+        slots = int(plan.get("parallel") or 1)
+        kv_words = {"f16": "16-bit", "q8_0": "8-bit", "q4_0": "4-bit", "fp8": "8-bit (FP8)"}
+        summary = (
+            f"{'1 slot' if slots == 1 else f'{slots} slots'} of {int(plan.get('n_ctx') or 0):,} tokens, "
+            f"{kv_words.get(str(plan.get('kv_type')), plan.get('kv_type'))} KV cache, on {plan.get('where', 'CPU')}"
+        )
+        devices = tuple(
+            DeviceFit(
+                device=str(x.get("device", "")),
+                name=str(x.get("name", "")),
+                layers=int(x.get("layers") or 0),
+                weights=int(x.get("weights_bytes") or 0),
+                kv_cache=int(x.get("kv_cache_bytes") or 0),
+                overhead=int(x.get("buffers_bytes") or 0) + int(x.get("runtime_bytes") or 0),
+                usable=int(x.get("usable_bytes") or 0),
+            )
+            for x in plan.get("devices") or ()
+        )
+        return cls(
+            model=str(d.get("model", "")),
+            fits=bool(d.get("fits", plan.get("fits", False))),
+            summary=summary,
+            reason=str(plan.get("reason", "")),
+            n_ctx=int(plan.get("n_ctx") or 0),
+            parallel=slots,
+            kv_type=str(plan.get("kv_type", "f16")),
+            weights=int(mem.get("weights_bytes") or 0),
+            kv_cache=int(mem.get("kv_cache_bytes") or 0),
+            overhead=int(mem.get("buffers_bytes") or 0) + int(mem.get("runtime_bytes") or 0),
+            devices=devices,
+        )

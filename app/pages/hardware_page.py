@@ -17,12 +17,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.net.api import HearthApi
-from app.net.catalog_types import HardwareFacts
+from app.net.catalog_types import FitFacts, HardwareFacts
 from app.net.local_models import LocalModels
 from app.net.types import ApiError, ModelInfo
 from app.theme import ThemeColors
 from app.units import human_bytes
-from app.widgets.memory_bar import MemoryBar, estimate_memory
+from app.widgets.memory_bar import MemoryBar, MemoryNeed, estimate_memory
 
 GPU_USABLE = 0.90
 RAM_USABLE = 0.80
@@ -179,6 +179,12 @@ class HardwarePage(QWidget):
         facts = self.facts
         if model is None or facts is None:
             return
+        # A quick local picture at once; the engine's plan (GET /api/fit, what its loader would
+        # allocate: slots, KV cache type, buffers) replaces it when it comes.
+        key = (model.name, self.ctx.value())
+        self._fit_key = key
+        call = self.api.fit(model.name, ctx=self.ctx.value())
+        call.succeeded.connect(lambda fit, key=key: self._show_plan(key, fit))
         need = estimate_memory(model, self.ctx.value())
         vram = sum(g.vram_free if g.vram_free is not None else g.vram_total for g in facts.gpus)
         ram = facts.ram_available
@@ -201,4 +207,27 @@ class HardwarePage(QWidget):
         self.bar_legend.setText(
             f"<b>{verdict}</b> Weights {human_bytes(need.weights)} · context (KV cache, {kv}) "
             f"{human_bytes(need.kv_cache)} · runtime {human_bytes(need.overhead)}"
+        )
+
+    def _show_plan(self, key: tuple[str, int], fit: FitFacts) -> None:
+        """The engine's plan for the chosen model and context, per device, as the loader would make it."""
+        if key != getattr(self, "_fit_key", None):
+            return  # the choice changed while the engine answered
+        ram = next((d for d in fit.devices if d.device == "cpu"), None)
+        gpus = [d for d in fit.devices if d.device != "cpu"]
+        if ram is not None:
+            self.ram_bar.set_values(MemoryNeed(ram.weights, ram.kv_cache, ram.overhead, False), ram.usable)
+            self.ram_label.setText(f"RAM: needs {human_bytes(ram.total)} of {human_bytes(ram.usable)} usable")
+        if gpus:
+            used = MemoryNeed(sum(d.weights for d in gpus), sum(d.kv_cache for d in gpus), sum(d.overhead for d in gpus), False)
+            usable = sum(d.usable for d in gpus)
+            self.vram_bar.set_values(used, usable)
+            layers = sum(d.layers for d in gpus)
+            self.vram_label.setText(
+                f"GPU memory: needs {human_bytes(used.total)} of {human_bytes(usable)} usable ({layers} layers)"
+            )
+        verdict = f"Loads as {fit.summary}." if fit.fits else "Will not fit this way."
+        self.bar_legend.setText(
+            f"<b>{verdict}</b> Weights {human_bytes(fit.weights)} · KV cache {human_bytes(fit.kv_cache)} · "
+            f"buffers and runtime {human_bytes(fit.overhead)}<br>{fit.reason}"
         )

@@ -86,7 +86,9 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
                 "fit": est.fit.value if est else "none",
                 "label": est.label if est else "",
                 "detail": est.reason if est else "",
-                "memory_bytes": est.memory.total if est else None,
+                # what the loader would allocate here (engine.fit): the same plan `hearth fit` shows
+                "memory_bytes": (est.plan.memory.total if est.plan else est.memory.total) if est else None,
+                "plan": est.plan.to_dict() if est and est.plan else None,
                 "backend": est.backend if est else None,
                 "recommended": advice.recommended == v.name,
             }
