@@ -102,6 +102,7 @@ class HubVariant:
     detail: str = ""
     recommended: bool = False
     files: tuple[str, ...] = ()
+    memory_bytes: int | None = None  # what the engine's loader would allocate here (GET /api/fit's plan)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> HubVariant:
@@ -115,6 +116,7 @@ class HubVariant:
             detail=str(d.get("detail") or ""),
             recommended=bool(d.get("recommended", False)),
             files=tuple(str(f.get("path", "")) if isinstance(f, dict) else str(f) for f in d.get("files") or ()),
+            memory_bytes=d.get("memory_bytes"),
         )
 
 

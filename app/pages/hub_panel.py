@@ -160,7 +160,8 @@ class HubPanel(QWidget):
         self.table.setItem(row, 0, name)
         self.table.setItem(row, 1, QTableWidgetItem(v.format.upper()))
         self.table.setItem(row, 2, QTableWidgetItem(human_bytes(v.size_bytes)))
-        label = QLabel(f'<span style="color:{self.fit_color(v.fit)}; font-weight:600;">{v.label}</span>')
+        memory = f" · {human_bytes(v.memory_bytes)}" if v.memory_bytes and v.fit != "none" else ""
+        label = QLabel(f'<span style="color:{self.fit_color(v.fit)}; font-weight:600;">{v.label}</span>{memory}')
         label.setToolTip(v.detail)
         label.setObjectName(f"fit_{v.name}")
         label.setContentsMargins(6, 0, 6, 0)

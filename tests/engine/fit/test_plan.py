@@ -84,3 +84,38 @@ def test_the_default_context_is_shortened_when_one_slot_of_it_does_not_fit(start
     plan = plan_load(starter, MemoryBudget.ram_only(250 * MIB))
     assert plan.fits and plan.n_seq == 1 and plan.n_ctx < 4096
     assert "4,096 tokens of context would not fit" in plan.reason
+
+
+def test_the_live_budget_reads_each_gpus_free_memory_and_keeps_headroom():
+    from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareInfo
+
+    gpus = (GpuInfo(0, "A", "nvidia", 24 * GIB, 20 * GIB), GpuInfo(1, "B", "nvidia", 24 * GIB, 6 * GIB))
+    hw = HardwareInfo(os="t", cpu=CpuInfo("c", "x86_64", 8, 16), ram_total=64 * GIB, ram_available=40 * GIB, gpus=gpus)
+    live = MemoryBudget.from_hardware(hw, live=True)
+    rest = MemoryBudget.from_hardware(hw, live=False)
+    assert [g.usable for g in live.gpus] == [19 * GIB, 5 * GIB]  # free less 1 GiB, per GPU
+    assert [g.usable for g in rest.gpus] == [int(24 * GIB * 0.95)] * 2  # at most 95% of a GPU
+    assert live.ram.usable == int(40 * GIB * 0.85) and rest.ram.usable == int(64 * GIB * 0.8)
+    assert not MemoryBudget.from_hardware(hw, live=True, gpu_offload=False).usable_gpus
+
+
+def test_the_paged_engines_block_pool_and_its_fp8_cache():
+    from engine.catalog.shape import ModelShape
+    from engine.fit import facts_from_shape
+    from engine.fit.plan import plan_paged
+    from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareInfo
+
+    shape = ModelShape(layers=32, kv_heads=8, head_dim=128, context_length=8192, embedding=4096, heads=32,
+                       vocab=128_256, feed_forward=14336)  # fmt: skip
+    facts = facts_from_shape(shape, 16_060_000_000, format="safetensors")
+    gpu = HardwareInfo(os="t", cpu=CpuInfo("c", "x86_64", 8, 16), ram_total=64 * GIB, ram_available=60 * GIB,
+                       gpus=(GpuInfo(0, "G", "nvidia", 24 * GIB, 24 * GIB),))  # fmt: skip
+    budget = MemoryBudget.from_hardware(gpu, live=True)
+    f16, fp8 = plan_paged(facts, budget), plan_paged(facts, budget, kv_type="fp8")
+    assert f16.fits and f16.backend == "paged" and f16.kv_blocks > 0
+    assert abs(fp8.kv_blocks - 2 * f16.kv_blocks) <= 1  # an 8-bit cache: twice the blocks in the same memory
+    assert fp8.memory.kv_cache <= f16.memory.kv_cache + 16 * 131072
+    cpu = plan_paged(facts, MemoryBudget.ram_only(32 * GIB))
+    assert cpu.memory.kv_cache <= 4 * GIB and cpu.kv_blocks * 16 * 131072 == cpu.memory.kv_cache
+    with pytest.raises(ValueError, match="f16, fp8"):
+        plan_paged(facts, budget, kv_type="q8_0")
