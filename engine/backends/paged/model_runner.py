@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 
@@ -33,6 +34,47 @@ def pad_table(rows: list[list[int]], width: int) -> list[list[int]]:
     return [r + [0] * (width - len(r)) for r in rows]
 
 
+class StepInputs:
+    """A step's integer inputs staged in one persistent host buffer (pinned on CUDA), copied to the
+    device in one transfer per step, then handed out as views.
+
+    On CUDA the device buffer is persistent too: a step's tensors are valid until the next
+    ``stage``, which waits for the previous transfer before it rewrites the host buffer.
+    """
+
+    def __init__(self, device: torch.device, capacity: int = 1 << 15) -> None:
+        self.device = device
+        self.event = None
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        cuda = self.device.type == "cuda"
+        self.host = torch.empty(capacity, dtype=torch.int32, pin_memory=cuda)
+        self.host_np = self.host.numpy()
+        self.dev = torch.empty(capacity, dtype=torch.int32, device=self.device) if cuda else None
+
+    def stage(self, parts: list[tuple[list[int], tuple[int, ...]]]) -> list[torch.Tensor]:
+        """One int32 tensor per (flat values, shape), all from one host-to-device copy."""
+        total = sum(len(values) for values, _ in parts)
+        if self.event is not None:
+            self.event.synchronize()  # the previous step's copy has left the host buffer
+        if total > self.host.numel():
+            self._allocate(max(total, 2 * self.host.numel()))
+        self.host_np[:total] = list(chain.from_iterable(values for values, _ in parts))
+        if self.dev is not None:
+            self.dev[:total].copy_(self.host[:total], non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+            src = self.dev
+        else:
+            src = self.host[:total].clone()  # the CPU: a fresh tensor, so earlier batches stay valid
+        out, offset = [], 0
+        for values, shape in parts:
+            out.append(src[offset : offset + len(values)].view(shape))
+            offset += len(values)
+        return out
+
+
 class ModelRunner:
     """The model, its KV cache and the operations it runs with, on one device.
 
@@ -53,6 +95,7 @@ class ModelRunner:
         self.kv_dtype = kv_dtype or self.dtype
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.graphs: DecodeGraphs | None = None
+        self.inputs = StepInputs(device)
         a = model.args
         self.num_layers, self.num_kv_heads, self.head_dim = a.num_hidden_layers, a.n_kv_heads, a.dim_head
 
@@ -103,30 +146,38 @@ class ModelRunner:
             if item.samples:
                 sample_rows.append(len(ids) - 1)
                 sampled.append(item)
-        dev = self.device
-
-        def tensor(values, dtype=torch.int64) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype, device=dev)
-
-        meta = AttentionMetadata(slot_mapping=tensor(slots), num_decodes=len(decodes))
+        parts: list[tuple[list[int], tuple[int, ...]]] = [
+            (ids, (len(ids),)), (pos, (len(pos),)), (slots, (len(slots),)), (sample_rows, (len(sample_rows),)),
+        ]  # fmt: skip
+        dl: list[int] = []
         if decodes:
             tables = [d.seq.block_table for d in decodes]
-            meta.decode_block_tables = tensor(pad_table(tables, max(map(len, tables))), torch.int32)
+            width = max(map(len, tables))
+            parts.append((list(chain.from_iterable(pad_table(tables, width))), (len(decodes), width)))
             dl = [d.seq.num_computed_tokens + 1 for d in decodes]
-            meta.decode_context_lens = tensor(dl, torch.int32)
-            meta.max_decode_context_len = max(dl)
+            parts.append((dl, (len(dl),)))
         if prefills:
             tables = [p.seq.block_table for p in prefills]
-            meta.prefill_block_tables = tensor(pad_table(tables, max(map(len, tables))), torch.int32)
-            meta.prefill_query_starts, meta.prefill_query_lens, meta.prefill_context_lens = (
-                tuple(starts), tuple(lens), tuple(ctxs),
-            )  # fmt: skip
+            width = max(map(len, tables))
+            parts.append((list(chain.from_iterable(pad_table(tables, width))), (len(prefills), width)))
             cu = [starts[0]]
             for n in lens:
                 cu.append(cu[-1] + n)
-            meta.prefill_cu_query_lens = tensor(cu, torch.int32)
-            meta.prefill_context_lens_t = tensor(ctxs, torch.int32)
-        return StepBatch(tensor(ids), tensor(pos), meta, tensor(sample_rows), sampled, len(decodes))
+            parts += [(cu, (len(cu),)), (ctxs, (len(ctxs),))]
+        views = iter(self.inputs.stage(parts))
+        t_ids, t_pos, t_slots, t_rows = next(views), next(views), next(views), next(views)
+        # int32 throughout, but slots index the cache with index_copy_ (int64 only) and may pass 2**31 bytes
+        meta = AttentionMetadata(slot_mapping=t_slots.long(), num_decodes=len(decodes))
+        if decodes:
+            meta.decode_block_tables, meta.decode_context_lens = next(views), next(views)
+            meta.max_decode_context_len = max(dl)
+        if prefills:
+            meta.prefill_block_tables = next(views)
+            meta.prefill_query_starts, meta.prefill_query_lens, meta.prefill_context_lens = (
+                tuple(starts), tuple(lens), tuple(ctxs),
+            )  # fmt: skip
+            meta.prefill_cu_query_lens, meta.prefill_context_lens_t = next(views), next(views)
+        return StepBatch(t_ids, t_pos, meta, t_rows, sampled, len(decodes))
 
     @torch.inference_mode()
     def run(self, batch: StepBatch) -> torch.Tensor:
@@ -154,4 +205,4 @@ class ModelRunner:
         return self.model.compute_logits(hidden[: batch.num_decodes].index_select(0, batch.sample_rows))
 
 
-__all__ = ["ModelRunner", "StepBatch"]
+__all__ = ["ModelRunner", "StepBatch", "StepInputs"]

@@ -15,7 +15,8 @@ def paged_backend(starter_path):
     backend = PagedBackend()
     backend.load(
         ModelSpec(name="smollm2-135m-instruct", path=starter_path),
-        LoadOptions(n_ctx=2048, n_seq_max=32, extra={"num_kv_blocks": 640, "max_num_batched_tokens": 512}),
+        # the CPU, pinned: the tests compare against float32 references, which a GPU's bfloat16 would not match
+        LoadOptions(n_ctx=2048, n_seq_max=32, extra={"num_kv_blocks": 640, "max_num_batched_tokens": 512, "device": "cpu"}),
     )
     yield backend
     backend.close()

@@ -167,7 +167,7 @@ def test_the_engine_thread_loads_the_model_and_load_errors_reach_the_caller(tmp_
 
     monkeypatch.setattr(backend_module, "start_engine", recording)
     backend = PagedBackend()
-    backend.load(ModelSpec("tiny", tmp_path), LoadOptions(n_ctx=64, extra={"num_kv_blocks": 16}))
+    backend.load(ModelSpec("tiny", tmp_path), LoadOptions(n_ctx=64, extra={"num_kv_blocks": 16, "device": "cpu"}))
     try:
         assert threads == [backend._thread.name] and threads[0] != threading.current_thread().name
         steps: list[str] = []

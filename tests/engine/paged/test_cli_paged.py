@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def hearth(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HEARTH_HOME": str(tmp_path)}
+    # CUDA hidden: the float32 and int4 paths are the CPU's, whatever GPU the machine has
+    env = {**os.environ, "HEARTH_HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run(
         [sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
     )

@@ -128,7 +128,7 @@ def engine_variants(capability: tuple[int, int]) -> list[Variant]:
                     rms_norm(t(5 * heads, dim, dtype=dtype), t(dim, dtype=dtype), 1e-6)  # Qwen3's q/k norms
                     silu_and_mul(t(5, 2 * inter, dtype=dtype))
                     qkv = t(5, (heads + 2 * n_kv) * dim, dtype=dtype)
-                    rotary(t(5, dtype=torch.int64), qkv[:, : heads * dim].view(5, heads, dim),
+                    rotary(t(5), qkv[:, : heads * dim].view(5, heads, dim),
                            qkv[:, heads * dim : (heads + n_kv) * dim].view(5, n_kv, dim), t(64, dim, dtype=torch.float32))  # fmt: skip
     return list(dict.fromkeys(_variant(x) for x in launches))
 
