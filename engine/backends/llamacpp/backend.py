@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -12,12 +11,13 @@ from typing import Any
 import llama_cpp
 import psutil
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, drain
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
+from engine.backends.runtime import RequestStream
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
 from engine.fit.plan import LoadPlan
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
@@ -127,21 +127,14 @@ class LlamaCppBackend:
         if len(prompt) >= loop.n_ctx_seq:
             raise ContextLengthExceeded(len(prompt), loop.n_ctx_seq)
         sampler = SequenceSampler(model, request.params, grammar_for(request.response_format))
-        out: queue.SimpleQueue = queue.SimpleQueue()
-        seq = Seq(
-            request=request,
-            prompt=prompt,
-            sampler=sampler,
-            out=out,
-            n_ctx=loop.n_ctx_seq,
-            stops=StopMatcher(request.params.stop) if request.params.stop else None,
-        )
+        stream = RequestStream(request, piece=model.piece, is_eog=model.is_eog, prompt_tokens=len(prompt))
+        seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
             loop.submit(seq)
         except Exception:
             sampler.close()
             raise
-        return drain(seq.out, lambda: loop.cancel(seq.request_id))
+        return stream.chunks(lambda: loop.cancel(request.request_id))
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -27,11 +26,11 @@ from typing import Any
 import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
-from engine.backends.base import StopMatcher, Utf8Decoder
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
+from engine.backends.runtime import RequestStream
 from engine.errors import Overloaded
-from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
+from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
 
@@ -47,32 +46,25 @@ class SeqStatus(enum.Enum):
 class Sequence:
     """Runtime state of one request inside the loop."""
 
-    request: GenerationRequest
+    stream: RequestStream
     prompt: list[int]
     sampler: SequenceSampler
-    out: queue.SimpleQueue
     n_ctx: int
     status: SeqStatus = SeqStatus.WAITING
     slot: Slot | None = None
     n_past: int = 0
-    n_cached: int = 0
     pending: int | None = None
     copy_from: Slot | None = None  # a slot still prefilling this prompt's beginning
     copy_len: int = 0
-    generated: list[int] = field(default_factory=list)
     cancelled: bool = False
-    t_submit: float = field(default_factory=time.perf_counter)
-    t_first: float | None = None
-    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
-    stops: StopMatcher | None = None
 
     @property
     def request_id(self) -> str:
-        return self.request.request_id
+        return self.stream.request_id
 
     @property
     def params(self):
-        return self.request.params
+        return self.stream.params
 
 
 @dataclass(eq=False)
@@ -302,7 +294,7 @@ class DecodeLoop(AdmissionQueue):
             llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, n, -1)
 
     def _count_cached(self, seq: Sequence, n: int) -> None:
-        seq.n_cached = n
+        seq.stream.cached_tokens = n
         self.stats_cached_tokens += n
         if n:
             self.stats_prefix_hits += 1
@@ -325,8 +317,8 @@ class DecodeLoop(AdmissionQueue):
             self._copy_prefix(src, slot, have)
             slot.tokens = seq.prompt[:have]
             seq.n_past = have
-            self.stats_cached_tokens -= seq.n_cached
-            if seq.n_cached:
+            self.stats_cached_tokens -= seq.stream.cached_tokens
+            if seq.stream.cached_tokens:
                 self.stats_prefix_hits -= 1
             self._count_cached(seq, have)
         return True
@@ -386,41 +378,24 @@ class DecodeLoop(AdmissionQueue):
 
     def _advance(self, seq: Sequence, row: int) -> None:
         token = seq.sampler.sample(self.ctx, row)
-        now = time.perf_counter()
-        if seq.t_first is None:
-            seq.t_first = now
-        params = seq.params
         lp: tuple[TokenLogprob, ...] = ()
-        if params.logprobs is not None:
+        if seq.params.logprobs is not None:
             lp = (seq.sampler.logprobs(self.ctx, row, token),)
-        if (self.model.is_eog(token) and not params.ignore_eos) or token in params.stop_token_ids:
-            self._finish(seq, "stop")
-            return
-        seq.generated.append(token)
-        self.stats_generated_tokens += 1
-        text = seq.decoder.feed(self.model.piece(token))
-        hit = False
-        if seq.stops is not None:
-            text, hit = seq.stops.feed(text)
-        seq.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=lp))
-        if hit:
-            self._finish(seq, "stop")
-        elif params.max_tokens is not None and len(seq.generated) >= params.max_tokens:
-            self._finish(seq, "length")
-        elif seq.n_past + 1 >= seq.n_ctx:
-            self._finish(seq, "length")
+        n_before = len(seq.stream.generated)
+        done = seq.stream.push(token, logprobs=lp, context_full=seq.n_past + 1 >= seq.n_ctx)
+        self.stats_generated_tokens += len(seq.stream.generated) - n_before
+        if done:
+            self._release(seq)
         else:
             seq.pending = token
 
-    def _finish(self, seq: Sequence, reason: str, *, error: str | None = None) -> None:
-        if seq.status is SeqStatus.FINISHED:
-            return
-        tail = ""
-        if reason in ("stop", "length") and error is None:
-            tail = seq.decoder.flush()
-            if seq.stops is not None:
-                text, hit = seq.stops.feed(tail)
-                tail = text if hit else text + seq.stops.flush()
+    def _finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:
+        if seq.status is not SeqStatus.FINISHED:
+            self._release(seq)
+            seq.stream.finish(reason, error=error)
+
+    def _release(self, seq: Sequence) -> None:
+        """Free a finished sequence's slot (its tokens stay there as a cached prefix) and sampler."""
         seq.status = SeqStatus.FINISHED
         if seq in self._running:
             self._running.remove(seq)
@@ -430,21 +405,3 @@ class DecodeLoop(AdmissionQueue):
             seq.slot = None
         self._by_id.pop(seq.request_id, None)
         seq.sampler.close()
-        end = time.perf_counter()
-        n_gen = len(seq.generated)
-        tps = None
-        if seq.t_first is not None and n_gen > 1 and end > seq.t_first:
-            tps = (n_gen - 1) / (end - seq.t_first)
-        seq.out.put(
-            GenerationChunk(
-                text=tail,
-                finish_reason=reason,
-                prompt_tokens=len(seq.prompt),
-                completion_tokens=n_gen,
-                cached_tokens=seq.n_cached,
-                time_to_first_token=(seq.t_first - seq.t_submit) if seq.t_first is not None else None,
-                tokens_per_second=tps,
-                error=error,
-                stop_sequence=seq.stops.matched if seq.stops is not None else None,
-            )
-        )

@@ -1,0 +1,126 @@
+"""The life of one request, the same in every backend: its chunk queue, UTF-8 decoding of token
+pieces, stop strings held back, the end-of-generation and length decisions, timings, the final chunk
+and cancellation.
+
+A backend only schedules its sequences and produces their next tokens; for each new token it calls
+:meth:`RequestStream.push`, which streams the text and says whether the request is over, and it ends
+a request early (cancelled, failed, unloaded) with :meth:`RequestStream.finish`. Every stream ends
+with exactly one chunk that has a finish_reason.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterator
+
+from engine.backends.base import StopMatcher, Utf8Decoder, drain
+from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
+
+__all__ = ["RequestStream"]
+
+
+class RequestStream:
+    """What every backend keeps for one request besides its own scheduling state.
+
+    Args:
+        request: The request.
+        piece: The bytes a token adds to the output (b"" for control tokens).
+        is_eog: Whether a token ends the generation (unless the request ignores EOS).
+        prompt_tokens: Tokens in the prompt, for the final chunk's usage.
+    """
+
+    __slots__ = (
+        "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
+        "finished", "t_submit", "t_first", "_piece", "_is_eog",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        request: GenerationRequest,
+        *,
+        piece: Callable[[int], bytes],
+        is_eog: Callable[[int], bool],
+        prompt_tokens: int,
+    ) -> None:
+        self.request = request
+        self.params = request.params
+        self.out: queue.SimpleQueue[GenerationChunk] = queue.SimpleQueue()
+        self.decoder = Utf8Decoder()
+        self.stops = StopMatcher(request.params.stop) if request.params.stop else None
+        self.generated: list[int] = []
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = 0
+        self.finished = False
+        self.t_submit = time.perf_counter()
+        self.t_first: float | None = None
+        self._piece = piece
+        self._is_eog = is_eog
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    def push(self, token: int, *, logprobs: tuple[TokenLogprob, ...] = (), context_full: bool = False) -> bool:
+        """Stream the next token; returns whether the request is over (its final chunk is then sent).
+
+        Args:
+            token: The token the backend sampled.
+            logprobs: Its log-probabilities, when the request asked for them.
+            context_full: Whether the sequence has no room left for another token.
+        """
+        if self.t_first is None:
+            self.t_first = time.perf_counter()
+        params = self.params
+        if (self._is_eog(token) and not params.ignore_eos) or token in params.stop_token_ids:
+            self.finish("stop")
+            return True
+        self.generated.append(token)
+        text = self.decoder.feed(self._piece(token))
+        hit = False
+        if self.stops is not None:
+            text, hit = self.stops.feed(text)
+        self.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs))
+        if hit:
+            self.finish("stop")
+        elif params.max_tokens is not None and len(self.generated) >= params.max_tokens:
+            self.finish("length")
+        elif context_full:
+            self.finish("length")
+        else:
+            return False
+        return True
+
+    def finish(self, reason: FinishReason, *, error: str | None = None) -> None:
+        """End the stream with ``reason``: what is held back is flushed unless it was cut short."""
+        if self.finished:
+            return
+        self.finished = True
+        tail = ""
+        if reason in ("stop", "length") and error is None:
+            tail = self.decoder.flush()
+            if self.stops is not None:
+                text, hit = self.stops.feed(tail)
+                tail = text if hit else text + self.stops.flush()
+        end = time.perf_counter()
+        n_gen = len(self.generated)
+        tps = None
+        if self.t_first is not None and n_gen > 1 and end > self.t_first:
+            tps = (n_gen - 1) / (end - self.t_first)
+        self.out.put(
+            GenerationChunk(
+                text=tail,
+                finish_reason=reason,
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=n_gen,
+                cached_tokens=self.cached_tokens,
+                time_to_first_token=(self.t_first - self.t_submit) if self.t_first is not None else None,
+                tokens_per_second=tps,
+                error=error,
+                stop_sequence=self.stops.matched if self.stops is not None else None,
+            )
+        )
+
+    def chunks(self, cancel: Callable[[], None]) -> Iterator[GenerationChunk]:
+        """The request's chunks as they come; closing the iterator early calls ``cancel``."""
+        return drain(self.out, cancel)

@@ -1,0 +1,89 @@
+"""The one request stream every backend uses: text from byte pieces, stop strings, the finish decision."""
+
+from __future__ import annotations
+
+from engine.backends.runtime import RequestStream
+from engine.types import GenerationRequest, SamplingParams
+
+# token id -> bytes: "é" is split over two tokens, 9 is a control token, 0 ends the generation
+PIECES = {1: b"Hel", 2: b"lo", 3: b" w\xc3", 4: b"\xa9rld", 5: b" STOP", 6: b"!", 9: b"", 0: b""}
+
+
+def stream(**params) -> RequestStream:
+    req = GenerationRequest(model="m", prompt="p", params=SamplingParams(**params))
+    return RequestStream(req, piece=PIECES.__getitem__, is_eog={0}.__contains__, prompt_tokens=4)
+
+
+def collect(s: RequestStream) -> list:
+    out = []
+    while not s.out.empty():
+        out.append(s.out.get())
+    return out
+
+
+def test_multibyte_characters_split_over_tokens_stream_whole():
+    s = stream()
+    for t in (1, 2, 3, 4):
+        assert s.push(t) is False
+    assert s.push(0) is True
+    chunks = collect(s)
+    assert "".join(c.text for c in chunks) == "Hello wérld"
+    assert chunks[2].text == " w"  # the half of "é" waits for the next token
+    final = chunks[-1]
+    assert final.finish_reason == "stop" and final.completion_tokens == 4 and final.prompt_tokens == 4
+    assert [c.finish_reason for c in chunks[:-1]] == [None] * 4
+    assert final.time_to_first_token is not None and final.tokens_per_second is not None
+
+
+def test_a_stop_string_ends_the_stream_and_is_never_sent():
+    s = stream(stop=["STOP"])
+    assert not s.push(1) and not s.push(2)
+    assert s.push(5) is True
+    chunks = collect(s)
+    assert "".join(c.text for c in chunks) == "Hello "
+    assert chunks[-1].finish_reason == "stop" and chunks[-1].stop_sequence == "STOP"
+
+
+def test_held_back_text_is_flushed_when_the_stream_ends_without_a_match():
+    s = stream(stop=["!!"])
+    s.push(1)
+    s.push(6)  # "!" may start "!!": held back
+    s.finish("length")
+    assert "".join(c.text for c in collect(s)) == "Hel!"
+
+
+def test_max_tokens_and_a_full_context_end_with_length():
+    s = stream(max_tokens=2)
+    assert not s.push(1) and s.push(2)
+    assert collect(s)[-1].finish_reason == "length"
+    s = stream()
+    assert s.push(1, context_full=True)
+    assert collect(s)[-1].finish_reason == "length"
+
+
+def test_ignore_eos_and_stop_token_ids():
+    s = stream(ignore_eos=True, stop_token_ids=(6,))
+    assert s.push(0) is False  # EOS ignored: counted as a token
+    assert s.push(6) is True
+    final = collect(s)[-1]
+    assert final.finish_reason == "stop" and final.completion_tokens == 1
+
+
+def test_finish_is_sent_once_and_a_cancel_drops_held_back_text():
+    s = stream(stop=["!!"])
+    s.push(6)
+    s.finish("cancelled")
+    s.finish("error", error="late")
+    chunks = collect(s)
+    assert [c.finish_reason for c in chunks] == [None, "cancelled"] and chunks[-1].text == ""
+
+
+def test_closing_the_iterator_early_cancels():
+    s = stream()
+    s.push(1)
+    s.push(2)
+    cancelled = []
+    it = s.chunks(lambda: cancelled.append(True))
+    assert next(it).text == "Hel"
+    it.close()
+    assert cancelled == [True]
