@@ -52,8 +52,26 @@ class ToolCallConstraint:
         return call_schema(self.tools, self.arguments_key)
 
 
+def closed_objects(schema: Any) -> Any:
+    """``schema`` with ``additionalProperties: false`` on every object that lists its properties and
+    says nothing about others. Output valid for the result is valid for the original; llama.cpp's
+    converter already reads schemas this way, and small models otherwise invent keys until max_tokens."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: closed_objects(v) if k not in ("const", "enum", "default", "examples") else v for k, v in schema.items()}
+    if isinstance(out.get("properties"), Mapping):
+        out["properties"] = {k: closed_objects(v) for k, v in schema["properties"].items()}
+        out.setdefault("additionalProperties", False)
+    for key in ("$defs", "definitions", "patternProperties"):
+        if isinstance(schema.get(key), Mapping):
+            out[key] = {k: closed_objects(v) for k, v in schema[key].items()}
+    return out
+
+
 def _object_schema(params: Mapping[str, Any]) -> dict[str, Any]:
-    schema = dict(params)
+    schema = closed_objects(dict(params))
     schema.setdefault("type", "object")
     if "properties" not in schema and "additionalProperties" not in schema:
         schema["properties"] = {}
@@ -75,7 +93,7 @@ def call_schema(tools: Sequence[ToolSpec], arguments_key: str = "arguments") -> 
 
 
 def tool_call_constraint(
-    fmt: str, tools: Sequence[ToolSpec], choice: ToolChoice | None, *, parallel: bool = True
+    fmt: str, tools: Sequence[ToolSpec], choice: ToolChoice | None, *, parallel: bool = False
 ) -> ToolCallConstraint | None:
     """The constraint for a request, or None when the model may answer freely (``auto``/``none``)."""
     if choice is None or not choice.forced or not tools:
@@ -97,9 +115,14 @@ def _lark_str(text: str) -> str:
     return json.dumps(text)
 
 
+# llguidance's JSON options: single spaces after separators, no free whitespace (a small model
+# otherwise pads a call with newlines until max_tokens), unknown keywords ignored.
+GUIDANCE_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
+
+
 def to_lark(constraint: ToolCallConstraint) -> str:
     """The constraint as an llguidance Lark grammar (the call object through ``%json``)."""
-    schema = json.dumps(constraint.call_schema(), separators=(",", ":"))
+    schema = json.dumps({**constraint.call_schema(), "x-guidance": GUIDANCE_JSON_OPTIONS}, separators=(",", ":"))
     lines = [f"call: %json {schema}"]
     if constraint.wraps_list:
         body = f"call ({_lark_str(constraint.separator)} call)*" if constraint.parallel else "call"
@@ -112,4 +135,4 @@ def to_lark(constraint: ToolCallConstraint) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["ToolCallConstraint", "call_schema", "tool_call_constraint", "to_lark"]
+__all__ = ["ToolCallConstraint", "call_schema", "tool_call_constraint", "to_lark", "GUIDANCE_JSON_OPTIONS", "closed_objects"]

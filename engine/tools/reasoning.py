@@ -48,6 +48,11 @@ class ReasoningSplitter:
         """True while the output is inside the thinking section."""
         return self._state == "thinking"
 
+    @property
+    def undecided(self) -> bool:
+        """True while the start of the output may still open a thinking section."""
+        return self._state == "start"
+
     def feed(self, text: str) -> ReasoningPiece:
         if self._state == "content":
             return ReasoningPiece(content=text)

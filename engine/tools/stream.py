@@ -42,6 +42,10 @@ class ChatOutputParser:
         return self.splitter.thinking
 
     @property
+    def undecided(self) -> bool:
+        return self.splitter.undecided
+
+    @property
     def calls(self) -> list[ToolCall]:
         return list(self.tools.calls) if self.tools is not None else []
 
@@ -69,13 +73,21 @@ def parse_stream(chunks: Iterator[GenerationChunk], rendered: RenderedChat) -> I
     closes ``chunks`` (which cancels the generation).
     """
     parser = ChatOutputParser(rendered)
-    reasoning_tokens = 0
+    reasoning_tokens = pending = 0  # pending: tokens of a possible opening tag, not yet decided
     try:
         for chunk in chunks:
             thinking_before = parser.thinking
             piece = parser.feed(chunk.text)
-            if chunk.token_ids and (thinking_before or (piece.reasoning and not piece.content)):
-                reasoning_tokens += len(chunk.token_ids)
+            n = len(chunk.token_ids)
+            if thinking_before:
+                reasoning_tokens += n
+            elif parser.thinking or piece.reasoning:
+                reasoning_tokens += pending + n
+                pending = 0
+            elif parser.undecided:
+                pending += n
+            else:
+                pending = 0
             if chunk.finish_reason is None:
                 yield replace(chunk, text=piece.content, reasoning=piece.reasoning, tool_call_deltas=piece.tool_calls)
                 continue

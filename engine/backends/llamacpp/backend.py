@@ -14,12 +14,13 @@ import psutil
 from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
-from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for
+from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.backends.runtime import RequestStream
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
 from engine.fit.plan import LoadPlan
+from engine.tools import RenderedChat, parse_stream, render_request
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,19 @@ class LlamaCppBackend:
         model, _ = self._require()
         return model.tokenize(text, add_special=False, parse_special=special)
 
-    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+    def render_request(self, request: GenerationRequest) -> RenderedChat | None:
+        """The chat request rendered with its tools and thinking switch (None for a raw prompt)."""
+        model, _ = self._require()
+        if request.messages is None:
+            return None
+        return render_request(model.chat_template, request, architecture=model.architecture)
+
+    def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         """The token ids the request's prompt (or rendered chat) is decoded from."""
         model, _ = self._require()
         if request.messages is not None:
-            return model.tokenize_prompt(self.render_chat(request.messages))
+            rendered = rendered or self.render_request(request)
+            return model.tokenize_prompt(rendered.prompt)
         return model.tokenize_prompt(request.prompt)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
@@ -121,12 +130,17 @@ class LlamaCppBackend:
             Overloaded: too many requests are waiting.
         """
         model, loop = self._require()
-        prompt = self.prompt_tokens(request)
+        rendered = self.render_request(request)
+        prompt = self.prompt_tokens(request, rendered)
         if not prompt:
             raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
         if len(prompt) >= loop.n_ctx_seq:
             raise ContextLengthExceeded(len(prompt), loop.n_ctx_seq)
-        sampler = SequenceSampler(model, request.params, grammar_for(request.response_format))
+        if rendered is not None and rendered.constraint is not None:
+            grammar = tool_call_grammar(rendered.constraint)
+        else:
+            grammar = grammar_for(request.response_format)
+        sampler = SequenceSampler(model, request.params, grammar)
         stream = RequestStream(request, piece=model.piece, is_eog=model.is_eog, prompt_tokens=len(prompt))
         seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
@@ -134,7 +148,8 @@ class LlamaCppBackend:
         except Exception:
             sampler.close()
             raise
-        return stream.chunks(lambda: loop.cancel(request.request_id))
+        chunks = stream.chunks(lambda: loop.cancel(request.request_id))
+        return parse_stream(chunks, rendered) if rendered is not None else chunks
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

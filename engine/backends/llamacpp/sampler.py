@@ -5,12 +5,14 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import re
 
 import llama_cpp
 import numpy as np
 
 from engine.backends.llamacpp.model import GGUFModel
 from engine.errors import InvalidRequest
+from engine.tools.constraint import ToolCallConstraint
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
 # How many recent tokens the repetition/presence/frequency penalties look at.
@@ -37,6 +39,39 @@ def grammar_for(response_format: ResponseFormat) -> str | None:
                 param="response_format",
             ) from exc
     return None
+
+
+def _gbnf_literal(text: str) -> str:
+    return json.dumps(text)
+
+
+def tool_call_grammar(constraint: ToolCallConstraint) -> str:
+    """GBNF for a forced tool call: the family's markup around a JSON call valid for one of the tools.
+
+    Raises:
+        InvalidRequest: a tool's parameter schema cannot be turned into a grammar (the message names it).
+    """
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        body = json_schema_to_gbnf(json.dumps(constraint.call_schema()))
+    except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
+        names = ", ".join(t.name for t in constraint.tools)
+        raise InvalidRequest(
+            f"The parameters of tool(s) {names} cannot be enforced as a grammar ({exc}); simplify the schema.",
+            param="tools",
+        ) from exc
+    # the call object becomes rule `tool-call`; `root` wraps it in the family's markup
+    body = re.sub(r"^root\s*::=", "tool-call ::=", body, count=1, flags=re.M)
+    one = " ".join(
+        p for p in (_gbnf_literal(constraint.prefix) if constraint.prefix and not constraint.wraps_list else "",
+                    "tool-call",
+                    _gbnf_literal(constraint.suffix) if constraint.suffix and not constraint.wraps_list else "") if p
+    )  # fmt: skip
+    many = f"{one} ({_gbnf_literal(constraint.separator)} {one})*" if constraint.parallel else one
+    if constraint.wraps_list:
+        many = f"{_gbnf_literal(constraint.prefix)} {many} {_gbnf_literal(constraint.suffix)}"
+    return f"root ::= {many}\n{body}"
 
 
 class SequenceSampler:

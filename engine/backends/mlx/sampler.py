@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 import mlx.core as mx
 
 from engine.errors import InvalidRequest
+from engine.tools.guidance import GrammarMatcher
 from engine.types import SamplingParams
 
 # How many recent generated tokens the penalties look at (as in the llama.cpp backend).
@@ -36,8 +37,11 @@ class TokenSampler:
         InvalidRequest: ``logit_bias`` names a token the model does not have.
     """
 
-    def __init__(self, params: SamplingParams, n_vocab: int, eog_ids: Iterable[int]) -> None:
+    def __init__(
+        self, params: SamplingParams, n_vocab: int, eog_ids: Iterable[int], matcher: GrammarMatcher | None = None
+    ) -> None:
         self.params = params
+        self.matcher = matcher  # a grammar the output must follow (engine.tools.guidance)
         self.n_vocab = n_vocab
         bias = dict(params.logit_bias)
         for tok in bias:
@@ -98,6 +102,17 @@ class TokenSampler:
     def sample(self, logits: mx.array, generated: Sequence[int]) -> int:
         """The next token, given this step's logits ``[n_vocab]`` and the tokens generated so far."""
         logits = self._processed(logits.astype(mx.float32), generated)
+        if self.matcher is not None:  # tokens that would leave the grammar are never drawn
+            allowed = self.matcher.allowed()[: logits.shape[-1]]
+            keep = mx.zeros(logits.shape, dtype=mx.bool_)
+            keep[: allowed.shape[0]] = mx.array(allowed)
+            logits = mx.where(keep, logits, mx.array(-math.inf, dtype=logits.dtype))
+        token = self._draw(logits)
+        if self.matcher is not None:
+            self.matcher.consume(token)
+        return token
+
+    def _draw(self, logits: mx.array) -> int:
         if self.params.greedy:
             return int(mx.argmax(logits).item())
         if self._key is None:

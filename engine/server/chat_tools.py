@@ -1,0 +1,84 @@
+"""Tool calls and thinking in OpenAI's chat-completion shapes: request fields in, message and deltas out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import InvalidRequest
+from engine.tools import parse_tool_choice, parse_tools
+from engine.types import GenerationChunk
+
+# reasoning_effort values that turn a model's thinking off; the others turn it on.
+_THINKING_OFF = ("none", "minimal")
+_EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def request_fields(body: Any) -> dict[str, Any]:
+    """GenerationRequest fields from a chat body's ``tools``, ``tool_choice``, ``parallel_tool_calls``,
+    ``reasoning_effort`` and ``chat_template_kwargs``.
+
+    Raises:
+        InvalidRequest: a tool definition or the tool choice is malformed (the message names the tool).
+    """
+    tools = parse_tools(body.tools)
+    choice = parse_tool_choice(body.tool_choice, tools)
+    kwargs: dict[str, Any] = dict(body.chat_template_kwargs or {})
+    thinking = kwargs.pop("enable_thinking", None)
+    if thinking is not None and not isinstance(thinking, bool):
+        raise InvalidRequest("'chat_template_kwargs.enable_thinking' must be true or false.", param="chat_template_kwargs")
+    effort = body.reasoning_effort
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise InvalidRequest(
+                f"'reasoning_effort' must be one of {', '.join(_EFFORTS)}, got '{effort}'.", param="reasoning_effort"
+            )
+        if thinking is None:
+            thinking = effort not in _THINKING_OFF
+        kwargs.setdefault("reasoning_effort", effort)
+    return {
+        "tools": tools,
+        "tool_choice": choice,
+        # several forced calls only when asked for explicitly (docs/tools.md)
+        "parallel_tool_calls": body.parallel_tool_calls is True,
+        "thinking": thinking,
+        "template_kwargs": tuple(kwargs.items()),
+    }
+
+
+def message(text: str, reasoning: str, final: GenerationChunk | None) -> dict[str, Any]:
+    """The assistant ``message`` of a non-streamed choice (content null when it only called tools)."""
+    calls = final.tool_calls if final is not None else ()
+    out: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None, "refusal": None}
+    if calls:
+        out["tool_calls"] = [c.as_openai() for c in calls]
+    if reasoning:
+        out["reasoning_content"] = reasoning
+        out["reasoning"] = reasoning
+    return out
+
+
+def reasoning_delta(chunk: GenerationChunk) -> dict[str, Any] | None:
+    """The ``delta`` for a chunk's thinking (sent before its content), or None."""
+    if not chunk.reasoning:
+        return None
+    return {"reasoning_content": chunk.reasoning, "reasoning": chunk.reasoning}
+
+
+def tool_call_deltas(chunk: GenerationChunk) -> list[dict[str, Any]]:
+    """The ``delta`` objects for a chunk's tool-call pieces (sent after its content), as OpenAI streams them."""
+    out: list[dict[str, Any]] = []
+    for d in chunk.tool_call_deltas:
+        item: dict[str, Any] = {"index": d.index}
+        if d.id is not None:
+            item.update(id=d.id, type="function", function={"name": d.name, "arguments": d.arguments})
+        else:
+            item["function"] = {"arguments": d.arguments}
+        out.append({"tool_calls": [item]})
+    return out
+
+
+def reasoning_tokens(finals: list[GenerationChunk | None]) -> int:
+    return sum(f.reasoning_tokens for f in finals if f is not None)
+
+
+__all__ = ["request_fields", "message", "reasoning_delta", "tool_call_deltas", "reasoning_tokens"]

@@ -1,0 +1,178 @@
+"""The constraint engine of the paged and MLX backends: llguidance, over a model's own vocabulary.
+
+llguidance (the Rust core of Microsoft's Guidance, on PyPI with CPU wheels and no torch dependency)
+computes, per step, which tokens keep the output inside a grammar; a backend masks the other
+tokens' logits before it samples and tells the matcher which token it chose. The vocabulary is
+given as each token's bytes, which both backends already have for streaming (GGUF-derived and
+Hugging Face tokenizers alike); control tokens are marked so no grammar text can match them.
+Why llguidance over xgrammar: see docs/tools.md.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import InvalidRequest
+from engine.tools.constraint import GUIDANCE_JSON_OPTIONS, ToolCallConstraint, closed_objects, to_lark
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from engine.types import ResponseFormat
+
+
+class GuidanceVocab:
+    """A model's vocabulary as llguidance takes it. Building it reads every token once: keep one per model.
+
+    Args:
+        pieces: Each token's bytes, by id (control tokens may be empty).
+        special: Ids of control tokens (never matched by grammar text).
+        special_text: The written form of a token, for control tokens.
+        eos_ids: Tokens that end a generation (allowed once the grammar is complete).
+        encode: The model's tokenizer, text to ids.
+        n_logits: Width of the model's logits, when it exceeds the vocabulary.
+    """
+
+    def __init__(
+        self,
+        pieces: Sequence[bytes],
+        *,
+        special: Iterable[int],
+        special_text: Callable[[int], str],
+        eos_ids: Sequence[int],
+        encode: Callable[[str], list[int]],
+        n_logits: int | None = None,
+    ) -> None:
+        import llguidance
+
+        special = set(special)
+        tokens = [b"\xff" + special_text(i).encode() if i in special else bytes(p) for i, p in enumerate(pieces)]
+        eos = [int(e) for e in eos_ids if 0 <= int(e) < len(tokens)]
+
+        class _Source:  # the attributes llguidance's TokenizerWrapper reads
+            eos_token_id = eos[0] if eos else None
+            bos_token_id = None
+            special_token_ids = sorted(special)
+
+            def __call__(self, text):
+                return encode(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text)
+
+        _Source.tokens = tokens
+        self.n_vocab = max(len(tokens), n_logits or 0)
+        self.eos_ids = eos
+        self.tokenizer = llguidance.LLTokenizer(
+            llguidance.TokenizerWrapper(_Source()), n_vocab=self.n_vocab, eos_token=eos or None
+        )
+
+
+_vocab_lock = threading.Lock()
+_vocabs: dict[int, tuple[Any, GuidanceVocab]] = {}
+
+
+def vocab_for(vocabulary: Any, n_logits: int | None = None) -> GuidanceVocab:
+    """The llguidance vocabulary of an :class:`engine.gguf.vocab.Vocabulary` (the paged and MLX
+    backends' tokenizer), built on first use and kept while that vocabulary lives."""
+    with _vocab_lock:
+        hit = _vocabs.get(id(vocabulary))
+        if hit is not None and hit[0] is vocabulary:
+            return hit[1]
+        vocab = GuidanceVocab(
+            [vocabulary.piece(i) for i in range(vocabulary.n_vocab)],
+            special=vocabulary.special_ids,
+            special_text=vocabulary.token_text,
+            eos_ids=sorted(vocabulary.eog_ids),
+            encode=lambda text: vocabulary.encode(text, parse_special=False),
+            n_logits=n_logits,
+        )
+        _vocabs.clear()  # one model per backend process: keep the latest only
+        _vocabs[id(vocabulary)] = (vocabulary, vocab)
+        return vocab
+
+
+def grammar_for(constraint: ToolCallConstraint | None, response_format: ResponseFormat | None) -> str | None:
+    """The llguidance grammar for a forced tool call, else for a JSON response format, else None.
+
+    Raises:
+        InvalidRequest: the JSON schema cannot be turned into a grammar.
+    """
+    import llguidance
+
+    if constraint is not None:
+        return to_lark(constraint)
+    if response_format is None or response_format.type == "text":
+        return None
+    schema = closed_objects(dict(response_format.schema or {})) if response_format.type == "json_schema" else {"type": "object"}
+    schema.setdefault("x-guidance", GUIDANCE_JSON_OPTIONS)
+    try:
+        return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+    except Exception as exc:  # llguidance raises ValueError-like errors for unsupported schemas
+        raise InvalidRequest(
+            f"The JSON schema cannot be enforced ({exc}); simplify it or use json_object.", param="response_format"
+        ) from exc
+
+
+def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | None = None) -> GrammarMatcher | None:
+    """The grammar matcher a request needs (a forced tool call, or a JSON response format), or None.
+
+    Args:
+        rendered: The request's :class:`~engine.tools.render.RenderedChat`, or None for a raw prompt.
+        request: The :class:`~engine.types.GenerationRequest`.
+        vocabulary: The model's :class:`engine.gguf.vocab.Vocabulary`.
+        n_logits: Width of the model's logits.
+
+    Raises:
+        InvalidRequest: the grammar cannot be built, or llguidance is not installed.
+    """
+    constraint = rendered.constraint if rendered is not None else None
+    if constraint is None and request.response_format.type == "text":
+        return None
+    try:
+        import llguidance  # noqa: F401
+    except ImportError as exc:
+        raise InvalidRequest(
+            "Constrained output needs the llguidance package; install it with `pip install llguidance`.",
+            param="tools" if constraint is not None else "response_format",
+        ) from exc
+    grammar = grammar_for(constraint, request.response_format)
+    return GrammarMatcher(vocab_for(vocabulary, n_logits), grammar) if grammar else None
+
+
+class GrammarMatcher:
+    """One request's grammar state: which tokens may come next, and the tokens taken so far.
+
+    Raises:
+        InvalidRequest: the grammar does not compile (the message says why).
+    """
+
+    def __init__(self, vocab: GuidanceVocab, grammar: str) -> None:
+        import llguidance
+
+        self.vocab = vocab
+        self.matcher = llguidance.LLMatcher(vocab.tokenizer, grammar, log_level=0)
+        if self.matcher.is_error():
+            raise InvalidRequest(f"The output grammar cannot be used: {self.matcher.get_error()}.", param="tools")
+
+    def allowed(self) -> np.ndarray:
+        """A boolean mask ``[n_vocab]`` of the tokens that keep the output valid."""
+        import numpy as np
+
+        bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
+        mask = np.unpackbits(bits, bitorder="little")[: self.vocab.n_vocab].astype(bool)
+        if not mask.any():  # a matcher in error allows nothing: let the generation end
+            mask[self.vocab.eos_ids] = True
+        return mask
+
+    def consume(self, token: int) -> None:
+        """Record the sampled ``token`` (one the mask allowed)."""
+        self.matcher.consume_token(int(token))
+
+    @property
+    def done(self) -> bool:
+        """True once the grammar is complete (only an end-of-generation token may follow)."""
+        return self.matcher.is_stopped() or self.matcher.is_error()
+
+
+__all__ = ["GuidanceVocab", "GrammarMatcher", "vocab_for", "grammar_for", "matcher_for"]

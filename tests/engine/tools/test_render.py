@@ -1,0 +1,120 @@
+"""Rendering tools and tool results through templates with tool sections, and the generic format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.chat_template import ChatTemplate
+from engine.errors import InvalidRequest
+from engine.tools import ToolChoice, parse_tool_choice, parse_tools, render_request
+from engine.types import GenerationRequest, as_messages
+from tests.engine.tools.templates import HERMES, LLAMA31, PLAIN, THINKING
+
+TOOLS = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "The weather in a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            },
+        }
+    ]
+)
+CONVERSATION = as_messages(
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},
+    ]
+)
+
+
+def request(**kw) -> GenerationRequest:
+    return GenerationRequest(model="m", messages=kw.pop("messages", CONVERSATION), tools=TOOLS, **kw)
+
+
+def test_hermes_template_renders_tools_calls_and_results():
+    r = render_request(ChatTemplate(HERMES), request())
+    assert r.tool_format == "hermes"
+    assert '"name": "get_weather"' in r.prompt and "# Tools" in r.prompt
+    # the earlier call with its arguments as an object, and the tool's result
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in r.prompt
+    assert "<tool_response>\nSunny, 21 C\n</tool_response>" in r.prompt
+    assert r.prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_llama31_template_renders_tools_calls_and_results():
+    r = render_request(ChatTemplate(LLAMA31, bos_token="<|begin_of_text|>"), request())
+    assert r.tool_format == "llama3"
+    assert '"parameters": dictionary' in r.prompt and '"name": "get_weather"' in r.prompt
+    assert '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}' in r.prompt
+    assert "<|start_header_id|>ipython<|end_header_id|>\n\nSunny, 21 C" in r.prompt
+
+
+def test_template_without_tools_gets_the_generic_format():
+    r = render_request(ChatTemplate(PLAIN), request())
+    assert r.tool_format == "generic"
+    system = r.prompt.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\nBe brief.\n\nYou can call these tools")
+    assert json.dumps(TOOLS[0].as_openai()["function"]) in system
+    assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in r.prompt
+    assert "<|im_start|>user\n<tool_response>\nSunny, 21 C\n</tool_response>" in r.prompt
+    assert "<|im_start|>tool" not in r.prompt
+
+
+def test_tool_choice_none_offers_no_tools_and_looks_for_no_calls():
+    r = render_request(ChatTemplate(PLAIN), request(tool_choice=ToolChoice("none")))
+    assert "You can call these tools" not in r.prompt and r.tools == () and r.constraint is None
+
+
+def test_forced_choice_gives_a_constraint_of_the_named_tool():
+    tools = parse_tools([TOOLS[0].as_openai(), {"type": "function", "function": {"name": "add"}}])
+    choice = parse_tool_choice({"type": "function", "function": {"name": "add"}}, tools)
+    r = render_request(ChatTemplate(HERMES), GenerationRequest(model="m", messages=CONVERSATION, tools=tools,
+                                                               tool_choice=choice))  # fmt: skip
+    assert r.constraint is not None and [t.name for t in r.constraint.tools] == ["add"]
+    assert r.constraint.prefix == "<tool_call>\n" and not r.constraint.parallel
+    assert render_request(ChatTemplate(HERMES), request(tool_choice=ToolChoice("auto"))).constraint is None
+
+
+def test_thinking_switch_and_an_opened_thinking_section():
+    off = render_request(ChatTemplate(HERMES), request(thinking=False))
+    assert off.prompt.endswith("<think>\n\n</think>\n\n") and not off.thinking_started
+    r = render_request(ChatTemplate(THINKING), GenerationRequest(model="m", messages=as_messages(
+        [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>add</think>4"},
+         {"role": "user", "content": "3+3?"}])))  # fmt: skip
+    assert r.thinking_started
+    assert "<|assistant|>4<|end|>" in r.prompt  # earlier thinking is not sent back
+
+
+@pytest.mark.parametrize(
+    "tools,needle",
+    [
+        ([{"type": "function", "function": {"description": "x"}}], "tools[0] has no function name"),
+        ([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}], "tools[0] ('f')"),
+        ([{"type": "function", "function": {"name": "f", "parameters": []}}], "not a JSON schema"),
+        ([{"type": "code_interpreter"}], "only 'function' tools"),
+        ([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}], "unique"),
+    ],
+)
+def test_bad_tool_definitions_say_which_tool(tools, needle):
+    with pytest.raises(InvalidRequest, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        parse_tools(tools)
+
+
+def test_tool_choice_naming_an_unknown_tool_is_refused():
+    with pytest.raises(InvalidRequest, match="'nope'"):
+        parse_tool_choice({"type": "function", "function": {"name": "nope"}}, TOOLS)
+    with pytest.raises(InvalidRequest, match="no tools"):
+        parse_tool_choice("required", ())
