@@ -18,15 +18,19 @@ ORDER = {Fit.GPU: 3, Fit.PARTIAL: 2, Fit.CPU: 1, Fit.NONE: 0}
 
 
 @pytest.fixture(scope="module")
-def listings(tmp_path_factory):
+def client(tmp_path_factory):
     from engine.catalog.hub import HubClient
 
     with FakeHub(hub_repos(tmp_path_factory.mktemp("popular"))) as hub:
-        client = HubClient(endpoint=hub.url, token=None, timeout=5)
-        out = {}
-        for repo in REPOS:
-            listing = client.repo(repo)
-            out[repo] = (listing, client.model_shape(listing))
+        yield HubClient(endpoint=hub.url, token=None, timeout=5)
+
+
+@pytest.fixture(scope="module")
+def listings(client):
+    out = {}
+    for repo in REPOS:
+        listing = client.repo(repo)
+        out[repo] = (listing, client.model_shape(listing))
     return out
 
 
@@ -106,3 +110,17 @@ def test_two_gpus_are_counted_each_on_its_own(listings):
     assert [d.device for d in gpus] == ["gpu0", "gpu1"] and sum(d.layers for d in gpus) == 80
     assert all(d.layers > 30 and d.memory.total <= d.usable for d in gpus)
     assert double.plan.tensor_split == tuple(float(d.layers) for d in gpus)
+
+
+def test_hearth_fit_on_a_hub_variant_is_the_advisors_plan(client, listings):
+    from engine.fit.report import fit_model
+
+    hw = MACHINES["NVIDIA 12 GB"]
+    report = fit_model(f"{QWEN_14B}:Q4_K_M", hw, hub=client, n_ctx=8192)
+    listing, shape = listings[QWEN_14B]
+    est = advise(listing.variants, shape, hw, context_length=8192).get("Q4_K_M")
+    assert report.source == "hub" and report.variant == "Q4_K_M" and report.label == est.label
+    assert report.plan == est.plan and report.plan.n_ctx == 8192
+    assert report.facts.weights_bytes == 8_988_110_080
+    recommended = fit_model(QWEN_14B, hw, hub=client)
+    assert recommended.variant == advise(listing.variants, shape, hw).recommended

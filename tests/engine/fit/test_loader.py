@@ -61,7 +61,7 @@ def test_a_quantized_kv_cache_is_applied(starter_path):
 
     sizes = {}
     for kv in ("f16", "q8_0"):
-        backend = _load(starter_path, LoadOptions(n_ctx=1024, n_seq_max=1, extra={"kv_type": kv}))
+        backend = _load(starter_path, LoadOptions(n_ctx=512, n_seq_max=1, extra={"kv_type": kv}))
         try:
             assert backend.plan.kv_type == kv
             _answer(backend)
