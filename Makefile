@@ -44,7 +44,14 @@ setup: $(VENV)/.installed
 
 test-setup: $(VENV)/.installed-test
 
-run: setup
+# llama.cpp's GPU build where the machine has a GPU and its toolchain (CUDA: nvcc and an NVIDIA driver;
+# Vulkan: its SDK and a GPU). packaging/llama_build.py says which build it chose and why; it rebuilds
+# llama-cpp-python only for a GPU, so a CPU machine keeps the build `setup` made.
+$(VENV)/.llama-build: $(VENV)/.installed
+	$(PY) packaging/llama_build.py --python $(PY)
+	touch $@
+
+run: setup $(VENV)/.llama-build
 	$(VENV)/bin/hearth
 
 test: test-setup

@@ -1,7 +1,9 @@
 """Which backend runs a model here, and why, in words.
 
 ``choose_backend(model_format)`` works without any hardware facts (the old behaviour); given a
-:class:`engine.hardware.HardwareInfo` it also says whether llama.cpp can offload to the GPU.
+:class:`engine.hardware.HardwareInfo` it also says whether llama.cpp can offload to the GPU. A GGUF
+model goes to the paged engine (dequantized, on the GPU) where this llama.cpp build cannot offload
+but torch sees a CUDA GPU; `make run` builds llama.cpp with CUDA where nvcc is installed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,20 @@ def has_cuda() -> bool:
 
 
 @cache
+def torch_sees_cuda() -> bool:
+    """Whether torch is installed and sees a CUDA GPU; torch is imported only where a driver is present."""
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    driver = Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists()
+    if sys.platform.startswith("linux") and not driver:
+        return False
+    return has_cuda()
+
+
+@cache
 def llama_gpu_offload_supported() -> bool:
     """Whether the installed llama.cpp build can offload layers to a GPU (CUDA, Metal, Vulkan...)."""
     try:
@@ -52,11 +68,25 @@ def llama_gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
-def _gguf_choice(hardware: HardwareInfo | None, gpu_offload_supported: bool | None) -> BackendChoice:
+def _paged_gguf(gpu: str) -> BackendChoice:
+    return BackendChoice(
+        "paged",
+        f"GGUF files run on Hearth's paged engine on the {gpu} (dequantized to bfloat16), because this "
+        f"llama.cpp build has no GPU support; `make run` builds llama.cpp with CUDA where nvcc is installed",
+        True,
+    )
+
+
+def _gguf_choice(hardware: HardwareInfo | None, gpu_offload_supported: bool | None, cuda: bool | None) -> BackendChoice:
     apple = hardware.apple_silicon if hardware is not None else is_apple_silicon()
     if apple:
         return BackendChoice("llamacpp", "GGUF files run on llama.cpp, which uses Metal on Apple Silicon", True)
     if hardware is None:
+        # no machine facts: llama.cpp, unless it cannot offload while torch has a CUDA GPU for the paged engine
+        if (torch_sees_cuda() if cuda is None else cuda) and not (
+            llama_gpu_offload_supported() if gpu_offload_supported is None else gpu_offload_supported
+        ):
+            return _paged_gguf("NVIDIA GPU")
         return BackendChoice("llamacpp", "GGUF files run on llama.cpp, on the CPU or with GPU offload")
     gpu = hardware.best_gpu
     if gpu is None:
@@ -64,10 +94,12 @@ def _gguf_choice(hardware: HardwareInfo | None, gpu_offload_supported: bool | No
     supported = llama_gpu_offload_supported() if gpu_offload_supported is None else gpu_offload_supported
     if supported:
         return BackendChoice("llamacpp", f"GGUF files run on llama.cpp with layers offloaded to the {gpu.name}", True)
+    if gpu.vendor == "nvidia" and (torch_sees_cuda() if cuda is None else cuda):
+        return _paged_gguf(gpu.name)
     return BackendChoice(
         "llamacpp",
         f"GGUF files run on llama.cpp on the CPU, because this llama.cpp build has no GPU support "
-        f"(reinstall llama-cpp-python with CUDA to use the {gpu.name})",
+        f"(`make run` builds it with CUDA where the CUDA toolkit is installed, to use the {gpu.name})",
     )
 
 
@@ -84,7 +116,8 @@ def choose_backend(
     Args:
         model_format: ``gguf``, ``safetensors`` or ``mlx``.
         override: The user's choice, which wins when it can run the format.
-        cuda: Whether a CUDA GPU is usable (from ``hardware`` when given, else detected).
+        cuda: Whether a CUDA GPU is usable through torch (from ``hardware`` when given, else detected); for
+            GGUF, where llama.cpp cannot offload, it sends the model to the paged engine.
         hardware: The machine; with it the reason names the GPU and GPU offload is decided.
         gpu_offload_supported: Whether llama.cpp here can offload to a GPU (detected when None).
 
@@ -98,7 +131,7 @@ def choose_backend(
             raise BackendUnavailable("paged", "it cannot read MLX-quantized weights; use the mlx backend.")
         return BackendChoice(override, "chosen by you")
     if model_format == "gguf":
-        return _gguf_choice(hardware, gpu_offload_supported)
+        return _gguf_choice(hardware, gpu_offload_supported, cuda)
     apple = hardware.apple_silicon if hardware is not None else is_apple_silicon()
     if model_format == "mlx":
         if apple:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine import __version__
 from engine.errors import InvalidRequest
-from engine.server import remote_routes
+from engine.server import chat_tools, remote_routes
 from engine.server.errors import error_body, response_for
 from engine.server.schemas import (
     ChatCompletionBody,
@@ -36,7 +36,7 @@ from engine.types import (
 
 router = APIRouter(prefix="/v1")
 
-FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
+FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
 
 def _params(body: _Sampling, *, max_tokens: int | None, logprobs: int | None, index: int = 0) -> SamplingParams:
@@ -75,13 +75,16 @@ def _check_n(request: Request, n: int) -> None:
         raise InvalidRequest(f"'n' must be between 1 and {limit}.", param="n")
 
 
-def _usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
-    return {
+def _usage(prompt_tokens: int, completion_tokens: int, cached: int, reasoning: int | None = None) -> dict:
+    out = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    if reasoning is not None:  # chat: how many of the completion tokens were thinking
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return out
 
 
 def _chat_logprobs(items: list[TokenLogprob]) -> dict:
@@ -128,6 +131,7 @@ class _Generation:
         self.created = int(time.time())
         self.lm = None
         self.streams = None
+        self.reasoning: dict[int, str] = {}  # per choice: the thinking collected (engine.tools)
         self.t0 = time.perf_counter()
 
     async def start(self) -> None:
@@ -181,6 +185,8 @@ async def _collect(gen: _Generation, n_choices: int):
     finals: list[GenerationChunk | None] = [None] * n_choices
     async for index, chunk in gen.chunks():
         texts[index] += chunk.text
+        if chunk.reasoning:
+            gen.reasoning[index] = gen.reasoning.get(index, "") + chunk.reasoning
         logprobs[index].extend(chunk.logprobs)
         if chunk.finish_reason is not None:
             finals[index] = chunk
@@ -249,12 +255,14 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     fmt = _response_format(body.response_format)
+    tool_fields = chat_tools.request_fields(body)
     reqs = [
         GenerationRequest(
             model=body.model,
             messages=messages,
             params=_params(body, max_tokens=max_tokens, logprobs=logprobs, index=i),
             response_format=fmt,
+            **tool_fields,
         )
         for i in range(body.n)
     ]
@@ -278,13 +286,13 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": texts[i], "refusal": None},
+                "message": chat_tools.message(texts[i], gen.reasoning.get(i, ""), finals[i]),
                 "logprobs": _chat_logprobs(lps[i]) if logprobs is not None else None,
                 "finish_reason": FINISH.get(finals[i].finish_reason, "stop") if finals[i] else "stop",
             }
             for i in range(body.n)
         ],
-        "usage": _usage(prompt, completion, cached),
+        "usage": _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals)),
     }
 
 
@@ -307,14 +315,20 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
             finals[index] = chunk
             continue
         lp = _chat_logprobs(list(chunk.logprobs)) if chunk.logprobs else None
+        thought = chat_tools.reasoning_delta(chunk)
+        if thought is not None:
+            yield event(index, thought)
         if chunk.text or lp:
             yield event(index, {"content": chunk.text}, logprobs=lp)
+        for delta in chat_tools.tool_call_deltas(chunk):
+            yield event(index, delta)
         if chunk.finish_reason is not None:
             finals[index] = chunk
             yield event(index, {}, FINISH.get(chunk.finish_reason, "stop"))
     if include_usage:
         prompt, completion, cached = _totals(finals)
-        yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached)})
+        usage = _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals))
+        yield _sse({**base, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
 
 

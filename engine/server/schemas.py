@@ -52,6 +52,9 @@ class ChatMessageBody(_Body):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
 
 
 class ChatCompletionBody(_Sampling):
@@ -60,6 +63,12 @@ class ChatCompletionBody(_Sampling):
     logprobs: StrictBool = False
     top_logprobs: int | None = None
     response_format: ResponseFormatBody | None = None
+    # Tools and thinking (docs/tools.md); checked by engine.tools, which names a bad tool.
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool | None = None
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class CompletionBody(_Sampling):

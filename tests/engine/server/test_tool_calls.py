@@ -1,0 +1,138 @@
+"""Tool calling through a real `hearth serve` with the starter model, driven by the official clients."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import pytest
+
+from tests.engine.server.conftest import MODEL
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"type": "string", "enum": ["c", "f"]}},
+    "required": ["city", "unit"],
+}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "add", "description": "Add two whole numbers.", "parameters": ADD}},
+]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def assert_valid_call(call) -> dict:
+    assert call.id.startswith("call_") and call.type == "function"
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, SCHEMAS[call.function.name])
+    return args
+
+
+def test_required_gives_a_schema_valid_call(server, openai_schemas):
+    raw = server.client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", temperature=0, max_tokens=80
+    )
+    openai_schemas("CreateChatCompletionResponse", raw.http_response.json())
+    r = raw.parse()
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    assert len(choice.message.tool_calls) == 1
+    assert_valid_call(choice.message.tool_calls[0])
+    assert r.usage.completion_tokens > 5 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_named_function_streamed_assembles_with_the_client_helper(server, openai_schemas):
+    client = server.client()
+    kwargs = dict(model=MODEL, messages=[{"role": "user", "content": "Add 2 and 3."}], tools=TOOLS,
+                  tool_choice={"type": "function", "function": {"name": "add"}}, temperature=0, max_tokens=60)  # fmt: skip
+    with client.chat.completions.stream(stream_options={"include_usage": True}, **kwargs) as stream:
+        chunks = [event.chunk for event in stream if event.type == "chunk"]
+        final = stream.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]
+    assert call.function.name == "add"
+    assert_valid_call(call)
+    assert final.choices[0].finish_reason == "tool_calls"
+    # the raw deltas: the first carries index, id, type and name; later ones pieces of the arguments
+    for c in chunks:
+        openai_schemas("CreateChatCompletionStreamResponse", c.model_dump(exclude_unset=True))
+    pieces = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert pieces[0].index == 0 and pieces[0].id.startswith("call_") and pieces[0].type == "function"
+    assert pieces[0].function.name == "add"
+    assert all(p.id is None and p.function.name is None for p in pieces[1:])
+    assert json.loads("".join(p.function.arguments or "" for p in pieces)) == json.loads(call.function.arguments)
+    assert not any(c.choices and c.choices[0].delta.content for c in chunks)  # no markup leaks as text
+    assert chunks[-1].usage.completion_tokens > 3
+
+
+def test_a_conversation_with_tool_results_is_answered(server):
+    messages = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_abc", "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}],
+        },  # fmt: skip
+        {"role": "tool", "tool_call_id": "call_abc", "content": [{"type": "text", "text": "Sunny and 24 degrees."}]},
+    ]
+    r = server.client().chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, temperature=0,
+                                                max_tokens=16)  # fmt: skip
+    assert r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_none_gives_text(server):
+    r = server.client().chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=12
+    )
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content and "<tool_call>" not in r.choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    "tools,needle",
+    [
+        ([{"type": "function", "function": {"parameters": {"type": "object"}}}], "tools[0] has no function name"),
+        ([TOOLS[0], {"type": "function", "function": {"name": "bad", "parameters": {"type": "array"}}}],
+         "tools[1] ('bad')"),
+    ],
+)  # fmt: skip
+def test_bad_tool_definitions_are_a_400_naming_the_tool(server, tools, needle):
+    r = httpx.post(
+        f"{server.base_url}/chat/completions",
+        headers=server.headers,
+        json={"model": MODEL, "messages": ASK, "tools": tools},
+        timeout=60,
+    )
+    assert r.status_code == 400
+    assert needle in r.json()["error"]["message"]
+
+
+def test_openai_agents_sdk_runs_a_tool_and_answers(server):
+    agents = pytest.importorskip("agents")
+    import openai
+
+    agents.set_tracing_disabled(True)
+    seen: list[int] = []
+
+    @agents.function_tool
+    def add(a: int, b: int) -> int:
+        """Add two whole numbers."""
+        seen.append(a + b)
+        return a + b
+
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=120)
+    agent = agents.Agent(
+        name="calculator",
+        instructions="Use the add tool to add numbers, then say the result.",
+        tools=[add],
+        model=agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+        model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=30),
+    )
+    result = agents.Runner.run_sync(agent, "What is 2 plus 3?", max_turns=4)
+    assert len(seen) == 1  # the SDK called our function once (tool_choice resets to auto afterwards)
+    assert isinstance(result.final_output, str) and result.final_output.strip()
