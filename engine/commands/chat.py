@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="paged backend: weight quantization (int4: the CPU's fast path; int8, fp8: GPUs)",
     )
     p.add_argument("--stats", action="store_true", help="print tokens/s and time to first token after each answer")
+    p.add_argument(
+        "--docs", action="append", metavar="NAME", help="answer from this document collection (`hearth docs`), with sources"
+    )
     p.set_defaults(run=run)
 
 
@@ -79,11 +82,20 @@ def run(args: argparse.Namespace) -> int:
     extra = {"quantization": args.quantization} if args.quantization else {}
     options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, extra=extra)
     backend, model = _open_remote(args.model) or open_model(args.model, backend=args.backend, options=options)
+    docs = None
     try:
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
+        if args.docs:
+            from engine.commands.docs import ChatDocs
+
+            docs = ChatDocs(args.docs, backend, args.max_tokens)
         if args.prompt is not None:
+            if docs is not None:
+                history = [{"role": "system", "content": docs.system(args.prompt, args.system)}]
             history.append({"role": "user", "content": args.prompt})
-            _answer(backend, model.name, history, params, args.stats)
+            reply = _answer(backend, model.name, history, params, args.stats)
+            if docs is not None:
+                docs.print_sources(reply)
             return 0
         print(f"Chatting with {model.name}. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
         while True:
@@ -97,8 +109,15 @@ def run(args: argparse.Namespace) -> int:
                 continue
             if not line.strip():
                 continue
+            if docs is not None:  # each question brings its own sources
+                system = {"role": "system", "content": docs.system(line, args.system)}
+                history = [system, *(m for m in history if m["role"] != "system")]
             history.append({"role": "user", "content": line})
             reply = _answer(backend, model.name, history, params, args.stats)
             history.append({"role": "assistant", "content": reply})
+            if docs is not None:
+                docs.print_sources(reply)
     finally:
+        if docs is not None:
+            docs.close()
         backend.close()

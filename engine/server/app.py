@@ -131,6 +131,9 @@ def create_app(
     app.include_router(admin_routes.router)
     app.include_router(catalog_routes.router)
     app.include_router(remote_routes.router)
+    from engine.server import docs_routes  # /api/docs: document collections
+
+    app.include_router(docs_routes.router)
 
     @app.get("/health")
     async def health(request: Request):

@@ -189,11 +189,15 @@ class LlamaCppBackend:
             mem = llama_cpp.llama_get_memory(ctx)
             out, total = [], 0
             for text in texts:
-                tokens = model.tokenize_prompt(text) or [model.bos_id]
+                if mem:
+                    tokens = model.tokenize_prompt(text) or [model.bos_id]
+                else:  # an encoder (BERT and kin) has no KV memory and wants its own [CLS] ... [SEP] around the text
+                    tokens = model.tokenize(text, add_special=True, parse_special=False)
                 if len(tokens) > loop.n_ctx_seq:
                     raise ContextLengthExceeded(len(tokens), loop.n_ctx_seq)
                 total += len(tokens)
-                llama_cpp.llama_memory_clear(mem, True)
+                if mem:
+                    llama_cpp.llama_memory_clear(mem, True)
                 batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
                 try:
                     for i, t in enumerate(tokens):

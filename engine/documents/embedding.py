@@ -1,0 +1,128 @@
+"""Embeddings for the index through Hearth's own path: a loaded backend's ``embed`` (what serves
+/v1/embeddings), in this process or in the worker through its model manager."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from engine.documents.errors import EmbeddingModelError
+from engine.documents.minilm import DEFAULT_MODEL, ensure_default_model
+from engine.errors import ContextLengthExceeded
+
+log = logging.getLogger(__name__)
+
+# A passage longer than this many characters is embedded by its beginning (its keywords still index it all).
+MAX_EMBED_CHARS = 2000
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length vectors with one model."""
+
+    model: str
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def model_reference(model: str) -> str:
+    """What to load for a collection's model name: the converted default model's path, or the name itself
+    (a registered GGUF model such as nomic-embed or bge, or a path)."""
+    if model == DEFAULT_MODEL:
+        return str(ensure_default_model())
+    return model
+
+
+def _embed_with(backend, texts: Sequence[str]) -> list[list[float]]:
+    texts = [t[:MAX_EMBED_CHARS] or " " for t in texts]
+    try:
+        vectors, _ = backend.embed(texts)
+        return vectors
+    except ContextLengthExceeded:
+        out = []
+        for text in texts:  # find the one that is too long and embed its beginning
+            limit = len(text)
+            while True:
+                try:
+                    out.extend(backend.embed([text[:limit]])[0])
+                    break
+                except ContextLengthExceeded:
+                    if limit < 16:
+                        raise
+                    limit //= 2
+        return out
+
+
+class BackendEmbedder:
+    """Embeddings from a backend loaded in this process (the CLI, benchmarks).
+
+    Args:
+        backend: A loaded backend whose ``embed`` makes vectors.
+        model: The collection's name for the model.
+    """
+
+    def __init__(self, backend, model: str) -> None:
+        if not getattr(backend, "info", None) or not backend.info.can_embed:
+            raise EmbeddingModelError(f"Model '{model}' cannot make embeddings; choose an embedding model.")
+        self.backend = backend
+        self.model = model
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, model: str = DEFAULT_MODEL) -> BackendEmbedder:
+        """Load ``model`` (the default one is set up on first use) on the llama.cpp backend.
+
+        Raises:
+            EmbeddingModelError: the default model cannot be set up.
+            ModelNotFound, ModelLoadError: another model is unknown or unloadable.
+        """
+        from engine.backends import LoadOptions
+        from engine.loading import open_model
+
+        backend, _ = open_model(model_reference(model), options=LoadOptions(n_seq_max=1))
+        try:
+            return cls(backend, model)
+        except BaseException:
+            backend.close()
+            raise
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        with self._lock:
+            return _embed_with(self.backend, texts)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class ManagerEmbedder:
+    """Embeddings from the worker's model manager: the model is loaded, shared and unloaded like any other.
+
+    Args:
+        manager: The worker's ModelManager.
+        model: The collection's name for the model.
+    """
+
+    def __init__(self, manager, model: str = DEFAULT_MODEL) -> None:
+        self.manager = manager
+        self.model = model
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        lm = self.manager.acquire(model_reference(self.model))
+        try:
+            if getattr(lm.backend, "embed", None) is None:
+                raise EmbeddingModelError(f"Model '{self.model}' cannot make embeddings; choose an embedding model.")
+            return _embed_with(lm.backend, texts)
+        finally:
+            self.manager.release(lm)
+
+    def close(self) -> None:
+        pass
+
+
+def passage_text(text: str, heading: str | None, path: str) -> str:
+    """What is embedded for a chunk: its heading (or file name) then its text, so the place informs the vector."""
+    from pathlib import Path
+
+    label = heading or Path(path).stem.replace("_", " ").replace("-", " ")
+    return f"{label}\n{text}"

@@ -1,0 +1,237 @@
+"""Files to text with their structure: PDF pages, Markdown and HTML headings, Word headings, plain text.
+
+Each format is read by a library made for it (pypdf, markdown-it-py, markdownify, python-docx); the result
+is a list of sections that keep the page or heading path every passage came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from engine.documents.errors import DocumentParseError, UnsupportedDocument
+from engine.documents.types import ParsedDocument, Section
+
+log = logging.getLogger(__name__)
+
+MARKDOWN = {".md", ".markdown", ".mdown", ".mkd", ".rst"}
+HTML = {".html", ".htm", ".xhtml"}
+TEXT = {".txt", ".text", ".log", ".csv", ".tsv", ".json", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".tex"}
+SOURCE = {
+    ".py", ".pyi", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs", ".go", ".java", ".kt", ".js", ".jsx", ".ts",
+    ".tsx", ".rb", ".php", ".swift", ".cs", ".scala", ".sh", ".bash", ".zsh", ".sql", ".lua", ".r", ".m",
+    ".css", ".scss", ".xml", ".vue", ".svelte", ".zig", ".dart", ".ex", ".exs", ".hs", ".ml", ".clj",
+}
+WORD = {".docx"}
+PDF = {".pdf"}
+SUPPORTED = MARKDOWN | HTML | TEXT | SOURCE | WORD | PDF
+NAMED_TEXT = {"readme", "license", "copying", "makefile", "dockerfile", "changelog", "notes"}
+# Bigger files are listed as failed rather than read: an index is for reading material, not dumps.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+def document_kind(path: Path) -> str | None:
+    """The kind of document ``path`` names ("pdf", "markdown", ...), or None when Hearth skips it."""
+    suffix = path.suffix.lower()
+    if suffix in PDF:
+        return "pdf"
+    if suffix in MARKDOWN:
+        return "markdown"
+    if suffix in HTML:
+        return "html"
+    if suffix in WORD:
+        return "docx"
+    if suffix in SOURCE:
+        return "source"
+    if suffix in TEXT or (not suffix and path.name.lower() in NAMED_TEXT):
+        return "text"
+    return None
+
+
+def parse_file(path: Path) -> ParsedDocument:
+    """Read ``path`` into sections that keep its pages and headings.
+
+    Raises:
+        UnsupportedDocument: Hearth does not index this kind of file.
+        DocumentParseError: the file is unreadable, corrupt, encrypted or holds no text.
+    """
+    kind = document_kind(path)
+    if kind is None:
+        raise UnsupportedDocument(str(path), f"'{path.suffix or path.name}' files are not indexed.")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise DocumentParseError(str(path), f"it cannot be opened ({exc.strerror or exc}).") from exc
+    if size > MAX_FILE_BYTES:
+        raise DocumentParseError(str(path), f"it is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB.")
+    reader = {"pdf": _pdf, "markdown": _markdown_file, "html": _html, "docx": _docx}.get(kind, _text)
+    try:
+        sections, title = reader(path)
+    except DocumentParseError:
+        raise
+    except OSError as exc:
+        raise DocumentParseError(str(path), f"it cannot be opened ({exc.strerror or exc}).") from exc
+    except Exception as exc:  # a library's own error for a malformed file: the file is the problem
+        log.info("could not parse %s", path, exc_info=True)
+        raise DocumentParseError(str(path), f"it is not a readable {kind} file ({type(exc).__name__}: {exc}).") from exc
+    sections = tuple(s for s in sections if s.text.strip())
+    if not sections:
+        hint = " (a scanned PDF needs OCR first)" if kind == "pdf" else ""
+        raise DocumentParseError(str(path), f"it holds no text{hint}.")
+    return ParsedDocument(path=str(path), kind=kind, sections=sections, title=title)
+
+
+def _read_text(path: Path) -> str:
+    data = path.read_bytes()
+    if b"\x00" in data[:8192]:
+        raise DocumentParseError(str(path), "it is a binary file, not text.")
+    for encoding in ("utf-8-sig", "utf-16") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ("utf-8-sig",):
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    return data.decode("latin-1")
+
+
+def _text(path: Path) -> tuple[list[Section], str | None]:
+    return [Section(_read_text(path))], None
+
+
+def _pdf(path: Path) -> tuple[list[Section], str | None]:
+    from pypdf import PdfReader
+    from pypdf.errors import FileNotDecryptedError, PdfReadError
+
+    # pypdf logs what it repairs in a damaged file; the file's failure, if any, is reported as its reason
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+
+    try:
+        reader = PdfReader(path, strict=False)
+        if reader.is_encrypted:
+            try:
+                reader.decrypt("")
+            except Exception as exc:
+                raise DocumentParseError(str(path), "it is encrypted; save an unprotected copy.") from exc
+        sections = []
+        for number, page in enumerate(reader.pages, start=1):
+            text = page.extract_text() or ""
+            sections.append(Section(_pdf_paragraphs(text), page=number))
+        title = None
+        meta = reader.metadata
+        if meta is not None and meta.title:
+            title = str(meta.title)
+    except FileNotDecryptedError as exc:
+        raise DocumentParseError(str(path), "it is encrypted; save an unprotected copy.") from exc
+    except PdfReadError as exc:
+        raise DocumentParseError(str(path), f"it is not a valid PDF ({exc}).") from exc
+    return sections, title
+
+
+def _pdf_paragraphs(text: str) -> str:
+    """PDF text keeps its line breaks; join lines into paragraphs, keeping blank-line breaks."""
+    paragraphs, current = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            if current:
+                paragraphs.append(" ".join(current))
+                current = []
+            continue
+        if current and current[-1].endswith("-") and line[:1].islower():
+            current[-1] = current[-1][:-1] + line  # a word hyphenated across lines
+        else:
+            current.append(line)
+    if current:
+        paragraphs.append(" ".join(current))
+    return "\n\n".join(paragraphs)
+
+
+def _markdown_file(path: Path) -> tuple[list[Section], str | None]:
+    return markdown_sections(_read_text(path))
+
+
+def markdown_sections(source: str) -> tuple[list[Section], str | None]:
+    """Sections of a Markdown text, one per heading, each with its heading path ("A > B")."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark")
+    tokens = md.parse(source)
+    lines = source.splitlines()
+    # Headings by the line they start on; the text between headings is taken from the source as written.
+    headings: list[tuple[int, int, int, str]] = []  # (start line, end line, level, text)
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and tok.map is not None:
+            inline = tokens[i + 1]
+            headings.append((tok.map[0], tok.map[1], int(tok.tag[1]), inline.content.strip()))
+    sections: list[Section] = []
+    path: list[tuple[int, str]] = []
+    title = next((h[3] for h in headings if h[2] == 1), None)
+    start = 0
+    heading_text: str | None = None
+    for line_start, line_end, level, text in headings:
+        body = "\n".join(lines[start:line_start]).strip()
+        if body:
+            sections.append(Section(body, heading=heading_text))
+        while path and path[-1][0] >= level:
+            path.pop()
+        path.append((level, text))
+        heading_text = " > ".join(t for _, t in path)
+        start = line_end
+    body = "\n".join(lines[start:]).strip()
+    if body:
+        sections.append(Section(body, heading=heading_text))
+    return sections, title
+
+
+def _html(path: Path) -> tuple[list[Section], str | None]:
+    from bs4 import BeautifulSoup
+    from markdownify import MarkdownConverter
+
+    soup = BeautifulSoup(_read_text(path), "html.parser")
+    title = soup.title.get_text(strip=True) if soup.title else None
+    for tag in soup(["script", "style", "noscript", "template", "head", "nav"]):
+        tag.decompose()
+    markdown = MarkdownConverter(heading_style="ATX", strip=["img"]).convert_soup(soup)
+    sections, md_title = markdown_sections(markdown)
+    return sections, title or md_title
+
+
+def _docx(path: Path) -> tuple[list[Section], str | None]:
+    import docx
+
+    document = docx.Document(str(path))
+    sections: list[Section] = []
+    path_stack: list[tuple[int, str]] = []
+    heading: str | None = None
+    body: list[str] = []
+    title = document.core_properties.title or None
+    for para in document.paragraphs:
+        style = (para.style.name or "") if para.style is not None else ""
+        text = para.text.strip()
+        level = _docx_heading_level(style)
+        if level is not None and text:
+            if body:
+                sections.append(Section("\n\n".join(body), heading=heading))
+                body = []
+            while path_stack and path_stack[-1][0] >= level:
+                path_stack.pop()
+            path_stack.append((level, text))
+            heading = " > ".join(t for _, t in path_stack)
+            title = title or (text if level <= 1 else None)
+        elif text:
+            body.append(text)
+    if body:
+        sections.append(Section("\n\n".join(body), heading=heading))
+    for table in document.tables:
+        rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in table.rows]
+        if rows:
+            sections.append(Section("\n".join(rows), heading=heading))
+    return sections, title
+
+
+def _docx_heading_level(style: str) -> int | None:
+    if style == "Title":
+        return 1
+    if style.startswith("Heading"):
+        rest = style[len("Heading"):].strip()
+        return int(rest) if rest.isdigit() else 1
+    return None

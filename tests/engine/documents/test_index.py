@@ -1,0 +1,159 @@
+"""The index without vectors: keyword search, failures listed, incremental re-index, pause and cancel."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.documents import IndexControl, Indexer
+from engine.documents.search import search
+from engine.documents.watcher import FolderWatcher
+from tests.engine.documents.conftest import name_of
+
+
+def _add(index, corpus: Path, name: str = "home"):
+    index.create(name, "all-MiniLM-L6-v2")
+    index.add_sources(name, [corpus])
+    return Indexer(index).run(name)
+
+
+def _top(index, query: str, name: str = "home", k: int = 3):
+    hits, mode = search(index, index.get(name), query, k=k)
+    assert mode == "keyword"
+    return hits
+
+
+def test_a_corrupt_pdf_is_listed_as_failed_while_the_rest_index(index, corpus: Path):
+    progress = _add(index, corpus)
+    assert progress.phase == "done"
+    assert [Path(f.path).name for f in progress.failed] == ["broken.pdf"]
+    info = index.info("home")
+    assert info.files == 4  # pdf, md, html, txt; the png is not a document
+    assert [Path(f.path).name for f in info.failed] == ["broken.pdf"]
+    assert "PDF" in info.failed[0].reason
+    assert info.chunks >= 8 and info.embedded == 0
+
+
+def test_keyword_search_finds_the_page_and_heading(index, corpus: Path):
+    _add(index, corpus)
+    hit = _top(index, "reset thermostat mode button")[0]
+    assert (name_of(hit), hit.page) == ("manual.pdf", 2)
+    hit = _top(index, "aphids whitefly")[0]
+    assert (name_of(hit), hit.heading) == ("garden.md", "Garden notes > Tomatoes > Pests")
+    hit = _top(index, "sourdough oven")[0]
+    assert (name_of(hit), hit.place) == ("kitchen.html", "Kitchen handbook > Baking")
+    assert _top(index, "zeppelin") == []
+
+
+def _bump(path: Path) -> None:
+    st = path.stat()  # a later mtime even on file systems with coarse timestamps
+    os.utime(path, (st.st_atime, st.st_mtime + 5))
+
+
+def test_an_edit_an_addition_and_a_deletion_are_reindexed(index, corpus: Path):
+    _add(index, corpus)
+    before = index.info("home").chunks
+
+    garden = corpus / "garden.md"
+    garden.write_text(garden.read_text().replace("late winter", "early March, when the forsythia blooms"))
+    _bump(garden)
+    (corpus / "bees.md").write_text("# Bees\n\nThe hive is inspected every nine days in swarming season.\n")
+    (corpus / "library.txt").unlink()
+    seen = []
+    progress = Indexer(index, on_progress=seen.append).run("home")
+
+    # only the edited and the new file were read again
+    garden_chunks = len(index.file_chunks(index.get("home"), str(garden.resolve())))
+    assert progress.chunks == garden_chunks + 1
+    assert _top(index, "forsythia")[0].heading == "Garden notes > Roses"
+    assert all("late winter" not in h.text for h in _top(index, "late winter prune"))
+    assert name_of(_top(index, "hive swarming")[0]) == "bees.md"
+    assert _top(index, "library Sundays") == []
+    assert "library.txt" not in {Path(p).name for p in index.files(index.get("home"))}
+    assert index.info("home").chunks == before - 1 + 1  # library.txt's one chunk gone, bees.md's come
+    assert seen[0].phase == "scanning" and seen[-1].phase == "done"
+
+
+def test_a_touched_but_unchanged_file_is_not_parsed_again(index, corpus: Path):
+    _add(index, corpus)
+    _bump(corpus / "manual.pdf")
+    progress = Indexer(index).run("home")
+    assert progress.chunks == 0
+    assert _top(index, "thermostat")[0].page == 2
+
+
+def test_a_fixed_file_leaves_the_failed_list(index, corpus: Path):
+    from tests.engine.documents.conftest import PDF_PAGES, write_pdf
+
+    _add(index, corpus)
+    write_pdf(corpus / "broken.pdf", PDF_PAGES[:1])
+    _bump(corpus / "broken.pdf")
+    progress = Indexer(index).run("home")
+    assert progress.failed == ()
+    assert index.info("home").failed == ()
+
+
+def test_cancel_stops_a_run_and_the_next_run_finishes(index, corpus: Path):
+    index.create("home", "all-MiniLM-L6-v2")
+    index.add_sources("home", [corpus])
+    control = IndexControl()
+
+    def on_progress(p):
+        if p.phase == "parsing" and p.files_done >= 1:
+            control.cancel()
+
+    progress = Indexer(index, on_progress=on_progress, control=control).run("home")
+    assert progress.phase == "cancelled"
+    assert progress.files_done < progress.files_total
+    assert Indexer(index).run("home").phase == "done"
+    assert index.info("home").files == 4
+
+
+def test_pause_holds_a_run_until_resumed(index, corpus: Path):
+    import threading
+
+    index.create("home", "all-MiniLM-L6-v2")
+    index.add_sources("home", [corpus])
+    control = IndexControl()
+    control.pause()
+    result = {}
+    seen = []
+    thread = threading.Thread(target=lambda: result.update(p=Indexer(index, control=control, on_progress=seen.append).run("home")))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any(p.paused for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any(p.paused for p in seen)
+    assert thread.is_alive() and "p" not in result
+    control.resume()
+    thread.join(60)
+    assert result["p"].phase == "done" and index.info("home").files == 4
+
+
+def test_the_watcher_notices_changes_in_a_folder(index, corpus: Path):
+    _add(index, corpus)
+    changed = []
+    watcher = FolderWatcher(index, changed.append, interval=3600)
+    watcher.start()
+    try:
+        assert watcher.poll() == []
+        (corpus / "new.txt").write_text("A new note about compost.")
+        assert watcher.poll() == ["home"]
+        assert changed == ["home"]
+        assert watcher.poll() == []
+        (corpus / "new.txt").unlink()
+        assert watcher.poll() == ["home"]
+    finally:
+        watcher.close()
+
+
+def test_collection_names_are_checked(index):
+    from engine.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest):
+        index.create("../etc", "m")
+    with pytest.raises(InvalidRequest):
+        index.create("", "m")

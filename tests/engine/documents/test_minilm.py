@@ -1,0 +1,49 @@
+"""The default embedding model: converted from the package's safetensors to GGUF, run by llama.cpp, and
+checked against the original model run by transformers (mean pooling, as sentence-transformers does)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SENTENCES = [
+    "The cat sits on the mat.",
+    "Preheat the oven to 220 degrees before the loaf goes in.",
+    "Héllo wörld, a naïve café in Zürich!",
+    "def add(a, b):\n    return a + b",
+    "Filters are replaced every three months. " * 12,
+]
+
+
+def test_the_converted_model_matches_the_original(embedder, tmp_path: Path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from engine.documents.minilm import extract_to, model_zip
+
+    folder = extract_to(model_zip(), tmp_path / "minilm")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    model = transformers.AutoModel.from_pretrained(str(folder)).eval()
+    batch = tokenizer(SENTENCES, padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    reference = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+
+    ours = torch.tensor(embedder.embed(SENTENCES))
+    assert ours.shape == (len(SENTENCES), 384)
+    cosine = (ours * reference).sum(-1)
+    assert bool((cosine > 0.99).all()), cosine
+    # and it tells texts apart: no two different sentences look alike
+    sims = ours @ ours.T
+    assert float(sims[0, 1]) < 0.5
+
+
+def test_the_model_is_converted_once_into_the_data_folder(embedder, hearth_home: Path):
+    from engine.documents.minilm import default_model_path, ensure_default_model
+
+    path = ensure_default_model()
+    assert path == default_model_path() and path.is_relative_to(hearth_home)
+    mtime = path.stat().st_mtime_ns
+    assert ensure_default_model().stat().st_mtime_ns == mtime
+    assert path.read_bytes()[:4] == b"GGUF"
