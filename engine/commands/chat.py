@@ -26,6 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--docs", action="append", metavar="NAME", help="answer from this document collection (`hearth docs`), with sources"
     )
+    p.add_argument("--mcp", metavar="FILE", help="use the tools of the MCP servers in this mcp.json file (docs/agent.md)")
+    p.add_argument(
+        "--tool-choice", choices=("auto", "required"), default="auto", help="with --mcp: must the first turn call a tool"
+    )
+    p.add_argument("--allow-tools", action="store_true", help="with --mcp: run every tool call without asking")
+    p.add_argument("--max-rounds", type=int, default=8, help="with --mcp: most model turns that call tools")
     p.set_defaults(run=run)
 
 
@@ -81,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     extra = {"quantization": args.quantization} if args.quantization else {}
     options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, extra=extra)
+    if args.mcp:  # the agent loop is a client of Hearth's API, served for the run
+        from engine.agent.terminal import run_agent_chat
+
+        return run_agent_chat(args, options)
     backend, model = _open_remote(args.model) or open_model(args.model, backend=args.backend, options=options)
     docs = None
     try:

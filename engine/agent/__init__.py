@@ -1,0 +1,28 @@
+"""The agent loop: MCP servers as tools for a model served by Hearth's API (docs/agent.md)."""
+
+from engine.agent.approval import ApprovalPolicy, Decision
+from engine.agent.chat_client import ChatClient, ModelTurnError
+from engine.agent.config import McpConfigError, McpServerConfig, McpServerStore, load_mcp_file, parse_mcp_json
+from engine.agent.loop import AgentEvent, AgentLoop, AgentResult, ToolCallRecord, truncate
+from engine.agent.sessions import McpHub, McpServerFailed, McpTool, ToolOutput
+
+__all__ = [
+    "AgentEvent",
+    "AgentLoop",
+    "AgentResult",
+    "ApprovalPolicy",
+    "ChatClient",
+    "Decision",
+    "McpConfigError",
+    "McpHub",
+    "McpServerConfig",
+    "McpServerFailed",
+    "McpServerStore",
+    "McpTool",
+    "ModelTurnError",
+    "ToolCallRecord",
+    "ToolOutput",
+    "load_mcp_file",
+    "parse_mcp_json",
+    "truncate",
+]

@@ -1,0 +1,339 @@
+"""MCP server definitions: a stdio command (arguments, environment) or a streamable-HTTP URL (headers).
+
+Read from and written to ``mcp-servers.json`` in the data folder, and imported from the ``mcp.json``
+format other MCP clients write (``{"mcpServers": {"name": {"command": ..., "args": [...], "env": {...}}
+or {"url": ..., "headers": {...}}}}``). Environment values and headers are secrets: the file keeps only
+their names; the values go to the OS keyring (service ``hearth-mcp``) where one is usable, else to a
+file only the user can read, as the remote providers' keys do (:mod:`engine.remote.keys`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine.errors import HearthError
+from engine.remote.keys import FileKeys, KeyStore, usable_keyring
+
+log = logging.getLogger(__name__)
+
+SERVICE = "hearth-mcp"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class McpConfigError(HearthError):
+    """An MCP server definition or mcp.json file that cannot be used (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """One MCP server. ``env`` and ``headers`` hold values only in memory; the store keeps them secret.
+
+    Attributes:
+        name: Unique name (letters, digits, ``_ . -``).
+        command: The program of a stdio server (None for an HTTP one).
+        args: Its arguments.
+        env: Environment variables set for it.
+        url: The endpoint of a streamable-HTTP server.
+        headers: HTTP headers sent to it (an ``Authorization`` token, say).
+        enabled: Started for chats that use MCP servers.
+        disabled_tools: Tools of this server switched off (never offered to the model).
+        cwd: Working folder of a stdio server.
+    """
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    enabled: bool = True
+    disabled_tools: frozenset[str] = frozenset()
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name or ""):
+            raise McpConfigError(
+                f"MCP server name '{self.name}' is not usable; use letters, digits, '_', '.' or '-' (64 at most)."
+            )
+        if bool(self.command) == bool(self.url):
+            raise McpConfigError(f"MCP server '{self.name}' needs either a command (stdio) or a url (HTTP), not both.")
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise McpConfigError(f"MCP server '{self.name}': the url must start with http:// or https://.")
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "http"
+
+    def describe(self) -> str:
+        """What it runs or where it is, for lists (no secret values)."""
+        if self.command:
+            return " ".join([self.command, *self.args])
+        return self.url or ""
+
+    def with_tool(self, tool: str, on: bool) -> McpServerConfig:
+        off = set(self.disabled_tools)
+        (off.discard if on else off.add)(tool)
+        return replace(self, disabled_tools=frozenset(off))
+
+
+def _strings(value: Any, what: str, server: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise McpConfigError(f"MCP server '{server}': '{what}' must be an object of names to strings.")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def server_from_json(name: str, item: Any) -> McpServerConfig:
+    """One server from its ``mcp.json`` entry.
+
+    Raises:
+        McpConfigError: the entry is not an object or names neither a command nor a url.
+    """
+    if not isinstance(item, dict):
+        raise McpConfigError(f"MCP server '{name}' must be an object with a 'command' or a 'url'.")
+    args = item.get("args") or []
+    if not isinstance(args, list):
+        raise McpConfigError(f"MCP server '{name}': 'args' must be a list of strings.")
+    url = item.get("url") or item.get("serverUrl")
+    return McpServerConfig(
+        name=name,
+        command=item.get("command") or None,
+        args=tuple(str(a) for a in args),
+        env=tuple(_strings(item.get("env"), "env", name).items()),
+        url=url or None,
+        headers=tuple(_strings(item.get("headers"), "headers", name).items()),
+        enabled=not bool(item.get("disabled", False)),
+        disabled_tools=frozenset(str(t) for t in item.get("disabledTools") or ()),
+        cwd=item.get("cwd") or None,
+    )
+
+
+def parse_mcp_json(text: str) -> list[McpServerConfig]:
+    """The servers of an ``mcp.json`` text (``{"mcpServers": {...}}``; a bare ``{"servers": ...}`` too).
+
+    Raises:
+        McpConfigError: the text is not JSON or not in that shape (the message says what to fix).
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise McpConfigError(f"The MCP file is not valid JSON ({exc}); fix it and import again.") from exc
+    servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise McpConfigError('The MCP file needs an object "mcpServers": {"name": {"command": ...}}.')
+    return [server_from_json(str(name), item) for name, item in servers.items()]
+
+
+def load_mcp_file(path: str | Path) -> list[McpServerConfig]:
+    """Servers from an ``mcp.json`` file. Raises McpConfigError (also when it cannot be read)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise McpConfigError(f"Cannot read the MCP file {path} ({exc.strerror}); check the path.") from exc
+    return parse_mcp_json(text)
+
+
+class _McpKeyring:
+    """Secrets in an OS keyring under the service ``hearth-mcp``."""
+
+    kind = "keyring"
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def get(self, name: str) -> str | None:
+        return self.backend.get_password(SERVICE, name)
+
+    def set(self, name: str, key: str) -> None:
+        self.backend.set_password(SERVICE, name, key)
+
+    def delete(self, name: str) -> None:
+        from keyring.errors import PasswordDeleteError
+
+        try:
+            self.backend.delete_password(SERVICE, name)
+        except PasswordDeleteError:
+            pass
+
+
+@dataclass
+class McpServerStore:
+    """The saved servers (``mcp-servers.json``), their secrets, and the tools always allowed.
+
+    Args:
+        path: The file (default: ``mcp-servers.json`` in the data folder).
+        keys: Where secret values go (default: the OS keyring where usable, else
+            ``mcp-secrets.json`` beside ``path``, mode 0600).
+    """
+
+    path: Path | None = None
+    keys: KeyStore | None = None
+    _file_keys: FileKeys = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.path is None:
+            from engine.paths import hearth_home
+
+            self.path = hearth_home() / "mcp-servers.json"
+        self._file_keys = FileKeys(self.path.with_name("mcp-secrets.json"))
+
+    # -- secrets ------------------------------------------------------------------------------
+    def _store(self, kind: str) -> KeyStore | None:
+        if self.keys is not None and self.keys.kind == kind:
+            return self.keys
+        if kind == "file":
+            return self._file_keys
+        backend = usable_keyring()
+        return _McpKeyring(backend) if backend is not None else None
+
+    def _new_store(self) -> KeyStore:
+        if self.keys is not None:
+            return self.keys
+        backend = usable_keyring()
+        return _McpKeyring(backend) if backend is not None else self._file_keys
+
+    def _put_secret(self, key: str, value: str) -> str:
+        store = self._new_store()
+        try:
+            store.set(key, value)
+            return store.kind
+        except Exception as exc:  # a locked keyring: the user-only file still keeps it out of the servers file
+            if store is self._file_keys:
+                raise
+            log.warning("the keyring refused an MCP secret (%s); keeping it in %s", exc, self._file_keys.path)
+            self._file_keys.set(key, value)
+            return self._file_keys.kind
+
+    def _get_secret(self, kind: str, key: str) -> str:
+        store = self._store(kind)
+        try:
+            value = store.get(key) if store is not None else None
+        except Exception as exc:  # a locked keyring: the server starts without that value
+            log.warning("cannot read an MCP secret from the keyring: %s", exc)
+            value = None
+        return value or ""
+
+    # -- the file -----------------------------------------------------------------------------
+    def _read(self) -> dict[str, Any]:
+        assert self.path is not None
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"servers": {}, "always_allow": []}
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read %s: %s", self.path, exc)
+            return {"servers": {}, "always_allow": []}
+        if not isinstance(data, dict):
+            return {"servers": {}, "always_allow": []}
+        data.setdefault("servers", {})
+        data.setdefault("always_allow", [])
+        return data
+
+    def _write(self, data: dict[str, Any]) -> None:
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def servers(self) -> list[McpServerConfig]:
+        """Every saved server, with its secret values read back."""
+        out: list[McpServerConfig] = []
+        for name, item in self._read()["servers"].items():
+            try:
+                env = tuple((k, self._get_secret(kind, f"{name}/env/{k}")) for k, kind in item.get("env", {}).items())
+                headers = tuple(
+                    (k, self._get_secret(kind, f"{name}/header/{k}")) for k, kind in item.get("headers", {}).items()
+                )
+                out.append(
+                    McpServerConfig(
+                        name=name,
+                        command=item.get("command"),
+                        args=tuple(item.get("args", ())),
+                        env=env,
+                        url=item.get("url"),
+                        headers=headers,
+                        enabled=bool(item.get("enabled", True)),
+                        disabled_tools=frozenset(item.get("disabled_tools", ())),
+                        cwd=item.get("cwd"),
+                    )
+                )
+            except (McpConfigError, AttributeError, TypeError) as exc:
+                log.warning("skipping MCP server %s in %s: %s", name, self.path, exc)
+        return out
+
+    def get(self, name: str) -> McpServerConfig | None:
+        return next((s for s in self.servers() if s.name == name), None)
+
+    def save(self, server: McpServerConfig) -> None:
+        """Add or replace a server; its env values and headers go to the secret store."""
+        data = self._read()
+        old = data["servers"].get(server.name, {})
+        for section in ("env", "headers"):
+            part = "env" if section == "env" else "header"
+            for key, kind in old.get(section, {}).items():
+                store = self._store(kind)
+                if store is not None:
+                    store.delete(f"{server.name}/{part}/{key}")
+        data["servers"][server.name] = {
+            "command": server.command,
+            "args": list(server.args),
+            "url": server.url,
+            "cwd": server.cwd,
+            "enabled": server.enabled,
+            "disabled_tools": sorted(server.disabled_tools),
+            "env": {k: self._put_secret(f"{server.name}/env/{k}", v) for k, v in server.env},
+            "headers": {k: self._put_secret(f"{server.name}/header/{k}", v) for k, v in server.headers},
+        }
+        self._write(data)
+
+    def remove(self, name: str) -> None:
+        """Forget a server, its secrets and its always-allowed tools."""
+        data = self._read()
+        item = data["servers"].pop(name, None)
+        if item is None:
+            return
+        for section, part in (("env", "env"), ("headers", "header")):
+            for key, kind in item.get(section, {}).items():
+                store = self._store(kind)
+                if store is not None:
+                    store.delete(f"{name}/{part}/{key}")
+        data["always_allow"] = [a for a in data["always_allow"] if not a.startswith(f"{name}/")]
+        self._write(data)
+
+    def import_file(self, path: str | Path) -> list[McpServerConfig]:
+        """Add every server of an ``mcp.json`` file (replacing ones of the same name). Raises McpConfigError."""
+        servers = load_mcp_file(path)
+        for server in servers:
+            self.save(server)
+        return servers
+
+    # -- approvals ----------------------------------------------------------------------------
+    def always_allowed(self) -> list[str]:
+        """``server/tool`` names the user chose to always allow."""
+        return [str(a) for a in self._read()["always_allow"]]
+
+    def set_always_allowed(self, key: str, allowed: bool) -> None:
+        data = self._read()
+        keys = [a for a in data["always_allow"] if a != key]
+        if allowed:
+            keys.append(key)
+        data["always_allow"] = keys
+        self._write(data)
+
+
+__all__ = [
+    "McpConfigError",
+    "McpServerConfig",
+    "McpServerStore",
+    "load_mcp_file",
+    "parse_mcp_json",
+    "server_from_json",
+]
