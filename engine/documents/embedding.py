@@ -14,6 +14,9 @@ from engine.errors import ContextLengthExceeded
 
 log = logging.getLogger(__name__)
 
+# One thread: a passage is a few hundred tokens, where an OpenMP team's barriers cost more than a second
+# core gains, and on a busy machine (a chat model decoding beside it) two threads were 10-20x slower.
+EMBED_THREADS = 1
 # A passage longer than this many characters is embedded by its beginning (its keywords still index it all).
 MAX_EMBED_CHARS = 2000
 
@@ -70,7 +73,7 @@ class BackendEmbedder:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, model: str = DEFAULT_MODEL) -> BackendEmbedder:
+    def open(cls, model: str = DEFAULT_MODEL, *, n_threads: int | None = EMBED_THREADS) -> BackendEmbedder:
         """Load ``model`` (the default one is set up on first use) on the llama.cpp backend.
 
         Raises:
@@ -80,7 +83,8 @@ class BackendEmbedder:
         from engine.backends import LoadOptions
         from engine.loading import open_model
 
-        backend, _ = open_model(model_reference(model), options=LoadOptions(n_seq_max=1))
+        options = LoadOptions(n_seq_max=1, n_threads=n_threads)
+        backend, _ = open_model(model_reference(model), options=options)
         try:
             return cls(backend, model)
         except BaseException:
