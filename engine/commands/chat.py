@@ -42,12 +42,25 @@ def _answer(backend, model_name: str, history: list, params, show_stats: bool) -
     stream = backend.stream(request)
     parts: list[str] = []
     last = None
+    thinking = False
     try:
         for chunk in stream:
+            if chunk.reasoning:  # thinking, dimmed, before the answer (docs/tools.md)
+                sys.stdout.write(_dim(chunk.reasoning))
+                thinking = True
             if chunk.text:
+                if thinking:
+                    sys.stdout.write("\n")
+                    thinking = False
                 parts.append(chunk.text)
                 sys.stdout.write(chunk.text)
-                sys.stdout.flush()
+            for call in chunk.tool_calls:  # calls apart from the answer text, one line each
+                if parts or thinking:
+                    sys.stdout.write("\n")
+                sys.stdout.write(f"\u2192 {call.name}({call.arguments})")
+                parts.append("")
+                thinking = False
+            sys.stdout.flush()
             last = chunk
     except KeyboardInterrupt:
         stream.close()  # cancels the generation; the conversation goes on
@@ -60,6 +73,11 @@ def _answer(backend, model_name: str, history: list, params, show_stats: bool) -
         tps = f"{last.tokens_per_second:.1f}" if last.tokens_per_second else "-"
         print(f"[{last.completion_tokens} tokens, {tps} tokens/s, first token {ttft}]", file=sys.stderr)
     return "".join(parts)
+
+
+def _dim(text: str) -> str:
+    """``text`` dimmed on a terminal (SGR 2), as is when piped."""
+    return f"\x1b[2m{text}\x1b[0m" if sys.stdout.isatty() else text
 
 
 def _open_remote(name: str | None):

@@ -1,0 +1,35 @@
+"""`hearth chat` shows thinking apart from the answer, and tool calls on lines of their own."""
+
+from __future__ import annotations
+
+from engine.commands.chat import _answer
+from engine.tools import ToolCall
+from engine.types import GenerationChunk, SamplingParams
+
+
+class ScriptedModel:
+    """Replays chunks as a thinking model's stream arrives (no thinking model runs on this machine)."""
+
+    def __init__(self, chunks: list[GenerationChunk]) -> None:
+        self.chunks = chunks
+
+    def stream(self, request):
+        return iter(self.chunks)
+
+
+def test_thinking_comes_before_the_answer_and_is_not_part_of_it(capsys):
+    model = ScriptedModel([
+        GenerationChunk(reasoning="The user wants "), GenerationChunk(reasoning="a sum."),
+        GenerationChunk(text="It is "), GenerationChunk(text="4.", finish_reason="stop"),
+    ])  # fmt: skip
+    reply = _answer(model, "m", [{"role": "user", "content": "2+2?"}], SamplingParams(), False)
+    assert reply == "It is 4."
+    assert capsys.readouterr().out == "The user wants a sum.\nIt is 4.\n"
+
+
+def test_tool_calls_are_shown_apart_from_the_text(capsys):
+    call = ToolCall(name="get_weather", arguments='{"city": "Paris"}')
+    model = ScriptedModel([GenerationChunk(text="Checking."), GenerationChunk(finish_reason="tool_calls",
+                                                                            tool_calls=(call,))])  # fmt: skip
+    _answer(model, "m", [{"role": "user", "content": "Weather?"}], SamplingParams(), False)
+    assert capsys.readouterr().out == 'Checking.\n\u2192 get_weather({"city": "Paris"})\n'
