@@ -1,9 +1,10 @@
 """Turns each sampling row's logits into a token, vectorised over the batch.
 
 Order: logit bias (and the EOS ban of ``ignore_eos``), repetition/presence/frequency penalties,
-greedy pick or temperature, then top-k, top-p and min-p, then a draw. Each request owns a
-``torch.Generator`` seeded from its seed, and its random numbers are drawn from it alone, so a
-seeded request gives the same tokens whatever else shares the batch. Logprobs are taken from
+greedy pick or temperature, then top-k, top-p and min-p, then a draw. The draw is an exponential
+race whose noise is a hash of (the request's seed, its draw count, the token), computed for the
+whole batch at once (one Triton launch on CUDA), so a seeded request gives the same tokens
+whatever else shares the batch. Logprobs are taken from
 the model's raw distribution, as the OpenAI API reports them.
 """
 
@@ -16,28 +17,18 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import InvalidRequest
-from engine.tools.guidance import GrammarMatcher
 from engine.types import SamplingParams
 
 
 class RequestSampler:
-    """Per-request sampling state: parameters, bias columns and the random generator.
+    """Per-request sampling state: parameters, bias columns, the seed and the number of draws made.
 
     Raises:
         InvalidRequest: ``logit_bias`` names a token the vocabulary does not have.
     """
 
-    def __init__(
-        self,
-        params: SamplingParams,
-        *,
-        vocab_size: int,
-        eos_ids: Sequence[int],
-        device: torch.device,
-        matcher: GrammarMatcher | None = None,
-    ) -> None:
+    def __init__(self, params: SamplingParams, *, vocab_size: int, eos_ids: Sequence[int], device: torch.device) -> None:
         self.params = params
-        self.matcher = matcher  # a grammar the output must follow (engine.tools.guidance)
         bias = dict(params.logit_bias)
         for tok in bias:
             if not 0 <= tok < vocab_size:
@@ -45,15 +36,47 @@ class RequestSampler:
         if params.ignore_eos:
             bias.update({e: -float("inf") for e in eos_ids})
         self.bias = bias
-        self.generator: torch.Generator | None = None
-        if not params.greedy:
-            self.generator = torch.Generator(device=device)
-            self.generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
+        self.seed = params.seed if params.seed is not None else random.getrandbits(63)
+        self.draws = 0  # the noise of each draw is a hash of (seed, draws, token)
 
     @property
     def has_penalties(self) -> bool:
         p = self.params
         return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash on int64 tensors holding values below 2**32 (no product reaches 2**63)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def race_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Exponential noise [rows, vocab] from keys [rows, 3] (seed high, seed low, draw count), as the kernel makes it."""
+    hi, lo, count = keys[:, 0:1], keys[:, 1:2], keys[:, 2:3]
+    s = _mix32(_mix32(_mix32(hi) ^ lo) ^ count)
+    cols = torch.arange(vocab, device=keys.device, dtype=torch.int64)[None, :]
+    h = _mix32(_mix32((s + cols) & _MASK32) ^ s)
+    u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)
+    return -torch.log(u)
+
+
+def _race(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """argmax(probs / noise) per row: one Triton launch on CUDA, the same numbers in torch elsewhere."""
+    if probs.is_cuda:
+        try:
+            from engine.backends.paged.kernels.sampling import race
+        except ImportError:
+            pass
+        else:
+            return race(probs.contiguous(), keys)
+    return (probs / race_noise(keys, probs.shape[1])).argmax(-1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,27 +148,18 @@ def sample(
         )
     if any(r.has_penalties for r in rows):
         _penalize(logits, rows, histories)
-    constrained = [(i, r.matcher) for i, r in enumerate(rows) if r.matcher is not None]
-    for i, matcher in constrained:  # tokens that would leave the grammar are never drawn
-        allowed = torch.from_numpy(matcher.allowed()[: logits.shape[1]]).to(dev)
-        logits[i, : allowed.shape[0]].masked_fill_(~allowed, -float("inf"))
-        logits[i, allowed.shape[0] :] = -float("inf")
     greedy = [r.params.greedy for r in rows]
     tokens = logits.argmax(-1)
     if not all(greedy):
         temps = torch.tensor([r.params.temperature or 1.0 for r in rows], device=dev).unsqueeze(1)
         probs = _filter(logits / temps, rows).softmax(-1)
-        noise = torch.empty_like(probs)
-        for i, r in enumerate(rows):  # each request's own generator: draws do not depend on the batch
-            if r.generator is not None:
-                noise[i].exponential_(generator=r.generator)
-            else:
-                noise[i].fill_(1.0)
-        drawn = (probs / noise).argmax(-1)  # the exponential race: an exact draw from probs
+        keys = torch.tensor([[(r.seed >> 32) & _MASK32, r.seed & _MASK32, r.draws & _MASK32] for r in rows],
+                            dtype=torch.int64, device=dev)  # fmt: skip
+        drawn = _race(probs, keys)  # the exponential race: an exact draw from probs
+        for r in rows:
+            r.draws += not r.params.greedy
         tokens = torch.where(torch.tensor(greedy, device=dev), tokens, drawn)
     token_list = tokens.tolist()
-    for i, matcher in constrained:
-        matcher.consume(token_list[i])
     lps: list[tuple[float, list[int], list[float]] | None] = [None] * n
     want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
     if want:

@@ -20,7 +20,7 @@ from engine.backends.paged.kernels import compile_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 KERNELS = ("_store_kernel", "_decode_split_kernel", "_decode_merge_kernel", "_prefill_kernel", "_rms_norm_kernel",
-           "_silu_mul_kernel", "_rotary_kernel")  # fmt: skip
+           "_silu_mul_kernel", "_rotary_kernel", "_race_kernel")  # fmt: skip
 
 
 def test_every_engine_kernel_variant_compiles_for_sm80_and_sm90():
@@ -79,3 +79,15 @@ def test_a_launch_is_recorded_with_its_grid_and_constexprs_not_run():
     split, merge = launches
     assert split.kernel.fn.__name__ == "_decode_split_kernel" and split.grid == (4, 8, 4)
     assert dict(split.constexprs)["BLOCK_D"] == 128 and merge.grid == (4, 16)
+
+
+def test_context_slices_depend_on_the_batch_only_and_fill_the_gpu():
+    """Batch 1 splits each context 16 ways; batch 256 reads each KV head in one program: no split to merge."""
+    import torch
+
+    from engine.backends.paged.kernels.attention import MAX_SPLITS, decode_splits
+
+    cpu = torch.device("cpu")
+    assert decode_splits(1, 8, 2, cpu) == MAX_SPLITS == 16
+    assert decode_splits(256, 8, 2, cpu) == 1
+    assert decode_splits(8, 8, 2, cpu) == 8  # 64 programs: 8 slices are the first to reach the 264 wanted

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parents[3]
-KERNELS = ("store_kv", "decode", "prefill", "rms_norm", "silu_and_mul", "rotary", "model forward")
+KERNELS = ("store_kv", "decode", "prefill", "rms_norm", "silu_and_mul", "rotary", "model forward", "race")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ size, so a captured CUDA graph stays valid as contexts grow.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 import triton
 import triton.language as tl
@@ -106,6 +108,11 @@ def _decode_merge_kernel(
     tl.store(out_ptr + seq * stride_ot + head * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d < head_dim)
 
 
+@cache
+def _programs_wanted(device_index: int) -> int:
+    return 2 * torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def decode_splits(batch: int, num_kv_heads: int, group: int, device: torch.device) -> int:
     """Context slices per (sequence, KV head): enough programs to fill the GPU, a power of two, 1..16.
 
@@ -114,7 +121,7 @@ def decode_splits(batch: int, num_kv_heads: int, group: int, device: torch.devic
     """
     target = _TARGET_PROGRAMS
     if device.type == "cuda":
-        target = 2 * torch.cuda.get_device_properties(device).multi_processor_count
+        target = _programs_wanted(device.index if device.index is not None else torch.cuda.current_device())
     programs = batch * num_kv_heads * -(-group // BLOCK_G)
     splits = 1
     while splits < MAX_SPLITS and programs * splits < target:

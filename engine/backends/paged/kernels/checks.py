@@ -95,8 +95,8 @@ def check_prefill(device, dtype, kv_dtype=None, *, quick: bool = False) -> list[
         q = torch.randn(sum(q_lens), heads, dim, device=device).to(dtype)
         starts = [sum(q_lens[:i]) for i in range(len(q_lens))]
         # the chunk's own keys, read back from the cache (the reference takes them fresh when ctx == q_len)
-        fresh_k = torch.cat([ref.gather_kv(kc, tables[i], c)[c - n :] for i, (n, c) in enumerate(chunks)])
-        fresh_v = torch.cat([ref.gather_kv(vc, tables[i], c)[c - n :] for i, (n, c) in enumerate(chunks)])
+        fresh_k = torch.cat([ref.gather_kv(kc, tables[i], c)[c - n :] for i, (n, c) in enumerate(chunks)]).to(dtype)
+        fresh_v = torch.cat([ref.gather_kv(vc, tables[i], c)[c - n :] for i, (n, c) in enumerate(chunks)]).to(dtype)
         meta = AttentionMetadata(
             slot_mapping=torch.zeros(0, dtype=torch.int64, device=device), prefill_query_starts=tuple(starts),
             prefill_query_lens=tuple(q_lens), prefill_context_lens=tuple(ctx), prefill_block_tables=tables,
@@ -138,6 +138,21 @@ def check_fused(device, dtype) -> list[Check]:
         got_q, got_k = rotary(pos, q, k, table)
         err = max(_err(got_q, want_q), _err(got_k, want_k))
         out.append((f"rotary h{heads}/{n_kv} d{dim}", err, _tol(dtype, want_q, want_k)))
+    return out
+
+
+def check_sampling(device, dtype) -> list[Check]:
+    """The batch's draw in one launch against the same race in torch: the same token in every row."""
+    from engine.backends.paged.kernels.sampling import race
+    from engine.backends.paged.sampler import race_noise
+
+    out = []
+    for rows, vocab in [(5, 300), (3, 2500)]:
+        probs = torch.randn(rows, vocab, device=device).mul(3).softmax(-1)
+        keys = torch.randint(0, 2**32, (rows, 3), dtype=torch.int64, device=device)
+        got = race(probs, keys)
+        want = (probs / race_noise(keys, vocab)).argmax(-1)
+        out.append((f"race {rows}x{vocab}", float((got != want).sum()), 0.0))
     return out
 
 
@@ -201,7 +216,7 @@ def run_all(
         lambda: check_prefill(dev, dtype, quick=quick),
     ]  # fmt: skip
     if not quick:
-        suites += [lambda: check_fused(dev, dtype), lambda: check_model(dev, dtype)]
+        suites += [lambda: check_fused(dev, dtype), lambda: check_model(dev, dtype), lambda: check_sampling(dev, dtype)]
     if fp8 and hasattr(torch, "float8_e4m3fn") and not quick:
         suites.append(lambda: check_decode(dev, dtype, kv_dtype=torch.float8_e4m3fn))
         suites.append(lambda: check_prefill(dev, dtype, kv_dtype=torch.float8_e4m3fn))

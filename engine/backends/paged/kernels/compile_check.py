@@ -89,6 +89,7 @@ def engine_variants(capability: tuple[int, int]) -> list[Variant]:
     from engine.backends.paged.capability import fp8_capable, triton_serves
     from engine.backends.paged.kernels import TritonOps, rms_norm, rotary, silu_and_mul
     from engine.backends.paged.kernels.launch import recording
+    from engine.backends.paged.kernels.sampling import race
 
     meta_dev = torch.device("meta")
     # the FP8 KV cache is refused at load before sm_89 (capability.check_cuda_config), so never launched there
@@ -98,6 +99,7 @@ def engine_variants(capability: tuple[int, int]) -> list[Variant]:
         return torch.empty(*shape, dtype=dtype, device=meta_dev)
 
     with recording() as launches:
+        race(t(256, 151936, dtype=torch.float32), t(256, 3, dtype=torch.int64))  # the sampler's draw
         for dtype in DTYPES:
             for kv in kv_choices:
                 for _name, heads, n_kv, dim, hidden, inter in SHAPES:
