@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import InvalidRequest
+from engine.tools.guidance import GrammarMatcher
 from engine.types import SamplingParams
 
 
@@ -27,8 +28,17 @@ class RequestSampler:
         InvalidRequest: ``logit_bias`` names a token the vocabulary does not have.
     """
 
-    def __init__(self, params: SamplingParams, *, vocab_size: int, eos_ids: Sequence[int], device: torch.device) -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        *,
+        vocab_size: int,
+        eos_ids: Sequence[int],
+        device: torch.device,
+        matcher: GrammarMatcher | None = None,
+    ) -> None:
         self.params = params
+        self.matcher = matcher  # a grammar the output must follow (engine.tools.guidance)
         bias = dict(params.logit_bias)
         for tok in bias:
             if not 0 <= tok < vocab_size:
@@ -148,6 +158,11 @@ def sample(
         )
     if any(r.has_penalties for r in rows):
         _penalize(logits, rows, histories)
+    constrained = [(i, r.matcher) for i, r in enumerate(rows) if r.matcher is not None]
+    for i, matcher in constrained:  # tokens that would leave the grammar are never drawn
+        allowed = torch.from_numpy(matcher.allowed()[: logits.shape[1]]).to(dev)
+        logits[i, : allowed.shape[0]].masked_fill_(~allowed, -float("inf"))
+        logits[i, allowed.shape[0] :] = -float("inf")
     greedy = [r.params.greedy for r in rows]
     tokens = logits.argmax(-1)
     if not all(greedy):
@@ -160,6 +175,8 @@ def sample(
             r.draws += not r.params.greedy
         tokens = torch.where(torch.tensor(greedy, device=dev), tokens, drawn)
     token_list = tokens.tolist()
+    for i, matcher in constrained:
+        matcher.consume(token_list[i])
     lps: list[tuple[float, list[int], list[float]] | None] = [None] * n
     want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
     if want:
