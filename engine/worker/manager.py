@@ -27,6 +27,25 @@ log = logging.getLogger(__name__)
 DEFAULT_BUDGET_SHARE = 0.75
 
 
+def return_freed_memory() -> None:
+    """Hand the memory an unloaded model freed back to the OS. glibc keeps freed heap pages in each
+    thread's arena, and a model's threads (its loader, its decode loop) leave them scattered over
+    several arenas: without a trim, every load and unload left the worker a little larger."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc (macOS, Windows, musl): nothing to do
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
 @dataclass(eq=False)
 class LoadedModel:
     model: LocalModel
@@ -180,6 +199,8 @@ class ModelManager:
         for lm in victims:
             log.info("unloading %s to make room", lm.model.name)
             lm.backend.close()
+        if victims:
+            return_freed_memory()
 
     def unload(self, name: str) -> bool:
         """Unload ``name`` now; a request still using it keeps its stream until the close."""
@@ -188,6 +209,7 @@ class ModelManager:
         if lm is None:
             return False
         lm.backend.close()
+        return_freed_memory()
         return True
 
     @contextmanager
@@ -237,6 +259,8 @@ class ModelManager:
         for lm in stale:
             log.info("unloading %s after %.0f s idle", lm.model.name, self.ttl(lm) or 0)
             lm.backend.close()
+        if stale:
+            return_freed_memory()
         return [lm.model.name for lm in stale]
 
     def _reap_idle(self) -> None:
