@@ -7,16 +7,18 @@ files; runs one generation at a time on the model's own thread (requests queue).
 from __future__ import annotations
 
 import logging
-import queue
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, drain
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
 from engine.backends.mlx import loader
 from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
 from engine.backends.mlx.sampler import TokenSampler
+from engine.backends.runtime import RequestStream
 from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.tools import RenderedChat, parse_stream, render_request
+from engine.tools.guidance import matcher_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -27,15 +29,15 @@ DEFAULT_CTX = 4096
 PREFILL_CHUNK_CPU = 64
 PREFILL_CHUNK_GPU = 512
 
-#: Request fields the MLX backend accepts but cannot honour: MLX has no grammar-constrained
-#: decoding, so ``response_format`` (json_object / json_schema) yields free text. Every
-#: sampling parameter of :class:`~engine.types.SamplingParams` is honoured.
-UNSUPPORTED_PARAMS: tuple[str, ...] = ("response_format",)
+#: Request fields the MLX backend accepts but cannot honour: none. ``response_format`` and forced
+#: tool calls are enforced by llguidance (engine.tools.guidance), and every sampling parameter of
+#: :class:`~engine.types.SamplingParams` is honoured.
+UNSUPPORTED_PARAMS: tuple[str, ...] = ()
 
 
 def ignored_params(request: GenerationRequest) -> tuple[str, ...]:
     """The fields of ``request`` the MLX backend will ignore (for the server to mention)."""
-    return ("response_format",) if request.response_format.type != "text" else ()
+    return tuple(p for p in UNSUPPORTED_PARAMS if p == "response_format" and request.response_format.type != "text")
 
 
 class MLXBackend:
@@ -107,11 +109,19 @@ class MLXBackend:
         loaded, _ = self._require()
         return loaded.vocab.encode(text, parse_special=special)
 
-    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+    def render_request(self, request: GenerationRequest) -> RenderedChat | None:
+        """The chat request rendered with its tools and thinking switch (None for a raw prompt)."""
+        loaded, _ = self._require()
+        if request.messages is None:
+            return None
+        return render_request(loaded.vocab.chat_template, request, architecture=loaded.architecture)
+
+    def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         """The token ids the request's prompt (or rendered chat) is computed from."""
         loaded, _ = self._require()
-        text = self.render_chat(request.messages) if request.messages is not None else request.prompt
-        return loaded.vocab.encode_prompt(text)
+        if request.messages is not None:
+            return loaded.vocab.encode_prompt((rendered or self.render_request(request)).prompt)
+        return loaded.vocab.encode_prompt(request.prompt)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.
@@ -122,7 +132,8 @@ class MLXBackend:
             Overloaded: too many requests are waiting.
         """
         loaded, loop = self._require()
-        prompt = self.prompt_tokens(request)
+        rendered = self.render_request(request)
+        prompt = self.prompt_tokens(request, rendered)
         if not prompt:
             raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
         if len(prompt) >= loop.n_ctx:
@@ -130,15 +141,13 @@ class MLXBackend:
         ignored = ignored_params(request)
         if ignored:
             log.warning("the mlx backend ignores %s for request %s", ", ".join(ignored), request.request_id)
-        seq = Seq(
-            request=request,
-            prompt=prompt,
-            sampler=TokenSampler(request.params, loaded.vocab.n_vocab, loaded.vocab.eog_ids),
-            out=queue.SimpleQueue(),
-            stops=StopMatcher(request.params.stop) if request.params.stop else None,
-        )
+        vocab = loaded.vocab
+        stream = RequestStream(request, piece=vocab.piece, is_eog=vocab.eog_ids.__contains__, prompt_tokens=len(prompt))
+        matcher = matcher_for(rendered, request, vocab, vocab.n_vocab)
+        seq = Seq(stream=stream, prompt=prompt, sampler=TokenSampler(request.params, vocab.n_vocab, vocab.eog_ids, matcher))
         loop.submit(seq)
-        return drain(seq.out, lambda: loop.cancel(seq.request_id))
+        chunks = stream.chunks(lambda: loop.cancel(request.request_id))
+        return parse_stream(chunks, rendered) if rendered is not None else chunks
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import atexit
 import logging
-import queue
 import threading
-import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from engine.backends.admission import AdmissionQueue
-from engine.backends.base import StopMatcher, Utf8Decoder
 from engine.backends.mlx.loader import LoadedModel
 from engine.backends.mlx.sampler import TokenSampler
-from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
+from engine.backends.runtime import RequestStream
+from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +32,14 @@ log = logging.getLogger(__name__)
 class Sequence:
     """Runtime state of one request."""
 
-    request: GenerationRequest
+    stream: RequestStream
     prompt: list[int]
     sampler: TokenSampler
-    out: queue.SimpleQueue
-    stops: StopMatcher | None = None
-    generated: list[int] = field(default_factory=list)
     cancelled: bool = False
-    finished: bool = False
-    n_cached: int = 0
-    t_submit: float = field(default_factory=time.perf_counter)
-    t_first: float | None = None
-    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
 
     @property
     def request_id(self) -> str:
-        return self.request.request_id
+        return self.stream.request_id
 
 
 # Loops still open at interpreter exit are closed then: MLX aborts the process if a thread's
@@ -212,9 +202,9 @@ class GenerationLoop(AdmissionQueue):
         if self._stop_requested(seq):
             self._finish(seq, "cancelled")
             return
-        seq.n_cached = self._prepare_cache(seq.prompt)
-        self.stats_cached_tokens += seq.n_cached
-        todo = seq.prompt[seq.n_cached :]
+        cached = seq.stream.cached_tokens = self._prepare_cache(seq.prompt)
+        self.stats_cached_tokens += cached
+        todo = seq.prompt[cached:]
         # Prefill all but the last prompt token, a chunk at a time; only the cache is evaluated.
         for start in range(0, len(todo) - 1, self.prefill_chunk):
             if self._stop_requested(seq):
@@ -228,39 +218,21 @@ class GenerationLoop(AdmissionQueue):
                 self._finish(seq, "cancelled")
                 return
             logits = self._feed([token])
-            token = seq.sampler.sample(logits, seq.generated)
+            token = seq.sampler.sample(logits, seq.stream.generated)
             if self._advance(seq, token, logits):
                 return
 
     def _advance(self, seq: Sequence, token: int, logits: mx.array) -> bool:
         """Stream ``token``; returns whether the generation is over."""
-        if seq.t_first is None:
-            seq.t_first = time.perf_counter()
-        params = seq.request.params
-        vocab = self.loaded.vocab
         lp: tuple[TokenLogprob, ...] = ()
-        if params.logprobs is not None:
+        if seq.stream.params.logprobs is not None:
             lp = (self._logprob(seq, logits, token),)
-        if (token in vocab.eog_ids and not params.ignore_eos) or token in params.stop_token_ids:
-            self._finish(seq, "stop")
-            return True
-        seq.generated.append(token)
-        self.stats_generated_tokens += 1
-        text = seq.decoder.feed(vocab.piece(token))
-        hit = False
-        if seq.stops is not None:
-            text, hit = seq.stops.feed(text)
-        if text or lp:
-            seq.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=lp))
-        if hit:
-            self._finish(seq, "stop")
-        elif params.max_tokens is not None and len(seq.generated) >= params.max_tokens:
-            self._finish(seq, "length")
-        elif len(self._cache_tokens) + 1 >= self.n_ctx:
-            self._finish(seq, "length")
-        else:
-            return False
-        return True
+        n_before = len(seq.stream.generated)
+        done = seq.stream.push(token, logprobs=lp, context_full=len(self._cache_tokens) + 1 >= self.n_ctx)
+        self.stats_generated_tokens += len(seq.stream.generated) - n_before
+        if done:
+            self._release(seq)
+        return done
 
     def _logprob(self, seq: Sequence, logits: mx.array, token: int) -> TokenLogprob:
         vocab = self.loaded.vocab
@@ -279,36 +251,14 @@ class GenerationLoop(AdmissionQueue):
             top=tuple(top),
         )
 
-    def _finish(self, seq: Sequence, reason: str, *, error: str | None = None) -> None:
-        if seq.finished:
-            return
-        seq.finished = True
-        tail = ""
-        if reason in ("stop", "length") and error is None:
-            tail = seq.decoder.flush()
-            if seq.stops is not None:
-                text, hit = seq.stops.feed(tail)
-                tail = text if hit else text + seq.stops.flush()
+    def _finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:
+        if not seq.stream.finished:
+            self._release(seq)
+            seq.stream.finish(reason, error=error)
+
+    def _release(self, seq: Sequence) -> None:
         with self._cond:
             self._by_id.pop(seq.request_id, None)
-        end = time.perf_counter()
-        n_gen = len(seq.generated)
-        tps = None
-        if seq.t_first is not None and n_gen > 1 and end > seq.t_first:
-            tps = (n_gen - 1) / (end - seq.t_first)
-        seq.out.put(
-            GenerationChunk(
-                text=tail,
-                finish_reason=reason,
-                prompt_tokens=len(seq.prompt),
-                completion_tokens=n_gen,
-                cached_tokens=seq.n_cached,
-                time_to_first_token=(seq.t_first - seq.t_submit) if seq.t_first is not None else None,
-                tokens_per_second=tps,
-                error=error,
-                stop_sequence=seq.stops.matched if seq.stops is not None else None,
-            )
-        )
 
 
 __all__ = ["GenerationLoop", "Sequence"]

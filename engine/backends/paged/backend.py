@@ -3,36 +3,32 @@
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec, StopMatcher, Utf8Decoder, drain
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
 from engine.backends.paged.streaming import StreamWriter
+from engine.backends.runtime import RequestStream
 from engine.chat_template import ChatTemplate
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError, Overloaded
+from engine.tools import RenderedChat, parse_stream, render_request
+from engine.tools.guidance import matcher_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, slots=True)
 class RequestState:
-    """What the engine thread keeps per request besides its sequence."""
+    """What a sequence carries for the engine thread: its request's stream and its sampler."""
 
-    request: GenerationRequest
+    stream: RequestStream
     sampler: RequestSampler
-    out: queue.SimpleQueue
-    stops: StopMatcher | None
-    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
-    t_submit: float = field(default_factory=time.perf_counter)
-    t_first: float | None = None
 
 
 class PagedBackend:
@@ -97,10 +93,18 @@ class PagedBackend:
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         return self._require().checkpoint.tokenizer.encode(text, parse_special=special)
 
-    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+    def render_request(self, request: GenerationRequest) -> RenderedChat | None:
+        """The chat request rendered with its tools and thinking switch (None for a raw prompt)."""
+        le = self._require()
+        if request.messages is None:
+            return None
+        return render_request(self.template, request, architecture=le.engine.runner.model.args.model_type)
+
+    def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         tok = self._require().checkpoint.tokenizer
-        text = self.render_chat(request.messages) if request.messages is not None else request.prompt
-        return tok.encode_prompt(text)
+        if request.messages is not None:
+            return tok.encode_prompt((rendered or self.render_request(request)).prompt)
+        return tok.encode_prompt(request.prompt)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.
@@ -111,23 +115,20 @@ class PagedBackend:
             Overloaded: too many requests are waiting.
         """
         le = self._require()
-        if request.response_format.type != "text":
-            raise InvalidRequest(
-                "The paged engine cannot constrain output to JSON yet; use the llamacpp backend for response_format.",
-                param="response_format",
-            )
-        prompt = self.prompt_tokens(request)
+        rendered = self.render_request(request)
+        prompt = self.prompt_tokens(request, rendered)
         if not prompt:
             raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
         n_ctx = le.config.max_model_len
         if len(prompt) >= n_ctx:
             raise ContextLengthExceeded(len(prompt), n_ctx)
         tok = le.checkpoint.tokenizer
-        sampler = RequestSampler(request.params, vocab_size=le.engine.runner.model.args.vocab_size,
-                                 eos_ids=sorted(tok.eog_ids), device=le.device)  # fmt: skip
-        stops = StopMatcher(request.params.stop) if request.params.stop else None
-        state = RequestState(request, sampler, queue.SimpleQueue(), stops)
-        seq = Seq(prompt, request.params, block_size=le.config.block_size, owner=state)
+        n_logits = le.engine.runner.model.args.vocab_size
+        sampler = RequestSampler(request.params, vocab_size=n_logits,
+                                 eos_ids=sorted(tok.eog_ids), device=le.device,
+                                 matcher=matcher_for(rendered, request, tok, n_logits))  # fmt: skip
+        stream = RequestStream(request, piece=tok.piece, is_eog=tok.eog_ids.__contains__, prompt_tokens=len(prompt))
+        seq = Seq(prompt, request.params, block_size=le.config.block_size, owner=RequestState(stream, sampler))
         with self._cond:
             if self._stopping:
                 raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
@@ -137,7 +138,8 @@ class PagedBackend:
             self._incoming.append(seq)
             self._by_id[request.request_id] = seq
             self._cond.notify()
-        return drain(seq.owner.out, lambda: self.cancel(seq.owner.request.request_id))
+        chunks = stream.chunks(lambda: self.cancel(request.request_id))
+        return parse_stream(chunks, rendered) if rendered is not None else chunks
 
     def cancel(self, request_id: str) -> None:
         with self._cond:

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from engine.backends.paged.llm_engine import LLMEngine, StepOutput
 from engine.backends.paged.sequence import Sequence
 from engine.gguf.vocab import Vocabulary
-from engine.types import GenerationChunk, TokenLogprob
+from engine.types import FinishReason, TokenLogprob
 
 
 class StreamWriter:
-    """Decides when a sequence stops, decodes its text and writes its chunks.
+    """Hands each sampled token to its request's stream and frees a sequence once its stream ends.
 
     Args:
         engine: The engine whose sequences these are (its ``finish`` frees their blocks).
-        tokenizer: For byte pieces of tokens.
+        tokenizer: For byte pieces of tokens (log-probabilities' texts).
         by_id: The backend's request-id -> sequence map, guarded by ``lock``.
         lock: The backend's condition lock.
     """
@@ -36,58 +35,26 @@ class StreamWriter:
         return TokenLogprob(token=p.decode("utf-8", errors="replace"), token_id=token, logprob=chosen, bytes=tuple(p), top=top)
 
     def advance(self, out: StepOutput) -> None:
-        seq, token = out.seq, out.token
-        state, params = seq.owner, seq.params
-        if state.t_first is None:
-            state.t_first = time.perf_counter()
-        lp = (self._logprob(token, out.logprobs),) if out.logprobs is not None else ()
-        if (token in self.tokenizer.eog_ids and not params.ignore_eos) or token in params.stop_token_ids:
-            self.finish(seq, "stop", counted=seq.num_completion_tokens - 1)
-            return
-        text = state.decoder.feed(self.tokenizer.piece(token))
-        hit = False
-        if state.stops is not None:
-            text, hit = state.stops.feed(text)
-        state.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=lp))
-        if hit:
-            self.finish(seq, "stop")
-        elif params.max_tokens is not None and seq.num_completion_tokens >= params.max_tokens:
-            self.finish(seq, "length")
-        elif seq.num_tokens >= self.n_ctx:
-            self.finish(seq, "length")
+        seq = out.seq
+        stream = seq.owner.stream
+        stream.cached_tokens = seq.num_cached_tokens
+        lp = (self._logprob(out.token, out.logprobs),) if out.logprobs is not None else ()
+        if stream.push(out.token, logprobs=lp, context_full=seq.num_tokens >= self.n_ctx):
+            self._release(seq)
 
-    def finish(self, seq: Sequence, reason: str, *, error: str | None = None, counted: int | None = None) -> None:
+    def finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:
         """End ``seq``'s stream with ``reason`` and free its blocks at once."""
-        if seq.is_finished:
+        stream = seq.owner.stream
+        if seq.is_finished or stream.finished:
             return
-        state = seq.owner
-        tail = ""
-        if reason in ("stop", "length") and error is None:
-            tail = state.decoder.flush()
-            if state.stops is not None:
-                text, hit = state.stops.feed(tail)
-                tail = text if hit else text + state.stops.flush()
+        stream.cached_tokens = seq.num_cached_tokens
+        self._release(seq)
+        stream.finish(reason, error=error)
+
+    def _release(self, seq: Sequence) -> None:
         self.engine.finish(seq)
         with self.lock:
-            self.by_id.pop(state.request.request_id, None)
-        end = time.perf_counter()
-        n_gen = seq.num_completion_tokens if counted is None else counted
-        tps = None
-        if state.t_first is not None and n_gen > 1 and end > state.t_first:
-            tps = (n_gen - 1) / (end - state.t_first)
-        state.out.put(
-            GenerationChunk(
-                text=tail,
-                finish_reason=reason,
-                prompt_tokens=seq.num_prompt_tokens,
-                completion_tokens=n_gen,
-                cached_tokens=seq.num_cached_tokens,
-                time_to_first_token=(state.t_first - state.t_submit) if state.t_first is not None else None,
-                tokens_per_second=tps,
-                error=error,
-                stop_sequence=state.stops.matched if state.stops is not None else None,
-            )
-        )
+            self.by_id.pop(seq.owner.stream.request_id, None)
 
 
 __all__ = ["StreamWriter"]

@@ -7,7 +7,7 @@ tested in test_conformance.py.
 from __future__ import annotations
 
 import contextlib
-import logging
+import json
 import subprocess
 import sys
 import threading
@@ -218,20 +218,21 @@ def test_concurrent_callers_each_get_their_own_answer(mlx_backend):
     assert together == alone
 
 
-def test_response_format_is_named_as_ignored(mlx_backend, caplog: pytest.LogCaptureFixture):
-    assert "response_format" in UNSUPPORTED_PARAMS
+def test_response_format_is_enforced(mlx_backend):
+    assert "response_format" not in UNSUPPORTED_PARAMS
     req = GenerationRequest(
         model="s",
         prompt="Hi",
-        params=SamplingParams(temperature=0, max_tokens=1),
-        response_format=ResponseFormat(type="json_object"),
+        params=SamplingParams(temperature=0, max_tokens=40),
+        response_format=ResponseFormat(
+            type="json_schema",
+            schema={"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+        ),
     )
-    assert ignored_params(req) == mlx_backend.ignored_params(req) == ("response_format",)
-    assert mlx_backend.ignored_params(GenerationRequest(model="s", prompt="Hi")) == ()
-    with caplog.at_level(logging.WARNING, logger="engine.backends.mlx"):
-        chunks = list(mlx_backend.stream(req))
-    assert chunks[-1].finish_reason in ("stop", "length")
-    assert any("response_format" in r.getMessage() for r in caplog.records)
+    assert ignored_params(req) == mlx_backend.ignored_params(req) == ()
+    chunks = list(mlx_backend.stream(req))
+    assert chunks[-1].finish_reason == "stop"
+    assert isinstance(json.loads("".join(c.text for c in chunks))["ok"], bool)
 
 
 def test_load_errors_name_the_path(tmp_path: Path, starter_path: Path):
