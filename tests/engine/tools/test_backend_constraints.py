@@ -1,0 +1,88 @@
+"""A forced tool call parses and validates in the paged engine and MLX (llguidance), as in llama.cpp (GBNF,
+through a real server in tests/engine/server/test_tool_calls.py)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from engine.backends.base import LoadOptions, ModelSpec
+from engine.tools import parse_tool_choice, parse_tools
+from engine.types import GenerationRequest, ResponseFormat, SamplingParams, as_messages
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer", "minimum": 1}},
+    "required": ["city", "days"],
+}
+TOOLS = parse_tools(
+    [
+        {"type": "function", "function": {"name": "get_weather", "description": "Forecast for a city.",
+                                          "parameters": WEATHER}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time in a city.",
+                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    ]
+)  # fmt: skip
+ASK = as_messages([{"role": "user", "content": "What will the weather be in Oslo for the next 3 days?"}])
+
+
+def _load(kind: str, path):
+    if kind == "paged":
+        pytest.importorskip("torch")
+        from engine.backends.paged import PagedBackend
+
+        backend = PagedBackend()
+        options = LoadOptions(n_ctx=1024, n_seq_max=2, extra={"num_kv_blocks": 128, "device": "cpu"})
+    else:
+        pytest.importorskip("mlx.core")
+        from engine.backends.mlx import MLXBackend
+
+        backend, options = MLXBackend(), LoadOptions(n_ctx=1024)
+    backend.load(ModelSpec(name="starter", path=path), options)
+    return backend
+
+
+@pytest.fixture(scope="module", params=["paged", "mlx"])
+def backend(request, starter_path):
+    b = _load(request.param, starter_path)
+    yield b
+    b.close()
+
+
+def _run(backend, **kw):
+    req = GenerationRequest(model="starter", messages=ASK, tools=TOOLS,
+                            params=SamplingParams(temperature=0, max_tokens=48), **kw)  # fmt: skip
+    return list(backend.stream(req))
+
+
+def test_required_call_parses_and_validates(backend):
+    chunks = _run(backend, tool_choice=parse_tool_choice("required", TOOLS))
+    final = chunks[-1]
+    assert final.finish_reason == "tool_calls", "".join(c.text for c in chunks)
+    assert "".join(c.text for c in chunks) == ""  # no markup or stray text as content
+    (call,) = final.tool_calls
+    schema = {t.name: t.parameters for t in TOOLS}[call.name]
+    jsonschema.validate(json.loads(call.arguments), schema)
+
+
+def test_named_function_is_the_one_called(backend):
+    if backend.name != "mlx":
+        pytest.skip("one backend suffices for the name: the grammar is the same")
+    chunks = _run(backend, tool_choice=parse_tool_choice({"type": "function", "function": {"name": "get_time"}}, TOOLS))
+    assert [c.name for c in chunks[-1].tool_calls] == ["get_time"]
+
+
+def test_json_schema_response_format_is_enforced(backend):
+    if backend.name != "paged":
+        pytest.skip("MLX's response_format is checked in tests/engine/backends/test_mlx.py")
+    req = GenerationRequest(
+        model="starter",
+        messages=ASK,
+        params=SamplingParams(temperature=0, max_tokens=48),
+        response_format=ResponseFormat(type="json_schema", schema=WEATHER),
+    )
+    chunks = list(backend.stream(req))
+    assert chunks[-1].finish_reason == "stop"
+    jsonschema.validate(json.loads("".join(c.text for c in chunks)), WEATHER)
