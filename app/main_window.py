@@ -75,6 +75,9 @@ class MainWindow(QMainWindow):
         self.on_engine_state(engine.state)
         if store.problem:
             self.banner.show_message(store.problem, level="error")
+        from app.agent.hook import install_agent
+
+        self.agent = install_agent(self)
 
     # -- engine -------------------------------------------------------------------------------
     def on_engine_state(self, state: EngineState) -> None:
@@ -125,4 +128,5 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self.chats.settings_panel.apply_now()
         self.controller.stop_all()  # each answer keeps its text, saved now
+        self.agent.close()
         super().closeEvent(event)

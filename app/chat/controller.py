@@ -28,6 +28,7 @@ class ChatController(QObject):
     answer_started = Signal(int)  # chat id
     answer_finished = Signal(AnswerOutcome)
     chats_changed = Signal()  # titles or order changed: the sidebar refreshes
+    run_started = Signal(object)  # the AnswerRun or AgentAnswerRun just started (views hook into it)
 
     def __init__(self, store: ChatStore, api: HearthApi, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -36,6 +37,8 @@ class ChatController(QObject):
         self._conversations: dict[int, ConversationModel] = {}
         self._runs: dict[int, AnswerRun] = {}
         self._context: dict[str, int] = {}  # model name -> tokens per sequence
+        self.docs_context: dict[int, str] = {}  # chat id -> document sources for its next answer (app.pages.docs_panel)
+        self.agent = None  # app.agent.AgentService: chats with MCP servers answer through the agent loop
 
     # -- what the views need ------------------------------------------------------------------
     def conversation(self, chat_id: int) -> ConversationModel:
@@ -132,11 +135,15 @@ class ChatController(QObject):
         chat = self.store.get_chat(chat_id)
         if chat is None:
             return
+        extra = self.docs_context.pop(chat_id, None)
+        if extra:  # the attached collections' passages join the system prompt for this one answer
+            prompt = f"{chat.settings.system_prompt}\n\n{extra}".strip()
+            chat = replace(chat, settings=replace(chat.settings, system_prompt=prompt))
         model = self.conversation(chat_id)
         history = model.messages()
         answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model))
         model.append(answer, streaming=True)
-        run = AnswerRun(
+        kwargs = dict(
             api=self.api,
             store=self.store,
             conversation=model,
@@ -146,8 +153,15 @@ class ChatController(QObject):
             context_length=self.context_length(chat.settings.model),
             parent=self,
         )
+        if self.agent is not None and self.agent.uses_tools(chat_id):
+            from app.agent.agent_run import AgentAnswerRun
+
+            run = AgentAnswerRun(agent=self.agent, **kwargs)
+        else:
+            run = AnswerRun(**kwargs)
         run.finished.connect(self._on_run_finished)
         self._runs[chat_id] = run
+        self.run_started.emit(run)
         run.start()
         self.answer_started.emit(chat_id)
 

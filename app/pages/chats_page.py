@@ -25,7 +25,7 @@ from app.icons import icon
 from app.net.local_models import LocalModels
 from app.net.remote_types import ProviderInfo
 from app.net.types import ModelInfo
-from app.store import ChatSettings, to_json, to_markdown
+from app.store import ChatSettings
 from app.theme import ThemeColors
 from app.widgets.chat_settings import ChatSettingsPanel
 from app.widgets.chat_sidebar import ChatSidebar
@@ -200,7 +200,9 @@ class ChatsPage(QWidget):
     def write_export(self, chat_id: int, path: Path, fmt: str) -> None:
         chat = self.store.get_chat(chat_id)
         messages = self.controller.conversation(chat_id).messages()
-        text = to_markdown(chat, messages) if fmt == "md" else to_json(chat, messages)
+        from app.agent.export import export_text  # answers with their thinking and tool calls
+
+        text = export_text(chat, messages, fmt, self.view.steps_source)
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:

@@ -34,6 +34,7 @@ class ChatView(QScrollArea):
         self._dirty: set[int] = set()
         self._stick = True
         self._actions_enabled = True
+        self.steps_source = None  # message id -> app.agent.steps.AnswerSteps | None (thinking, tool calls)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         canvas = QWidget()
@@ -95,6 +96,8 @@ class ChatView(QScrollArea):
         message = self.model.message(row)
         bubble = MessageBubble(message, self.colors, self.column)
         bubble.show_message(message, streaming=self.model.is_streaming(message.id))
+        if self.steps_source is not None and message.role == "assistant":
+            bubble.show_steps(self.steps_source(message.id))
         bubble.edit_submitted.connect(self.edit_submitted)
         bubble.regenerate_clicked.connect(self.regenerate_clicked)
         return bubble
@@ -142,6 +145,14 @@ class ChatView(QScrollArea):
         for i, bubble in enumerate(self.bubbles):
             bubble.set_last(i == len(self.bubbles) - 1)
             bubble.set_actions_enabled(self._actions_enabled)
+
+    def refresh_steps(self, message_id: int) -> None:
+        """Show an answer's thinking and tool calls again (they changed)."""
+        if self.model is None or self.steps_source is None:
+            return
+        row = self.model.row_of(message_id)
+        if 0 <= row < len(self.bubbles):
+            self.bubbles[row].show_steps(self.steps_source(message_id))
 
     def set_actions_enabled(self, enabled: bool) -> None:
         """Edit and regenerate are off while this chat answers."""

@@ -94,6 +94,10 @@ class MessageBubble(QWidget):
             self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.body.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         else:
+            from app.agent.widgets import StepsView
+
+            self.steps = StepsView()  # thinking and tool calls, above the answer
+            inner.addWidget(self.steps)
             self.body = MarkdownView(self.colors)
         inner.addWidget(self.body)
         self.editor = QPlainTextEdit()
@@ -171,6 +175,11 @@ class MessageBubble(QWidget):
         if failed:
             self.error.setText(f'<span style="color:{self.colors.error_text};">{stats.error or "The answer failed."}</span>')
         self.copy_button.setEnabled(not streaming)
+
+    def show_steps(self, steps) -> None:
+        """An answer's thinking and tool-call cards (app.agent.steps.AnswerSteps, or None)."""
+        if self.message.role != "user":
+            self.steps.show_steps(steps)
 
     def set_last(self, last: bool) -> None:
         """Only the last answer can be regenerated."""

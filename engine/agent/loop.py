@@ -92,8 +92,9 @@ class AgentLoop:
         hub: The chat's MCP servers (started).
         approval: Who allows each call.
         model: The model name sent to the API.
-        tool_choice: ``auto`` or ``required`` for the first round (later rounds are ``auto``, so the
-            model can answer with what the tools returned).
+        tool_choice: ``auto`` or ``required`` for the first round.
+        later_tool_choice: For the rounds after it (``auto``: the model can answer with what the tools
+            returned; ``required``: a fixed number of tool rounds, as the benchmark runs).
         max_rounds: Model turns with tools before the last one without.
         params: More request fields (``temperature``, ``max_tokens``, ``seed``, ``chat_template_kwargs``...).
         on_event: Called with every :class:`AgentEvent`, on the loop's thread.
@@ -107,6 +108,7 @@ class AgentLoop:
         *,
         model: str,
         tool_choice: str = "auto",
+        later_tool_choice: str = "auto",
         max_rounds: int = MAX_ROUNDS,
         params: dict[str, Any] | None = None,
         on_event: Callable[[AgentEvent], None] | None = None,
@@ -117,6 +119,7 @@ class AgentLoop:
         self.approval = approval
         self.model = model
         self.tool_choice = tool_choice
+        self.later_tool_choice = later_tool_choice
         self.max_rounds = max(1, max_rounds)
         self.params = dict(params or {})
         self.on_event = on_event or (lambda e: None)
@@ -199,7 +202,7 @@ class AgentLoop:
             for rec in records:
                 result.messages.append({"role": "tool", "tool_call_id": rec.id, "content": self._for_model(rec)})
             self._report_failures()
-            choice = "auto"
+            choice = self.later_tool_choice
         result.round_limit = True
         note = f"Stopped calling tools after {self.max_rounds} rounds (the round limit); the model answers now."
         self._emit("round_limit", text=note)

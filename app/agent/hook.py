@@ -1,0 +1,110 @@
+"""Puts the agent into the main window: the Tools button of the chat header, the approval dialog,
+and the thinking and tool-call cards of answers in the chat view."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, QSize
+from PySide6.QtWidgets import QToolButton
+
+from app.agent.agent_run import AgentAnswerRun, ApprovalRequest
+from app.agent.servers_dialog import McpServersDialog
+from app.agent.service import AgentService
+from app.agent.widgets import ApprovalDialog
+
+
+class AgentUi(QObject):
+    """The window's agent parts (tests reach the dialogs through it)."""
+
+    def __init__(self, window, agent: AgentService) -> None:
+        super().__init__(window)
+        self.window = window
+        self.agent = agent
+        self.runs: dict[int, AgentAnswerRun] = {}  # answer message id -> its run
+        self.approval_dialog: ApprovalDialog | None = None
+        self.servers_dialog: McpServersDialog | None = None
+        self._queue: list[tuple[AgentAnswerRun, ApprovalRequest]] = []
+        chats = window.chats
+        chats.view.steps_source = self.steps_for
+        self.tools_button = QToolButton()
+        self.tools_button.setObjectName("mcpToolsButton")
+        self.tools_button.setText("Tools")
+        self.tools_button.setToolTip("MCP servers this chat may use, and the model's thinking")
+        self.tools_button.setIconSize(QSize(18, 18))
+        self.tools_button.clicked.connect(self.open_servers)
+        header = chats.settings_button.parentWidget().layout()
+        header.insertWidget(header.indexOf(chats.settings_button), self.tools_button)
+        window.controller.run_started.connect(self._run_started)
+        self.update_button()
+
+    def steps_for(self, message_id: int):
+        run = self.runs.get(message_id)
+        return run.steps if run is not None else self.agent.steps.get(message_id)
+
+    def update_button(self) -> None:
+        chat_id = self.window.chats.chat_id
+        n = len(self.agent.chat_servers(chat_id)) if chat_id is not None else 0
+        self.tools_button.setText(f"Tools ({n})" if n else "Tools")
+
+    def open_servers(self) -> McpServersDialog:
+        dialog = McpServersDialog(self.agent, self.window.chats.chat_id, self.window)
+        dialog.changed.connect(self.update_button)
+        self.servers_dialog = dialog
+        dialog.open()
+        return dialog
+
+    # -- runs ---------------------------------------------------------------------------------
+    def _run_started(self, run) -> None:
+        if not isinstance(run, AgentAnswerRun):
+            return
+        mid = run.answer.id
+        self.runs[mid] = run
+        run.approval_needed.connect(lambda request, r=run: self._ask(r, request))
+        run.steps_changed.connect(self._steps_changed)
+        run.finished.connect(lambda _o, m=mid, r=run: self._finished(m, r))
+
+    def _steps_changed(self, message_id: int) -> None:
+        self.window.chats.view.refresh_steps(message_id)
+
+    def _finished(self, message_id: int, run: AgentAnswerRun) -> None:
+        self.runs.pop(message_id, None)
+        self._queue = [(r, q) for r, q in self._queue if r is not run]
+        if self.approval_dialog is not None and getattr(self.approval_dialog, "run", None) is run:
+            self.approval_dialog.close()
+            self.approval_dialog = None
+            self._next()
+        self.window.chats.view.refresh_steps(message_id)
+
+    def _ask(self, run: AgentAnswerRun, request: ApprovalRequest) -> None:
+        run.track(request)
+        self._queue.append((run, request))
+        if self.approval_dialog is None:
+            self._next()
+
+    def _next(self) -> None:
+        while self._queue:
+            run, request = self._queue.pop(0)
+            if request.future.done():
+                continue
+            dialog = ApprovalDialog(request.tool.server, request.tool.tool, request.call.arguments, self.window)
+            dialog.run = run
+            dialog.decided.connect(lambda d, q=request: self._decided(q, d))
+            self.approval_dialog = dialog
+            dialog.open()
+            return
+
+    def _decided(self, request: ApprovalRequest, decision) -> None:
+        request.decide(decision)
+        self.approval_dialog = None
+        self._next()
+
+
+def install_agent(window) -> AgentService:
+    """The window's AgentService (data beside the chat store), wired into its chat page."""
+    agent = AgentService(window.store.path.parent, parent=window)
+    window.controller.agent = agent
+    window.agent_ui = AgentUi(window, agent)
+    window.chats.sidebar.chat_selected.connect(lambda _id: window.agent_ui.update_button())
+    return agent
+
+
+__all__ = ["AgentUi", "install_agent"]

@@ -1,0 +1,123 @@
+"""AgentService: the app's MCP servers, their sessions per chat, and the agent runs' event loop.
+
+The loop (engine.agent) runs on a thread of its own (engine.agent.runtime); it is a client of the
+worker's API like the rest of the app, and reports to the GUI thread through queued signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from app.agent.steps import StepsStore
+from engine.agent import McpHub, McpServerConfig, McpServerStore
+from engine.agent.runtime import AgentRuntime
+
+log = logging.getLogger(__name__)
+
+
+class AgentService(QObject):
+    """Servers (``mcp-servers.json`` + keyring), which ones each chat uses, and live hubs.
+
+    Args:
+        folder: The data folder (the servers file and ``agent-steps.db`` go there).
+        servers: The server store (tests pass one with a file key store).
+    """
+
+    servers_changed = Signal()
+
+    def __init__(self, folder: Path, *, servers: McpServerStore | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.servers = servers or McpServerStore(folder / "mcp-servers.json")
+        self.steps = StepsStore(folder)
+        self.runtime = AgentRuntime()
+        self._hubs: dict[int, tuple[tuple[McpServerConfig, ...], McpHub]] = {}
+        self._closed = False
+
+    # -- per chat -----------------------------------------------------------------------------
+    def chat_servers(self, chat_id: int) -> list[str]:
+        known = {s.name for s in self.servers.servers()}
+        return [n for n in self.servers.chat_servers(str(chat_id)) if n in known]
+
+    def set_chat_servers(self, chat_id: int, names: list[str]) -> None:
+        self.servers.set_chat_servers(str(chat_id), names)
+        self.servers_changed.emit()
+
+    def thinking(self, chat_id: int) -> bool | None:
+        """The chat's thinking switch (None: the model's default)."""
+        value = self.servers._read().get("thinking", {}).get(str(chat_id))
+        return value if isinstance(value, bool) else None
+
+    def set_thinking(self, chat_id: int, on: bool | None) -> None:
+        data = self.servers._read()
+        table = data.setdefault("thinking", {})
+        if on is None:
+            table.pop(str(chat_id), None)
+        else:
+            table[str(chat_id)] = on
+        self.servers._write(data)
+
+    def tool_first(self, chat_id: int) -> bool:
+        """Must the model call a tool on its first turn (``tool_choice: required``)."""
+        return bool(self.servers._read().get("tool_first", {}).get(str(chat_id), False))
+
+    def set_tool_first(self, chat_id: int, on: bool) -> None:
+        data = self.servers._read()
+        table = data.setdefault("tool_first", {})
+        if on:
+            table[str(chat_id)] = True
+        else:
+            table.pop(str(chat_id), None)
+        self.servers._write(data)
+
+    def uses_tools(self, chat_id: int) -> bool:
+        return bool(self.chat_servers(chat_id))
+
+    def configs_for(self, chat_id: int) -> tuple[McpServerConfig, ...]:
+        names = set(self.chat_servers(chat_id))
+        return tuple(s for s in self.servers.servers() if s.name in names and s.enabled)
+
+    async def hub_for(self, chat_id: int) -> McpHub:
+        """The chat's started servers (reused while their settings and processes are unchanged)."""
+        configs = self.configs_for(chat_id)
+        held = self._hubs.get(chat_id)
+        if held is not None:
+            if held[0] == configs and not held[1].failures():
+                return held[1]
+            await held[1].close()
+        hub = McpHub(list(configs))
+        await hub.start()
+        self._hubs[chat_id] = (configs, hub)
+        return hub
+
+    async def probe(self, config: McpServerConfig) -> McpHub:
+        """A server started on its own (to list its tools in the settings); the caller closes it."""
+        hub = McpHub([McpServerConfig(**{**_fields(config), "enabled": True, "disabled_tools": frozenset()})])
+        await hub.start()
+        return hub
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        async def close_all() -> None:
+            await asyncio.gather(*(h.close() for _c, h in self._hubs.values()), return_exceptions=True)
+
+        try:
+            self.runtime.call(close_all(), timeout=20)
+        except Exception as exc:  # at quit: the servers' processes end with ours anyway
+            log.warning("closing MCP servers: %s", exc)
+        self._hubs.clear()
+        self.runtime.close()
+        self.steps.close()
+
+
+def _fields(config: McpServerConfig) -> dict:
+    return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+__all__ = ["AgentService"]
