@@ -75,6 +75,9 @@ class MainWindow(QMainWindow):
         self.on_engine_state(engine.state)
         if store.problem:
             self.banner.show_message(store.problem, level="error")
+        from app.pages.docs_panel import install_docs
+
+        self.docs = install_docs(self)
         from app.agent.hook import install_agent
 
         self.agent = install_agent(self)

@@ -1,0 +1,301 @@
+"""Documents in a chat: the Docs button of the chat header, a side panel to attach collections (add a
+folder, indexing progress with pause and cancel, failed files), and the sources of the last answer with
+their scores; activating a source opens the file at its page.
+
+The passages come from the worker (/api/docs/context) before the question is sent; they join the chat's
+system prompt for that one answer (ChatController.docs_context).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QSize, Qt, QTimer, QUrl
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+)
+
+from app.net.types import ApiError
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 1000
+_CITE = re.compile(r"\[(\d{1,3})\]")
+
+
+@dataclass(frozen=True, slots=True)
+class DocSource:
+    """A passage given to the model, as /api/docs/context describes it."""
+
+    number: int
+    label: str
+    uri: str
+    path: str
+    score: float | None
+    text: str
+
+    @classmethod
+    def from_json(cls, d: dict) -> DocSource:
+        return cls(int(d["number"]), str(d["label"]), str(d["uri"]), str(d["path"]), d.get("score"), str(d.get("text", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class DocCollection:
+    name: str
+    files: int
+    chunks: int
+    embedded: int
+    failed: tuple[tuple[str, str], ...]
+    phase: str | None
+    paused: bool
+
+    @classmethod
+    def from_json(cls, d: dict) -> DocCollection:
+        p = d.get("progress") or {}
+        failed = tuple((str(f["path"]), str(f["reason"])) for f in d.get("failed", []))
+        return cls(d["name"], d["files"], d["chunks"], d["embedded"], failed, p.get("phase"), bool(p.get("paused")))
+
+    @property
+    def indexing(self) -> bool:
+        return self.phase in ("queued", "scanning", "parsing", "embedding")
+
+    @property
+    def summary(self) -> str:
+        text = f"{self.name} — {self.files} files, {self.chunks} chunks"
+        if self.indexing:
+            text += f", indexing ({self.phase}{', paused' if self.paused else ''})"
+        elif self.embedded < self.chunks:
+            text += f", {self.chunks - self.embedded} to embed"
+        if self.failed:
+            text += f", {len(self.failed)} failed"
+        return text
+
+
+class DocsPanel(QFrame):
+    """The side panel: collections (checked ones are attached to the chat) and the sources of the last answer."""
+
+    def __init__(self, ui: DocsUi) -> None:
+        super().__init__()
+        self.ui = ui
+        self.setObjectName("DocsPanel")
+        self.setMinimumWidth(300)
+        self.setMaximumWidth(380)
+        col = QVBoxLayout(self)
+        col.addWidget(QLabel("<b>Documents</b> — checked collections answer this chat"))
+        self.collections = QListWidget()
+        self.collections.setObjectName("docsCollections")
+        self.collections.itemChanged.connect(self._item_changed)
+        col.addWidget(self.collections, 1)
+        buttons = QHBoxLayout()
+        self.add_button = QPushButton("Add folder…")
+        self.add_button.clicked.connect(self._choose_folder)
+        self.pause_button = QPushButton("Pause")
+        self.pause_button.clicked.connect(lambda: self.ui.control("resume" if self._selected_paused() else "pause"))
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(lambda: self.ui.control("cancel"))
+        for b in (self.add_button, self.pause_button, self.cancel_button):
+            buttons.addWidget(b)
+        col.addLayout(buttons)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        self.status.setObjectName("docsStatus")
+        col.addWidget(self.status)
+        col.addWidget(QLabel("<b>Sources</b> of the last answer (double-click opens)"))
+        self.sources = QListWidget()
+        self.sources.setObjectName("docsSources")
+        self.sources.itemActivated.connect(self._open_source)
+        col.addWidget(self.sources, 1)
+        self._filling = False
+
+    def show_collections(self, collections: list[DocCollection], attached: set[str]) -> None:
+        self._filling = True
+        current = self.collections.currentItem().data(Qt.ItemDataRole.UserRole) if self.collections.currentItem() else None
+        self.collections.clear()
+        for c in collections:
+            item = QListWidgetItem(c.summary)
+            item.setData(Qt.ItemDataRole.UserRole, c.name)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Checked if c.name in attached else Qt.CheckState.Unchecked)
+            if c.failed:
+                item.setToolTip("\n".join(f"{Path(p).name}: {r}" for p, r in c.failed))
+            self.collections.addItem(item)
+            if c.name == current:
+                self.collections.setCurrentItem(item)
+        self._filling = False
+        busy = any(c.indexing for c in collections)
+        self.pause_button.setEnabled(busy)
+        self.cancel_button.setEnabled(busy)
+
+    def selected_name(self) -> str | None:
+        item = self.collections.currentItem() or (self.collections.item(0) if self.collections.count() else None)
+        return item.data(Qt.ItemDataRole.UserRole) if item else None
+
+    def _selected_paused(self) -> bool:
+        name = self.selected_name()
+        return any(c.name == name and c.paused for c in self.ui.collections)
+
+    def show_sources(self, sources: list[DocSource], answer: str = "") -> None:
+        cited = {int(n) for n in _CITE.findall(answer)}
+        self.sources.clear()
+        for s in sources:
+            score = f"  ({s.score:.3f})" if s.score is not None else ""
+            mark = "  ✓ cited" if s.number in cited else ""
+            item = QListWidgetItem(f"{s.label}{score}{mark}")
+            item.setToolTip(s.text[:500])
+            item.setData(Qt.ItemDataRole.UserRole, s.uri)
+            self.sources.addItem(item)
+
+    def _item_changed(self, item: QListWidgetItem) -> None:
+        if not self._filling:
+            self.ui.set_attached(item.data(Qt.ItemDataRole.UserRole), item.checkState() == Qt.CheckState.Checked)
+
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of documents")
+        if folder:
+            self.ui.add_folder(Path(folder))
+
+    def _open_source(self, item: QListWidgetItem) -> None:
+        self.ui.open_url(QUrl(item.data(Qt.ItemDataRole.UserRole)))
+
+
+class DocsUi(QObject):
+    """Puts documents into the window's chats.
+
+    Args:
+        window: The MainWindow.
+        open_url: Opens a source's file URI (tests pass their own).
+    """
+
+    def __init__(self, window, open_url: Callable[[QUrl], object] = QDesktopServices.openUrl) -> None:
+        super().__init__(window)
+        self.window = window
+        self.api = window.api
+        self.open_url = open_url
+        self.collections: list[DocCollection] = []
+        self.attached: dict[int, set[str]] = {}
+        self.last_sources: dict[int, list[DocSource]] = {}
+        chats = window.chats
+        self.panel = DocsPanel(self)
+        self.panel.hide()
+        chats.layout().addWidget(self.panel)
+        self.button = QToolButton()
+        self.button.setObjectName("docsButton")
+        self.button.setText("Docs")
+        self.button.setToolTip("Answer from your documents: attach collections, see the sources")
+        self.button.setCheckable(True)
+        self.button.setIconSize(QSize(18, 18))
+        self.button.toggled.connect(self._toggled)
+        header = chats.settings_button.parentWidget().layout()
+        header.insertWidget(header.indexOf(chats.settings_button), self.button)
+        # questions of a chat with collections attached go through here first
+        chats.composer.send_requested.disconnect(chats.send)
+        chats.composer.send_requested.connect(self.send)
+        window.controller.answer_finished.connect(self._answer_finished)
+        chats.sidebar.chat_selected.connect(lambda _id: self._chat_changed())
+        self.timer = QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.refresh)
+
+    # -- collections ----------------------------------------------------------------------------
+    def _toggled(self, on: bool) -> None:
+        self.panel.setVisible(on)
+        if on:
+            self.refresh()
+            self.timer.start()
+        else:
+            self.timer.stop()
+
+    def refresh(self) -> None:
+        call = self.api.get("/api/docs/collections", lambda d: [DocCollection.from_json(c) for c in d["collections"]])
+        call.succeeded.connect(self._show)
+        call.failed.connect(self._failed)
+
+    def _show(self, collections: list[DocCollection]) -> None:
+        self.collections = collections
+        names = {c.name for c in collections}
+        for chat_id in self.attached:
+            self.attached[chat_id] &= names
+        self.panel.show_collections(collections, self._current_attached())
+        if not self.panel.status.text().startswith("Could not"):
+            busy = [c for c in collections if c.indexing]
+            self.panel.status.setText(f"Indexing {', '.join(c.name for c in busy)}…" if busy else "")
+
+    def _failed(self, error: ApiError) -> None:
+        self.panel.status.setText(error.message)
+
+    def add_folder(self, folder: Path, name: str | None = None) -> None:
+        name = name or re.sub(r"[^\w .\-]", "_", folder.name)[:64] or "documents"
+        call = self.api.post("/api/docs/collections", {"name": name, "paths": [str(folder)]})
+        call.succeeded.connect(lambda _d: (self.set_attached(name, True), self.refresh()))
+        call.failed.connect(self._failed)
+
+    def control(self, action: str) -> None:
+        name = self.panel.selected_name()
+        if name:
+            call = self.api.post(f"/api/docs/collections/{self.api.quote(name)}/{action}")
+            call.succeeded.connect(lambda _d: self.refresh())
+            call.failed.connect(self._failed)
+
+    def _current_attached(self) -> set[str]:
+        chat_id = self.window.chats.chat_id
+        return set(self.attached.get(chat_id, set())) if chat_id is not None else set()
+
+    def set_attached(self, name: str, on: bool) -> None:
+        chat_id = self.window.chats.chat_id
+        if chat_id is None:
+            return
+        names = self.attached.setdefault(chat_id, set())
+        names.add(name) if on else names.discard(name)
+        n = len(names)
+        self.button.setText(f"Docs ({n})" if n else "Docs")
+
+    def _chat_changed(self) -> None:
+        n = len(self._current_attached())
+        self.button.setText(f"Docs ({n})" if n else "Docs")
+        self.panel.show_collections(self.collections, self._current_attached())
+        self.panel.show_sources(self.last_sources.get(self.window.chats.chat_id, []))
+
+    # -- answering ------------------------------------------------------------------------------
+    def send(self, text: str) -> None:
+        chats = self.window.chats
+        chat_id = chats.chat_id
+        names = sorted(self._current_attached())
+        if chat_id is None or not names or not text.strip() or self.window.controller.is_answering(chat_id):
+            chats.send(text)
+            return
+        call = self.api.post("/api/docs/context", {"collections": names, "question": text}, timeout_ms=120_000)
+        call.succeeded.connect(lambda ctx, c=chat_id, t=text: self._with_context(c, t, ctx))
+        call.failed.connect(lambda err, t=text: (self._failed(err), chats.send(t)))
+
+    def _with_context(self, chat_id: int, text: str, ctx: dict) -> None:
+        sources = [DocSource.from_json(s) for s in ctx.get("sources", [])]
+        self.last_sources[chat_id] = sources
+        self.window.controller.docs_context[chat_id] = str(ctx.get("system", ""))
+        if chat_id == self.window.chats.chat_id:
+            self.panel.show_sources(sources)
+            self.window.chats.send(text)
+        else:  # the person moved to another chat meanwhile: answer in the one asked
+            self.window.controller.send(chat_id, text)
+
+    def _answer_finished(self, outcome) -> None:
+        sources = self.last_sources.get(outcome.chat_id)
+        if sources and outcome.chat_id == self.window.chats.chat_id:
+            self.panel.show_sources(sources, outcome.message.content)
+
+
+def install_docs(window) -> DocsUi:
+    """Add documents to ``window``'s chats."""
+    return DocsUi(window)

@@ -1,0 +1,63 @@
+"""Documents in the app: add a folder from the Docs panel, attach it to a chat, ask, see the sources with
+their scores, and open one at its page. A real window offscreen and a real worker."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.engine.documents.conftest import PDF_PAGES, write_pdf
+
+pytestmark = pytest.mark.slow
+
+
+def test_attach_ask_sources_and_open_a_citation(qtbot, window, tmp_path: Path):
+    from PySide6.QtCore import Qt
+
+    folder = tmp_path / "home-docs"
+    folder.mkdir()
+    write_pdf(folder / "manual.pdf", PDF_PAGES)
+    (folder / "bees.md").write_text("# Bees\n\nThe hive is inspected every nine days.\n")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+
+    ui = window.docs
+    opened = []
+    ui.open_url = opened.append
+    ui.button.setChecked(True)
+    assert ui.panel.isVisible()
+
+    ui.add_folder(folder, "home-docs")
+    panel = ui.panel
+
+    def indexed():
+        return any(c.name == "home-docs" and c.phase == "done" for c in ui.collections)
+
+    qtbot.waitUntil(indexed, timeout=240_000)
+    item = panel.collections.item(0)
+    assert item.text().startswith("home-docs — 2 files")
+    assert "1 failed" in item.text() and "broken.pdf" in item.toolTip()
+    assert item.checkState() == Qt.CheckState.Checked  # a folder added from a chat is attached to it
+    assert ui.button.text() == "Docs (1)"
+
+    chat_id = window.chats.chat_id
+    settings = window.store.get_chat(chat_id).settings
+    window.controller.update_settings(chat_id, replace(settings, sampling=replace(settings.sampling, max_tokens=16)))
+    with qtbot.waitSignal(window.controller.answer_finished, timeout=240_000) as finished:
+        window.chats.composer.send_requested.emit("How do I reset the thermostat?")
+    outcome = finished.args[0]
+    assert outcome.chat_id == chat_id and outcome.error is None
+    assert window.controller.docs_context == {}  # the sources went into that answer's prompt
+
+    labels = [panel.sources.item(i).text() for i in range(panel.sources.count())]
+    assert any(label.startswith("[") and "manual.pdf, page 2" in label for label in labels), labels
+    row = next(i for i, label in enumerate(labels) if "manual.pdf, page 2" in label)
+    panel.sources.itemActivated.emit(panel.sources.item(row))
+    assert len(opened) == 1
+    assert opened[0].toString().endswith("manual.pdf#page=2") and opened[0].isLocalFile()
+
+    # unchecking detaches: the next question goes to the model without sources
+    item = panel.collections.item(0)
+    item.setCheckState(Qt.CheckState.Unchecked)
+    assert ui.button.text() == "Docs"
