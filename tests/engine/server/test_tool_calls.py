@@ -141,3 +141,27 @@ def test_openai_agents_sdk_runs_a_tool_and_answers(server):
     result = agents.Runner.run_sync(agent, "What is 2 plus 3?", max_turns=4)
     assert len(seen) == 1  # the SDK called our function once (tool_choice resets to auto afterwards)
     assert isinstance(result.final_output, str) and result.final_output.strip()
+
+
+def test_thinking_and_calls_in_openai_shapes(openai_schemas):
+    from engine.server import chat_tools
+    from engine.tools import ToolCall, ToolCallDelta
+    from engine.types import GenerationChunk
+
+    call = ToolCall(name="add", arguments='{"a": 1, "b": 2}')
+    final = GenerationChunk(finish_reason="tool_calls", tool_calls=(call,), reasoning_tokens=7)
+    message = chat_tools.message("", "I should add.", final)
+    openai_schemas("ChatCompletionResponseMessage", message)
+    assert message["content"] is None and message["reasoning_content"] == message["reasoning"] == "I should add."
+    assert message["tool_calls"][0]["id"] == call.id and chat_tools.reasoning_tokens([final, None]) == 7
+    piece = GenerationChunk(
+        reasoning="Hmm.",
+        tool_call_deltas=(ToolCallDelta(0, id=call.id, name="add"), ToolCallDelta(0, arguments=call.arguments)),
+    )
+    deltas = [chat_tools.reasoning_delta(piece), *chat_tools.tool_call_deltas(piece)]
+    for d in deltas:
+        openai_schemas("ChatCompletionStreamResponseDelta", d)
+    assert deltas[0] == {"reasoning_content": "Hmm.", "reasoning": "Hmm."}
+    assert deltas[1]["tool_calls"][0] == {"index": 0, "id": call.id, "type": "function",
+                                          "function": {"name": "add", "arguments": ""}}  # fmt: skip
+    assert deltas[2]["tool_calls"][0] == {"index": 0, "function": {"arguments": call.arguments}}
