@@ -37,8 +37,29 @@ def model_reference(model: str) -> str:
     return model
 
 
+def _token_limit(backend) -> int | None:
+    """The most tokens one text may have: the context, and never past the positions the model was trained
+    for (a BERT model loaded with a longer context has no embeddings for the positions beyond 512)."""
+    try:
+        info = backend.info
+        return max(8, min(info.n_ctx, info.n_ctx_train or info.n_ctx) - 4)
+    except Exception:  # a backend that does not say
+        return None
+
+
+def _fit(backend, text: str, limit: int | None) -> str:
+    if limit is None or not hasattr(backend, "tokenize"):
+        return text
+    n = len(backend.tokenize(text))
+    while n > limit and len(text) > 16:
+        text = text[: int(len(text) * limit / n * 0.95)]
+        n = len(backend.tokenize(text))
+    return text
+
+
 def _embed_with(backend, texts: Sequence[str]) -> list[list[float]]:
-    texts = [t[:MAX_EMBED_CHARS] or " " for t in texts]
+    limit = _token_limit(backend)
+    texts = [_fit(backend, t[:MAX_EMBED_CHARS], limit) or " " for t in texts]
     try:
         vectors, _ = backend.embed(texts)
         return vectors

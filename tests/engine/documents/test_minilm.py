@@ -47,3 +47,22 @@ def test_the_model_is_converted_once_into_the_data_folder(embedder, hearth_home:
     mtime = path.stat().st_mtime_ns
     assert ensure_default_model().stat().st_mtime_ns == mtime
     assert path.read_bytes()[:4] == b"GGUF"
+
+
+def test_a_passage_longer_than_the_model_takes_is_embedded_by_its_beginning(embedder):
+    """The worker may load the model with a context longer than BERT's 512 positions: a long passage
+    (code: many tokens a character) is cut to what the model was trained for, not crashed on."""
+    from engine.backends import LoadOptions
+    from engine.documents.embedding import BackendEmbedder
+    from engine.loading import open_model
+
+    backend, _ = open_model(str(embedder.backend.spec.path), options=LoadOptions(n_seq_max=1, n_threads=1, n_ctx=2048))
+    long_embedder = BackendEmbedder(backend, "minilm-2048")
+    try:
+        code = "x = {a: [1, 2, 3]}; " * 300
+        long_vec, short_vec = long_embedder.embed([code, "x = {a: [1, 2, 3]};"])
+        assert len(long_vec) == 384
+        assert abs(sum(v * v for v in long_vec) - 1.0) < 1e-3
+        assert sum(a * b for a, b in zip(long_vec, short_vec, strict=True)) > 0.5  # the same code, repeated
+    finally:
+        long_embedder.close()
