@@ -83,6 +83,8 @@ def _dim(text: str) -> str:
 def _open_remote(name: str | None):
     """A chat with a remote provider's ``PROVIDER/MODEL`` (as `hearth models` lists it), twice (it is
     the backend and names the model), or None for a local model."""
+    if not name or "/" not in name:
+        return None
     from engine.remote.chat import RemoteChat, find_remote
 
     found = find_remote(name)
