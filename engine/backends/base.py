@@ -50,6 +50,47 @@ class ModelInfo:
     path: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class BackendStats:
+    """What every backend reports about the engine serving its model (``/api/stats`` shows it).
+
+    Attributes:
+        running: Requests generating now.
+        waiting: Requests queued for a place.
+        slots: Requests the engine generates for at once.
+        n_ctx_per_sequence: Most tokens (prompt and answer) one request may hold.
+        requests: Requests admitted since the model loaded.
+        prompt_tokens: Their prompt tokens.
+        generated_tokens: Tokens generated since the model loaded.
+        prefix_cache_tokens: Prompt tokens served from a cached prefix instead of computed.
+        details: The backend's own figures (blocks, device, load plan, ...).
+    """
+
+    running: int
+    waiting: int
+    slots: int
+    n_ctx_per_sequence: int
+    requests: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefix_cache_tokens: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The common fields and the backend's own, flat, as the API shows them."""
+        return {
+            "running": self.running, "waiting": self.waiting, "slots": self.slots,
+            "n_ctx_per_sequence": self.n_ctx_per_sequence, "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
+            "prefix_cache_tokens": self.prefix_cache_tokens, "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+            **self.details,
+        }  # fmt: skip
+
+
 @runtime_checkable
 class Backend(Protocol):
     """An inference backend. Implementations are thread-safe: ``stream`` may be called
@@ -79,8 +120,8 @@ class Backend(Protocol):
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt text for ``messages`` in the model's chat template."""
 
-    def stats(self) -> dict[str, Any]:
-        """Engine statistics (running/waiting requests, cache use, ...)."""
+    def stats(self) -> BackendStats | None:
+        """Engine statistics (running/waiting requests, cache use, ...); None before a model is loaded."""
 
     def close(self) -> None:
         """Free the model and every resource the backend holds."""

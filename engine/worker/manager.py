@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 DEFAULT_BUDGET_SHARE = 0.75
 
 
+def _stats_dict(backend: Backend) -> dict[str, Any]:
+    stats = backend.stats()
+    return stats.as_dict() if stats is not None else {}
+
+
 def return_freed_memory() -> None:
     """Hand the memory an unloaded model freed back to the OS. glibc keeps freed heap pages in each
     thread's arena, and a model's threads (its loader, its decode loop) leave them scattered over
@@ -135,10 +140,11 @@ class ModelManager:
             return bool(self._loading)
 
     def stats(self) -> dict[str, Any]:
+        """Each loaded model's backend and engine figures, as ``/api/stats`` shows them."""
         out = {}
         for lm in self.loaded():
             try:
-                out[lm.model.name] = {"backend": lm.backend_name, "in_use": lm.in_use, **lm.backend.stats()}
+                out[lm.model.name] = {"backend": lm.backend_name, "in_use": lm.in_use, **_stats_dict(lm.backend)}
             except Exception:  # a backend mid-close has no stats
                 continue
         return out

@@ -6,12 +6,11 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import llama_cpp
 import psutil
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
+from engine.backends.base import BackendStats, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
@@ -217,11 +216,12 @@ class LlamaCppBackend:
                 out.append((vec / norm).tolist())
             return out, total
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> BackendStats | None:
         if self.loop is None:
-            return {}
-        plan = self.plan.to_dict() if self.plan is not None else None
-        return {**self.loop.stats(), "load_plan": plan}
+            return None
+        stats = self.loop.stats()
+        stats.details["load_plan"] = self.plan.to_dict() if self.plan is not None else None
+        return stats
 
     def close(self) -> None:
         if self.loop is not None:

@@ -26,6 +26,7 @@ from typing import Any
 import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
+from engine.backends.base import BackendStats
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
@@ -150,23 +151,16 @@ class DecodeLoop(AdmissionQueue):
         self._thread.start()
 
     # -- called from request threads ------------------------------------------------------------
-    def stats(self) -> dict:
+    def stats(self) -> BackendStats:
         with self._cond:
             running = len(self._running)
             waiting = len(self._waiting)
-        prompt = self.stats_prompt_tokens
-        return {
-            "running": running,
-            "waiting": waiting,
-            "slots": self.n_seq_max,
-            "n_ctx_per_sequence": self.n_ctx_seq,
-            "requests": self.stats_requests,
-            "prompt_tokens": prompt,
-            "generated_tokens": self.stats_generated_tokens,
-            "prefix_cache_hits": self.stats_prefix_hits,
-            "prefix_cache_tokens": self.stats_cached_tokens,
-            "prefix_cache_hit_rate": (self.stats_cached_tokens / prompt) if prompt else 0.0,
-        }
+        return BackendStats(
+            running=running, waiting=waiting, slots=self.n_seq_max, n_ctx_per_sequence=self.n_ctx_seq,
+            requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
+            generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
+            details={"prefix_cache_hits": self.stats_prefix_hits},
+        )  # fmt: skip
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the decode thread between two steps and return what it returns.

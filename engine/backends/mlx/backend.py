@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
+from engine.backends.base import BackendStats, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.mlx import loader
 from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
@@ -153,8 +152,8 @@ class MLXBackend:
         if self.loop is not None:
             self.loop.cancel(request_id)
 
-    def stats(self) -> dict[str, Any]:
-        return self.loop.stats() if self.loop is not None else {}
+    def stats(self) -> BackendStats | None:
+        return self.loop.stats() if self.loop is not None else None
 
     def close(self) -> None:
         if self.loop is not None:

@@ -20,6 +20,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from engine.backends.admission import AdmissionQueue
+from engine.backends.base import BackendStats
 from engine.backends.mlx.loader import LoadedModel
 from engine.backends.mlx.sampler import TokenSampler
 from engine.backends.runtime import RequestStream
@@ -118,22 +119,15 @@ class GenerationLoop(AdmissionQueue):
         _OPEN_LOOPS.add(self)
 
     # -- called from request threads ------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> BackendStats:
         with self._cond:
             running = 1 if self._running is not None else 0
             waiting = len(self._waiting)
-        prompt = self.stats_prompt_tokens
-        return {
-            "running": running,
-            "waiting": waiting,
-            "slots": 1,
-            "n_ctx_per_sequence": self.n_ctx,
-            "requests": self.stats_requests,
-            "prompt_tokens": prompt,
-            "generated_tokens": self.stats_generated_tokens,
-            "prefix_cache_tokens": self.stats_cached_tokens,
-            "prefix_cache_hit_rate": (self.stats_cached_tokens / prompt) if prompt else 0.0,
-        }
+        return BackendStats(
+            running=running, waiting=waiting, slots=1, n_ctx_per_sequence=self.n_ctx,
+            requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
+            generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
+        )  # fmt: skip
 
     def close(self) -> None:
         """Cancel every request, stop the thread and free the model."""

@@ -6,9 +6,8 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
+from engine.backends.base import BackendStats, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
@@ -45,6 +44,9 @@ class PagedBackend:
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._writer: StreamWriter | None = None
+        self._requests = 0
+        self._prompt_tokens = 0
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
         if model.format == "mlx":
@@ -137,6 +139,8 @@ class PagedBackend:
                 raise Overloaded(f"{waiting} requests are already waiting for this model; retry in a moment.", 2.0)
             self._incoming.append(seq)
             self._by_id[request.request_id] = seq
+            self._requests += 1
+            self._prompt_tokens += len(prompt)
             self._cond.notify()
         chunks = stream.chunks(lambda: self.cancel(request.request_id))
         return parse_stream(chunks, rendered) if rendered is not None else chunks
@@ -148,13 +152,15 @@ class PagedBackend:
                 seq.cancelled = True
                 self._cond.notify()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> BackendStats | None:
         if self.loaded is None:
-            return {}
+            return None
         with self._cond:
-            out = self.loaded.engine.stats()
-            out["waiting"] += len(self._incoming)
-        out["device"] = str(self.loaded.device)
+            out = self.loaded.engine.stats(
+                waiting=len(self._incoming), requests=self._requests, prompt_tokens=self._prompt_tokens,
+                generated_tokens=self._writer.generated_tokens if self._writer is not None else 0,
+            )  # fmt: skip
+        out.details["device"] = str(self.loaded.device)
         return out
 
     def close(self) -> None:
@@ -182,7 +188,7 @@ class PagedBackend:
 
     def _loop(self, loaded: LoadedEngine) -> None:
         engine = loaded.engine
-        writer = StreamWriter(engine, loaded.checkpoint.tokenizer, self._by_id, self._cond)
+        writer = self._writer = StreamWriter(engine, loaded.checkpoint.tokenizer, self._by_id, self._cond)
         while True:
             with self._cond:
                 while not self._stopping and not self._incoming and not engine.has_work:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from engine.backends.base import BackendStats
 from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.model_runner import ModelRunner
@@ -69,20 +70,19 @@ class LLMEngine:
         self.num_batched_tokens += output.num_batched_tokens
         return [StepOutput(s, t, lp) for s, t, lp in zip(sampled, result.tokens, result.logprobs, strict=True)]
 
-    def stats(self) -> dict:
+    def stats(self, *, waiting: int = 0, requests: int = 0, prompt_tokens: int = 0, generated_tokens: int = 0) -> BackendStats:
+        """The engine's figures; the caller adds what it counts itself (requests queued before the engine)."""
         bm = self.block_manager
-        return {
-            "running": len(self.scheduler.running),
-            "waiting": len(self.scheduler.waiting),
-            "blocks_total": bm.num_blocks,
-            "blocks_used": bm.num_used_blocks,
-            "blocks_cached": bm.num_cached_blocks,
-            "block_size": bm.block_size,
-            "prefix_cache_hit_rate": bm.hit_rate,
-            "prefix_cache_tokens": bm.num_hit_tokens,
-            "preemptions": self.scheduler.num_preemptions,
-            "steps": self.num_steps,
-        }
+        return BackendStats(
+            running=len(self.scheduler.running), waiting=len(self.scheduler.waiting) + waiting,
+            slots=self.config.max_num_seqs, n_ctx_per_sequence=self.config.max_model_len,
+            requests=requests, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens,
+            prefix_cache_tokens=bm.num_hit_tokens,
+            details={
+                "blocks_total": bm.num_blocks, "blocks_used": bm.num_used_blocks, "blocks_cached": bm.num_cached_blocks,
+                "block_size": bm.block_size, "preemptions": self.scheduler.num_preemptions, "steps": self.num_steps,
+            },
+        )  # fmt: skip
 
 
 __all__ = ["LLMEngine", "StepOutput", "RequestSampler"]

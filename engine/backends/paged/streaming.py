@@ -26,6 +26,7 @@ class StreamWriter:
         self.by_id = by_id
         self.lock = lock
         self.n_ctx = engine.config.max_model_len
+        self.generated_tokens = 0
 
     def _logprob(self, token: int, data: tuple[float, list[int], list[float]]) -> TokenLogprob:
         chosen, ids, values = data
@@ -39,7 +40,10 @@ class StreamWriter:
         stream = seq.owner.stream
         stream.cached_tokens = seq.num_cached_tokens
         lp = (self._logprob(out.token, out.logprobs),) if out.logprobs is not None else ()
-        if stream.push(out.token, logprobs=lp, context_full=seq.num_tokens >= self.n_ctx):
+        n_before = len(stream.generated)
+        done = stream.push(out.token, logprobs=lp, context_full=seq.num_tokens >= self.n_ctx)
+        self.generated_tokens += len(stream.generated) - n_before
+        if done:
             self._release(seq)
 
     def finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:

@@ -1,8 +1,8 @@
 """What every backend must do the same way, run on each with the real starter model.
 
-Each test takes the ``backend`` fixture, which is the llama.cpp backend and then the MLX
-backend (the MLX run is skipped only where MLX cannot be imported). Tests that send the same
-prompt sit together: the MLX backend keeps the KV cache of the previous request's prefix.
+Each test takes the ``backend`` fixture, which is the llama.cpp backend, the paged engine (on the CPU)
+and the MLX backend (the MLX run is skipped only where MLX cannot be imported). Tests that send the
+same prompt sit together: the MLX backend keeps the KV cache of the previous request's prefix.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from engine.backends.base import BackendStats
 from engine.errors import ContextLengthExceeded
 from engine.types import ChatMessage, GenerationRequest, SamplingParams
 
@@ -25,7 +26,7 @@ def run(backend, *, messages=QUESTION, prompt=None, **params):
     return "".join(c.text for c in chunks), chunks
 
 
-@pytest.fixture(params=["llamacpp", "mlx"])
+@pytest.fixture(params=["llamacpp", "paged", "mlx"])
 def backend(request):
     """The session's starter-model backend of each kind."""
     return request.getfixturevalue(f"{request.param.replace('llamacpp', 'llama')}_backend")
@@ -85,7 +86,7 @@ def test_logprobs_are_reported_per_token(backend):
         assert lp.logprob <= 0
         assert len(lp.top) == 3
         assert lp.top[0][1] >= lp.top[1][1] >= lp.top[2][1]
-        assert abs(lp.top[0][1] - lp.logprob) < 1e-6  # greedy picks the most likely token
+        assert abs(lp.top[0][1] - lp.logprob) < 1e-5  # greedy picks the most likely token
 
 
 def test_stop_string_ends_the_answer_without_leaking(backend):
@@ -133,10 +134,10 @@ def test_closing_the_stream_frees_the_slot(backend):
     next(stream)
     stream.close()
     for _ in range(3000):  # the slot frees at the end of the step under way
-        if backend.stats()["running"] == 0:
+        if backend.stats().running == 0:
             break
         threading.Event().wait(0.01)
-    assert backend.stats()["running"] == 0
+    assert backend.stats().running == 0
 
 
 def test_prompt_over_the_context_raises_before_generating(backend):
@@ -145,3 +146,18 @@ def test_prompt_over_the_context_raises_before_generating(backend):
         backend.stream(GenerationRequest(model="s", prompt=long_prompt))
     assert info.value.n_ctx == 2048
     assert info.value.prompt_tokens > 2048
+
+
+def test_stats_carry_the_fields_every_backend_fills(backend):
+    before = backend.stats()
+    _, chunks = run(backend, prompt="Count: 1, 2, 3,", temperature=0, max_tokens=5, ignore_eos=True)
+    after = backend.stats()
+    assert isinstance(after, BackendStats)
+    assert after.running == 0 and after.waiting == 0
+    assert after.slots >= 1 and after.n_ctx_per_sequence == 2048
+    assert after.requests == before.requests + 1
+    assert after.prompt_tokens - before.prompt_tokens == chunks[-1].prompt_tokens
+    assert after.generated_tokens - before.generated_tokens == 5
+    assert after.prefix_cache_tokens >= before.prefix_cache_tokens
+    flat = after.as_dict()
+    assert flat["n_ctx_per_sequence"] == 2048 and 0.0 <= flat["prefix_cache_hit_rate"] <= 1.0

@@ -91,7 +91,7 @@ def test_cancel_in_a_batch_leaves_the_others_intact(batched):
     for i in (0, 2, 3):
         assert results[i][-1].finish_reason == "length"
         assert results[i][-1].completion_tokens == 40
-    assert batched.stats()["running"] == 0
+    assert batched.stats().running == 0
 
 
 def test_a_long_prompt_never_freezes_running_streams(batched):
@@ -143,10 +143,10 @@ def test_shared_system_prompt_is_served_from_the_prefix_cache(batched):
     )
     n_system = len(batched.tokenize(system))
     assert n_system >= 1000
-    before = batched.stats()
+    before = batched.stats().as_dict()
     final_first = list(batched.stream(first))[-1]
     final_second = list(batched.stream(second))[-1]
-    after = batched.stats()
+    after = batched.stats().as_dict()
     assert final_second.cached_tokens >= n_system
     assert after["prefix_cache_tokens"] - before["prefix_cache_tokens"] >= n_system
     assert after["prefix_cache_hits"] > before["prefix_cache_hits"]
@@ -168,7 +168,7 @@ def test_requests_arriving_together_compute_their_shared_system_prompt_once(star
         ]
         n_system = len(backend.tokenize(system))
         together = run_together(backend, reqs)
-        stats = backend.stats()
+        stats = backend.stats().as_dict()
         # The first computes the system prompt; the seven admitted beside it wait for it and copy it.
         assert stats["prefix_cache_hits"] == 7, stats
         assert stats["prefix_cache_tokens"] >= 7 * n_system, stats

@@ -37,7 +37,7 @@ def test_the_loader_opens_the_slots_the_budget_allows_and_says_why(starter_path)
         plan = backend.plan
         assert plan.fits and 1 < plan.n_seq < 16 and plan.memory.total <= 300 * MIB
         assert backend.loop.n_seq_max == plan.n_seq and backend.info.n_ctx == 1024
-        stats = backend.stats()["load_plan"]
+        stats = backend.stats().details["load_plan"]
         assert stats["parallel"] == plan.n_seq and stats["kv_type"] == "f16" and "more would not fit" in stats["reason"]
         assert stats["memory"]["kv_cache_bytes"] == plan.n_seq * 1024 * 23040
         _answer(backend)
