@@ -11,7 +11,7 @@ import json
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import __version__
 from engine.catalog.services import CatalogServices
@@ -112,7 +112,8 @@ def create_app(
 ) -> FastAPI:
     """A new API app serving ``manager``'s models under ``settings`` (the Hub through ``catalog``,
     and the remote providers' models as ``provider/model`` through ``remotes``)."""
-    app = FastAPI(title="Hearth", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    # The OpenAPI document (behind the API key like the rest) is what the fuzz tests generate requests from.
+    app = FastAPI(title="Hearth", version=__version__, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.settings = settings
     app.state.manager = manager
     app.state.metrics = ServerMetrics(manager.stats)
@@ -141,7 +142,7 @@ def create_app(
             return JSONResponse({"status": "loading"}, status_code=503)
         return {"status": "ok", "version": __version__}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request):
         return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

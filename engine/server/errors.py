@@ -5,6 +5,7 @@ Classification is by exception type, never by message text.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from fastapi import FastAPI, Request
@@ -33,8 +34,20 @@ from engine.errors import (
     RemoteTimeout,
     RemoteUnreachable,
 )
+from engine.server.schemas import ErrorResponse
 
 log = logging.getLogger(__name__)
+
+# The errors every endpoint may answer with, for the OpenAPI document (a range also stands in for
+# FastAPI's 422: request validation errors are answered with 400 in OpenAI's shape).
+ERROR_RESPONSES: dict[int | str, dict] = {
+    "4XX": {"model": ErrorResponse, "description": "The request was refused; the message says what to change."},
+    "5XX": {"model": ErrorResponse, "description": "The server or a remote provider failed; the message says why."},
+}
+
+
+class GenerationFailed(HearthError):
+    """A generation that had started failed in the backend; the message is the backend's own."""
 
 
 def error_body(message: str, type_: str, *, param: str | None = None, code: str | None = None) -> dict:
@@ -49,6 +62,9 @@ def error_response(
 
 def response_for(exc: Exception) -> JSONResponse:
     """The HTTP response for an exception raised while serving a request."""
+    if isinstance(exc, GenerationFailed):
+        log.warning("generation failed: %s", exc)
+        return error_response(500, str(exc), "server_error", code="generation_failed")
     if isinstance(exc, ModelNotFound):
         return error_response(404, str(exc), "invalid_request_error", param="model", code="model_not_found")
     if isinstance(exc, ContextLengthExceeded):
@@ -93,6 +109,12 @@ def response_for(exc: Exception) -> JSONResponse:
         return error_response(400, str(exc), "invalid_request_error")
     log.exception("unexpected error while serving a request", exc_info=exc)
     return error_response(500, f"The server failed unexpectedly ({type(exc).__name__}); see the worker log.", "server_error")
+
+
+def stream_error_body(exc: Exception) -> dict:
+    """The error event of a stream that fails after its first chunk: the body the same failure
+    gets as a plain response (the HTTP status was sent with the first chunk)."""
+    return json.loads(response_for(exc).body)
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -14,11 +14,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine import __version__
-from engine.errors import InvalidRequest
+from engine.errors import HearthError, InvalidRequest
 from engine.server import chat_tools, remote_routes
-from engine.server.errors import error_body, response_for
+from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
 from engine.server.schemas import (
     ChatCompletionBody,
+    ChatMessageBody,
     CompletionBody,
     EmbeddingBody,
     ResponseFormatBody,
@@ -34,7 +35,12 @@ from engine.types import (
     as_messages,
 )
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+# With `stream`, a 200 is a stream of server-sent events (OpenAI's chunks, then `data: [DONE]`).
+_STREAMED: dict[int | str, dict] = {
+    200: {"description": "The completion, or its stream of events.", "content": {"text/event-stream": {}}}
+}
 
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
@@ -65,7 +71,7 @@ def _response_format(rf: ResponseFormatBody | None) -> ResponseFormat:
     if rf.type == "json_object":
         return ResponseFormat(type="json_object")
     if rf.json_schema is None or rf.json_schema.schema_ is None:
-        raise InvalidRequest("response_format of type json_schema needs 'json_schema.schema'.", param="response_format")
+        return ResponseFormat(type="json_object")  # a json_schema format without a schema: any object
     return ResponseFormat(type="json_schema", schema=rf.json_schema.schema_)
 
 
@@ -73,6 +79,40 @@ def _check_n(request: Request, n: int) -> None:
     limit = request.app.state.settings.max_n
     if not 1 <= n <= limit:
         raise InvalidRequest(f"'n' must be between 1 and {limit}.", param="n")
+
+
+# Message parts the local models cannot take in, by type, and what they hold.
+_UNREADABLE_PARTS = {"image_url": "read images", "input_audio": "hear audio", "file": "read files"}
+
+
+def _unreadable_part(messages: list[ChatMessageBody]) -> str | None:
+    for m in messages:
+        if isinstance(m.content, list):
+            for part in m.content:
+                if part.get("type") in _UNREADABLE_PARTS:
+                    return _UNREADABLE_PARTS[part["type"]]
+    return None
+
+
+async def _refuse_unreadable(request: Request, body: ChatCompletionBody) -> None:
+    """Refuse parts the model cannot take in, never drop them: an answer that ignores an image
+    reads as if the model had seen it."""
+    what = _unreadable_part(body.messages)
+    if what is not None:
+        m = await asyncio.to_thread(request.app.state.manager.resolve, body.model)
+        raise InvalidRequest(
+            f"Model '{m.name}' cannot {what}; send the message as text only.", param="messages"
+        )
+
+
+def _message_dicts(messages: list[ChatMessageBody]) -> list[dict]:
+    out = []
+    for m in messages:
+        item = m.model_dump()
+        if item["role"] == "function":  # OpenAI's deprecated function result is a tool message
+            item["role"] = "tool"
+        out.append(item)
+    return out
 
 
 def _usage(prompt_tokens: int, completion_tokens: int, cached: int, reasoning: int | None = None) -> dict:
@@ -131,6 +171,7 @@ class _Generation:
         self.created = int(time.time())
         self.lm = None
         self.streams = None
+        self.failures: dict[int, BaseException] = {}
         self.reasoning: dict[int, str] = {}  # per choice: the thinking collected (engine.tools)
         self.t0 = time.perf_counter()
 
@@ -152,12 +193,20 @@ class _Generation:
     def fingerprint(self) -> str:
         return f"fp_hearth_{__version__}_{self.lm.backend_name}"
 
+    def failure(self, index: int, chunk: GenerationChunk) -> HearthError:
+        """What made choice ``index`` end with the error ``chunk``: the engine's own error where it
+        raised one (its type sets the status), else the backend's message as a generation failure."""
+        exc = self.failures.get(index)
+        if isinstance(exc, HearthError):
+            return exc
+        return GenerationFailed(chunk.error or "Generation failed; see the worker log.")
+
     async def chunks(self) -> AsyncIterator[tuple[int, GenerationChunk]]:
         metrics = self.app.state.metrics
         last_token_at: dict[int, float] = {}
         status = "ok"
         try:
-            async for index, chunk in merge_streams(self.lm.backend, self.requests, self.streams):
+            async for index, chunk in merge_streams(self.lm.backend, self.requests, self.streams, self.failures):
                 now = time.perf_counter()
                 if chunk.token_ids:
                     prev = last_token_at.get(index)
@@ -190,9 +239,9 @@ async def _collect(gen: _Generation, n_choices: int):
         logprobs[index].extend(chunk.logprobs)
         if chunk.finish_reason is not None:
             finals[index] = chunk
-    for f in finals:
+    for index, f in enumerate(finals):
         if f is not None and f.finish_reason == "error":
-            raise RuntimeError(f.error or "generation failed")
+            raise gen.failure(index, f)
     return texts, logprobs, finals
 
 
@@ -243,15 +292,14 @@ async def get_model(request: Request, model_id: str) -> dict:
     }
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses=_STREAMED)
 async def chat_completions(request: Request, body: ChatCompletionBody):
     target = await remote_routes.routed(request, body.model)
     if target is not None:
         return await remote_routes.forward(request, target, "/chat/completions", body.model, body.stream)
     _check_n(request, body.n)
-    if body.top_logprobs is not None and not body.logprobs:
-        raise InvalidRequest("'top_logprobs' needs 'logprobs' set to true.", param="top_logprobs")
-    messages = as_messages([m.model_dump() for m in body.messages])
+    await _refuse_unreadable(request, body)
+    messages = as_messages(_message_dicts(body.messages))
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     fmt = _response_format(body.response_format)
@@ -272,10 +320,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _streaming(_chat_events(gen, cid, body.n, include_usage))
-    try:
-        texts, lps, finals = await _collect(gen, body.n)
-    except RuntimeError as exc:
-        return response_for(exc)
+    texts, lps, finals = await _collect(gen, body.n)
     prompt, completion, cached = _totals(finals)
     return {
         "id": cid,
@@ -303,7 +348,9 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
         base["usage"] = None
 
     def event(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> bytes:
-        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        choice = {"index": index, "delta": delta, "finish_reason": finish}
+        if logprobs is not None:  # OpenAI's stream schema has no null here: left out when there are none
+            choice["logprobs"] = logprobs
         return _sse({**base, "choices": [choice]})
 
     for i in range(n):
@@ -311,7 +358,7 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
     finals: list[GenerationChunk | None] = [None] * n
     async for index, chunk in gen.chunks():
         if chunk.finish_reason == "error":
-            yield _sse(error_body(chunk.error or "Generation failed.", "server_error"))
+            yield _sse(stream_error_body(gen.failure(index, chunk)))
             finals[index] = chunk
             continue
         lp = _chat_logprobs(list(chunk.logprobs)) if chunk.logprobs else None
@@ -332,19 +379,19 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
     yield b"data: [DONE]\n\n"
 
 
-@router.post("/completions")
+@router.post("/completions", responses=_STREAMED)
 async def completions(request: Request, body: CompletionBody):
     target = await remote_routes.routed(request, body.model)
     if target is not None:
         return await remote_routes.forward(request, target, "/completions", body.model, body.stream)
     _check_n(request, body.n)
+    if body.prompt is None:  # OpenAI's default: generate from the start of a document
+        body.prompt = ""
     prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
-    if not prompts:
-        raise InvalidRequest("'prompt' must be a string or a non-empty list of strings.", param="prompt")
+    if not prompts or not all(isinstance(p, str) for p in prompts):
+        raise InvalidRequest("'prompt' must be text or a non-empty list of texts; token ids are not taken.", param="prompt")
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise InvalidRequest("'logprobs' must be a whole number from 0 to 20.", param="logprobs")
-    if body.stream and len(prompts) > 1:
-        raise InvalidRequest("Streaming takes a single prompt; send one prompt per request.", param="prompt")
     fmt = _response_format(body.response_format)
     reqs = [
         GenerationRequest(
@@ -361,11 +408,8 @@ async def completions(request: Request, body: CompletionBody):
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _streaming(_completion_events(gen, cid, body, include_usage))
-    try:
-        texts, lps, finals = await _collect(gen, len(reqs))
-    except RuntimeError as exc:
-        return response_for(exc)
+        return _streaming(_completion_events(gen, cid, body, prompts, include_usage))
+    texts, lps, finals = await _collect(gen, len(reqs))
     prompt_total = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % body.n == 0)
     completion_total = sum(f.completion_tokens for f in finals if f)
     choices = []
@@ -393,18 +437,19 @@ async def completions(request: Request, body: CompletionBody):
     }
 
 
-async def _completion_events(gen: _Generation, cid: str, body: CompletionBody, include_usage: bool):
+async def _completion_events(gen: _Generation, cid: str, body: CompletionBody, prompts: list[str], include_usage: bool):
     base = {"id": cid, "object": "text_completion", "created": gen.created, "model": gen.served_name}
     base["system_fingerprint"] = gen.fingerprint
     finals: list[GenerationChunk | None] = [None] * len(gen.requests)
     offsets = [0] * len(gen.requests)
     if body.echo:
         for i in range(len(gen.requests)):
-            yield _sse({**base, "choices": [{"index": i, "text": body.prompt, "logprobs": None, "finish_reason": None}]})
-            offsets[i] = len(body.prompt)
+            source = prompts[i // body.n]
+            yield _sse({**base, "choices": [{"index": i, "text": source, "logprobs": None, "finish_reason": None}]})
+            offsets[i] = len(source)
     async for index, chunk in gen.chunks():
         if chunk.finish_reason == "error":
-            yield _sse(error_body(chunk.error or "Generation failed.", "server_error"))
+            yield _sse(stream_error_body(gen.failure(index, chunk)))
             finals[index] = chunk
             continue
         lp = _completion_logprobs(list(chunk.logprobs), offsets[index]) if body.logprobs is not None else None
@@ -415,7 +460,8 @@ async def _completion_events(gen: _Generation, cid: str, body: CompletionBody, i
         if chunk.finish_reason is not None:
             finals[index] = chunk
     if include_usage:
-        prompt, completion, cached = _totals(finals)
+        _, completion, cached = _totals(finals)
+        prompt = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % body.n == 0)  # each prompt once
         yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached)})
     yield b"data: [DONE]\n\n"
 
@@ -427,7 +473,9 @@ async def embeddings(request: Request, body: EmbeddingBody):
         return await remote_routes.forward(request, target, "/embeddings", body.model, False)
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     if not texts or any(not isinstance(t, str) or not t for t in texts):
-        raise InvalidRequest("'input' must be a non-empty string or a list of non-empty strings.", param="input")
+        raise InvalidRequest(
+            "'input' must be a non-empty text or a list of non-empty texts; token ids are not taken.", param="input"
+        )
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, body.model)
     try:
@@ -437,6 +485,12 @@ async def embeddings(request: Request, body: EmbeddingBody):
         vectors, n_tokens = await asyncio.to_thread(embed, texts)
     finally:
         manager.release(lm)
+    size = len(vectors[0]) if vectors else 0
+    if body.dimensions is not None and body.dimensions != size:
+        raise InvalidRequest(
+            f"Model '{lm.model.name}' makes {size}-dimensional embeddings; leave out 'dimensions' or set it to {size}.",
+            param="dimensions",
+        )
     data = []
     for i, vec in enumerate(vectors):
         value = (

@@ -1,23 +1,34 @@
 """Request bodies of the OpenAI-compatible API. Unknown fields are accepted and ignored,
-as OpenAI clients send many; known fields are type-checked."""
+as OpenAI clients send many; known fields are type-checked. An explicit ``null`` is accepted
+wherever OpenAI's spec allows one, and means the field's default (docs/api.md)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
 
+    @model_validator(mode="after")
+    def _null_means_default(self):
+        # OpenAI's spec marks most fields nullable: `"n": null` is `n` left out.
+        for name, info in type(self).model_fields.items():
+            if getattr(self, name) is None and not info.is_required():
+                default = info.get_default(call_default_factory=True)
+                if default is not None:
+                    setattr(self, name, default)
+        return self
+
 
 class StreamOptions(_Body):
-    include_usage: StrictBool = False
+    include_usage: StrictBool | None = False
 
 
 class JSONSchemaFormat(_Body):
-    name: str = "response"
+    name: str | None = "response"
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
@@ -27,29 +38,34 @@ class ResponseFormatBody(_Body):
     json_schema: JSONSchemaFormat | None = None
 
 
+# Ranges are stated here so that the server's OpenAPI document says what it accepts.
+_TOKEN_IDS = {"propertyNames": {"pattern": "^[0-9]+$"}}  # checked by the engine, with the model's vocabulary
+
+
 class _Sampling(_Body):
     model: str = Field(min_length=1)
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    repeat_penalty: float | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, ge=0.01, le=10)
+    repeat_penalty: float | None = Field(None, ge=0.01, le=10)
     seed: int | None = None
     stop: str | list[str] | None = None
-    logit_bias: dict[str, float] | None = None
-    n: int = 1
-    stream: StrictBool = False
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(None, json_schema_extra=_TOKEN_IDS)
+    n: int | None = Field(1, ge=1)
+    stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    ignore_eos: StrictBool = False
+    ignore_eos: StrictBool | None = False
 
 
 class ChatMessageBody(_Body):
-    role: str
+    # Checked by the engine (which names `messages` in the error); listed for the OpenAPI document.
+    role: str = Field(json_schema_extra={"enum": ["system", "developer", "user", "assistant", "tool", "function"]})
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
@@ -58,10 +74,10 @@ class ChatMessageBody(_Body):
 
 
 class ChatCompletionBody(_Sampling):
-    messages: list[ChatMessageBody]
-    max_completion_tokens: int | None = None
-    logprobs: StrictBool = False
-    top_logprobs: int | None = None
+    messages: list[ChatMessageBody] = Field(json_schema_extra={"minItems": 1})  # the engine says so if empty
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: StrictBool | None = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: ResponseFormatBody | None = None
     # Tools and thinking (docs/tools.md); checked by engine.tools, which names a bad tool.
     tools: list[Any] | None = None
@@ -71,18 +87,24 @@ class ChatCompletionBody(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
+_TEXT = {"type": "string", "minLength": 1}
+_TEXTS = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1}]}
+
+
 class CompletionBody(_Sampling):
-    prompt: str | list[str]
-    logprobs: int | None = None
-    echo: StrictBool = False
+    # Token-id prompts and an empty prompt (null is one) are in OpenAI's spec; they are refused with a
+    # clear message (docs/api.md), and left out of the OpenAPI document.
+    prompt: str | list[str] | list[int] | list[list[int]] | None = Field(json_schema_extra=_TEXTS)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: StrictBool | None = False
     suffix: str | None = None
     response_format: ResponseFormatBody | None = None
 
 
 class EmbeddingBody(_Body):
     model: str = Field(min_length=1)
-    input: str | list[str]
-    encoding_format: Literal["float", "base64"] = "float"
+    input: str | list[str] | list[int] | list[list[int]] = Field(json_schema_extra=_TEXTS)
+    encoding_format: Literal["float", "base64"] | None = "float"
     dimensions: int | None = None
     user: str | None = None
 
@@ -99,3 +121,16 @@ class DownloadBody(_Body):
 class ImportBody(_Body):
     path: str = Field(min_length=1)
     name: str | None = None
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error the API answers with (OpenAI's shape): one sentence saying what to do."""
+
+    error: ErrorDetail

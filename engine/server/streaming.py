@@ -12,6 +12,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 from engine.backends import Backend
+from engine.errors import HearthError
 from engine.types import GenerationChunk, GenerationRequest
 
 _END = object()
@@ -42,9 +43,16 @@ def _close_quietly(it: Iterator[GenerationChunk]) -> None:
 
 
 async def merge_streams(
-    backend: Backend, requests: Sequence[GenerationRequest], streams: Sequence[Iterator[GenerationChunk]]
+    backend: Backend,
+    requests: Sequence[GenerationRequest],
+    streams: Sequence[Iterator[GenerationChunk]],
+    failures: dict[int, BaseException] | None = None,
 ) -> AsyncIterator[tuple[int, GenerationChunk]]:
-    """Yield ``(choice index, chunk)`` as chunks arrive from every stream, until all have finished."""
+    """Yield ``(choice index, chunk)`` as chunks arrive from every stream, until all have finished.
+
+    A stream that raises ends with an error chunk; the exception itself goes into ``failures``
+    under its choice index, so the server can answer with the status its type calls for.
+    """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -53,7 +61,10 @@ async def merge_streams(
             for chunk in it:
                 loop.call_soon_threadsafe(queue.put_nowait, (index, chunk))
         except BaseException as exc:  # surfaced to the consumer as an error chunk
-            err = GenerationChunk(finish_reason="error", error=f"Generation failed: {exc}.")
+            if failures is not None:
+                failures[index] = exc
+            message = str(exc) if isinstance(exc, HearthError) else f"Generation failed: {exc}."
+            err = GenerationChunk(finish_reason="error", error=message)
             loop.call_soon_threadsafe(queue.put_nowait, (index, err))
         finally:
             loop.call_soon_threadsafe(queue.put_nowait, (index, _END))

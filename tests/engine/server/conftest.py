@@ -6,17 +6,17 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from engine.worker.supervisor import free_port
+from tests.engine.server.fuzzing import SPEC, OpenAISchemas, load_yaml
+
+__all__ = ["API_KEY", "MODEL", "SPEC", "Server"]
 
 API_KEY = "test-key-123"
 MODEL = "smollm2-135m-instruct"
-# OpenAI's published spec (MIT, see tests/data/openai/LICENSE), kept in the repository's test data.
-SPEC = Path(__file__).resolve().parents[2] / "data" / "openai" / "openapi.yaml"
 
 
 class Server:
@@ -71,30 +71,13 @@ def server():
 
 
 @pytest.fixture(scope="session")
-def openai_schemas():
-    """A validator factory for OpenAI's component schemas (OpenAPI 3.1 with 3.0-style `nullable`)."""
-    import jsonschema
-    import yaml
-    from referencing import Registry, Resource
-    from referencing.jsonschema import DRAFT202012
+def openai_spec() -> dict:
+    """OpenAI's spec, parsed once per session (3 MB of YAML)."""
+    return load_yaml(SPEC)
 
-    doc = yaml.safe_load(SPEC.read_text())
 
-    def fix_nullable(node):
-        if isinstance(node, dict):
-            node = {k: fix_nullable(v) for k, v in node.items()}
-            if node.pop("nullable", False) is True:
-                node = {"anyOf": [node, {"type": "null"}]}
-            return node
-        if isinstance(node, list):
-            return [fix_nullable(v) for v in node]
-        return node
-
-    doc = fix_nullable(doc)
-    registry = Registry().with_resource("urn:openai", Resource.from_contents(doc, default_specification=DRAFT202012))
-
-    def validate(component: str, instance) -> None:
-        schema = {"$ref": f"urn:openai#/components/schemas/{component}"}
-        jsonschema.Draft202012Validator(schema, registry=registry).validate(instance)
-
-    return validate
+@pytest.fixture(scope="session")
+def openai_schemas(openai_spec):
+    """``validate(component, instance)`` against OpenAI's component schemas (OpenAPI 3.1 with 3.0-style
+    `nullable`)."""
+    return OpenAISchemas(openai_spec).validate

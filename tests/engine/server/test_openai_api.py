@@ -277,3 +277,123 @@ def test_admin_api_lists_and_reports_load_state(server):
     stats = httpx.get(f"{server.root}/api/stats", headers=server.headers).json()
     assert MODEL in stats["models"]
     assert stats["models"][MODEL]["slots"] == 8
+
+
+def stream_chunks(server, path: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{server.base_url}{path}", json=body, headers=server.headers, timeout=60) as r:
+        assert r.status_code == 200, r.read()
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_streamed_chunks_leave_out_logprobs_unless_asked_and_every_chunk_validates(server, openai_schemas):
+    body = {"model": MODEL, "messages": QUESTION, "max_tokens": 12, "temperature": 0, "stream": True, "n": 2}
+    chunks = stream_chunks(server, "/chat/completions", body)
+    for c in chunks:
+        openai_schemas("CreateChatCompletionStreamResponse", c)
+        for choice in c["choices"]:
+            assert "logprobs" not in choice, c
+    assert {c["choices"][0]["index"] for c in chunks} == {0, 1}
+
+    asked = stream_chunks(server, "/chat/completions", {**body, "logprobs": True, "top_logprobs": 2})
+    with_tokens = [c for c in asked if c["choices"][0]["delta"].get("content")]
+    assert with_tokens
+    for c in asked:
+        openai_schemas("CreateChatCompletionStreamResponse", c)
+    for c in with_tokens:
+        assert len(c["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 2
+
+
+def nullable_fields(spec: dict, component: str) -> list[str]:
+    """The request fields OpenAI's spec marks nullable (either way it spells it)."""
+    schema = spec["components"]["schemas"][component]
+    parts = schema.get("allOf", [schema])
+    props = {}
+    for part in parts:
+        if "$ref" in part:
+            part = spec["components"]["schemas"][part["$ref"].rsplit("/", 1)[1]]
+            parts.extend(part.get("allOf", []))
+        props.update(part.get("properties", {}))
+
+    def nullable(node: dict) -> bool:
+        if node.get("nullable") is True or node.get("type") == "null":
+            return True
+        if "$ref" in node:
+            return nullable(spec["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]])
+        return any(nullable(alt) for alt in node.get("anyOf", []) + node.get("oneOf", []))
+
+    return sorted(name for name, node in props.items() if nullable(node))
+
+
+@pytest.mark.parametrize(
+    ("path", "component", "body"),
+    [
+        ("/chat/completions", "CreateChatCompletionRequest", {"model": MODEL, "messages": QUESTION, "max_tokens": 4}),
+        ("/completions", "CreateCompletionRequest", {"model": MODEL, "prompt": "Hello", "max_tokens": 4}),
+    ],
+)
+def test_every_nullable_field_takes_an_explicit_null(server, openai_spec, openai_schemas, path, component, body):
+    fields = nullable_fields(openai_spec, component)
+    assert {"n", "logprobs", "temperature", "stream", "stop"} <= set(fields)
+    all_null = {**body, **{name: None for name in fields if name not in body}}
+    r = httpx.post(f"{server.base_url}{path}", json=all_null, headers=server.headers, timeout=60)
+    assert r.status_code == 200, r.text
+    openai_schemas(component.replace("Request", "Response"), r.json())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the spec allows top_logprobs without logprobs: it is ignored (docs/api.md)
+        {"top_logprobs": 3},
+        # a json_schema format whose schema is left out: any JSON object
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "anything"}}},
+        {"stream_options": {"include_usage": None, "include_obfuscation": False}},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi."}]}, {"role": "function", "name": "f", "content": "1"}]},
+        {"service_tier": "auto", "store": False, "metadata": {"a": "b"}, "prediction": None, "modalities": ["text"]},
+    ],
+)
+def test_requests_the_spec_allows_are_accepted(server, openai_schemas, body):
+    sent = {"model": MODEL, "messages": QUESTION, "max_tokens": 4, **body}
+    r = httpx.post(f"{server.base_url}/chat/completions", json=sent, headers=server.headers, timeout=60)
+    assert r.status_code == 200, r.text
+    openai_schemas("CreateChatCompletionResponse", r.json())
+    assert r.json()["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize(
+    ("part", "words"),
+    [
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}, "cannot read images"),
+        ({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}, "cannot hear audio"),
+    ],
+)
+def test_an_image_is_refused_not_dropped(server, openai_schemas, part, words):
+    content = [{"type": "text", "text": "What is in this picture?"}, part]
+    r = httpx.post(
+        f"{server.base_url}/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4},
+        headers=server.headers,
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    openai_schemas("ErrorResponse", r.json())
+    err = r.json()["error"]
+    assert f"Model '{MODEL}' {words}" in err["message"]
+    assert err["param"] == "messages"
+    with pytest.raises(openai.BadRequestError, match="cannot read images"):
+        server.client().chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}],
+        )
+
+
+def test_openai_spec_is_read_from_the_repository():
+    from pathlib import Path
+
+    from tests.engine.server.conftest import SPEC
+
+    root = Path(__file__).resolve().parents[3]
+    assert SPEC.is_relative_to(root) and SPEC.is_file()
+    assert (SPEC.parent / "LICENSE").read_text().startswith("The MIT License")

@@ -1,0 +1,403 @@
+"""Property-based fuzzing of the local API with schemathesis, against a running `hearth serve`.
+
+Requests are generated from two OpenAPI documents: the one the server itself serves at
+``/openapi.json``, and OpenAI's published spec (tests/data/openai/openapi.yaml) for the endpoints Hearth
+implements. Each document is first narrowed to what docs/api.md says Hearth takes (the one model the
+server has, text-only messages, the model's context and vocabulary, ``n`` up to the server's limit) and
+to short generations, so that every generated request is one Hearth must accept. Every response is then
+checked: never a 5xx, never a hang, a request the document allows is accepted (schemathesis's
+``positive_data_acceptance``), every error has OpenAI's shape, every streamed chunk validates against
+OpenAI's stream schema.
+
+Used by tests/engine/server/test_fuzz.py (a bounded run) and benchmarks/fuzz.py (a long one).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# OpenAI's published spec (MIT, see tests/data/openai/LICENSE), kept in the repository's test data.
+SPEC = Path(__file__).resolve().parents[2] / "data" / "openai" / "openapi.yaml"
+
+# OpenAI's endpoints that Hearth implements, as (method, path) in each document.
+OPENAI_OPERATIONS = (
+    ("POST", "/chat/completions"),
+    ("POST", "/completions"),
+    ("POST", "/embeddings"),
+    ("GET", "/models"),
+    ("GET", "/models/{model}"),
+)
+APP_OPERATIONS = tuple((m, "/v1" + p.replace("{model}", "{model_id}")) for m, p in OPENAI_OPERATIONS) + (
+    ("GET", "/health"),
+    ("GET", "/metrics"),
+)
+
+# Short generations and small inputs keep a case to a fraction of a second on a CPU.
+MAX_TOKENS = 3
+MAX_N = 2
+MAX_TEXT = 40
+MAX_ITEMS = 3
+
+
+def load_yaml(path: Path) -> dict:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml reads the 3 MB spec ~7x faster
+    return yaml.load(path.read_text(), Loader=loader)
+
+
+def _nodes(node: Any) -> Iterable[dict]:
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _nodes(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _nodes(v)
+
+
+def _types(node: dict) -> set[str]:
+    t = node.get("type")  # a property named "type" is a schema, not a type
+    return {x for x in t if isinstance(x, str)} if isinstance(t, list) else {t} if isinstance(t, str) else set()
+
+
+def _request_schemas(doc: dict) -> list[dict]:
+    """The component schemas that requests are generated from (responses keep theirs as they are)."""
+    schemas = doc.get("components", {}).get("schemas", {})
+    todo = [op.get("requestBody", {}) for item in doc["paths"].values() for op in item.values() if isinstance(op, dict)]
+    todo += [item.get("parameters", []) for item in doc["paths"].values()]
+    seen: dict[str, dict] = {}
+    while todo:
+        for node in _nodes(todo.pop()):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+                name = ref.rsplit("/", 1)[1]
+                if name not in seen:
+                    seen[name] = schemas[name]
+                    todo.append(schemas[name])
+    return list(seen.values())
+
+
+def _cap_sizes(doc: dict) -> None:
+    """Bound every string and array of a request (a prompt must fit the model's context; a case must
+    be quick)."""
+    for node in _nodes([_request_schemas(doc), list(doc["paths"].values())]):
+        types = _types(node)
+        if "string" in types and "enum" not in node and node.get("minLength", 0) <= MAX_TEXT:
+            node["maxLength"] = min(node.get("maxLength", MAX_TEXT), MAX_TEXT)
+        if "array" in types and node.get("minItems", 0) <= MAX_ITEMS:
+            node["maxItems"] = min(node.get("maxItems", MAX_ITEMS), MAX_ITEMS)
+
+
+def _only(doc: dict, operations: Iterable[tuple[str, str]]) -> None:
+    keep: dict[str, dict] = {}
+    for method, path in operations:
+        item = doc["paths"][path]
+        keep.setdefault(path, {k: v for k, v in item.items() if k == "parameters"})[method.lower()] = item[method.lower()]
+    doc["paths"] = keep
+    doc.pop("security", None)  # the key is sent by the runner, not generated
+    for item in keep.values():
+        for op in item.values():
+            if isinstance(op, dict):
+                op.pop("security", None)
+
+
+def _bounded_int(lo: int, hi: int, *, nullable: bool = True) -> dict:
+    schema = {"type": "integer", "minimum": lo, "maximum": hi}
+    return {"anyOf": [schema, {"type": "null"}]} if nullable else schema
+
+
+def _token_bias() -> dict:
+    # Token ids the starter model has (its vocabulary holds 49,152), biases in OpenAI's documented range.
+    return {
+        "anyOf": [
+            {
+                "type": "object",
+                "propertyNames": {"pattern": "^[0-9]{1,4}$"},
+                "additionalProperties": {"type": "integer", "minimum": -100, "maximum": 100},
+                "maxProperties": 3,
+            },
+            {"type": "null"},
+        ]
+    }
+
+
+def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
+    """OpenAI's spec for the endpoints Hearth implements, narrowed as docs/api.md says."""
+    doc = copy.deepcopy(spec)
+    _only(doc, OPENAI_OPERATIONS)
+    schemas = doc["components"]["schemas"]
+    pinned = {"type": "string", "enum": [model]}
+
+    chat = next(p for p in schemas["CreateChatCompletionRequest"]["allOf"] if "properties" in p)
+    props = chat["properties"]
+    props["model"] = pinned
+    props["n"] = _bounded_int(1, max_n)
+    props["logit_bias"] = _token_bias()
+    props["max_tokens"] = _bounded_int(1, MAX_TOKENS)  # below 1 is refused
+    # Always bounded: max_completion_tokens wins over max_tokens.
+    props["max_completion_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
+    chat["required"] = [*chat["required"], "max_completion_tokens"]
+    # Refused (docs/tools.md): custom tools and calls of them; Hearth calls function tools. Not taken
+    # yet: an `allowed_tools` tool choice.
+    props["tools"]["items"] = {"$ref": "#/components/schemas/ChatCompletionTool"}
+    props["tool_choice"] = {
+        "oneOf": [
+            alt
+            for alt in schemas["ChatCompletionToolChoiceOption"]["oneOf"]
+            if not any(word in alt.get("$ref", "") for word in ("Custom", "AllowedTools"))
+        ]
+    }
+    schemas["ChatCompletionMessageToolCalls"]["items"] = {"$ref": "#/components/schemas/ChatCompletionMessageToolCall"}
+    # Refused, with a 400 that names the model: images, audio and files (the model reads text only).
+    schemas["ChatCompletionRequestUserMessageContentPart"] = {
+        "$ref": "#/components/schemas/ChatCompletionRequestMessageContentPartText"
+    }
+
+    comp = schemas["CreateCompletionRequest"]["properties"]
+    comp["model"] = pinned
+    comp["n"] = _bounded_int(1, max_n)
+    comp["logit_bias"] = _token_bias()
+    comp["max_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
+    schemas["CreateCompletionRequest"]["required"] = ["model", "prompt", "max_tokens"]
+    # Refused: prompts as token ids (Hearth takes text), and an empty prompt (null is one): a model
+    # needs a token to start from.
+    text = {"type": "string", "minLength": 1}
+    comp["prompt"] = {"oneOf": [text, {"type": "array", "minItems": 1, "items": text}]}
+
+    emb = schemas["CreateEmbeddingRequest"]["properties"]
+    emb["model"] = pinned
+    # OpenAI's own text: an input "cannot be an empty string". Refused: token ids, and `dimensions`
+    # other than the model's own size.
+    emb["input"] = {"oneOf": [text, {"type": "array", "minItems": 1, "maxItems": MAX_ITEMS, "items": text}]}
+    emb.pop("dimensions")
+
+    for param in doc["paths"]["/models/{model}"]["get"]["parameters"]:
+        if param["name"] == "model":
+            param["schema"] = pinned
+    _cap_sizes(doc)
+    return doc
+
+
+def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
+    """The server's own OpenAPI document for its OpenAI endpoints, narrowed the same way."""
+    doc = copy.deepcopy(spec)
+    _only(doc, APP_OPERATIONS)
+    schemas = doc["components"]["schemas"]
+    pinned = {"type": "string", "enum": [model]}
+    for name in ("ChatCompletionBody", "CompletionBody", "EmbeddingBody"):
+        props = schemas[name]["properties"]
+        props["model"] = pinned
+        if "n" in props:
+            props["n"] = _bounded_int(1, max_n)
+            props["logit_bias"] = _token_bias()
+        # The tool and thinking fields are documented loosely here (engine.tools checks them, naming
+        # the bad tool); they are fuzzed through OpenAI's spec, which says what they take.
+        # `dimensions` is refused unless it is the model's own size.
+        for key in ("tools", "tool_choice", "reasoning_effort", "chat_template_kwargs", "dimensions"):
+            props.pop(key, None)
+    chat = schemas["ChatCompletionBody"]
+    chat["properties"]["max_tokens"] = _bounded_int(1, MAX_TOKENS)
+    chat["properties"]["max_completion_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
+    chat["required"] = [*chat["required"], "max_completion_tokens"]
+    schemas["ChatMessageBody"]["properties"].pop("tool_calls", None)
+    comp = schemas["CompletionBody"]
+    comp["properties"]["max_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
+    comp["required"] = [*comp["required"], "max_tokens"]
+    for param in doc["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
+        if param["name"] == "model_id":
+            param["schema"] = pinned
+    _cap_sizes(doc)
+    return doc
+
+
+def _error_key(response) -> str:
+    """What tells one refusal from another: the error's param and code."""
+    try:
+        err = response.json()["error"]
+        return f" {err.get('param')}/{err.get('code')}"
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+@dataclass
+class Findings:
+    """What a run found: cases sent, and each distinct failure with a curl command to replay it."""
+
+    cases: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+    by_operation: dict[str, int] = field(default_factory=dict)
+    statuses: dict[int, int] = field(default_factory=dict)
+    http_seconds: float = 0.0
+
+    def add(self, key: str, detail: str) -> None:
+        self.failures.setdefault(key, detail)
+
+    def summary(self) -> str:
+        lines = [f"{self.cases} cases, {len(self.failures)} distinct failures ({self.http_seconds:.0f} s in HTTP)"]
+        lines += [f"  {op}: {n} cases" for op, n in sorted(self.by_operation.items())]
+        lines.append("  statuses: " + ", ".join(f"{s}: {n}" for s, n in sorted(self.statuses.items())))
+        lines += [f"--- {key}\n{detail}" for key, detail in self.failures.items()]
+        return "\n".join(lines)
+
+
+class OpenAISchemas:
+    """Validators for OpenAI's component schemas (its 3.0-style `nullable` read as JSON Schema)."""
+
+    def __init__(self, spec: dict) -> None:
+        from referencing import Registry, Resource
+        from referencing.jsonschema import DRAFT202012
+
+        doc = _fix_nullable(spec)
+        self.registry = Registry().with_resource("urn:openai", Resource.from_contents(doc, default_specification=DRAFT202012))
+        self._validators: dict[str, Any] = {}
+
+    def validate(self, component: str, instance: Any) -> None:
+        import jsonschema
+
+        v = self._validators.get(component)
+        if v is None:
+            schema = {"$ref": f"urn:openai#/components/schemas/{component}"}
+            v = self._validators[component] = jsonschema.Draft202012Validator(schema, registry=self.registry)
+        v.validate(instance)
+
+
+def _fix_nullable(node: Any) -> Any:
+    if isinstance(node, dict):
+        node = {k: _fix_nullable(v) for k, v in node.items()}
+        if node.pop("nullable", False) is True:
+            node = {"anyOf": [node, {"type": "null"}]}
+        return node
+    if isinstance(node, list):
+        return [_fix_nullable(v) for v in node]
+    return node
+
+
+def response_checks(openai: OpenAISchemas) -> list[Callable]:
+    """Hearth's own checks on every response: OpenAI-shaped errors, and streams chunk by chunk."""
+    import jsonschema
+
+    def error_is_openai_shaped(ctx, response, case):
+        if response.status_code >= 400:
+            try:
+                openai.validate("ErrorResponse", response.json())
+            except (ValueError, jsonschema.ValidationError) as exc:
+                raise AssertionError(f"error body not in OpenAI's shape: {exc}; body {response.text[:300]}") from None
+            message = response.json()["error"]["message"]
+            if not message.endswith("."):
+                raise AssertionError(f"error message is not a sentence: {message!r}")
+        return True
+
+    def stream_chunks_validate(ctx, response, case):
+        if response.status_code != 200 or "text/event-stream" not in response.headers.get("content-type", [""])[0]:
+            return True
+        data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        if not data or data[-1] != "[DONE]":
+            raise AssertionError("the stream does not end with data: [DONE]")
+        chat = case.path.endswith("/chat/completions")
+        for raw in data[:-1]:
+            chunk = json.loads(raw)
+            try:
+                if "error" in chunk:
+                    openai.validate("ErrorResponse", chunk)
+                elif chat:
+                    openai.validate("CreateChatCompletionStreamResponse", chunk)
+                    if any("logprobs" in c and c["logprobs"] is None for c in chunk["choices"]):
+                        raise AssertionError(f"a chunk carries logprobs: null: {raw}")
+                else:  # the spec shares one shape for plain and streamed completions; null until the end
+                    fixed = [{**c, "finish_reason": c["finish_reason"] or "stop"} for c in chunk["choices"]]
+                    openai.validate("CreateCompletionResponse", {**chunk, "choices": fixed})
+            except jsonschema.ValidationError as exc:
+                raise AssertionError(f"streamed chunk off OpenAI's schema: {exc.message}; chunk {raw[:300]}") from None
+        return True
+
+    return [error_is_openai_shaped, stream_chunks_validate]
+
+
+def fuzz(
+    schema_doc: dict,
+    base_url: str,
+    *,
+    headers: dict[str, str],
+    openai: OpenAISchemas,
+    max_examples: int | dict[str, int],
+    conformance: bool,
+    seed: int | None = 0,
+    timeout: float = 120.0,
+    deadline: float | None = None,
+    findings: Findings | None = None,
+) -> Findings:
+    """Send ``max_examples`` generated requests per operation of ``schema_doc`` to ``base_url``.
+
+    Args:
+        max_examples: Cases per operation, or per operation by HTTP method (``{"POST": 40, "GET": 5}``).
+        conformance: Also check status codes, content types and bodies against ``schema_doc``'s
+            documented responses (the server's own document documents its errors; OpenAI's does not).
+        seed: None draws new cases each run; otherwise the same cases every run.
+        timeout: Seconds a response may take before it counts as a hang.
+        deadline: ``time.monotonic()`` after which no new case is started.
+    """
+    import hypothesis
+    import requests
+    import schemathesis
+    from hypothesis import HealthCheck, Phase
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.core.failures import FailureGroup
+    from schemathesis.specs.openapi import checks as oa
+
+    findings = findings or Findings()
+    schema = schemathesis.openapi.from_dict(schema_doc)
+    checks = [not_a_server_error, oa.positive_data_acceptance, *response_checks(openai)]
+    if conformance:
+        checks += [oa.status_code_conformance, oa.content_type_conformance, oa.response_schema_conformance]
+    session = requests.Session()
+
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        examples = max_examples if isinstance(max_examples, int) else max_examples.get(operation.method.upper(), 0)
+        if not examples:
+            continue
+
+        @hypothesis.settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            derandomize=seed is not None,  # the same cases every run
+        )
+        @hypothesis.given(operation.as_strategy())
+        def run(case):
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            label = case.operation.label
+            findings.cases += 1
+            findings.by_operation[label] = findings.by_operation.get(label, 0) + 1
+            start = time.monotonic()
+            try:
+                response = case.call(base_url=base_url, headers=headers, session=session, timeout=timeout)
+            except requests.Timeout:
+                findings.add(f"{label}: no answer within {timeout:g} s", case.as_curl_command(headers=headers))
+                return
+            except requests.ConnectionError as exc:
+                findings.add(f"{label}: connection failed", f"{exc}\n{case.as_curl_command(headers=headers)}")
+                return
+            finally:
+                findings.http_seconds += time.monotonic() - start
+            findings.statuses[response.status_code] = findings.statuses.get(response.status_code, 0) + 1
+            try:
+                case.validate_response(response, checks=checks, headers=headers)
+            except FailureGroup as group:
+                for failure in group.exceptions:
+                    findings.add(f"{label}: {failure.title} [{response.status_code}{_error_key(response)}]", str(group)[:3000])
+
+        run()
+    session.close()
+    return findings
