@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 
 from engine.documents import db
 from engine.documents.index import Collection, DocumentIndex, pack_vector
 from engine.documents.types import SearchHit
+
+log = logging.getLogger(__name__)
 
 RRF_K = 60
 # Each side of a hybrid search ranks this many candidates before fusing.
@@ -96,16 +99,18 @@ def search(
     """Search one collection; returns the hits and the mode used ("keyword", "vector" or "hybrid").
 
     "auto" is hybrid when the collection has vectors and a query embedder is given, else keyword: a
-    collection whose embeddings are still being made is searchable by keywords at once.
+    collection whose embeddings are still being made is searchable by keywords at once, and so is one whose
+    embedding model cannot be loaded now.
 
     Raises:
         InvalidRequest: an unknown mode, or a vector mode without vectors to search.
     """
-    from engine.errors import InvalidRequest
+    from engine.errors import HearthError, InvalidRequest
 
     if mode not in ("auto", "keyword", "vector", "hybrid"):
         raise InvalidRequest("The search mode is one of auto, keyword, vector or hybrid.", param="mode")
     has_vectors = coll.dim is not None and db.has_table(index.conn, db.vec_table(coll.id))
+    auto = mode == "auto"
     if mode == "auto":
         mode = "hybrid" if has_vectors and embed_query is not None else "keyword"
     if mode == "keyword":
@@ -115,7 +120,13 @@ def search(
             f"Collection '{coll.name}' has no embeddings yet; search by keywords until indexing finishes.",
             param="mode",
         )
-    vector = embed_query(query)
+    try:
+        vector = embed_query(query)
+    except HearthError:
+        if not auto:
+            raise
+        log.warning("the query could not be embedded; searching %s by keywords", coll.name, exc_info=True)
+        return keyword_search(index, coll, query, k), "keyword"
     if mode == "vector":
         return vector_search(index, coll, vector, k), mode
     n = max(CANDIDATES, k)

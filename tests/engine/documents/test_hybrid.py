@@ -113,3 +113,19 @@ def test_changing_the_model_embeds_the_collection_again(service, tmp_path: Path,
     info = service.index.info("home")
     assert info.model == str(other)
     assert progress.to_embed == info.chunks == info.embedded
+
+
+def test_auto_search_falls_back_to_keywords_when_the_model_cannot_embed(service, corpus: Path):
+    from engine.errors import ModelNotFound
+
+    service.add("home", [corpus])
+    assert service.wait("home", 300).phase == "done"
+    coll = service.index.get("home")
+
+    def broken(_query):
+        raise ModelNotFound("gone-model")
+
+    hits, mode = search(service.index, coll, "thermostat mode button", k=3, embed_query=broken)
+    assert mode == "keyword" and name_of(hits[0]) == "manual.pdf"
+    with pytest.raises(ModelNotFound):
+        search(service.index, coll, "thermostat", k=3, embed_query=broken, mode="hybrid")
