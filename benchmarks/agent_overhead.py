@@ -50,7 +50,7 @@ async def one_run(base_url: str, key: str, rounds: int) -> tuple[float, float, i
     loop = AgentLoop(
         client, hub, ApprovalPolicy(allow_all=True), model="smollm2-135m-instruct",
         tool_choice="required", later_tool_choice="required", max_rounds=rounds,
-        params={"temperature": 0, "max_tokens": 24},
+        params={"temperature": 0, "max_tokens": 40},
     )  # fmt: skip
     try:
         t0 = time.perf_counter()

@@ -142,6 +142,8 @@ class AgentAnswerRun(QObject):
         def done(future: concurrent.futures.Future) -> None:
             try:
                 self._done.emit(future.result())
+            except (concurrent.futures.CancelledError, asyncio.CancelledError):
+                self._done.emit(None)  # stopped before the loop began
             except BaseException as exc:  # noqa: BLE001 - reported on the GUI thread as the answer's error
                 self._done.emit(exc)
 
@@ -196,9 +198,10 @@ class AgentAnswerRun(QObject):
             self._dirty = False
             self.store.update_message(self.answer.id, self.text, self._stats(None))
 
-    def _stats(self, finish_reason: str | None, error: str | None = None) -> AnswerStats:
+    def _stats(self, finish_reason: str | None, error: str | None = None, tokens: int | None = None) -> AnswerStats:
         now = time.perf_counter()
-        tokens = max(1, len(self.text) // 4) if self.text else 0
+        if tokens is None:  # while it streams: about four characters a token
+            tokens = max(1, len(self.text) // 4) if self.text else 0
         ttft = (self._t_first - self._t0) if self._t_first is not None else None
         tps = tokens / max(now - self._t_first, 1e-3) if self._t_first is not None and tokens > 1 else None
         return replace(self.answer.stats, tokens=tokens, ttft=ttft, tokens_per_second=tps,
@@ -225,7 +228,9 @@ class AgentAnswerRun(QObject):
             error = ApiError(result.error, status=0, code="agent_error", endpoint="/v1/chat/completions")
         else:
             self.text = result.answer or self.text
-            stats = self._stats("stop")
+            stats = self._stats("stop", tokens=result.completion_tokens or None)
+            if result.reasoning_tokens:
+                self.steps.thinking_tokens = result.reasoning_tokens
         if self.steps.reasoning:
             self.steps.thinking_done = True
         if not self.steps.empty:

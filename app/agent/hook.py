@@ -19,7 +19,7 @@ class AgentUi(QObject):
         super().__init__(window)
         self.window = window
         self.agent = agent
-        self.runs: dict[int, AgentAnswerRun] = {}  # answer message id -> its run
+        self.runs: dict[int, object] = {}  # answer message id -> its AgentAnswerRun or AnswerRun
         self.approval_dialog: ApprovalDialog | None = None
         self.servers_dialog: McpServersDialog | None = None
         self._queue: list[tuple[AgentAnswerRun, ApprovalRequest]] = []
@@ -38,7 +38,9 @@ class AgentUi(QObject):
 
     def steps_for(self, message_id: int):
         run = self.runs.get(message_id)
-        return run.steps if run is not None else self.agent.steps.get(message_id)
+        if run is None:
+            return self.agent.steps.get(message_id)
+        return run.steps if isinstance(run, AgentAnswerRun) else run.thinking
 
     def update_button(self) -> None:
         chat_id = self.window.chats.chat_id
@@ -54,13 +56,22 @@ class AgentUi(QObject):
 
     # -- runs ---------------------------------------------------------------------------------
     def _run_started(self, run) -> None:
-        if not isinstance(run, AgentAnswerRun):
-            return
         mid = run.answer.id
+        if not isinstance(run, AgentAnswerRun):  # a plain answer: only its thinking
+            self.runs[mid] = run
+            run.steps_changed.connect(self._steps_changed)
+            run.finished.connect(lambda _o, m=mid, r=run: self._plain_finished(m, r))
+            return
         self.runs[mid] = run
         run.approval_needed.connect(lambda request, r=run: self._ask(r, request))
         run.steps_changed.connect(self._steps_changed)
         run.finished.connect(lambda _o, m=mid, r=run: self._finished(m, r))
+
+    def _plain_finished(self, message_id: int, run) -> None:
+        self.runs.pop(message_id, None)
+        if run.thinking is not None:
+            self.agent.steps.put(message_id, run.thinking)  # kept with the chat
+        self.window.chats.view.refresh_steps(message_id)
 
     def _steps_changed(self, message_id: int) -> None:
         self.window.chats.view.refresh_steps(message_id)

@@ -40,6 +40,7 @@ class AnswerRun(QObject):
     """Streams ``answer`` (an empty assistant message already in the store and the model)."""
 
     finished = Signal(AnswerOutcome)
+    steps_changed = Signal(int)  # message id: its thinking grew or folded
 
     def __init__(
         self,
@@ -63,6 +64,8 @@ class AnswerRun(QObject):
         self.context_length = context_length
         self.fit: ContextFit | None = None
         self.text = ""
+        self.thinking = None  # app.agent.steps.AnswerSteps once the model thinks
+        self._t_think = 0.0
         self._stream: ChatStream | None = None
         self._retries = 0
         self._t0 = 0.0
@@ -103,6 +106,7 @@ class AnswerRun(QObject):
         self._t0 = time.perf_counter()
         self._stream = self.api.stream_chat(body)
         self._stream.delta.connect(self._on_delta)
+        self._stream.reasoning.connect(self._on_reasoning)
         self._stream.finished.connect(self._on_finished)
         self._stream.failed.connect(self._on_failed)
         self._save_timer.start()
@@ -113,7 +117,22 @@ class AnswerRun(QObject):
             self._stream.abort()
 
     # -- stream events ------------------------------------------------------------------------
+    def _on_reasoning(self, text: str) -> None:
+        """Thinking goes to the answer's steps (app.agent.steps), shown folded above its text."""
+        if self.thinking is None:
+            from app.agent.steps import AnswerSteps
+
+            self.thinking = AnswerSteps()
+            self._t_think = time.perf_counter()
+        self.thinking.reasoning += text
+        self.thinking.thinking_tokens += 1
+        self.thinking.thinking_seconds = time.perf_counter() - self._t_think
+        self.steps_changed.emit(self.answer.id)
+
     def _on_delta(self, text: str) -> None:
+        if self.thinking is not None and not self.thinking.thinking_done:
+            self.thinking.thinking_done = True  # the answer began: the thinking folds away
+            self.steps_changed.emit(self.answer.id)
         if self._t_first is None:
             self._t_first = time.perf_counter()
         self._events += 1
@@ -168,6 +187,9 @@ class AnswerRun(QObject):
             return
         self._done = True
         self._save_timer.stop()
+        if self.thinking is not None:
+            self.thinking.thinking_done = True
+            self.steps_changed.emit(self.answer.id)
         self.answer = replace(self.answer, content=self.text, stats=stats)
         self.store.update_message(self.answer.id, self.text, stats)
         self.conversation.replace(self.answer, streaming=False)

@@ -25,6 +25,7 @@ class ChatStream(QObject):
     """Emits ``delta`` with new text, then exactly one of ``finished`` or ``failed``."""
 
     delta = Signal(str)
+    reasoning = Signal(str)  # the model's thinking (delta.reasoning_content), before its answer
     finished = Signal(StreamResult)
     failed = Signal(ApiError)
 
@@ -94,7 +95,11 @@ class ChatStream(QObject):
             self._usage = event["usage"]
         out = []
         for choice in event.get("choices") or ():
-            content = (choice.get("delta") or {}).get("content")
+            delta = choice.get("delta") or {}
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if thought:
+                self.reasoning.emit(thought)
+            content = delta.get("content")
             if content:
                 out.append(content)
                 self.content_events += 1

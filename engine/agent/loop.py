@@ -74,6 +74,8 @@ class AgentResult:
     rounds: int = 0
     round_limit: bool = False
     stopped: bool = False
+    completion_tokens: int = 0  # every turn's, as the API counted them
+    reasoning_tokens: int = 0
     error: str | None = None
 
 
@@ -172,6 +174,9 @@ class AgentLoop:
             self._body(result.messages, tool_choice), on_content=content, on_reasoning=thinking
         )
         result.reasoning += turn.reasoning
+        result.completion_tokens += int(turn.usage.get("completion_tokens") or 0)
+        details = turn.usage.get("completion_tokens_details") or {}
+        result.reasoning_tokens += int(details.get("reasoning_tokens") or 0)
         self._emit("turn_end", text=turn.finish_reason or "")
         return turn
 
