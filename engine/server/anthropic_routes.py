@@ -21,7 +21,8 @@ from starlette.routing import Match
 
 from engine.errors import InvalidRequest
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
-from engine.types import ChatMessage, GenerationChunk, GenerationRequest, SamplingParams
+from engine.tools import ToolCall, parse_tool_choice, parse_tools
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
 
 router = APIRouter(prefix="/v1", route_class=error_route(anthropic_error))
 
@@ -56,6 +57,7 @@ class CountTokensBody(_Body):
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
 
 
 class MessagesBody(CountTokensBody):
@@ -68,15 +70,27 @@ class MessagesBody(CountTokensBody):
     metadata: dict[str, Any] | None = None
 
 
-def _text_of(blocks: str | list[dict[str, Any]] | None, where: str) -> str:
+def _text_of(blocks: Any, where: str) -> str:
     if blocks is None or isinstance(blocks, str):
         return blocks or ""
+    if not isinstance(blocks, list):
+        raise InvalidRequest(f"'{where}' must be text or a list of text blocks.", param=where)
     parts = []
     for j, block in enumerate(blocks):
-        if block.get("type") != "text" or not isinstance(block.get("text"), str):
+        if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
             raise InvalidRequest(f"{where}[{j}] must be a text block with 'text'.", param=where)
         parts.append(block["text"])
     return "\n".join(parts)
+
+
+def _tool_result(block: dict[str, Any], where: str, names: dict[str, str]) -> ChatMessage:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidRequest(f"{where} is a tool_result without 'tool_use_id'.", param="messages")
+    text = _text_of(block.get("content"), f"{where}.content")
+    if block.get("is_error"):
+        text = f"Error: {text}"
+    return ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id))
 
 
 def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
@@ -84,6 +98,7 @@ def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
     system = _text_of(body.system, "system")
     if system:
         out.append(ChatMessage("system", system))
+    names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
     for i, m in enumerate(body.messages):
         if m.role not in ("user", "assistant"):
             raise InvalidRequest(f"messages[{i}].role must be 'user' or 'assistant', got '{m.role}'.", param="messages")
@@ -91,6 +106,8 @@ def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
             out.append(ChatMessage(m.role, m.content))
             continue
         texts: list[str] = []
+        thoughts: list[str] = []
+        calls: list[ToolCall] = []
         for j, block in enumerate(m.content):
             kind = block.get("type")
             where = f"messages[{i}].content[{j}]"
@@ -98,18 +115,64 @@ def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
                 if not isinstance(block.get("text"), str):
                     raise InvalidRequest(f"{where} is a text block without 'text'.", param="messages")
                 texts.append(block["text"])
-            elif kind in ("thinking", "redacted_thinking"):
-                continue  # earlier turns' thinking is not sent back to the model
+            elif kind == "thinking" and m.role == "assistant":
+                thoughts.append(str(block.get("thinking") or ""))
+            elif kind == "redacted_thinking":
+                continue
+            elif kind == "tool_use" and m.role == "assistant":
+                name, call_id = block.get("name"), block.get("id")
+                if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
+                    raise InvalidRequest(f"{where} is a tool_use without 'id' and 'name'.", param="messages")
+                names[call_id] = name
+                calls.append(ToolCall(name=name, arguments=json.dumps(block.get("input") or {}, ensure_ascii=False), id=call_id))
+            elif kind == "tool_result" and m.role == "user":
+                out.append(_tool_result(block, where, names))
             elif kind in ("image", "document"):
                 raise InvalidRequest(
                     f"{where} is an {kind} block; Hearth's models here read text only, send it as text.", param="messages"
                 )
             else:
-                raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support.", param="messages")
-        out.append(ChatMessage(m.role, "\n".join(texts)))
+                raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support here.", param="messages")
+        if texts or calls or m.role == "assistant" or not any(b.get("type") == "tool_result" for b in m.content):
+            out.append(ChatMessage(m.role, "\n".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None))
     if not out or all(m.role == "system" for m in out):
         raise InvalidRequest("'messages' must hold at least one message.", param="messages")
     return tuple(out)
+
+
+def _tools(body: CountTokensBody) -> dict[str, Any]:
+    """The request's tools, tool choice and thinking switch as GenerationRequest fields."""
+    specs = []
+    for i, tool in enumerate(body.tools or ()):
+        if not isinstance(tool, dict) or tool.get("type", "custom") != "custom":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise InvalidRequest(f"tools[{i}] has type '{kind}'; Hearth runs only your own tools (with input_schema).", param="tools")
+        specs.append({"type": "function", "function": {"name": tool.get("name"), "description": tool.get("description") or "",
+                                                       "parameters": tool.get("input_schema")}})  # fmt: skip
+    tools = parse_tools(specs)
+    choice = body.tool_choice or {"type": "auto"}
+    kind = choice.get("type")
+    if kind not in ("auto", "any", "tool", "none"):
+        raise InvalidRequest("'tool_choice.type' must be auto, any, tool or none.", param="tool_choice")
+    value = {"auto": "auto", "any": "required", "none": "none"}.get(kind) or {"type": "function", "name": choice.get("name")}
+    thinking = (body.thinking or {}).get("type")
+    if thinking not in (None, "enabled", "disabled", "adaptive", "between_tools"):
+        raise InvalidRequest("'thinking.type' must be enabled, disabled or adaptive.", param="thinking")
+    return {
+        "tools": tools,
+        "tool_choice": parse_tool_choice(value, tools),
+        "parallel_tool_calls": choice.get("disable_parallel_tool_use") is False,
+        "thinking": {"enabled": True, "disabled": False}.get(thinking),
+    }
+
+
+def _format(body: CountTokensBody) -> ResponseFormat:
+    fmt = (body.output_config or {}).get("format")
+    if fmt is None:
+        return ResponseFormat()
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise InvalidRequest("'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}.", param="output_config")
+    return ResponseFormat(type="json_schema", schema=fmt["schema"])
 
 
 def _params(body: MessagesBody) -> SamplingParams:
@@ -127,10 +190,18 @@ def _params(body: MessagesBody) -> SamplingParams:
 
 
 def _request(body: CountTokensBody, params: SamplingParams | None = None) -> GenerationRequest:
-    return GenerationRequest(model=body.model, messages=_messages(body), params=params or SamplingParams())
+    return GenerationRequest(
+        model=body.model,
+        messages=_messages(body),
+        params=params or SamplingParams(),
+        response_format=_format(body),
+        **_tools(body),
+    )
 
 
 def _stop_reason(final: GenerationChunk) -> tuple[str, str | None]:
+    if final.finish_reason == "tool_calls" or final.tool_calls:
+        return "tool_use", None
     if final.finish_reason == "length":
         return "max_tokens", None
     if final.stop_sequence:
@@ -147,6 +218,11 @@ def _usage(final: GenerationChunk) -> dict:
     }
 
 
+def _tool_use(call: ToolCall) -> dict:
+    args = call.arguments_object
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": args if isinstance(args, dict) else {}}
+
+
 @router.post("/messages")
 async def create_message(request: Request, body: MessagesBody):
     run = await DialectRun(request, _request(body, _params(body))).start()
@@ -155,14 +231,18 @@ async def create_message(request: Request, body: MessagesBody):
         return StreamingResponse(
             _events(run, mid), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
-    text, final = await run.collect()
+    text, thinking, final = await run.collect()
+    content: list[dict] = [{"type": "thinking", "thinking": thinking, "signature": ""}] if thinking else []
+    if text or not final.tool_calls:
+        content.append({"type": "text", "text": text})
+    content += [_tool_use(c) for c in final.tool_calls]
     stop_reason, stop_sequence = _stop_reason(final)
     return {
         "id": mid,
         "type": "message",
         "role": "assistant",
         "model": run.model_name,
-        "content": [{"type": "text", "text": text}],
+        "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
         "usage": _usage(final),
@@ -171,6 +251,49 @@ async def create_message(request: Request, body: MessagesBody):
 
 def _event(name: str, payload: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+class _Blocks:
+    """Content blocks as they stream: one open at a time, each with its index."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.kind: str | None = None
+        self.calls: dict[int, int] = {}  # tool call index -> block index
+
+    def close(self) -> list[bytes]:
+        if self.kind is None:
+            return []
+        self.kind = None
+        return [_event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def open(self, kind: str, block: dict) -> list[bytes]:
+        out = self.close()
+        self.index += 1
+        self.kind = kind
+        out.append(_event("content_block_start", {"type": "content_block_start", "index": self.index, "content_block": block}))
+        return out
+
+    def delta(self, delta: dict) -> bytes:
+        return _event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+
+    def feed(self, chunk: GenerationChunk) -> list[bytes]:
+        out: list[bytes] = []
+        if chunk.reasoning:
+            if self.kind != "thinking":
+                out += self.open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            out.append(self.delta({"type": "thinking_delta", "thinking": chunk.reasoning}))
+        if chunk.text:
+            if self.kind != "text":
+                out += self.open("text", {"type": "text", "text": ""})
+            out.append(self.delta({"type": "text_delta", "text": chunk.text}))
+        for d in chunk.tool_call_deltas:
+            if d.id is not None:
+                out += self.open("tool_use", {"type": "tool_use", "id": d.id, "name": d.name, "input": {}})
+                self.calls[d.index] = self.index
+            if d.arguments and self.calls.get(d.index) == self.index:
+                out.append(self.delta({"type": "input_json_delta", "partial_json": d.arguments}))
+        return out
 
 
 async def _events(run: DialectRun, mid: str) -> AsyncIterator[bytes]:
@@ -190,19 +313,22 @@ async def _events(run: DialectRun, mid: str) -> AsyncIterator[bytes]:
         "usage": {"input_tokens": input_tokens, "output_tokens": 0},
     }
     yield _event("message_start", {"type": "message_start", "message": message})
-    yield _event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
     yield _event("ping", {"type": "ping"})
+    blocks = _Blocks()
     final = GenerationChunk(finish_reason="stop")
     async for chunk in chunks:
         if chunk.finish_reason == "error":
-            yield _event("error", anthropic_error(500, chunk.error or "Generation failed; see the worker log."))
+            yield _event("error", anthropic_error(*run.failure_message(chunk)))
             return
-        if chunk.text:
-            delta = {"type": "text_delta", "text": chunk.text}
-            yield _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        for event in blocks.feed(chunk):
+            yield event
         if chunk.finish_reason is not None:
             final = chunk
-    yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    if blocks.index < 0:  # an empty answer is still one (empty) text block
+        for event in blocks.open("text", {"type": "text", "text": ""}):
+            yield event
+    for event in blocks.close():
+        yield event
     stop_reason, stop_sequence = _stop_reason(final)
     yield _event(
         "message_delta",

@@ -154,21 +154,35 @@ class DialectRun:
                 self.first_token_at = time.perf_counter()
             yield chunk
 
-    async def collect(self) -> tuple[str, GenerationChunk]:
-        """The whole text and the final chunk.
+    async def collect(self) -> tuple[str, str, GenerationChunk]:
+        """The whole answer text, the thinking, and the final chunk (which holds the tool calls).
 
         Raises:
-            RuntimeError: the generation failed (answered as a server error).
+            HearthError: the generation failed (its type sets the status; a server error otherwise).
         """
         parts: list[str] = []
+        thoughts: list[str] = []
         final = GenerationChunk(finish_reason="stop")
         async for chunk in self.chunks():
             parts.append(chunk.text)
+            thoughts.append(chunk.reasoning)
             if chunk.finish_reason is not None:
                 final = chunk
         if final.finish_reason == "error":
-            raise RuntimeError(final.error or "generation failed")
-        return "".join(parts), final
+            raise self.failure(final)
+        return "".join(parts), "".join(thoughts), final
+
+    def failure(self, chunk: GenerationChunk) -> Exception:
+        """Why the generation ended with the error ``chunk``, as chat completions classifies it."""
+        classified = getattr(self.gen, "failure", None)  # the engine's own error where it raised one
+        if classified is not None:
+            return classified(0, chunk)
+        return RuntimeError(chunk.error or "Generation failed; see the worker log.")
+
+    def failure_message(self, chunk: GenerationChunk) -> tuple[int, str]:
+        """The status and message a failed stream reports in its last event."""
+        f = classify(self.failure(chunk))
+        return f.status, chunk.error or f.message
 
 
 async def count_prompt_tokens(request: Request, req: GenerationRequest) -> int:

@@ -157,11 +157,14 @@ def _header(m) -> dict[str, Any]:
 
 
 def capabilities(m, template: str) -> list[str]:
-    """What an Ollama client may ask of the model."""
+    """What an Ollama client may ask of the model: every chat model calls tools (through its own
+    template's format, else Hearth's generic one; docs/tools.md); thinking where its template has it."""
+    from engine.tools import THINK_TAGS
+
     if not m.has_chat_template and m.format == "gguf" and not template:
         return ["embedding"]
-    caps = ["completion"]
-    if "<think>" in template or "enable_thinking" in template:
+    caps = ["completion", "tools"]
+    if "enable_thinking" in template or any(open_tag in template for open_tag, _ in THINK_TAGS):
         caps.append("thinking")
     return caps
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.errors import InvalidRequest, ModelNotFound
 from engine.server.dialect import DialectRun, error_route, ollama_error
+from engine.tools import ToolCall, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
@@ -158,6 +159,7 @@ def response_format(fmt: str | dict[str, Any] | None) -> ResponseFormat:
 
 def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
     out = []
+    last_calls: dict[str, str] = {}  # tool name -> id of the latest call of it, for the results that follow
     for i, m in enumerate(items):
         if not isinstance(m, dict):
             raise InvalidRequest(f"messages[{i}] must be an object with 'role' and 'content'.", param="messages")
@@ -166,8 +168,41 @@ def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
         content = m.get("content") or ""
         if not isinstance(content, str):
             raise InvalidRequest(f"messages[{i}].content must be text.", param="messages")
-        out.append(ChatMessage(str(m.get("role", "")), content))
+        role = str(m.get("role", ""))
+        calls = []
+        for j, call in enumerate(m.get("tool_calls") or ()):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                raise InvalidRequest(f"messages[{i}].tool_calls[{j}] has no function name.", param="messages")
+            args = fn.get("arguments") or {}
+            tc = ToolCall(name=fn["name"], arguments=args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                          **({"id": call["id"]} if isinstance(call.get("id"), str) else {}))  # fmt: skip
+            last_calls[tc.name] = tc.id
+            calls.append(tc)
+        name = m.get("tool_name") or m.get("name")
+        call_id = m.get("tool_call_id") or (last_calls.get(name) if role == "tool" else None)
+        thinking = m.get("thinking")
+        out.append(ChatMessage(role, content, tool_calls=tuple(calls), tool_call_id=call_id, name=name,
+                               reasoning=thinking if isinstance(thinking, str) and thinking else None))  # fmt: skip
     return tuple(out)
+
+
+def _tool_fields(tools: list[dict[str, Any]] | None, think: bool | str | None) -> dict[str, Any]:
+    if think is not None and not isinstance(think, bool) and think not in ("low", "medium", "high"):
+        raise InvalidRequest("'think' must be true, false, or low, medium or high.", param="think")
+    return {
+        "tools": parse_tools(tools),
+        "thinking": think if isinstance(think, bool) else (None if think is None else True),
+        "template_kwargs": (("reasoning_effort", think),) if isinstance(think, str) else (),
+    }
+
+
+def _calls(calls) -> list[dict]:
+    out = []
+    for c in calls:
+        args = c.arguments_object
+        out.append({"id": c.id, "function": {"name": c.name, "arguments": args if isinstance(args, dict) else {}}})
+    return out
 
 
 def _stats(run: DialectRun, final: GenerationChunk) -> dict:
@@ -219,12 +254,14 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
     final = GenerationChunk(finish_reason="stop")
     async for chunk in run.chunks():
         if chunk.finish_reason == "error":
-            yield _line({"error": chunk.error or "Generation failed; see the worker log."})
+            yield _line(ollama_error(*run.failure_message(chunk)))
             return
-        if chunk.text:
-            yield _line({"model": run.model_name, "created_at": now_iso(), **piece(chunk.text), "done": False})
+        if chunk.text or chunk.reasoning:
+            yield _line({"model": run.model_name, "created_at": now_iso(), **piece(chunk.text, chunk.reasoning), "done": False})
         if chunk.finish_reason is not None:
             final = chunk
+    if final.tool_calls:  # Ollama sends each call whole, in a line before the last
+        yield _line({"model": run.model_name, "created_at": now_iso(), **piece("", "", final.tool_calls), "done": False})
     yield _line({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final)})
     await _keep(request, run, keep)
 
@@ -233,9 +270,23 @@ async def _answer(request: Request, req: GenerationRequest, keep: float | None, 
     run = await _run(request, req, keep)
     if stream:
         return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
-    text, final = await run.collect()
+    text, reasoning, final = await run.collect()
     await _keep(request, run, keep)
-    return {"model": run.model_name, "created_at": now_iso(), **piece(text), "done": True, **_stats(run, final)}
+    body = piece(text, reasoning, final.tool_calls)
+    return {"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final)}
+
+
+def _chat_piece(text: str, reasoning: str = "", calls=()) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if reasoning:
+        message["thinking"] = reasoning
+    if calls:
+        message["tool_calls"] = _calls(calls)
+    return {"message": message}
+
+
+def _generate_piece(text: str, reasoning: str = "", calls=()) -> dict:
+    return {"response": text, **({"thinking": reasoning} if reasoning else {})}
 
 
 @router.post("/chat")
@@ -249,8 +300,9 @@ async def chat(request: Request, body: ChatBody):
         messages=_chat_messages(body.messages),
         params=params(body.options),
         response_format=response_format(body.format),
+        **_tool_fields(body.tools, body.think),
     )
-    return await _answer(request, req, keep, body.stream, lambda text: {"message": {"role": "assistant", "content": text}})
+    return await _answer(request, req, keep, body.stream, _chat_piece)
 
 
 @router.post("/generate")
@@ -266,8 +318,8 @@ async def generate(request: Request, body: GenerateBody):
         req = GenerationRequest(prompt=body.prompt, **common)
     else:
         system = (ChatMessage("system", body.system),) if body.system else ()
-        req = GenerationRequest(messages=(*system, ChatMessage("user", body.prompt)), **common)
-    return await _answer(request, req, keep, body.stream, lambda text: {"response": text})
+        req = GenerationRequest(messages=(*system, ChatMessage("user", body.prompt)), **common, **_tool_fields(None, body.think))
+    return await _answer(request, req, keep, body.stream, _generate_piece)
 
 
 def _shorten(vec: list[float], dims: int | None) -> list[float]:

@@ -1,17 +1,17 @@
 """OpenAI's Responses API on the same port: ``POST /v1/responses`` (plain and streamed), and
 ``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items`` from a bounded
-in-memory store that ``previous_response_id`` continues conversations from.
+in-memory store (:mod:`engine.server.responses_store`) that ``previous_response_id`` continues from.
 
-A request becomes one :class:`GenerationRequest` (see :mod:`engine.server.dialect`); errors keep
-OpenAI's shape, as chat completions answers them.
+A request becomes one :class:`GenerationRequest` (see :mod:`engine.server.dialect`); the answer comes
+back as output items (``reasoning``, ``message``, ``function_call``). Errors keep OpenAI's shape, as
+chat completions answers them.
 """
 
 from __future__ import annotations
 
-import threading
+import json
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +23,13 @@ from starlette.exceptions import HTTPException
 
 from engine.errors import InvalidRequest
 from engine.server.dialect import DialectRun
+from engine.server.responses_store import ResponseStore, StoredResponse
+from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
 
 router = APIRouter(prefix="/v1")
 
-STORE_MAX_RESPONSES = 256
-STORE_MAX_CHARS = 32_000_000
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 class _Body(BaseModel):
@@ -52,53 +53,6 @@ class ResponsesBody(_Body):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResponse:
-    """A finished response, the conversation it ends (to continue from) and its input items."""
-
-    response: dict
-    conversation: tuple[ChatMessage, ...]
-    input_items: tuple[dict, ...]
-
-    @property
-    def chars(self) -> int:
-        return sum(len(m.content) for m in self.conversation) + len(str(self.response)) + len(str(self.input_items))
-
-
-class ResponseStore:
-    """The last responses kept for ``previous_response_id`` and ``GET``: at most ``max_responses``,
-    and at most ``max_chars`` of text together; the oldest go first. Thread-safe."""
-
-    def __init__(self, max_responses: int = STORE_MAX_RESPONSES, max_chars: int = STORE_MAX_CHARS) -> None:
-        self.max_responses = max_responses
-        self.max_chars = max_chars
-        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
-        self._chars = 0
-        self._lock = threading.Lock()
-
-    def put(self, rid: str, stored: StoredResponse) -> None:
-        with self._lock:
-            self._items[rid] = stored
-            self._chars += stored.chars
-            while self._items and (len(self._items) > self.max_responses or self._chars > self.max_chars):
-                _, old = self._items.popitem(last=False)
-                self._chars -= old.chars
-
-    def get(self, rid: str) -> StoredResponse | None:
-        with self._lock:
-            return self._items.get(rid)
-
-    def delete(self, rid: str) -> bool:
-        with self._lock:
-            old = self._items.pop(rid, None)
-            if old is not None:
-                self._chars -= old.chars
-            return old is not None
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def _store(request: Request) -> ResponseStore:
@@ -125,7 +79,7 @@ def _content_text(content: Any, where: str) -> str:
     parts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+        if kind in ("input_text", "output_text", "text", "reasoning_text") and isinstance(part.get("text"), str):
             parts.append(part["text"])
         elif kind in ("input_image", "input_file", "input_audio"):
             raise InvalidRequest(f"{where}.content[{j}] is {kind}; Hearth's models here read text only.", param="input")
@@ -140,8 +94,9 @@ def _input_items(body: ResponsesBody) -> list[dict]:
     return [dict(item) for item in body.input]
 
 
-def _input_messages(items: list[dict]) -> list[ChatMessage]:
-    out = []
+def _input_messages(items: list[dict], earlier: tuple[ChatMessage, ...]) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    names = {c.id: c.name for m in earlier for c in m.tool_calls}  # call ids -> function names
     for i, item in enumerate(items):
         kind = item.get("type", "message")
         where = f"input[{i}]"
@@ -150,6 +105,23 @@ def _input_messages(items: list[dict]) -> list[ChatMessage]:
             if role not in ("user", "assistant", "system", "developer"):
                 raise InvalidRequest(f"{where}.role must be user, assistant, system or developer.", param="input")
             out.append(ChatMessage("system" if role == "developer" else role, _content_text(item.get("content"), where)))
+        elif kind == "function_call":
+            name, call_id = item.get("name"), item.get("call_id")
+            if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"{where} is a function_call without 'call_id' and 'name'.", param="input")
+            args = item.get("arguments") or "{}"
+            call = ToolCall(name=name, arguments=args if isinstance(args, str) else json.dumps(args), id=call_id)
+            names[call_id] = name
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant" and i > 0 and items[i - 1].get("type", "message") != "function_call_output":
+                out[-1] = ChatMessage("assistant", last.content, tool_calls=(*last.tool_calls, call), reasoning=last.reasoning)
+            else:
+                out.append(ChatMessage("assistant", "", tool_calls=(call,)))
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"{where} is a function_call_output without 'call_id'.", param="input")
+            out.append(ChatMessage("tool", _content_text(item.get("output", ""), where), tool_call_id=call_id, name=names.get(call_id)))
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
         else:
@@ -171,6 +143,20 @@ def _format(text: dict[str, Any] | None) -> ResponseFormat:
     raise InvalidRequest("text.format.type must be text, json_object or json_schema.", param="text.format")
 
 
+def _tool_fields(body: ResponsesBody) -> dict[str, Any]:
+    tools = parse_tools(body.tools)
+    effort = (body.reasoning or {}).get("effort")
+    if effort is not None and effort not in _EFFORTS:
+        raise InvalidRequest(f"'reasoning.effort' must be one of {', '.join(_EFFORTS)}.", param="reasoning.effort")
+    return {
+        "tools": tools,
+        "tool_choice": parse_tool_choice(body.tool_choice, tools),
+        "parallel_tool_calls": body.parallel_tool_calls is True,
+        "thinking": None if effort is None else effort not in ("none", "minimal"),
+        "template_kwargs": (("reasoning_effort", effort),) if effort is not None else (),
+    }
+
+
 @dataclass
 class _Turn:
     """One request, translated: what to generate and what to echo and store."""
@@ -189,11 +175,9 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         earlier = _found(request, body.previous_response_id).conversation
     items = _input_items(body)
     for item in items:
-        if item.get("type", "message") == "message":
-            item.setdefault("type", "message")
-            item.setdefault("id", f"msg_{uuid.uuid4().hex}")
-    history = earlier + tuple(_input_messages(items))
-    system = (ChatMessage("system", body.instructions),) if body.instructions else ()
+        item.setdefault("type", "message")
+        item.setdefault("id", f"{'msg' if item['type'] == 'message' else 'item'}_{uuid.uuid4().hex}")
+    history = earlier + tuple(_input_messages(items, earlier))
     if not history:
         raise InvalidRequest("'input' is empty; send some text or input items.", param="input")
     if body.max_output_tokens is not None and body.max_output_tokens < 1:
@@ -203,7 +187,10 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         top_p=1.0 if body.top_p is None else body.top_p,
         max_tokens=body.max_output_tokens,
     )
-    req = GenerationRequest(model=body.model, messages=system + history, params=params, response_format=_format(body.text))
+    system = (ChatMessage("system", body.instructions),) if body.instructions else ()
+    req = GenerationRequest(
+        model=body.model, messages=system + history, params=params, response_format=_format(body.text), **_tool_fields(body)
+    )
     return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()))
 
 
@@ -212,7 +199,7 @@ def _usage(final: GenerationChunk) -> dict:
         "input_tokens": final.prompt_tokens,
         "input_tokens_details": {"cached_tokens": final.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": final.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": final.reasoning_tokens},
         "total_tokens": final.prompt_tokens + final.completion_tokens,
     }
 
@@ -220,7 +207,6 @@ def _usage(final: GenerationChunk) -> dict:
 def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final: GenerationChunk | None) -> dict:
     body = turn.body
     fmt = (body.text or {}).get("format") or {"type": "text"}
-    incomplete = status == "incomplete"
     out = {
         "id": turn.rid,
         "object": "response",
@@ -228,19 +214,20 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "status": status,
         "completed_at": int(time.time()) if status == "completed" else None,
         "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
         "model": model,
         "output": output,
-        "parallel_tool_calls": True if body.parallel_tool_calls is None else body.parallel_tool_calls,
+        "parallel_tool_calls": turn.req.parallel_tool_calls,
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": (body.reasoning or {}).get("effort"), "summary": None},
         "store": body.store,
         "temperature": turn.req.params.temperature,
         "text": {"format": fmt},
         "tool_choice": body.tool_choice or "auto",
-        "tools": body.tools or [],
+        "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": dict(t.parameters),
+                   "strict": t.strict} for t in turn.req.tools],  # fmt: skip
         "top_p": turn.req.params.top_p,
         "truncation": "disabled",
         "metadata": body.metadata or {},
@@ -252,17 +239,31 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
     return out
 
 
-def _message_item(mid: str, text: str, status: str) -> dict:
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-    return {"id": mid, "type": "message", "status": status, "role": "assistant", "content": [part] if text or status != "in_progress" else []}
+def _text_part(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def _finish(request: Request, turn: _Turn, model: str, text: str, final: GenerationChunk, mid: str) -> dict:
-    status = "incomplete" if final.finish_reason == "length" else "completed"
-    response = _response(turn, model, status=status, output=[_message_item(mid, text, status)], final=final)
+def _item(kind: str, iid: str, status: str, *, text: str = "", call: ToolCall | None = None, started: bool = True) -> dict:
+    """An output item: ``message``, ``reasoning`` or ``function_call`` (``started``: with its content part)."""
+    if kind == "message":
+        return {"id": iid, "type": "message", "status": status, "role": "assistant", "content": [_text_part(text)] if started else []}
+    if kind == "reasoning":
+        return {"id": iid, "type": "reasoning", "status": status, "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}] if started else []}  # fmt: skip
+    call = call or ToolCall(name="")
+    return {"id": iid, "type": "function_call", "status": status, "call_id": call.id, "name": call.name,
+            "arguments": call.arguments if started else ""}  # fmt: skip
+
+
+def _new_id(kind: str) -> str:
+    return {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind] + "_" + uuid.uuid4().hex
+
+
+def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text: str, reasoning: str, final: GenerationChunk) -> dict:
+    response = _response(turn, model, status="incomplete" if final.finish_reason == "length" else "completed", output=output, final=final)
     if turn.body.store:
-        conversation = turn.history + (ChatMessage("assistant", text),)
-        _store(request).put(turn.rid, StoredResponse(response, conversation, tuple(turn.input_items)))
+        answer = ChatMessage("assistant", text, tool_calls=tuple(final.tool_calls), reasoning=reasoning or None)
+        _store(request).put(turn.rid, StoredResponse(response, turn.history + (answer,), tuple(turn.input_items)))
     return response
 
 
@@ -270,57 +271,118 @@ def _finish(request: Request, turn: _Turn, model: str, text: str, final: Generat
 async def create_response(request: Request, body: ResponsesBody):
     turn = _turn(request, body)
     run = await DialectRun(request, turn.req).start()
-    mid = f"msg_{uuid.uuid4().hex}"
     if body.stream:
         return StreamingResponse(
-            _events(request, run, turn, mid),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            _events(request, run, turn), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
-    text, final = await run.collect()
-    return _finish(request, turn, run.model_name, text, final, mid)
+    text, reasoning, final = await run.collect()
+    status = "incomplete" if final.finish_reason == "length" else "completed"
+    output = [_item("reasoning", _new_id("reasoning"), status, text=reasoning)] if reasoning else []
+    if text or not final.tool_calls:
+        output.append(_item("message", _new_id("message"), status, text=text))
+    output += [_item("function_call", _new_id("function_call"), "completed", call=c) for c in final.tool_calls]
+    return _finish(request, turn, run.model_name, output, text, reasoning, final)
 
 
-class _Emitter:
+class _Stream:
+    """The streamed output items, one open at a time, and the events that build them."""
+
     def __init__(self) -> None:
         self.seq = 0
+        self.items: list[dict] = []  # every item as it stands (the open one last)
+        self.kind: str | None = None
+        self.text = ""
+        self.calls: dict[int, ToolCall] = {}  # tool call index -> the call so far
 
-    def __call__(self, kind: str, **fields: Any) -> bytes:
-        import json
-
+    def emit(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, **fields, "sequence_number": self.seq}
         self.seq += 1
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
+    @property
+    def index(self) -> int:
+        return len(self.items) - 1
 
-async def _events(request: Request, run: DialectRun, turn: _Turn, mid: str) -> AsyncIterator[bytes]:
-    emit = _Emitter()
+    def close(self, status: str = "completed") -> list[bytes]:
+        if self.kind is None:
+            return []
+        item, where = self.items[-1], {"item_id": self.items[-1]["id"], "output_index": self.index}
+        out = []
+        if self.kind == "message":
+            out.append(self.emit("response.output_text.done", **where, content_index=0, text=self.text, logprobs=[]))
+            out.append(self.emit("response.content_part.done", **where, content_index=0, part=_text_part(self.text)))
+            item.update(content=[_text_part(self.text)], status=status)
+        elif self.kind == "reasoning":
+            out.append(self.emit("response.reasoning_text.done", **where, content_index=0, text=self.text))
+            item.update(content=[{"type": "reasoning_text", "text": self.text}], status=status)
+        else:
+            out.append(self.emit("response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"]))
+            item["status"] = "completed"
+        out.append(self.emit("response.output_item.done", output_index=self.index, item=item))
+        self.kind, self.text = None, ""
+        return out
+
+    def open(self, kind: str, call: ToolCall | None = None) -> list[bytes]:
+        out = self.close()
+        item = _item(kind, _new_id(kind), "in_progress", call=call, started=False)
+        self.items.append(item)
+        self.kind = kind
+        out.append(self.emit("response.output_item.added", output_index=self.index, item=dict(item)))
+        if kind == "message":
+            out.append(self.emit("response.content_part.added", item_id=item["id"], output_index=self.index, content_index=0, part=_text_part("")))
+        return out
+
+    def feed(self, chunk: GenerationChunk) -> list[bytes]:
+        out: list[bytes] = []
+        for kind, piece in (("reasoning", chunk.reasoning), ("message", chunk.text)):
+            if not piece:
+                continue
+            if self.kind != kind:
+                out += self.open(kind)
+            self.text += piece
+            where = {"item_id": self.items[-1]["id"], "output_index": self.index, "content_index": 0}
+            if kind == "message":
+                out.append(self.emit("response.output_text.delta", **where, delta=piece, logprobs=[]))
+            else:
+                out.append(self.emit("response.reasoning_text.delta", **where, delta=piece))
+        for d in chunk.tool_call_deltas:
+            if d.id is not None:
+                self.calls[d.index] = ToolCall(name=d.name or "", arguments="", id=d.id)
+                out += self.open("function_call", self.calls[d.index])
+            if d.arguments and self.kind == "function_call" and self.items[-1]["call_id"] == self.calls[d.index].id:
+                self.items[-1]["arguments"] += d.arguments
+                out.append(self.emit("response.function_call_arguments.delta", item_id=self.items[-1]["id"],
+                                     output_index=self.index, delta=d.arguments))  # fmt: skip
+        return out
+
+
+async def _events(request: Request, run: DialectRun, turn: _Turn) -> AsyncIterator[bytes]:
+    s = _Stream()
     chunks = run.chunks()
     pending = _response(turn, run.model_name, status="in_progress", output=[], final=None)
-    yield emit("response.created", response=pending)
-    yield emit("response.in_progress", response=pending)
-    yield emit("response.output_item.added", output_index=0, item=_message_item(mid, "", "in_progress"))
-    empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-    yield emit("response.content_part.added", item_id=mid, output_index=0, content_index=0, part=empty)
-    parts: list[str] = []
+    yield s.emit("response.created", response=pending)
+    yield s.emit("response.in_progress", response=pending)
+    texts, thoughts = [], []
     final = GenerationChunk(finish_reason="stop")
     async for chunk in chunks:
         if chunk.finish_reason == "error":
-            failed = {**pending, "status": "failed", "error": {"code": "server_error", "message": chunk.error or "Generation failed."}}
-            yield emit("response.failed", response=failed)
+            _, message = run.failure_message(chunk)
+            failed = {**pending, "status": "failed", "error": {"code": "server_error", "message": message}}
+            yield s.emit("response.failed", response=failed)
             return
-        if chunk.text:
-            parts.append(chunk.text)
-            yield emit("response.output_text.delta", item_id=mid, output_index=0, content_index=0, delta=chunk.text, logprobs=[])
+        texts.append(chunk.text)
+        thoughts.append(chunk.reasoning)
+        for event in s.feed(chunk):
+            yield event
         if chunk.finish_reason is not None:
             final = chunk
-    text = "".join(parts)
-    done = _finish(request, turn, run.model_name, text, final, mid)
-    item = done["output"][0]
-    yield emit("response.output_text.done", item_id=mid, output_index=0, content_index=0, text=text, logprobs=[])
-    yield emit("response.content_part.done", item_id=mid, output_index=0, content_index=0, part=item["content"][0])
-    yield emit("response.output_item.done", output_index=0, item=item)
-    yield emit("response.completed" if done["status"] == "completed" else "response.incomplete", response=done)
+    if not s.items:  # an empty answer is still one (empty) message
+        for event in s.open("message"):
+            yield event
+    for event in s.close("incomplete" if final.finish_reason == "length" else "completed"):
+        yield event
+    done = _finish(request, turn, run.model_name, s.items, "".join(texts), "".join(thoughts), final)
+    yield s.emit("response.completed" if done["status"] == "completed" else "response.incomplete", response=done)
 
 
 @router.get("/responses/{rid}")
@@ -336,8 +398,12 @@ async def delete_response(request: Request, rid: str) -> dict:
 
 
 @router.get("/responses/{rid}/input_items")
-async def input_items(request: Request, rid: str) -> dict:
+async def input_items(request: Request, rid: str, order: str = "desc") -> dict:
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be asc or desc.", param="order")
     items = list(_found(request, rid).input_items)
+    if order == "desc":
+        items.reverse()
     return {
         "object": "list",
         "data": items,
@@ -347,4 +413,4 @@ async def input_items(request: Request, rid: str) -> dict:
     }
 
 
-__all__ = ["router", "ResponseStore", "StoredResponse"]
+__all__ = ["router"]

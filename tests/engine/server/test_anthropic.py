@@ -51,7 +51,7 @@ def test_raw_event_sequence_is_anthropics(server):
     with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=60) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
-    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert names[:3] == ["message_start", "ping", "content_block_start"]
     assert set(names[3:-3]) == {"content_block_delta"}
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
 
@@ -71,6 +71,46 @@ def test_sampling_and_content_blocks(claude):
     blocks = [{"role": "user", "content": [{"type": "text", "text": "Name three"}, {"type": "text", "text": "colours."}]}]
     msg = claude.messages.create(messages=blocks, system=[{"type": "text", "text": "Be brief."}], **kw)
     assert msg.content[0].text
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_tool_choice_any_forces_a_tool_use_whose_input_fits_the_schema(claude):
+    import jsonschema
+
+    msg = claude.messages.create(model=MODEL, max_tokens=60, messages=ASK, tools=[WEATHER], tool_choice={"type": "any"})
+    assert msg.stop_reason == "tool_use"
+    (use,) = [b for b in msg.content if b.type == "tool_use"]
+    assert use.name == "get_weather" and use.id
+    jsonschema.validate(use.input, WEATHER["input_schema"])
+
+    with claude.messages.stream(model=MODEL, max_tokens=60, messages=ASK, tools=[WEATHER],
+                                tool_choice={"type": "tool", "name": "get_weather"}) as stream:  # fmt: skip
+        final = stream.get_final_message()
+    (streamed,) = [b for b in final.content if b.type == "tool_use"]
+    assert final.stop_reason == "tool_use" and streamed.name == "get_weather"
+    jsonschema.validate(streamed.input, WEATHER["input_schema"])  # assembled from input_json_delta pieces
+
+    none = claude.messages.create(model=MODEL, max_tokens=4, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"})
+    assert [b.type for b in none.content] == ["text"] and none.stop_reason != "tool_use"
+
+
+def test_a_tool_result_turn_is_answered(claude):
+    turn = [
+        *ASK,
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 24 C."}]},
+    ]
+    msg = claude.messages.create(model=MODEL, max_tokens=6, messages=turn, tools=[WEATHER], tool_choice={"type": "none"}, **GREEDY)
+    assert msg.content and msg.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    bare = claude.messages.count_tokens(model=MODEL, messages=ASK, tools=[WEATHER]).input_tokens
+    assert claude.messages.count_tokens(model=MODEL, messages=turn, tools=[WEATHER]).input_tokens > bare + 5
 
 
 def test_models_list_in_anthropics_shape(claude, server):
@@ -107,6 +147,13 @@ def test_x_api_key_is_required_and_refusals_are_anthropic_shaped(server):
         ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "tool", "content": "x"}]}, 400, "invalid_request_error"),
         ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, 400, "invalid_request_error"),
         ({"model": "no-such-model", "max_tokens": 4, "messages": QUESTION}, 404, "not_found_error"),
+        ({"model": MODEL, "max_tokens": 4, "messages": QUESTION, "tools": [{"name": "x", "input_schema": {"type": "string"}}]},
+         400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": 4, "messages": QUESTION, "tools": [{"type": "web_search_20250305", "name": "web"}]},
+         400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": 4, "messages": QUESTION, "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
+         400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": 4, "messages": QUESTION, "tool_choice": {"type": "any"}}, 400, "invalid_request_error"),
     ],
 )
 def test_bad_requests_get_anthropic_errors_never_a_500(server, body, status, kind):

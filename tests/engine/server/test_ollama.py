@@ -63,7 +63,7 @@ def test_list_show_and_ps(client):
     assert MODEL in names
     shown = client.show(MODEL + ":latest")  # Ollama's clients add :latest to untagged names
     assert shown.details.format == "gguf" and shown.details.family == "llama" and shown.details.quantization_level
-    assert "completion" in shown.capabilities
+    assert {"completion", "tools"} <= set(shown.capabilities) and "thinking" not in shown.capabilities
     assert shown.modelinfo["general.architecture"] == "llama" and shown.modelinfo["general.parameter_count"] > 1e8
     assert "<|im_start|>" in shown.template
     client.generate(model=MODEL, prompt="")  # an empty prompt loads the model
@@ -105,6 +105,28 @@ def test_format_json_goes_through_the_grammar(client):
     r = client.chat(model=MODEL, messages=[{"role": "user", "content": "Pick a colour."}], format=schema,
                     options={"temperature": 0, "num_predict": 40})  # fmt: skip
     assert json.loads(r.message.content)["colour"] in ("red", "blue")
+
+
+def test_tools_and_a_tool_result_turn(client):
+    def get_weather(city: str) -> str:
+        """The weather in a city.
+
+        Args:
+            city: The city.
+        """
+        return "Sunny"
+
+    turn = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "Sunny, 24 C.", "tool_name": "get_weather"},
+    ]
+    r = client.chat(model=MODEL, messages=turn, tools=[get_weather], options=GREEDY, think=False)
+    assert r.done and (r.message.content or r.message.tool_calls)
+    for call in r.message.tool_calls or ():
+        assert call.function.name == "get_weather" and isinstance(call.function.arguments, dict)
+    plain = client.chat(model=MODEL, messages=turn[:1], options=GREEDY)
+    assert r.prompt_eval_count > plain.prompt_eval_count + 20  # the tools and the earlier call are in the prompt
 
 
 def test_embed_and_the_older_embeddings(client):
@@ -177,6 +199,8 @@ def test_the_ollama_port_serves_the_same_api(ollama_server):
         ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]}, 400),
         ("/api/chat", {"messages": QUESTION}, 400),
         ("/api/generate", {"model": MODEL, "prompt": 5}, 400),
+        ("/api/chat", {"model": MODEL, "messages": QUESTION, "tools": [{"type": "function", "function": {}}]}, 400),
+        ("/api/chat", {"model": MODEL, "messages": QUESTION, "think": "deeply"}, 400),
         ("/api/embed", {"model": MODEL, "input": []}, 400),
         ("/api/show", {}, 400),
         ("/api/show", {"model": "no-such-model"}, 404),
