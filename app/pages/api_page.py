@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QGuiApplication
@@ -46,6 +46,46 @@ def curl_example(base_url: str, key: str, model: str) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """One of the APIs the port speaks besides chat completions: who uses it, and a request to copy."""
+
+    name: str
+    clients: str
+    example: str
+
+
+def dialect_examples(port: int, key: str, model: str) -> list[Dialect]:
+    """The Anthropic, Responses and Ollama dialects with a working curl example each."""
+    root = f"http://127.0.0.1:{port}"
+    bearer = f' \\\n  -H "Authorization: Bearer {key}"' if key else ""
+    hello = '[{"role": "user", "content": "Hello!"}]'
+    token = f" ANTHROPIC_AUTH_TOKEN={key}" if key else ""
+    anthropic_key = f' -H "x-api-key: {key}"' if key else ""
+    return [
+        Dialect(
+            "Anthropic Messages (/v1/messages)",
+            f"Claude Code (ANTHROPIC_BASE_URL={root}{token} claude) and other apps on Anthropic's SDK",
+            f"curl {root}/v1/messages{anthropic_key} -H \"anthropic-version: 2023-06-01\" \\\n"
+            '  -H "Content-Type: application/json" \\\n'
+            f'  -d \'{{"model": "{model}", "max_tokens": 256, "messages": {hello}}}\'',
+        ),
+        Dialect(
+            "OpenAI Responses (/v1/responses)",
+            f"Codex and apps on OpenAI's newer SDKs (client.responses, base URL {root}/v1)",
+            f"curl {root}/v1/responses{bearer} \\\n"
+            '  -H "Content-Type: application/json" \\\n'
+            f'  -d \'{{"model": "{model}", "input": "Hello!"}}\'',
+        ),
+        Dialect(
+            "Ollama (/api/chat, /api/tags, ...)",
+            f"Open WebUI, VS Code Copilot Chat's Ollama provider, Page Assist, Continue and Aider: Ollama address {root}",
+            f"curl {root}/api/chat{bearer} \\\n"
+            f'  -d \'{{"model": "{model}", "messages": {hello}}}\'',
+        ),
+    ]
+
+
 class ApiPage(QWidget):
     applied = Signal(AppSettings)
 
@@ -76,6 +116,7 @@ class ApiPage(QWidget):
         column.addWidget(title)
         column.addWidget(self._share_card())
         column.addWidget(self._connect_card())
+        column.addWidget(self._dialects_card())
         column.addWidget(self._live_card())
         column.addStretch(1)
         self.timer = QTimer(self)
@@ -158,6 +199,31 @@ class ApiPage(QWidget):
         col.addWidget(copy_curl, 0, Qt.AlignmentFlag.AlignRight)
         return frame
 
+    def _dialects_card(self):
+        frame, col = card("Other APIs on the same port")
+        note = QLabel("Apps that do not speak chat completions connect here too, with the same models and key.")
+        note.setObjectName("Muted")
+        note.setWordWrap(True)
+        col.addWidget(note)
+        self.dialects: list[tuple[QLabel, QPlainTextEdit, QPushButton]] = []
+        for i in range(3):
+            title = QLabel()
+            title.setWordWrap(True)
+            title.setObjectName(f"dialectTitle{i}")
+            example = QPlainTextEdit()
+            example.setObjectName(f"dialectExample{i}")
+            example.setReadOnly(True)
+            example.setFont(QFont("DejaVu Sans Mono", 9))
+            example.setFixedHeight(80)
+            copy = QPushButton("Copy example")
+            copy.setObjectName(f"copyDialect{i}")
+            copy.clicked.connect(lambda _=False, box=example: QGuiApplication.clipboard().setText(box.toPlainText()))
+            col.addWidget(title)
+            col.addWidget(example)
+            col.addWidget(copy, 0, Qt.AlignmentFlag.AlignRight)
+            self.dialects.append((title, example, copy))
+        return frame
+
     def _live_card(self):
         frame, col = card("Live")
         self.live = QLabel("—")
@@ -194,6 +260,9 @@ class ApiPage(QWidget):
         s = self.edited()
         self.base_url.setText(self.current_base_url() if s.expose_api else f"{self.current_base_url()} (after you share it)")
         self.curl.setPlainText(curl_example(self.current_base_url(), s.api_key, self.model_name))
+        for (title, example, _), d in zip(self.dialects, dialect_examples(self.port.value(), s.api_key, self.model_name), strict=True):
+            title.setText(f"<b>{d.name}</b> — {d.clients}")
+            example.setPlainText(d.example)
         c = self.colors
         if s.expose_api and s.lan and not s.api_key:
             warn = f'<span style="color:{c.error_text};">Anyone on your network could use your models: set an API key.</span>'

@@ -45,3 +45,23 @@ def test_sharing_the_api_lets_an_openai_client_in(qtbot, window, engine):
         page.expose.setChecked(False)
         page.apply_button.click()
         qtbot.waitUntil(lambda: engine.state.ready and not engine.config.expose, timeout=120_000)
+
+
+def test_the_page_lists_the_other_dialects_with_examples_to_copy(qtbot, window):
+    from PySide6.QtGui import QGuiApplication
+
+    page = window.api_page
+    page.port.setValue(18111)
+    page.key.setText(KEY)
+    titles = [title.text() for title, _, _ in page.dialects]
+    assert [t.split("</b>")[0] for t in titles] == [
+        "<b>Anthropic Messages (/v1/messages)", "<b>OpenAI Responses (/v1/responses)", "<b>Ollama (/api/chat, /api/tags, ...)"
+    ]  # fmt: skip
+    assert "Claude Code" in titles[0] and "Codex" in titles[1] and "Open WebUI" in titles[2]
+    examples = [box.toPlainText() for _, box, _ in page.dialects]
+    assert all("http://127.0.0.1:18111/" in e and KEY in e for e in examples)
+    page.dialects[2][2].click()
+    assert QGuiApplication.clipboard().text() == examples[2]
+    page.key.setText("")
+    assert all(KEY not in box.toPlainText() for _, box, _ in page.dialects)
+    page.load(page.settings_store.load())  # leave the page as it was
