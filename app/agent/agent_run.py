@@ -107,9 +107,7 @@ class AgentAnswerRun(QObject):
             params["max_tokens"] = settings.sampling.max_tokens
         if settings.sampling.seed is not None:
             params["seed"] = settings.sampling.seed
-        thinking = self.agent.thinking(self.chat.id)
-        if thinking is not None:
-            params["chat_template_kwargs"] = {"enable_thinking": thinking}
+        params.update(self.agent.request_fields(self.chat.id))
         engine = self.api.engine
         messages = list(fit.messages)
         chat_id = self.chat.id

@@ -60,6 +60,11 @@ class AgentService(QObject):
             table[str(chat_id)] = on
         self.servers._write(data)
 
+    def request_fields(self, chat_id: int) -> dict:
+        """Request fields from the chat's switches: thinking on or off (templates with ``enable_thinking``)."""
+        thinking = self.thinking(chat_id)
+        return {} if thinking is None else {"chat_template_kwargs": {"enable_thinking": thinking}}
+
     def tool_first(self, chat_id: int) -> bool:
         """Must the model call a tool on its first turn (``tool_choice: required``)."""
         return bool(self.servers._read().get("tool_first", {}).get(str(chat_id), False))

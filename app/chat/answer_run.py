@@ -65,6 +65,7 @@ class AnswerRun(QObject):
         self.fit: ContextFit | None = None
         self.text = ""
         self.thinking = None  # app.agent.steps.AnswerSteps once the model thinks
+        self.extra_body: dict = {}  # more request fields (the chat's thinking switch)
         self._t_think = 0.0
         self._stream: ChatStream | None = None
         self._retries = 0
@@ -103,6 +104,7 @@ class AnswerRun(QObject):
             body["max_tokens"] = settings.sampling.max_tokens
         if settings.sampling.seed is not None:
             body["seed"] = settings.sampling.seed
+        body.update(self.extra_body)
         self._t0 = time.perf_counter()
         self._stream = self.api.stream_chat(body)
         self._stream.delta.connect(self._on_delta)

@@ -159,6 +159,8 @@ class ChatController(QObject):
             run = AgentAnswerRun(agent=self.agent, **kwargs)
         else:
             run = AnswerRun(**kwargs)
+            if self.agent is not None:
+                run.extra_body = self.agent.request_fields(chat_id)
         run.finished.connect(self._on_run_finished)
         self._runs[chat_id] = run
         self.run_started.emit(run)

@@ -74,8 +74,11 @@ def cards(window) -> list[ToolCallCard]:
 
 def test_mcp_json_import_lists_tools_and_switches_them(qtbot, window, recorder):
     name, path, _log = recorder
-    fresh_chat(window)
+    chat_id = fresh_chat(window)
     dialog = window.agent_ui.open_servers()
+    assert window.agent.request_fields(chat_id) == {}  # the model's own default
+    dialog.thinking.setChecked(False)  # the chat's thinking switch
+    assert window.agent.request_fields(chat_id) == {"chat_template_kwargs": {"enable_thinking": False}}
     dialog.import_file(str(path))
     assert name in dialog.server_names()
     bad = path.with_name("bad.json")
