@@ -13,8 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.agent.steps import StepsStore
-from engine.agent import McpHub, McpServerConfig, McpServerStore
-from engine.agent.runtime import AgentRuntime
+from engine.agent import AgentRuntime, McpHub, McpServerConfig, McpServerStore
 
 log = logging.getLogger(__name__)
 
