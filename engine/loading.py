@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from engine.backend_choice import choose_backend
 from engine.backends import Backend, LoadOptions, create_backend
-from engine.backends.choice import choose_backend
 from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
 

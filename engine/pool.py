@@ -1,4 +1,4 @@
-"""The models a worker holds: loaded on first use, kept while used, unloaded when idle.
+"""The model pool: the models a worker holds, loaded on first use, kept while used, unloaded when idle.
 
 Several models can be loaded at once within a memory budget; the least recently used
 idle model is unloaded first when a new one needs room.
@@ -16,8 +16,8 @@ from typing import Any
 
 import psutil
 
+from engine.backend_choice import choose_backend
 from engine.backends import Backend, LoadOptions, create_backend
-from engine.backends.choice import choose_backend
 from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
 

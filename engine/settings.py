@@ -1,4 +1,4 @@
-"""Settings of the OpenAI-compatible server."""
+"""How the worker's HTTP server listens and whom it serves (shared by the worker, which binds, and the server)."""
 
 from __future__ import annotations
 

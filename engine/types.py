@@ -10,6 +10,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import InvalidRequest
@@ -232,7 +233,21 @@ def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatM
     return tuple(out)
 
 
+ModelFormat = Literal["gguf", "safetensors", "mlx"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A local model a backend can load: its public name, where it lies, and its format."""
+
+    name: str
+    path: Path
+    format: ModelFormat = "gguf"
+
+
 __all__ = [
+    "ModelFormat",
+    "ModelSpec",
     "FinishReason",
     "SamplingParams",
     "ChatMessage",

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def imported_modules(package: str):
-    for path in (ROOT / package).rglob("*.py"):
+    root = ROOT / package
+    for path in [root] if root.is_file() else root.rglob("*.py"):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -42,3 +43,20 @@ def test_cli_help_imports_no_heavy_dependency():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""
+
+
+def test_the_server_and_the_worker_share_the_model_pool_and_never_import_each_other():
+    server = {mod for _, mod in imported_modules("engine/server")}
+    worker = {mod for _, mod in imported_modules("engine/worker")}
+    assert not [m for m in server if m.startswith("engine.worker")]
+    assert not [m for m in worker if m.startswith("engine.server")]
+    assert "engine.pool" in server and "engine.pool" in worker
+    pool = [mod for _, mod in imported_modules("engine/pool.py")]
+    assert not [m for m in pool if m.startswith(("engine.server", "engine.worker"))]
+
+
+def test_the_catalog_never_imports_a_backend():
+    offenders = [
+        f"{p.relative_to(ROOT)}: {mod}" for p, mod in imported_modules("engine/catalog") if mod.startswith("engine.backends")
+    ]
+    assert offenders == []

@@ -115,9 +115,9 @@ class _LocalApi:
         import uvicorn
 
         from engine.catalog.registry import ModelRegistry
+        from engine.pool import ModelManager
         from engine.server import create_app
-        from engine.server.settings import ServerSettings
-        from engine.worker.manager import ModelManager
+        from engine.settings import ServerSettings
         from engine.worker.net import base_url, bind_socket
 
         self.key = secrets.token_urlsafe(24)

@@ -4,21 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from engine.types import ChatMessage, GenerationChunk, GenerationRequest
-
-ModelFormat = Literal["gguf", "safetensors", "mlx"]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """A local model a backend can load: its public name, where it lies, and its format."""
-
-    name: str
-    path: Path
-    format: ModelFormat = "gguf"
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ModelFormat, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

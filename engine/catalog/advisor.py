@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from engine.backends.choice import choose_backend
+from engine.backend_choice import choose_backend
 from engine.catalog.shape import ModelShape
 from engine.catalog.variants import Variant
 from engine.fit.budget import MemoryBudget

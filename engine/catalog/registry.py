@@ -17,10 +17,10 @@ from pathlib import Path
 from sqlalchemy import Boolean, DateTime, Integer, String, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from engine.backends.base import ModelSpec
 from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from engine.paths import hearth_home
 from engine.starter import STARTER_NAME, STARTER_REPO, starter_model_path
+from engine.types import ModelSpec
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.backends.choice import choose_backend
+    from engine.backend_choice import choose_backend
     from engine.commands.models import human_size
     from engine.hardware import detect_hardware
 

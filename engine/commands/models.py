@@ -45,7 +45,7 @@ def _remote_notes(statuses: list) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.backends.choice import choose_backend
+    from engine.backend_choice import choose_backend
     from engine.catalog.registry import ModelRegistry
 
     models = ModelRegistry().list()

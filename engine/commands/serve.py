@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.backends import LoadOptions
-    from engine.server.settings import ServerSettings
+    from engine.server import create_app
+    from engine.settings import ServerSettings
     from engine.worker.main import WorkerConfig, run_worker
 
     if args.quantization and args.backend != "paged":
@@ -89,4 +90,4 @@ def run(args: argparse.Namespace) -> int:
             | ({"kv_type": args.kv_type} if args.kv_type else {}),
         ),
     )
-    return run_worker(config)
+    return run_worker(config, app_factory=create_app)

@@ -90,7 +90,7 @@ def fit_local(
     kv_type: str | None = None,
 ) -> FitReport:
     """The plan the loader would make for ``model`` now (available RAM, free GPU memory)."""
-    from engine.backends.choice import choose_backend
+    from engine.backend_choice import choose_backend
 
     choice = choose_backend(model.format, hardware=hardware)
     facts = facts_for_local(model)

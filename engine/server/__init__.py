@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP server (FastAPI). Pydantic lives here, at the HTTP edge."""
 
 from engine.server.app import create_app
-from engine.server.settings import ServerSettings
+from engine.settings import ServerSettings
 
 __all__ = ["create_app", "ServerSettings"]

@@ -30,7 +30,7 @@ def _catalog(request: Request):
 
 @router.get("/hardware")
 async def hardware(request: Request) -> dict:
-    from engine.backends.choice import choose_backend
+    from engine.backend_choice import choose_backend
     from engine.hardware import detect_hardware
 
     hw = await asyncio.to_thread(detect_hardware)

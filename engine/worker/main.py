@@ -6,13 +6,18 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engine.backends import LoadOptions
-from engine.server.settings import ServerSettings
+from engine.settings import ServerSettings
 from engine.worker.net import base_url, bind_socket
 
 log = logging.getLogger(__name__)
+
+#: (settings, model pool, catalog services) -> the ASGI app the worker serves.
+AppFactory = Callable[..., Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,14 +30,20 @@ class WorkerConfig:
     memory_budget: int | None = None
 
 
-def run_worker(config: WorkerConfig, *, announce=print) -> int:
-    """Serve until interrupted. In-flight streams end with a final chunk on shutdown."""
+def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print) -> int:
+    """Serve until interrupted. In-flight streams end with a final chunk on shutdown.
+
+    Args:
+        config: What to serve and how.
+        app_factory: Builds the HTTP app over the model pool and the catalog (``engine.server.create_app``);
+            passed in, so that the worker and the server never import each other.
+        announce: Where the listening address is written.
+    """
     import uvicorn
 
     from engine.catalog.registry import ModelRegistry
     from engine.errors import HearthError
-    from engine.server import create_app
-    from engine.worker.manager import ModelManager
+    from engine.pool import ModelManager
 
     settings = config.settings
     registry = ModelRegistry()
@@ -46,7 +57,7 @@ def run_worker(config: WorkerConfig, *, announce=print) -> int:
     from engine.catalog.services import CatalogServices
 
     catalog = CatalogServices(registry)
-    app = create_app(settings, manager, catalog)
+    app = app_factory(settings, manager, catalog)
     # Downloads cut off when the last worker ended carry on now.
     threading.Thread(target=lambda: catalog.downloads, name="resume-downloads", daemon=True).start()
     try:

@@ -13,8 +13,8 @@ from tests.engine.catalog.conftest import BIG, TINY
 @pytest.fixture
 def api(hub, registry):
     from engine.catalog.services import CatalogServices
+    from engine.pool import ModelManager
     from engine.server import ServerSettings, create_app
-    from engine.worker.manager import ModelManager
 
     manager = ModelManager(registry)
     catalog = CatalogServices(registry, endpoint=hub.url)

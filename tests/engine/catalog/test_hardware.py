@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.backends.choice import choose_backend
+from engine.backend_choice import choose_backend
 from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareInfo, detect_hardware
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.choice import choose_backend
+from engine.backend_choice import choose_backend
 from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareInfo
 
 ROOT = Path(__file__).resolve().parents[3]

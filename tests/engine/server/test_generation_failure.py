@@ -58,8 +58,8 @@ class FailingBackend:
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory):
     from engine.catalog.registry import ModelRegistry
+    from engine.pool import ModelManager
     from engine.server import ServerSettings, create_app
-    from engine.worker.manager import ModelManager
 
     made: list[FailingBackend] = []
 
