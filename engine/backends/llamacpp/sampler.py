@@ -103,12 +103,19 @@ class SequenceSampler:
                 arr[i].token = tok
                 arr[i].bias = val
             add(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
+        # The grammar stays out of the chain: checking all of a large vocabulary against it costs more
+        # than a small model's decode step, so `sample` draws first and checks only the drawn token
+        # (as llama.cpp's own common sampler does), masking the whole vocabulary only when it is refused.
+        self.grammar = None
         if grammar is not None:
-            g = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
-            if not g:
+            self.grammar = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+            if not self.grammar:
                 self.close()
                 raise InvalidRequest("The output grammar could not be parsed; check the JSON schema.", "response_format")
-            add(g)
+            self._cells = (llama_cpp.llama_token_data * model.n_vocab)()
+            self._view = np.ctypeslib.as_array(self._cells)
+            self._ids = np.arange(model.n_vocab, dtype=np.int32)
+            self._one = (llama_cpp.llama_token_data * 1)()
         if params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
             add(
                 llama_cpp.llama_sampler_init_penalties(
@@ -138,7 +145,33 @@ class SequenceSampler:
 
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """Draw the next token from the logits at batch row ``index`` (and accept it)."""
-        return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        if self.grammar is None:
+            return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        ptr = llama_cpp.llama_get_logits_ith(ctx, index)
+        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
+        token = self._draw(logits, masked=False)
+        if not self._allowed(token, float(logits[token])):
+            token = self._draw(logits, masked=True)
+        llama_cpp.llama_sampler_accept(self.grammar, token)
+        llama_cpp.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _draw(self, logits: np.ndarray, *, masked: bool) -> int:
+        view = self._view
+        view["id"] = self._ids
+        view["logit"] = logits
+        view["p"] = 0.0
+        cur = llama_cpp.llama_token_data_array(self._cells, len(view), -1, False)
+        if masked:
+            llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(cur))
+        llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))
+        return int(cur.data[cur.selected].id)
+
+    def _allowed(self, token: int, logit: float) -> bool:
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, logit, 0.0
+        one = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
+        llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(one))
+        return self._one[0].logit != -math.inf
 
     def logprobs(self, ctx: llama_cpp.llama_context_p, index: int, token: int) -> TokenLogprob:
         """The chosen token's log-probability and the top alternatives, from the raw logits."""
@@ -168,3 +201,6 @@ class SequenceSampler:
         if self.chain:
             llama_cpp.llama_sampler_free(self.chain)
             self.chain = None
+        if getattr(self, "grammar", None):
+            llama_cpp.llama_sampler_free(self.grammar)
+            self.grammar = None

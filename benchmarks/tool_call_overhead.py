@@ -1,0 +1,142 @@
+"""What a grammar-constrained tool call costs per output token beside free text, in one run against one
+`hearth serve` (llama.cpp backend): the same request (the same tools rendered into the same prompt) with
+``tool_choice: "required"`` (decoding constrained by the GBNF built from the tools' schemas) and with
+``tool_choice: "auto"`` answered as free text, on a 3-tool and on a 20-tool schema.
+
+Each request is non-streamed (a call's deltas arrive when it is complete) and greedy. The prompt is the
+same on both sides and repeats every round, so after the warm-up the engine reuses its cached prefix and a
+request's time is its decode: ms per output token = wall time / completion tokens. The free-text side
+decodes as many tokens as the call took (``max_tokens`` with ``ignore_eos``), so both decode the same
+length. Rounds alternate the order so a change in the machine's load falls on both sides.
+
+With ``--llama-server URL`` the same requests also go to a running llama.cpp ``llama-server --jinja`` (same
+GGUF), measured the same way, for comparison.
+
+Goal (issue 17): the constrained call within 10% of free text per output token (ratio <= 1.10).
+
+    .venv/bin/python benchmarks/tool_call_overhead.py [--model PATH] [--rounds 5] [--llama-server URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+USER = "Plan my day: check the weather in Lisbon for 3 days and book a table for 2 at 19:30."
+
+
+def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+def tools(n: int) -> list[dict]:
+    """``n`` tools: three realistic ones, then more of varied shapes (20 is the larger schema)."""
+    base = [
+        _tool("get_weather", "Weather forecast for a city.",
+              {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 10},
+               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, ["city", "days"]),
+        _tool("book_table", "Book a restaurant table.",
+              {"restaurant": {"type": "string"}, "people": {"type": "integer"}, "time": {"type": "string"}},
+              ["restaurant", "people", "time"]),
+        _tool("send_message", "Send a text message.",
+              {"to": {"type": "string"}, "body": {"type": "string"}, "urgent": {"type": "boolean"}}, ["to", "body"]),
+    ]  # fmt: skip
+    kinds = [{"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"},
+             {"type": "array", "items": {"type": "string"}}]  # fmt: skip
+    extra = [
+        _tool(f"tool_{i}", f"Helper number {i}.",
+              {f"arg_{j}": kinds[(i + j) % len(kinds)] for j in range(1 + i % 4)}, [f"arg_{0}"])
+        for i in range(max(0, n - len(base)))
+    ]  # fmt: skip
+    return (base + extra)[:n]
+
+
+def timed(client, model: str, tool_list: list[dict], choice: str, max_tokens: int, ignore_eos: bool):
+    """(ms per output token, completion tokens, whether the answer is a call)."""
+    t0 = time.perf_counter()
+    r = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": USER}], tools=tool_list, tool_choice=choice,
+        temperature=0.0, max_tokens=max_tokens, extra_body={"ignore_eos": ignore_eos},
+    )  # fmt: skip
+    dt = time.perf_counter() - t0
+    n = r.usage.completion_tokens
+    return dt * 1000 / max(1, n), n, bool(r.choices[0].message.tool_calls)
+
+
+def measure(client, model: str, tool_list: list[dict], rounds: int, label: str) -> float:
+    """The median constrained/free ms-per-token ratio for one schema on one server."""
+    _, call_tokens, is_call = timed(client, model, tool_list, "required", 256, False)  # warm-up
+    if not is_call:
+        raise RuntimeError(f"{label}: the forced answer was not a tool call")
+    timed(client, model, tool_list, "auto", call_tokens, True)
+    sides = {
+        "constrained": lambda: timed(client, model, tool_list, "required", 256, False),
+        "free text": lambda: timed(client, model, tool_list, "auto", call_tokens, True),
+    }
+    ms: dict[str, list[float]] = {s: [] for s in sides}
+    for i in range(rounds):
+        order = list(sides) if i % 2 == 0 else list(sides)[::-1]
+        for side in order:
+            per_token, n, _ = sides[side]()
+            ms[side].append(per_token)
+            print(f"  {label} round {i + 1} {side:>11}: {per_token:7.2f} ms/token, {n} tokens")
+    a, b = statistics.median(ms["constrained"]), statistics.median(ms["free text"])
+    print(f"{label}: constrained {a:.2f} ms/token, free text {b:.2f} ms/token, ratio {a / b:.3f}")
+    return a / b
+
+
+def main(argv: list[str] | None = None) -> int:
+    from engine.starter import starter_model_path
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=starter_model_path(), help="GGUF file (default: the starter model)")
+    ap.add_argument("--threads", type=int, default=None, help="decode threads (default: Hearth's default)")
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--llama-server", metavar="URL", help="a running llama-server --jinja with the same GGUF (its /v1)")
+    args = ap.parse_args(argv)
+
+    import openai
+
+    from engine.backends.llamacpp.backend import default_threads
+    from engine.worker.supervisor import WorkerSupervisor
+
+    threads = args.threads or default_threads()
+    server = WorkerSupervisor(
+        port=0,
+        model=str(args.model),
+        extra_args=["--backend", "llamacpp", "--parallel", "1", "--ctx", str(args.ctx), "--threads", str(threads)],
+    )
+    server.start()
+    ratios: dict[str, float] = {}
+    try:
+        client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
+        print(f"model {args.model.name}, {threads} threads, ctx {args.ctx}, {args.rounds} rounds")
+        for n in (3, 20):
+            ratios[f"hearth {n} tools"] = measure(client, str(args.model), tools(n), args.rounds, f"hearth {n} tools")
+    finally:
+        server.stop()
+    if args.llama_server:
+        peer = openai.OpenAI(base_url=args.llama_server, api_key="none", max_retries=0, timeout=600)
+        for n in (3, 20):
+            label = f"llama-server {n} tools"
+            ratios[label] = measure(peer, str(args.model), tools(n), args.rounds, label)
+    print()
+    for label, ratio in ratios.items():
+        verdict = "within" if ratio <= 1.10 else "OVER"
+        print(f"{label:>24}: constrained/free per output token {ratio:.3f} ({verdict} the 1.10 goal)")
+    return 0 if all(r <= 1.10 for k, r in ratios.items() if k.startswith("hearth")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
