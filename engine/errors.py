@@ -51,6 +51,17 @@ class InvalidRequest(HearthError):
         super().__init__(message)
 
 
+class EmbeddingsUnsupported(InvalidRequest):
+    """The model's backend cannot make embeddings with it."""
+
+    def __init__(self, model: str, backend: str) -> None:
+        super().__init__(
+            f"Model '{model}' cannot make embeddings on the {backend} backend; use an embedding model "
+            "(a GGUF file, which llama.cpp runs).",
+            param="model",
+        )
+
+
 class BackendUnavailable(HearthError):
     """A backend cannot run here (missing package, no GPU, wrong platform)."""
 
@@ -226,6 +237,7 @@ __all__ = [
     "ModelLoadError",
     "ContextLengthExceeded",
     "InvalidRequest",
+    "EmbeddingsUnsupported",
     "BackendUnavailable",
     "Overloaded",
     "HubError",

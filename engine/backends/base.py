@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ModelFormat, ModelSpec
+
+if TYPE_CHECKING:
+    from engine.tools import RenderedChat
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,23 @@ class Backend(Protocol):
 
     def cancel(self, request_id: str) -> None:
         """Stop the generation of ``request_id`` within one token; unknown ids are ignored."""
+
+    def cancel_all(self) -> None:
+        """Stop every generation (at shutdown); each stream still ends with its final chunk."""
+
+    def render_request(self, request: GenerationRequest) -> RenderedChat | None:
+        """A chat request rendered through the model's template with its tools and thinking switch
+        (None for a raw prompt)."""
+
+    def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
+        """The token ids the request's prompt (or rendered chat) is computed from."""
+
+    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """Embeddings of ``texts`` and the tokens they took.
+
+        Raises:
+            InvalidRequest: the backend cannot embed with this model (``info.can_embed`` is False).
+        """
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         """The model's token ids for ``text``."""

@@ -157,9 +157,7 @@ def _make_server_class():
 
         def handle_exit(self, sig, frame) -> None:
             for lm in self.manager.loaded():
-                cancel_all = getattr(lm.backend, "cancel_all", None)
-                if cancel_all is not None:
-                    cancel_all()
+                lm.backend.cancel_all()
             super().handle_exit(sig, frame)
             # Shut down and return (freeing the models) instead of re-raising the signal.
             self._captured_signals.clear()

@@ -15,7 +15,7 @@ from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
 from engine.backends.mlx.sampler import TokenSampler
 from engine.backends.runtime import RequestStream
-from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.errors import ContextLengthExceeded, EmbeddingsUnsupported, InvalidRequest
 from engine.tools import RenderedChat, parse_stream, render_request
 from engine.tools.guidance import matcher_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
@@ -87,8 +87,11 @@ class MLXBackend:
     @property
     def info(self) -> ModelInfo:
         loaded, loop = self._require()
+        spec = self.spec
+        if spec is None:
+            raise RuntimeError("the mlx backend has no model loaded")
         return ModelInfo(
-            name=self.spec.name,
+            name=spec.name,
             backend=self.name,
             n_ctx=loop.n_ctx,
             n_ctx_train=loaded.n_ctx_train,
@@ -118,9 +121,10 @@ class MLXBackend:
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         """The token ids the request's prompt (or rendered chat) is computed from."""
         loaded, _ = self._require()
-        if request.messages is not None:
-            return loaded.vocab.encode_prompt((rendered or self.render_request(request)).prompt)
-        return loaded.vocab.encode_prompt(request.prompt)
+        if request.prompt is not None:
+            return loaded.vocab.encode_prompt(request.prompt)
+        rendered = rendered or render_request(loaded.vocab.chat_template, request, architecture=loaded.architecture)
+        return loaded.vocab.encode_prompt(rendered.prompt)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.
@@ -151,6 +155,14 @@ class MLXBackend:
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:
             self.loop.cancel(request_id)
+
+    def cancel_all(self) -> None:
+        if self.loop is not None:
+            self.loop.cancel_all()
+
+    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """Raises EmbeddingsUnsupported: MLX serves generation only (``info.can_embed`` is False)."""
+        raise EmbeddingsUnsupported(self.spec.name if self.spec is not None else "?", self.name)
 
     def stats(self) -> BackendStats | None:
         return self.loop.stats() if self.loop is not None else None

@@ -14,7 +14,13 @@ from engine.backends.paged.startup import LoadedEngine, start_engine
 from engine.backends.paged.streaming import StreamWriter
 from engine.backends.runtime import RequestStream
 from engine.chat_template import ChatTemplate
-from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError, Overloaded
+from engine.errors import (
+    ContextLengthExceeded,
+    EmbeddingsUnsupported,
+    InvalidRequest,
+    ModelLoadError,
+    Overloaded,
+)
 from engine.tools import RenderedChat, parse_stream, render_request
 from engine.tools.guidance import matcher_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
@@ -77,20 +83,28 @@ class PagedBackend:
             raise RuntimeError("the paged backend has no model loaded")
         return self.loaded
 
+    def _loaded_template(self) -> ChatTemplate:
+        self._require()
+        if self.template is None:
+            raise RuntimeError("the paged backend has no model loaded")
+        return self.template
+
     @property
     def info(self) -> ModelInfo:
         le = self._require()
+        spec = self.spec
+        if spec is None:
+            raise RuntimeError("the paged backend has no model loaded")
         args = le.engine.runner.model.args
         return ModelInfo(
-            name=self.spec.name, backend=self.name, n_ctx=le.config.max_model_len,
+            name=spec.name, backend=self.name, n_ctx=le.config.max_model_len,
             n_ctx_train=args.max_position_embeddings, vocab_size=args.vocab_size,
-            has_chat_template=not self.template.is_fallback, architecture=args.model_type,
-            parameters=le.num_parameters, path=str(self.spec.path),
+            has_chat_template=not self._loaded_template().is_fallback, architecture=args.model_type,
+            parameters=le.num_parameters, path=str(spec.path),
         )  # fmt: skip
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
-        self._require()
-        return self.template.render(messages, add_generation_prompt=True)
+        return self._loaded_template().render(messages, add_generation_prompt=True)
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         return self._require().checkpoint.tokenizer.encode(text, parse_special=special)
@@ -100,13 +114,16 @@ class PagedBackend:
         le = self._require()
         if request.messages is None:
             return None
-        return render_request(self.template, request, architecture=le.engine.runner.model.args.model_type)
+        return render_request(self._loaded_template(), request, architecture=le.engine.runner.model.args.model_type)
 
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
-        tok = self._require().checkpoint.tokenizer
-        if request.messages is not None:
-            return tok.encode_prompt((rendered or self.render_request(request)).prompt)
-        return tok.encode_prompt(request.prompt)
+        le = self._require()
+        tok = le.checkpoint.tokenizer
+        if request.prompt is not None:
+            return tok.encode_prompt(request.prompt)
+        architecture = le.engine.runner.model.args.model_type
+        rendered = rendered or render_request(self._loaded_template(), request, architecture=architecture)
+        return tok.encode_prompt(rendered.prompt)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.
@@ -151,6 +168,16 @@ class PagedBackend:
             if seq is not None:
                 seq.cancelled = True
                 self._cond.notify()
+
+    def cancel_all(self) -> None:
+        with self._cond:
+            for seq in self._by_id.values():
+                seq.cancelled = True
+            self._cond.notify()
+
+    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """Raises EmbeddingsUnsupported: the paged engine serves generation only (``info.can_embed`` is False)."""
+        raise EmbeddingsUnsupported(self.spec.name if self.spec is not None else "?", self.name)
 
     def stats(self) -> BackendStats | None:
         if self.loaded is None:

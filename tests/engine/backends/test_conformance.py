@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from engine.backends.base import BackendStats
-from engine.errors import ContextLengthExceeded
+from engine.backends.base import Backend, BackendStats
+from engine.errors import ContextLengthExceeded, EmbeddingsUnsupported
 from engine.types import ChatMessage, GenerationRequest, SamplingParams
 
 QUESTION = (ChatMessage("user", "Name three colours."),)
@@ -161,3 +161,19 @@ def test_stats_carry_the_fields_every_backend_fills(backend):
     assert after.prefix_cache_tokens >= before.prefix_cache_tokens
     flat = after.as_dict()
     assert flat["n_ctx_per_sequence"] == 2048 and 0.0 <= flat["prefix_cache_hit_rate"] <= 1.0
+
+
+def test_the_protocol_is_whole_and_embeddings_follow_the_capability(backend):
+    assert isinstance(backend, Backend)
+    req = GenerationRequest(model="s", messages=QUESTION)
+    rendered = backend.render_request(req)
+    assert rendered is not None and backend.prompt_tokens(req, rendered) == backend.prompt_tokens(req)
+    assert backend.render_request(GenerationRequest(model="s", prompt="Hi")) is None
+    if backend.info.can_embed:
+        vectors, n_tokens = backend.embed(["a red apple", "a green pear"])
+        assert len(vectors) == 2 and n_tokens > 0
+    else:
+        with pytest.raises(EmbeddingsUnsupported, match="cannot make embeddings"):
+            backend.embed(["a red apple"])
+    backend.cancel_all()  # nothing running: a no-op, and the backend still answers
+    assert run(backend, temperature=0, max_tokens=2)[1][-1].finish_reason in ("stop", "length")
