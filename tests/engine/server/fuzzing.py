@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -155,6 +156,15 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
         ]
     }
     schemas["ChatCompletionMessageToolCalls"]["items"] = {"$ref": "#/components/schemas/ChatCompletionMessageToolCall"}
+    # A function's name is "a-z, A-Z, 0-9, or underscores and dashes, at most 64" in the spec's own words.
+    name = {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}
+    schemas["FunctionObject"]["properties"]["name"] = name
+    schemas["ChatCompletionMessageToolCall"]["properties"]["function"]["properties"]["name"] = name
+    schemas["ChatCompletionNamedToolChoice"]["properties"]["function"]["properties"]["name"] = name
+    # Not taken yet (engine.server.chat_tools knows none to high): reasoning_effort xhigh and max.
+    for alt in schemas["ReasoningEffort"]["anyOf"]:
+        if "enum" in alt:
+            alt["enum"] = [e for e in alt["enum"] if e not in ("xhigh", "max")]
     # Refused, with a 400 that names the model: images, audio and files (the model reads text only).
     schemas["ChatCompletionRequestUserMessageContentPart"] = {
         "$ref": "#/components/schemas/ChatCompletionRequestMessageContentPartText"
@@ -331,6 +341,8 @@ def fuzz(
     seed: int | None = 0,
     timeout: float = 120.0,
     deadline: float | None = None,
+    seconds_per_operation: float | None = None,
+    min_examples: int = 0,
     findings: Findings | None = None,
 ) -> Findings:
     """Send ``max_examples`` generated requests per operation of ``schema_doc`` to ``base_url``.
@@ -342,6 +354,8 @@ def fuzz(
         seed: None draws new cases each run; otherwise the same cases every run.
         timeout: Seconds a response may take before it counts as a hang.
         deadline: ``time.monotonic()`` after which no new case is started.
+        seconds_per_operation: After this long on one operation, no new case of it is started
+            (once ``min_examples`` of it have run).
     """
     import hypothesis
     import requests
@@ -358,13 +372,7 @@ def fuzz(
         checks += [oa.status_code_conformance, oa.content_type_conformance, oa.response_schema_conformance]
     session = requests.Session()
 
-    for result in schema.get_all_operations():
-        operation = result.ok()
-
-        examples = max_examples if isinstance(max_examples, int) else max_examples.get(operation.method.upper(), 0)
-        if not examples:
-            continue
-
+    def run_operation(operation, examples: int, stop: float | None) -> None:
         @hypothesis.settings(
             max_examples=examples,
             deadline=None,
@@ -375,9 +383,9 @@ def fuzz(
         )
         @hypothesis.given(operation.as_strategy())
         def run(case):
-            if deadline is not None and time.monotonic() > deadline:
-                return
             label = case.operation.label
+            if stop is not None and time.monotonic() > stop and findings.by_operation.get(label, 0) >= min_examples:
+                return
             findings.cases += 1
             findings.by_operation[label] = findings.by_operation.get(label, 0) + 1
             start = time.monotonic()
@@ -396,8 +404,18 @@ def fuzz(
                 case.validate_response(response, checks=checks, headers=headers)
             except FailureGroup as group:
                 for failure in group.exceptions:
-                    findings.add(f"{label}: {failure.title} [{response.status_code}{_error_key(response)}]", str(group)[:3000])
+                    key = f"{label}: {failure.title} [{response.status_code}{_error_key(response)}]"
+                    findings.add(key, str(group)[:3000])
 
         run()
+
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        examples = max_examples if isinstance(max_examples, int) else max_examples.get(operation.method.upper(), 0)
+        stop = deadline
+        if seconds_per_operation is not None:
+            stop = min(stop or math.inf, time.monotonic() + seconds_per_operation)
+        if examples:
+            run_operation(operation, examples, stop)
     session.close()
     return findings
