@@ -56,7 +56,7 @@ def test_call_runs_and_the_model_answers_with_approvals(api, runtime, call_log):
     approval = ApprovalPolicy(ask, on_always=saved.append)
     try:
         events: list = []
-        result = runtime.call(make_loop(api, hub, approval, events, max_rounds=2).run(list(ASK)), timeout=300)
+        result = runtime.call(make_loop(api, hub, approval, events, max_rounds=1).run(list(ASK)), timeout=900)
         assert result.error is None and not result.stopped
         first = result.calls[0]
         assert first.name == "lookup" and first.server == "rec" and first.status == "done"
@@ -83,7 +83,7 @@ def test_denied_call_goes_back_to_the_model_as_a_denial(api, runtime, call_log):
         return Decision.DENY
 
     try:
-        result = runtime.call(make_loop(api, hub, ApprovalPolicy(deny), max_rounds=1).run(list(ASK)), timeout=300)
+        result = runtime.call(make_loop(api, hub, ApprovalPolicy(deny), max_rounds=1).run(list(ASK)), timeout=900)
         assert result.calls and all(c.status == "denied" for c in result.calls)
         assert call_log.calls() == []  # nothing reached the server
         tool_msgs = [m for m in result.messages if m["role"] == "tool"]
@@ -107,7 +107,7 @@ def test_stop_cancels_a_running_call_and_keeps_the_finished_steps(api, runtime, 
             while not call_log.calls():  # the server has it
                 await asyncio.sleep(0.05)
 
-        runtime.call(running(), timeout=300)
+        runtime.call(running(), timeout=900)
         run.stop()
         result = run.result(timeout=60)
         assert result.stopped
@@ -123,7 +123,7 @@ def test_server_dying_mid_loop_is_said_and_the_chat_goes_on(api, runtime, call_l
     events: list = []
     try:
         result = runtime.call(
-            make_loop(api, hub, ApprovalPolicy(allow_all=True), events).run(list(ASK)), timeout=300
+            make_loop(api, hub, ApprovalPolicy(allow_all=True), events).run(list(ASK)), timeout=900
         )
         assert result.calls[0].status == "error" and "stopped" in result.calls[0].result
         failed = [e for e in events if e.kind == "server_failed"]
