@@ -220,7 +220,7 @@ def _stats(run: DialectRun, final: GenerationChunk) -> dict:
     }
 
 
-async def _keep(request: Request, run: DialectRun, keep: float | None) -> None:
+async def _keep(request: Request, keep: float | None) -> None:
     """After a request: a model asked to be kept 0 s is unloaded now (when no other request uses it)."""
     if keep == 0:
         await asyncio.to_thread(request.app.state.manager.reap_idle)
@@ -263,7 +263,7 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
     if final.tool_calls:  # Ollama sends each call whole, in a line before the last
         yield _line({"model": run.model_name, "created_at": now_iso(), **piece("", "", final.tool_calls), "done": False})
     yield _line({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final)})
-    await _keep(request, run, keep)
+    await _keep(request, keep)
 
 
 async def _answer(request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece):
@@ -271,7 +271,7 @@ async def _answer(request: Request, req: GenerationRequest, keep: float | None, 
     if stream:
         return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
     text, reasoning, final = await run.collect()
-    await _keep(request, run, keep)
+    await _keep(request, keep)
     body = piece(text, reasoning, final.tool_calls)
     return {"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final)}
 

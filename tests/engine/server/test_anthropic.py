@@ -15,7 +15,7 @@ GREEDY = {"extra_body": {"temperature": 0}}
 
 @pytest.fixture(scope="module")
 def claude(server):
-    return anthropic.Anthropic(base_url=server.root, api_key=server.api_key, max_retries=0, timeout=120)
+    return anthropic.Anthropic(base_url=server.root, api_key=server.api_key, max_retries=0, timeout=600)
 
 
 def test_create_answers_with_text_and_usage_that_count_tokens_agrees_with(claude):
@@ -48,7 +48,7 @@ def test_stream_text_matches_the_plain_answer_and_the_final_message(claude):
 def test_raw_event_sequence_is_anthropics(server):
     body = {"model": MODEL, "max_tokens": 4, "messages": QUESTION, "stream": True}
     names = []
-    with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=60) as r:
+    with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=300) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
     assert names[:3] == ["message_start", "ping", "content_block_start"]
@@ -157,7 +157,7 @@ def test_x_api_key_is_required_and_refusals_are_anthropic_shaped(server):
     ],
 )
 def test_bad_requests_get_anthropic_errors_never_a_500(server, body, status, kind):
-    r = httpx.post(f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=60)
+    r = httpx.post(f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=300)
     assert r.status_code == status, r.text
     err = r.json()
     assert err["type"] == "error" and err["error"]["type"] == kind and err["error"]["message"].endswith(".")

@@ -16,7 +16,7 @@ def test_each_dialect_example_is_answered(server):
     from app.pages.api_page import dialect_examples
 
     for d in dialect_examples(server.port, server.api_key, MODEL):
-        out = subprocess.run(["bash", "-c", d.example + " --silent --show-error --fail"], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(["bash", "-c", d.example + " --silent --show-error --fail"], capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, (d.name, out.stderr)
         last = json.loads(out.stdout.strip().splitlines()[-1])  # Ollama's example streams NDJSON
         assert last.get("type") == "message" or last.get("object") == "response" or last.get("done") is True, d.name

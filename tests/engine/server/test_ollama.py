@@ -55,7 +55,7 @@ def ollama_server(fake_hub, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(ollama_server):
-    return ollama.Client(host=ollama_server.root, timeout=120)
+    return ollama.Client(host=ollama_server.root, timeout=600)
 
 
 def test_list_show_and_ps(client):
@@ -181,7 +181,7 @@ def test_pull_of_what_the_hub_lacks_is_an_ollama_error(client):
 
 
 def test_the_ollama_port_serves_the_same_api(ollama_server):
-    other = ollama.Client(host=f"http://127.0.0.1:{ollama_server.ollama_port}", timeout=60)
+    other = ollama.Client(host=f"http://127.0.0.1:{ollama_server.ollama_port}", timeout=300)
     assert MODEL in [m.model for m in other.list().models]
     assert httpx.get(f"http://127.0.0.1:{ollama_server.ollama_port}/api/version").json()["version"]
     assert httpx.get(f"http://127.0.0.1:{ollama_server.ollama_port}/").status_code == 200
@@ -207,7 +207,7 @@ def test_the_ollama_port_serves_the_same_api(ollama_server):
     ],
 )
 def test_bad_requests_get_ollamas_error_shape_never_a_500(ollama_server, path, body, status):
-    r = httpx.post(f"{ollama_server.root}{path}", json=body, timeout=60)
+    r = httpx.post(f"{ollama_server.root}{path}", json=body, timeout=300)
     assert r.status_code == status, r.text
     assert set(r.json()) == {"error"} and r.json()["error"].endswith(".")
 

@@ -32,6 +32,11 @@ EVENT_SCHEMAS = {
 }
 
 
+def sdk(server) -> openai.OpenAI:
+    """The official client, patient with a busy machine."""
+    return openai.OpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
+
+
 def raw_events(server, body: dict) -> list[dict]:
     with httpx.stream("POST", f"{server.base_url}/responses", json={**body, "stream": True}, headers=server.headers, timeout=300) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -40,14 +45,14 @@ def raw_events(server, body: dict) -> list[dict]:
 
 def test_create_validates_and_reports_usage(server, openai_schemas):
     body = {"model": MODEL, "input": "Name three colours.", "instructions": "Be brief.", "max_output_tokens": 10, "temperature": 0}
-    raw = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=60).json()
+    raw = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=300).json()
     openai_schemas("Response", raw)
     assert raw["object"] == "response" and raw["id"].startswith("resp_") and raw["model"] == MODEL
     assert raw["status"] in ("completed", "incomplete") and raw["instructions"] == "Be brief."
     usage = raw["usage"]
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] and 0 < usage["output_tokens"] <= 10
 
-    resp = server.client().responses.create(model=MODEL, input="Name three colours.", instructions="Be brief.",
+    resp = sdk(server).responses.create(model=MODEL, input="Name three colours.", instructions="Be brief.",
                                              max_output_tokens=10, temperature=0)  # fmt: skip
     assert resp.output_text == raw["output"][0]["content"][0]["text"]
     assert resp.output[0].type == "message" and resp.output[0].role == "assistant"
@@ -66,7 +71,7 @@ def test_stream_events_validate_and_the_sdk_assembles_them(server, openai_schema
     streamed = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
 
     deltas, final = [], None
-    with server.client().responses.stream(**body) as stream:
+    with sdk(server).responses.stream(**body) as stream:
         for event in stream:
             if event.type == "response.output_text.delta":
                 deltas.append(event.delta)
@@ -79,7 +84,7 @@ def test_stream_events_validate_and_the_sdk_assembles_them(server, openai_schema
 
 
 def test_previous_response_id_continues_the_conversation(server):
-    client = server.client()
+    client = sdk(server)
     first = client.responses.create(model=MODEL, input="My name is Ada.", max_output_tokens=8, temperature=0)
     second = client.responses.create(model=MODEL, input="What is my name?", previous_response_id=first.id,
                                      max_output_tokens=8, temperature=0)  # fmt: skip
@@ -104,7 +109,7 @@ WEATHER = {
 
 
 def test_forced_function_call_streamed_then_its_output_answered(server, openai_schemas):
-    client = server.client()
+    client = sdk(server)
     ask = "What is the weather in Paris?"
     body = {"model": MODEL, "input": ask, "tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"},
             "max_output_tokens": 60}  # fmt: skip
@@ -144,7 +149,7 @@ def test_forced_function_call_streamed_then_its_output_answered(server, openai_s
 
 
 def test_store_false_keeps_nothing(server):
-    client = server.client()
+    client = sdk(server)
     resp = client.responses.create(model=MODEL, input="Hello", max_output_tokens=4, store=False)
     assert resp.store is False
     with pytest.raises(openai.NotFoundError):
@@ -168,7 +173,7 @@ def test_store_is_bounded():
 def test_json_schema_format(server):
     schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "blue"]}},
               "required": ["colour"], "additionalProperties": False}  # fmt: skip
-    resp = server.client().responses.create(
+    resp = sdk(server).responses.create(
         model=MODEL,
         input=[{"role": "user", "content": [{"type": "input_text", "text": "Pick a colour as JSON."}]}],
         text={"format": {"type": "json_schema", "name": "pick", "schema": schema, "strict": True}},
@@ -198,6 +203,6 @@ def test_json_schema_format(server):
     ],
 )
 def test_bad_requests_get_openai_errors_never_a_500(server, body, status):
-    r = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=60)
+    r = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=300)
     assert r.status_code == status, r.text
     assert r.json()["error"]["message"].endswith(".")
