@@ -84,8 +84,11 @@ class LlamaCppBackend:
     @property
     def info(self) -> ModelInfo:
         model, loop = self._require()
+        spec = self.spec
+        if spec is None:
+            raise RuntimeError("the llama.cpp backend has no model loaded")
         return ModelInfo(
-            name=self.spec.name,
+            name=spec.name,
             backend=self.name,
             n_ctx=loop.n_ctx_seq,
             n_ctx_train=model.n_ctx_train,
@@ -115,10 +118,10 @@ class LlamaCppBackend:
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         """The token ids the request's prompt (or rendered chat) is decoded from."""
         model, _ = self._require()
-        if request.messages is not None:
-            rendered = rendered or self.render_request(request)
-            return model.tokenize_prompt(rendered.prompt)
-        return model.tokenize_prompt(request.prompt)
+        if request.prompt is not None:
+            return model.tokenize_prompt(request.prompt)
+        rendered = rendered or render_request(model.chat_template, request, architecture=model.architecture)
+        return model.tokenize_prompt(rendered.prompt)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.
@@ -183,8 +186,13 @@ class LlamaCppBackend:
                 params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
                 params.n_threads = self._n_threads
                 params.n_threads_batch = self._n_threads
-                self._embed_ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+                self._embed_ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
             ctx = self._embed_ctx
+            if ctx is None:
+                raise MemoryError(
+                    f"llama.cpp could not create an embedding context of {loop.n_ctx_seq} tokens; "
+                    "unload another model or load this one with a shorter context."
+                )
             mem = llama_cpp.llama_get_memory(ctx)
             out, total = [], 0
             for text in texts:

@@ -69,22 +69,38 @@ class GGUFModel:
             raise ModelLoadError(
                 str(path), "llama.cpp could not read it (truncated, corrupt, or an unsupported architecture)."
             )
-        self.ptr = ptr
-        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        vocab = llama_cpp.llama_model_get_vocab(ptr)
+        if not vocab:
+            llama_cpp.llama_model_free(ptr)
+            raise ModelLoadError(str(path), "llama.cpp found no vocabulary in it; pull the model again.")
+        self.ptr: llama_cpp.llama_model_p | None = ptr
+        self.vocab: llama_cpp.llama_vocab_p = vocab
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self._pieces: dict[int, bytes] = {}
         # Request threads tokenize at once (ctypes releases the GIL): one buffer per thread.
         self._local = threading.local()
 
+    @property
+    def model_ptr(self) -> llama_cpp.llama_model_p:
+        """The llama.cpp model, while it is loaded.
+
+        Raises:
+            ModelLoadError: the model was closed.
+        """
+        if self.ptr is None:
+            raise ModelLoadError(str(self.path), "the model was unloaded; load it again.")
+        return self.ptr
+
     # -- metadata -------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
-        n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        # llama_cpp annotates buf as bytes; the C function writes into a char buffer, as passed here.
+        n = llama_cpp.llama_model_meta_val_str(self.model_ptr, key.encode(), buf, len(buf))  # pyright: ignore[reportArgumentType]
         if n < 0:
             return None
         if n >= len(buf):  # the value (a long chat template) did not fit: ask again with room
             buf = ctypes.create_string_buffer(n + 1)
-            llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+            llama_cpp.llama_model_meta_val_str(self.model_ptr, key.encode(), buf, len(buf))  # pyright: ignore[reportArgumentType]
         return buf.value.decode("utf-8", errors="replace")
 
     @cached_property
@@ -93,25 +109,25 @@ class GGUFModel:
 
     @cached_property
     def n_ctx_train(self) -> int:
-        return int(llama_cpp.llama_model_n_ctx_train(self.ptr))
+        return int(llama_cpp.llama_model_n_ctx_train(self.model_ptr))
 
     @cached_property
     def n_params(self) -> int:
-        return int(llama_cpp.llama_model_n_params(self.ptr))
+        return int(llama_cpp.llama_model_n_params(self.model_ptr))
 
     @cached_property
     def n_layer(self) -> int:
-        return int(llama_cpp.llama_model_n_layer(self.ptr))
+        return int(llama_cpp.llama_model_n_layer(self.model_ptr))
 
     @cached_property
     def n_embd(self) -> int:
-        return int(llama_cpp.llama_model_n_embd(self.ptr))
+        return int(llama_cpp.llama_model_n_embd(self.model_ptr))
 
     @cached_property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token takes at f16 (keys and values, every layer)."""
-        n_head = max(1, int(llama_cpp.llama_model_n_head(self.ptr)))
-        n_head_kv = max(1, int(llama_cpp.llama_model_n_head_kv(self.ptr)))
+        n_head = max(1, int(llama_cpp.llama_model_n_head(self.model_ptr)))
+        n_head_kv = max(1, int(llama_cpp.llama_model_n_head_kv(self.model_ptr)))
         head_dim = self.n_embd // n_head
         return 2 * self.n_layer * n_head_kv * head_dim * 2
 

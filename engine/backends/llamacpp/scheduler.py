@@ -67,6 +67,20 @@ class Sequence:
     def params(self):
         return self.stream.params
 
+    @property
+    def placed(self) -> Slot:
+        """The slot of a sequence that is prefilling or decoding."""
+        if self.slot is None:
+            raise RuntimeError(f"request {self.request_id} is {self.status.value}, without a slot")
+        return self.slot
+
+    @property
+    def next_token(self) -> int:
+        """The sampled token a decoding sequence feeds in next."""
+        if self.pending is None:
+            raise RuntimeError(f"request {self.request_id} is {self.status.value}, without a sampled token")
+        return self.pending
+
 
 @dataclass(eq=False)
 class Slot:
@@ -133,12 +147,13 @@ class DecodeLoop(AdmissionQueue):
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
         if not ctx:
             raise MemoryError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
-        self.ctx = ctx
-        self.mem = llama_cpp.llama_get_memory(ctx)
-        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.ctx: llama_cpp.llama_context_p = ctx
+        self.mem = llama_cpp.llama_get_memory(ctx)  # None for an encoder, which keeps no KV cache
+        self.batch: llama_cpp.llama_batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._freed = False
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self._running: list[Sequence] = []
         self.stats_prompt_tokens = 0
@@ -195,12 +210,10 @@ class DecodeLoop(AdmissionQueue):
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout=30)
-        if self.batch is not None:
+        if not self._freed:
+            self._freed = True
             llama_cpp.llama_batch_free(self.batch)
-            self.batch = None
-        if self.ctx:
             llama_cpp.llama_free(self.ctx)
-            self.ctx = None
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -262,10 +275,10 @@ class DecodeLoop(AdmissionQueue):
         best_n = best_key[0]
         if best is not None and best.seq is None:
             dst = best
-            llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, best_n, -1)
+            self._seq_rm(dst.seq_id, best_n, -1)
         else:
             dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
-            llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, -1, -1)
+            self._seq_rm(dst.seq_id, -1, -1)
             if best is not None:
                 self._copy_prefix(best, dst, best_n)
         dst.tokens = seq.prompt[:best_n]
@@ -279,13 +292,21 @@ class DecodeLoop(AdmissionQueue):
         self.stats_prompt_tokens += len(seq.prompt)
         self._count_cached(seq, best_n)
 
+    def _seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
+        if self.mem is not None:  # llama.cpp does nothing without a KV cache either
+            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, p0, p1)
+
+    def _seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        if self.mem is not None:
+            llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
     def _copy_prefix(self, src: Slot, dst: Slot, n: int) -> None:
         """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens."""
         if self.kv_unified:  # cells are shared: no data moves
-            llama_cpp.llama_memory_seq_cp(self.mem, src.seq_id, dst.seq_id, 0, n)
+            self._seq_cp(src.seq_id, dst.seq_id, 0, n)
         else:  # separate streams copy whole buffers; then drop what is not shared
-            llama_cpp.llama_memory_seq_cp(self.mem, src.seq_id, dst.seq_id, -1, -1)
-            llama_cpp.llama_memory_seq_rm(self.mem, dst.seq_id, n, -1)
+            self._seq_cp(src.seq_id, dst.seq_id, -1, -1)
+            self._seq_rm(dst.seq_id, n, -1)
 
     def _count_cached(self, seq: Sequence, n: int) -> None:
         seq.stream.cached_tokens = n
@@ -293,9 +314,8 @@ class DecodeLoop(AdmissionQueue):
         if n:
             self.stats_prefix_hits += 1
 
-    def _shared_prefix_ready(self, seq: Sequence) -> bool:
-        """Settle a wait for a neighbour's prefix: True once ``seq`` may prefill, False to wait."""
-        src = seq.copy_from
+    def _shared_prefix_ready(self, seq: Sequence, src: Slot) -> bool:
+        """Settle a wait for the prefix ``src`` is prefilling: True once ``seq`` may prefill, False to wait."""
         have = min(_common_prefix(src.tokens, seq.prompt), seq.copy_len)
         coming = (
             src.seq is not None
@@ -306,8 +326,8 @@ class DecodeLoop(AdmissionQueue):
             return False
         seq.copy_from, seq.copy_len = None, 0
         if have > seq.n_past:
-            slot = seq.slot
-            llama_cpp.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+            slot = seq.placed
+            self._seq_rm(slot.seq_id, -1, -1)
             self._copy_prefix(src, slot, have)
             slot.tokens = seq.prompt[:have]
             seq.n_past = have
@@ -345,23 +365,24 @@ class DecodeLoop(AdmissionQueue):
         """
         decoding = [s for s in self._running if s.status is SeqStatus.DECODE]
         if decoding:
-            self._decode([(s.pending, s.n_past, s.slot.seq_id, True) for s in decoding])
+            self._decode([(s.next_token, s.n_past, s.placed.seq_id, True) for s in decoding])
             for s in decoding:
-                s.slot.tokens.append(s.pending)
+                s.placed.tokens.append(s.next_token)
                 s.n_past += 1
             for row, s in enumerate(decoding):
                 self._advance(s, row)
         budget = self.prefill_chunk
         block = self.prefill_block
         for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
-            if seq.copy_from is not None and not self._shared_prefix_ready(seq):
+            if seq.copy_from is not None and not self._shared_prefix_ready(seq, seq.copy_from):
                 continue
             while budget > 0 and seq.status is SeqStatus.PREFILL and not seq.cancelled:
                 start = seq.n_past
                 end = min(len(seq.prompt), (start // block + 1) * block)
                 last = end == len(seq.prompt)
-                self._decode([(seq.prompt[i], i, seq.slot.seq_id, last and i == end - 1) for i in range(start, end)])
-                seq.slot.tokens.extend(seq.prompt[start:end])
+                slot = seq.placed
+                self._decode([(seq.prompt[i], i, slot.seq_id, last and i == end - 1) for i in range(start, end)])
+                slot.tokens.extend(seq.prompt[start:end])
                 seq.n_past = end
                 budget -= end - start
                 if last:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -41,12 +42,13 @@ def count_parameters(model: nn.Module) -> int:
     """Weights in the model, counting each quantized weight once."""
     from mlx.utils import tree_flatten
 
+    # tree_flatten is annotated as list-or-dict; without a ``destination`` it returns the list.
     total = 0
-    for _, module in tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module):
+    for _, module in cast(list[tuple[str, Any]], tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module)):
         if hasattr(module, "bits"):
             total += module.weight.size * 32 // module.bits + (module.bias.size if "bias" in module else 0)
         else:
-            total += sum(v.size for _, v in tree_flatten(module.parameters()))
+            total += sum(v.size for _, v in cast(list[tuple[str, Any]], tree_flatten(module.parameters())))
     return total
 
 
@@ -66,9 +68,12 @@ def load_gguf(path: Path) -> LoadedModel:
     if not is_gguf(path):
         raise ModelLoadError(str(path), "it is not a GGUF file.")
     try:
-        weights, meta = mx.load(str(path), return_metadata=True)
+        loaded = mx.load(str(path), return_metadata=True)
     except (RuntimeError, ValueError, OSError) as exc:
         raise ModelLoadError(str(path), f"MLX could not read it (truncated or corrupt?): {exc}.") from exc
+    if not isinstance(loaded, tuple):  # return_metadata gives (weights, metadata)
+        raise ModelLoadError(str(path), "MLX read no metadata from it; pull the model again.")
+    weights, meta = loaded
     vocab = vocabulary_from_gguf(path, read_metadata(path))
     dtype = mx.float32 if on_cpu() else mx.float16
     model, args = build_gguf_model(path, weights, meta, dtype=dtype)

@@ -14,7 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
@@ -171,22 +171,29 @@ class GenerationLoop(AdmissionQueue):
     def _stop_requested(self, seq: Sequence) -> bool:
         return seq.cancelled or self._stopping
 
-    def _prepare_cache(self, prompt: list[int]) -> int:
-        """Reuse the KV of the longest cached prefix of ``prompt``; returns its length."""
-        model = self.loaded.model
-        if self._cache is None or not can_trim_prompt_cache(self._cache):
-            self._cache = make_prompt_cache(model)
+    @property
+    def _model(self) -> LoadedModel:
+        """The model, on this loop's thread while it runs."""
+        if self.loaded is None:
+            raise RuntimeError("the MLX model is not loaded")
+        return self.loaded
+
+    def _prepare_cache(self, prompt: list[int]) -> tuple[list[Any], int]:
+        """Reuse the KV of the longest cached prefix of ``prompt``; returns the cache and that length."""
+        cache = self._cache
+        if cache is None or not can_trim_prompt_cache(cache):
+            cache = self._cache = make_prompt_cache(self._model.model)
             self._cache_tokens = []
         keep = min(_common_prefix(self._cache_tokens, prompt), len(prompt) - 1)
         drop = len(self._cache_tokens) - keep
         if drop:
-            trim_prompt_cache(self._cache, drop)
+            trim_prompt_cache(cache, drop)
             del self._cache_tokens[keep:]
-        return keep
+        return cache, keep
 
     def _feed(self, tokens: list[int]) -> mx.array:
         """Run ``tokens`` through the model into the cache; the logits of the last one, lazily."""
-        logits = self.loaded.model(mx.array(tokens, dtype=mx.int32)[None], cache=self._cache)
+        logits = self._model.model(mx.array(tokens, dtype=mx.int32)[None], cache=self._cache)
         self._cache_tokens.extend(tokens)
         return logits[0, -1]
 
@@ -196,7 +203,8 @@ class GenerationLoop(AdmissionQueue):
         if self._stop_requested(seq):
             self._finish(seq, "cancelled")
             return
-        cached = seq.stream.cached_tokens = self._prepare_cache(seq.prompt)
+        cache, cached = self._prepare_cache(seq.prompt)
+        seq.stream.cached_tokens = cached
         self.stats_cached_tokens += cached
         todo = seq.prompt[cached:]
         # Prefill all but the last prompt token, a chunk at a time; only the cache is evaluated.
@@ -205,7 +213,7 @@ class GenerationLoop(AdmissionQueue):
                 self._finish(seq, "cancelled")
                 return
             self._feed(todo[start : min(start + self.prefill_chunk, len(todo) - 1)])
-            mx.eval([c.state for c in self._cache])
+            mx.eval([c.state for c in cache])
         token = todo[-1]
         while True:
             if self._stop_requested(seq):
@@ -229,9 +237,9 @@ class GenerationLoop(AdmissionQueue):
         return done
 
     def _logprob(self, seq: Sequence, logits: mx.array, token: int) -> TokenLogprob:
-        vocab = self.loaded.vocab
+        vocab = self._model.vocab
         lp, top_ids = seq.sampler.logprobs(logits)
-        values = lp.tolist()
+        values = cast(list[float], lp.tolist())  # annotated list-or-scalar; a 1-D array gives a list
         top = []
         for t in top_ids:
             piece = vocab.piece(t)

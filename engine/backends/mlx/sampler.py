@@ -11,6 +11,7 @@ import math
 import secrets
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import mlx.core as mx
 
@@ -114,12 +115,13 @@ class TokenSampler:
 
     def _draw(self, logits: mx.array) -> int:
         if self.params.greedy:
-            return int(mx.argmax(logits).item())
+            return int(mx.argmax(logits).item())  # pyright: ignore[reportArgumentType]  (item(): any scalar; here an int)
         if self._key is None:
             self._key = mx.random.key(self._seed)
         self._key, draw = mx.random.split(self._key)
         logits = self._filtered(logits)
-        return int(mx.random.categorical(logits * (1.0 / self.params.temperature), key=draw).item())
+        drawn = mx.random.categorical(logits * (1.0 / self.params.temperature), key=draw)
+        return int(drawn.item())  # pyright: ignore[reportArgumentType]  (item(): any scalar; here an int)
 
     def logprobs(self, logits: mx.array) -> tuple[mx.array, list[int]]:
         """Log-probabilities of the raw logits and the ids of the ``params.logprobs`` best tokens."""
@@ -130,7 +132,7 @@ class TokenSampler:
             return lp, []
         top = mx.argpartition(-lp, n_top - 1)[:n_top]
         order = mx.argsort(-lp[top])
-        return lp, [int(t) for t in top[order].tolist()]
+        return lp, [int(t) for t in cast(list[int], top[order].tolist())]  # tolist(): list-or-scalar; 1-D here
 
 
 __all__ = ["TokenSampler", "PENALTY_WINDOW"]
