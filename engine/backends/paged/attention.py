@@ -44,6 +44,20 @@ class AttentionMetadata:
     def max_prefill_query_len(self) -> int:
         return max(self.prefill_query_lens, default=0)
 
+    @property
+    def decode_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decode rows' block tables and context lengths, which a step with decodes carries."""
+        if self.decode_block_tables is None or self.decode_context_lens is None:
+            raise ValueError(f"a step of {self.num_decodes} decodes came without their block tables")
+        return self.decode_block_tables, self.decode_context_lens
+
+    @property
+    def prefill_tables(self) -> torch.Tensor:
+        """The prefill sequences' block tables, which a step with prefills carries."""
+        if self.prefill_block_tables is None:
+            raise ValueError(f"a step of {self.num_prefills} prefills came without their block tables")
+        return self.prefill_block_tables
+
 
 def store_kv(
     k: torch.Tensor,
@@ -146,7 +160,7 @@ def prefill_attention(
                 qi, ki.transpose(0, 1), vi.transpose(0, 1), is_causal=True, scale=scale, enable_gqa=True
             )
         else:
-            table = meta.prefill_block_tables[i]
+            table = meta.prefill_tables[i]
             ki = gather_kv(k_cache, table, ctx).to(q.dtype)  # [ctx, num_kv_heads, head_dim]
             vi = gather_kv(v_cache, table, ctx).to(q.dtype)
             rows = torch.arange(n, device=q.device)[:, None] + (ctx - n)

@@ -33,8 +33,9 @@ def pad_decode_batch(
     tables = torch.zeros(size, max_blocks, dtype=torch.int32, device=dev)
     lens = torch.ones(size, dtype=torch.int32, device=dev)
     ids[:n], pos[:n], slots[:n] = batch.input_ids, batch.positions, meta.slot_mapping
-    tables[:n, : meta.decode_block_tables.shape[1]] = meta.decode_block_tables
-    lens[:n] = meta.decode_context_lens
+    decode_tables, decode_lens = meta.decode_tables
+    tables[:n, : decode_tables.shape[1]] = decode_tables
+    lens[:n] = decode_lens
     padded = AttentionMetadata(
         slot_mapping=slots,
         num_decodes=size,
@@ -100,10 +101,11 @@ class DecodeGraphs:
         self.positions[:n] = batch.positions
         self.slot_mapping[:size].fill_(-1)
         self.slot_mapping[:n] = meta.slot_mapping
+        decode_tables, decode_lens = meta.decode_tables
         self.context_lens[:size].fill_(1)
-        self.context_lens[:n] = meta.decode_context_lens
+        self.context_lens[:n] = decode_lens
         self.block_tables[:size].zero_()
-        self.block_tables[:n, : meta.decode_block_tables.shape[1]] = meta.decode_block_tables
+        self.block_tables[:n, : decode_tables.shape[1]] = decode_tables
         self.graphs[size].replay()
         return self.hidden[:n]
 

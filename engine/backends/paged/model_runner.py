@@ -12,7 +12,7 @@ import torch
 from engine.backends.paged.attention import AttentionMetadata
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.cuda_graphs import DecodeGraphs
-from engine.backends.paged.ops import ForwardContext, TorchOps
+from engine.backends.paged.ops import ForwardContext, ForwardOps, TorchOps
 from engine.backends.paged.scheduler import ScheduledSeq
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,9 @@ class ModelRunner:
         kv_dtype: dtype of the KV cache (the model dtype, or float8_e4m3fn).
     """
 
-    def __init__(self, model, config: EngineConfig, device: torch.device, *, ops=TorchOps, kv_dtype=None) -> None:
+    def __init__(
+        self, model, config: EngineConfig, device: torch.device, *, ops: ForwardOps = TorchOps, kv_dtype=None
+    ) -> None:
         self.model = model
         self.config = config
         self.device = device

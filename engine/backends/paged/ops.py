@@ -8,6 +8,7 @@ the set travels in the :class:`ForwardContext` handed to ``Model.forward``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -16,10 +17,41 @@ from engine.backends.paged import attention
 from engine.backends.paged.attention import AttentionMetadata
 
 
+class ForwardOps(Protocol):
+    """The operations a forward pass calls; :class:`TorchOps` and ``kernels.TritonOps`` provide them.
+
+    Both are classes of static methods, used as they are: ``ops.rms_norm(x, weight, eps)``.
+    """
+
+    name: str
+
+    def rms_norm(
+        self, x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, /
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def silu_and_mul(self, x: torch.Tensor, /) -> torch.Tensor: ...
+
+    def rotary(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor, /
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+        /,
+    ) -> torch.Tensor: ...
+
+
 class TorchOps:
     """Reference implementations, numerically the same as the Hugging Face models."""
 
-    name = "torch"
+    name: ClassVar[str] = "torch"  # a class variable: the class itself is the ForwardOps
 
     @staticmethod
     def rms_norm(
@@ -66,14 +98,12 @@ class TorchOps:
         nd = meta.num_decodes
         if meta.num_prefills == 0:
             return attention.decode_attention(
-                q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
-                meta.max_decode_context_len or None,
+                q, k_cache, v_cache, *meta.decode_tables, scale, meta.max_decode_context_len or None,
             )  # fmt: skip
         out = torch.empty_like(q)
         if nd:
             out[:nd] = attention.decode_attention(
-                q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
-                meta.max_decode_context_len or None,
+                q[:nd], k_cache, v_cache, *meta.decode_tables, scale, meta.max_decode_context_len or None,
             )  # fmt: skip
         out[nd:] = attention.prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta, scale)
         return out
@@ -85,7 +115,7 @@ class ForwardContext:
 
     meta: AttentionMetadata
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (k_cache, v_cache)
-    ops: type[TorchOps] | object = TorchOps
+    ops: ForwardOps = TorchOps
 
 
-__all__ = ["TorchOps", "ForwardContext"]
+__all__ = ["ForwardOps", "TorchOps", "ForwardContext"]

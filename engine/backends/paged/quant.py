@@ -15,6 +15,7 @@ matmul, which is fast with bfloat16 activations (the engine's CPU dtype when int
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,7 @@ def quantize_int4(w: torch.Tensor, group: int = INT4_GROUP) -> tuple[torch.Tenso
     return codes.reshape(out, inp), scale, lo + 8.0 * scale
 
 
-def int4_supported(linear: nn.Module, group: int = INT4_GROUP) -> bool:
+def int4_supported(linear: Linear, group: int = INT4_GROUP) -> bool:
     """torch's packed int4 layout needs whole groups along the input and outputs in multiples of 16."""
     out, inp = linear.weight.shape
     return inp % group == 0 and out % 16 == 0
@@ -100,7 +101,7 @@ class FP8Linear(nn.Module):
         xq, xs = quantize_per_token_fp8(x2)
         if x.is_cuda:
             out_dtype = torch.bfloat16 if x.dtype == torch.float32 else x.dtype
-            y = torch._scaled_mm(
+            y = torch._scaled_mm(  # pyright: ignore[reportPrivateImportUsage]  (torch's FP8 matmul is only private)
                 xq, self.weight.t(), scale_a=xs, scale_b=self.weight_scale[None, :], out_dtype=out_dtype
             ).to(x.dtype)
         else:  # emulate the same arithmetic: e4m3 operands, float accumulation, both scales after
@@ -143,7 +144,7 @@ def fp8_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-def scaled_mm_supported(linear: nn.Module) -> bool:
+def scaled_mm_supported(linear: Linear) -> bool:
     """torch._scaled_mm takes matrices whose both dimensions are multiples of 16."""
     out, inp = linear.weight.shape
     return inp % 16 == 0 and out % 16 == 0
@@ -165,8 +166,9 @@ def quantize_model(model: nn.Module, method: str, *, device: torch.device) -> st
         method = "int8"
     cls = {"fp8": FP8Linear, "int8": Int8Linear, "int4": Int4Linear}[method]
     odd: list[str] = []
-    for i, layer in enumerate(model.layers):
-        for parent in (layer.self_attn, layer.mlp):
+    # any module with ``layers`` of blocks that hold ``self_attn`` and ``mlp`` (a decoder, or a test's stand-in)
+    for i, layer in enumerate(cast(nn.ModuleList, model.layers)):
+        for parent in (layer.get_submodule("self_attn"), layer.get_submodule("mlp")):
             for name, child in list(parent.named_children()):
                 if not isinstance(child, Linear) or (method == "int4" and not int4_supported(child)):
                     continue

@@ -181,7 +181,7 @@ def sample(
     want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
     if want:
         logp = raw[want].log_softmax(-1)
-        k = max(rows[i].params.logprobs for i in want)
+        k = max(rows[i].params.logprobs or 0 for i in want)
         top_v, top_i = logp.topk(max(k, 1), dim=-1)
         chosen = logp.gather(1, tokens[want].unsqueeze(1)).squeeze(1).tolist()
         for j, i in enumerate(want):

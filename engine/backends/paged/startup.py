@@ -17,7 +17,7 @@ from engine.backends.paged.loader import Checkpoint, read_checkpoint
 from engine.backends.paged.memory import num_kv_blocks
 from engine.backends.paged.model_runner import ModelRunner
 from engine.backends.paged.models import build_model
-from engine.backends.paged.ops import TorchOps
+from engine.backends.paged.ops import ForwardOps, TorchOps
 from engine.errors import BackendUnavailable, InvalidRequest, ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,9 @@ def pick_device_dtype(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
     return device, torch.bfloat16 if config.quantization == "int4" else torch.float32
 
 
-def pick_ops(config: EngineConfig, device: torch.device, dtype: torch.dtype | None = None, head_dim: int | None = None):
+def pick_ops(
+    config: EngineConfig, device: torch.device, dtype: torch.dtype | None = None, head_dim: int | None = None
+) -> ForwardOps:
     """TorchOps (reference) or TritonOps: Triton on CUDA when it is installed and serves the model
     (bfloat16 or float16, head size up to 128), unless told otherwise.
 

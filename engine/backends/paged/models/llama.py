@@ -90,7 +90,7 @@ class Attention(nn.Module):
         q = q.view(t, self.n_heads, self.dim)  # [tokens, heads, head_dim]
         k = k.view(t, self.n_kv, self.dim)  # [tokens, kv_heads, head_dim]
         v = v.view(t, self.n_kv, self.dim)
-        if self.q_norm is not None:  # Qwen3: RMSNorm of each head before the rotation
+        if self.q_norm is not None and self.k_norm is not None:  # Qwen3: RMSNorm of each head before the rotation
             q = ops.rms_norm(q.reshape(-1, self.dim), self.q_norm, self.eps)[0].view(t, self.n_heads, self.dim)
             k = ops.rms_norm(k.reshape(-1, self.dim), self.k_norm, self.eps)[0].view(t, self.n_kv, self.dim)
         q, k = ops.rotary(positions, q, k, cos_sin)
