@@ -16,7 +16,8 @@ from typing import Any
 
 import jinja2
 from jinja2 import meta as jinja_meta
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import InvalidRequest
 from engine.types import ChatMessage

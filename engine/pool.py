@@ -44,7 +44,7 @@ def return_freed_memory() -> None:
             _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):  # not glibc (macOS, Windows, musl): nothing to do
             _malloc_trim = False
-    if _malloc_trim:
+    if callable(_malloc_trim):
         _malloc_trim(0)
 
 

@@ -95,13 +95,14 @@ class LlamaCppPythonServer:
         """
         import httpx
 
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        out = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(
-                self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+                self.cmd, stdout=out if out is not None else subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
         finally:
-            if self.log_path:
+            if out is not None:
                 out.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -61,7 +61,7 @@ def hardware_facts() -> dict[str, Any]:
     }
 
 
-def _get(d: dict, path: Sequence[str]) -> Any:
+def _get(d: Any, path: Sequence[str]) -> Any:
     for key in path:
         if not isinstance(d, dict):
             return None

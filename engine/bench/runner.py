@@ -131,8 +131,9 @@ class BenchRunner:
             base_url=server.url,
             api_key=key,
             max_retries=0,  # a retry would hide a failure and bend the latency
-            timeout=httpx.Timeout(self.plan.timeout, connect=10.0),
-            http_client=httpx.AsyncClient(
+            # openai annotates httpx2's types only; it takes httpx's as well (checked at runtime).
+            timeout=httpx.Timeout(self.plan.timeout, connect=10.0),  # pyright: ignore[reportArgumentType]
+            http_client=httpx.AsyncClient(  # pyright: ignore[reportArgumentType]
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
                 timeout=httpx.Timeout(self.plan.timeout, connect=10.0),
             ),

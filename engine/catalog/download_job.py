@@ -311,15 +311,13 @@ class DownloadJob:
             return
         self._last_save = now
         with self._cond:
-            fields = dict(
-                state=self._state.value,
-                done_files=frozenset(self._done),
-                bytes_done=self._bytes_done,
-                error=self._error,
-                model_name=self._model_name,
-            )
+            state, done_files, bytes_done = self._state.value, frozenset(self._done), self._bytes_done
+            error, model_name = self._error, self._model_name
         try:
-            self.manager.store.save(self.plan, **fields)
+            self.manager.store.save(
+                self.plan, state=state, done_files=done_files, bytes_done=bytes_done, error=error,
+                model_name=model_name,
+            )  # fmt: skip
         except (OSError, SQLAlchemyError) as exc:
             # A full disk fails the database too; the job goes on in memory and is saved at its
             # next state change, and the files on disk are what a resume trusts anyway.

@@ -75,7 +75,7 @@ class DownloadStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        Base.metadata.create_all(engine, tables=[DownloadRow.__table__])
+        Base.metadata.create_all(engine, tables=[Base.metadata.tables[DownloadRow.__tablename__]])
         self._lock = threading.Lock()
 
     def save(

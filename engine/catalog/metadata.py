@@ -65,9 +65,11 @@ def read_gguf_metadata(path: Path) -> ModelMetadata:
     arch = kv.get("general.architecture")
     arch = arch if isinstance(arch, str) else None
 
-    def field(name: str):
+    def field(name: str) -> int | None:
         value = kv.get(f"{arch}.{name}") if arch else None
-        return max(value) if isinstance(value, list) and value else value  # per-layer values: the largest
+        if isinstance(value, list):  # per-layer values: the largest
+            value = max((v for v in value if isinstance(v, int)), default=None)
+        return int(value) if isinstance(value, int | float) else None
 
     ft = kv.get("general.file_type")
     n_head, n_head_kv, n_embd = field("attention.head_count"), field("attention.head_count_kv"), field("embedding_length")

@@ -191,7 +191,7 @@ def _folder_variant(
     m = _MLX_BITS.search(repo_id.rsplit("/", 1)[-1])
     dtype = _DTYPES.get(str((config or {}).get("torch_dtype") or (config or {}).get("dtype") or "").lower())
     if is_mlx:
-        if mlx_quant:
+        if mlx_quant and isinstance(quant, dict):
             label = f"{quant['bits']}bit"
         elif m:
             label = f"{m.group(1)}bit"

@@ -83,6 +83,9 @@ def run_add(args: argparse.Namespace) -> int:
     try:
         info = service.add(args.name, args.paths, model=args.model)
         job = service.job(info.name)
+        if job is None:
+            print(f"hearth: indexing of '{info.name}' did not start; run the command again.", file=sys.stderr)
+            return 1
         try:
             while not job.join(0.2):
                 line.show(job.progress)
@@ -167,6 +170,9 @@ def run_model(args: argparse.Namespace) -> int:
     try:
         info = service.set_model(args.name, args.model)
         job = service.job(info.name)
+        if job is None:
+            print(f"hearth: indexing of '{info.name}' did not start; run the command again.", file=sys.stderr)
+            return 1
         while not job.join(0.2):
             line.show(job.progress)
         line.show(job.progress, final=True)

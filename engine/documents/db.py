@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from pathlib import Path
+from types import ModuleType
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(collection_id, embedded);
 """
 
 
-def _module():
+def _module() -> ModuleType:
     """The sqlite3 module to use: the standard one if it can load extensions, else sqlean.py's."""
     if hasattr(sqlite3.Connection, "enable_load_extension"):
         return sqlite3

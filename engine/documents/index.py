@@ -110,6 +110,8 @@ class DocumentIndex:
             cur = conn.execute(
                 "INSERT INTO collections (name, model, created) VALUES (?, ?, ?)", (name, model, time.time())
             )
+            if cur.lastrowid is None:
+                raise RuntimeError(f"SQLite gave the new collection {name!r} no id")
             db.create_fts(conn, cur.lastrowid)
         return self.get(name)
 
@@ -304,7 +306,7 @@ class DocumentIndex:
             if coll.dim is None:
                 conn.execute("UPDATE collections SET dim = ? WHERE id = ?", (dim, coll.id))
                 coll = Collection(coll.id, coll.name, coll.model, dim)
-            db.create_vec(conn, coll.id, coll.dim)
+            db.create_vec(conn, coll.id, coll.dim or dim)
             table = db.vec_table(coll.id)
             for chunk_id, vec in rows:
                 # a chunk replaced while it was being embedded is gone: its vector is dropped with it

@@ -61,7 +61,7 @@ class IndexControl:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def checkpoint(self, on_pause: Callable[[], None] | None = None) -> None:
+    def checkpoint(self, on_pause: Callable[[], object] | None = None) -> None:
         """Wait here while paused; raise IndexCancelled once cancelled."""
         if not self._running.is_set():
             if on_pause is not None:
@@ -161,7 +161,7 @@ class Indexer:
             self._sync_files(coll, state, started)
             coll = self.index.get(name)
             if self.embedder is not None:
-                self._embed(coll, state, started)
+                self._embed(coll, state, started, self.embedder)
             return self._emit(state, "done", started)
         except IndexCancelled:
             return self._emit(state, "cancelled", started, message="Indexing was cancelled; run it again to finish.")
@@ -212,7 +212,7 @@ class Indexer:
         state.chunks += len(chunks)
 
     # -- phase 2: vectors ----------------------------------------------------------------------
-    def _embed(self, coll: Collection, state: _RunState, started: float) -> None:
+    def _embed(self, coll: Collection, state: _RunState, started: float, embedder: Embedder) -> None:
         state.to_embed = self.index.count_pending(coll)
         embed_started = time.monotonic()
         self._emit(state, "embedding", started)
@@ -221,7 +221,7 @@ class Indexer:
             batch = self.index.pending(coll, EMBED_BATCH)
             if not batch:
                 return
-            vectors = self.embedder.embed([passage_text(text, heading, path) for _, text, heading, path in batch])
+            vectors = embedder.embed([passage_text(text, heading, path) for _, text, heading, path in batch])
             coll = self.index.write_vectors(coll, [(row[0], vec) for row, vec in zip(batch, vectors, strict=True)])
             state.embedded += len(batch)
             state.embed_seconds = time.monotonic() - embed_started

@@ -249,8 +249,15 @@ class DocumentService:
     def _query_embedder(self, model: str):
         if self._factory is None:
             return None
-        # loaded on first use: a keyword-only search never loads the embedding model
-        return lambda text: self.embedder(model).embed([text])[0]
+
+        def embed(text: str) -> list[float]:
+            # loaded on first use: a keyword-only search never loads the embedding model
+            embedder = self.embedder(model)
+            if embedder is None:
+                raise RuntimeError("the document service has no embedding model")
+            return embedder.embed([text])[0]
+
+        return embed
 
     def context(
         self,

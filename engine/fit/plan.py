@@ -354,7 +354,7 @@ def plan_gguf(
         raise ValueError("A quantized KV cache needs flash attention in llama.cpp; turn flash attention on or use f16.")
     ctx = n_ctx or _ctx_default(facts)
     types = (kv_type,) if kv_type else LLAMACPP_KV_TYPES
-    kw = dict(n_seq=n_seq, gpu_layers=gpu_layers, flash_attn=flash_attn, max_slots=max_slots)
+    kw: dict[str, Any] = dict(n_seq=n_seq, gpu_layers=gpu_layers, flash_attn=flash_attn, max_slots=max_slots)
     first = None
     for t in types:
         plan, fits = _plan_gguf_type(facts, budget, n_ctx=ctx, kv_type=t, **kw)

@@ -126,6 +126,8 @@ def fit_hub(
     if variant is None:
         raise InvalidRequest(f"{repo} has no model files Hearth can run.", param="model")
     est = advice.get(variant.name)
+    if est is None or est.plan is None:
+        raise InvalidRequest(f"{repo} has no variant '{variant.name}' Hearth can size; choose another.", param="model")
     facts = facts_from_shape(shape, variant.weights_bytes, format=variant.format, bits_per_weight=variant.bits_per_weight)
     budget = MemoryBudget.from_hardware(hardware, live=False)
     return FitReport(model=listing.repo, source="hub", variant=variant.name, facts=facts, plan=est.plan,

@@ -258,7 +258,7 @@ def _sentencepiece_bpe(tokens: list[str], scores: list[float], add_space_prefix:
             unk_token=tokens[0], byte_fallback=True, fuse_unk=True,
         )
     )  # fmt: skip
-    norm = [normalizers.Replace(" ", "▁")]
+    norm: list[normalizers.Normalizer] = [normalizers.Replace(" ", "▁")]
     if add_space_prefix:
         norm.insert(0, normalizers.Prepend("▁"))
     tokenizer.normalizer = normalizers.Sequence(norm)

@@ -145,7 +145,8 @@ def _deltas(data: str) -> list[tuple[str, str | None]]:
     for choice in choices if isinstance(choices, list) else []:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        delta = choice.get("delta")
+        delta = delta if isinstance(delta, dict) else {}
         text = delta.get("content") if isinstance(delta.get("content"), str) else ""
         reason = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
         out.append((text, reason))

@@ -81,7 +81,8 @@ def status_error(status: int, body: bytes, access: ProviderAccess) -> RemoteErro
     except ValueError:
         data = None
     if isinstance(data, dict):
-        err = data.get("error") if isinstance(data.get("error"), dict) else data  # OpenAI's shape, or vLLM's flat one
+        err = data.get("error")
+        err = err if isinstance(err, dict) else data  # OpenAI's shape, or vLLM's flat one
         message = err.get("message") or err.get("detail") or data.get("detail") or ""
         if isinstance(message, list):  # FastAPI validation details
             message = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in message)
@@ -211,8 +212,8 @@ class RemoteClient:
         except httpx.HTTPError as exc:
             raise transport_error(exc, access, seconds) from None
         if response.status_code >= 400:
+            content = b""
             try:
-                content = b""
                 async for part in response.aiter_bytes():
                     content += part
                     if len(content) >= MAX_ERROR_BYTES:
