@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.backends.base import Backend, LoadOptions, ModelInfo, ModelSpec
 from engine.errors import BackendUnavailable
+
+if TYPE_CHECKING:  # the type checker (`make lint`) holds every backend to the protocol
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.backends.mlx import MLXBackend
+    from engine.backends.paged import PagedBackend
+
+    _CONFORMING: tuple[type[Backend], ...] = (LlamaCppBackend, PagedBackend, MLXBackend)
 
 BACKENDS: tuple[str, ...] = ("llamacpp", "paged", "mlx")
 

@@ -91,29 +91,36 @@ class Backend(Protocol):
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
         """Load ``model``. Raises ModelLoadError (naming the path) on failure."""
+        ...
 
     @property
     def info(self) -> ModelInfo:
         """Facts about the loaded model."""
+        ...
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``; the last chunk carries a finish_reason.
 
         Raises ContextLengthExceeded before generating when the prompt does not fit.
         """
+        ...
 
     def cancel(self, request_id: str) -> None:
         """Stop the generation of ``request_id`` within one token; unknown ids are ignored."""
+        ...
 
     def cancel_all(self) -> None:
         """Stop every generation (at shutdown); each stream still ends with its final chunk."""
+        ...
 
     def render_request(self, request: GenerationRequest) -> RenderedChat | None:
         """A chat request rendered through the model's template with its tools and thinking switch
         (None for a raw prompt)."""
+        ...
 
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         """The token ids the request's prompt (or rendered chat) is computed from."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
         """Embeddings of ``texts`` and the tokens they took.
@@ -121,18 +128,23 @@ class Backend(Protocol):
         Raises:
             InvalidRequest: the backend cannot embed with this model (``info.can_embed`` is False).
         """
+        ...
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         """The model's token ids for ``text``."""
+        ...
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt text for ``messages`` in the model's chat template."""
+        ...
 
     def stats(self) -> BackendStats | None:
         """Engine statistics (running/waiting requests, cache use, ...); None before a model is loaded."""
+        ...
 
     def close(self) -> None:
         """Free the model and every resource the backend holds."""
+        ...
 
 
 def drain(out, cancel) -> Iterator[GenerationChunk]:

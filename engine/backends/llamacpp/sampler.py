@@ -87,7 +87,8 @@ class SequenceSampler:
         self.model = model
         self.params = params
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        self.chain = chain
+        self.chain: llama_cpp.llama_sampler_p = chain
+        self._freed = False
         add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
 
         bias = dict(params.logit_bias)
@@ -141,36 +142,40 @@ class SequenceSampler:
 
     @staticmethod
     def _eog_ids(model: GGUFModel) -> list[int]:
-        return [t for t in (llama_cpp.llama_vocab_eot(model.vocab),) if t >= 0]
+        # llama_cpp annotates the result as a ctypes c_int32; ctypes hands back a Python int
+        return [t for t in (llama_cpp.llama_vocab_eot(model.vocab),) if t >= 0]  # pyright: ignore[reportReturnType, reportOperatorIssue]
 
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """Draw the next token from the logits at batch row ``index`` (and accept it)."""
-        if self.grammar is None:
+        grammar = self.grammar
+        if grammar is None:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
         ptr = llama_cpp.llama_get_logits_ith(ctx, index)
         logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
-        token = self._draw(logits, masked=False)
-        if not self._allowed(token, float(logits[token])):
-            token = self._draw(logits, masked=True)
-        llama_cpp.llama_sampler_accept(self.grammar, token)
+        token = self._draw(logits, mask=None)
+        if not self._allowed(grammar, token, float(logits[token])):
+            token = self._draw(logits, mask=grammar)
+        llama_cpp.llama_sampler_accept(grammar, token)
         llama_cpp.llama_sampler_accept(self.chain, token)
         return token
 
-    def _draw(self, logits: np.ndarray, *, masked: bool) -> int:
+    # llama_cpp annotates llama_sampler_apply's cur_p as an array; the C function takes a pointer (byref).
+    def _draw(self, logits: np.ndarray, *, mask: llama_cpp.llama_sampler_p | None) -> int:
+        """A token drawn by the chain, after the grammar ``mask`` (if any) refuses what it does not allow."""
         view = self._view
         view["id"] = self._ids
         view["logit"] = logits
         view["p"] = 0.0
         cur = llama_cpp.llama_token_data_array(self._cells, len(view), -1, False)
-        if masked:
-            llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(cur))
-        llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))
+        if mask is not None:
+            llama_cpp.llama_sampler_apply(mask, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
+        llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
         return int(cur.data[cur.selected].id)
 
-    def _allowed(self, token: int, logit: float) -> bool:
+    def _allowed(self, grammar: llama_cpp.llama_sampler_p, token: int, logit: float) -> bool:
         self._one[0].id, self._one[0].logit, self._one[0].p = token, logit, 0.0
         one = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
-        llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(one))
+        llama_cpp.llama_sampler_apply(grammar, ctypes.byref(one))  # pyright: ignore[reportArgumentType]
         return self._one[0].logit != -math.inf
 
     def logprobs(self, ctx: llama_cpp.llama_context_p, index: int, token: int) -> TokenLogprob:
@@ -198,9 +203,10 @@ class SequenceSampler:
         )
 
     def close(self) -> None:
-        if self.chain:
+        if not self._freed:
+            self._freed = True
             llama_cpp.llama_sampler_free(self.chain)
-            self.chain = None
-        if getattr(self, "grammar", None):
-            llama_cpp.llama_sampler_free(self.grammar)
+        grammar = getattr(self, "grammar", None)
+        if grammar:
+            llama_cpp.llama_sampler_free(grammar)
             self.grammar = None

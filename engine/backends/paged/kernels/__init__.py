@@ -12,6 +12,8 @@ where torch has no such kernel, go to the Triton prefill kernel.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 
@@ -34,7 +36,7 @@ def _load_varlen():
 class _Varlen:
     """torch's varlen flash attention, until a call shows it cannot run here (then the Triton kernel)."""
 
-    fn = _load_varlen()
+    fn: ClassVar[Callable[..., Any] | None] = _load_varlen()
 
     @classmethod
     def usable(cls, q: torch.Tensor, meta: AttentionMetadata) -> bool:
@@ -46,10 +48,13 @@ class _Varlen:
     @classmethod
     def attend(cls, q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor | None:
         """Causal attention of the prefill rows ``q`` over their fresh ``k``, ``v``; None if torch refuses."""
-        cu = meta.prefill_cu_query_lens - meta.prefill_cu_query_lens[:1]
+        fn, cu_lens = cls.fn, meta.prefill_cu_query_lens
+        if fn is None or cu_lens is None:
+            return None
+        cu = cu_lens - cu_lens[:1]
         n = meta.max_prefill_query_len
         try:
-            return cls.fn(q, k, v, cu, cu, n, n, scale=scale, window_size=(-1, 0), enable_gqa=q.shape[1] != k.shape[1])
+            return fn(q, k, v, cu, cu, n, n, scale=scale, window_size=(-1, 0), enable_gqa=q.shape[1] != k.shape[1])
         except (RuntimeError, TypeError, ValueError) as exc:  # no flash kernel for this GPU, dtype or head size
             log.info("torch's varlen attention cannot run here (%s); prefill uses the Triton kernel", exc)
             cls.fn = None
@@ -59,10 +64,10 @@ class _Varlen:
 class TritonOps:
     """The same operations as ``TorchOps``, on Triton kernels (no host syncs: CUDA-graph safe)."""
 
-    name = "triton"
-    rms_norm = staticmethod(rms_norm)
-    silu_and_mul = staticmethod(silu_and_mul)
-    rotary = staticmethod(rotary)
+    name: ClassVar[str] = "triton"  # class variables: the class itself is the ForwardOps
+    rms_norm: ClassVar = staticmethod(rms_norm)
+    silu_and_mul: ClassVar = staticmethod(silu_and_mul)
+    rotary: ClassVar = staticmethod(rotary)
 
     @staticmethod
     def attention(
@@ -78,21 +83,21 @@ class TritonOps:
         store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         nd = meta.num_decodes
         if meta.num_prefills == 0:
-            return paged_decode_attention(q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale)
+            return paged_decode_attention(q, k_cache, v_cache, *meta.decode_tables, scale)
         out = torch.empty_like(q)
         if nd:
-            out[:nd] = paged_decode_attention(
-                q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale
-            )
+            out[:nd] = paged_decode_attention(q[:nd], k_cache, v_cache, *meta.decode_tables, scale)
         if _Varlen.usable(q, meta):
             got = _Varlen.attend(q[nd:], k[nd:], v[nd:], meta, scale)
             if got is not None:
                 out[nd:] = got
                 return out
         # cu_query_lens are absolute rows, so the prefill kernel reads and writes the full tensors
+        cu_query_lens, context_lens = meta.prefill_cu_query_lens, meta.prefill_context_lens_t
+        if cu_query_lens is None or context_lens is None:
+            raise ValueError(f"a step of {meta.num_prefills} prefills came without their query and context lengths")
         full = paged_prefill_attention(
-            q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_query_lens,
-            meta.prefill_context_lens_t, meta.max_prefill_query_len, scale,
+            q, k_cache, v_cache, meta.prefill_tables, cu_query_lens, context_lens, meta.max_prefill_query_len, scale,
         )  # fmt: skip
         out[nd:] = full[nd:]
         return out

@@ -141,7 +141,7 @@ def paged_decode_attention(
     n_kv = k_cache.shape[2]
     group = heads // n_kv
     splits = num_splits or decode_splits(batch, n_kv, group, q.device)
-    block_d = max(16, triton.next_power_of_2(dim))
+    block_d = max(16, int(triton.next_power_of_2(dim)))
     part_out = torch.empty(batch, heads, MAX_SPLITS, block_d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(batch, heads, MAX_SPLITS, dtype=torch.float32, device=q.device)
     launch(
@@ -233,7 +233,7 @@ def paged_prefill_attention(
     out = torch.empty_like(q)
     n_seqs = context_lens.shape[0]
     block_m = prefill_block_m(max_query_len)
-    grid = (n_seqs, heads, triton.cdiv(max_query_len, block_m))
+    grid = (n_seqs, heads, int(triton.cdiv(max_query_len, block_m)))
     launch(
         _prefill_kernel, grid,
         q, k_cache, v_cache, block_tables, cu_query_lens, context_lens, out, scale,

@@ -76,7 +76,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
     block = min(1024, triton.next_power_of_2(n))
     if rows:
-        launch(_silu_mul_kernel, (rows, triton.cdiv(n, block)), x, out, x.stride(0), out.stride(0), n, BLOCK=block)
+        launch(_silu_mul_kernel, (rows, int(triton.cdiv(n, block))), x, out, x.stride(0), out.stride(0), n, BLOCK=block)
     return out
 
 
