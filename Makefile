@@ -63,8 +63,10 @@ run: setup $(VENV)/.llama-build
 test: test-setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
 
+# ruff over the tree; basedpyright (pyright) over engine/, configured in pyproject.toml ([tool.basedpyright]).
 lint: test-setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/basedpyright
 
 # The desktop bundle (PyInstaller one-folder build, laid out as an AppDir): see README, "Install".
 package: $(VENV)/.installed-package

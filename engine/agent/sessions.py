@@ -17,7 +17,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from engine.agent.config import McpServerConfig
+from engine.agent.config import McpConfigError, McpServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +146,11 @@ class McpConnection:
                     from mcp.client.streamable_http import streamable_http_client
                     from mcp.shared._httpx_utils import create_mcp_http_client
 
+                    url = self.config.url
+                    if not url:  # the config refuses this; kept for the type checker's sake as a clear error
+                        raise McpConfigError(f"MCP server '{self.name}' has neither a command nor a url.")
                     http = await stack.enter_async_context(create_mcp_http_client(headers=dict(self.config.headers)))
-                    read, write = await stack.enter_async_context(
-                        streamable_http_client(self.config.url, http_client=http)
-                    )
+                    read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 listed = await session.list_tools()

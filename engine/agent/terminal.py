@@ -126,8 +126,7 @@ class _LocalApi:
         self.sock = bind_socket("127.0.0.1", 0)
         self.base_url = base_url("127.0.0.1", self.sock.getsockname()[1])
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        self.server = uvicorn.Server(config)
-        self.server.install_signal_handlers = lambda: None  # Ctrl-C belongs to the chat
+        self.server = uvicorn.Server(config)  # off the main thread uvicorn leaves signals (Ctrl-C) to the chat
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
 

@@ -162,7 +162,7 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
         "tools": tools,
         "tool_choice": parse_tool_choice(value, tools),
         "parallel_tool_calls": choice.get("disable_parallel_tool_use") is False,
-        "thinking": {"enabled": True, "disabled": False}.get(thinking),
+        "thinking": {"enabled": True, "disabled": False}.get(thinking) if thinking is not None else None,
     }
 
 

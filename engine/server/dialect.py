@@ -60,7 +60,7 @@ def classify(exc: Exception) -> Failure:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return Failure(exc.status_code, str(exc.detail), kind, headers=getattr(exc, "headers", None))
     resp = response_for(exc)
-    err = json.loads(resp.body)["error"]
+    err = json.loads(bytes(resp.body))["error"]
     retry = resp.headers.get("retry-after")
     return Failure(resp.status_code, err["message"], err["type"], err.get("code"), {"Retry-After": retry} if retry else None)
 

@@ -114,7 +114,7 @@ def response_for(exc: Exception) -> JSONResponse:
 def stream_error_body(exc: Exception) -> dict:
     """The error event of a stream that fails after its first chunk: the body the same failure
     gets as a plain response (the HTTP status was sent with the first chunk)."""
-    return json.loads(response_for(exc).body)
+    return json.loads(bytes(response_for(exc).body))
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:

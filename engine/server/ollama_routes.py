@@ -180,7 +180,7 @@ def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
             last_calls[tc.name] = tc.id
             calls.append(tc)
         name = m.get("tool_name") or m.get("name")
-        call_id = m.get("tool_call_id") or (last_calls.get(name) if role == "tool" else None)
+        call_id = m.get("tool_call_id") or (last_calls.get(name) if role == "tool" and name is not None else None)
         thinking = m.get("thinking")
         out.append(ChatMessage(role, content, tool_calls=tuple(calls), tool_call_id=call_id, name=name,
                                reasoning=thinking if isinstance(thinking, str) and thinking else None))  # fmt: skip

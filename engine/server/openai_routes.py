@@ -8,7 +8,8 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -35,6 +36,9 @@ from engine.types import (
     as_messages,
 )
 
+if TYPE_CHECKING:
+    from engine.pool import LoadedModel
+
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 # With `stream`, a 200 is a stream of server-sent events (OpenAI's chunks, then `data: [DONE]`).
@@ -57,12 +61,22 @@ def _params(body: _Sampling, *, max_tokens: int | None, logprobs: int | None, in
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         seed=seed,
-        stop=body.stop or (),
+        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
         max_tokens=max_tokens,
-        logit_bias=body.logit_bias or {},
+        logit_bias=_token_bias(body.logit_bias),
         logprobs=logprobs,
-        ignore_eos=body.ignore_eos,
+        ignore_eos=bool(body.ignore_eos),
     )
+
+
+def _token_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """``logit_bias`` keyed by token id numbers (SamplingParams checks the values)."""
+    try:
+        return tuple((int(k), v) for k, v in (bias or {}).items())
+    except ValueError as exc:
+        raise InvalidRequest(
+            "'logit_bias' must map token ids to numbers between -100 and 100.", param="logit_bias"
+        ) from exc
 
 
 def _response_format(rf: ResponseFormatBody | None) -> ResponseFormat:
@@ -75,10 +89,18 @@ def _response_format(rf: ResponseFormatBody | None) -> ResponseFormat:
     return ResponseFormat(type="json_schema", schema=rf.json_schema.schema_)
 
 
-def _check_n(request: Request, n: int) -> None:
+def _check_n(request: Request, n: int | None) -> int:
+    """The number of choices asked for (None, as the schema never leaves it, means 1), checked."""
+    n = 1 if n is None else n
     limit = request.app.state.settings.max_n
     if not 1 <= n <= limit:
         raise InvalidRequest(f"'n' must be between 1 and {limit}.", param="n")
+    return n
+
+
+def _finish_reason(final: GenerationChunk | None) -> str:
+    """The OpenAI finish_reason of a choice's last chunk."""
+    return FINISH.get(final.finish_reason or "stop", "stop") if final is not None else "stop"
 
 
 # Message parts the local models cannot take in, by type, and what they hold.
@@ -169,21 +191,29 @@ class _Generation:
         self.model_name = model_name
         self.requests = requests
         self.created = int(time.time())
-        self.lm = None
-        self.streams = None
+        self._lm: LoadedModel | None = None
+        self.streams: list[Iterator[GenerationChunk]] = []
         self.failures: dict[int, BaseException] = {}
         self.reasoning: dict[int, str] = {}  # per choice: the thinking collected (engine.tools)
         self.t0 = time.perf_counter()
 
     async def start(self) -> None:
         manager = self.app.state.manager
-        self.lm = await asyncio.to_thread(manager.acquire, self.model_name)
+        lm: LoadedModel = await asyncio.to_thread(manager.acquire, self.model_name)
+        self._lm = lm
         try:
-            self.streams = await open_streams(self.lm.backend, self.requests)
+            self.streams = await open_streams(lm.backend, self.requests)
         except BaseException:
-            manager.release(self.lm)
+            manager.release(lm)
             raise
         self.app.state.metrics.request_started()
+
+    @property
+    def lm(self) -> LoadedModel:
+        """The model serving this generation, once ``start`` acquired it."""
+        if self._lm is None:
+            raise RuntimeError("the generation has not started")
+        return self._lm
 
     @property
     def served_name(self) -> str:
@@ -296,8 +326,8 @@ async def get_model(request: Request, model_id: str) -> dict:
 async def chat_completions(request: Request, body: ChatCompletionBody):
     target = await remote_routes.routed(request, body.model)
     if target is not None:
-        return await remote_routes.forward(request, target, "/chat/completions", body.model, body.stream)
-    _check_n(request, body.n)
+        return await remote_routes.forward(request, target, "/chat/completions", body.model, bool(body.stream))
+    n = _check_n(request, body.n)
     await _refuse_unreadable(request, body)
     messages = as_messages(_message_dicts(body.messages))
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
@@ -312,15 +342,15 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
             response_format=fmt,
             **tool_fields,
         )
-        for i in range(body.n)
+        for i in range(n)
     ]
     gen = _Generation(request, body.model, reqs)
     await gen.start()
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _streaming(_chat_events(gen, cid, body.n, include_usage))
-    texts, lps, finals = await _collect(gen, body.n)
+        return _streaming(_chat_events(gen, cid, n, include_usage))
+    texts, lps, finals = await _collect(gen, n)
     prompt, completion, cached = _totals(finals)
     return {
         "id": cid,
@@ -333,9 +363,9 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
                 "index": i,
                 "message": chat_tools.message(texts[i], gen.reasoning.get(i, ""), finals[i]),
                 "logprobs": _chat_logprobs(lps[i]) if logprobs is not None else None,
-                "finish_reason": FINISH.get(finals[i].finish_reason, "stop") if finals[i] else "stop",
+                "finish_reason": _finish_reason(finals[i]),
             }
-            for i in range(body.n)
+            for i in range(n)
         ],
         "usage": _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals)),
     }
@@ -383,12 +413,13 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
 async def completions(request: Request, body: CompletionBody):
     target = await remote_routes.routed(request, body.model)
     if target is not None:
-        return await remote_routes.forward(request, target, "/completions", body.model, body.stream)
-    _check_n(request, body.n)
+        return await remote_routes.forward(request, target, "/completions", body.model, bool(body.stream))
+    n = _check_n(request, body.n)
     if body.prompt is None:  # OpenAI's default: generate from the start of a document
         body.prompt = ""
-    prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
-    if not prompts or not all(isinstance(p, str) for p in prompts):
+    given = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
+    prompts = [p for p in given if isinstance(p, str)]
+    if not prompts or len(prompts) != len(given):
         raise InvalidRequest("'prompt' must be text or a non-empty list of texts; token ids are not taken.", param="prompt")
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise InvalidRequest("'logprobs' must be a whole number from 0 to 20.", param="logprobs")
@@ -401,20 +432,20 @@ async def completions(request: Request, body: CompletionBody):
             response_format=fmt,
         )
         for p in prompts
-        for j in range(body.n)
+        for j in range(n)
     ]
     gen = _Generation(request, body.model, reqs)
     await gen.start()
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _streaming(_completion_events(gen, cid, body, prompts, include_usage))
+        return _streaming(_completion_events(gen, cid, body, prompts, include_usage, n=n))
     texts, lps, finals = await _collect(gen, len(reqs))
-    prompt_total = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % body.n == 0)
+    prompt_total = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % n == 0)
     completion_total = sum(f.completion_tokens for f in finals if f)
     choices = []
     for i, text in enumerate(texts):
-        source = prompts[i // body.n]
+        source = prompts[i // n]
         full = source + text if body.echo else text
         choices.append(
             {
@@ -423,7 +454,7 @@ async def completions(request: Request, body: CompletionBody):
                 "logprobs": _completion_logprobs(lps[i], len(source) if body.echo else 0)
                 if body.logprobs is not None
                 else None,
-                "finish_reason": FINISH.get(finals[i].finish_reason, "stop") if finals[i] else "stop",
+                "finish_reason": _finish_reason(finals[i]),
             }
         )
     return {
@@ -437,14 +468,16 @@ async def completions(request: Request, body: CompletionBody):
     }
 
 
-async def _completion_events(gen: _Generation, cid: str, body: CompletionBody, prompts: list[str], include_usage: bool):
+async def _completion_events(
+    gen: _Generation, cid: str, body: CompletionBody, prompts: list[str], include_usage: bool, *, n: int
+):
     base = {"id": cid, "object": "text_completion", "created": gen.created, "model": gen.served_name}
     base["system_fingerprint"] = gen.fingerprint
     finals: list[GenerationChunk | None] = [None] * len(gen.requests)
     offsets = [0] * len(gen.requests)
     if body.echo:
         for i in range(len(gen.requests)):
-            source = prompts[i // body.n]
+            source = prompts[i // n]
             yield _sse({**base, "choices": [{"index": i, "text": source, "logprobs": None, "finish_reason": None}]})
             offsets[i] = len(source)
     async for index, chunk in gen.chunks():
@@ -461,7 +494,7 @@ async def _completion_events(gen: _Generation, cid: str, body: CompletionBody, p
             finals[index] = chunk
     if include_usage:
         _, completion, cached = _totals(finals)
-        prompt = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % body.n == 0)  # each prompt once
+        prompt = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % n == 0)  # each prompt once
         yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached)})
     yield b"data: [DONE]\n\n"
 

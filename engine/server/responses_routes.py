@@ -137,9 +137,10 @@ def _format(text: dict[str, Any] | None) -> ResponseFormat:
     if kind == "json_object":
         return ResponseFormat(type="json_object")
     if kind == "json_schema":
-        if not isinstance(fmt.get("schema"), dict):
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
             raise InvalidRequest("text.format of type json_schema needs a 'schema' object.", param="text.format")
-        return ResponseFormat(type="json_schema", schema=fmt["schema"])
+        return ResponseFormat(type="json_schema", schema=schema)
     raise InvalidRequest("text.format.type must be text, json_object or json_schema.", param="text.format")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic.config import JsonDict
 
 
 class _Body(BaseModel):
@@ -39,7 +40,7 @@ class ResponseFormatBody(_Body):
 
 
 # Ranges are stated here so that the server's OpenAPI document says what it accepts.
-_TOKEN_IDS = {"propertyNames": {"pattern": "^[0-9]+$"}}  # checked by the engine, with the model's vocabulary
+_TOKEN_IDS: JsonDict = {"propertyNames": {"pattern": "^[0-9]+$"}}  # checked by the engine, with the model's vocabulary
 
 
 class _Sampling(_Body):
@@ -87,8 +88,8 @@ class ChatCompletionBody(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-_TEXT = {"type": "string", "minLength": 1}
-_TEXTS = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1}]}
+_TEXT: JsonDict = {"type": "string", "minLength": 1}
+_TEXTS: JsonDict = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1}]}
 
 
 class CompletionBody(_Sampling):

@@ -53,6 +53,7 @@ class GuidanceVocab:
         eos = [int(e) for e in eos_ids if 0 <= int(e) < len(tokens)]
 
         class _Source:  # the attributes llguidance's TokenizerWrapper reads
+            tokens: list[bytes]
             eos_token_id = eos[0] if eos else None
             bos_token_id = None
             special_token_ids = sorted(special)
@@ -104,7 +105,9 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
         return to_lark(constraint)
     if response_format is None or response_format.type == "text":
         return None
-    schema = closed_objects(dict(response_format.schema or {})) if response_format.type == "json_schema" else {"type": "object"}
+    schema: dict[str, Any] = (
+        closed_objects(dict(response_format.schema or {})) if response_format.type == "json_schema" else {"type": "object"}
+    )
     schema.setdefault("x-guidance", GUIDANCE_JSON_OPTIONS)
     try:
         return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))

@@ -151,7 +151,7 @@ def parse_tool_calls(items: Sequence[Any] | None) -> tuple[ToolCall, ...]:
     for i, item in enumerate(items or ()):
         fn = item.get("function") if isinstance(item, Mapping) else None
         name = fn.get("name") if isinstance(fn, Mapping) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(fn, Mapping) or not isinstance(name, str) or not name:
             raise InvalidRequest(f"tool_calls[{i}] of an assistant message has no function name.", param="messages")
         args = fn.get("arguments")
         if args is None:

@@ -87,12 +87,13 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
         )
     if config.model:
         app.state.loading = True
+        preload_model = config.model
 
         def preload() -> None:
             try:
-                manager.load(config.model)
+                manager.load(preload_model)
             except HearthError as exc:
-                log.error("could not load %s: %s", config.model, exc)
+                log.error("could not load %s: %s", preload_model, exc)
             finally:
                 app.state.loading = False
 

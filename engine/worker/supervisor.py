@@ -154,14 +154,15 @@ class WorkerSupervisor:
             env["HEARTH_API_KEY"] = self.api_key  # not on the command line, where `ps` would show it
         else:
             env.pop("HEARTH_API_KEY", None)
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self._log_offset = out.tell() if self.log_path else 0  # this run's lines start here
+        out = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
+        self._log_offset = out.tell() if out is not None else 0  # this run's lines start here
         try:
             self._proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env
-            )
+                cmd, stdout=out if out is not None else subprocess.DEVNULL,
+                stderr=subprocess.STDOUT if out is not None else subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env,
+            )  # fmt: skip
         finally:
-            if self.log_path:
+            if out is not None:
                 out.close()
         self._emit(WorkerEvent("starting", f"pid {self._proc.pid} on {self.base_url}"))
 
