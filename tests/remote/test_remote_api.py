@@ -16,7 +16,7 @@ import pytest
 from engine.cli import main
 from engine.starter import STARTER_NAME
 from engine.worker.net import free_port
-from tests.engine.server.conftest import openai_schemas  # noqa: F401 - the fixture
+from tests.engine.server.conftest import openai_schemas, openai_spec  # noqa: F401 - the fixtures
 from tests.remote.conftest import (
     ALIAS,
     LLAMA_KEY,
