@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import __version__
 from engine.catalog.services import CatalogServices
+from engine.pool import ModelManager
 from engine.remote.registry import RemoteRegistry
 from engine.server import (
     admin_routes,
@@ -29,8 +30,7 @@ from engine.server import (
 from engine.server.dialect import error_body_for_path
 from engine.server.errors import error_body, install_error_handlers
 from engine.server.metrics import ServerMetrics
-from engine.server.settings import ServerSettings
-from engine.worker.manager import ModelManager
+from engine.settings import ServerSettings
 
 OPEN_PATHS = ("/health",)
 
