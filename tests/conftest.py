@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# No test reads or writes the user's OS keyring; keyring also picks up any backend class a test defines
+# (by priority) unless told which one to use, before anything calls keyring.get_keyring().
+os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,19 +23,8 @@ LLAMA_KEY = "llama-test-key"
 PROVIDER_KEY = "hearth-provider-key"
 LOCAL_KEY = "local-test-key"
 ALIAS = "HuggingFaceTB/SmolLM2-135M-Instruct"  # served names of vLLM and SGLang have a slash too
-# The OS keyring is not touched by tests (here it falls back to the 0600 keys file anyway).
+# The OS keyring is never touched by tests or the processes they start (tests/conftest.py sets the same).
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
-
-
-@pytest.fixture(scope="session", autouse=True)
-def no_os_keyring():
-    old = os.environ.get("PYTHON_KEYRING_BACKEND")
-    os.environ.update(NO_KEYRING)
-    yield
-    if old is None:
-        os.environ.pop("PYTHON_KEYRING_BACKEND", None)
-    else:
-        os.environ["PYTHON_KEYRING_BACKEND"] = old
 
 
 class LlamaCppServer:
