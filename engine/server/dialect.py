@@ -147,9 +147,10 @@ class DialectRun:
     def backend(self):
         return self.gen.lm.backend
 
-    async def chunks(self) -> AsyncIterator[GenerationChunk]:
-        """The generation's chunks; a failed generation ends with a chunk whose finish_reason is "error"."""
-        async for _, chunk in self.gen.chunks():
+    async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[GenerationChunk]:
+        """The generation's chunks; a failed generation ends with a chunk whose finish_reason is "error".
+        ``watch_client``: cancel it if the client disconnects first (a non-streamed answer)."""
+        async for _, chunk in self.gen.chunks(watch_client=watch_client):
             if chunk.token_ids and self.first_token_at is None:
                 self.first_token_at = time.perf_counter()
             yield chunk
@@ -163,7 +164,7 @@ class DialectRun:
         parts: list[str] = []
         thoughts: list[str] = []
         final = GenerationChunk(finish_reason="stop")
-        async for chunk in self.chunks():
+        async for chunk in self.chunks(watch_client=True):
             parts.append(chunk.text)
             thoughts.append(chunk.reasoning)
             if chunk.finish_reason is not None:

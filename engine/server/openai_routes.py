@@ -46,6 +46,8 @@ _STREAMED: dict[int | str, dict] = {
     200: {"description": "The completion, or its stream of events.", "content": {"text/event-stream": {}}}
 }
 
+# How often a non-streamed generation checks that its client is still connected.
+CLIENT_POLL_SECONDS = 0.25
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
 
@@ -231,10 +233,21 @@ class _Generation:
             return exc
         return GenerationFailed(chunk.error or "Generation failed; see the worker log.")
 
-    async def chunks(self) -> AsyncIterator[tuple[int, GenerationChunk]]:
+    async def _cancel_when_client_leaves(self) -> None:
+        """Cancel every choice once the client has gone: a non-streamed answer nobody waits for
+        must not hold its slot until ``max_tokens``. (A streamed response notices by itself.)"""
+        while not await self.http.is_disconnected():
+            await asyncio.sleep(CLIENT_POLL_SECONDS)
+        for req in self.requests:
+            self.lm.backend.cancel(req.request_id)
+
+    async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[tuple[int, GenerationChunk]]:
+        """The choices' chunks as they arrive. ``watch_client`` (for a non-streamed answer, whose
+        HTTP response is not being written yet) cancels the generation when the client disconnects."""
         metrics = self.app.state.metrics
         last_token_at: dict[int, float] = {}
         status = "ok"
+        watcher = asyncio.create_task(self._cancel_when_client_leaves()) if watch_client else None
         try:
             async for index, chunk in merge_streams(self.lm.backend, self.requests, self.streams, self.failures):
                 now = time.perf_counter()
@@ -254,6 +267,8 @@ class _Generation:
             status = "cancelled"
             raise
         finally:
+            if watcher is not None:
+                watcher.cancel()
             metrics.request_finished(status)
             self.app.state.manager.release(self.lm)
 
@@ -262,7 +277,7 @@ async def _collect(gen: _Generation, n_choices: int):
     texts = [""] * n_choices
     logprobs: list[list[TokenLogprob]] = [[] for _ in range(n_choices)]
     finals: list[GenerationChunk | None] = [None] * n_choices
-    async for index, chunk in gen.chunks():
+    async for index, chunk in gen.chunks(watch_client=True):
         texts[index] += chunk.text
         if chunk.reasoning:
             gen.reasoning[index] = gen.reasoning.get(index, "") + chunk.reasoning

@@ -77,6 +77,28 @@ def test_disconnect_mid_stream_frees_its_place(server):
     assert running(server) == 0
 
 
+def wait_idle(server) -> int:
+    for _ in range(100):
+        if running(server) == 0:
+            break
+        time.sleep(0.05)
+    return running(server)
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/messages"])
+def test_a_non_streamed_request_whose_client_leaves_is_cancelled(server, path):
+    # 1500 tokens take many seconds here; the client gives up after one, and the slot is free soon after.
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a very long story."}],
+        "max_tokens": 1500,
+        "ignore_eos": True,
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}{path}", json=body, headers=server.headers, timeout=httpx.Timeout(60, read=1.0))
+    assert wait_idle(server) == 0
+
+
 def test_cors_origin_when_asked():
     s = Server("--parallel", "1", "--ctx", "512", "--cors-origin", "http://app.example", api_key=None)
     try:
