@@ -9,12 +9,13 @@ request's time is its decode: ms per output token = wall time / completion token
 decodes as many tokens as the call took (``max_tokens`` with ``ignore_eos``), so both decode the same
 length. Rounds alternate the order so a change in the machine's load falls on both sides.
 
-With ``--llama-server URL`` the same requests also go to a running llama.cpp ``llama-server --jinja`` (same
-GGUF), measured the same way, for comparison.
+With ``--llama-server PATH`` (llama.cpp's own ``llama-server`` binary, built for measurement only; see
+benchmarks/peers.md) the same requests also go to it, started with ``--jinja`` on the same GGUF, threads
+and context, and measured the same way, for comparison.
 
 Goal (issue 17): the constrained call within 10% of free text per output token (ratio <= 1.10).
 
-    .venv/bin/python benchmarks/tool_call_overhead.py [--model PATH] [--rounds 5] [--llama-server URL]
+    .venv/bin/python benchmarks/tool_call_overhead.py [--model PATH] [--rounds 5] [--llama-server PATH]
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="decode threads (default: Hearth's default)")
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--llama-server", metavar="URL", help="a running llama-server --jinja with the same GGUF (its /v1)")
+    ap.add_argument("--llama-server", type=Path, metavar="PATH", help="llama.cpp's llama-server binary, measured beside")
     args = ap.parse_args(argv)
 
     import openai
@@ -127,10 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     if args.llama_server:
-        peer = openai.OpenAI(base_url=args.llama_server, api_key="none", max_retries=0, timeout=600)
-        for n in (3, 20):
-            label = f"llama-server {n} tools"
-            ratios[label] = measure(peer, str(args.model), tools(n), args.rounds, label)
+        from engine.bench.peers import LlamaServer
+
+        with LlamaServer(args.llama_server, args.model, n_ctx=args.ctx, parallel=1, n_threads=threads) as running:
+            peer = openai.OpenAI(base_url=running.url, api_key="none", max_retries=0, timeout=600)
+            for n in (3, 20):
+                label = f"llama-server {n} tools"
+                ratios[label] = measure(peer, str(args.model), tools(n), args.rounds, label)
     print()
     for label, ratio in ratios.items():
         verdict = "within" if ratio <= 1.10 else "OVER"

@@ -1,4 +1,5 @@
-"""Peers to measure Hearth against, started on this machine: llama-cpp-python's own server.
+"""Peers to measure Hearth against, started on this machine: llama-cpp-python's server and llama.cpp's
+own C++ ``llama-server``.
 
 Used by the scripts in benchmarks/. The peer needs llama-cpp-python's ``server`` extra
 (sse-starlette, starlette-context, pydantic-settings; all in Hearth's ``test`` extra).
@@ -34,60 +35,28 @@ def eos_ban(model_path: Path) -> dict[str, dict[str, float]]:
     return {"logit_bias": {str(t): -100.0 for t in eog_token_ids(model_path)}}
 
 
-class LlamaCppPythonServer:
-    """``python -m llama_cpp.server`` on a free loopback port, started and stopped by us.
+class PeerServer:
+    """A peer's server process on a free loopback port, started and stopped by us.
 
-    Args:
-        model_path: The GGUF file.
-        n_ctx: Context length (the server runs one request at a time, so this is per request).
-        n_threads: Threads for decoding and for prompts alike.
-        log_path: Where its output goes.
-        extra_args: More server flags.
+    Subclasses give ``name``, ``hint`` (said when it exits at start) and ``command(port)``.
     """
 
-    def __init__(
-        self,
-        model_path: Path,
-        *,
-        n_ctx: int,
-        n_threads: int,
-        log_path: Path | None = None,
-        extra_args: tuple[str, ...] = (),
-    ) -> None:
+    name = "peer"
+    hint = ""
+
+    def __init__(self, *, log_path: Path | None = None) -> None:
         from engine.worker.supervisor import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model_path),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--n_ctx",
-            str(n_ctx),
-            "--n_threads",
-            str(n_threads),
-            "--n_threads_batch",
-            str(n_threads),
-            # Its default cuts off a running stream when the next request arrives.
-            "--interrupt_requests",
-            "False",
-            # Its default keeps the logits of every prompt token, which only logprobs of the prompt need.
-            "--logits_all",
-            "False",
-            "--verbose",
-            "False",
-            *extra_args,
-        ]
+        self.cmd = self.command(self.port)
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 120.0) -> LlamaCppPythonServer:
+    def command(self, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 120.0) -> PeerServer:
         """Start it and wait until it lists its model.
 
         Raises:
@@ -108,10 +77,7 @@ class LlamaCppPythonServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 where = f"; see {self.log_path}" if self.log_path else ""
-                raise BenchError(
-                    f"python -m llama_cpp.server exited with code {self.proc.returncode}{where} "
-                    "(it needs: pip install 'llama-cpp-python[server]')."
-                )
+                raise BenchError(f"{self.name} exited with code {self.proc.returncode}{where}{self.hint}.")
             try:
                 if httpx.get(f"{self.url}/models", timeout=2).status_code == 200:
                     return self
@@ -119,7 +85,7 @@ class LlamaCppPythonServer:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise BenchError(f"python -m llama_cpp.server did not answer within {timeout:g} s.")
+        raise BenchError(f"{self.name} did not answer within {timeout:g} s.")
 
     @property
     def pid(self) -> int | None:
@@ -134,8 +100,85 @@ class LlamaCppPythonServer:
                 self.proc.kill()
                 self.proc.wait()
 
-    def __enter__(self) -> LlamaCppPythonServer:
+    def __enter__(self) -> PeerServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LlamaCppPythonServer(PeerServer):
+    """``python -m llama_cpp.server`` (one request at a time).
+
+    Args:
+        model_path: The GGUF file.
+        n_ctx: Context length (the server runs one request at a time, so this is per request).
+        n_threads: Threads for decoding and for prompts alike.
+        log_path: Where its output goes.
+        extra_args: More server flags.
+    """
+
+    name = "python -m llama_cpp.server"
+    hint = " (it needs: pip install 'llama-cpp-python[server]')"
+
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        n_ctx: int,
+        n_threads: int,
+        log_path: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.args = (model_path, n_ctx, n_threads, extra_args)
+        super().__init__(log_path=log_path)
+
+    def command(self, port: int) -> list[str]:
+        model_path, n_ctx, n_threads, extra_args = self.args
+        return [
+            sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--host", "127.0.0.1",
+            "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads),
+            "--n_threads_batch", str(n_threads),
+            # Its default cuts off a running stream when the next request arrives.
+            "--interrupt_requests", "False",
+            # Its default keeps the logits of every prompt token, which only logprobs of the prompt need.
+            "--logits_all", "False", "--verbose", "False", *extra_args,
+        ]  # fmt: skip
+
+
+class LlamaServer(PeerServer):
+    """llama.cpp's own C++ ``llama-server``, built for measurement only (see benchmarks/peers.md).
+
+    Args:
+        binary: The ``llama-server`` executable.
+        model_path: The GGUF file.
+        n_ctx: Context per sequence (the server is given ``n_ctx * parallel`` for its slots).
+        parallel: Sequence slots (``-np``).
+        n_threads: Threads for decoding and for prompts alike.
+        log_path: Where its output goes.
+        extra_args: More server flags.
+    """
+
+    name = "llama-server"
+
+    def __init__(
+        self,
+        binary: Path,
+        model_path: Path,
+        *,
+        n_ctx: int,
+        parallel: int,
+        n_threads: int,
+        log_path: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.args = (binary, model_path, n_ctx, parallel, n_threads, extra_args)
+        super().__init__(log_path=log_path)
+
+    def command(self, port: int) -> list[str]:
+        binary, model_path, n_ctx, parallel, n_threads, extra_args = self.args
+        return [
+            str(binary), "-m", str(model_path), "--host", "127.0.0.1", "--port", str(port),
+            "-c", str(n_ctx * parallel), "-np", str(parallel), "-t", str(n_threads), "-tb", str(n_threads),
+            "--jinja", "--no-webui", *extra_args,
+        ]  # fmt: skip
