@@ -41,7 +41,8 @@ def _tool(name: str, description: str, properties: dict, required: list[str]) ->
 
 
 def tools(n: int) -> list[dict]:
-    """``n`` tools: three realistic ones, then more of varied shapes (20 is the larger schema)."""
+    """``n`` tools: three realistic ones, then more of varied shapes (20 is the larger schema). Arrays are
+    bounded, as real tools' usually are: the starter model, given an unbounded one, fills it until max_tokens."""
     base = [
         _tool("get_weather", "Weather forecast for a city.",
               {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 10},
@@ -53,7 +54,7 @@ def tools(n: int) -> list[dict]:
               {"to": {"type": "string"}, "body": {"type": "string"}, "urgent": {"type": "boolean"}}, ["to", "body"]),
     ]  # fmt: skip
     kinds = [{"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"},
-             {"type": "array", "items": {"type": "string"}}]  # fmt: skip
+             {"type": "array", "items": {"type": "string"}, "maxItems": 4}]  # fmt: skip
     extra = [
         _tool(f"tool_{i}", f"Helper number {i}.",
               {f"arg_{j}": kinds[(i + j) % len(kinds)] for j in range(1 + i % 4)}, [f"arg_{0}"])
@@ -76,12 +77,12 @@ def timed(client, model: str, tool_list: list[dict], choice: str, max_tokens: in
 
 def measure(client, model: str, tool_list: list[dict], rounds: int, label: str) -> float:
     """The median constrained/free ms-per-token ratio for one schema on one server."""
-    _, call_tokens, is_call = timed(client, model, tool_list, "required", 256, False)  # warm-up
+    _, call_tokens, is_call = timed(client, model, tool_list, "required", 512, False)  # warm-up
     if not is_call:
         raise RuntimeError(f"{label}: the forced answer was not a tool call")
     timed(client, model, tool_list, "auto", call_tokens, True)
     sides = {
-        "constrained": lambda: timed(client, model, tool_list, "required", 256, False),
+        "constrained": lambda: timed(client, model, tool_list, "required", 512, False),
         "free text": lambda: timed(client, model, tool_list, "auto", call_tokens, True),
     }
     ms: dict[str, list[float]] = {s: [] for s in sides}
