@@ -3,9 +3,9 @@
 ``tool_choice: "required"`` (decoding constrained by the GBNF built from the tools' schemas) and with
 ``tool_choice: "auto"`` answered as free text, on a 3-tool and on a 20-tool schema.
 
-Each request is non-streamed (a call's deltas arrive when it is complete) and greedy. The prompt is the
-same on both sides and repeats every round, so after the warm-up the engine reuses its cached prefix and a
-request's time is its decode: ms per output token = wall time / completion tokens. The free-text side
+Each request is non-streamed and greedy, and each timed one follows the same request untimed, so the
+engine has its whole prompt cached and the request's time is its decode: ms per output token = wall time
+/ completion tokens. The free-text side
 decodes as many tokens as the call took (``max_tokens`` with ``ignore_eos``), so both decode the same
 length. Rounds alternate the order so a change in the machine's load falls on both sides.
 
@@ -63,32 +63,49 @@ def tools(n: int) -> list[dict]:
     return (base + extra)[:n]
 
 
-def timed(client, model: str, tool_list: list[dict], choice: str, max_tokens: int, ignore_eos: bool):
-    """(ms per output token, completion tokens, whether the answer is a call)."""
+def timed(client, model: str, tool_list: list[dict], choice: str, max_tokens: int, ignore_eos: bool, schema=None):
+    """(ms per output token, completion tokens, whether the answer is a call). ``schema``: instead of a
+    forced call, JSON output valid for it (``response_format``), for a server that cannot force one."""
+    kw: dict = {"tools": tool_list, "tool_choice": choice}
+    if schema is not None:
+        kw = {"response_format": {"type": "json_schema", "json_schema": {"name": "call", "schema": schema}}}
     t0 = time.perf_counter()
     r = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": USER}], tools=tool_list, tool_choice=choice,
-        temperature=0.0, max_tokens=max_tokens, extra_body={"ignore_eos": ignore_eos},
+        model=model, messages=[{"role": "user", "content": USER}], temperature=0.0, max_tokens=max_tokens,
+        extra_body={"ignore_eos": ignore_eos}, **kw,
     )  # fmt: skip
     dt = time.perf_counter() - t0
     n = r.usage.completion_tokens
     return dt * 1000 / max(1, n), n, bool(r.choices[0].message.tool_calls)
 
 
-def measure(client, model: str, tool_list: list[dict], rounds: int, label: str) -> float:
-    """The median constrained/free ms-per-token ratio for one schema on one server."""
-    _, call_tokens, is_call = timed(client, model, tool_list, "required", 512, False)  # warm-up
+def measure(client, model: str, tool_list: list[dict], rounds: int, label: str, *, peer: bool = False) -> float:
+    """The median constrained/free ms-per-token ratio for one schema on one server.
+
+    Each timed request follows the same request untimed, so its prompt is cached whole and its time is
+    its decode. A peer that cannot force a call (its answer is not one) is measured on the same schema
+    through ``response_format`` instead, and said so.
+    """
+    schema = None
+    _, call_tokens, is_call = timed(client, model, tool_list, "required", 512, False)
     if not is_call:
-        raise RuntimeError(f"{label}: the forced answer was not a tool call")
-    timed(client, model, tool_list, "auto", call_tokens, True)
+        if not peer:
+            raise RuntimeError(f"{label}: the forced answer was not a tool call")
+        from engine.tools.constraint import call_schema
+        from engine.tools.spec import parse_tools
+
+        schema = call_schema(parse_tools(tool_list))
+        print(f"  {label}: tool_choice required gave no tool call; its grammar is measured with response_format")
+        _, call_tokens, _ = timed(client, model, tool_list, "required", 512, False, schema)
     sides = {
-        "constrained": lambda: timed(client, model, tool_list, "required", 512, False),
+        "constrained": lambda: timed(client, model, tool_list, "required", 512, False, schema),
         "free text": lambda: timed(client, model, tool_list, "auto", call_tokens, True),
     }
     ms: dict[str, list[float]] = {s: [] for s in sides}
     for i in range(rounds):
         order = list(sides) if i % 2 == 0 else list(sides)[::-1]
         for side in order:
+            sides[side]()  # its prompt into the cache
             per_token, n, _ = sides[side]()
             ms[side].append(per_token)
             print(f"  {label} round {i + 1} {side:>11}: {per_token:7.2f} ms/token, {n} tokens")
@@ -135,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             peer = openai.OpenAI(base_url=running.url, api_key="none", max_retries=0, timeout=600)
             for n in (3, 20):
                 label = f"llama-server {n} tools"
-                ratios[label] = measure(peer, str(args.model), tools(n), args.rounds, label)
+                ratios[label] = measure(peer, str(args.model), tools(n), args.rounds, label, peer=True)
     print()
     for label, ratio in ratios.items():
         verdict = "within" if ratio <= 1.10 else "OVER"
