@@ -74,6 +74,10 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
     return f"root ::= {many}\n{body}"
 
 
+# How many of the highest-logit tokens a refused greedy draw offers the grammar before it masks the vocabulary.
+REFUSED_CANDIDATES = 256
+
+
 class SequenceSampler:
     """The sampler chain of one request: logit bias, grammar, penalties, filters, then a draw.
 
@@ -117,7 +121,11 @@ class SequenceSampler:
             self._view = np.ctypeslib.as_array(self._cells)
             self._ids = np.arange(model.n_vocab, dtype=np.int32)
             self._one = (llama_cpp.llama_token_data * 1)()
-        if params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
+        penalties = params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty
+        # Without biases or penalties the chain ranks tokens by their raw logits, so a refused draw can
+        # look for the best allowed tokens among the highest logits first (see `_draw_allowed`).
+        self._ranked_by_logits = not bias and not penalties
+        if penalties:
             add(
                 llama_cpp.llama_sampler_init_penalties(
                     model.n_vocab,
@@ -152,9 +160,10 @@ class SequenceSampler:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
         ptr = llama_cpp.llama_get_logits_ith(ctx, index)
         logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
-        token = self._draw(logits, mask=None)
+        # Greedy over raw logits is their argmax, without copying the vocabulary into a candidate array.
+        token = int(logits.argmax()) if self._ranked_by_logits and self.params.greedy else self._draw(logits, mask=None)
         if not self._allowed(grammar, token, float(logits[token])):
-            token = self._draw(logits, mask=grammar)
+            token = self._draw_allowed(logits, grammar)
         llama_cpp.llama_sampler_accept(grammar, token)
         llama_cpp.llama_sampler_accept(self.chain, token)
         return token
@@ -171,6 +180,30 @@ class SequenceSampler:
             llama_cpp.llama_sampler_apply(mask, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
         return int(cur.data[cur.selected].id)
+
+    def _draw_allowed(self, logits: np.ndarray, grammar: llama_cpp.llama_sampler_p) -> int:
+        """A token the grammar allows, drawn as the chain would draw it from the whole masked vocabulary.
+
+        Masking the whole vocabulary costs milliseconds on a large one, so a greedy chain over raw
+        logits first offers the grammar only the highest-logit candidates: the first allowed among them
+        is the masked vocabulary's best. When none is allowed, or the chain samples, the whole
+        vocabulary is masked.
+        """
+        n = REFUSED_CANDIDATES
+        if self._ranked_by_logits and self.params.greedy and n < len(logits):
+            idx = np.argpartition(-logits, n)[:n]
+            idx = idx[np.argsort(-logits[idx], kind="stable")]
+            cells = (llama_cpp.llama_token_data * n)()
+            view = np.ctypeslib.as_array(cells)
+            view["id"] = idx
+            view["logit"] = logits[idx]
+            view["p"] = 0.0
+            cur = llama_cpp.llama_token_data_array(cells, n, -1, False)
+            llama_cpp.llama_sampler_apply(grammar, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
+            ok = np.flatnonzero(view["logit"] != -np.inf)
+            if len(ok):
+                return int(view["id"][ok[0]])
+        return self._draw(logits, mask=grammar)
 
     def _allowed(self, grammar: llama_cpp.llama_sampler_p, token: int, logit: float) -> bool:
         self._one[0].id, self._one[0].logit, self._one[0].p = token, logit, 0.0

@@ -36,6 +36,33 @@ def test_json_schema_output_parses_and_validates(llama_backend):
     jsonschema.validate(json.loads(text), schema)
 
 
+def test_a_refused_greedy_draw_looks_among_the_best_candidates_first_and_draws_the_same(llama_backend, monkeypatch):
+    # A forced tool call refuses many drawn tokens; offering the grammar the highest-logit candidates first
+    # must choose exactly what masking the whole vocabulary chooses (which it does when given too few).
+    from engine.backends.llamacpp import sampler
+    from engine.tools.spec import parse_tool_choice, parse_tools
+
+    tools = parse_tools([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"]}}}])  # fmt: skip
+    req = dict(model="s", messages=(ChatMessage("user", "Weather in Lisbon for 3 days?"),), tools=tools,
+               tool_choice=parse_tool_choice("required", tools))  # fmt: skip
+    refused = []
+    full = sampler.SequenceSampler._draw
+    monkeypatch.setattr(sampler.SequenceSampler, "_draw", lambda self, logits, mask: refused.append(mask) or full(self, logits, mask=mask))
+
+    def call() -> tuple:
+        chunks = list(llama_backend.stream(GenerationRequest(**req, params=SamplingParams(max_tokens=60, temperature=0))))
+        return tuple(t for c in chunks for t in c.token_ids), [(t.name, t.arguments) for t in chunks[-1].tool_calls]
+
+    fast = call()
+    masked_fast = sum(m is not None for m in refused)
+    refused.clear()
+    monkeypatch.setattr(sampler, "REFUSED_CANDIDATES", 1 << 20)  # more than the vocabulary: always mask it all
+    assert call() == fast and fast[1]
+    assert sum(m is not None for m in refused) > masked_fast
+
+
 def test_truncated_gguf_is_a_load_error_naming_the_path(tmp_path: Path, starter_path: Path):
     bad = tmp_path / "truncated.gguf"
     bad.write_bytes(starter_path.read_bytes()[: 5_000_000])
