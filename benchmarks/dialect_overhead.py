@@ -10,14 +10,20 @@ the median decode speed (tokens after the first, over the time from the first to
 client sees them) and the time to the first token; and each dialect's decode speed over chat
 completions'.
 
+With ``--raw`` every side reads its stream with the same few lines of httpx instead of its SDK (JSON per
+event, nothing accumulated), so what differs between the sides is only what the server does: the SDKs
+parse and accumulate differently (the openai client's responses.stream rebuilds the whole response at
+every event), and on a 2-core machine the client's work takes time from the decode.
+
 Goal (issue 18): every dialect within 3% of chat completions (ratio >= 0.97).
 
-    .venv/bin/python benchmarks/dialect_overhead.py [--model PATH] [--max-tokens 128] [--rounds 5]
+    .venv/bin/python benchmarks/dialect_overhead.py [--model PATH] [--max-tokens 128] [--rounds 5] [--raw]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -97,6 +103,59 @@ def ollama_side(client, model: str, max_tokens: int) -> tuple[float, float, int]
     return clock.result(n)
 
 
+def raw_side(http, path: str, body: dict, text_of, tokens_of) -> tuple[float, float, int]:
+    """One stream read with httpx alone: each event's JSON parsed, its text (``text_of``) timed and the
+    token count taken from the event that has it (``tokens_of``)."""
+    clock, n = Clock(), 0
+    with http.stream("POST", path, json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            data = line[6:] if line.startswith("data: ") else line if line.startswith("{") else None
+            if not data or data == "[DONE]":
+                continue
+            event = json.loads(data)
+            if text_of(event):
+                clock.tick()
+            n = tokens_of(event) or n
+    return clock.result(n)
+
+
+def raw_sides(http, model: str, max_tokens: int) -> dict:
+    def chat_text(e):
+        return e.get("choices") and e["choices"][0]["delta"].get("content")
+
+    def messages_text(e):
+        return e.get("type") == "content_block_delta" and e["delta"].get("text")
+
+    def responses_text(e):
+        return e.get("type") == "response.output_text.delta" and e.get("delta")
+
+    def responses_tokens(e):
+        return e.get("type") in ("response.completed", "response.incomplete") and e["response"]["usage"]["output_tokens"]
+
+    common = {"model": model, "stream": True, "temperature": 0.0}
+    return {
+        "/v1/chat/completions": lambda: raw_side(
+            http, "/v1/chat/completions",
+            {**common, "messages": MESSAGES, "max_tokens": max_tokens, "stream_options": {"include_usage": True}},
+            chat_text, lambda e: (e.get("usage") or {}).get("completion_tokens"),
+        ),
+        "/v1/messages": lambda: raw_side(
+            http, "/v1/messages", {**common, "system": SYSTEM, "messages": MESSAGES[1:], "max_tokens": max_tokens},
+            messages_text, lambda e: e.get("type") == "message_delta" and e["usage"]["output_tokens"],
+        ),
+        "/v1/responses": lambda: raw_side(
+            http, "/v1/responses", {**common, "instructions": SYSTEM, "input": USER, "max_output_tokens": max_tokens},
+            responses_text, responses_tokens,
+        ),
+        "/api/chat": lambda: raw_side(
+            http, "/api/chat",
+            {"model": model, "messages": MESSAGES, "stream": True, "options": {"temperature": 0.0, "num_predict": max_tokens}},
+            lambda e: e.get("message", {}).get("content"), lambda e: e.get("done") and e.get("eval_count"),
+        ),
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     from engine.starter import starter_model_path
 
@@ -106,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--raw", action="store_true", help="read every stream with httpx alone, not its SDK")
     args = ap.parse_args(argv)
 
     import anthropic
+    import httpx
     import ollama
     import openai
 
@@ -135,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             "/v1/responses": lambda: responses_side(oa, model, args.max_tokens),
             "/api/chat": lambda: ollama_side(ol, model, args.max_tokens),
         }
+        if args.raw:
+            http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=300)
+            sides = raw_sides(http, model, args.max_tokens)
+        print(f"{'httpx alone' if args.raw else 'official clients'}: ", end="")
         print(f"model {args.model.name}, {threads} threads, ctx {args.ctx}, {args.max_tokens} tokens, {args.rounds} rounds")
         for run in sides.values():  # warm-up (and the prompt's prefix cached for every side alike)
             run()
