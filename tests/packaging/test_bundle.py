@@ -174,3 +174,35 @@ def test_the_cli_reports_its_version_and_the_bundled_starter_model(hearth, tmp_p
     assert version.stdout.strip() == f"hearth {__version__}"
     models = subprocess.run([str(hearth), "models"], env=env, capture_output=True, text=True, timeout=60)
     assert models.returncode == 0 and STARTER_NAME in models.stdout, models.stdout + models.stderr
+
+
+def test_documents_from_the_bundle_are_embedded_offline_and_searched(hearth, tmp_path):
+    """sqlite-vec's extension, the parsers and the default embedding model (converted from its zip on
+    first use) all travel with the bundle: a PDF is indexed with vectors and a hybrid search finds its page."""
+    import json
+
+    from tests.engine.documents.conftest import PDF_PAGES, write_pdf
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    write_pdf(docs / "manual.pdf", PDF_PAGES)
+    (docs / "bees.md").write_text("# Bees\n\nThe hive is inspected every nine days.\n")
+    env = env_for(tmp_path / "home")
+    add = subprocess.run(
+        [str(hearth), "docs", "add", "home", str(docs), "--json"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert add.returncode == 0, add.stdout + add.stderr
+    info = json.loads(add.stdout)
+    assert info["files"] == 2 and info["chunks"] > 0 and info["embedded"] == info["chunks"], info
+    assert (tmp_path / "home" / "embeddings" / "all-MiniLM-L6-v2-f16.gguf").is_file()
+    found = subprocess.run(
+        [str(hearth), "docs", "search", "home", "How do I restore the thermostat's defaults?", "--mode", "hybrid", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert found.returncode == 0, found.stdout + found.stderr
+    result = json.loads(found.stdout)
+    top = result["hits"][0]
+    assert result["mode"] == "hybrid" and Path(top["path"]).name == "manual.pdf" and top["page"] == 2, result
