@@ -79,6 +79,22 @@ class AgentResult:
     error: str | None = None
 
 
+def _assistant(turn: ModelTurn) -> dict[str, Any]:
+    """A turn as the assistant message of the history. Its thinking goes with it as
+    ``reasoning_content``: the engine shows it to a template that asks for it (Qwen3 keeps the
+    thinking of the tool rounds since the last question) and drops it for the others."""
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    if turn.calls:
+        message["content"] = turn.content or None
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in turn.calls
+        ]
+    if turn.reasoning:
+        message["reasoning_content"] = turn.reasoning
+    return message
+
+
 def truncate(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, saying how much was cut."""
     if len(text) <= limit:
@@ -188,19 +204,9 @@ class AgentLoop:
             turn = await self._turn(result, choice)
             if not turn.calls:
                 result.answer = turn.content
-                result.messages.append({"role": "assistant", "content": turn.content})
+                result.messages.append(_assistant(turn))
                 return
-            # earlier turns' thinking is not sent back (docs/agent.md)
-            result.messages.append(
-                {
-                    "role": "assistant",
-                    "content": turn.content or None,
-                    "tool_calls": [
-                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                        for c in turn.calls
-                    ],
-                }
-            )
+            result.messages.append(_assistant(turn))
             records = [self._record(c, round_no) for c in turn.calls]
             result.calls.extend(records)
             await self._run_calls(records)
@@ -214,7 +220,7 @@ class AgentLoop:
         turn = await self._turn(result, "none")
         result.rounds += 1
         result.answer = turn.content
-        result.messages.append({"role": "assistant", "content": turn.content})
+        result.messages.append(_assistant(turn))
 
     def _record(self, call, round_no: int) -> ToolCallRecord:
         tool = self.hub.tool(call.name)

@@ -94,8 +94,8 @@ def _generic_messages(messages: tuple[ChatMessage, ...], system_block: str | Non
 
     out: list[ChatMessage] = []
     for m in messages:
-        if m.role == "assistant" and m.tool_calls:
-            out.append(ChatMessage(role="assistant", content=_generic_call_text(m)))
+        if m.role == "assistant" and m.tool_calls:  # its thinking stays (kept only if the template asks)
+            out.append(ChatMessage(role="assistant", content=_generic_call_text(m), reasoning=m.reasoning))
         elif m.role == "tool":
             body = json.dumps({"name": m.name, "content": m.content}, ensure_ascii=False) if m.name else m.content
             text = f"<tool_response>\n{body}\n</tool_response>"
