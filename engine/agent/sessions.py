@@ -3,7 +3,8 @@
 Each server runs in a task of its own that holds the SDK's transport and ``ClientSession`` open
 (their cancel scopes must be entered and left in one task); calls come from any task of the same
 event loop. A server that fails to start or dies is marked failed with its stderr (stdio) or the
-error (HTTP); the others and the chat go on without it.
+error (HTTP); the others and the chat go on without it. A stdio server that exits while idle is
+noticed when it exits (its stdout ends), not at the next call, and the hub's ``on_failure`` is told.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import logging
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from engine.agent.config import McpConfigError, McpServerConfig
@@ -89,8 +92,52 @@ def _output_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+class _EndWatch:
+    """A transport's read stream, as the SDK's session reads it, that says when it ends: the
+    server's stdout closed (it exited) or its connection broke."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        import anyio
+
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _EndWatch:
+        return self
+
+    async def __anext__(self) -> Any:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _EndWatch:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
 class McpConnection:
-    """One server: started by :meth:`start`, closed by :meth:`close`."""
+    """One server: started by :meth:`start`, closed by :meth:`close`.
+
+    ``on_failed`` (set by the hub) is called once, on the event loop, when the server failed to
+    start or stopped on its own; by then ``error`` says why and its stderr is complete.
+    """
 
     def __init__(self, config: McpServerConfig) -> None:
         self.config = config
@@ -98,6 +145,7 @@ class McpConnection:
         self.session: Any = None
         self.tools: list[Any] = []  # the SDK's Tool objects
         self.error: str | None = None
+        self.on_failed: Callable[[McpConnection], None] | None = None
         self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
         self._ready = asyncio.Event()
         self._closing = asyncio.Event()
@@ -151,7 +199,7 @@ class McpConnection:
                         raise McpConfigError(f"MCP server '{self.name}' has neither a command nor a url.")
                     http = await stack.enter_async_context(create_mcp_http_client(headers=dict(self.config.headers)))
                     read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-                session = await stack.enter_async_context(ClientSession(read, write))
+                session = await stack.enter_async_context(ClientSession(_EndWatch(read, self._ended), write))
                 await session.initialize()
                 listed = await session.list_tools()
                 self.tools = list(listed.tools)
@@ -162,10 +210,23 @@ class McpConnection:
             raise
         except BaseException as exc:  # ExceptionGroup from the SDK's task groups, OSError from the spawn
             self.error = self.error or _reason(exc)
-            log.info("MCP server %s stopped: %s", self.name, self.error)
         finally:
             self.session = None
             self._ready.set()
+            if self.error is not None:
+                log.info("MCP server %s stopped: %s", self.name, self.error)
+                if self.on_failed is not None:
+                    try:
+                        self.on_failed(self)
+                    except Exception:  # a listener's bug must not hide the failure from the chat
+                        log.exception("MCP failure listener failed")
+
+    def _ended(self) -> None:
+        """The server's side of the transport ended: unless we are closing it, it stopped on its own."""
+        if self._closing.is_set() or self.error is not None:
+            return
+        self.error = "it exited" if self.config.command else "its connection closed"
+        self._closing.set()  # the task leaves the SDK's contexts, which reap the process
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float | None = None) -> ToolOutput:
         """Call one tool.
@@ -186,7 +247,7 @@ class McpConnection:
             if isinstance(exc, MCPError) and "closed" not in str(exc).lower():
                 return ToolOutput(f"error: {exc}", is_error=True)  # the server answered with an error
             await asyncio.sleep(0.05)  # let the process's last words reach the stderr file
-            self.error = _reason(exc)
+            self.error = self.error or _reason(exc)  # "it exited", when its stdout ended first
             self._closing.set()
             raise McpServerFailed(self.name, self.error, self.stderr_tail()) from exc
         return ToolOutput(_output_text(result), is_error=bool(getattr(result, "is_error", False)))
@@ -213,10 +274,16 @@ def _reason(exc: BaseException) -> str:
 class McpHub:
     """The servers of one chat (or one ``hearth chat --mcp`` run) and their tools, by model-facing name."""
 
-    def __init__(self, configs: list[McpServerConfig]) -> None:
+    def __init__(
+        self, configs: list[McpServerConfig], *, on_failure: Callable[[McpServerFailed], None] | None = None
+    ) -> None:
+        """``on_failure`` is told (on the event loop) of each server that fails to start or dies."""
         self.connections = [McpConnection(c) for c in configs if c.enabled]
         self._tools: dict[str, McpTool] = {}
         self._reported: set[str] = set()
+        if on_failure is not None:
+            for conn in self.connections:
+                conn.on_failed = lambda c: on_failure(McpServerFailed(c.name, c.error or "", c.stderr_tail()))
 
     async def start(self) -> None:
         """Start every server at once; failed ones keep their ``error`` and stderr."""

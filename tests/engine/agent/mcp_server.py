@@ -1,7 +1,8 @@
 """A real MCP server for the agent tests, on the official SDK: ``python mcp_server.py stdio|http PORT``.
 
 Every call is appended as one JSON line to the file named by ``HEARTH_TEST_MCP_LOG`` (when set), so
-a test sees which calls reached the server, with their arguments.
+a test sees which calls reached the server, with their arguments. With ``HEARTH_TEST_MCP_EXIT_FILE``
+set, the server exits on its own, saying so on stderr, once that file exists (at once if it does).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 
 from mcp.server.mcpserver import MCPServer
@@ -57,7 +59,16 @@ def crash() -> str:
     os._exit(3)
 
 
+def _exit_when(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    print("recorder: exiting on its own, the disk is gone", file=sys.stderr, flush=True)
+    os._exit(4)
+
+
 if __name__ == "__main__":
+    if os.environ.get("HEARTH_TEST_MCP_EXIT_FILE"):
+        threading.Thread(target=_exit_when, args=(os.environ["HEARTH_TEST_MCP_EXIT_FILE"],), daemon=True).start()
     if os.environ.get("HEARTH_TEST_MCP_FAIL"):
         print("recorder: cannot start, the database is missing", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -82,3 +82,31 @@ def test_failed_and_dying_servers_show_stderr_and_the_others_go_on(call_log, tmp
             await hub.close()
 
     asyncio.run(main())
+
+
+def test_a_server_that_exits_while_idle_is_noticed_when_it_exits(call_log, tmp_path):
+    trigger = tmp_path / "exit-now"
+
+    async def main():
+        told = []
+        noticed = asyncio.Event()
+
+        def on_failure(failure):
+            told.append(failure)
+            noticed.set()
+
+        hub = McpHub([stdio_config("idle", call_log.path, HEARTH_TEST_MCP_EXIT_FILE=str(trigger))], on_failure=on_failure)
+        await hub.start()
+        try:
+            assert hub.failures() == [] and {t.server for t in hub.tools()} == {"idle"}
+            trigger.touch()  # no call is made: the server just goes
+            await asyncio.wait_for(noticed.wait(), 30)
+            assert [f.server for f in told] == ["idle"] and told[0].reason == "it exited"
+            assert "exiting on its own" in told[0].stderr
+            assert hub.tools() == [] and hub.tool("lookup") is None  # the next turn goes on without it
+            assert [f.server for f in hub.new_failures()] == ["idle"]
+        finally:
+            await hub.close()
+        assert len(told) == 1  # closing the hub is no second failure
+
+    asyncio.run(main())
