@@ -3,7 +3,7 @@ with its thinking and tool calls shown as they happen and each call approved in 
 
 Same face as :class:`app.chat.answer_run.AnswerRun` (``start``, ``stop``, ``finished``), so the
 controller runs either. Stop cancels the loop with its running calls; the steps that finished are
-kept (agent-steps.db) with the text so far.
+kept in the chat store with the text so far.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.agent.service import AgentService
-from app.agent.steps import AnswerSteps
 from app.chat.answer_run import AnswerOutcome
 from app.chat.context import fit_history
 from app.chat.conversation_model import ConversationModel
 from app.net.api import HearthApi
 from app.net.types import ApiError
 from app.store.chat_store import ChatStore
-from app.store.records import AnswerStats, ChatRecord, MessageRecord
+from app.store.records import AnswerStats, AnswerSteps, ChatRecord, MessageRecord
 from engine.agent import AgentEvent, AgentLoop, ApprovalPolicy, ChatClient, Decision, McpTool, ToolCallRecord
 
 log = logging.getLogger(__name__)
@@ -98,7 +97,7 @@ class AgentAnswerRun(QObject):
         settings = self.chat.settings
         fit = fit_history(
             self.history, system_prompt=settings.system_prompt, context_length=self.context_length,
-            max_tokens=settings.sampling.max_tokens,
+            max_tokens=settings.sampling.max_tokens, thinking=self.store.thinking(self.chat.id),
         )  # fmt: skip
         self.answer = replace(self.answer, stats=AnswerStats(model=settings.model, dropped_messages=fit.dropped))
         self.conversation.replace(self.answer, streaming=True)
@@ -167,6 +166,7 @@ class AgentAnswerRun(QObject):
             self.steps.reasoning += event.text
             self.steps.thinking_tokens += 1
             self.steps.thinking_seconds = time.perf_counter() - self._t_think
+            self._dirty = True
         elif event.kind == "content":
             if self._t_first is None:
                 self._t_first = time.perf_counter()
@@ -178,7 +178,7 @@ class AgentAnswerRun(QObject):
         elif event.kind in ("call_started", "call_finished") and event.call is not None:
             self.steps.upsert_call(event.call.as_dict())
             if event.kind == "call_finished":
-                self.agent.steps.put(self.answer.id, self.steps)  # every finished step is kept
+                self.store.save_steps(self.answer.id, self.steps)  # every finished step is kept
             self.pending = [r for r in self.pending if not r.future.done()]
         elif event.kind == "server_failed":
             self.steps.notices.append(f"MCP server {event.server} is not running; the chat goes on without it.\n{event.text}")
@@ -194,7 +194,10 @@ class AgentAnswerRun(QObject):
     def _save_partial(self) -> None:
         if self._dirty and not self._finished:
             self._dirty = False
-            self.store.update_message(self.answer.id, self.text, self._stats(None))
+            self.store.update_message(self.answer.id, self.text, self._stats(None), steps=self._kept_steps())
+
+    def _kept_steps(self) -> AnswerSteps | None:
+        return None if self.steps.empty else self.steps
 
     def _stats(self, finish_reason: str | None, error: str | None = None, tokens: int | None = None) -> AnswerStats:
         now = time.perf_counter()
@@ -231,10 +234,8 @@ class AgentAnswerRun(QObject):
                 self.steps.thinking_tokens = result.reasoning_tokens
         if self.steps.reasoning:
             self.steps.thinking_done = True
-        if not self.steps.empty:
-            self.agent.steps.put(self.answer.id, self.steps)
         self.answer = replace(self.answer, content=self.text, stats=stats)
-        self.store.update_message(self.answer.id, self.text, stats)
+        self.store.update_message(self.answer.id, self.text, stats, steps=self._kept_steps())
         self.conversation.replace(self.answer, streaming=False)
         self.steps_changed.emit(self.answer.id)
         self.finished.emit(AnswerOutcome(self.chat.id, self.answer, error))

@@ -1,15 +1,30 @@
-"""Puts the agent into the main window: the Tools button of the chat header, the approval dialog,
-and the thinking and tool-call cards of answers in the chat view."""
+"""Puts the agent into the main window: the Tools button of the chat header, the notice of a chat's
+MCP server that stopped (with its stderr), the approval dialog, and the thinking and tool-call cards
+of answers in the chat view."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QSize
-from PySide6.QtWidgets import QToolButton
+from PySide6.QtCore import QObject, QSize, Qt
+from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
 
 from app.agent.agent_run import AgentAnswerRun, ApprovalRequest
 from app.agent.servers_dialog import McpServersDialog
 from app.agent.service import AgentService
+from app.agent.steps import import_legacy_steps
 from app.agent.widgets import ApprovalDialog
+
+STDERR_LINES = 6  # of a stopped server's stderr, in the chat's notice
+
+
+def _layout_holding(layout: QLayout, widget: QWidget) -> QLayout | None:
+    if layout.indexOf(widget) >= 0:
+        return layout
+    for i in range(layout.count()):
+        child = layout.itemAt(i).layout()
+        found = _layout_holding(child, widget) if child is not None else None
+        if found is not None:
+            return found
+    return None
 
 
 class AgentUi(QObject):
@@ -33,19 +48,48 @@ class AgentUi(QObject):
         self.tools_button.clicked.connect(self.open_servers)
         header = chats.settings_button.parentWidget().layout()
         header.insertWidget(header.indexOf(chats.settings_button), self.tools_button)
+        self.server_notice = QLabel()  # a server of this chat that stopped, with its stderr
+        self.server_notice.setObjectName("Notice")
+        self.server_notice.setStyleSheet("QLabel { margin: 8px 20px 0 20px; }")  # in line with the chat
+        self.server_notice.setTextFormat(Qt.TextFormat.PlainText)  # stderr is untrusted text
+        self.server_notice.setWordWrap(True)
+        self.server_notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.server_notice.hide()
+        column = _layout_holding(chats.layout(), chats.view)
+        if column is not None:
+            column.insertWidget(column.indexOf(chats.view), self.server_notice)
         window.controller.run_started.connect(self._run_started)
+        agent.server_state_changed.connect(self._server_state_changed)
         self.update_button()
 
     def steps_for(self, message_id: int):
+        """An answer's steps: a running answer's as they grow, else those kept in the chat store."""
         run = self.runs.get(message_id)
         if run is None:
-            return self.agent.steps.get(message_id)
+            return self.window.store.steps(message_id)
         return run.steps if isinstance(run, AgentAnswerRun) else run.thinking
 
     def update_button(self) -> None:
+        """The Tools button and the stopped-server notice, for the chat on screen."""
         chat_id = self.window.chats.chat_id
         n = len(self.agent.chat_servers(chat_id)) if chat_id is not None else 0
-        self.tools_button.setText(f"Tools ({n})" if n else "Tools")
+        failures = self.agent.failures(chat_id) if chat_id is not None else []
+        stopped = f", {len(failures)} stopped" if failures else ""
+        self.tools_button.setText(f"Tools ({n}{stopped})" if n else "Tools")
+        parts = []
+        for f in failures:
+            said = f"MCP server {f.server} stopped: {f.reason}. The chat goes on without its tools; "
+            said += "it is started again with your next message."
+            tail = f.stderr.splitlines()[-STDERR_LINES:]
+            parts.append("\n".join([said, *(f"  {line}" for line in tail)]))
+        self.server_notice.setText("\n\n".join(parts))
+        self.server_notice.setVisible(bool(parts))
+
+    def _server_state_changed(self, chat_id: int) -> None:
+        if chat_id == self.window.chats.chat_id:
+            self.update_button()
+        if self.servers_dialog is not None and self.servers_dialog.chat_id == chat_id:
+            self.servers_dialog.refresh()
 
     def open_servers(self) -> McpServersDialog:
         dialog = McpServersDialog(self.agent, self.window.chats.chat_id, self.window)
@@ -68,9 +112,7 @@ class AgentUi(QObject):
         run.finished.connect(lambda _o, m=mid, r=run: self._finished(m, r))
 
     def _plain_finished(self, message_id: int, run) -> None:
-        self.runs.pop(message_id, None)
-        if run.thinking is not None:
-            self.agent.steps.put(message_id, run.thinking)  # kept with the chat
+        self.runs.pop(message_id, None)  # its thinking is in the chat store with its text
         self.window.chats.view.refresh_steps(message_id)
 
     def _steps_changed(self, message_id: int) -> None:
@@ -111,7 +153,9 @@ class AgentUi(QObject):
 
 def install_agent(window) -> AgentService:
     """The window's AgentService (data beside the chat store), wired into its chat page."""
-    agent = AgentService(window.store.path.parent, parent=window)
+    folder = window.store.path.parent
+    import_legacy_steps(folder, window.store)
+    agent = AgentService(folder, parent=window)
     window.controller.agent = agent
     window.agent_ui = AgentUi(window, agent)
     window.chats.sidebar.chat_selected.connect(lambda _id: window.agent_ui.update_button())

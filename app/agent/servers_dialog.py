@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.agent.service import AgentService
-from engine.agent import McpConfigError, McpServerConfig
+from engine.agent import McpConfigError, McpServerConfig, McpServerFailed
 
 
 def _pairs(text: str, sep: str) -> tuple[tuple[str, str], ...]:
@@ -162,21 +162,28 @@ class McpServersDialog(QDialog):
         self.remove_button.clicked.connect(self.remove_selected)
         self.revoke_button.clicked.connect(self.revoke_selected)
         self.servers.itemChanged.connect(self._server_checked)
+        self.servers.currentItemChanged.connect(lambda *_a: self._show_failure())
         self.tools.itemChanged.connect(self._tool_checked)
         self.thinking.toggled.connect(self._thinking_toggled)
         self.tool_first.toggled.connect(
             lambda on: self.agent.set_tool_first(self.chat_id, on) if self.chat_id is not None else None
         )
         self._probed.connect(self._show_tools)
+        self.failed: dict[str, McpServerFailed] = {}  # this chat's servers that are down, by name
         self.refresh()
 
     # -- lists --------------------------------------------------------------------------------
     def refresh(self) -> None:
         used = set(self.agent.chat_servers(self.chat_id)) if self.chat_id is not None else set()
+        self.failed = {f.server: f for f in self.agent.failures(self.chat_id)} if self.chat_id is not None else {}
         self.servers.blockSignals(True)
         self.servers.clear()
         for s in self.agent.servers.servers():
-            item = QListWidgetItem(f"{s.name} — {s.describe()}")
+            failure = self.failed.get(s.name)
+            stopped = f" (stopped: {failure.reason})" if failure is not None else ""
+            item = QListWidgetItem(f"{s.name}{stopped} — {s.describe()}")
+            if failure is not None:
+                item.setToolTip(failure.stderr or failure.reason)
             item.setData(Qt.ItemDataRole.UserRole, s.name)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             item.setCheckState(Qt.CheckState.Checked if s.name in used else Qt.CheckState.Unchecked)
@@ -204,6 +211,12 @@ class McpServersDialog(QDialog):
             item = self.servers.item(i)
             if item.data(Qt.ItemDataRole.UserRole) == name:
                 item.setCheckState(Qt.CheckState.Checked if used else Qt.CheckState.Unchecked)
+
+    def _show_failure(self) -> None:
+        """A stopped server, when selected, shows why and what it wrote on stderr."""
+        failure = self.failed.get(self._selected() or "")
+        if failure is not None:
+            self.status.setText(f"{failure.server} stopped: {failure.reason}\n{failure.stderr}".strip())
 
     def _server_checked(self, _item: QListWidgetItem) -> None:
         if self.chat_id is None:

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app.agent.steps import StepsStore
-from engine.agent import AgentRuntime, McpHub, McpServerConfig, McpServerStore
+from engine.agent import AgentRuntime, McpHub, McpServerConfig, McpServerFailed, McpServerStore
 
 log = logging.getLogger(__name__)
 
@@ -22,16 +21,18 @@ class AgentService(QObject):
     """Servers (``mcp-servers.json`` + keyring), which ones each chat uses, and live hubs.
 
     Args:
-        folder: The data folder (the servers file and ``agent-steps.db`` go there).
+        folder: The data folder (the servers file goes there; answers' steps go to the chat store).
         servers: The server store (tests pass one with a file key store).
     """
 
     servers_changed = Signal()
+    # chat id: one of its servers stopped (failed to start, or died even while idle), or its servers
+    # were started again; :meth:`failures` says which are down now. Emitted from the agent's thread.
+    server_state_changed = Signal(int)
 
     def __init__(self, folder: Path, *, servers: McpServerStore | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.servers = servers or McpServerStore(folder / "mcp-servers.json")
-        self.steps = StepsStore(folder)
         self.runtime = AgentRuntime()
         self._hubs: dict[int, tuple[tuple[McpServerConfig, ...], McpHub]] = {}
         self._closed = False
@@ -92,10 +93,16 @@ class AgentService(QObject):
             if held[0] == configs and not held[1].failures():
                 return held[1]
             await held[1].close()
-        hub = McpHub(list(configs))
+        hub = McpHub(list(configs), on_failure=lambda _f: self.server_state_changed.emit(chat_id))
         await hub.start()
         self._hubs[chat_id] = (configs, hub)
+        self.server_state_changed.emit(chat_id)
         return hub
+
+    def failures(self, chat_id: int) -> list[McpServerFailed]:
+        """The chat's servers that are down now (with their stderr); they start again with its next answer."""
+        held = self._hubs.get(chat_id)
+        return held[1].failures() if held is not None else []
 
     async def probe(self, config: McpServerConfig) -> McpHub:
         """A server started on its own (to list its tools in the settings); the caller closes it."""
@@ -117,7 +124,6 @@ class AgentService(QObject):
             log.warning("closing MCP servers: %s", exc)
         self._hubs.clear()
         self.runtime.close()
-        self.steps.close()
 
 
 def _fields(config: McpServerConfig) -> dict:

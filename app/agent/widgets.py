@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.agent.steps import AnswerSteps
+from app.store.records import AnswerSteps
 from engine.agent import Decision
 
 CARD_PREVIEW_CHARS = 300

@@ -18,7 +18,7 @@ from app.net.api import HearthApi
 from app.net.chat_stream import ChatStream
 from app.net.types import ApiError, StatsSnapshot, StreamResult
 from app.store.chat_store import ChatStore
-from app.store.records import AnswerStats, ChatRecord, MessageRecord
+from app.store.records import AnswerStats, AnswerSteps, ChatRecord, MessageRecord
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class AnswerRun(QObject):
         self.context_length = context_length
         self.fit: ContextFit | None = None
         self.text = ""
-        self.thinking = None  # app.agent.steps.AnswerSteps once the model thinks
+        self.thinking: AnswerSteps | None = None  # once the model thinks; kept with the answer
         self.extra_body: dict = {}  # more request fields (the chat's thinking switch)
         self._t_think = 0.0
         self._stream: ChatStream | None = None
@@ -89,6 +89,7 @@ class AnswerRun(QObject):
             system_prompt=settings.system_prompt,
             context_length=self.context_length,
             max_tokens=settings.sampling.max_tokens,
+            thinking=self.store.thinking(self.chat.id),
         )
         self.answer = replace(
             self.answer, stats=AnswerStats(model=settings.model, dropped_messages=self.fit.dropped)
@@ -120,15 +121,14 @@ class AnswerRun(QObject):
 
     # -- stream events ------------------------------------------------------------------------
     def _on_reasoning(self, text: str) -> None:
-        """Thinking goes to the answer's steps (app.agent.steps), shown folded above its text."""
+        """Thinking goes to the answer's steps, shown folded above its text."""
         if self.thinking is None:
-            from app.agent.steps import AnswerSteps
-
             self.thinking = AnswerSteps()
             self._t_think = time.perf_counter()
         self.thinking.reasoning += text
         self.thinking.thinking_tokens += 1
         self.thinking.thinking_seconds = time.perf_counter() - self._t_think
+        self._dirty = True
         self.steps_changed.emit(self.answer.id)
 
     def _on_delta(self, text: str) -> None:
@@ -155,7 +155,7 @@ class AnswerRun(QObject):
     def _save_partial(self) -> None:
         if self._dirty and not self._done:
             self._dirty = False
-            self.store.update_message(self.answer.id, self.text, self._stats(None, None))
+            self.store.update_message(self.answer.id, self.text, self._stats(None, None), steps=self.thinking)
 
     def _on_finished(self, result: StreamResult) -> None:
         self._finish(self._stats(result.finish_reason, result.completion_tokens), None)
@@ -193,6 +193,6 @@ class AnswerRun(QObject):
             self.thinking.thinking_done = True
             self.steps_changed.emit(self.answer.id)
         self.answer = replace(self.answer, content=self.text, stats=stats)
-        self.store.update_message(self.answer.id, self.text, stats)
+        self.store.update_message(self.answer.id, self.text, stats, steps=self.thinking)
         self.conversation.replace(self.answer, streaming=False)
         self.finished.emit(AnswerOutcome(self.chat.id, self.answer, error))

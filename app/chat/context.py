@@ -8,7 +8,7 @@ budget and tries again (see :class:`app.chat.answer_run.AnswerRun`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.store.records import MessageRecord
@@ -27,7 +27,7 @@ def estimate_tokens(text: str) -> int:
 class ContextFit:
     """The messages to send (system first) and how many earlier messages were left out."""
 
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict[str, str], ...]  # with ``reasoning_content`` on answers that thought
     dropped: int
 
     @property
@@ -45,12 +45,19 @@ def answer_reserve(context_length: int, max_tokens: int | None) -> int:
 
 
 def fit_history(
-    history: Sequence[MessageRecord], *, system_prompt: str, context_length: int, max_tokens: int | None
+    history: Sequence[MessageRecord],
+    *,
+    system_prompt: str,
+    context_length: int,
+    max_tokens: int | None,
+    thinking: Mapping[int, str] | None = None,
 ) -> ContextFit:
     """The newest turns of ``history`` that fit ``context_length`` with room for the answer.
 
     The last message (the one being answered) is always kept, and the kept part never starts
-    with an assistant message (a reply without its question confuses small models).
+    with an assistant message (a reply without its question confuses small models). An answer's
+    ``thinking`` (by message id) goes with it as ``reasoning_content``: the engine passes it to a
+    chat template that asks for it and drops it for the others, so it is not counted here.
     """
     budget = context_length - answer_reserve(context_length, max_tokens)
     if system_prompt:
@@ -68,5 +75,10 @@ def fit_history(
         kept.pop(0)
     dropped = len(history) - len(kept)
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages += [{"role": m.role, "content": m.content} for m in kept]
+    thinking = thinking or {}
+    for m in kept:
+        item = {"role": m.role, "content": m.content}
+        if m.role == "assistant" and thinking.get(m.id):
+            item["reasoning_content"] = thinking[m.id]
+        messages.append(item)
     return ContextFit(messages=tuple(messages), dropped=dropped)

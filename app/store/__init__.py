@@ -4,6 +4,7 @@ from app.store.chat_store import ChatStore, interrupted
 from app.store.export import to_json, to_markdown
 from app.store.records import (
     AnswerStats,
+    AnswerSteps,
     AppSettings,
     ChatRecord,
     ChatSettings,
@@ -14,6 +15,7 @@ from app.store.settings_store import SettingsStore
 
 __all__ = [
     "AnswerStats",
+    "AnswerSteps",
     "AppSettings",
     "ChatRecord",
     "ChatSettings",

@@ -15,7 +15,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.store import migrate
-from app.store.records import AnswerStats, ChatRecord, ChatSettings, MessageRecord, SamplingSettings
+from app.store.records import (
+    AnswerStats,
+    AnswerSteps,
+    ChatRecord,
+    ChatSettings,
+    MessageRecord,
+    SamplingSettings,
+)
 from app.store.recovery import (
     UNSAVED_GLOB,
     Copied,
@@ -290,12 +297,43 @@ class ChatStore:
                 chat.title = title_from(content)
         return _message(row)
 
-    def update_message(self, message_id: int, content: str, stats: AnswerStats | None = None) -> None:
-        """Rewrite a message (a streaming answer, twice a second): one UPDATE, no ORM load.
-        A message deleted meanwhile (its chat was deleted while answering) is left alone."""
+    def update_message(
+        self, message_id: int, content: str, stats: AnswerStats | None = None, *, steps: AnswerSteps | None = None
+    ) -> None:
+        """Rewrite a message (a streaming answer, twice a second): one UPDATE, no ORM load; ``steps``
+        (its thinking and tool calls so far) with it when given. A message deleted meanwhile (its chat
+        was deleted while answering) is left alone."""
         values = {"content": content, **(_stats_values(stats) if stats is not None else {})}
+        if steps is not None:
+            values["steps"] = steps.to_json()
         with self.engine.begin() as connection:
             connection.execute(update(MessageRow).where(MessageRow.id == message_id).values(**values))
+
+    def save_steps(self, message_id: int, steps: AnswerSteps) -> bool:
+        """Keep an answer's thinking and tool calls (rewritten as each step finishes); False when
+        the message is gone."""
+        stmt = update(MessageRow).where(MessageRow.id == message_id).values(steps=steps.to_json())
+        with self.engine.begin() as connection:
+            return connection.execute(stmt).rowcount > 0
+
+    def steps(self, message_id: int) -> AnswerSteps | None:
+        """An answer's thinking and tool calls; None when it had none."""
+        with self.engine.connect() as connection:
+            text = connection.execute(select(MessageRow.steps).where(MessageRow.id == message_id)).scalar()
+        return _steps(message_id, text)
+
+    def chat_steps(self, chat_id: int) -> dict[int, AnswerSteps]:
+        """The steps of every answer of a chat that has some, by message id."""
+        stmt = select(MessageRow.id, MessageRow.steps).where(MessageRow.chat_id == chat_id, MessageRow.steps.is_not(None))
+        with self.engine.connect() as connection:
+            rows = connection.execute(stmt).all()
+        found = {mid: _steps(mid, text) for mid, text in rows}
+        return {mid: s for mid, s in found.items() if s is not None}
+
+    def thinking(self, chat_id: int) -> dict[int, str]:
+        """The thinking of a chat's answers, by message id (sent back with them; the engine keeps
+        it only where the model's template asks for it)."""
+        return {mid: s.reasoning for mid, s in self.chat_steps(chat_id).items() if s.reasoning}
 
     def delete_messages_after(self, chat_id: int, message_id: int, *, inclusive: bool = False) -> None:
         """Delete the messages of a chat that come after ``message_id`` (and it, if ``inclusive``)."""
@@ -305,6 +343,16 @@ class ChatStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _steps(message_id: int, text: str | None) -> AnswerSteps | None:
+    if not text:
+        return None
+    try:
+        return AnswerSteps.from_json(text)
+    except (ValueError, TypeError):  # a damaged row: the answer shows without its steps
+        log.warning("message %d: its steps cannot be read", message_id)
+        return None
 
 
 def interrupted(message: MessageRecord) -> MessageRecord:

@@ -1,11 +1,13 @@
-"""A chat as Markdown (to read) or JSON (to keep or feed to another tool)."""
+"""A chat as Markdown (to read) or JSON (to keep or feed to another tool), each answer with its
+steps (thinking and tool calls) when it has some."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict
 
-from app.store.records import ChatRecord, MessageRecord
+from app.store.records import AnswerSteps, ChatRecord, MessageRecord
 
 EXPORT_VERSION = 1
 
@@ -24,19 +26,40 @@ def _stats_line(message: MessageRecord) -> str:
     return "*" + " · ".join(parts) + "*"
 
 
-def to_markdown(chat: ChatRecord, messages: list[MessageRecord]) -> str:
+def steps_markdown(steps: AnswerSteps | None) -> list[str]:
+    """Markdown lines of an answer's steps: the thinking as a quote, each call with its result."""
+    if steps is None or steps.empty:
+        return []
+    lines: list[str] = []
+    if steps.reasoning:
+        took = f" ({steps.thinking_seconds:.1f} s)" if steps.thinking_seconds else ""
+        lines += [f"**Thinking**{took}", ""] + [f"> {line}" for line in steps.reasoning.splitlines()] + [""]
+    for c in steps.calls:
+        lines += [f"**Tool call** `{c['name']}` ({c['status']}): `{c['arguments']}`", "", "```text", c["result"], "```", ""]
+    return lines
+
+
+def to_markdown(
+    chat: ChatRecord, messages: list[MessageRecord], steps: Mapping[int, AnswerSteps | None] | None = None
+) -> str:
+    """The chat to read; ``steps`` (by message id) go above their answers' text."""
     lines = [f"# {chat.title}", "", f"Model: `{chat.settings.model}`", ""]
     if chat.settings.system_prompt:
         lines += ["## System", "", chat.settings.system_prompt, ""]
     for m in messages:
-        lines += [f"## {'You' if m.role == 'user' else 'Assistant'}", "", m.content, ""]
+        lines += [f"## {'You' if m.role == 'user' else 'Assistant'}", ""]
+        lines += [*steps_markdown((steps or {}).get(m.id)), m.content, ""]
         stats = _stats_line(m)
         if stats:
             lines += [stats, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def to_json(chat: ChatRecord, messages: list[MessageRecord]) -> str:
+def to_json(
+    chat: ChatRecord, messages: list[MessageRecord], steps: Mapping[int, AnswerSteps | None] | None = None
+) -> str:
+    """The chat to keep; an answer with ``steps`` (by message id) carries them as ``"steps"``."""
+    steps = steps or {}
     data = {
         "hearth_export": EXPORT_VERSION,
         "title": chat.title,
@@ -48,6 +71,7 @@ def to_json(chat: ChatRecord, messages: list[MessageRecord]) -> str:
                 "content": m.content,
                 "created_at": m.created_at.isoformat(),
                 **({"stats": asdict(m.stats)} if m.stats is not None else {}),
+                **({"steps": asdict(s)} if (s := steps.get(m.id)) is not None and not s.empty else {}),
             }
             for m in messages
         ],

@@ -5,7 +5,8 @@ Frozen dataclasses, free of SQLAlchemy and Qt, so Qt models and exports adapt th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from engine.starter import STARTER_NAME
@@ -44,6 +45,44 @@ class AnswerStats:
     dropped_messages: int = 0
     model: str = ""
     error: str | None = None
+
+
+@dataclass
+class AnswerSteps:
+    """What an answer did before its text: its thinking (text, seconds, tokens), its tool calls
+    (``engine.agent.ToolCallRecord.as_dict()``) and notices (a server that failed, the round limit).
+
+    Mutable: a run fills it in as the answer streams; the store keeps it with the message.
+    """
+
+    reasoning: str = ""
+    thinking_seconds: float | None = None
+    thinking_tokens: int = 0
+    thinking_done: bool = False
+    calls: list[dict] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reasoning or self.calls or self.notices)
+
+    def upsert_call(self, call: dict) -> None:
+        for i, c in enumerate(self.calls):
+            if c["id"] == call["id"]:
+                self.calls[i] = call
+                return
+        self.calls.append(call)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> AnswerSteps:
+        """Raises ValueError or TypeError for text that is not an object of steps."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError("steps must be a JSON object")
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,9 @@ class MessageRow(Base):
     finish_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
     dropped_messages: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # An answer's thinking and tool calls (records.AnswerSteps as JSON); NULL when it had none.
+    # Deferred: listing a chat's messages does not read them (ChatStore.steps does).
+    steps: Mapped[str | None] = mapped_column(Text, nullable=True, deferred=True)
 
 
 class SettingRow(Base):

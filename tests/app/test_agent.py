@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from app.agent.steps import AnswerSteps
 from app.agent.widgets import ToolCallCard
+from app.store.records import AnswerSteps
 from engine.agent import AgentEvent
 from tests.app.conftest import ANSWER_TIMEOUT_MS
 from tests.app.helpers import bubbles, fresh_chat, type_and_send
@@ -118,9 +118,9 @@ def test_approval_once_always_and_deny_with_call_cards(qtbot, window, store, rec
     assert " ms" in first.header.text() and name in first.header.text()
     assert len(log.calls()) >= 1
     assert f"{name}/lookup" not in window.agent.servers.always_allowed()
-    # the steps are kept with the answer
+    # the steps are kept with the answer, in the chat store
     answer_id = store.messages(chat_id)[-1].id
-    assert window.agent.steps.get(answer_id).calls[0]["status"] == "done"
+    assert store.steps(answer_id).calls[0]["status"] == "done"
 
     # Always allow: asked this time, never again (each step in a chat of its own: short prompts)
     setup_chat(qtbot, window, recorder, "lookup")
@@ -163,7 +163,7 @@ def test_stop_mid_loop_then_a_server_that_crashes(qtbot, window, store, recorder
     assert done.args[0].message.stats.finish_reason == "cancelled"
     assert cards(window)[0].call["status"] == "cancelled"
     assert [c["tool"] for c in log.calls()] == ["slow_lookup"]  # it never finished
-    kept = window.agent.steps.get(store.messages(chat_id)[-1].id)
+    kept = store.steps(store.messages(chat_id)[-1].id)
     assert kept is not None and kept.calls[0]["name"] == "slow_lookup"
 
     # the same server, now with only its crash tool: the crash is shown with its stderr, the chat goes on
@@ -207,14 +207,14 @@ def test_thinking_streams_then_folds_when_the_answer_starts(qtbot, window, store
     assert thinking.toggle.text().startswith("▸ Thought for ") and "3 tokens" in thinking.toggle.text()
     thinking.toggle.click()
     assert not thinking.body.isHidden() and thinking.toggle.text().startswith("▾")
-    window.agent.steps.put(answer.id, run.steps)
+    store.save_steps(answer.id, run.steps)
     # kept with the chat: a new view of it shows the thinking folded
-    again = window.agent.steps.get(answer.id)
+    again = store.steps(answer.id)
     assert isinstance(again, AnswerSteps) and again.reasoning == "Light is scattered by the air." and again.thinking_done
     # exported with the chat: the thinking, and the calls with their results
     run.steps.calls.append({"id": "call_1", "name": "lookup", "arguments": '{"word": "sky"}', "server": "rec",
                             "tool": "lookup", "status": "done", "result": "blue", "duration": 0.01, "round": 1})
-    window.agent.steps.put(answer.id, run.steps)
+    store.save_steps(answer.id, run.steps)
     store.update_message(answer.id, "Because of Rayleigh scattering.", AnswerStats(model=chat.settings.model))
     window.controller._conversations.pop(chat_id, None)  # read back from the store
     window.chats.open_chat(chat_id)
@@ -263,5 +263,48 @@ def test_a_plain_answer_shows_the_thinking_of_its_stream(qtbot, window, store):
             assert thinking.body.text() == "Seven has no divisors but 1 and 7."
     assert thinking.body.isHidden() and thinking.toggle.text().startswith("▸ Thought for ")
     run._finish(AnswerStats(model=chat.settings.model, finish_reason="stop"), None)
-    kept = window.agent.steps.get(answer.id)
+    kept = store.steps(answer.id)
     assert kept is not None and kept.reasoning == "Seven has no divisors but 1 and 7." and kept.thinking_done
+    # the next question sends it back with its answer; the engine keeps it only for templates that ask
+    store.add_message(chat_id, "user", "And 9?")
+    history = store.messages(chat_id)
+    follow = AnswerRun(api=window.api, store=store, conversation=conversation, chat=chat,
+                       answer=store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model)),
+                       history=history, context_length=2048, parent=window)  # fmt: skip
+    with qtbot.waitSignal(follow.finished, timeout=30_000):
+        follow.start()
+        follow.stop()
+    assert follow.fit is not None and follow.fit.messages[1] == {
+        "role": "assistant", "content": "Yes, 7 is prime.", "reasoning_content": "Seven has no divisors but 1 and 7.",
+    }  # fmt: skip
+    assert "reasoning_content" not in follow.fit.messages[2]
+
+
+def test_a_server_that_dies_while_idle_is_shown_with_its_stderr_and_the_chat_goes_on(qtbot, window, store, recorder, tmp_path):
+    name, path, _log = recorder
+    trigger = tmp_path / "exit-now"  # the recorder exits on its own once this exists
+    data = json.loads(path.read_text())
+    data["mcpServers"][name]["env"]["HEARTH_TEST_MCP_EXIT_FILE"] = str(trigger)
+    path.write_text(json.dumps(data))
+    chat_id = setup_chat(qtbot, window, recorder, "lookup")
+    agent, ui = window.agent, window.agent_ui
+    agent.runtime.call(agent.hub_for(chat_id), timeout=60)  # the chat's servers, as its answers start them
+    qtbot.waitUntil(lambda: agent.failures(chat_id) == [] and ui.server_notice.isHidden(), timeout=10_000)
+    trigger.touch()  # no answer is running, no call is made
+    qtbot.waitUntil(lambda: not ui.server_notice.isHidden(), timeout=30_000)
+    said = ui.server_notice.text()
+    assert f"MCP server {name} stopped: it exited" in said and "exiting on its own, the disk is gone" in said
+    assert ui.tools_button.text() == "Tools (1, 1 stopped)"
+    dialog = ui.open_servers()
+    item = dialog.servers.item(dialog.server_names().index(name))
+    assert "stopped: it exited" in item.text() and "exiting on its own" in item.toolTip()
+    dialog.servers.setCurrentRow(dialog.server_names().index(name))
+    assert "exiting on its own" in dialog.status.text()
+    dialog.close()
+    # the next message starts it again; it exits at once, and the model answers without its tools
+    with qtbot.waitSignal(window.controller.answer_finished, timeout=ANSWER_TIMEOUT_MS * 2) as done:
+        type_and_send(qtbot, window, "Say hello.")
+    assert done.args[0].error is None and done.args[0].message.stats.finish_reason in ("stop", "length")
+    steps = bubbles(window)[-1].steps
+    assert steps.cards == [] and any(name in n.text() and "exiting on its own" in n.text() for n in steps.notices)
+    assert not ui.server_notice.isHidden()

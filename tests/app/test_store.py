@@ -9,9 +9,11 @@ from datetime import datetime
 
 from sqlalchemy import text
 
+from app.agent.steps import LEGACY_NAME, import_legacy_steps
 from app.chat.context import estimate_tokens, fit_history
 from app.store import (
     AnswerStats,
+    AnswerSteps,
     AppSettings,
     ChatSettings,
     ChatStore,
@@ -46,6 +48,8 @@ def test_an_old_database_is_upgraded_with_its_chats_kept(tmp_path):
         assert migrate.current_revision(store.engine) == migrate.HEAD_REVISION
         assert [c.title for c in store.list_chats()] == ["Old chat"]
         assert [m.content for m in store.messages(7)] == ["hi"]
+        old = store.messages(7)[0]  # its row gained the steps column, empty
+        assert store.steps(old.id) is None and store.save_steps(old.id, AnswerSteps(reasoning="r"))
     finally:
         store.close()
 
@@ -76,6 +80,63 @@ def test_chats_messages_search_and_stats_round_trip(tmp_path):
         assert later.id > saved.id  # ids are never reused
         store.delete_chat(chat.id)
         assert store.get_chat(chat.id) is None and store.messages(chat.id) == []
+    finally:
+        store.close()
+
+
+CALL = {"id": "call_1", "name": "lookup", "arguments": '{"word": "otter"}', "server": "rec", "tool": "lookup",
+        "status": "done", "result": "a river animal", "duration": 0.02, "round": 1}  # fmt: skip
+
+
+def test_an_answers_steps_live_with_it_in_the_chat_store(tmp_path):
+    store = ChatStore(tmp_path)
+    chat = store.create_chat(ChatSettings(model="m"), title="Otters")
+    question = store.add_message(chat.id, "user", "Why do otters hold hands?")
+    answer = store.add_message(chat.id, "assistant", "", AnswerStats(model="m"))
+    steps = AnswerSteps(reasoning="They drift apart\nwhen asleep.", thinking_seconds=1.5, thinking_tokens=9)
+    store.update_message(answer.id, "So as not", AnswerStats(model="m"), steps=steps)  # saved mid-stream
+    steps.calls.append(dict(CALL))
+    steps.thinking_done = True
+    assert store.save_steps(answer.id, steps)  # a finished tool call
+    store.update_message(answer.id, "So as not to drift apart.", AnswerStats(model="m", finish_reason="stop"))
+    store.close()
+    store = ChatStore(tmp_path)  # after a restart
+    try:
+        assert store.steps(answer.id) == steps and store.steps(question.id) is None
+        assert store.chat_steps(chat.id) == {answer.id: steps}
+        assert store.thinking(chat.id) == {answer.id: "They drift apart\nwhen asleep."}
+        messages = store.messages(chat.id)
+        md = to_markdown(chat, messages, store.chat_steps(chat.id))
+        assert md.index("> They drift apart") < md.index("`lookup`") < md.index("So as not to drift apart.")
+        exported = json.loads(to_json(chat, messages, store.chat_steps(chat.id)))["messages"]
+        assert "steps" not in exported[0] and exported[1]["steps"]["calls"][0]["result"] == "a river animal"
+        store.delete_chat(chat.id)  # its steps go with it
+        assert store.steps(answer.id) is None and not store.save_steps(answer.id, steps)
+    finally:
+        store.close()
+
+
+def test_steps_of_agent_steps_db_move_into_the_chat_store_once(tmp_path):
+    import sqlite3
+
+    store = ChatStore(tmp_path)
+    try:
+        chat = store.create_chat(ChatSettings(model="m"))
+        old = store.add_message(chat.id, "assistant", "an answer of the first agent release")
+        newer = store.add_message(chat.id, "assistant", "already in the store")
+        store.save_steps(newer.id, AnswerSteps(reasoning="kept"))
+        db = sqlite3.connect(tmp_path / LEGACY_NAME)  # as app/agent/steps.py of that release wrote it
+        db.execute("CREATE TABLE steps (message_id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
+        rows = [(old.id, AnswerSteps(reasoning="hmm", calls=[dict(CALL)]).to_json()),
+                (newer.id, AnswerSteps(reasoning="older").to_json()), (9999, "{}"), (old.id + 100, "not json")]  # fmt: skip
+        db.executemany("INSERT INTO steps VALUES (?, ?)", rows)
+        db.commit()
+        db.close()
+        assert import_legacy_steps(tmp_path, store) == 1
+        assert not (tmp_path / LEGACY_NAME).exists()
+        assert store.steps(old.id) == AnswerSteps(reasoning="hmm", calls=[dict(CALL)])
+        assert store.steps(newer.id).reasoning == "kept"  # the store's own steps win
+        assert import_legacy_steps(tmp_path, store) == 0  # once
     finally:
         store.close()
 
@@ -126,3 +187,13 @@ def test_a_long_history_keeps_the_newest_turns_and_the_system_prompt():
     assert fit.notice == f"{fit.dropped} earlier messages left out to fit the context"
     short = fit_history(history[-3:], system_prompt="", context_length=4096, max_tokens=None)
     assert short.dropped == 0 and short.notice == "" and len(short.messages) == 3
+
+
+def test_earlier_thinking_goes_with_its_answer_for_the_engine_to_keep_or_drop():
+    history = [_msg(1, "user", "2+2?"), _msg(2, "assistant", "4"), _msg(3, "user", "and 3+3?")]
+    fit = fit_history(history, system_prompt="", context_length=4096, max_tokens=None, thinking={2: "add them"})
+    assert fit.messages == (
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "add them"},
+        {"role": "user", "content": "and 3+3?"},
+    )
