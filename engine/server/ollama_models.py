@@ -96,9 +96,13 @@ def _entry(m) -> dict:
     }
 
 
-@root_router.api_route("/", methods=["GET", "HEAD"])
+@root_router.get("/")
 async def root() -> PlainTextResponse:
     return PlainTextResponse("Hearth is running (the Ollama API is under /api)")
+
+
+# Ollama's clients check the server with HEAD /; one operation per method keeps the OpenAPI ids unique.
+root_router.add_api_route("/", root, methods=["HEAD"], include_in_schema=False)
 
 
 @router.get("/version")

@@ -58,6 +58,17 @@ def client(ollama_server):
     return ollama.Client(host=ollama_server.root, timeout=600)
 
 
+def test_the_root_answers_get_and_head_as_ollama_does(ollama_server):
+    # Ollama's clients and Open WebUI check a server with HEAD / or GET / before anything else.
+    for method in ("GET", "HEAD"):
+        r = httpx.request(method, ollama_server.root + "/", timeout=10)
+        assert r.status_code == 200
+    assert "running" in httpx.get(ollama_server.root + "/", timeout=10).text
+    ids = [op.get("operationId") for path in httpx.get(ollama_server.root + "/openapi.json").json()["paths"].values()
+           for op in path.values()]  # fmt: skip
+    assert len(ids) == len(set(ids))
+
+
 def test_list_show_and_ps(client):
     names = [m.model for m in client.list().models]
     assert MODEL in names
