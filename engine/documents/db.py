@@ -15,7 +15,7 @@ from types import ModuleType
 log = logging.getLogger(__name__)
 
 DB_NAME = "documents.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS collections (
@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS collections (
     name TEXT NOT NULL UNIQUE,
     model TEXT NOT NULL,
     dim INTEGER,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    vectors_version INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS sources (
     collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
@@ -83,8 +84,24 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.executescript(SCHEMA)
-    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+        _upgrade(conn)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return conn
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Bring a database an older Hearth made to the current schema (its rows are kept)."""
+    if "vectors_version" not in _columns(conn, "collections"):  # 2: a token every write of vectors changes
+        try:
+            conn.execute("ALTER TABLE collections ADD COLUMN vectors_version INTEGER NOT NULL DEFAULT 0")
+        except Exception:  # sqlite3's or sqlean's error: fine if another connection added it meanwhile
+            if "vectors_version" not in _columns(conn, "collections"):
+                raise
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
 def fts_table(collection_id: int) -> str:

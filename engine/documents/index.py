@@ -10,15 +10,19 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from engine.documents import db
 from engine.documents.errors import CollectionNotFound
 from engine.documents.types import Chunk, CollectionInfo, FileFailure
+from engine.documents.vectors import VectorCache, new_version
 
 _NAME = re.compile(r"^[\w][\w .\-]{0,63}$")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +70,17 @@ class DocumentIndex:
 
     Args:
         path: The database file (created with its folder on first use).
+        vectors: Holds collections' vectors in memory for searches (a default one if not given).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, vectors: VectorCache | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._all: list = []
         self._lock = threading.Lock()
+        self.vectors = vectors or VectorCache()  # the collections' vectors in memory, for fast exact KNN
+        self._aside: ThreadPoolExecutor | None = None
         self.conn  # noqa: B018 - make the schema now, so errors surface here
 
     @classmethod
@@ -92,15 +99,27 @@ class DocumentIndex:
                 self._all.append(conn)
         return conn
 
+    def run_aside(self, fn: Callable[..., T], *args) -> Future[T]:
+        """Run ``fn(*args)`` on a thread of the index's own while the caller goes on (a query's embedding
+        while its keywords are ranked)."""
+        with self._lock:
+            if self._aside is None:
+                self._aside = ThreadPoolExecutor(max_workers=4, thread_name_prefix="docs-query")
+            return self._aside.submit(fn, *args)
+
     def close(self) -> None:
         with self._lock:
             conns, self._all = self._all, []
+            aside, self._aside = self._aside, None
+        if aside is not None:
+            aside.shutdown(wait=False, cancel_futures=True)
         for conn in conns:
             try:
                 conn.close()
             except Exception:  # a connection of a thread that is gone
                 pass
         self._local = threading.local()
+        self.vectors.clear()
 
     # -- collections ------------------------------------------------------------------------------
     def create(self, name: str, model: str) -> Collection:
@@ -108,7 +127,8 @@ class DocumentIndex:
         conn = self.conn
         with _tx(conn):
             cur = conn.execute(
-                "INSERT INTO collections (name, model, created) VALUES (?, ?, ?)", (name, model, time.time())
+                "INSERT INTO collections (name, model, created, vectors_version) VALUES (?, ?, ?, ?)",
+                (name, model, time.time(), new_version()),
             )
             if cur.lastrowid is None:
                 raise RuntimeError(f"SQLite gave the new collection {name!r} no id")
@@ -137,6 +157,7 @@ class DocumentIndex:
             db.drop_tables(conn, coll.id)
             conn.execute("DELETE FROM chunks WHERE collection_id = ?", (coll.id,))
             conn.execute("DELETE FROM collections WHERE id = ?", (coll.id,))
+            self.vectors.changed(coll.id)
 
     def set_model(self, name: str, model: str) -> Collection:
         """Give ``name`` another embedding model: its vectors are dropped, to be made again."""
@@ -146,6 +167,7 @@ class DocumentIndex:
             conn.execute(f"DROP TABLE IF EXISTS {db.vec_table(coll.id)}")
             conn.execute("UPDATE collections SET model = ?, dim = NULL WHERE id = ?", (model, coll.id))
             conn.execute("UPDATE chunks SET embedded = 0 WHERE collection_id = ?", (coll.id,))
+            self._vectors_written(coll)
         return self.get(name)
 
     def add_sources(self, name: str, paths: Iterable[Path]) -> list[str]:
@@ -226,6 +248,7 @@ class DocumentIndex:
         conn.execute(f"DELETE FROM {db.fts_table(coll.id)} WHERE rowid IN ({marks})", ids)
         if db.has_table(conn, db.vec_table(coll.id)):
             conn.execute(f"DELETE FROM {db.vec_table(coll.id)} WHERE rowid IN ({marks})", ids)
+            self._vectors_written(coll)
         conn.execute(f"DELETE FROM chunks WHERE id IN ({marks})", ids)
 
     def write_file(
@@ -315,7 +338,27 @@ class DocumentIndex:
                 conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (chunk_id,))
                 conn.execute(f"INSERT INTO {table} (rowid, embedding) VALUES (?, ?)", (chunk_id, pack_vector(vec)))
                 conn.execute("UPDATE chunks SET embedded = 1 WHERE id = ?", (chunk_id,))
+            self._vectors_written(coll)
         return coll
+
+    def _vectors_written(self, coll: Collection) -> None:
+        """Within the transaction that writes ``coll``'s vectors: a new version token, so that every
+        process's matrix of them is read again (engine.documents.vectors)."""
+        self.conn.execute("UPDATE collections SET vectors_version = ? WHERE id = ?", (new_version(), coll.id))
+        self.vectors.changed(coll.id)
+
+    def warm_vectors(self, coll: Collection) -> bool:
+        """Hold ``coll``'s vectors in memory now (an indexing run just finished), so searches are fast at
+        once; False when it has none or they are too many to hold."""
+        if coll.dim is None or not db.has_table(self.conn, db.vec_table(coll.id)):
+            return False
+        return self.vectors.load(self.conn, coll.id, db.vec_table(coll.id))
+
+    def total_chars(self, coll: Collection) -> int:
+        """Characters of text in the collection's indexed files."""
+        return self.conn.execute(
+            "SELECT COALESCE(SUM(chars), 0) FROM files WHERE collection_id = ? AND status = 'indexed'", (coll.id,)
+        ).fetchone()[0]
 
     def documents(self, coll: Collection) -> list[tuple[str, int, int]]:
         """Indexed files: (path, chunks, characters)."""

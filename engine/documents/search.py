@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -39,39 +40,99 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{w}"' for w in seen[:32])
 
 
-def keyword_search(index: DocumentIndex, coll: Collection, query: str, k: int) -> list[SearchHit]:
-    """The ``k`` chunks BM25 ranks best for ``query`` (score: -bm25, higher is better)."""
+def keyword_ranking(index: DocumentIndex, coll: Collection, query: str, n: int) -> list[tuple[int, float]]:
+    """The ``n`` chunk ids BM25 ranks best for ``query``, with their scores (-bm25: higher is better)."""
     expr = fts_query(query)
     if expr is None:
         return []
     table = db.fts_table(coll.id)
-    rows = index.conn.execute(
-        f"SELECT t.rowid, -bm25({table}, 1.0, 0.6, 0.4) AS s FROM {table} t WHERE {table} MATCH ? ORDER BY s DESC LIMIT ?",
-        (expr, k),
+    return index.conn.execute(
+        f"SELECT rowid, -bm25({table}, 1.0, 0.6, 0.4) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s DESC LIMIT ?",
+        (expr, n),
     ).fetchall()
-    hits = _hydrate(index, [r[0] for r in rows])
+
+
+def vector_ranking(index: DocumentIndex, coll: Collection, vector: Sequence[float], n: int) -> list[tuple[int, float]]:
+    """The ``n`` chunk ids nearest ``vector``, with their cosine similarity: from the collection's vectors
+    held in memory when they can be, else sqlite-vec's own scan (the same answer, slower)."""
+    table = db.vec_table(coll.id)
+    if coll.dim is None or len(vector) != coll.dim or not db.has_table(index.conn, table):
+        return []
+    held = index.vectors.nearest(index.conn, coll.id, table, vector, n)
+    if held is not None:
+        return held
+    rows = index.conn.execute(
+        f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+        (pack_vector(vector), n),
+    ).fetchall()
+    return [(cid, 1.0 - d) for cid, d in rows]
+
+
+def keyword_search(index: DocumentIndex, coll: Collection, query: str, k: int) -> list[SearchHit]:
+    """The ``k`` chunks BM25 ranks best for ``query`` (score: -bm25, higher is better)."""
+    ranked = keyword_ranking(index, coll, query, k)
+    hits = _hydrate(index, [cid for cid, _ in ranked])
     return [
         _with(hits[cid], score=s, keyword_rank=rank, keyword_score=s)
-        for rank, (cid, s) in enumerate(rows, start=1)
+        for rank, (cid, s) in enumerate(ranked, start=1)
         if cid in hits
     ]
 
 
 def vector_search(index: DocumentIndex, coll: Collection, vector: Sequence[float], k: int) -> list[SearchHit]:
     """The ``k`` chunks nearest ``vector`` (score: cosine similarity)."""
-    table = db.vec_table(coll.id)
-    if coll.dim is None or not db.has_table(index.conn, table) or len(vector) != coll.dim:
-        return []
-    rows = index.conn.execute(
-        f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? ORDER BY distance",
-        (pack_vector(vector), k),
-    ).fetchall()
-    hits = _hydrate(index, [r[0] for r in rows])
+    ranked = vector_ranking(index, coll, vector, k)
+    hits = _hydrate(index, [cid for cid, _ in ranked])
     return [
-        _with(hits[cid], score=1.0 - d, vector_rank=rank, vector_score=1.0 - d)
-        for rank, (cid, d) in enumerate(rows, start=1)
+        _with(hits[cid], score=sim, vector_rank=rank, vector_score=sim)
+        for rank, (cid, sim) in enumerate(ranked, start=1)
         if cid in hits
     ]
+
+
+def hybrid_search(
+    index: DocumentIndex,
+    coll: Collection,
+    query: str,
+    vector: Sequence[float],
+    k: int,
+    *,
+    keyword: list[tuple[int, float]] | None = None,
+    rrf_k: int = RRF_K,
+) -> list[SearchHit]:
+    """Keywords and vectors, :data:`CANDIDATES` each, fused by reciprocal rank; only the ``k`` chunks
+    that make the cut are read from the database. ``keyword``: the keyword ranking, if made already."""
+    n = max(CANDIDATES, k)
+    if keyword is None:
+        keyword = keyword_ranking(index, coll, query, n)
+    nearest = vector_ranking(index, coll, vector, n)
+    fused: dict[int, float] = {}
+    for ranking in (keyword, nearest):
+        for rank, (cid, _) in enumerate(ranking, start=1):
+            fused[cid] = fused.get(cid, 0.0) + 1.0 / (rrf_k + rank)
+    # a few more than k: a chunk deleted since the rankings were made drops out when read
+    best = heapq.nlargest(k + 4, fused, key=fused.__getitem__)
+    hits = _hydrate(index, best)
+    kw = {cid: (rank, s) for rank, (cid, s) in enumerate(keyword, start=1)}
+    vec = {cid: (rank, s) for rank, (cid, s) in enumerate(nearest, start=1)}
+    out = []
+    for cid in best:
+        hit = hits.get(cid)
+        if hit is None:
+            continue
+        k_rank, k_score = kw.get(cid, (None, None))
+        v_rank, v_score = vec.get(cid, (None, None))
+        out.append(
+            _with(
+                hit,
+                score=fused[cid],
+                keyword_rank=k_rank,
+                keyword_score=k_score,
+                vector_rank=v_rank,
+                vector_score=v_score,
+            )
+        )
+    return out[:k]
 
 
 def fuse(rankings: Sequence[Sequence[SearchHit]], k: int, *, rrf_k: int = RRF_K) -> list[SearchHit]:
@@ -120,8 +181,11 @@ def search(
             f"Collection '{coll.name}' has no embeddings yet; search by keywords until indexing finishes.",
             param="mode",
         )
+    # the query is embedded on another thread while BM25 ranks (the embedding takes longer)
+    pending = index.run_aside(embed_query, query)
+    keyword = keyword_ranking(index, coll, query, max(CANDIDATES, k)) if mode == "hybrid" else None
     try:
-        vector = embed_query(query)
+        vector = pending.result()
     except HearthError:
         if not auto:
             raise
@@ -129,8 +193,7 @@ def search(
         return keyword_search(index, coll, query, k), "keyword"
     if mode == "vector":
         return vector_search(index, coll, vector, k), mode
-    n = max(CANDIDATES, k)
-    return fuse([keyword_search(index, coll, query, n), vector_search(index, coll, vector, n)], k), mode
+    return hybrid_search(index, coll, query, vector, k, keyword=keyword), mode
 
 
 def _hydrate(index: DocumentIndex, ids: list[int]) -> dict[int, SearchHit]:

@@ -64,6 +64,8 @@ class IndexJob:
                     embedder, problem = None, exc
                 indexer = Indexer(self.service.index, embedder, on_progress=self._report, control=self.control)
                 self.progress = indexer.run(self.name)
+                if self.progress.phase == "done":  # searches are fast from the first one
+                    self.service.index.warm_vectors(self.service.index.get(self.name))
                 if problem is not None:
                     self.progress = replace(
                         self.progress, phase="failed", message=f"Keyword search works, but no embeddings: {problem}"
@@ -236,9 +238,10 @@ class DocumentService:
         if not 1 <= k <= 100:
             raise InvalidRequest("k is between 1 and 100.", param="k")
         rankings, modes = [], {}
+        vectors: dict[str, list[float]] = {}  # the query embedded once per model, however many collections
         for name in names:
             coll = self.index.get(name)
-            embedder = self._query_embedder(coll.model) if mode != "keyword" else None
+            embedder = self._query_embedder(coll.model, vectors) if mode != "keyword" else None
             hits, used = search(self.index, coll, query, k=k, embed_query=embedder, mode=mode)
             rankings.append(hits)
             modes[name] = used
@@ -246,16 +249,19 @@ class DocumentService:
             return rankings[0], modes
         return fuse(rankings, k), modes
 
-    def _query_embedder(self, model: str):
+    def _query_embedder(self, model: str, vectors: dict[str, list[float]]):
         if self._factory is None:
             return None
 
         def embed(text: str) -> list[float]:
+            if model in vectors:
+                return vectors[model]
             # loaded on first use: a keyword-only search never loads the embedding model
             embedder = self.embedder(model)
             if embedder is None:
                 raise RuntimeError("the document service has no embedding model")
-            return embedder.embed([text])[0]
+            vectors[model] = vector = embedder.embed([text])[0]
+            return vector
 
         return embed
 
@@ -282,15 +288,13 @@ class DocumentService:
         return build_context(hits, budget_tokens=budget_tokens, count_tokens=count_tokens)
 
     def _whole_documents(self, names, budget_tokens: int, count_tokens: TokenCounter) -> list[SearchHit] | None:
+        colls = [self.index.get(name) for name in names]
+        # four characters a token, and room for the markers and the question
+        if sum(self.index.total_chars(coll) for coll in colls) // 4 > budget_tokens * 0.8:
+            return None  # decided from the files' sizes, before reading any of their chunks
         passages: list[SearchHit] = []
-        total = 0
-        for name in names:
-            coll = self.index.get(name)
-            for path, _, chars in self.index.documents(coll):
-                total += chars
-                # four characters a token, and room for the markers and the question
-                if total // 4 > budget_tokens * 0.8:
-                    return None
+        for coll in colls:
+            for path, _, _ in self.index.documents(coll):
                 for cid, text, page, heading in self.index.file_chunks(coll, path):
                     passages.append(SearchHit(cid, text, path, page, heading, score=0.0))
         if not passages:
