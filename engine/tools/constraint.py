@@ -52,6 +52,40 @@ class ToolCallConstraint:
         return call_schema(self.tools, self.arguments_key)
 
 
+# The keywords JSON Schema defines (validation, applicators, annotations). Others are to be ignored, as
+# the standard says; llama.cpp's converter instead refuses a (sub)schema it cannot read any keyword of.
+KEYWORDS = frozenset({
+    "type", "properties", "required", "items", "prefixItems", "enum", "const", "anyOf", "oneOf", "allOf",
+    "not", "if", "then", "else", "$ref", "$defs", "definitions", "additionalProperties", "patternProperties",
+    "propertyNames", "minProperties", "maxProperties", "dependentRequired", "minItems", "maxItems",
+    "uniqueItems", "contains", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "title", "description", "default", "examples",
+    "$schema", "$id", "$comment", "nullable", "readOnly", "writeOnly", "deprecated", "contentMediaType",
+    "contentEncoding",
+})  # fmt: skip
+_SUBSCHEMA = ("items", "not", "if", "then", "else", "contains", "propertyNames", "additionalProperties")
+_SUBSCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf", "items")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+
+
+def known_keywords(schema: Any) -> Any:
+    """``schema`` without the keywords JSON Schema does not define, in every sub-schema: one made only of
+    such keywords means any value, as it does to a validator."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: v for k, v in schema.items() if k in KEYWORDS}
+    for key in _SUBSCHEMA:
+        if isinstance(out.get(key), Mapping):
+            out[key] = known_keywords(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [known_keywords(s) for s in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {name: known_keywords(s) for name, s in out[key].items()}
+    return out
+
+
 def closed_objects(schema: Any) -> Any:
     """``schema`` with ``additionalProperties: false`` on every object that lists its properties and
     says nothing about others. Output valid for the result is valid for the original; llama.cpp's
@@ -71,7 +105,7 @@ def closed_objects(schema: Any) -> Any:
 
 
 def _object_schema(params: Mapping[str, Any]) -> dict[str, Any]:
-    schema = closed_objects(dict(params))
+    schema = closed_objects(known_keywords(dict(params)))
     schema.setdefault("type", "object")
     if "properties" not in schema and "additionalProperties" not in schema:
         schema["properties"] = {}
@@ -135,4 +169,7 @@ def to_lark(constraint: ToolCallConstraint) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["ToolCallConstraint", "call_schema", "tool_call_constraint", "to_lark", "GUIDANCE_JSON_OPTIONS", "closed_objects"]
+__all__ = [
+    "ToolCallConstraint", "call_schema", "tool_call_constraint", "to_lark", "GUIDANCE_JSON_OPTIONS", "closed_objects",
+    "known_keywords",
+]  # fmt: skip

@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest
-from engine.tools.constraint import GUIDANCE_JSON_OPTIONS, ToolCallConstraint, closed_objects, to_lark
+from engine.tools.constraint import (
+    GUIDANCE_JSON_OPTIONS,
+    ToolCallConstraint,
+    closed_objects,
+    known_keywords,
+    to_lark,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -106,7 +112,7 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
     if response_format is None or response_format.type == "text":
         return None
     schema: dict[str, Any] = (
-        closed_objects(dict(response_format.schema or {})) if response_format.type == "json_schema" else {"type": "object"}
+        closed_objects(known_keywords(dict(response_format.schema or {}))) if response_format.type == "json_schema" else {"type": "object"}
     )
     schema.setdefault("x-guidance", GUIDANCE_JSON_OPTIONS)
     try:

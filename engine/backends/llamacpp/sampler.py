@@ -12,7 +12,7 @@ import numpy as np
 
 from engine.backends.llamacpp.model import GGUFModel
 from engine.errors import InvalidRequest
-from engine.tools.constraint import ToolCallConstraint
+from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
 # How many recent tokens the repetition/presence/frequency penalties look at.
@@ -32,7 +32,7 @@ def grammar_for(response_format: ResponseFormat) -> str | None:
     if response_format.type == "json_schema":
         schema = response_format.schema or {}
         try:
-            return json_schema_to_gbnf(json.dumps(schema))
+            return json_schema_to_gbnf(json.dumps(known_keywords(schema)))
         except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
             raise InvalidRequest(
                 f"The JSON schema cannot be enforced ({exc}); simplify it or use json_object.",

@@ -63,6 +63,25 @@ def test_a_refused_greedy_draw_looks_among_the_best_candidates_first_and_draws_t
     assert sum(m is not None for m in refused) > masked_fast
 
 
+def test_a_schema_with_keywords_json_schema_does_not_define_is_enforced_without_them(llama_backend):
+    import json
+
+    from engine.types import ResponseFormat
+
+    schema = {"type": "object", "properties": {"city": {"type": "string", "x-ui": "map"}, "extra": {"": {}}},
+              "required": ["city"], "additionalProperties": False, "x-vendor": [1]}  # fmt: skip
+    req = GenerationRequest(
+        model="s",
+        messages=(ChatMessage("user", "Name a city as JSON."),),
+        params=SamplingParams(temperature=0, max_tokens=40),
+        response_format=ResponseFormat(type="json_schema", schema=schema),
+    )
+    chunks = list(llama_backend.stream(req))
+    if chunks[-1].finish_reason == "stop":
+        answer = json.loads("".join(c.text for c in chunks))
+        assert isinstance(answer["city"], str) and set(answer) <= {"city", "extra"}
+
+
 def test_truncated_gguf_is_a_load_error_naming_the_path(tmp_path: Path, starter_path: Path):
     bad = tmp_path / "truncated.gguf"
     bad.write_bytes(starter_path.read_bytes()[: 5_000_000])

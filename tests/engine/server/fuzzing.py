@@ -146,15 +146,11 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     props["max_completion_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
     chat["required"] = [*chat["required"], "max_completion_tokens"]
     # Refused (docs/tools.md): custom tools and calls of them; Hearth calls function tools. Not taken
-    # yet: an `allowed_tools` tool choice.
+    # yet: an `allowed_tools` tool choice. A forced call (`required`, a named function) needs the
+    # request's tools to hold that function, which a schema cannot say: a 400 otherwise, as OpenAI's
+    # (tests/engine/server/test_tool_calls.py forces calls); generated here: `auto` and `none`.
     props["tools"]["items"] = {"$ref": "#/components/schemas/ChatCompletionTool"}
-    props["tool_choice"] = {
-        "oneOf": [
-            alt
-            for alt in schemas["ChatCompletionToolChoiceOption"]["oneOf"]
-            if not any(word in alt.get("$ref", "") for word in ("Custom", "AllowedTools"))
-        ]
-    }
+    props["tool_choice"] = {"anyOf": [{"type": "string", "enum": ["auto", "none"]}, {"type": "null"}]}
     schemas["ChatCompletionMessageToolCalls"]["items"] = {"$ref": "#/components/schemas/ChatCompletionMessageToolCall"}
     # A function's name is "a-z, A-Z, 0-9, or underscores and dashes, at most 64" in the spec's own words.
     name = {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}
