@@ -17,7 +17,7 @@ from app.chat.conversation_model import ConversationModel
 from app.net.api import HearthApi
 from app.net.types import ModelInfo, StatsSnapshot
 from app.store.chat_store import ChatStore, interrupted
-from app.store.records import AnswerStats, ChatRecord, ChatSettings
+from app.store.records import AnswerStats, ChatRecord, ChatSettings, DocSource
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class ChatController(QObject):
         self._runs: dict[int, AnswerRun] = {}
         self._context: dict[str, int] = {}  # model name -> tokens per sequence
         self.docs_context: dict[int, str] = {}  # chat id -> document sources for its next answer (app.pages.docs_panel)
+        self.docs_sources: dict[int, tuple[DocSource, ...]] = {}  # chat id -> those sources, kept with the answer
         self.agent = None  # app.agent.AgentService: chats with MCP servers answer through the agent loop
 
     # -- what the views need ------------------------------------------------------------------
@@ -136,12 +137,13 @@ class ChatController(QObject):
         if chat is None:
             return
         extra = self.docs_context.pop(chat_id, None)
+        sources = self.docs_sources.pop(chat_id, ())
         if extra:  # the attached collections' passages join the system prompt for this one answer
             prompt = f"{chat.settings.system_prompt}\n\n{extra}".strip()
             chat = replace(chat, settings=replace(chat.settings, system_prompt=prompt))
         model = self.conversation(chat_id)
         history = model.messages()
-        answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model))
+        answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model), sources=sources)
         model.append(answer, streaming=True)
         kwargs = dict(
             api=self.api,

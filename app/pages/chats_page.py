@@ -6,7 +6,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 
 class ChatsPage(QWidget):
+    chat_opened = Signal(int)  # chat id: shown now (picked, new, or the next one after a delete)
+
     def __init__(self, controller: ChatController, models: LocalModels, colors: ThemeColors, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("Page")
@@ -164,6 +166,7 @@ class ChatsPage(QWidget):
         self.composer.set_answering(answering)
         self.view.set_actions_enabled(not answering)
         self.sidebar.select_chat(chat_id)
+        self.chat_opened.emit(chat_id)
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         chat = self.store.rename_chat(chat_id, title)

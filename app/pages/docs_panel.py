@@ -3,14 +3,15 @@ folder, indexing progress with pause and cancel, failed files), and the sources 
 their scores; activating a source opens the file at its page.
 
 The passages come from the worker (/api/docs/context) before the question is sent; they join the chat's
-system prompt for that one answer (ChatController.docs_context).
+system prompt for that one answer (ChatController.docs_context) and are kept with it in the chat store, as
+are the collections attached to each chat: a chat opened again, after a restart too, has both back.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,27 +30,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.net.types import ApiError
+from app.store.records import DocSource
 
 log = logging.getLogger(__name__)
 
 POLL_MS = 1000
 _CITE = re.compile(r"\[(\d{1,3})\]")
-
-
-@dataclass(frozen=True, slots=True)
-class DocSource:
-    """A passage given to the model, as /api/docs/context describes it."""
-
-    number: int
-    label: str
-    uri: str
-    path: str
-    score: float | None
-    text: str
-
-    @classmethod
-    def from_json(cls, d: dict) -> DocSource:
-        return cls(int(d["number"]), str(d["label"]), str(d["uri"]), str(d["path"]), d.get("score"), str(d.get("text", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +133,7 @@ class DocsPanel(QFrame):
         name = self.selected_name()
         return any(c.name == name and c.paused for c in self.ui.collections)
 
-    def show_sources(self, sources: list[DocSource], answer: str = "") -> None:
+    def show_sources(self, sources: Sequence[DocSource], answer: str = "") -> None:
         cited = {int(n) for n in _CITE.findall(answer)}
         self.sources.clear()
         for s in sources:
@@ -184,9 +170,8 @@ class DocsUi(QObject):
         self.window = window
         self.api = window.api
         self.open_url = open_url
+        self.store = window.store
         self.collections: list[DocCollection] = []
-        self.attached: dict[int, set[str]] = {}
-        self.last_sources: dict[int, list[DocSource]] = {}
         chats = window.chats
         self.panel = DocsPanel(self)
         self.panel.hide()
@@ -204,10 +189,11 @@ class DocsUi(QObject):
         chats.composer.send_requested.disconnect(chats.send)
         chats.composer.send_requested.connect(self.send)
         window.controller.answer_finished.connect(self._answer_finished)
-        chats.sidebar.chat_selected.connect(lambda _id: self._chat_changed())
+        chats.chat_opened.connect(lambda _id: self._chat_changed())
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.refresh)
+        self._chat_changed()  # the chat the page opened before documents joined it
 
     # -- collections ----------------------------------------------------------------------------
     def _toggled(self, on: bool) -> None:
@@ -225,10 +211,11 @@ class DocsUi(QObject):
 
     def _show(self, collections: list[DocCollection]) -> None:
         self.collections = collections
-        names = {c.name for c in collections}
-        for chat_id in self.attached:
-            self.attached[chat_id] &= names
-        self.panel.show_collections(collections, self._current_attached())
+        attached = self._current_attached()
+        gone = attached - {c.name for c in collections}
+        if gone:  # removed collections no longer answer this chat
+            self._set_current_attached(attached - gone)
+        self.panel.show_collections(collections, attached - gone)
         if not self.panel.status.text().startswith("Could not"):
             busy = [c for c in collections if c.indexing]
             self.panel.status.setText(f"Indexing {', '.join(c.name for c in busy)}…" if busy else "")
@@ -251,22 +238,41 @@ class DocsUi(QObject):
 
     def _current_attached(self) -> set[str]:
         chat_id = self.window.chats.chat_id
-        return set(self.attached.get(chat_id, set())) if chat_id is not None else set()
+        chat = self.store.get_chat(chat_id) if chat_id is not None else None
+        return set(chat.collections) if chat is not None else set()
 
-    def set_attached(self, name: str, on: bool) -> None:
+    def _set_current_attached(self, names: set[str]) -> None:
         chat_id = self.window.chats.chat_id
         if chat_id is None:
             return
-        names = self.attached.setdefault(chat_id, set())
-        names.add(name) if on else names.discard(name)
-        n = len(names)
+        try:
+            self.store.set_collections(chat_id, names)
+        except KeyError:  # the chat was deleted meanwhile
+            return
+        self._show_count(len(names))
+
+    def _show_count(self, n: int) -> None:
         self.button.setText(f"Docs ({n})" if n else "Docs")
 
+    def set_attached(self, name: str, on: bool) -> None:
+        """Attach ``name`` to the open chat (or detach it); the chat store keeps the choice."""
+        names = self._current_attached()
+        names.add(name) if on else names.discard(name)
+        self._set_current_attached(names)
+
+    def latest_sources(self, chat_id: int) -> tuple[Sequence[DocSource], str]:
+        """The sources of the chat's latest answer that had some, and that answer's text (its citations)."""
+        for message in reversed(self.window.controller.conversation(chat_id).messages()):
+            if message.is_answer and message.sources:
+                return message.sources, message.content
+        return (), ""
+
     def _chat_changed(self) -> None:
-        n = len(self._current_attached())
-        self.button.setText(f"Docs ({n})" if n else "Docs")
-        self.panel.show_collections(self.collections, self._current_attached())
-        self.panel.show_sources(self.last_sources.get(self.window.chats.chat_id, []))
+        attached = self._current_attached()
+        self._show_count(len(attached))
+        self.panel.show_collections(self.collections, attached)
+        chat_id = self.window.chats.chat_id
+        self.panel.show_sources(*(self.latest_sources(chat_id) if chat_id is not None else ((), "")))
 
     # -- answering ------------------------------------------------------------------------------
     def send(self, text: str) -> None:
@@ -281,9 +287,9 @@ class DocsUi(QObject):
         call.failed.connect(lambda err, t=text: (self._failed(err), chats.send(t)))
 
     def _with_context(self, chat_id: int, text: str, ctx: dict) -> None:
-        sources = [DocSource.from_json(s) for s in ctx.get("sources", [])]
-        self.last_sources[chat_id] = sources
+        sources = tuple(DocSource.from_json(s) for s in ctx.get("sources", []))
         self.window.controller.docs_context[chat_id] = str(ctx.get("system", ""))
+        self.window.controller.docs_sources[chat_id] = sources  # kept with the answer
         if chat_id == self.window.chats.chat_id:
             self.panel.show_sources(sources)
             self.window.chats.send(text)
@@ -291,7 +297,7 @@ class DocsUi(QObject):
             self.window.controller.send(chat_id, text)
 
     def _answer_finished(self, outcome) -> None:
-        sources = self.last_sources.get(outcome.chat_id)
+        sources = outcome.message.sources
         if sources and outcome.chat_id == self.window.chats.chat_id:
             self.panel.show_sources(sources, outcome.message.content)
 

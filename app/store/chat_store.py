@@ -7,6 +7,7 @@ Every method is one short transaction; an answer that streams is written with
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,11 +16,13 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.store import migrate
+from app.store.chat_documents import collections_from, collections_json, sources_from, sources_json
 from app.store.records import (
     AnswerStats,
     AnswerSteps,
     ChatRecord,
     ChatSettings,
+    DocSource,
     MessageRecord,
     SamplingSettings,
 )
@@ -52,6 +55,7 @@ def _chat(row: ChatRow) -> ChatRecord:
         created_at=row.created_at,
         updated_at=row.updated_at,
         settings=ChatSettings(model=row.model, system_prompt=row.system_prompt, sampling=sampling),
+        collections=collections_from(row.doc_collections),
     )
 
 
@@ -68,7 +72,13 @@ def _message(row: MessageRow) -> MessageRecord:
             error=row.error,
         )
     return MessageRecord(
-        id=row.id, chat_id=row.chat_id, role=row.role, content=row.content, created_at=row.created_at, stats=stats
+        id=row.id,
+        chat_id=row.chat_id,
+        role=row.role,
+        content=row.content,
+        created_at=row.created_at,
+        stats=stats,
+        sources=sources_from(row.doc_sources),
     )
 
 
@@ -267,6 +277,19 @@ class ChatStore:
                 _apply_settings(row, settings)
         return _chat(row)
 
+    def set_collections(self, chat_id: int, names: Iterable[str]) -> ChatRecord:
+        """Attach exactly ``names`` (document collections) to the chat; kept across restarts.
+
+        Raises:
+            KeyError: no such chat.
+        """
+        with self.session() as s, s.begin():
+            row = s.get(ChatRow, chat_id)
+            if row is None:
+                raise KeyError(chat_id)
+            row.doc_collections = collections_json(names)
+        return _chat(row)
+
     def delete_chat(self, chat_id: int) -> None:
         with self.session() as s, s.begin():
             s.execute(delete(MessageRow).where(MessageRow.chat_id == chat_id))
@@ -282,9 +305,18 @@ class ChatStore:
             rows = s.scalars(select(MessageRow).where(MessageRow.chat_id == chat_id).order_by(MessageRow.id))
             return [_message(r) for r in rows]
 
-    def add_message(self, chat_id: int, role: str, content: str, stats: AnswerStats | None = None) -> MessageRecord:
-        """Append a message; the first user message also names a chat still called "New chat"."""
-        row = MessageRow(chat_id=chat_id, role=role, content=content)
+    def add_message(
+        self,
+        chat_id: int,
+        role: str,
+        content: str,
+        stats: AnswerStats | None = None,
+        *,
+        sources: Sequence[DocSource] = (),
+    ) -> MessageRecord:
+        """Append a message (an answer with the document ``sources`` it was given); the first user
+        message also names a chat still called "New chat"."""
+        row = MessageRow(chat_id=chat_id, role=role, content=content, doc_sources=sources_json(sources))
         if stats is not None:
             _apply_stats(row, stats)
         with self.session() as s, s.begin():

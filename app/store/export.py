@@ -26,6 +26,17 @@ def _stats_line(message: MessageRecord) -> str:
     return "*" + " · ".join(parts) + "*"
 
 
+def sources_markdown(message: MessageRecord) -> list[str]:
+    """Markdown lines of the document passages an answer was given: label, score and a link to the place."""
+    if not message.sources:
+        return []
+    lines = ["**Sources**", ""]
+    for src in message.sources:
+        score = f" · score {src.score:.3f}" if src.score is not None else ""
+        lines.append(f"- {src.label}{score} · <{src.uri}>")
+    return [*lines, ""]
+
+
 def steps_markdown(steps: AnswerSteps | None) -> list[str]:
     """Markdown lines of an answer's steps: the thinking as a quote, each call with its result."""
     if steps is None or steps.empty:
@@ -49,6 +60,7 @@ def to_markdown(
     for m in messages:
         lines += [f"## {'You' if m.role == 'user' else 'Assistant'}", ""]
         lines += [*steps_markdown((steps or {}).get(m.id)), m.content, ""]
+        lines += sources_markdown(m)
         stats = _stats_line(m)
         if stats:
             lines += [stats, ""]
@@ -72,8 +84,10 @@ def to_json(
                 "created_at": m.created_at.isoformat(),
                 **({"stats": asdict(m.stats)} if m.stats is not None else {}),
                 **({"steps": asdict(s)} if (s := steps.get(m.id)) is not None and not s.empty else {}),
+                **({"sources": [src.as_dict() for src in m.sources]} if m.sources else {}),
             }
             for m in messages
         ],
+        **({"collections": list(chat.collections)} if chat.collections else {}),
     }
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -86,6 +86,39 @@ class AnswerSteps:
 
 
 @dataclass(frozen=True, slots=True)
+class DocSource:
+    """A passage of an attached document collection that an answer was given (/api/docs/context's
+    ``sources``): its [number] marker, where it came from, its retrieval score and its text."""
+
+    number: int
+    label: str  # "[2] manual.pdf, page 3"
+    uri: str  # opens the file at the place (file:///…/manual.pdf#page=3)
+    path: str
+    score: float | None = None
+    text: str = ""
+    page: int | None = None
+    heading: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict) -> DocSource:
+        """Raises KeyError, TypeError or ValueError for an object that is not a source."""
+        score, page, heading = d.get("score"), d.get("page"), d.get("heading")
+        return cls(
+            number=int(d["number"]),
+            label=str(d["label"]),
+            uri=str(d["uri"]),
+            path=str(d["path"]),
+            score=float(score) if score is not None else None,
+            text=str(d.get("text") or ""),
+            page=int(page) if page is not None else None,
+            heading=str(heading) if heading is not None else None,
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class MessageRecord:
     id: int
     chat_id: int
@@ -93,6 +126,7 @@ class MessageRecord:
     content: str
     created_at: datetime
     stats: AnswerStats | None = None
+    sources: tuple[DocSource, ...] = ()  # the document passages the answer was given
 
     @property
     def is_answer(self) -> bool:
@@ -106,6 +140,7 @@ class ChatRecord:
     created_at: datetime
     updated_at: datetime
     settings: ChatSettings = ChatSettings()
+    collections: tuple[str, ...] = ()  # document collections attached: they answer the chat's questions
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,8 @@ class ChatRow(Base):
     top_p: Mapped[float] = mapped_column(Float, default=0.95)
     max_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The document collections attached to the chat: a JSON list of their names.
+    doc_collections: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
 
 
 class MessageRow(Base):
@@ -49,6 +51,8 @@ class MessageRow(Base):
     finish_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
     dropped_messages: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The document passages an answer was given (records.DocSource objects as a JSON list); NULL when none.
+    doc_sources: Mapped[str | None] = mapped_column(Text, nullable=True)
     # An answer's thinking and tool calls (records.AnswerSteps as JSON); NULL when it had none.
     # Deferred: listing a chat's messages does not read them (ChatStore.steps does).
     steps: Mapped[str | None] = mapped_column(Text, nullable=True, deferred=True)

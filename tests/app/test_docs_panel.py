@@ -1,8 +1,10 @@
 """Documents in the app: add a folder from the Docs panel, attach it to a chat, ask, see the sources with
-their scores, and open one at its page. A real window offscreen and a real worker."""
+their scores, and open one at its page; the attachment and the sources are still there when the chat is
+opened again and after a restart. A real window offscreen and a real worker."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,7 +59,43 @@ def test_attach_ask_sources_and_open_a_citation(qtbot, window, tmp_path: Path):
     assert len(opened) == 1
     assert opened[0].toString().endswith("manual.pdf#page=2") and opened[0].isLocalFile()
 
-    # unchecking detaches: the next question goes to the model without sources
-    item = panel.collections.item(0)
-    item.setCheckState(Qt.CheckState.Unchecked)
-    assert ui.button.text() == "Docs"
+    [_question, answer] = window.store.messages(chat_id)
+    assert [s.label for s in answer.sources] == [label.split("  (")[0] for label in labels]
+
+    # another chat and back: the attachment and the last answer's sources come back with it
+    window.chats.new_chat()
+    assert window.chats.chat_id != chat_id
+    assert ui.button.text() == "Docs" and panel.sources.count() == 0
+    window.chats.sidebar.chat_selected.emit(chat_id)
+    assert ui.button.text() == "Docs (1)"
+    assert [panel.sources.item(i).text() for i in range(panel.sources.count())] == labels
+
+    # a restart: a new store and window on the same data folder
+    from app.store import ChatStore
+    from tests.app.conftest import open_window
+
+    ui.button.setChecked(False)
+    store = ChatStore(window.store.path.parent)
+    try:
+        again = open_window(qtbot, store, window.engine, window.theme)
+        again.chats.sidebar.chat_selected.emit(chat_id)
+        ui2, panel2 = again.docs, again.docs.panel
+        assert ui2.button.text() == "Docs (1)"
+        assert [panel2.sources.item(i).text() for i in range(panel2.sources.count())] == labels
+        ui2.button.setChecked(True)
+        qtbot.waitUntil(lambda: panel2.collections.count() == 1, timeout=30_000)
+        assert panel2.collections.item(0).checkState() == Qt.CheckState.Checked
+        exported = tmp_path / "chat.json"
+        again.chats.write_export(chat_id, exported, "json")
+        data = json.loads(exported.read_text())
+        assert data["collections"] == ["home-docs"]
+        assert any("manual.pdf, page 2" in s["label"] and s["uri"].endswith("#page=2") for s in data["messages"][1]["sources"])
+
+        # unchecking detaches, for good: the next question goes to the model without sources
+        panel2.collections.item(0).setCheckState(Qt.CheckState.Unchecked)
+        assert ui2.button.text() == "Docs"
+        assert store.get_chat(chat_id).collections == ()
+        ui2.button.setChecked(False)
+        again.close()
+    finally:
+        store.close()
