@@ -48,7 +48,7 @@ def _token_limit(backend) -> int | None:
 
 
 def _fit(backend, text: str, limit: int | None) -> str:
-    if limit is None or not hasattr(backend, "tokenize"):
+    if limit is None:
         return text
     n = len(backend.tokenize(text))
     while n > limit and len(text) > 16:
@@ -87,7 +87,7 @@ class BackendEmbedder:
     """
 
     def __init__(self, backend, model: str) -> None:
-        if not getattr(backend, "info", None) or not backend.info.can_embed:
+        if not backend.info.can_embed:
             raise EmbeddingModelError(f"Model '{model}' cannot make embeddings; choose an embedding model.")
         self.backend = backend
         self.model = model
@@ -135,7 +135,7 @@ class ManagerEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         lm = self.manager.acquire(model_reference(self.model))
         try:
-            if getattr(lm.backend, "embed", None) is None:
+            if not lm.backend.info.can_embed:
                 raise EmbeddingModelError(f"Model '{self.model}' cannot make embeddings; choose an embedding model.")
             return _embed_with(lm.backend, texts)
         finally:

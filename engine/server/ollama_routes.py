@@ -339,11 +339,8 @@ async def _embed(request: Request, name: str, texts: list[str], keep: float | No
     lm = await asyncio.to_thread(manager.acquire, model)
     load = time.perf_counter() - t0
     try:
-        embed = getattr(lm.backend, "embed", None)
-        if embed is None:
-            raise InvalidRequest(f"Model '{lm.model.name}' cannot make embeddings; use an embedding model.", "model")
         manager.set_keep_alive(lm, keep)
-        vectors, n_tokens = await asyncio.to_thread(embed, texts)
+        vectors, n_tokens = await asyncio.to_thread(lm.backend.embed, texts)
     finally:
         manager.release(lm)
     if keep == 0:

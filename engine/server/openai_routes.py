@@ -527,10 +527,7 @@ async def embeddings(request: Request, body: EmbeddingBody):
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, body.model)
     try:
-        embed = getattr(lm.backend, "embed", None)
-        if embed is None:
-            raise InvalidRequest(f"Model '{lm.model.name}' cannot make embeddings; load an embedding model.", "model")
-        vectors, n_tokens = await asyncio.to_thread(embed, texts)
+        vectors, n_tokens = await asyncio.to_thread(lm.backend.embed, texts)
     finally:
         manager.release(lm)
     size = len(vectors[0]) if vectors else 0
