@@ -8,6 +8,8 @@ weights are the listed file sizes and the shape comes from the repo's config.jso
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import struct
 from dataclasses import dataclass, replace
@@ -38,6 +40,8 @@ class ModelFacts:
         input_bytes: Token embeddings (llama.cpp keeps them in RAM).
         output_bytes: The output head and final norm (offloaded with the last layer).
         source: Where the numbers came from, in words.
+        parameters: Weights counted one by one (0 when unknown): the paged engine holds each in its own
+            dtype, whatever the file's quantization.
     """
 
     format: str
@@ -48,6 +52,7 @@ class ModelFacts:
     input_bytes: int = 0
     output_bytes: int = 0
     source: str = "estimated"
+    parameters: int = 0
 
     @property
     def layers(self) -> int:
@@ -83,6 +88,7 @@ class ModelFacts:
             "weights_by_type": dict(self.by_type),
             "input_bytes": self.input_bytes,
             "output_bytes": self.output_bytes,
+            "parameters": self.parameters,
             "shape": self.shape.to_dict(),
             "source": self.source,
         }
@@ -121,8 +127,9 @@ def facts_from_gguf(path: Path) -> ModelFacts:
         raise ValueError("the GGUF header does not give the model's layers and attention heads")
     by_type: dict[str, int] = {}
     layers = [0] * shape.layers
-    input_bytes = output_bytes = 0
+    input_bytes = output_bytes = parameters = 0
     for name, type_name, size, dims in tensors:
+        parameters += math.prod(dims)
         if name == "token_embd.weight" and len(dims) > 1:
             vocab = int(dims[1])
         by_type[type_name] = by_type.get(type_name, 0) + size
@@ -144,6 +151,7 @@ def facts_from_gguf(path: Path) -> ModelFacts:
         input_bytes=input_bytes,
         output_bytes=output_bytes,
         source="the model's own header",
+        parameters=parameters,
     )
 
 
@@ -162,4 +170,46 @@ def facts_from_shape(
     return replace(facts, input_bytes=embed, output_bytes=embed // 8)
 
 
-__all__ = ["ModelFacts", "facts_from_gguf", "facts_from_shape"]
+# Bytes per weight of a checkpoint's torch_dtype (config.json), for counting its parameters.
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+def facts_from_files(path: Path, *, format: str | None = None, size_bytes: int | None = None) -> ModelFacts:
+    """Facts from a model on disk: a GGUF file's tensors, or a folder's config.json and weight files.
+
+    Args:
+        path: A ``.gguf`` file, a model folder, or a file inside one.
+        format: ``gguf``, ``safetensors`` or ``mlx`` (None: ``gguf`` for a ``.gguf`` file, else ``safetensors``).
+        size_bytes: Bytes of the weight files (None: the ``*.safetensors`` files in the folder).
+
+    Raises:
+        ValueError: the files cannot be read, or do not give the layers and attention heads.
+    """
+    from engine.catalog.shape import shape_from_config
+
+    fmt = format or ("gguf" if path.suffix.lower() == ".gguf" else "safetensors")
+    if fmt == "gguf":
+        try:
+            return facts_from_gguf(path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"its GGUF header cannot be read ({exc})") from exc
+    folder = path if path.is_dir() else path.parent
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"its config.json cannot be read ({exc})") from exc
+    shape = shape_from_config(config, source="the model's config.json")
+    if shape is None:
+        raise ValueError("its config.json does not give the layers and attention heads")
+    if size_bytes is None:
+        size_bytes = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    quant = config.get("quantization") or {}
+    bits = float(quant.get("bits", 16)) if isinstance(quant, dict) else 16.0
+    facts = facts_from_shape(shape, size_bytes, format=fmt, bits_per_weight=bits)
+    dtype = (config.get("text_config") or config).get("torch_dtype") or config.get("dtype")
+    if not quant and fmt == "safetensors" and dtype in _DTYPE_BYTES:  # unquantized: the file is the weights
+        facts = replace(facts, parameters=int(size_bytes) // _DTYPE_BYTES[dtype])
+    return facts
+
+
+__all__ = ["ModelFacts", "facts_from_gguf", "facts_from_shape", "facts_from_files"]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.fit.budget import DeviceBudget, MemoryBudget
+from engine.fit.budget import RAM_LIVE_SHARE, DeviceBudget, MemoryBudget
 from engine.fit.facts import ModelFacts
 from engine.fit.memory import (
     CUDA_CONTEXT_BYTES,
@@ -31,6 +31,7 @@ from engine.fit.memory import (
     WORKER_RUNTIME_BYTES,
     MemoryBreakdown,
     compute_buffer_bytes,
+    kv_bytes_per_token,
     kv_cache_bytes,
     llamacpp_model_bytes,
     output_buffer_bytes,
@@ -49,6 +50,7 @@ PAGED_BATCH_TOKENS = 512
 PAGED_CPU_SHARE = 0.25
 PAGED_CPU_CAP = 4 * 1024**3
 PAGED_GPU_SHARE = 0.9
+PAGED_QUANT_BYTES = {"int8": 1.0, "fp8": 1.0, "int4": 0.625}  # per weight, with the scales (int4: groups of 32)
 TORCH_RUNTIME_BYTES = 350 * 1024**2  # torch's own libraries in the worker (measured on the CPU build)
 MLX_RUNTIME_BYTES = 150 * 1024**2
 
@@ -100,6 +102,12 @@ class LoadPlan:
     kv_blocks: int | None = None  # the paged engine's block pool
 
     @property
+    def model_bytes(self) -> int:
+        """What this load adds to a running worker: the total less the worker's own runtime, which is
+        there with or without models (the model pool adds these up against its budget)."""
+        return max(0, self.memory.total - WORKER_RUNTIME_BYTES)
+
+    @property
     def where(self) -> str:
         if self.gpu_layers <= 0:
             return "CPU"
@@ -133,6 +141,7 @@ class LoadPlan:
             "fits": self.fits,
             "reason": self.reason,
             "kv_blocks": self.kv_blocks,
+            "model_bytes": self.model_bytes,
             "memory": self.memory.to_dict(),
             "devices": [d.to_dict() for d in self.devices],
         }
@@ -417,6 +426,21 @@ def _with_reason(plan: LoadPlan, reason: str, *, fits: bool | None = None) -> Lo
 # -- the paged engine and MLX -----------------------------------------------------------------------
 
 
+def paged_dtype_bytes(budget: MemoryBudget, quantization: str | None = None) -> int:
+    """Bytes per activation (and 16-bit-type KV) element the paged engine picks: bfloat16 on a GPU,
+    float32 on the CPU, bfloat16 there too with int4 weights (see engine/backends/paged/startup.py)."""
+    return 2 if budget.usable_gpus or quantization == "int4" else 4
+
+
+def paged_weights_bytes(facts: ModelFacts, *, dtype_bytes: int, quantization: str | None = None) -> int:
+    """The paged engine's weights in memory: every parameter in the engine's dtype (a GGUF file is
+    dequantized), or in its weight-only quantization; the file's size where the count is unknown."""
+    if not facts.parameters:
+        return facts.weights_bytes
+    per = PAGED_QUANT_BYTES.get(quantization, dtype_bytes) if quantization else dtype_bytes
+    return int(facts.parameters * per)
+
+
 def plan_paged(
     facts: ModelFacts,
     budget: MemoryBudget,
@@ -424,48 +448,94 @@ def plan_paged(
     n_ctx: int | None = None,
     n_seq: int | None = None,
     kv_type: str | None = None,
+    block_tokens: int = PAGED_BLOCK_TOKENS,
+    batch_tokens: int = PAGED_BATCH_TOKENS,
+    kv_blocks: int | None = None,
+    kv_share: float | None = None,
+    dtype_bytes: int | None = None,
+    quantization: str | None = None,
+    ctx_asked: bool | None = None,
 ) -> LoadPlan:
     """The paged engine's plan: weights, its KV block pool, activations and torch's runtime.
 
-    The pool is sized as engine/backends/paged/memory.py sizes it: on a GPU what is free after the
-    weights and the warm-up's activations (90%), on the CPU a quarter of available RAM up to 4 GiB,
-    either way no more than the slots could use (four times that on a GPU, for the prefix cache).
+    The loader (engine/backends/paged/startup.py) allocates the pool this plan sizes: ``kv_blocks``
+    when asked, else on a GPU 90% (``kv_share``) of what is free after the weights, less the
+    activations of a full step; on the CPU a quarter (``kv_share``) of available RAM up to 4 GiB;
+    either way no more than the sequences could use (four times that on a GPU, for the prefix cache).
+    When the pool holds less than the default context, the context is shortened to it; a context
+    that was asked for and does not fit is refused, naming what would.
+
+    Args:
+        dtype_bytes: Bytes per element of the engine's dtype (None: as the engine picks, see
+            :func:`paged_dtype_bytes`); a ``f16`` KV cache is held in it, ``fp8`` in one byte.
+        quantization: The engine's weight-only quantization (``int8``, ``fp8``, ``int4``) or None.
+        ctx_asked: Whether ``n_ctx`` was asked for (refused when it does not fit) or is the loader's
+            default, within the model's limits (shortened to the pool); None: whether it was given.
     """
     kv = kv_type or "f16"
     if kv not in PAGED_KV_TYPES:
         raise ValueError(f"The paged engine's KV cache can be {', '.join(PAGED_KV_TYPES)}, not '{kv}'.")
     ctx = n_ctx or _ctx_default(facts)
+    if facts.shape.context_length:  # the engine never goes past the model's positions
+        ctx = min(ctx, int(facts.shape.context_length))
     seqs = n_seq or PAGED_MAX_SEQS
-    per_block = kv_cache_bytes(facts, n_ctx=PAGED_BLOCK_TOKENS, kv_type=kv)
-    cap = seqs * -(-ctx // PAGED_BLOCK_TOKENS)
-    compute = compute_buffer_bytes(facts, n_ubatch=PAGED_BATCH_TOKENS, n_ctx=ctx)
+    elem = dtype_bytes or paged_dtype_bytes(budget, quantization)
+    per_block = kv_bytes_per_token(facts, "fp8") * (1 if kv == "fp8" else elem) * block_tokens
+    cap = seqs * -(-ctx // block_tokens)
+    weights = paged_weights_bytes(facts, dtype_bytes=elem, quantization=quantization)
+    compute = compute_buffer_bytes(facts, n_ubatch=batch_tokens, n_ctx=ctx)
     gpus = budget.usable_gpus
     runtime = WORKER_RUNTIME_BYTES + TORCH_RUNTIME_BYTES
     if gpus:
         gpu = max(gpus, key=lambda d: d.usable)
-        free = gpu.usable - facts.weights_bytes - CUDA_CONTEXT_BYTES
-        blocks = max(0, min(4 * cap, int((free * PAGED_GPU_SHARE - compute) // per_block)))
-        mem = MemoryBreakdown(facts.weights_bytes, blocks * per_block, compute, CUDA_CONTEXT_BYTES)
+        share = kv_share or PAGED_GPU_SHARE
+        free = gpu.usable - weights - CUDA_CONTEXT_BYTES
+        sized = max(0, min(4 * cap, int((free * share - compute) // per_block)))
+        why = f"{share:.0%} of the {gb(gpu.usable)} usable on the {gpu.name} after the weights and a step's activations"
+        if sized == 4 * cap:
+            why = f"four times what {seqs} sequences of {ctx:,} tokens use (the rest serves the prefix cache)"
+    else:
+        share = kv_share or PAGED_CPU_SHARE
+        available = budget.ram.usable / RAM_LIVE_SHARE
+        pool = min(available * share, PAGED_CPU_CAP)
+        sized = max(0, min(cap, int(pool // per_block)))
+        why = f"{share:.0%} of the {gb(available)} of available RAM"
+        if pool == PAGED_CPU_CAP:
+            why = f"{gb(PAGED_CPU_CAP)}, the most the paged engine takes of RAM unasked"
+        if sized == cap:
+            why = f"what {seqs} sequences of {ctx:,} tokens use"
+    blocks = kv_blocks if kv_blocks is not None else sized
+    if kv_blocks is not None:
+        why = "the number of blocks asked for"
+    if gpus:
+        mem = MemoryBreakdown(weights, blocks * per_block, compute, CUDA_CONTEXT_BYTES)
         devs = (DevicePlan("cpu", "RAM", 0, MemoryBreakdown(0, 0, 0, runtime), budget.ram.usable),
                 DevicePlan(gpu.device, gpu.name, facts.layers, mem, gpu.usable))
-        g = facts.layers
     else:
-        pool = min(budget.ram.usable / 0.85 * PAGED_CPU_SHARE, PAGED_CPU_CAP)
-        blocks = max(0, min(cap, int(pool // per_block)))
-        mem = MemoryBreakdown(facts.weights_bytes, blocks * per_block, compute, runtime)
+        mem = MemoryBreakdown(weights, blocks * per_block, compute, runtime)
         devs = (DevicePlan("cpu", "RAM", facts.layers, mem, budget.ram.usable),)
-        g = 0
-    need_blocks = -(-ctx // PAGED_BLOCK_TOKENS)
-    fits = _fits(devs) and blocks >= need_blocks
+    pool_tokens = blocks * block_tokens
+    asked = n_ctx is not None if ctx_asked is None else ctx_asked
+    shortened = not asked and 2 <= blocks and pool_tokens < ctx
+    if shortened:
+        ctx = pool_tokens
+    fits = _fits(devs) and pool_tokens >= ctx
     plan = LoadPlan(
-        backend="paged", n_ctx=ctx, n_seq=seqs, kv_type=kv, flash_attn=False, gpu_layers=g, total_layers=facts.layers,
-        memory=_total(devs), devices=devs, fits=fits, reason="", kv_blocks=blocks,
+        backend="paged", n_ctx=ctx, n_seq=seqs, kv_type=kv, flash_attn=False, gpu_layers=facts.layers if gpus else 0,
+        total_layers=facts.layers, memory=_total(devs), devices=devs, fits=fits, reason="", kv_blocks=blocks,
     )  # fmt: skip
-    pool_tokens = blocks * PAGED_BLOCK_TOKENS
     if fits:
-        why = f"a pool of {blocks:,} KV blocks ({pool_tokens:,} tokens) shared by up to {seqs} sequences"
+        why = f"a pool of {blocks:,} KV blocks of {block_tokens} tokens ({pool_tokens:,} tokens) shared by up to {seqs} sequences: {why}"
+        if shortened:
+            why += f"; {n_ctx or _ctx_default(facts):,} tokens of context would not fit in it, so the context is {ctx:,}"
         return _with_reason(plan, f"{plan.describe()}: {why}. It needs {_need(plan)}.")
-    return _with_reason(plan, f"The weights and one {ctx:,}-token sequence need {_need(plan)}, {_where_short(plan) or 'more than there is'}.")
+    if not _fits(devs):
+        return _with_reason(plan, f"The weights and the KV cache need {_need(plan)}, {_where_short(plan)}.")
+    return _with_reason(
+        plan,
+        f"A {ctx:,}-token sequence needs {-(-ctx // block_tokens):,} KV blocks, and a pool of {blocks:,} "
+        f"({why}) holds {pool_tokens:,} tokens; --ctx {pool_tokens // MIN_CTX * MIN_CTX or pool_tokens} would fit.",
+    )
 
 
 def plan_mlx(facts: ModelFacts, budget: MemoryBudget, *, n_ctx: int | None = None, n_seq: int | None = None) -> LoadPlan:
@@ -510,4 +580,7 @@ def plan_load(
     return plan_gguf(facts, budget, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, gpu_layers=gpu_layers, flash_attn=flash_attn)
 
 
-__all__ = ["LoadPlan", "DevicePlan", "plan_load", "plan_gguf", "plan_paged", "plan_mlx", "DEFAULT_CTX", "MAX_DEFAULT_SLOTS"]
+__all__ = [
+    "LoadPlan", "DevicePlan", "plan_load", "plan_gguf", "plan_paged", "plan_mlx", "paged_dtype_bytes",
+    "paged_weights_bytes", "DEFAULT_CTX", "MAX_DEFAULT_SLOTS",
+]  # fmt: skip

@@ -3,13 +3,12 @@ or a Hub variant (what the advisor says about it on this machine at rest)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from engine.fit.budget import MemoryBudget
-from engine.fit.facts import ModelFacts, facts_from_gguf, facts_from_shape
+from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape
 from engine.fit.memory import kv_bytes_per_token
 from engine.fit.plan import LoadPlan, plan_load
 
@@ -54,24 +53,10 @@ def facts_for_local(model: LocalModel) -> ModelFacts:
     Raises:
         ModelLoadError: the files cannot be read.
     """
-    from engine.catalog.shape import shape_from_config
-
-    if model.format == "gguf":
-        try:
-            return facts_from_gguf(model.path)
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(str(model.path), f"its GGUF header cannot be read ({exc}).") from exc
-    folder = model.path if model.path.is_dir() else model.path.parent
     try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(str(folder), f"its config.json cannot be read ({exc}).") from exc
-    shape = shape_from_config(config, source="the model's config.json")
-    if shape is None:
-        raise ModelLoadError(str(folder), "its config.json does not give the layers and attention heads.")
-    quant = config.get("quantization") or {}
-    bits = float(quant.get("bits", 16)) if isinstance(quant, dict) else 16.0
-    return facts_from_shape(shape, model.size_bytes, format=model.format, bits_per_weight=bits)
+        return facts_from_files(model.path, format=model.format, size_bytes=model.size_bytes)
+    except ValueError as exc:
+        raise ModelLoadError(str(model.path), f"{exc}.") from exc
 
 
 def _plan(facts: ModelFacts, budget: MemoryBudget, backend: str, **kw: Any) -> LoadPlan:
@@ -88,11 +73,13 @@ def fit_local(
     n_ctx: int | None = None,
     n_seq: int | None = None,
     kv_type: str | None = None,
+    backend: str | None = None,
 ) -> FitReport:
-    """The plan the loader would make for ``model`` now (available RAM, free GPU memory)."""
+    """The plan the loader would make for ``model`` now (available RAM, free GPU memory), on ``backend``
+    (None: the one Hearth picks for its format here)."""
     from engine.backend_choice import choose_backend
 
-    choice = choose_backend(model.format, hardware=hardware)
+    choice = choose_backend(model.format, override=backend, hardware=hardware)
     facts = facts_for_local(model)
     budget = MemoryBudget.from_hardware(hardware, live=True, gpu_offload=choice.gpu_offload)
     plan = _plan(facts, budget, choice.backend, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
@@ -143,11 +130,15 @@ def fit_model(
     n_ctx: int | None = None,
     n_seq: int | None = None,
     kv_type: str | None = None,
+    backend: str | None = None,
 ) -> FitReport:
     """A local model by name or path, else a Hub repo (``OWNER/REPO[:VARIANT]``).
 
+    ``backend`` is the worker's backend override for a local model (None: the one its format gets).
+
     Raises:
         ModelNotFound: neither here nor a repo name. InvalidRequest: bad settings.
+        BackendUnavailable: ``backend`` cannot run the model's format.
     """
     from engine.catalog.registry import resolve_model
 
@@ -164,7 +155,7 @@ def fit_model(
 
             hub = HubClient()
         return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
-    return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
+    return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend)
 
 
 __all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local"]

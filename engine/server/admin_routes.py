@@ -89,7 +89,8 @@ async def fit(
 
     def work():
         return fit_model(
-            model, detect_hardware(), registry=manager.registry, hub=hub, n_ctx=ctx, n_seq=parallel, kv_type=kv_type or None
+            model, detect_hardware(), registry=manager.registry, hub=hub, n_ctx=ctx, n_seq=parallel,
+            kv_type=kv_type or None, backend=manager.backend_override,
         )
 
     report = await asyncio.to_thread(work)

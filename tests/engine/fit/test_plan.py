@@ -116,6 +116,25 @@ def test_the_paged_engines_block_pool_and_its_fp8_cache():
     assert abs(fp8.kv_blocks - 2 * f16.kv_blocks) <= 1  # an 8-bit cache: twice the blocks in the same memory
     assert fp8.memory.kv_cache <= f16.memory.kv_cache + 16 * 131072
     cpu = plan_paged(facts, MemoryBudget.ram_only(32 * GIB))
-    assert cpu.memory.kv_cache <= 4 * GIB and cpu.kv_blocks * 16 * 131072 == cpu.memory.kv_cache
+    # on the CPU the engine runs in float32: a "16-bit" cache is held in its 4-byte elements
+    assert cpu.memory.kv_cache <= 4 * GIB and cpu.kv_blocks * 16 * 2 * 131072 == cpu.memory.kv_cache
     with pytest.raises(ValueError, match="f16, fp8"):
         plan_paged(facts, budget, kv_type="q8_0")
+
+
+def test_the_paged_pool_shortens_a_default_context_and_refuses_an_asked_one_naming_what_fits():
+    from engine.catalog.shape import ModelShape
+    from engine.fit import facts_from_shape
+    from engine.fit.plan import plan_paged
+
+    shape = ModelShape(layers=24, kv_heads=8, head_dim=64, context_length=32768, embedding=512, heads=8,
+                       vocab=32000, feed_forward=2048)  # fmt: skip
+    facts = facts_from_shape(shape, 200 * MIB, format="safetensors")
+    # 24 x 8 x 64 x 2 x 4 bytes (float32 on the CPU) = 96 KiB a token; 100 blocks of 16 tokens hold 1,600
+    short = plan_paged(facts, MemoryBudget.ram_only(2048 * MIB), kv_blocks=100)
+    assert short.fits and short.n_ctx == 1600 and "would not fit in it, so the context is 1,600" in short.reason
+    assert short.memory.kv_cache == 100 * 16 * 24 * 8 * 64 * 2 * 4
+    asked = plan_paged(facts, MemoryBudget.ram_only(2048 * MIB), n_ctx=4096, kv_blocks=100)
+    assert not asked.fits and "--ctx 1536 would fit" in asked.reason
+    tight = plan_paged(facts, MemoryBudget.ram_only(300 * MIB), n_ctx=4096)
+    assert not tight.fits and "more than the" in tight.reason
