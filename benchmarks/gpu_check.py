@@ -463,13 +463,13 @@ def write_byte_tokenizer(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
 
 
-def load_engine(ctx: Context, path: Path, **extra):
-    from engine.backends.base import LoadOptions
+def load_engine(ctx: Context, path: Path, *, kv_type: str | None = None, **paged):
+    from engine.backends.base import LoadOptions, PagedOptions
     from engine.backends.paged.startup import start_engine
 
-    extra = {"dtype": ctx.dtype_name, "enable_prefix_caching": False, "num_kv_blocks": 512, "max_num_seqs": 8,
-             "cuda_graph_batch_sizes": [1, 2, 4, 8], **extra}  # fmt: skip
-    return start_engine(path, LoadOptions(n_ctx=1024, extra=extra))
+    paged = {"dtype": ctx.dtype_name, "enable_prefix_caching": False, "num_kv_blocks": 512,
+             "cuda_graph_batch_sizes": (1, 2, 4, 8), **paged}  # fmt: skip
+    return start_engine(path, LoadOptions(n_ctx=1024, n_seq_max=8, kv_type=kv_type, paged=PagedOptions(**paged)))
 
 
 def teacher_forced(loaded, tokens: list[int], chunk: int):
@@ -554,7 +554,7 @@ def stage_quantized(ctx: Context) -> dict:
         del base
     tokens, ref = ctx.cache["reference_logits"]
     variants = {"fp8_weights": {"quantization": "fp8"}, "int8_weights": {"quantization": "int8"},
-                "fp8_kv_cache": {"kv_cache_dtype": "fp8"}}  # fmt: skip
+                "fp8_kv_cache": {"kv_type": "fp8"}}  # fmt: skip
     out: dict[str, Any] = {}
     passed = True
     fp8_here = True

@@ -9,15 +9,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def load_paged(*, n_ctx: int = 2048, max_num_seqs: int = 32, blocks: int = 2048, budget: int = 512, **extra):
-    """The starter model on Hearth's paged engine (CPU; float32 unless ``extra`` says otherwise)."""
-    from engine.backends.base import LoadOptions, ModelSpec
+def load_paged(*, n_ctx: int = 2048, max_num_seqs: int = 32, blocks: int = 2048, budget: int = 512, **paged):
+    """The starter model on Hearth's paged engine (CPU; float32 unless ``paged`` options say otherwise)."""
+    from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
     from engine.backends.paged import PagedBackend
     from engine.starter import starter_model_path
 
     backend = PagedBackend()
-    extra = {"num_kv_blocks": blocks, "max_num_batched_tokens": budget, **extra}
-    backend.load(ModelSpec("starter", starter_model_path()), LoadOptions(n_ctx=n_ctx, n_seq_max=max_num_seqs, extra=extra))
+    options = LoadOptions(n_ctx=n_ctx, n_seq_max=max_num_seqs, n_batch=budget, paged=PagedOptions(num_kv_blocks=blocks, **paged))
+    backend.load(ModelSpec("starter", starter_model_path()), options)
     return backend
 
 
@@ -59,14 +59,14 @@ class TransformersSide:
 
 
 class PagedSide:
-    """The starter model on the paged engine, with engine options ``extra``."""
+    """The starter model on the paged engine, with the paged options ``paged``."""
 
-    def __init__(self, threads: int | None = None, **extra) -> None:
+    def __init__(self, threads: int | None = None, **paged) -> None:
         import torch
 
         if threads:
             torch.set_num_threads(threads)
-        self.backend = load_paged(**extra)
+        self.backend = load_paged(**paged)
 
     def decode_speed(self, prompt: str, new_tokens: int) -> tuple[float, list[int]]:
         """(decode tokens/s excluding the first token, the greedy tokens) for one prompt."""

@@ -46,14 +46,14 @@ def llama_backend(starter_path: Path):
 def paged_backend(starter_path: Path):
     """The starter model (dequantized from its GGUF) on the paged backend, on the CPU."""
     pytest.importorskip("torch")
-    from engine.backends.base import LoadOptions, ModelSpec
+    from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
     from engine.backends.paged import PagedBackend
 
     backend = PagedBackend()
     backend.load(
         ModelSpec(name="smollm2-135m-instruct", path=starter_path),
         # the CPU, pinned: the tests compare against float32 references, which a GPU's bfloat16 would not match
-        LoadOptions(n_ctx=2048, n_seq_max=32, extra={"num_kv_blocks": 640, "max_num_batched_tokens": 512, "device": "cpu"}),
+        LoadOptions(n_ctx=2048, n_seq_max=32, n_batch=512, paged=PagedOptions(num_kv_blocks=640, device="cpu")),
     )
     yield backend
     backend.close()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.backends.base import Backend, LoadOptions, ModelInfo, ModelSpec
+from engine.backends.base import Backend, ModelInfo, ModelSpec
+from engine.backends.options import LlamaCppOptions, LoadOptions, MLXOptions, PagedOptions
 from engine.errors import BackendUnavailable
 
 if TYPE_CHECKING:  # the type checker (`make lint`) holds every backend to the protocol
@@ -42,4 +43,7 @@ def create_backend(name: str) -> Backend:
     raise BackendUnavailable(name, f"there is no such backend; choose one of {', '.join(BACKENDS)}.")
 
 
-__all__ = ["Backend", "LoadOptions", "ModelInfo", "ModelSpec", "BACKENDS", "create_backend"]
+__all__ = [
+    "Backend", "LoadOptions", "LlamaCppOptions", "PagedOptions", "MLXOptions", "ModelInfo", "ModelSpec", "BACKENDS",
+    "create_backend",
+]  # fmt: skip

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 from engine.errors import Overloaded
 
 
-class AdmissionQueue:
+class Queued(Protocol):
+    """What the queue needs of a request's sequence: its id, and a flag the loop reads to stop it."""
+
+    cancelled: bool
+
+    @property
+    def request_id(self) -> str: ...
+
+
+S = TypeVar("S", bound=Queued)
+
+
+class AdmissionQueue(Generic[S]):
     """Requests waiting for a generation loop, and cancellation by request id.
 
     Subclasses run the loop: they take from ``_waiting`` under ``_cond``, and drop a
@@ -21,13 +33,18 @@ class AdmissionQueue:
 
     def __init__(self, max_waiting: int) -> None:
         self.max_waiting = max_waiting
-        self._waiting: deque[Any] = deque()
-        self._by_id: dict[str, Any] = {}
+        self._waiting: deque[S] = deque()
+        self._by_id: dict[str, S] = {}
         self._cond = threading.Condition()
         self._stopping = False
 
-    def submit(self, seq: Any) -> None:
-        """Queue ``seq`` (anything with ``request_id`` and ``cancelled``).
+    def _queued(self) -> int:
+        """Requests waiting, held to ``max_waiting`` (under ``_cond``); a loop that keeps a queue of its own
+        past ``_waiting`` counts that one too."""
+        return len(self._waiting)
+
+    def submit(self, seq: S) -> None:
+        """Queue ``seq``.
 
         Raises:
             Overloaded: too many requests are already waiting, or the model is being unloaded.
@@ -35,10 +52,10 @@ class AdmissionQueue:
         with self._cond:
             if self._stopping:
                 raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
-            if len(self._waiting) >= self.max_waiting:
+            queued = self._queued()
+            if queued >= self.max_waiting:
                 raise Overloaded(
-                    f"{len(self._waiting)} requests are already waiting for this model; retry in a moment.",
-                    retry_after=2.0,
+                    f"{queued} requests are already waiting for this model; retry in a moment.", retry_after=2.0
                 )
             self._waiting.append(seq)
             self._by_id[seq.request_id] = seq

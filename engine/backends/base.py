@@ -6,23 +6,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from engine.backends.options import LlamaCppOptions, LoadOptions, MLXOptions, PagedOptions
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ModelFormat, ModelSpec
 
 if TYPE_CHECKING:
     from engine.tools import RenderedChat
-
-
-@dataclass(frozen=True, slots=True)
-class LoadOptions:
-    """How to load a model. None means "choose for this machine"."""
-
-    n_ctx: int | None = None
-    n_threads: int | None = None
-    n_gpu_layers: int | None = None  # None: as many as fit (llama.cpp built with GPU support)
-    n_seq_max: int | None = None
-    n_batch: int | None = None
-    embedding: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +114,7 @@ class Backend(Protocol):
         """Embeddings of ``texts`` and the tokens they took.
 
         Raises:
-            InvalidRequest: the backend cannot embed with this model (``info.can_embed`` is False).
+            EmbeddingsUnsupported: the backend cannot embed with this model (``info.can_embed`` is False).
         """
         ...
 
@@ -164,6 +152,15 @@ def drain(out, cancel) -> Iterator[GenerationChunk]:
     finally:
         if not done:
             cancel()
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens ``a`` and ``b`` share from their start (the KV a cached prefix can give)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class StopMatcher:
@@ -232,4 +229,7 @@ class Utf8Decoder:
         return out
 
 
-__all__ = ["drain", "Backend", "ModelSpec", "LoadOptions", "ModelInfo", "ModelFormat", "StopMatcher", "Utf8Decoder"]
+__all__ = [
+    "drain", "common_prefix", "Backend", "ModelSpec", "LoadOptions", "LlamaCppOptions", "PagedOptions", "MLXOptions",
+    "ModelInfo", "ModelFormat", "StopMatcher", "Utf8Decoder",
+]  # fmt: skip

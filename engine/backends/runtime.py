@@ -2,10 +2,11 @@
 pieces, stop strings held back, the end-of-generation and length decisions, timings, the final chunk
 and cancellation.
 
-A backend only schedules its sequences and produces their next tokens; for each new token it calls
-:meth:`RequestStream.push`, which streams the text and says whether the request is over, and it ends
-a request early (cancelled, failed, unloaded) with :meth:`RequestStream.finish`. Every stream ends
-with exactly one chunk that has a finish_reason.
+A backend opens each request with :meth:`RequestStream.open` (the chat rendered, the prompt tokenized
+and checked against the context), then only schedules its sequences and produces their next tokens;
+for each new token it calls :meth:`RequestStream.push`, which streams the text and says whether the
+request is over, and it ends a request early (cancelled, failed, unloaded) with
+:meth:`RequestStream.finish`. Every stream ends with exactly one chunk that has a finish_reason.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import queue
 import time
 from collections.abc import Callable, Iterator
 
-from engine.backends.base import StopMatcher, Utf8Decoder, drain
+from engine.backends.base import Backend, StopMatcher, Utf8Decoder, drain
+from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.tools import RenderedChat, parse_stream
 from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
 
 __all__ = ["RequestStream"]
@@ -28,11 +31,12 @@ class RequestStream:
         piece: The bytes a token adds to the output (b"" for control tokens).
         is_eog: Whether a token ends the generation (unless the request ignores EOS).
         prompt_tokens: Tokens in the prompt, for the final chunk's usage.
+        rendered: The chat as rendered, whose output is parsed (tool calls, reasoning); None for a raw prompt.
     """
 
     __slots__ = (
         "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
-        "finished", "t_submit", "t_first", "_piece", "_is_eog",
+        "finished", "t_submit", "t_first", "rendered", "_piece", "_is_eog",
     )  # fmt: skip
 
     def __init__(
@@ -42,6 +46,7 @@ class RequestStream:
         piece: Callable[[int], bytes],
         is_eog: Callable[[int], bool],
         prompt_tokens: int,
+        rendered: RenderedChat | None = None,
     ) -> None:
         self.request = request
         self.params = request.params
@@ -54,8 +59,41 @@ class RequestStream:
         self.finished = False
         self.t_submit = time.perf_counter()
         self.t_first: float | None = None
+        self.rendered = rendered
         self._piece = piece
         self._is_eog = is_eog
+
+    @classmethod
+    def open(
+        cls,
+        backend: Backend,
+        request: GenerationRequest,
+        *,
+        n_ctx: int,
+        piece: Callable[[int], bytes],
+        is_eog: Callable[[int], bool],
+    ) -> tuple[RequestStream, list[int]]:
+        """A stream for ``request`` and its prompt's tokens: the chat rendered through ``backend``'s template
+        (tools, thinking switch) and tokenized, then checked against the context.
+
+        Args:
+            backend: The backend that renders and tokenizes the request.
+            request: The request.
+            n_ctx: Most tokens (prompt and answer) one request may hold.
+            piece: The bytes a token adds to the output (b"" for control tokens).
+            is_eog: Whether a token ends the generation (unless the request ignores EOS).
+
+        Raises:
+            InvalidRequest: the prompt is empty.
+            ContextLengthExceeded: the prompt does not fit the context.
+        """
+        rendered = backend.render_request(request)
+        prompt = backend.prompt_tokens(request, rendered)
+        if not prompt:
+            raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
+        if len(prompt) >= n_ctx:
+            raise ContextLengthExceeded(len(prompt), n_ctx)
+        return cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered), prompt
 
     @property
     def request_id(self) -> str:
@@ -122,5 +160,7 @@ class RequestStream:
         )
 
     def chunks(self, cancel: Callable[[], None]) -> Iterator[GenerationChunk]:
-        """The request's chunks as they come; closing the iterator early calls ``cancel``."""
-        return drain(self.out, cancel)
+        """The request's chunks as they come, a rendered chat's parsed into text, reasoning and tool calls;
+        closing the iterator early calls ``cancel``."""
+        chunks = drain(self.out, cancel)
+        return parse_stream(chunks, self.rendered) if self.rendered is not None else chunks

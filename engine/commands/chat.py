@@ -95,7 +95,7 @@ def _open_remote(name: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.backends import LoadOptions
+    from engine.backends import LoadOptions, PagedOptions
     from engine.loading import open_model
     from engine.types import SamplingParams
 
@@ -105,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quantization and args.backend != "paged":
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
         return 2
-    extra = {"quantization": args.quantization} if args.quantization else {}
-    options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, extra=extra)
+    options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, paged=PagedOptions(quantization=args.quantization))
     if args.mcp:  # the agent loop is a client of Hearth's API, served for the run
         from engine.agent.terminal import run_agent_chat
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.backends import LoadOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,8 +56,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def load_options(args: argparse.Namespace) -> LoadOptions:
+    """The load options ``hearth serve``'s flags ask for, for every model it loads."""
+    from engine.backends import LoadOptions, PagedOptions
+
+    return LoadOptions(
+        n_ctx=args.ctx,
+        n_seq_max=args.parallel,
+        n_threads=args.threads,
+        max_waiting=args.max_waiting,
+        kv_type=args.kv_type,
+        paged=PagedOptions(quantization=args.quantization),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    from engine.backends import LoadOptions
     from engine.server import create_app
     from engine.settings import ServerSettings
     from engine.worker.main import WorkerConfig, run_worker
@@ -81,13 +98,6 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         backend=args.backend,
         idle_ttl=args.idle_ttl,
-        load_options=LoadOptions(
-            n_ctx=args.ctx,
-            n_seq_max=args.parallel,
-            n_threads=args.threads,
-            extra={"max_waiting": args.max_waiting}
-            | ({"quantization": args.quantization} if args.quantization else {})
-            | ({"kv_type": args.kv_type} if args.kv_type else {}),
-        ),
+        load_options=load_options(args),
     )
     return run_worker(config, app_factory=create_app)

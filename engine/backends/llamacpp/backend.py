@@ -17,12 +17,14 @@ from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.backends.runtime import RequestStream
-from engine.errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from engine.errors import ContextLengthExceeded, ModelLoadError
 from engine.fit.plan import LoadPlan
-from engine.tools import RenderedChat, parse_stream, render_request
+from engine.tools import RenderedChat, render_request
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_WAITING = 64
 
 
 def default_threads() -> int:
@@ -60,16 +62,18 @@ class LlamaCppBackend:
         self.plan = plan
         n_ctx, n_seq = plan.n_ctx, plan.n_seq
         self._n_threads = options.n_threads or default_threads()
+        own = options.llamacpp
         try:
             self.loop = DecodeLoop(
                 self.model,
                 n_seq_max=n_seq,
                 n_ctx_seq=n_ctx,
                 n_threads=self._n_threads,
-                prefill_chunk=int(options.extra.get("prefill_chunk", 256)),
-                max_waiting=int(options.extra.get("max_waiting", 64)),
+                prefill_chunk=own.prefill_chunk,
+                max_waiting=options.max_waiting if options.max_waiting is not None else DEFAULT_MAX_WAITING,
                 kv_type=GGML_KV_TYPES[plan.kv_type],
-                **{k: options.extra[k] for k in ("flash_attn", "kv_unified") if k in options.extra},
+                flash_attn=own.flash_attn,
+                kv_unified=own.kv_unified,
             )
         except MemoryError as exc:
             self.model.close()
@@ -132,26 +136,22 @@ class LlamaCppBackend:
             Overloaded: too many requests are waiting.
         """
         model, loop = self._require()
-        rendered = self.render_request(request)
-        prompt = self.prompt_tokens(request, rendered)
-        if not prompt:
-            raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
-        if len(prompt) >= loop.n_ctx_seq:
-            raise ContextLengthExceeded(len(prompt), loop.n_ctx_seq)
+        stream, prompt = RequestStream.open(
+            self, request, n_ctx=loop.n_ctx_seq, piece=model.piece, is_eog=model.is_eog
+        )
+        rendered = stream.rendered
         if rendered is not None and rendered.constraint is not None:
             grammar = tool_call_grammar(rendered.constraint)
         else:
             grammar = grammar_for(request.response_format)
         sampler = SequenceSampler(model, request.params, grammar)
-        stream = RequestStream(request, piece=model.piece, is_eog=model.is_eog, prompt_tokens=len(prompt))
         seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
             loop.submit(seq)
         except Exception:
             sampler.close()
             raise
-        chunks = stream.chunks(lambda: loop.cancel(request.request_id))
-        return parse_stream(chunks, rendered) if rendered is not None else chunks
+        return stream.chunks(lambda: loop.cancel(request.request_id))
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

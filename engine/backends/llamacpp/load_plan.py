@@ -29,10 +29,10 @@ def machine_budget() -> MemoryBudget:
 
 
 def budget_for(options: LoadOptions) -> MemoryBudget:
-    """``options.extra["memory_budget"]`` bytes of RAM when given (tests, small machines), else the machine's."""
-    given = options.extra.get("memory_budget")
+    """``options.llamacpp.memory_budget`` bytes of RAM when given (tests, small machines), else the machine's."""
+    given = options.llamacpp.memory_budget
     if given is not None:
-        return MemoryBudget.ram_only(int(given))
+        return MemoryBudget.ram_only(given)
     return machine_budget()
 
 
@@ -44,12 +44,9 @@ def plan_llamacpp_load(path: Path, options: LoadOptions, *, budget: MemoryBudget
         ModelLoadError: the file cannot be read, or what was asked for does not fit (the message
             names what would).
     """
-    import llama_cpp
-
-    kv_type = options.extra.get("kv_type")
+    kv_type = options.kv_type
     if kv_type is not None and kv_type not in LLAMACPP_KV_TYPES:
         raise InvalidRequest(f"The KV cache type must be one of {', '.join(LLAMACPP_KV_TYPES)}.", param="kv_type")
-    flash = options.extra.get("flash_attn", llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED) != llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
     try:
         facts = facts_from_gguf(path)
     except (OSError, ValueError) as exc:
@@ -62,7 +59,7 @@ def plan_llamacpp_load(path: Path, options: LoadOptions, *, budget: MemoryBudget
             n_seq=options.n_seq_max,
             kv_type=kv_type,
             gpu_layers=options.n_gpu_layers,
-            flash_attn=flash,
+            flash_attn=options.llamacpp.flash_attn,
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="kv_type") from exc

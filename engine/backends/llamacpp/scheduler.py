@@ -26,7 +26,7 @@ from typing import Any
 import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
-from engine.backends.base import BackendStats
+from engine.backends.base import BackendStats, common_prefix
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
@@ -92,15 +92,7 @@ class Slot:
     last_used: float = 0.0
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class DecodeLoop(AdmissionQueue):
+class DecodeLoop(AdmissionQueue[Sequence]):
     """Owns a llama.cpp context and serves every request of one model in batches.
 
     Args:
@@ -110,6 +102,8 @@ class DecodeLoop(AdmissionQueue):
         n_threads: CPU threads for decoding.
         prefill_chunk: Most prompt tokens put into one step beside the decodes.
         max_waiting: Most requests queued for a slot before new ones are refused.
+        flash_attn: Use flash attention (a quantized KV cache needs it).
+        kv_unified: One KV buffer for every slot instead of one per slot.
         kv_type: The ggml type of the KV cache (F16, Q8_0, Q4_0).
     """
 
@@ -123,7 +117,7 @@ class DecodeLoop(AdmissionQueue):
         prefill_chunk: int = 256,
         prefill_block: int = 64,
         max_waiting: int = 64,
-        flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        flash_attn: bool = True,
         kv_unified: bool = False,
         kv_type: int = llama_cpp.GGML_TYPE_F16,
     ) -> None:
@@ -141,7 +135,9 @@ class DecodeLoop(AdmissionQueue):
         params.n_ubatch = self.n_batch
         params.n_seq_max = n_seq_max
         params.kv_unified = kv_unified
-        params.flash_attn_type = flash_attn
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         params.type_k = kv_type  # a quantized V cache needs flash attention (llama.cpp refuses it otherwise)
         params.type_v = kv_type
         params.n_threads = n_threads
@@ -264,12 +260,12 @@ class DecodeLoop(AdmissionQueue):
         best, best_key = None, (0, False)
         ahead, ahead_n = None, 0
         for slot in self.slots:
-            n = min(_common_prefix(slot.tokens, seq.prompt), limit)
+            n = min(common_prefix(slot.tokens, seq.prompt), limit)
             key = (n, slot.seq is None)  # the longest prefix; an idle slot on a tie
             if n > 0 and key > best_key:
                 best, best_key = slot, key
             if slot.seq is not None and slot.seq.status is SeqStatus.PREFILL and slot.seq.copy_from is None:
-                planned = min(_common_prefix(slot.seq.prompt, seq.prompt), limit)
+                planned = min(common_prefix(slot.seq.prompt, seq.prompt), limit)
                 if planned > ahead_n:
                     ahead, ahead_n = slot, planned
         best_n = best_key[0]
@@ -316,11 +312,11 @@ class DecodeLoop(AdmissionQueue):
 
     def _shared_prefix_ready(self, seq: Sequence, src: Slot) -> bool:
         """Settle a wait for the prefix ``src`` is prefilling: True once ``seq`` may prefill, False to wait."""
-        have = min(_common_prefix(src.tokens, seq.prompt), seq.copy_len)
+        have = min(common_prefix(src.tokens, seq.prompt), seq.copy_len)
         coming = (
             src.seq is not None
             and src.seq.status is SeqStatus.PREFILL
-            and min(_common_prefix(src.seq.prompt, seq.prompt), seq.copy_len) > have
+            and min(common_prefix(src.seq.prompt, seq.prompt), seq.copy_len) > have
         )
         if coming and have < seq.copy_len:
             return False

@@ -15,8 +15,8 @@ from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
 from engine.backends.mlx.sampler import TokenSampler
 from engine.backends.runtime import RequestStream
-from engine.errors import ContextLengthExceeded, EmbeddingsUnsupported, InvalidRequest
-from engine.tools import RenderedChat, parse_stream, render_request
+from engine.errors import EmbeddingsUnsupported
+from engine.tools import RenderedChat, render_request
 from engine.tools.guidance import matcher_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
@@ -27,6 +27,7 @@ DEFAULT_CTX = 4096
 # tokens a second, Metal thousands.
 PREFILL_CHUNK_CPU = 64
 PREFILL_CHUNK_GPU = 512
+DEFAULT_MAX_WAITING = 64
 
 #: Request fields the MLX backend accepts but cannot honour: none. ``response_format`` and forced
 #: tool calls are enforced by llguidance (engine.tools.guidance), and every sampling parameter of
@@ -61,15 +62,12 @@ class MLXBackend:
         def n_ctx(loaded: loader.LoadedModel) -> int:
             return options.n_ctx or min(DEFAULT_CTX, loaded.n_ctx_train or DEFAULT_CTX)
 
+        prefill_chunk = options.mlx.prefill_chunk
         self.loop = GenerationLoop(
             lambda: loader.load(model),
             n_ctx=n_ctx,
-            prefill_chunk=int(
-                options.extra.get(
-                    "prefill_chunk", PREFILL_CHUNK_CPU if loader.on_cpu() else PREFILL_CHUNK_GPU
-                )
-            ),
-            max_waiting=int(options.extra.get("max_waiting", 64)),
+            prefill_chunk=prefill_chunk or (PREFILL_CHUNK_CPU if loader.on_cpu() else PREFILL_CHUNK_GPU),
+            max_waiting=options.max_waiting if options.max_waiting is not None else DEFAULT_MAX_WAITING,
         )
         self.spec = model
         log.info("loaded %s on MLX with a context of %d tokens", model.path, self.loop.n_ctx)
@@ -135,22 +133,17 @@ class MLXBackend:
             Overloaded: too many requests are waiting.
         """
         loaded, loop = self._require()
-        rendered = self.render_request(request)
-        prompt = self.prompt_tokens(request, rendered)
-        if not prompt:
-            raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
-        if len(prompt) >= loop.n_ctx:
-            raise ContextLengthExceeded(len(prompt), loop.n_ctx)
+        vocab = loaded.vocab
+        stream, prompt = RequestStream.open(
+            self, request, n_ctx=loop.n_ctx, piece=vocab.piece, is_eog=vocab.eog_ids.__contains__
+        )
         ignored = ignored_params(request)
         if ignored:
             log.warning("the mlx backend ignores %s for request %s", ", ".join(ignored), request.request_id)
-        vocab = loaded.vocab
-        stream = RequestStream(request, piece=vocab.piece, is_eog=vocab.eog_ids.__contains__, prompt_tokens=len(prompt))
-        matcher = matcher_for(rendered, request, vocab, vocab.n_vocab)
+        matcher = matcher_for(stream.rendered, request, vocab, vocab.n_vocab)
         seq = Seq(stream=stream, prompt=prompt, sampler=TokenSampler(request.params, vocab.n_vocab, vocab.eog_ids, matcher))
         loop.submit(seq)
-        chunks = stream.chunks(lambda: loop.cancel(request.request_id))
-        return parse_stream(chunks, rendered) if rendered is not None else chunks
+        return stream.chunks(lambda: loop.cancel(request.request_id))
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

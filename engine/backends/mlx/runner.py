@@ -20,7 +20,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from engine.backends.admission import AdmissionQueue
-from engine.backends.base import BackendStats
+from engine.backends.base import BackendStats, common_prefix
 from engine.backends.mlx.loader import LoadedModel
 from engine.backends.mlx.sampler import TokenSampler
 from engine.backends.runtime import RequestStream
@@ -54,15 +54,7 @@ def _close_open_loops() -> None:
         loop.close()
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class GenerationLoop(AdmissionQueue):
+class GenerationLoop(AdmissionQueue[Sequence]):
     """The model's thread and its queue of requests.
 
     Args:
@@ -184,7 +176,7 @@ class GenerationLoop(AdmissionQueue):
         if cache is None or not can_trim_prompt_cache(cache):
             cache = self._cache = make_prompt_cache(self._model.model)
             self._cache_tokens = []
-        keep = min(_common_prefix(self._cache_tokens, prompt), len(prompt) - 1)
+        keep = min(common_prefix(self._cache_tokens, prompt), len(prompt) - 1)
         drop = len(self._cache_tokens) - keep
         if drop:
             trim_prompt_cache(cache, drop)

@@ -52,8 +52,8 @@ def check_cuda_config(
         if kv_cache_dtype == "fp8":
             raise InvalidRequest(
                 f"The FP8 KV cache needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper); the "
-                f"{gpu_name} is {_cc(capability)}, so set kv_cache_dtype to auto instead.",
-                param="kv_cache_dtype",
+                f"{gpu_name} is {_cc(capability)}, so choose the f16 KV cache type instead.",
+                param="kv_type",
             )
 
 

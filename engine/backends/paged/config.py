@@ -5,9 +5,10 @@ Plain data, no torch: the block manager and the scheduler read it in unit tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
+from engine.backends.options import LoadOptions, PagedOptions
 from engine.errors import InvalidRequest
 
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -16,43 +17,21 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """How the engine batches, caches and runs.
+class EngineConfig(PagedOptions):
+    """How the engine batches, caches and runs: the paged options, and the sizes a load settles.
 
     Attributes:
-        block_size: Tokens per KV-cache block.
         max_num_seqs: Most sequences in one step.
         max_num_batched_tokens: Token budget of one step (decodes plus prefill chunks).
         max_model_len: Longest sequence (prompt plus output), the context window.
-        num_kv_blocks: Blocks to allocate; None sizes the cache from free memory.
-        kv_cache_fraction: Share of the memory free after weights and warm-up the cache may take
-            (None: 0.9 of GPU memory, 0.25 of available RAM).
-        enable_prefix_caching: Share KV blocks between prompts that start the same way.
-        device: ``cuda`` or ``cpu``; None picks CUDA when present.
-        dtype: Weight/activation dtype name (``float32``, ``bfloat16``, ``float16``, ``float64``); None picks.
         kv_cache_dtype: ``auto`` (the model dtype) or ``fp8`` (e4m3).
-        quantization: None, ``int8`` (weight-only), ``fp8`` (e4m3, per-channel scales) or ``int4``
-            (weight-only in groups of 32, as GGUF Q4_1; the CPU's fast path, bfloat16 activations).
-        attention_backend: ``torch`` (reference), ``triton`` (kernels) or ``auto``.
-        cuda_graph_batch_sizes: Decode batch sizes captured as CUDA graphs.
-        enforce_eager: Never capture CUDA graphs.
         max_waiting: Most requests queued before new ones are refused.
     """
 
-    block_size: int = 16
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512
     max_model_len: int = 4096
-    num_kv_blocks: int | None = None
-    kv_cache_fraction: float | None = None
-    enable_prefix_caching: bool = True
-    device: str | None = None
-    dtype: str | None = None
     kv_cache_dtype: str = "auto"
-    quantization: str | None = None
-    attention_backend: str = "auto"
-    cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-    enforce_eager: bool = False
     max_waiting: int = 256
 
     def __post_init__(self) -> None:
@@ -79,23 +58,26 @@ class EngineConfig:
         return -(-self.max_model_len // self.block_size)
 
     @classmethod
-    def from_options(cls, extra: dict[str, Any], **base: Any) -> EngineConfig:
-        """A config from ``LoadOptions.extra`` (unknown keys are refused) over ``base`` values.
+    def from_options(cls, options: LoadOptions) -> EngineConfig:
+        """The config ``options`` ask for: its paged options, with the slots, step budget, KV cache type and
+        queue bound it sets (the context is settled at load, against the model and the cache).
 
         Raises:
-            InvalidRequest: an option is unknown or out of range.
+            InvalidRequest: the KV cache type is not one this engine has, or an option is out of range.
         """
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(extra) - known - {"prefill_chunk"})
-        if unknown:
-            raise InvalidRequest(f"Unknown paged-engine option(s): {', '.join(unknown)}.", param="extra")
-        values = dict(base)
-        values.update({k: v for k, v in extra.items() if k in known})
-        if "prefill_chunk" in extra and "max_num_batched_tokens" not in extra:
-            values["max_num_batched_tokens"] = int(extra["prefill_chunk"])
-        if isinstance(values.get("cuda_graph_batch_sizes"), list):
-            values["cuda_graph_batch_sizes"] = tuple(values["cuda_graph_batch_sizes"])
-        return cls(**values)
+        sizes: dict[str, Any] = {}
+        if options.n_seq_max:
+            sizes["max_num_seqs"] = options.n_seq_max
+        if options.n_batch:
+            sizes["max_num_batched_tokens"] = options.n_batch
+        if options.max_waiting is not None:
+            sizes["max_waiting"] = options.max_waiting
+        if options.kv_type not in (None, "f16", "fp8"):  # fp8 is this engine's 8-bit cache, f16 its model dtype
+            raise InvalidRequest("The paged engine's KV cache can be f16 or fp8; use one of those.", param="kv_type")
+        if options.kv_type == "fp8":
+            sizes["kv_cache_dtype"] = "fp8"
+        paged = {f.name: getattr(options.paged, f.name) for f in fields(PagedOptions)}
+        return cls(**paged, **sizes)
 
 
 __all__ = ["EngineConfig", "KV_CACHE_DTYPES", "QUANTIZATIONS", "ATTENTION_BACKENDS"]

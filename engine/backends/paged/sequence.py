@@ -31,17 +31,21 @@ class Sequence:
         prompt: Prompt token ids (at least one).
         params: Sampling parameters (read for ``max_tokens``).
         block_size: Tokens per KV block.
+        request_id: The request's id (cancellation finds the sequence by it).
         owner: Whatever the caller attaches (the backend's per-request stream state).
     """
 
     __slots__ = (
         "seq_id", "token_ids", "num_prompt_tokens", "num_computed_tokens", "num_cached_tokens",
         "block_table", "status", "params", "block_size", "num_preemptions", "owner", "cancelled",
-        "num_hashed_blocks", "last_block_hash",
+        "num_hashed_blocks", "last_block_hash", "request_id",
     )  # fmt: skip
 
-    def __init__(self, prompt: Seq[int], params: SamplingParams, *, block_size: int, owner: Any = None) -> None:
+    def __init__(
+        self, prompt: Seq[int], params: SamplingParams, *, block_size: int, request_id: str = "", owner: Any = None
+    ) -> None:
         self.seq_id = next(_ids)
+        self.request_id = request_id
         self.token_ids: list[int] = list(prompt)
         self.num_prompt_tokens = len(self.token_ids)
         self.num_computed_tokens = 0

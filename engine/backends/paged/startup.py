@@ -18,7 +18,7 @@ from engine.backends.paged.memory import num_kv_blocks
 from engine.backends.paged.model_runner import ModelRunner
 from engine.backends.paged.models import build_model
 from engine.backends.paged.ops import ForwardOps, TorchOps
-from engine.errors import BackendUnavailable, InvalidRequest, ModelLoadError
+from engine.errors import BackendUnavailable, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -99,19 +99,7 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
         ModelLoadError: the model cannot be read or does not fit.
         InvalidRequest: an engine option is out of range.
     """
-    base: dict = {}
-    if options.n_seq_max:
-        base["max_num_seqs"] = options.n_seq_max
-    if options.n_batch:
-        base["max_num_batched_tokens"] = options.n_batch
-    extra = dict(options.extra)
-    extra.pop("memory_budget", None)  # the llama.cpp loader's planning budget
-    kv_type = extra.pop("kv_type", None)  # `--kv-type`: fp8 is this engine's 8-bit cache, f16 its model dtype
-    if kv_type not in (None, "f16", "fp8"):
-        raise InvalidRequest("The paged engine's KV cache can be f16 or fp8; use one of those.", param="kv_type")
-    if kv_type is not None:
-        extra.setdefault("kv_cache_dtype", "fp8" if kv_type == "fp8" else "auto")
-    config = EngineConfig.from_options(extra, **base)
+    config = EngineConfig.from_options(options)
     device, dtype = pick_device_dtype(config)
     check_device(config, device)
     if config.quantization == "int4" and device.type == "cpu" and dtype != torch.bfloat16:

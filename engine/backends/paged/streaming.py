@@ -16,8 +16,8 @@ class StreamWriter:
     Args:
         engine: The engine whose sequences these are (its ``finish`` frees their blocks).
         tokenizer: For byte pieces of tokens (log-probabilities' texts).
-        by_id: The backend's request-id -> sequence map, guarded by ``lock``.
-        lock: The backend's condition lock.
+        by_id: The admission queue's request-id -> sequence map, guarded by ``lock``.
+        lock: The admission queue's condition lock.
     """
 
     def __init__(self, engine: LLMEngine, tokenizer: Vocabulary, by_id: dict[str, Sequence], lock: threading.Condition):

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from engine.backends.base import Backend, BackendStats
-from engine.errors import ContextLengthExceeded, EmbeddingsUnsupported
+from engine.errors import ContextLengthExceeded, EmbeddingsUnsupported, InvalidRequest
 from engine.types import ChatMessage, GenerationRequest, SamplingParams
 
 QUESTION = (ChatMessage("user", "Name three colours."),)
@@ -146,6 +146,13 @@ def test_prompt_over_the_context_raises_before_generating(backend):
         backend.stream(GenerationRequest(model="s", prompt=long_prompt))
     assert info.value.n_ctx == 2048
     assert info.value.prompt_tokens > 2048
+
+
+def test_an_empty_prompt_is_refused_before_generating(backend):
+    with pytest.raises(InvalidRequest, match="^The prompt is empty; send some text.$") as info:
+        backend.stream(GenerationRequest(model="s", prompt=""))
+    assert info.value.param == "prompt"
+    assert backend.stats().running == 0 and backend.stats().waiting == 0
 
 
 def test_stats_carry_the_fields_every_backend_fills(backend):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.base import LlamaCppOptions, LoadOptions, ModelSpec
 from engine.errors import InvalidRequest, ModelLoadError
 from engine.types import GenerationRequest, SamplingParams
 
@@ -32,7 +32,7 @@ def _answer(backend) -> str:
 
 
 def test_the_loader_opens_the_slots_the_budget_allows_and_says_why(starter_path):
-    backend = _load(starter_path, LoadOptions(n_ctx=1024, extra={"memory_budget": 300 * MIB}))
+    backend = _load(starter_path, LoadOptions(n_ctx=1024, llamacpp=LlamaCppOptions(memory_budget=300 * MIB)))
     try:
         plan = backend.plan
         assert plan.fits and 1 < plan.n_seq < 16 and plan.memory.total <= 300 * MIB
@@ -46,13 +46,14 @@ def test_the_loader_opens_the_slots_the_budget_allows_and_says_why(starter_path)
 
 
 def test_an_explicit_parallel_that_cannot_fit_is_refused_naming_what_would(starter_path):
-    options = LoadOptions(n_ctx=4096, n_seq_max=16, extra={"memory_budget": 600 * MIB, "kv_type": "f16"})
+    budget = LlamaCppOptions(memory_budget=600 * MIB)
+    options = LoadOptions(n_ctx=4096, n_seq_max=16, kv_type="f16", llamacpp=budget)
     with pytest.raises(ModelLoadError) as err:
         _load(starter_path, options)
     message = str(err.value)
     assert "16 slots of 4,096 tokens need about" in message and "would fit" in message
     slots = int(message.split("(--parallel ")[1].split(")")[0])
-    backend = _load(starter_path, LoadOptions(n_ctx=4096, n_seq_max=slots, extra={"memory_budget": 600 * MIB, "kv_type": "f16"}))
+    backend = _load(starter_path, LoadOptions(n_ctx=4096, n_seq_max=slots, kv_type="f16", llamacpp=budget))
     backend.close()
 
 
@@ -61,7 +62,7 @@ def test_a_quantized_kv_cache_is_applied(starter_path):
 
     sizes = {}
     for kv in ("f16", "q8_0"):
-        backend = _load(starter_path, LoadOptions(n_ctx=512, n_seq_max=1, extra={"kv_type": kv}))
+        backend = _load(starter_path, LoadOptions(n_ctx=512, n_seq_max=1, kv_type=kv))
         try:
             assert backend.plan.kv_type == kv
             _answer(backend)
@@ -71,6 +72,6 @@ def test_a_quantized_kv_cache_is_applied(starter_path):
             backend.close()
     assert sizes["q8_0"] < sizes["f16"]
     with pytest.raises(InvalidRequest, match="needs flash attention"):
-        _load(starter_path, LoadOptions(n_ctx=1024, extra={"kv_type": "q4_0", "flash_attn": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}))
+        _load(starter_path, LoadOptions(n_ctx=1024, kv_type="q4_0", llamacpp=LlamaCppOptions(flash_attn=False)))
     with pytest.raises(InvalidRequest, match="f16, q8_0, q4_0"):
-        _load(starter_path, LoadOptions(extra={"kv_type": "q5_1"}))
+        _load(starter_path, LoadOptions(kv_type="q5_1"))

@@ -83,7 +83,7 @@ def test_a_logit_bias_outside_the_vocabulary_is_refused_with_a_clear_error(paged
 def test_the_engine_thread_loads_the_model_and_load_errors_reach_the_caller(tmp_path, monkeypatch):
     """torch's CPU ops run on an OpenMP team per calling thread: the engine thread that runs the model
     also loads it, so a process with one model has one team (a second slows every decode step)."""
-    from engine.backends.base import LoadOptions, ModelSpec
+    from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
     from engine.backends.paged import PagedBackend
     from engine.backends.paged import backend as backend_module
     from engine.errors import ModelLoadError
@@ -100,9 +100,9 @@ def test_the_engine_thread_loads_the_model_and_load_errors_reach_the_caller(tmp_
 
     monkeypatch.setattr(backend_module, "start_engine", recording)
     backend = PagedBackend()
-    backend.load(ModelSpec("tiny", tmp_path), LoadOptions(n_ctx=64, extra={"num_kv_blocks": 16, "device": "cpu"}))
+    backend.load(ModelSpec("tiny", tmp_path), LoadOptions(n_ctx=64, paged=PagedOptions(num_kv_blocks=16, device="cpu")))
     try:
-        assert threads == [backend._thread.name] and threads[0] != threading.current_thread().name
+        assert threads == [backend.loop._thread.name] and threads[0] != threading.current_thread().name
         steps: list[str] = []
         runner = backend.loaded.engine.runner
         real_run = runner.run
@@ -114,4 +114,37 @@ def test_the_engine_thread_loads_the_model_and_load_errors_reach_the_caller(tmp_
     broken = PagedBackend()
     with pytest.raises(ModelLoadError):
         broken.load(ModelSpec("missing", tmp_path / "missing"), LoadOptions())
-    assert broken._thread is None and broken.loaded is None
+    assert broken.loop is None and broken.loaded is None
+
+
+def test_a_full_queue_refuses_a_request_and_unloading_cancels_the_rest(tmp_path):
+    """The paged engine admits through the queue every backend shares: requests waiting in its
+    scheduler count toward the bound, and closing ends every stream with its final chunk."""
+    from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
+    from engine.backends.paged import PagedBackend
+    from engine.errors import Overloaded
+
+    from .test_models import make_checkpoint
+
+    make_checkpoint(tmp_path, "LlamaConfig", {"max_position_embeddings": 4096})
+    backend = PagedBackend()
+    options = LoadOptions(n_ctx=4096, n_seq_max=1, max_waiting=1, paged=PagedOptions(num_kv_blocks=512, device="cpu"))
+    backend.load(ModelSpec("tiny", tmp_path), options)
+    try:
+        def long_request() -> GenerationRequest:  # runs to the end of the context: thousands of steps
+            return GenerationRequest(model="tiny", prompt="the", params=SamplingParams(ignore_eos=True))
+
+        first = backend.stream(long_request())
+        next(first)
+        second = backend.stream(long_request())  # one slot: it waits in the scheduler
+        for _ in range(500):
+            if backend.stats().waiting == 1 and not backend.loop._waiting:
+                break
+            threading.Event().wait(0.01)
+        with pytest.raises(Overloaded, match="^1 requests are already waiting for this model"):
+            backend.stream(long_request())
+        assert backend.stats().running == 1
+    finally:
+        backend.close()
+    assert list(first)[-1].finish_reason == "cancelled"
+    assert list(second)[-1].finish_reason == "cancelled"

@@ -44,7 +44,7 @@ def test_fp8_weights_before_sm89_are_refused_naming_the_gpu_and_int8():
 
 
 def test_the_fp8_kv_cache_before_sm89_is_refused():
-    with pytest.raises(InvalidRequest, match="kv_cache_dtype to auto"):
+    with pytest.raises(InvalidRequest, match="f16 KV cache type"):
         check(((8, 6), "NVIDIA RTX 3090"), kv_cache_dtype="fp8")
     check(H200, kv_cache_dtype="fp8")
 

@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from engine.backends.base import LoadOptions
+from engine.backends.base import LoadOptions, PagedOptions
 from engine.backends.paged.quant import (
     FP8Linear,
     Int4Linear,
@@ -72,9 +72,9 @@ def test_quantization_and_fp8_kv_cache_options_reach_the_engine(tmp_path):
     from .test_models import make_checkpoint
 
     make_checkpoint(tmp_path, "LlamaConfig", {})
-    plain = start_engine(tmp_path, LoadOptions(n_ctx=128, extra={"num_kv_blocks": 16, "device": "cpu"}))
-    quant = start_engine(tmp_path, LoadOptions(n_ctx=128, extra={
-        "quantization": "int8", "kv_cache_dtype": "fp8", "num_kv_blocks": 16, "device": "cpu"}))  # fmt: skip
+    plain = start_engine(tmp_path, LoadOptions(n_ctx=128, paged=PagedOptions(num_kv_blocks=16, device="cpu")))
+    quant = start_engine(tmp_path, LoadOptions(n_ctx=128, kv_type="fp8", paged=PagedOptions(
+        quantization="int8", num_kv_blocks=16, device="cpu")))  # fmt: skip
     runner = quant.engine.runner
     assert runner.kv_caches[0][0].dtype == torch.float8_e4m3fn
     assert isinstance(runner.model.layers[1].self_attn.qkv_proj, Int8Linear)
@@ -152,8 +152,8 @@ def test_int4_option_runs_the_engine_in_bfloat16_on_int4_layers(tmp_path):
     from .test_models import make_checkpoint
 
     make_checkpoint(tmp_path, "LlamaConfig", {})
-    plain = start_engine(tmp_path, LoadOptions(n_ctx=128, extra={"num_kv_blocks": 16, "device": "cpu"}))
-    quant = start_engine(tmp_path, LoadOptions(n_ctx=128, extra={"quantization": "int4", "num_kv_blocks": 16, "device": "cpu"}))
+    plain = start_engine(tmp_path, LoadOptions(n_ctx=128, paged=PagedOptions(num_kv_blocks=16, device="cpu")))
+    quant = start_engine(tmp_path, LoadOptions(n_ctx=128, paged=PagedOptions(quantization="int4", num_kv_blocks=16, device="cpu")))
     assert quant.dtype == torch.bfloat16
     runner = quant.engine.runner
     assert runner.kv_caches[0][0].dtype == torch.bfloat16

@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
 from engine.tools import parse_tool_choice, parse_tools
 from engine.types import GenerationRequest, ResponseFormat, SamplingParams, as_messages
 
@@ -34,7 +34,7 @@ def _load(kind: str, path):
         from engine.backends.paged import PagedBackend
 
         backend = PagedBackend()
-        options = LoadOptions(n_ctx=1024, n_seq_max=2, extra={"num_kv_blocks": 128, "device": "cpu"})
+        options = LoadOptions(n_ctx=1024, n_seq_max=2, paged=PagedOptions(num_kv_blocks=128, device="cpu"))
     else:
         pytest.importorskip("mlx.core")
         from engine.backends.mlx import MLXBackend
