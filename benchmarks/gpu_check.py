@@ -205,12 +205,20 @@ def shared_model(ctx: Context):
 
 
 def make_runner(ctx: Context, model, config):
-    from engine.backends.paged.memory import num_kv_blocks
+    import psutil
+
+    from engine.backends.paged.memory import blocks_free_on_gpu
     from engine.backends.paged.model_runner import ModelRunner
     from engine.backends.paged.startup import pick_ops
 
     runner = ModelRunner(model, config, ctx.device, ops=pick_ops(config, ctx.device, ctx.dtype, model.args.dim_head))
-    blocks = num_kv_blocks(runner, config)
+    # A model made in memory has no files for the memory model to plan from: the pool is what is free.
+    cap = config.max_num_seqs * config.max_blocks_per_seq
+    if ctx.device.type == "cuda":  # spare blocks serve the prefix cache, as the engine's plan has it
+        blocks = min(4 * cap, blocks_free_on_gpu(runner, config))
+    else:
+        blocks = min(cap, int(psutil.virtual_memory().available * (config.kv_cache_fraction or 0.25) // runner.bytes_per_block))
+    blocks = max(2, blocks)
     runner.allocate_kv_cache(blocks)
     runner.capture_cuda_graphs()
     return runner, blocks

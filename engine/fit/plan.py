@@ -486,8 +486,8 @@ def plan_paged(
     compute = compute_buffer_bytes(facts, n_ubatch=batch_tokens, n_ctx=ctx)
     gpus = budget.usable_gpus
     runtime = WORKER_RUNTIME_BYTES + TORCH_RUNTIME_BYTES
-    if gpus:
-        gpu = max(gpus, key=lambda d: d.usable)
+    gpu = max(gpus, key=lambda d: d.usable) if gpus else None
+    if gpu is not None:
         share = kv_share or PAGED_GPU_SHARE
         free = gpu.usable - weights - CUDA_CONTEXT_BYTES
         sized = max(0, min(4 * cap, int((free * share - compute) // per_block)))
@@ -507,7 +507,7 @@ def plan_paged(
     blocks = kv_blocks if kv_blocks is not None else sized
     if kv_blocks is not None:
         why = "the number of blocks asked for"
-    if gpus:
+    if gpu is not None:
         mem = MemoryBreakdown(weights, blocks * per_block, compute, CUDA_CONTEXT_BYTES)
         devs = (DevicePlan("cpu", "RAM", 0, MemoryBreakdown(0, 0, 0, runtime), budget.ram.usable),
                 DevicePlan(gpu.device, gpu.name, facts.layers, mem, gpu.usable))

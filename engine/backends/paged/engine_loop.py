@@ -81,6 +81,8 @@ class EngineLoop(AdmissionQueue[Sequence]):
                 generated_tokens=self._writer.generated_tokens,
             )  # fmt: skip
         out.details["device"] = str(self.loaded.device)
+        plan = self.loaded.plan
+        out.details["load_plan"] = plan.to_dict() if plan is not None else None
         return out
 
     def close(self) -> None:

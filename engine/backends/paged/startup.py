@@ -1,4 +1,5 @@
-"""From a model path to a running engine: read, build, quantize, size the KV cache, capture graphs."""
+"""From a model path to a running engine: read, plan (engine.fit), build, quantize, allocate the
+planned KV cache, capture graphs."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from engine.backends.base import LoadOptions
 from engine.backends.paged.capability import check_cuda_config, triton_serves
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.llm_engine import LLMEngine
+from engine.backends.paged.load_plan import paged_load_plan
 from engine.backends.paged.loader import Checkpoint, read_checkpoint
-from engine.backends.paged.memory import num_kv_blocks
+from engine.backends.paged.memory import checked_kv_blocks
 from engine.backends.paged.model_runner import ModelRunner
-from engine.backends.paged.models import build_model
+from engine.backends.paged.models import build_model, model_module
 from engine.backends.paged.ops import ForwardOps, TorchOps
 from engine.errors import BackendUnavailable, ModelLoadError
+from engine.fit.plan import LoadPlan
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ class LoadedEngine:
     device: torch.device
     dtype: torch.dtype
     num_parameters: int
+    plan: LoadPlan | None = None  # the memory model's plan the pool was allocated from
 
 
 def pick_device_dtype(config: EngineConfig) -> tuple[torch.device, torch.dtype]:
@@ -107,6 +111,12 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
     if device.type == "cpu" and options.n_threads:
         torch.set_num_threads(options.n_threads)  # process-wide: torch has one intra-op pool
     ckpt = read_checkpoint(path)
+    args = model_module(ckpt.config.get("model_type", ""), path=str(path)).ModelArgs.from_dict(ckpt.config)
+    # The block pool, the context and a refusal come from the memory model, before any weight is read.
+    plan = paged_load_plan(path, options, config=config, model_args=args, device_type=device.type,
+                           dtype_bytes=dtype.itemsize)  # fmt: skip
+    if not plan.fits:
+        raise ModelLoadError(str(path), plan.reason)
     # Quantization starts from float32 weights; otherwise the weights take their final dtype at once.
     build_dtype = torch.float32 if config.quantization is not None else dtype
     model = build_model(ckpt.config, ckpt.weights(), dtype=build_dtype, device=torch.device("cpu"), path=str(path))
@@ -115,25 +125,25 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
 
         quantize_model(model, config.quantization, device=device)
     model = model.to(device=device, dtype=dtype) if config.quantization is None else _move(model, device, dtype)
-    args = model.args
-    limit = min(options.n_ctx or config.max_model_len, args.max_position_embeddings)
-    if args.sliding_window:  # attention here is full; stay within the window where the two agree
-        limit = min(limit, args.sliding_window)
-    config = dataclasses.replace(config, max_model_len=limit)
+    config = dataclasses.replace(config, max_model_len=plan.n_ctx)
     kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else dtype
-    runner = ModelRunner(model, config, device, ops=pick_ops(config, device, dtype, args.dim_head),
+    runner = ModelRunner(model, config, device, ops=pick_ops(config, device, dtype, model.args.dim_head),
                          kv_dtype=kv_dtype)
-    blocks = num_kv_blocks(runner, config)
-    if blocks * config.block_size < config.max_model_len:
-        if blocks * config.block_size < 2 * config.block_size:
-            raise ModelLoadError(str(path), "there is not enough free memory for even a small KV cache.")
-        log.warning("KV cache holds %d tokens; limiting the context to that", blocks * config.block_size)
-        config = dataclasses.replace(config, max_model_len=blocks * config.block_size)
+    blocks = checked_kv_blocks(runner, config, plan.kv_blocks or 0)
+    if blocks != plan.kv_blocks:  # the GPU had less room than planned: the pool that fits, re-planned
+        planned = plan.kv_blocks
+        plan = paged_load_plan(path, options, config=dataclasses.replace(config, num_kv_blocks=max(2, blocks)),
+                               model_args=args, device_type=device.type, dtype_bytes=dtype.itemsize)  # fmt: skip
+        if not plan.fits or blocks < 2:
+            raise ModelLoadError(str(path), f"the GPU had room for {blocks} of the {planned} KV blocks planned; {plan.reason}")
+        plan = dataclasses.replace(plan, reason=f"{plan.reason} (planned {planned} blocks; the GPU had room for {blocks})")
+        config = dataclasses.replace(config, max_model_len=plan.n_ctx)
         runner.config = config
+    log.info("paged engine for %s: %s", path.name, plan.reason)
     runner.allocate_kv_cache(blocks)
     runner.capture_cuda_graphs()
     n_params = sum(p.numel() for p in model.parameters())
-    return LoadedEngine(ckpt, LLMEngine(runner, config, blocks), config, device, dtype, n_params)
+    return LoadedEngine(ckpt, LLMEngine(runner, config, blocks), config, device, dtype, n_params, plan)
 
 
 def _move(model, device: torch.device, dtype: torch.dtype):
