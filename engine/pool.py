@@ -1,7 +1,9 @@
 """The model pool: the models a worker holds, loaded on first use, kept while used, unloaded when idle.
 
 Several models can be loaded at once within a memory budget; the least recently used
-idle model is unloaded first when a new one needs room.
+idle model is unloaded first when a new one needs room. A model is sized by the memory model
+(engine.fit): the plan its loader makes for the pool's options before the load, what its backend
+planned and allocated after it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -20,6 +23,8 @@ from engine.backend_choice import choose_backend
 from engine.backends import Backend, LoadOptions, create_backend
 from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
+from engine.errors import HearthError
+from engine.fit.plan import LoadPlan
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,43 @@ def return_freed_memory() -> None:
 
 
 _malloc_trim = None
+
+# Where the memory model makes no plan for a backend (MLX), a model is sized by its files, with room
+# for its KV cache and buffers: the pool's rule of thumb from before the memory model.
+FALLBACK_SIZE_FACTOR = 1.2
+FALLBACK_EXTRA_BYTES = 256 * 1024 * 1024
+
+
+def fallback_estimate(size_bytes: int) -> int:
+    return int(size_bytes * FALLBACK_SIZE_FACTOR) + FALLBACK_EXTRA_BYTES
+
+
+def plan_for_load(backend: str, path: Path, options: LoadOptions) -> LoadPlan | None:
+    """The plan ``backend``'s loader makes for ``path`` with ``options`` (fitting or not), or None where
+    the memory model does not plan that backend's loads.
+
+    Raises:
+        HearthError: the files cannot be read, or an option is out of range.
+    """
+    if backend == "llamacpp":
+        from engine.backends.llamacpp.load_plan import llamacpp_load_plan
+
+        return llamacpp_load_plan(path, options)
+    if backend == "paged":
+        from engine.backends.paged.load_plan import paged_load_plan
+
+        return paged_load_plan(path, options)
+    return None
+
+
+def loaded_bytes(backend: Backend) -> int | None:
+    """What a loaded backend planned and allocated (``load_plan.model_bytes`` in its stats), if it says."""
+    try:
+        plan = _stats_dict(backend).get("load_plan")
+    except Exception:  # a backend without stats yet: the estimate stands
+        return None
+    size = plan.get("model_bytes") if isinstance(plan, dict) else None
+    return size if isinstance(size, int) else None
 
 
 @dataclass(eq=False)
@@ -170,7 +212,7 @@ class ModelManager:
             choice = choose_backend(model.format, override=self.backend_override)
             if model.format == "gguf":
                 verify_gguf(model.path)  # a truncated or hostile file is refused here, not crashed on
-            estimate = self._estimate(model)
+            estimate = self._estimate(model, choice.backend)
             self._make_room(estimate)
             backend = self._factory(choice.backend)
             try:
@@ -178,8 +220,11 @@ class ModelManager:
             except BaseException:
                 backend.close()
                 raise
-            lm = LoadedModel(model=model, backend=backend, backend_name=choice.backend, size_estimate=estimate)
-            log.info("loaded %s on %s (%s)", key, choice.backend, choice.reason)
+            size = loaded_bytes(backend)  # what the loader planned and allocated, once it has
+            lm = LoadedModel(model=model, backend=backend, backend_name=choice.backend,
+                             size_estimate=estimate if size is None else size)  # fmt: skip
+            log.info("loaded %s on %s (%s); it takes %.0f MiB of the pool's %.0f MiB", key, choice.backend,
+                     choice.reason, lm.size_estimate / 2**20, self.memory_budget / 2**20)  # fmt: skip
             with self._lock:
                 self._loaded[key] = lm
             return lm
@@ -188,9 +233,17 @@ class ModelManager:
                 self._loading.discard(key)
                 self._lock.notify_all()
 
-    @staticmethod
-    def _estimate(model: LocalModel) -> int:
-        return int(model.size_bytes * 1.2) + 256 * 1024 * 1024
+    def _estimate(self, model: LocalModel, backend: str) -> int:
+        """Bytes ``model`` will take on ``backend``: its loader's plan for the pool's options (``model_bytes``:
+        weights, KV cache, buffers, the model's runtime), else the files' size x 1.2 + 256 MiB."""
+        try:
+            plan = plan_for_load(backend, model.path, self.options)
+        except HearthError as exc:  # the load itself will refuse with the reason; the pool only sizes
+            log.debug("no plan for %s ahead of its load: %s", model.name, exc)
+            plan = None
+        if plan is None:
+            return fallback_estimate(model.size_bytes)
+        return plan.model_bytes
 
     def _make_room(self, needed: int) -> None:
         with self._lock:

@@ -44,6 +44,20 @@ def plan_llamacpp_load(path: Path, options: LoadOptions, *, budget: MemoryBudget
         ModelLoadError: the file cannot be read, or what was asked for does not fit (the message
             names what would).
     """
+    plan = llamacpp_load_plan(path, options, budget=budget)
+    if not plan.fits:
+        raise ModelLoadError(str(path), plan.reason)
+    return plan
+
+
+def llamacpp_load_plan(path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None) -> LoadPlan:
+    """The plan :func:`plan_llamacpp_load` makes, whether or not it fits (``plan.fits`` says; the model
+    pool sizes a model by it before making room).
+
+    Raises:
+        InvalidRequest: an unknown KV cache type, or a quantized one without flash attention.
+        ModelLoadError: the file cannot be read.
+    """
     kv_type = options.kv_type
     if kv_type is not None and kv_type not in LLAMACPP_KV_TYPES:
         raise InvalidRequest(f"The KV cache type must be one of {', '.join(LLAMACPP_KV_TYPES)}.", param="kv_type")
@@ -63,8 +77,6 @@ def plan_llamacpp_load(path: Path, options: LoadOptions, *, budget: MemoryBudget
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="kv_type") from exc
-    if not plan.fits:
-        raise ModelLoadError(str(path), plan.reason)
     return plan
 
 
@@ -73,4 +85,4 @@ def llama_gpu_layers(plan: LoadPlan) -> int:
     return plan.total_layers + 1 if plan.gpu_layers >= plan.total_layers else plan.gpu_layers
 
 
-__all__ = ["plan_llamacpp_load", "budget_for", "machine_budget", "llama_gpu_layers", "GGML_KV_TYPES"]
+__all__ = ["plan_llamacpp_load", "llamacpp_load_plan", "budget_for", "machine_budget", "llama_gpu_layers", "GGML_KV_TYPES"]

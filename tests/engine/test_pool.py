@@ -1,0 +1,68 @@
+"""The model pool sizes a model with the loader's own plan: a second model unloads the first exactly
+when their plans do not fit the pool's budget together, and a loaded model counts what its backend planned."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import LlamaCppOptions, LoadOptions
+from engine.catalog.registry import ModelRegistry
+from engine.pool import ModelManager
+
+MIB = 1024**2
+ROOT = Path(__file__).resolve().parents[2]
+# Both plans are made within a fixed 4 GiB of RAM, so they do not move with what this machine has free.
+OPTIONS = LoadOptions(n_ctx=512, n_seq_max=2, kv_type="f16", llamacpp=LlamaCppOptions(memory_budget=4096 * MIB))
+
+
+def _fit_models():
+    spec = importlib.util.spec_from_file_location("fit_models", ROOT / "benchmarks" / "fit_models.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    """A small Llama-shaped GGUF with random weights (another shape than the starter's)."""
+    fm = _fit_models()
+    shape = fm.Shape("tiny-llama", "llama", 4, 256, 4, 2, 512, 2048, 2048)
+    return fm.write_random_gguf(tmp_path_factory.mktemp("models") / "tiny-llama.gguf", shape)
+
+
+def _plan_bytes(path: Path) -> int:
+    from engine.backends.llamacpp.load_plan import plan_llamacpp_load
+
+    return plan_llamacpp_load(path, OPTIONS).model_bytes
+
+
+def _pool(tmp_path, budget: int) -> ModelManager:
+    return ModelManager(ModelRegistry(tmp_path / "home", register_starter=False), backend="llamacpp", options=OPTIONS,
+                        memory_budget=budget)  # fmt: skip
+
+
+@pytest.mark.parametrize("room", [MIB, -MIB], ids=["both-fit", "one-too-many"])
+def test_a_second_model_unloads_the_first_exactly_when_the_plans_do_not_fit_together(tmp_path, starter_path, tiny_gguf, room):
+    starter, tiny = _plan_bytes(starter_path), _plan_bytes(tiny_gguf)
+    pool = _pool(tmp_path, starter + tiny + room)
+    try:
+        first = pool.load(str(starter_path))
+        second = pool.load(str(tiny_gguf))
+        loaded = {lm.model.name for lm in pool.loaded()}
+        if room > 0:
+            assert loaded == {first.model.name, second.model.name}
+            assert first.size_estimate == starter
+        else:
+            assert loaded == {second.model.name}
+        # what the loaded backend planned and allocated is what the pool counts for it
+        planned = pool.stats()[second.model.name]["load_plan"]
+        assert second.size_estimate == planned["model_bytes"] == tiny
+        assert planned["parallel"] == 2 and planned["n_ctx"] == 512
+    finally:
+        pool.close()
