@@ -24,6 +24,7 @@ def test_attach_ask_sources_and_open_a_citation(qtbot, window, tmp_path: Path):
     (folder / "bees.md").write_text("# Bees\n\nThe hive is inspected every nine days.\n")
     (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
 
+    window.chats.new_chat()  # the session's store holds other tests' chats; the window may open one of them
     ui = window.docs
     opened = []
     ui.open_url = opened.append
