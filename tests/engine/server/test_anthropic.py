@@ -84,14 +84,17 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 def test_tool_choice_any_forces_a_tool_use_whose_input_fits_the_schema(claude):
     import jsonschema
 
-    msg = claude.messages.create(model=MODEL, max_tokens=60, messages=ASK, tools=[WEATHER], tool_choice={"type": "any"})
+    # Greedy: a sampled call from the starter model now and then writes a string until max_tokens.
+    greedy = {"extra_body": {"temperature": 0}}
+    msg = claude.messages.create(model=MODEL, max_tokens=60, messages=ASK, tools=[WEATHER], tool_choice={"type": "any"},
+                                 **greedy)  # fmt: skip
     assert msg.stop_reason == "tool_use"
     (use,) = [b for b in msg.content if b.type == "tool_use"]
     assert use.name == "get_weather" and use.id
     jsonschema.validate(use.input, WEATHER["input_schema"])
 
     with claude.messages.stream(model=MODEL, max_tokens=60, messages=ASK, tools=[WEATHER],
-                                tool_choice={"type": "tool", "name": "get_weather"}) as stream:  # fmt: skip
+                                tool_choice={"type": "tool", "name": "get_weather"}, **greedy) as stream:  # fmt: skip
         final = stream.get_final_message()
     (streamed,) = [b for b in final.content if b.type == "tool_use"]
     assert final.stop_reason == "tool_use" and streamed.name == "get_weather"
