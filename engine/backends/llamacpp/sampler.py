@@ -125,6 +125,11 @@ class SequenceSampler:
         # Without biases or penalties the chain ranks tokens by their raw logits, so a refused draw can
         # look for the best allowed tokens among the highest logits first (see `_draw_allowed`).
         self._ranked_by_logits = not bias and not penalties
+        # A greedy chain without penalties keeps no state: its draw is the argmax of the biased logits,
+        # found without copying the vocabulary into llama.cpp's candidate array (a tenth of the time).
+        self._argmax = params.greedy and not penalties
+        self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+        self._bias_vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         if penalties:
             add(
                 llama_cpp.llama_sampler_init_penalties(
@@ -156,17 +161,30 @@ class SequenceSampler:
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """Draw the next token from the logits at batch row ``index`` (and accept it)."""
         grammar = self.grammar
-        if grammar is None:
+        if grammar is None and not self._argmax:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
-        ptr = llama_cpp.llama_get_logits_ith(ctx, index)
-        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
-        # Greedy over raw logits is their argmax, without copying the vocabulary into a candidate array.
-        token = int(logits.argmax()) if self._ranked_by_logits and self.params.greedy else self._draw(logits, mask=None)
+        logits = self._logits(ctx, index)
+        token = self._greedy(logits) if self._argmax else self._draw(logits, mask=None)
+        if grammar is None:
+            return token
         if not self._allowed(grammar, token, float(logits[token])):
             token = self._draw_allowed(logits, grammar)
         llama_cpp.llama_sampler_accept(grammar, token)
         llama_cpp.llama_sampler_accept(self.chain, token)
         return token
+
+    def _logits(self, ctx: llama_cpp.llama_context_p, index: int) -> np.ndarray:
+        """The raw logits at batch row ``index``, as a view of llama.cpp's buffer (valid until the next decode)."""
+        ptr = llama_cpp.llama_get_logits_ith(ctx, index)
+        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
+
+    def _greedy(self, logits: np.ndarray) -> int:
+        """The greedy chain's draw: the first highest logit once the biases are added, as llama.cpp picks it."""
+        if not len(self._bias_ids):
+            return int(logits.argmax())
+        biased = logits.copy()
+        biased[self._bias_ids] += self._bias_vals
+        return int(biased.argmax())
 
     # llama_cpp annotates llama_sampler_apply's cur_p as an array; the C function takes a pointer (byref).
     def _draw(self, logits: np.ndarray, *, mask: llama_cpp.llama_sampler_p | None) -> int:
@@ -213,9 +231,7 @@ class SequenceSampler:
 
     def logprobs(self, ctx: llama_cpp.llama_context_p, index: int, token: int) -> TokenLogprob:
         """The chosen token's log-probability and the top alternatives, from the raw logits."""
-        ptr = llama_cpp.llama_get_logits_ith(ctx, index)
-        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
-        logits = logits.astype(np.float64)
+        logits = self._logits(ctx, index).astype(np.float64)
         m = logits.max()
         lse = m + math.log(np.exp(logits - m).sum())
         n_top = self.params.logprobs or 0

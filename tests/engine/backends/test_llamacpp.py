@@ -63,6 +63,40 @@ def test_a_refused_greedy_draw_looks_among_the_best_candidates_first_and_draws_t
     assert sum(m is not None for m in refused) > masked_fast
 
 
+def test_a_greedy_draw_is_what_llama_cpps_own_chain_draws_biases_included(llama_backend, monkeypatch):
+    # Greedy sampling without penalties takes the argmax of the biased logits itself; llama.cpp's chain
+    # (logit bias, then greedy) must draw the same token at every step, with and without biases.
+    import llama_cpp
+
+    from engine.backends.llamacpp import sampler
+
+    drawn: list[tuple[int, int]] = []
+    fast = sampler.SequenceSampler.sample
+
+    def both(self, ctx, index):
+        token = fast(self, ctx, index)
+        drawn.append((token, int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))))
+        return token
+
+    monkeypatch.setattr(sampler.SequenceSampler, "sample", both)
+    argmax = sampler.SequenceSampler._greedy
+    taken: list[int] = []
+    monkeypatch.setattr(sampler.SequenceSampler, "_greedy", lambda self, logits: taken.append(1) or argmax(self, logits))
+    top = llama_backend.tokenize(" the")[0]
+    for bias in ({}, {top: 5.0, 0: -100.0}, {top: -100.0}):
+        req = GenerationRequest(
+            model="s", messages=(ChatMessage("user", "Write one sentence about the sea."),),
+            params=SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logit_bias=bias),
+        )  # fmt: skip
+        drawn.clear()
+        taken.clear()
+        list(llama_backend.stream(req))
+        assert len(drawn) == 24 and all(a == b for a, b in drawn), (bias, drawn)
+        assert len(taken) == 24  # drawn by the argmax, not by the chain
+        if bias.get(top) == -100.0:
+            assert top not in {a for a, _ in drawn}
+
+
 def test_a_schema_with_keywords_json_schema_does_not_define_is_enforced_without_them(llama_backend):
     import json
 
