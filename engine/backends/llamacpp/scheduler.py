@@ -6,8 +6,7 @@ then samples every sequence with its own sampler chain and streams its text.
 
 Slots are llama.cpp sequence ids, each with a KV stream of its own. A finished sequence
 leaves its tokens in its slot as a cached prefix; a new prompt starting the same way reuses
-that KV in place or copies it (``llama_memory_seq_cp``) instead of computing it again; a slot
-whose prompt shares only its beginning with a new one keeps its own for its next turn. A
+that KV in place or copies it (``llama_memory_seq_cp``) instead of computing it again. A
 prompt admitted beside another that is still prefilling the same beginning (requests that
 arrive together with one system prompt) waits for that prefix and then copies it. Idle
 slots are recycled least-recently-used first.
@@ -89,7 +88,6 @@ class Slot:
 
     seq_id: int
     tokens: list[int] = field(default_factory=list)
-    n_prompt: int = 0  # how many of ``tokens`` were its last request's prompt
     seq: Sequence | None = None
     last_used: float = 0.0
 
@@ -271,23 +269,15 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 if planned > ahead_n:
                     ahead, ahead_n = slot, planned
         best_n = best_key[0]
-        # An idle slot is taken over in place by a prompt that holds all of its last prompt (that chat's next
-        # turn, or the same prompt again). One that shares only a beginning (a system prompt) leaves the slot
-        # its conversation for that one's next turn, and the beginning is copied into the least recently
-        # used slot instead.
-        others = free
-        if best is not None and best.seq is None and best_n + 1 < min(best.n_prompt, len(best.tokens)):
-            others = [s for s in free if s is not best]
-        if best is not None and best.seq is None and (others is free or not others):
+        if best is not None and best.seq is None:
             dst = best
             self._seq_rm(dst.seq_id, best_n, -1)
         else:
-            dst = min(others, key=lambda s: (len(s.tokens) > 0, s.last_used))
+            dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
             self._seq_rm(dst.seq_id, -1, -1)
             if best is not None:
                 self._copy_prefix(best, dst, best_n)
         dst.tokens = seq.prompt[:best_n]
-        dst.n_prompt = len(seq.prompt)
         dst.seq = seq
         seq.slot = dst
         seq.n_past = best_n
