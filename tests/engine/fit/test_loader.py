@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backends.base import LlamaCppOptions, LoadOptions, ModelSpec
+from engine.backends.base import LlamaCppOptions, LoadOptions
 from engine.errors import InvalidRequest, ModelLoadError
 from engine.types import GenerationRequest, SamplingParams
+from tests.engine.fit.loading import load_starter
 
 MIB = 1024**2
 
@@ -15,13 +16,7 @@ MIB = 1024**2
 def _load(starter_path, options: LoadOptions):
     from engine.backends.llamacpp import LlamaCppBackend
 
-    backend = LlamaCppBackend()
-    try:
-        backend.load(ModelSpec(name="starter", path=starter_path), options)
-    except BaseException:
-        backend.close()
-        raise
-    return backend
+    return load_starter(LlamaCppBackend(), starter_path, options)
 
 
 def _answer(backend) -> str:

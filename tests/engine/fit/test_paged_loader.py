@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
+from engine.backends.base import LoadOptions, PagedOptions
 from engine.errors import ModelLoadError
 from engine.types import GenerationRequest, SamplingParams
+from tests.engine.fit.loading import load_starter
 
 
 def _load(starter_path, options: LoadOptions):
     pytest.importorskip("torch")
     from engine.backends.paged import PagedBackend
 
-    backend = PagedBackend()
-    try:
-        backend.load(ModelSpec(name="starter", path=starter_path), options)
-    except BaseException:
-        backend.close()
-        raise
-    return backend
+    return load_starter(PagedBackend(), starter_path, options)
 
 
 def test_the_paged_loader_allocates_the_pool_the_fit_report_shows_and_says_why(starter_path):
