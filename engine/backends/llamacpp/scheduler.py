@@ -5,15 +5,19 @@ every running sequence plus chunks of waiting prompts (under a per-step token bu
 then samples every sequence with its own sampler chain and streams its text.
 
 Slots are llama.cpp sequence ids, each with a KV stream of its own. A finished sequence
-leaves its tokens in its slot as a cached prefix; a new prompt starting the same way reuses
-that KV in place or copies it (``llama_memory_seq_cp``) instead of computing it again. A
-prompt admitted beside another that is still prefilling the same beginning (requests that
-arrive together with one system prompt) waits for that prefix and then copies it. Idle
-slots are recycled least-recently-used first.
+leaves its tokens in its slot as a cached prefix. A new prompt that holds all of an idle
+slot's last prompt (that chat's next turn, or the same prompt again) takes the slot over in
+place. One that shares only a beginning with it (a system prompt) leaves that conversation
+where it is, for its own next turn: the prompt goes to the least recently used free slot,
+and the shared beginning is copied there (only the sequence's own cells move, not the whole
+stream) instead of computed again. A prompt admitted beside another that is still prefilling
+the same beginning (requests that arrive together with one system prompt) waits for that
+prefix and then copies it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import logging
 import threading
@@ -34,6 +38,11 @@ from engine.errors import Overloaded
 from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
+
+# A shared beginning shorter than this is computed again rather than copied from another slot: a copy
+# moves the source's cells through host memory (3 ms for a 250-token chat of the starter model on two
+# cores, where computing a token of prompt takes about 6), and costs more from a GPU.
+MIN_COPY_TOKENS = 8
 
 
 class SeqStatus(enum.Enum):
@@ -88,6 +97,7 @@ class Slot:
 
     seq_id: int
     tokens: list[int] = field(default_factory=list)
+    n_prompt: int = 0  # how many of ``tokens`` were its last request's prompt
     seq: Sequence | None = None
     last_used: float = 0.0
 
@@ -150,6 +160,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.mem = llama_cpp.llama_get_memory(ctx)  # None for an encoder, which keeps no KV cache
         self.batch: llama_cpp.llama_batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._freed = False
+        self._state = (ctypes.c_uint8 * 0)()  # a sequence's cells on their way to another slot
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self._running: list[Sequence] = []
         self.stats_prompt_tokens = 0
@@ -269,24 +280,30 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 if planned > ahead_n:
                     ahead, ahead_n = slot, planned
         best_n = best_key[0]
-        if best is not None and best.seq is None:
-            dst = best
-            self._seq_rm(dst.seq_id, best_n, -1)
+        if best is not None and best.seq is None and best_n + 1 >= min(best.n_prompt, len(best.tokens)):
+            dst, n = best, best_n  # it continues that slot's last prompt: take it over in place
+            self._seq_rm(dst.seq_id, n, -1)
         else:
+            # Keep every idle slot's conversation for its next turn: take the least recently used free
+            # slot (an empty one first), keep what it shares itself, and copy a longer shared beginning.
             dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
-            self._seq_rm(dst.seq_id, -1, -1)
-            if best is not None:
-                self._copy_prefix(best, dst, best_n)
-        dst.tokens = seq.prompt[:best_n]
+            n = min(common_prefix(dst.tokens, seq.prompt), limit)
+            if best is not None and best is not dst and best_n >= n + MIN_COPY_TOKENS:
+                self._seq_rm(dst.seq_id, -1, -1)
+                n = self._copy_prefix(best, dst, best_n)
+            else:
+                self._seq_rm(dst.seq_id, n, -1)
+        dst.tokens = seq.prompt[:n]
+        dst.n_prompt = len(seq.prompt)
         dst.seq = seq
         seq.slot = dst
-        seq.n_past = best_n
+        seq.n_past = n
         seq.status = SeqStatus.PREFILL
-        if ahead is not None and ahead_n > best_n:
+        if ahead is not None and ahead_n >= n + MIN_COPY_TOKENS:
             seq.copy_from, seq.copy_len = ahead, ahead_n
         self.stats_requests += 1
         self.stats_prompt_tokens += len(seq.prompt)
-        self._count_cached(seq, best_n)
+        self._count_cached(seq, n)
 
     def _seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
         if self.mem is not None:  # llama.cpp does nothing without a KV cache either
@@ -296,13 +313,24 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         if self.mem is not None:
             llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
 
-    def _copy_prefix(self, src: Slot, dst: Slot, n: int) -> None:
-        """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens."""
-        if self.kv_unified:  # cells are shared: no data moves
+    def _copy_prefix(self, src: Slot, dst: Slot, n: int) -> int:
+        """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens; return how many it got (0 or ``n``)."""
+        if self.mem is None or self.kv_unified:  # cells are shared: no data moves
             self._seq_cp(src.seq_id, dst.seq_id, 0, n)
-        else:  # separate streams copy whole buffers; then drop what is not shared
-            self._seq_cp(src.seq_id, dst.seq_id, -1, -1)
-            self._seq_rm(dst.seq_id, n, -1)
+            return n
+        # Separate streams: llama.cpp's own cross-stream copy moves the whole stream buffer (every cell of
+        # the context, used or not), so move only the source sequence's cells, then drop what is not shared.
+        src_id, dst_id = llama_cpp.llama_seq_id(src.seq_id), llama_cpp.llama_seq_id(dst.seq_id)
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, src_id)
+        if len(self._state) < size:
+            self._state = (ctypes.c_uint8 * size)()
+        got = llama_cpp.llama_state_seq_get_data(self.ctx, self._state, size, src_id)
+        if not got or not llama_cpp.llama_state_seq_set_data(self.ctx, self._state, got, dst_id):
+            log.warning("could not copy a cached prefix between slots; computing it again")
+            self._seq_rm(dst.seq_id, -1, -1)
+            return 0
+        self._seq_rm(dst.seq_id, n, -1)
+        return n
 
     def _count_cached(self, seq: Sequence, n: int) -> None:
         seq.stream.cached_tokens = n
@@ -321,10 +349,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         if coming and have < seq.copy_len:
             return False
         seq.copy_from, seq.copy_len = None, 0
-        if have > seq.n_past:
+        if have >= seq.n_past + MIN_COPY_TOKENS:
             slot = seq.placed
             self._seq_rm(slot.seq_id, -1, -1)
-            self._copy_prefix(src, slot, have)
+            have = self._copy_prefix(src, slot, have)
             slot.tokens = seq.prompt[:have]
             seq.n_past = have
             self.stats_cached_tokens -= seq.stream.cached_tokens

@@ -8,7 +8,7 @@ import pytest
 
 from engine.backends.base import LoadOptions, ModelSpec
 from engine.backends.llamacpp import LlamaCppBackend
-from engine.types import ChatMessage, GenerationRequest, SamplingParams
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest, SamplingParams
 
 PROMPTS = [
     "Name three colours.", "What is the capital of France?", "Write a haiku about the sea.", "List three fruits.",
@@ -151,6 +151,48 @@ def test_shared_system_prompt_is_served_from_the_prefix_cache(batched):
     assert after["prefix_cache_tokens"] - before["prefix_cache_tokens"] >= n_system
     assert after["prefix_cache_hits"] > before["prefix_cache_hits"]
     assert final_first.cached_tokens < 64  # the first one computed its prompt
+
+
+def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(starter_path):
+    # One after another, eight chats with one system prompt: each takes a slot of its own, with the shared
+    # beginning copied from another slot, so when all eight come back at once none computes its prompt again.
+    system = "You answer in one short sentence, politely and clearly, without lists."
+
+    def chat(p: str) -> GenerationRequest:
+        return GenerationRequest(
+            model="starter",
+            messages=(ChatMessage("system", system), ChatMessage("user", p)),
+            params=SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+        )
+
+    reqs = [chat(p) for p in PROMPTS[:8]]
+    backend = LlamaCppBackend()
+    backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=1024, n_seq_max=8))
+    try:
+        n_system = len(backend.tokenize(system))
+        one_by_one = [list(backend.stream(r)) for r in reqs]
+        assert [c[-1].cached_tokens >= n_system for c in one_by_one] == [False] + [True] * 7
+        finals: dict[int, GenerationChunk] = {}
+
+        def again(i: int) -> None:
+            finals[i] = list(backend.stream(reqs[i]))[-1]
+
+        threads = [threading.Thread(target=again, args=(i,)) for i in range(len(reqs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [finals[i].cached_tokens for i in range(8)] == [finals[i].prompt_tokens - 1 for i in range(8)]
+    finally:
+        backend.close()
+    # The copied beginning is the KV computed in place: one slot, reused in place for every chat, answers the same.
+    single = LlamaCppBackend()
+    single.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=1024, n_seq_max=1))
+    try:
+        in_place = [tokens(single, r) for r in reqs]
+    finally:
+        single.close()
+    assert [[t for c in chunks for t in c.token_ids] for chunks in one_by_one] == in_place
 
 
 def test_requests_arriving_together_compute_their_shared_system_prompt_once(starter_path):
