@@ -387,7 +387,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         pass 256 tokens, which can flip a rare greedy token there; below that a request gets
         the same tokens in a batch as alone.
         """
-        decoding = [s for s in self._running if s.status is SeqStatus.DECODE]
+        # In slot order: llama.cpp computes a batch over separate KV streams in ubatches of consecutive sequence
+        # ids, as they come in the batch, so rows in admission order would cost a graph (a read of every
+        # weight) for each break in it, and in slot order cost one for each run of busy slots.
+        decoding = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
         if decoding:
             self._decode([(s.next_token, s.n_past, s.placed.seq_id, True) for s in decoding])
             for s in decoding:

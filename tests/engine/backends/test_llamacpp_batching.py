@@ -153,6 +153,28 @@ def test_shared_system_prompt_is_served_from_the_prefix_cache(batched):
     assert final_first.cached_tokens < 64  # the first one computed its prompt
 
 
+def test_decode_rows_come_in_slot_order_whatever_order_requests_came_in(starter_path, monkeypatch):
+    # llama.cpp computes a batch over separate KV streams in ubatches of consecutive sequence ids, in batch
+    # order: rows in admission order would cost a pass over the weights for every break in it.
+    from engine.backends.llamacpp.scheduler import DecodeLoop
+
+    calls: list[list[int]] = []
+    decode = DecodeLoop._decode
+    monkeypatch.setattr(
+        DecodeLoop, "_decode", lambda self, items: calls.append([i[2] for i in items]) or decode(self, items)
+    )
+    backend = LlamaCppBackend()
+    backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=512, n_seq_max=4))
+    try:
+        # Short and long requests, so slots free up and are taken again while the others run.
+        reqs = [request(p, max_tokens=n) for p, n in zip(PROMPTS[:8], (3, 12, 5, 16, 4, 9, 14, 6), strict=True)]
+        run_together(backend, reqs)
+    finally:
+        backend.close()
+    rows = [ids for ids in calls if len(set(ids)) > 1]  # decode steps (a prompt block is one sequence)
+    assert rows and all(ids == sorted(ids) for ids in rows)
+
+
 def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(starter_path):
     # One after another, eight chats with one system prompt: each takes a slot of its own, with the shared
     # beginning copied from another slot, so when all eight come back at once none computes its prompt again.
