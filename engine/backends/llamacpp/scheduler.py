@@ -160,7 +160,6 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.mem = llama_cpp.llama_get_memory(ctx)  # None for an encoder, which keeps no KV cache
         self.batch: llama_cpp.llama_batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._freed = False
-        self._state = (ctypes.c_uint8 * 0)()  # a sequence's cells on their way to another slot
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self._running: list[Sequence] = []
         self.stats_prompt_tokens = 0
@@ -322,10 +321,13 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # the context, used or not), so move only the source sequence's cells, then drop what is not shared.
         src_id, dst_id = llama_cpp.llama_seq_id(src.seq_id), llama_cpp.llama_seq_id(dst.seq_id)
         size = llama_cpp.llama_state_seq_get_size(self.ctx, src_id)
-        if len(self._state) < size:
-            self._state = (ctypes.c_uint8 * size)()
-        got = llama_cpp.llama_state_seq_get_data(self.ctx, self._state, size, src_id)
-        if not got or not llama_cpp.llama_state_seq_set_data(self.ctx, self._state, got, dst_id):
+        try:
+            cells = (ctypes.c_uint8 * size)()  # held only for the copy: a long chat's cells can be gigabytes
+            got = llama_cpp.llama_state_seq_get_data(self.ctx, cells, size, src_id)
+            copied = bool(got) and bool(llama_cpp.llama_state_seq_set_data(self.ctx, cells, got, dst_id))
+        except MemoryError:
+            copied = False
+        if not copied:
             log.warning("could not copy a cached prefix between slots; computing it again")
             self._seq_rm(dst.seq_id, -1, -1)
             return 0

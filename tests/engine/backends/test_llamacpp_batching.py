@@ -217,6 +217,38 @@ def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(start
     assert [[t for c in chunks for t in c.token_ids] for chunks in one_by_one] == in_place
 
 
+def test_a_prefix_copy_that_fails_computes_the_prompt_and_answers_the_same(starter_path, monkeypatch):
+    import llama_cpp
+
+    system = "You answer in one short sentence, politely and clearly, without lists."
+    reqs = [
+        GenerationRequest(
+            model="starter",
+            messages=(ChatMessage("system", system), ChatMessage("user", p)),
+            params=SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+        )
+        for p in PROMPTS[:2]
+    ]
+
+    def answers() -> list[tuple[list[int], int]]:
+        backend = LlamaCppBackend()
+        backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=1024, n_seq_max=2))
+        try:
+            out = []
+            for r in reqs:
+                chunks = list(backend.stream(r))
+                out.append(([t for c in chunks for t in c.token_ids], chunks[-1].cached_tokens))
+            return out
+        finally:
+            backend.close()
+
+    copied = answers()
+    monkeypatch.setattr(llama_cpp, "llama_state_seq_set_data", lambda *args: 0)  # llama.cpp found no room
+    failed = answers()
+    assert copied[1][1] > 0 and failed[1][1] == 0  # the second chat copied the beginning, or computed it
+    assert [tokens for tokens, _ in failed] == [tokens for tokens, _ in copied]
+
+
 def test_requests_arriving_together_compute_their_shared_system_prompt_once(starter_path):
     backend = LlamaCppBackend()
     backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=2048, n_seq_max=8))
