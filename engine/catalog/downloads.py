@@ -312,6 +312,7 @@ class DownloadManager:
             return
         partial = self.partial_root(job.plan)
         lock = ProcessLock(partial / ".lock")
+        failure: str | None = None  # published once the partial folder is settled, so a resume never races its cleanup
         try:
             if not self._lock_partial(lock):
                 raise DownloadError(
@@ -333,7 +334,7 @@ class DownloadManager:
             lock.release()
             self._stopped(job, stop.kind)
         except HearthError as exc:
-            job.set_state(DownloadState.FAILED, error=str(exc))
+            failure = str(exc)
         except OSError as exc:
             if exc.errno in DISK_FULL:  # paused, not failed: what arrived is kept for the resume
                 lock.release()
@@ -344,19 +345,16 @@ class DownloadManager:
                     "space and resume it (what arrived is kept).",
                 )
             else:
-                job.set_state(
-                    DownloadState.FAILED,
-                    error=f"Could not write {job.name} to {self.models_dir} ({exc.strerror or exc}); check the disk and resume the download.",
-                )
+                failure = f"Could not write {job.name} to {self.models_dir} ({exc.strerror or exc}); check the disk and resume the download."
         except Exception as exc:
             log.exception("download %s failed", job.name)
-            job.set_state(
-                DownloadState.FAILED, error=f"The download of {job.name} failed unexpectedly ({exc!r}); resume it to try again."
-            )
+            failure = f"The download of {job.name} failed unexpectedly ({exc!r}); resume it to try again."
         finally:
             lock.release()
-            if job.state is DownloadState.FAILED and not any(partial.rglob("*" + PART_SUFFIX)):
-                self.discard_partial(job.plan)  # nothing left to resume from
+            if failure is not None:
+                if not any(partial.rglob("*" + PART_SUFFIX)):
+                    self.discard_partial(job.plan)  # nothing left to resume from
+                job.set_state(DownloadState.FAILED, error=failure)
             self._release_slot()
 
     @staticmethod
