@@ -34,6 +34,18 @@ def request(prompt: str, **params) -> GenerationRequest:
     )
 
 
+SYSTEM = "You answer in one short sentence, politely and clearly, without lists."
+
+
+def chat(prompt: str) -> GenerationRequest:
+    """A short greedy chat turn under one shared system prompt."""
+    return GenerationRequest(
+        model="starter",
+        messages=(ChatMessage("system", SYSTEM), ChatMessage("user", prompt)),
+        params=SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+    )
+
+
 def tokens(backend, req) -> list[int]:
     return [t for c in backend.stream(req) for t in c.token_ids]
 
@@ -178,20 +190,11 @@ def test_decode_rows_come_in_slot_order_whatever_order_requests_came_in(starter_
 def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(starter_path):
     # One after another, eight chats with one system prompt: each takes a slot of its own, with the shared
     # beginning copied from another slot, so when all eight come back at once none computes its prompt again.
-    system = "You answer in one short sentence, politely and clearly, without lists."
-
-    def chat(p: str) -> GenerationRequest:
-        return GenerationRequest(
-            model="starter",
-            messages=(ChatMessage("system", system), ChatMessage("user", p)),
-            params=SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
-        )
-
     reqs = [chat(p) for p in PROMPTS[:8]]
     backend = LlamaCppBackend()
     backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=1024, n_seq_max=8))
     try:
-        n_system = len(backend.tokenize(system))
+        n_system = len(backend.tokenize(SYSTEM))
         one_by_one = [list(backend.stream(r)) for r in reqs]
         assert [c[-1].cached_tokens >= n_system for c in one_by_one] == [False] + [True] * 7
         finals: dict[int, GenerationChunk] = {}
@@ -220,15 +223,7 @@ def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(start
 def test_a_prefix_copy_that_fails_computes_the_prompt_and_answers_the_same(starter_path, monkeypatch):
     import llama_cpp
 
-    system = "You answer in one short sentence, politely and clearly, without lists."
-    reqs = [
-        GenerationRequest(
-            model="starter",
-            messages=(ChatMessage("system", system), ChatMessage("user", p)),
-            params=SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
-        )
-        for p in PROMPTS[:2]
-    ]
+    reqs = [chat(p) for p in PROMPTS[:2]]
 
     def answers() -> list[tuple[list[int], int]]:
         backend = LlamaCppBackend()
