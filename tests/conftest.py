@@ -31,6 +31,23 @@ def starter_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def hf_starter(starter_path: Path):
+    """transformers' model of the starter GGUF (it dequantizes and un-permutes on its own), the float32
+    reference of the paged engine and of MLX; loaded once, on one thread (faster on a small shared CPU)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            starter_path.parent, gguf_file=starter_path.name, dtype=torch.float32
+        )
+    finally:
+        torch.set_num_threads(before)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
 def llama_backend(starter_path: Path):
     """The starter model on the llama.cpp backend, shared by the tests that only read from it."""
     from engine.backends.base import LoadOptions, ModelSpec

@@ -33,7 +33,7 @@ def backend(request):
 
 
 def test_answers_a_chat_prompt_and_ends_with_a_finish_reason(backend):
-    text, chunks = run(backend, temperature=0, max_tokens=40)
+    text, chunks = run(backend, temperature=0, max_tokens=24)
     assert text.strip()
     final = chunks[-1]
     assert final.finish_reason in ("stop", "length")
@@ -45,17 +45,17 @@ def test_answers_a_chat_prompt_and_ends_with_a_finish_reason(backend):
 
 
 def test_greedy_is_deterministic(backend):
-    a, _ = run(backend, temperature=0, max_tokens=32)
-    b, _ = run(backend, temperature=0, max_tokens=32)
+    a, _ = run(backend, temperature=0, max_tokens=16)
+    b, _ = run(backend, temperature=0, max_tokens=16)
     assert a == b
 
 
 def test_seed_reproduces_and_another_seed_differs(backend):
-    kw = dict(temperature=1.0, max_tokens=16, seed=1234)
+    kw = dict(temperature=1.0, max_tokens=10, seed=1234)
     a, _ = run(backend, **kw)
     b, _ = run(backend, **kw)
     assert a == b
-    others = {run(backend, temperature=1.0, max_tokens=16, seed=s)[0] for s in (1, 2, 3)}
+    others = {run(backend, temperature=1.0, max_tokens=10, seed=s)[0] for s in (1, 2, 3)}
     assert others - {a}, "different seeds all gave the same text"
 
 

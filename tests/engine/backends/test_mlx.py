@@ -131,21 +131,20 @@ def one_torch_thread(torch):
 
 
 @pytest.fixture(scope="session")
-def hf_starter_dir(tmp_path_factory: pytest.TempPathFactory, starter_path: Path) -> Path:
+def hf_starter_dir(tmp_path_factory: pytest.TempPathFactory, starter_path: Path, hf_starter) -> Path:
     """The starter model dequantized by transformers and saved as a plain Hugging Face folder."""
-    torch = pytest.importorskip("torch")
+    import copy
+
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path_factory.mktemp("hf-starter")
+    config = copy.deepcopy(hf_starter.config)
+    if hasattr(config, "quantization_config"):  # transformers refuses to save a "GGUF-quantized" model
+        del config.quantization_config
     with one_torch_thread(torch):
-        loaded = AutoModelForCausalLM.from_pretrained(
-            str(starter_path.parent), gguf_file=starter_path.name, dtype=torch.float32
-        )
-        config = loaded.config
-        if hasattr(config, "quantization_config"):  # transformers refuses to save a "GGUF-quantized" model
-            del config.quantization_config
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        plain.load_state_dict(loaded.state_dict(), strict=True)
+        plain.load_state_dict(hf_starter.state_dict(), strict=True)
         plain.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(starter_path.parent), gguf_file=starter_path.name).save_pretrained(out)
     return out

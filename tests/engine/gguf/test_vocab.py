@@ -113,12 +113,12 @@ def test_paged_engine_reads_the_same_vocabulary(starcoder_gguf, starter_path, st
     pytest.importorskip("torch")
     from engine.backends.paged.loader import read_checkpoint
 
-    for path in (starcoder_gguf, starter_path):
-        ours = read_checkpoint(path).tokenizer
+    ours = {path: read_checkpoint(path).tokenizer for path in (starcoder_gguf, starter_path)}
+    for path, tokenizer in ours.items():
         shared = vocabulary_from_gguf(path, read_metadata(path))
         for text in TEXTS:
-            assert ours.encode(text) == shared.encode(text), (path.name, text)
-    starter = read_checkpoint(starter_path).tokenizer
+            assert tokenizer.encode(text) == shared.encode(text), (path.name, text)
+    starter = ours[starter_path]
     assert {t: starter.encode(t) for t in TEXTS} == starter_reference
 
 
