@@ -41,7 +41,9 @@ DEFAULT_CTX = 4096
 MAX_DEFAULT_SLOTS = 16
 PARTIAL_OFFLOAD_SLOTS = 4
 CPU_KV_SHARE = 1 / 3  # of usable RAM the KV cache may take when Hearth chooses the slots
-PREFILL_BLOCK = 64  # the llama.cpp loop's micro-batch: max(64, slots) tokens
+# The llama.cpp loop's prompt block, which with the slots sizes its micro-batch (see `prefill_block`).
+PREFILL_BLOCK = 64
+PREFILL_BLOCK_CPU = 256
 MIN_CTX = 256
 # The paged engine (see engine/backends/paged/memory.py and config.py)
 PAGED_BLOCK_TOKENS = 16
@@ -150,18 +152,32 @@ class LoadPlan:
 # -- llama.cpp ------------------------------------------------------------------------------------
 
 
+def prefill_block(gpu_layers: int) -> int:
+    """Most prompt tokens the llama.cpp loop computes in one call, for a load with ``gpu_layers`` on a GPU.
+
+    On the CPU 256: prompts compute 7-12% faster per token than in blocks of 64, and the larger compute
+    buffer llama.cpp reserves for it is address space, not resident memory (see `_gguf_devices`). With
+    layers on a GPU 64: there the whole buffer is allocated, and it takes the memory that decides which
+    quantization fits (an 8B model's would grow by about 100 MB).
+    """
+    return PREFILL_BLOCK if gpu_layers > 0 else PREFILL_BLOCK_CPU
+
+
 def _gguf_devices(
     facts: ModelFacts, budget: MemoryBudget, *, n_seq: int, n_ctx: int, kv_type: str, gpu_layers: int, flash_attn: bool
 ) -> tuple[DevicePlan, ...]:
     layers = facts.layers
+    gpus = budget.usable_gpus
+    g = max(0, min(gpu_layers, layers)) if gpus else 0
+    # The micro-batch of a GPU load's loop. On the CPU the loop computes prompts in blocks of 256 and llama.cpp
+    # reserves a compute buffer four times the size, but only the logits of the rows a call asks for are ever
+    # written (one per prompt block): measured, the resident memory is that of a 64-token micro-batch.
     n_ub = max(PREFILL_BLOCK, n_seq)
     weights = facts.layer_weights()
     kv_layer = kv_cache_bytes(facts, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, layers=1)
     compute = compute_buffer_bytes(facts, n_ubatch=n_ub, n_ctx=n_ctx, flash_attn=flash_attn)
     output = output_buffer_bytes(facts, n_outputs=n_seq)
     runtime = WORKER_RUNTIME_BYTES + llamacpp_model_bytes(facts)
-    gpus = budget.usable_gpus
-    g = max(0, min(gpu_layers, layers)) if gpus else 0
     full = g >= layers
     counts = _split_layers(g, gpus, weights, kv_layer, compute, facts.output_bytes if full else 0)
     devices = []
@@ -582,5 +598,5 @@ def plan_load(
 
 __all__ = [
     "LoadPlan", "DevicePlan", "plan_load", "plan_gguf", "plan_paged", "plan_mlx", "paged_dtype_bytes",
-    "paged_weights_bytes", "DEFAULT_CTX", "MAX_DEFAULT_SLOTS",
+    "paged_weights_bytes", "prefill_block", "DEFAULT_CTX", "MAX_DEFAULT_SLOTS",
 ]  # fmt: skip

@@ -18,7 +18,7 @@ from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.backends.runtime import RequestStream
 from engine.errors import ContextLengthExceeded, ModelLoadError
-from engine.fit.plan import LoadPlan
+from engine.fit.plan import LoadPlan, prefill_block
 from engine.tools import RenderedChat, render_request
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
@@ -70,6 +70,7 @@ class LlamaCppBackend:
                 n_ctx_seq=n_ctx,
                 n_threads=self._n_threads,
                 prefill_chunk=own.prefill_chunk,
+                prefill_block=prefill_block(plan.gpu_layers),
                 max_waiting=options.max_waiting if options.max_waiting is not None else DEFAULT_MAX_WAITING,
                 kv_type=GGML_KV_TYPES[plan.kv_type],
                 flash_attn=own.flash_attn,

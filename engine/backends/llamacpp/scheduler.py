@@ -35,6 +35,7 @@ from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
 from engine.errors import Overloaded
+from engine.fit.plan import PREFILL_BLOCK_CPU
 from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         n_ctx_seq: Context length of each sequence.
         n_threads: CPU threads for decoding.
         prefill_chunk: Most prompt tokens put into one step beside the decodes.
+        prefill_block: Most prompt tokens in one llama.cpp call (prompts are cut at its multiples); with the
+            slots, it sizes the micro-batch and so the compute buffer the fit model counts.
         max_waiting: Most requests queued for a slot before new ones are refused.
         flash_attn: Use flash attention (a quantized KV cache needs it).
         kv_unified: One KV buffer for every slot instead of one per slot.
@@ -125,7 +128,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         n_ctx_seq: int,
         n_threads: int,
         prefill_chunk: int = 256,
-        prefill_block: int = 64,
+        prefill_block: int = PREFILL_BLOCK_CPU,
         max_waiting: int = 64,
         flash_attn: bool = True,
         kv_unified: bool = False,
