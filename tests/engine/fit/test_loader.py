@@ -7,6 +7,7 @@ import pytest
 
 from engine.backends.base import LlamaCppOptions, LoadOptions
 from engine.errors import InvalidRequest, ModelLoadError
+from engine.fit.plan import prefill_block
 from engine.types import GenerationRequest, SamplingParams
 from tests.engine.fit.loading import load_starter
 
@@ -32,6 +33,7 @@ def test_the_loader_opens_the_slots_the_budget_allows_and_says_why(starter_path)
         plan = backend.plan
         assert plan.fits and 1 < plan.n_seq < 16 and plan.memory.total <= 300 * MIB
         assert backend.loop.n_seq_max == plan.n_seq and backend.info.n_ctx == 1024
+        assert backend.loop.prefill_block == prefill_block(plan.gpu_layers) == 256  # on the CPU
         stats = backend.stats().details["load_plan"]
         assert stats["parallel"] == plan.n_seq and stats["kv_type"] == "f16" and "more would not fit" in stats["reason"]
         assert stats["memory"]["kv_cache_bytes"] == plan.n_seq * 1024 * 23040

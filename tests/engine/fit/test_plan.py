@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.fit import MemoryBudget, facts_from_gguf, kv_bytes_per_token, plan_load
-from engine.fit.plan import plan_gguf
+from engine.fit.plan import PREFILL_BLOCK, plan_gguf, prefill_block
 
 MIB = 1024**2
 
@@ -138,3 +138,8 @@ def test_the_paged_pool_shortens_a_default_context_and_refuses_an_asked_one_nami
     assert not asked.fits and "--ctx 1536 would fit" in asked.reason
     tight = plan_paged(facts, MemoryBudget.ram_only(300 * MIB), n_ctx=4096)
     assert not tight.fits and "more than the" in tight.reason
+
+
+def test_prompt_blocks_are_larger_on_the_cpu_than_with_layers_on_a_gpu():
+    # the GPU's block is what the fit model sizes llama.cpp's compute buffer with (the CPU's is never resident)
+    assert prefill_block(0) == 256 and prefill_block(1) == prefill_block(80) == PREFILL_BLOCK == 64
