@@ -76,17 +76,17 @@ def test_greedy_tokens_agree_with_llama_cpp_on_the_same_q4_1_file(mlx_backend, l
     MLX generates from llama.cpp's prefix until its token differs, then starts again from the
     prefix that includes llama.cpp's token there, so every position is judged on the same context.
 
-    Measured here: 154 of 160 positions agree (96.3%), and at the other 6 llama.cpp's token is
-    among MLX's five likeliest (near-ties). Run freely, the two answers share only their first
+    Judged on llama.cpp's first 24 tokens of four prompts. Measured here over 32 of five: 154 of 160 positions
+    agree (96.3%), and at the other 6 llama.cpp's token is among MLX's five likeliest (near-ties). Run freely, the two answers share only their first
     69 of 160 tokens (43%): llama.cpp multiplies the Q4_1 weights by activations rounded to 8
     bits, MLX by float32 activations, so a near-tie can flip early and change the rest of the
     answer. (MLX matches transformers on the dequantized weights token
     for token; see test_hugging_face_folder_gives_transformers_greedy_tokens.)
     """
     agree = judged = 0
-    for q in PROMPTS:
-        reference = list(llama_one_thread.stream(chat(q, temperature=0, max_tokens=32, ignore_eos=True)))[:-1]
-        assert len(reference) == 32 and all(len(c.token_ids) == 1 for c in reference)
+    for q in PROMPTS[:4]:
+        reference = list(llama_one_thread.stream(chat(q, temperature=0, max_tokens=24, ignore_eos=True)))[:-1]
+        assert len(reference) == 24 and all(len(c.token_ids) == 1 for c in reference)
         ids = [c.token_ids[0] for c in reference]
         prompt = mlx_backend.render_chat((ChatMessage("user", q),))
         base = mlx_backend.prompt_tokens(chat(q))
@@ -115,7 +115,7 @@ def test_greedy_tokens_agree_with_llama_cpp_on_the_same_q4_1_file(mlx_backend, l
                 i += 1
                 stream.close()
                 break
-    assert judged >= 150
+    assert judged >= 88
     assert agree / judged >= 0.9, f"{agree}/{judged} positions agree"
 
 
@@ -160,14 +160,14 @@ def mlx_hf_backend(hf_starter_dir: Path):
 
 @pytest.mark.slow
 def test_hugging_face_folder_gives_transformers_greedy_tokens(mlx_hf_backend, hf_starter_dir: Path):
-    """The first 8 greedy tokens of 5 chat prompts, exactly (measured: all 32 of 32 tokens agree too)."""
+    """The first 8 greedy tokens of 3 chat prompts, exactly (measured: all 32 of 32 tokens of 5 agree too)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     reference = AutoModelForCausalLM.from_pretrained(hf_starter_dir, dtype=torch.float32).eval()
     hf_tokenizer = AutoTokenizer.from_pretrained(hf_starter_dir)
     assert mlx_hf_backend.info.has_chat_template
-    for q in PROMPTS:
+    for q in PROMPTS[:3]:
         req = chat(q, temperature=0, max_tokens=8, ignore_eos=True)
         prompt = mlx_hf_backend.prompt_tokens(req)
         assert prompt == hf_tokenizer.encode(mlx_hf_backend.render_chat(req.messages), add_special_tokens=False)

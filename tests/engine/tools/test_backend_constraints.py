@@ -68,7 +68,7 @@ def test_required_call_parses_and_validates(backend):
 
 
 def test_named_function_is_the_one_called(backend):
-    if backend.name != "mlx":
+    if backend.name != "paged":
         pytest.skip("one backend suffices for the name: the grammar is the same")
     chunks = _run(backend, tool_choice=parse_tool_choice({"type": "function", "function": {"name": "get_time"}}, TOOLS))
     assert [c.name for c in chunks[-1].tool_calls] == ["get_time"]

@@ -186,7 +186,7 @@ def check_model(device, dtype) -> list[Check]:
         for seq in seqs:
             sched.add(seq)
         outs = []
-        for step in range(5):
+        for step in range(3):
             out = sched.schedule()
             outs.append(runner.run(runner.prepare(out.scheduled)))
             sched.postprocess(out, {x.seq.seq_id: (step * 7 + seqs.index(x.seq)) % 128 for x in out.scheduled if x.samples})
