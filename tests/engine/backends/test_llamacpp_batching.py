@@ -61,11 +61,11 @@ def run_together(backend, reqs) -> list[list[int]]:
 
 
 def test_sixteen_at_once_match_each_alone(batched):
-    alone = [tokens(batched, request(p)) for p in PROMPTS]
-    together = run_together(batched, [request(p) for p in PROMPTS])
-    assert all(len(t) == 32 for t in together)
+    alone = [tokens(batched, request(p, max_tokens=24)) for p in PROMPTS]
+    together = run_together(batched, [request(p, max_tokens=24) for p in PROMPTS])
+    assert all(len(t) == 24 for t in together)
     same = sum(a == b for x, y in zip(alone, together, strict=True) for a, b in zip(x, y, strict=True))
-    agreement = same / (32 * len(PROMPTS))
+    agreement = same / (24 * len(PROMPTS))
     first_tokens_equal = sum(x[:16] == y[:16] for x, y in zip(alone, together, strict=True))
     # Decodes run one row per sequence and prompts in blocks of their own, so a request's numbers
     # do not depend on its neighbours: measured here, every token of every request equal, run
@@ -142,7 +142,7 @@ def test_a_long_prompt_never_freezes_running_streams(batched):
 
 
 def test_shared_system_prompt_is_served_from_the_prefix_cache(batched):
-    system = " ".join(f"Rule {i}: always answer politely and clearly." for i in range(1, 120))
+    system = " ".join(f"Rule {i}: always answer politely and clearly." for i in range(1, 50))
     first = GenerationRequest(
         model="starter",
         messages=(ChatMessage("system", system), ChatMessage("user", "What is 3 + 4?")),
@@ -154,7 +154,7 @@ def test_shared_system_prompt_is_served_from_the_prefix_cache(batched):
         params=SamplingParams(temperature=0, max_tokens=4),
     )
     n_system = len(batched.tokenize(system))
-    assert n_system >= 1000
+    assert n_system >= 400
     before = batched.stats().as_dict()
     final_first = list(batched.stream(first))[-1]
     final_second = list(batched.stream(second))[-1]
