@@ -41,7 +41,8 @@ DEFAULT_CTX = 4096
 MAX_DEFAULT_SLOTS = 16
 PARTIAL_OFFLOAD_SLOTS = 4
 CPU_KV_SHARE = 1 / 3  # of usable RAM the KV cache may take when Hearth chooses the slots
-# The llama.cpp loop's prompt block, which with the slots sizes its micro-batch (see `prefill_block`).
+# The llama.cpp loop's prompt block with layers on a GPU, and on the CPU (see `prefill_block`). With the slots, the
+# first sizes the micro-batch the fit model counts for every llama.cpp load.
 PREFILL_BLOCK = 64
 PREFILL_BLOCK_CPU = 256
 MIN_CTX = 256
@@ -167,8 +168,6 @@ def _gguf_devices(
     facts: ModelFacts, budget: MemoryBudget, *, n_seq: int, n_ctx: int, kv_type: str, gpu_layers: int, flash_attn: bool
 ) -> tuple[DevicePlan, ...]:
     layers = facts.layers
-    gpus = budget.usable_gpus
-    g = max(0, min(gpu_layers, layers)) if gpus else 0
     # The micro-batch of a GPU load's loop. On the CPU the loop computes prompts in blocks of 256 and llama.cpp
     # reserves a compute buffer four times the size, but only the logits of the rows a call asks for are ever
     # written (one per prompt block): measured, the resident memory is that of a 64-token micro-batch.
@@ -178,6 +177,8 @@ def _gguf_devices(
     compute = compute_buffer_bytes(facts, n_ubatch=n_ub, n_ctx=n_ctx, flash_attn=flash_attn)
     output = output_buffer_bytes(facts, n_outputs=n_seq)
     runtime = WORKER_RUNTIME_BYTES + llamacpp_model_bytes(facts)
+    gpus = budget.usable_gpus
+    g = max(0, min(gpu_layers, layers)) if gpus else 0
     full = g >= layers
     counts = _split_layers(g, gpus, weights, kv_layer, compute, facts.output_bytes if full else 0)
     devices = []

@@ -113,7 +113,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         n_threads: CPU threads for decoding.
         prefill_chunk: Most prompt tokens put into one step beside the decodes.
         prefill_block: Most prompt tokens in one llama.cpp call (prompts are cut at its multiples); with the
-            slots, it sizes the micro-batch and so the compute buffer the fit model counts.
+            slots, it sizes llama.cpp's micro-batch (see `engine.fit.plan.prefill_block`).
         max_waiting: Most requests queued for a slot before new ones are refused.
         flash_attn: Use flash attention (a quantized KV cache needs it).
         kv_unified: One KV buffer for every slot instead of one per slot.
