@@ -381,7 +381,11 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             raise RuntimeError(f"llama_decode returned {rc}")
 
     def _step(self) -> None:
-        """Decode one token of every running sequence, then prefill waiting prompts within the budget.
+        """Prefill waiting prompts within the budget, then decode one token of every running sequence.
+
+        A prompt whose last block is computed in this step samples its first token there and
+        decodes its second in the same step's batch, so the batch never lacks a row (nor breaks the
+        run of slots, see below) for a prompt that has just come in.
 
         Prompts are prefilled in blocks that start at multiples of ``prefill_block`` and run
         in calls of their own, so a prompt's numbers never depend on what else is running,
@@ -392,17 +396,6 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         pass 256 tokens, which can flip a rare greedy token there; below that a request gets
         the same tokens in a batch as alone.
         """
-        # In slot order: llama.cpp computes a batch over separate KV streams in ubatches of consecutive sequence
-        # ids, as they come in the batch, so rows in admission order would cost a graph (a read of every
-        # weight) for each break in it, and in slot order cost one for each run of busy slots.
-        decoding = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
-        if decoding:
-            self._decode([(s.next_token, s.n_past, s.placed.seq_id, True) for s in decoding])
-            for s in decoding:
-                s.placed.tokens.append(s.next_token)
-                s.n_past += 1
-            for row, s in enumerate(decoding):
-                self._advance(s, row)
         budget = self.prefill_chunk
         block = self.prefill_block
         for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
@@ -422,6 +415,17 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     self._advance(seq, end - start - 1)
             if budget <= 0:
                 break
+        # In slot order: llama.cpp computes a batch over separate KV streams in ubatches of consecutive sequence
+        # ids, as they come in the batch, so rows in admission order would cost a graph (a read of every
+        # weight) for each break in it, and in slot order cost one for each run of busy slots.
+        decoding = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
+        if decoding:
+            self._decode([(s.next_token, s.n_past, s.placed.seq_id, True) for s in decoding])
+            for s in decoding:
+                s.placed.tokens.append(s.next_token)
+                s.n_past += 1
+            for row, s in enumerate(decoding):
+                self._advance(s, row)
 
     def _advance(self, seq: Sequence, row: int) -> None:
         token = seq.sampler.sample(self.ctx, row)
