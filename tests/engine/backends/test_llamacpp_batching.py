@@ -187,6 +187,38 @@ def test_decode_rows_come_in_slot_order_whatever_order_requests_came_in(starter_
     assert rows and all(ids == sorted(ids) for ids in rows)
 
 
+def test_a_prompt_that_comes_in_is_computed_before_the_next_decode_call_and_joins_it(starter_path, monkeypatch):
+    # Each step computes its waiting prompts first, then decodes every running row, the prompts it has
+    # just finished among them: a request admitted between steps never waits for a decode call of the
+    # others before its prompt, nor is it missing from the next one.
+    from engine.backends.llamacpp.scheduler import DecodeLoop
+
+    calls: list[object] = []
+    decode, admit = DecodeLoop._decode, DecodeLoop._admit
+
+    def logged_admit(self) -> None:
+        placed = [s for s in self._waiting if s.slot is None]
+        admit(self)
+        calls.extend(("admitted", s.placed.seq_id) for s in placed if s.slot is not None)
+
+    monkeypatch.setattr(DecodeLoop, "_admit", logged_admit)
+    monkeypatch.setattr(DecodeLoop, "_decode", lambda self, items: calls.append([i[2] for i in items]) or decode(self, items))
+    backend = LlamaCppBackend()
+    backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=512, n_seq_max=2))
+    try:
+        first = backend.stream(request(PROMPTS[0], max_tokens=40))
+        next(c for c in first if c.token_ids)  # the first request is decoding
+        second = tokens(backend, request(PROMPTS[1], max_tokens=4))
+        rest = [t for c in first for t in c.token_ids]
+    finally:
+        backend.close()
+    assert len(second) == 4 and len(rest) >= 30
+    at = calls.index(("admitted", 1))
+    prompt, joined = calls[at + 1], calls[at + 2]
+    assert isinstance(prompt, list) and set(prompt) == {1} and len(prompt) > 1  # its prompt, at once
+    assert joined == [0, 1]  # then the decode call, with its row
+
+
 def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(starter_path):
     # One after another, eight chats with one system prompt: each takes a slot of its own, with the shared
     # beginning copied from another slot, so when all eight come back at once none computes its prompt again.
