@@ -1,8 +1,9 @@
 """Continuous batching over one llama.cpp context with several sequence slots.
 
-One thread owns the context. Each step decodes one batch holding the next token of
-every running sequence plus chunks of waiting prompts (under a per-step token budget),
-then samples every sequence with its own sampler chain and streams its text.
+One thread owns the context. Each step computes chunks of waiting prompts (under a
+per-step token budget, each in calls of its own), then decodes one batch holding the next
+token of every running sequence, those whose prompts it has just finished included; every
+sequence samples with its own sampler chain and streams its text.
 
 Slots are llama.cpp sequence ids, each with a KV stream of its own. A finished sequence
 leaves its tokens in its slot as a cached prefix. A new prompt that holds all of an idle
