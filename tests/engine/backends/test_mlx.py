@@ -76,12 +76,13 @@ def test_greedy_tokens_agree_with_llama_cpp_on_the_same_q4_1_file(mlx_backend, l
     MLX generates from llama.cpp's prefix until its token differs, then starts again from the
     prefix that includes llama.cpp's token there, so every position is judged on the same context.
 
-    Judged on llama.cpp's first 24 tokens of four prompts. Measured here over 32 of five: 154 of 160 positions
-    agree (96.3%), and at the other 6 llama.cpp's token is among MLX's five likeliest (near-ties). Run freely, the two answers share only their first
-    69 of 160 tokens (43%): llama.cpp multiplies the Q4_1 weights by activations rounded to 8
-    bits, MLX by float32 activations, so a near-tie can flip early and change the rest of the
-    answer. (MLX matches transformers on the dequantized weights token
-    for token; see test_hugging_face_folder_gives_transformers_greedy_tokens.)
+    Judged on llama.cpp's first 24 tokens of four prompts. Measured here over the first 32 of five:
+    154 of 160 positions agree (96.3%), and at the other 6 llama.cpp's token is among MLX's five
+    likeliest (near-ties). Run freely, the two answers share only their first 69 of 160 tokens (43%):
+    llama.cpp multiplies the Q4_1 weights by activations rounded to 8 bits, MLX by float32
+    activations, so a near-tie can flip early and change the rest of the answer. (MLX matches
+    transformers on the dequantized weights token for token; see
+    test_hugging_face_folder_gives_transformers_greedy_tokens.)
     """
     agree = judged = 0
     for q in PROMPTS[:4]:
