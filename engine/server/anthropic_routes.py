@@ -68,6 +68,7 @@ class MessagesBody(CountTokensBody):
     top_p: float | None = None
     top_k: int | None = None
     metadata: dict[str, Any] | None = None
+    ignore_eos: StrictBool = False  # an extension, as in chat completions: generate to max_tokens
 
 
 def _text_of(blocks: Any, where: str) -> str:
@@ -186,6 +187,7 @@ def _params(body: MessagesBody) -> SamplingParams:
         top_k=body.top_k or 0,
         stop=tuple(body.stop_sequences or ()),
         max_tokens=body.max_tokens,
+        ignore_eos=body.ignore_eos,
     )
 
 

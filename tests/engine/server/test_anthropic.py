@@ -73,6 +73,13 @@ def test_sampling_and_content_blocks(claude):
     assert msg.content[0].text
 
 
+def test_ignore_eos_generates_past_the_end_of_the_turn_to_max_tokens(claude):
+    plain = claude.messages.create(model=MODEL, max_tokens=64, messages=QUESTION, **GREEDY)
+    assert plain.stop_reason == "end_turn" and plain.usage.output_tokens < 64
+    msg = claude.messages.create(model=MODEL, max_tokens=64, messages=QUESTION, extra_body={"temperature": 0, "ignore_eos": True})
+    assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 64
+
+
 WEATHER = {
     "name": "get_weather",
     "description": "The weather in a city.",
