@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 import llama_cpp
@@ -29,6 +29,25 @@ def _init_llama_backend() -> None:
         _logger.set_verbose(os.environ.get("HEARTH_LLAMA_VERBOSE") == "1")
         llama_cpp.llama_backend_init()
         _backend_ready = True
+
+
+def weight_repacking_is_safe(system_info: str) -> bool:
+    """Whether llama.cpp may move weights into its extra CPU buffer types (repacked layouts, AMX tiles).
+
+    Builds with the AMX kernels (their system info reads ``AMX_INT8 = 1``, as a native build on a recent
+    Xeon does) crash in the first matrix product on some machines (ggml-org/llama.cpp#20824), so there the
+    weights stay in plain CPU buffers: slower prompts, but answers. Hearth's own build leaves AMX out.
+    """
+    return "AMX_INT8 = 1" not in system_info
+
+
+@cache
+def _extra_buffers_allowed() -> bool:
+    """``weight_repacking_is_safe`` for the installed llama.cpp, said once in the log when it is not."""
+    safe = weight_repacking_is_safe(llama_cpp.llama_print_system_info().decode(errors="replace"))
+    if not safe:
+        log.warning("This llama.cpp build has AMX kernels, which crash on some CPUs; weights stay unpacked.")
+    return safe
 
 
 def check_gguf_file(path: Path) -> None:
@@ -60,6 +79,7 @@ class GGUFModel:
         self.path = path
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.use_extra_bufts = _extra_buffers_allowed()
         if tensor_split:
             count = max(len(tensor_split), int(llama_cpp.llama_max_devices()))
             self._split = (ctypes.c_float * count)(*tensor_split)  # kept alive as long as the model

@@ -177,3 +177,29 @@ def test_embeddings_compute_on_the_decode_thread(llama_backend, monkeypatch):
     # a chat still streams afterwards
     req = GenerationRequest(model="s", prompt="Hello", params=SamplingParams(temperature=0, max_tokens=4))
     assert any(c.token_ids for c in llama_backend.stream(req))
+
+
+def test_a_build_with_amx_kernels_loads_weights_unpacked_and_others_repack(starter_path: Path, monkeypatch, caplog):
+    """llama.cpp's AMX kernels crash on some CPUs that have AMX; where a build has them, weights stay unpacked."""
+    import llama_cpp
+
+    from engine.backends.llamacpp import model as model_module
+
+    seen: list[bool] = []
+    load = llama_cpp.llama_model_load_from_file
+
+    def spy(path, params):
+        seen.append(bool(params.use_extra_bufts))
+        return load(path, params)
+
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", spy)
+    info = llama_cpp.llama_print_system_info().decode()
+    for reported, repacked in ((info.replace("AMX_INT8 = 1", ""), True), ("CPU : AVX2 = 1 | AMX_INT8 = 1 |", False)):
+        model_module._extra_buffers_allowed.cache_clear()
+        monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda r=reported: r.encode())
+        model = model_module.GGUFModel(starter_path)
+        assert model.n_vocab > 0
+        model.close()
+        assert seen[-1] is repacked
+    assert "AMX kernels" in caplog.text
+    model_module._extra_buffers_allowed.cache_clear()
