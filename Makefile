@@ -21,6 +21,13 @@ SCRIPT_PY := $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 
 .PHONY: run test setup test-setup lint clean bench package package-test install-desktop uninstall-desktop icons
 
+# CMake arguments of the llama.cpp that llama-cpp-python compiles on install: on x86-64, without the AMX
+# kernels, which crash on some CPUs that have AMX (packaging/llama_build.py). Set CMAKE_ARGS to choose.
+ifndef CMAKE_ARGS
+CMAKE_ARGS := $(shell $(PYTHON) packaging/llama_build.py --cmake-args)
+endif
+export CMAKE_ARGS
+
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
@@ -48,7 +55,7 @@ $(VENV)/.installed-package: pyproject.toml | $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
-test-setup: $(VENV)/.installed-test
+test-setup: $(VENV)/.installed-test $(VENV)/.llama-build
 
 # llama.cpp's GPU build where the machine has a GPU and its toolchain (CUDA: nvcc and an NVIDIA driver;
 # Vulkan: its SDK and a GPU). packaging/llama_build.py says which build it chose and why; it rebuilds

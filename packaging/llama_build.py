@@ -5,16 +5,21 @@ backend. `make run` calls this script after the usual install: it looks for ``nv
 CUDA_PATH, /usr/local/cuda) and for the Vulkan SDK (VULKAN_SDK, or ``glslc`` with the Vulkan headers),
 says in one line which build it chose and why, and rebuilds llama-cpp-python with ``GGML_CUDA=on`` or
 ``GGML_VULKAN=on`` when the installed build lacks that GPU support. Where neither is found it changes
-nothing. ``HEARTH_LLAMA_GPU=cpu|cuda|vulkan`` overrides the detection; ``--dry-run`` prints the pip
-command instead of running it. Standard library only: it runs before anything else is installed.
+nothing, unless the installed CPU build has llama.cpp's AMX kernels, which crash on some CPUs that have
+AMX (ggml-org/llama.cpp#20824): then it rebuilds it without them. Every build on x86-64 leaves them out
+(``cpu_cmake_args``, which the Makefile also gives the first install). ``HEARTH_LLAMA_GPU=cpu|cuda|vulkan``
+overrides the detection; ``--dry-run`` prints the pip command instead of running it. Standard library
+only: it runs before anything else is installed.
 
     python packaging/llama_build.py --python .venv/bin/python [--dry-run]
+    python packaging/llama_build.py --cmake-args   # the CMake arguments of a CPU build, for the Makefile
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import platform as platform_module
 import re
 import shlex
 import shutil
@@ -25,7 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CMAKE_FLAGS = {"cuda": "-DGGML_CUDA=on", "vulkan": "-DGGML_VULKAN=on"}
+CMAKE_FLAGS = {"cuda": "-DGGML_CUDA=on", "vulkan": "-DGGML_VULKAN=on", "cpu": ""}
+# A native build on a CPU with AMX compiles llama.cpp's AMX kernels in; GCC and Clang drop an instruction
+# set named with -mno-* whatever -march=native says.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def cpu_cmake_args(machine: str | None = None, platform: str = sys.platform) -> str:
+    """The CMake arguments every llama.cpp build gets for its CPU code: AMX left out on x86-64 with GCC or
+    Clang (MSVC builds no AMX unless asked); nothing elsewhere."""
+    machine = (machine or platform_module.machine()).lower()
+    if machine not in ("x86_64", "amd64") or platform == "win32":
+        return ""
+    return f"-DCMAKE_C_FLAGS='{NO_AMX}' -DCMAKE_CXX_FLAGS='{NO_AMX}'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +144,8 @@ def llama_pin(pyproject: Path = ROOT / "pyproject.toml") -> str:
 
 
 def pip_command(choice: BuildChoice, python: str, requirement: str) -> tuple[dict[str, str], list[str]]:
-    """(extra environment, argv) that rebuild llama-cpp-python for ``choice`` (no cached CPU wheel reused)."""
-    env = {"CMAKE_ARGS": CMAKE_FLAGS[choice.backend], "FORCE_CMAKE": "1"}
+    """(extra environment, argv) that rebuild llama-cpp-python for ``choice`` (no cached wheel reused)."""
+    env = {"CMAKE_ARGS": f"{CMAKE_FLAGS[choice.backend]} {cpu_cmake_args()}".strip(), "FORCE_CMAKE": "1"}
     argv = [python, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-cache-dir",
             "--no-binary", "llama-cpp-python", requirement]  # fmt: skip
     return env, argv
@@ -144,26 +161,46 @@ def installed_gpu_support(python: str) -> bool | None:
     return out.stdout.strip() == "1" if out.returncode == 0 else None
 
 
+def installed_amx_kernels(python: str) -> bool:
+    """Whether the llama.cpp installed for ``python`` was built with its AMX kernels (False: not installed)."""
+    code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "AMX_INT8 = 1" in out.stdout
+
+
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Build llama-cpp-python for this machine's GPU toolchain.")
     ap.add_argument("--python", default=sys.executable, help="the Python whose llama-cpp-python to build")
     ap.add_argument("--dry-run", action="store_true", help="print the pip command instead of running it")
+    ap.add_argument("--cmake-args", action="store_true", help="print the CMake arguments of a CPU build")
     args = ap.parse_args(argv)
+    if args.cmake_args:
+        print(cpu_cmake_args())
+        return 0
     env = os.environ if env is None else env
     choice = choose_build(env)
     if choice.backend == "cpu":
-        print(f"llama.cpp: CPU build ({choice.reason}).")
-        return 0
+        if not installed_amx_kernels(args.python):
+            print(f"llama.cpp: CPU build ({choice.reason}).")
+            return 0
+        choice = BuildChoice("cpu", "the installed CPU build has AMX kernels, which crash on some CPUs")
     extra, cmd = pip_command(choice, args.python, llama_pin())
     shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra.items()) + " " + shlex.join(cmd)
     if args.dry_run:
         print(f"llama.cpp: {choice.backend.upper()} build, because {choice.reason}; would run: {shown}")
         return 0
-    if installed_gpu_support(args.python):
+    if choice.backend != "cpu" and installed_gpu_support(args.python):
         print(f"llama.cpp: {choice.backend.upper()} build already installed ({choice.reason}).")
         return 0
     print(f"llama.cpp: building with {choice.backend.upper()}, because {choice.reason}: {shown}", flush=True)
     done = subprocess.run(cmd, env={**env, **extra})
+    if done.returncode != 0 and choice.backend == "cpu":
+        print("llama.cpp: the build without AMX failed; the installed build stays, and Hearth keeps its "
+              "weights unpacked on it.", file=sys.stderr)  # fmt: skip
+        return done.returncode
     if done.returncode != 0:
         print(f"llama.cpp: the {choice.backend.upper()} build failed; the CPU build stays installed "
               "(set HEARTH_LLAMA_GPU=cpu to skip this step).", file=sys.stderr)  # fmt: skip
