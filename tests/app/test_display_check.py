@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.display import XCB_LIBRARIES, display_problem, will_use_xcb
+from app.display import XCB_LIBRARIES, display_problem, missing_xcb_packages, will_use_xcb
 
 X11_DESKTOP = {"DISPLAY": ":0", "XDG_SESSION_TYPE": "x11"}
 
@@ -118,7 +118,9 @@ def test_hearth_on_an_x11_desktop_without_libxcb_cursor_names_the_package_instea
     if done.returncode == 99:
         pytest.skip(f"this machine does not allow a private mount namespace: {done.stderr.strip()}")
     assert done.returncode == 1, done.stderr  # Qt alone: "could not load the Qt platform plugin" and SIGABRT
+    # libxcb-cursor0 first, then whichever others this machine lacks as well
+    packages = " ".join(["libxcb-cursor0", *(p for p in missing_xcb_packages() if p != "libxcb-cursor0")])
     assert done.stderr.strip() == (
-        "hearth: Hearth's window needs X11 libraries this system lacks (libxcb-cursor0): "
-        "install them with `sudo apt-get install libxcb-cursor0` (Debian/Ubuntu) and start Hearth again."
+        f"hearth: Hearth's window needs X11 libraries this system lacks ({packages}): "
+        f"install them with `sudo apt-get install {packages}` (Debian/Ubuntu) and start Hearth again."
     )
