@@ -198,9 +198,9 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     print(f"llama.cpp: building with {choice.backend.upper()}, because {choice.reason}: {shown}", flush=True)
     done = subprocess.run(cmd, env={**env, **extra})
     if done.returncode != 0 and choice.backend == "cpu":
-        print("llama.cpp: the build without AMX failed; the installed build stays, and Hearth keeps its "
+        print("llama.cpp: the build without AMX failed; the installed build stays, and Hearth loads "
               "weights unpacked on it.", file=sys.stderr)  # fmt: skip
-        return done.returncode
+        return 0  # that build works (slower prompts), so setup goes on
     if done.returncode != 0:
         print(f"llama.cpp: the {choice.backend.upper()} build failed; the CPU build stays installed "
               "(set HEARTH_LLAMA_GPU=cpu to skip this step).", file=sys.stderr)  # fmt: skip
