@@ -17,6 +17,7 @@ from app.main_window import MainWindow
 from app.net.engine import EngineConfig, EngineController
 from app.single_instance import SingleInstance, bring_to_front
 from app.store.chat_store import ChatStore
+from app.store.recovery import StoreTooNew
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeManager
 from app.widgets.markdown import render_blocks
@@ -81,6 +82,15 @@ def hand_over(instance: SingleInstance) -> int:
     return 1
 
 
+def refuse_newer_store(exc: StoreTooNew) -> int:
+    """A newer Hearth made the chat database: say so (a dialog where there is a screen) and exit 1,
+    leaving the database as it is."""
+    log.error("%s (its schema revision is %s)", exc, exc.revision)
+    if QApplication.platformName() not in ("offscreen", "minimal"):
+        QMessageBox.critical(None, "Hearth", str(exc))
+    return 1
+
+
 def _run(*, engine_config: EngineConfig | None, smoke: str | None):
     launched_at = psutil.Process().create_time()
     app = create_application()
@@ -93,7 +103,13 @@ def _run(*, engine_config: EngineConfig | None, smoke: str | None):
     quit_on_signals(app)
     reporter = CrashReporter(logs_dir(), app)
     reporter.install()
-    store = ChatStore(hearth_home())
+    try:
+        store = ChatStore(hearth_home())
+    except StoreTooNew as exc:
+        reporter.uninstall()
+        if instance is not None:
+            instance.release()
+        return refuse_newer_store(exc), None
     settings = SettingsStore(store).load()
     theme = ThemeManager(settings.theme, app)
     theme.apply()

@@ -1,13 +1,103 @@
-"""Where Hearth keeps its data: HEARTH_HOME, or the platform's user data folder."""
+"""Where Hearth keeps its data: HEARTH_HOME, or the platform's user data folder.
+
+The data folder holds chats, document indexes and keys, so only its owner may enter it: it is made
+with mode 0700, and Hearth's own databases and files in it with 0600. A folder and files that an
+older Hearth made readable to others are tightened on the first use in a process. Model files are
+never touched (imported ones belong to other apps), nor anything on Windows, whose folders in the
+user's profile are private already.
+"""
 
 from __future__ import annotations
 
+import fnmatch
+import logging
 import os
+import stat
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+# The files Hearth writes at the top of its data folder (with SQLite's companions), and only those:
+# HEARTH_HOME may name a folder that holds other files too.
+OWN_FILES = (
+    "chats.db", "chats.damaged-*.db", "chats-unsaved-*.db", "registry.db", "documents.db", "agent-steps.db",
+    "remotes.json", "remote-keys.json", "mcp-servers.json", "mcp-secrets.json", "app-secrets.json", "app.lock",
+)  # fmt: skip
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+OWN_FOLDERS = ("logs",)
+_tightened: set[Path] = set()  # data folders already checked by this process
+
+
+def _posix() -> bool:
+    return os.name != "nt"
+
+
+def _tighten(path: Path, mode: int) -> None:
+    """Take group and other permissions away from ``path`` (never adds any)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o077:
+        return
+    try:
+        os.chmod(path, stat.S_IMODE(st.st_mode) & mode)
+        log.info("made %s private to its owner", path)
+    except OSError as exc:  # another user's file, a read-only mount: say so, and go on
+        log.warning("could not make %s private: %s", path, exc)
+
+
+def _own_file(name: str) -> bool:
+    for companion in SQLITE_COMPANIONS:
+        name = name.removesuffix(companion)
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in OWN_FILES)
+
+
+def tighten_data_folder(home: Path) -> None:
+    """Make ``home`` 0700 and Hearth's own files in it 0600 (see :data:`OWN_FILES`); a no-op on Windows."""
+    if not _posix():
+        return
+    _tighten(home, PRIVATE_DIR_MODE)
+    try:
+        entries = list(home.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name in OWN_FOLDERS and entry.is_dir() and not entry.is_symlink():
+            _tighten(entry, PRIVATE_DIR_MODE)
+            for inner in entry.iterdir():
+                if inner.is_file() and not inner.is_symlink():
+                    _tighten(inner, PRIVATE_FILE_MODE)
+        elif _own_file(entry.name) and entry.is_file():
+            _tighten(entry, PRIVATE_FILE_MODE)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a folder only its owner may enter: made 0700, or tightened to it."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    if _posix():
+        _tighten(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """``path`` as a file only its owner may read: made empty with mode 0600 when missing (SQLite takes
+    an empty file for a new database, and gives its -wal and -shm files the same mode), else tightened."""
+    if not _posix():
+        return path
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        _tighten(path, PRIVATE_FILE_MODE)
+    else:
+        os.close(fd)
+    return path
 
 
 def hearth_home() -> Path:
-    """The data folder (created on first use). HEARTH_HOME overrides the platform default."""
+    """The data folder (created on first use, private to its owner). HEARTH_HOME overrides the platform default."""
     env = os.environ.get("HEARTH_HOME")
     if env:
         home = Path(env).expanduser()
@@ -15,7 +105,12 @@ def hearth_home() -> Path:
         from platformdirs import user_data_dir
 
         home = Path(user_data_dir("Hearth", appauthor=False))
-    home.mkdir(parents=True, exist_ok=True)
+    if home not in _tightened:
+        home.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        tighten_data_folder(home)
+        _tightened.add(home)
+    else:
+        home.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     return home
 
 
@@ -27,6 +122,4 @@ def models_dir() -> Path:
 
 
 def logs_dir() -> Path:
-    path = hearth_home() / "logs"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(hearth_home() / "logs")

@@ -31,6 +31,7 @@ from app.store.recovery import (
     Copied,
     StoreDamaged,
     StoreLocked,
+    StoreTooNew,
     classify,
     copy_chats,
     keep_damaged_copy,
@@ -38,6 +39,7 @@ from app.store.recovery import (
     stamp,
 )
 from app.store.schema import ChatRow, MessageRow, utcnow
+from engine.paths import private_file
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,7 @@ def _open_checked(path: Path, busy_timeout: float) -> Engine:
         StoreLocked: another program holds the database's lock.
         StoreDamaged: the file is not a database or fails SQLite's quick check.
     """
+    private_file(path)
     engine = open_engine(path, busy_timeout=busy_timeout)
     try:
         with engine.connect() as connection:
@@ -152,7 +155,7 @@ def _open_checked(path: Path, busy_timeout: float) -> Engine:
         if kind is None:
             raise
         raise kind(str(exc.orig)) from exc
-    except StoreDamaged:
+    except (StoreDamaged, StoreTooNew):
         engine.dispose()
         raise
     return engine
@@ -162,11 +165,15 @@ class ChatStore:
     """The chats of one data folder.
 
     A database that another program has locked, or that is damaged, does not stop the app:
-    :attr:`problem` says in one sentence what happened (see :mod:`app.store.recovery`).
+    :attr:`problem` says in one sentence what happened (see :mod:`app.store.recovery`). One that a
+    newer Hearth made is left untouched, and the store cannot open.
 
     Args:
         folder: Where the database lives (the Hearth data folder).
         busy_timeout: Seconds to wait for another program's lock before giving up on it.
+
+    Raises:
+        StoreTooNew: a newer Hearth made the database (the message says to update Hearth).
     """
 
     def __init__(self, folder: Path, *, busy_timeout: float = 5.0) -> None:

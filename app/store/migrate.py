@@ -8,6 +8,8 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
+from app.store.recovery import StoreTooNew
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -42,14 +44,29 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 
 def ensure_current(engine: Engine) -> None:
-    """Upgrade ``engine``'s database unless it is already at :data:`HEAD_REVISION`."""
+    """Upgrade ``engine``'s database unless it is already at :data:`HEAD_REVISION`.
+
+    Raises:
+        StoreTooNew: the database is at a revision this Hearth does not know (a newer one made it);
+            it is left as it is.
+    """
     try:
         with engine.connect() as connection:
             version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
     except OperationalError:
         version = None  # a new database: no alembic_version table yet
     if version != HEAD_REVISION:
+        if version is not None and version not in known_revisions():
+            raise StoreTooNew(version)
         upgrade(engine)
+
+
+def known_revisions() -> set[str]:
+    """Every revision in migrations/versions."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return {rev.revision for rev in script.walk_revisions()}
 
 
 def current_revision(engine: Engine) -> str | None:

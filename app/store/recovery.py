@@ -36,6 +36,14 @@ class StoreDamaged(Exception):
     """The database file is not a database, or fails SQLite's integrity check."""
 
 
+class StoreTooNew(Exception):
+    """The database was made by a newer Hearth (its schema revision is unknown here): left untouched."""
+
+    def __init__(self, revision: str) -> None:
+        self.revision = revision
+        super().__init__("This chat database was made by a newer Hearth; update Hearth to open it.")
+
+
 def classify(exc: BaseException) -> type[Exception] | None:
     """StoreLocked or StoreDamaged for an error SQLite raised, by its result code; else None."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
@@ -180,6 +188,7 @@ __all__ = [
     "Copied",
     "StoreDamaged",
     "StoreLocked",
+    "StoreTooNew",
     "UNSAVED_GLOB",
     "classify",
     "copy_chats",

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import HearthError
-from engine.remote.keys import FileKeys, KeyStore, usable_keyring
+from engine.remote.keys import KeyStore, SecretStore, write_private_text
 
 log = logging.getLogger(__name__)
 
@@ -140,29 +139,6 @@ def load_mcp_file(path: str | Path) -> list[McpServerConfig]:
     return parse_mcp_json(text)
 
 
-class _McpKeyring:
-    """Secrets in an OS keyring under the service ``hearth-mcp``."""
-
-    kind = "keyring"
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-
-    def get(self, name: str) -> str | None:
-        return self.backend.get_password(SERVICE, name)
-
-    def set(self, name: str, key: str) -> None:
-        self.backend.set_password(SERVICE, name, key)
-
-    def delete(self, name: str) -> None:
-        from keyring.errors import PasswordDeleteError
-
-        try:
-            self.backend.delete_password(SERVICE, name)
-        except PasswordDeleteError:
-            pass
-
-
 @dataclass
 class McpServerStore:
     """The saved servers (``mcp-servers.json``), their secrets, and the tools always allowed.
@@ -175,50 +151,24 @@ class McpServerStore:
 
     path: Path | None = None
     keys: KeyStore | None = None
-    _file_keys: FileKeys = field(init=False)
+    _secrets: SecretStore = field(init=False)
 
     def __post_init__(self) -> None:
         if self.path is None:
             from engine.paths import hearth_home
 
             self.path = hearth_home() / "mcp-servers.json"
-        self._file_keys = FileKeys(self.path.with_name("mcp-secrets.json"))
+        self._secrets = SecretStore(SERVICE, self.path.with_name("mcp-secrets.json"), keys=self.keys)
 
     # -- secrets ------------------------------------------------------------------------------
     def _store(self, kind: str) -> KeyStore | None:
-        if self.keys is not None and self.keys.kind == kind:
-            return self.keys
-        if kind == "file":
-            return self._file_keys
-        backend = usable_keyring()
-        return _McpKeyring(backend) if backend is not None else None
-
-    def _new_store(self) -> KeyStore:
-        if self.keys is not None:
-            return self.keys
-        backend = usable_keyring()
-        return _McpKeyring(backend) if backend is not None else self._file_keys
+        return self._secrets.store(kind)
 
     def _put_secret(self, key: str, value: str) -> str:
-        store = self._new_store()
-        try:
-            store.set(key, value)
-            return store.kind
-        except Exception as exc:  # a locked keyring: the user-only file still keeps it out of the servers file
-            if store is self._file_keys:
-                raise
-            log.warning("the keyring refused an MCP secret (%s); keeping it in %s", exc, self._file_keys.path)
-            self._file_keys.set(key, value)
-            return self._file_keys.kind
+        return self._secrets.put(key, value)
 
     def _get_secret(self, kind: str, key: str) -> str:
-        store = self._store(kind)
-        try:
-            value = store.get(key) if store is not None else None
-        except Exception as exc:  # a locked keyring: the server starts without that value
-            log.warning("cannot read an MCP secret from the keyring: %s", exc)
-            value = None
-        return value or ""
+        return self._secrets.get(key, kind) or ""
 
     # -- the file -----------------------------------------------------------------------------
     def _read(self) -> dict[str, Any]:
@@ -238,10 +188,7 @@ class McpServerStore:
 
     def _write(self, data: dict[str, Any]) -> None:
         assert self.path is not None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_private_text(self.path, json.dumps(data, indent=2))
 
     def servers(self) -> list[McpServerConfig]:
         """Every saved server, with its secret values read back."""

@@ -18,7 +18,7 @@ from sqlalchemy import Boolean, DateTime, Integer, String, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
-from engine.paths import hearth_home
+from engine.paths import hearth_home, private_file
 from engine.starter import STARTER_NAME, STARTER_REPO, starter_model_path
 from engine.types import ModelSpec
 
@@ -150,7 +150,7 @@ class ModelRegistry:
     def __init__(self, home: Path | None = None, *, register_starter: bool = True) -> None:
         self.home = home or hearth_home()
         self.home.mkdir(parents=True, exist_ok=True)
-        self.engine = create_engine(f"sqlite:///{self.home / 'registry.db'}", future=True)
+        self.engine = create_engine(f"sqlite:///{private_file(self.home / 'registry.db')}", future=True)
         Base.metadata.create_all(self.engine)
         self._lock = threading.Lock()
         if register_starter:

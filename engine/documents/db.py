@@ -12,6 +12,8 @@ import sqlite3
 from pathlib import Path
 from types import ModuleType
 
+from engine.paths import private_file
+
 log = logging.getLogger(__name__)
 
 DB_NAME = "documents.db"
@@ -76,6 +78,8 @@ def connect(path: Path) -> sqlite3.Connection:
     import sqlite_vec
 
     module = _module()
+    if str(path) != ":memory:":
+        private_file(path)
     conn = module.connect(str(path), timeout=30.0, check_same_thread=False, isolation_level=None)
     conn.enable_load_extension(True)
     sqlite_vec.load(conn)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from engine.errors import InvalidRequest, ProviderNotFound
-from engine.remote.keys import FileKeys, KeyringKeys, KeyStore, usable_keyring
+from engine.remote.keys import SERVICE, KeyStore, SecretStore, write_private_text
 
 log = logging.getLogger(__name__)
 
@@ -113,38 +112,18 @@ class ProviderStore:
 
             path = hearth_home() / "remotes.json"
         self.path = path
-        self.file_keys = FileKeys(path.with_name("remote-keys.json"))
-        self._keys = keys
+        self.secrets = SecretStore(SERVICE, path.with_name("remote-keys.json"), keys=keys)
+        self.file_keys = self.secrets.file
 
     # -- keys ---------------------------------------------------------------------------------
-    def _new_key_store(self) -> KeyStore:
-        if self._keys is not None:
-            return self._keys
-        backend = usable_keyring()
-        return KeyringKeys(backend) if backend is not None else self.file_keys
-
-    def _key_store(self, kind: str | None) -> KeyStore | None:
-        if kind is None:
-            return None
-        if self._keys is not None and self._keys.kind == kind:
-            return self._keys
-        if kind == "file":
-            return self.file_keys
-        backend = usable_keyring()
-        return KeyringKeys(backend) if backend is not None else None
-
     def api_key(self, provider: RemoteProvider) -> str | None:
         """The provider's key, or None (no key, or its keyring is not reachable from here)."""
-        store = self._key_store(provider.key_store)
-        if store is None:
-            if provider.key_store is not None:
-                log.warning("the key of remote provider %s is in a keyring this process cannot use", provider.name)
+        if provider.key_store is None:
             return None
-        try:
-            return store.get(provider.name)
-        except Exception as exc:  # a locked or broken keyring: the request goes without a key
-            log.warning("cannot read the key of remote provider %s: %s", provider.name, exc)
+        if self.secrets.store(provider.key_store) is None:
+            log.warning("the key of remote provider %s is in a keyring this process cannot use", provider.name)
             return None
+        return self.secrets.get(provider.name, provider.key_store)
 
     def access(self, provider: RemoteProvider) -> ProviderAccess:
         return ProviderAccess(provider, self.api_key(provider))
@@ -192,9 +171,7 @@ class ProviderStore:
 
     def _save(self, providers: list[RemoteProvider]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"providers": [asdict(p) for p in providers]}, indent=2), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_private_text(self.path, json.dumps({"providers": [asdict(p) for p in providers]}, indent=2))
 
     def add(self, name: str, url: str, *, api_key: str | None = None, timeout: float | None = None) -> RemoteProvider:
         """Store a new provider (and its key).
@@ -220,16 +197,7 @@ class ProviderStore:
         return provider
 
     def _store_key(self, name: str, api_key: str) -> str:
-        store = self._new_key_store()
-        try:
-            store.set(name, api_key)
-            return store.kind
-        except Exception as exc:  # a locked keyring: the user-only file still keeps it off the command line
-            if store is self.file_keys:
-                raise
-            log.warning("the keyring refused the key of %s (%s); keeping it in %s", name, exc, self.file_keys.path)
-            self.file_keys.set(name, api_key)
-            return self.file_keys.kind
+        return self.secrets.put(name, api_key)
 
     def remove(self, name: str) -> RemoteProvider:
         """Forget a provider and its key. Raises ProviderNotFound."""
@@ -238,12 +206,8 @@ class ProviderStore:
         if provider is None:
             raise ProviderNotFound(name)
         self._save([p for p in providers if p.name != name])
-        store = self._key_store(provider.key_store)
-        if store is not None:
-            try:
-                store.delete(name)
-            except Exception as exc:
-                log.warning("could not delete the key of %s: %s", name, exc)
+        if provider.key_store is not None:
+            self.secrets.delete(name, provider.key_store)
         return provider
 
 
