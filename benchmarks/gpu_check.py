@@ -53,6 +53,9 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_
             intermediate_size=128, vocab_size=512, max_position_embeddings=4096, rms_norm_eps=1e-6,
             rope_theta=10000.0, tie_word_embeddings=True)  # fmt: skip
 STEP = {"bfloat16": 2.0**-7, "float16": 2.0**-10, "float32": 2.0**-23}
+# Eager unpadded against forward_padded on the CPU: a batch of 3 against 4 rounds its matrix products apart by about
+# one step (1.09 and 0.74 seen on an AMD EPYC); a wrong row or position is thousands of steps off.
+CPU_ROUNDING_STEPS = 64.0
 
 
 class StageTimeout(Exception):
@@ -419,11 +422,17 @@ def stage_cuda_graphs(ctx: Context) -> dict:
             set((k.flatten(0, 1).float() != k0.flatten(0, 1).float()).any(-1).any(-1).nonzero().flatten().tolist())
             for (k, _), (k0, _) in zip(after, before, strict=True)
         ]))  # fmt: skip
-        same_cache = all(torch.equal(k, k1) and torch.equal(v, v1) for (k, v), (k1, v1) in zip(runner.kv_caches, after, strict=True))
+        # A replayed graph runs the same padded size as forward_padded: bit for bit. Without graphs (the CPU) run()
+        # is unpadded, and a matrix product at another batch size rounds differently: within CPU_ROUNDING_STEPS.
+        allowed = 0.0 if runner.graphs is not None else CPU_ROUNDING_STEPS
+        cache_steps = max(max(steps_between(k1, k, ctx.dtype_name), steps_between(v1, v, ctx.dtype_name))
+                          for (k, v), (k1, v1) in zip(runner.kv_caches, after, strict=True))  # fmt: skip
+        same_cache = cache_steps <= allowed
         steps = steps_between(replayed, eager, ctx.dtype_name)
-        ok = steps <= 1.0 and changed == real and same_cache
+        ok = steps <= max(allowed, 1.0) and changed == real and same_cache
         passed &= ok
-        cases.append({"batch": n, "graph_size": size, "logit_error_steps": steps, "padding_stored_nothing": changed == real,
+        cases.append({"batch": n, "graph_size": size, "exact": runner.graphs is not None, "logit_error_steps": steps,
+                      "cache_error_steps": cache_steps, "padding_stored_nothing": changed == real,
                       "cache_same_as_eager": same_cache, "passed": ok})  # fmt: skip
         for s in seqs:
             bm.free(s)
