@@ -7,8 +7,8 @@ from app.main_window import MainWindow
 from tests.app.conftest import ANSWER_TIMEOUT_MS
 
 
-def fresh_chat(window: MainWindow, *, max_tokens: int = 24, temperature: float = 0.7) -> int:
-    """A new, empty chat with short answers (the tests share two CPU cores)."""
+def fresh_chat(window: MainWindow, *, max_tokens: int = 24, temperature: float = 0.0) -> int:
+    """A new, empty chat with short, greedy answers (the tests share two CPU cores; greedy: what they read is the same every run)."""
     page = window.chats
     page.new_chat()
     page.settings_panel.max_tokens.setValue(max_tokens)

@@ -3,6 +3,7 @@ and an `openai` client can use it while the app keeps working with its own token
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
@@ -28,11 +29,15 @@ def test_sharing_the_api_lets_an_openai_client_in(qtbot, window, engine):
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=60)
         reply = client.chat.completions.create(
-            model=STARTER_NAME, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+            model=STARTER_NAME, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8, temperature=0
         )
         assert reply.choices[0].message.content
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).models.list()
+        # The user's key only runs models; the app's own token is the admin key.
+        admin = httpx.get(f"http://127.0.0.1:{port}/api/models", headers={"Authorization": f"Bearer {KEY}"})
+        assert admin.status_code == 403 and "admin key" in admin.json()["error"]["message"]
+        assert httpx.get(f"http://127.0.0.1:{port}/api/models", headers={"Authorization": f"Bearer {engine.token}"}).status_code == 200
         assert window.api_page.settings_store.load().port == port  # remembered for the next launch
 
         window.nav.select(0)  # the app itself still talks to the worker with its own token

@@ -9,7 +9,9 @@ import stat
 import threading
 from contextlib import contextmanager
 
+import anthropic
 import httpx
+import ollama
 import openai
 import pytest
 
@@ -291,7 +293,7 @@ def test_unreachable_and_hung_providers_are_clear_and_never_block_local_models(l
 
         waiting = threading.Thread(target=ask_hung)
         waiting.start()
-        local_answer = client.chat.completions.create(model=STARTER_NAME, messages=QUESTION, max_tokens=4)
+        local_answer = client.chat.completions.create(model=STARTER_NAME, messages=QUESTION, max_tokens=4, temperature=0)
         still_waiting = waiting.is_alive()
         waiting.join(30)
         assert local_answer.choices[0].message.content and still_waiting
@@ -336,7 +338,7 @@ def test_a_provider_stopped_mid_stream_ends_the_stream_cleanly(local, starter_pa
         assert f"The remote provider 'dying' at {dying.base_url} stopped while answering" in err.value.message
 
         # Local chats are unaffected, and the dead provider no longer stalls anything.
-        answer = client.chat.completions.create(model=STARTER_NAME, messages=QUESTION, max_tokens=4)
+        answer = client.chat.completions.create(model=STARTER_NAME, messages=QUESTION, max_tokens=4, temperature=0)
         assert answer.choices[0].message.content
         with pytest.raises(openai.APIStatusError) as again:
             client.chat.completions.create(model=f"dying/{ALIAS}", messages=QUESTION, max_tokens=4)
@@ -383,3 +385,128 @@ def test_bench_compares_a_provider_through_hearth_and_directly(local, llama_serv
     (server,) = report["setup"]["servers"]
     assert server["kind"] == "llama-cpp-python" and server["model"] == ALIAS
     assert [(r["level"], r["completed"], r["failed"]) for r in report["results"]] == [(1, 2, 0)]
+
+
+# -- local names first, and remote models in every dialect -----------------------------------------
+def anthropic_client(sup) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=sup.base_url.removesuffix("/v1"), api_key=LOCAL_KEY, max_retries=0, timeout=60)
+
+
+def ollama_client(sup) -> ollama.Client:
+    return ollama.Client(host=sup.base_url.removesuffix("/v1"), headers=sup.headers(), timeout=60)
+
+
+@contextmanager
+def imported(home, name: str, path):
+    """A local import named ``name`` (the starter's file), for the duration of a test."""
+    from engine.catalog.registry import ModelRegistry
+
+    registry = ModelRegistry(home, register_starter=False)
+    registry.register(path, name=name)
+    try:
+        yield name
+    finally:
+        registry.remove(name)
+        registry.close()
+
+
+def test_a_provider_named_as_a_local_model_owner_is_refused_in_the_cli_and_the_api(local, local_home, starter_path, capsys):
+    with imported(local_home, "HuggingFaceTB/smollm2:Q4", starter_path):
+        with data_folder(local_home):
+            assert main(["remote", "add", "HuggingFaceTB", "http://127.0.0.1:9/v1"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("hearth: The local model 'HuggingFaceTB/") and err.endswith("choose another provider name.")
+        with admin(local) as c:
+            r = c.post("/api/remotes", json={"name": "huggingfacetb", "url": "http://127.0.0.1:9/v1"})
+            names = [p["name"] for p in c.get("/api/remotes").json()["providers"]]
+    assert r.status_code == 400 and r.json()["error"]["param"] == "name"
+    assert "would share its names; choose another provider name." in r.json()["error"]["message"]
+    assert "HuggingFaceTB" not in names and "huggingfacetb" not in names
+
+
+def test_a_local_name_resolves_first_even_under_a_providers_name(local, local_home, starter_path):
+    """A provider added before a local model took its name as an owner never gets that model's
+    chats: were they forwarded, this provider (nothing listens there) would answer 502."""
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    with admin(local) as c:
+        assert c.post("/api/remotes", json={"name": "acme", "url": down}).status_code == 200
+    try:
+        with imported(local_home, "acme/smollm2:Q4", starter_path) as name:
+            client = openai_client(local.base_url, LOCAL_KEY)
+            chat = client.chat.completions.create(model=name, messages=QUESTION, max_tokens=4, temperature=0)
+            assert chat.model == name and chat.choices[0].message.content
+            claude = anthropic_client(local)
+            message = claude.messages.create(model=name, messages=QUESTION, max_tokens=4, extra_body={"temperature": 0})
+            assert message.model == name and message.content[0].text
+            answer = ollama_client(local).chat(
+                model=name, messages=QUESTION, options={"temperature": 0, "num_predict": 4}
+            )
+            assert answer.model == name and answer.message.content
+    finally:
+        with admin(local) as c:
+            c.delete("/api/remotes/acme")
+
+
+@pytest.fixture(scope="module")
+def direct_answer(llama_server) -> str:
+    """The provider's own greedy answer to QUESTION, asked directly."""
+    chat = llama_server.client().chat.completions.create(model=ALIAS, messages=QUESTION, temperature=0, max_tokens=12)
+    return chat.choices[0].message.content
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_remote_model_through_the_anthropic_sdk(local, direct_answer, stream):
+    claude = anthropic_client(local)
+    args = {"model": LLAMA_MODEL, "messages": QUESTION, "max_tokens": 12, "extra_body": {"temperature": 0}}
+    if stream:
+        with claude.messages.stream(**args) as events:
+            text = "".join(events.text_stream)
+            message = events.get_final_message()
+    else:
+        message = claude.messages.create(**args)
+        text = message.content[0].text
+    assert text == direct_answer and message.model == LLAMA_MODEL
+    assert message.usage.output_tokens > 0 and message.stop_reason in ("end_turn", "max_tokens")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_remote_model_through_the_responses_api(local, direct_answer, stream):
+    client = openai_client(local.base_url, LOCAL_KEY)
+    args = {"model": LLAMA_MODEL, "input": QUESTION[0]["content"], "max_output_tokens": 12, "temperature": 0}
+    if stream:
+        deltas, final = [], None
+        for event in client.responses.create(**args, stream=True):
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+            elif event.type in ("response.completed", "response.incomplete"):
+                final = event.response
+        assert final is not None and "".join(deltas) == final.output_text
+    else:
+        final = client.responses.create(**args)
+    assert final.output_text == direct_answer and final.model == LLAMA_MODEL
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("kind", ["chat", "generate"])
+def test_a_remote_model_through_the_ollama_client(local, direct_answer, kind, stream):
+    client = ollama_client(local)
+    options = {"temperature": 0, "num_predict": 12}
+    if kind == "chat":
+        answer = client.chat(model=LLAMA_MODEL, messages=QUESTION, options=options, stream=stream)
+    else:
+        answer = client.generate(model=LLAMA_MODEL, prompt=QUESTION[0]["content"], options=options, stream=stream)
+    parts = list(answer) if stream else [answer]
+    text = "".join(p.message.content if kind == "chat" else p.response for p in parts)
+    assert text == direct_answer and parts[-1].done
+    assert all(p.model == LLAMA_MODEL for p in parts)
+
+
+def test_a_remote_models_failure_keeps_its_status_in_another_dialect(local, llama_server):
+    claude = anthropic_client(local)
+    with pytest.raises(anthropic.AuthenticationError) as err:
+        claude.messages.create(model=f"badkey/{ALIAS}", messages=QUESTION, max_tokens=4)
+    assert err.value.status_code == 401 and "The remote provider 'badkey'" in err.value.message
+    with pytest.raises(ollama.ResponseError) as missing:
+        ollama_client(local).chat(model="hearth2/no-such-model", messages=QUESTION)
+    assert missing.value.status_code == 404  # the provider's own answer to a model it lacks
+    assert "The remote provider 'hearth2'" in missing.value.error and "no-such-model" in missing.value.error

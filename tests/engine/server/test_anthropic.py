@@ -46,7 +46,7 @@ def test_stream_text_matches_the_plain_answer_and_the_final_message(claude):
 
 
 def test_raw_event_sequence_is_anthropics(server):
-    body = {"model": MODEL, "max_tokens": 4, "messages": QUESTION, "stream": True}
+    body = {"model": MODEL, "max_tokens": 4, "messages": QUESTION, "stream": True, "temperature": 0}
     names = []
     with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=300) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -107,7 +107,7 @@ def test_tool_choice_any_forces_a_tool_use_whose_input_fits_the_schema(claude):
     assert final.stop_reason == "tool_use" and streamed.name == "get_weather"
     jsonschema.validate(streamed.input, WEATHER["input_schema"])  # assembled from input_json_delta pieces
 
-    none = claude.messages.create(model=MODEL, max_tokens=4, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"})
+    none = claude.messages.create(model=MODEL, max_tokens=4, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"}, **GREEDY)
     assert [b.type for b in none.content] == ["text"] and none.stop_reason != "tool_use"
 
 

@@ -112,7 +112,7 @@ def test_forced_function_call_streamed_then_its_output_answered(server, openai_s
     client = sdk(server)
     ask = "What is the weather in Paris?"
     body = {"model": MODEL, "input": ask, "tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"},
-            "max_output_tokens": 60}  # fmt: skip
+            "max_output_tokens": 60, "temperature": 0}  # fmt: skip
     events = raw_events(server, body)
     for kind in dict.fromkeys(e["type"] for e in events):
         openai_schemas(EVENT_SCHEMAS[kind], next(e for e in events if e["type"] == kind))
@@ -133,6 +133,7 @@ def test_forced_function_call_streamed_then_its_output_answered(server, openai_s
         tools=[WEATHER],
         tool_choice="none",
         max_output_tokens=6,
+        temperature=0,
     )
     assert answer.output_text and answer.previous_response_id == resp.id
     assert not [o for o in answer.output if o.type == "function_call"]
@@ -143,6 +144,7 @@ def test_forced_function_call_streamed_then_its_output_answered(server, openai_s
         tools=[WEATHER],
         tool_choice="none",
         max_output_tokens=6,
+        temperature=0,
     )  # fmt: skip
     # the same conversation given by hand renders about as long as the stored one (only ids and texts differ)
     assert by_hand.output_text and abs(by_hand.usage.input_tokens - answer.usage.input_tokens) < 15
