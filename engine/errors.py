@@ -22,6 +22,10 @@ class ModelNotFound(HearthError):
         )
 
 
+class AmbiguousModel(ModelNotFound):
+    """A name that matches several local models (a repo with several variants); the message lists them."""
+
+
 class ModelLoadError(HearthError):
     """A model file exists but could not be loaded."""
 
@@ -255,3 +259,4 @@ __all__ = [
     "RemoteStreamCut",
     "ProviderNotFound",
 ]
+    "AmbiguousModel",

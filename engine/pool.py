@@ -23,10 +23,16 @@ from engine.backend_choice import choose_backend
 from engine.backends import Backend, LoadOptions, create_backend
 from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
-from engine.errors import HearthError
+from engine.errors import AmbiguousModel, HearthError, ModelNotFound
 from engine.fit.plan import LoadPlan
 
 log = logging.getLogger(__name__)
+
+def not_served_message(name: str) -> str:
+    """What a client hears for a model name that is not served here: the same for every unknown name,
+    a path to a file that exists included (so the answer says nothing about the disk)."""
+    return f"Model '{name}' is not found; list the models with GET /v1/models."
+
 
 # Share of available memory the loaded models may take when no budget is given.
 DEFAULT_BUDGET_SHARE = 0.75
@@ -148,15 +154,26 @@ class ModelManager:
         extra = {m.name: m for m in self._by_path.values() if m.name not in names}
         return models + list(extra.values())
 
-    def resolve(self, name: str) -> LocalModel:
-        """The model called ``name``: registered, opened earlier by path, or a path to a model file.
+    def resolve(self, name: str, *, allow_paths: bool = False) -> LocalModel:
+        """The model called ``name``: registered, or opened earlier by path by the local user.
+
+        Over HTTP only registered names are taken (``allow_paths`` false): a path is refused with the
+        message any unknown name gets, whether or not a file is there. Only the local user's own
+        commands (``hearth serve --model PATH``) and the worker's own files pass ``allow_paths``.
 
         Raises:
-            ModelNotFound: nothing matches.
+            ModelNotFound: nothing matches (a path, unless ``allow_paths``).
         """
         known = self._by_path.get(name)
-        if known is not None and self.registry.get(name) is None:
+        if known is not None and self.registry.get(name) is None and (allow_paths or known.name == name):
             return known
+        if not allow_paths:
+            try:
+                return self.registry.resolve(name)
+            except AmbiguousModel:
+                raise
+            except ModelNotFound:
+                raise ModelNotFound(name, not_served_message(name)) from None
         model = resolve_model(name, self.registry)
         if model.source == "path":
             # Remember it under its short name and as asked (its path), so neither reads the file again.
@@ -192,13 +209,14 @@ class ModelManager:
         return out
 
     # -- loading --------------------------------------------------------------------------------
-    def load(self, name: str) -> LoadedModel:
-        """Load ``name`` (or return it if loaded), making room within the memory budget.
+    def load(self, name: str, *, allow_paths: bool = False) -> LoadedModel:
+        """Load ``name`` (or return it if loaded), making room within the memory budget
+        (``allow_paths``: as :meth:`resolve`).
 
         Raises:
             ModelNotFound, BackendUnavailable, ModelLoadError.
         """
-        model = self.resolve(name)
+        model = self.resolve(name, allow_paths=allow_paths)
         key = model.name
         with self._lock:
             while key in self._loading:
@@ -272,17 +290,17 @@ class ModelManager:
         return True
 
     @contextmanager
-    def use(self, name: str) -> Iterator[LoadedModel]:
+    def use(self, name: str, *, allow_paths: bool = False) -> Iterator[LoadedModel]:
         """The loaded model ``name`` (loaded now if needed), kept from eviction while in use."""
-        lm = self.acquire(name)
+        lm = self.acquire(name, allow_paths=allow_paths)
         try:
             yield lm
         finally:
             self.release(lm)
 
-    def acquire(self, name: str) -> LoadedModel:
+    def acquire(self, name: str, *, allow_paths: bool = False) -> LoadedModel:
         while True:
-            lm = self.load(name)
+            lm = self.load(name, allow_paths=allow_paths)
             with self._lock:
                 if self._loaded.get(lm.model.name) is lm:
                     lm.in_use += 1

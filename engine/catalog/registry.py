@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy import Boolean, DateTime, Integer, String, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
+from engine.errors import AmbiguousModel, InvalidRequest, ModelLoadError, ModelNotFound
 from engine.paths import hearth_home, private_file
 from engine.starter import STARTER_NAME, STARTER_REPO, starter_model_path
 from engine.types import ModelSpec
@@ -244,7 +244,7 @@ class ModelRegistry:
             return LocalModel.from_row(rows[0])
         if len(rows) > 1:
             variants = ", ".join(sorted(f"{r.repo}:{r.variant}" for r in rows))
-            raise ModelNotFound(name, f"'{name}' has several local variants; name one of: {variants}.")
+            raise AmbiguousModel(name, f"'{name}' has several local variants; name one of: {variants}.")
         raise ModelNotFound(name)
 
     def remove(self, name: str, *, delete_files: bool = False) -> LocalModel:

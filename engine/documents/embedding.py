@@ -133,7 +133,8 @@ class ManagerEmbedder:
         self.model = model
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        lm = self.manager.acquire(model_reference(self.model))
+        # The converted default model is Hearth's own file; any other model is a registered name.
+        lm = self.manager.acquire(model_reference(self.model), allow_paths=self.model == DEFAULT_MODEL)
         try:
             if not lm.backend.info.can_embed:
                 raise EmbeddingModelError(f"Model '{self.model}' cannot make embeddings; choose an embedding model.")

@@ -113,7 +113,7 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
 
         def preload() -> None:
             try:
-                manager.load(preload_model)
+                manager.load(preload_model, allow_paths=True)  # `hearth serve --model PATH`: the user's own file
             except HearthError as exc:
                 log.error("could not load %s: %s", preload_model, exc)
             finally:

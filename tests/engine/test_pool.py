@@ -52,8 +52,8 @@ def test_a_second_model_unloads_the_first_exactly_when_the_plans_do_not_fit_toge
     starter, tiny = _plan_bytes(starter_path), _plan_bytes(tiny_gguf)
     pool = _pool(tmp_path, starter + tiny + room)
     try:
-        first = pool.load(str(starter_path))
-        second = pool.load(str(tiny_gguf))
+        first = pool.load(str(starter_path), allow_paths=True)
+        second = pool.load(str(tiny_gguf), allow_paths=True)
         loaded = {lm.model.name for lm in pool.loaded()}
         if room > 0:
             assert loaded == {first.model.name, second.model.name}
@@ -64,5 +64,27 @@ def test_a_second_model_unloads_the_first_exactly_when_the_plans_do_not_fit_toge
         planned = pool.stats()[second.model.name]["load_plan"]
         assert second.size_estimate == planned["model_bytes"] == tiny
         assert planned["parallel"] == 2 and planned["n_ctx"] == 512
+    finally:
+        pool.close()
+
+
+def test_paths_resolve_only_where_the_caller_allows_them(tmp_path, tiny_gguf):
+    from engine.errors import ModelNotFound
+
+    pool = _pool(tmp_path, 4096 * MIB)
+    try:
+        missing = tiny_gguf.with_name("absent.gguf")
+        messages = []
+        for path in (tiny_gguf, missing):
+            with pytest.raises(ModelNotFound) as err:
+                pool.resolve(str(path))
+            messages.append(str(err.value).replace(str(path), "PATH"))
+        assert messages[0] == messages[1] == "Model 'PATH' is not found; list the models with GET /v1/models."
+        # The local user's own command (`hearth serve --model PATH`) opens it, under its short name,
+        # which is then a name like any other; the path itself stays refused.
+        opened = pool.resolve(str(tiny_gguf), allow_paths=True)
+        assert opened.source == "path" and pool.resolve(opened.name) == opened
+        with pytest.raises(ModelNotFound):
+            pool.resolve(str(tiny_gguf))
     finally:
         pool.close()
