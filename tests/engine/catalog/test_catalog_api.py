@@ -19,7 +19,7 @@ def api(hub, registry):
     manager = ModelManager(registry)
     catalog = CatalogServices(registry, endpoint=hub.url)
     app = create_app(ServerSettings(), manager, catalog)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # a loopback Host, as a real client sends
         yield client
     catalog.close()
     manager.close()

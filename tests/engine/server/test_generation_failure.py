@@ -70,7 +70,7 @@ def failing(tmp_path_factory):
     registry = ModelRegistry(tmp_path_factory.mktemp("home"))
     manager = ModelManager(registry, options=LoadOptions(n_ctx=1024, n_seq_max=2), backend_factory=factory)
     manager.load(MODEL)
-    with TestClient(create_app(ServerSettings(), manager)) as client:
+    with TestClient(create_app(ServerSettings(), manager), base_url="http://127.0.0.1") as client:
         yield client, made[0]
     manager.close()
     registry.close()

@@ -1,0 +1,247 @@
+"""Who may use which route: the Host and Origin a request may carry, and the key each route needs.
+
+A web page cannot read the port's answers, but it can make the browser send requests to it: a form
+post or a ``no-cors`` fetch (``text/plain`` bodies, which Ollama's routes read as JSON), or, after
+rebinding its own name to 127.0.0.1, any request at all, answers included. What the page cannot
+choose are the ``Host`` and ``Origin`` headers the browser sends: a rebound page's requests name the
+attacker's host, and a cross-site request names the page's origin. So a request is served only when
+its Host is this machine's (or a name the user allowed) and its Origin, when it has one, is a
+loopback page or one the user allowed with ``--cors-origin``. Clients that are not browsers (curl,
+the SDKs) send no Origin and are served as before.
+
+Keys come in two kinds. An inference key runs models in every dialect; the admin key also opens the
+routes that read the disk or change state. :data:`ROUTE_ACCESS` classifies every route of the app
+(tests/engine/server/test_keys.py fails on one left out); a path in no class needs the admin key.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import re
+from enum import Enum
+from urllib.parse import urlsplit
+
+from starlette.routing import compile_path
+
+from engine.settings import ServerSettings, is_loopback_host
+
+__all__ = [
+    "Access",
+    "HostAllowlist",
+    "KeyCheck",
+    "KeyRing",
+    "OriginAllowlist",
+    "ROUTE_ACCESS",
+    "host_name",
+    "route_access",
+]
+
+
+class Access(Enum):
+    """What a route needs: nothing, an inference key, or the admin key."""
+
+    OPEN = "open"
+    INFERENCE = "inference"
+    ADMIN = "admin"
+
+
+_OPEN_ROUTES = (("GET", "/health"),)
+
+# Generation in every dialect, and what a client of a dialect reads to use it.
+_INFERENCE_ROUTES = (
+    # OpenAI
+    ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model_id:path}"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/v1/responses"),
+    ("GET", "/v1/responses/{rid}"),
+    ("DELETE", "/v1/responses/{rid}"),
+    ("GET", "/v1/responses/{rid}/input_items"),
+    # Anthropic
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+    # Ollama
+    ("GET", "/"),
+    ("HEAD", "/"),
+    ("GET", "/api/version"),
+    ("GET", "/api/tags"),
+    ("GET", "/api/ps"),
+    ("POST", "/api/show"),
+    ("POST", "/api/chat"),
+    ("POST", "/api/generate"),
+    ("POST", "/api/embed"),
+    ("POST", "/api/embeddings"),
+    # What is loaded and how busy it is (no paths, nothing changed)
+    ("GET", "/api/stats"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+)
+
+# Everything that reads the disk, reaches the Hub or a provider, or changes what the worker holds.
+_ADMIN_ROUTES = (
+    # local models: their files, loading, importing, deleting
+    ("GET", "/api/models"),
+    ("POST", "/api/models/load"),
+    ("POST", "/api/models/unload"),
+    ("POST", "/api/models/import"),
+    ("DELETE", "/api/models/{name:path}"),
+    ("DELETE", "/api/delete"),
+    ("GET", "/api/fit"),
+    ("GET", "/api/hardware"),
+    # the Hub and downloads
+    ("GET", "/api/hub/search"),
+    ("GET", "/api/hub/variants"),
+    ("GET", "/api/downloads"),
+    ("POST", "/api/downloads"),
+    ("POST", "/api/downloads/{job_id}/{action}"),
+    ("POST", "/api/pull"),
+    # remote providers (their keys, their bills)
+    ("GET", "/api/remotes"),
+    ("POST", "/api/remotes"),
+    ("DELETE", "/api/remotes/{name}"),
+    # document collections: folders on disk, read and searched
+    ("GET", "/api/docs/collections"),
+    ("POST", "/api/docs/collections"),
+    ("GET", "/api/docs/collections/{name}"),
+    ("DELETE", "/api/docs/collections/{name}"),
+    ("POST", "/api/docs/collections/{name}/index"),
+    ("POST", "/api/docs/collections/{name}/{action}"),
+    ("PUT", "/api/docs/collections/{name}/model"),
+    ("POST", "/api/docs/search"),
+    ("POST", "/api/docs/context"),
+)
+
+#: Every route of the app, as (method, path template) -> what it needs.
+ROUTE_ACCESS: dict[tuple[str, str], Access] = {
+    **{route: Access.OPEN for route in _OPEN_ROUTES},
+    **{route: Access.INFERENCE for route in _INFERENCE_ROUTES},
+    **{route: Access.ADMIN for route in _ADMIN_ROUTES},
+}
+
+_EXACT = {route: access for route, access in ROUTE_ACCESS.items() if "{" not in route[1]}
+_PATTERNS: tuple[tuple[str, re.Pattern[str], Access], ...] = tuple(
+    (method, compile_path(path)[0], access) for (method, path), access in ROUTE_ACCESS.items() if "{" in path
+)
+
+
+def route_access(method: str, path: str) -> Access:
+    """What a request for ``method path`` needs; the admin key for a path in no class (a route added
+    without a class stays closed, and a caller without the admin key learns nothing from its 404)."""
+    methods = (method, "GET") if method == "HEAD" else (method,)
+    for m in methods:
+        found = _EXACT.get((m, path))
+        if found is not None:
+            return found
+    for m, pattern, access in _PATTERNS:
+        if m in methods and pattern.match(path):
+            return access
+    return Access.ADMIN
+
+
+def host_name(value: str) -> str:
+    """The name in a ``Host`` header, lower case, without port or brackets: ``[::1]:8765`` -> ``::1``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[1:end] if end > 0 else value
+    if value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value.rstrip(".")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class HostAllowlist:
+    """The ``Host`` header values a request may carry (DNS rebinding: a page that rebinds its own name to
+    this machine still sends its own name as the Host).
+
+    Allowed: loopback names and addresses, the bound address, the names given with ``--allowed-host``.
+    Bound to every interface, the server is meant to be reached by other machines: by address always
+    (an address cannot be rebound), and by any name when a key guards it.
+    """
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.names = frozenset(host_name(h) for h in settings.allowed_hosts if h.strip())
+        if not settings.is_wildcard:
+            self.names |= {host_name(settings.host)}
+        self.any_address = settings.is_wildcard
+        self.any_name = settings.is_wildcard and settings.has_key
+
+    def allows(self, host: str) -> bool:
+        name = host_name(host)
+        if self.any_name or name in self.names or is_loopback_host(name):
+            return True
+        return self.any_address and _is_ip(name)
+
+
+class OriginAllowlist:
+    """The ``Origin`` header values a request may carry (as Ollama's OLLAMA_ORIGINS): the ``--cors-origin``
+    list ("*" allows every origin) and pages served from this machine (http or https on a loopback name,
+    any port). ``null`` (sandboxed frames, ``file://`` pages) is refused unless "*" is listed."""
+
+    def __init__(self, cors_origins: tuple[str, ...]) -> None:
+        self.any = "*" in cors_origins
+        self.listed = frozenset(o.strip().rstrip("/").lower() for o in cors_origins)
+
+    def allows(self, origin: str) -> bool:
+        origin = origin.strip().rstrip("/").lower()
+        if self.any or origin in self.listed:
+            return True
+        try:
+            parts = urlsplit(origin)
+            hostname = parts.hostname
+        except ValueError:
+            return False
+        return parts.scheme in ("http", "https") and hostname is not None and is_loopback_host(hostname)
+
+
+class KeyCheck(Enum):
+    """The outcome of checking a request's key against a route's needs."""
+
+    ALLOWED = "allowed"
+    MISSING = "missing"  # no key, or a wrong one: 401
+    INFERENCE_ONLY = "inference_only"  # a right key, but not the admin key the route needs: 403
+
+
+class KeyRing:
+    """The keys the server accepts. Without admin keys the API keys open everything (``--api-key`` as it
+    always was); with admin keys, the API keys only run models and the admin keys open every route.
+    Inference routes with admin keys but no API keys need no key (``--admin-key`` alone guards only
+    the admin routes)."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        api = tuple(k.encode() for k in settings.api_keys)
+        self.split = bool(settings.admin_keys)
+        self.admin = tuple(k.encode() for k in settings.admin_keys) if self.split else api
+        self.inference = api if self.split else ()
+
+    def check(self, access: Access, tokens: list[bytes]) -> KeyCheck:
+        """Whether ``tokens`` (the request's bearer token and x-api-key) may use a route that needs ``access``."""
+        if access is Access.OPEN or not self.admin:
+            return KeyCheck.ALLOWED
+        if _matches(tokens, self.admin):
+            return KeyCheck.ALLOWED
+        inference_key = _matches(tokens, self.inference)
+        if access is Access.INFERENCE:
+            if self.split and not self.inference:
+                return KeyCheck.ALLOWED
+            return KeyCheck.ALLOWED if inference_key else KeyCheck.MISSING
+        return KeyCheck.INFERENCE_ONLY if inference_key else KeyCheck.MISSING
+
+
+def _matches(tokens: list[bytes], keys: tuple[bytes, ...]) -> bool:
+    # Every pair compared in constant time (no early answer that times how much of a key matched).
+    found = False
+    for token in tokens:
+        for key in keys:
+            found |= hmac.compare_digest(token, key)
+    return found

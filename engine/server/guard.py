@@ -1,0 +1,186 @@
+"""The pure-ASGI gate in front of every route: Host, Origin, key, and the body size limit.
+
+It runs before FastAPI reads a byte of the body, so a refused request costs nothing, and every refusal
+is shaped as the dialect that owns the path shapes its errors (Anthropic's and Ollama's clients read
+their own). :mod:`engine.server.access` says what is allowed; this module only applies it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from engine.server.access import HostAllowlist, KeyCheck, KeyRing, OriginAllowlist, host_name, route_access
+from engine.server.dialect import error_body_for_path
+from engine.server.errors import error_body
+from engine.settings import ServerSettings
+
+__all__ = ["RequestGuard"]
+
+_SHOWN = 100  # characters of a refused Host or Origin repeated in the message
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request the gate answers itself: status, one sentence, OpenAI's error type and code."""
+
+    status: int
+    message: str
+    type: str
+    code: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+def _shown(raw: bytes) -> str:
+    return raw.decode("latin-1")[:_SHOWN].replace("'", "")
+
+
+def host_refusal(host: bytes) -> Refusal:
+    name = host_name(_shown(host))
+    return Refusal(
+        403,
+        f"Host '{name}' is not allowed; start Hearth with --allowed-host {name} to serve it by that name.",
+        "permission_error",
+        "host_not_allowed",
+    )
+
+
+def origin_refusal(origin: bytes) -> Refusal:
+    if origin.strip().lower() == b"null":
+        message = (
+            "Requests from sandboxed or file:// pages (Origin: null) are not allowed; serve the page from "
+            "an http(s) origin and start Hearth with --cors-origin set to it."
+        )
+    else:
+        shown = _shown(origin)
+        message = f"Requests from the web page at '{shown}' are not allowed; start Hearth with --cors-origin {shown} to let it in."
+    return Refusal(403, message, "permission_error", "origin_not_allowed")
+
+
+MISSING_KEY = Refusal(
+    401,
+    "Missing or wrong API key; send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+    "invalid_request_error",
+    "invalid_api_key",
+    headers=((b"www-authenticate", b"Bearer"),),
+)
+ADMIN_KEY_NEEDED = Refusal(
+    403,
+    "This key can only run models; admin routes need the admin key.",
+    "permission_error",
+    "admin_key_required",
+)
+
+
+def too_large(limit: int) -> Refusal:
+    return Refusal(
+        413,
+        f"The request body is larger than {limit} bytes; send less.",
+        "invalid_request_error",
+        "request_too_large",
+    )
+
+
+class _TooLarge(Exception):
+    """Raised from the app's ``receive`` when the body passes the limit, to stop it reading."""
+
+
+class RequestGuard:
+    """Pure-ASGI middleware: refuses a foreign Host or Origin (403), a missing or wrong key (401), an
+    inference key on an admin route (403) and a body over the limit (413, also when it comes chunked)."""
+
+    def __init__(self, app, settings: ServerSettings) -> None:
+        self.app = app
+        self.hosts = HostAllowlist(settings)
+        self.origins = OriginAllowlist(settings.cors_origins)
+        self.keys = KeyRing(settings)
+        self.max_body = settings.max_body_bytes
+
+    async def _reject(self, send, refusal: Refusal, path: str) -> None:
+        shaped = error_body_for_path(path, refusal.status, refusal.message)
+        body = json.dumps(
+            shaped if shaped is not None else error_body(refusal.message, refusal.type, code=refusal.code)
+        )
+        encoded = body.encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": refusal.status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(encoded)).encode()),
+                    *refusal.headers,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": encoded})
+
+    def refusal(self, scope) -> Refusal | None:
+        """Why the gate answers this request itself (None: the app serves it)."""
+        hosts, origins, tokens, length = [], [], [], None
+        for name, value in scope.get("headers") or ():
+            if name == b"host":
+                hosts.append(value)
+            elif name == b"origin":
+                origins.append(value)
+            elif name == b"authorization":
+                if value[:7].lower() == b"bearer ":
+                    tokens.append(value[7:].strip())
+            elif name == b"x-api-key":  # Anthropic's SDK
+                tokens.append(value.strip())
+            elif name == b"content-length":
+                length = value
+        for host in hosts:  # a request without Host (HTTP/1.0) is no browser's
+            if not self.hosts.allows(host.decode("latin-1")):
+                return host_refusal(host)
+        for origin in origins:
+            if not self.origins.allows(origin.decode("latin-1")):
+                return origin_refusal(origin)
+        method = scope.get("method", "GET")
+        if method == "OPTIONS":  # a CORS preflight carries no key; CORS answers it
+            return None
+        check = self.keys.check(route_access(method, scope["path"]), [t for t in tokens if t])
+        if check is KeyCheck.MISSING:
+            return MISSING_KEY
+        if check is KeyCheck.INFERENCE_ONLY:
+            return ADMIN_KEY_NEEDED
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            return too_large(self.max_body)
+        return None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refusal = self.refusal(scope)
+        if refusal is not None:
+            return await self._reject(send, refusal, scope["path"])
+        seen = 0
+        over = False
+        started = False
+        limit = self.max_body
+
+        async def limited_receive():
+            nonlocal seen, over
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    over = True
+                    raise _TooLarge()
+            return message
+
+        async def guarded_send(message):
+            nonlocal started
+            if over:  # what the app made of the cut-off body (FastAPI answers 400) gives way to the 413
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not over:
+                raise
+        if over and not started:
+            await self._reject(send, too_large(limit), scope["path"])
