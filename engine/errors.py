@@ -112,6 +112,20 @@ class HubUnavailable(HubError):
     """The hub could not be reached: no network, a timeout, or a server error."""
 
 
+class UnsafeHubPath(HubError):
+    """A hub listing names a file (or repo) that would land outside the models folder: an absolute
+    path, a ``..`` part, a drive or a backslash. Nothing of it is written."""
+
+    def __init__(self, path: str, *, repo: str | None = None, endpoint: str | None = None) -> None:
+        self.path = path
+        where = f" from {endpoint}" if endpoint else ""
+        super().__init__(
+            f"The hub listing of '{repo}'{where} names the file {path!r}, which would be written outside the "
+            "models folder, so nothing of it was downloaded; use the official hub or a mirror you trust.",
+            repo=repo,
+        )
+
+
 class DownloadError(HearthError):
     """A download failed: its payload did not match the hub's hash, or the transfer gave up."""
 

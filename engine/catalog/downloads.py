@@ -14,7 +14,7 @@ Python API, shared by ``hearth pull``, the server's admin endpoints and the app:
     manager.close()               # pauses running jobs, keeping them for resume_interrupted()
 
 ``start`` raises at once (nothing is created) for a hub error (:class:`engine.errors.HubError` and
-its subclasses), an unknown variant (:class:`InvalidRequest`), or too little disk
+its subclasses, :class:`UnsafeHubPath` among them: a listing that names a file outside the models folder), an unknown variant (:class:`InvalidRequest`), or too little disk
 (:class:`InsufficientDiskSpace`). Failures during the transfer end the job in state ``failed``
 with ``status().error`` set to one sentence; ``resume()`` retries from what is on disk.
 
@@ -48,6 +48,7 @@ from pathlib import Path
 from engine.catalog.download_job import PART_SUFFIX, DownloadJob, DownloadState, DownloadStatus, Listener
 from engine.catalog.download_store import DownloadPlan, DownloadStore, StoredDownload
 from engine.catalog.hub import HubClient, RepoListing
+from engine.catalog.hub_paths import inside
 from engine.catalog.registry import LocalModel, ModelRegistry
 from engine.catalog.transfer import FileFetcher, ProcessLock, Stopped
 from engine.errors import DownloadError, HearthError, InsufficientDiskSpace, InvalidRequest
@@ -153,6 +154,7 @@ class DownloadManager:
             format=chosen.format,
             files=chosen.files,
         )
+        self.check_paths(plan)
         self.check_disk(plan, 0)
         job = DownloadJob(self, plan, state=DownloadState.QUEUED)
         if on_event is not None:
@@ -268,6 +270,18 @@ class DownloadManager:
     def discard_partial(self, plan: DownloadPlan) -> None:
         shutil.rmtree(self.partial_root(plan), ignore_errors=True)
 
+    def check_paths(self, plan: DownloadPlan) -> None:
+        """Refuse a download any of whose files (or its repo's folder) would land outside the models folder.
+
+        Raises:
+            UnsafeHubPath: one would.
+        """
+        root = inside(self.models_dir, plan.repo, repo=plan.repo)
+        partial = self.partial_root(plan)
+        for f in plan.files:
+            inside(root, f.path, repo=plan.repo)
+            inside(partial, f.path, suffix=PART_SUFFIX, repo=plan.repo)
+
     def check_disk(self, plan: DownloadPlan, bytes_present: int) -> None:
         """Refuse a download whose remaining bytes (plus a margin) do not fit on the disk.
 
@@ -320,9 +334,10 @@ class DownloadManager:
                     job_id=job.id,
                 )
             job.set_state(DownloadState.RUNNING)
+            self.check_paths(job.plan)  # also a download stored before listings were checked
             for f in job.plan.files:
                 if f.path not in job.done_files:
-                    self.fetcher.fetch(job, f, partial / (f.path + PART_SUFFIX))
+                    self.fetcher.fetch(job, f, inside(partial, f.path, suffix=PART_SUFFIX, repo=job.plan.repo))
                     job.mark_file_done(f.path)
             model = self._install(job)
             job.set_model(model.name)
@@ -378,12 +393,12 @@ class DownloadManager:
         """Move the verified files into ``<models>/<owner>/<repo>/`` and register the model."""
         plan = job.plan
         partial = self.partial_root(plan)
-        root = self.models_dir.joinpath(*plan.repo.split("/"))
+        root = inside(self.models_dir, plan.repo, repo=plan.repo)
         moved: list[Path] = []
         for f in plan.files:
-            dest = root / f.path
+            dest = inside(root, f.path, repo=plan.repo)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(partial / (f.path + PART_SUFFIX), dest)
+            os.replace(inside(partial, f.path, suffix=PART_SUFFIX, repo=plan.repo), dest)
             moved.append(dest)
         primary = next((f for f in plan.files if f.path.endswith(".gguf")), None)
         path = root / primary.path if plan.format == "gguf" and primary is not None else root

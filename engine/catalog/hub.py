@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.catalog.gguf_header import MAX_HEADER_BYTES, read_gguf_kv
+from engine.catalog.hub_paths import check_name
 from engine.catalog.shape import (
     ModelShape,
     estimate_shape,
@@ -43,6 +44,7 @@ from engine.errors import (
     HubRateLimited,
     HubUnavailable,
     InvalidRequest,
+    UnsafeHubPath,
 )
 
 log = logging.getLogger(__name__)
@@ -175,6 +177,25 @@ def translate_error(exc: BaseException, *, repo: str | None, endpoint: str, toke
             repo=repo,
         )
     return None
+
+
+def check_repo_id(repo: str, *, param: str = "model") -> str:
+    """``repo`` when it is a repo name the hub client takes (``owner/name``: letters, digits, ``-_.``).
+
+    Raises:
+        InvalidRequest: it is not; the error names ``param``, the request field it came from.
+    """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    message = f"'{repo}' is not a hub repo name; write it as owner/name (letters, digits, '-', '_' and '.')."
+    if not isinstance(repo, str) or repo.count("/") != 1 or not all(repo.split("/")):
+        raise InvalidRequest(message, param=param)
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        raise InvalidRequest(message, param=param) from exc
+    return repo
 
 
 # -- results ---------------------------------------------------------------------------------------
@@ -380,10 +401,15 @@ class HubClient:
             InvalidRequest: ``repo`` is not ``owner/name``.
             HubError: the repo does not exist, is gated or private, or the hub could not answer.
         """
-        if repo.count("/") != 1 or not all(repo.split("/")):
-            raise InvalidRequest(f"'{repo}' is not a hub repo name; write it as owner/name.", param="model")
+        check_repo_id(repo)
         with self.errors(repo):
             info = self.api.model_info(repo, revision=revision, files_metadata=True, timeout=self.timeout)
+        # A hostile hub or mirror must not pick where files go: the listing is refused whole.
+        if not isinstance(info.id, str) or info.id.count("/") != 1:
+            raise UnsafeHubPath(str(info.id), repo=repo, endpoint=self.endpoint)
+        check_name(info.id, repo=repo, endpoint=self.endpoint)
+        for s in info.siblings or ():
+            check_name(s.rfilename, repo=repo, endpoint=self.endpoint)
         files = tuple(
             RemoteFile(
                 path=s.rfilename,
@@ -476,4 +502,4 @@ def _with_params(shape: ModelShape, params: int | None) -> ModelShape:
     return shape if params is None or shape.parameters is not None else replace(shape, parameters=params)
 
 
-__all__ = ["HubClient", "RepoSummary", "RepoListing", "translate_error", "transport_errors", "default_endpoint", "SORTS", "FORMATS"]
+__all__ = ["HubClient", "RepoSummary", "RepoListing", "check_repo_id", "translate_error", "transport_errors", "default_endpoint", "SORTS", "FORMATS"]
