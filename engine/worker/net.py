@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import socket
+import sys
 
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+from engine.settings import WILDCARD_HOSTS
+
+__all__ = ["WILDCARD_HOSTS", "base_url", "bind_socket", "free_port", "listen_options", "local_url"]
+
+
+def listen_options(
+    platform: str = sys.platform, exclusive: int | None = getattr(socket, "SO_EXCLUSIVEADDRUSE", None)
+) -> tuple[tuple[int, int, int], ...]:
+    """The ``setsockopt`` calls (level, option, value) for the worker's listening socket.
+
+    On Windows, SO_REUSEADDR would let another program bind the same port and take the worker's
+    connections; SO_EXCLUSIVEADDRUSE forbids that (the two cannot be combined). Elsewhere SO_REUSEADDR
+    only lets a restarted worker bind its port while old connections sit in TIME_WAIT.
+    """
+    if platform == "win32":
+        return ((socket.SOL_SOCKET, exclusive, 1),) if exclusive is not None else ()
+    return ((socket.SOL_SOCKET, socket.SO_REUSEADDR, 1),)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -15,9 +32,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        for level, option, value in listen_options():
+            sock.setsockopt(level, option, value)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
     sock.set_inheritable(True)
     return sock
 
