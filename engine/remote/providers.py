@@ -8,8 +8,10 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from engine.errors import InvalidRequest, ProviderNotFound
@@ -102,16 +104,25 @@ class ProviderStore:
 
     Args:
         path: The providers file (default: ``remotes.json`` in the data folder).
+        local_models: The local models whose names a new provider must not take over (default: the
+            model registry of the data folder that holds ``path``).
         keys: Where new keys go (default: the OS keyring where usable, else ``remote-keys.json``
             beside ``path``, mode 0600).
     """
 
-    def __init__(self, path: Path | None = None, *, keys: KeyStore | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        keys: KeyStore | None = None,
+        local_models: Callable[[], Iterable[Any]] | None = None,
+    ) -> None:
         if path is None:
             from engine.paths import hearth_home
 
             path = hearth_home() / "remotes.json"
         self.path = path
+        self._local_models = local_models
         self.secrets = SecretStore(SERVICE, path.with_name("remote-keys.json"), keys=keys)
         self.file_keys = self.secrets.file
 
@@ -174,10 +185,12 @@ class ProviderStore:
         write_private_text(self.path, json.dumps({"providers": [asdict(p) for p in providers]}, indent=2))
 
     def add(self, name: str, url: str, *, api_key: str | None = None, timeout: float | None = None) -> RemoteProvider:
-        """Store a new provider (and its key).
+        """Store a new provider (and its key). Every way of adding one (`hearth remote add`, the API's
+        ``POST /api/remotes``, the app's providers table) comes here.
 
         Raises:
-            InvalidRequest: a bad name, URL or timeout, or the name is taken.
+            InvalidRequest: a bad name, URL or timeout, the name is taken, or a local model's name has
+                it as its owner (the provider's ``name/...`` ids would collide with the local model's).
         """
         check_name(name)
         base_url = normalize_url(url)
@@ -189,12 +202,39 @@ class ProviderStore:
                 f"A remote provider named '{name}' exists; remove it first with `hearth remote rm {name}`.",
                 param="name",
             )
+        shadowed = self._local_model_under(name)
+        if shadowed is not None:
+            raise InvalidRequest(
+                f"The local model '{shadowed}' has '{name}' before its '/', so a provider named '{name}' "
+                "would share its names; choose another provider name.",
+                param="name",
+            )
         kind = None
         if api_key:
             kind = self._store_key(name, api_key)
         provider = RemoteProvider(name=name, base_url=base_url, key_store=kind, timeout=timeout or DEFAULT_TIMEOUT)
         self._save([*providers, provider])
         return provider
+
+    def _local_model_under(self, name: str) -> str | None:
+        """A local model name (or Hub repo, which names a model too) whose owner, the part before '/',
+        is ``name`` (compared without case: such names are easily confused), or None."""
+        if self._local_models is not None:
+            models = list(self._local_models())
+        else:
+            from engine.catalog.registry import ModelRegistry
+
+            registry = ModelRegistry(self.path.parent, register_starter=False)
+            try:
+                models = registry.list()
+            finally:
+                registry.close()
+        names = [m.name for m in models] + [m.repo for m in models if getattr(m, "repo", None)]
+        for taken in names:
+            owner, sep, _ = taken.partition("/")
+            if sep and owner.lower() == name.lower():
+                return taken
+        return None
 
     def _store_key(self, name: str, api_key: str) -> str:
         return self.secrets.put(name, api_key)

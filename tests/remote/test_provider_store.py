@@ -131,3 +131,28 @@ def test_model_ids_split_only_on_a_known_provider():
     assert split_model_id("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_K_M", names) is None
     assert split_model_id("cluster/", names) is None and split_model_id("cluster", names) is None
     assert normalize_url(" http://h:8000/ ") == "http://h:8000/v1"
+
+
+def test_a_provider_cannot_take_the_owner_of_a_local_model_name(tmp_path, starter_path):
+    """The demonstrated case: a local import named HuggingFaceTB/smollm2:Q4, then a provider named
+    HuggingFaceTB (whose models would be HuggingFaceTB/...): refused when added, in any case."""
+    from engine.catalog.registry import ModelRegistry
+
+    store = ProviderStore(tmp_path / "remotes.json")  # the registry of the same data folder
+    store.add("HuggingFaceTB", "http://h:1/v1")  # no local model has that owner yet
+    store.remove("HuggingFaceTB")
+    registry = ModelRegistry(tmp_path, register_starter=False)
+    try:
+        registry.register(starter_path, name="HuggingFaceTB/smollm2:Q4")
+    finally:
+        registry.close()
+    for name in ("HuggingFaceTB", "huggingfacetb"):
+        with pytest.raises(InvalidRequest) as err:
+            store.add(name, "http://h:1/v1")
+        assert str(err.value) == (
+            f"The local model 'HuggingFaceTB/smollm2:Q4' has '{name}' before its '/', so a provider named "
+            f"'{name}' would share its names; choose another provider name."
+        )
+        assert err.value.param == "name"
+    store.add("HuggingFace", "http://h:1/v1")  # another owner is fine
+    assert [p.name for p in store.list()] == ["HuggingFace"]
