@@ -85,7 +85,15 @@ def _open_remote(name: str | None):
     the backend and names the model), or None for a local model."""
     if not name or "/" not in name:
         return None
+    from engine.catalog.registry import ModelRegistry
+    from engine.errors import ModelNotFound
     from engine.remote.chat import RemoteChat, find_remote
+
+    try:  # a local model's name is never a provider's (local names resolve first)
+        ModelRegistry().resolve(name)
+        return None
+    except ModelNotFound:
+        pass
 
     found = find_remote(name)
     if found is None:

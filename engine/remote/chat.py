@@ -1,14 +1,17 @@
-"""Chat with a remote provider's model from synchronous code (`hearth chat --model PROVIDER/MODEL`).
+"""A remote provider's model behind the stream-of-chunks interface a local backend has.
 
-The same request the app and the API forward, sent straight to the provider with its own key:
-the answer streams back as :class:`engine.types.GenerationChunk` items, like a local backend's,
-and every failure ends the stream with one chunk whose ``finish_reason`` is ``error``.
+``hearth chat --model PROVIDER/MODEL`` and every dialect of the worker (Anthropic Messages, Responses,
+Ollama) run a :class:`engine.types.GenerationRequest` on it exactly as on a local model: the request
+is sent to the provider as an OpenAI chat completion (tools, tool results and the response format
+included), and its answer streams back as :class:`engine.types.GenerationChunk` items (text, thinking,
+tool-call pieces, and a last chunk with the finish reason, the token counts and the whole calls).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,13 +19,17 @@ from typing import Any
 import httpx
 
 from engine import __version__
-from engine.errors import RemoteError, RemoteStreamCut
+from engine.errors import InvalidRequest, RemoteError, RemoteStreamCut
 from engine.remote.client import FORWARDED_HEADER, MAX_ERROR_BYTES, status_error, transport_error
 from engine.remote.providers import ProviderAccess, ProviderStore, split_model_id
 from engine.sse import DONE, SseParser
-from engine.types import GenerationChunk, GenerationRequest
+from engine.tools import ToolCall
+from engine.tools.parsers import ToolCallDelta
+from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
+
+_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls"}
 
 
 def find_remote(model_id: str | None, store: ProviderStore | None = None) -> tuple[ProviderAccess, str] | None:
@@ -38,119 +45,249 @@ def find_remote(model_id: str | None, store: ProviderStore | None = None) -> tup
     return store.access(providers[split[0]]), split[1]
 
 
+def _message(m: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [c.as_openai() for c in m.tool_calls]
+        out["content"] = m.content or None
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None and m.role == "tool":
+        out["name"] = m.name
+    return out
+
+
+def request_body(request: GenerationRequest, remote_id: str) -> dict[str, Any]:
+    """``request`` as the body of an OpenAI chat completion (or, for a raw prompt, a completion) for
+    ``remote_id``, streamed with usage. Only what the request sets away from its defaults is sent,
+    so a strict server (OpenAI's own) sees no field it does not know."""
+    p = request.params
+    body: dict[str, Any] = {"model": remote_id, "stream": True, "stream_options": {"include_usage": True}}
+    if request.messages is None:
+        body["prompt"] = request.prompt or ""
+    else:
+        body["messages"] = [_message(m) for m in request.messages]
+    body["temperature"] = p.temperature
+    body["top_p"] = p.top_p
+    optional = {
+        "max_tokens": p.max_tokens,
+        "seed": p.seed,
+        "stop": list(p.stop) or None,
+        "presence_penalty": p.presence_penalty or None,
+        "frequency_penalty": p.frequency_penalty or None,
+        "top_k": p.top_k or None,  # vLLM's, SGLang's and llama.cpp's own extensions
+        "min_p": p.min_p or None,
+        "repetition_penalty": p.repetition_penalty if p.repetition_penalty != 1.0 else None,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    fmt = request.response_format
+    if fmt.type == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    elif fmt.type == "json_schema":
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": dict(fmt.schema or {})}}
+    if request.tools and request.messages is not None:
+        body["tools"] = [t.as_openai() for t in request.tools]
+        choice = request.tool_choice
+        if choice is not None and choice.mode == "function":
+            body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        elif choice is not None:
+            body["tool_choice"] = choice.mode
+        body["parallel_tool_calls"] = request.parallel_tool_calls
+    return body
+
+
+class _Answer:
+    """One answer as it streams: the events' pieces turned into chunks, the calls and counts kept."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        self.finish: str | None = None
+        self.prompt_tokens = 0
+        self.completion_tokens: int | None = None
+        self.pieces = 0
+
+    def feed(self, data: str) -> list[GenerationChunk]:
+        """The chunks of one event (a malformed event is skipped)."""
+        try:
+            event = json.loads(data)
+        except ValueError:
+            log.debug("skipping a non-JSON event: %.80s", data)
+            return []
+        if not isinstance(event, dict):
+            return []
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            self.completion_tokens = int(usage.get("completion_tokens") or 0)
+        out = []
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            text = delta.get("content") if isinstance(delta.get("content"), str) else ""
+            if not text and isinstance(choice.get("text"), str):  # a completion's event
+                text = choice["text"]
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            thought = thought if isinstance(thought, str) else ""
+            deltas = self._call_deltas(delta.get("tool_calls"))
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self.finish = _FINISH.get(reason, "stop")
+            if text or thought or deltas:
+                self.pieces += 1
+                out.append(GenerationChunk(text=text, reasoning=thought, tool_call_deltas=tuple(deltas)))
+        return out
+
+    def _call_deltas(self, items: Any) -> list[ToolCallDelta]:
+        out = []
+        for item in items if isinstance(items, list) else []:
+            if not isinstance(item, dict):
+                continue
+            index = item.get("index") if isinstance(item.get("index"), int) else len(self.calls)
+            fn = item.get("function") if isinstance(item.get("function"), dict) else {}
+            args = fn.get("arguments") if isinstance(fn.get("arguments"), str) else ""
+            if index not in self.calls:
+                call_id = item.get("id") if isinstance(item.get("id"), str) else f"call_{index}"
+                name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+                self.calls[index] = [call_id, name, args]
+                out.append(ToolCallDelta(index=index, id=call_id, name=name))
+            else:
+                self.calls[index][2] += args
+            if args:
+                out.append(ToolCallDelta(index=index, arguments=args))
+        return out
+
+    def last(self, first: float | None, started: float) -> GenerationChunk:
+        calls = tuple(ToolCall(name=name, arguments=args or "{}", id=cid) for cid, name, args in self.calls.values())
+        finish = "tool_calls" if calls and self.finish in (None, "stop", "tool_calls") else (self.finish or "stop")
+        completion = self.completion_tokens if self.completion_tokens is not None else self.pieces
+        elapsed = time.monotonic() - started - (first or 0.0)
+        return GenerationChunk(
+            finish_reason=finish,  # type: ignore[arg-type]
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=completion,
+            time_to_first_token=first,
+            tokens_per_second=completion / elapsed if completion and elapsed > 0 else None,
+            tool_calls=calls,
+        )
+
+
 class RemoteChat:
-    """A provider's model behind the small part of the backend protocol a chat needs:
-    :meth:`stream` and :meth:`close`.
+    """A provider's model with the part of the backend protocol a generation needs: :meth:`open`
+    (and :meth:`stream`), :meth:`cancel`, :meth:`prompt_tokens` and :meth:`close`.
 
     Args:
         access: The provider and its key.
         remote_id: The model's id at the provider.
-        name: The model's public ``provider/model`` id.
+        name: The model's public ``provider/model`` id (what answers name).
     """
 
     def __init__(self, access: ProviderAccess, remote_id: str, *, name: str | None = None) -> None:
         self.access = access
         self.remote_id = remote_id
         self.name = name or f"{access.name}/{remote_id}"
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
         self._http = httpx.Client(
             headers={"User-Agent": f"hearth/{__version__}", FORWARDED_HEADER: "1"},
             follow_redirects=True,
             trust_env=False,
         )
 
-    def _body(self, request: GenerationRequest) -> dict[str, Any]:
-        p = request.params
-        body: dict[str, Any] = {
-            "model": self.remote_id,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages or ()],
-            "stream": True,
-            "temperature": p.temperature,
-            "top_p": p.top_p,
-        }
-        if p.max_tokens is not None:
-            body["max_tokens"] = p.max_tokens
-        if p.seed is not None:
-            body["seed"] = p.seed
-        if p.stop:
-            body["stop"] = list(p.stop)
-        return body
+    def open(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """Send ``request`` and return its answer's chunks once the provider has accepted it.
 
-    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
-        """The answer, chunk by chunk; closing the iterator closes the connection (the provider
-        stops generating)."""
+        Closing the iterator, or :meth:`cancel`, closes the connection (the provider stops generating).
+
+        Raises:
+            RemoteError: before the answer, the provider cannot be reached or refuses the request
+                (the type says why); while iterating, it stops or times out mid-answer.
+        """
         access = self.access
         seconds = access.provider.timeout
-        started = time.monotonic()
-        first: float | None = None
-        pieces = 0
-        finish = None
+        path = "/completions" if request.messages is None else "/chat/completions"
         try:
-            with self._http.stream(
+            http_request = self._http.build_request(
                 "POST",
-                f"{access.base_url}/chat/completions",
-                json=self._body(request),
+                f"{access.base_url}{path}",
+                json=request_body(request, self.remote_id),
                 headers={**access.headers(), "Accept": "text/event-stream"},
                 timeout=httpx.Timeout(seconds, connect=min(5.0, seconds)),
-            ) as response:
-                if response.status_code >= 400:
-                    content = b""
-                    for part in response.iter_bytes():
-                        content += part
-                        if len(content) >= MAX_ERROR_BYTES:
-                            break
-                    raise status_error(response.status_code, content, access)
-                parser = SseParser()
-                done = False
-                for raw in response.iter_bytes():
-                    for data in parser.feed(raw):
-                        done = done or data.strip() == DONE
-                        for text, reason in [] if done else _deltas(data):
-                            finish = reason or finish
-                            if text:
-                                first = first if first is not None else time.monotonic() - started
-                                pieces += 1
-                                yield GenerationChunk(text=text)
-                    if done:
-                        break
-                if not done and finish is None:
-                    raise RemoteStreamCut(provider=access.name, url=access.base_url, reason="no end of answer")
+            )
+            response = self._http.send(http_request, stream=True)
         except httpx.HTTPError as exc:
-            error = transport_error(exc, access, seconds)
-            yield GenerationChunk(finish_reason="error", completion_tokens=pieces, error=str(error))
-            return
+            raise transport_error(exc, access, seconds) from None
+        if response.status_code >= 400:
+            content = b""
+            try:
+                for part in response.iter_bytes():
+                    content += part
+                    if len(content) >= MAX_ERROR_BYTES:
+                        break
+            except httpx.HTTPError:
+                pass
+            finally:
+                response.close()
+            raise status_error(response.status_code, content, access)
+        return self._chunks(request, response)
+
+    def _chunks(self, request: GenerationRequest, response: httpx.Response) -> Iterator[GenerationChunk]:
+        access = self.access
+        started = time.monotonic()
+        first: float | None = None
+        answer = _Answer()
+        parser = SseParser()
+        done = False
+        try:
+            for raw in response.iter_bytes():
+                if request.request_id in self._cancelled:
+                    yield GenerationChunk(finish_reason="cancelled", completion_tokens=answer.pieces)
+                    return
+                for data in parser.feed(raw):
+                    done = done or data.strip() == DONE
+                    for chunk in [] if done else answer.feed(data):
+                        first = first if first is not None else time.monotonic() - started
+                        yield chunk
+                if done:
+                    break
+            if not done and answer.finish is None:
+                raise RemoteStreamCut(provider=access.name, url=access.base_url, reason="no end of answer")
+        except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.RemoteProtocolError):
+                raise RemoteStreamCut(provider=access.name, url=access.base_url, reason="the connection closed mid-answer") from None
+            raise transport_error(exc, access, access.provider.timeout) from None
+        finally:
+            response.close()
+            with self._lock:
+                self._cancelled.discard(request.request_id)
+        yield answer.last(first, started)
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """The answer, chunk by chunk; every failure ends it with one chunk whose ``finish_reason`` is
+        ``error`` (for a terminal chat, which goes on after it)."""
+        pieces = 0
+        try:
+            for chunk in self.open(request):
+                pieces += bool(chunk.text)
+                yield chunk
         except RemoteError as exc:
             yield GenerationChunk(finish_reason="error", completion_tokens=pieces, error=str(exc))
-            return
-        elapsed = time.monotonic() - started - (first or 0.0)
-        yield GenerationChunk(
-            finish_reason=finish if finish in ("stop", "length") else "stop",
-            completion_tokens=pieces,
-            time_to_first_token=first,
-            tokens_per_second=pieces / elapsed if pieces and elapsed > 0 else None,
+
+    def cancel(self, request_id: str) -> None:
+        """Stop the answer to ``request_id`` at its next event (its connection closes)."""
+        with self._lock:
+            self._cancelled.add(request_id)
+
+    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        """Raises InvalidRequest: a provider's tokenizer is not reachable from here."""
+        raise InvalidRequest(
+            f"Hearth cannot count tokens for the remote model '{self.name}'; its provider counts them in each answer's usage.",
+            param="model",
         )
 
     def close(self) -> None:
         self._http.close()
 
 
-def _deltas(data: str) -> list[tuple[str, str | None]]:
-    """``(text, finish_reason)`` of each choice of one streamed event (malformed events are skipped)."""
-    try:
-        event = json.loads(data)
-    except ValueError:
-        log.debug("skipping a non-JSON event: %.80s", data)
-        return []
-    choices = event.get("choices") if isinstance(event, dict) else None
-    out = []
-    for choice in choices if isinstance(choices, list) else []:
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            continue
-        delta = choice.get("delta")
-        delta = delta if isinstance(delta, dict) else {}
-        text = delta.get("content") if isinstance(delta.get("content"), str) else ""
-        reason = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
-        out.append((text, reason))
-    return out
-
-
-__all__ = ["RemoteChat", "find_remote"]
+__all__ = ["RemoteChat", "find_remote", "request_body"]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.routing import Match
 
 from engine.errors import InvalidRequest
+from engine.server import remote_routes, targets
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
@@ -351,9 +352,15 @@ def _model(m) -> dict:
     return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created.isoformat().replace("+00:00", "Z")}
 
 
+def _remote_model(model_id: str, created: int = 0) -> dict:
+    moment = datetime.fromtimestamp(created, UTC).isoformat().replace("+00:00", "Z")
+    return {"type": "model", "id": model_id, "display_name": model_id, "created_at": moment}
+
+
 @models_router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> dict:
     models = [_model(m) for m in await asyncio.to_thread(request.app.state.manager.available)]
+    models += [_remote_model(m.id, m.created) for m in await remote_routes.remote_models(request)]
     return {
         "data": models,
         "has_more": False,
@@ -364,7 +371,11 @@ async def list_models(request: Request) -> dict:
 
 @models_router.get("/models/{model_id:path}", include_in_schema=False)
 async def get_model(request: Request, model_id: str) -> dict:
-    return _model(await asyncio.to_thread(request.app.state.manager.resolve, model_id))
+    found = await targets.resolve(request, model_id)
+    if isinstance(found, targets.RemoteTarget):
+        entry = await remote_routes.model_entry(request, found.routed, model_id)
+        return _remote_model(model_id, entry.get("created", 0))
+    return _model(found)
 
 
 __all__ = ["router", "models_router"]

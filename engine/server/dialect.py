@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.server import targets
 from engine.server.errors import _describe_validation, response_for
 from engine.server.openai_routes import _Generation
 from engine.types import GenerationChunk, GenerationRequest
@@ -110,15 +111,17 @@ def error_route(shape: Callable[[int, str], dict], *, json_body: bool = False) -
 
 
 class DialectRun:
-    """One generation request of a dialect, run exactly as chat completions runs its own.
+    """One generation request of a dialect, run exactly as chat completions runs its own, on the
+    local or remote model that ``req.model`` names (``target``: resolved already).
 
     ``load_seconds`` is how long the model took to load (0 when it was loaded already).
     """
 
-    def __init__(self, request: Request, req: GenerationRequest) -> None:
+    def __init__(self, request: Request, req: GenerationRequest, *, target: targets.Target | None = None) -> None:
         self.request = request
         self.req = req
-        self.gen = _Generation(request, req.model, [req])
+        self.target = target
+        self.gen = _Generation(request, req.model, [req], target=target)
         self.t0 = time.perf_counter()
         self.load_seconds = 0.0
         self.first_token_at: float | None = None
@@ -129,23 +132,21 @@ class DialectRun:
         Raises:
             ModelNotFound, ContextLengthExceeded, InvalidRequest, Overloaded: before anything is sent.
         """
-        if time_load:
-            await asyncio.to_thread(self.request.app.state.manager.load, self.req.model)
+        if self.target is None:
+            self.target = self.gen.target = await targets.resolve(self.request, self.req.model)
+        if time_load and not isinstance(self.target, targets.RemoteTarget):
+            await asyncio.to_thread(self.request.app.state.manager.load, self.target.name)
             self.load_seconds = time.perf_counter() - self.t0
         await self.gen.start()
         return self
 
     async def prompt_tokens(self) -> int:
         """The prompt's length in tokens, counted before the generation reports it."""
-        return len(await asyncio.to_thread(self.backend.prompt_tokens, self.req))
+        return len(await asyncio.to_thread(self.gen.served.prompt_tokens, self.req))
 
     @property
     def model_name(self) -> str:
         return self.gen.served_name
-
-    @property
-    def backend(self):
-        return self.gen.lm.backend
 
     async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[GenerationChunk]:
         """The generation's chunks; a failed generation ends with a chunk whose finish_reason is "error".
@@ -187,13 +188,16 @@ class DialectRun:
 
 
 async def count_prompt_tokens(request: Request, req: GenerationRequest) -> int:
-    """How many tokens ``req``'s prompt takes on its model, rendered as a generation would render it."""
-    manager = request.app.state.manager
-    lm = await asyncio.to_thread(manager.acquire, req.model)
+    """How many tokens ``req``'s prompt takes on its model, rendered as a generation would render it.
+
+    Raises:
+        ModelNotFound: no such model. InvalidRequest: a remote model (its provider's tokenizer is not here).
+    """
+    served = await targets.acquire(request, req.model)
     try:
-        return len(await asyncio.to_thread(lm.backend.prompt_tokens, req))
+        return len(await asyncio.to_thread(served.prompt_tokens, req))
     finally:
-        manager.release(lm)
+        served.release()
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.errors import InvalidRequest, ModelNotFound
+from engine.server import targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.tools import ToolCall, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
@@ -114,6 +115,14 @@ def keep_alive_seconds(value: float | str | None) -> float | None:
     return -1.0 if sign < 0 else sum(float(n) * _UNIT[u] for n, u in parts)
 
 
+def _short(name: str) -> str:
+    """Hearth's name for what an Ollama client wrote: without ``:latest`` and ``hf.co/``."""
+    short = name
+    for prefix in ("hf.co/", "huggingface.co/"):
+        short = short.removeprefix(prefix)
+    return short.removesuffix(":latest")
+
+
 async def resolve(request: Request, name: str):
     """The local model an Ollama client means: Hearth's name, with ``:latest`` or ``hf.co/`` tolerated.
 
@@ -124,13 +133,21 @@ async def resolve(request: Request, name: str):
     try:
         return await asyncio.to_thread(manager.resolve, name)
     except ModelNotFound:
-        short = name
-        for prefix in ("hf.co/", "huggingface.co/"):
-            short = short.removeprefix(prefix)
-        short = short.removesuffix(":latest")
+        short = _short(name)
         if short == name:
             raise
         return await asyncio.to_thread(manager.resolve, short)
+
+
+async def target(request: Request, name: str) -> targets.Target:
+    """The model an Ollama chat or generation means: a local one (as :func:`resolve` finds it), else a
+    remote provider's ``provider/model``.
+
+    Raises:
+        ModelNotFound: neither.
+    """
+    short = _short(name)
+    return await targets.resolve(request, name, aliases=(short,) if short != name else ())
 
 
 def params(options: dict[str, Any] | None) -> SamplingParams:
@@ -226,23 +243,26 @@ async def _keep(request: Request, keep: float | None) -> None:
         await asyncio.to_thread(request.app.state.manager.reap_idle)
 
 
-async def _load_or_unload(request: Request, model: str, keep: float | None, key: str) -> dict:
-    """An empty prompt or conversation: load the model (or unload it with ``keep_alive: 0``)."""
+async def _load_or_unload(request: Request, model: targets.Target, keep: float | None, key: str) -> dict:
+    """An empty prompt or conversation: load the model (or unload it with ``keep_alive: 0``); a remote
+    model has nothing to load here."""
     manager = request.app.state.manager
-    lm = await asyncio.to_thread(manager.acquire, model)
-    manager.set_keep_alive(lm, keep)
-    manager.release(lm)
     reason = "load"
-    if keep == 0:
-        await asyncio.to_thread(manager.reap_idle)
-        reason = "unload"
-    body = {"model": lm.model.name, "created_at": now_iso(), key: "", "done": True, "done_reason": reason}
+    if not isinstance(model, targets.RemoteTarget):
+        lm = await asyncio.to_thread(manager.acquire, model.name)
+        manager.set_keep_alive(lm, keep)
+        manager.release(lm)
+        if keep == 0:
+            await asyncio.to_thread(manager.reap_idle)
+            reason = "unload"
+    body = {"model": model.name, "created_at": now_iso(), key: "", "done": True, "done_reason": reason}
     return body if key == "response" else {**body, "message": {"role": "assistant", "content": ""}}
 
 
-async def _run(request: Request, req: GenerationRequest, keep: float | None) -> DialectRun:
-    run = await DialectRun(request, req).start(time_load=True)
-    request.app.state.manager.set_keep_alive(run.gen.lm, keep)
+async def _run(request: Request, req: GenerationRequest, keep: float | None, model: targets.Target) -> DialectRun:
+    run = await DialectRun(request, req, target=model).start(time_load=True)
+    if run.gen.lm is not None:  # a local model: kept as long as asked
+        request.app.state.manager.set_keep_alive(run.gen.lm, keep)
     return run
 
 
@@ -266,8 +286,8 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
     await _keep(request, keep)
 
 
-async def _answer(request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece):
-    run = await _run(request, req, keep)
+async def _answer(request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece, model: targets.Target):
+    run = await _run(request, req, keep, model)
     if stream:
         return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
     text, reasoning, final = await run.collect()
@@ -291,35 +311,35 @@ def _generate_piece(text: str, reasoning: str = "", calls=()) -> dict:
 
 @router.post("/chat")
 async def chat(request: Request, body: ChatBody):
-    model = (await resolve(request, body.model)).name
+    found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
     if not body.messages:
-        return await _load_or_unload(request, model, keep, "message")
+        return await _load_or_unload(request, found, keep, "message")
     req = GenerationRequest(
-        model=model,
+        model=found.name,
         messages=_chat_messages(body.messages),
         params=params(body.options),
         response_format=response_format(body.format),
         **_tool_fields(body.tools, body.think),
     )
-    return await _answer(request, req, keep, body.stream, _chat_piece)
+    return await _answer(request, req, keep, body.stream, _chat_piece, found)
 
 
 @router.post("/generate")
 async def generate(request: Request, body: GenerateBody):
-    model = (await resolve(request, body.model)).name
+    found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
     if body.images:
         raise InvalidRequest("This request has images; Hearth's models here read text only.", param="images")
     if not body.prompt:
-        return await _load_or_unload(request, model, keep, "response")
-    common = {"model": model, "params": params(body.options), "response_format": response_format(body.format)}
+        return await _load_or_unload(request, found, keep, "response")
+    common = {"model": found.name, "params": params(body.options), "response_format": response_format(body.format)}
     if body.raw:
         req = GenerationRequest(prompt=body.prompt, **common)
     else:
         system = (ChatMessage("system", body.system),) if body.system else ()
         req = GenerationRequest(messages=(*system, ChatMessage("user", body.prompt)), **common, **_tool_fields(None, body.think))
-    return await _answer(request, req, keep, body.stream, _generate_piece)
+    return await _answer(request, req, keep, body.stream, _generate_piece, found)
 
 
 def _shorten(vec: list[float], dims: int | None) -> list[float]:

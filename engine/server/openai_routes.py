@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine import __version__
 from engine.errors import HearthError, InvalidRequest
-from engine.server import chat_tools, remote_routes
+from engine.server import chat_tools, remote_routes, targets
 from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
 from engine.server.schemas import (
     ChatCompletionBody,
@@ -38,6 +38,7 @@ from engine.types import (
 
 if TYPE_CHECKING:
     from engine.pool import LoadedModel
+    from engine.server.targets import Served, Target
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
@@ -118,15 +119,12 @@ def _unreadable_part(messages: list[ChatMessageBody]) -> str | None:
     return None
 
 
-async def _refuse_unreadable(request: Request, body: ChatCompletionBody) -> None:
-    """Refuse parts the model cannot take in, never drop them: an answer that ignores an image
-    reads as if the model had seen it."""
+def _refuse_unreadable(model: str, body: ChatCompletionBody) -> None:
+    """Refuse parts the local ``model`` cannot take in, never drop them: an answer that ignores an
+    image reads as if the model had seen it."""
     what = _unreadable_part(body.messages)
     if what is not None:
-        m = await asyncio.to_thread(request.app.state.manager.resolve, body.model)
-        raise InvalidRequest(
-            f"Model '{m.name}' cannot {what}; send the message as text only.", param="messages"
-        )
+        raise InvalidRequest(f"Model '{model}' cannot {what}; send the message as text only.", param="messages")
 
 
 def _message_dicts(messages: list[ChatMessageBody]) -> list[dict]:
@@ -185,45 +183,53 @@ def _sse(payload: dict | str) -> bytes:
 
 
 class _Generation:
-    """One request's choices, running on a loaded model, with metrics recorded as chunks arrive."""
+    """One request's choices, running on a local model or a remote provider's (``target``, resolved
+    already, or resolved from ``model_name`` at the start), with metrics recorded as chunks arrive."""
 
-    def __init__(self, request: Request, model_name: str, requests: list[GenerationRequest]) -> None:
+    def __init__(
+        self, request: Request, model_name: str, requests: list[GenerationRequest], *, target: Target | None = None
+    ) -> None:
         self.http = request
         self.app = request.app
         self.model_name = model_name
         self.requests = requests
+        self.target = target
         self.created = int(time.time())
-        self._lm: LoadedModel | None = None
+        self._served: Served | None = None
         self.streams: list[Iterator[GenerationChunk]] = []
         self.failures: dict[int, BaseException] = {}
         self.reasoning: dict[int, str] = {}  # per choice: the thinking collected (engine.tools)
         self.t0 = time.perf_counter()
 
     async def start(self) -> None:
-        manager = self.app.state.manager
-        lm: LoadedModel = await asyncio.to_thread(manager.acquire, self.model_name)
-        self._lm = lm
+        served = await targets.acquire(self.http, self.model_name, self.target)
+        self._served = served
         try:
-            self.streams = await open_streams(lm.backend, self.requests)
+            self.streams = await open_streams(served, self.requests)
         except BaseException:
-            manager.release(lm)
+            served.release()
             raise
         self.app.state.metrics.request_started()
 
     @property
-    def lm(self) -> LoadedModel:
+    def served(self) -> Served:
         """The model serving this generation, once ``start`` acquired it."""
-        if self._lm is None:
+        if self._served is None:
             raise RuntimeError("the generation has not started")
-        return self._lm
+        return self._served
+
+    @property
+    def lm(self) -> LoadedModel | None:
+        """The pool's entry of a local model (None for a remote one)."""
+        return self.served.lm
 
     @property
     def served_name(self) -> str:
-        return self.lm.model.name
+        return self.served.name
 
     @property
     def fingerprint(self) -> str:
-        return f"fp_hearth_{__version__}_{self.lm.backend_name}"
+        return f"fp_hearth_{__version__}_{self.served.backend_name}"
 
     def failure(self, index: int, chunk: GenerationChunk) -> HearthError:
         """What made choice ``index`` end with the error ``chunk``: the engine's own error where it
@@ -239,7 +245,7 @@ class _Generation:
         while not await self.http.is_disconnected():
             await asyncio.sleep(CLIENT_POLL_SECONDS)
         for req in self.requests:
-            self.lm.backend.cancel(req.request_id)
+            self.served.cancel(req.request_id)
 
     async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[tuple[int, GenerationChunk]]:
         """The choices' chunks as they arrive. ``watch_client`` (for a non-streamed answer, whose
@@ -249,7 +255,7 @@ class _Generation:
         status = "ok"
         watcher = asyncio.create_task(self._cancel_when_client_leaves()) if watch_client else None
         try:
-            async for index, chunk in merge_streams(self.lm.backend, self.requests, self.streams, self.failures):
+            async for index, chunk in merge_streams(self.served, self.requests, self.streams, self.failures):
                 now = time.perf_counter()
                 if chunk.token_ids:
                     prev = last_token_at.get(index)
@@ -270,7 +276,7 @@ class _Generation:
             if watcher is not None:
                 watcher.cancel()
             metrics.request_finished(status)
-            self.app.state.manager.release(self.lm)
+            self.served.release()
 
 
 async def _collect(gen: _Generation, n_choices: int):
@@ -325,10 +331,9 @@ async def list_models(request: Request) -> dict:
 
 @router.get("/models/{model_id:path}")
 async def get_model(request: Request, model_id: str) -> dict:
-    target = await remote_routes.routed(request, model_id)
-    if target is not None:
-        return await remote_routes.model_entry(request, target, model_id)
-    m = await asyncio.to_thread(request.app.state.manager.resolve, model_id)
+    m = await targets.resolve(request, model_id)
+    if isinstance(m, targets.RemoteTarget):
+        return await remote_routes.model_entry(request, m.routed, model_id)
     return {
         "id": m.name,
         "object": "model",
@@ -339,11 +344,11 @@ async def get_model(request: Request, model_id: str) -> dict:
 
 @router.post("/chat/completions", responses=_STREAMED)
 async def chat_completions(request: Request, body: ChatCompletionBody):
-    target = await remote_routes.routed(request, body.model)
-    if target is not None:
-        return await remote_routes.forward(request, target, "/chat/completions", body.model, bool(body.stream))
+    target = await targets.resolve(request, body.model)
+    if isinstance(target, targets.RemoteTarget):  # OpenAI's own shape: passed through as it is
+        return await remote_routes.forward(request, target.routed, "/chat/completions", target.name, bool(body.stream))
     n = _check_n(request, body.n)
-    await _refuse_unreadable(request, body)
+    _refuse_unreadable(target.name, body)
     messages = as_messages(_message_dicts(body.messages))
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
@@ -359,7 +364,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         )
         for i in range(n)
     ]
-    gen = _Generation(request, body.model, reqs)
+    gen = _Generation(request, body.model, reqs, target=target)
     await gen.start()
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -426,9 +431,9 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
 
 @router.post("/completions", responses=_STREAMED)
 async def completions(request: Request, body: CompletionBody):
-    target = await remote_routes.routed(request, body.model)
-    if target is not None:
-        return await remote_routes.forward(request, target, "/completions", body.model, bool(body.stream))
+    target = await targets.resolve(request, body.model)
+    if isinstance(target, targets.RemoteTarget):
+        return await remote_routes.forward(request, target.routed, "/completions", target.name, bool(body.stream))
     n = _check_n(request, body.n)
     if body.prompt is None:  # OpenAI's default: generate from the start of a document
         body.prompt = ""
@@ -449,7 +454,7 @@ async def completions(request: Request, body: CompletionBody):
         for p in prompts
         for j in range(n)
     ]
-    gen = _Generation(request, body.model, reqs)
+    gen = _Generation(request, body.model, reqs, target=target)
     await gen.start()
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -516,16 +521,16 @@ async def _completion_events(
 
 @router.post("/embeddings")
 async def embeddings(request: Request, body: EmbeddingBody):
-    target = await remote_routes.routed(request, body.model)
-    if target is not None:
-        return await remote_routes.forward(request, target, "/embeddings", body.model, False)
+    target = await targets.resolve(request, body.model)
+    if isinstance(target, targets.RemoteTarget):
+        return await remote_routes.forward(request, target.routed, "/embeddings", target.name, False)
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     if not texts or any(not isinstance(t, str) or not t for t in texts):
         raise InvalidRequest(
             "'input' must be a non-empty text or a list of non-empty texts; token ids are not taken.", param="input"
         )
     manager = request.app.state.manager
-    lm = await asyncio.to_thread(manager.acquire, body.model)
+    lm = await asyncio.to_thread(manager.acquire, target.name)
     try:
         vectors, n_tokens = await asyncio.to_thread(lm.backend.embed, texts)
     finally:

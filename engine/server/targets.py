@@ -1,0 +1,143 @@
+"""Which model answers a request, resolved in one place below every dialect: a local model of the pool,
+or a remote provider's ``provider/model``.
+
+Local names resolve first, so a provider can never take a local model's requests (and its prompts).
+Either kind is served through the same small interface, :class:`Served`: ``stream`` a
+:class:`GenerationRequest` into :class:`GenerationChunk` items, ``cancel`` one, ``release`` the model.
+Each dialect translates its request and the chunks once, whatever model answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fastapi import Request
+
+from engine.catalog.registry import LocalModel
+from engine.errors import ModelNotFound
+from engine.remote.chat import RemoteChat
+from engine.remote.providers import ProviderAccess
+from engine.server import remote_routes
+from engine.types import GenerationChunk, GenerationRequest
+
+if TYPE_CHECKING:
+    from engine.pool import LoadedModel, ModelManager
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTarget:
+    """A provider's model: ``name`` is its public ``provider/model`` id, ``remote_id`` the provider's own."""
+
+    access: ProviderAccess
+    remote_id: str
+    name: str
+
+    @property
+    def routed(self) -> remote_routes.Routed:
+        return self.access, self.remote_id
+
+
+Target = LocalModel | RemoteTarget
+
+
+async def resolve(request: Request, name: str, *, aliases: Sequence[str] = ()) -> Target:
+    """The model ``name`` means: a registered local model (``name``, else one of ``aliases``, such as
+    Ollama's ``:latest`` spellings), else a remote provider's ``provider/model``.
+
+    Raises:
+        ModelNotFound: neither; a path is refused as any unknown name is (with the same message).
+    """
+    manager = request.app.state.manager
+    try:
+        return await asyncio.to_thread(manager.resolve, name)
+    except ModelNotFound as exc:
+        local_error = exc
+    for alias in aliases:
+        try:
+            return await asyncio.to_thread(manager.resolve, alias)
+        except ModelNotFound:
+            continue
+    routed = await remote_routes.routed(request, name)
+    if routed is None:
+        raise local_error
+    return RemoteTarget(routed[0], routed[1], name)
+
+
+class Served:
+    """A model serving one request, local or remote (see the module's docstring)."""
+
+    name: str  # the model named in answers
+    backend_name: str  # llamacpp | paged | mlx | remote
+    lm: LoadedModel | None = None  # the pool's entry, for a local model
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        raise NotImplementedError
+
+    def cancel(self, request_id: str) -> None:
+        raise NotImplementedError
+
+    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+
+class LocalServed(Served):
+    def __init__(self, manager: ModelManager, lm: LoadedModel) -> None:
+        self.manager = manager
+        self.lm = lm
+        self.name = lm.model.name
+        self.backend_name = lm.backend_name
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        return self.lm.backend.stream(request)
+
+    def cancel(self, request_id: str) -> None:
+        self.lm.backend.cancel(request_id)
+
+    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        return self.lm.backend.prompt_tokens(request)
+
+    def release(self) -> None:
+        self.manager.release(self.lm)
+
+
+class RemoteServed(Served):
+    def __init__(self, target: RemoteTarget) -> None:
+        self.chat = RemoteChat(target.access, target.remote_id, name=target.name)
+        self.name = target.name
+        self.backend_name = "remote"
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        return self.chat.open(request)  # the provider's refusal raises here, before any byte is sent
+
+    def cancel(self, request_id: str) -> None:
+        self.chat.cancel(request_id)
+
+    def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        return self.chat.prompt_tokens(request)
+
+    def release(self) -> None:
+        self.chat.close()
+
+
+async def acquire(request: Request, name: str, target: Target | None = None) -> Served:
+    """``name``'s model, ready to generate (a local one loaded and kept from eviction until
+    :meth:`Served.release`).
+
+    Raises:
+        ModelNotFound, BackendUnavailable, ModelLoadError.
+    """
+    target = target if target is not None else await resolve(request, name)
+    if isinstance(target, RemoteTarget):
+        return RemoteServed(target)
+    manager = request.app.state.manager
+    lm = await asyncio.to_thread(manager.acquire, target.name)
+    return LocalServed(manager, lm)
+
+
+__all__ = ["LocalServed", "RemoteServed", "RemoteTarget", "Served", "Target", "acquire", "resolve"]
