@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "engine.commands.gui",
     "engine.commands.hw",
     "engine.commands.import_model",
+    "engine.commands.mcp",
     "engine.commands.models",
     "engine.commands.pull",
     "engine.commands.remote",

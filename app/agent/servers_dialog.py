@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QVBoxLayout,
@@ -249,9 +250,22 @@ class McpServersDialog(QDialog):
         if path:
             self.import_file(path)
 
+    def confirm_replace(self, names: tuple[str, ...]) -> bool:
+        """Ask before an import replaces saved servers (their always-allowed tools are cleared)."""
+        listed = ", ".join(names)
+        answer = QMessageBox.question(
+            self,
+            "Replace MCP servers?",
+            f"This file replaces the saved server{'s' if len(names) > 1 else ''} {listed}. "
+            "Tools you chose to always allow for them will ask again. Replace?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
+        return answer == QMessageBox.StandardButton.Yes
+
     def import_file(self, path: str) -> list[McpServerConfig]:
         try:
-            servers = self.agent.servers.import_file(path)
+            servers = self.agent.servers.import_file(path, confirm=self.confirm_replace)
         except McpConfigError as exc:
             self.status.setText(str(exc))
             return []

@@ -2,7 +2,15 @@
 
 from engine.agent.approval import ApprovalPolicy, Decision
 from engine.agent.chat_client import ChatClient, ModelTurnError
-from engine.agent.config import McpConfigError, McpServerConfig, McpServerStore, load_mcp_file, parse_mcp_json
+from engine.agent.config import (
+    McpConfigError,
+    McpImport,
+    McpImportDeclined,
+    McpServerConfig,
+    McpServerStore,
+    load_mcp_file,
+    parse_mcp_json,
+)
 from engine.agent.loop import AgentEvent, AgentLoop, AgentResult, ToolCallRecord, truncate
 from engine.agent.runtime import AgentRun, AgentRuntime
 from engine.agent.sessions import McpHub, McpServerFailed, McpTool, ToolOutput
@@ -18,6 +26,8 @@ __all__ = [
     "Decision",
     "McpConfigError",
     "McpHub",
+    "McpImport",
+    "McpImportDeclined",
     "McpServerConfig",
     "McpServerFailed",
     "McpServerStore",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,18 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 class McpConfigError(HearthError):
     """An MCP server definition or mcp.json file that cannot be used (the message says why)."""
+
+
+class McpImportDeclined(McpConfigError):
+    """An mcp.json import that would replace saved servers was not confirmed; nothing was imported."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        super().__init__(
+            f"Nothing was imported: it would replace the MCP server{'s' if len(names) > 1 else ''} "
+            f"{', '.join(repr(n) for n in names)} and clear {'their' if len(names) > 1 else 'its'} always-allowed tools; "
+            "confirm the replacement to import it."
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +87,13 @@ class McpServerConfig:
         if self.command:
             return " ".join([self.command, *self.args])
         return self.url or ""
+
+    def runs_as(self, other: McpServerConfig) -> bool:
+        """Whether ``other`` starts the same server: the same command, arguments, folder, URL and secrets
+        (whatever the tools switched off or the enabled switch)."""
+        return (self.command, self.args, self.cwd, self.url, dict(self.env), dict(self.headers)) == (
+            other.command, other.args, other.cwd, other.url, dict(other.env), dict(other.headers)
+        )  # fmt: skip
 
     def with_tool(self, tool: str, on: bool) -> McpServerConfig:
         off = set(self.disabled_tools)
@@ -137,6 +157,15 @@ def load_mcp_file(path: str | Path) -> list[McpServerConfig]:
     except OSError as exc:
         raise McpConfigError(f"Cannot read the MCP file {path} ({exc.strerror}); check the path.") from exc
     return parse_mcp_json(text)
+
+
+@dataclass(frozen=True, slots=True)
+class McpImport:
+    """What importing an mcp.json would do: its servers, and the names of the saved servers it would
+    replace with a different definition (a server defined the same is no replacement)."""
+
+    servers: tuple[McpServerConfig, ...]
+    replaces: tuple[str, ...] = ()
 
 
 @dataclass
@@ -255,12 +284,38 @@ class McpServerStore:
         data["always_allow"] = [a for a in data["always_allow"] if not a.startswith(f"{name}/")]
         self._write(data)
 
-    def import_file(self, path: str | Path) -> list[McpServerConfig]:
-        """Add every server of an ``mcp.json`` file (replacing ones of the same name). Raises McpConfigError."""
+    def plan_import(self, path: str | Path) -> McpImport:
+        """What importing the ``mcp.json`` at ``path`` would add and replace. Raises McpConfigError."""
         servers = load_mcp_file(path)
-        for server in servers:
+        saved = {s.name: s for s in self.servers()}
+        replaces = tuple(s.name for s in servers if s.name in saved and not saved[s.name].runs_as(s))
+        return McpImport(tuple(servers), replaces)
+
+    def apply_import(self, plan: McpImport) -> list[McpServerConfig]:
+        """Save every server of ``plan``; a replaced server loses its always-allowed tools (they were
+        allowed for what it ran before)."""
+        for server in plan.servers:
             self.save(server)
-        return servers
+        if plan.replaces:
+            data = self._read()
+            data["always_allow"] = [a for a in data["always_allow"] if str(a).split("/", 1)[0] not in plan.replaces]
+            self._write(data)
+        return list(plan.servers)
+
+    def import_file(
+        self, path: str | Path, *, confirm: Callable[[tuple[str, ...]], bool] | None = None
+    ) -> list[McpServerConfig]:
+        """Add every server of an ``mcp.json`` file. Replacing saved servers of the same name (and
+        clearing their always-allowed tools) needs ``confirm(names)`` to say yes.
+
+        Raises:
+            McpImportDeclined: it would replace servers and was not confirmed (nothing is imported).
+            McpConfigError: the file cannot be read or used.
+        """
+        plan = self.plan_import(path)
+        if plan.replaces and (confirm is None or not confirm(plan.replaces)):
+            raise McpImportDeclined(plan.replaces)
+        return self.apply_import(plan)
 
     # -- per chat -----------------------------------------------------------------------------
     def chat_servers(self, chat: str) -> list[str]:
@@ -292,6 +347,8 @@ class McpServerStore:
 
 __all__ = [
     "McpConfigError",
+    "McpImport",
+    "McpImportDeclined",
     "McpServerConfig",
     "McpServerStore",
     "load_mcp_file",

@@ -308,3 +308,35 @@ def test_a_server_that_dies_while_idle_is_shown_with_its_stderr_and_the_chat_goe
     steps = bubbles(window)[-1].steps
     assert steps.cards == [] and any(name in n.text() and "exiting on its own" in n.text() for n in steps.notices)
     assert not ui.server_notice.isHidden()
+
+
+def test_an_mcp_json_that_replaces_a_server_asks_first_and_clears_its_approvals(qtbot, window, recorder, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    name, path, _log = recorder
+    dialog = window.agent_ui.open_servers()
+    dialog.import_file(str(path))
+    window.agent.servers.set_always_allowed(f"{name}/lookup", True)
+    other = path.with_name("other.json")
+    other.write_text(json.dumps({"mcpServers": {name: {"command": sys.executable, "args": ["-c", "pass"]}}}))
+    asked = []
+
+    def answer(button):
+        def question(parent, title, text, *args):
+            asked.append(text)
+            return button
+
+        return question
+
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.No))
+    assert dialog.import_file(str(other)) == []
+    assert name in asked[0] and "Nothing was imported" in dialog.status.text()
+    assert window.agent.servers.get(name).args[0] == str(SERVER)
+    assert f"{name}/lookup" in window.agent.servers.always_allowed()
+
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
+    assert [s.name for s in dialog.import_file(str(other))] == [name]
+    assert len(asked) == 2 and window.agent.servers.get(name).args == ("-c", "pass")
+    assert f"{name}/lookup" not in window.agent.servers.always_allowed()
+    assert f"{name}/lookup" not in [dialog.always.item(i).text() for i in range(dialog.always.count())]
+    dialog.close()

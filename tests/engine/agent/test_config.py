@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.agent import McpConfigError, McpServerStore, parse_mcp_json
+from engine.agent import McpConfigError, McpImportDeclined, McpServerStore, parse_mcp_json
 from engine.remote.keys import FileKeys
 
 MCP_JSON = {
@@ -67,3 +67,67 @@ def test_store_keeps_secrets_out_of_its_file(tmp_path):
     store.remove("files")
     assert store.get("files") is None and store.always_allowed() == []
     assert "s3cret-env" not in (tmp_path / "secret-store.json").read_text()
+
+
+def _mcp_file(path, command: str):
+    path.write_text(json.dumps({"mcpServers": {"files": {"command": command, "args": ["serve"]}, "new": {"command": "b"}}}))
+    return path
+
+
+def test_an_import_that_replaces_a_server_asks_and_clears_its_approvals(tmp_path):
+    keys = FileKeys(tmp_path / "secret-store.json")
+    store = McpServerStore(tmp_path / "mcp-servers.json", keys=keys)
+    store.import_file(_mcp_file(tmp_path / "first.json", "a"))
+    store.set_always_allowed("files/read_file", True)
+    store.set_always_allowed("new/query", True)
+
+    # The same definitions again replace nothing: no question, the approvals stay.
+    asked = []
+    store.import_file(_mcp_file(tmp_path / "again.json", "a"), confirm=lambda names: asked.append(names) or False)
+    assert asked == [] and store.always_allowed() == ["files/read_file", "new/query"]
+
+    # Another command under the same name: asked first; a no (or no one to ask) imports nothing.
+    other = _mcp_file(tmp_path / "other.json", "evil")
+    for confirm in (None, lambda names: asked.append(names) or False):
+        with pytest.raises(McpImportDeclined) as err:
+            store.import_file(other, confirm=confirm)
+        assert err.value.names == ("files",) and "Nothing was imported" in str(err.value)
+    assert asked == [("files",)]
+    assert store.get("files").command == "a" and store.always_allowed() == ["files/read_file", "new/query"]
+
+    # A yes replaces it and clears its always-allowed tools (only its own).
+    store.import_file(other, confirm=lambda names: True)
+    assert store.get("files").command == "evil"
+    assert store.always_allowed() == ["new/query"]
+
+
+def test_hearth_mcp_import_asks_on_a_terminal_and_refuses_without_one(tmp_path, monkeypatch, capsys):
+    from engine.cli import main
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    first, other = _mcp_file(tmp_path / "first.json", "a"), _mcp_file(tmp_path / "other.json", "evil")
+    assert main(["mcp", "import", str(first)]) == 0
+    assert "Imported 2 MCP server(s): files, new." in capsys.readouterr().out
+    store = McpServerStore()
+    store.set_always_allowed("files/read_file", True)
+
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert main(["mcp", "import", str(other)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"hearth: {other} would replace the saved MCP server(s) files; nothing was imported, "
+        "run it again with --yes to replace them."
+    )
+    assert store.get("files").command == "a" and store.always_allowed() == ["files/read_file"]
+
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda: "n")
+    assert main(["mcp", "import", str(other)]) == 1
+    assert "Replace? [y/N]" in capsys.readouterr().err and store.get("files").command == "a"
+    monkeypatch.setattr("builtins.input", lambda: "y")
+    assert main(["mcp", "import", str(other)]) == 0
+    assert store.get("files").command == "evil" and store.always_allowed() == []
+
+    assert main(["mcp", "import", str(first), "--yes"]) == 0  # --yes: no question, even without a terminal
+    assert "Replaced files; their always-allowed tools were cleared." in capsys.readouterr().out
+    assert store.get("files").command == "a"
