@@ -2,8 +2,9 @@
 
 Wraps :class:`engine.worker.WorkerSupervisor`: starts it off the GUI thread, bridges its events
 into the GUI thread with a signal, and restarts it with new settings when the user exposes the
-API. The app's own requests always carry a per-launch token; when the API is exposed with no
-key, other apps need none and neither does the app.
+API. The app's own requests always carry a per-launch token, the worker's admin key (documents,
+downloads, load, delete, remotes). The key the user gives other apps only runs models; when the API is
+shared with no key, other apps need none to run models, and still cannot reach the admin routes.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class EngineController(QObject):
     # -- what the API client needs ------------------------------------------------------------
     @property
     def token(self) -> str:
-        """The Bearer token the app sends ("" when the API is shared without a key)."""
+        """The Bearer token the app sends: its own per-launch admin key."""
         return self._api_key
 
     @property
@@ -133,7 +134,7 @@ class EngineController(QObject):
         from engine.worker.supervisor import WorkerSupervisor
 
         env = dict(config.env)
-        env["HEARTH_API_KEYS"] = config.api_key if config.expose else ""  # never the shell's keys
+        env["HEARTH_API_KEYS"] = config.api_key if config.expose else ""  # never the shell's keys; inference only
         args = list(config.extra_args)
         for origin in config.cors_origins:
             args += ["--cors-origin", origin]
@@ -141,7 +142,10 @@ class EngineController(QObject):
         return WorkerSupervisor(
             host=host,
             port=config.port if config.expose else 0,
-            api_key=api_key,
+            # Not shared: the app's token is the only key. Shared: other apps run models with the user's
+            # key (or none), and only the app's token opens the admin routes.
+            api_key="" if config.expose else api_key,
+            admin_key=api_key,
             model=config.model,
             extra_args=args,
             env=env,
@@ -150,18 +154,12 @@ class EngineController(QObject):
             on_event=lambda event: self._bridge.emit(event, generation),
         )
 
-    @staticmethod
-    def api_key_for(config: EngineConfig, launch_token: str) -> str:
-        """The app's own token; none when the API is shared without a key (LM Studio's way:
-        shared without a key means no key at all)."""
-        return "" if config.expose and not config.api_key else launch_token
-
     def _current(self, generation: int) -> bool:
         with self._lock:
             return generation == self._generation
 
     def _launch(self, config: EngineConfig) -> None:
-        api_key = self.api_key_for(config, self.launch_token)
+        api_key = self.launch_token
         with self._lock:
             self._generation += 1
             generation = self._generation

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.backends import LoadOptions
+    from engine.settings import ServerSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +25,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--api-key",
         action="append",
         default=[],
-        help="require 'Authorization: Bearer KEY' (repeatable; also HEARTH_API_KEY, or HEARTH_API_KEYS comma-separated)",
+        help="require 'Authorization: Bearer KEY' (repeatable; also HEARTH_API_KEY, or HEARTH_API_KEYS comma-separated);"
+        " with --admin-key these keys only run models",
+    )
+    p.add_argument(
+        "--admin-key",
+        action="append",
+        default=[],
+        help="the key for the admin routes (documents, downloads, import, load, delete, remotes; repeatable; also "
+        "HEARTH_ADMIN_KEY); it runs models too",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to this host name (besides loopback and --host; repeatable)",
+    )
+    p.add_argument(
+        "--insecure-no-key",
+        action="store_true",
+        help="allow a --host other than loopback without any key (anyone who reaches it can use it)",
     )
     p.add_argument("--model", "-m", help="load this model at start (others load on first request)")
     p.add_argument("--backend", "-b", help="backend for every model: llamacpp, paged or mlx")
@@ -70,29 +92,47 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from engine.server import create_app
+def server_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServerSettings:
+    """The server settings ``hearth serve``'s flags and environment (the keys, where `ps` does not show them) ask for."""
     from engine.settings import ServerSettings
-    from engine.worker.main import WorkerConfig, run_worker
-
-    if args.quantization and args.backend != "paged":
-        print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
-        return 2
 
     keys = list(args.api_key)
-    if os.environ.get("HEARTH_API_KEY"):
-        keys.append(os.environ["HEARTH_API_KEY"])
+    if environ.get("HEARTH_API_KEY"):
+        keys.append(environ["HEARTH_API_KEY"])
     # Several keys without putting any on the command line, where `ps` shows them
-    # (the desktop app's own token plus the key the user gave other apps).
-    keys += [k.strip() for k in os.environ.get("HEARTH_API_KEYS", "").split(",") if k.strip()]
-    settings = ServerSettings(
+    # (the keys the user gave other apps; the desktop app's own token comes as HEARTH_ADMIN_KEY).
+    keys += [k.strip() for k in environ.get("HEARTH_API_KEYS", "").split(",") if k.strip()]
+    admin_keys = list(args.admin_key)
+    if environ.get("HEARTH_ADMIN_KEY"):
+        admin_keys.append(environ["HEARTH_ADMIN_KEY"])
+    return ServerSettings(
         host=args.host,
         port=args.port,
         api_keys=tuple(keys),
+        admin_keys=tuple(admin_keys),
+        allowed_hosts=tuple(args.allowed_host),
         cors_origins=tuple(args.cors_origin),
         max_body_bytes=args.max_body,
         ollama_port=args.ollama_port,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.quantization and args.backend != "paged":
+        print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
+        return 2
+
+    settings = server_settings(args, os.environ)
+    if not settings.is_loopback and not settings.has_key and not args.insecure_no_key:
+        print(
+            f"hearth: listening on {args.host} with no key would let anyone who reaches this machine use it; "
+            "set HEARTH_API_KEY (or --api-key), or add --insecure-no-key if that is what you want.",
+            file=sys.stderr,
+        )
+        return 2
+    from engine.server import create_app
+    from engine.worker.main import WorkerConfig, run_worker
+
     config = WorkerConfig(
         settings=settings,
         model=args.model,

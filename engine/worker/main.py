@@ -104,7 +104,7 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
     if not settings.is_loopback:
         print(
             f"hearth: warning: listening on {settings.host}, reachable from other machines"
-            + ("" if settings.api_keys else " with no API key"),
+            + ("" if settings.has_key else " with no API key"),
             file=sys.stderr,
         )
     if config.model:

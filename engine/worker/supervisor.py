@@ -64,7 +64,10 @@ class WorkerSupervisor:
     Args:
         host: Address the worker listens on.
         port: Port; 0 picks a free one at each start.
-        api_key: Bearer token the worker requires; a random per-launch token when None.
+        api_key: Bearer token the worker requires; a random per-launch token when None. Without
+            ``admin_key`` it opens every route; with one it only runs models.
+        admin_key: The key for every route, the admin routes included (documents, downloads, load,
+            delete, ...); the supervisor's own requests (``headers()``) carry it. Empty: none.
         model: Model the worker loads at start.
         extra_args: More `hearth serve` arguments (e.g. ``["--backend", "llamacpp"]``).
         env: Extra environment for the worker.
@@ -84,6 +87,7 @@ class WorkerSupervisor:
         host: str = "127.0.0.1",
         port: int = 0,
         api_key: str | None = None,
+        admin_key: str = "",
         model: str | None = None,
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
@@ -100,6 +104,7 @@ class WorkerSupervisor:
         self.requested_port = port
         self.port = port
         self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
+        self.admin_key = admin_key
         self.model = model
         self.extra_args = list(extra_args)
         self.env = env or {}
@@ -134,7 +139,9 @@ class WorkerSupervisor:
         return self._proc is not None and self._proc.poll() is None
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        """The headers of a request that may use every route (the admin key where there is one)."""
+        key = self.admin_key or self.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _emit(self, event: WorkerEvent) -> None:
         log.info("worker %s %s", event.kind, event.detail)
@@ -150,10 +157,12 @@ class WorkerSupervisor:
         if self.model:
             cmd += ["--model", self.model]
         env = {**os.environ, **self.env, "HEARTH_PARENT_PID": str(os.getpid())}
-        if self.api_key:
-            env["HEARTH_API_KEY"] = self.api_key  # not on the command line, where `ps` would show it
-        else:
-            env.pop("HEARTH_API_KEY", None)
+        # Keys go in the environment, not on the command line, where `ps` would show them; none of the shell's.
+        for name, key in (("HEARTH_API_KEY", self.api_key), ("HEARTH_ADMIN_KEY", self.admin_key)):
+            if key:
+                env[name] = key
+            else:
+                env.pop(name, None)
         out = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
         self._log_offset = out.tell() if out is not None else 0  # this run's lines start here
         try:

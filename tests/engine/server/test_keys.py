@@ -1,0 +1,246 @@
+"""Who may do what (issue 33, part 4): an inference key runs models in every dialect, the admin key also opens
+what reads the disk or changes state, every route is in one class or the other, and `hearth serve` will not
+listen beyond loopback with no key at all."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.server import ServerSettings, create_app
+from engine.server.access import ROUTE_ACCESS, Access, route_access
+
+ROOT = "http://127.0.0.1:8765"
+INFERENCE_KEY = "inference-key-1"
+ADMIN_KEY = "admin-key-1"
+MODEL = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def manager(tmp_path_factory):
+    from engine.backends import LoadOptions
+    from engine.catalog.registry import ModelRegistry
+    from engine.pool import ModelManager
+
+    registry = ModelRegistry(tmp_path_factory.mktemp("home"))
+    manager = ModelManager(registry, options=LoadOptions(n_ctx=1024, n_seq_max=2))
+    yield manager
+    manager.close()
+    registry.close()
+
+
+def client_for(manager, **settings) -> TestClient:
+    return TestClient(create_app(ServerSettings(**settings), manager), base_url=ROOT)
+
+
+@pytest.fixture(scope="module")
+def split(manager):
+    with client_for(manager, api_keys=(INFERENCE_KEY,), admin_keys=(ADMIN_KEY,)) as client:
+        yield client
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def concrete(path: str) -> str:
+    """A request path for a route's path template ({name} -> x)."""
+    import re
+
+    return re.sub(r"\{[^}]+\}", "x", path)
+
+
+def app_routes(manager) -> set[tuple[str, str]]:
+    """(method, path template) of every route of the app, those of included routers too."""
+    try:  # FastAPI 0.165 keeps included routers whole in app.routes; this walks into them
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # older FastAPI copies their routes into app.routes
+
+        def iter_route_contexts(routes):
+            return routes
+
+    app = create_app(ServerSettings(), manager)
+    routes = set()
+    for route in iter_route_contexts(app.routes):
+        assert route.path and route.methods, f"{route!r} has no path or methods to classify"
+        for method in route.methods:
+            routes.add((method, route.path))
+    return routes
+
+
+def test_every_route_is_classified_and_the_table_names_only_routes(manager):
+    routes = app_routes(manager)
+    # HEAD is answered as GET where the framework adds it; a route of its own (Ollama's HEAD /) is listed.
+    unclassified = sorted(
+        r for r in routes if r not in ROUTE_ACCESS and not (r[0] == "HEAD" and ("GET", r[1]) in ROUTE_ACCESS)
+    )
+    assert unclassified == [], "classify these routes in engine/server/access.py (ROUTE_ACCESS)"
+    assert sorted(set(ROUTE_ACCESS) - routes) == [], "ROUTE_ACCESS names routes the app does not have"
+    for (method, path), access in ROUTE_ACCESS.items():
+        assert route_access(method, concrete(path)) is access, (method, path)
+
+
+def test_the_issues_inference_and_admin_routes_are_in_their_class():
+    for method, path in [
+        ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/embeddings"), ("GET", "/v1/models"),
+        ("POST", "/v1/responses"), ("POST", "/v1/messages"), ("POST", "/api/chat"), ("POST", "/api/generate"),
+        ("POST", "/api/embed"), ("POST", "/api/embeddings"), ("POST", "/api/show"), ("GET", "/api/tags"),
+        ("GET", "/api/ps"), ("GET", "/api/version"),
+    ]:  # fmt: skip
+        assert route_access(method, path) is Access.INFERENCE, path
+    for method, path in [
+        ("POST", "/api/docs/collections"), ("POST", "/api/docs/search"), ("POST", "/api/models/import"),
+        ("POST", "/api/models/load"), ("POST", "/api/models/unload"), ("POST", "/api/downloads"),
+        ("POST", "/api/remotes"), ("DELETE", "/api/models/some/model"), ("DELETE", "/api/delete"), ("POST", "/api/pull"),
+        ("GET", "/api/models"), ("GET", "/api/fit"), ("GET", "/api/hub/search"), ("GET", "/no/such/route"),
+    ]:  # fmt: skip
+        assert route_access(method, path) is Access.ADMIN, path
+
+
+def test_an_inference_key_gets_403_on_every_admin_route(split):
+    for (method, path), access in ROUTE_ACCESS.items():
+        if access is not Access.ADMIN:
+            continue
+        r = split.request(method, concrete(path), json={}, headers=bearer(INFERENCE_KEY))
+        assert r.status_code == 403, (method, path, r.text)
+        body = r.json()
+        message = body["error"] if isinstance(body["error"], str) else body["error"]["message"]
+        assert message == "This key can only run models; admin routes need the admin key."
+        assert split.request(method, concrete(path), json={}).status_code == 401, (method, path)
+    # Ollama's clients read their own error shape.
+    assert split.post("/api/pull", json={"model": "a/b"}, headers=bearer(INFERENCE_KEY)).json() == {
+        "error": "This key can only run models; admin routes need the admin key."
+    }
+
+
+def test_an_inference_key_learns_nothing_about_paths_or_routes(split, starter_path, tmp_path):
+    answers = {
+        split.post("/api/models/load", json={"model": model}, headers=bearer(INFERENCE_KEY)).text
+        for model in (str(starter_path), str(tmp_path / "missing.gguf"), "/etc/passwd")
+    }
+    answers |= {split.post("/api/no/such/route", json={}, headers=bearer(INFERENCE_KEY)).text}
+    assert len(answers) == 1  # the same 403, whatever exists
+    assert split.post("/api/no/such/route", json={}, headers=bearer(ADMIN_KEY)).status_code == 404
+
+
+def test_an_inference_key_runs_models_in_every_dialect(split):
+    key = bearer(INFERENCE_KEY)
+    assert split.get("/v1/models", headers=key).status_code == 200
+    assert split.get("/api/tags", headers=key).status_code == 200
+    r = split.post(
+        "/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 2,
+            "temperature": 0,
+        },
+        headers=key,
+    )
+    assert r.status_code == 200, r.text
+    r = split.post(
+        "/api/generate",
+        json={"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
+        headers=key,
+    )
+    assert r.status_code == 200, r.text
+    r = split.post(
+        "/v1/messages",
+        json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]},
+        headers={"x-api-key": INFERENCE_KEY, "anthropic-version": "2023-06-01"},
+    )
+    assert r.status_code == 200, r.text
+    wrong = split.post(
+        "/v1/messages", json={}, headers={"x-api-key": "wrong", "anthropic-version": "2023-06-01"}
+    )
+    assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+
+
+def test_the_admin_key_works_everywhere(split):
+    key = bearer(ADMIN_KEY)
+    assert split.get("/api/models", headers=key).status_code == 200
+    assert split.get("/api/remotes", headers=key).status_code == 200
+    assert split.get("/api/docs/collections", headers=key).status_code == 200
+    assert split.get("/v1/models", headers=key).status_code == 200
+    r = split.post(
+        "/api/generate",
+        json={"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
+        headers=key,
+    )
+    assert r.status_code == 200, r.text
+    assert split.get("/health").status_code == 200  # open to all
+
+
+def test_a_single_api_key_still_opens_every_route(manager):
+    with client_for(manager, api_keys=("only-key",)) as client:
+        for path in ("/api/models", "/api/remotes", "/v1/models", "/api/tags"):
+            assert client.get(path, headers=bearer("only-key")).status_code == 200, path
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, headers=bearer("wrong")).status_code == 401, path
+
+
+def test_an_admin_key_alone_guards_only_the_admin_routes(manager):
+    with client_for(manager, admin_keys=(ADMIN_KEY,)) as client:
+        assert client.get("/v1/models").status_code == 200
+        assert client.get("/api/models").status_code == 401
+        assert client.get("/api/models", headers=bearer(ADMIN_KEY)).status_code == 200
+
+
+def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HEARTH_API_KEY", "HEARTH_ADMIN_KEY"))}
+    return subprocess.run(
+        [sys.executable, "-m", "engine.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **(env or {})},
+    )
+
+
+def test_serving_another_address_without_a_key_is_refused():
+    from engine.worker.net import free_port
+
+    done = serve("--host", "0.0.0.0", "--port", str(free_port("0.0.0.0")))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "0.0.0.0" in lines[0] and "HEARTH_API_KEY" in lines[0] and "--insecure-no-key" in lines[0]
+
+
+def test_the_keys_and_hosts_reach_the_settings():
+    from engine.cli import build_parser
+    from engine.commands.serve import server_settings
+
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--api-key",
+            "a",
+            "--admin-key",
+            "b",
+            "--allowed-host",
+            "hearth.lan",
+            "--allowed-host",
+            "box",
+        ]
+    )
+    settings = server_settings(args, {"HEARTH_API_KEYS": "c, d", "HEARTH_ADMIN_KEY": "e"})
+    assert settings.api_keys == ("a", "c", "d")
+    assert settings.admin_keys == ("b", "e")
+    assert settings.allowed_hosts == ("hearth.lan", "box")
+
+
+def test_windows_binds_the_port_for_the_worker_alone():
+    import socket
+
+    from engine.worker.net import listen_options
+
+    assert listen_options("win32", exclusive=-5) == ((socket.SOL_SOCKET, -5, 1),)
+    assert (
+        listen_options("win32", exclusive=None) == ()
+    )  # never SO_REUSEADDR there: it lets others bind the port
+    assert listen_options("linux") == ((socket.SOL_SOCKET, socket.SO_REUSEADDR, 1),)
