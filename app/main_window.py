@@ -10,6 +10,7 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QStackedWidget, QVBoxLayout, QWidget
 
 from app.chat.controller import ChatController
+from app.disk_full import DiskFullNotice
 from app.icons import app_icon
 from app.net.api import HearthApi
 from app.net.engine import EngineController, EngineState
@@ -75,6 +76,7 @@ class MainWindow(QMainWindow):
         self.on_engine_state(engine.state)
         if store.problem:
             self.banner.show_message(store.problem, level="error")
+        self.disk_full = DiskFullNotice(store, self.banner, self)
         from app.pages.docs_panel import install_docs
 
         self.docs = install_docs(self)
@@ -132,4 +134,5 @@ class MainWindow(QMainWindow):
         self.chats.settings_panel.apply_now()
         self.controller.stop_all()  # each answer keeps its text, saved now
         self.agent.close()
+        self.disk_full.close()
         super().closeEvent(event)

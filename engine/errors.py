@@ -66,6 +66,32 @@ class EmbeddingsUnsupported(InvalidRequest):
         )
 
 
+class SchemaTooComplex(InvalidRequest):
+    """A JSON schema (response format or tool parameters) is over a limit that keeps its grammar fast
+    (engine.limits); the message names the limit."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+
+
+class GrammarTooSlow(HearthError):
+    """Masking the vocabulary with a request's grammar took longer than one step may; the request ends."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(
+            f"The output grammar took over {seconds:g} s to check one token, so the request was stopped; "
+            "simplify the JSON schema (fewer nested repetitions in its patterns)."
+        )
+
+
+class RequestCancelled(HearthError):
+    """The client went away, so the work done for it was stopped; nobody reads this error."""
+
+    def __init__(self) -> None:
+        super().__init__("The request was cancelled because the client disconnected.")
+
+
 class BackendUnavailable(HearthError):
     """A backend cannot run here (missing package, no GPU, wrong platform)."""
 
@@ -256,6 +282,9 @@ __all__ = [
     "ContextLengthExceeded",
     "InvalidRequest",
     "EmbeddingsUnsupported",
+    "SchemaTooComplex",
+    "RequestCancelled",
+    "GrammarTooSlow",
     "BackendUnavailable",
     "Overloaded",
     "HubError",

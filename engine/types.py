@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import InvalidRequest
+from engine.limits import check_schema, check_stops
 
 if TYPE_CHECKING:  # engine.tools imports this module; only annotations refer back to it
     from engine.tools.parsers import ToolCallDelta
@@ -79,6 +80,7 @@ class SamplingParams:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if any(not isinstance(s, str) for s in stop):
             raise InvalidRequest("'stop' must be a string or a list of strings.", param="stop")
+        check_stops(stop)
         object.__setattr__(self, "stop", tuple(s for s in stop if s))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         bias = self.logit_bias
@@ -128,6 +130,10 @@ class ResponseFormat:
 
     type: Literal["text", "json_object", "json_schema"] = "text"
     schema: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.type == "json_schema":
+            check_schema(self.schema, param="response_format")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,16 @@
 """ChatStore: chats, messages and their stats in SQLite, through SQLAlchemy.
 
 Every method is one short transaction; an answer that streams is written with
-:meth:`ChatStore.update_message` every half second, so a crash keeps what was shown.
+:meth:`ChatStore.update_message` every half second, so a crash keeps what was shown. When the disk
+is full that write is held in memory, listeners of :meth:`ChatStore.on_disk_full` are told, and the
+next write (or :meth:`ChatStore.flush`) that finds room saves it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from app.store.recovery import (
     StoreTooNew,
     classify,
     copy_chats,
+    is_disk_full,
     keep_damaged_copy,
     remove_database,
     stamp,
@@ -103,6 +107,9 @@ def _stats_values(stats: AnswerStats) -> dict:
         "dropped_messages": stats.dropped_messages,
         "error": stats.error,
     }
+
+
+_STATS_FIELDS = frozenset(_stats_values(AnswerStats()))
 
 
 def _apply_stats(row: MessageRow, stats: AnswerStats) -> None:
@@ -189,6 +196,10 @@ class ChatStore:
         else:
             self._merge_unsaved(folder)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._unsaved: dict[int, dict] = {}  # message id -> values a full disk held back
+        self._write_lock = threading.Lock()
+        self._disk_full = False
+        self._listeners: list[Callable[[bool], None]] = []
 
     def _open_side_file(self, folder: Path, busy_timeout: float) -> Engine:
         side = folder / f"chats-unsaved-{stamp()}.db"
@@ -310,7 +321,7 @@ class ChatStore:
     def messages(self, chat_id: int) -> list[MessageRecord]:
         with self.session() as s:
             rows = s.scalars(select(MessageRow).where(MessageRow.chat_id == chat_id).order_by(MessageRow.id))
-            return [_message(r) for r in rows]
+            return [self._unsaved_record(_message(r)) for r in rows]
 
     def add_message(
         self,
@@ -341,22 +352,84 @@ class ChatStore:
     ) -> None:
         """Rewrite a message (a streaming answer, twice a second): one UPDATE, no ORM load; ``steps``
         (its thinking and tool calls so far) with it when given. A message deleted meanwhile (its chat
-        was deleted while answering) is left alone."""
+        was deleted while answering) is left alone. When the disk is full the new text is kept in
+        memory (and shown by :meth:`messages`) until a later write or :meth:`flush` finds room."""
         values = {"content": content, **(_stats_values(stats) if stats is not None else {})}
         if steps is not None:
             values["steps"] = steps.to_json()
-        with self.engine.begin() as connection:
-            connection.execute(update(MessageRow).where(MessageRow.id == message_id).values(**values))
+        self._write(message_id, values)
 
     def save_steps(self, message_id: int, steps: AnswerSteps) -> bool:
         """Keep an answer's thinking and tool calls (rewritten as each step finishes); False when
         the message is gone."""
-        stmt = update(MessageRow).where(MessageRow.id == message_id).values(steps=steps.to_json())
-        with self.engine.begin() as connection:
-            return connection.execute(stmt).rowcount > 0
+        return self._write(message_id, {"steps": steps.to_json()})
+
+    # -- writes a full disk holds back ----------------------------------------------------------
+    @property
+    def disk_full(self) -> bool:
+        """Whether the last write of an answer failed for want of disk space (its text is in memory)."""
+        return self._disk_full
+
+    def on_disk_full(self, listener: Callable[[bool], None]) -> Callable[[], None]:
+        """Call ``listener(True)`` when an answer cannot be saved because the disk is full, and
+        ``listener(False)`` once everything held back is saved; returns a function that stops it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def flush(self) -> bool:
+        """Write what a full disk held back; True when nothing is left unsaved."""
+        with self._write_lock:
+            if not self._unsaved:
+                return True
+            return self._flush_locked() is not None
+
+    def _write(self, message_id: int, values: dict) -> bool:
+        with self._write_lock:
+            self._unsaved[message_id] = {**self._unsaved.get(message_id, {}), **values}
+            found = self._flush_locked()
+            return found is None or message_id in found
+
+    def _flush_locked(self) -> set[int] | None:
+        """Write every held-back message; the ids of those that exist, or None when the disk is full."""
+        found: set[int] = set()
+        try:
+            with self.engine.begin() as connection:
+                for mid, values in self._unsaved.items():
+                    if connection.execute(update(MessageRow).where(MessageRow.id == mid).values(**values)).rowcount:
+                        found.add(mid)
+        except DBAPIError as exc:
+            if not is_disk_full(exc):
+                raise
+            if not self._disk_full:
+                log.error("the disk is full: %d answers are kept in memory until it has room (%s)", len(self._unsaved), exc.orig)
+                self._set_disk_full(True)
+            return None
+        self._unsaved.clear()
+        if self._disk_full:
+            log.info("the disk has room again: every answer held in memory is saved")
+            self._set_disk_full(False)
+        return found
+
+    def _set_disk_full(self, full: bool) -> None:
+        self._disk_full = full
+        for listener in list(self._listeners):
+            listener(full)
+
+    def _unsaved_record(self, record: MessageRecord) -> MessageRecord:
+        """``record`` with what a full disk held back of it."""
+        held = self._unsaved.get(record.id)
+        if not held:
+            return record
+        stats = record.stats
+        if stats is not None:
+            stats = replace(stats, **{k: v for k, v in held.items() if k in _STATS_FIELDS})
+        return replace(record, content=held.get("content", record.content), stats=stats)
 
     def steps(self, message_id: int) -> AnswerSteps | None:
         """An answer's thinking and tool calls; None when it had none."""
+        held = self._unsaved.get(message_id, {})
+        if "steps" in held:
+            return _steps(message_id, held["steps"])
         with self.engine.connect() as connection:
             text = connection.execute(select(MessageRow.steps).where(MessageRow.id == message_id)).scalar()
         return _steps(message_id, text)
@@ -367,6 +440,7 @@ class ChatStore:
         with self.engine.connect() as connection:
             rows = connection.execute(stmt).all()
         found = {mid: _steps(mid, text) for mid, text in rows}
+        found.update({mid: _steps(mid, held["steps"]) for mid, held in list(self._unsaved.items()) if "steps" in held and mid in found})
         return {mid: s for mid, s in found.items() if s is not None}
 
     def thinking(self, chat_id: int) -> dict[int, str]:
@@ -381,6 +455,8 @@ class ChatStore:
             s.execute(delete(MessageRow).where(MessageRow.chat_id == chat_id, cond))
 
     def close(self) -> None:
+        if self._unsaved and not self.flush():
+            log.error("the disk is still full: %d answers could not be saved", len(self._unsaved))
         self.engine.dispose()
 
 

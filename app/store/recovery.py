@@ -11,6 +11,7 @@ The app starts either way and says what happened; no chat is ever lost without a
 
 from __future__ import annotations
 
+import errno
 import logging
 import sqlite3
 import time
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 UNSAVED_GLOB = "chats-unsaved-*.db"
 COMPANIONS = ("-wal", "-shm", "-journal")
 # SQLite's primary result codes (sqlite3 errors carry them since Python 3.11).
-SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 5, 6, 11, 26
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = 5, 6, 11, 13, 26
 _MAX_PROBES = 100_000  # ids looked up one by one past damage when the table's last id is unknown
 
 
@@ -56,6 +57,15 @@ def classify(exc: BaseException) -> type[Exception] | None:
     if primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
         return StoreDamaged
     return None
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether SQLite failed for want of disk space (SQLITE_FULL, or the OS's ENOSPC/EDQUOT)."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == SQLITE_FULL
+    return isinstance(orig, OSError) and orig.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 def stamp() -> str:
@@ -192,6 +202,7 @@ __all__ = [
     "UNSAVED_GLOB",
     "classify",
     "copy_chats",
+    "is_disk_full",
     "keep_damaged_copy",
     "remove_database",
     "stamp",

@@ -29,6 +29,7 @@ from engine.errors import (
     Overloaded,
     ProviderNotFound,
     RemoteAuthFailed,
+    SchemaTooComplex,
     RemoteFailed,
     RemoteStreamCut,
     RemoteTimeout,
@@ -69,6 +70,8 @@ def response_for(exc: Exception) -> JSONResponse:
         return error_response(404, str(exc), "invalid_request_error", param="model", code="model_not_found")
     if isinstance(exc, ContextLengthExceeded):
         return error_response(400, str(exc), "invalid_request_error", param="messages", code="context_length_exceeded")
+    if isinstance(exc, SchemaTooComplex):
+        return error_response(400, str(exc), "invalid_request_error", param=exc.param, code="schema_too_complex")
     if isinstance(exc, InvalidRequest):
         return error_response(400, str(exc), "invalid_request_error", param=exc.param, code="invalid_value")
     if isinstance(exc, Overloaded):

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.limits import check_schema
 from engine.tools.spec import ToolChoice, ToolSpec
 
 # The markup the constrained output is written in, per family: (prefix, suffix, separator, arguments key).
@@ -133,6 +134,8 @@ def tool_call_constraint(
     if choice is None or not choice.forced or not tools:
         return None
     allowed = tuple(t for t in tools if choice.mode == "required" or t.name == choice.name)
+    for t in allowed:  # a forced call is a grammar: refuse parameters that would make it explode
+        check_schema(t.parameters, param="tools", what=f"The parameters of tool '{t.name}'")
     prefix, suffix, sep, key = _MARKUP.get(fmt, _MARKUP["generic"])
     return ToolCallConstraint(
         fmt=fmt if fmt in _MARKUP else "generic",
