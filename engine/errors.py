@@ -279,6 +279,7 @@ __all__ = [
     "HearthError",
     "ModelNotFound",
     "ModelLoadError",
+    "AmbiguousModel",
     "ContextLengthExceeded",
     "InvalidRequest",
     "EmbeddingsUnsupported",
@@ -302,4 +303,3 @@ __all__ = [
     "RemoteStreamCut",
     "ProviderNotFound",
 ]
-    "AmbiguousModel",
