@@ -156,3 +156,23 @@ def test_a_provider_cannot_take_the_owner_of_a_local_model_name(tmp_path, starte
         assert err.value.param == "name"
     store.add("HuggingFace", "http://h:1/v1")  # another owner is fine
     assert [p.name for p in store.list()] == ["HuggingFace"]
+
+
+def test_hearth_chat_takes_a_local_name_before_a_providers(tmp_path, starter_path, monkeypatch):
+    """`hearth chat --model OWNER/NAME`: a local model of that name answers, even with a provider OWNER."""
+    from engine.catalog.registry import ModelRegistry
+    from engine.commands.chat import _open_remote
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    ProviderStore().add("acme", "http://127.0.0.1:9/v1")  # before the local model took the owner
+    registry = ModelRegistry(tmp_path, register_starter=False)
+    try:
+        registry.register(starter_path, name="acme/smollm2:Q4")
+    finally:
+        registry.close()
+    assert _open_remote("acme/smollm2:Q4") is None  # the local model: opened by open_model
+    chat, _ = _open_remote("acme/other-model")
+    try:
+        assert chat.name == "acme/other-model" and chat.remote_id == "other-model"
+    finally:
+        chat.close()
