@@ -96,6 +96,23 @@ def private_file(path: Path) -> Path:
     return path
 
 
+def user_path(text: str, *, param: str = "path") -> Path:
+    """A path a person (or a client) gave, with ``~`` expanded.
+
+    Raises:
+        InvalidRequest: no file can have it: a NUL character, or ``~name`` where no user has that name.
+    """
+    from engine.errors import InvalidRequest
+
+    if "\0" in text:
+        raise InvalidRequest(f"'{param}' holds a NUL character, which no file name can; check the path.", param=param)
+    try:
+        return Path(text).expanduser()
+    except RuntimeError as exc:  # pathlib's word for "~name names no user here"
+        user = text.split("/", 1)[0]
+        raise InvalidRequest(f"'{param}' starts with {user!r}, but no user of this machine has that name; check the path.", param=param) from exc
+
+
 def hearth_home() -> Path:
     """The data folder (created on first use, private to its owner). HEARTH_HOME overrides the platform default."""
     env = os.environ.get("HEARTH_HOME")

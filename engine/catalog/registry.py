@@ -279,8 +279,12 @@ def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> Lo
     try:
         return registry.resolve(name)
     except ModelNotFound:
-        path = Path(name).expanduser()
-        if path.exists() and (path.suffix.lower() == ".gguf" or path.is_dir()):
+        try:
+            path = Path(name).expanduser()
+            found = path.exists() and (path.suffix.lower() == ".gguf" or path.is_dir())
+        except (RuntimeError, ValueError):  # "~name" naming no user, a NUL: no file has such a name
+            found = False
+        if found:
             from engine.catalog.metadata import read_model_metadata
 
             try:

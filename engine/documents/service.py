@@ -20,6 +20,7 @@ from engine.documents.search import fuse, search
 from engine.documents.types import CollectionInfo, IndexProgress, SearchHit
 from engine.documents.watcher import FolderWatcher
 from engine.errors import HearthError, InvalidRequest
+from engine.paths import user_path
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class DocumentService:
         """
         if not paths:
             raise InvalidRequest("Give at least one file or folder to add.", param="paths")
-        resolved = [Path(p).expanduser() for p in paths]
+        resolved = [user_path(str(p), param="paths") for p in paths]
         missing = [str(p) for p in resolved if not p.exists()]
         if missing:
             raise InvalidRequest(f"{missing[0]} does not exist; check the path.", param="paths")

@@ -142,6 +142,8 @@ def fit_model(
     """
     from engine.catalog.registry import resolve_model
 
+    if not name.strip():
+        raise InvalidRequest("'model' is empty; name a local model or a hub repo as OWNER/REPO[:VARIANT].", param="model")
     for value, what in ((n_ctx, "ctx"), (n_seq, "parallel")):
         if value is not None and value < 1:
             raise InvalidRequest(f"'{what}' must be at least 1.", param=what)

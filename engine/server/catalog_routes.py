@@ -4,11 +4,12 @@ imports and deletions. The app reaches the catalog only through these endpoints.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from fastapi import APIRouter, Request
 
+from engine.catalog.hub import check_repo_id
 from engine.errors import InvalidRequest, ModelLoadError
+from engine.paths import user_path
 from engine.server.admin_routes import _model_entry
 from engine.server.schemas import DownloadBody, ImportBody
 
@@ -64,6 +65,7 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
 
     if ctx is not None and ctx < 256:
         raise InvalidRequest("'ctx' must be at least 256 tokens.", param="ctx")
+    check_repo_id(repo, param="repo")
     hub = _catalog(request).hub
 
     def work():
@@ -113,6 +115,7 @@ async def downloads(request: Request) -> dict:
 @router.post("/downloads")
 async def start_download(request: Request, body: DownloadBody) -> dict:
     manager = _catalog(request).downloads
+    check_repo_id(body.repo, param="repo")
     job = await asyncio.to_thread(manager.start, body.repo, body.variant)
     return _download(job.status())
 
@@ -131,7 +134,7 @@ async def control_download(request: Request, job_id: str, action: str) -> dict:
 async def import_model(request: Request, body: ImportBody) -> dict:
     registry = request.app.state.manager.registry
     try:
-        model = await asyncio.to_thread(registry.register, Path(body.path), name=body.name, source="import")
+        model = await asyncio.to_thread(registry.register, user_path(body.path), name=body.name, source="import")
     except ModelLoadError as exc:  # a path the user gave: their input, not a server fault
         raise InvalidRequest(str(exc), param="path") from exc
     return _model_entry(model, "not-loaded")
@@ -143,4 +146,8 @@ async def delete_model(request: Request, name: str) -> dict:
     model = await asyncio.to_thread(manager.registry.resolve, name)
     await asyncio.to_thread(manager.unload, model.name)
     await asyncio.to_thread(manager.registry.remove, model.name, delete_files=True)
+    if model.origin:  # another app's model: only Hearth's entry goes
+        from engine.catalog.other_apps_sync import owner_sentence
+
+        return {"deleted": model.name, "files_kept": True, "origin": model.origin, "message": owner_sentence(model)}
     return {"deleted": model.name}

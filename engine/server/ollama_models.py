@@ -228,11 +228,15 @@ def pull_target(name: str) -> tuple[str, str | None]:
         repo = repo.removesuffix(":latest")
     if variant is not None and variant.lower() == "latest":
         variant = None
-    if repo.count("/") != 1 or not all(repo.split("/")):
+    from engine.catalog.hub import check_repo_id
+
+    try:
+        check_repo_id(repo)
+    except InvalidRequest as exc:
         raise InvalidRequest(
-            f"'{name}' is not a Hugging Face repo; pull models as owner/repo or owner/repo:VARIANT (e.g. a GGUF repo).",
+            f"'model' names no Hugging Face repo ('{name}'); pull models as owner/repo or owner/repo:VARIANT (e.g. a GGUF repo).",
             param="model",
-        )
+        ) from exc
     return repo, variant
 
 

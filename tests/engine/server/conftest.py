@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,25 +17,36 @@ from tests.engine.server.fuzzing import SPEC, OpenAISchemas, load_yaml
 __all__ = ["API_KEY", "MODEL", "SPEC", "Server"]
 
 API_KEY = "test-key-123"
+ROOT = Path(__file__).resolve().parents[3]
 MODEL = "smollm2-135m-instruct"
 
 
 class Server:
-    def __init__(self, *args: str, api_key: str | None = API_KEY) -> None:
+    def __init__(
+        self, *args: str, api_key: str | None = API_KEY, env: dict[str, str] | None = None, cwd=None, log: Path | None = None
+    ) -> None:
         self.port = free_port()
         self.api_key = api_key
-        env = {**os.environ}
+        env = {**os.environ, **(env or {})}
         env.pop("HEARTH_API_KEY", None)
         cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), "--model", MODEL, *args]
         if api_key:
             cmd += ["--api-key", api_key]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if cwd is not None:  # `python -m engine.cli` still finds the engine from another folder
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        # A long run logs more than a pipe holds: to a file, or the server would block on a full pipe.
+        out = open(log, "w") if log is not None else subprocess.PIPE  # noqa: SIM115 - the server's for its life
+        self.log = log
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE, text=True, env=env, cwd=cwd)
+        if log is not None:
+            out.close()  # the server holds its own copy
         self.root = f"http://127.0.0.1:{self.port}"
         self.base_url = f"{self.root}/v1"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"hearth serve exited: {self.proc.stderr.read()}")
+                said = self.log.read_text() if self.log is not None else self.proc.stderr.read()
+                raise RuntimeError(f"hearth serve exited: {said}")
             try:
                 if httpx.get(f"{self.root}/health", timeout=1).status_code == 200:
                     return

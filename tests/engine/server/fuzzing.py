@@ -9,6 +9,12 @@ checked: never a 5xx, never a hang, a request the document allows is accepted (s
 ``positive_data_acceptance``), every error has OpenAI's shape, every streamed chunk validates against
 OpenAI's stream schema.
 
+A third run, :func:`every_operation_spec`, covers every operation of ``/openapi.json`` (the Hub, download,
+document, remote and admin routes among them) with the server-error check only: whatever a client sends,
+the answer is never a 5xx. There the server's hub is the local stand-in (tests/hubserver.py), so nothing
+reaches the internet, and the few fields that would act on the machine are pinned (the folders a document
+collection reads, the address of a remote provider).
+
 Used by tests/engine/server/test_fuzz.py (a bounded run) and benchmarks/fuzz.py (a long one).
 """
 
@@ -223,6 +229,106 @@ def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
     return doc
 
 
+# The one repo of the hub stand-in a fuzzed server talks to (a real, tiny GGUF).
+HUB_REPO = "FuzzOrg/Tiny-GGUF"
+REMOTE_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, a refusal comes at once
+
+
+def hub_stand_in(folder: Path):
+    """The hub stand-in (not started) with :data:`HUB_REPO`, its file made in ``folder``."""
+    import gguf
+    import numpy as np
+
+    from tests.hubserver import FakeHub, HubFile, HubRepo
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tiny.Q4_K_M.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_context_length(256)
+    w.add_embedding_length(8)
+    w.add_head_count(1)
+    w.add_tensor("token_embd.weight", np.zeros(64, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    files = [HubFile("README.md", b"# tiny\n", lfs=False), HubFile(path.name, path.read_bytes())]
+    return FakeHub([HubRepo(HUB_REPO, files, tags=["gguf", "llama"])])
+
+
+def every_operation_env(home: Path, hub_url: str) -> dict[str, str]:
+    """The environment of a server fuzzed on every operation: its own data folder, the hub stand-in."""
+    return {"HEARTH_HOME": str(home), "HF_ENDPOINT": hub_url, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": ""}
+
+
+# Fields that make a model generate, bounded (a case must stay quick) wherever they appear.
+_GENERATION_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict")
+
+
+def _schema_with(doc: dict, ref_or_schema: dict) -> dict:
+    ref = ref_or_schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+        return doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    return ref_or_schema
+
+
+def _body_schema(doc: dict, method: str, path: str) -> dict | None:
+    op = doc["paths"].get(path, {}).get(method)
+    if not op:
+        return None
+    content = op.get("requestBody", {}).get("content", {})
+    media = content.get("application/json") or next(iter(content.values()), None)
+    return _schema_with(doc, media["schema"]) if media and "schema" in media else None
+
+
+def every_operation_spec(spec: dict, *, docs_folder: str, remote_url: str, hub_repo: str) -> dict:
+    """The server's own document, every operation of it, for the server-error check.
+
+    Args:
+        docs_folder: The one folder a document collection may read (a fuzzed path could be ``/``).
+        remote_url: The one address a remote provider may have (nothing may be asked of the network).
+        hub_repo: A repo the hub stand-in has: hub names are that one or anything at all.
+    """
+    doc = copy.deepcopy(spec)
+    doc.pop("security", None)
+    for item in doc["paths"].values():
+        for op in item.values():
+            if isinstance(op, dict):
+                op.pop("security", None)
+    collection = _body_schema(doc, "post", "/api/docs/collections")
+    if collection is not None:
+        # The fuzz's own folder, or names that cannot leave the server's (empty) working folder: no '/',
+        # no '.', no '~'; NUL characters among them.
+        elsewhere = {"type": "string", "pattern": "^[A-Za-z0-9 _\\x00-]{1,12}$"}
+        collection["properties"]["paths"] = {
+            "type": "array", "minItems": 1, "maxItems": 2, "items": {"anyOf": [{"enum": [docs_folder]}, elsewhere]},
+        }  # fmt: skip
+    remote = _body_schema(doc, "post", "/api/remotes")
+    if remote is not None:
+        remote["properties"]["url"] = {"enum": [remote_url]}
+    real = {"type": "string", "enum": [hub_repo]}
+    download = _body_schema(doc, "post", "/api/downloads")
+    if download is not None:
+        download["properties"]["repo"] = {"anyOf": [real, download["properties"]["repo"]]}
+    pull = _body_schema(doc, "post", "/api/pull")
+    if pull is not None:
+        for key in ("model", "name"):
+            if key in pull.get("properties", {}):
+                pull["properties"][key] = {"anyOf": [real, pull["properties"][key]]}
+    for param in doc["paths"].get("/api/hub/variants", {}).get("get", {}).get("parameters", []):
+        if param["name"] == "repo":
+            param["schema"] = {"anyOf": [real, param["schema"]]}
+    for node in _nodes(doc["components"].get("schemas", {})):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            for key in _GENERATION_LIMITS:
+                if key in props:
+                    props[key] = _bounded_int(1, MAX_TOKENS)
+    _cap_sizes(doc)
+    return doc
+
+
 def _error_key(response) -> str:
     """What tells one refusal from another: the error's param and code."""
     try:
@@ -331,9 +437,10 @@ def fuzz(
     base_url: str,
     *,
     headers: dict[str, str],
-    openai: OpenAISchemas,
+    openai: OpenAISchemas | None,
     max_examples: int | dict[str, int],
     conformance: bool,
+    server_errors_only: bool = False,
     seed: int | None = 0,
     timeout: float = 120.0,
     deadline: float | None = None,
@@ -347,6 +454,8 @@ def fuzz(
         max_examples: Cases per operation, or per operation by HTTP method (``{"POST": 40, "GET": 5}``).
         conformance: Also check status codes, content types and bodies against ``schema_doc``'s
             documented responses (the server's own document documents its errors; OpenAI's does not).
+        server_errors_only: Check only that no answer is a 5xx (or a hang): for every operation of the
+            server, whose dialects answer errors in their own shapes.
         seed: None draws new cases each run; otherwise the same cases every run.
         timeout: Seconds a response may take before it counts as a hang.
         deadline: ``time.monotonic()`` after which no new case is started.
@@ -363,7 +472,11 @@ def fuzz(
 
     findings = findings or Findings()
     schema = schemathesis.openapi.from_dict(schema_doc)
-    checks = [not_a_server_error, oa.positive_data_acceptance, *response_checks(openai)]
+    if server_errors_only:
+        checks = [not_a_server_error]
+    else:
+        assert openai is not None, "the OpenAI checks need OpenAI's schemas"
+        checks = [not_a_server_error, oa.positive_data_acceptance, *response_checks(openai)]
     if conformance:
         checks += [oa.status_code_conformance, oa.content_type_conformance, oa.response_schema_conformance]
     session = requests.Session()

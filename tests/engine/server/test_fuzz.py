@@ -1,5 +1,6 @@
 """A bounded fuzz run of the OpenAI endpoints against a real `hearth serve` (fuzzing.py says what is
-checked); benchmarks/fuzz.py runs the same for as long as asked."""
+checked), and of every operation of its /openapi.json for server errors, with the Hub stand-in behind
+it; benchmarks/fuzz.py runs the same for as long as asked."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import httpx
 import pytest
 
 from tests.engine.server import fuzzing
-from tests.engine.server.conftest import MODEL
+from tests.engine.server.conftest import MODEL, Server
 
 # Per operation; the same cases every run (hypothesis derandomized): about 50 per document. On a busy
 # machine an operation stops starting cases after SECONDS, once it has run AT_LEAST (an idle machine
@@ -15,6 +16,9 @@ from tests.engine.server.conftest import MODEL
 EXAMPLES = {"POST": 15, "GET": 3}
 SECONDS = 30
 AT_LEAST = 5
+# Every operation of the server's own document, for server errors only: about 380 cases, 25 s idle.
+EVERY_EXAMPLES = 10
+EVERY_SECONDS = 10
 
 
 def fuzz(server, doc: dict, openai_spec: dict, *, conformance: bool, base_url: str) -> fuzzing.Findings:
@@ -51,3 +55,78 @@ def test_requests_from_the_servers_own_document_conform_to_it(server, openai_spe
     doc = fuzzing.app_spec_for_hearth(served, MODEL)
     findings = fuzz(server, doc, openai_spec, conformance=True, base_url=server.root)
     assert_clean(server, findings, at_least=3 * AT_LEAST)
+
+
+@pytest.fixture(scope="module")
+def hub_backed_server(tmp_path_factory):
+    """A `hearth serve` of its own: its own data folder, the Hub stand-in as its hub, started in an
+    empty folder (a fuzzed relative path finds nothing of the repository)."""
+    tmp = tmp_path_factory.mktemp("fuzz-every")
+    docs = tmp / "docs"
+    docs.mkdir()
+    (docs / "otters.txt").write_text("Sea otters hold hands while they sleep.\n")
+    with fuzzing.hub_stand_in(tmp / "hub") as hub:
+        work = tmp / "cwd"
+        work.mkdir()
+        server = Server("--ctx", "2048", env=fuzzing.every_operation_env(tmp / "home", hub.url), cwd=work, log=tmp / "serve.log")
+        server.docs = docs
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+def test_an_empty_model_in_fit_is_a_400_naming_the_field(hub_backed_server):
+    r = httpx.get(f"{hub_backed_server.root}/api/fit", params={"model": ""}, headers=hub_backed_server.headers, timeout=30)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "model" and "'model'" in error["message"]
+    assert "/" not in error["message"].split(";")[0]  # no path of the server's folder in it
+
+
+@pytest.mark.parametrize("name", ["owner/re po", "owner/name--x", "owner/" + "n" * 100, "owner/.name"])
+def test_a_pull_the_hub_client_would_reject_is_a_400_naming_the_field(hub_backed_server, name):
+    r = httpx.post(f"{hub_backed_server.root}/api/pull", json={"model": name}, headers=hub_backed_server.headers, timeout=30)
+    assert r.status_code == 400, r.text
+    assert "'model'" in r.json()["error"]
+
+
+@pytest.mark.parametrize(("route", "field"), [("/api/hub/variants", "repo"), ("/api/downloads", "repo")])
+def test_a_repo_name_the_hub_client_would_reject_is_a_400_naming_the_field(hub_backed_server, route, field):
+    url = f"{hub_backed_server.root}{route}"
+    h = hub_backed_server.headers
+    r = httpx.get(url, params={"repo": "owner/re po"}, headers=h, timeout=30) if route.endswith("variants") else (
+        httpx.post(url, json={"repo": "owner/re po"}, headers=h, timeout=30)
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize(("route", "body", "field"), [
+    ("/api/models/import", {"path": "~no-such-user-here/model.gguf"}, "path"),  # benchmarks/fuzz.py found it (a 500)
+    ("/api/models/import", {"path": "model\u0000.gguf"}, "path"),
+    ("/api/docs/collections", {"name": "c", "paths": ["~no-such-user-here/notes"]}, "paths"),
+    ("/api/docs/collections", {"name": "c", "paths": ["notes\u0000"]}, "paths"),
+])  # fmt: skip
+def test_a_path_no_file_can_have_is_a_400_naming_the_field(hub_backed_server, route, body, field):
+    r = httpx.post(f"{hub_backed_server.root}{route}", json=body, headers=hub_backed_server.headers, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
+@pytest.mark.slow
+def test_every_operation_of_the_servers_document_answers_without_a_server_error(hub_backed_server):
+    server = hub_backed_server
+    served = httpx.get(f"{server.root}/openapi.json", headers=server.headers, timeout=30).json()
+    doc = fuzzing.every_operation_spec(served, docs_folder=str(server.docs), remote_url=fuzzing.REMOTE_URL, hub_repo=fuzzing.HUB_REPO)
+    operations = {f"{m.upper()} {p}" for p, item in doc["paths"].items() for m in item if m != "parameters"}
+    assert {"POST /api/pull", "GET /api/fit", "POST /api/downloads", "GET /api/hub/variants", "GET /api/hub/search"} <= operations
+    findings = fuzzing.fuzz(
+        doc, server.root, headers=server.headers, openai=None, max_examples=EVERY_EXAMPLES, conformance=False,
+        server_errors_only=True, seconds_per_operation=EVERY_SECONDS, min_examples=3,
+    )  # fmt: skip
+    assert not findings.failures, findings.summary()
+    assert set(findings.by_operation) == operations, findings.summary()  # every operation was fuzzed
+    assert findings.statuses.get(200) and not any(s >= 500 for s in findings.statuses), findings.summary()
+    assert server.proc.poll() is None, "the worker died"
+    assert httpx.get(f"{server.root}/health", timeout=10).json()["status"] == "ok"
