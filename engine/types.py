@@ -249,6 +249,7 @@ class ModelSpec:
     name: str
     path: Path
     format: ModelFormat = "gguf"
+    chat_template: str | None = None  # replaces the file's own template (an Ollama model's, translated)
 
 
 __all__ = [

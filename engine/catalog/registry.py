@@ -7,14 +7,16 @@ and short names for the starter model and imported files.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Boolean, DateTime, Integer, String, create_engine, select
+from sqlalchemy import Boolean, DateTime, Engine, Integer, String, Text, create_engine, inspect, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from engine.errors import AmbiguousModel, InvalidRequest, ModelLoadError, ModelNotFound
@@ -38,7 +40,7 @@ class ModelRow(Base):
     variant: Mapped[str | None] = mapped_column(String, nullable=True)
     path: Mapped[str] = mapped_column(String)
     format: Mapped[str] = mapped_column(String, default="gguf")
-    source: Mapped[str] = mapped_column(String, default="import")  # starter | hub | import
+    source: Mapped[str] = mapped_column(String, default="import")  # starter | hub | import | other-app
     size_bytes: Mapped[int] = mapped_column(Integer, default=0)
     quantization: Mapped[str | None] = mapped_column(String, nullable=True)
     architecture: Mapped[str | None] = mapped_column(String, nullable=True)
@@ -47,6 +49,23 @@ class ModelRow(Base):
     has_chat_template: Mapped[bool] = mapped_column(Boolean, default=False)
     sha256: Mapped[str | None] = mapped_column(String, nullable=True)
     added_at: Mapped[datetime] = mapped_column(DateTime, default=lambda: datetime.now(UTC))
+    # Another app's model, read in place (engine.catalog.other_apps): ollama | lmstudio | jan | gpt4all | hf-cache
+    origin: Mapped[str | None] = mapped_column(String, nullable=True, index=True)
+    # JSON: what its owner says about it (Ollama's manifest, params, system, translated template; the mmproj)
+    origin_info: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+# Columns added after the first release: an older registry.db gets them on open (create_all adds no columns).
+_ADDED_COLUMNS = {"origin": "VARCHAR", "origin_info": "TEXT"}
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    present = {c["name"] for c in inspect(engine).get_columns("models")}
+    with engine.begin() as conn:
+        for name, sql_type in _ADDED_COLUMNS.items():
+            if name not in present:
+                conn.execute(text(f"ALTER TABLE models ADD COLUMN {name} {sql_type}"))
+                log.info("registry: added the column %s", name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +86,21 @@ class LocalModel:
     has_chat_template: bool = False
     sha256: str | None = None
     added_at: datetime | None = None
+    origin: str | None = None
+    origin_info: Mapping[str, object] | None = None
+
+    @property
+    def chat_template(self) -> str | None:
+        """A chat template that replaces the file's own: an Ollama model's translated template."""
+        info = self.origin_info or {}
+        template = info.get("template")
+        return template if info.get("template_source") == "ollama" and isinstance(template, str) else None
 
     @property
     def spec(self) -> ModelSpec:
-        return ModelSpec(name=self.name, path=self.path, format=self.format)  # type: ignore[arg-type]
+        return ModelSpec(
+            name=self.name, path=self.path, format=self.format, chat_template=self.chat_template  # type: ignore[arg-type]
+        )
 
     @classmethod
     def from_row(cls, row: ModelRow) -> LocalModel:
@@ -89,6 +119,8 @@ class LocalModel:
             has_chat_template=row.has_chat_template,
             sha256=row.sha256,
             added_at=row.added_at,
+            origin=row.origin,
+            origin_info=json.loads(row.origin_info) if row.origin_info else None,
         )
 
 
@@ -152,6 +184,7 @@ class ModelRegistry:
         self.home.mkdir(parents=True, exist_ok=True)
         self.engine = create_engine(f"sqlite:///{private_file(self.home / 'registry.db')}", future=True)
         Base.metadata.create_all(self.engine)
+        _add_missing_columns(self.engine)
         self._lock = threading.Lock()
         if register_starter:
             self.ensure_starter()
@@ -184,8 +217,13 @@ class ModelRegistry:
         variant: str | None = None,
         sha256: str | None = None,
         replace: bool = False,
+        origin: str | None = None,
+        origin_info: Mapping[str, object] | None = None,
     ) -> LocalModel:
         """Add a model file or folder; metadata is read from its GGUF header or config.json.
+
+        ``origin`` marks another app's model, registered where it lies: its path is kept as found (the
+        Hugging Face cache's snapshot links are not resolved to their blobs).
 
         Raises:
             ModelLoadError: the path is missing or not a model Hearth can read.
@@ -193,7 +231,8 @@ class ModelRegistry:
         """
         from engine.catalog.metadata import read_model_metadata
 
-        path = Path(path).expanduser().resolve()
+        path = Path(path).expanduser()
+        path = path.absolute() if origin else path.resolve()
         check_importable(path)
         meta = read_model_metadata(path)
         if name is None:
@@ -217,6 +256,10 @@ class ModelRegistry:
             row.context_length = meta.context_length
             row.has_chat_template = meta.has_chat_template
             row.sha256 = sha256
+            row.origin = origin
+            row.origin_info = json.dumps(dict(origin_info)) if origin_info else None
+            if origin_info and origin_info.get("template_source") == "ollama":
+                row.has_chat_template = True
             s.commit()
             return LocalModel.from_row(row)
 
@@ -248,7 +291,8 @@ class ModelRegistry:
         raise ModelNotFound(name)
 
     def remove(self, name: str, *, delete_files: bool = False) -> LocalModel:
-        """Unregister ``name`` (and delete its files when they are Hearth's own downloads).
+        """Unregister ``name`` (and delete its files when they are Hearth's own downloads). Another app's
+        model is only forgotten, and stays forgotten when that app's models are looked at again.
 
         Raises:
             ModelNotFound: nothing local has that name.
@@ -259,6 +303,11 @@ class ModelRegistry:
             if row is not None:
                 s.delete(row)
                 s.commit()
+        if model.origin:
+            from engine.catalog.other_apps_sync import dismiss
+
+            dismiss(self, model.origin, model.name)
+            return model  # another app's files: never deleted
         if delete_files and model.source == "hub" and model.path.exists():
             delete_model_files(model.path, stop_at=self.home / "models")
         return model

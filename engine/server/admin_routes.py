@@ -12,6 +12,20 @@ from engine.server.schemas import LoadBody
 router = APIRouter(prefix="/api")
 
 
+def _origin_entry(m) -> dict:
+    """Another app's model: which app, the mmproj beside it, and for Ollama's its defaults and template."""
+    from engine.catalog.other_apps import ORIGINS
+
+    info = m.origin_info or {}
+    return {
+        "origin": m.origin,
+        "origin_label": ORIGINS.get(m.origin, m.origin) if m.origin else None,
+        "mmproj": info.get("mmproj"),
+        "defaults": info.get("defaults"),
+        "template_source": info.get("template_source"),
+    }
+
+
 def _model_entry(m, state: str) -> dict:
     return {
         "name": m.name,
@@ -27,12 +41,17 @@ def _model_entry(m, state: str) -> dict:
         "context_length": m.context_length,
         "has_chat_template": m.has_chat_template,
         "state": state,
+        **_origin_entry(m),
     }
 
 
 @router.get("/models")
 async def models(request: Request) -> dict:
+    from engine.catalog.other_apps_sync import refresh
+
     manager = request.app.state.manager
+    # models the other apps pulled or deleted since the last listing appear or go (no restart, no watcher)
+    await asyncio.to_thread(refresh, manager.registry)
     local = await asyncio.to_thread(manager.available)
     return {"models": [_model_entry(m, manager.state(m.name)) for m in local]}
 

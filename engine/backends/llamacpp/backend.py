@@ -57,7 +57,9 @@ class LlamaCppBackend:
             raise ModelLoadError(str(model.path), "the llama.cpp backend loads only GGUF files.")
         check_gguf_file(model.path)
         plan = plan_llamacpp_load(model.path, options)  # context, slots, KV type and GPU layers that fit
-        self.model = GGUFModel(model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split)
+        self.model = GGUFModel(
+            model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split, chat_template=model.chat_template
+        )
         self.spec = model
         self.plan = plan
         n_ctx, n_seq = plan.n_ctx, plan.n_seq

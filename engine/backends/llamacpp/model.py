@@ -71,12 +71,16 @@ class GGUFModel:
         path: The .gguf file (the first part, for split files).
         n_gpu_layers: Layers to offload to a GPU when llama.cpp was built with one.
         tensor_split: Layers per GPU on a machine with several (empty: llama.cpp's own split).
+        chat_template: A Jinja template used instead of the file's own (an Ollama model's, translated).
     """
 
-    def __init__(self, path: Path, *, n_gpu_layers: int = 0, tensor_split: Sequence[float] = ()) -> None:
+    def __init__(
+        self, path: Path, *, n_gpu_layers: int = 0, tensor_split: Sequence[float] = (), chat_template: str | None = None
+    ) -> None:
         _init_llama_backend()
         check_gguf_file(path)
         self.path = path
+        self._template_source = chat_template
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.use_extra_bufts = _extra_buffers_allowed()
@@ -168,7 +172,7 @@ class GGUFModel:
 
     @cached_property
     def chat_template(self) -> ChatTemplate:
-        source = self.meta("tokenizer.chat_template")
+        source = self._template_source or self.meta("tokenizer.chat_template")
         bos = self.token_text(self.bos_id) if self.bos_id >= 0 else ""
         eos = self.token_text(self.eos_id) if self.eos_id >= 0 else ""
         return ChatTemplate(source, bos_token=bos, eos_token=eos)

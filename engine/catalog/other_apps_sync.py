@@ -1,0 +1,212 @@
+"""Other apps' models in Hearth's registry: registered in place when the user accepts them, kept in step
+with their owners (a model the other app pulls appears, one it deletes disappears), and forgotten for good
+when the user removes one from Hearth.
+
+The state lives beside the registry's table in registry.db: which apps' models the user accepted
+(``other_app_watched``) and which of their models the user removed (``other_app_dismissed``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import String, delete, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from engine.catalog.other_apps import ORIGINS, FoundModel, OtherAppRoots, scan_other_apps
+from engine.catalog.registry import LocalModel, ModelRegistry, ModelRow
+from engine.errors import HearthError
+
+log = logging.getLogger(__name__)
+_sync_lock = threading.Lock()  # two model listings at once must not register the same model twice
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class WatchedOrigin(_Base):
+    __tablename__ = "other_app_watched"
+
+    origin: Mapped[str] = mapped_column(String, primary_key=True)
+
+
+class DismissedModel(_Base):
+    __tablename__ = "other_app_dismissed"
+
+    origin: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+
+
+def _session(registry: ModelRegistry) -> Session:
+    _Base.metadata.create_all(registry.engine)
+    return Session(registry.engine)
+
+
+def owner_sentence(model: LocalModel) -> str:
+    """What `hearth rm` and the API say after forgetting another app's model."""
+    label = ORIGINS.get(model.origin or "", model.origin or "another app")
+    return f"Removed {model.name} from Hearth; its files at {model.path} belong to {label} and were left in place."
+
+
+def dismiss(registry: ModelRegistry, origin: str, name: str) -> None:
+    """Remember that the user removed ``name``: later scans leave it out."""
+    with _session(registry) as s:
+        if s.get(DismissedModel, (origin, name)) is None:
+            s.add(DismissedModel(origin=origin, name=name))
+            s.commit()
+
+
+def watched_origins(registry: ModelRegistry) -> set[str]:
+    with _session(registry) as s:
+        return set(s.scalars(select(WatchedOrigin.origin)))
+
+
+def origin_info(found: FoundModel) -> dict[str, object]:
+    """What the registry keeps of a found model: its owner's name, the mmproj, and for Ollama the manifest,
+    the defaults and the chat template (translated, or the GGUF's own, saying which)."""
+    info: dict[str, object] = {"owner_name": found.name}
+    if found.mmproj is not None:
+        info["mmproj"] = str(found.mmproj)
+    if found.origin != "ollama":
+        return info
+    info["manifest"] = str(found.manifest) if found.manifest else None
+    defaults = dict(found.params)
+    if found.system:
+        defaults["system"] = found.system
+    info["defaults"] = defaults
+    info["template_source"] = "gguf"
+    if found.template:
+        from engine.catalog.go_template import UnsupportedTemplate, translate
+        from engine.chat_template import ChatTemplate, ChatTemplateError
+
+        try:
+            jinja = translate(found.template, default_system=found.system).jinja
+            ChatTemplate(jinja).render(_PROBE)  # a translation that cannot render is no use
+        except (UnsupportedTemplate, ChatTemplateError) as exc:
+            info["template_note"] = f"Ollama's template was not translated ({exc}); the GGUF's own template is used."
+        else:
+            info["template_source"] = "ollama"
+            info["template"] = jinja
+            info["ollama_template"] = found.template
+    return info
+
+
+def _probe():
+    from engine.types import ChatMessage
+
+    return (ChatMessage("system", "s"), ChatMessage("user", "u"), ChatMessage("assistant", "a"), ChatMessage("user", "v"))
+
+
+_PROBE = _probe()
+
+
+def register_found(registry: ModelRegistry, found: FoundModel) -> LocalModel:
+    """Register ``found`` in place under its owner's name (its entry is refreshed if already there).
+
+    Raises:
+        InvalidRequest: a model of Hearth's own (or of another app) already has that name.
+        ModelLoadError: the file is not a model Hearth can read.
+    """
+    from engine.errors import InvalidRequest
+
+    existing = registry.get(found.name)
+    info = origin_info(found)
+    if existing is not None:
+        if existing.origin != found.origin:
+            raise InvalidRequest(f"A model named '{found.name}' is already registered; remove it to use the {found.label} one.")
+        if existing.path == found.path.absolute() and dict(existing.origin_info or {}) == info:
+            return existing
+    return registry.register(
+        found.path,
+        name=found.name,
+        source="other-app",
+        origin=found.origin,
+        origin_info=info,
+        replace=existing is not None,
+    )
+
+
+@dataclass(slots=True)
+class SyncResult:
+    """What a scan did to the registry."""
+
+    registered: list[LocalModel] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    skipped: list[tuple[FoundModel, str]] = field(default_factory=list)  # with the reason, one sentence
+
+
+def accept(registry: ModelRegistry, found: list[FoundModel], *, watch: bool = True) -> SyncResult:
+    """Register ``found`` (the user said yes); their apps are watched from now on and models removed
+    earlier are taken back."""
+    result = SyncResult()
+    with _sync_lock:
+        with _session(registry) as s:
+            for f in found:
+                s.execute(delete(DismissedModel).where(DismissedModel.origin == f.origin, DismissedModel.name == f.name))
+            if watch:
+                for origin in {f.origin for f in found}:
+                    s.merge(WatchedOrigin(origin=origin))
+            s.commit()
+        for f in found:
+            try:
+                result.registered.append(register_found(registry, f))
+            except HearthError as exc:
+                result.skipped.append((f, str(exc)))
+    return result
+
+
+def _gone(model: LocalModel) -> bool:
+    manifest = (model.origin_info or {}).get("manifest")
+    return not model.path.exists() or (isinstance(manifest, str) and not Path(manifest).exists())
+
+
+def refresh(registry: ModelRegistry, roots: OtherAppRoots | None = None) -> SyncResult:
+    """Keep the registry in step with the other apps: forget models their owners deleted, and register
+    the new models of the apps the user accepted (those the user removed from Hearth stay out).
+
+    Cheap when nothing changed: the manifests and folders are listed, and only a new model's header is read.
+    """
+    result = SyncResult()
+    with _sync_lock:
+        foreign = [m for m in registry.list() if m.origin]
+        gone = [m.name for m in foreign if _gone(m)]
+        if gone:
+            with Session(registry.engine) as s:
+                s.execute(delete(ModelRow).where(ModelRow.name.in_(gone)))
+                s.commit()
+            log.info("forgot %d models their apps deleted: %s", len(gone), ", ".join(gone))
+            result.removed = gone
+        origins = watched_origins(registry)
+        if not origins:
+            return result
+        with _session(registry) as s:
+            dismissed = {(d.origin, d.name) for d in s.scalars(select(DismissedModel))}
+        known = {m.name: m for m in registry.list()}
+        for f in scan_other_apps(roots, origins=tuple(sorted(origins))):
+            if (f.origin, f.name) in dismissed:
+                continue
+            mine = known.get(f.name)
+            if mine is not None and (mine.origin != f.origin or mine.path == f.path.absolute()):
+                continue
+            try:
+                result.registered.append(register_found(registry, f))
+            except HearthError as exc:
+                log.info("skipped %s from %s: %s", f.name, f.label, exc)
+                result.skipped.append((f, str(exc)))
+    return result
+
+
+def new_models(registry: ModelRegistry, found: list[FoundModel]) -> list[FoundModel]:
+    """Those of ``found`` not registered yet (by name and origin)."""
+    known = {(m.origin, m.name) for m in registry.list() if m.origin}
+    return [f for f in found if (f.origin, f.name) not in known]
+
+
+__all__ = [
+    "SyncResult", "accept", "dismiss", "new_models", "origin_info", "owner_sentence", "refresh", "register_found",
+    "watched_origins",
+]  # fmt: skip
