@@ -11,9 +11,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "models",
         help="list local models (and remote providers' models)",
-        description="List the models on this machine, and those of the remote providers (`hearth remote`) as NAME/MODEL.",
+        description="List the models on this machine, and those of the remote providers (`hearth remote`) as NAME/MODEL. "
+        "Models of other apps (Ollama, LM Studio, Jan, GPT4All, the Hugging Face cache) are listed with their origin "
+        "once --scan has added them; their files stay where they are.",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--scan",
+        action="store_true",
+        help="look for the models of Ollama, LM Studio, Jan, GPT4All and the Hugging Face cache, and use them in place",
+    )
+    p.add_argument("--yes", "-y", action="store_true", help="with --scan: use what is found without asking")
     p.set_defaults(run=run)
 
 
@@ -44,11 +52,63 @@ def _remote_notes(statuses: list) -> None:
             print(f"note: {s.error} Its models are not listed.", file=sys.stderr)
 
 
+def _scan(args: argparse.Namespace, registry) -> int:
+    """`hearth models --scan`: find other apps' models, and register them with --yes or a yes on a terminal."""
+    from engine.catalog.other_apps import scan_other_apps, summary
+    from engine.catalog.other_apps_sync import accept, new_models
+
+    found = new_models(registry, scan_other_apps())
+    if args.json and not args.yes:
+        print(json.dumps([f.to_dict() | {"registered": False} for f in found], indent=2))
+        return 0
+    if not found:
+        if args.json:
+            print("[]")
+        else:
+            print("No new models from other apps were found.")
+        return 0
+    if not args.json:
+        print(summary(found))
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("Pass --yes to use them in Hearth (their files stay where they are).")
+            return 1
+        if input("Use them in Hearth? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("Nothing added.")
+            return 1
+    result = accept(registry, found)
+    skipped = {f.name: reason for f, reason in result.skipped}
+    if args.json:
+        print(json.dumps([f.to_dict() | {"registered": f.name not in skipped} for f in found], indent=2))
+        return 0
+    for name, reason in skipped.items():
+        print(f"note: {name} was skipped: {reason}", file=sys.stderr)
+    print(f"Added {len(result.registered)} models; their files stay where they are. List them with `hearth models`.")
+    return 0
+
+
+def _origin_details(m) -> dict:
+    """An other app's model: its mmproj and, for Ollama's, the defaults and which chat template is used."""
+    if not m.origin:
+        return {}
+    info = m.origin_info or {}
+    out = {"mmproj": info.get("mmproj")}
+    if m.origin == "ollama":
+        out |= {"defaults": info.get("defaults") or {}, "template_source": info.get("template_source")}
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.backend_choice import choose_backend
+    from engine.catalog.other_apps import ORIGINS
+    from engine.catalog.other_apps_sync import refresh
     from engine.catalog.registry import ModelRegistry
 
-    models = ModelRegistry().list()
+    registry = ModelRegistry()
+    if args.scan:
+        return _scan(args, registry)
+    refresh(registry)  # models the other apps pulled or deleted since the last look
+    models = registry.list()
     remote = _remote_statuses()
     if args.json:
         print(
@@ -63,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
                         "architecture": m.architecture,
                         "context_length": m.context_length,
                         "source": m.source,
+                        "origin": m.origin,
+                        "origin_label": ORIGINS.get(m.origin) if m.origin else None,
                         "backend": choose_backend(m.format).backend,
+                        **_origin_details(m),
                     }
                     for m in models
                 ]
@@ -92,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     width = max([len(m.name) for m in models] + [len(m.id) for _, m in remote_models], default=0)
     for m in models:
         backend = choose_backend(m.format).backend
-        print(f"{m.name:<{width}}  {m.format:<11} {m.quantization or '-':<8} {human_size(m.size_bytes):>9}  {backend}")
+        origin = f"  {ORIGINS.get(m.origin, m.origin)}" if m.origin else ""
+        print(f"{m.name:<{width}}  {m.format:<11} {m.quantization or '-':<8} {human_size(m.size_bytes):>9}  {backend:<9}{origin}")
     for provider, m in remote_models:
         print(f"{m.id:<{width}}  {'remote':<11} {'-':<8} {'-':>9}  {provider.name} at {provider.base_url}")
     _remote_notes(remote)

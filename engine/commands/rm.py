@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     model = registry.resolve(args.name)
     if model.source == "starter":
         raise InvalidRequest("The starter model ships with Hearth and cannot be removed.")
-    deletes = model.source == "hub"
+    deletes = model.source == "hub" and not model.origin
     if not args.yes:
         if not sys.stdin.isatty():
             raise InvalidRequest(f"Pass --yes to remove '{model.name}' without being asked.")
@@ -34,7 +34,11 @@ def run(args: argparse.Namespace) -> int:
             print("Nothing removed.")
             return 1
     registry.remove(model.name, delete_files=deletes)
-    if deletes:
+    if model.origin:
+        from engine.catalog.other_apps_sync import owner_sentence
+
+        print(owner_sentence(model))
+    elif deletes:
         print(f"Removed {model.name} and deleted its files.")
     else:
         print(f"Removed {model.name}; its files at {model.path} were left in place.")

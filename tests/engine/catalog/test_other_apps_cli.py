@@ -1,0 +1,76 @@
+"""`hearth models --scan`, `hearth models` and `hearth rm` on other apps' models: the CLI's own entry point
+in this process (fast), and `hearth rm` as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from tests.engine.catalog.other_apps_fixtures import link, lmstudio_folder, ollama_store
+
+LMS_NAME = "lmstudio-community/SmolLM2-135M-Instruct-GGUF:Q4_1"
+
+
+@pytest.fixture
+def env(tmp_path: Path, starter_path: Path, monkeypatch) -> dict[str, str]:
+    ollama, lmstudio = tmp_path / "ollama", tmp_path / "lmstudio"
+    ollama_store(ollama, starter_path)
+    lmstudio_folder(lmstudio, starter_path, link(starter_path, tmp_path / "proj" / "mmproj.gguf"))
+    home = tmp_path / "user"  # never the real home: every root is named or lies under this one
+    values = {
+        "HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "HEARTH_HOME": str(tmp_path / "hearth"),
+        "OLLAMA_MODELS": str(ollama), "HEARTH_LMSTUDIO_MODELS": str(lmstudio), "HF_HUB_CACHE": str(home / "hf"),
+    }  # fmt: skip
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    for name in ("HF_HOME", "HEARTH_JAN_MODELS", "HEARTH_GPT4ALL_MODELS"):
+        monkeypatch.delenv(name, raising=False)
+    return dict(os.environ)
+
+
+def hearth(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().out
+
+
+def test_scan_register_list_and_remove(env, capsys, starter_path: Path):
+    code, out = hearth(capsys, "models", "--scan", "--json")
+    assert code == 0
+    found = {f["name"]: f for f in json.loads(out)}
+    assert set(found) == {"smollm2:135m", LMS_NAME}
+    assert found["smollm2:135m"]["origin"] == "ollama" and not found["smollm2:135m"]["registered"]
+
+    code, out = hearth(capsys, "models", "--scan")  # no terminal, no --yes: says what it found and how to add it
+    size = sum(f["size_bytes"] for f in found.values()) / 1e9
+    assert code == 1
+    assert out.splitlines()[0] == f"Found 2 models from Ollama and LM Studio ({size:.1f} GB)."
+    assert "--yes" in out
+    _, out = hearth(capsys, "models", "--json")
+    assert not [m for m in json.loads(out) if m["origin"]]  # nothing registered without a yes
+
+    code, out = hearth(capsys, "models", "--scan", "--yes")
+    assert code == 0 and "Added 2 models" in out
+    _, out = hearth(capsys, "models", "--json")
+    models = {m["name"]: m for m in json.loads(out)}
+    ollama_model = models["smollm2:135m"]
+    assert (ollama_model["origin"], ollama_model["origin_label"], ollama_model["template_source"]) == ("ollama", "Ollama", "ollama")
+    assert models[LMS_NAME]["mmproj"].endswith("mmproj-SmolLM2-135M-F16.gguf")
+    assert models[LMS_NAME]["origin_label"] == "LM Studio"
+    assert os.stat(ollama_model["path"]).st_ino == os.stat(starter_path).st_ino
+    _, out = hearth(capsys, "models")
+    assert next(line for line in out.splitlines() if line.startswith("smollm2:135m ")).rstrip().endswith("Ollama")
+
+    removed = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "rm", "smollm2:135m", "--yes"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.strip().endswith("belong to Ollama and were left in place.")
+    assert Path(ollama_model["path"]).is_file()
+    _, out = hearth(capsys, "models")
+    assert "smollm2:135m" not in out and LMS_NAME in out
