@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 import jinja2
 from jinja2 import meta as jinja_meta
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 from engine.errors import InvalidRequest
 from engine.types import ChatMessage
@@ -33,8 +35,71 @@ CHATML_TEMPLATE = (
 )
 
 
+# The budget of one render: a template is code from a model file, and a recursive macro or a huge loop
+# must end with a clear error instead of holding the request thread (and the memory) for ever.
+RENDER_SECONDS = 2.0
+RENDER_MAX_CHARS = 4_000_000  # characters of output (a prompt past any model's context)
+
+# The conversation a template is tried on when its model loads.
+_PROBE = (
+    ChatMessage("system", "You are a helpful assistant."),
+    ChatMessage("user", "Hello"),
+    ChatMessage("assistant", "Hi! How can I help?"),
+    ChatMessage("user", "Tell me a joke."),
+)
+
+
 class ChatTemplateError(InvalidRequest):
     """The model's chat template failed or was refused by the sandbox."""
+
+
+class ChatTemplateTooCostly(ChatTemplateError):
+    """The model's chat template recursed too deeply, ran too long or wrote too much (see the budget above)."""
+
+
+_render_state = threading.local()
+
+
+def _check_budget() -> None:
+    deadline = getattr(_render_state, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise ChatTemplateTooCostly(
+            f"The model's chat template ran for over {_render_state.seconds:g} s and was stopped; "
+            "use a raw prompt or another model."
+        )
+
+
+def _budgeted_range(*args: int) -> Iterator[int]:
+    for i in safe_range(*args):  # the sandbox's own range, which refuses more than MAX_RANGE items
+        _check_budget()
+        yield i
+
+
+def _too_long(n: int) -> ChatTemplateTooCostly:
+    return ChatTemplateTooCostly(
+        f"The model's chat template wrote {n} characters, over the limit of {RENDER_MAX_CHARS}; "
+        "use a raw prompt or another model."
+    )
+
+
+class _BudgetedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, with the render's deadline checked at every call, and repetition bounded by size."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja2's own signature
+        _check_budget()
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def call_binop(self, context, operator, left, right):
+        _check_budget()
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > RENDER_MAX_CHARS:
+                    raise _too_long(len(seq) * times)
+        if operator == "**" and isinstance(right, (int, float)) and abs(right) > 1024:
+            raise ChatTemplateTooCostly("The model's chat template raised a number to a huge power; use another model.")
+        return super().call_binop(context, operator, left, right)
 
 
 def _raise_exception(message: str) -> None:
@@ -73,9 +138,13 @@ class ChatTemplate:
         source: The Jinja source, or None to use the ChatML fallback.
         bos_token: The model's beginning-of-sequence text, passed to the template.
         eos_token: The model's end-of-sequence text, passed to the template.
+        render_seconds: How long one render may run.
     """
 
-    def __init__(self, source: str | None, *, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(
+        self, source: str | None, *, bos_token: str = "", eos_token: str = "", render_seconds: float = RENDER_SECONDS
+    ) -> None:
+        self.render_seconds = render_seconds
         self.is_fallback = not source
         if self.is_fallback:
             log.info("model has no chat template; using ChatML")
@@ -85,10 +154,11 @@ class ChatTemplate:
 
     @cached_property
     def _env(self) -> ImmutableSandboxedEnvironment:
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=None)
+        env = _BudgetedSandbox(trim_blocks=True, lstrip_blocks=True, loader=None)
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
+        env.globals["range"] = _budgeted_range
         return env
 
     @cached_property
@@ -121,20 +191,41 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         **extra: Any,
     ) -> str:
-        """Render messages to the prompt text the model expects.
+        """Render messages to the prompt text the model expects, within ``render_seconds`` and
+        :data:`RENDER_MAX_CHARS`.
 
         Raises:
+            ChatTemplateTooCostly: the template recursed too deeply, ran too long or wrote too much.
             ChatTemplateError: the template raised, failed, or tried something the sandbox forbids.
         """
         payload = [message_payload(m) for m in messages]
+        template = self._template
+        _render_state.seconds = self.render_seconds
+        _render_state.deadline = time.monotonic() + self.render_seconds
         try:
-            return self._template.render(
+            pieces, size = [], 0
+            for piece in template.generate(
                 messages=payload,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
                 **extra,
-            )
+            ):
+                size += len(piece)
+                if size > RENDER_MAX_CHARS:
+                    raise _too_long(size)
+                pieces.append(piece)
+            return "".join(pieces)
+        except ChatTemplateError:
+            raise
+        except RecursionError as exc:
+            raise ChatTemplateTooCostly(
+                "The model's chat template recursed too deeply and was stopped; use a raw prompt or another model."
+            ) from exc
+        except MemoryError as exc:
+            raise ChatTemplateTooCostly(
+                "The model's chat template ran out of memory and was stopped; use a raw prompt or another model."
+            ) from exc
         except SecurityError as exc:
             raise ChatTemplateError(
                 f"The model's chat template tried an unsafe operation and was refused ({exc}); "
@@ -144,6 +235,27 @@ class ChatTemplate:
             raise ChatTemplateError(f"The model's chat template failed: {exc}.") from exc
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             raise ChatTemplateError(f"The model's chat template failed: {exc}.") from exc
+        finally:
+            _render_state.deadline = None
+
+    def check(self) -> None:
+        """Render a short conversation, as a model load does before serving the template.
+
+        A template may refuse a conversation on purpose (no system role, say): that is left for the
+        requests to report. One that runs past the render budget on it is unusable.
+
+        Raises:
+            ChatTemplateTooCostly: the template recursed too deeply, ran too long or wrote too much.
+        """
+        try:
+            self.render(_PROBE, add_generation_prompt=True)
+        except ChatTemplateTooCostly:
+            raise
+        except ChatTemplateError as exc:
+            log.debug("the chat template refused the probe conversation: %s", exc)
 
 
-__all__ = ["ChatTemplate", "ChatTemplateError", "CHATML_TEMPLATE", "message_payload"]
+__all__ = [
+    "ChatTemplate", "ChatTemplateError", "ChatTemplateTooCostly", "CHATML_TEMPLATE", "RENDER_SECONDS",
+    "RENDER_MAX_CHARS", "message_payload",
+]  # fmt: skip
