@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -110,11 +110,14 @@ class Backend(Protocol):
         """The token ids the request's prompt (or rendered chat) is computed from."""
         ...
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
-        """Embeddings of ``texts`` and the tokens they took.
+    def embed(
+        self, texts: Sequence[str], *, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[list[list[float]], int]:
+        """Embeddings of ``texts`` and the tokens they took; ``cancelled`` says whether the caller has gone.
 
         Raises:
             EmbeddingsUnsupported: the backend cannot embed with this model (``info.can_embed`` is False).
+            RequestCancelled: ``cancelled`` said so before all were done.
         """
         ...
 

@@ -19,12 +19,15 @@ class LlamaCppOptions:
         kv_unified: One KV buffer shared by every slot instead of one per slot (a prefix copy moves no data).
         memory_budget: Bytes of RAM the load plan may use (tests, small machines); None: what the machine has
             free now, GPUs included.
+        grammar_mask_budget: Seconds one step may spend masking a request's vocabulary with its grammar
+            before that request ends with an error (the others go on).
     """
 
     prefill_chunk: int = 256
     flash_attn: bool = True
     kv_unified: bool = False
     memory_budget: int | None = None
+    grammar_mask_budget: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)

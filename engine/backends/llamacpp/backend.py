@@ -5,19 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 import llama_cpp
 import psutil
 
-from engine.backends.base import BackendStats, LoadOptions, ModelInfo, ModelSpec
+from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.backends.runtime import RequestStream
-from engine.errors import ContextLengthExceeded, ModelLoadError
+from engine.chat_template import ChatTemplateTooCostly
+from engine.errors import ContextLengthExceeded, ModelLoadError, RequestCancelled
 from engine.fit.plan import LoadPlan, prefill_block
 from engine.tools import RenderedChat, render_request
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
@@ -25,6 +27,8 @@ from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_WAITING = 64
+# Seconds of embedding done on the decode thread between two decode steps (at least one text each time).
+EMBED_SLICE_SECONDS = 0.02
 
 
 def default_threads() -> int:
@@ -50,6 +54,7 @@ class LlamaCppBackend:
         self._embed_ctx = None
         self._embed_lock = threading.Lock()
         self._n_threads = 1
+        self._mask_budget = LlamaCppOptions().grammar_mask_budget
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
         options = options or LoadOptions()
@@ -60,11 +65,18 @@ class LlamaCppBackend:
         self.model = GGUFModel(
             model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split, chat_template=model.chat_template
         )
+        try:
+            self.model.chat_template.check()  # code from the file: one that never finishes is refused here
+        except ChatTemplateTooCostly as exc:
+            self.model.close()
+            self.model = None
+            raise ModelLoadError(str(model.path), str(exc)) from exc
         self.spec = model
         self.plan = plan
         n_ctx, n_seq = plan.n_ctx, plan.n_seq
         self._n_threads = options.n_threads or default_threads()
         own = options.llamacpp
+        self._mask_budget = own.grammar_mask_budget
         try:
             self.loop = DecodeLoop(
                 self.model,
@@ -147,7 +159,7 @@ class LlamaCppBackend:
             grammar = tool_call_grammar(rendered.constraint)
         else:
             grammar = grammar_for(request.response_format)
-        sampler = SequenceSampler(model, request.params, grammar)
+        sampler = SequenceSampler(model, request.params, grammar, mask_budget=self._mask_budget)
         seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
             loop.submit(seq)
@@ -165,19 +177,40 @@ class LlamaCppBackend:
         if self.loop is not None:
             self.loop.cancel_all()
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+    def embed(
+        self, texts: Sequence[str], *, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[list[list[float]], int]:
         """Mean-pooled, L2-normalised embeddings of ``texts`` and the tokens they took.
+
+        The texts are embedded on the decode thread in slices of about :data:`EMBED_SLICE_SECONDS`, each
+        between two decode steps, so a long list never holds up the requests that are generating.
+
+        Args:
+            texts: The texts.
+            cancelled: Whether the caller has gone, asked between two slices.
 
         Raises:
             ContextLengthExceeded: one text is longer than the context.
+            RequestCancelled: ``cancelled`` said so.
         """
         model, loop = self._require()
-        # on the decode thread, which owns llama.cpp's compute threads (see DecodeLoop.call)
-        return loop.call(lambda: self._embed(model, loop, texts))
+        out: list[list[float]] = []
+        total = 0
+        while len(out) < len(texts):
+            if cancelled is not None and cancelled():
+                raise RequestCancelled()
+            start = len(out)
+            # on the decode thread, which owns llama.cpp's compute threads (see DecodeLoop.call)
+            vectors, n_tokens = loop.call(lambda start=start: self._embed(model, loop, texts, start))
+            out.extend(vectors)
+            total += n_tokens
+        return out, total
 
-    def _embed(self, model, loop, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+    def _embed(self, model, loop, texts: Sequence[str], start: int) -> tuple[list[list[float]], int]:
+        """Embed ``texts`` from ``start`` on, one at least, until :data:`EMBED_SLICE_SECONDS` have passed."""
         import numpy as np
 
+        t0 = time.perf_counter()
         with self._embed_lock:
             if self._embed_ctx is None:
                 params = llama_cpp.llama_context_default_params()
@@ -198,7 +231,9 @@ class LlamaCppBackend:
                 )
             mem = llama_cpp.llama_get_memory(ctx)
             out, total = [], 0
-            for text in texts:
+            for text in texts[start:]:
+                if out and time.perf_counter() - t0 > EMBED_SLICE_SECONDS:
+                    break
                 if mem:
                     tokens = model.tokenize_prompt(text) or [model.bos_id]
                 else:  # an encoder (BERT and kin) has no KV memory and wants its own [CLS] ... [SEP] around the text

@@ -6,12 +6,14 @@ import ctypes
 import json
 import math
 import re
+import time
+from collections.abc import Callable
 
 import llama_cpp
 import numpy as np
 
 from engine.backends.llamacpp.model import GGUFModel
-from engine.errors import InvalidRequest
+from engine.errors import GrammarTooSlow, InvalidRequest, RequestCancelled
 from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
@@ -76,6 +78,29 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
 
 # How many of the highest-logit tokens a refused greedy draw offers the grammar before it masks the vocabulary.
 REFUSED_CANDIDATES = 256
+# Tokens the grammar masks in one llama.cpp call: between two calls a step checks its time budget and
+# whether the request was cancelled (a call itself cannot be interrupted).
+MASK_SLICE = 4096
+# Seconds one step may spend masking with a request's grammar before the request ends with an error.
+MASK_BUDGET = 0.5
+
+
+class _Budget:
+    """One draw's time budget for grammar masking, and its request's cancellation."""
+
+    __slots__ = ("started", "seconds", "cancelled")
+
+    def __init__(self, started: float, seconds: float, cancelled: Callable[[], bool] | None) -> None:
+        self.started = started
+        self.seconds = seconds
+        self.cancelled = cancelled
+
+    def check(self) -> None:
+        """Raise if the request was cancelled or the budget is spent."""
+        if self.cancelled is not None and self.cancelled():
+            raise RequestCancelled()
+        if time.perf_counter() - self.started > self.seconds:
+            raise GrammarTooSlow(self.seconds)
 
 
 class SequenceSampler:
@@ -85,11 +110,16 @@ class SequenceSampler:
         model: The model whose vocabulary the chain samples from.
         params: The request's sampling parameters.
         grammar: Optional GBNF the output must follow.
+        mask_budget: Seconds one draw may spend masking the vocabulary with the grammar.
     """
 
-    def __init__(self, model: GGUFModel, params: SamplingParams, grammar: str | None = None) -> None:
+    def __init__(
+        self, model: GGUFModel, params: SamplingParams, grammar: str | None = None, *, mask_budget: float = MASK_BUDGET
+    ) -> None:
         self.model = model
         self.params = params
+        self.mask_budget = mask_budget
+        self._budget: _Budget | None = None  # the current draw's, while it masks
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         self.chain: llama_cpp.llama_sampler_p = chain
         self._freed = False
@@ -158,16 +188,30 @@ class SequenceSampler:
         # llama_cpp annotates the result as a ctypes c_int32; ctypes hands back a Python int
         return [t for t in (llama_cpp.llama_vocab_eot(model.vocab),) if t >= 0]  # pyright: ignore[reportReturnType, reportOperatorIssue]
 
-    def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
-        """Draw the next token from the logits at batch row ``index`` (and accept it)."""
+    def sample(
+        self, ctx: llama_cpp.llama_context_p, index: int, *, cancelled: Callable[[], bool] | None = None
+    ) -> int:
+        """Draw the next token from the logits at batch row ``index`` (and accept it).
+
+        Args:
+            ctx: The context that computed the logits.
+            index: The batch row.
+            cancelled: Whether the request was cancelled, asked between two grammar mask calls.
+
+        Raises:
+            GrammarTooSlow: masking with the grammar took longer than ``mask_budget``.
+            RequestCancelled: ``cancelled`` said so while the grammar was masking.
+        """
         grammar = self.grammar
         if grammar is None and not self._argmax:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        started = time.perf_counter()
         logits = self._logits(ctx, index)
         token = self._greedy(logits) if self._argmax else self._draw(logits, mask=None)
         if grammar is None:
             return token
         if not self._allowed(grammar, token, float(logits[token])):
+            self._budget = _Budget(started, self.mask_budget, cancelled)
             token = self._draw_allowed(logits, grammar)
         llama_cpp.llama_sampler_accept(grammar, token)
         llama_cpp.llama_sampler_accept(self.chain, token)
@@ -188,16 +232,31 @@ class SequenceSampler:
 
     # llama_cpp annotates llama_sampler_apply's cur_p as an array; the C function takes a pointer (byref).
     def _draw(self, logits: np.ndarray, *, mask: llama_cpp.llama_sampler_p | None) -> int:
-        """A token drawn by the chain, after the grammar ``mask`` (if any) refuses what it does not allow."""
+        """A token drawn by the chain, after the grammar ``mask`` (if any) refuses what it does not allow
+        (within the draw's budget)."""
         view = self._view
         view["id"] = self._ids
         view["logit"] = logits
         view["p"] = 0.0
-        cur = llama_cpp.llama_token_data_array(self._cells, len(view), -1, False)
         if mask is not None:
-            llama_cpp.llama_sampler_apply(mask, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
+            self._mask(mask, len(view), self._budget)
+        cur = llama_cpp.llama_token_data_array(self._cells, len(view), -1, False)
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
         return int(cur.data[cur.selected].id)
+
+    def _mask(self, grammar: llama_cpp.llama_sampler_p, n: int, budget: _Budget | None) -> None:
+        """Refuse the tokens ``grammar`` does not allow among the first ``n`` cells, in slices of
+        :data:`MASK_SLICE` with the budget checked between them."""
+        size = ctypes.sizeof(llama_cpp.llama_token_data)
+        base = ctypes.addressof(self._cells)
+        for start in range(0, n, MASK_SLICE):
+            if budget is not None:
+                budget.check()
+            part = llama_cpp.llama_token_data_array(
+                ctypes.cast(base + start * size, ctypes.POINTER(llama_cpp.llama_token_data)),
+                min(MASK_SLICE, n - start), -1, False,
+            )  # fmt: skip
+            llama_cpp.llama_sampler_apply(grammar, ctypes.byref(part))  # pyright: ignore[reportArgumentType]
 
     def _draw_allowed(self, logits: np.ndarray, grammar: llama_cpp.llama_sampler_p) -> int:
         """A token the grammar allows, drawn as the chain would draw it from the whole masked vocabulary.
@@ -209,6 +268,8 @@ class SequenceSampler:
         """
         n = REFUSED_CANDIDATES
         if self._ranked_by_logits and self.params.greedy and n < len(logits):
+            if self._budget is not None:
+                self._budget.check()
             idx = np.argpartition(-logits, n)[:n]
             idx = idx[np.argsort(-logits[idx], kind="stable")]
             cells = (llama_cpp.llama_token_data * n)()

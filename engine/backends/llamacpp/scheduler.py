@@ -35,7 +35,7 @@ from engine.backends.base import BackendStats, common_prefix
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
-from engine.errors import Overloaded
+from engine.errors import GrammarTooSlow, Overloaded, RequestCancelled
 from engine.fit.plan import PREFILL_BLOCK_CPU
 from engine.types import FinishReason, TokenLogprob
 
@@ -429,7 +429,15 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 self._advance(s, row)
 
     def _advance(self, seq: Sequence, row: int) -> None:
-        token = seq.sampler.sample(self.ctx, row)
+        try:
+            token = seq.sampler.sample(self.ctx, row, cancelled=lambda: seq.cancelled)
+        except RequestCancelled:
+            self._finish(seq, "cancelled")
+            return
+        except GrammarTooSlow as exc:  # this request's grammar only: the others go on
+            log.warning("request %s: %s", seq.request_id, exc)
+            self._finish(seq, "error", error=str(exc))
+            return
         lp: tuple[TokenLogprob, ...] = ()
         if seq.params.logprobs is not None:
             lp = (seq.sampler.logprobs(self.ctx, row, token),)

@@ -73,8 +73,8 @@ def test_a_greedy_draw_is_what_llama_cpps_own_chain_draws_biases_included(llama_
     drawn: list[tuple[int, int]] = []
     fast = sampler.SequenceSampler.sample
 
-    def both(self, ctx, index):
-        token = fast(self, ctx, index)
+    def both(self, ctx, index, **kwargs):
+        token = fast(self, ctx, index, **kwargs)
         drawn.append((token, int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))))
         return token
 

@@ -1,0 +1,97 @@
+"""No request can stall the llama.cpp loop: a grammar past its step budget ends alone, and a long
+embedding list interleaves with the decode steps and stops when its caller goes."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import LlamaCppOptions, LoadOptions, ModelSpec
+from engine.backends.llamacpp import LlamaCppBackend
+from engine.errors import RequestCancelled
+from engine.types import ChatMessage, GenerationRequest, ResponseFormat, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def tiny_budget_backend(starter_path: Path):
+    """The starter with a grammar budget no mask can meet."""
+    backend = LlamaCppBackend()
+    options = LoadOptions(n_ctx=512, n_seq_max=2, llamacpp=LlamaCppOptions(grammar_mask_budget=0.0))
+    backend.load(ModelSpec(name="smollm2-135m-instruct", path=starter_path), options)
+    yield backend
+    backend.close()
+
+
+def test_a_grammar_past_its_step_budget_ends_its_request_with_an_error_and_the_other_goes_on(tiny_budget_backend):
+    # A sampled (not greedy) draw the grammar refuses masks the whole vocabulary: with no budget, the
+    # request ends with an error that says what to do, while a free-text request beside it answers.
+    schema = {"type": "string", "enum": ["zqxj zqxj zqxj"]}
+    constrained = GenerationRequest(
+        model="s",
+        messages=(ChatMessage("user", "Say hello."),),
+        params=SamplingParams(temperature=1.0, seed=3, max_tokens=16),
+        response_format=ResponseFormat(type="json_schema", schema=schema),
+    )
+    free = GenerationRequest(
+        model="s", prompt="The sky is", params=SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    )
+    box: list = []
+    other = threading.Thread(target=lambda: box.append(list(tiny_budget_backend.stream(free))))
+    other.start()
+    final = list(tiny_budget_backend.stream(constrained))[-1]
+    other.join(timeout=60)
+    assert final.finish_reason == "error"
+    assert final.error and "schema" in final.error
+    assert box and box[0][-1].finish_reason == "length" and box[0][-1].completion_tokens == 8
+
+
+def test_a_long_embedding_list_lets_a_chat_finish_first_and_stops_when_its_caller_goes(llama_backend):
+    started = threading.Event()
+    gone = threading.Event()
+
+    def cancelled() -> bool:  # asked before each slice of the list
+        started.set()
+        return gone.is_set()
+
+    outcome: list = []
+
+    def embed() -> None:
+        try:
+            outcome.append(llama_backend.embed([f"passage {i} about rivers" for i in range(3000)], cancelled=cancelled))
+        except RequestCancelled as exc:
+            outcome.append(exc)
+
+    embedder = threading.Thread(target=embed)
+    embedder.start()
+    assert started.wait(timeout=60)
+    chat = GenerationRequest(
+        model="s", prompt="Once upon a time", params=SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    )
+    chunks = list(llama_backend.stream(chat))
+    still_embedding = embedder.is_alive()
+    gone.set()
+    embedder.join(timeout=60)
+    assert chunks[-1].finish_reason == "length" and chunks[-1].completion_tokens == 8
+    assert still_embedding  # the chat did not wait for 3,000 embeddings
+    assert len(outcome) == 1 and isinstance(outcome[0], RequestCancelled)  # and the list stopped when asked
+
+
+def test_a_model_whose_template_recurses_without_end_is_a_load_error(starter_path: Path, tmp_path: Path):
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    from engine.errors import ModelLoadError
+
+    hostile = tmp_path / "recursive-template.gguf"
+    reader = gguf.GGUFReader(starter_path, "r")
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(hostile, arch=arch, endianess=reader.endianess)
+    template = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"
+    copy_with_new_metadata(reader, writer, {gguf.Keys.Tokenizer.CHAT_TEMPLATE: MetadataDetails(gguf.GGUFValueType.STRING, template)}, [])
+    backend = LlamaCppBackend()
+    with pytest.raises(ModelLoadError, match="recursed") as err:
+        backend.load(ModelSpec(name="hostile", path=hostile), LoadOptions(n_ctx=256, n_seq_max=1))
+    assert str(hostile) in str(err.value)
+    backend.close()
