@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from engine.errors import InvalidRequest, ModelNotFound
 from engine.server import targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
+from engine.server.embeddings import check_inputs, embed_for_client
 from engine.tools import ToolCall, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
 
@@ -353,6 +354,7 @@ def _shorten(vec: list[float], dims: int | None) -> list[float]:
 
 
 async def _embed(request: Request, name: str, texts: list[str], keep: float | None) -> tuple[str, list, int, float]:
+    check_inputs(texts)
     model = (await resolve(request, name)).name
     manager = request.app.state.manager
     t0 = time.perf_counter()
@@ -360,7 +362,7 @@ async def _embed(request: Request, name: str, texts: list[str], keep: float | No
     load = time.perf_counter() - t0
     try:
         manager.set_keep_alive(lm, keep)
-        vectors, n_tokens = await asyncio.to_thread(lm.backend.embed, texts)
+        vectors, n_tokens = await embed_for_client(request, lm.backend, texts)
     finally:
         manager.release(lm)
     if keep == 0:

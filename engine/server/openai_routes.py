@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from engine import __version__
 from engine.errors import HearthError, InvalidRequest
 from engine.server import chat_tools, remote_routes, targets
+from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
 from engine.server.schemas import (
     ChatCompletionBody,
@@ -529,10 +530,11 @@ async def embeddings(request: Request, body: EmbeddingBody):
         raise InvalidRequest(
             "'input' must be a non-empty text or a list of non-empty texts; token ids are not taken.", param="input"
         )
+    check_inputs(texts)
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, target.name)
     try:
-        vectors, n_tokens = await asyncio.to_thread(lm.backend.embed, texts)
+        vectors, n_tokens = await embed_for_client(request, lm.backend, texts)
     finally:
         manager.release(lm)
     size = len(vectors[0]) if vectors else 0

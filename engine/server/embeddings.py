@@ -1,0 +1,47 @@
+"""Embeddings as every dialect runs them: the input count checked, and the work stopped when the client goes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+from fastapi import Request
+
+from engine.limits import check_embedding_inputs
+
+# How often a waiting embeddings request asks whether its client is still there.
+CLIENT_POLL_SECONDS = 0.25
+
+
+def check_inputs(texts: Sequence[str]) -> None:
+    """Refuse more inputs than one request may embed (before a model is loaded for them).
+
+    Raises:
+        InvalidRequest: over :data:`engine.limits.MAX_EMBEDDING_INPUTS`.
+    """
+    check_embedding_inputs(len(texts))
+
+
+async def embed_for_client(request: Request, backend, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+    """``backend.embed(texts)`` off the event loop, cancelled between slices once the client disconnects.
+
+    Raises:
+        RequestCancelled: the client went away (nobody reads the answer).
+        HearthError: what the backend raised.
+    """
+    gone = threading.Event()
+
+    async def watch() -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(CLIENT_POLL_SECONDS)
+        gone.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await asyncio.to_thread(backend.embed, texts, cancelled=gone.is_set)
+    finally:
+        watcher.cancel()
+
+
+__all__ = ["check_inputs", "embed_for_client"]
