@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,11 @@ class WorkerConfig:
     load_options: LoadOptions = LoadOptions()
     memory_budget: int | None = None
 
+
+# Seconds a worker told to stop (SIGTERM, Ctrl-C) spends ending its streams and freeing its models before
+# it exits regardless: a decode thread inside one long llama.cpp call cannot be interrupted, and the
+# process must not wait for it (the app's supervisor, a service manager and a user all expect an end).
+EXIT_GRACE_SECONDS = 4.0
 
 # glibc's mallopt parameter for the most malloc arenas (M_ARENA_MAX).
 _M_ARENA_MAX = -8
@@ -168,6 +174,17 @@ def _exit_with_parent(server) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _exit_after(seconds: float) -> None:
+    """End the process ``seconds`` from now, whatever its other threads are doing."""
+    time.sleep(seconds)
+    log.warning("shutdown took over %g s (a model call did not return); exiting now", seconds)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _make_server_class():
     import uvicorn
 
@@ -177,8 +194,14 @@ def _make_server_class():
         def __init__(self, config, *, manager) -> None:
             super().__init__(config)
             self.manager = manager
+            self._watchdog: threading.Thread | None = None
 
         def handle_exit(self, sig, frame) -> None:
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(
+                    target=_exit_after, args=(EXIT_GRACE_SECONDS,), name="exit-watchdog", daemon=True
+                )
+                self._watchdog.start()
             for lm in self.manager.loaded():
                 lm.backend.cancel_all()
             super().handle_exit(sig, frame)
