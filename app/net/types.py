@@ -38,6 +38,8 @@ class ModelInfo:
     context_length: int | None = None
     state: str = "not-loaded"
     kv_bytes_per_token: int | None = None
+    origin: str | None = None  # another app's model, read in place: ollama | lmstudio | jan | gpt4all | hf-cache
+    origin_label: str | None = None  # "Ollama", "LM Studio"...
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ModelInfo:
@@ -54,6 +56,8 @@ class ModelInfo:
             context_length=d.get("context_length"),
             state=str(d.get("state") or "not-loaded"),
             kv_bytes_per_token=d.get("kv_bytes_per_token"),
+            origin=d.get("origin") or None,
+            origin_label=d.get("origin_label") or d.get("origin") or None,
         )
 
 

@@ -32,7 +32,7 @@ from app.pages.hub_panel import HubPanel
 from app.pages.remote_panel import RemotePanel
 from app.theme import ThemeColors
 from app.widgets.confirm import confirm
-from app.widgets.local_models_table import LocalModelsTable
+from app.widgets.local_models_table import LocalModelsTable, OriginBadgeDelegate
 
 
 class ModelsPage(QWidget):
@@ -91,6 +91,7 @@ class ModelsPage(QWidget):
         self.view = QTableView()
         self.view.setObjectName("localModels")
         self.view.setModel(self.table)
+        self.view.setItemDelegateForColumn(0, OriginBadgeDelegate(self.view))
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.view.verticalHeader().hide()
@@ -169,6 +170,15 @@ class ModelsPage(QWidget):
         call.failed.connect(lambda e: self.show_message(e.message, error=True))
 
     def confirm_delete(self, model: ModelInfo) -> None:
+        if model.origin:
+            confirm(
+                self,
+                "Remove model",
+                f"Remove {model.name} from Hearth? Its files belong to {model.origin_label} and stay where they are.",
+                "Remove",
+                lambda: self.delete(model),
+            )
+            return
         confirm(
             self,
             "Delete model",
@@ -180,7 +190,8 @@ class ModelsPage(QWidget):
 
     def delete(self, model: ModelInfo) -> None:
         call = self.api.delete_model(model.name)
-        call.succeeded.connect(lambda name: (self.show_message(f"{name} is deleted."), self.models.refresh()))
+        done = f"{{}} is removed from Hearth; {model.origin_label} keeps its files." if model.origin else "{} is deleted."
+        call.succeeded.connect(lambda name: (self.show_message(done.format(name)), self.models.refresh()))
         call.failed.connect(lambda e: self.show_message(e.message, error=True))
 
     # -- importing ----------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""LocalModelsTable: the models on this computer, with size, format, quantization and backend."""
+"""LocalModelsTable: the models on this computer, with size, format, quantization and backend; another
+app's model (Ollama's, LM Studio's...) has its origin as a small badge beside its name (OriginBadgeDelegate)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QRect, Qt
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem
 
 from app.net.types import ModelInfo
 from app.units import human_bytes, human_count
@@ -11,6 +14,7 @@ COLUMNS = ("Name", "Format", "Quantization", "Size", "Parameters", "Backend", "S
 STATES = {"loaded": "Loaded", "loading": "Loading…", "not-loaded": "On disk"}
 
 _Index = QModelIndex | QPersistentModelIndex
+BADGE_ROLE = Qt.ItemDataRole.UserRole + 1  # the origin badge's text ("Ollama"), on the name column
 
 
 class LocalModelsTable(QAbstractTableModel):
@@ -52,7 +56,11 @@ class LocalModelsTable(QAbstractTableModel):
                 self.backend(m),
                 STATES.get(m.state, m.state),
             )[col]
+        if role == BADGE_ROLE and col == 0:
+            return m.origin_label
         if role == Qt.ItemDataRole.ToolTipRole:
+            if m.origin_label:
+                return f"{m.path}\nFrom {m.origin_label}: read in place; its files stay that app's."
             return m.path
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -78,3 +86,31 @@ class LocalModelsTable(QAbstractTableModel):
 
     def names(self) -> list[str]:
         return [m.name for m in self._models]
+
+
+class OriginBadgeDelegate(QStyledItemDelegate):
+    """Paints the name, then the origin (:data:`BADGE_ROLE`) as a small rounded label after it."""
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: _Index) -> None:
+        badge = index.data(BADGE_ROLE)
+        if not badge:
+            super().paint(painter, option, index)
+            return
+        metrics = option.fontMetrics
+        width = metrics.horizontalAdvance(badge) + 12
+        rect = QRect(option.rect)
+        text_part = QStyleOptionViewItem(option)
+        text_part.rect = rect.adjusted(0, 0, -(width + 8), 0)
+        super().paint(painter, text_part, index)
+        pill = QRect(rect.right() - width - 4, rect.center().y() - metrics.height() // 2 - 1, width, metrics.height() + 2)
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        color = option.palette.highlight().color()
+        painter.setPen(color)
+        fill = color.lighter(170)
+        fill.setAlpha(90)
+        painter.setBrush(fill)
+        painter.drawRoundedRect(pill, 6, 6)
+        painter.setPen(option.palette.text().color())
+        painter.drawText(pill, int(Qt.AlignmentFlag.AlignCenter), badge)
+        painter.restore()

@@ -71,3 +71,38 @@ def test_importing_a_gguf_by_drop_adds_it_and_delete_removes_it(qtbot, window, s
     box = next(w for w in page.findChildren(QMessageBox) if w.isVisible())
     box.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: name not in table_rows(page), timeout=30_000)
+
+
+def test_an_ollama_model_has_its_badge_and_removing_it_keeps_its_files(qtbot, window, starter_path, tmp_path):
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.widgets.local_models_table import BADGE_ROLE, OriginBadgeDelegate
+    from engine.catalog.other_apps import OtherAppRoots, scan_other_apps
+    from engine.catalog.other_apps_sync import register_found
+    from engine.catalog.registry import ModelRegistry
+    from tests.engine.catalog.other_apps_fixtures import ollama_store
+
+    store = tmp_path / "ollama"
+    ollama_store(store, starter_path, parts=("registry.ollama.ai", "library", "badge-test", "1b"))
+    (found,) = scan_other_apps(OtherAppRoots(ollama=(store,)))
+    registry = ModelRegistry(register_starter=False)  # the worker's registry (this session's HEARTH_HOME)
+    register_found(registry, found)
+    registry.close()
+    window.nav.select(1)
+    page = window.models_page
+    page.engine_ready()
+    qtbot.waitUntil(lambda: "badge-test:1b" in table_rows(page), timeout=10_000)
+    row = list(table_rows(page)).index("badge-test:1b")
+    assert page.table.index(row, 0).data(BADGE_ROLE) == "Ollama"
+    assert page.table.index(0 if row else 1, 0).data(BADGE_ROLE) is None  # Hearth's own models have none
+    assert isinstance(page.view.itemDelegateForColumn(0), OriginBadgeDelegate)
+    assert not page.view.viewport().grab().isNull()  # the badge paints
+
+    page.view.selectRow(row)
+    page.delete_button.click()
+    box = next(w for w in page.findChildren(QMessageBox) if w.isVisible())
+    assert "belong to Ollama" in box.text()
+    box.button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: "badge-test:1b" not in table_rows(page), timeout=30_000)
+    assert found.path.is_file()
+    assert "Ollama keeps its files" in page.message.text()
