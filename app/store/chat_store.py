@@ -197,7 +197,7 @@ class ChatStore:
             self._merge_unsaved(folder)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._unsaved: dict[int, dict] = {}  # message id -> values a full disk held back
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()  # a listener may save again
         self._disk_full = False
         self._listeners: list[Callable[[bool], None]] = []
 
