@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, StrictBool
 
 from engine import __version__
 from engine.errors import DownloadError, HearthError, InvalidRequest
+from engine.remote.client import RemoteModel
+from engine.server import remote_routes
 from engine.server.dialect import classify, error_route, ollama_error
 from engine.server.ollama_routes import NDJSON, resolve
 
@@ -110,9 +112,23 @@ async def version() -> dict:
     return {"version": OLLAMA_API_VERSION, "hearth": __version__}
 
 
+def _remote_entry(m: RemoteModel) -> dict:
+    """A remote provider's model as Ollama lists one (no size or family here: the provider has them)."""
+    return {
+        "name": m.id,
+        "model": m.id,
+        "modified_at": _iso(datetime.fromtimestamp(m.created, UTC) if m.created else None),
+        "size": 0,
+        "digest": hashlib.sha256(m.id.encode()).hexdigest(),
+        "details": {"parent_model": "", "format": "remote", "family": "", "families": None,
+                    "parameter_size": "", "quantization_level": ""},  # fmt: skip
+    }
+
+
 @router.get("/tags")
 async def tags(request: Request) -> dict:
-    return {"models": [_entry(m) for m in await asyncio.to_thread(request.app.state.manager.available)]}
+    local = [_entry(m) for m in await asyncio.to_thread(request.app.state.manager.available)]
+    return {"models": local + [_remote_entry(m) for m in await remote_routes.remote_models(request)]}
 
 
 @router.get("/ps")
