@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 # moves the source's cells through host memory (3 ms for a 250-token chat of the starter model on two
 # cores, where computing a token of prompt takes about 6), and costs more from a GPU.
 MIN_COPY_TOKENS = 8
+# While requests generate, other compute on the decode thread (embeddings) gets this share of the time the
+# decode steps take: the calls wait while their time so far exceeds it. A chat beside a long embedding list
+# then runs at about half its own speed instead of a tenth, and the list still moves.
+CALL_SHARE = 1.0
+CALL_CREDIT_MAX = 0.1  # seconds of decode time that may be owed to the calls at most (no bursts after a long answer)
 
 
 class SeqStatus(enum.Enum):
@@ -172,6 +177,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_prefix_hits = 0
         self.stats_generated_tokens = 0
         self._calls: list[tuple[Callable[[], Any], Future]] = []
+        self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
         self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
         self._thread.start()
 
@@ -193,6 +199,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         For other llama.cpp compute on this model (embeddings): llama.cpp runs on an OpenMP team per
         calling thread, and once a second thread has one the two oversubscribe the cores and every
         later decode step waits on sleeping workers (a quarter slower, for the life of the process).
+        While requests generate, the calls get :data:`CALL_SHARE` of the decode steps' time.
 
         Raises:
             Overloaded: the model is being unloaded.
@@ -242,15 +249,21 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     return
                 self._reap_cancelled()
                 self._admit()
-            if self._calls:
+            if self._calls and (not self._running or self._call_credit > 0):
+                t0 = time.perf_counter()
                 self._run_calls()
+                self._call_credit = self._call_credit - (time.perf_counter() - t0) if self._running else 0.0
             if self._running:
+                t0 = time.perf_counter()
                 try:
                     self._step()
                 except Exception as exc:  # never let one bad step kill the loop
                     log.exception("decode step failed")
                     for seq in list(self._running):
                         self._finish(seq, "error", error=f"Generation failed: {exc}.")
+                if self._calls:
+                    earned = (time.perf_counter() - t0) * CALL_SHARE
+                    self._call_credit = min(self._call_credit + earned, CALL_CREDIT_MAX)
 
     def _reap_cancelled(self) -> None:
         for seq in [s for s in self._waiting if s.cancelled]:
