@@ -143,7 +143,7 @@ class ChatsPage(QWidget):
             return
         settings = ChatSettings(model=current.settings.model) if current else ChatSettings()
         if not self.models.get(settings.model) and self.models.models:
-            settings = ChatSettings(model=self.models.models[0].name) if not current else settings
+            settings = ChatSettings(model=self.models.models[0].name)  # that model is gone (a removed provider)
         chat = self.store.create_chat(settings)
         self.sidebar.search.clear()
         self.open_chat(chat.id)

@@ -8,13 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from tests.app.conftest import (  # store and theme are fixtures
+from tests.app.conftest import (  # theme is a fixture
     ANSWER_TIMEOUT_MS,
     WORKER_ARGS,
     open_window,
     start_engine,
-    store,  # noqa: F401
-    theme,  # noqa: F401
+    theme,  # noqa: F401 - a fixture
 )
 from tests.app.helpers import bubbles, fresh_chat, send_and_wait
 from tests.remote.conftest import ALIAS, LLAMA_KEY, NO_KEYRING
@@ -34,9 +33,19 @@ def remote_engine(qapp, tmp_path_factory):
     controller.stop()
 
 
+@pytest.fixture(scope="module")
+def remote_store(tmp_path_factory):
+    """The chats of this module: its removed providers' models stay out of the other tests' chats."""
+    from app.store import ChatStore
+
+    chats = ChatStore(tmp_path_factory.mktemp("app-remote-chats"))
+    yield chats
+    chats.close()
+
+
 @pytest.fixture
-def window(qtbot, store, remote_engine, theme):  # noqa: F811
-    win = open_window(qtbot, store, remote_engine, theme)
+def window(qtbot, remote_store, remote_engine, theme):  # noqa: F811
+    win = open_window(qtbot, remote_store, remote_engine, theme)
     yield win
     win.controller.stop_all()
     qtbot.waitUntil(lambda: not win.controller.answering_chats(), timeout=10_000)
