@@ -267,7 +267,7 @@ class ApiPage(QWidget):
         if s.expose_api and s.lan and not s.api_key:
             warn = f'<span style="color:{c.error_text};">Anyone on your network could use your models: set an API key.</span>'
         elif s.expose_api and not s.api_key:
-            warn = f'<span style="color:{c.muted};">Without a key, any app on this computer can use the API.</span>'
+            warn = f'<span style="color:{c.muted};">Without a key, any app on this computer can chat with your models (web pages cannot); only Hearth manages them.</span>'
         else:
             warn = ""
         self.warning.setText(warn)

@@ -208,7 +208,7 @@ async def show(request: Request, body: ModelBody) -> dict:
     if m.context_length and m.architecture:
         info.setdefault(f"{m.architecture}.context_length", m.context_length)
     return {
-        "modelfile": f"# Served by Hearth\nFROM {m.path}\n",
+        "modelfile": f"# Served by Hearth\nFROM {m.name}\n",  # the name: paths are for the admin key
         "parameters": "",
         "template": template,
         "details": _details(m),

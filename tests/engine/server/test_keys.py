@@ -125,6 +125,18 @@ def test_an_inference_key_learns_nothing_about_paths_or_routes(split, starter_pa
     answers |= {split.post("/api/no/such/route", json={}, headers=bearer(INFERENCE_KEY)).text}
     assert len(answers) == 1  # the same 403, whatever exists
     assert split.post("/api/no/such/route", json={}, headers=bearer(ADMIN_KEY)).status_code == 404
+    # What the inference routes say of a model names it, never where its file is.
+    key = bearer(INFERENCE_KEY)
+    shown = [
+        split.post("/api/show", json={"model": MODEL}, headers=key),
+        split.get("/api/tags", headers=key),
+        split.get("/api/ps", headers=key),
+        split.get("/v1/models", headers=key),
+        split.get(f"/v1/models/{MODEL}", headers=key),
+    ]
+    assert all(r.status_code == 200 for r in shown), [r.text for r in shown]
+    assert not [r.url for r in shown if str(starter_path.parent) in r.text]
+    assert shown[0].json()["modelfile"] == f"# Served by Hearth\nFROM {MODEL}\n"
 
 
 def test_an_inference_key_runs_models_in_every_dialect(split):
