@@ -95,3 +95,34 @@ def test_a_model_whose_template_recurses_without_end_is_a_load_error(starter_pat
         backend.load(ModelSpec(name="hostile", path=hostile), LoadOptions(n_ctx=256, n_seq_max=1))
     assert str(hostile) in str(err.value)
     backend.close()
+
+
+def test_a_cancelled_request_stops_masking_between_two_slices(starter_path: Path):
+    # One llama.cpp mask call cannot be interrupted, so the vocabulary is masked in slices with the
+    # request's cancellation asked before each: a cancel seen before the third slice ends the draw there.
+    import time
+
+    from engine.backends.llamacpp.model import GGUFModel
+    from engine.backends.llamacpp.sampler import MASK_SLICE, SequenceSampler, _Budget
+
+    model = GGUFModel(starter_path)
+    sampler = SequenceSampler(model, SamplingParams(temperature=1.0, seed=1), 'root ::= "zqxj"')
+    try:
+        asked = []
+
+        def cancelled() -> bool:
+            asked.append(1)
+            return len(asked) >= 3
+
+        assert model.n_vocab > 3 * MASK_SLICE
+        sampler._view["id"] = sampler._ids
+        sampler._view["logit"] = 1.0
+        with pytest.raises(RequestCancelled):
+            sampler._mask(sampler.grammar, model.n_vocab, _Budget(time.perf_counter(), 60.0, cancelled))
+        assert len(asked) == 3
+        masked = sampler._view["logit"] == float("-inf")
+        assert masked[: 2 * MASK_SLICE].sum() > 0.99 * 2 * MASK_SLICE  # the two slices before the cancel
+        assert not masked[2 * MASK_SLICE :].any()  # and nothing after it
+    finally:
+        sampler.close()
+        model.close()
