@@ -91,6 +91,9 @@ _ADMIN_ROUTES = (
     ("DELETE", "/api/delete"),
     ("GET", "/api/fit"),
     ("GET", "/api/hardware"),
+    # the worker itself: its process, and every request as it finishes (models, timings)
+    ("GET", "/api/worker"),
+    ("GET", "/api/log/stream"),
     # the Hub and downloads
     ("GET", "/api/hub/search"),
     ("GET", "/api/hub/variants"),

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
 from fastapi import APIRouter, Request
 
+from engine import __version__
 from engine.errors import InvalidRequest
 from engine.server.schemas import LoadBody
 
@@ -78,6 +81,18 @@ async def unload(request: Request, body: LoadBody) -> dict:
     return {"name": model.name, "state": "not-loaded", "unloaded": unloaded}
 
 
+def _residency(manager, lm) -> dict:
+    """How long ``lm`` has been idle and how long it stays loaded (None: until unloaded), in seconds."""
+    idle = 0.0 if lm.in_use else max(0.0, time.monotonic() - lm.last_used)
+    ttl = manager.ttl(lm)
+    return {
+        "size_bytes": lm.size_estimate,
+        "idle_seconds": round(idle, 1),
+        "keep_alive": ttl,
+        "expires_in": None if ttl is None else round(max(0.0, ttl - idle), 1),
+    }
+
+
 @router.get("/stats")
 async def stats(request: Request) -> dict:
     manager = request.app.state.manager
@@ -86,9 +101,25 @@ async def stats(request: Request) -> dict:
         "requests_in_flight": metrics.in_flight,
         "models": manager.stats(),
         "loaded": [
-            {"name": lm.model.name, "backend": lm.backend_name, "in_use": lm.in_use, "loaded_at": lm.loaded_at}
+            {"name": lm.model.name, "backend": lm.backend_name, "in_use": lm.in_use, "loaded_at": lm.loaded_at,
+             **_residency(manager, lm)}  # fmt: skip
             for lm in manager.loaded()
         ],
+    }
+
+
+@router.get("/worker")
+async def worker(request: Request) -> dict:
+    """The worker process: its pid, version and start, and who reads its request log."""
+    import psutil
+
+    log = request.app.state.metrics.request_log
+    return {
+        "pid": os.getpid(),
+        "version": __version__,
+        "started_at": psutil.Process().create_time(),
+        "log_subscribers": log.subscribers,
+        "log_dropped": log.dropped,
     }
 
 

@@ -18,6 +18,7 @@ from engine.server import (
     admin_routes,
     anthropic_routes,
     catalog_routes,
+    log_routes,
     ollama_models,
     ollama_routes,
     openai_routes,
@@ -56,6 +57,7 @@ def create_app(
     app.include_router(ollama_models.router)
     app.include_router(ollama_models.root_router)
     app.include_router(admin_routes.router)
+    app.include_router(log_routes.router)
     app.include_router(catalog_routes.router)
     app.include_router(remote_routes.router)
     from engine.server import docs_routes  # /api/docs: document collections

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from engine.server.request_log import RequestLog
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -43,6 +45,7 @@ class ServerMetrics:
         self.generation_tokens = Counter("hearth_generation_tokens", "Tokens generated", registry=r)
         self.requests = Counter("hearth_requests", "Finished requests by outcome", ["status"], registry=r)
         self.in_flight = 0
+        self.request_log = RequestLog()  # each finished request, for GET /api/log/stream
         r.register(_EngineGauges(engine_stats))
 
     def request_started(self) -> None:

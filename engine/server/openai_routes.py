@@ -27,6 +27,7 @@ from engine.server.schemas import (
     ResponseFormatBody,
     _Sampling,
 )
+from engine.server.request_log import finished_record
 from engine.server.streaming import merge_streams, open_streams
 from engine.types import (
     GenerationChunk,
@@ -254,6 +255,8 @@ class _Generation:
         metrics = self.app.state.metrics
         last_token_at: dict[int, float] = {}
         status = "ok"
+        first_token_at: float | None = None
+        tokens = [0, 0]  # prompt, generated: for the live request log
         watcher = asyncio.create_task(self._cancel_when_client_leaves()) if watch_client else None
         try:
             async for index, chunk in merge_streams(self.served, self.requests, self.streams, self.failures):
@@ -262,11 +265,14 @@ class _Generation:
                     prev = last_token_at.get(index)
                     if prev is None:
                         metrics.observe_ttft(now - self.t0)
+                        first_token_at = first_token_at or now
                     else:
                         metrics.observe_itl(now - prev)
                     last_token_at[index] = now
                 if chunk.finish_reason is not None:
                     metrics.count_tokens(chunk.prompt_tokens if index == 0 else 0, chunk.completion_tokens)
+                    tokens[0] += chunk.prompt_tokens if index == 0 else 0
+                    tokens[1] += chunk.completion_tokens
                     if chunk.finish_reason == "error":
                         status = "error"
                 yield index, chunk
@@ -277,6 +283,12 @@ class _Generation:
             if watcher is not None:
                 watcher.cancel()
             metrics.request_finished(status)
+            metrics.request_log.publish(
+                finished_record(
+                    model=self.served_name, path=self.http.url.path, status=status, t0=self.t0,
+                    first_token_at=first_token_at, prompt_tokens=tokens[0], completion_tokens=tokens[1],
+                )
+            )  # fmt: skip
             self.served.release()
 
 
