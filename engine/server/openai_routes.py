@@ -19,6 +19,7 @@ from engine.errors import HearthError, InvalidRequest
 from engine.server import chat_tools, remote_routes, targets
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
+from engine.server.request_log import finished_record
 from engine.server.schemas import (
     ChatCompletionBody,
     ChatMessageBody,
@@ -27,7 +28,6 @@ from engine.server.schemas import (
     ResponseFormatBody,
     _Sampling,
 )
-from engine.server.request_log import finished_record
 from engine.server.streaming import merge_streams, open_streams
 from engine.types import (
     GenerationChunk,
