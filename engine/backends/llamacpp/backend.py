@@ -83,6 +83,7 @@ class LlamaCppBackend:
                 n_seq_max=n_seq,
                 n_ctx_seq=n_ctx,
                 n_threads=self._n_threads,
+                adapt_threads=options.n_threads is None,  # a count the user gave is kept as it is
                 prefill_chunk=own.prefill_chunk,
                 prefill_block=prefill_block(plan.gpu_layers),
                 max_waiting=options.max_waiting if options.max_waiting is not None else DEFAULT_MAX_WAITING,
@@ -229,6 +230,7 @@ class LlamaCppBackend:
                     f"llama.cpp could not create an embedding context of {loop.n_ctx_seq} tokens; "
                     "unload another model or load this one with a shorter context."
                 )
+            llama_cpp.llama_set_n_threads(ctx, loop.n_threads, loop.n_threads)  # as many as decoding uses now
             mem = llama_cpp.llama_get_memory(ctx)
             out, total = [], 0
             for text in texts[start:]:

@@ -35,6 +35,7 @@ from engine.backends.base import BackendStats, common_prefix
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
+from engine.backends.threads import CpuSample, ThreadPolicy, machine_cpus, read_cpu_sample
 from engine.errors import GrammarTooSlow, Overloaded, RequestCancelled
 from engine.fit.plan import PREFILL_BLOCK_CPU
 from engine.types import FinishReason, TokenLogprob
@@ -116,7 +117,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         model: The loaded GGUF model.
         n_seq_max: Sequence slots (requests decoded at once).
         n_ctx_seq: Context length of each sequence.
-        n_threads: CPU threads for decoding.
+        n_threads: CPU threads for decoding on a quiet machine.
+        adapt_threads: Use fewer threads while other processes keep cores busy (see
+            `engine.backends.threads`); False keeps ``n_threads`` whatever the machine does.
+        cpu_sample: Reads the machine's CPU counters for the thread policy (None where it cannot).
         prefill_chunk: Most prompt tokens put into one step beside the decodes.
         prefill_block: Most prompt tokens in one llama.cpp call (prompts are cut at its multiples); with the
             slots, it sizes llama.cpp's micro-batch (see `engine.fit.plan.prefill_block`).
@@ -133,6 +137,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         n_seq_max: int,
         n_ctx_seq: int,
         n_threads: int,
+        adapt_threads: bool = False,
+        cpu_sample: Callable[[], CpuSample | None] = read_cpu_sample,
         prefill_chunk: int = 256,
         prefill_block: int = PREFILL_BLOCK_CPU,
         max_waiting: int = 64,
@@ -178,6 +184,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_generated_tokens = 0
         self._calls: list[tuple[Callable[[], Any], Future]] = []
         self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
+        self.thread_policy = ThreadPolicy(n_threads, cpus=machine_cpus(), pinned=not adapt_threads)
+        self._cpu_sample = cpu_sample
         self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
         self._thread.start()
 
@@ -190,8 +198,13 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             running=running, waiting=waiting, slots=self.n_seq_max, n_ctx_per_sequence=self.n_ctx_seq,
             requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
             generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
-            details={"prefix_cache_hits": self.stats_prefix_hits},
+            details={"prefix_cache_hits": self.stats_prefix_hits, **self.thread_policy.as_dict()},
         )  # fmt: skip
+
+    @property
+    def n_threads(self) -> int:
+        """The threads the loop computes on now (other compute on its thread should use as many)."""
+        return self.thread_policy.threads
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the decode thread between two steps and return what it returns.
@@ -236,6 +249,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     def _run(self) -> None:
         while True:
             with self._cond:
+                if not self._stopping and not self._waiting and not self._running and not self._calls:
+                    self.thread_policy.rest()  # an idle stretch says nothing about the machine
                 while not self._stopping and not self._waiting and not self._running and not self._calls:
                     self._cond.wait()
                 if self._stopping:
@@ -249,6 +264,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     return
                 self._reap_cancelled()
                 self._admit()
+            self._follow_machine()
             if self._calls and (not self._running or self._call_credit > 0):
                 t0 = time.perf_counter()
                 self._run_calls()
@@ -264,6 +280,23 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 if self._calls:
                     earned = (time.perf_counter() - t0) * CALL_SHARE
                     self._call_credit = min(self._call_credit + earned, CALL_CREDIT_MAX)
+
+    def _follow_machine(self) -> None:
+        """Size the compute team for the cores other processes leave free (at most once a window)."""
+        policy = self.thread_policy
+        if not policy.due(time.monotonic()):
+            return
+        before = policy.threads
+        sample = self._cpu_sample()
+        if sample is None:  # the system gives no counters: decode on the full count from now on
+            log.info("CPU times are not readable here, so decoding keeps %d threads.", policy.full)
+            policy.pin()
+        else:
+            policy.observe(sample)
+        if policy.threads != before:
+            llama_cpp.llama_set_n_threads(self.ctx, policy.threads, policy.threads)
+            log.debug("decoding on %d threads instead of %d: other processes use %.2f cores",
+                      policy.threads, before, policy.others or 0.0)  # fmt: skip
 
     def _reap_cancelled(self) -> None:
         for seq in [s for s in self._waiting if s.cancelled]:

@@ -1,0 +1,158 @@
+"""How many threads a CPU backend computes on: as many as the cores the rest of the machine leaves free.
+
+A llama.cpp step runs on an OpenMP team whose threads spin at every barrier of the graph. When another
+process keeps a core busy, the team member that shares that core with it is off the CPU half of the time,
+and every barrier of every step waits for it: on two cores beside one busy process, a two-thread team
+decodes at a third of its quiet speed, where one thread on the free core keeps about half of it.
+
+:class:`ThreadPolicy` decides from the CPU time the rest of the machine used (all processes but this one,
+so the team's own spinning never counts) over short windows while the backend computes. It shrinks the
+team once other processes take a core, and grows it back once they leave it. Two thresholds and a run of
+agreeing windows keep it from flipping: the team shrinks after :data:`SHRINK_AFTER` windows in a row say
+so (half a second) and grows after :data:`GROW_AFTER` (a second), as a contended team costs far more than
+a thread left idle a little longer. The policy is plain arithmetic over :class:`CpuSample` values;
+:func:`read_cpu_sample` reads them from the machine (psutil's system times and this process's own).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+WINDOW_SECONDS = 0.25  # how often the machine is sampled while the backend computes
+TAKEN_SHARE = 0.5  # a core counts as taken once other processes use at least this share of it...
+FREE_SHARE = 0.3  # ...and as free again only once they use less than this share of it
+SHRINK_AFTER = 2  # windows in a row that must ask for fewer threads before the team shrinks
+GROW_AFTER = 4  # windows in a row that must ask for more threads before the team grows
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    """The machine's CPU counters at one moment.
+
+    Attributes:
+        at: When, in seconds of a monotonic clock.
+        busy: CPU seconds every core of the machine has spent on work (any process) so far.
+        own: CPU seconds this process has used so far.
+    """
+
+    at: float
+    busy: float
+    own: float
+
+
+def read_cpu_sample() -> CpuSample | None:
+    """The machine's counters now, or None where the system does not give them."""
+    try:
+        import psutil
+
+        times = psutil.cpu_times()
+        own = os.times()
+    except Exception as exc:  # a restricted sandbox: the policy then keeps the full count
+        log.debug("cannot read the CPU times: %s", exc)
+        return None
+    # Idle, waiting on I/O and stolen by the hypervisor are not work of this machine's processes;
+    # guest time is already counted in user time (Linux).
+    fields = times._asdict()
+    not_work = sum(fields.get(k, 0.0) for k in ("idle", "iowait", "steal", "guest", "guest_nice"))
+    return CpuSample(at=time.monotonic(), busy=sum(fields.values()) - not_work, own=own.user + own.system)
+
+
+def machine_cpus() -> int:
+    """Logical CPUs of the whole machine: the cores other processes' load is spread over."""
+    try:
+        import psutil
+
+        return psutil.cpu_count() or os.cpu_count() or 1
+    except Exception:
+        return os.cpu_count() or 1
+
+
+class ThreadPolicy:
+    """Picks a compute team's size from how busy the rest of the machine is.
+
+    Feed it a :class:`CpuSample` whenever :meth:`due` says so while the backend computes, and call
+    :meth:`rest` when it stops (an idle stretch is not a measurement of anything). :attr:`threads` is the
+    size to use.
+
+    Args:
+        full: The team's size on a quiet machine (the most it ever uses).
+        cpus: Logical CPUs of the machine.
+        pinned: Keep ``full`` whatever the machine does (the user chose the count).
+    """
+
+    def __init__(self, full: int, *, cpus: int, pinned: bool = False) -> None:
+        if full < 1 or cpus < 1:
+            raise ValueError(f"a thread policy needs at least one thread and one CPU, not {full} and {cpus}")
+        self.full = full
+        self.cpus = cpus
+        self.pinned = pinned
+        self.threads = full
+        self.others: float | None = None  # cores the rest of the machine used in the last window
+        self._last: CpuSample | None = None
+        self._want = full  # what the current run of agreeing windows asks for
+        self._streak = 0
+
+    def due(self, now: float) -> bool:
+        """Whether a new sample is wanted at ``now`` (seconds of the samples' monotonic clock)."""
+        return not self.pinned and (self._last is None or now - self._last.at >= WINDOW_SECONDS)
+
+    def pin(self) -> None:
+        """Keep the full count from now on (where the machine's counters cannot be read)."""
+        self.pinned = True
+        self.threads = self.full
+
+    def as_dict(self) -> dict[str, int | float | bool | None]:
+        """The figures a backend reports: the count now, the full count, whether it adapts, and the
+        cores other processes used in the last window (None before one was measured)."""
+        others = round(self.others, 2) if self.others is not None else None
+        return {"threads": self.threads, "threads_full": self.full, "threads_adaptive": not self.pinned,
+                "cpu_used_elsewhere": others}  # fmt: skip
+
+    def rest(self) -> None:
+        """The backend stopped computing: the next sample starts a fresh window."""
+        self._last = None
+        self._streak = 0
+
+    def observe(self, sample: CpuSample) -> int:
+        """Take one sample and return the thread count to use from now on."""
+        if self.pinned:
+            return self.threads
+        last, self._last = self._last, sample
+        seconds = sample.at - last.at if last is not None else 0.0
+        if last is None or seconds <= 0:
+            return self.threads
+        used = (sample.busy - last.busy) - (sample.own - last.own)
+        self.others = min(max(used / seconds, 0.0), float(self.cpus))
+        want = self._wanted(self.others)
+        if want == self.threads:
+            self._streak = 0
+            return self.threads
+        same_way = (want < self.threads) == (self._want < self.threads)
+        self._streak = self._streak + 1 if self._streak and same_way else 1
+        self._want = want
+        if self._streak >= (SHRINK_AFTER if want < self.threads else GROW_AFTER):
+            self.threads = want
+            self._streak = 0
+        return self.threads
+
+    def _wanted(self, others: float) -> int:
+        """The count ``others`` cores of load ask for: fewer past :data:`TAKEN_SHARE` of a core, more
+        only below :data:`FREE_SHARE` of one, else the current count (the band between is hysteresis)."""
+
+        def free_cores(share: float) -> int:
+            taken = int(others + 1.0 - share + 1e-9)  # cores the others hold at least ``share`` of
+            return min(max(self.cpus - taken, 1), self.full)
+
+        fewer = free_cores(TAKEN_SHARE)
+        if fewer < self.threads:
+            return fewer
+        more = free_cores(FREE_SHARE)
+        return more if more > self.threads else self.threads
+
+
+__all__ = ["CpuSample", "ThreadPolicy", "machine_cpus", "read_cpu_sample"]
