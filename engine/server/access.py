@@ -91,6 +91,9 @@ _ADMIN_ROUTES = (
     ("DELETE", "/api/delete"),
     ("GET", "/api/fit"),
     ("GET", "/api/hardware"),
+    # other apps' models: found on the disk, registered in place
+    ("GET", "/api/other-apps"),
+    ("POST", "/api/other-apps/accept"),
     # the worker itself: its process, and every request as it finishes (models, timings)
     ("GET", "/api/worker"),
     ("GET", "/api/log/stream"),

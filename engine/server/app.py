@@ -22,6 +22,7 @@ from engine.server import (
     ollama_models,
     ollama_routes,
     openai_routes,
+    other_apps_routes,
     remote_routes,
     responses_routes,
 )
@@ -57,6 +58,7 @@ def create_app(
     app.include_router(ollama_models.router)
     app.include_router(ollama_models.root_router)
     app.include_router(admin_routes.router)
+    app.include_router(other_apps_routes.router)
     app.include_router(log_routes.router)
     app.include_router(catalog_routes.router)
     app.include_router(remote_routes.router)

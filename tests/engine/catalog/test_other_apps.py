@@ -243,3 +243,38 @@ def test_manifest_layers_are_read_defensively(tmp_path, starter_path):
     broken.write_text("{not json")
     assert [f.name for f in scan_other_apps(OtherAppRoots(ollama=(store,)))] == [OLLAMA_NAME]
     assert broken.read_text() == "{not json" and blob.read_bytes() == b"not a gguf"  # read, never changed
+
+
+def test_the_first_run_offer_lists_what_is_new_and_accepting_registers_it_in_place(tmp_path, registry, starter_path, monkeypatch):
+    from engine.backends.options import LoadOptions
+    from engine.pool import ModelManager
+    from engine.server import ServerSettings, create_app
+
+    store = tmp_path / "ollama"
+    for name in ("HOME", "OLLAMA_MODELS", "HEARTH_LMSTUDIO_MODELS", "HEARTH_JAN_MODELS", "HEARTH_GPT4ALL_MODELS", "HF_HUB_CACHE"):
+        monkeypatch.setenv(name, str(tmp_path / "none" if name != "OLLAMA_MODELS" else store))
+    ollama_store(store, starter_path)
+    manager = ModelManager(registry, options=LoadOptions(n_ctx=512, n_seq_max=1))
+    app = create_app(ServerSettings(), manager)
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as api:
+            offer = api.get("/api/other-apps").json()
+            assert [m["name"] for m in offer["models"]] == [OLLAMA_NAME]
+            size = starter_path.stat().st_size
+            assert offer["total_bytes"] == size
+            assert offer["summary"] == f"Found 1 model from Ollama ({size / 1e9:.1f} GB)."
+            assert OLLAMA_NAME not in [m["name"] for m in api.get("/api/models").json()["models"]]  # not before a yes
+
+            wrong = api.post("/api/other-apps/accept", json={"origins": ["steam"]})
+            assert wrong.status_code == 400 and "Unknown app 'steam'" in wrong.json()["error"]["message"]
+            done = api.post("/api/other-apps/accept", json={}).json()
+            assert done == {"registered": [OLLAMA_NAME], "skipped": []}
+            entry = {m["name"]: m for m in api.get("/api/models").json()["models"]}[OLLAMA_NAME]
+            path = Path(entry["path"])
+            assert entry["origin"] == "ollama" and path.parent == store / "blobs"  # in place: the blob itself
+            assert path.stat().st_ino == starter_path.stat().st_ino  # the file the store links, not a copy
+            assert api.get("/api/other-apps").json() == {
+                "models": [], "total_bytes": 0, "summary": "No new models from other apps were found.",
+            }  # fmt: skip
+    finally:
+        manager.close()
