@@ -2,8 +2,8 @@
 
 The stream opens with a ``: subscribed`` comment (records from then on reach this reader), then sends one
 ``data:`` event per finished request: the fields of :class:`engine.server.request_log.RequestRecord`,
-``"type": "request"``, and ``dropped``, the records this reader lost just before this one because it read
-too slowly. A comment every few seconds keeps idle connections open and notices readers that left.
+``"type": "request"``, and ``dropped``, how many records this reader missed since the last one it got
+(it read too slowly: its queue was full). A comment every few seconds keeps idle connections open and notices readers that left.
 """
 
 from __future__ import annotations

@@ -1,0 +1,126 @@
+"""`hearth daemon`, `ps`, `load`, `unload` and `log stream` against one real daemon with the starter model.
+
+The module's daemon is started by `hearth daemon up` in a data folder of its own and stopped by
+`hearth daemon down` at the end, which checks that nothing of it is left: processes, port, file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import httpx
+import psutil
+import pytest
+
+from tests.engine.commands.daemon_helpers import MODEL, daemon_down, daemon_up, hearth, hearth_json
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    home = tmp_path_factory.mktemp("daemon-home")
+    info = daemon_up(home)
+    yield home, info
+    down = daemon_down(home)
+    assert down == {"stopped": True, "pid": info["pid"]}
+    assert not psutil.pid_exists(info["pid"]) or psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert not psutil.pid_exists(info["worker_pid"]) or psutil.Process(info["worker_pid"]).status() == psutil.STATUS_ZOMBIE
+    assert not (home / "daemon.json").exists()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{info['url']}/health", timeout=2)
+    assert hearth_json("daemon", "status", home=home, expect=3)["running"] is False
+
+
+def test_status_names_the_running_daemon_and_up_again_keeps_it(daemon):
+    home, info = daemon
+    status = hearth_json("daemon", "status", home=home)
+    assert status["running"] is True
+    assert (status["pid"], status["worker_pid"], status["url"]) == (info["pid"], info["worker_pid"], info["url"])
+    assert status["base_url"] == f"{info['url']}/v1"
+    assert "admin_key" not in status
+    assert psutil.Process(status["worker_pid"]).ppid() == status["pid"]  # the daemon supervises its worker
+    if os.name != "nt":  # the file holds the admin key: its owner's only
+        assert stat.S_IMODE((home / "daemon.json").stat().st_mode) == 0o600
+    again = hearth_json("daemon", "up", home=home)
+    assert again["started"] is False and again["pid"] == info["pid"]
+    text = hearth("daemon", "status", home=home)
+    assert text.returncode == 0 and info["url"] in text.stdout and str(info["pid"]) in text.stdout
+
+
+def test_load_ps_and_unload_drive_the_daemons_worker(daemon):
+    home, _ = daemon
+    loaded = hearth_json("load", MODEL, home=home)
+    assert loaded["name"] == MODEL and loaded["state"] == "loaded"
+    assert loaded["backend"] == "llamacpp" and loaded["context_length"] == 1024
+    ps = hearth_json("ps", home=home)
+    (row,) = [m for m in ps["models"] if m["name"] == MODEL]
+    assert row["context_length"] == 1024 and row["slots"] == 2
+    assert row["size_bytes"] > 50 * 2**20  # the plan's weights, KV cache and buffers
+    assert row["idle_seconds"] >= 0 and row["expires_in"] is None and row["running"] == 0
+    table = hearth("ps", home=home)
+    assert table.returncode == 0 and MODEL in table.stdout and "1024" in table.stdout
+    assert hearth_json("unload", "--all", home=home) == {"unloaded": [MODEL]}
+    assert hearth_json("ps", home=home)["models"] == []
+    assert hearth_json("unload", MODEL, home=home) == {"unloaded": []}
+    neither = hearth("unload", home=home)
+    assert neither.returncode == 2 and "--all" in neither.stderr
+
+
+def test_log_stream_shows_each_chat_with_model_dialect_tokens_and_timings(daemon):
+    home, info = daemon
+    env = {**os.environ, "HEARTH_HOME": str(home)}
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "log", "stream", "--json", "--count", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert "Following the requests of" in follower.stderr.readline()  # subscribed: what follows is seen
+        import openai
+
+        client = openai.OpenAI(base_url=info["base_url"], api_key="none", max_retries=0, timeout=120)
+        answer = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, temperature=0
+        )
+        ollama = httpx.post(
+            f"{info['url']}/api/chat", timeout=120,
+            json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "stream": False,
+                  "options": {"temperature": 0, "num_predict": 4}},
+        ).json()  # fmt: skip
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0, err
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert first["model"] == MODEL and first["dialect"] == "openai" and first["status"] == "ok"
+    assert first["path"] == "/v1/chat/completions"
+    assert first["prompt_tokens"] == answer.usage.prompt_tokens
+    assert first["completion_tokens"] == answer.usage.completion_tokens == 8
+    assert first["ttft_ms"] > 0 and first["tokens_per_second"] > 0 and first["dropped"] == 0
+    assert second["dialect"] == "ollama" and second["path"] == "/api/chat"
+    assert second["completion_tokens"] == ollama["eval_count"] and second["prompt_tokens"] == ollama["prompt_eval_count"]
+
+
+def test_the_admin_routes_need_the_daemons_key(daemon):
+    home, info = daemon
+    wrong = hearth("log", "stream", "--url", info["url"], home=home, env={"HEARTH_ADMIN_KEY": "not-the-key"})
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip().splitlines() == [
+        f"hearth: The worker at {info['url']} refused the key; set HEARTH_ADMIN_KEY to its admin key."
+    ]
+    assert httpx.get(f"{info['url']}/api/worker", timeout=10).status_code == 401
+
+
+def test_without_a_daemon_each_command_says_what_to_do(tmp_path):
+    for args in (("ps",), ("load", MODEL), ("unload", "--all"), ("log", "stream")):
+        out = hearth(*args, home=tmp_path)
+        assert out.returncode == 1, args
+        assert out.stderr.strip().splitlines() == [
+            "hearth: No Hearth daemon is running; start one with `hearth daemon up`, or name a worker with --url."
+        ]
+    assert hearth_json("daemon", "status", home=tmp_path, expect=3)["running"] is False
+    assert hearth_json("daemon", "down", home=tmp_path) == {"stopped": False, "pid": None}
