@@ -6,11 +6,14 @@ and every barrier of every step waits for it: on two cores beside one busy proce
 decodes at a third of its quiet speed, where one thread on the free core keeps about half of it.
 
 :class:`ThreadPolicy` decides from the CPU time the rest of the machine used (all processes but this one,
-so the team's own spinning never counts) over short windows while the backend computes. It shrinks the
-team once other processes take a core, and grows it back once they leave it. Two thresholds and a run of
-agreeing windows keep it from flipping: the team shrinks after :data:`SHRINK_AFTER` windows in a row say
-so (half a second) and grows after :data:`GROW_AFTER` (a second), as a contended team costs far more than
-a thread left idle a little longer. The policy is plain arithmetic over :class:`CpuSample` values;
+so the team's own spinning never counts) over short windows. It shrinks the team once other processes take
+a core, and grows it back once they leave it. Two thresholds and a change that must hold for a while keep
+it from flipping: the team shrinks once the others have held the core for :data:`SHRINK_SECONDS` and grows
+once they have left it for :data:`GROW_SECONDS`, as a contended team costs far more than a thread left idle
+a little longer. A backend samples while it computes, and while it is idle on fewer threads than its full
+count (so that the next request finds the full team on a machine that has gone quiet). Idle on the full
+count it does nothing at all, and its next step starts a fresh window: the CPU other processes used over a
+long idle stretch says little about the machine now. The policy is plain arithmetic over :class:`CpuSample` values;
 :func:`read_cpu_sample` reads them from the machine (psutil's system times and this process's own).
 """
 
@@ -26,8 +29,8 @@ log = logging.getLogger(__name__)
 WINDOW_SECONDS = 0.25  # how often the machine is sampled while the backend computes
 TAKEN_SHARE = 0.5  # a core counts as taken once other processes use at least this share of it...
 FREE_SHARE = 0.3  # ...and as free again only once they use less than this share of it
-SHRINK_AFTER = 2  # windows in a row that must ask for fewer threads before the team shrinks
-GROW_AFTER = 4  # windows in a row that must ask for more threads before the team grows
+SHRINK_SECONDS = 0.5  # how long the machine must ask for fewer threads before the team shrinks
+GROW_SECONDS = 1.0  # how long it must ask for more before the team grows
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +78,9 @@ def machine_cpus() -> int:
 class ThreadPolicy:
     """Picks a compute team's size from how busy the rest of the machine is.
 
-    Feed it a :class:`CpuSample` whenever :meth:`due` says so while the backend computes, and call
-    :meth:`rest` when it stops (an idle stretch is not a measurement of anything). :attr:`threads` is the
-    size to use.
+    Feed it a :class:`CpuSample` whenever :meth:`due` says so while the backend computes. When it goes
+    idle, :meth:`idle_poll` says how long to wait before the next sample, or None: then call :meth:`rest`
+    and sample again only when it computes. :attr:`threads` is the size to use.
 
     Args:
         full: The team's size on a quiet machine (the most it ever uses).
@@ -95,7 +98,7 @@ class ThreadPolicy:
         self.others: float | None = None  # cores the rest of the machine used in the last window
         self._last: CpuSample | None = None
         self._want = full  # what the current run of agreeing windows asks for
-        self._streak = 0
+        self._held = 0.0  # seconds it has asked for that
 
     def due(self, now: float) -> bool:
         """Whether a new sample is wanted at ``now`` (seconds of the samples' monotonic clock)."""
@@ -113,10 +116,16 @@ class ThreadPolicy:
         return {"threads": self.threads, "threads_full": self.full, "threads_adaptive": not self.pinned,
                 "cpu_used_elsewhere": others}  # fmt: skip
 
+    def idle_poll(self) -> float | None:
+        """Seconds an idle backend should wait before it samples again: a window while it is on fewer
+        threads than its full count, so that it grows back on a machine that went quiet; None once it is
+        on the full count (an idle backend then does nothing at all)."""
+        return WINDOW_SECONDS if not self.pinned and self.threads < self.full else None
+
     def rest(self) -> None:
-        """The backend stopped computing: the next sample starts a fresh window."""
+        """The backend stops sampling until it computes again: its next sample starts a fresh window."""
         self._last = None
-        self._streak = 0
+        self._held = 0.0
 
     def observe(self, sample: CpuSample) -> int:
         """Take one sample and return the thread count to use from now on."""
@@ -130,14 +139,14 @@ class ThreadPolicy:
         self.others = min(max(used / seconds, 0.0), float(self.cpus))
         want = self._wanted(self.others)
         if want == self.threads:
-            self._streak = 0
+            self._held = 0.0
             return self.threads
-        same_way = (want < self.threads) == (self._want < self.threads)
-        self._streak = self._streak + 1 if self._streak and same_way else 1
+        same_way = self._held > 0 and (want < self.threads) == (self._want < self.threads)
+        self._held = (self._held if same_way else 0.0) + seconds
         self._want = want
-        if self._streak >= (SHRINK_AFTER if want < self.threads else GROW_AFTER):
+        if self._held >= (SHRINK_SECONDS if want < self.threads else GROW_SECONDS) - 1e-9:
             self.threads = want
-            self._streak = 0
+            self._held = 0.0
         return self.threads
 
     def _wanted(self, others: float) -> int:

@@ -249,10 +249,13 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._stopping and not self._waiting and not self._running and not self._calls:
-                    self.thread_policy.rest()  # an idle stretch says nothing about the machine
                 while not self._stopping and not self._waiting and not self._running and not self._calls:
-                    self._cond.wait()
+                    poll = self.thread_policy.idle_poll()  # on fewer threads: see whether the machine went quiet
+                    if poll is None:
+                        self.thread_policy.rest()
+                    self._cond.wait(poll)
+                    if poll is not None:
+                        self._follow_machine()
                 if self._stopping:
                     for seq in [*self._running, *self._waiting]:
                         self._finish(seq, "cancelled")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.backends.threads import (
-    GROW_AFTER,
-    SHRINK_AFTER,
+    GROW_SECONDS,
+    SHRINK_SECONDS,
     WINDOW_SECONDS,
     CpuSample,
     ThreadPolicy,
@@ -26,6 +26,10 @@ class Machine:
             at=s.at + seconds, busy=s.busy + (others + own) * seconds, own=s.own + own * seconds
         )
         return self.sample
+
+
+SHRINK_AFTER = round(SHRINK_SECONDS / WINDOW_SECONDS)  # windows in a row
+GROW_AFTER = round(GROW_SECONDS / WINDOW_SECONDS)
 
 
 def feed(policy: ThreadPolicy, machine: Machine, others: float, windows: int, **kw) -> list[int]:
@@ -78,15 +82,15 @@ def test_a_machine_that_flips_between_busy_and_quiet_every_window_never_moves_th
     counts = [policy.observe(machine.window(1.0 if i % 2 else 0.0)) for i in range(60)]
     assert counts == [2] * 60
     feed(policy, machine, 1.0, SHRINK_AFTER)
-    counts = [
-        policy.observe(machine.window(0.0 if i % 3 else 1.0)) for i in range(60)
-    ]  # quiet, but never 4 in a row
+    # Quiet, but never for GROW_SECONDS in a row.
+    counts = [policy.observe(machine.window(0.0 if i % GROW_AFTER else 1.0)) for i in range(60)]
     assert counts == [1] * 60
 
 
 def test_a_pinned_count_never_changes_and_asks_for_no_samples():
     policy, machine = started(pinned=True)
     assert not policy.due(machine.sample.at + 10)
+    assert policy.idle_poll() is None
     assert feed(policy, machine, 2.0, 30) == [2] * 30
     assert policy.as_dict() == {
         "threads": 2,
@@ -96,16 +100,37 @@ def test_a_pinned_count_never_changes_and_asks_for_no_samples():
     }
 
 
-def test_an_idle_stretch_is_no_measurement_and_breaks_a_run_of_busy_windows():
+def test_an_idle_stretch_on_the_full_count_is_no_measurement_and_breaks_a_busy_run():
     policy, machine = started()
     feed(policy, machine, 1.0, SHRINK_AFTER - 1)
+    assert policy.idle_poll() is None  # idle on the full count: no samples...
     policy.rest()
-    assert policy.due(machine.sample.at)  # the first step after resting starts a window
-    # Thirty idle seconds in which the busy process ran: not counted, nor is the run before them.
-    policy.observe(machine.window(1.0, own=0.0, seconds=30.0))
-    assert policy.threads == 2
-    counts = feed(policy, machine, 1.0, SHRINK_AFTER)
-    assert counts == [2] * (SHRINK_AFTER - 1) + [1]
+    assert policy.due(machine.sample.at)  # ...until the next step, which starts a fresh window
+    # Thirty idle seconds in which other processes ran: not counted, nor is the busy window before them.
+    assert policy.observe(machine.window(1.0, own=0.0, seconds=30.0)) == 2
+    assert feed(policy, machine, 1.0, SHRINK_AFTER) == [2] * (SHRINK_AFTER - 1) + [1]
+
+
+def test_idle_on_fewer_threads_it_keeps_sampling_and_grows_back_on_a_quiet_machine():
+    policy, machine = started()
+    feed(policy, machine, 1.0, SHRINK_AFTER)
+    assert policy.idle_poll() == WINDOW_SECONDS
+    counts = feed(policy, machine, 0.0, GROW_AFTER, own=0.0)  # idle windows: Hearth uses nothing
+    assert counts[-1] == 2 and policy.idle_poll() is None
+
+
+def test_a_long_window_counts_for_its_length():
+    # A slow step (a long prompt on a big model) closes a window of several seconds: enough on its own.
+    policy, machine = started()
+    assert policy.observe(machine.window(1.0, seconds=3 * SHRINK_SECONDS)) == 1
+    assert policy.observe(machine.window(0.0, seconds=GROW_SECONDS)) == 2
+
+
+def test_a_busy_run_interrupted_by_a_quiet_window_starts_again():
+    policy, machine = started()
+    feed(policy, machine, 1.0, SHRINK_AFTER - 1)
+    policy.observe(machine.window(0.0))
+    assert feed(policy, machine, 1.0, SHRINK_AFTER) == [2] * (SHRINK_AFTER - 1) + [1]
 
 
 def test_samples_come_once_a_window():
@@ -133,6 +158,13 @@ def test_never_fewer_than_one_thread():
     policy, machine = started()
     feed(policy, machine, 2.0, 10)
     assert policy.threads == 1
+
+
+def test_without_the_machines_counters_the_full_count_is_kept():
+    policy, machine = started()
+    feed(policy, machine, 1.0, SHRINK_AFTER)
+    policy.pin()
+    assert policy.threads == 2 and policy.as_dict()["threads_adaptive"] is False
 
 
 def test_a_policy_without_threads_or_cpus_is_refused():
