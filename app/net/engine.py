@@ -5,6 +5,10 @@ into the GUI thread with a signal, and restarts it with new settings when the us
 API. The app's own requests always carry a per-launch token, the worker's admin key (documents,
 downloads, load, delete, remotes). The key the user gives other apps only runs models; when the API is
 shared with no key, other apps need none to run models, and still cannot reach the admin routes.
+
+Where a Hearth daemon runs (`hearth daemon up`: its ``daemon.json`` names a live worker that takes the
+admin key it holds), the app attaches to that worker instead of starting its own, uses the daemon's admin
+key, and leaves the daemon running when it quits. If the daemon goes away, the app starts its own worker.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ from app.store.records import DEFAULT_PORT, AppSettings
 from engine.starter import STARTER_NAME
 
 if TYPE_CHECKING:
+    from engine.worker.daemon import DaemonInfo
     from engine.worker.supervisor import WorkerSupervisor
 
 log = logging.getLogger(__name__)
 
 ANY_HOST = "0.0.0.0"
+# Seconds between two checks that an attached daemon still answers.
+DAEMON_CHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +92,13 @@ class EngineController(QObject):
         self.config = EngineConfig()
         self.state = EngineState("stopped")
         self.supervisor: WorkerSupervisor | None = None
+        self.daemon: DaemonInfo | None = None  # the daemon attached to, instead of a worker of the app's own
         self._api_key = ""
         self._generation = 0
         self._lock = threading.Lock()
         self._live: dict[int, WorkerSupervisor] = {}  # started or starting, by launch
         self._threads: list[threading.Thread] = []
+        self._replaced = threading.Event()  # set when this launch is replaced or stopped
         self._bridge.connect(self._on_worker_event)
 
     # -- what the API client needs ------------------------------------------------------------
@@ -120,10 +129,13 @@ class EngineController(QObject):
         """Stop the worker now, and any being started (blocks a few seconds at most; at quit)."""
         with self._lock:
             self._generation += 1
+            self._replaced.set()
+            self._replaced = threading.Event()
             live = list(self._live.values())
             self._live.clear()
             threads = list(self._threads)
         self.supervisor = None
+        self.daemon = None  # an attached daemon keeps running: it is not the app's to stop
         for sup in live:
             sup.stop(timeout=5)
         for thread in threads:
@@ -162,6 +174,8 @@ class EngineController(QObject):
         api_key = self.launch_token
         with self._lock:
             self._generation += 1
+            self._replaced.set()
+            self._replaced = threading.Event()
             generation = self._generation
             previous = list(self._live.values())
             self._live.clear()
@@ -169,15 +183,22 @@ class EngineController(QObject):
         self.config = config
         self._api_key = api_key
         self.supervisor = None
+        self.daemon = None
         self._set_state(EngineState("starting", "Starting the engine…"))
 
         def run() -> None:
             # Off the GUI thread: importing the supervisor (and the server modules behind it),
             # stopping the old worker, waiting for the new one's health.
+            from engine.worker.daemon import find_daemon
             from engine.worker.supervisor import WorkerEvent, WorkerStartError
 
             for old in previous:
                 old.stop(timeout=5)
+            daemon = find_daemon()
+            if daemon is not None:  # `hearth daemon up` runs one: use it, start none
+                self._bridge.emit(daemon, generation)
+                self._watch_daemon(daemon, generation)
+                return
             try:
                 sup = self._supervisor_for(config, api_key, generation)
             except Exception as exc:
@@ -204,10 +225,39 @@ class EngineController(QObject):
             self._threads.append(thread)
         thread.start()
 
+    def _watch_daemon(self, daemon: DaemonInfo, generation: int) -> None:
+        """Until replaced or stopped, check that the attached daemon answers; say so when it no longer does."""
+        from engine.worker.daemon import answers
+        from engine.worker.supervisor import WorkerEvent
+
+        misses = 0
+        with self._lock:
+            if generation != self._generation:
+                return
+            replaced = self._replaced
+        while not replaced.wait(DAEMON_CHECK_SECONDS):
+            misses = 0 if answers(daemon, timeout=DAEMON_CHECK_SECONDS) else misses + 1
+            if misses >= 2:
+                self._bridge.emit(WorkerEvent("daemon_gone"), generation)
+                return
+
     @Slot(object, int)
     def _on_worker_event(self, event, generation: int) -> None:
         if not self._current(generation):
             return  # an old worker's last words (it was replaced on purpose)
+        from engine.worker.daemon import DaemonInfo
+
+        if isinstance(event, DaemonInfo):  # attached to a running daemon's worker
+            self.daemon = event
+            self._api_key = event.admin_key
+            self._set_state(EngineState("ready", f"Using the Hearth daemon at {event.url}.", event.url))
+            return
+        from engine.worker.supervisor import WorkerEvent
+
+        if isinstance(event, WorkerEvent) and event.kind == "daemon_gone":  # the app runs its own worker now
+            log.warning("the Hearth daemon stopped answering; starting the app's own engine")
+            self._launch(self.config)
+            return
         if not hasattr(event, "kind"):
             self.supervisor = event  # the supervisor of this launch, made off the GUI thread
             return

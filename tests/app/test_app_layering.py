@@ -1,7 +1,7 @@
 """The app reaches the engine only through the worker's HTTP API: of the engine it may import
 the data-folder paths, the secret store (the OS keyring or a 0600 file), the starter model's name, the SSE
-parser, the worker supervisor and the agent loop (itself a client of that API and of MCP servers), nothing
-else."""
+parser, the worker supervisor, the daemon's file (to attach to a running `hearth daemon`) and the agent loop
+(itself a client of that API and of MCP servers), nothing else."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 APP = Path(__file__).resolve().parents[2] / "app"
 ALLOWED = {
     "engine.agent", "engine.paths", "engine.remote.keys", "engine.sse", "engine.starter", "engine.worker.supervisor",
+    "engine.worker.daemon",
 }
 
 
