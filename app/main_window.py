@@ -15,6 +15,7 @@ from app.icons import app_icon
 from app.net.api import HearthApi
 from app.net.engine import EngineController, EngineState
 from app.net.local_models import LocalModels
+from app.other_apps_offer import OtherAppsOffer
 from app.pages.api_page import ApiPage
 from app.pages.chats_page import ChatsPage
 from app.pages.hardware_page import HardwarePage
@@ -77,6 +78,7 @@ class MainWindow(QMainWindow):
         if store.problem:
             self.banner.show_message(store.problem, level="error")
         self.disk_full = DiskFullNotice(store, self.banner, self)
+        self.other_apps = OtherAppsOffer(self.api, engine, self.models, self.settings_store, self)
         from app.pages.docs_panel import install_docs
 
         self.docs = install_docs(self)

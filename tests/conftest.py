@@ -19,6 +19,11 @@ def hearth_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every test runs against a fresh data folder, never the user's."""
     home = tmp_path_factory.mktemp("hearth-home")
     os.environ["HEARTH_HOME"] = str(home)
+    # nor the models other apps keep on this machine (the tests that read them build their own)
+    elsewhere = tmp_path_factory.mktemp("no-other-apps")
+    for name in ("OLLAMA_MODELS", "HEARTH_LMSTUDIO_MODELS", "HEARTH_JAN_MODELS", "HEARTH_GPT4ALL_MODELS"):
+        os.environ[name] = str(elsewhere)
+    os.environ["HF_HUB_CACHE"] = str(elsewhere / "hf")
     return home
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 
-from app.net.catalog_types import Download, FitFacts, HardwareFacts, HubRepo, VariantList
+from app.net.catalog_types import Download, FitFacts, HardwareFacts, HubRepo, OtherAppsFound, VariantList
 from app.net.chat_stream import ChatStream
 from app.net.client import ApiCall, ApiClient
 from app.net.engine import EngineController
@@ -49,6 +49,16 @@ class HearthApi(ApiClient):
     def delete_model(self, name: str) -> ApiCall:
         """str (the deleted name)"""
         return self.delete(f"/api/models/{self.quote(name)}", lambda d: str(d.get("deleted", name)))
+
+    def other_apps(self) -> ApiCall:
+        """OtherAppsFound (the models other apps keep that Hearth does not list yet)"""
+        return self.call("GET", "/api/other-apps", OtherAppsFound.from_json, timeout_ms=LOAD_TIMEOUT_MS)
+
+    def accept_other_apps(self) -> ApiCall:
+        """list[str] (the names registered; their files stay in place)"""
+        return self.post(
+            "/api/other-apps/accept", {}, lambda d: [str(n) for n in d.get("registered", [])], timeout_ms=LOAD_TIMEOUT_MS
+        )
 
     # -- remote providers ---------------------------------------------------------------------
     def remotes(self, *, fresh: bool = False) -> ApiCall:

@@ -243,3 +243,30 @@ class FitFacts:
             overhead=int(mem.get("buffers_bytes") or 0) + int(mem.get("runtime_bytes") or 0),
             devices=devices,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class FoundModel:
+    """A model another app keeps, as ``GET /api/other-apps`` lists it."""
+
+    name: str
+    origin: str
+    origin_label: str
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OtherAppsFound:
+    """The other apps' models Hearth does not list yet, and the sentence that sums them up."""
+
+    models: tuple[FoundModel, ...] = ()
+    total_bytes: int = 0
+    summary: str = ""
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> OtherAppsFound:
+        models = tuple(
+            FoundModel(str(m["name"]), str(m["origin"]), str(m.get("origin_label") or m["origin"]), int(m.get("size_bytes") or 0))
+            for m in d.get("models", [])
+        )
+        return cls(models, int(d.get("total_bytes") or 0), str(d.get("summary") or ""))

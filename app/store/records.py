@@ -155,3 +155,4 @@ class AppSettings:
     lan: bool = False
     theme: str = "system"  # system | light | dark
     default_model: str = STARTER_NAME
+    other_apps_offered: bool = False  # the question about other apps' models was answered once
