@@ -246,10 +246,11 @@ class ApiPage(QWidget):
         self.lan.setChecked(s.lan)
         self._refresh_texts()
 
-    def edited(self) -> AppSettings:
+    def edited(self, base: AppSettings | None = None) -> AppSettings:
+        """``base`` (the settings the page shows, by default) with this page's fields as edited."""
         origins = tuple(o.strip() for o in self.cors.text().split(",") if o.strip())
         return replace(
-            self.settings, expose_api=self.expose.isChecked(), port=self.port.value(),
+            self.settings if base is None else base, expose_api=self.expose.isChecked(), port=self.port.value(),
             api_key=self.key.text().strip(), cors_origins=origins, lan=self.lan.isChecked(),
         )  # fmt: skip
 
@@ -283,7 +284,7 @@ class ApiPage(QWidget):
         return f"Shared with other apps on {where} at {self.current_base_url()}."
 
     def apply(self) -> None:
-        new = self.edited()
+        new = self.edited(self.settings_store.load())  # what other pages saved meanwhile (the theme) stays
         self.settings_store.save(new)
         self.settings = new
         old = self.engine.config

@@ -24,9 +24,12 @@ def test_sharing_the_api_lets_an_openai_client_in(qtbot, window, engine):
     assert page.apply_button.isEnabled()
     assert f"http://127.0.0.1:{port}/v1" in page.curl.toPlainText() and KEY in page.curl.toPlainText()
 
+    theme = window.settings_store.load().theme
+    window.choose_theme("dark")  # saved by another page while this one is open: Apply keeps it
     page.apply_button.click()
     qtbot.waitUntil(lambda: engine.state.ready and engine.config.expose, timeout=120_000)
     try:
+        assert window.settings_store.load().theme == "dark"
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=60)
         reply = client.chat.completions.create(
             model=STARTER_NAME, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8, temperature=0
@@ -47,6 +50,7 @@ def test_sharing_the_api_lets_an_openai_client_in(qtbot, window, engine):
         qtbot.waitUntil(lambda: "requests in flight" in page.live.text() and "requests served" in page.status.text(), timeout=10_000)
         assert f"{STARTER_NAME} (llamacpp" in page.loaded.text()
     finally:
+        window.choose_theme(theme)
         page.expose.setChecked(False)
         page.apply_button.click()
         qtbot.waitUntil(lambda: engine.state.ready and not engine.config.expose, timeout=120_000)
