@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-ttl", type=float, default=None, help="unload a model after this many idle seconds")
     p.add_argument("--ctx", type=int, default=None, help="context length per sequence")
     p.add_argument("--parallel", type=int, default=None, help="sequences decoded at once per model")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads per model, kept fixed (default: the physical cores, fewer while other processes keep some busy)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads per model, kept fixed (default: the physical cores; llama.cpp then uses fewer while other processes keep some busy)")
     p.add_argument(
         "--kv-type",
         choices=("f16", "q8_0", "q4_0", "fp8"),
