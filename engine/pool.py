@@ -23,7 +23,7 @@ from engine.backend_choice import choose_backend
 from engine.backends import Backend, LoadOptions, create_backend
 from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
-from engine.errors import AmbiguousModel, HearthError, ModelNotFound
+from engine.errors import AmbiguousModel, HearthError, InvalidRequest, ModelLoadError, ModelNotFound
 from engine.fit.plan import LoadPlan
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
     in_use: int = 0
     keep_alive: float | None = None  # idle seconds before unloading (None: the manager's idle_ttl; < 0: never)
+    options: LoadOptions | None = None  # what it was loaded with (None: the manager's options)
 
 
 class ModelManager:
@@ -209,38 +210,61 @@ class ModelManager:
         return out
 
     # -- loading --------------------------------------------------------------------------------
-    def load(self, name: str, *, allow_paths: bool = False) -> LoadedModel:
+    def load(self, name: str, *, allow_paths: bool = False, options: LoadOptions | None = None) -> LoadedModel:
         """Load ``name`` (or return it if loaded), making room within the memory budget
         (``allow_paths``: as :meth:`resolve`).
 
+        ``options`` load it this once with other settings than the manager's (`hearth load --ctx ...`): a
+        model loaded with others is unloaded first when no request uses it. Later loads take the manager's.
+
         Raises:
             ModelNotFound, BackendUnavailable, ModelLoadError.
+            InvalidRequest: it is loaded with other settings and requests are using it.
         """
         model = self.resolve(name, allow_paths=allow_paths)
         key = model.name
         with self._lock:
+            reloading = options is not None and key in self._loaded
+        if reloading and options is not None:
+            self._refuse_unfit(model, options)  # settings that cannot load leave the loaded model as it is
+        with self._lock:
             while key in self._loading:
                 self._lock.wait()
+            lm = self._loaded.get(key)
+            if lm is not None and options is not None and (lm.options or self.options) != options:
+                if lm.in_use:
+                    raise InvalidRequest(
+                        f"Model '{key}' is answering requests with other load settings; try again when they "
+                        "finish, or load it without settings."
+                    )
+                del self._loaded[key]  # reloaded below with the settings asked for
+                stale = lm
+            else:
+                stale = None
             if key in self._loaded:
                 lm = self._loaded[key]
                 lm.last_used = time.monotonic()
                 return lm
             self._loading.add(key)
+        if stale is not None:
+            stale.backend.close()
+            return_freed_memory()
+        options = options or self.options
         try:
             choice = choose_backend(model.format, override=self.backend_override)
             if model.format == "gguf":
                 verify_gguf(model.path)  # a truncated or hostile file is refused here, not crashed on
-            estimate = self._estimate(model, choice.backend)
+            estimate = self._estimate(model, choice.backend, options)
             self._make_room(estimate)
             backend = self._factory(choice.backend)
             try:
-                backend.load(model.spec, self.options)
+                backend.load(model.spec, options)
             except BaseException:
                 backend.close()
                 raise
             size = loaded_bytes(backend)  # what the loader planned and allocated, once it has
             lm = LoadedModel(model=model, backend=backend, backend_name=choice.backend,
-                             size_estimate=estimate if size is None else size)  # fmt: skip
+                             size_estimate=estimate if size is None else size, options=options)  # fmt: skip
             log.info("loaded %s on %s (%s); it takes %.0f MiB of the pool's %.0f MiB", key, choice.backend,
                      choice.reason, lm.size_estimate / 2**20, self.memory_budget / 2**20)  # fmt: skip
             with self._lock:
@@ -251,11 +275,22 @@ class ModelManager:
                 self._loading.discard(key)
                 self._lock.notify_all()
 
-    def _estimate(self, model: LocalModel, backend: str) -> int:
-        """Bytes ``model`` will take on ``backend``: its loader's plan for the pool's options (``model_bytes``:
+    def _refuse_unfit(self, model: LocalModel, options: LoadOptions) -> None:
+        """Raise the error a load of ``model`` with ``options`` would end with, where its plan already says.
+
+        Raises:
+            ModelLoadError: the plan does not fit. InvalidRequest: an option the backend does not take.
+        """
+        choice = choose_backend(model.format, override=self.backend_override)
+        plan = plan_for_load(choice.backend, model.path, options)
+        if plan is not None and not plan.fits:
+            raise ModelLoadError(str(model.path), plan.reason)
+
+    def _estimate(self, model: LocalModel, backend: str, options: LoadOptions) -> int:
+        """Bytes ``model`` will take on ``backend``: its loader's plan for ``options`` (``model_bytes``:
         weights, KV cache, buffers, the model's runtime), else the files' size x 1.2 + 256 MiB."""
         try:
-            plan = plan_for_load(backend, model.path, self.options)
+            plan = plan_for_load(backend, model.path, options)
         except HearthError as exc:  # the load itself will refuse with the reason; the pool only sizes
             log.debug("no plan for %s ahead of its load: %s", model.name, exc)
             plan = None

@@ -12,9 +12,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "load",
         help="load a model in the running worker",
-        description="Load MODEL in the running worker (the daemon's, or --url's) now, instead of on its first request.",
+        description="Load MODEL in the running worker (the daemon's, or --url's) now, instead of on its first request. "
+        "Settings given here are for this load: a model loaded with others is reloaded (when no request uses it), "
+        "and settings that do not fit are refused with what would.",
     )
     p.add_argument("model", metavar="MODEL", help="a model name, as `hearth models` lists it")
+    p.add_argument("--ctx", type=int, help="context length of each request, in tokens")
+    p.add_argument("--parallel", type=int, help="requests generated at once (slots)")
+    p.add_argument("--gpu-layers", type=int, help="layers offloaded to the GPU (llama.cpp built with GPU support)")
+    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type")
+    p.add_argument("--threads", type=int, help="CPU threads")
     add_worker_args(p)
     p.set_defaults(run=run_load)
     u = sub.add_parser(
@@ -31,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_load(args: argparse.Namespace) -> int:
     client = WorkerClient.from_args(args)
     # A load may take minutes for a large model; the worker answers once it is loaded.
-    answer = client.request("POST", "/api/models/load", body={"model": args.model}, timeout=600.0)
+    body = {"model": args.model, "ctx": args.ctx, "parallel": args.parallel, "gpu_layers": args.gpu_layers,
+            "kv_type": args.kv_type, "threads": args.threads}  # fmt: skip
+    answer = client.request("POST", "/api/models/load", body={k: v for k, v in body.items() if v is not None}, timeout=600.0)
     out = {
         "name": answer["name"],
         "state": answer["state"],

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from engine import __version__
 from engine.errors import InvalidRequest
-from engine.server.schemas import LoadBody
+from engine.server.schemas import LoadBody, ModelLoadBody
 
 router = APIRouter(prefix="/api")
 
@@ -59,10 +59,21 @@ async def models(request: Request) -> dict:
     return {"models": [_model_entry(m, manager.state(m.name)) for m in local]}
 
 
+def _load_options(manager, body: ModelLoadBody):
+    """The manager's load options with those ``body`` sets; None when it sets none."""
+    from dataclasses import replace
+
+    asked = {"n_ctx": body.ctx, "n_seq_max": body.parallel, "n_gpu_layers": body.gpu_layers,
+             "kv_type": body.kv_type, "n_threads": body.threads}  # fmt: skip
+    given = {k: v for k, v in asked.items() if v is not None}
+    return replace(manager.options, **given) if given else None
+
+
 @router.post("/models/load")
-async def load(request: Request, body: LoadBody) -> dict:
+async def load(request: Request, body: ModelLoadBody) -> dict:
     manager = request.app.state.manager
-    lm = await asyncio.to_thread(manager.load, body.model)
+    options = _load_options(manager, body)
+    lm = await asyncio.to_thread(lambda: manager.load(body.model, options=options))
     info = lm.backend.info
     return {
         "name": lm.model.name,

@@ -114,6 +114,16 @@ class LoadBody(_Body):
     model: str = Field(min_length=1)
 
 
+class ModelLoadBody(LoadBody):
+    """``POST /api/models/load``: the model, and settings for this load (left out: the worker's own)."""
+
+    ctx: int | None = Field(default=None, ge=16, description="context length of each sequence")
+    parallel: int | None = Field(default=None, ge=1, le=256, description="sequences generated at once")
+    gpu_layers: int | None = Field(default=None, ge=0, description="layers offloaded to the GPU")
+    kv_type: Literal["f16", "q8_0", "q4_0", "fp8"] | None = Field(default=None, description="KV cache type")
+    threads: int | None = Field(default=None, ge=1, le=1024, description="CPU threads")
+
+
 class DownloadBody(_Body):
     repo: str = Field(min_length=3)
     variant: str | None = None
