@@ -66,6 +66,16 @@ class EmbeddingsUnsupported(InvalidRequest):
         )
 
 
+class RerankUnsupported(InvalidRequest):
+    """The model is not a reranker (or its backend cannot rerank)."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"Model '{model}' is not a reranker; name a GGUF reranker model (a cross-encoder such as bge-reranker).",
+            param="model",
+        )
+
+
 class SchemaTooComplex(InvalidRequest):
     """A JSON schema (response format or tool parameters) is over a limit that keeps its grammar fast
     (engine.limits); the message names the limit."""

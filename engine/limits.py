@@ -27,6 +27,7 @@ MAX_STOP_LENGTH = 512
 
 # -- embeddings ------------------------------------------------------------------------------------
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own limit
+MAX_RERANK_DOCUMENTS = 2048  # as many as embeddings' inputs: each is scored with the query
 
 # -- JSON schemas (response formats, tool parameters) ----------------------------------------------
 MAX_SCHEMA_BYTES = 65_536  # the schema as compact JSON
@@ -74,6 +75,19 @@ def check_embedding_inputs(n: int, *, param: str = "input") -> None:
         raise InvalidRequest(
             f"At most {MAX_EMBEDDING_INPUTS} inputs are embedded per request, got {n}; split them over several requests.",
             param=param,
+        )
+
+
+def check_rerank_documents(n: int) -> None:
+    """Refuse a rerank request of more than :data:`MAX_RERANK_DOCUMENTS` documents.
+
+    Raises:
+        InvalidRequest: too many documents.
+    """
+    if n > MAX_RERANK_DOCUMENTS:
+        raise InvalidRequest(
+            f"At most {MAX_RERANK_DOCUMENTS} documents are reranked per request, got {n}; split them over several requests.",
+            param="documents",
         )
 
 
@@ -320,6 +334,7 @@ __all__ = [
     "MAX_STOP_SEQUENCES",
     "MAX_STOP_LENGTH",
     "MAX_EMBEDDING_INPUTS",
+    "MAX_RERANK_DOCUMENTS",
     "MAX_SCHEMA_BYTES",
     "MAX_SCHEMA_DEPTH",
     "MAX_PATTERN_LENGTH",
@@ -329,6 +344,7 @@ __all__ = [
     "pattern_shape",
     "check_stops",
     "check_embedding_inputs",
+    "check_rerank_documents",
     "check_schema",
     "check_pattern",
     "repetition_product",

@@ -111,9 +111,10 @@ class Backend(Protocol):
         ...
 
     def embed(
-        self, texts: Sequence[str], *, cancelled: Callable[[], bool] | None = None
+        self, texts: Sequence[str], *, cancelled: Callable[[], bool] | None = None, truncate: bool = False
     ) -> tuple[list[list[float]], int]:
-        """Embeddings of ``texts`` and the tokens they took; ``cancelled`` says whether the caller has gone.
+        """Embeddings of ``texts`` and the tokens they took; ``cancelled`` says whether the caller has gone,
+        ``truncate`` cuts a text longer than the context to fit instead of refusing it.
 
         Raises:
             EmbeddingsUnsupported: the backend cannot embed with this model (``info.can_embed`` is False).

@@ -74,6 +74,11 @@ _INFERENCE_ROUTES = (
     ("POST", "/api/generate"),
     ("POST", "/api/embed"),
     ("POST", "/api/embeddings"),
+    # llama-server's own: reranking (Jina's and Cohere's body too) and the vocabulary
+    ("POST", "/v1/rerank"),
+    ("POST", "/rerank"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
     # What is loaded and how busy it is (no paths, nothing changed)
     ("GET", "/api/stats"),
     ("GET", "/metrics"),

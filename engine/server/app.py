@@ -24,7 +24,9 @@ from engine.server import (
     openai_routes,
     other_apps_routes,
     remote_routes,
+    rerank_routes,
     responses_routes,
+    tokenize_routes,
 )
 from engine.server.errors import install_error_handlers
 from engine.server.guard import RequestGuard
@@ -62,6 +64,8 @@ def create_app(
     app.include_router(log_routes.router)
     app.include_router(catalog_routes.router)
     app.include_router(remote_routes.router)
+    app.include_router(rerank_routes.router)
+    app.include_router(tokenize_routes.router)
     from engine.server import docs_routes  # /api/docs: document collections
 
     app.include_router(docs_routes.router)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from fastapi import Request
 
 from engine.limits import check_embedding_inputs
+
+T = TypeVar("T")
 
 # How often a waiting embeddings request asks whether its client is still there.
 CLIENT_POLL_SECONDS = 0.25
@@ -23,12 +26,13 @@ def check_inputs(texts: Sequence[str]) -> None:
     check_embedding_inputs(len(texts))
 
 
-async def embed_for_client(request: Request, backend, texts: Sequence[str]) -> tuple[list[list[float]], int]:
-    """``backend.embed(texts)`` off the event loop, cancelled between slices once the client disconnects.
+async def for_client(request: Request, work: Callable[[Callable[[], bool]], T]) -> T:
+    """``work(cancelled)`` off the event loop, where ``cancelled()`` turns true once the client disconnects
+    (the backends ask it between two slices of their work).
 
     Raises:
         RequestCancelled: the client went away (nobody reads the answer).
-        HearthError: what the backend raised.
+        HearthError: what ``work`` raised.
     """
     gone = threading.Event()
 
@@ -39,9 +43,22 @@ async def embed_for_client(request: Request, backend, texts: Sequence[str]) -> t
 
     watcher = asyncio.create_task(watch())
     try:
-        return await asyncio.to_thread(backend.embed, texts, cancelled=gone.is_set)
+        return await asyncio.to_thread(work, gone.is_set)
     finally:
         watcher.cancel()
 
 
-__all__ = ["check_inputs", "embed_for_client"]
+async def embed_for_client(
+    request: Request, backend, texts: Sequence[str], *, truncate: bool = False
+) -> tuple[list[list[float]], int]:
+    """``backend.embed(texts)`` off the event loop, cancelled between slices once the client disconnects;
+    ``truncate`` cuts a text longer than the context to fit instead of refusing it.
+
+    Raises:
+        RequestCancelled: the client went away (nobody reads the answer).
+        HearthError: what the backend raised.
+    """
+    return await for_client(request, lambda cancelled: backend.embed(texts, cancelled=cancelled, truncate=truncate))
+
+
+__all__ = ["check_inputs", "embed_for_client", "for_client"]

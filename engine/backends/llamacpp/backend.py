@@ -14,12 +14,19 @@ import psutil
 from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
+from engine.backends.llamacpp.ranking import Ranker
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.backends.runtime import RequestStream
 from engine.chat_template import ChatTemplateTooCostly
-from engine.errors import ContextLengthExceeded, ModelLoadError, RequestCancelled
+from engine.errors import (
+    ContextLengthExceeded,
+    InvalidRequest,
+    ModelLoadError,
+    RequestCancelled,
+    RerankUnsupported,
+)
 from engine.fit.plan import LoadPlan, prefill_block
 from engine.tools import RenderedChat, render_request
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
@@ -53,6 +60,7 @@ class LlamaCppBackend:
         self.plan: LoadPlan | None = None
         self._embed_ctx = None
         self._embed_lock = threading.Lock()
+        self._ranker: Ranker | None = None
         self._n_threads = 1
         self._mask_budget = LlamaCppOptions().grammar_mask_budget
 
@@ -95,6 +103,7 @@ class LlamaCppBackend:
             self.model.close()
             raise ModelLoadError(str(model.path), f"{exc}; try a smaller context or fewer slots.") from exc
         log.info("loaded %s: %s, %d threads; %s", model.path.name, plan.describe(), self._n_threads, plan.reason)
+        self._ranker = Ranker(self.model, self.loop)
 
     def _require(self) -> tuple[GGUFModel, DecodeLoop]:
         if self.model is None or self.loop is None:
@@ -179,7 +188,7 @@ class LlamaCppBackend:
             self.loop.cancel_all()
 
     def embed(
-        self, texts: Sequence[str], *, cancelled: Callable[[], bool] | None = None
+        self, texts: Sequence[str], *, cancelled: Callable[[], bool] | None = None, truncate: bool = False
     ) -> tuple[list[list[float]], int]:
         """Mean-pooled, L2-normalised embeddings of ``texts`` and the tokens they took.
 
@@ -189,9 +198,10 @@ class LlamaCppBackend:
         Args:
             texts: The texts.
             cancelled: Whether the caller has gone, asked between two slices.
+            truncate: Cut a text longer than the context to fit (its end goes) instead of refusing it.
 
         Raises:
-            ContextLengthExceeded: one text is longer than the context.
+            ContextLengthExceeded: one text is longer than the context (and ``truncate`` is off).
             RequestCancelled: ``cancelled`` said so.
         """
         model, loop = self._require()
@@ -202,12 +212,12 @@ class LlamaCppBackend:
                 raise RequestCancelled()
             start = len(out)
             # on the decode thread, which owns llama.cpp's compute threads (see DecodeLoop.call)
-            vectors, n_tokens = loop.call(lambda start=start: self._embed(model, loop, texts, start))
+            vectors, n_tokens = loop.call(lambda start=start: self._embed(model, loop, texts, start, truncate))
             out.extend(vectors)
             total += n_tokens
         return out, total
 
-    def _embed(self, model, loop, texts: Sequence[str], start: int) -> tuple[list[list[float]], int]:
+    def _embed(self, model, loop, texts: Sequence[str], start: int, truncate: bool) -> tuple[list[list[float]], int]:
         """Embed ``texts`` from ``start`` on, one at least, until :data:`EMBED_SLICE_SECONDS` have passed."""
         import numpy as np
 
@@ -241,7 +251,10 @@ class LlamaCppBackend:
                 else:  # an encoder (BERT and kin) has no KV memory and wants its own [CLS] ... [SEP] around the text
                     tokens = model.tokenize(text, add_special=True, parse_special=False)
                 if len(tokens) > loop.n_ctx_seq:
-                    raise ContextLengthExceeded(len(tokens), loop.n_ctx_seq)
+                    if not truncate:
+                        raise ContextLengthExceeded(len(tokens), loop.n_ctx_seq)
+                    # an encoder's closing [SEP] stays: the text's end is what goes
+                    tokens = tokens[: loop.n_ctx_seq] if mem else tokens[: loop.n_ctx_seq - 1] + tokens[-1:]
                 total += len(tokens)
                 if mem:
                     llama_cpp.llama_memory_clear(mem, True)
@@ -264,6 +277,38 @@ class LlamaCppBackend:
                 out.append((vec / norm).tolist())
             return out, total
 
+    def can_rerank(self) -> bool:
+        """Whether the loaded model is a reranker (see :mod:`engine.backends.llamacpp.ranking`)."""
+        return self._ranker is not None and self._ranker.can_rank
+
+    def rerank(
+        self, query: str, documents: Sequence[str], *, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[list[float], int]:
+        """Scores of ``documents`` for ``query`` from a reranker, run on the decode thread in slices.
+
+        Raises:
+            RerankUnsupported: the model is not a reranker.
+            InvalidRequest: a document with the query is longer than the context.
+            RequestCancelled: ``cancelled`` said so between two slices.
+        """
+        self._require()
+        if self._ranker is None or not self._ranker.can_rank:
+            raise RerankUnsupported(self.spec.name if self.spec is not None else "?")
+        return self._ranker.rerank(query, documents, cancelled=cancelled)
+
+    def encode(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        model, _ = self._require()
+        return model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def token_bytes(self, tokens: Sequence[int]) -> list[bytes]:
+        model, _ = self._require()
+        for t in tokens:
+            if not 0 <= t < model.n_vocab:
+                raise InvalidRequest(
+                    f"Token {t} is not in this model's vocabulary (ids 0 to {model.n_vocab - 1}).", param="tokens"
+                )
+        return [model.piece(t, special=True) for t in tokens]
+
     def stats(self) -> BackendStats | None:
         if self.loop is None:
             return None
@@ -278,6 +323,9 @@ class LlamaCppBackend:
         if self._embed_ctx is not None:
             llama_cpp.llama_free(self._embed_ctx)
             self._embed_ctx = None
+        if self._ranker is not None:
+            self._ranker.close()
+            self._ranker = None
         if self.model is not None:
             self.model.close()
             self.model = None

@@ -153,7 +153,7 @@ class MLXBackend:
         if self.loop is not None:
             self.loop.cancel_all()
 
-    def embed(self, texts: Sequence[str], *, cancelled=None) -> tuple[list[list[float]], int]:
+    def embed(self, texts: Sequence[str], *, cancelled=None, truncate=False) -> tuple[list[list[float]], int]:
         """Raises EmbeddingsUnsupported: MLX serves generation only (``info.can_embed`` is False)."""
         raise EmbeddingsUnsupported(self.spec.name if self.spec is not None else "?", self.name)
 

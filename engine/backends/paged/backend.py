@@ -135,7 +135,7 @@ class PagedBackend:
         if self.loop is not None:
             self.loop.cancel_all()
 
-    def embed(self, texts: Sequence[str], *, cancelled=None) -> tuple[list[list[float]], int]:
+    def embed(self, texts: Sequence[str], *, cancelled=None, truncate=False) -> tuple[list[list[float]], int]:
         """Raises EmbeddingsUnsupported: the paged engine serves generation only (``info.can_embed`` is False)."""
         raise EmbeddingsUnsupported(self.spec.name if self.spec is not None else "?", self.name)
 

@@ -1,0 +1,112 @@
+"""llama-server's ``POST /tokenize`` and ``POST /detokenize``, with a ``model`` field (Hearth serves several).
+
+``/tokenize`` takes ``content`` and answers ``{"tokens": [ids]}``, or with ``with_pieces``
+``{"tokens": [{"id", "piece"}]}`` where a piece that is not valid UTF-8 on its own (part of a character
+split over tokens) is the list of its byte values. ``/detokenize`` takes ``tokens`` and answers
+``{"content"}``. Without ``model``, the model used most recently of those loaded answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from engine.backends.capabilities import TokenCodec
+from engine.errors import InvalidRequest
+from engine.server import targets
+
+router = APIRouter()
+
+# The longest text /tokenize takes (llama.cpp's tokenizer needs a buffer as long as its output).
+MAX_CONTENT_CHARS = 1_000_000
+
+
+class TokenizeBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    content: str = Field(max_length=MAX_CONTENT_CHARS)
+    add_special: StrictBool = False
+    parse_special: StrictBool = True
+    with_pieces: StrictBool = False
+
+
+class DetokenizeBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    tokens: list[int] = Field(max_length=MAX_CONTENT_CHARS)
+
+
+def model_or_default(request: Request, name: str | None) -> str:
+    """``name``, or when it is missing the loaded model used most recently.
+
+    Raises:
+        InvalidRequest: no name and no model loaded.
+    """
+    if name:
+        return name
+    loaded = request.app.state.manager.loaded()
+    if not loaded:
+        raise InvalidRequest("No model is loaded; name one in 'model'.", param="model")
+    return max(loaded, key=lambda lm: lm.last_used).model.name
+
+
+async def acquire_local(request: Request, name: str | None, what: str):
+    """The local model ``name`` means (or the default), loaded and held until ``manager.release``.
+
+    Raises:
+        ModelNotFound: no such model.
+        InvalidRequest: a remote provider's model (``what`` runs only on local models).
+    """
+    target = await targets.resolve(request, model_or_default(request, name))
+    if isinstance(target, targets.RemoteTarget):
+        raise InvalidRequest(f"{what} runs on local models only; name a local model.", param="model")
+    return await asyncio.to_thread(request.app.state.manager.acquire, target.name)
+
+
+def _codec(lm) -> TokenCodec:
+    if not isinstance(lm.backend, TokenCodec):
+        raise InvalidRequest(
+            f"Model '{lm.model.name}' runs on the {lm.backend_name} backend, which has no /tokenize; use a GGUF model.",
+            param="model",
+        )
+    return lm.backend
+
+
+def _piece(data: bytes) -> str | list[int]:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request, body: TokenizeBody) -> dict:
+    manager = request.app.state.manager
+    lm = await acquire_local(request, body.model, "Tokenizing")
+    try:
+        codec = _codec(lm)
+        tokens = codec.encode(body.content, add_special=body.add_special, parse_special=body.parse_special)
+        if not body.with_pieces:
+            return {"tokens": tokens}
+        pieces = codec.token_bytes(tokens)
+    finally:
+        manager.release(lm)
+    return {"tokens": [{"id": t, "piece": _piece(p)} for t, p in zip(tokens, pieces, strict=True)]}
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request, body: DetokenizeBody) -> dict:
+    manager = request.app.state.manager
+    lm = await acquire_local(request, body.model, "Detokenizing")
+    try:
+        data = b"".join(_codec(lm).token_bytes(body.tokens))
+    finally:
+        manager.release(lm)
+    return {"content": data.decode("utf-8", errors="replace")}
+
+
+__all__ = ["router", "acquire_local", "model_or_default"]

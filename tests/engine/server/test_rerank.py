@@ -1,0 +1,180 @@
+"""``POST /v1/rerank`` and ``/rerank`` on a real `hearth serve` with a tiny random-weight reranker (a GGUF made
+by llama.cpp's own converter, tests/engine/server/tiny_reranker.py), checked against transformers' logits for
+the same pairs, and against llama-server ``--reranking`` where one is built."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from engine.limits import MAX_RERANK_DOCUMENTS
+from engine.server.access import Access, route_access
+from engine.worker.supervisor import free_port
+from tests.engine.server import tiny_reranker
+from tests.engine.server.conftest import MODEL, Server
+
+RERANKER = "tiny-reranker"
+QUERY = "what is a panda?"
+DOCUMENTS = [
+    "the giant panda is a bear that lives in china.",
+    "paris is the capital of france.",
+    "Pandas eat bamboo in the forest!",
+    "many people read books on the train.",
+    "a small cat and a large dog.",
+    "what is the blue sky?",
+]
+
+
+@pytest.fixture(scope="module")
+def reranker_gguf():
+    """The cached GGUF (tests/data/tiny-reranker), built when it is missing (pip downloads the sdist)."""
+    if not tiny_reranker.GGUF_PATH.exists():
+        tiny_reranker.build()
+    return tiny_reranker.GGUF_PATH
+
+
+@pytest.fixture(scope="module")
+def rerank_server(tmp_path_factory, reranker_gguf):
+    from engine.catalog.registry import ModelRegistry
+
+    home = tmp_path_factory.mktemp("rerank-home")
+    ModelRegistry(home).register(reranker_gguf, name=RERANKER)
+    s = Server("--ctx", "512", "--parallel", "2", env={"HEARTH_HOME": str(home)})
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def references():
+    """transformers' logits for (query, document) pairs: the model as it is, and the same model with the
+    GELU llama.cpp's CPU kernels compute (tanh-approximated, read from a table of f16 values)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_reranker.HF_DIR)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(tiny_reranker.HF_DIR).eval()
+
+    def logits(query: str, documents: list[str]) -> tuple[list[float], int]:
+        enc = [tokenizer(query, d, return_token_type_ids=False)["input_ids"] for d in documents]
+        with torch.no_grad():
+            out = [model(input_ids=torch.tensor([ids])).logits[0, 0].item() for ids in enc]
+        return out, sum(len(ids) for ids in enc)
+
+    class GgmlGelu(torch.nn.Module):
+        def forward(self, x):
+            h = x.half().float()
+            y = (0.5 * h * (1 + torch.tanh(0.7978845608028654 * h * (1 + 0.044715 * h * h)))).half().float()
+            return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
+
+    torch.set_num_threads(1)
+    exact = logits(QUERY, DOCUMENTS)
+    layers = model.roberta.encoder.layer
+    originals = [layer.intermediate.intermediate_act_fn for layer in layers]
+    for layer in layers:
+        layer.intermediate.intermediate_act_fn = GgmlGelu()
+    ggml = logits(QUERY, DOCUMENTS)
+    for layer, act in zip(layers, originals, strict=True):
+        layer.intermediate.intermediate_act_fn = act
+    return exact, ggml
+
+
+def _post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.root}{path}", json=body, headers=server.headers, timeout=120)
+
+
+def test_scores_equal_transformers_logits_best_first(rerank_server, references):
+    (exact, n_tokens), (ggml, _) = references
+    r = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == RERANKER and body["object"] == "list"
+    assert body["usage"] == {"prompt_tokens": n_tokens, "total_tokens": n_tokens}  # [CLS] q [SEP] d [SEP] each
+    results = body["results"]
+    assert sorted(item["index"] for item in results) == list(range(len(DOCUMENTS)))
+    scores = [item["relevance_score"] for item in results]
+    assert scores == sorted(scores, reverse=True)
+    by_index = {item["index"]: item["relevance_score"] for item in results}
+    # the same network: llama.cpp's GELU comes from an f16 table, the rest is f32 as in transformers
+    assert max(abs(by_index[i] - ggml[i]) for i in range(len(DOCUMENTS))) < 1e-4
+    assert max(abs(by_index[i] - exact[i]) for i in range(len(DOCUMENTS))) < 1e-3
+    assert [item["index"] for item in results] == sorted(range(len(DOCUMENTS)), key=lambda i: -exact[i])
+    assert all("document" not in item for item in results)
+
+
+def test_jina_and_cohere_bodies_on_both_paths(rerank_server):
+    docs = [{"text": d} for d in DOCUMENTS]
+    plain = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS}).json()
+    r = _post(rerank_server, "/rerank", {"model": RERANKER, "query": QUERY, "documents": docs, "top_n": 2,
+                                         "return_documents": True})  # fmt: skip
+    assert r.status_code == 200, r.text
+    top = r.json()["results"]
+    assert [(t["index"], t["relevance_score"]) for t in top] == [
+        (p["index"], p["relevance_score"]) for p in plain["results"][:2]
+    ]
+    assert [t["document"] for t in top] == [{"text": DOCUMENTS[t["index"]]} for t in top]
+
+
+def test_a_model_that_is_not_a_reranker_and_bad_bodies_are_400s(rerank_server):
+    r = _post(rerank_server, "/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == (
+        f"Model '{MODEL}' is not a reranker; name a GGUF reranker model (a cross-encoder such as bge-reranker)."
+    )
+    many = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": "q", "documents": ["d"] * (MAX_RERANK_DOCUMENTS + 1)})
+    assert many.status_code == 400 and f"At most {MAX_RERANK_DOCUMENTS} documents" in many.json()["error"]["message"]
+    for body in ({"model": RERANKER, "query": QUERY, "documents": []},
+                 {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS, "top_n": 0},
+                 {"model": RERANKER, "documents": DOCUMENTS}):  # fmt: skip
+        assert _post(rerank_server, "/v1/rerank", body).status_code == 400, body
+    long = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": ["bear " * 600]})
+    assert long.status_code == 400 and "context holds 512" in long.json()["error"]["message"]
+
+
+def test_the_reranker_tokenizes_with_its_own_special_tokens(rerank_server):
+    r = _post(rerank_server, "/tokenize", {"model": RERANKER, "content": "giant panda", "add_special": True,
+                                           "with_pieces": True})  # fmt: skip
+    pieces = [t["piece"] for t in r.json()["tokens"]]
+    assert pieces == ["[CLS]", " giant", " panda", "[SEP]"]
+
+
+def test_the_new_routes_need_an_inference_key():
+    for path in ("/v1/rerank", "/rerank", "/tokenize", "/detokenize"):
+        assert route_access("POST", path) is Access.INFERENCE
+
+
+LLAMA_SERVER = os.environ.get("HEARTH_LLAMA_SERVER") or shutil.which("llama-server")
+
+
+@pytest.mark.skipif(
+    not LLAMA_SERVER,
+    reason="no llama-server: build it as benchmarks/peers.md says (cmake --build build --target llama-server) "
+    "and put it on PATH or in HEARTH_LLAMA_SERVER",
+)
+def test_scores_equal_llama_servers(rerank_server, reranker_gguf):
+    port = free_port()
+    cmd = [LLAMA_SERVER, "-m", str(reranker_gguf), "--reranking", "--host", "127.0.0.1", "--port", str(port),
+           "-c", "512", "-t", "1", "-fa", "off"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        body = {"query": QUERY, "documents": DOCUMENTS}
+        theirs = httpx.post(f"http://127.0.0.1:{port}/v1/rerank", json=body, timeout=60).json()
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    ours = _post(rerank_server, "/v1/rerank", {"model": RERANKER, **body}).json()
+    assert [t["index"] for t in ours["results"]] == [t["index"] for t in theirs["results"]]
+    for a, b in zip(ours["results"], theirs["results"], strict=True):
+        assert abs(a["relevance_score"] - b["relevance_score"]) < 1e-4
+    assert ours["usage"] == theirs["usage"]
