@@ -1,0 +1,79 @@
+"""``POST /tokenize`` and ``/detokenize`` in llama-server's shapes, against llama-cpp-python's own
+``Llama.tokenize`` and ``Llama.detokenize`` on the starter model."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.engine.server.conftest import MODEL
+
+TEXT = "Hello, world! Ünïcödé and a llama 🦙 in 東京.<|im_start|>"
+
+
+@pytest.fixture(scope="module")
+def vocab(starter_path):
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(starter_path), vocab_only=True, verbose=False)
+    yield llm
+    llm.close()
+
+
+def _post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.root}{path}", json=body, headers=server.headers, timeout=120)
+
+
+@pytest.mark.parametrize(("add_special", "parse_special"), [(False, True), (True, True), (False, False)])
+def test_tokens_are_llama_cpps(server, vocab, add_special, parse_special):
+    r = _post(server, "/tokenize", {"model": MODEL, "content": TEXT, "add_special": add_special,
+                                    "parse_special": parse_special})  # fmt: skip
+    assert r.status_code == 200, r.text
+    expected = vocab.tokenize(TEXT.encode(), add_bos=add_special, special=parse_special)
+    assert r.json() == {"tokens": expected}
+
+
+def test_special_tokens_are_parsed_unless_asked_not_to(server):
+    parsed = _post(server, "/tokenize", {"model": MODEL, "content": "<|im_start|>"}).json()["tokens"]
+    literal = _post(server, "/tokenize", {"model": MODEL, "content": "<|im_start|>", "parse_special": False}).json()
+    assert len(parsed) == 1 and len(literal["tokens"]) > 1
+
+
+def test_pieces_give_a_split_character_as_its_bytes(server, vocab):
+    r = _post(server, "/tokenize", {"model": MODEL, "content": TEXT, "with_pieces": True})
+    items = r.json()["tokens"]
+    assert [t["id"] for t in items] == vocab.tokenize(TEXT.encode(), add_bos=False, special=True)
+    raw = b""
+    for item in items:
+        piece = item["piece"]
+        expected = vocab.detokenize([item["id"]], special=True)
+        if isinstance(piece, list):  # not UTF-8 on its own: part of a character split over tokens
+            assert bytes(piece) == expected and all(0 <= b < 256 for b in piece)
+            with pytest.raises(UnicodeDecodeError):
+                expected.decode("utf-8")
+            raw += bytes(piece)
+        else:
+            assert piece.encode() == expected
+            raw += expected
+    assert raw == TEXT.encode()
+    assert any(isinstance(item["piece"], list) for item in items)  # 🦙 or 東 is cut over byte tokens
+
+
+def test_detokenize_is_llama_cpps_and_round_trips(server, vocab):
+    tokens = vocab.tokenize(TEXT.encode(), add_bos=False, special=True)
+    r = _post(server, "/detokenize", {"model": MODEL, "tokens": tokens})
+    assert r.status_code == 200
+    assert r.json() == {"content": vocab.detokenize(tokens, special=True).decode()} == {"content": TEXT}
+
+
+def test_the_model_defaults_to_the_loaded_one_and_bad_ids_are_400s(server, vocab):
+    tokens = _post(server, "/tokenize", {"content": "Hi there"}).json()["tokens"]
+    assert tokens == vocab.tokenize(b"Hi there", add_bos=False, special=True)
+    assert _post(server, "/detokenize", {"tokens": tokens}).json() == {"content": "Hi there"}
+    for bad in ([-1], [vocab.n_vocab()]):
+        r = _post(server, "/detokenize", {"model": MODEL, "tokens": bad})
+        assert r.status_code == 400
+        assert r.json()["error"]["message"] == (
+            f"Token {bad[0]} is not in this model's vocabulary (ids 0 to {vocab.n_vocab() - 1})."
+        )
+    assert _post(server, "/tokenize", {"model": "no-such-model", "content": "x"}).status_code == 404
