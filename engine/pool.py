@@ -145,6 +145,8 @@ class ModelManager:
         self._loading: set[str] = set()
         self._lock = threading.Condition()
         self._closed = threading.Event()
+        # Set when the worker begins to stop: streams that would never end (the request log) end then.
+        self.stopping = threading.Event()
         self._reaper = threading.Thread(target=self._reap_idle, name="idle-unloader", daemon=True)
         self._reaper.start()
 

@@ -202,6 +202,7 @@ def _make_server_class():
                     target=_exit_after, args=(EXIT_GRACE_SECONDS,), name="exit-watchdog", daemon=True
                 )
                 self._watchdog.start()
+            self.manager.stopping.set()
             for lm in self.manager.loaded():
                 lm.backend.cancel_all()
             super().handle_exit(sig, frame)

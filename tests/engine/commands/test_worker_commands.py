@@ -19,12 +19,25 @@ import pytest
 from tests.engine.commands.daemon_helpers import MODEL, daemon_down, daemon_up, hearth, hearth_json
 
 
+def _follow(home, *args: str) -> subprocess.Popen:
+    """`hearth log stream ARGS` running in the background."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "log", "stream", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "HEARTH_HOME": str(home)},
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     home = tmp_path_factory.mktemp("daemon-home")
     info = daemon_up(home)
     yield home, info
+    follower = _follow(home)  # a reader of the request log does not hold the stop up
+    assert "Following the requests of" in follower.stderr.readline()
     down = daemon_down(home)
+    _, err = follower.communicate(timeout=30)
+    assert follower.returncode == 1 and "closed the stream (it stopped)" in err
+    assert "shutdown took over" not in (home / "logs" / "daemon.log").read_text()
     assert down == {"stopped": True, "pid": info["pid"]}
     assert not psutil.pid_exists(info["pid"]) or psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE
     assert not psutil.pid_exists(info["worker_pid"]) or psutil.Process(info["worker_pid"]).status() == psutil.STATUS_ZOMBIE
@@ -81,11 +94,7 @@ def test_load_ps_and_unload_drive_the_daemons_worker(daemon):
 
 def test_log_stream_shows_each_chat_with_model_dialect_tokens_and_timings(daemon):
     home, info = daemon
-    env = {**os.environ, "HEARTH_HOME": str(home)}
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "log", "stream", "--json", "--count", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    follower = _follow(home, "--json", "--count", "2")
     try:
         assert "Following the requests of" in follower.stderr.readline()  # subscribed: what follows is seen
         import openai
