@@ -276,13 +276,17 @@ def stop_daemon(info: DaemonInfo, *, home: Path | None = None, timeout: float = 
     _terminate(info.pid)
     try:
         proc = psutil.Process(info.pid)
-        proc.wait(timeout)
-    except psutil.TimeoutExpired:
-        log.warning("the daemon (pid %d) did not stop within %.0f s; killing it", info.pid, timeout)
-        proc.kill()
-        proc.wait(5)
     except psutil.Error:
-        pass
+        proc = None  # gone already
+    if proc is not None:
+        try:
+            proc.wait(timeout)
+        except psutil.TimeoutExpired:
+            log.warning("the daemon (pid %d) did not stop within %.0f s; killing it", info.pid, timeout)
+            proc.kill()
+            proc.wait(5)
+        except psutil.Error:
+            pass
     if info.worker_pid and pid_alive(info.worker_pid):  # a daemon killed without its cleanup leaves its worker
         _terminate(info.worker_pid)
     if pid_alive(info.pid):
