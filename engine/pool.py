@@ -23,7 +23,7 @@ from engine.backend_choice import choose_backend
 from engine.backends import Backend, LoadOptions, create_backend
 from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
-from engine.errors import AmbiguousModel, HearthError, InvalidRequest, ModelLoadError, ModelNotFound
+from engine.errors import AmbiguousModel, HearthError, InvalidRequest, ModelNotFound
 from engine.fit.plan import LoadPlan
 
 log = logging.getLogger(__name__)
@@ -225,10 +225,8 @@ class ModelManager:
         """
         model = self.resolve(name, allow_paths=allow_paths)
         key = model.name
-        with self._lock:
-            reloading = options is not None and key in self._loaded
-        if reloading and options is not None:
-            self._refuse_unfit(model, options)  # settings that cannot load leave the loaded model as it is
+        if options is not None:  # settings that cannot load are refused, and leave a loaded model as it is
+            self._refuse_unfit(model, options)
         with self._lock:
             while key in self._loading:
                 self._lock.wait()
@@ -278,15 +276,17 @@ class ModelManager:
                 self._lock.notify_all()
 
     def _refuse_unfit(self, model: LocalModel, options: LoadOptions) -> None:
-        """Raise the error a load of ``model`` with ``options`` would end with, where its plan already says.
+        """Refuse settings asked for one load that its loader's plan already refuses (memory as it is now).
 
         Raises:
-            ModelLoadError: the plan does not fit. InvalidRequest: an option the backend does not take.
+            InvalidRequest: the plan does not fit (the reason names what would), or the backend does not
+                take an option.
+            ModelLoadError: the file cannot be read.
         """
         choice = choose_backend(model.format, override=self.backend_override)
         plan = plan_for_load(choice.backend, model.path, options)
         if plan is not None and not plan.fits:
-            raise ModelLoadError(str(model.path), plan.reason)
+            raise InvalidRequest(f"Model '{model.name}' cannot load with these settings: {plan.reason}")
 
     def _estimate(self, model: LocalModel, backend: str, options: LoadOptions) -> int:
         """Bytes ``model`` will take on ``backend``: its loader's plan for ``options`` (``model_bytes``:

@@ -65,6 +65,9 @@ def _load_options(manager, body: ModelLoadBody):
 
     asked = {"n_ctx": body.ctx, "n_seq_max": body.parallel, "n_gpu_layers": body.gpu_layers,
              "kv_type": body.kv_type, "n_threads": body.threads}  # fmt: skip
+    cores = os.cpu_count() or 1
+    if body.threads is not None and body.threads > cores:
+        raise InvalidRequest(f"'threads' must be at most {cores}, the CPU threads of this machine.", param="threads")
     given = {k: v for k, v in asked.items() if v is not None}
     return replace(manager.options, **given) if given else None
 
