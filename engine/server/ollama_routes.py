@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from engine.errors import InvalidRequest, ModelNotFound
+from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.server import targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.embeddings import check_inputs, embed_for_client
@@ -343,17 +343,27 @@ async def generate(request: Request, body: GenerateBody):
     return await _answer(request, req, keep, body.stream, _generate_piece, found)
 
 
-def _shorten(vec: list[float], dims: int | None) -> list[float]:
-    if dims is None or dims >= len(vec):
+def _shorten(vec: list[float], dims: int | None, model: str) -> list[float]:
+    """The vector cut to its first ``dims`` values and normalised again (Matryoshka embeddings), as Ollama does.
+
+    Raises:
+        InvalidRequest: ``dims`` is not from 1 to the vector's size.
+    """
+    if dims is None:
         return vec
-    if dims < 1:
-        raise InvalidRequest("'dimensions' must be at least 1.", param="dimensions")
+    if not 1 <= dims <= len(vec):
+        raise InvalidRequest(
+            f"Model '{model}' makes {len(vec)}-dimensional embeddings; set 'dimensions' from 1 to {len(vec)}.",
+            param="dimensions",
+        )
     cut = vec[:dims]
     norm = math.sqrt(sum(v * v for v in cut)) or 1.0
     return [v / norm for v in cut]
 
 
-async def _embed(request: Request, name: str, texts: list[str], keep: float | None) -> tuple[str, list, int, float]:
+async def _embed(
+    request: Request, name: str, texts: list[str], keep: float | None, *, truncate: bool = True
+) -> tuple[str, list, int, float]:
     check_inputs(texts)
     model = (await resolve(request, name)).name
     manager = request.app.state.manager
@@ -362,7 +372,13 @@ async def _embed(request: Request, name: str, texts: list[str], keep: float | No
     load = time.perf_counter() - t0
     try:
         manager.set_keep_alive(lm, keep)
-        vectors, n_tokens = await embed_for_client(request, lm.backend, texts)
+        vectors, n_tokens = await embed_for_client(request, lm.backend, texts, truncate=truncate)
+    except ContextLengthExceeded as exc:
+        raise InvalidRequest(
+            f"An input is {exc.prompt_tokens} tokens but model '{lm.model.name}' takes at most {exc.n_ctx}; "
+            "shorten it, or leave 'truncate' on to cut it to fit.",
+            param="input",
+        ) from exc
     finally:
         manager.release(lm)
     if keep == 0:
@@ -376,10 +392,11 @@ async def embed(request: Request, body: EmbedBody) -> dict:
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     if not texts or any(not t for t in texts):
         raise InvalidRequest("'input' must be a non-empty string or a list of non-empty strings.", param="input")
-    name, vectors, n_tokens, load = await _embed(request, body.model, texts, keep_alive_seconds(body.keep_alive))
+    keep = keep_alive_seconds(body.keep_alive)
+    name, vectors, n_tokens, load = await _embed(request, body.model, texts, keep, truncate=body.truncate)
     return {
         "model": name,
-        "embeddings": [_shorten(v, body.dimensions) for v in vectors],
+        "embeddings": [_shorten(v, body.dimensions, name) for v in vectors],
         "total_duration": int((time.perf_counter() - t0) * 1e9),
         "load_duration": int(load * 1e9),
         "prompt_eval_count": n_tokens,

