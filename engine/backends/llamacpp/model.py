@@ -182,7 +182,8 @@ class GGUFModel:
 
     # -- text <-> tokens -------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
+        # A lone surrogate (JSON allows "\ud800") has no UTF-8 form: it becomes "?" rather than an error.
+        data = text.encode("utf-8", errors="replace")
         buf = getattr(self._local, "buf", None)
         if buf is None:
             buf = self._local.buf = (llama_cpp.llama_token * 8192)()

@@ -5,6 +5,7 @@ decoder, whose BOS opens the input) and the tiny reranker (an encoder, whose inp
 
 from __future__ import annotations
 
+import json
 import math
 
 import httpx
@@ -66,3 +67,13 @@ def test_dimensions_cut_and_normalise_and_bad_ones_are_400s(client):
         assert err.value.error == (
             f"Model '{MODEL}' makes {size}-dimensional embeddings; set 'dimensions' from 1 to {size}."
         )
+
+
+def test_a_lone_surrogate_is_embedded_not_a_server_error(small_server):
+    # JSON can carry "\ud800", which has no UTF-8 form; it is read as "?"
+    body = json.dumps({"model": MODEL, "input": "red \ud800 car"})  # JSON's own "\ud800" escape
+    headers = {**small_server.headers, "Content-Type": "application/json"}
+    r = httpx.post(f"{small_server.root}/api/embed", content=body, headers=headers, timeout=60)
+    assert r.status_code == 200, r.text
+    same = httpx.post(f"{small_server.root}/api/embed", json={"model": MODEL, "input": "red ? car"}, headers=headers)
+    assert r.json()["embeddings"] == same.json()["embeddings"]

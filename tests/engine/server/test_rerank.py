@@ -4,6 +4,7 @@ the same pairs, and against llama-server ``--reranking`` where one is built."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -112,6 +113,10 @@ def test_a_model_that_is_not_a_reranker_and_bad_bodies_are_400s(small_server):
         assert _post(small_server, "/v1/rerank", body).status_code == 400, body
     long = _post(small_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": ["bear " * 600]})
     assert long.status_code == 400 and "context holds 512" in long.json()["error"]["message"]
+    body = json.dumps({"model": RERANKER, "query": "\ud800", "documents": ["x"]})  # JSON's own "\ud800" escape
+    headers = {**small_server.headers, "Content-Type": "application/json"}
+    surrogate = httpx.post(f"{small_server.root}/v1/rerank", content=body, headers=headers, timeout=60)
+    assert surrogate.status_code == 200, surrogate.text  # a lone surrogate, which has no UTF-8 form, reads as "?"
 
 
 def test_the_reranker_tokenizes_with_its_own_special_tokens(small_server):
