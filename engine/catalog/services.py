@@ -13,6 +13,7 @@ from engine.errors import Overloaded
 if TYPE_CHECKING:
     from engine.catalog.downloads import DownloadManager
     from engine.catalog.hub import HubClient
+    from engine.hardware import HardwareInfo
 
 
 def _default_downloads(registry: ModelRegistry, hub: HubClient) -> DownloadManager:
@@ -34,6 +35,8 @@ class CatalogServices:
         token: Hub token for gated or private repos (HF_TOKEN by default).
         make_downloads: Builds the download manager from the registry and hub client (a
             :class:`DownloadManager` by default).
+        hardware: Describes the machine the advisor labels variants for (this one, detected
+            afresh each time, by default).
     """
 
     def __init__(
@@ -43,8 +46,10 @@ class CatalogServices:
         endpoint: str | None = None,
         token: str | None = None,
         make_downloads: Callable[[ModelRegistry, HubClient], DownloadManager] | None = None,
+        hardware: Callable[[], HardwareInfo] | None = None,
     ) -> None:
         self.registry = registry
+        self._hardware = hardware
         self._endpoint = endpoint
         self._token = token
         self._make_downloads = make_downloads or _default_downloads
@@ -65,6 +70,14 @@ class CatalogServices:
 
                 self._hub = HubClient(endpoint=self._endpoint, token=self._token)
             return self._hub
+
+    def hardware(self) -> HardwareInfo:
+        """The machine the advisor plans for."""
+        if self._hardware is not None:
+            return self._hardware()
+        from engine.hardware import detect_hardware
+
+        return detect_hardware()
 
     @property
     def downloads(self) -> DownloadManager:

@@ -105,6 +105,7 @@ _ADMIN_ROUTES = (
     # the Hub and downloads
     ("GET", "/api/hub/search"),
     ("GET", "/api/hub/variants"),
+    ("GET", "/api/hub/recommended"),
     ("GET", "/api/downloads"),
     ("POST", "/api/downloads"),
     ("POST", "/api/downloads/{job_id}/{action}"),

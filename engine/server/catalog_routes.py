@@ -61,17 +61,17 @@ async def hub_search(request: Request, q: str = "", sort: str = "downloads", for
 @router.get("/hub/variants")
 async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> dict:
     from engine.catalog.advisor import advise
-    from engine.hardware import detect_hardware
 
     if ctx is not None and ctx < 256:
         raise InvalidRequest("'ctx' must be at least 256 tokens.", param="ctx")
     check_repo_id(repo, param="repo")
-    hub = _catalog(request).hub
+    catalog = _catalog(request)
+    hub = catalog.hub
 
     def work():
         listing = hub.repo(repo)
         shape = hub.model_shape(listing)
-        advice = advise(listing.variants, shape, detect_hardware(), context_length=ctx)
+        advice = advise(listing.variants, shape, catalog.hardware(), context_length=ctx)
         return listing, advice
 
     listing, advice = await asyncio.to_thread(work)
@@ -104,6 +104,23 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
         "recommendation": rec,
         "reason": advice.reason,
     }
+
+
+@router.get("/hub/recommended")
+async def hub_recommended(request: Request, live: bool = True, ctx: int | None = None) -> dict:
+    """Hearth's curated models, each labelled by the fit plan for this machine; with ``live``, the
+    hub's sizes, downloads, likes and dates too. An unreachable hub leaves the list standing and
+    says why in ``hub_error``."""
+    from engine.catalog.recommended import load_picks, recommend
+
+    if ctx is not None and ctx < 256:
+        raise InvalidRequest("'ctx' must be at least 256 tokens.", param="ctx")
+    catalog = _catalog(request)
+
+    def work():
+        return recommend(load_picks(), catalog.hardware(), hub=catalog.hub if live else None, context_length=ctx)
+
+    return (await asyncio.to_thread(work)).to_dict()
 
 
 @router.get("/downloads")
