@@ -50,8 +50,9 @@ async def _rerank(request: Request, body: RerankBody) -> dict[str, Any]:
     lm = await acquire_local(request, body.model, "Reranking")
     try:
         backend = lm.backend
-        if not isinstance(backend, Reranks) or not backend.can_rerank():
+        if not isinstance(backend, Reranks):
             raise RerankUnsupported(lm.model.name)
+        # the backend says so too, off the event loop (the first time it reads the file's tensor list)
         scores, n_tokens = await for_client(
             request, lambda cancelled: backend.rerank(body.query, texts, cancelled=cancelled)
         )
