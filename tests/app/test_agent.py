@@ -95,7 +95,8 @@ def test_mcp_json_import_lists_tools_and_switches_them(qtbot, window, recorder):
     assert window.agent.servers.get(name).disabled_tools == frozenset({"crash"})
     window.agent.servers.set_always_allowed(f"{name}/lookup", True)
     dialog.refresh()
-    dialog.always.setCurrentRow(0)
+    allowed = [dialog.always.item(i).text() for i in range(dialog.always.count())]  # other tests' too, in any order
+    dialog.always.setCurrentRow(allowed.index(f"{name}/lookup"))
     dialog.revoke_button.click()
     assert f"{name}/lookup" not in window.agent.servers.always_allowed()
     dialog.close()
