@@ -6,7 +6,15 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 
-from app.net.catalog_types import Download, FitFacts, HardwareFacts, HubRepo, OtherAppsFound, VariantList
+from app.net.catalog_types import (
+    Download,
+    FitFacts,
+    HardwareFacts,
+    HubRepo,
+    OtherAppsFound,
+    RecommendedList,
+    VariantList,
+)
 from app.net.chat_stream import ChatStream
 from app.net.client import ApiCall, ApiClient
 from app.net.engine import EngineController
@@ -14,6 +22,7 @@ from app.net.remote_types import ProviderInfo
 from app.net.types import Metrics, ModelInfo, StatsSnapshot
 
 LOAD_TIMEOUT_MS = 300_000  # a big model can take minutes to load from a slow disk
+HUB_TIMEOUT_MS = 90_000  # the worker asks the hub about each recommended repo, several at a time
 
 
 class HearthApi(ApiClient):
@@ -102,6 +111,11 @@ class HearthApi(ApiClient):
     def hub_variants(self, repo: str, *, ctx: int = 4096) -> ApiCall:
         """VariantList"""
         return self.get("/api/hub/variants", VariantList.from_json, repo=repo, ctx=ctx)
+
+    def hub_recommended(self, *, live: bool = False, ctx: int | None = None) -> ApiCall:
+        """RecommendedList (with ``live``, the hub's details too, which can take a while)"""
+        query = f"live={'true' if live else 'false'}" + (f"&ctx={ctx}" if ctx else "")
+        return self.call("GET", f"/api/hub/recommended?{query}", RecommendedList.from_json, timeout_ms=HUB_TIMEOUT_MS)
 
     def downloads(self) -> ApiCall:
         """list[Download]"""

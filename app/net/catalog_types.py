@@ -270,3 +270,65 @@ class OtherAppsFound:
             for m in d.get("models", [])
         )
         return cls(models, int(d.get("total_bytes") or 0), str(d.get("summary") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendedModel:
+    """One of Hearth's recommended models, as ``GET /api/hub/recommended`` labels it for this machine."""
+
+    repo: str
+    name: str
+    category: str
+    description: str = ""
+    variant: str = ""  # the suggested variant, else the smallest
+    suggested: str | None = None  # None: no variant fits here
+    size_bytes: int = 0
+    fit: str = ""  # gpu | partial | cpu | none
+    label: str = ""
+    reason: str = ""
+    memory_bytes: int | None = None
+    live: bool = False  # the hub's details below came with it
+    downloads: int | None = None
+    likes: int | None = None
+    updated: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RecommendedModel:
+        return cls(
+            repo=str(d.get("repo", "")),
+            name=str(d.get("name") or d.get("repo", "")),
+            category=str(d.get("category") or ""),
+            description=str(d.get("description") or ""),
+            variant=str(d.get("variant") or ""),
+            suggested=d.get("suggested"),
+            size_bytes=int(d.get("size_bytes") or 0),
+            fit=str(d.get("fit") or ""),
+            label=str(d.get("label") or ""),
+            reason=str(d.get("reason") or ""),
+            memory_bytes=d.get("memory_bytes"),
+            live=bool(d.get("live", False)),
+            downloads=d.get("downloads"),
+            likes=d.get("likes"),
+            updated=d.get("updated"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendedList:
+    """``GET /api/hub/recommended``: the curated models in order, their groups, and the hub's state."""
+
+    as_of: str
+    models: tuple[RecommendedModel, ...]
+    categories: tuple[tuple[str, str], ...] = ()  # (id, title) in display order
+    asked_hub: bool = False
+    hub_error: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RecommendedList:
+        return cls(
+            as_of=str(d.get("as_of") or ""),
+            models=tuple(RecommendedModel.from_json(m) for m in d.get("models") or ()),
+            categories=tuple((str(c.get("id", "")), str(c.get("title", ""))) for c in d.get("categories") or ()),
+            asked_hub=bool(d.get("asked_hub", False)),
+            hub_error=d.get("hub_error"),
+        )

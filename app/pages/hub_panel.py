@@ -1,8 +1,14 @@
-"""HubPanel: search the Hub and see each repo's variants labelled by the advisor for this machine."""
+"""HubPanel: search the Hub and see each repo's variants labelled by the advisor for this machine.
+
+It opens on Hearth's recommended models, grouped by use, each with the variant the fit plan suggests
+here: first from the worker's own list (no network), then with the hub's downloads and likes once the
+tab is shown. Picking one opens its variants, as picking a search result does.
+"""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QFont, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -22,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.icons import icon
 from app.net.api import HearthApi
-from app.net.catalog_types import Download, HubRepo, HubVariant, VariantList
+from app.net.catalog_types import Download, HubRepo, HubVariant, RecommendedList, RecommendedModel, VariantList
 from app.net.types import ApiError
 from app.theme import ThemeColors
 from app.units import human_bytes, human_count
@@ -30,6 +36,7 @@ from app.units import human_bytes, human_count
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 FORMATS = (("Any format", ""), ("GGUF", "gguf"), ("MLX", "mlx"), ("Safetensors", "safetensors"))
 VARIANT_COLUMNS = ("Variant", "Format", "Size", "On this machine", "", "")
+PICK_ROLE = Qt.ItemDataRole.UserRole + 1  # a recommended row's RecommendedModel
 
 
 class HubPanel(QWidget):
@@ -41,6 +48,10 @@ class HubPanel(QWidget):
         self.api = api
         self.colors = colors
         self.variants: VariantList | None = None
+        self.picks: RecommendedList | None = None
+        self.showing_picks = True
+        self._asking_picks = False
+        self._asked_hub = False
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 12, 0, 0)
         column.setSpacing(10)
@@ -64,16 +75,26 @@ class HubPanel(QWidget):
         self.search_button.setProperty("primary", True)
         self.search_button.clicked.connect(self.search)
         bar.addWidget(self.search_button)
+        self.picks_button = QPushButton("Recommended")
+        self.picks_button.setObjectName("hubPicksButton")
+        self.picks_button.setToolTip("Models Hearth recommends, labelled for this computer")
+        self.picks_button.clicked.connect(self.show_picks)
+        bar.addWidget(self.picks_button)
         column.addLayout(bar)
         body = QHBoxLayout()
+        left = QVBoxLayout()
+        self.list_title = QLabel("Recommended for this computer")
+        self.list_title.setObjectName("Muted")
+        left.addWidget(self.list_title)
         self.results = QListWidget()
         self.results.setObjectName("hubResults")
         self.results.setFixedWidth(330)
-        self.results.currentItemChanged.connect(lambda item, _prev: self.show_variants(item.data(Qt.ItemDataRole.UserRole)) if item else None)
-        body.addWidget(self.results)
+        self.results.currentItemChanged.connect(self._picked)
+        left.addWidget(self.results, 1)
+        body.addLayout(left)
         right = QVBoxLayout()
         top = QHBoxLayout()
-        self.repo_title = QLabel("Pick a result to see its variants.")
+        self.repo_title = QLabel("Pick a model to see its variants.")
         self.repo_title.setObjectName("SectionTitle")
         top.addWidget(self.repo_title, 1)
         top.addWidget(QLabel("Context"))
@@ -111,16 +132,108 @@ class HubPanel(QWidget):
         self.search_button.setEnabled(True)
         self.message.emit(error.message, True)
 
+    def _picked(self, item: QListWidgetItem | None, _previous: QListWidgetItem | None) -> None:
+        repo = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        if repo:
+            self.show_variants(repo)
+
+    # -- recommended models -------------------------------------------------------------------
+    def engine_ready(self) -> None:
+        """The worker is up: fetch the recommended list from its own data (no network)."""
+        if self.picks is None:
+            self.load_picks(live=False)
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        if self.picks is None and not self._asking_picks and self.api.engine.root_url:
+            self.load_picks(live=False)
+        self._ask_hub_once()
+
+    def _ask_hub_once(self) -> None:
+        # the hub is asked only once someone looks at the tab, and only once per run
+        if self.picks is not None and not self._asked_hub and self.isVisible():
+            self._asked_hub = True
+            self.load_picks(live=True)
+
+    def load_picks(self, *, live: bool) -> None:
+        self._asking_picks = True
+        call = self.api.hub_recommended(live=live, ctx=self.ctx.value())
+        call.succeeded.connect(self._picks)
+        call.failed.connect(lambda e: self._picks_failed(e, live))
+
+    def _picks(self, picks: RecommendedList) -> None:
+        self._asking_picks = False
+        if self.picks is not None and self.picks.asked_hub and not picks.asked_hub:
+            return  # an older answer from the list alone arrived after the hub's
+        self.picks = picks
+        if self.showing_picks:
+            self.show_picks()
+        self._ask_hub_once()
+
+    def _picks_failed(self, error: ApiError, live: bool) -> None:
+        self._asking_picks = False
+        if live:  # the list from the worker's own data stays; say why the hub's details are missing
+            self.message.emit(error.message, False)
+        else:
+            self.message.emit(error.message, True)
+
+    def show_picks(self) -> None:
+        """List the recommended models, grouped by use (fetched first if not here yet)."""
+        self.showing_picks = True
+        self.list_title.setText("Recommended for this computer")
+        if self.picks is None:
+            if not self._asking_picks:
+                self.load_picks(live=False)
+            return
+        current = self.results.currentItem()
+        keep = current.data(Qt.ItemDataRole.UserRole) if current is not None else None
+        self.results.blockSignals(True)
+        self.results.clear()
+        for category, title in self.picks.categories:
+            models = [m for m in self.picks.models if m.category == category]
+            if not models:
+                continue
+            header = QListWidgetItem(title)
+            header.setFlags(Qt.ItemFlag.NoItemFlags)
+            font = QFont(header.font())
+            font.setBold(True)
+            header.setFont(font)
+            self.results.addItem(header)
+            for m in models:
+                item = self._pick_item(m)
+                self.results.addItem(item)
+                if m.repo == keep:
+                    self.results.setCurrentItem(item)
+        self.results.blockSignals(False)
+        picks = self.picks
+        if picks.asked_hub and picks.hub_error:
+            self.message.emit(f"Sizes are from Hearth's list of {picks.as_of}. {picks.hub_error}", False)
+
+    def _pick_item(self, m: RecommendedModel) -> QListWidgetItem:
+        counts = f"   ↓ {human_count(m.downloads or 0)}   ♥ {human_count(m.likes or 0)}" if m.live else ""
+        item = QListWidgetItem(f"{m.name}{counts}\n{m.label} · {m.variant} · {human_bytes(m.size_bytes)}")
+        item.setData(Qt.ItemDataRole.UserRole, m.repo)
+        item.setData(PICK_ROLE, m)
+        item.setToolTip(f"{m.repo}\n{m.description}\n{m.reason}")
+        item.setSizeHint(QSize(300, 52))
+        return item
+
     # -- search -------------------------------------------------------------------------------
     def search(self) -> None:
         self.search_button.setEnabled(False)
         self.message.emit("Searching the Hub…", False)
+        # the results take the list's place (the Recommended button brings the picks back)
+        self.showing_picks = False
+        self.list_title.setText("Search results")
+        self.results.clear()
         call = self.api.hub_search(self.query.text().strip(), sort=self.sort.currentData(), fmt=self.format.currentData())
         call.succeeded.connect(self._results)
         call.failed.connect(self._fail)
 
     def _results(self, repos: list[HubRepo]) -> None:
         self.search_button.setEnabled(True)
+        if self.showing_picks:  # the picks were asked for again meanwhile
+            return
         self.results.clear()
         for r in repos:
             formats = ", ".join(f.upper() for f in r.formats) or "—"

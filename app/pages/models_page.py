@@ -135,6 +135,7 @@ class ModelsPage(QWidget):
     def engine_ready(self) -> None:
         self.models.refresh()
         self.downloads.refresh()
+        self.hub.engine_ready()
         call = self.api.hardware()
         call.succeeded.connect(self._hardware)
         stats = self.api.stats()

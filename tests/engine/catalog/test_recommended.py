@@ -44,19 +44,22 @@ BIG_GPU = machine(ram_gb=256, vram_gb=80)
 MAC_64 = machine(ram_gb=64, apple=True)
 
 
-@pytest.fixture(scope="module")
-def picks_hub(tmp_path_factory):
-    """A hub that has one of the curated repos, under its real name, with real GGUF headers."""
-    folder = tmp_path_factory.mktemp("picks-hub")
+def picks_hub_repos(folder) -> list[HubRepo]:
+    """One of the curated repos, under its real name, with real GGUF headers of its shape."""
     files = [HubFile("README.md", b"# Llama 3.2 3B Instruct\n", lfs=False)]
     for i, (label, size) in enumerate(LLAMA_3B_SIZES.items()):
         name = f"Llama-3.2-3B-Instruct-{label}.gguf"
         data = make_gguf(folder / name, label=label, n_floats=500, seed=i, layers=28, heads=24, kv_heads=8, embd=3072, ctx=131072)
         files.append(HubFile(name, data, listed_size=size))
-    repo = HubRepo(
-        LLAMA_3B, files, tags=["gguf", "llama"], downloads=123_456, likes=789, last_modified="2025-05-01T10:00:00.000Z"
-    )
-    with FakeHub([repo], token=TOKEN) as hub:
+    return [
+        HubRepo(LLAMA_3B, files, tags=["gguf", "llama"], downloads=123_456, likes=789, last_modified="2025-05-01T10:00:00.000Z")
+    ]
+
+
+@pytest.fixture(scope="module")
+def picks_hub(tmp_path_factory):
+    """A hub that has one of the curated repos; the others are not on it."""
+    with FakeHub(picks_hub_repos(tmp_path_factory.mktemp("picks-hub")), token=TOKEN) as hub:
         yield hub
 
 
