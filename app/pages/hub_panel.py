@@ -28,7 +28,14 @@ from PySide6.QtWidgets import (
 
 from app.icons import icon
 from app.net.api import HearthApi
-from app.net.catalog_types import Download, HubRepo, HubVariant, RecommendedList, RecommendedModel, VariantList
+from app.net.catalog_types import (
+    Download,
+    HubRepo,
+    HubVariant,
+    RecommendedList,
+    RecommendedModel,
+    VariantList,
+)
 from app.net.types import ApiError
 from app.theme import ThemeColors
 from app.units import human_bytes, human_count

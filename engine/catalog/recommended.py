@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.catalog.advisor import Advice, Fit, advise
+from engine.catalog.advisor import Advice, Fit, FitEstimate, advise
 from engine.catalog.shape import ModelShape
 from engine.catalog.variants import RemoteFile, Variant
 from engine.errors import HearthError, HubAccessDenied, HubRateLimited, HubUnavailable
@@ -166,7 +166,7 @@ class RecommendedList:
         }
 
 
-def _memory(est) -> int | None:
+def _memory(est: FitEstimate | None) -> int | None:
     if est is None:
         return None
     return est.plan.memory.total if est.plan else est.memory.total
