@@ -155,6 +155,11 @@ class GenerationRequest:
     parallel_tool_calls: bool = False
     thinking: bool | None = None
     template_kwargs: tuple[tuple[str, Any], ...] = ()
+    # Speculative decoding (engine.backends.speculative): None follows the server's setting, False turns it
+    # off for this request, True turns prompt lookup on; ``prediction`` is text the answer is expected to
+    # repeat (OpenAI's Predicted Outputs), drafted from first.
+    speculative: bool | None = None
+    prediction: str | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -203,6 +208,9 @@ class GenerationChunk:
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning_tokens: int = 0
     stop_sequence: str | None = None
+    # On the final chunk: tokens drafted by speculative decoding, and how many of them were kept.
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
 
 def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatMessage, ...]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.backends.speculative import SpeculativeOptions
+
 
 @dataclass(frozen=True, slots=True)
 class LlamaCppOptions:
@@ -87,6 +89,7 @@ class LoadOptions:
         kv_type: KV cache type: ``f16``, ``q8_0`` or ``q4_0`` on llama.cpp, ``f16`` or ``fp8`` on the paged
             engine; None: 16-bit, or what fits.
         max_waiting: Requests queued before new ones are refused; None: 64 (the paged engine: 256).
+        speculative: Speculative decoding (prompt lookup) for the backends whose loop verifies drafts.
         llamacpp: The llama.cpp backend's own settings.
         paged: The paged engine's own settings.
         mlx: The MLX backend's own settings.
@@ -100,9 +103,10 @@ class LoadOptions:
     embedding: bool = False
     kv_type: str | None = None
     max_waiting: int | None = None
+    speculative: SpeculativeOptions = field(default_factory=SpeculativeOptions)
     llamacpp: LlamaCppOptions = field(default_factory=LlamaCppOptions)
     paged: PagedOptions = field(default_factory=PagedOptions)
     mlx: MLXOptions = field(default_factory=MLXOptions)
 
 
-__all__ = ["LoadOptions", "LlamaCppOptions", "PagedOptions", "MLXOptions"]
+__all__ = ["LoadOptions", "LlamaCppOptions", "PagedOptions", "MLXOptions", "SpeculativeOptions"]

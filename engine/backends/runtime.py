@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from engine.backends.base import Backend, StopMatcher, Utf8Decoder, drain
+from engine.backends.speculative import Drafter, SpeculativeOptions
 from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.tools import RenderedChat, parse_stream
 from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
@@ -32,11 +33,13 @@ class RequestStream:
         is_eog: Whether a token ends the generation (unless the request ignores EOS).
         prompt_tokens: Tokens in the prompt, for the final chunk's usage.
         rendered: The chat as rendered, whose output is parsed (tool calls, reasoning); None for a raw prompt.
+        drafter: What speculative decoding drafts for this request (None: no drafts); it sees every token
+            of the output as it is pushed.
     """
 
     __slots__ = (
         "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
-        "finished", "t_submit", "t_first", "rendered", "_piece", "_is_eog",
+        "finished", "t_submit", "t_first", "rendered", "drafter", "_piece", "_is_eog",
     )  # fmt: skip
 
     def __init__(
@@ -47,6 +50,7 @@ class RequestStream:
         is_eog: Callable[[int], bool],
         prompt_tokens: int,
         rendered: RenderedChat | None = None,
+        drafter: Drafter | None = None,
     ) -> None:
         self.request = request
         self.params = request.params
@@ -60,6 +64,7 @@ class RequestStream:
         self.t_submit = time.perf_counter()
         self.t_first: float | None = None
         self.rendered = rendered
+        self.drafter = drafter
         self._piece = piece
         self._is_eog = is_eog
 
@@ -72,6 +77,7 @@ class RequestStream:
         n_ctx: int,
         piece: Callable[[int], bytes],
         is_eog: Callable[[int], bool],
+        speculative: SpeculativeOptions | None = None,
     ) -> tuple[RequestStream, list[int]]:
         """A stream for ``request`` and its prompt's tokens: the chat rendered through ``backend``'s template
         (tools, thinking switch) and tokenized, then checked against the context.
@@ -82,6 +88,8 @@ class RequestStream:
             n_ctx: Most tokens (prompt and answer) one request may hold.
             piece: The bytes a token adds to the output (b"" for control tokens).
             is_eog: Whether a token ends the generation (unless the request ignores EOS).
+            speculative: How the backend's loop drafts (None: it verifies no drafts). The request's
+                ``speculative`` and ``prediction`` turn drafting off or on for itself.
 
         Raises:
             InvalidRequest: the prompt is empty.
@@ -93,7 +101,14 @@ class RequestStream:
             raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
         if len(prompt) >= n_ctx:
             raise ContextLengthExceeded(len(prompt), n_ctx)
-        return cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered), prompt
+        drafter = None
+        if speculative is not None and request.speculative is not False:
+            if speculative.enabled or request.speculative or request.prediction:
+                predicted = backend.tokenize(request.prediction) if request.prediction else []
+                options = speculative if speculative.enabled else SpeculativeOptions(mode="ngram")
+                drafter = Drafter([*predicted, *prompt], options)
+        stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)
+        return stream, prompt
 
     @property
     def request_id(self) -> str:
@@ -114,6 +129,8 @@ class RequestStream:
             self.finish("stop")
             return True
         self.generated.append(token)
+        if self.drafter is not None:
+            self.drafter.push(token)
         text = self.decoder.feed(self._piece(token))
         hit = False
         if self.stops is not None:
@@ -156,6 +173,8 @@ class RequestStream:
                 tokens_per_second=tps,
                 error=error,
                 stop_sequence=self.stops.matched if self.stops is not None else None,
+                draft_tokens=self.drafter.drafted if self.drafter is not None else 0,
+                accepted_draft_tokens=self.drafter.accepted if self.drafter is not None else 0,
             )
         )
 

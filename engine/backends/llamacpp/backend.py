@@ -19,6 +19,7 @@ from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.backends.runtime import RequestStream
+from engine.backends.speculative import SpeculativeOptions
 from engine.chat_template import ChatTemplateTooCostly
 from engine.errors import (
     ContextLengthExceeded,
@@ -63,6 +64,7 @@ class LlamaCppBackend:
         self._ranker: Ranker | None = None
         self._n_threads = 1
         self._mask_budget = LlamaCppOptions().grammar_mask_budget
+        self._speculative = SpeculativeOptions()
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
         options = options or LoadOptions()
@@ -85,6 +87,7 @@ class LlamaCppBackend:
         self._n_threads = options.n_threads or default_threads()
         own = options.llamacpp
         self._mask_budget = own.grammar_mask_budget
+        self._speculative = options.speculative
         try:
             self.loop = DecodeLoop(
                 self.model,
@@ -162,7 +165,7 @@ class LlamaCppBackend:
         """
         model, loop = self._require()
         stream, prompt = RequestStream.open(
-            self, request, n_ctx=loop.n_ctx_seq, piece=model.piece, is_eog=model.is_eog
+            self, request, n_ctx=loop.n_ctx_seq, piece=model.piece, is_eog=model.is_eog, speculative=self._speculative
         )
         rendered = stream.rendered
         if rendered is not None and rendered.constraint is not None:

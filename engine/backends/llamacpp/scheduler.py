@@ -182,6 +182,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_requests = 0
         self.stats_prefix_hits = 0
         self.stats_generated_tokens = 0
+        self.stats_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
+        self.stats_accepted_tokens = 0
         self._calls: list[tuple[Callable[[], Any], Future]] = []
         self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
         self.thread_policy = ThreadPolicy(n_threads, cpus=machine_cpus(), pinned=not adapt_threads)
@@ -198,7 +200,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             running=running, waiting=waiting, slots=self.n_seq_max, n_ctx_per_sequence=self.n_ctx_seq,
             requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
             generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
-            details={"prefix_cache_hits": self.stats_prefix_hits, **self.thread_policy.as_dict()},
+            details={
+                "prefix_cache_hits": self.stats_prefix_hits, "draft_tokens": self.stats_draft_tokens,
+                "accepted_draft_tokens": self.stats_accepted_tokens, **self.thread_policy.as_dict(),
+            },
         )  # fmt: skip
 
     @property
@@ -469,13 +474,59 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # ids, as they come in the batch, so rows in admission order would cost a graph (a read of every
         # weight) for each break in it, and in slot order cost one for each run of busy slots.
         decoding = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
-        if decoding:
-            self._decode([(s.next_token, s.n_past, s.placed.seq_id, True) for s in decoding])
-            for s in decoding:
-                s.placed.tokens.append(s.next_token)
-                s.n_past += 1
-            for row, s in enumerate(decoding):
+        if not decoding:
+            return
+        # Each row's pending token, followed by the tokens its request drafts (engine.backends.speculative):
+        # one batch verifies them all, a sequence's rows in a run.
+        rows: list[tuple[int, int, int, bool]] = []
+        plans: list[tuple[Sequence, int, list[int]]] = []
+        room = self.n_batch - len(decoding)
+        for s in decoding:
+            draft = self._draft(s, room)
+            room -= len(draft)
+            plans.append((s, len(rows), draft))
+            seq_id = s.placed.seq_id
+            rows.append((s.next_token, s.n_past, seq_id, True))
+            rows.extend((d, s.n_past + 1 + j, seq_id, True) for j, d in enumerate(draft))
+        self._decode(rows)
+        for s in decoding:
+            s.placed.tokens.append(s.next_token)
+            s.n_past += 1
+        for s, row, draft in plans:
+            if draft:
+                self._verify(s, row, draft)
+            else:
                 self._advance(s, row)
+
+    def _draft(self, seq: Sequence, room: int) -> list[int]:
+        """What ``seq`` drafts this step: within ``room`` rows of the batch, its context and its answer's length."""
+        drafter = seq.stream.drafter
+        if drafter is None or room <= 0:
+            return []
+        limit = min(room, seq.n_ctx - seq.n_past - 2)
+        if seq.params.max_tokens is not None:
+            limit = min(limit, seq.params.max_tokens - len(seq.stream.generated) - 1)
+        return drafter.propose(limit)
+
+    def _verify(self, seq: Sequence, row: int, draft: list[int]) -> None:
+        """Sample ``seq``'s rows from ``row`` on, in order, keeping each drafted token while it is the one the
+        sampler drew before it; the cells of the drafted tokens not kept are removed."""
+        slot = seq.placed
+        kept = 0
+        for j in range(len(draft) + 1):
+            self._advance(seq, row + j)
+            if seq.status is SeqStatus.FINISHED or j == len(draft) or seq.pending != draft[j]:
+                break
+            slot.tokens.append(draft[j])  # its cell was computed in this step's batch
+            seq.n_past += 1
+            kept += 1
+        if kept < len(draft):
+            self._seq_rm(slot.seq_id, len(slot.tokens), -1)
+        drafter = seq.stream.drafter
+        if drafter is not None:
+            drafter.record(len(draft), kept)
+        self.stats_draft_tokens += len(draft)
+        self.stats_accepted_tokens += kept
 
     def _advance(self, seq: Sequence, row: int) -> None:
         try:

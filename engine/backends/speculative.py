@@ -1,0 +1,170 @@
+"""Speculative decoding, shared by every backend's loop: what to draft for a request, and how much.
+
+Much of what people ask a local model repeats its input (editing code, rewriting a document, quoting a
+passage, an agent echoing a file). A :class:`Drafter` proposes the tokens that followed the latest earlier
+occurrence of the text's last few tokens (prompt lookup over the prompt, the output so far, and an
+OpenAI ``prediction`` if the request gave one), with no extra model. The backend's loop feeds the pending
+token and the draft in one batch, then samples each row in order with the request's own sampler and keeps
+a drafted token only while it equals the token sampled before it; the first difference ends the run, its
+sampled token is kept, and the draft's later KV cells are removed.
+
+Because every kept token is the sampler's own draw at its position (the same draw, in the same order, from
+the same seeded sampler as without a draft), the output is the plain decoding's token for token at any
+temperature, grammars and penalties included; for a drafter that proposes one token per position this
+acceptance rule is standard speculative sampling's. Only rounding can differ: a batch of rows is computed
+in another shape than one row, so at a near-tie of the two best logits a greedy pick may flip.
+
+Drafting adapts per request: the draft grows while whole drafts are kept, shrinks to what was kept, and
+after drafts that were refused outright it pauses for a number of steps that doubles each time, so text
+that does not repeat its input costs next to nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.errors import InvalidRequest
+
+MODES = ("auto", "ngram", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeOptions:
+    """How a backend drafts: ``auto`` and ``ngram`` draft by prompt lookup (``auto`` is the default: prompt
+    lookup pays wherever the output repeats the input and backs off where it does not), ``off`` never.
+
+    Attributes:
+        mode: auto | ngram | off.
+        max_draft: Most tokens drafted in one step.
+        ngram_max: The longest suffix looked up.
+        ngram_min: The shortest suffix looked up.
+    """
+
+    mode: str = "auto"
+    max_draft: int = 8
+    ngram_max: int = 4
+    ngram_min: int = 2
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise InvalidRequest(
+                f"Speculative mode {self.mode!r} is not one Hearth has; use auto, ngram or off.", param="speculative"
+            )
+        if not 1 <= self.max_draft <= 64 or not 1 <= self.ngram_min <= self.ngram_max <= 16:
+            raise InvalidRequest("Speculative drafts must be 1-64 tokens from suffixes of 1-16 tokens.", param="speculative")
+
+    @classmethod
+    def parse(cls, text: str) -> SpeculativeOptions:
+        """From ``--speculative``: ``auto``, ``ngram`` or ``off``.
+
+        Raises:
+            InvalidRequest: anything else (a draft model is named with ``draft:MODEL``, which is refused
+                with what to use instead).
+        """
+        value = text.strip().lower()
+        if value.startswith("draft:"):
+            raise InvalidRequest(
+                "Drafting with a second model is not available yet; use --speculative auto (prompt lookup) or off.",
+                param="speculative",
+            )
+        return cls(mode=value)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+
+class NgramIndex:
+    """Where each short run of tokens last occurred, with a known next token: kept up to date as tokens come.
+
+    The run ending at the last token is entered only once the token after it exists, so a lookup of the
+    text's own suffix finds its latest *earlier* occurrence.
+    """
+
+    __slots__ = ("tokens", "n_min", "n_max", "_last")
+
+    def __init__(self, tokens: Sequence[int], *, n_min: int, n_max: int) -> None:
+        self.tokens: list[int] = []
+        self.n_min = n_min
+        self.n_max = n_max
+        self._last: list[dict[tuple[int, ...], int]] = [{} for _ in range(n_max + 1)]
+        self.extend(tokens)
+
+    def append(self, token: int) -> None:
+        toks = self.tokens
+        end = len(toks)  # the new token's position: the runs ending just before it now have a next token
+        for n in range(self.n_min, self.n_max + 1):
+            if end >= n:
+                self._last[n][tuple(toks[end - n : end])] = end
+        toks.append(token)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            self.append(t)
+
+    def continuation(self, k: int) -> list[int]:
+        """Up to ``k`` tokens that followed the latest earlier occurrence of the longest suffix found."""
+        toks = self.tokens
+        for n in range(min(self.n_max, len(toks)), self.n_min - 1, -1):
+            at = self._last[n].get(tuple(toks[len(toks) - n :]))
+            if at is not None:
+                return toks[at : at + k]
+        return []
+
+
+class Drafter:
+    """One request's drafts: prompt lookup over ``source`` (a prediction's tokens, then the prompt) and the
+    output as it grows, with the draft length adapted to what was kept.
+
+    Args:
+        source: The tokens to look up in, in order (the output is appended as it comes).
+        options: Draft sizes.
+    """
+
+    __slots__ = ("index", "max_draft", "size", "pause", "_backoff", "drafted", "accepted", "steps")
+
+    PAUSE_MAX = 64  # steps without a draft, at most, after drafts that were refused outright
+
+    def __init__(self, source: Sequence[int], options: SpeculativeOptions) -> None:
+        self.index = NgramIndex(source, n_min=options.ngram_min, n_max=options.ngram_max)
+        self.max_draft = options.max_draft
+        self.size = options.max_draft  # the next draft's length, at most
+        self.pause = 0  # steps left without drafting
+        self._backoff = 1
+        self.drafted = 0  # tokens drafted over the request
+        self.accepted = 0  # of which kept
+        self.steps = 0  # verification steps
+
+    def push(self, token: int) -> None:
+        """A token of the output (sampled, or a kept draft)."""
+        self.index.append(token)
+
+    def propose(self, limit: int) -> list[int]:
+        """The draft for the next step: at most ``limit`` tokens (room left in the context, the answer, the batch)."""
+        if self.pause > 0:
+            self.pause -= 1
+            return []
+        k = min(self.size, limit)
+        return self.index.continuation(k) if k > 0 else []
+
+    def record(self, drafted: int, kept: int) -> None:
+        """What became of the last draft: ``kept`` of its ``drafted`` tokens were the sampler's own."""
+        if not drafted:
+            return
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += kept
+        if kept == drafted:
+            self.size = min(self.max_draft, self.size * 2)
+            self._backoff = 1
+        elif kept == 0:
+            self.size = max(1, self.size // 2)
+            self.pause = self._backoff
+            self._backoff = min(self.PAUSE_MAX, self._backoff * 2)
+        else:
+            self.size = max(1, kept + 1)
+            self._backoff = 1
+
+
+__all__ = ["MODES", "Drafter", "NgramIndex", "SpeculativeOptions"]

@@ -1,0 +1,134 @@
+"""Speculative decoding: prompt lookup drafts what followed the text's suffix before, adapts to what is kept,
+and the llama.cpp loop's verification gives the plain decoding's tokens (greedy and seeded sampling, with
+stop strings, logprobs, grammars, several requests at once and the prefix cache), with fewer steps."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.speculative import Drafter, NgramIndex, SpeculativeOptions
+from engine.errors import InvalidRequest
+from engine.types import ChatMessage, GenerationRequest, ResponseFormat, SamplingParams
+
+# A text the answer is asked to repeat: what people do with a local model (edit code, rewrite a document).
+SOURCE = '''def fit_report(model, hardware, *, context=4096, slots=1):
+    """How a model fits this machine: weights, KV cache and what is left."""
+    weights = model.size_bytes
+    kv = model.kv_bytes_per_token * context * slots
+    free = hardware.ram_available - weights - kv
+    return {"weights": weights, "kv": kv, "free": free, "fits": free > 0}
+'''
+COPY = f"Copy this code exactly, with no comment:\n\n{SOURCE}"
+
+
+def test_the_index_finds_the_latest_earlier_occurrence_of_the_longest_suffix():
+    index = NgramIndex([1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3], n_min=2, n_max=3)
+    assert index.continuation(2) == [7, 5]  # after the latest earlier "1 2 3", not the text's own end
+    index.append(7)
+    assert index.continuation(3) == [5, 1, 2]
+    assert NgramIndex([4, 5, 6], n_min=2, n_max=3).continuation(4) == []  # a suffix seen nowhere before
+
+
+def test_drafts_grow_while_kept_shrink_to_what_was_kept_and_pause_after_refusals():
+    drafter = Drafter(list(range(40)) * 2, SpeculativeOptions(max_draft=8))
+    assert len(drafter.propose(100)) == 8
+    drafter.record(8, 3)
+    assert drafter.size == 4
+    drafter.record(4, 4)
+    assert drafter.size == 8
+    drafter.record(8, 0)  # refused outright: the next step drafts nothing, then twice as long a pause
+    assert drafter.propose(100) == [] and len(drafter.propose(100)) == 4
+    drafter.record(4, 0)
+    assert drafter.propose(100) == [] and drafter.propose(100) == [] and drafter.propose(100)
+    assert (drafter.drafted, drafter.accepted) == (24, 7)
+    assert drafter.propose(0) == []
+
+
+def test_the_modes_are_parsed_and_a_draft_model_is_refused_with_what_to_use():
+    assert SpeculativeOptions.parse("NGRAM").mode == "ngram"
+    assert not SpeculativeOptions.parse("off").enabled
+    with pytest.raises(InvalidRequest, match="use --speculative auto"):
+        SpeculativeOptions.parse("draft:tiny.gguf")
+    with pytest.raises(InvalidRequest, match="use auto, ngram or off"):
+        SpeculativeOptions.parse("eagle")
+
+
+def backend_for(starter_path: Path, mode: str, *, slots: int = 1):
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend()
+    # one thread: a batch's rows are then computed as a lone row is, so speculation is exact to the bit
+    options = LoadOptions(n_ctx=1024, n_seq_max=slots, n_threads=1, speculative=SpeculativeOptions(mode=mode))
+    backend.load(ModelSpec(name="s", path=starter_path), options)
+    return backend
+
+
+@pytest.fixture(scope="module")
+def plain(starter_path):
+    backend = backend_for(starter_path, "off", slots=2)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def drafting(starter_path):
+    backend = backend_for(starter_path, "auto", slots=2)
+    yield backend
+    backend.close()
+
+
+def generate(backend, text: str = COPY, **params):
+    options = {"temperature": 0, "max_tokens": 96, **params}
+    fmt = options.pop("response_format", ResponseFormat())
+    speculative = options.pop("speculative", None)
+    request = GenerationRequest(
+        model="s", messages=(ChatMessage("user", text),), params=SamplingParams(**options),
+        response_format=fmt, speculative=speculative,
+    )  # fmt: skip
+    chunks = list(backend.stream(request))
+    return [t for c in chunks for t in c.token_ids], "".join(c.text for c in chunks), chunks[-1], chunks
+
+
+def test_greedy_output_is_the_same_token_for_token_with_fewer_steps(plain, drafting):
+    tokens, text, final, chunks = generate(drafting, logprobs=2)
+    want, want_text, want_final, want_chunks = generate(plain, logprobs=2)
+    assert tokens == want and text == want_text and final.finish_reason == want_final.finish_reason
+    assert [c.logprobs for c in chunks] == [c.logprobs for c in want_chunks]  # those of the verified tokens
+    assert final.draft_tokens > 0 and final.accepted_draft_tokens > len(tokens) // 3  # it copies its input
+    assert want_final.draft_tokens == 0
+    stats = drafting.stats().details
+    assert stats["accepted_draft_tokens"] >= final.accepted_draft_tokens
+
+
+def test_seeded_sampling_draws_the_same_tokens(plain, drafting):
+    params = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7, "repetition_penalty": 1.1}
+    assert generate(drafting, **params)[0] == generate(plain, **params)[0]
+
+
+def test_stop_strings_max_tokens_and_a_grammar_end_where_they_do_without_drafts(plain, drafting):
+    stop = {"stop": ("kv_bytes",)}
+    assert generate(drafting, **stop)[1] == generate(plain, **stop)[1]
+    short = {"max_tokens": 13}
+    assert generate(drafting, **short)[0] == generate(plain, **short)[0]
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+    fmt = {"response_format": ResponseFormat(type="json_schema", schema=schema), "max_tokens": 64}
+    got, want = generate(drafting, **fmt), generate(plain, **fmt)
+    assert got[0] == want[0] and got[1].startswith('{')
+
+
+def test_requests_at_once_each_get_their_plain_tokens_and_false_turns_it_off(plain, drafting):
+    texts = (COPY, "Write a short story about a lighthouse keeper.")
+    want = [generate(plain, t)[0] for t in texts]
+    got: dict[int, list[int]] = {}
+    threads = [threading.Thread(target=lambda i=i, t=t: got.__setitem__(i, generate(drafting, t)[0])) for i, t in enumerate(texts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert [got[0], got[1]] == want
+    off = generate(drafting, speculative=False)
+    assert off[0] == want[0] and off[2].draft_tokens == 0
