@@ -67,6 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("int4", "int8", "fp8"),
         help="paged backend: weight quantization (int4: the CPU's fast path; int8, fp8: GPUs)",
     )
+    p.add_argument(
+        "--speculative",
+        default="auto",
+        metavar="MODE",
+        help="speculative decoding: auto (prompt lookup, backing off where it does not pay; the default), "
+        "ngram (the same) or off; the output is the same either way",
+    )
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(
         "--ollama-port",
@@ -81,8 +88,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def load_options(args: argparse.Namespace) -> LoadOptions:
     """The load options ``hearth serve``'s flags ask for, for every model it loads."""
     from engine.backends import LoadOptions, PagedOptions
+    from engine.backends.speculative import SpeculativeOptions
 
     return LoadOptions(
+        speculative=SpeculativeOptions.parse(getattr(args, "speculative", "auto") or "auto"),
         n_ctx=args.ctx,
         n_seq_max=args.parallel,
         n_threads=args.threads,
@@ -122,6 +131,13 @@ def run(args: argparse.Namespace) -> int:
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
         return 2
 
+    from engine.errors import InvalidRequest
+
+    try:
+        options = load_options(args)
+    except InvalidRequest as exc:
+        print(f"hearth: {exc}", file=sys.stderr)
+        return 2
     settings = server_settings(args, os.environ)
     if not settings.is_loopback and not settings.has_key and not args.insecure_no_key:
         print(
@@ -138,6 +154,6 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         backend=args.backend,
         idle_ttl=args.idle_ttl,
-        load_options=load_options(args),
+        load_options=options,
     )
     return run_worker(config, app_factory=create_app)

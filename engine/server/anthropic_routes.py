@@ -70,6 +70,7 @@ class MessagesBody(CountTokensBody):
     top_k: int | None = None
     metadata: dict[str, Any] | None = None
     ignore_eos: StrictBool = False  # an extension, as in chat completions: generate to max_tokens
+    speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
 
 
 def _text_of(blocks: Any, where: str) -> str:
@@ -198,6 +199,7 @@ def _request(body: CountTokensBody, params: SamplingParams | None = None) -> Gen
         messages=_messages(body),
         params=params or SamplingParams(),
         response_format=_format(body),
+        speculative=getattr(body, "speculative", None),
         **_tools(body),
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine.server.request_log import RequestLog
 
@@ -23,14 +23,23 @@ class _EngineGauges:
         running = GaugeMetricFamily("hearth_requests_running", "Requests being generated", labels=["model"])
         waiting = GaugeMetricFamily("hearth_requests_waiting", "Requests waiting for a slot", labels=["model"])
         hit = GaugeMetricFamily("hearth_prefix_cache_hit_rate", "Share of prompt tokens served from cache", labels=["model"])
+        drafted = CounterMetricFamily("hearth_draft_tokens", "Tokens drafted by speculative decoding", labels=["model"])
+        kept = CounterMetricFamily(
+            "hearth_accepted_draft_tokens", "Drafted tokens the model agreed with and kept", labels=["model"]
+        )
         for model, s in stats.items():
             running.add_metric([model], float(s.get("running", 0)))
             waiting.add_metric([model], float(s.get("waiting", 0)))
             if "prefix_cache_hit_rate" in s:
                 hit.add_metric([model], float(s["prefix_cache_hit_rate"]))
+            if "draft_tokens" in s:
+                drafted.add_metric([model], float(s["draft_tokens"]))
+                kept.add_metric([model], float(s.get("accepted_draft_tokens", 0)))
         yield running
         yield waiting
         yield hit
+        yield drafted
+        yield kept
 
 
 class ServerMetrics:

@@ -58,6 +58,7 @@ class _Generate(_Body):
     stream: StrictBool = True
     keep_alive: float | str | None = None
     think: bool | str | None = None
+    speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
 
 
 class ChatBody(_Generate):
@@ -321,6 +322,7 @@ async def chat(request: Request, body: ChatBody):
         messages=_chat_messages(body.messages),
         params=params(body.options),
         response_format=response_format(body.format),
+        speculative=body.speculative,
         **_tool_fields(body.tools, body.think),
     )
     return await _answer(request, req, keep, body.stream, _chat_piece, found)
@@ -334,7 +336,10 @@ async def generate(request: Request, body: GenerateBody):
         raise InvalidRequest("This request has images; Hearth's models here read text only.", param="images")
     if not body.prompt:
         return await _load_or_unload(request, found, keep, "response")
-    common = {"model": found.name, "params": params(body.options), "response_format": response_format(body.format)}
+    common = {
+        "model": found.name, "params": params(body.options), "response_format": response_format(body.format),
+        "speculative": body.speculative,
+    }  # fmt: skip
     if body.raw:
         req = GenerationRequest(prompt=body.prompt, **common)
     else:

@@ -139,15 +139,29 @@ def _message_dicts(messages: list[ChatMessageBody]) -> list[dict]:
     return out
 
 
-def _usage(prompt_tokens: int, completion_tokens: int, cached: int, reasoning: int | None = None) -> dict:
-    out = {
+def _usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached: int,
+    reasoning: int | None = None,
+    finals: list[GenerationChunk | None] | None = None,
+) -> dict:
+    out: dict = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    details: dict = {}
     if reasoning is not None:  # chat: how many of the completion tokens were thinking
-        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+        details["reasoning_tokens"] = reasoning
+    drafted = sum(f.draft_tokens for f in finals or () if f is not None)
+    if reasoning is not None or drafted:  # speculative decoding's drafts, named as OpenAI's Predicted Outputs
+        accepted = sum(f.accepted_draft_tokens for f in finals or () if f is not None)
+        details["accepted_prediction_tokens"] = accepted
+        details["rejected_prediction_tokens"] = drafted - accepted
+    if details:
+        out["completion_tokens_details"] = details
     return out
 
 
@@ -373,6 +387,8 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
             messages=messages,
             params=_params(body, max_tokens=max_tokens, logprobs=logprobs, index=i),
             response_format=fmt,
+            speculative=body.speculative,
+            prediction=body.prediction.text() if body.prediction is not None else None,
             **tool_fields,
         )
         for i in range(n)
@@ -400,7 +416,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
             }
             for i in range(n)
         ],
-        "usage": _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals)),
+        "usage": _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals), finals),
     }
 
 
@@ -437,7 +453,7 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
             yield event(index, {}, FINISH.get(chunk.finish_reason, "stop"))
     if include_usage:
         prompt, completion, cached = _totals(finals)
-        usage = _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals))
+        usage = _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals), finals)
         yield _sse({**base, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
 
@@ -463,6 +479,7 @@ async def completions(request: Request, body: CompletionBody):
             prompt=p,
             params=_params(body, max_tokens=body.max_tokens if body.max_tokens is not None else 16, logprobs=body.logprobs, index=j),
             response_format=fmt,
+            speculative=body.speculative,
         )
         for p in prompts
         for j in range(n)
@@ -497,7 +514,7 @@ async def completions(request: Request, body: CompletionBody):
         "model": gen.served_name,
         "system_fingerprint": gen.fingerprint,
         "choices": choices,
-        "usage": _usage(prompt_total, completion_total, 0),
+        "usage": _usage(prompt_total, completion_total, 0, finals=finals),
     }
 
 
@@ -528,7 +545,7 @@ async def _completion_events(
     if include_usage:
         _, completion, cached = _totals(finals)
         prompt = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % n == 0)  # each prompt once
-        yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached)})
+        yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached, finals=finals)})
     yield b"data: [DONE]\n\n"
 
 

@@ -53,6 +53,7 @@ class ResponsesBody(_Body):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
 
 
 def _store(request: Request) -> ResponseStore:
@@ -190,8 +191,9 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     )
     system = (ChatMessage("system", body.instructions),) if body.instructions else ()
     req = GenerationRequest(
-        model=body.model, messages=system + history, params=params, response_format=_format(body.text), **_tool_fields(body)
-    )
+        model=body.model, messages=system + history, params=params, response_format=_format(body.text),
+        speculative=body.speculative, **_tool_fields(body),
+    )  # fmt: skip
     return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()))
 
 

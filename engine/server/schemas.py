@@ -62,6 +62,8 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     user: str | None = None
     ignore_eos: StrictBool | None = False
+    # Speculative decoding (docs/api.md): false turns it off for this request, true turns prompt lookup on.
+    speculative: StrictBool | None = None
 
 
 class ChatMessageBody(_Body):
@@ -72,6 +74,18 @@ class ChatMessageBody(_Body):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
+
+
+class PredictionBody(_Body):
+    """OpenAI's Predicted Outputs: text the answer is expected to repeat, drafted from first."""
+
+    type: str = Field("content", json_schema_extra={"enum": ["content"]})
+    content: str | list[dict[str, Any]] = Field(max_length=100_000)
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(p.get("text", "")) for p in self.content if isinstance(p, dict) and p.get("type") == "text")
 
 
 class ChatCompletionBody(_Sampling):
@@ -86,6 +100,7 @@ class ChatCompletionBody(_Sampling):
     parallel_tool_calls: StrictBool | None = None
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    prediction: PredictionBody | None = None
 
 
 _TEXT: JsonDict = {"type": "string", "minLength": 1}
