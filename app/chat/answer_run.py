@@ -158,7 +158,8 @@ class AnswerRun(QObject):
             self.store.update_message(self.answer.id, self.text, self._stats(None, None), steps=self.thinking)
 
     def _on_finished(self, result: StreamResult) -> None:
-        self._finish(self._stats(result.finish_reason, result.completion_tokens), None)
+        stats = self._stats(result.finish_reason, result.completion_tokens)
+        self._finish(replace(stats, drafted_tokens=result.drafted_tokens), None)
 
     def _on_failed(self, error: ApiError) -> None:
         if error.code == "context_length_exceeded" and not self.text and self._retries < MAX_RETRIES:

@@ -76,6 +76,7 @@ def _message(row: MessageRow) -> MessageRecord:
             dropped_messages=row.dropped_messages or 0,
             model=row.model or "",
             error=row.error,
+            drafted_tokens=row.drafted_tokens or 0,
         )
     return MessageRecord(
         id=row.id,
@@ -106,6 +107,7 @@ def _stats_values(stats: AnswerStats) -> dict:
         "finish_reason": stats.finish_reason,
         "dropped_messages": stats.dropped_messages,
         "error": stats.error,
+        "drafted_tokens": stats.drafted_tokens,
     }
 
 

@@ -45,6 +45,7 @@ class AnswerStats:
     dropped_messages: int = 0
     model: str = ""
     error: str | None = None
+    drafted_tokens: int = 0  # of ``tokens``, those speculative decoding drafted and the model kept
 
 
 @dataclass
