@@ -50,6 +50,10 @@ MIN_COPY_TOKENS = 8
 # decode steps take: the calls wait while their time so far exceeds it. A chat beside a long embedding list
 # then runs at about half its own speed instead of a tenth, and the list still moves.
 CALL_SHARE = 1.0
+# Drafted rows fill a step's batch up to this many rows in all: below it a step costs about the same as one
+# row (it reads every weight once either way); past it the step is bound by compute, and drafts that many
+# streams would check cost more than the steps they save.
+DRAFT_BATCH_ROWS = 16
 CALL_CREDIT_MAX = 0.1  # seconds of decode time that may be owed to the calls at most (no bursts after a long answer)
 
 
@@ -480,7 +484,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # one batch verifies them all, a sequence's rows in a run.
         rows: list[tuple[int, int, int, bool]] = []
         plans: list[tuple[Sequence, int, list[int]]] = []
-        room = self.n_batch - len(decoding)
+        room = min(self.n_batch, DRAFT_BATCH_ROWS) - len(decoding)
         for s in decoding:
             draft = self._draft(s, room)
             room -= len(draft)
