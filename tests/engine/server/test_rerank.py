@@ -5,19 +5,15 @@ the same pairs, and against llama-server ``--reranking`` where one is built."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import time
 
 import httpx
 import pytest
 
 from engine.limits import MAX_RERANK_DOCUMENTS
 from engine.server.access import Access, route_access
-from engine.worker.supervisor import free_port
 from tests.engine.server import tiny_reranker
 from tests.engine.server.conftest import MODEL, RERANKER
+from tests.engine.server.llama_server import llama_server, needs_llama_server
 
 QUERY = "what is a panda?"
 DOCUMENTS = [
@@ -131,33 +127,11 @@ def test_the_new_routes_need_an_inference_key():
         assert route_access("POST", path) is Access.INFERENCE
 
 
-LLAMA_SERVER = os.environ.get("HEARTH_LLAMA_SERVER") or shutil.which("llama-server")
-
-
-@pytest.mark.skipif(
-    not LLAMA_SERVER,
-    reason="no llama-server: build it as benchmarks/peers.md says (cmake --build build --target llama-server) "
-    "and put it on PATH or in HEARTH_LLAMA_SERVER",
-)
+@needs_llama_server
 def test_scores_equal_llama_servers(small_server, reranker_gguf):
-    port = free_port()
-    cmd = [LLAMA_SERVER, "-m", str(reranker_gguf), "--reranking", "--host", "127.0.0.1", "--port", str(port),
-           "-c", "512", "-t", "1", "-fa", "off"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        body = {"query": QUERY, "documents": DOCUMENTS}
-        theirs = httpx.post(f"http://127.0.0.1:{port}/v1/rerank", json=body, timeout=60).json()
-    finally:
-        proc.terminate()
-        proc.wait(15)
+    body = {"query": QUERY, "documents": DOCUMENTS}
+    with llama_server(reranker_gguf, "--reranking", "-c", "512", "-fa", "off") as url:
+        theirs = httpx.post(f"{url}/v1/rerank", json=body, timeout=60).json()
     ours = _post(small_server, "/v1/rerank", {"model": RERANKER, **body}).json()
     assert [t["index"] for t in ours["results"]] == [t["index"] for t in theirs["results"]]
     for a, b in zip(ours["results"], theirs["results"], strict=True):

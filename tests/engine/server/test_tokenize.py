@@ -1,5 +1,5 @@
 """``POST /tokenize`` and ``/detokenize`` in llama-server's shapes, against llama-cpp-python's own
-``Llama.tokenize`` and ``Llama.detokenize`` on the starter model."""
+``Llama.tokenize`` and ``Llama.detokenize`` on the starter model, and against llama-server where one is built."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from tests.engine.server.conftest import MODEL
+from tests.engine.server.llama_server import llama_server, needs_llama_server
 
 TEXT = "Hello, world! Ünïcödé and a llama 🦙 in 東京.<|im_start|>"
 
@@ -77,3 +78,13 @@ def test_the_model_defaults_to_the_loaded_one_and_bad_ids_are_400s(server, vocab
             f"Token {bad[0]} is not in this model's vocabulary (ids 0 to {vocab.n_vocab() - 1})."
         )
     assert _post(server, "/tokenize", {"model": "no-such-model", "content": "x"}).status_code == 404
+
+
+@needs_llama_server
+def test_answers_equal_llama_servers(server, starter_path):
+    bodies = [("/tokenize", {"content": TEXT, "with_pieces": True}), ("/tokenize", {"content": TEXT, "add_special": True}),
+              ("/tokenize", {"content": TEXT, "parse_special": False}), ("/detokenize", {"tokens": [19556, 15107, 116, 243]})]  # fmt: skip
+    with llama_server(starter_path, "-c", "512") as url:
+        theirs = [httpx.post(f"{url}{path}", json=body, timeout=60).json() for path, body in bodies]
+    ours = [_post(server, path, {"model": MODEL, **body}).json() for path, body in bodies]
+    assert ours == theirs
