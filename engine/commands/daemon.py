@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from engine.commands.worker_client import print_json
 
@@ -50,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     fg = actions.add_parser("run", help="run the daemon in the foreground (for service managers)",
                             description="Run the daemon in the foreground until Ctrl-C or SIGTERM.")  # fmt: skip
     _add_worker_flags(fg)
+    fg.add_argument("--json", action="store_true", help="print JSON once the worker answers")
     fg.add_argument("--serve-arg", action="append", default=[], help=argparse.SUPPRESS)
     fg.set_defaults(run=run_foreground)
     for name, what in (("install", "start the daemon at every login"), ("uninstall", "no longer start it at login")):
@@ -143,7 +145,14 @@ def run_status(args: argparse.Namespace) -> int:
 def run_foreground(args: argparse.Namespace) -> int:
     from engine.worker.daemon import run_daemon
 
-    return run_daemon(port=_port(args), model=args.model, serve_args=_serve_args(args) + tuple(args.serve_arg))
+    def announce(info) -> None:
+        print_json(_status(info, True))
+        sys.stdout.flush()
+
+    return run_daemon(
+        port=_port(args), model=args.model, serve_args=_serve_args(args) + tuple(args.serve_arg),
+        announce=announce if args.json else None,
+    )  # fmt: skip
 
 
 def run_service(args: argparse.Namespace) -> int:

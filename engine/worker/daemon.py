@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -157,10 +158,11 @@ def _refuse_second(home: Path | None) -> None:
 
 
 def run_daemon(
-    *, port: int = DEFAULT_PORT, model: str | None = None, serve_args: tuple[str, ...] = (), home: Path | None = None
-) -> int:
+    *, port: int = DEFAULT_PORT, model: str | None = None, serve_args: tuple[str, ...] = (), home: Path | None = None,
+    announce: Callable[[DaemonInfo], None] | None = None,
+) -> int:  # fmt: skip
     """Run the daemon in the foreground until SIGTERM or Ctrl-C (what `hearth daemon run` and the service
-    managers run).
+    managers run). ``announce`` is told once the worker answers (default: a line on stdout).
 
     Raises:
         DaemonError: a daemon runs already, or the port is taken.
@@ -207,7 +209,10 @@ def run_daemon(
             admin_key=sup.admin_key, started_at=time.time(), log_path=str(log_path),
         )  # fmt: skip
         write_info(info, home)
-        print(f"Hearth daemon serving {info.base_url} (pid {info.pid})", flush=True)
+        if announce is not None:
+            announce(info)
+        else:
+            print(f"Hearth daemon serving {info.base_url} (pid {info.pid})", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
