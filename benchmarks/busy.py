@@ -11,7 +11,9 @@ the count it was idle on, and needs half a second of measurement to give up a th
 
 Goals (issue 34), each round: adaptive busy >= 0.45x its quiet rate (the limit with one core of two free is
 0.5x); adaptive quiet >= 0.98x pinned quiet (nothing lost on a quiet machine).
-Prints every rate and ratio, round by round, and the thread count the adaptive server reported.
+Prints every rate and ratio, round by round, the thread count the adaptive server reported, and the cores
+that processes outside this benchmark used while it timed (on a shared machine, a round with much of it
+measured something else).
 
     .venv/bin/python benchmarks/busy.py [--rounds 3] [--max-tokens 256]
 """
@@ -39,6 +41,38 @@ SPIN = "while True: pass"
 PROMPT = "Tell a long story about a river town, its bridge and the people who trade at its market."
 BUSY_GOAL = 0.45
 QUIET_GOAL = 0.98
+
+
+class Outside:
+    """CPU that processes outside this benchmark (not it, its servers, its busy process) use over a span."""
+
+    def __init__(self, pids: list[int]) -> None:
+        import psutil
+
+        self.procs = [psutil.Process(pid) for pid in [os.getpid(), *pids]]
+        self.t0, self.busy0, self.ours0 = time.monotonic(), self._busy(), self._ours()
+
+    def _busy(self) -> float:
+        import psutil
+
+        t = psutil.cpu_times()
+        return (
+            sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "steal", 0.0) - getattr(t, "guest", 0.0)
+        )
+
+    def _ours(self) -> float:
+        total = 0.0
+        for p in self.procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except Exception:  # the busy process has ended
+                pass
+        return total
+
+    def cores(self) -> float:
+        seconds = time.monotonic() - self.t0
+        return max(0.0, ((self._busy() - self.busy0) - (self._ours() - self.ours0)) / seconds)
 
 
 class Server:
@@ -139,15 +173,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for r in range(args.rounds):
             order = ("adaptive", "pinned") if r % 2 == 0 else ("pinned", "adaptive")
+            pids = [s.proc.pid for s in servers.values()]
+            outside = Outside(pids)
             quiet = {side: servers[side].decode(args.max_tokens) for side in order}
+            outside_quiet = outside.cores()
             spinner = subprocess.Popen([sys.executable, "-c", SPIN])
             try:
                 time.sleep(args.settle)
+                outside = Outside([*pids, spinner.pid])
                 busy = {}
                 for side in order:
                     busy[side] = servers[side].decode(args.max_tokens)
                     if side == "adaptive":
                         busy_threads = servers[side].threads()
+                outside_busy = outside.cores()
             finally:
                 spinner.kill()
                 spinner.wait()
@@ -161,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 f"  adaptive busy/quiet {a_busy:.2f}x (goal >= {BUSY_GOAL}), pinned busy/quiet {p_busy:.2f}x, "
-                f"adaptive/pinned quiet {a_quiet:.2f}x (goal >= {QUIET_GOAL})"
+                f"adaptive/pinned quiet {a_quiet:.2f}x (goal >= {QUIET_GOAL}); "
+                f"other processes used {outside_quiet:.2f} cores quiet, {outside_busy:.2f} busy"
             )
     finally:
         for server in servers.values():

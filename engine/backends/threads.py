@@ -3,7 +3,7 @@
 A llama.cpp step runs on an OpenMP team whose threads spin at every barrier of the graph. When another
 process keeps a core busy, the team member that shares that core with it is off the CPU half of the time,
 and every barrier of every step waits for it: on two cores beside one busy process, a two-thread team
-decodes at a third of its quiet speed, where one thread on the free core keeps about half of it.
+decodes at a third of its quiet speed or less, where one thread on the free core keeps about half of it.
 
 :class:`ThreadPolicy` decides from the CPU time the rest of the machine used (all processes but this one,
 so the team's own spinning never counts) over short windows. It shrinks the team once other processes take
@@ -13,8 +13,11 @@ once they have left it for :data:`GROW_SECONDS`, as a contended team costs far m
 a little longer. A backend samples while it computes, and while it is idle on fewer threads than its full
 count (so that the next request finds the full team on a machine that has gone quiet). Idle on the full
 count it does nothing at all, and its next step starts a fresh window: the CPU other processes used over a
-long idle stretch says little about the machine now. The policy is plain arithmetic over :class:`CpuSample` values;
-:func:`read_cpu_sample` reads them from the machine (psutil's system times and this process's own).
+long idle stretch says little about the machine now.
+
+The policy is plain arithmetic over :class:`CpuSample` values. :func:`read_cpu_sample` reads them from the
+machine: on Linux, the CPUs this process may run on (a cpuset or ``taskset`` leaves the others out of the
+count); elsewhere, the whole machine through psutil; and this process's own CPU time.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class CpuSample:
 
     Attributes:
         at: When, in seconds of a monotonic clock.
-        busy: CPU seconds every core of the machine has spent on work (any process) so far.
+        busy: CPU seconds the CPUs this process may use have spent on work (any process) so far.
         own: CPU seconds this process has used so far.
     """
 
@@ -48,31 +51,61 @@ class CpuSample:
     own: float
 
 
-def read_cpu_sample() -> CpuSample | None:
-    """The machine's counters now, or None where the system does not give them."""
+def usable_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on (a cpuset, ``taskset``), or None where the system does not say."""
     try:
-        import psutil
-
-        times = psutil.cpu_times()
-        own = os.times()
-    except Exception as exc:  # a restricted sandbox: the policy then keeps the full count
-        log.debug("cannot read the CPU times: %s", exc)
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows: every CPU of the machine
         return None
-    # Idle, waiting on I/O and stolen by the hypervisor are not work of this machine's processes;
-    # guest time is already counted in user time (Linux).
-    fields = times._asdict()
-    not_work = sum(fields.get(k, 0.0) for k in ("idle", "iowait", "steal", "guest", "guest_nice"))
-    return CpuSample(at=time.monotonic(), busy=sum(fields.values()) - not_work, own=own.user + own.system)
 
 
-def machine_cpus() -> int:
-    """Logical CPUs of the whole machine: the cores other processes' load is spread over."""
+def cpu_count(cpus: frozenset[int] | None) -> int:
+    """How many CPUs ``cpus`` (None: the whole machine) names."""
+    if cpus is not None:
+        return max(len(cpus), 1)
     try:
         import psutil
 
         return psutil.cpu_count() or os.cpu_count() or 1
     except Exception:
         return os.cpu_count() or 1
+
+
+def busy_seconds(proc_stat: bytes, cpus: frozenset[int], *, tick: float) -> float:
+    """CPU seconds the CPUs ``cpus`` have spent on work, from the text of Linux's /proc/stat.
+
+    Idle, waiting on I/O and stolen by the hypervisor are not work of this machine's processes; guest time
+    is already counted in user time.
+    """
+    total = 0
+    for line in proc_stat.splitlines():
+        if not line.startswith(b"cpu"):
+            break
+        name, *fields = line.split()
+        if name != b"cpu" and int(name[3:]) in cpus:
+            user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+            total += user + nice + system + irq + softirq
+    return total * tick
+
+
+def read_cpu_sample(cpus: frozenset[int] | None = None) -> CpuSample | None:
+    """The counters of the CPUs ``cpus`` (None: the whole machine) now, or None where the system does
+    not give them (the policy then keeps the full count)."""
+    try:
+        own = os.times()
+        if cpus is not None and os.path.exists("/proc/stat"):
+            with open("/proc/stat", "rb") as f:
+                busy = busy_seconds(f.read(), cpus, tick=1.0 / os.sysconf("SC_CLK_TCK"))
+        else:
+            import psutil
+
+            fields = psutil.cpu_times()._asdict()
+            not_work = sum(fields.get(k, 0.0) for k in ("idle", "iowait", "steal", "guest", "guest_nice"))
+            busy = sum(fields.values()) - not_work
+    except Exception as exc:  # a restricted sandbox
+        log.debug("cannot read the CPU times: %s", exc)
+        return None
+    return CpuSample(at=time.monotonic(), busy=busy, own=own.user + own.system)
 
 
 class ThreadPolicy:
@@ -84,7 +117,7 @@ class ThreadPolicy:
 
     Args:
         full: The team's size on a quiet machine (the most it ever uses).
-        cpus: Logical CPUs of the machine.
+        cpus: Logical CPUs the team and the other processes share.
         pinned: Keep ``full`` whatever the machine does (the user chose the count).
     """
 
@@ -164,4 +197,4 @@ class ThreadPolicy:
         return more if more > self.threads else self.threads
 
 
-__all__ = ["CpuSample", "ThreadPolicy", "machine_cpus", "read_cpu_sample"]
+__all__ = ["CpuSample", "ThreadPolicy", "busy_seconds", "cpu_count", "read_cpu_sample", "usable_cpus"]

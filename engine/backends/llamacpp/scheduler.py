@@ -35,7 +35,7 @@ from engine.backends.base import BackendStats, common_prefix
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
-from engine.backends.threads import CpuSample, ThreadPolicy, machine_cpus, read_cpu_sample
+from engine.backends.threads import CpuSample, ThreadPolicy, cpu_count, read_cpu_sample, usable_cpus
 from engine.errors import GrammarTooSlow, Overloaded, RequestCancelled
 from engine.fit.plan import PREFILL_BLOCK_CPU
 from engine.types import FinishReason, TokenLogprob
@@ -124,7 +124,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         n_threads: CPU threads for decoding on a quiet machine.
         adapt_threads: Use fewer threads while other processes keep cores busy (see
             `engine.backends.threads`); False keeps ``n_threads`` whatever the machine does.
-        cpu_sample: Reads the machine's CPU counters for the thread policy (None where it cannot).
+        cpu_sample: Reads the machine's CPU counters for the thread policy, None where it cannot
+            (default: those of the CPUs this process may use).
         prefill_chunk: Most prompt tokens put into one step beside the decodes.
         prefill_block: Most prompt tokens in one llama.cpp call (prompts are cut at its multiples); with the
             slots, it sizes llama.cpp's micro-batch (see `engine.fit.plan.prefill_block`).
@@ -142,7 +143,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         n_ctx_seq: int,
         n_threads: int,
         adapt_threads: bool = False,
-        cpu_sample: Callable[[], CpuSample | None] = read_cpu_sample,
+        cpu_sample: Callable[[], CpuSample | None] | None = None,
         prefill_chunk: int = 256,
         prefill_block: int = PREFILL_BLOCK_CPU,
         max_waiting: int = 64,
@@ -190,8 +191,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_accepted_tokens = 0
         self._calls: list[tuple[Callable[[], Any], Future]] = []
         self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
-        self.thread_policy = ThreadPolicy(n_threads, cpus=machine_cpus(), pinned=not adapt_threads)
-        self._cpu_sample = cpu_sample
+        cpus = usable_cpus()
+        self.thread_policy = ThreadPolicy(n_threads, cpus=cpu_count(cpus), pinned=not adapt_threads)
+        self._cpu_sample = cpu_sample or (lambda: read_cpu_sample(cpus))
         self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
         self._thread.start()
 

@@ -15,7 +15,7 @@ import pytest
 from engine.backends.base import LoadOptions, ModelSpec
 from engine.backends.llamacpp import LlamaCppBackend
 from engine.backends.llamacpp.backend import default_threads
-from engine.backends.threads import FREE_SHARE, machine_cpus
+from engine.backends.threads import FREE_SHARE, cpu_count, usable_cpus
 from engine.types import GenerationRequest, SamplingParams
 
 SPIN = "while True: pass"
@@ -93,7 +93,9 @@ def test_the_loop_gives_a_busy_process_its_core_and_takes_it_back_when_the_proce
             f"Other work keeps this machine busy ({busy} cores), so the test cannot start from a quiet one."
         )
     # Enough spinning processes that fewer cores than the full team stay free (one on a two-core machine).
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(machine_cpus() - full + 1)]
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(cpu_count(usable_cpus()) - full + 1)
+    ]
     try:
         assert wait_for(lambda: threads_now(decoding) < full, 30), details(decoding)
         assert 1 <= threads_now(decoding) <= full - 1  # on two cores: one thread

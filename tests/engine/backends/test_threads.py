@@ -172,18 +172,36 @@ def test_a_policy_without_threads_or_cpus_is_refused():
         ThreadPolicy(0, cpus=2)
 
 
-def test_the_machines_counters_are_cpu_seconds_that_include_this_process():
+@pytest.mark.parametrize("cpus", ["usable", "machine"])
+def test_the_machines_counters_are_cpu_seconds_that_include_this_process(cpus):
     # Both counters in the same unit, this process's work counted in the machine's: what the policy subtracts.
     import os
 
-    from engine.backends.threads import read_cpu_sample
+    from engine.backends.threads import read_cpu_sample, usable_cpus
 
-    before = read_cpu_sample()
+    which = usable_cpus() if cpus == "usable" else None
+    before = read_cpu_sample(which)
     start = os.times()
     while (os.times().user + os.times().system) - (start.user + start.system) < 0.3:
         pass
-    after = read_cpu_sample()
+    after = read_cpu_sample(which)
     assert before is not None and after is not None
     own = after.own - before.own
     assert own >= 0.3
     assert after.busy - before.busy >= 0.9 * own
+
+
+def test_only_the_cpus_this_process_may_use_are_counted():
+    # A cpuset of CPUs 1 and 3: work on 0 and 2 is another cpuset's business. Idle, I/O wait and steal
+    # are not work; guest time is already in user time.
+    from engine.backends.threads import busy_seconds
+
+    stat = (
+        b"cpu  900 0 90 5000 10 0 0 70 0 0\n"
+        b"cpu0 500 0 50 100 0 0 0 0 0 0\n"
+        b"cpu1 100 10 20 1000 5 3 2 60 40 0\n"
+        b"cpu2 200 0 10 2000 0 0 0 0 0 0\n"
+        b"cpu3 100 0 10 1900 5 0 0 10 0 0\n"
+        b"intr 12345 0 0\n"
+    )
+    assert busy_seconds(stat, frozenset({1, 3}), tick=0.01) == pytest.approx((135 + 110) * 0.01)
