@@ -4,7 +4,7 @@ same server on a pinned count, each against its own quiet rate in the same run.
 Two `hearth serve` with the starter model and one slot: one adaptive (no --threads), one pinned
 (--threads N, N = Hearth's default count, 2 on a 2-core machine: what every version before adapted).
 Each round times a streamed greedy chat of --max-tokens tokens (ignore_eos) on each server with the
-machine quiet, then starts a `python -c "while True: pass"` process, waits --settle seconds, times both
+machine quiet (twice each, in the order A B B A, and takes the mean), then starts a `python -c "while True: pass"` process, waits --settle seconds, times both
 again, and kills it. The order of the two servers alternates from round to round. Decode speed is
 (tokens - 1) / (time of the last token - time of the first); the adaptive server starts each answer on
 the count it was idle on, and needs half a second of measurement to give up a thread, which is counted.
@@ -175,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             order = ("adaptive", "pinned") if r % 2 == 0 else ("pinned", "adaptive")
             pids = [s.proc.pid for s in servers.values()]
             outside = Outside(pids)
-            quiet = {side: servers[side].decode(args.max_tokens) for side in order}
+            # Quiet: A B B A, the mean of each side's two, so that the machine's drift over the four falls on both.
+            quiet = {side: 0.0 for side in order}
+            for side in (*order, *reversed(order)):
+                quiet[side] += servers[side].decode(args.max_tokens) / 2
             outside_quiet = outside.cores()
             spinner = subprocess.Popen([sys.executable, "-c", SPIN])
             try:
