@@ -80,7 +80,8 @@ def test_streamed_chat_chunks_validate_and_match_non_streamed(server, openai_sch
     # The same usage either way, details included; only the cache hit differs (the second run reuses the prefix).
     expected = plain.usage.model_dump(exclude_none=True)
     expected["prompt_tokens_details"] = usage["prompt_tokens_details"]
-    assert usage == expected and usage["completion_tokens_details"] == {"reasoning_tokens": 0}
+    assert usage == expected and usage["completion_tokens_details"]["reasoning_tokens"] == 0
+    assert set(usage["completion_tokens_details"]) == {"reasoning_tokens", "accepted_prediction_tokens", "rejected_prediction_tokens"}
 
     # the openai client's own stream parser agrees
     stream = server.client().chat.completions.create(
