@@ -82,7 +82,7 @@ def drafting(starter_path):
 
 
 def generate(backend, text: str = COPY, **params):
-    options = {"temperature": 0, "max_tokens": 96, **params}
+    options = {"temperature": 0, "max_tokens": 64, **params}
     fmt = options.pop("response_format", ResponseFormat())
     speculative = options.pop("speculative", None)
     request = GenerationRequest(
