@@ -35,6 +35,7 @@ from engine.backends.base import BackendStats, common_prefix
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
+from engine.backends.speculative import RowCost
 from engine.backends.threads import CpuSample, ThreadPolicy, cpu_count, read_cpu_sample, usable_cpus
 from engine.errors import GrammarTooSlow, Overloaded, RequestCancelled
 from engine.fit.plan import PREFILL_BLOCK_CPU
@@ -189,6 +190,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_generated_tokens = 0
         self.stats_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
         self.stats_accepted_tokens = 0
+        self.row_cost = RowCost()  # what a drafted row adds to a step, measured
         self._calls: list[tuple[Callable[[], Any], Future]] = []
         self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
         cpus = usable_cpus()
@@ -494,7 +496,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             seq_id = s.placed.seq_id
             rows.append((s.next_token, s.n_past, seq_id, True))
             rows.extend((d, s.n_past + 1 + j, seq_id, True) for j, d in enumerate(draft))
+        t0 = time.perf_counter()
         self._decode(rows)
+        self.row_cost.add(len(rows), time.perf_counter() - t0)
         for s in decoding:
             s.placed.tokens.append(s.next_token)
             s.n_past += 1
@@ -512,7 +516,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         limit = min(room, seq.n_ctx - seq.n_past - 2)
         if seq.params.max_tokens is not None:
             limit = min(limit, seq.params.max_tokens - len(seq.stream.generated) - 1)
-        return drafter.propose(limit)
+        return drafter.propose(limit, self.row_cost.share)
 
     def _verify(self, seq: Sequence, row: int, draft: list[int]) -> None:
         """Sample ``seq``'s rows from ``row`` on, in order, keeping each drafted token while it is the one the
