@@ -47,10 +47,10 @@ log = logging.getLogger(__name__)
 # moves the source's cells through host memory (3 ms for a 250-token chat of the starter model on two
 # cores, where computing a token of prompt takes about 6), and costs more from a GPU.
 MIN_COPY_TOKENS = 8
-# While requests generate, other compute on the decode thread (embeddings) gets this share of the time the
-# decode steps take: the calls wait while their time so far exceeds it. A chat beside a long embedding list
-# then runs at about half its own speed instead of a tenth, and the list still moves.
-CALL_SHARE = 1.0
+# While requests generate, other compute on the decode thread (embeddings, reranking) gets this share of the
+# time the decode steps take: the calls wait while their time so far exceeds it. A chat beside a long
+# embedding list then runs at about two thirds of its own speed instead of a tenth, and the list still moves.
+CALL_SHARE = 0.5
 # Drafted rows fill a step's batch up to this many rows in all: below it a step costs about the same as one
 # row (it reads every weight once either way); past it the step is bound by compute, and drafts that many
 # streams would check cost more than the steps they save.
@@ -80,6 +80,9 @@ class Sequence:
     copy_from: Slot | None = None  # a slot still prefilling this prompt's beginning
     copy_len: int = 0
     cancelled: bool = False
+    # Seconds its sampling (a grammar's masks) took beyond the decode time of the steps it ran in: while
+    # others decode, it sits steps out until they are repaid, so one costly grammar never slows every stream.
+    sample_debt: float = 0.0
 
     @property
     def request_id(self) -> str:
@@ -481,7 +484,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # In slot order: llama.cpp computes a batch over separate KV streams in ubatches of consecutive sequence
         # ids, as they come in the batch, so rows in admission order would cost a graph (a read of every
         # weight) for each break in it, and in slot order cost one for each run of busy slots.
-        decoding = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
+        ready = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
+        decoding = [s for s in ready if s.sample_debt <= 0] or ready
         if not decoding:
             return
         # Each row's pending token, followed by the tokens its request drafts (engine.backends.speculative):
@@ -498,15 +502,23 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             rows.extend((d, s.n_past + 1 + j, seq_id, True) for j, d in enumerate(draft))
         t0 = time.perf_counter()
         self._decode(rows)
-        self.row_cost.add(len(rows), time.perf_counter() - t0)
+        step = time.perf_counter() - t0
+        self.row_cost.add(len(rows), step)
         for s in decoding:
             s.placed.tokens.append(s.next_token)
             s.n_past += 1
+        for s in ready:
+            if s.sample_debt > 0 and len(decoding) < len(ready):
+                s.sample_debt = max(0.0, s.sample_debt - step)  # it sat this step out
+        alone = len(ready) == 1
         for s, row, draft in plans:
+            t1 = time.perf_counter()
             if draft:
                 self._verify(s, row, draft)
             else:
                 self._advance(s, row)
+            spent = time.perf_counter() - t1
+            s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
 
     def _draft(self, seq: Sequence, room: int) -> list[int]:
         """What ``seq`` drafts this step: within ``room`` rows of the batch, its context and its answer's length."""
