@@ -503,7 +503,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         t0 = time.perf_counter()
         self._decode(rows)
         step = time.perf_counter() - t0
-        self.row_cost.add(len(rows), step)
+        if len(decoding) == 1:  # one sequence's steps: their rows are its draft, with nothing else in them
+            self.row_cost.add(len(rows), step)
         for s in decoding:
             s.placed.tokens.append(s.next_token)
             s.n_past += 1

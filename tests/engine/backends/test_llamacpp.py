@@ -75,13 +75,17 @@ def test_a_greedy_draw_is_what_llama_cpps_own_chain_draws_biases_included(llama_
 
     def both(self, ctx, index, **kwargs):
         token = fast(self, ctx, index, **kwargs)
-        drawn.append((token, int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))))
+        if self.params is mine[0]:  # this test's request only (the backend is shared)
+            drawn.append((token, int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))))
         return token
 
     monkeypatch.setattr(sampler.SequenceSampler, "sample", both)
     argmax = sampler.SequenceSampler._greedy
     taken: list[int] = []
-    monkeypatch.setattr(sampler.SequenceSampler, "_greedy", lambda self, logits: taken.append(1) or argmax(self, logits))
+    monkeypatch.setattr(
+        sampler.SequenceSampler, "_greedy", lambda self, logits: (self.params is mine[0] and taken.append(1)) or argmax(self, logits)
+    )
+    mine: list = [None]
     top = llama_backend.tokenize(" the")[0]
     for bias in ({}, {top: 5.0, 0: -100.0}, {top: -100.0}):
         req = GenerationRequest(
@@ -90,6 +94,7 @@ def test_a_greedy_draw_is_what_llama_cpps_own_chain_draws_biases_included(llama_
         )  # fmt: skip
         drawn.clear()
         taken.clear()
+        mine[0] = req.params
         list(llama_backend.stream(req))
         assert len(drawn) == 24 and all(a == b for a, b in drawn), (bias, drawn)
         assert len(taken) == 24  # drawn by the argmax, not by the chain
