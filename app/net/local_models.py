@@ -27,6 +27,7 @@ class LocalModels(QObject):
         self.api = api
         self.models: list[ModelInfo] = []
         self.providers: list[ProviderInfo] = []
+        self.remotes_known = False  # whether the providers were listed yet (until then a remote model is not "gone")
 
     def refresh(self) -> None:
         call = self.api.models()
@@ -42,6 +43,7 @@ class LocalModels(QObject):
 
     def _remotes_loaded(self, providers: list[ProviderInfo]) -> None:
         self.providers = providers
+        self.remotes_known = True
         self.remote_changed.emit(providers)
 
     def remote_models(self) -> list[RemoteModelInfo]:

@@ -142,7 +142,8 @@ class ChatsPage(QWidget):
             self.composer.input.setFocus()
             return
         settings = ChatSettings(model=current.settings.model) if current else ChatSettings()
-        if not self.models.get(settings.model) and self.models.models:
+        known = self.models.get(settings.model) or self.models.provider_of(settings.model)
+        if not known and self.models.models and (current is None or self.models.remotes_known):
             settings = ChatSettings(model=self.models.models[0].name)  # that model is gone (a removed provider)
         chat = self.store.create_chat(settings)
         self.sidebar.search.clear()

@@ -104,7 +104,9 @@ class RequestStream:
         drafter = None
         if speculative is not None and request.speculative is not False:
             if speculative.enabled or request.speculative or request.prediction:
-                predicted = backend.tokenize(request.prediction) if request.prediction else []
+                # what the answer can hold at most: a longer prediction only costs memory
+                text = (request.prediction or "")[: 16 * n_ctx]
+                predicted = backend.tokenize(text)[:n_ctx] if text else []
                 options = speculative if speculative.enabled else SpeculativeOptions(mode="ngram")
                 drafter = Drafter([*predicted, *prompt], options)
         stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)

@@ -99,6 +99,11 @@ def test_a_remote_provider_from_the_models_page_to_a_streamed_chat(qtbot, window
     footer = bubbles(window)[-1].stats.text()
     assert "tok/s" in footer and "first token" in footer
 
+    # A new chat from this one keeps its remote model (it is not taken for a model that is gone).
+    chats.new_chat()
+    assert chats.chat_id != chat_id and window.store.get_chat(chats.chat_id).settings.model == PUBLIC
+    chats.open_chat(chat_id)
+
     # A provider that refuses its key is named in the chat, not taken for the app's own key.
     settings = window.store.get_chat(chat_id).settings
     window.controller.update_settings(chat_id, replace(settings, model=f"wrongkey/{ALIAS}"))
