@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 
 from app.store.records import AnswerStats
-from engine.starter import STARTER_NAME
 from app.widgets.message_bubble import stats_text
+from engine.starter import STARTER_NAME
 from tests.app.helpers import bubbles, fresh_chat, send_and_wait
 
 TEXT = (
