@@ -386,7 +386,6 @@ def _prefill_seqs(runner, seqs, bm) -> None:
 
 
 def stage_cuda_graphs(ctx: Context) -> dict:
-    import torch
 
     from engine.backends.paged.block_manager import BlockManager
     from engine.backends.paged.config import EngineConfig

@@ -29,11 +29,11 @@ from engine.errors import (
     Overloaded,
     ProviderNotFound,
     RemoteAuthFailed,
-    SchemaTooComplex,
     RemoteFailed,
     RemoteStreamCut,
     RemoteTimeout,
     RemoteUnreachable,
+    SchemaTooComplex,
 )
 from engine.server.schemas import ErrorResponse
 
