@@ -350,15 +350,24 @@ class ChatStore:
         return _message(row)
 
     def update_message(
-        self, message_id: int, content: str, stats: AnswerStats | None = None, *, steps: AnswerSteps | None = None
+        self,
+        message_id: int,
+        content: str,
+        stats: AnswerStats | None = None,
+        *,
+        steps: AnswerSteps | None = None,
+        sources: Sequence[DocSource] | None = None,
     ) -> None:
         """Rewrite a message (a streaming answer, twice a second): one UPDATE, no ORM load; ``steps``
         (its thinking and tool calls so far) with it when given. A message deleted meanwhile (its chat
         was deleted while answering) is left alone. When the disk is full the new text is kept in
-        memory (and shown by :meth:`messages`) until a later write or :meth:`flush` finds room."""
+        memory (and shown by :meth:`messages`) until a later write or :meth:`flush` finds room. ``sources``:
+        the document passages the worker gave the answer (they arrive with its first chunk)."""
         values = {"content": content, **(_stats_values(stats) if stats is not None else {})}
         if steps is not None:
             values["steps"] = steps.to_json()
+        if sources is not None:
+            values["doc_sources"] = sources_json(sources)
         self._write(message_id, values)
 
     def save_steps(self, message_id: int, steps: AnswerSteps) -> bool:

@@ -62,10 +62,11 @@ class AnswerSteps:
     thinking_done: bool = False
     calls: list[dict] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)  # what the request's preparers added ("Documents: manual")
 
     @property
     def empty(self) -> bool:
-        return not (self.reasoning or self.calls or self.notices)
+        return not (self.reasoning or self.calls or self.notices or self.added)
 
     def upsert_call(self, call: dict) -> None:
         for i, c in enumerate(self.calls):
