@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from app.store.export import to_json, to_markdown
 from app.store.records import AnswerSteps, ChatRecord, MessageRecord
@@ -13,11 +13,18 @@ def export_text(
     messages: list[MessageRecord],
     fmt: str,
     steps_of: Callable[[int], AnswerSteps | None] | None,
+    *,
+    tree: Sequence[MessageRecord] = (),
 ) -> str:
-    """Markdown (``md``) or JSON of the chat; answers carry their steps when ``steps_of`` knows them
+    """Markdown (``md``) of the path shown (``messages``), or JSON of it and every other branch in
+    ``tree`` (``ChatStore.all_messages``); answers carry their steps when ``steps_of`` knows them
     (the window's: a running answer's live steps, else the chat store's)."""
-    steps = {m.id: steps_of(m.id) for m in messages if m.is_answer} if steps_of is not None else {}
-    return to_markdown(chat, messages, steps) if fmt == "md" else to_json(chat, messages, steps)
+    if fmt == "md":
+        steps = {m.id: steps_of(m.id) for m in messages if m.is_answer} if steps_of is not None else {}
+        return to_markdown(chat, messages, steps)
+    every = {m.id: m for m in (*tree, *messages)}.values()
+    steps = {m.id: steps_of(m.id) for m in every if m.is_answer} if steps_of is not None else {}
+    return to_json(chat, messages, steps, tree=tree)
 
 
 __all__ = ["export_text"]

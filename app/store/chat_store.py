@@ -18,17 +18,10 @@ from sqlalchemy import Engine, create_engine, delete, event, func, or_, select, 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.store import migrate
-from app.store.chat_documents import collections_from, collections_json, sources_from, sources_json
-from app.store.records import (
-    AnswerStats,
-    AnswerSteps,
-    ChatRecord,
-    ChatSettings,
-    DocSource,
-    MessageRecord,
-    SamplingSettings,
-)
+from app.store import legacy_flags, migrate
+from app.store.branching import CURRENT_LEAF, BranchingStore, Leaf, load_tree, stamp_path
+from app.store.chat_documents import collections_json, sources_json
+from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings, DocSource, MessageRecord
 from app.store.recovery import (
     UNSAVED_GLOB,
     Copied,
@@ -42,81 +35,22 @@ from app.store.recovery import (
     remove_database,
     stamp,
 )
+from app.store.row_mapping import (
+    STATS_FIELDS,
+    apply_settings,
+    apply_stats,
+    chat_record,
+    message_record,
+    stats_values,
+)
 from app.store.schema import ChatRow, MessageRow, utcnow
+from app.store.tree import MessageTree, Node
 from engine.paths import private_file
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "chats.db"
 TITLE_CHARS = 60
-
-
-def _chat(row: ChatRow) -> ChatRecord:
-    sampling = SamplingSettings(
-        temperature=row.temperature, top_p=row.top_p, max_tokens=row.max_tokens, seed=row.seed
-    )
-    return ChatRecord(
-        id=row.id,
-        title=row.title,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        settings=ChatSettings(model=row.model, system_prompt=row.system_prompt, sampling=sampling),
-        collections=collections_from(row.doc_collections),
-    )
-
-
-def _message(row: MessageRow) -> MessageRecord:
-    stats = None
-    if row.role == "assistant":
-        stats = AnswerStats(
-            tokens=row.tokens or 0,
-            tokens_per_second=row.tokens_per_second,
-            ttft=row.ttft,
-            finish_reason=row.finish_reason,
-            dropped_messages=row.dropped_messages or 0,
-            model=row.model or "",
-            error=row.error,
-            drafted_tokens=row.drafted_tokens or 0,
-        )
-    return MessageRecord(
-        id=row.id,
-        chat_id=row.chat_id,
-        role=row.role,
-        content=row.content,
-        created_at=row.created_at,
-        stats=stats,
-        sources=sources_from(row.doc_sources),
-    )
-
-
-def _apply_settings(row: ChatRow, settings: ChatSettings) -> None:
-    row.model = settings.model
-    row.system_prompt = settings.system_prompt
-    row.temperature = settings.sampling.temperature
-    row.top_p = settings.sampling.top_p
-    row.max_tokens = settings.sampling.max_tokens
-    row.seed = settings.sampling.seed
-
-
-def _stats_values(stats: AnswerStats) -> dict:
-    return {
-        "model": stats.model,
-        "tokens": stats.tokens,
-        "tokens_per_second": stats.tokens_per_second,
-        "ttft": stats.ttft,
-        "finish_reason": stats.finish_reason,
-        "dropped_messages": stats.dropped_messages,
-        "error": stats.error,
-        "drafted_tokens": stats.drafted_tokens,
-    }
-
-
-_STATS_FIELDS = frozenset(_stats_values(AnswerStats()))
-
-
-def _apply_stats(row: MessageRow, stats: AnswerStats) -> None:
-    for key, value in _stats_values(stats).items():
-        setattr(row, key, value)
 
 
 def title_from(text: str) -> str:
@@ -157,7 +91,9 @@ def _open_checked(path: Path, busy_timeout: float) -> Engine:
             verdict = connection.exec_driver_sql("PRAGMA quick_check").scalar()
         if verdict != "ok":
             raise StoreDamaged(str(verdict))
-        migrate.ensure_current(engine)
+        before = migrate.ensure_current(engine)
+        if legacy_flags.moved_now(path, before, migrate.HEAD_REVISION):
+            legacy_flags.drop_flags(path)  # only now that the rows hold them (the upgrade is committed)
     except DBAPIError as exc:
         engine.dispose()
         kind = classify(exc)
@@ -170,7 +106,7 @@ def _open_checked(path: Path, busy_timeout: float) -> Engine:
     return engine
 
 
-class ChatStore:
+class ChatStore(BranchingStore):
     """The chats of one data folder.
 
     A database that another program has locked, or that is damaged, does not stop the app:
@@ -266,19 +202,19 @@ class ChatStore:
             in_messages = select(MessageRow.chat_id).where(MessageRow.content.ilike(pattern))
             stmt = stmt.where(or_(ChatRow.title.ilike(pattern), ChatRow.id.in_(in_messages)))
         with self.session() as s:
-            return [_chat(r) for r in s.scalars(stmt)]
+            return [chat_record(r) for r in s.scalars(stmt)]
 
     def get_chat(self, chat_id: int) -> ChatRecord | None:
         with self.session() as s:
             row = s.get(ChatRow, chat_id)
-            return _chat(row) if row else None
+            return chat_record(row) if row else None
 
     def create_chat(self, settings: ChatSettings | None = None, title: str = "New chat") -> ChatRecord:
         row = ChatRow(title=title)
-        _apply_settings(row, settings or ChatSettings())
+        apply_settings(row, settings or ChatSettings())
         with self.session() as s, s.begin():
             s.add(row)
-        return _chat(row)
+        return chat_record(row)
 
     def rename_chat(self, chat_id: int, title: str) -> ChatRecord:
         return self._update_chat(chat_id, title=title.strip()[:200] or "Untitled")
@@ -294,8 +230,8 @@ class ChatStore:
             if title is not None:
                 row.title = title
             if settings is not None:
-                _apply_settings(row, settings)
-        return _chat(row)
+                apply_settings(row, settings)
+        return chat_record(row)
 
     def set_collections(self, chat_id: int, names: Iterable[str]) -> ChatRecord:
         """Attach exactly ``names`` (document collections) to the chat; kept across restarts.
@@ -308,7 +244,7 @@ class ChatStore:
             if row is None:
                 raise KeyError(chat_id)
             row.doc_collections = collections_json(names)
-        return _chat(row)
+        return chat_record(row)
 
     def delete_chat(self, chat_id: int) -> None:
         with self.session() as s, s.begin():
@@ -321,9 +257,11 @@ class ChatStore:
 
     # -- messages -----------------------------------------------------------------------------
     def messages(self, chat_id: int) -> list[MessageRecord]:
+        """The chat's active path, first message to last (other branches: :meth:`all_messages`)."""
         with self.session() as s:
-            rows = s.scalars(select(MessageRow).where(MessageRow.chat_id == chat_id).order_by(MessageRow.id))
-            return [self._unsaved_record(_message(r)) for r in rows]
+            rows = {r.id: r for r in s.scalars(select(MessageRow).where(MessageRow.chat_id == chat_id))}
+            tree = MessageTree(Node(r.id, r.parent_id, r.active_seq or 0) for r in rows.values())
+            return [self._unsaved_record(message_record(rows[i])) for i in tree.active_path()]
 
     def add_message(
         self,
@@ -332,22 +270,36 @@ class ChatStore:
         content: str,
         stats: AnswerStats | None = None,
         *,
+        parent_id: int | None | Leaf = CURRENT_LEAF,
         sources: Sequence[DocSource] = (),
     ) -> MessageRecord:
-        """Append a message (an answer with the document ``sources`` it was given); the first user
-        message also names a chat still called "New chat"."""
+        """Add a message (an answer with the document ``sources`` it was given) below ``parent_id``: by
+        default the chat's current leaf, so it continues the path shown; None starts a new first message.
+        It becomes the active leaf. The first user message also names a chat still called "New chat".
+
+        Raises:
+            KeyError: no such chat, or ``parent_id`` is not one of its messages.
+        """
         row = MessageRow(chat_id=chat_id, role=role, content=content, doc_sources=sources_json(sources))
         if stats is not None:
-            _apply_stats(row, stats)
+            apply_stats(row, stats)
         with self.session() as s, s.begin():
-            s.add(row)
             chat = s.get(ChatRow, chat_id)
             if chat is None:
                 raise KeyError(chat_id)
+            tree = load_tree(s, chat_id)
+            leaf = tree.leaf()
+            parent = leaf if parent_id is CURRENT_LEAF else parent_id
+            if parent is not None and parent not in tree:
+                raise KeyError(parent)
+            row.parent_id, row.active_seq = parent, tree.next_seq
+            if parent is not None and parent != leaf:  # a new branch: the path above it is the one shown now
+                stamp_path(s, tree.path_to(parent), row.active_seq)
+            s.add(row)
             chat.updated_at = utcnow()
             if role == "user" and chat.title == "New chat" and content.strip():
                 chat.title = title_from(content)
-        return _message(row)
+        return message_record(row)
 
     def update_message(
         self,
@@ -363,7 +315,7 @@ class ChatStore:
         was deleted while answering) is left alone. When the disk is full the new text is kept in
         memory (and shown by :meth:`messages`) until a later write or :meth:`flush` finds room. ``sources``:
         the document passages the worker gave the answer (they arrive with its first chunk)."""
-        values = {"content": content, **(_stats_values(stats) if stats is not None else {})}
+        values = {"content": content, **(stats_values(stats) if stats is not None else {})}
         if steps is not None:
             values["steps"] = steps.to_json()
         if sources is not None:
@@ -433,7 +385,7 @@ class ChatStore:
             return record
         stats = record.stats
         if stats is not None:
-            stats = replace(stats, **{k: v for k, v in held.items() if k in _STATS_FIELDS})
+            stats = replace(stats, **{k: v for k, v in held.items() if k in STATS_FIELDS})
         return replace(record, content=held.get("content", record.content), stats=stats)
 
     def steps(self, message_id: int) -> AnswerSteps | None:
@@ -454,16 +406,27 @@ class ChatStore:
         found.update({mid: _steps(mid, held["steps"]) for mid, held in list(self._unsaved.items()) if "steps" in held and mid in found})
         return {mid: s for mid, s in found.items() if s is not None}
 
-    def thinking(self, chat_id: int) -> dict[int, str]:
-        """The thinking of a chat's answers, by message id (sent back with them; the engine keeps
-        it only where the model's template asks for it)."""
+    def reasoning_texts(self, chat_id: int) -> dict[int, str]:
+        """The thinking text of a chat's answers, by message id (sent back with them; the engine keeps
+        it only where the model's template asks for it). Not the chat's thinking switch: that is
+        ``ChatSettings.thinking``."""
         return {mid: s.reasoning for mid, s in self.chat_steps(chat_id).items() if s.reasoning}
 
+    def thinking(self, chat_id: int) -> dict[int, str]:
+        """The old name of :meth:`reasoning_texts`."""
+        return self.reasoning_texts(chat_id)
+
     def delete_messages_after(self, chat_id: int, message_id: int, *, inclusive: bool = False) -> None:
-        """Delete the messages of a chat that come after ``message_id`` (and it, if ``inclusive``)."""
-        cond = MessageRow.id >= message_id if inclusive else MessageRow.id > message_id
+        """Delete every message below ``message_id`` in the chat, on every branch (and it, if
+        ``inclusive``); the path above it is shown. Regenerating and editing keep the old branch instead
+        (:meth:`add_sibling`)."""
         with self.session() as s, s.begin():
-            s.execute(delete(MessageRow).where(MessageRow.chat_id == chat_id, cond))
+            tree = load_tree(s, chat_id)
+            if message_id not in tree:
+                return
+            doomed = tree.subtree(message_id)[0 if inclusive else 1 :]
+            for start in range(0, len(doomed), 500):
+                s.execute(delete(MessageRow).where(MessageRow.id.in_(doomed[start : start + 500])))
 
     def close(self) -> None:
         if self._unsaved and not self.flush():

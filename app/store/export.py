@@ -1,15 +1,19 @@
 """A chat as Markdown (to read) or JSON (to keep or feed to another tool), each answer with its
-steps (thinking and tool calls) when it has some."""
+steps (thinking and tool calls) when it has some.
+
+Markdown writes the path shown. JSON writes every branch: each message with its ``id`` and ``parent_id``,
+and the chat's ``active_leaf_id`` (the last message of the path shown), so a reader can rebuild the tree.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
 from app.store.records import AnswerSteps, ChatRecord, MessageRecord
 
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: every branch, messages with id and parent_id
 
 
 def _stats_line(message: MessageRecord) -> str:
@@ -53,7 +57,7 @@ def steps_markdown(steps: AnswerSteps | None) -> list[str]:
 def to_markdown(
     chat: ChatRecord, messages: list[MessageRecord], steps: Mapping[int, AnswerSteps | None] | None = None
 ) -> str:
-    """The chat to read; ``steps`` (by message id) go above their answers' text."""
+    """The chat to read: ``messages`` is the path shown; ``steps`` (by message id) go above their answers' text."""
     lines = [f"# {chat.title}", "", f"Model: `{chat.settings.model}`", ""]
     if chat.settings.system_prompt:
         lines += ["## System", "", chat.settings.system_prompt, ""]
@@ -67,27 +71,39 @@ def to_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _message_json(m: MessageRecord, steps: AnswerSteps | None) -> dict:
+    return {
+        "id": m.id,
+        "parent_id": m.parent_id,
+        "role": m.role,
+        "content": m.content,
+        "created_at": m.created_at.isoformat(),
+        **({"stats": asdict(m.stats)} if m.stats is not None else {}),
+        **({"steps": asdict(steps)} if steps is not None and not steps.empty else {}),
+        **({"sources": [src.as_dict() for src in m.sources]} if m.sources else {}),
+    }
+
+
 def to_json(
-    chat: ChatRecord, messages: list[MessageRecord], steps: Mapping[int, AnswerSteps | None] | None = None
+    chat: ChatRecord,
+    messages: list[MessageRecord],
+    steps: Mapping[int, AnswerSteps | None] | None = None,
+    *,
+    tree: Sequence[MessageRecord] = (),
 ) -> str:
-    """The chat to keep; an answer with ``steps`` (by message id) carries them as ``"steps"``."""
+    """The chat to keep: ``messages`` is the path shown, ``tree`` every message of every branch
+    (``ChatStore.all_messages``; where both have a message, the path's copy is written, as it may be
+    newer: an answer still streaming). An answer with ``steps`` (by message id) carries them."""
     steps = steps or {}
+    by_id = {m.id: m for m in tree}
+    by_id.update((m.id, m) for m in messages)
     data = {
         "hearth_export": EXPORT_VERSION,
         "title": chat.title,
         "created_at": chat.created_at.isoformat(),
         "settings": asdict(chat.settings),
-        "messages": [
-            {
-                "role": m.role,
-                "content": m.content,
-                "created_at": m.created_at.isoformat(),
-                **({"stats": asdict(m.stats)} if m.stats is not None else {}),
-                **({"steps": asdict(s)} if (s := steps.get(m.id)) is not None and not s.empty else {}),
-                **({"sources": [src.as_dict() for src in m.sources]} if m.sources else {}),
-            }
-            for m in messages
-        ],
+        "active_leaf_id": messages[-1].id if messages else None,
+        "messages": [_message_json(m, steps.get(m.id)) for _, m in sorted(by_id.items())],
         **({"collections": list(chat.collections)} if chat.collections else {}),
     }
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest revision in migrations/versions (a test keeps the two in step). A database already
 # there skips importing Alembic at all, which saves a few hundred milliseconds at every launch.
-HEAD_REVISION = "0004_drafted_tokens"
+HEAD_REVISION = "0006_chat_flags"
 
 
 def alembic_config(url: str):
@@ -43,8 +43,11 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     log.debug("store at %s", revision)
 
 
-def ensure_current(engine: Engine) -> None:
+def ensure_current(engine: Engine) -> str | None:
     """Upgrade ``engine``'s database unless it is already at :data:`HEAD_REVISION`.
+
+    Returns:
+        The revision the database was at before (None: a new database).
 
     Raises:
         StoreTooNew: the database is at a revision this Hearth does not know (a newer one made it);
@@ -59,6 +62,7 @@ def ensure_current(engine: Engine) -> None:
         if version is not None and version not in known_revisions():
             raise StoreTooNew(version)
         upgrade(engine)
+    return version
 
 
 def known_revisions() -> set[str]:

@@ -26,11 +26,14 @@ class SamplingSettings:
 
 @dataclass(frozen=True, slots=True)
 class ChatSettings:
-    """Per-chat choices: the model, the system prompt and the sampling."""
+    """Per-chat choices: the model, the system prompt, the sampling, the thinking switch (None: the
+    model's default) and whether the model must call a tool on its first turn."""
 
     model: str = STARTER_NAME
     system_prompt: str = ""
     sampling: SamplingSettings = SamplingSettings()
+    thinking: bool | None = None
+    tool_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ class MessageRecord:
     created_at: datetime
     stats: AnswerStats | None = None
     sources: tuple[DocSource, ...] = ()  # the document passages the answer was given
+    parent_id: int | None = None  # the message it follows (None: a first message); siblings are branches
 
     @property
     def is_answer(self) -> bool:

@@ -147,9 +147,18 @@ def _readable_rows(conn: sqlite3.Connection, table: str, columns: list[str]) -> 
     return rows, not damaged
 
 
+def _new_parent(old: int | None, has_parents: bool, new_ids: dict[int, int], previous: int | None) -> int | None:
+    """A copied message's parent: the copy of its own; where that is lost (or the source kept no
+    branches), the message copied before it in the chat, so the chat still reads as one path."""
+    if has_parents and old is None:
+        return None
+    return new_ids.get(old, previous) if old is not None else previous
+
+
 def copy_chats(source: Path, target: sqlite3.Connection) -> Copied:
     """Append every readable chat and message of the database file ``source`` to ``target`` (new ids;
-    messages follow their chat). A message whose chat row is lost gets a chat of its own.
+    messages follow their chat, each below the copy of its parent). A message whose chat row is lost
+    gets a chat of its own.
 
     Raises:
         sqlite3.DatabaseError: ``source`` cannot be opened at all.
@@ -170,11 +179,14 @@ def copy_chats(source: Path, target: sqlite3.Connection) -> Copied:
     new_ids: dict[int, int] = {}
     kept_chat_cols = [c for c in chat_cols if c != "id"]
     insert_chat = f"INSERT INTO chats ({', '.join(kept_chat_cols)}) VALUES ({', '.join('?' * len(kept_chat_cols))})"
-    kept_message_cols = [c for c in message_cols if c not in ("id", "chat_id")]
+    kept_message_cols = [c for c in message_cols if c not in ("id", "chat_id", "parent_id")]
     insert_message = (
-        f"INSERT INTO messages (chat_id, {', '.join(kept_message_cols)}) "
-        f"VALUES (?, {', '.join('?' * len(kept_message_cols))})"
+        f"INSERT INTO messages (chat_id, parent_id, {', '.join(kept_message_cols)}) "
+        f"VALUES (?, ?, {', '.join('?' * len(kept_message_cols))})"
     )
+    has_parents = "parent_id" in message_cols  # an older database's chats are one branch each
+    new_message_ids: dict[int, int] = {}
+    last_in_chat: dict[int, int] = {}
     with target:
         for row in chats:
             values = dict(zip(chat_cols, row, strict=True))
@@ -189,7 +201,10 @@ def copy_chats(source: Path, target: sqlite3.Connection) -> Copied:
                     "VALUES ('Recovered messages', ?, ?, '', '', 0.7, 0.95)",
                     (values.get("created_at"), values.get("created_at")),
                 ).lastrowid
-            target.execute(insert_message, [new_ids[old_chat], *(values[c] for c in kept_message_cols)])
+            chat = new_ids[old_chat]
+            parent = _new_parent(values.get("parent_id"), has_parents, new_message_ids, last_in_chat.get(chat))
+            new_id = target.execute(insert_message, [chat, parent, *(values[c] for c in kept_message_cols)]).lastrowid
+            new_message_ids[values["id"]] = last_in_chat[chat] = new_id
             copied_messages += 1
     return Copied(len(new_ids), copied_messages, chats_ok and messages_ok)
 

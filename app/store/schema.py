@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -32,6 +32,9 @@ class ChatRow(Base):
     seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The document collections attached to the chat: a JSON list of their names.
     doc_collections: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
+    # The thinking switch (NULL: the model's default) and "call a tool first".
+    thinking: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    tool_first: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
 
 class MessageRow(Base):
@@ -40,6 +43,12 @@ class MessageRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     chat_id: Mapped[int] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"), index=True)
+    # Messages form a tree: a regenerated answer or an edited question is a sibling of the one it replaces.
+    # NULL: a first message (the first question, or an edit of it).
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), nullable=True, index=True)
+    # When the message was last on its chat's active path (a per-chat counter). The active leaf is the message
+    # with the highest (active_seq, id); below any message the child with the highest one is the branch last shown.
+    active_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     role: Mapped[str] = mapped_column(String(20))
     content: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
