@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.routing import Match
 
 from engine.errors import InvalidRequest
-from engine.server import remote_routes, targets
+from engine.server import docs_chat, remote_routes, targets
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
@@ -230,7 +230,7 @@ def _tool_use(call: ToolCall) -> dict:
 
 @router.post("/messages")
 async def create_message(request: Request, body: MessagesBody):
-    run = await DialectRun(request, _request(body, _params(body))).start()
+    run = await DialectRun(request, _request(body, _params(body)), documents=docs_chat.documents_asked(body)).start()
     mid = f"msg_{uuid.uuid4().hex}"
     if body.stream:
         return StreamingResponse(
@@ -242,7 +242,7 @@ async def create_message(request: Request, body: MessagesBody):
         content.append({"type": "text", "text": text})
     content += [_tool_use(c) for c in final.tool_calls]
     stop_reason, stop_sequence = _stop_reason(final)
-    return {
+    message = {
         "id": mid,
         "type": "message",
         "role": "assistant",
@@ -252,6 +252,7 @@ async def create_message(request: Request, body: MessagesBody):
         "stop_sequence": stop_sequence,
         "usage": _usage(final),
     }
+    return run.with_sources(message)
 
 
 def _event(name: str, payload: dict) -> bytes:
@@ -317,7 +318,8 @@ async def _events(run: DialectRun, mid: str) -> AsyncIterator[bytes]:
         "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": 0},
     }
-    yield _event("message_start", {"type": "message_start", "message": message})
+    # a grounded answer's sources come with the message, before its text
+    yield _event("message_start", {"type": "message_start", "message": run.with_sources(message)})
     yield _event("ping", {"type": "ping"})
     blocks = _Blocks()
     final = GenerationChunk(finish_reason="stop")

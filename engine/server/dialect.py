@@ -21,6 +21,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.server import targets
+from engine.server.docs_chat import DocumentsAsked, attach
 from engine.server.errors import _describe_validation, response_for
 from engine.server.openai_routes import _Generation
 from engine.types import GenerationChunk, GenerationRequest
@@ -117,11 +118,18 @@ class DialectRun:
     ``load_seconds`` is how long the model took to load (0 when it was loaded already).
     """
 
-    def __init__(self, request: Request, req: GenerationRequest, *, target: targets.Target | None = None) -> None:
+    def __init__(
+        self,
+        request: Request,
+        req: GenerationRequest,
+        *,
+        target: targets.Target | None = None,
+        documents: DocumentsAsked | None = None,
+    ) -> None:
         self.request = request
         self.req = req
         self.target = target
-        self.gen = _Generation(request, req.model, [req], target=target)
+        self.gen = _Generation(request, req.model, [req], target=target, documents=documents)
         self.t0 = time.perf_counter()
         self.load_seconds = 0.0
         self.first_token_at: float | None = None
@@ -142,11 +150,15 @@ class DialectRun:
 
     async def prompt_tokens(self) -> int:
         """The prompt's length in tokens, counted before the generation reports it."""
-        return len(await asyncio.to_thread(self.gen.served.prompt_tokens, self.req))
+        return len(await asyncio.to_thread(self.gen.served.prompt_tokens, self.gen.requests[0]))
 
     @property
     def model_name(self) -> str:
         return self.gen.served_name
+
+    def with_sources(self, payload: dict) -> dict:
+        """``payload`` with a grounded answer's ``hearth`` object (its sources); as it is otherwise."""
+        return attach(payload, self.gen.grounding)
 
     async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[GenerationChunk]:
         """The generation's chunks; a failed generation ends with a chunk whose finish_reason is "error".

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.server import targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
+from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.tools import ToolCall, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
@@ -261,8 +262,10 @@ async def _load_or_unload(request: Request, model: targets.Target, keep: float |
     return body if key == "response" else {**body, "message": {"role": "assistant", "content": ""}}
 
 
-async def _run(request: Request, req: GenerationRequest, keep: float | None, model: targets.Target) -> DialectRun:
-    run = await DialectRun(request, req, target=model).start(time_load=True)
+async def _run(
+    request: Request, req: GenerationRequest, keep: float | None, model: targets.Target, documents: DocumentsAsked | None
+) -> DialectRun:
+    run = await DialectRun(request, req, target=model, documents=documents).start(time_load=True)
     if run.gen.lm is not None:  # a local model: kept as long as asked
         request.app.state.manager.set_keep_alive(run.gen.lm, keep)
     return run
@@ -274,6 +277,8 @@ def _line(payload: dict) -> bytes:
 
 async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -> AsyncIterator[bytes]:
     final = GenerationChunk(finish_reason="stop")
+    if run.gen.grounding is not None:  # a grounded answer's sources, in a line before its text
+        yield _line(run.with_sources({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": False}))
     async for chunk in run.chunks():
         if chunk.finish_reason == "error":
             yield _line(ollama_error(*run.failure_message(chunk)))
@@ -288,14 +293,17 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
     await _keep(request, keep)
 
 
-async def _answer(request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece, model: targets.Target):
-    run = await _run(request, req, keep, model)
+async def _answer(
+    request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece, model: targets.Target,
+    documents: DocumentsAsked | None = None,
+):  # fmt: skip
+    run = await _run(request, req, keep, model, documents)
     if stream:
         return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
     text, reasoning, final = await run.collect()
     await _keep(request, keep)
     body = piece(text, reasoning, final.tool_calls)
-    return {"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final)}
+    return run.with_sources({"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final)})
 
 
 def _chat_piece(text: str, reasoning: str = "", calls=()) -> dict:
@@ -325,7 +333,7 @@ async def chat(request: Request, body: ChatBody):
         speculative=body.speculative,
         **_tool_fields(body.tools, body.think),
     )
-    return await _answer(request, req, keep, body.stream, _chat_piece, found)
+    return await _answer(request, req, keep, body.stream, _chat_piece, found, documents_asked(body))
 
 
 @router.post("/generate")
@@ -345,7 +353,7 @@ async def generate(request: Request, body: GenerateBody):
     else:
         system = (ChatMessage("system", body.system),) if body.system else ()
         req = GenerationRequest(messages=(*system, ChatMessage("user", body.prompt)), **common, **_tool_fields(None, body.think))
-    return await _answer(request, req, keep, body.stream, _generate_piece, found)
+    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body))
 
 
 def _shorten(vec: list[float], dims: int | None, model: str) -> list[float]:

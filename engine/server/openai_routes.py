@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine import __version__
 from engine.errors import HearthError, InvalidRequest
-from engine.server import chat_tools, remote_routes, targets
+from engine.server import chat_tools, docs_chat, remote_routes, targets
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
 from engine.server.request_log import finished_record
@@ -203,7 +203,13 @@ class _Generation:
     already, or resolved from ``model_name`` at the start), with metrics recorded as chunks arrive."""
 
     def __init__(
-        self, request: Request, model_name: str, requests: list[GenerationRequest], *, target: Target | None = None
+        self,
+        request: Request,
+        model_name: str,
+        requests: list[GenerationRequest],
+        *,
+        target: Target | None = None,
+        documents: docs_chat.DocumentsAsked | None = None,
     ) -> None:
         self.http = request
         self.app = request.app
@@ -215,12 +221,19 @@ class _Generation:
         self.streams: list[Iterator[GenerationChunk]] = []
         self.failures: dict[int, BaseException] = {}
         self.reasoning: dict[int, str] = {}  # per choice: the thinking collected (engine.tools)
+        self.documents = documents  # the collections the prompt is grounded in (engine.server.docs_chat)
+        self.grounding: docs_chat.Grounding | None = None
         self.t0 = time.perf_counter()
 
     async def start(self) -> None:
+        if self.documents is not None:  # an unknown collection is refused before a model loads for it
+            await asyncio.to_thread(docs_chat.check, self.app, self.requests, self.documents)
         served = await targets.acquire(self.http, self.model_name, self.target)
         self._served = served
         try:
+            if self.documents is not None:  # retrieved once the model is known: the context must fit it
+                grounded = await asyncio.to_thread(docs_chat.ground, self.app, served, self.requests, self.documents)
+                self.requests, self.grounding = grounded
             self.streams = await open_streams(served, self.requests)
         except BaseException:
             served.release()
@@ -372,7 +385,8 @@ async def get_model(request: Request, model_id: str) -> dict:
 @router.post("/chat/completions", responses=_STREAMED)
 async def chat_completions(request: Request, body: ChatCompletionBody):
     target = await targets.resolve(request, body.model)
-    if isinstance(target, targets.RemoteTarget):  # OpenAI's own shape: passed through as it is
+    documents = docs_chat.documents_asked(body)
+    if isinstance(target, targets.RemoteTarget) and documents is None:  # OpenAI's own shape: passed through as it is
         return await remote_routes.forward(request, target.routed, "/chat/completions", target.name, bool(body.stream))
     n = _check_n(request, body.n)
     _refuse_unreadable(target.name, body)
@@ -393,7 +407,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         )
         for i in range(n)
     ]
-    gen = _Generation(request, body.model, reqs, target=target)
+    gen = _Generation(request, body.model, reqs, target=target, documents=documents)
     await gen.start()
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -401,7 +415,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         return _streaming(_chat_events(gen, cid, n, include_usage))
     texts, lps, finals = await _collect(gen, n)
     prompt, completion, cached = _totals(finals)
-    return {
+    answer = {
         "id": cid,
         "object": "chat.completion",
         "created": gen.created,
@@ -418,6 +432,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         ],
         "usage": _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals), finals),
     }
+    return docs_chat.attach(answer, gen.grounding)
 
 
 async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) -> AsyncIterator[bytes]:
@@ -426,14 +441,16 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
     if include_usage:
         base["usage"] = None
 
-    def event(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> bytes:
+    def event(
+        index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None, extra: dict | None = None
+    ) -> bytes:
         choice = {"index": index, "delta": delta, "finish_reason": finish}
         if logprobs is not None:  # OpenAI's stream schema has no null here: left out when there are none
             choice["logprobs"] = logprobs
-        return _sse({**base, "choices": [choice]})
+        return _sse({**base, "choices": [choice], **(extra or {})})
 
-    for i in range(n):
-        yield event(i, {"role": "assistant", "content": ""})
+    for i in range(n):  # the first chunk carries a grounded answer's sources, before any text
+        yield event(i, {"role": "assistant", "content": ""}, extra=docs_chat.attach({}, gen.grounding) if i == 0 else None)
     finals: list[GenerationChunk | None] = [None] * n
     async for index, chunk in gen.chunks():
         if chunk.finish_reason == "error":

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 
 from engine.errors import InvalidRequest
 from engine.server.dialect import DialectRun
+from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
@@ -169,6 +170,7 @@ class _Turn:
     history: tuple[ChatMessage, ...]  # the conversation without this request's instructions
     input_items: list[dict]
     created_at: int
+    grounding: Grounding | None = None  # the documents the answer is grounded in, once retrieved
 
 
 def _turn(request: Request, body: ResponsesBody) -> _Turn:
@@ -239,7 +241,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         out["usage"] = _usage(final)
     if body.user is not None:
         out["user"] = body.user
-    return out
+    return attach(out, turn.grounding)
 
 
 def _text_part(text: str) -> dict:
@@ -273,7 +275,8 @@ def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text:
 @router.post("/responses")
 async def create_response(request: Request, body: ResponsesBody):
     turn = _turn(request, body)
-    run = await DialectRun(request, turn.req).start()
+    run = await DialectRun(request, turn.req, documents=documents_asked(body)).start()
+    turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
     if body.stream:
         return StreamingResponse(
             _events(request, run, turn), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -1,0 +1,201 @@
+"""Chat answered from the user's document collections in one request: the ``hearth`` extension.
+
+A chat request of any dialect may name collections, ``"hearth": {"collections": ["notes"]}``. Where the
+dialects meet (chat completions' generation, :class:`engine.server.openai_routes._Generation`), the
+worker retrieves passages for the last user message with the same service ``POST /api/docs/context``
+uses, adds them to the system prompt as the app did, and runs the chat; the answer carries the sources
+in a top-level ``"hearth": {"sources": [...]}`` object (docs/api.md). A request without collections is
+not touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from engine.documents.errors import CollectionNotFound
+from engine.documents.prompt import DocsContext
+from engine.errors import InvalidRequest
+from engine.types import ChatMessage, GenerationRequest
+
+if TYPE_CHECKING:
+    from engine.server.targets import Served
+
+DEFAULT_BUDGET_TOKENS = 1500  # as POST /api/docs/context
+DEFAULT_K = 8
+# The context is counted at four characters a token: it is given at most this share of the room the
+# conversation and the answer leave, so text denser in tokens still fits.
+FIT_SHARE = 0.75
+_INDEXING = frozenset({"queued", "scanning", "parsing", "embedding"})
+_EXAMPLE = '{"collections": ["notes"]}'
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentsAsked:
+    """The collections a chat request names, and how much of them may go into its prompt."""
+
+    collections: tuple[str, ...]
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS
+    k: int = DEFAULT_K
+
+
+@dataclass(frozen=True, slots=True)
+class Grounding:
+    """What went into a grounded prompt: the context (its sources numbered as the prompt cites them)
+    and the collections still being indexed (answered from what is indexed so far)."""
+
+    context: DocsContext
+    collections: tuple[str, ...]
+    indexing: tuple[str, ...] = ()
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS
+
+    def extension(self) -> dict[str, Any]:
+        """The answer's ``hearth`` object."""
+        out: dict[str, Any] = {
+            "collections": list(self.collections),
+            "sources": [s.as_dict() for s in self.context.sources],
+            "whole_documents": self.context.whole_documents,
+            "budget_tokens": self.budget_tokens,
+        }
+        if self.indexing:
+            out["indexing"] = list(self.indexing)
+        return out
+
+
+def _whole_number(raw: dict, key: str, default: int, lo: int, hi: int) -> int:
+    value = raw.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidRequest(f"'hearth.{key}' must be a whole number from {lo} to {hi}.", param=f"hearth.{key}")
+    return value
+
+
+def documents_asked(body: Any) -> DocumentsAsked | None:
+    """The collections a request body's ``hearth`` object names (None when it names none).
+
+    Raises:
+        InvalidRequest: ``hearth`` or its fields have the wrong shape.
+    """
+    extra = getattr(body, "model_extra", None) or {}
+    raw = extra.get("hearth")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"'hearth' must be an object, such as {_EXAMPLE}.", param="hearth")
+    names = raw.get("collections")
+    if names is None or names == []:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise InvalidRequest(
+            f"'hearth.collections' must be a list of collection names, such as {_EXAMPLE}.", param="hearth.collections"
+        )
+    return DocumentsAsked(
+        collections=tuple(dict.fromkeys(names)),
+        budget_tokens=_whole_number(raw, "budget_tokens", DEFAULT_BUDGET_TOKENS, 100, 200_000),
+        k=_whole_number(raw, "k", DEFAULT_K, 1, 50),
+    )
+
+
+def question_of(messages: Sequence[ChatMessage]) -> str:
+    """The text of the last user message: what the collections are searched for.
+
+    Raises:
+        InvalidRequest: there is no user message with text.
+    """
+    for m in reversed(messages):
+        if m.role == "user" and m.content.strip():
+            return m.content
+    raise InvalidRequest(
+        "A chat that names document collections needs a user message to search them for; add one.", param="messages"
+    )
+
+
+def with_context(req: GenerationRequest, system: str) -> GenerationRequest:
+    """``req`` with ``system`` after its system prompt (a system message of its own where it has none),
+    worded as the app words it: the prompt, a blank line, the context."""
+    messages = req.messages or ()
+    if messages and messages[0].role in ("system", "developer"):
+        first = replace(messages[0], content=f"{messages[0].content}\n\n{system}".strip())
+        messages = (first, *messages[1:])
+    else:
+        messages = (ChatMessage("system", system), *messages)
+    return replace(req, messages=messages)
+
+
+def budget_for(served: Served, req: GenerationRequest, asked: DocumentsAsked) -> int:
+    """The tokens the context may take: what was asked, within the room ``req``'s prompt and answer
+    leave in one sequence of a local model (a remote model's context is its provider's to check)."""
+    lm = served.lm
+    if lm is None:
+        return asked.budget_tokens
+    stats = lm.backend.stats()
+    n_ctx = stats.n_ctx_per_sequence if stats is not None else lm.backend.info.n_ctx
+    answer = req.params.max_tokens or n_ctx // 4
+    room = n_ctx - len(served.prompt_tokens(req)) - answer
+    return max(0, min(asked.budget_tokens, int(room * FIT_SHARE)))
+
+
+def _unknown(exc: CollectionNotFound) -> InvalidRequest:
+    return InvalidRequest(
+        f"There is no document collection named '{exc.name}'; name one that GET /api/docs/collections lists.",
+        param="hearth.collections",
+    )
+
+
+def check(app: Any, requests: Sequence[GenerationRequest], asked: DocumentsAsked) -> str:
+    """The question ``requests`` ask of ``asked``'s collections, checked before a model is loaded for them.
+
+    Raises:
+        InvalidRequest: a collection is unknown, the request is a raw prompt, or it has no user message.
+    """
+    from engine.server.docs_routes import service
+
+    messages = requests[0].messages
+    if messages is None:
+        raise InvalidRequest(
+            "Document collections answer a chat, not a raw prompt; leave out 'raw' or 'hearth.collections'.",
+            param="hearth",
+        )
+    question = question_of(messages)
+    svc = service(app)
+    try:
+        for name in asked.collections:
+            svc.index.get(name)
+    except CollectionNotFound as exc:
+        raise _unknown(exc) from exc
+    return question
+
+
+def ground(
+    app: Any, served: Served, requests: Sequence[GenerationRequest], asked: DocumentsAsked
+) -> tuple[list[GenerationRequest], Grounding]:
+    """``requests`` with the context for their last user message from ``asked``'s collections, and what
+    went in. Blocking (searches and embeds): run it in a thread.
+
+    Raises:
+        InvalidRequest: as :func:`check` (a collection may be removed meanwhile).
+    """
+    from engine.server.docs_routes import service
+
+    question = check(app, requests, asked)
+    svc = service(app)
+    budget = budget_for(served, requests[0], asked)
+    try:
+        context = svc.context(asked.collections, question, budget_tokens=budget, k=asked.k)
+    except CollectionNotFound as exc:
+        raise _unknown(exc) from exc
+    indexing = tuple(n for n in asked.collections if (p := svc.progress(n)) is not None and p.phase in _INDEXING)
+    grounding = Grounding(context=context, collections=asked.collections, indexing=indexing, budget_tokens=budget)
+    return [with_context(r, context.system) for r in requests], grounding
+
+
+def attach(payload: dict, grounding: Grounding | None) -> dict:
+    """``payload`` with the ``hearth`` object of a grounded answer (as it is otherwise)."""
+    if grounding is None:
+        return payload
+    return {**payload, "hearth": grounding.extension()}
+
+
+__all__ = ["DocumentsAsked", "Grounding", "attach", "check", "documents_asked", "ground", "question_of", "with_context"]
