@@ -24,6 +24,10 @@ if TYPE_CHECKING:  # engine.tools imports this module; only annotations refer ba
 FinishReason = Literal["stop", "length", "cancelled", "error", "tool_calls"]
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "error", "tool_calls")
 ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
+# Where a picture or a sound sits in a message's text: libmtmd's own default marker, which the llama.cpp
+# backend hands to mtmd with the media in order.
+MEDIA_MARKER = "<__media__>"
+MediaKind = Literal["image", "audio"]
 
 
 def _check_range(name: str, value: float, lo: float, hi: float) -> None:
@@ -101,11 +105,28 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class MediaInput:
+    """A picture or a sound sent with a message: the file's bytes (PNG, JPEG, WAV, MP3 ...), checked at the
+    HTTP edge, and ``where`` it came from in the request (``messages[0].content[1]``) for error messages."""
+
+    kind: MediaKind
+    data: bytes
+    where: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("image", "audio"):
+            raise InvalidRequest(f"A media part must be an image or audio, got '{self.kind}'.", param=self.where)
+        if not self.data:
+            raise InvalidRequest(f"{self.where or 'A media part'} is empty; send the file's bytes.", param=self.where)
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One turn of a conversation, already flattened to text.
 
     An assistant turn may carry ``tool_calls`` (and the ``reasoning`` it thought first); a ``tool``
-    turn answers the call ``tool_call_id`` (of the function ``name``).
+    turn answers the call ``tool_call_id`` (of the function ``name``). ``media`` are the pictures and
+    sounds of the turn, in order, each at a :data:`MEDIA_MARKER` in ``content``.
     """
 
     role: str
@@ -114,6 +135,7 @@ class ChatMessage:
     tool_call_id: str | None = None
     name: str | None = None
     reasoning: str | None = None
+    media: tuple[MediaInput, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -169,6 +191,11 @@ class GenerationRequest:
             if not msgs:
                 raise InvalidRequest("'messages' must hold at least one message.", param="messages")
             object.__setattr__(self, "messages", msgs)
+
+    @property
+    def media(self) -> tuple[MediaInput, ...]:
+        """Every picture and sound of the chat, in the order their markers come in the rendered prompt."""
+        return tuple(m for msg in self.messages or () for m in msg.media)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,9 +285,13 @@ class ModelSpec:
     path: Path
     format: ModelFormat = "gguf"
     chat_template: str | None = None  # replaces the file's own template (an Ollama model's, translated)
+    mmproj: Path | None = None  # the multimodal projector GGUF that lets the model see (and hear)
 
 
 __all__ = [
+    "MEDIA_MARKER",
+    "MediaInput",
+    "MediaKind",
     "ModelFormat",
     "ModelSpec",
     "FinishReason",

@@ -27,6 +27,8 @@ class ModelInfo:
     architecture: str = ""
     parameters: int | None = None
     path: str = ""
+    vision: bool = False  # takes pictures (a projector with a vision encoder is loaded)
+    audio: bool = False  # takes sounds
 
 
 @dataclass(frozen=True, slots=True)

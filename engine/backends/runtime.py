@@ -108,7 +108,8 @@ class RequestStream:
                 text = (request.prediction or "")[: 16 * n_ctx]
                 predicted = backend.tokenize(text)[:n_ctx] if text else []
                 options = speculative if speculative.enabled else SpeculativeOptions(mode="ngram")
-                drafter = Drafter([*predicted, *prompt], options)
+                # a picture's placeholder ids (negative) are no tokens to draft
+                drafter = Drafter([*predicted, *(t for t in prompt if t >= 0)], options)
         stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)
         return stream, prompt
 

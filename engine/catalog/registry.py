@@ -97,9 +97,16 @@ class LocalModel:
         return template if info.get("template_source") == "ollama" and isinstance(template, str) else None
 
     @property
+    def mmproj(self) -> Path | None:
+        """The multimodal projector paired with the model (another app's beside it, or one named at import)."""
+        found = (self.origin_info or {}).get("mmproj")
+        return Path(found) if isinstance(found, str) and found else None
+
+    @property
     def spec(self) -> ModelSpec:
         return ModelSpec(
-            name=self.name, path=self.path, format=self.format, chat_template=self.chat_template  # type: ignore[arg-type]
+            name=self.name, path=self.path, format=self.format, chat_template=self.chat_template,  # type: ignore[arg-type]
+            mmproj=self.mmproj,
         )
 
     @classmethod

@@ -13,6 +13,7 @@ import psutil
 
 from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
+from engine.backends.llamacpp.media import Projector
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.ranking import Ranker
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
@@ -62,6 +63,7 @@ class LlamaCppBackend:
         self._embed_ctx = None
         self._embed_lock = threading.Lock()
         self._ranker: Ranker | None = None
+        self.projector: Projector | None = None
         self._n_threads = 1
         self._mask_budget = LlamaCppOptions().grammar_mask_budget
         self._speculative = SpeculativeOptions()
@@ -88,6 +90,15 @@ class LlamaCppBackend:
         own = options.llamacpp
         self._mask_budget = own.grammar_mask_budget
         self._speculative = options.speculative
+        if model.mmproj is not None:
+            try:
+                self.projector = Projector(
+                    model.mmproj, self.model.model_ptr, n_threads=self._n_threads, use_gpu=plan.gpu_layers > 0
+                )
+            except ModelLoadError:
+                self.model.close()
+                self.model = None
+                raise
         try:
             self.loop = DecodeLoop(
                 self.model,
@@ -101,8 +112,12 @@ class LlamaCppBackend:
                 kv_type=GGML_KV_TYPES[plan.kv_type],
                 flash_attn=own.flash_attn,
                 kv_unified=own.kv_unified,
+                projector=self.projector,
             )
         except MemoryError as exc:
+            if self.projector is not None:
+                self.projector.close()
+                self.projector = None
             self.model.close()
             raise ModelLoadError(str(model.path), f"{exc}; try a smaller context or fewer slots.") from exc
         log.info("loaded %s: %s, %d threads; %s", model.path.name, plan.describe(), self._n_threads, plan.reason)
@@ -130,6 +145,8 @@ class LlamaCppBackend:
             architecture=model.architecture,
             parameters=model.n_params,
             path=str(model.path),
+            vision=self.projector is not None and self.projector.vision and not self.projector.mrope,
+            audio=self.projector is not None and self.projector.audio and not self.projector.mrope,
         )
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
@@ -153,7 +170,20 @@ class LlamaCppBackend:
         if request.prompt is not None:
             return model.tokenize_prompt(request.prompt)
         rendered = rendered or render_request(model.chat_template, request, architecture=model.architecture)
-        return model.tokenize_prompt(rendered.prompt)
+        media = request.media
+        if not media:
+            return model.tokenize_prompt(rendered.prompt)
+        name = self.spec.name if self.spec is not None else str(model.path)
+        if self.projector is None:
+            kind = "read images" if media[0].kind == "image" else "hear audio"
+            raise InvalidRequest(
+                f"Model '{name}' cannot {kind}: it was loaded without a projector (mmproj); send "
+                f"{media[0].where or 'the message'} as text, or pair the model with its mmproj file.",
+                param=media[0].where,
+            )
+        self.projector.check(media, name)
+        bos = model.bos_id if model.add_bos and model.bos_id >= 0 else None
+        return self.projector.tokenize(rendered.prompt, media, bos=bos)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.
@@ -329,6 +359,9 @@ class LlamaCppBackend:
         if self._ranker is not None:
             self._ranker.close()
             self._ranker = None
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if self.model is not None:
             self.model.close()
             self.model = None

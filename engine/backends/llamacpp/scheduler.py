@@ -32,6 +32,7 @@ import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats, common_prefix
+from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
@@ -83,6 +84,15 @@ class Sequence:
     # Seconds its sampling (a grammar's masks) took beyond the decode time of the steps it ran in: while
     # others decode, it sits steps out until they are repaid, so one costly grammar never slows every stream.
     sample_debt: float = 0.0
+
+    @property
+    def media(self) -> dict[int, MediaChunk]:
+        """The prompt's pictures and sounds by their first position (none for a text prompt)."""
+        return self.prompt.media if isinstance(self.prompt, MediaPrompt) else {}
+
+    def cut(self, n: int) -> int:
+        """``n`` prompt tokens, fewer where that would end inside a picture (whose KV is computed whole)."""
+        return self.prompt.cut(n) if isinstance(self.prompt, MediaPrompt) else n
 
     @property
     def request_id(self) -> str:
@@ -137,6 +147,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         flash_attn: Use flash attention (a quantized KV cache needs it).
         kv_unified: One KV buffer for every slot instead of one per slot.
         kv_type: The ggml type of the KV cache (F16, Q8_0, Q4_0).
+        projector: The model's multimodal projector, for prompts with pictures or sounds (None: text only).
     """
 
     def __init__(
@@ -154,8 +165,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         flash_attn: bool = True,
         kv_unified: bool = False,
         kv_type: int = llama_cpp.GGML_TYPE_F16,
+        projector: Projector | None = None,
     ) -> None:
         self.model = model
+        self.projector = projector
         self.n_seq_max = n_seq_max
         self.n_ctx_seq = n_ctx_seq
         self.prefill_chunk = prefill_chunk
@@ -214,6 +227,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             details={
                 "prefix_cache_hits": self.stats_prefix_hits, "draft_tokens": self.stats_draft_tokens,
                 "accepted_draft_tokens": self.stats_accepted_tokens, **self.thread_policy.as_dict(),
+                "media_encoded": self.projector.encoded if self.projector is not None else 0,
             },
         )  # fmt: skip
 
@@ -335,16 +349,16 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             self._running.append(seq)
 
     def _place(self, seq: Sequence, free: list[Slot]) -> None:
-        limit = len(seq.prompt) - 1  # the last prompt token is always decoded, for its logits
+        limit = seq.cut(len(seq.prompt) - 1)  # the last prompt token is always decoded, for its logits
         best, best_key = None, (0, False)
         ahead, ahead_n = None, 0
         for slot in self.slots:
-            n = min(common_prefix(slot.tokens, seq.prompt), limit)
+            n = seq.cut(min(common_prefix(slot.tokens, seq.prompt), limit))
             key = (n, slot.seq is None)  # the longest prefix; an idle slot on a tie
             if n > 0 and key > best_key:
                 best, best_key = slot, key
             if slot.seq is not None and slot.seq.status is SeqStatus.PREFILL and slot.seq.copy_from is None:
-                planned = min(common_prefix(slot.seq.prompt, seq.prompt), limit)
+                planned = seq.cut(min(common_prefix(slot.seq.prompt, seq.prompt), limit))
                 if planned > ahead_n:
                     ahead, ahead_n = slot, planned
         best_n = best_key[0]
@@ -355,7 +369,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             # Keep every idle slot's conversation for its next turn: take the least recently used free
             # slot (an empty one first), keep what it shares itself, and copy a longer shared beginning.
             dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
-            n = min(common_prefix(dst.tokens, seq.prompt), limit)
+            n = seq.cut(min(common_prefix(dst.tokens, seq.prompt), limit))
             if best is not None and best is not dst and best_n >= n + MIN_COPY_TOKENS:
                 self._seq_rm(dst.seq_id, -1, -1)
                 n = self._copy_prefix(best, dst, best_n)
@@ -411,7 +425,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
 
     def _shared_prefix_ready(self, seq: Sequence, src: Slot) -> bool:
         """Settle a wait for the prefix ``src`` is prefilling: True once ``seq`` may prefill, False to wait."""
-        have = min(common_prefix(src.tokens, seq.prompt), seq.copy_len)
+        have = seq.cut(min(common_prefix(src.tokens, seq.prompt), seq.copy_len))
         coming = (
             src.seq is not None
             and src.seq.status is SeqStatus.PREFILL
@@ -464,12 +478,21 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         """
         budget = self.prefill_chunk
         block = self.prefill_block
+        media_done = False  # one picture a step: the others' decodes never wait on more than one encode
         for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
             if seq.copy_from is not None and not self._shared_prefix_ready(seq, seq.copy_from):
                 continue
+            media = seq.media
             while budget > 0 and seq.status is SeqStatus.PREFILL and not seq.cancelled:
                 start = seq.n_past
-                end = min(len(seq.prompt), (start // block + 1) * block)
+                if start in media:
+                    if media_done:
+                        break
+                    media_done = True
+                    budget -= media[start].n_tokens
+                    self._prefill_media(seq, media[start])
+                    continue
+                end = min(len(seq.prompt), (start // block + 1) * block, *(s for s in media if s > start))
                 last = end == len(seq.prompt)
                 slot = seq.placed
                 self._decode([(seq.prompt[i], i, slot.seq_id, last and i == end - 1) for i in range(start, end)])
@@ -520,6 +543,22 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 self._advance(s, row)
             spent = time.perf_counter() - t1
             s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
+
+    def _prefill_media(self, seq: Sequence, m: MediaChunk) -> None:
+        """Encode picture (or sound) ``m`` of ``seq``'s prompt and put its embeddings into the slot's KV; a
+        failure ends this request only."""
+        slot = seq.placed
+        try:
+            if self.projector is None:
+                raise RuntimeError("this model was loaded without its projector")
+            self.projector.encode_and_decode(self.ctx, m, seq_id=slot.seq_id, n_past=m.start, n_batch=self.n_batch)
+        except Exception as exc:
+            log.warning("request %s: %s", seq.request_id, exc)
+            self._seq_rm(slot.seq_id, m.start, -1)
+            self._finish(seq, "error", error=f"{exc}.")
+            return
+        slot.tokens.extend(seq.prompt[m.start : m.end])
+        seq.n_past = m.end
 
     def _draft(self, seq: Sequence, room: int) -> list[int]:
         """What ``seq`` drafts this step: within ``room`` rows of the batch, its context and its answer's length."""
@@ -588,3 +627,5 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             seq.slot = None
         self._by_id.pop(seq.request_id, None)
         seq.sampler.close()
+        if isinstance(seq.prompt, MediaPrompt):
+            seq.prompt.close()  # the mtmd chunks: the slot keeps the pictures' KV, under their placeholder ids

@@ -1,0 +1,249 @@
+"""Pictures and sounds in a llama.cpp prompt, through libmtmd (llama.cpp's multimodal library).
+
+A model that sees comes as two GGUFs: the text model and its ``mmproj`` projector. :class:`Projector` holds the
+projector's mtmd context. A request's rendered prompt holds one :data:`~engine.types.MEDIA_MARKER` per picture or
+sound; :meth:`Projector.tokenize` turns it into one token list for the decode loop, where each media chunk's
+positions hold placeholder ids derived from the file's content hash (as llama-server keys its cache by the
+image's hash). Two prompts with the same picture at the same place share those ids, so the loop's prefix cache
+reuses the picture's KV instead of encoding it again; a different picture differs at its first position.
+The chunks themselves (what mtmd encodes) travel beside the tokens in a :class:`MediaPrompt`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp import mtmd_cpp as mtmd
+
+from engine.errors import InvalidRequest, ModelLoadError
+from engine.types import MEDIA_MARKER, MediaInput
+
+log = logging.getLogger(__name__)
+
+_PLACEHOLDER_SPACE = 1 << 60
+_NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()  # a null function pointer
+_logs_routed = False
+
+
+def _route_logs() -> None:
+    """mtmd's and its helper's messages through llama-cpp-python's logger (quiet unless HEARTH_LLAMA_VERBOSE)."""
+    global _logs_routed
+    if not _logs_routed:
+        from llama_cpp import _logger
+
+        mtmd.mtmd_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+        mtmd.mtmd_helper_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+        _logs_routed = True
+
+
+@dataclass(frozen=True, slots=True)
+class MediaChunk:
+    """One picture (or one slice of it) or one sound of a prompt: ``n_tokens`` positions from ``start``.
+
+    ``chunk`` is the mtmd chunk (owned by the :class:`MediaPrompt`), ``where`` the request part it came from.
+    """
+
+    start: int
+    n_tokens: int
+    kind: str
+    chunk: int
+    where: str
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+
+class MediaPrompt(list[int]):
+    """A prompt's token ids, placeholders at the media positions, with the media chunks beside them.
+
+    The mtmd chunks are freed by :meth:`close` (the decode loop calls it when the request ends), or when the
+    prompt is dropped unused (one only counted, never generated).
+    """
+
+    def __init__(self, tokens: Sequence[int], media: dict[int, MediaChunk], handle: int) -> None:
+        super().__init__(tokens)
+        self.media = media
+        self._finalizer = weakref.finalize(self, mtmd.mtmd_input_chunks_free, ctypes.c_void_p(handle))
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def cut(self, n: int) -> int:
+        """``n`` moved back to the start of the media chunk it falls inside (a cached prefix never ends
+        half-way through a picture: its KV was computed as a whole)."""
+        for m in self.media.values():
+            if m.start < n < m.end:
+                return m.start
+        return n
+
+
+def _placeholders(digest: str, ordinal: int, n: int) -> list[int]:
+    """Negative ids for ``n`` positions of the ``ordinal``-th chunk of the file with hash ``digest``."""
+    base = (int(digest[:15], 16) * 1_000_003 + ordinal * 7_919) % _PLACEHOLDER_SPACE
+    return [-(1 + (base + j) % _PLACEHOLDER_SPACE) for j in range(n)]
+
+
+class Projector:
+    """The mtmd context of a model's projector: what it takes in, and prompts turned into chunks.
+
+    Args:
+        path: The ``mmproj`` GGUF.
+        model: The text model's llama.cpp handle.
+        n_threads: CPU threads for encoding.
+        use_gpu: Encode on the GPU where llama.cpp has one.
+
+    Raises:
+        ModelLoadError: mtmd could not read the projector (missing, corrupt, or not this model's).
+    """
+
+    def __init__(self, path: Path, model: llama_cpp.llama_model_p, *, n_threads: int, use_gpu: bool) -> None:
+        if not path.is_file():
+            raise ModelLoadError(str(path), "the projector (mmproj) file does not exist; check the path.")
+        _route_logs()
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = n_threads
+        params.print_timings = False
+        params.warmup = False
+        params.media_marker = MEDIA_MARKER.encode()
+        ctx = mtmd.mtmd_init_from_file(str(path).encode(), model, params)
+        if not ctx:
+            raise ModelLoadError(
+                str(path), "llama.cpp could not read this projector (mmproj); it must be the one made for this model."
+            )
+        self.path = path
+        self.ctx = ctx
+        self.vision = bool(mtmd.mtmd_support_vision(ctx))
+        self.audio = bool(mtmd.mtmd_support_audio(ctx))
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))
+        self.encoded = 0  # chunks encoded since loading (a cached picture is not encoded again)
+
+    def check(self, media: Sequence[MediaInput], model_name: str) -> None:
+        """Refuse media this projector cannot take in, with one sentence naming the part.
+
+        Raises:
+            InvalidRequest: a picture for a model without a vision encoder, a sound without an audio one, or a
+                model whose positions mtmd lays out in several dimensions (M-RoPE), which Hearth does not yet.
+        """
+        for m in media:
+            if m.kind == "image" and not self.vision:
+                raise InvalidRequest(f"Model '{model_name}' cannot read images; send {m.where} as text.", param=m.where)
+            if m.kind == "audio" and not self.audio:
+                raise InvalidRequest(f"Model '{model_name}' cannot hear audio; send {m.where} as text.", param=m.where)
+        if media and self.mrope:
+            raise InvalidRequest(
+                f"Model '{model_name}' places image tokens in several dimensions (M-RoPE, as Qwen2-VL does), which "
+                "Hearth's llama.cpp loop does not support yet; send text only or use another vision model.",
+                param=media[0].where,
+            )
+
+    def tokenize(self, text: str, media: Sequence[MediaInput], *, bos: int | None) -> MediaPrompt:
+        """``text`` (one :data:`MEDIA_MARKER` per item of ``media``) as tokens and media chunks; ``bos`` is put
+        first unless the text starts with it (None: the model wants none).
+
+        Raises:
+            InvalidRequest: a file mtmd cannot read, markers and media that do not pair up, or media at the end.
+        """
+        bitmaps = (mtmd.mtmd_bitmap_p_ctypes * max(1, len(media)))()
+        made: list[int] = []
+        chunks = None
+        try:
+            digests: list[str] = []
+            for i, m in enumerate(media):
+                buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
+                bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(m.data), False)
+                if not bitmap:
+                    what = "image" if m.kind == "image" else "audio file (WAV, MP3 or FLAC)"
+                    raise InvalidRequest(f"{m.where} is not an {what} llama.cpp can read.", param=m.where)
+                made.append(bitmap)
+                digest = hashlib.sha256(m.data).hexdigest()
+                digests.append(digest)
+                mtmd.mtmd_bitmap_set_id(bitmap, digest.encode())
+                bitmaps[i] = bitmap
+            chunks = mtmd.mtmd_input_chunks_init()
+            data = text.encode("utf-8", errors="replace")
+            inp = mtmd.mtmd_input_text(text=data, text_len=len(data), add_special=False, parse_special=True)
+            rc = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(inp), bitmaps, len(media))
+            if rc == 1:
+                raise InvalidRequest(
+                    f"The prompt has {text.count(MEDIA_MARKER)} media markers ({MEDIA_MARKER}) for {len(media)} "
+                    f"pictures or sounds; do not write {MEDIA_MARKER} in a message's text.", param="messages"
+                )  # fmt: skip
+            if rc != 0:
+                raise InvalidRequest(f"llama.cpp could not preprocess the media (error {rc}); send other files.")
+            prompt = self._flatten(chunks, media, digests, bos)
+        except BaseException:
+            if chunks:
+                mtmd.mtmd_input_chunks_free(chunks)
+            raise
+        finally:
+            for bitmap in made:  # the chunks hold what they need of them
+                mtmd.mtmd_bitmap_free(bitmap)
+        return prompt
+
+    def _flatten(self, chunks, media: Sequence[MediaInput], digests: list[str], bos: int | None) -> MediaPrompt:
+        tokens: list[int] = []
+        spans: dict[int, MediaChunk] = {}
+        seen: dict[str, int] = {}
+        wheres = {d: m.where for d, m in zip(digests, media, strict=True)}
+        n = mtmd.mtmd_input_chunks_size(chunks)
+        for i in range(n):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = mtmd.mtmd_input_chunk_get_type(chunk)
+            if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                count = ctypes.c_size_t(0)
+                ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
+                part = [int(ptr[j]) for j in range(count.value)]
+                if not tokens and bos is not None and (not part or part[0] != bos):
+                    part.insert(0, bos)
+                tokens.extend(part)
+                continue
+            if not tokens and bos is not None:
+                tokens.append(bos)
+            digest = (mtmd.mtmd_input_chunk_get_id(chunk) or b"").decode()
+            ordinal = seen.get(digest, 0)
+            seen[digest] = ordinal + 1
+            n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+            spans[len(tokens)] = MediaChunk(
+                start=len(tokens), n_tokens=n_tokens, chunk=chunk,
+                kind="image" if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE else "audio", where=wheres.get(digest, ""),
+            )  # fmt: skip
+            tokens.extend(_placeholders(digest, ordinal, n_tokens))
+        if not tokens or tokens[-1] < 0:
+            where = next(iter(spans.values())).where if spans else "messages"
+            raise InvalidRequest("The prompt ends with a picture or sound; put some text after it.", param=where)
+        return MediaPrompt(tokens, spans, chunks)
+
+    def encode_and_decode(self, lctx, m: MediaChunk, *, seq_id: int, n_past: int, n_batch: int) -> None:
+        """Encode ``m`` and decode its embeddings into ``seq_id``'s KV from position ``n_past``.
+
+        Raises:
+            RuntimeError: mtmd or llama.cpp failed.
+        """
+        rc = mtmd.mtmd_encode_chunk(self.ctx, m.chunk)
+        if rc != 0:
+            raise RuntimeError(f"mtmd could not encode {m.where or 'a picture'} (error {rc})")
+        self.encoded += 1
+        embd = mtmd.mtmd_get_output_embd(self.ctx)
+        new_n_past = llama_cpp.llama_pos(0)
+        rc = mtmd.mtmd_helper_decode_image_chunk(
+            self.ctx, lctx, m.chunk, embd, n_past, seq_id, n_batch, ctypes.byref(new_n_past), _NO_CALLBACK, None
+        )
+        if rc != 0:
+            raise RuntimeError(f"llama.cpp could not decode the embeddings of {m.where or 'a picture'} (error {rc})")
+
+    def close(self) -> None:
+        if self.ctx:
+            mtmd.mtmd_free(self.ctx)
+            self.ctx = None
+
+
+__all__ = ["MediaChunk", "MediaPrompt", "Projector"]
