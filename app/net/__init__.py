@@ -1,7 +1,7 @@
 """The app's way to the engine: the worker's HTTP API, asynchronously, on the GUI thread."""
 
 from app.net.api import HearthApi
-from app.net.catalog_types import Download, HardwareFacts, HubRepo, HubVariant, VariantList
+from app.net.catalog_types import Download, HardwareReport, HubRepo, HubVariant, VariantList
 from app.net.chat_stream import ChatStream
 from app.net.client import ApiCall
 from app.net.engine import EngineConfig, EngineController, EngineState
@@ -15,7 +15,7 @@ __all__ = [
     "EngineConfig",
     "EngineController",
     "EngineState",
-    "HardwareFacts",
+    "HardwareReport",
     "HearthApi",
     "HubRepo",
     "HubVariant",

@@ -1,13 +1,15 @@
-"""Typed views of the worker's JSON: what the pages show and what signals carry.
+"""Typed views of the worker's answers: what the pages show and what signals carry.
 
-Parsing is forgiving (missing keys get defaults) so an older or newer worker degrades to
-blank fields rather than an exception in the GUI.
+The worker's JSON is parsed by the models it answers with (:mod:`engine.server.api_models`, shared by both
+ends); :class:`ModelInfo` is that module's. The classes here are the app's own views built from them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from engine.server.api_models import ModelInfo, ServerStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,43 +24,6 @@ class ApiError:
     @property
     def missing_endpoint(self) -> bool:
         return self.status == 404 and self.code in (None, "not_found")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    name: str
-    path: str = ""
-    format: str = ""
-    source: str = ""
-    repo: str | None = None
-    quantization: str | None = None
-    size_bytes: int = 0
-    architecture: str | None = None
-    parameters: int | None = None
-    context_length: int | None = None
-    state: str = "not-loaded"
-    kv_bytes_per_token: int | None = None
-    origin: str | None = None  # another app's model, read in place: ollama | lmstudio | jan | gpt4all | hf-cache
-    origin_label: str | None = None  # "Ollama", "LM Studio"...
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ModelInfo:
-        return cls(
-            name=str(d.get("name", "")),
-            path=str(d.get("path") or ""),
-            format=str(d.get("format") or ""),
-            source=str(d.get("source") or ""),
-            repo=d.get("repo"),
-            quantization=d.get("quantization"),
-            size_bytes=int(d.get("size_bytes") or 0),
-            architecture=d.get("architecture"),
-            parameters=d.get("parameters"),
-            context_length=d.get("context_length"),
-            state=str(d.get("state") or "not-loaded"),
-            kv_bytes_per_token=d.get("kv_bytes_per_token"),
-            origin=d.get("origin") or None,
-            origin_label=d.get("origin_label") or d.get("origin") or None,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,21 +52,26 @@ class StatsSnapshot:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StatsSnapshot:
-        models = []
-        for name, s in (d.get("models") or {}).items():
-            models.append(
-                LoadedModelStats(
-                    name=name,
-                    backend=str(s.get("backend", "")),
-                    running=int(s.get("running", 0)),
-                    waiting=int(s.get("waiting", 0)),
-                    slots=int(s.get("slots", 0)),
-                    n_ctx=s.get("n_ctx_per_sequence"),
-                    generated_tokens=int(s.get("generated_tokens", 0)),
-                    prefix_cache_hit_rate=float(s.get("prefix_cache_hit_rate", 0.0)),
-                )
+        """``GET /api/stats``.
+
+        Raises:
+            pydantic.ValidationError: the answer is not the worker's stats.
+        """
+        stats = ServerStats.model_validate(d)
+        models = tuple(
+            LoadedModelStats(
+                name=name,
+                backend=s.backend,
+                running=s.running,
+                waiting=s.waiting,
+                slots=s.slots,
+                n_ctx=s.n_ctx_per_sequence,
+                generated_tokens=s.generated_tokens,
+                prefix_cache_hit_rate=s.prefix_cache_hit_rate,
             )
-        return cls(requests_in_flight=int(d.get("requests_in_flight", 0)), models=tuple(models))
+            for name, s in stats.models.items()
+        )
+        return cls(requests_in_flight=stats.requests_in_flight, models=models)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +118,6 @@ class Metrics:
             ttft_count=values.get("hearth_time_to_first_token_seconds_count", 0.0),
             values=values,
         )
+
+
+__all__ = ["ApiError", "LoadedModelStats", "Metrics", "ModelInfo", "StatsSnapshot", "StreamResult"]

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.net.api import HearthApi
-from app.net.catalog_types import FitFacts, HardwareFacts
+from app.net.catalog_types import FitFacts, HardwareReport
 from app.net.local_models import LocalModels
 from app.net.types import ApiError, ModelInfo
 from app.theme import ThemeColors
@@ -47,7 +47,7 @@ class HardwarePage(QWidget):
         self.api = api
         self.models = models
         self.colors = colors
-        self.facts: HardwareFacts | None = None
+        self.facts: HardwareReport | None = None
         scroll = QScrollArea(self)
         scroll.setWidgetResizable(True)
         outer = QVBoxLayout(self)
@@ -143,22 +143,23 @@ class HardwarePage(QWidget):
             grid.addWidget(v, i, 1)
         grid.setColumnStretch(1, 1)
 
-    def _facts(self, facts: HardwareFacts) -> None:
+    def _facts(self, facts: HardwareReport) -> None:
         self.facts = facts
         self.message.hide()
-        rows = [("Processor", facts.cpu + (f", {facts.cores} threads" if facts.cores else ""))]
-        rows.append(("Memory", f"{human_bytes(facts.ram_total)} ({human_bytes(facts.ram_available)} free)"))
-        for g in facts.gpus:
-            free = f", {human_bytes(g.vram_free)} free" if g.vram_free is not None else ""
-            kind = "unified memory" if g.unified or facts.apple_silicon else "VRAM"
-            rows.append(("GPU", f"{g.name}: {human_bytes(g.vram_total)} {kind}{free}"))
-        if not facts.gpus:
+        hw = facts.hardware
+        rows = [("Processor", f"{hw.cpu.model} ({hw.cpu.arch}), {hw.cpu.cores_logical} threads")]
+        rows.append(("Memory", f"{human_bytes(hw.ram_total)} ({human_bytes(hw.ram_available)} free)"))
+        for g in hw.gpus:
+            free = f", {human_bytes(g.memory_free)} free" if g.memory_free is not None else ""
+            kind = "unified memory" if g.unified_memory or hw.apple_silicon else "VRAM"
+            rows.append(("GPU", f"{g.name}: {human_bytes(g.memory_total)} {kind}{free}"))
+        if not hw.gpus:
             rows.append(("GPU", "None found: models run on the processor."))
-        if facts.disk_free is not None:
-            rows.append(("Free disk", human_bytes(facts.disk_free)))
-        if facts.os:
-            rows.append(("System", facts.os))
-        rows += [("Note", n) for n in facts.notes]
+        if hw.disk_free is not None:
+            rows.append(("Free disk", human_bytes(hw.disk_free)))
+        if hw.os:
+            rows.append(("System", hw.os))
+        rows += [("Note", n) for n in hw.notes]
         self._fill(self.facts_grid, rows)
         self._fill(self.backends_grid, [(b.format.upper(), f"<b>{b.backend}</b> — {b.reason}") for b in facts.backends])
         self.update_fit()
@@ -176,9 +177,9 @@ class HardwarePage(QWidget):
 
     def update_fit(self) -> None:
         model = self.models.get(self.model_combo.currentData() or "")
-        facts = self.facts
-        if model is None or facts is None:
+        if model is None or self.facts is None:
             return
+        facts = self.facts.hardware
         # A quick local picture at once; the engine's plan (GET /api/fit, what its loader would
         # allocate: slots, KV cache type, buffers) replaces it when it comes.
         key = (model.name, self.ctx.value())
@@ -186,7 +187,7 @@ class HardwarePage(QWidget):
         call = self.api.fit(model.name, ctx=self.ctx.value())
         call.succeeded.connect(lambda fit, key=key: self._show_plan(key, fit))
         need = estimate_memory(model, self.ctx.value())
-        vram = sum(g.vram_free if g.vram_free is not None else g.vram_total for g in facts.gpus)
+        vram = sum(g.memory_free if g.memory_free is not None else g.memory_total for g in facts.gpus)
         ram = facts.ram_available
         self.vram_bar.setVisible(bool(facts.gpus))
         self.vram_label.setVisible(bool(facts.gpus))

@@ -196,11 +196,11 @@ class HubPanel(QWidget):
         keep = current.data(Qt.ItemDataRole.UserRole) if current is not None else None
         self.results.blockSignals(True)
         self.results.clear()
-        for category, title in self.picks.categories:
-            models = [m for m in self.picks.models if m.category == category]
+        for category in self.picks.categories:
+            models = [m for m in self.picks.models if m.category == category.id]
             if not models:
                 continue
-            header = QListWidgetItem(title)
+            header = QListWidgetItem(category.title)
             header.setFlags(Qt.ItemFlag.NoItemFlags)
             font = QFont(header.font())
             font.setBold(True)

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.icons import icon
 from app.net.api import HearthApi
-from app.net.catalog_types import HardwareFacts
+from app.net.catalog_types import HardwareReport
 from app.net.local_models import LocalModels
 from app.net.types import ApiError, ModelInfo, StatsSnapshot
 from app.pages.downloads_panel import DownloadsPanel
@@ -141,7 +141,7 @@ class ModelsPage(QWidget):
         stats = self.api.stats()
         stats.succeeded.connect(self._stats)
 
-    def _hardware(self, facts: HardwareFacts) -> None:
+    def _hardware(self, facts: HardwareReport) -> None:
         self.table.set_backends(by_format={b.format: b.backend for b in facts.backends})
 
     def _stats(self, stats: StatsSnapshot) -> None:
@@ -162,7 +162,7 @@ class ModelsPage(QWidget):
     def load(self, model: ModelInfo) -> None:
         self.show_message(f"Loading {model.name}…")
         call = self.api.load_model(model.name)
-        call.succeeded.connect(lambda r: (self.show_message(f"{model.name} is loaded ({r.get('backend', '')}, {r.get('n_ctx', '?')} tokens of context)."), self.engine_ready()))
+        call.succeeded.connect(lambda r: (self.show_message(f"{model.name} is loaded ({r.backend}, {r.n_ctx:,} tokens of context)."), self.engine_ready()))
         call.failed.connect(lambda e: self.show_message(e.message, error=True))
 
     def unload(self, model: ModelInfo) -> None:

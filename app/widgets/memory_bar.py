@@ -35,18 +35,16 @@ class MemoryNeed:
 
 
 def estimate_memory(model: ModelInfo, context: int) -> MemoryNeed:
-    """Bytes ``model`` takes loaded with ``context`` tokens of context."""
-    if model.kv_bytes_per_token:
-        per_token, estimated = model.kv_bytes_per_token, False
-    else:
-        params = model.parameters or model.size_bytes * 2
-        per_token, estimated = int(KV_PER_SQRT_PARAM * math.sqrt(max(params, 1))), True
+    """Bytes ``model`` takes loaded with ``context`` tokens of context (the KV cache estimated from its
+    parameters: the worker's plan, ``GET /api/fit``, has the file's own figure)."""
+    params = model.parameters or model.size_bytes * 2
+    per_token = int(KV_PER_SQRT_PARAM * math.sqrt(max(params, 1)))
     weights = model.size_bytes
     return MemoryNeed(
         weights=weights,
         kv_cache=per_token * context,
         overhead=RUNTIME_BASE + int(weights * RUNTIME_SHARE),
-        kv_estimated=estimated,
+        kv_estimated=True,
     )
 
 

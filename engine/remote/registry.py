@@ -50,7 +50,8 @@ class ProviderStatus:
             "state": self.state,
             "message": str(self.error) if self.error else None,
             "models": [
-                {"id": m.id, "remote_id": m.remote_id, "context_length": m.context_length} for m in self.models
+                {"id": m.id, "provider": p.name, "remote_id": m.remote_id, "context_length": m.context_length}
+                for m in self.models
             ],
         }
 

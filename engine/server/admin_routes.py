@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 
 from engine import __version__
 from engine.errors import InvalidRequest
+from engine.server.api_models import FitAnswer, LoadAnswer, ModelList, ServerStats, UnloadAnswer, WorkerInfo
 from engine.server.schemas import LoadBody, ModelLoadBody
 
 router = APIRouter(prefix="/api")
@@ -48,7 +49,7 @@ def _model_entry(m, state: str) -> dict:
     }
 
 
-@router.get("/models")
+@router.get("/models", response_model=ModelList)
 async def models(request: Request) -> dict:
     from engine.catalog.other_apps_sync import refresh
 
@@ -72,7 +73,7 @@ def _load_options(manager, body: ModelLoadBody):
     return replace(manager.options, **given) if given else None
 
 
-@router.post("/models/load")
+@router.post("/models/load", response_model=LoadAnswer)
 async def load(request: Request, body: ModelLoadBody) -> dict:
     manager = request.app.state.manager
     options = _load_options(manager, body)
@@ -87,7 +88,7 @@ async def load(request: Request, body: ModelLoadBody) -> dict:
     }
 
 
-@router.post("/models/unload")
+@router.post("/models/unload", response_model=UnloadAnswer)
 async def unload(request: Request, body: LoadBody) -> dict:
     manager = request.app.state.manager
     model = await asyncio.to_thread(manager.resolve, body.model)
@@ -107,7 +108,7 @@ def _residency(manager, lm) -> dict:
     }
 
 
-@router.get("/stats")
+@router.get("/stats", response_model=ServerStats)
 async def stats(request: Request) -> dict:
     manager = request.app.state.manager
     metrics = request.app.state.metrics
@@ -122,7 +123,7 @@ async def stats(request: Request) -> dict:
     }
 
 
-@router.get("/worker")
+@router.get("/worker", response_model=WorkerInfo)
 async def worker(request: Request) -> dict:
     """The worker process: its pid, version and start, and who reads its request log."""
     import psutil
@@ -137,7 +138,7 @@ async def worker(request: Request) -> dict:
     }
 
 
-@router.get("/fit")
+@router.get("/fit", response_model=FitAnswer)
 async def fit(
     request: Request, model: str, ctx: int | None = None, parallel: int | None = None, kv_type: str | None = None
 ) -> dict:

@@ -11,6 +11,16 @@ from engine.catalog.hub import check_repo_id
 from engine.errors import InvalidRequest, ModelLoadError
 from engine.paths import user_path
 from engine.server.admin_routes import _model_entry
+from engine.server.api_models import (
+    DeleteAnswer,
+    Download,
+    DownloadList,
+    HardwareReport,
+    HubSearch,
+    ModelInfo,
+    RecommendedList,
+    VariantList,
+)
 from engine.server.schemas import DownloadBody, ImportBody
 
 router = APIRouter(prefix="/api")
@@ -29,7 +39,7 @@ def _catalog(request: Request):
     return request.app.state.catalog
 
 
-@router.get("/hardware")
+@router.get("/hardware", response_model=HardwareReport)
 async def hardware(request: Request) -> dict:
     from engine.backend_choice import choose_backend
     from engine.hardware import detect_hardware
@@ -42,8 +52,10 @@ async def hardware(request: Request) -> dict:
     return {"hardware": hw.to_dict(), "backends": backends}
 
 
-@router.get("/hub/search")
-async def hub_search(request: Request, q: str = "", sort: str = "downloads", format: str | None = None, limit: int = 20):
+@router.get("/hub/search", response_model=HubSearch)
+async def hub_search(
+    request: Request, q: str = "", sort: str = "downloads", format: str | None = None, limit: int = 20
+) -> dict:
     if sort not in ("downloads", "likes", "recent"):
         raise InvalidRequest("'sort' must be downloads, likes or recent.", param="sort")
     if format not in (None, "", "gguf", "mlx", "safetensors"):
@@ -58,7 +70,7 @@ async def hub_search(request: Request, q: str = "", sort: str = "downloads", for
     return {"results": out}
 
 
-@router.get("/hub/variants")
+@router.get("/hub/variants", response_model=VariantList)
 async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> dict:
     from engine.catalog.advisor import advise
 
@@ -106,7 +118,7 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
     }
 
 
-@router.get("/hub/recommended")
+@router.get("/hub/recommended", response_model=RecommendedList)
 async def hub_recommended(request: Request, live: bool = True, ctx: int | None = None) -> dict:
     """Hearth's curated models, each labelled by the fit plan for this machine; with ``live``, the
     hub's sizes, downloads, likes and dates too. An unreachable hub leaves the list standing and
@@ -123,13 +135,13 @@ async def hub_recommended(request: Request, live: bool = True, ctx: int | None =
     return (await asyncio.to_thread(work)).to_dict()
 
 
-@router.get("/downloads")
+@router.get("/downloads", response_model=DownloadList)
 async def downloads(request: Request) -> dict:
     manager = _catalog(request).downloads
     return {"downloads": [_download(s) for s in manager.status()]}
 
 
-@router.post("/downloads")
+@router.post("/downloads", response_model=Download)
 async def start_download(request: Request, body: DownloadBody) -> dict:
     manager = _catalog(request).downloads
     check_repo_id(body.repo, param="repo")
@@ -137,7 +149,7 @@ async def start_download(request: Request, body: DownloadBody) -> dict:
     return _download(job.status())
 
 
-@router.post("/downloads/{job_id}/{action}")
+@router.post("/downloads/{job_id}/{action}", response_model=Download)
 async def control_download(request: Request, job_id: str, action: str) -> dict:
     manager = _catalog(request).downloads
     if action not in ("pause", "resume", "cancel"):
@@ -147,7 +159,7 @@ async def control_download(request: Request, job_id: str, action: str) -> dict:
     return _download(job.status())
 
 
-@router.post("/models/import")
+@router.post("/models/import", response_model=ModelInfo)
 async def import_model(request: Request, body: ImportBody) -> dict:
     registry = request.app.state.manager.registry
     try:
@@ -157,7 +169,8 @@ async def import_model(request: Request, body: ImportBody) -> dict:
     return _model_entry(model, "not-loaded")
 
 
-@router.delete("/models/{name:path}")
+# Plain deletions answer {"deleted": NAME} only: the other fields are for another app's model.
+@router.delete("/models/{name:path}", response_model=DeleteAnswer, response_model_exclude_none=True)
 async def delete_model(request: Request, name: str) -> dict:
     manager = request.app.state.manager
     model = await asyncio.to_thread(manager.registry.resolve, name)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 
 from engine.errors import InvalidRequest
+from engine.server.api_models import AcceptAnswer, OtherAppsFound
 from engine.server.schemas import _Body
 
 router = APIRouter(prefix="/api/other-apps")
@@ -26,7 +27,7 @@ def _unregistered(registry):
     return new_models(registry, scan_other_apps())
 
 
-@router.get("")
+@router.get("", response_model=OtherAppsFound)
 async def found(request: Request) -> dict:
     """The models other apps keep that Hearth does not list yet, with one sentence that sums them up."""
     from engine.catalog.other_apps import summary
@@ -39,7 +40,7 @@ async def found(request: Request) -> dict:
     }
 
 
-@router.post("/accept")
+@router.post("/accept", response_model=AcceptAnswer)
 async def accept(request: Request, body: AcceptBody) -> dict:
     """Register the found models (of ``origins``, else all) in place; their apps are watched from now on."""
     from engine.catalog.other_apps import ORIGINS

@@ -16,6 +16,7 @@ from engine.remote.client import FORWARDED_HEADER, RemoteModel
 from engine.remote.providers import ProviderAccess
 from engine.remote.registry import RemoteRegistry
 from engine.remote.relay import DONE, relay_events, rewrite
+from engine.server.api_models import ProviderInfo, ProviderList, RemovedAnswer
 from engine.server.errors import response_for
 from engine.server.schemas import _Body
 
@@ -108,13 +109,13 @@ async def _events(response, access: ProviderAccess, public_model: str) -> AsyncI
 
 
 # -- admin: the app adds, lists and removes providers through these -----------------------------
-@router.get("/remotes")
+@router.get("/remotes", response_model=ProviderList)
 async def list_remotes(request: Request, fresh: bool = False) -> dict:
     statuses = await _registry(request).statuses(fresh=fresh)
     return {"providers": [s.to_json() for s in statuses]}
 
 
-@router.post("/remotes")
+@router.post("/remotes", response_model=ProviderInfo)
 async def add_remote(request: Request, body: RemoteBody) -> dict:
     if body.timeout is not None and body.timeout <= 0:
         raise InvalidRequest("'timeout' must be a number of seconds above 0.", param="timeout")
@@ -122,7 +123,7 @@ async def add_remote(request: Request, body: RemoteBody) -> dict:
     return status.to_json()
 
 
-@router.delete("/remotes/{name}")
+@router.delete("/remotes/{name}", response_model=RemovedAnswer)
 async def remove_remote(request: Request, name: str) -> dict:
     provider = await _registry(request).remove(name)
     return {"removed": provider.name}

@@ -41,7 +41,7 @@ def test_hardware_page_shows_facts_backends_and_a_memory_bar(qtbot, window):
     page = window.hardware
     page.refresh()
     qtbot.waitUntil(lambda: page.facts is not None, timeout=10_000)
-    assert page.facts.ram_total > 0 and page.facts.cpu
+    assert page.facts.hardware.ram_total > 0 and page.facts.hardware.cpu.model
     assert {b.format for b in page.facts.backends} >= {"gguf"}
     qtbot.waitUntil(lambda: page.model_combo.count() > 0, timeout=10_000)
     page.model_combo.setCurrentIndex(page.model_combo.findData(STARTER_NAME))
