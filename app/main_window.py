@@ -9,6 +9,10 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QStackedWidget, QVBoxLayout, QWidget
 
+from app.agent.service import AgentService
+from app.agent.steps import import_legacy_steps
+from app.agent.tools_feature import ToolsFeature
+from app.agent.turn_client import QtTurnClient
 from app.chat.controller import ChatController
 from app.disk_full import DiskFullNotice
 from app.icons import app_icon
@@ -18,6 +22,7 @@ from app.net.local_models import LocalModels
 from app.other_apps_offer import OtherAppsOffer
 from app.pages.api_page import ApiPage
 from app.pages.chats_page import ChatsPage
+from app.pages.docs_panel import DocsUi
 from app.pages.hardware_page import HardwarePage
 from app.pages.models_page import ModelsPage
 from app.store.chat_store import ChatStore
@@ -79,12 +84,10 @@ class MainWindow(QMainWindow):
             self.banner.show_message(store.problem, level="error")
         self.disk_full = DiskFullNotice(store, self.banner, self)
         self.other_apps = OtherAppsOffer(self.api, engine, self.models, self.settings_store, self)
-        from app.pages.docs_panel import install_docs
-
-        self.docs = install_docs(self)
-        from app.agent.hook import install_agent
-
-        self.agent = install_agent(self)
+        self.docs = DocsUi(self.chats, self.controller, self.api, parent=self)
+        import_legacy_steps(store.path.parent, store)
+        self.agent = AgentService(store.path.parent, parent=self)
+        self.tools = ToolsFeature(self.chats, self.controller, self.agent, QtTurnClient(self.api, self), parent=self)
 
     # -- engine -------------------------------------------------------------------------------
     def on_engine_state(self, state: EngineState) -> None:

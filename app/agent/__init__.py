@@ -1,6 +1,6 @@
 """The agent in the app: MCP servers per chat, approvals, tool-call cards, the thinking section."""
 
-from app.agent.hook import AgentUi, install_agent
 from app.agent.service import AgentService
+from app.agent.tools_feature import ToolsFeature, ToolsPreparer
 
-__all__ = ["AgentService", "AgentUi", "install_agent"]
+__all__ = ["AgentService", "ToolsFeature", "ToolsPreparer"]

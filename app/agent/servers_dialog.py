@@ -5,6 +5,7 @@ tools always allowed."""
 from __future__ import annotations
 
 import shlex
+from typing import Protocol
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -105,19 +106,28 @@ class AddServerDialog(QDialog):
         self.accept()
 
 
+class ChatSwitches(Protocol):
+    """Where a chat's thinking switch and tool-first flag are kept (its settings in the chat store)."""
+
+    def chat_switches(self, chat_id: int) -> tuple[bool | None, bool]: ...
+
+    def set_chat_switches(self, chat_id: int, *, thinking: bool | None = None, tool_first: bool | None = None) -> None: ...
+
+
 class McpServersDialog(QDialog):
     """Servers for ``chat_id`` (checked: this chat uses it), their tools, the always-allowed list."""
 
     changed = Signal()
     _probed = Signal(str, object)  # server name, the probe's future (from the agent's thread)
 
-    def __init__(self, agent: AgentService, chat_id: int | None, parent: QWidget | None = None) -> None:
+    def __init__(self, agent: AgentService, chat_id: int | None, switches: ChatSwitches, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("mcpServersDialog")
         self.setWindowTitle("Tools (MCP servers)")
         self.resize(620, 560)
         self.agent = agent
         self.chat_id = chat_id
+        self.switches = switches
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("MCP servers — checked ones are used in this chat:"))
         self.servers = QListWidget()
@@ -167,7 +177,7 @@ class McpServersDialog(QDialog):
         self.tools.itemChanged.connect(self._tool_checked)
         self.thinking.toggled.connect(self._thinking_toggled)
         self.tool_first.toggled.connect(
-            lambda on: self.agent.set_tool_first(self.chat_id, on) if self.chat_id is not None else None
+            lambda on: self.switches.set_chat_switches(self.chat_id, tool_first=on) if self.chat_id is not None else None
         )
         self._probed.connect(self._show_tools)
         self.failed: dict[str, McpServerFailed] = {}  # this chat's servers that are down, by name
@@ -193,11 +203,12 @@ class McpServersDialog(QDialog):
         self.always.clear()
         self.always.addItems(self.agent.servers.always_allowed())
         if self.chat_id is not None:
+            thinking, tool_first = self.switches.chat_switches(self.chat_id)
             self.thinking.blockSignals(True)
-            self.thinking.setChecked(self.agent.thinking(self.chat_id) is not False)
+            self.thinking.setChecked(thinking is not False)
             self.thinking.blockSignals(False)
             self.tool_first.blockSignals(True)
-            self.tool_first.setChecked(self.agent.tool_first(self.chat_id))
+            self.tool_first.setChecked(tool_first)
             self.tool_first.blockSignals(False)
 
     def server_names(self) -> list[str]:
@@ -232,7 +243,7 @@ class McpServersDialog(QDialog):
 
     def _thinking_toggled(self, on: bool) -> None:
         if self.chat_id is not None:
-            self.agent.set_thinking(self.chat_id, on)
+            self.switches.set_chat_switches(self.chat_id, thinking=on)
 
     # -- actions ------------------------------------------------------------------------------
     def add_server(self) -> None:

@@ -46,38 +46,6 @@ class AgentService(QObject):
         self.servers.set_chat_servers(str(chat_id), names)
         self.servers_changed.emit()
 
-    def thinking(self, chat_id: int) -> bool | None:
-        """The chat's thinking switch (None: the model's default)."""
-        value = self.servers._read().get("thinking", {}).get(str(chat_id))
-        return value if isinstance(value, bool) else None
-
-    def set_thinking(self, chat_id: int, on: bool | None) -> None:
-        data = self.servers._read()
-        table = data.setdefault("thinking", {})
-        if on is None:
-            table.pop(str(chat_id), None)
-        else:
-            table[str(chat_id)] = on
-        self.servers._write(data)
-
-    def request_fields(self, chat_id: int) -> dict:
-        """Request fields from the chat's switches: thinking on or off (templates with ``enable_thinking``)."""
-        thinking = self.thinking(chat_id)
-        return {} if thinking is None else {"chat_template_kwargs": {"enable_thinking": thinking}}
-
-    def tool_first(self, chat_id: int) -> bool:
-        """Must the model call a tool on its first turn (``tool_choice: required``)."""
-        return bool(self.servers._read().get("tool_first", {}).get(str(chat_id), False))
-
-    def set_tool_first(self, chat_id: int, on: bool) -> None:
-        data = self.servers._read()
-        table = data.setdefault("tool_first", {})
-        if on:
-            table[str(chat_id)] = True
-        else:
-            table.pop(str(chat_id), None)
-        self.servers._write(data)
-
     def uses_tools(self, chat_id: int) -> bool:
         return bool(self.chat_servers(chat_id))
 

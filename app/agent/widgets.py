@@ -153,6 +153,9 @@ class StepsView(QWidget):
         self.layout_ = QVBoxLayout(self)
         self.layout_.setContentsMargins(0, 0, 0, 0)
         self.layout_.setSpacing(4)
+        self.added = _plain_label("", "Muted")  # what the request's preparers added: documents, tools...
+        self.added.hide()
+        self.layout_.addWidget(self.added)
         self.thinking = ThinkingSection()
         self.layout_.addWidget(self.thinking)
         self.cards: list[ToolCallCard] = []
@@ -164,6 +167,8 @@ class StepsView(QWidget):
             self.hide()
             return
         self.show()
+        self.added.setText(" · ".join(steps.added))
+        self.added.setVisible(bool(steps.added))
         self.thinking.show_steps(steps)
         for i, call in enumerate(steps.calls):
             if i < len(self.cards):

@@ -1,30 +1,36 @@
 """AnswerRun: one answer streaming into a chat, measured, and saved as it grows.
 
-The answer's row exists in the store from the start and is rewritten every half second, so if
-the app or the worker dies the answer is kept up to that point.
+The run fits the history, builds the request, lets the controller's preparers add to it, and reads
+what its producer (a plain stream or the agent loop) says into one :class:`AnswerSteps` record
+(thinking, tool calls, notices, what the preparers added) and the answer's text and sources. The
+answer's row exists in the store from the start and is rewritten every half second, so if the app or
+the worker dies the answer is kept up to that point.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.context import ContextFit, fit_history
 from app.chat.conversation_model import ConversationModel
+from app.chat.preparers import AnswerRequest, RequestPreparer
+from app.chat.producer import AnswerProducer, ProducerEnd, StreamProducer
 from app.net.api import HearthApi
-from app.net.chat_stream import ChatStream
-from app.net.types import ApiError, StatsSnapshot, StreamResult
+from app.net.types import ApiError, StatsSnapshot
 from app.store.chat_store import ChatStore
-from app.store.records import AnswerStats, AnswerSteps, ChatRecord, MessageRecord
+from app.store.records import AnswerStats, AnswerSteps, ChatRecord, DocSource, MessageRecord
 
 log = logging.getLogger(__name__)
 
 SAVE_INTERVAL_MS = 500
 SHRINK = 0.5  # budget factor per retry when the worker's context size is not known
 MAX_RETRIES = 4
+CHARS_PER_TOKEN = 4  # a streaming answer's token count, until the worker counts it
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +46,8 @@ class AnswerRun(QObject):
     """Streams ``answer`` (an empty assistant message already in the store and the model)."""
 
     finished = Signal(AnswerOutcome)
-    steps_changed = Signal(int)  # message id: its thinking grew or folded
+    steps_changed = Signal(int)  # message id: its steps grew or changed
+    producer_started = Signal(object)  # the AnswerProducer of this attempt (features listen to theirs)
 
     def __init__(
         self,
@@ -52,6 +59,7 @@ class AnswerRun(QObject):
         answer: MessageRecord,
         history: list[MessageRecord],
         context_length: int,
+        preparers: Sequence[RequestPreparer] = (),
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -62,16 +70,16 @@ class AnswerRun(QObject):
         self.answer = answer
         self.history = history
         self.context_length = context_length
+        self.preparers = tuple(preparers)
         self.fit: ContextFit | None = None
         self.text = ""
-        self.thinking: AnswerSteps | None = None  # once the model thinks; kept with the answer
-        self.extra_body: dict = {}  # more request fields (the chat's thinking switch)
-        self._t_think = 0.0
-        self._stream: ChatStream | None = None
+        self.steps = AnswerSteps()  # thinking, tool calls, notices: shown above the answer, kept with it
+        self.sources: tuple[DocSource, ...] = ()
+        self.producer: AnswerProducer | None = None
         self._retries = 0
         self._t0 = 0.0
         self._t_first: float | None = None
-        self._events = 0
+        self._t_think: float | None = None
         self._dirty = False
         self._done = False
         self._save_timer = QTimer(self)
@@ -82,7 +90,37 @@ class AnswerRun(QObject):
     def chat_id(self) -> int:
         return self.chat.id
 
+    def kept_steps(self) -> AnswerSteps | None:
+        return None if self.steps.empty else self.steps
+
+    # -- starting -----------------------------------------------------------------------------
     def start(self) -> None:
+        request = self._request()
+        self.steps.added = list(request.added)
+        p = self.attach(request.producer() if request.producer is not None else StreamProducer(self.api))
+        self._t0 = time.perf_counter()
+        p.start(request.body)
+        self._save_timer.start()
+        if not self.steps.empty:
+            self.steps_changed.emit(self.answer.id)
+
+    def attach(self, producer: AnswerProducer) -> AnswerProducer:
+        """Read ``producer`` into this answer (``start`` does it with the preparers' choice)."""
+        self.producer = producer
+        producer.setParent(self)
+        p = producer
+        p.content.connect(self._on_content)
+        p.reasoning.connect(self._on_reasoning)
+        p.call.connect(self._on_call)
+        p.call_finished.connect(self._on_call_finished)
+        p.notice.connect(self._on_notice)
+        p.sources.connect(self._on_sources)
+        p.finished.connect(self._on_finished)
+        p.failed.connect(self._on_failed)
+        self.producer_started.emit(p)
+        return p
+
+    def _request(self) -> AnswerRequest:
         settings = self.chat.settings
         self.fit = fit_history(
             self.history,
@@ -91,11 +129,9 @@ class AnswerRun(QObject):
             max_tokens=settings.sampling.max_tokens,
             thinking=self.store.thinking(self.chat.id),
         )
-        self.answer = replace(
-            self.answer, stats=AnswerStats(model=settings.model, dropped_messages=self.fit.dropped)
-        )
+        self.answer = replace(self.answer, stats=AnswerStats(model=settings.model, dropped_messages=self.fit.dropped))
         self.conversation.replace(self.answer, streaming=True)
-        body = {
+        body: dict = {
             "model": settings.model,
             "messages": list(self.fit.messages),
             "temperature": settings.sampling.temperature,
@@ -105,66 +141,84 @@ class AnswerRun(QObject):
             body["max_tokens"] = settings.sampling.max_tokens
         if settings.sampling.seed is not None:
             body["seed"] = settings.sampling.seed
-        body.update(self.extra_body)
-        self._t0 = time.perf_counter()
-        self._stream = self.api.stream_chat(body)
-        self._stream.delta.connect(self._on_delta)
-        self._stream.reasoning.connect(self._on_reasoning)
-        self._stream.finished.connect(self._on_finished)
-        self._stream.failed.connect(self._on_failed)
-        self._save_timer.start()
+        request = AnswerRequest(chat=self.chat, body=body)
+        for preparer in self.preparers:
+            preparer.prepare(request)
+        return request
 
     def stop(self) -> None:
-        """Stop generating; the text so far is kept (finish reason ``cancelled``)."""
-        if self._stream is not None and not self._done:
-            self._stream.abort()
+        """Stop generating; the text and the steps so far are kept (finish reason ``cancelled``)."""
+        if self.producer is not None and not self._done:
+            self.producer.stop()
 
-    # -- stream events ------------------------------------------------------------------------
+    # -- what the producer says -----------------------------------------------------------------
     def _on_reasoning(self, text: str) -> None:
-        """Thinking goes to the answer's steps, shown folded above its text."""
-        if self.thinking is None:
-            self.thinking = AnswerSteps()
+        if self._t_think is None:
             self._t_think = time.perf_counter()
-        self.thinking.reasoning += text
-        self.thinking.thinking_tokens += 1
-        self.thinking.thinking_seconds = time.perf_counter() - self._t_think
+        self.steps.reasoning += text
+        self.steps.thinking_tokens += 1
+        self.steps.thinking_seconds = time.perf_counter() - self._t_think
         self._dirty = True
         self.steps_changed.emit(self.answer.id)
 
-    def _on_delta(self, text: str) -> None:
-        if self.thinking is not None and not self.thinking.thinking_done:
-            self.thinking.thinking_done = True  # the answer began: the thinking folds away
+    def _on_content(self, text: str) -> None:
+        if self.steps.reasoning and not self.steps.thinking_done:
+            self.steps.thinking_done = True  # the answer began: the thinking folds away
             self.steps_changed.emit(self.answer.id)
         if self._t_first is None:
             self._t_first = time.perf_counter()
-        self._events += 1
         self.text += text
         self._dirty = True
         self.conversation.replace(replace(self.answer, content=self.text), streaming=True)
 
-    def _stats(self, finish_reason: str | None, completion_tokens: int | None, error: str | None = None) -> AnswerStats:
+    def _on_call(self, call: dict) -> None:
+        self.steps.upsert_call(call)
+        self.steps_changed.emit(self.answer.id)
+
+    def _on_call_finished(self, call: dict) -> None:
+        self.steps.upsert_call(call)
+        self.store.save_steps(self.answer.id, self.steps)  # every finished step is kept at once
+        self.steps_changed.emit(self.answer.id)
+
+    def _on_notice(self, text: str) -> None:
+        self.steps.notices.append(text)
+        self._dirty = True
+        self.steps_changed.emit(self.answer.id)
+
+    def _on_sources(self, sources: tuple) -> None:
+        self.sources = tuple(sources)
+        self.answer = replace(self.answer, sources=self.sources)
+        self.store.update_message(self.answer.id, self.text, sources=self.sources)
+        self.conversation.replace(replace(self.answer, content=self.text), streaming=True)
+
+    # -- measuring and saving -------------------------------------------------------------------
+    def _stats(self, finish_reason: str | None, tokens: int | None = None, error: str | None = None) -> AnswerStats:
         now = time.perf_counter()
-        counted = self._stream.content_events if self._stream is not None else self._events
-        tokens = completion_tokens if completion_tokens is not None else counted
+        if tokens is None:  # while it streams: about four characters a token
+            tokens = max(1, len(self.text) // CHARS_PER_TOKEN) if self.text else 0
         ttft = (self._t_first - self._t0) if self._t_first is not None else None
-        tps = None
-        if self._t_first is not None and tokens > 1:
-            tps = tokens / max(now - self._t_first, 1e-3)
+        tps = tokens / max(now - self._t_first, 1e-3) if self._t_first is not None and tokens > 1 else None
         return replace(self.answer.stats, tokens=tokens, ttft=ttft, tokens_per_second=tps, finish_reason=finish_reason, error=error)
 
     def _save_partial(self) -> None:
         if self._dirty and not self._done:
             self._dirty = False
-            self.store.update_message(self.answer.id, self.text, self._stats(None, None), steps=self.thinking)
+            self.store.update_message(self.answer.id, self.text, self._stats(None), steps=self.kept_steps())
 
-    def _on_finished(self, result: StreamResult) -> None:
-        stats = self._stats(result.finish_reason, result.completion_tokens)
-        self._finish(replace(stats, drafted_tokens=result.drafted_tokens), None)
+    # -- ending ---------------------------------------------------------------------------------
+    def _on_finished(self, end: ProducerEnd) -> None:
+        if end.answer:
+            self.text = end.answer
+        if end.reasoning_tokens:
+            self.steps.thinking_tokens = end.reasoning_tokens
+        stats = self._stats(end.finish_reason, end.completion_tokens)
+        self._finish(replace(stats, drafted_tokens=end.drafted_tokens), None)
 
     def _on_failed(self, error: ApiError) -> None:
         if error.code == "context_length_exceeded" and not self.text and self._retries < MAX_RETRIES:
             if self.fit is not None and len(self.fit.messages) > 1 + bool(self.chat.settings.system_prompt):
                 self._retries += 1
+                self._drop_producer()
                 # Ask the worker how long its context really is; halve the budget if it won't say.
                 call = self.api.stats()
                 call.succeeded.connect(self._retry_with)
@@ -174,7 +228,13 @@ class AnswerRun(QObject):
                 error,
                 message="Your message alone is longer than this model's context; shorten it or pick a model with a longer context.",
             )
-        self._finish(self._stats("error", None, error.message), error)
+        self._finish(self._stats("error", error=error.message), error)
+
+    def _drop_producer(self) -> None:
+        if self.producer is not None:
+            self.producer.disconnect(self)
+            self.producer.deleteLater()
+            self.producer = None
 
     def _retry_with(self, stats: StatsSnapshot | None) -> None:
         loaded = stats.model(self.chat.settings.model) if stats is not None else None
@@ -183,6 +243,7 @@ class AnswerRun(QObject):
         else:
             self.context_length = int(self.context_length * SHRINK)
         log.info("context exceeded; retrying within %d tokens", self.context_length)
+        self.steps = AnswerSteps()
         self.start()
 
     def _finish(self, stats: AnswerStats, error: ApiError | None) -> None:
@@ -190,10 +251,13 @@ class AnswerRun(QObject):
             return
         self._done = True
         self._save_timer.stop()
-        if self.thinking is not None:
-            self.thinking.thinking_done = True
-            self.steps_changed.emit(self.answer.id)
-        self.answer = replace(self.answer, content=self.text, stats=stats)
-        self.store.update_message(self.answer.id, self.text, stats, steps=self.thinking)
+        if self.steps.reasoning:
+            self.steps.thinking_done = True
+        self.answer = replace(self.answer, content=self.text, stats=stats, sources=self.sources)
+        self.store.update_message(self.answer.id, self.text, stats, steps=self.kept_steps())
         self.conversation.replace(self.answer, streaming=False)
+        self.steps_changed.emit(self.answer.id)
         self.finished.emit(AnswerOutcome(self.chat.id, self.answer, error))
+
+
+__all__ = ["AnswerOutcome", "AnswerRun"]

@@ -1,7 +1,9 @@
 """ChatController: sends, stops, regenerates and edits, for any number of chats at once.
 
 It owns one :class:`ConversationModel` per opened chat and one :class:`AnswerRun` per chat
-that is answering; the worker batches the runs of several chats together.
+that is answering; the worker batches the runs of several chats together. Features that change
+what an answer asks for (documents, the thinking switch, tools, attachments) are request
+preparers added with :meth:`add_preparer`; they run in that order before each answer.
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ from PySide6.QtCore import QObject, Signal
 from app.chat.answer_run import AnswerOutcome, AnswerRun
 from app.chat.context import DEFAULT_CONTEXT
 from app.chat.conversation_model import ConversationModel
+from app.chat.preparers import RequestPreparer, ThinkingPreparer
 from app.net.api import HearthApi
 from app.net.types import ModelInfo, StatsSnapshot
 from app.store.chat_store import ChatStore, interrupted
-from app.store.records import AnswerStats, ChatRecord, ChatSettings, DocSource
+from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings
 
 log = logging.getLogger(__name__)
+
+# Where each kind of preparer runs: documents first (they change the system prompt's neighbours), then
+# the thinking switch, then tools (they may choose the agent loop), then attachments (the last message).
+PREPARER_ORDER = {"documents": 0, "thinking": 1, "tools": 2, "attachments": 3}
 
 
 class ChatController(QObject):
@@ -28,7 +35,7 @@ class ChatController(QObject):
     answer_started = Signal(int)  # chat id
     answer_finished = Signal(AnswerOutcome)
     chats_changed = Signal()  # titles or order changed: the sidebar refreshes
-    run_started = Signal(object)  # the AnswerRun or AgentAnswerRun just started (views hook into it)
+    run_started = Signal(AnswerRun)  # views follow its steps
 
     def __init__(self, store: ChatStore, api: HearthApi, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -37,9 +44,22 @@ class ChatController(QObject):
         self._conversations: dict[int, ConversationModel] = {}
         self._runs: dict[int, AnswerRun] = {}
         self._context: dict[str, int] = {}  # model name -> tokens per sequence
-        self.docs_context: dict[int, str] = {}  # chat id -> document sources for its next answer (app.pages.docs_panel)
-        self.docs_sources: dict[int, tuple[DocSource, ...]] = {}  # chat id -> those sources, kept with the answer
-        self.agent = None  # app.agent.AgentService: chats with MCP servers answer through the agent loop
+        self._preparers: list[RequestPreparer] = []
+        self.add_preparer(ThinkingPreparer())
+
+    def add_preparer(self, preparer: RequestPreparer) -> None:
+        """Run ``preparer`` before every answer, in :data:`PREPARER_ORDER` (unknown names last)."""
+        self._preparers.append(preparer)
+        self._preparers.sort(key=lambda p: PREPARER_ORDER.get(p.name, len(PREPARER_ORDER)))
+
+    def remove_preparer(self, preparer: RequestPreparer) -> None:
+        """Stop running ``preparer`` (a feature turned off); answers already started keep theirs."""
+        if preparer in self._preparers:
+            self._preparers.remove(preparer)
+
+    @property
+    def preparers(self) -> tuple[RequestPreparer, ...]:
+        return tuple(self._preparers)
 
     # -- what the views need ------------------------------------------------------------------
     def conversation(self, chat_id: int) -> ConversationModel:
@@ -55,6 +75,13 @@ class ChatController(QObject):
             model = ConversationModel(chat_id, messages, self)
             self._conversations[chat_id] = model
         return model
+
+    def steps(self, message_id: int) -> AnswerSteps | None:
+        """An answer's steps: a running answer's as they grow, else those kept in the chat store."""
+        for run in self._runs.values():
+            if run.answer.id == message_id:
+                return run.kept_steps()
+        return self.store.steps(message_id)
 
     def is_answering(self, chat_id: int) -> bool:
         return chat_id in self._runs
@@ -136,16 +163,11 @@ class ChatController(QObject):
         chat = self.store.get_chat(chat_id)
         if chat is None:
             return
-        extra = self.docs_context.pop(chat_id, None)
-        sources = self.docs_sources.pop(chat_id, ())
-        if extra:  # the attached collections' passages join the system prompt for this one answer
-            prompt = f"{chat.settings.system_prompt}\n\n{extra}".strip()
-            chat = replace(chat, settings=replace(chat.settings, system_prompt=prompt))
         model = self.conversation(chat_id)
         history = model.messages()
-        answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model), sources=sources)
+        answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model))
         model.append(answer, streaming=True)
-        kwargs = dict(
+        run = AnswerRun(
             api=self.api,
             store=self.store,
             conversation=model,
@@ -153,16 +175,9 @@ class ChatController(QObject):
             answer=answer,
             history=history,
             context_length=self.context_length(chat.settings.model),
+            preparers=self._preparers,
             parent=self,
         )
-        if self.agent is not None and self.agent.uses_tools(chat_id):
-            from app.agent.agent_run import AgentAnswerRun
-
-            run = AgentAnswerRun(agent=self.agent, **kwargs)
-        else:
-            run = AnswerRun(**kwargs)
-            if self.agent is not None:
-                run.extra_body = self.agent.request_fields(chat_id)
         run.finished.connect(self._on_run_finished)
         self._runs[chat_id] = run
         self.run_started.emit(run)

@@ -26,6 +26,8 @@ class ChatStream(QObject):
 
     delta = Signal(str)
     reasoning = Signal(str)  # the model's thinking (delta.reasoning_content), before its answer
+    sources = Signal(list)  # the document passages the worker retrieved (``hearth.sources`` of a chunk)
+    chunk = Signal(dict)  # every chunk as it came (the agent's turns assemble tool calls from them)
     finished = Signal(StreamResult)
     failed = Signal(ApiError)
 
@@ -93,6 +95,10 @@ class ChatStream(QObject):
             return ""
         if event.get("usage"):
             self._usage = event["usage"]
+        extension = event.get("hearth")
+        if isinstance(extension, dict) and isinstance(extension.get("sources"), list):
+            self.sources.emit(extension["sources"])
+        self.chunk.emit(event)
         out = []
         for choice in event.get("choices") or ():
             delta = choice.get("delta") or {}

@@ -51,7 +51,7 @@ class ChatsPage(QWidget):
         self.engine_ready = False
         self.list_model = ChatListModel(self)
         self.sidebar = ChatSidebar(self.list_model, colors)
-        self.view = ChatView(colors)
+        self.view = ChatView(colors, steps_source=controller.steps)
         self.composer = Composer(colors)
         self.settings_panel = ChatSettingsPanel()
         self.settings_panel.hide()
@@ -62,10 +62,14 @@ class ChatsPage(QWidget):
         center = QVBoxLayout()
         center.setSpacing(0)
         center.addWidget(self._header())
+        self._notices = QVBoxLayout()  # features' notices above the conversation (add_notice)
+        self._notices.setContentsMargins(0, 0, 0, 0)
+        center.addLayout(self._notices)
         center.addWidget(self.view, 1)
         center.addWidget(self.composer)
         row.addLayout(center, 1)
         row.addWidget(self.settings_panel)
+        self._row = row
         self._connect()
         self.refresh_list()
         chats = self.store.list_chats()
@@ -78,6 +82,7 @@ class ChatsPage(QWidget):
         header = QFrame()
         header.setObjectName("ChatHeader")
         row = QHBoxLayout(header)
+        self._header_row = row
         row.setContentsMargins(20, 10, 12, 10)
         self.title = ElidedLabel()
         self.title.setObjectName("ChatTitle")
@@ -102,6 +107,23 @@ class ChatsPage(QWidget):
         self._set_header_icons()
         return header
 
+    # -- places for features -----------------------------------------------------------------------
+    def add_header_button(self, button: QWidget) -> None:
+        """A feature's button in the chat header, before the chat settings button."""
+        self._header_row.insertWidget(self._header_row.indexOf(self.settings_button), button)
+
+    def add_notice(self, widget: QWidget) -> None:
+        """A feature's notice above the conversation (the feature shows and hides it)."""
+        self._notices.addWidget(widget)
+
+    def add_side_panel(self, widget: QWidget) -> None:
+        """A feature's panel at the right of the chat (the feature shows and hides it)."""
+        self._row.addWidget(widget)
+
+    def add_attachment(self, widget: QWidget) -> None:
+        """A feature's control or attachments row in the composer, above the text box."""
+        self.composer.add_attachment(widget)
+
     def _set_header_icons(self) -> None:
         self.export_button.setIcon(icon("export", self.colors.muted))
         self.settings_button.setIcon(icon("settings", self.colors.muted))
@@ -110,6 +132,7 @@ class ChatsPage(QWidget):
         c = self.controller
         c.answer_started.connect(self._answer_started)
         c.answer_finished.connect(self._answer_finished)
+        c.run_started.connect(lambda run: run.steps_changed.connect(self.view.refresh_steps))
         c.chats_changed.connect(self.refresh_list)
         self.sidebar.chat_selected.connect(self.open_chat)
         self.sidebar.new_chat_requested.connect(self.new_chat)
@@ -206,7 +229,7 @@ class ChatsPage(QWidget):
         messages = self.controller.conversation(chat_id).messages()
         from app.agent.export import export_text  # answers with their thinking and tool calls
 
-        text = export_text(chat, messages, fmt, self.view.steps_source)
+        text = export_text(chat, messages, fmt, self.controller.steps)
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
@@ -235,8 +258,11 @@ class ChatsPage(QWidget):
             self.view.set_actions_enabled(True)
 
     def _settings_edited(self, settings: ChatSettings) -> None:
-        if self.chat_id is not None:
-            self.controller.update_settings(self.chat_id, settings)
+        """The panel's part of the settings (prompt, sampling); the chat's other settings stay as stored."""
+        chat = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        if chat is not None:
+            merged = replace(chat.settings, system_prompt=settings.system_prompt, sampling=settings.sampling)
+            self.controller.update_settings(chat.id, merged)
 
     # -- models -------------------------------------------------------------------------------
     def _fill_models(self, selected: str) -> None:

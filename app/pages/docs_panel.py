@@ -2,9 +2,10 @@
 folder, indexing progress with pause and cancel, failed files), and the sources of the last answer with
 their scores; activating a source opens the file at its page.
 
-The passages come from the worker (/api/docs/context) before the question is sent; they join the chat's
-system prompt for that one answer (ChatController.docs_context) and are kept with it in the chat store, as
-are the collections attached to each chat: a chat opened again, after a restart too, has both back.
+A chat's attached collections go with each of its requests (``"hearth": {"collections": [...]}``, by the
+:class:`DocumentsPreparer`); the worker retrieves the passages, gives them to the model and sends them
+back with the answer, which keeps them in the chat store. The collections attached to each chat are
+kept there too: a chat opened again, after a restart too, has both back.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.chat.answer_run import AnswerOutcome, AnswerRun
+from app.chat.controller import ChatController
+from app.chat.preparers import AnswerRequest
+from app.net.api import HearthApi
 from app.net.types import ApiError
+from app.pages.chats_page import ChatsPage
 from app.store.records import DocSource
 
 log = logging.getLogger(__name__)
@@ -157,25 +163,46 @@ class DocsPanel(QFrame):
         self.ui.open_url(QUrl(item.data(Qt.ItemDataRole.UserRole)))
 
 
+class DocumentsPreparer:
+    """A chat's attached collections answer its questions: the worker retrieves from them."""
+
+    name = "documents"
+
+    def prepare(self, request: AnswerRequest) -> None:
+        names = sorted(request.chat.collections)
+        if names:
+            request.extension()["collections"] = names
+            request.added.append(f"Documents: {', '.join(names)}")
+
+
 class DocsUi(QObject):
-    """Puts documents into the window's chats.
+    """Puts documents into the chats: a header button, a side panel and a request preparer.
 
     Args:
-        window: The MainWindow.
+        page: The chats page (its header, its side).
+        controller: The chats' controller (its preparers, its conversations).
+        api: The worker's API.
         open_url: Opens a source's file URI (tests pass their own).
     """
 
-    def __init__(self, window, open_url: Callable[[QUrl], object] = QDesktopServices.openUrl) -> None:
-        super().__init__(window)
-        self.window = window
-        self.api = window.api
+    def __init__(
+        self,
+        page: ChatsPage,
+        controller: ChatController,
+        api: HearthApi,
+        open_url: Callable[[QUrl], object] = QDesktopServices.openUrl,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.page = page
+        self.controller = controller
+        self.api = api
         self.open_url = open_url
-        self.store = window.store
+        self.store = controller.store
         self.collections: list[DocCollection] = []
-        chats = window.chats
         self.panel = DocsPanel(self)
         self.panel.hide()
-        chats.layout().addWidget(self.panel)
+        page.add_side_panel(self.panel)
         self.button = QToolButton()
         self.button.setObjectName("docsButton")
         self.button.setText("Docs")
@@ -183,13 +210,11 @@ class DocsUi(QObject):
         self.button.setCheckable(True)
         self.button.setIconSize(QSize(18, 18))
         self.button.toggled.connect(self._toggled)
-        header = chats.settings_button.parentWidget().layout()
-        header.insertWidget(header.indexOf(chats.settings_button), self.button)
-        # questions of a chat with collections attached go through here first
-        chats.composer.send_requested.disconnect(chats.send)
-        chats.composer.send_requested.connect(self.send)
-        window.controller.answer_finished.connect(self._answer_finished)
-        chats.chat_opened.connect(lambda _id: self._chat_changed())
+        page.add_header_button(self.button)
+        controller.add_preparer(DocumentsPreparer())
+        controller.run_started.connect(self._run_started)
+        controller.answer_finished.connect(self._answer_finished)
+        page.chat_opened.connect(lambda _id: self._chat_changed())
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.refresh)
@@ -237,12 +262,12 @@ class DocsUi(QObject):
             call.failed.connect(self._failed)
 
     def _current_attached(self) -> set[str]:
-        chat_id = self.window.chats.chat_id
+        chat_id = self.page.chat_id
         chat = self.store.get_chat(chat_id) if chat_id is not None else None
         return set(chat.collections) if chat is not None else set()
 
     def _set_current_attached(self, names: set[str]) -> None:
-        chat_id = self.window.chats.chat_id
+        chat_id = self.page.chat_id
         if chat_id is None:
             return
         try:
@@ -262,7 +287,7 @@ class DocsUi(QObject):
 
     def latest_sources(self, chat_id: int) -> tuple[Sequence[DocSource], str]:
         """The sources of the chat's latest answer that had some, and that answer's text (its citations)."""
-        for message in reversed(self.window.controller.conversation(chat_id).messages()):
+        for message in reversed(self.controller.conversation(chat_id).messages()):
             if message.is_answer and message.sources:
                 return message.sources, message.content
         return (), ""
@@ -271,37 +296,18 @@ class DocsUi(QObject):
         attached = self._current_attached()
         self._show_count(len(attached))
         self.panel.show_collections(self.collections, attached)
-        chat_id = self.window.chats.chat_id
+        chat_id = self.page.chat_id
         self.panel.show_sources(*(self.latest_sources(chat_id) if chat_id is not None else ((), "")))
 
-    # -- answering ------------------------------------------------------------------------------
-    def send(self, text: str) -> None:
-        chats = self.window.chats
-        chat_id = chats.chat_id
-        names = sorted(self._current_attached())
-        if chat_id is None or not names or not text.strip() or self.window.controller.is_answering(chat_id):
-            chats.send(text)
-            return
-        call = self.api.post("/api/docs/context", {"collections": names, "question": text}, timeout_ms=120_000)
-        call.succeeded.connect(lambda ctx, c=chat_id, t=text: self._with_context(c, t, ctx))
-        call.failed.connect(lambda err, t=text: (self._failed(err), chats.send(t)))
+    # -- answers --------------------------------------------------------------------------------
+    def _run_started(self, run: AnswerRun) -> None:
+        run.producer_started.connect(lambda producer, c=run.chat_id: producer.sources.connect(lambda s: self._sources(c, s)))
 
-    def _with_context(self, chat_id: int, text: str, ctx: dict) -> None:
-        sources = tuple(DocSource.from_json(s) for s in ctx.get("sources", []))
-        self.window.controller.docs_context[chat_id] = str(ctx.get("system", ""))
-        self.window.controller.docs_sources[chat_id] = sources  # kept with the answer
-        if chat_id == self.window.chats.chat_id:
+    def _sources(self, chat_id: int, sources: tuple) -> None:
+        if chat_id == self.page.chat_id:
             self.panel.show_sources(sources)
-            self.window.chats.send(text)
-        else:  # the person moved to another chat meanwhile: answer in the one asked
-            self.window.controller.send(chat_id, text)
 
-    def _answer_finished(self, outcome) -> None:
+    def _answer_finished(self, outcome: AnswerOutcome) -> None:
         sources = outcome.message.sources
-        if sources and outcome.chat_id == self.window.chats.chat_id:
+        if sources and outcome.chat_id == self.page.chat_id:
             self.panel.show_sources(sources, outcome.message.content)
-
-
-def install_docs(window) -> DocsUi:
-    """Add documents to ``window``'s chats."""
-    return DocsUi(window)

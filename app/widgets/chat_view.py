@@ -8,11 +8,13 @@ than about a fifth of the GUI thread's time).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.chat.conversation_model import ConversationModel
+from app.store.records import AnswerSteps
 from app.theme import ThemeColors
 from app.widgets.message_bubble import MessageBubble
 
@@ -26,15 +28,20 @@ class ChatView(QScrollArea):
     edit_submitted = Signal(int, str)
     regenerate_clicked = Signal()
 
-    def __init__(self, colors: ThemeColors, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        colors: ThemeColors,
+        steps_source: Callable[[int], AnswerSteps | None] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.colors = colors
+        self.steps_source = steps_source  # message id -> its steps (thinking, tool calls, what was added)
         self.model: ConversationModel | None = None
         self.bubbles: list[MessageBubble] = []
         self._dirty: set[int] = set()
         self._stick = True
         self._actions_enabled = True
-        self.steps_source = None  # message id -> app.agent.steps.AnswerSteps | None (thinking, tool calls)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         canvas = QWidget()

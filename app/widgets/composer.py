@@ -41,8 +41,15 @@ class Composer(QWidget):
         self.frame = QFrame()
         self.frame.setObjectName("Composer")
         self.frame.setMaximumWidth(860)
-        row = QHBoxLayout(self.frame)
-        row.setContentsMargins(10, 8, 8, 8)
+        frame_column = QVBoxLayout(self.frame)
+        frame_column.setContentsMargins(10, 8, 8, 8)
+        frame_column.setSpacing(4)
+        self.attachments = QHBoxLayout()  # features' attachment rows (images...), above the text box
+        self.attachments.setContentsMargins(0, 0, 0, 0)
+        frame_column.addLayout(self.attachments)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        frame_column.addLayout(row)
         self.input = MessageInput()
         self.input.setObjectName("composerInput")
         self.input.setPlaceholderText("Send a message…")
@@ -67,6 +74,10 @@ class Composer(QWidget):
         outer.addWidget(self.hint)
         self._resize_input()
         self._update_button()
+
+    def add_attachment(self, widget: QWidget) -> None:
+        """A feature's widget above the text box (it shows and hides itself)."""
+        self.attachments.addWidget(widget)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         self.frame.setFixedWidth(min(860, max(200, self.width() - 48)))

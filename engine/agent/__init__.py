@@ -1,7 +1,14 @@
 """The agent loop: MCP servers as tools for a model served by Hearth's API (docs/agent.md)."""
 
 from engine.agent.approval import ApprovalPolicy, Decision
-from engine.agent.chat_client import ChatClient, ModelTurnError
+from engine.agent.chat_client import (
+    ChatClient,
+    ModelTurn,
+    ModelTurnError,
+    TurnAssembler,
+    TurnClient,
+    turn_body,
+)
 from engine.agent.config import (
     McpConfigError,
     McpImport,
@@ -23,6 +30,10 @@ __all__ = [
     "AgentRuntime",
     "ApprovalPolicy",
     "ChatClient",
+    "ModelTurn",
+    "TurnAssembler",
+    "TurnClient",
+    "turn_body",
     "Decision",
     "McpConfigError",
     "McpHub",

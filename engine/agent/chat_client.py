@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -36,6 +36,80 @@ class ModelTurn:
     usage: dict[str, Any] = field(default_factory=dict)
 
 
+class TurnClient(Protocol):
+    """What the agent loop needs of a client: one streamed turn (:class:`ChatClient` over httpx; the
+    desktop app has its own over Qt's network stack)."""
+
+    async def turn(
+        self,
+        body: dict[str, Any],
+        *,
+        on_content: Callable[[str], None] | None = None,
+        on_reasoning: Callable[[str], None] | None = None,
+    ) -> ModelTurn: ...
+
+
+class TurnAssembler:
+    """Builds a :class:`ModelTurn` from a turn's streamed chunks (``chat.completion.chunk`` objects),
+    the way any OpenAI client does: content and thinking appended, tool calls by index.
+
+    Args:
+        on_content: Called with each piece of the answer's text.
+        on_reasoning: Called with each piece of the model's thinking.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_content: Callable[[str], None] | None = None,
+        on_reasoning: Callable[[str], None] | None = None,
+    ) -> None:
+        self.turn = ModelTurn()
+        self._calls: dict[int, AssembledCall] = {}
+        self._on_content = on_content
+        self._on_reasoning = on_reasoning
+
+    def feed(self, data: dict) -> None:
+        """Take one chunk. Raises ModelTurnError for an error event."""
+        if "error" in data:
+            err = data["error"]
+            raise ModelTurnError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+        out = self.turn
+        if data.get("usage"):
+            out.usage = data["usage"]
+        for choice in data.get("choices") or ():
+            delta = choice.get("delta") or {}
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if thought:
+                out.reasoning += thought
+                if self._on_reasoning:
+                    self._on_reasoning(thought)
+            if delta.get("content"):
+                out.content += delta["content"]
+                if self._on_content:
+                    self._on_content(delta["content"])
+            for tc in delta.get("tool_calls") or ():
+                call = self._calls.setdefault(int(tc.get("index", 0)), AssembledCall())
+                if tc.get("id"):
+                    call.id = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    call.name = fn["name"]
+                if fn.get("arguments"):
+                    call.arguments += fn["arguments"]
+            if choice.get("finish_reason"):
+                out.finish_reason = choice["finish_reason"]
+
+    def result(self) -> ModelTurn:
+        self.turn.calls = [self._calls[i] for i in sorted(self._calls)]
+        return self.turn
+
+
+def turn_body(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as one streamed turn asks for it (with the usage chunk at the end)."""
+    return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+
 class ChatClient:
     """Streams chat completions from ``base_url`` (``http://host:port/v1``).
 
@@ -59,57 +133,23 @@ class ChatClient:
         on_reasoning: Callable[[str], None] | None = None,
     ) -> ModelTurn:
         """One streamed turn. Raises ModelTurnError with the API's message when it refuses."""
-        out = ModelTurn()
-        calls: dict[int, AssembledCall] = {}
+        assembler = TurnAssembler(on_content=on_content, on_reasoning=on_reasoning)
         parser = SseParser()
-        payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
         try:
-            async with self.http.stream("POST", self.url, json=payload, headers=self.headers) as response:
+            async with self.http.stream("POST", self.url, json=turn_body(body), headers=self.headers) as response:
                 if response.status_code >= 400:
                     raw = await response.aread()
                     raise ModelTurnError(_error_message(raw, response.status_code))
                 async for piece in response.aiter_bytes():
                     for event in parser.feed(piece):
-                        if event == DONE:
-                            continue
-                        self._apply(json.loads(event), out, calls, on_content, on_reasoning)
+                        if event != DONE:
+                            assembler.feed(json.loads(event))
                 for event in parser.close():
                     if event != DONE:
-                        self._apply(json.loads(event), out, calls, on_content, on_reasoning)
+                        assembler.feed(json.loads(event))
         except httpx.TransportError as exc:
             raise ModelTurnError(f"The engine stopped answering ({exc}); try again.") from exc
-        out.calls = [calls[i] for i in sorted(calls)]
-        return out
-
-    @staticmethod
-    def _apply(data: dict, out: ModelTurn, calls: dict[int, AssembledCall], on_content, on_reasoning) -> None:
-        if "error" in data:
-            err = data["error"]
-            raise ModelTurnError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
-        if data.get("usage"):
-            out.usage = data["usage"]
-        for choice in data.get("choices") or ():
-            delta = choice.get("delta") or {}
-            thought = delta.get("reasoning_content") or delta.get("reasoning")
-            if thought:
-                out.reasoning += thought
-                if on_reasoning:
-                    on_reasoning(thought)
-            if delta.get("content"):
-                out.content += delta["content"]
-                if on_content:
-                    on_content(delta["content"])
-            for tc in delta.get("tool_calls") or ():
-                call = calls.setdefault(int(tc.get("index", 0)), AssembledCall())
-                if tc.get("id"):
-                    call.id = tc["id"]
-                fn = tc.get("function") or {}
-                if fn.get("name"):
-                    call.name = fn["name"]
-                if fn.get("arguments"):
-                    call.arguments += fn["arguments"]
-            if choice.get("finish_reason"):
-                out.finish_reason = choice["finish_reason"]
+        return assembler.result()
 
     async def close(self) -> None:
         if self._own:
@@ -126,4 +166,4 @@ def _error_message(raw: bytes, status: int) -> str:
     return f"The engine answered HTTP {status}; try again."
 
 
-__all__ = ["AssembledCall", "ChatClient", "ModelTurn", "ModelTurnError"]
+__all__ = ["AssembledCall", "ChatClient", "ModelTurn", "ModelTurnError", "TurnAssembler", "TurnClient", "turn_body"]

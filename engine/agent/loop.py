@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.agent.approval import ApprovalPolicy, Decision
-from engine.agent.chat_client import ChatClient, ModelTurn, ModelTurnError
+from engine.agent.chat_client import ModelTurn, ModelTurnError, TurnClient
 from engine.agent.sessions import McpHub, McpServerFailed
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class AgentLoop:
 
     def __init__(
         self,
-        client: ChatClient,
+        client: TurnClient,
         hub: McpHub,
         approval: ApprovalPolicy,
         *,

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from app.agent.widgets import ToolCallCard
+from app.chat.preparers import AnswerRequest
 from app.store.records import AnswerSteps
 from engine.agent import AgentEvent
 from tests.app.conftest import ANSWER_TIMEOUT_MS
@@ -42,7 +43,7 @@ def setup_chat(qtbot, window, recorder, *keep: str) -> int:
     """A fresh chat using the recorder with only ``keep`` tools on, a tool call required first."""
     name, path, _log = recorder
     chat_id = fresh_chat(window, max_tokens=40, temperature=0)  # room for the forced call's JSON
-    dialog = window.agent_ui.open_servers()
+    dialog = window.tools.open_servers()
     assert [s.name for s in dialog.import_file(str(path))] == [name]
     agent = window.agent
     config = agent.servers.get(name)
@@ -53,19 +54,27 @@ def setup_chat(qtbot, window, recorder, *keep: str) -> int:
     dialog.set_used(name, True)  # the check box of the server in this chat
     dialog.tool_first.setChecked(True)
     dialog.close()
-    assert agent.chat_servers(chat_id) == [name] and agent.tool_first(chat_id)
-    assert window.agent_ui.tools_button.text() == "Tools (1)"
+    assert agent.chat_servers(chat_id) == [name] and window.store.get_chat(chat_id).settings.tool_first
+    assert window.tools.tools_button.text() == "Tools (1)"
     return chat_id
 
 
 def wait_dialog(qtbot, window):
-    ui = window.agent_ui
+    ui = window.tools
     try:
         qtbot.waitUntil(lambda: ui.approval_dialog is not None, timeout=ANSWER_TIMEOUT_MS * 2)
     except Exception as exc:
-        runs = {m: (getattr(r, "steps", None), r.text) for m, r in ui.runs.items()}
+        runs = {c: (r.steps, r.text) for c, r in window.controller._runs.items()}
         raise AssertionError(f"no approval asked; runs: {runs}; answering: {window.controller.answering_chats()}") from exc
     return ui.approval_dialog
+
+
+def prepared(window, chat_id: int) -> AnswerRequest:
+    """What the controller's preparers make of an empty request of the chat."""
+    request = AnswerRequest(chat=window.store.get_chat(chat_id), body={})
+    for preparer in window.controller.preparers:
+        preparer.prepare(request)
+    return request
 
 
 def cards(window) -> list[ToolCallCard]:
@@ -75,10 +84,11 @@ def cards(window) -> list[ToolCallCard]:
 def test_mcp_json_import_lists_tools_and_switches_them(qtbot, window, recorder):
     name, path, _log = recorder
     chat_id = fresh_chat(window)
-    dialog = window.agent_ui.open_servers()
-    assert window.agent.request_fields(chat_id) == {}  # the model's own default
-    dialog.thinking.setChecked(False)  # the chat's thinking switch
-    assert window.agent.request_fields(chat_id) == {"chat_template_kwargs": {"enable_thinking": False}}
+    dialog = window.tools.open_servers()
+    assert prepared(window, chat_id).body == {}  # the model's own default
+    dialog.thinking.setChecked(False)  # the chat's thinking switch, kept in the chat's settings
+    request = prepared(window, chat_id)
+    assert request.body == {"chat_template_kwargs": {"enable_thinking": False}} and request.added == ["Thinking off"]
     dialog.import_file(str(path))
     assert name in dialog.server_names()
     bad = path.with_name("bad.json")
@@ -134,7 +144,7 @@ def test_approval_once_always_and_deny_with_call_cards(qtbot, window, store, rec
         type_and_send(qtbot, window, "And the word bird?")
         qtbot.waitUntil(lambda: bool(cards(window)) and cards(window)[0].call["status"] != "pending",
                         timeout=ANSWER_TIMEOUT_MS)  # fmt: skip
-        assert window.agent_ui.approval_dialog is None
+        assert window.tools.approval_dialog is None
     assert cards(window)[0].call["status"] == "done"
 
     # Deny (after revoking "always" in the settings): the model is told, the server never sees it
@@ -184,8 +194,10 @@ def test_stop_mid_loop_then_a_server_that_crashes(qtbot, window, store, recorder
 
 
 def test_thinking_streams_then_folds_when_the_answer_starts(qtbot, window, store, tmp_path):
+    """The agent loop's events, through its producer, into one answer run and the view."""
     chat_id = fresh_chat(window)
-    from app.agent.agent_run import AgentAnswerRun
+    from app.agent.agent_producer import AgentProducer
+    from app.chat.answer_run import AnswerRun
     from app.store.records import AnswerStats
 
     chat = store.get_chat(chat_id)
@@ -194,16 +206,16 @@ def test_thinking_streams_then_folds_when_the_answer_starts(qtbot, window, store
     conversation = window.controller.conversation(chat_id)
     conversation.append(store.messages(chat_id)[0])
     conversation.append(answer, streaming=True)
-    run = AgentAnswerRun(api=window.api, store=store, conversation=conversation, chat=chat, answer=answer,
-                         history=[], context_length=2048, agent=window.agent, parent=window)  # fmt: skip
-    window.agent_ui.runs[answer.id] = run
-    run.steps_changed.connect(window.chats.view.refresh_steps)
+    run = AnswerRun(api=window.api, store=store, conversation=conversation, chat=chat, answer=answer,
+                    history=[], context_length=2048, parent=window)  # fmt: skip
+    producer = run.attach(AgentProducer(window.agent, window.tools.preparer.client, chat_id))
+    run.steps_changed.connect(lambda _mid: bubbles(window)[-1].show_steps(run.kept_steps()))
     thinking = bubbles(window)[-1].steps.thinking
     for piece in ("Light is ", "scattered by ", "the air."):  # a stream's thinking deltas
-        run._on_event(AgentEvent("thinking", text=piece))
+        producer._on_event(AgentEvent("thinking", text=piece))
     assert not bubbles(window)[-1].steps.isHidden() and not thinking.isHidden() and not thinking.body.isHidden()
     assert thinking.body.text() == "Light is scattered by the air." and "Thinking" in thinking.toggle.text()
-    run._on_event(AgentEvent("content", text="Because of Rayleigh scattering."))
+    producer._on_event(AgentEvent("content", text="Because of Rayleigh scattering."))
     assert thinking.body.isHidden()  # folded when the answer started
     assert thinking.toggle.text().startswith("▸ Thought for ") and "3 tokens" in thinking.toggle.text()
     thinking.toggle.click()
@@ -246,10 +258,10 @@ def test_a_plain_answer_shows_the_thinking_of_its_stream(qtbot, window, store):
     conversation.append(answer, streaming=True)
     run = AnswerRun(api=window.api, store=store, conversation=conversation, chat=chat, answer=answer,
                     history=[], context_length=2048, parent=window)  # fmt: skip
-    window.controller.run_started.emit(run)  # the window hooks its thinking into the view
+    run.steps_changed.connect(lambda _mid: bubbles(window)[-1].show_steps(run.kept_steps()))
     stream = ChatStream(window.api.nam, window.api.request("/v1/chat/completions", streaming=True), {}, window)
     stream.reasoning.connect(run._on_reasoning)
-    stream.delta.connect(run._on_delta)
+    stream.delta.connect(run._on_content)
     events = [{"reasoning_content": "Seven has no "}, {"reasoning_content": "divisors but 1 and 7."},
               {"content": "Yes, 7 is prime."}]  # fmt: skip
     thinking = bubbles(window)[-1].steps.thinking
@@ -288,7 +300,7 @@ def test_a_server_that_dies_while_idle_is_shown_with_its_stderr_and_the_chat_goe
     data["mcpServers"][name]["env"]["HEARTH_TEST_MCP_EXIT_FILE"] = str(trigger)
     path.write_text(json.dumps(data))
     chat_id = setup_chat(qtbot, window, recorder, "lookup")
-    agent, ui = window.agent, window.agent_ui
+    agent, ui = window.agent, window.tools
     agent.runtime.call(agent.hub_for(chat_id), timeout=60)  # the chat's servers, as its answers start them
     qtbot.waitUntil(lambda: agent.failures(chat_id) == [] and ui.server_notice.isHidden(), timeout=10_000)
     trigger.touch()  # no answer is running, no call is made
@@ -315,7 +327,7 @@ def test_an_mcp_json_that_replaces_a_server_asks_first_and_clears_its_approvals(
     from PySide6.QtWidgets import QMessageBox
 
     name, path, _log = recorder
-    dialog = window.agent_ui.open_servers()
+    dialog = window.tools.open_servers()
     dialog.import_file(str(path))
     window.agent.servers.set_always_allowed(f"{name}/lookup", True)
     other = path.with_name("other.json")

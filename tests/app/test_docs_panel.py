@@ -51,7 +51,8 @@ def test_attach_ask_sources_and_open_a_citation(qtbot, window, tmp_path: Path):
         window.chats.composer.send_requested.emit("How do I reset the thermostat?")
     outcome = finished.args[0]
     assert outcome.chat_id == chat_id and outcome.error is None
-    assert window.controller.docs_context == {}  # the sources went into that answer's prompt
+    [_question, answer] = window.store.messages(chat_id)
+    assert window.store.steps(answer.id).added == ["Documents: home-docs"]  # the request named the collection
 
     labels = [panel.sources.item(i).text() for i in range(panel.sources.count())]
     assert any(label.startswith("[") and "manual.pdf, page 2" in label for label in labels), labels
