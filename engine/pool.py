@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +183,19 @@ class ModelManager:
             self._by_path[model.name] = model
             self._by_path[name] = model
         return model
+
+    def pair_projector(self, name: str, mmproj: Path) -> LocalModel:
+        """Open the model file ``name`` (a path, the local user's own) with the multimodal projector ``mmproj``
+        (``hearth serve --model FILE.gguf --mmproj P.gguf``).
+
+        Raises:
+            ModelNotFound: ``name`` is not a model file.
+        """
+        model = self.resolve(name, allow_paths=True)
+        paired = replace(model, origin_info={**(model.origin_info or {}), "mmproj": str(mmproj.resolve())})
+        for key in [k for k, m in self._by_path.items() if m is model] or [name, model.name]:
+            self._by_path[key] = paired
+        return paired
 
     def state(self, name: str) -> str:
         with self._lock:

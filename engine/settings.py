@@ -39,6 +39,8 @@ class ServerSettings:
         max_n: Largest ``n`` (choices per request) accepted.
         ollama_port: A second port on the same host serving the same API, for clients that assume
             Ollama's (11434); None for none.
+        allow_image_urls: Fetch images that requests give by http(s) URL (a request the server makes on the
+            client's behalf); off, such images are refused.
     """
 
     host: str = "127.0.0.1"
@@ -50,6 +52,7 @@ class ServerSettings:
     max_body_bytes: int = 8 * 1024 * 1024
     max_n: int = 8
     ollama_port: int | None = None
+    allow_image_urls: bool = False
 
     @property
     def is_loopback(self) -> bool:

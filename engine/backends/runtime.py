@@ -21,7 +21,19 @@ from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.tools import RenderedChat, parse_stream
 from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
 
-__all__ = ["RequestStream"]
+__all__ = ["RequestStream", "refuse_media"]
+
+
+def refuse_media(request: GenerationRequest, why: str) -> None:
+    """Refuse a request with pictures or sounds on a backend that cannot take them, ``why`` saying what to do.
+
+    Raises:
+        InvalidRequest: the request has media.
+    """
+    media = request.media
+    if media:
+        what = "images" if media[0].kind == "image" else "audio"
+        raise InvalidRequest(f"This backend cannot read {what}: {why}", param=media[0].where or "messages")
 
 
 class RequestStream:

@@ -74,6 +74,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="speculative decoding: auto (prompt lookup, backing off where it does not pay; the default), "
         "ngram (the same) or off; the output is the same either way",
     )
+    p.add_argument(
+        "--allow-image-urls",
+        action="store_true",
+        help="fetch images that requests give by http(s) URL (off: only images sent in the request are read)",
+    )
+    p.add_argument(
+        "--mmproj",
+        metavar="PATH",
+        help="with --model FILE.gguf: the multimodal projector GGUF that lets that model see (and hear)",
+    )
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(
         "--ollama-port",
@@ -123,6 +133,7 @@ def server_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         cors_origins=tuple(args.cors_origin),
         max_body_bytes=args.max_body,
         ollama_port=args.ollama_port,
+        allow_image_urls=bool(getattr(args, "allow_image_urls", False)),
     )
 
 
@@ -139,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"hearth: {exc}", file=sys.stderr)
         return 2
     settings = server_settings(args, os.environ)
+    if args.mmproj and not args.model:
+        print("hearth: --mmproj pairs a projector with --model FILE.gguf; add --model.", file=sys.stderr)
+        return 2
     if not settings.is_loopback and not settings.has_key and not args.insecure_no_key:
         print(
             f"hearth: listening on {args.host} with no key would let anyone who reaches this machine use it; "
@@ -146,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from pathlib import Path
+
     from engine.server import create_app
     from engine.worker.main import WorkerConfig, run_worker
 
@@ -155,5 +171,6 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         idle_ttl=args.idle_ttl,
         load_options=options,
+        mmproj=Path(args.mmproj).expanduser() if args.mmproj else None,
     )
     return run_worker(config, app_factory=create_app)

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine import __version__
 from engine.errors import HearthError, InvalidRequest
-from engine.server import chat_tools, docs_chat, remote_routes, targets
+from engine.server import chat_tools, docs_chat, media, remote_routes, targets
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
 from engine.server.request_log import finished_record
@@ -30,8 +30,11 @@ from engine.server.schemas import (
 )
 from engine.server.streaming import merge_streams, open_streams
 from engine.types import (
+    MEDIA_MARKER,
+    ChatMessage,
     GenerationChunk,
     GenerationRequest,
+    MediaInput,
     ResponseFormat,
     SamplingParams,
     TokenLogprob,
@@ -108,8 +111,9 @@ def _finish_reason(final: GenerationChunk | None) -> str:
     return FINISH.get(final.finish_reason or "stop", "stop") if final is not None else "stop"
 
 
-# Message parts the local models cannot take in, by type, and what they hold.
-_UNREADABLE_PARTS = {"image_url": "read images", "input_audio": "hear audio", "file": "read files"}
+# Message parts the local models cannot take in, by type, and what they hold (pictures and sounds go to the
+# model, which refuses them itself when it cannot see or hear: engine.server.media).
+_UNREADABLE_PARTS = {"file": "read files"}
 
 
 def _unreadable_part(messages: list[ChatMessageBody]) -> str | None:
@@ -127,6 +131,35 @@ def _refuse_unreadable(model: str, body: ChatCompletionBody) -> None:
     what = _unreadable_part(body.messages)
     if what is not None:
         raise InvalidRequest(f"Model '{model}' cannot {what}; send the message as text only.", param="messages")
+
+
+def _chat_messages(messages: list[ChatMessageBody], *, allow_remote: bool) -> tuple[ChatMessage, ...]:
+    """The chat's messages, each ``image_url`` and ``input_audio`` part read (engine.server.media) and put at a
+    media marker in the text."""
+    items = _message_dicts(messages)
+    found: list[list[MediaInput]] = []
+    for i, item in enumerate(items):
+        own: list[MediaInput] = []
+        content = item.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                where, kind = f"messages[{i}].content[{j}]", part.get("type") if isinstance(part, dict) else None
+                if kind == "image_url":
+                    ref = part.get("image_url")
+                    url = ref.get("url") if isinstance(ref, dict) else ref
+                    if not isinstance(url, str):
+                        raise InvalidRequest(f"{where} needs image_url.url, a data: URL.", param=where)
+                    own.append(media.image_from_url(url, where, allow_remote=allow_remote))
+                elif kind == "input_audio":
+                    audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
+                    if not isinstance(audio.get("data"), str):
+                        raise InvalidRequest(f"{where} needs input_audio.data, the file base64-encoded.", param=where)
+                    own.append(media.audio_from_base64(audio["data"], audio.get("format"), where))
+                else:
+                    continue
+                content[j] = {"type": "text", "text": MEDIA_MARKER}
+        found.append(own)
+    return media.with_media(as_messages(items), found)
 
 
 def _message_dicts(messages: list[ChatMessageBody]) -> list[dict]:
@@ -362,6 +395,7 @@ async def list_models(request: Request) -> dict:
                 "object": "model",
                 "created": int(m.added_at.timestamp()) if m.added_at else 0,
                 "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
+                "capabilities": media.capabilities(m.mmproj),  # "vision", "audio": what it takes besides text
             }
             for m in models
         ]
@@ -390,7 +424,8 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         return await remote_routes.forward(request, target.routed, "/chat/completions", target.name, bool(body.stream))
     n = _check_n(request, body.n)
     _refuse_unreadable(target.name, body)
-    messages = as_messages(_message_dicts(body.messages))
+    allow_remote = request.app.state.settings.allow_image_urls
+    messages = await asyncio.to_thread(_chat_messages, body.messages, allow_remote=allow_remote)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     fmt = _response_format(body.response_format)

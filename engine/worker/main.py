@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engine.backends import LoadOptions
@@ -29,6 +30,7 @@ class WorkerConfig:
     idle_ttl: float | None = None
     load_options: LoadOptions = LoadOptions()
     memory_budget: int | None = None
+    mmproj: Path | None = None  # with a model file: its multimodal projector
 
 
 # Seconds a worker told to stop (SIGTERM, Ctrl-C) spends ending its streams and freeing its models before
@@ -119,6 +121,8 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
 
         def preload() -> None:
             try:
+                if config.mmproj is not None:
+                    manager.pair_projector(preload_model, config.mmproj)
                 manager.load(preload_model, allow_paths=True)  # `hearth serve --model PATH`: the user's own file
             except HearthError as exc:
                 log.error("could not load %s: %s", preload_model, exc)

@@ -12,6 +12,7 @@ The chunks themselves (what mtmd encodes) travel beside the tokens in a :class:`
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import weakref
@@ -246,4 +247,23 @@ class Projector:
             self.ctx = None
 
 
-__all__ = ["MediaChunk", "MediaPrompt", "Projector"]
+
+
+@functools.lru_cache(maxsize=64)
+def _caps(path: str, mtime: float) -> tuple[bool, bool]:
+    _route_logs()
+    caps = mtmd.mtmd_get_cap_from_file(path.encode())
+    return bool(caps.inp_vision), bool(caps.inp_audio)
+
+
+def projector_capabilities(path: Path) -> tuple[bool, bool]:
+    """Whether the projector at ``path`` has a vision encoder and an audio one (read from its header, cached
+    while the file is unchanged); (False, False) for a file that is missing or not a projector."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return False, False
+    return _caps(str(path), mtime)
+
+
+__all__ = ["MediaChunk", "MediaPrompt", "Projector", "projector_capabilities"]

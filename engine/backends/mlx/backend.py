@@ -14,7 +14,7 @@ from engine.backends.mlx import loader
 from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
 from engine.backends.mlx.sampler import TokenSampler
-from engine.backends.runtime import RequestStream
+from engine.backends.runtime import RequestStream, refuse_media
 from engine.errors import EmbeddingsUnsupported
 from engine.tools import RenderedChat, render_request
 from engine.tools.guidance import matcher_for
@@ -132,6 +132,8 @@ class MLXBackend:
             InvalidRequest: the prompt is empty or logit_bias names an unknown token.
             Overloaded: too many requests are waiting.
         """
+        refuse_media(request, "images on MLX need mlx-vlm, which is not installed here; serve the model's GGUF "
+                     "with its mmproj file through the llama.cpp backend (--backend llamacpp) instead.")
         loaded, loop = self._require()
         vocab = loaded.vocab
         stream, prompt = RequestStream.open(

@@ -11,7 +11,7 @@ from engine.backends.paged.engine_loop import EngineLoop
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
-from engine.backends.runtime import RequestStream
+from engine.backends.runtime import RequestStream, refuse_media
 from engine.chat_template import ChatTemplate
 from engine.errors import EmbeddingsUnsupported, ModelLoadError
 from engine.tools import RenderedChat, render_request
@@ -112,6 +112,8 @@ class PagedBackend:
             InvalidRequest: the prompt is empty, the output format cannot be enforced, or a bias is invalid.
             Overloaded: too many requests are waiting.
         """
+        refuse_media(request, "the paged engine runs text models only; serve the model's GGUF and mmproj with "
+                     "the llama.cpp backend (--backend llamacpp) to send pictures.")
         loop = self._require_loop()
         le = loop.loaded
         tok = le.checkpoint.tokenizer
