@@ -84,6 +84,7 @@ class ToolsFeature(QObject):
         self.preparer.producer_made.connect(self._producer_made)
         controller.add_preparer(self.preparer)
         page.chat_opened.connect(lambda _id: self.update_button())
+        controller.chat_forked.connect(lambda chat_id, fork_id: agent.set_chat_servers(fork_id, agent.chat_servers(chat_id)))
         agent.server_state_changed.connect(self._server_state_changed)
         self.update_button()
 

@@ -9,7 +9,6 @@ preparers added with :meth:`add_preparer`; they run in that order before each an
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 from PySide6.QtCore import QObject, Signal
 
@@ -20,7 +19,7 @@ from app.chat.preparers import RequestPreparer, ThinkingPreparer
 from app.net.api import HearthApi
 from app.net.types import ModelInfo, StatsSnapshot
 from app.store.chat_store import ChatStore, interrupted
-from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings
+from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings, MessageRecord
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,7 @@ class ChatController(QObject):
     answer_finished = Signal(AnswerOutcome)
     chats_changed = Signal()  # titles or order changed: the sidebar refreshes
     run_started = Signal(AnswerRun)  # views follow its steps
+    chat_forked = Signal(int, int)  # the chat, its new fork (features copy what they keep per chat)
 
     def __init__(self, store: ChatStore, api: HearthApi, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -72,7 +72,7 @@ class ChatController(QObject):
                 if fixed is not m:
                     self.store.update_message(fixed.id, fixed.content, fixed.stats)
                 messages.append(fixed)
-            model = ConversationModel(chat_id, messages, self)
+            model = ConversationModel(chat_id, messages, self, branches=self.store.branch_counts(chat_id))
             self._conversations[chat_id] = model
         return model
 
@@ -126,29 +126,50 @@ class ChatController(QObject):
             run.stop()
 
     def regenerate(self, chat_id: int) -> bool:
-        """Replace the last answer with a new one."""
+        """Answer the last question again; the earlier answer stays as a branch beside the new one."""
         model = self.conversation(chat_id)
         last = model.last_answer()
-        if last is None or self.is_answering(chat_id):
+        chat = self.store.get_chat(chat_id)
+        if last is None or chat is None or self.is_answering(chat_id):
             return False
-        self.store.delete_messages_after(chat_id, last.id, inclusive=True)
+        answer = self.store.add_sibling(last.id, "", AnswerStats(model=chat.settings.model))
         model.remove_from(model.row_of(last.id))
-        self._answer(chat_id)
+        self._answer(chat_id, answer=answer)
         return True
 
     def edit_and_resend(self, chat_id: int, message_id: int, text: str) -> bool:
-        """Change a user message, drop everything after it and answer it again."""
+        """Ask an edited question as a new branch beside the original (which keeps its answers)."""
         model = self.conversation(chat_id)
         row = model.row_of(message_id)
         if row < 0 or not text.strip() or self.is_answering(chat_id) or model.message(row).role != "user":
             return False
-        edited = replace(model.message(row), content=text)
-        self.store.update_message(message_id, text)
-        self.store.delete_messages_after(chat_id, message_id)
-        model.remove_from(row + 1)
-        model.replace(edited)
+        edited = self.store.add_sibling(message_id, text)
+        model.remove_from(row)
+        model.append(edited)
         self._answer(chat_id)
         return True
+
+    def switch_branch(self, chat_id: int, message_id: int, step: int) -> bool:
+        """Show the version ``step`` places from ``message_id`` (-1: the one before) and the branch below it."""
+        if self.is_answering(chat_id):
+            return False
+        versions = self.store.siblings(message_id)
+        index = versions.index(message_id) + step
+        if not 0 <= index < len(versions):
+            return False
+        path = self.store.switch_branch(versions[index])
+        self.conversation(chat_id).reset([interrupted(m) for m in path], self.store.branch_counts(chat_id))
+        return True
+
+    def fork(self, chat_id: int, message_id: int) -> ChatRecord | None:
+        """A new chat holding this one up to ``message_id`` (the branch shown), to go on from there."""
+        try:
+            fork = self.store.fork_chat(chat_id, message_id)
+        except KeyError:
+            return None
+        self.chat_forked.emit(chat_id, fork.id)
+        self.chats_changed.emit()
+        return fork
 
     def update_settings(self, chat_id: int, settings: ChatSettings) -> ChatRecord:
         return self.store.update_settings(chat_id, settings)
@@ -159,14 +180,17 @@ class ChatController(QObject):
         self._conversations.pop(chat_id, None)
 
     # -- running answers ----------------------------------------------------------------------
-    def _answer(self, chat_id: int) -> None:
+    def _answer(self, chat_id: int, *, answer: MessageRecord | None = None) -> None:
+        """Answer the conversation's last question in ``answer`` (a new version's row), or in a new message."""
         chat = self.store.get_chat(chat_id)
         if chat is None:
             return
         model = self.conversation(chat_id)
         history = model.messages()
-        answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model))
+        if answer is None:
+            answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model))
         model.append(answer, streaming=True)
+        model.set_branches(self.store.branch_counts(chat_id))
         run = AnswerRun(
             api=self.api,
             store=self.store,

@@ -19,11 +19,14 @@ _Index = QModelIndex | QPersistentModelIndex
 class ConversationModel(QAbstractListModel):
     """Rows are :class:`MessageRecord` objects in chat order."""
 
-    def __init__(self, chat_id: int, messages: list[MessageRecord], parent=None) -> None:
+    def __init__(
+        self, chat_id: int, messages: list[MessageRecord], parent=None, *, branches: dict[int, tuple[int, int]] | None = None
+    ) -> None:
         super().__init__(parent)
         self.chat_id = chat_id
         self._messages = list(messages)
         self._streaming: set[int] = set()
+        self._branches = dict(branches or {})  # message id -> (its position, how many) among its siblings
 
     # -- Qt model interface -------------------------------------------------------------------
     def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008, N802 - Qt's signature
@@ -60,6 +63,10 @@ class ConversationModel(QAbstractListModel):
     def is_streaming(self, message_id: int) -> bool:
         return message_id in self._streaming
 
+    def branch_of(self, message_id: int) -> tuple[int, int]:
+        """``(2, 3)``: the message is the second of three versions (edits or regenerations)."""
+        return self._branches.get(message_id, (1, 1))
+
     def last_answer(self) -> MessageRecord | None:
         return self._messages[-1] if self._messages and self._messages[-1].is_answer else None
 
@@ -84,6 +91,22 @@ class ConversationModel(QAbstractListModel):
             self._streaming.discard(message.id)
         index = self.index(row)
         self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole, MessageRole, StreamingRole])
+
+    def set_branches(self, branches: dict[int, tuple[int, int]]) -> None:
+        """New branch positions (a version was added): the rows whose position changed say so."""
+        changed = [r for r, m in enumerate(self._messages) if branches.get(m.id, (1, 1)) != self.branch_of(m.id)]
+        self._branches = dict(branches)
+        for row in changed:
+            index = self.index(row)
+            self.dataChanged.emit(index, index, [MessageRole])
+
+    def reset(self, messages: list[MessageRecord], branches: dict[int, tuple[int, int]]) -> None:
+        """Show another branch: the rows become ``messages``."""
+        self.beginResetModel()
+        self._messages = list(messages)
+        self._streaming.clear()
+        self._branches = dict(branches)
+        self.endResetModel()
 
     def remove_from(self, row: int) -> None:
         """Remove ``row`` and every row after it."""

@@ -144,6 +144,8 @@ class ChatsPage(QWidget):
         self.composer.stop_requested.connect(lambda: self.controller.stop(self.chat_id) if self.chat_id else None)
         self.view.edit_submitted.connect(lambda mid, text: self.controller.edit_and_resend(self.chat_id, mid, text))
         self.view.regenerate_clicked.connect(lambda: self.controller.regenerate(self.chat_id))
+        self.view.branch_requested.connect(lambda mid, step: self.controller.switch_branch(self.chat_id, mid, step))
+        self.view.fork_requested.connect(self.fork_chat)
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.model_combo.activated.connect(self._model_chosen)
         self.models.changed.connect(self._models_changed)
@@ -192,6 +194,16 @@ class ChatsPage(QWidget):
         self.sidebar.select_chat(chat_id)
         self.chat_opened.emit(chat_id)
 
+    def fork_chat(self, message_id: int) -> None:
+        """Open a new chat with this one's conversation up to ``message_id``."""
+        if self.chat_id is None:
+            return
+        fork = self.controller.fork(self.chat_id, message_id)
+        if fork is not None:
+            self.sidebar.search.clear()
+            self.open_chat(fork.id)
+            self.refresh_list()
+
     def rename_chat(self, chat_id: int, title: str) -> None:
         chat = self.store.rename_chat(chat_id, title)
         if chat_id == self.chat_id:
@@ -229,7 +241,7 @@ class ChatsPage(QWidget):
         messages = self.controller.conversation(chat_id).messages()
         from app.agent.export import export_text  # answers with their thinking and tool calls
 
-        text = export_text(chat, messages, fmt, self.controller.steps)
+        text = export_text(chat, messages, fmt, self.controller.steps, tree=self.store.all_messages(chat_id))
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:

@@ -27,6 +27,8 @@ COLUMN_WIDTH = 860
 class ChatView(QScrollArea):
     edit_submitted = Signal(int, str)
     regenerate_clicked = Signal()
+    branch_requested = Signal(int, int)  # message id, step (-1 or +1)
+    fork_requested = Signal(int)  # message id
 
     def __init__(
         self,
@@ -105,8 +107,11 @@ class ChatView(QScrollArea):
         bubble.show_message(message, streaming=self.model.is_streaming(message.id))
         if self.steps_source is not None and message.role == "assistant":
             bubble.show_steps(self.steps_source(message.id))
+        bubble.set_branch(*self.model.branch_of(message.id))
         bubble.edit_submitted.connect(self.edit_submitted)
         bubble.regenerate_clicked.connect(self.regenerate_clicked)
+        bubble.branch_step.connect(self.branch_requested)
+        bubble.fork_clicked.connect(self.fork_requested)
         return bubble
 
     def _inserted(self, _parent: QModelIndex, first: int, last: int) -> None:
@@ -141,6 +146,7 @@ class ChatView(QScrollArea):
             if row < len(self.bubbles):
                 message = self.model.message(row)
                 self.bubbles[row].show_message(message, streaming=self.model.is_streaming(message.id))
+                self.bubbles[row].set_branch(*self.model.branch_of(message.id))
         self._dirty.clear()
         self._after_change()
         spent_ms = (time.perf_counter() - started) * 1000

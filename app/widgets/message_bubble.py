@@ -66,6 +66,8 @@ class MessageBubble(QWidget):
 
     edit_submitted = Signal(int, str)  # message id, new text
     regenerate_clicked = Signal()
+    branch_step = Signal(int, int)  # message id, -1 (the version before) or +1 (the one after)
+    fork_clicked = Signal(int)  # message id: a new chat up to here
 
     def __init__(self, message: MessageRecord, colors: ThemeColors, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -135,17 +137,44 @@ class MessageBubble(QWidget):
         self.edit_button.clicked.connect(lambda: self.set_editing(True))
         self.regenerate_button = _tool("regenerate", "Answer again", self.colors, "regenerateButton")
         self.regenerate_button.clicked.connect(self.regenerate_clicked)
+        self.fork_button = _tool("fork", "Fork chat from here: a new chat with the conversation up to this message",
+                                 self.colors, "forkButton")  # fmt: skip
+        self.fork_button.clicked.connect(lambda: self.fork_clicked.emit(self.message.id))
+        self.branch = QWidget()  # ‹ 2/3 ›: the versions of this message (edits, regenerations)
+        self.branch.setObjectName("branchSwitcher")
+        row = QHBoxLayout(self.branch)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        self.previous_branch = QToolButton()
+        self.previous_branch.setObjectName("previousBranch")
+        self.previous_branch.setText("‹")
+        self.previous_branch.setToolTip("The version before")
+        self.previous_branch.clicked.connect(lambda: self.branch_step.emit(self.message.id, -1))
+        self.branch_label = QLabel()
+        self.branch_label.setObjectName("Muted")
+        self.next_branch = QToolButton()
+        self.next_branch.setObjectName("nextBranch")
+        self.next_branch.setText("›")
+        self.next_branch.setToolTip("The version after")
+        self.next_branch.clicked.connect(lambda: self.branch_step.emit(self.message.id, 1))
+        for w in (self.previous_branch, self.branch_label, self.next_branch):
+            row.addWidget(w)
+        self.branch.hide()
         if user:
             footer.addStretch()
+            footer.addWidget(self.branch)
             footer.addWidget(self.copy_button)
             footer.addWidget(self.edit_button)
+            footer.addWidget(self.fork_button)
             self.regenerate_button.hide()
             self.stats.hide()
         else:
+            footer.addWidget(self.branch)
             footer.addWidget(self.stats)
             footer.addSpacing(8)
             footer.addWidget(self.copy_button)
             footer.addWidget(self.regenerate_button)
+            footer.addWidget(self.fork_button)
             footer.addStretch()
             self.edit_button.hide()
         column.addWidget(self.error)
@@ -183,6 +212,13 @@ class MessageBubble(QWidget):
         if self.message.role != "user":
             self.steps.show_steps(steps)
 
+    def set_branch(self, index: int, count: int) -> None:
+        """Show ‹ index/count › when the message has other versions."""
+        self.branch.setVisible(count > 1)
+        self.branch_label.setText(f"{index}/{count}")
+        self.previous_branch.setEnabled(index > 1)
+        self.next_branch.setEnabled(index < count)
+
     def set_last(self, last: bool) -> None:
         """Only the last answer can be regenerated."""
         self.regenerate_button.setVisible(self.message.role == "assistant" and last)
@@ -190,10 +226,14 @@ class MessageBubble(QWidget):
     def set_actions_enabled(self, enabled: bool) -> None:
         self.regenerate_button.setEnabled(enabled and not self.streaming)
         self.edit_button.setEnabled(enabled)
+        self.branch.setEnabled(enabled)
+        self.fork_button.setEnabled(enabled and not self.streaming)
 
     def set_colors(self, colors: ThemeColors) -> None:
         self.colors = colors
-        for button, name in ((self.copy_button, "copy"), (self.edit_button, "edit"), (self.regenerate_button, "regenerate")):
+        buttons = ((self.copy_button, "copy"), (self.edit_button, "edit"), (self.regenerate_button, "regenerate"),
+                   (self.fork_button, "fork"))  # fmt: skip
+        for button, name in buttons:
             button.setIcon(icon(name, colors.muted))
         if isinstance(self.body, MarkdownView):
             self.body.set_colors(colors)
