@@ -20,10 +20,18 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.routing import Match
 
 from engine.errors import InvalidRequest
-from engine.server import docs_chat, remote_routes, targets
+from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
-from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
+from engine.types import (
+    MEDIA_MARKER,
+    ChatMessage,
+    GenerationChunk,
+    GenerationRequest,
+    MediaInput,
+    ResponseFormat,
+    SamplingParams,
+)
 
 router = APIRouter(prefix="/v1", route_class=error_route(anthropic_error))
 
@@ -96,7 +104,17 @@ def _tool_result(block: dict[str, Any], where: str, names: dict[str, str]) -> Ch
     return ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id))
 
 
-def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
+def _image(block: dict, where: str, allow_remote: bool) -> MediaInput:
+    """An ``image`` block's picture: a base64 source, or a URL one (fetched only with --allow-image-urls)."""
+    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        return media.image_from_base64(source["data"], where)
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return media.image_from_url(source["url"], where, allow_remote=allow_remote)
+    raise InvalidRequest(f"{where} needs a source of type base64 (with data) or url.", param=where)
+
+
+def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMessage, ...]:
     out: list[ChatMessage] = []
     system = _text_of(body.system, "system")
     if system:
@@ -111,6 +129,7 @@ def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
         texts: list[str] = []
         thoughts: list[str] = []
         calls: list[ToolCall] = []
+        pictures: list[MediaInput] = []
         for j, block in enumerate(m.content):
             kind = block.get("type")
             where = f"messages[{i}].content[{j}]"
@@ -130,6 +149,9 @@ def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
                 calls.append(ToolCall(name=name, arguments=json.dumps(block.get("input") or {}, ensure_ascii=False), id=call_id))
             elif kind == "tool_result" and m.role == "user":
                 out.append(_tool_result(block, where, names))
+            elif kind == "image" and m.role == "user":
+                pictures.append(_image(block, where, allow_remote))
+                texts.append(MEDIA_MARKER)
             elif kind in ("image", "document"):
                 raise InvalidRequest(
                     f"{where} is an {kind} block; Hearth's models here read text only, send it as text.", param="messages"
@@ -137,7 +159,8 @@ def _messages(body: CountTokensBody) -> tuple[ChatMessage, ...]:
             else:
                 raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support here.", param="messages")
         if texts or calls or m.role == "assistant" or not any(b.get("type") == "tool_result" for b in m.content):
-            out.append(ChatMessage(m.role, "\n".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None))
+            out.append(ChatMessage(m.role, "\n".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None,
+                                   media=tuple(pictures)))
     if not out or all(m.role == "system" for m in out):
         raise InvalidRequest("'messages' must hold at least one message.", param="messages")
     return tuple(out)
@@ -193,10 +216,10 @@ def _params(body: MessagesBody) -> SamplingParams:
     )
 
 
-def _request(body: CountTokensBody, params: SamplingParams | None = None) -> GenerationRequest:
+def _request(body: CountTokensBody, params: SamplingParams | None = None, allow_remote: bool = False) -> GenerationRequest:
     return GenerationRequest(
         model=body.model,
-        messages=_messages(body),
+        messages=_messages(body, allow_remote),
         params=params or SamplingParams(),
         response_format=_format(body),
         speculative=getattr(body, "speculative", None),
@@ -230,7 +253,9 @@ def _tool_use(call: ToolCall) -> dict:
 
 @router.post("/messages")
 async def create_message(request: Request, body: MessagesBody):
-    run = await DialectRun(request, _request(body, _params(body)), documents=docs_chat.documents_asked(body)).start()
+    allow_remote = request.app.state.settings.allow_image_urls  # images are read (and fetched) off the event loop
+    req = await asyncio.to_thread(_request, body, _params(body), allow_remote)
+    run = await DialectRun(request, req, documents=docs_chat.documents_asked(body)).start()
     mid = f"msg_{uuid.uuid4().hex}"
     if body.stream:
         return StreamingResponse(
@@ -346,7 +371,8 @@ async def _events(run: DialectRun, mid: str) -> AsyncIterator[bytes]:
 
 @router.post("/messages/count_tokens")
 async def count_tokens(request: Request, body: CountTokensBody) -> dict:
-    return {"input_tokens": await count_prompt_tokens(request, _request(body))}
+    req = await asyncio.to_thread(_request, body, None, request.app.state.settings.allow_image_urls)
+    return {"input_tokens": await count_prompt_tokens(request, req)}
 
 
 def _model(m) -> dict:
