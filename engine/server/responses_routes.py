@@ -9,6 +9,7 @@ chat completions answers them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -22,11 +23,20 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.exceptions import HTTPException
 
 from engine.errors import InvalidRequest
+from engine.server import media
 from engine.server.dialect import DialectRun
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
-from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
+from engine.types import (
+    MEDIA_MARKER,
+    ChatMessage,
+    GenerationChunk,
+    GenerationRequest,
+    MediaInput,
+    ResponseFormat,
+    SamplingParams,
+)
 
 router = APIRouter(prefix="/v1")
 
@@ -83,11 +93,25 @@ def _content_text(content: Any, where: str) -> str:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("input_text", "output_text", "text", "reasoning_text") and isinstance(part.get("text"), str):
             parts.append(part["text"])
-        elif kind in ("input_image", "input_file", "input_audio"):
+        elif kind == "input_image":
+            parts.append(MEDIA_MARKER)  # the picture itself: _images
+        elif kind in ("input_file", "input_audio"):
             raise InvalidRequest(f"{where}.content[{j}] is {kind}; Hearth's models here read text only.", param="input")
         elif kind != "refusal":
             raise InvalidRequest(f"{where}.content[{j}] has type '{kind}', which Hearth does not support.", param="input")
     return "".join(parts)
+
+
+def _images(content: Any, where: str, allow_remote: bool) -> tuple[MediaInput, ...]:
+    """The ``input_image`` parts' pictures (``image_url``: a data: URL, or http(s) with --allow-image-urls)."""
+    out = []
+    for j, part in enumerate(content if isinstance(content, list) else ()):
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise InvalidRequest(f"{where}.content[{j}] needs image_url (a data: URL); file_id is not supported.", param="input")
+            out.append(media.image_from_url(url, f"{where}.content[{j}]", allow_remote=allow_remote))
+    return tuple(out)
 
 
 def _input_items(body: ResponsesBody) -> list[dict]:
@@ -96,7 +120,7 @@ def _input_items(body: ResponsesBody) -> list[dict]:
     return [dict(item) for item in body.input]
 
 
-def _input_messages(items: list[dict], earlier: tuple[ChatMessage, ...]) -> list[ChatMessage]:
+def _input_messages(items: list[dict], earlier: tuple[ChatMessage, ...], allow_remote: bool = False) -> list[ChatMessage]:
     out: list[ChatMessage] = []
     names = {c.id: c.name for m in earlier for c in m.tool_calls}  # call ids -> function names
     for i, item in enumerate(items):
@@ -106,7 +130,9 @@ def _input_messages(items: list[dict], earlier: tuple[ChatMessage, ...]) -> list
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
                 raise InvalidRequest(f"{where}.role must be user, assistant, system or developer.", param="input")
-            out.append(ChatMessage("system" if role == "developer" else role, _content_text(item.get("content"), where)))
+            content = item.get("content")
+            pictures = _images(content, where, allow_remote)
+            out.append(ChatMessage("system" if role == "developer" else role, _content_text(content, where), media=pictures))
         elif kind == "function_call":
             name, call_id = item.get("name"), item.get("call_id")
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
@@ -181,7 +207,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     for item in items:
         item.setdefault("type", "message")
         item.setdefault("id", f"{'msg' if item['type'] == 'message' else 'item'}_{uuid.uuid4().hex}")
-    history = earlier + tuple(_input_messages(items, earlier))
+    history = earlier + tuple(_input_messages(items, earlier, request.app.state.settings.allow_image_urls))
     if not history:
         raise InvalidRequest("'input' is empty; send some text or input items.", param="input")
     if body.max_output_tokens is not None and body.max_output_tokens < 1:
@@ -274,7 +300,7 @@ def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text:
 
 @router.post("/responses")
 async def create_response(request: Request, body: ResponsesBody):
-    turn = _turn(request, body)
+    turn = await asyncio.to_thread(_turn, request, body)  # pictures are read (and fetched) off the event loop
     run = await DialectRun(request, turn.req, documents=documents_asked(body)).start()
     turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
     if body.stream:
