@@ -11,6 +11,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from engine.documents.errors import CollectionNotFound
+from engine.server.api_models import (
+    CollectionDeleted,
+    CollectionList,
+    DocCollection,
+    DocsContext,
+    ProgressAnswer,
+    SearchAnswer,
+)
 from engine.server.errors import error_response
 
 router = APIRouter(prefix="/api/docs")
@@ -69,12 +77,12 @@ def _collection(svc, name: str) -> dict:
     return info
 
 
-@router.get("/collections")
+@router.get("/collections", response_model=CollectionList)
 async def list_collections(request: Request):
     return await _call(request, lambda svc: {"collections": [_collection(svc, n) for n in svc.index.names()]})
 
 
-@router.post("/collections", status_code=202)
+@router.post("/collections", status_code=202, response_model=DocCollection)
 async def add_collection(request: Request, body: AddBody):
     def add(svc):
         info = svc.add(body.name, body.paths, model=body.model)
@@ -84,12 +92,12 @@ async def add_collection(request: Request, body: AddBody):
     return result if isinstance(result, JSONResponse) else JSONResponse(result, status_code=202)
 
 
-@router.get("/collections/{name}")
+@router.get("/collections/{name}", response_model=DocCollection)
 async def get_collection(request: Request, name: str):
     return await _call(request, _collection, name)
 
 
-@router.delete("/collections/{name}")
+@router.delete("/collections/{name}", response_model=CollectionDeleted)
 async def delete_collection(request: Request, name: str):
     def remove(svc):
         svc.remove(name)
@@ -98,7 +106,7 @@ async def delete_collection(request: Request, name: str):
     return await _call(request, remove)
 
 
-@router.post("/collections/{name}/index", status_code=202)
+@router.post("/collections/{name}/index", status_code=202, response_model=DocCollection)
 async def reindex(request: Request, name: str):
     def start(svc):
         svc.start(name)
@@ -108,7 +116,7 @@ async def reindex(request: Request, name: str):
     return result if isinstance(result, JSONResponse) else JSONResponse(result, status_code=202)
 
 
-@router.post("/collections/{name}/{action}")
+@router.post("/collections/{name}/{action}", response_model=ProgressAnswer)
 async def control(request: Request, name: str, action: str):
     def act(svc):
         return {"progress": svc.control(name, action).as_dict()}
@@ -116,7 +124,7 @@ async def control(request: Request, name: str, action: str):
     return await _call(request, act)
 
 
-@router.put("/collections/{name}/model", status_code=202)
+@router.put("/collections/{name}/model", status_code=202, response_model=DocCollection)
 async def set_model(request: Request, name: str, body: ModelBody):
     def change(svc):
         svc.set_model(name, body.model)
@@ -126,7 +134,7 @@ async def set_model(request: Request, name: str, body: ModelBody):
     return result if isinstance(result, JSONResponse) else JSONResponse(result, status_code=202)
 
 
-@router.post("/search")
+@router.post("/search", response_model=SearchAnswer)
 async def search(request: Request, body: SearchBody):
     def run(svc):
         hits, modes = svc.search(body.collections, body.query, k=body.k, mode=body.mode)
@@ -135,7 +143,7 @@ async def search(request: Request, body: SearchBody):
     return await _call(request, run)
 
 
-@router.post("/context")
+@router.post("/context", response_model=DocsContext)
 async def context(request: Request, body: ContextBody):
     def run(svc):
         return svc.context(body.collections, body.question, budget_tokens=body.budget_tokens, k=body.k).as_dict()

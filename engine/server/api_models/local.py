@@ -1,0 +1,207 @@
+"""Answers about local models, their live figures, this machine and how a model fits it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict
+
+from engine.server.api_models.base import Answer
+
+
+# -- local models: GET /api/models, POST /api/models/{load,unload,import}, DELETE /api/models/NAME ------
+class ModelInfo(Answer):
+    """A model the worker can load, and whether it is loaded."""
+
+    name: str
+    path: str = ""
+    format: str = ""
+    source: str = ""
+    repo: str | None = None
+    variant: str | None = None
+    quantization: str | None = None
+    size_bytes: int = 0
+    architecture: str | None = None
+    parameters: int | None = None
+    context_length: int | None = None
+    has_chat_template: bool = False
+    state: str = "not-loaded"  # loaded | loading | not-loaded
+    origin: str | None = None  # another app's model, read in place: ollama | lmstudio | jan | gpt4all | hf-cache
+    origin_label: str | None = None  # "Ollama", "LM Studio"...
+    mmproj: str | None = None
+    defaults: dict[str, Any] | None = None  # an Ollama model's parameters and system prompt
+    template_source: str | None = None
+
+
+class ModelList(Answer):
+    models: list[ModelInfo]
+
+
+class LoadAnswer(Answer):
+    name: str
+    state: str
+    backend: str
+    n_ctx: int
+    n_ctx_train: int
+
+
+class UnloadAnswer(Answer):
+    name: str
+    state: str
+    unloaded: bool
+
+
+class DeleteAnswer(Answer):
+    """Another app's model keeps its files: ``files_kept``, its ``origin`` and a ``message`` say so."""
+
+    deleted: str
+    files_kept: bool | None = None
+    origin: str | None = None
+    message: str | None = None
+
+
+# -- live figures: GET /api/stats, GET /api/worker -----------------------------------------------------
+class BackendFigures(Answer):
+    """A loaded model's engine figures; each backend adds its own (blocks, device, plan) as extra fields."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    backend: str
+    in_use: bool = False
+    running: int = 0
+    waiting: int = 0
+    slots: int = 0
+    n_ctx_per_sequence: int | None = None  # None while a backend reports no figures (mid-close)
+    requests: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefix_cache_tokens: int = 0
+    prefix_cache_hit_rate: float = 0.0
+
+
+class Residency(Answer):
+    """How long a loaded model has been idle and how long it stays (``keep_alive`` None: until unloaded)."""
+
+    name: str
+    backend: str
+    in_use: bool
+    loaded_at: float
+    size_bytes: int
+    idle_seconds: float
+    keep_alive: float | None = None
+    expires_in: float | None = None
+
+
+class ServerStats(Answer):
+    requests_in_flight: int
+    models: dict[str, BackendFigures]  # by model name
+    loaded: list[Residency] = []
+
+
+class WorkerInfo(Answer):
+    pid: int
+    version: str
+    started_at: float
+    log_subscribers: int
+    log_dropped: int
+
+
+# -- this machine: GET /api/hardware, GET /api/fit ---------------------------------------------------
+class CpuInfo(Answer):
+    model: str
+    arch: str
+    cores_physical: int
+    cores_logical: int
+    features: list[str] = []
+
+
+class GpuInfo(Answer):
+    """Memory in bytes; ``memory_free`` is None where it cannot be read (Apple)."""
+
+    index: int
+    name: str
+    vendor: str  # nvidia | apple
+    memory_total: int
+    memory_free: int | None = None
+    compute_capability: str | None = None
+    driver: str | None = None
+    unified_memory: bool = False
+
+
+class HardwareInfo(Answer):
+    os: str
+    cpu: CpuInfo
+    ram_total: int
+    ram_available: int
+    gpus: list[GpuInfo] = []
+    disk_free: int | None = None
+    models_dir: str | None = None
+    notes: list[str] = []
+    has_gpu: bool = False
+    apple_silicon: bool = False
+    gpu_summary: str = ""
+
+
+class BackendChoice(Answer):
+    """The backend that runs a model format here, and why."""
+
+    format: str  # gguf | safetensors | mlx
+    backend: str
+    reason: str
+
+
+class HardwareReport(Answer):
+    hardware: HardwareInfo
+    backends: list[BackendChoice]
+
+    def backend_for(self, fmt: str) -> BackendChoice | None:
+        return next((b for b in self.backends if b.format == fmt), None)
+
+
+class MemoryBytes(Answer):
+    weights_bytes: int
+    kv_cache_bytes: int
+    buffers_bytes: int  # compute and output buffers
+    runtime_bytes: int  # the worker process, the runtime's bookkeeping, CUDA contexts
+    total_bytes: int
+
+
+class DevicePlan(MemoryBytes):
+    """What one device ("cpu", "gpu0"...) holds under a plan, against what it may hold."""
+
+    device: str
+    name: str
+    layers: int
+    usable_bytes: int
+    fits: bool
+
+
+class LoadPlan(Answer):
+    backend: str
+    n_ctx: int  # per slot
+    parallel: int  # slots
+    kv_type: str
+    flash_attn: bool
+    gpu_layers: int
+    total_layers: int
+    where: str
+    fits: bool
+    reason: str
+    kv_blocks: int | None = None
+    model_bytes: int
+    memory: MemoryBytes
+    devices: list[DevicePlan]
+
+
+class FitAnswer(Answer):
+    """How a model (local, or a Hub variant) would load here: the loader's plan and where its numbers came from."""
+
+    model: str
+    source: str  # local | hub
+    variant: str | None = None
+    label: str | None = None
+    fits: bool
+    kv_bytes_per_token: int
+    plan: LoadPlan
+    budget: dict[str, Any]
+    facts: dict[str, Any]
