@@ -186,7 +186,9 @@ def capabilities(m, template: str) -> list[str]:
     caps = ["completion", "tools"]
     if "enable_thinking" in template or any(open_tag in template for open_tag, _ in THINK_TAGS):
         caps.append("thinking")
-    return caps
+    from engine.server.media import capabilities as media_capabilities
+
+    return caps + media_capabilities(m.mmproj)  # "vision", "audio" with a projector
 
 
 @router.post("/show")

@@ -23,12 +23,20 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
-from engine.server import targets
+from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.tools import ToolCall, parse_tools
-from engine.types import ChatMessage, GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
+from engine.types import (
+    MEDIA_MARKER,
+    ChatMessage,
+    GenerationChunk,
+    GenerationRequest,
+    MediaInput,
+    ResponseFormat,
+    SamplingParams,
+)
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
 
@@ -177,17 +185,24 @@ def response_format(fmt: str | dict[str, Any] | None) -> ResponseFormat:
     raise InvalidRequest("'format' must be \"json\" or a JSON schema object.", param="format")
 
 
+def _images(images: Any, where: str) -> tuple[MediaInput, ...]:
+    """Ollama's ``images``: a list of base64-encoded pictures."""
+    if not isinstance(images, list) or not all(isinstance(x, str) for x in images):
+        raise InvalidRequest(f"{where} must be a list of base64-encoded images.", param=where)
+    return tuple(media.image_from_base64(data, f"{where}[{k}]") for k, data in enumerate(images))
+
+
 def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
     out = []
     last_calls: dict[str, str] = {}  # tool name -> id of the latest call of it, for the results that follow
     for i, m in enumerate(items):
         if not isinstance(m, dict):
             raise InvalidRequest(f"messages[{i}] must be an object with 'role' and 'content'.", param="messages")
-        if m.get("images"):
-            raise InvalidRequest(f"messages[{i}] has images; Hearth's models here read text only.", param="messages")
         content = m.get("content") or ""
         if not isinstance(content, str):
             raise InvalidRequest(f"messages[{i}].content must be text.", param="messages")
+        pictures = _images(m["images"], f"messages[{i}].images") if m.get("images") else ()
+        content = MEDIA_MARKER * len(pictures) + content  # as Ollama does: the pictures before the text
         role = str(m.get("role", ""))
         calls = []
         for j, call in enumerate(m.get("tool_calls") or ()):
@@ -203,7 +218,8 @@ def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
         call_id = m.get("tool_call_id") or (last_calls.get(name) if role == "tool" and name is not None else None)
         thinking = m.get("thinking")
         out.append(ChatMessage(role, content, tool_calls=tuple(calls), tool_call_id=call_id, name=name,
-                               reasoning=thinking if isinstance(thinking, str) and thinking else None))  # fmt: skip
+                               reasoning=thinking if isinstance(thinking, str) and thinking else None,
+                               media=pictures))  # fmt: skip
     return tuple(out)
 
 
@@ -327,7 +343,7 @@ async def chat(request: Request, body: ChatBody):
         return await _load_or_unload(request, found, keep, "message")
     req = GenerationRequest(
         model=found.name,
-        messages=_chat_messages(body.messages),
+        messages=await asyncio.to_thread(_chat_messages, body.messages),  # pictures are read off the event loop
         params=params(body.options),
         response_format=response_format(body.format),
         speculative=body.speculative,
@@ -340,8 +356,9 @@ async def chat(request: Request, body: ChatBody):
 async def generate(request: Request, body: GenerateBody):
     found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
-    if body.images:
-        raise InvalidRequest("This request has images; Hearth's models here read text only.", param="images")
+    if body.images and body.raw:
+        raise InvalidRequest("'images' cannot go with 'raw': the prompt has no place for them; drop 'raw'.", param="images")
+    pictures = await asyncio.to_thread(_images, body.images, "images") if body.images else ()
     if not body.prompt:
         return await _load_or_unload(request, found, keep, "response")
     common = {
@@ -352,7 +369,8 @@ async def generate(request: Request, body: GenerateBody):
         req = GenerationRequest(prompt=body.prompt, **common)
     else:
         system = (ChatMessage("system", body.system),) if body.system else ()
-        req = GenerationRequest(messages=(*system, ChatMessage("user", body.prompt)), **common, **_tool_fields(None, body.think))
+        user = ChatMessage("user", MEDIA_MARKER * len(pictures) + body.prompt, media=pictures)
+        req = GenerationRequest(messages=(*system, user), **common, **_tool_fields(None, body.think))
     return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body))
 
 
