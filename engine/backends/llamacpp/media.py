@@ -153,6 +153,11 @@ class Projector:
         Raises:
             InvalidRequest: a file mtmd cannot read, markers and media that do not pair up, or media at the end.
         """
+        if text.count(MEDIA_MARKER) != len(media):
+            raise InvalidRequest(
+                f"The prompt has {text.count(MEDIA_MARKER)} media markers ({MEDIA_MARKER}) for {len(media)} "
+                f"pictures or sounds; do not write {MEDIA_MARKER} in a message's text.", param="messages"
+            )  # fmt: skip
         bitmaps = (mtmd.mtmd_bitmap_p_ctypes * max(1, len(media)))()
         made: list[int] = []
         chunks = None
@@ -173,11 +178,6 @@ class Projector:
             data = text.encode("utf-8", errors="replace")
             inp = mtmd.mtmd_input_text(text=data, text_len=len(data), add_special=False, parse_special=True)
             rc = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(inp), bitmaps, len(media))
-            if rc == 1:
-                raise InvalidRequest(
-                    f"The prompt has {text.count(MEDIA_MARKER)} media markers ({MEDIA_MARKER}) for {len(media)} "
-                    f"pictures or sounds; do not write {MEDIA_MARKER} in a message's text.", param="messages"
-                )  # fmt: skip
             if rc != 0:
                 raise InvalidRequest(f"llama.cpp could not preprocess the media (error {rc}); send other files.")
             prompt = self._flatten(chunks, media, digests, bos)

@@ -1,0 +1,115 @@
+"""Pictures in the llama.cpp loop (libmtmd): the tiny vision model of tests/engine/server/tiny_vision.py, its
+projector loaded beside it, answering through the same batching loop as text requests."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.runtime import refuse_media
+from engine.errors import InvalidRequest
+from engine.types import MEDIA_MARKER, ChatMessage, GenerationRequest, MediaInput, SamplingParams
+from tests.engine.server import tiny_vision
+from tests.engine.server.vision_fixtures import QUESTION, checkerboard, gradient
+
+
+@pytest.fixture(scope="module")
+def vision_backend():
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend()
+    spec = ModelSpec(name="tiny-vision", path=tiny_vision.MODEL_PATH, mmproj=tiny_vision.MMPROJ_PATH)
+    backend.load(spec, LoadOptions(n_ctx=1024, n_seq_max=4, n_threads=1))
+    yield backend
+    backend.close()
+
+
+def _request(*pictures: bytes, text: str = QUESTION, max_tokens: int = 10) -> GenerationRequest:
+    media = tuple(MediaInput("image", p, f"messages[0].content[{k + 1}]") for k, p in enumerate(pictures))
+    message = ChatMessage("user", text + MEDIA_MARKER * len(pictures), media=media)
+    return GenerationRequest(
+        model="tiny-vision", messages=(message,), params=SamplingParams(temperature=0, max_tokens=max_tokens)
+    )
+
+
+def _run(backend, req: GenerationRequest):
+    chunks = list(backend.stream(req))
+    final = chunks[-1]
+    assert final.finish_reason in ("stop", "length"), final.error
+    return [t for c in chunks for t in c.token_ids], final
+
+
+def _encoded(backend) -> int:
+    return backend.stats().details["media_encoded"]
+
+
+def test_the_model_says_it_sees(vision_backend):
+    assert vision_backend.info.vision and not vision_backend.info.audio
+
+
+def test_two_pictures_give_two_answers_and_their_tokens_count(vision_backend):
+    a_tokens, a = _run(vision_backend, _request(checkerboard()))
+    b_tokens, b = _run(vision_backend, _request(gradient()))
+    _, text_only = _run(vision_backend, _request())
+    assert a_tokens != b_tokens
+    # an overview and one slice of 16 tokens each, with the tokens mtmd puts around them
+    assert a.prompt_tokens == b.prompt_tokens >= text_only.prompt_tokens + 32
+
+
+def test_the_same_picture_again_comes_from_the_cache(vision_backend):
+    picture = gradient()
+    first_tokens, _ = _run(vision_backend, _request(picture, text="Describe it."))
+    before = _encoded(vision_backend)
+    again_tokens, again = _run(vision_backend, _request(picture, text="Describe it."))
+    assert _encoded(vision_backend) == before  # not encoded a second time
+    assert again.cached_tokens == again.prompt_tokens - 1  # all but the last token, which is computed for its logits
+    assert again_tokens == first_tokens
+
+
+def test_several_pictures_in_one_message(vision_backend):
+    one_tokens, one = _run(vision_backend, _request(checkerboard()))
+    two_tokens, two = _run(vision_backend, _request(checkerboard(), gradient()))
+    assert two.prompt_tokens > one.prompt_tokens + 32
+    assert two_tokens != one_tokens
+
+
+def test_picture_and_text_requests_share_a_batch_and_answer_as_alone(vision_backend):
+    reqs = [_request(checkerboard(), text="Look."), _request(), _request(gradient(), text="Look.")]
+    alone = [_run(vision_backend, r)[0] for r in reqs]
+    for r in reqs:  # the same prompts again, but not from the cache: each slot keeps other text first
+        _run(vision_backend, _request(text=f"{r.request_id} unrelated text to take the slots"))
+    streams = [vision_backend.stream(GenerationRequest(model=r.model, messages=r.messages, params=r.params)) for r in reqs]
+    results: list[list[int]] = [[] for _ in reqs]
+
+    def drain(i: int) -> None:
+        results[i] = [t for c in streams[i] for t in c.token_ids]
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(reqs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == alone
+
+
+def test_an_unreadable_file_is_refused_naming_the_part(vision_backend):
+    with pytest.raises(InvalidRequest, match=r"messages\[0\]\.content\[1\] is not an image"):
+        list(vision_backend.stream(_request(b"this is not a picture")))
+
+
+def test_a_marker_typed_in_the_text_is_refused(vision_backend):
+    with pytest.raises(InvalidRequest, match="media markers"):
+        list(vision_backend.stream(_request(checkerboard(), text=f"What is {MEDIA_MARKER}?")))
+
+
+def test_a_text_model_refuses_pictures(llama_backend):
+    with pytest.raises(InvalidRequest, match="cannot read images"):
+        list(llama_backend.stream(_request(checkerboard())))
+
+
+def test_backends_without_images_say_what_to_do():
+    with pytest.raises(InvalidRequest, match="cannot read images: use the GGUF"):
+        refuse_media(_request(checkerboard()), "use the GGUF.")
+    refuse_media(_request(), "text passes")  # no media: nothing to refuse

@@ -1,0 +1,77 @@
+"""Pictures for the vision tests, and a `hearth serve` with the tiny vision model (tests/engine/server/tiny_vision.py)
+paired with its projector through ``--mmproj``."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import zlib
+
+import pytest
+
+from tests.engine.server import tiny_vision
+from tests.engine.server.conftest import Server
+
+VISION = tiny_vision.MODEL_PATH.stem  # the name `hearth serve --model FILE` gives it
+QUESTION = "What is in this picture?"
+
+
+def checkerboard() -> bytes:
+    """A red and blue checkerboard, 48x40, as PNG."""
+    from PIL import Image
+
+    img = Image.new("RGB", (48, 40), (220, 30, 30))
+    for x in range(48):
+        for y in range(40):
+            if (x // 8 + y // 8) % 2:
+                img.putpixel((x, y), (20, 20, 200))
+    return _png(img)
+
+
+def gradient() -> bytes:
+    """A green-to-violet gradient, 40x56, as PNG."""
+    from PIL import Image
+
+    img = Image.new("RGB", (40, 56))
+    for x in range(40):
+        for y in range(56):
+            img.putpixel((x, y), (x * 6, y * 4, 128))
+    return _png(img)
+
+
+def _png(img) -> bytes:
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+def bomb_png(width: int = 60_000, height: int = 60_000) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` pixels (3.6 billion): a decompression bomb's header,
+    refused before anything is decoded."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+
+
+def data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture(scope="session")
+def vision_server():
+    """`hearth serve --model tiny-vision.gguf --mmproj mmproj.gguf --allow-image-urls` (the starter model, text
+    only, is served beside it from the session's data folder)."""
+    s = Server(
+        "--model", str(tiny_vision.MODEL_PATH), "--mmproj", str(tiny_vision.MMPROJ_PATH), "--allow-image-urls",
+        "--parallel", "4", "--ctx", "1024", "--threads", "1",
+    )  # fmt: skip
+    yield s
+    s.stop()
