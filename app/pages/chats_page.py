@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QMessageBox,
+    QSplitter,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -26,6 +27,7 @@ from app.net.local_models import LocalModels
 from app.net.remote_types import ProviderInfo
 from app.net.types import ModelInfo
 from app.store import ChatSettings
+from app.store.records import ChatRecord
 from app.theme import ThemeColors
 from app.widgets.chat_settings import ChatSettingsPanel
 from app.widgets.chat_sidebar import ChatSidebar
@@ -33,6 +35,7 @@ from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
 from app.widgets.confirm import confirm
 from app.widgets.elided_label import ElidedLabel
+from app.widgets.split_column import SplitColumn
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class ChatsPage(QWidget):
         self.models = models
         self.colors = colors
         self.chat_id: int | None = None
+        self._split_id: int | None = None  # side by side: the second column's chat
         self.engine_ready = False
         self.list_model = ChatListModel(self)
         self.sidebar = ChatSidebar(self.list_model, colors)
@@ -65,7 +69,13 @@ class ChatsPage(QWidget):
         self._notices = QVBoxLayout()  # features' notices above the conversation (add_notice)
         self._notices.setContentsMargins(0, 0, 0, 0)
         center.addLayout(self._notices)
-        center.addWidget(self.view, 1)
+        self.split_column = SplitColumn(colors, controller.steps)  # side by side: the second model's answers
+        self.split_column.hide()
+        self.columns = QSplitter(Qt.Orientation.Horizontal)
+        self.columns.setChildrenCollapsible(False)
+        self.columns.addWidget(self.view)
+        self.columns.addWidget(self.split_column)
+        center.addWidget(self.columns, 1)
         center.addWidget(self.composer)
         row.addLayout(center, 1)
         row.addWidget(self.settings_panel)
@@ -92,6 +102,13 @@ class ChatsPage(QWidget):
         self.model_combo.setMinimumWidth(240)
         self.model_combo.setToolTip("The model this chat talks to")
         row.addWidget(self.model_combo)
+        self.split_button = QToolButton()
+        self.split_button.setObjectName("splitButton")
+        self.split_button.setToolTip("Side by side: send each message to a second model too")
+        self.split_button.setCheckable(True)
+        self.split_button.setIconSize(QSize(18, 18))
+        self.split_button.toggled.connect(self.set_split)
+        row.addWidget(self.split_button)
         self.export_button = QToolButton()
         self.export_button.setToolTip("Export this chat as Markdown")
         self.export_button.setIconSize(QSize(18, 18))
@@ -126,13 +143,14 @@ class ChatsPage(QWidget):
 
     def _set_header_icons(self) -> None:
         self.export_button.setIcon(icon("export", self.colors.muted))
+        self.split_button.setIcon(icon("split", self.colors.muted))
         self.settings_button.setIcon(icon("settings", self.colors.muted))
 
     def _connect(self) -> None:
         c = self.controller
         c.answer_started.connect(self._answer_started)
         c.answer_finished.connect(self._answer_finished)
-        c.run_started.connect(lambda run: run.steps_changed.connect(self.view.refresh_steps))
+        c.run_started.connect(self._run_started)
         c.chats_changed.connect(self.refresh_list)
         self.sidebar.chat_selected.connect(self.open_chat)
         self.sidebar.new_chat_requested.connect(self.new_chat)
@@ -141,7 +159,11 @@ class ChatsPage(QWidget):
         self.sidebar.export_requested.connect(self.export_chat)
         self.list_model.rename_requested.connect(self.rename_chat)
         self.composer.send_requested.connect(self.send)
-        self.composer.stop_requested.connect(lambda: self.controller.stop(self.chat_id) if self.chat_id else None)
+        self.composer.stop_requested.connect(self.stop)
+        self.split_column.model_chosen.connect(self._split_model_chosen)
+        self.split_column.view.edit_submitted.connect(lambda mid, text: self._in_split(self.controller.edit_and_resend, mid, text))
+        self.split_column.view.regenerate_clicked.connect(lambda: self._in_split(self.controller.regenerate))
+        self.split_column.view.branch_requested.connect(lambda mid, step: self._in_split(self.controller.switch_branch, mid, step))
         self.view.edit_submitted.connect(lambda mid, text: self.controller.edit_and_resend(self.chat_id, mid, text))
         self.view.regenerate_clicked.connect(lambda: self.controller.regenerate(self.chat_id))
         self.view.branch_requested.connect(lambda mid, step: self.controller.switch_branch(self.chat_id, mid, step))
@@ -188,9 +210,8 @@ class ChatsPage(QWidget):
         self.settings_panel.set_settings(chat.settings)
         self._fill_models(chat.settings.model)
         self._set_empty_text(chat.settings.model)
-        answering = self.controller.is_answering(chat_id)
-        self.composer.set_answering(answering)
-        self.view.set_actions_enabled(not answering)
+        self._show_split(self.store.split_companion(chat_id))
+        self._update_answering()
         self.sidebar.select_chat(chat_id)
         self.chat_opened.emit(chat_id)
 
@@ -217,6 +238,9 @@ class ChatsPage(QWidget):
         confirm(self, "Delete chat", f"Delete “{chat.title}” and all its messages?", "Delete", lambda: self.delete_chat(chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
+        companion = self.store.split_companion(chat_id)
+        if companion is not None:
+            self.controller.forget(companion.id)
         self.controller.forget(chat_id)
         self.store.delete_chat(chat_id)
         if chat_id == self.chat_id:
@@ -247,27 +271,95 @@ class ChatsPage(QWidget):
         except OSError as exc:
             QMessageBox.warning(self, "Export failed", f"Could not write {path}: {exc.strerror}. Choose another folder.")
 
+    # -- side by side ---------------------------------------------------------------------------
+    @property
+    def split_chat_id(self) -> int | None:
+        """The second column's chat, while the chat on screen is split side by side."""
+        return self._split_id
+
+    def set_split(self, on: bool) -> None:
+        """Split the chat on screen side by side with a second model (another model where there is one)."""
+        if self.chat_id is None or on == (self._split_id is not None):
+            return
+        if on:
+            chat = self.store.get_chat(self.chat_id)
+            others = [name for _label, name in self._model_choices() if name != chat.settings.model]
+            self.settings_panel.apply_now()
+            self._show_split(self.store.start_split(self.chat_id, others[0] if others else chat.settings.model))
+        else:
+            self.controller.stop(self._split_id)
+            self.store.end_split(self.chat_id)
+            self._show_split(None)
+            self.refresh_list()
+
+    def _show_split(self, companion: ChatRecord | None) -> None:
+        self._split_id = companion.id if companion is not None else None
+        self.split_button.blockSignals(True)
+        self.split_button.setChecked(companion is not None)
+        self.split_button.blockSignals(False)
+        self.split_column.setVisible(companion is not None)
+        if companion is None:
+            self.split_column.view.set_model(None)
+            return
+        self.split_column.view.set_model(self.controller.conversation(companion.id))
+        self.split_column.view.set_empty_text(f"<p>The same messages go to <b>{companion.settings.model}</b> here.</p>")
+        self.split_column.fill_models(self._model_choices(), companion.settings.model)
+        self.columns.setSizes([1, 1])
+
+    def _split_model_chosen(self, name: str) -> None:
+        companion = self.store.get_chat(self._split_id) if self._split_id is not None else None
+        if companion is not None and name:
+            self.controller.update_settings(companion.id, replace(companion.settings, model=name))
+
+    def _in_split(self, action, *args) -> None:
+        if self._split_id is not None:
+            action(self._split_id, *args)
+
+    def _run_started(self, run) -> None:
+        view = self.split_column.view if run.chat_id == self._split_id else self.view
+        run.steps_changed.connect(view.refresh_steps)
+
     # -- sending ------------------------------------------------------------------------------
     def send(self, text: str) -> None:
         if self.chat_id is None:
             return
         self.settings_panel.apply_now()
+        if self._split_id is not None:  # the second column keeps the chat's prompt and sampling, with its model
+            chat, companion = self.store.get_chat(self.chat_id), self.store.get_chat(self._split_id)
+            if chat is not None and companion is not None:
+                self.controller.update_settings(companion.id, replace(chat.settings, model=companion.settings.model))
+            if self.controller.is_answering(self._split_id):
+                self.composer.input.setPlainText(text)
+                return
         if not self.controller.send(self.chat_id, text):
             self.composer.input.setPlainText(text)
+        elif self._split_id is not None:
+            self.controller.send(self._split_id, text)
+
+    def stop(self) -> None:
+        for chat_id in (self.chat_id, self._split_id):
+            if chat_id is not None:
+                self.controller.stop(chat_id)
+
+    def _update_answering(self) -> None:
+        main = self.chat_id is not None and self.controller.is_answering(self.chat_id)
+        split = self._split_id is not None and self.controller.is_answering(self._split_id)
+        self.composer.set_answering(main or split)
+        self.view.set_actions_enabled(not main)
+        self.split_column.view.set_actions_enabled(not split)
 
     def _answer_started(self, chat_id: int) -> None:
         self.list_model.set_answering(chat_id, True)
+        if chat_id in (self.chat_id, self._split_id):
+            self._update_answering()
         if chat_id == self.chat_id:
-            self.composer.set_answering(True)
-            self.view.set_actions_enabled(False)
             chat = self.store.get_chat(chat_id)
             self.title.setText(chat.title if chat else "")
 
     def _answer_finished(self, outcome: AnswerOutcome) -> None:
         self.list_model.set_answering(outcome.chat_id, False)
-        if outcome.chat_id == self.chat_id:
-            self.composer.set_answering(False)
-            self.view.set_actions_enabled(True)
+        if outcome.chat_id in (self.chat_id, self._split_id):
+            self._update_answering()
 
     def _settings_edited(self, settings: ChatSettings) -> None:
         """The panel's part of the settings (prompt, sampling); the chat's other settings stay as stored."""
@@ -277,6 +369,12 @@ class ChatsPage(QWidget):
             self.controller.update_settings(chat.id, merged)
 
     # -- models -------------------------------------------------------------------------------
+    def _model_choices(self) -> list[tuple[str, str]]:
+        """(label, model id) of every model a chat can use: the worker's, then the providers'."""
+        choices = [(name, name) for name in self.models.names()]
+        choices += [(f"{m.remote_id} — {m.provider}", m.id) for m in self.models.remote_models()]
+        return choices
+
     def _fill_models(self, selected: str) -> None:
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
@@ -310,6 +408,9 @@ class ChatsPage(QWidget):
         if chat is not None:
             self._fill_models(chat.settings.model)
             self._set_empty_text(chat.settings.model)
+        companion = self.store.get_chat(self._split_id) if self._split_id is not None else None
+        if companion is not None:
+            self.split_column.fill_models(self._model_choices(), companion.settings.model)
 
     def _set_empty_text(self, model: str) -> None:
         provider = self.models.provider_of(model)
@@ -337,6 +438,7 @@ class ChatsPage(QWidget):
     def set_colors(self, colors: ThemeColors) -> None:
         self.colors = colors
         self.view.set_colors(colors)
+        self.split_column.view.set_colors(colors)
         self.composer.set_colors(colors)
         self.sidebar.set_colors(colors)
         self._set_header_icons()

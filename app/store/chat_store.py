@@ -196,7 +196,7 @@ class ChatStore(BranchingStore):
     # -- chats --------------------------------------------------------------------------------
     def list_chats(self, query: str = "") -> list[ChatRecord]:
         """Chats, newest activity first; ``query`` matches titles and message text."""
-        stmt = select(ChatRow).order_by(ChatRow.updated_at.desc(), ChatRow.id.desc())
+        stmt = select(ChatRow).where(ChatRow.split_of.is_(None)).order_by(ChatRow.updated_at.desc(), ChatRow.id.desc())
         if query.strip():
             pattern = f"%{query.strip()}%"
             in_messages = select(MessageRow.chat_id).where(MessageRow.content.ilike(pattern))
@@ -247,9 +247,44 @@ class ChatStore(BranchingStore):
         return chat_record(row)
 
     def delete_chat(self, chat_id: int) -> None:
+        """Delete the chat with every branch, and its side-by-side column."""
         with self.session() as s, s.begin():
-            s.execute(delete(MessageRow).where(MessageRow.chat_id == chat_id))
-            s.execute(delete(ChatRow).where(ChatRow.id == chat_id))
+            ids = [chat_id, *s.scalars(select(ChatRow.id).where(ChatRow.split_of == chat_id))]
+            s.execute(delete(MessageRow).where(MessageRow.chat_id.in_(ids)))
+            s.execute(delete(ChatRow).where(ChatRow.id.in_(ids)))
+
+    # -- side by side -------------------------------------------------------------------------------
+    def split_companion(self, chat_id: int) -> ChatRecord | None:
+        """The chat's second column, when it is split side by side."""
+        with self.session() as s:
+            row = s.scalars(select(ChatRow).where(ChatRow.split_of == chat_id).order_by(ChatRow.id.desc())).first()
+            return chat_record(row) if row is not None else None
+
+    def start_split(self, chat_id: int, model: str) -> ChatRecord:
+        """Split the chat side by side with ``model``: its column holds a copy of the conversation shown,
+        and the chat's settings with that model.
+
+        Raises:
+            KeyError: no such chat.
+        """
+        chat = self.get_chat(chat_id)
+        if chat is None:
+            raise KeyError(chat_id)
+        path = self.messages(chat_id)
+        companion = self.fork_chat(chat_id, path[-1].id) if path else self.create_chat(chat.settings)
+        with self.session() as s, s.begin():
+            row = s.get(ChatRow, companion.id)
+            row.split_of, row.model, row.title = chat_id, model, f"{chat.title} — {model}"[:200]
+        return self.get_chat(companion.id)
+
+    def end_split(self, chat_id: int) -> ChatRecord | None:
+        """Close the chat's second column; its conversation stays, as a chat of its own in the list."""
+        companion = self.split_companion(chat_id)
+        if companion is None:
+            return None
+        with self.session() as s, s.begin():
+            s.get(ChatRow, companion.id).split_of = None
+        return self.get_chat(companion.id)
 
     def count_chats(self) -> int:
         with self.session() as s:

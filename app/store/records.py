@@ -147,6 +147,7 @@ class ChatRecord:
     updated_at: datetime
     settings: ChatSettings = ChatSettings()
     collections: tuple[str, ...] = ()  # document collections attached: they answer the chat's questions
+    split_of: int | None = None  # side by side: the chat this one is the second column of
 
 
 @dataclass(frozen=True, slots=True)

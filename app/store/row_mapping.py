@@ -28,6 +28,7 @@ def chat_record(row: ChatRow) -> ChatRecord:
         updated_at=row.updated_at,
         settings=settings,
         collections=collections_from(row.doc_collections),
+        split_of=row.split_of,
     )
 
 

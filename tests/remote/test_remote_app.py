@@ -124,3 +124,53 @@ def test_a_remote_provider_from_the_models_page_to_a_streamed_chat(qtbot, window
     window.nav.select(0)
     chats.open_chat(chat_id)
     assert combo.findData(PUBLIC) < 0
+
+
+def test_a_chat_side_by_side_with_a_local_and_a_remote_model(qtbot, window, llama_server):
+    """Split: each message goes to the chat's local model and to a provider's, the answers stream in two
+    columns with their own numbers, and the split is still there when the chat is opened again."""
+    window.nav.select(1)
+    side = add_on_the_page(qtbot, window, "side", llama_server.base_url, LLAMA_KEY)
+    assert side.state == "ok"
+    remote = f"side/{ALIAS}"
+    window.nav.select(0)
+    chats = window.chats
+    chat_id = fresh_chat(window, max_tokens=8, temperature=0)
+    local = window.store.get_chat(chat_id).settings.model
+    qtbot.waitUntil(lambda: chats.model_combo.findData(remote) >= 0, timeout=10_000)
+
+    chats.split_button.click()
+    companion_id = chats.split_chat_id
+    assert companion_id is not None and chats.split_column.isVisible()
+    combo = chats.split_column.model_combo
+    index = combo.findData(remote)
+    combo.setCurrentIndex(index)
+    combo.activated.emit(index)
+    assert window.store.get_chat(companion_id).settings.model == remote
+    assert [c.id for c in window.store.list_chats()].count(companion_id) == 0  # one chat in the list
+
+    finished = []
+    window.controller.answer_finished.connect(finished.append)
+    chats.composer.input.setPlainText("Name three colours.")
+    chats.composer.button.click()
+    assert chats.composer.answering
+    qtbot.waitUntil(lambda: len(finished) == 2, timeout=ANSWER_TIMEOUT_MS)
+    window.controller.answer_finished.disconnect(finished.append)
+    by_chat = {o.chat_id: o for o in finished}
+    assert set(by_chat) == {chat_id, companion_id} and all(o.error is None for o in finished)
+    assert by_chat[chat_id].message.stats.model == local and by_chat[companion_id].message.stats.model == remote
+    for view in (chats.view, chats.split_column.view):
+        question, answer = view.bubbles
+        assert question.message.content == "Name three colours." and answer.message.content.strip()
+        footer = answer.stats.text()
+        assert "tok/s" in footer and "first token" in footer  # each column measures its own answer
+    assert not chats.composer.answering
+
+    # opened again: still split, with the same model beside it; unsplit, the column is a chat of its own
+    chats.new_chat()
+    assert not chats.split_column.isVisible()
+    chats.open_chat(chat_id)
+    assert chats.split_chat_id == companion_id and combo.currentData() == remote
+    chats.split_button.click()
+    assert chats.split_chat_id is None and not chats.split_column.isVisible()
+    assert companion_id in [c.id for c in window.store.list_chats()]
