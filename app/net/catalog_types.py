@@ -26,8 +26,6 @@ from engine.server.api_models import (
     VariantList,
 )
 
-KV_WORDS = {"f16": "16-bit", "q8_0": "8-bit", "q4_0": "4-bit", "fp8": "8-bit (FP8)"}
-
 
 @dataclass(frozen=True, slots=True)
 class DeviceFit:
@@ -71,8 +69,6 @@ class FitFacts:
         """
         answer = FitAnswer.model_validate(d)
         plan, mem = answer.plan, answer.plan.memory
-        slots = "1 slot" if plan.parallel == 1 else f"{plan.parallel} slots"
-        summary = f"{slots} of {plan.n_ctx:,} tokens, {KV_WORDS.get(plan.kv_type, plan.kv_type)} KV cache, on {plan.where}"
         devices = tuple(
             DeviceFit(
                 device=x.device,
@@ -88,7 +84,7 @@ class FitFacts:
         return cls(
             model=answer.model,
             fits=answer.fits,
-            summary=summary,
+            summary=plan.summary,
             reason=plan.reason,
             n_ctx=plan.n_ctx,
             parallel=plan.parallel,

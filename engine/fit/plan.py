@@ -141,6 +141,7 @@ class LoadPlan:
             "gpu_layers": self.gpu_layers,
             "total_layers": self.total_layers,
             "where": self.where,
+            "summary": self.describe(),
             "fits": self.fits,
             "reason": self.reason,
             "kv_blocks": self.kv_blocks,

@@ -185,6 +185,7 @@ class LoadPlan(Answer):
     gpu_layers: int
     total_layers: int
     where: str
+    summary: str  # "16 slots of 4,096 tokens, 16-bit KV cache, on CPU"
     fits: bool
     reason: str
     kv_blocks: int | None = None
