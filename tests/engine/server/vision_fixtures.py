@@ -1,5 +1,5 @@
-"""Pictures for the vision tests, and a `hearth serve` with the tiny vision model (tests/engine/server/tiny_vision.py)
-paired with its projector through ``--mmproj``."""
+"""Pictures for the vision tests, and the name `hearth serve --model FILE` gives the tiny vision model
+(tests/engine/server/tiny_vision.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ import io
 import struct
 import zlib
 
-import pytest
-
 from tests.engine.server import tiny_vision
-from tests.engine.server.conftest import Server
 
 VISION = tiny_vision.MODEL_PATH.stem  # the name `hearth serve --model FILE` gives it
 QUESTION = "What is in this picture?"
@@ -63,15 +60,3 @@ def data_url(png: bytes) -> str:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-@pytest.fixture(scope="session")
-def vision_server():
-    """`hearth serve --model tiny-vision.gguf --mmproj mmproj.gguf --allow-image-urls` (the starter model, text
-    only, is served beside it from the session's data folder)."""
-    s = Server(
-        "--model", str(tiny_vision.MODEL_PATH), "--mmproj", str(tiny_vision.MMPROJ_PATH), "--allow-image-urls",
-        "--parallel", "4", "--ctx", "1024", "--threads", "1",
-    )  # fmt: skip
-    yield s
-    s.stop()

@@ -1,0 +1,225 @@
+"""Pictures through every dialect, with each one's own SDK, on a real `hearth serve` with the tiny vision model
+(tests/engine/server/tiny_vision.py) paired by ``--mmproj``; and llama.cpp's own server as the reference where one
+is built."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from engine.errors import InvalidRequest
+from engine.server import media
+from tests.engine.server import tiny_vision
+from tests.engine.server.conftest import MODEL, Server
+from tests.engine.server.llama_server import llama_server, needs_llama_server
+from tests.engine.server.vision_fixtures import (
+    QUESTION,
+    VISION,
+    b64,
+    bomb_png,
+    checkerboard,
+    data_url,
+    gradient,
+)
+
+MAX_TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def vision_server():
+    """`hearth serve --model tiny-vision.gguf --mmproj mmproj.gguf --allow-image-urls` (the starter model, text
+    only, is served beside it from the session's data folder)."""
+    s = Server(
+        "--model", str(tiny_vision.MODEL_PATH), "--mmproj", str(tiny_vision.MMPROJ_PATH), "--allow-image-urls",
+        "--parallel", "4", "--ctx", "1024", "--threads", "1",
+    )  # fmt: skip
+    yield s
+    s.stop()
+
+
+def _openai(server, picture: bytes, text: str = QUESTION, *, model: str = VISION):
+    parts = [{"type": "image_url", "image_url": {"url": data_url(picture)}}, {"type": "text", "text": text}]
+    return server.client().chat.completions.create(
+        model=model, temperature=0, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": parts}]
+    )
+
+
+def _stats(server) -> dict:
+    resp = httpx.get(f"{server.root}/api/stats", headers=server.headers, timeout=30)
+    return next(m for m in resp.json()["models"].values() if "media_encoded" in m) if resp.json()["models"] else {}
+
+
+@pytest.fixture(scope="module")
+def reference(vision_server) -> dict[str, str]:
+    """Chat completions' answer to the question after each picture (the other dialects must give it too)."""
+    return {name: _openai(vision_server, pic).choices[0].message.content for name, pic in PICTURES.items()}
+
+
+PICTURES = {"checkerboard": checkerboard(), "gradient": gradient()}
+
+
+def test_chat_completions_answers_each_picture_and_counts_its_tokens(vision_server, reference):
+    assert reference["checkerboard"] != reference["gradient"]
+    client = vision_server.client()
+    text_only = client.chat.completions.create(
+        model=VISION, temperature=0, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": QUESTION}]
+    )
+    seen = _openai(vision_server, checkerboard())
+    assert seen.usage.prompt_tokens >= text_only.usage.prompt_tokens + 32  # two 16-token chunks, and their marks
+
+
+def test_the_same_picture_twice_is_read_from_the_cache(vision_server):
+    picture = checkerboard()
+    first = _openai(vision_server, picture, "And the colours?")
+    before = _stats(vision_server).get("media_encoded")
+    again = _openai(vision_server, picture, "And the colours?")
+    assert _stats(vision_server).get("media_encoded") == before
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == first.choices[0].message.content
+
+
+def test_responses_answers_each_picture(vision_server, reference):
+    client = vision_server.client()
+    for name, pic in PICTURES.items():
+        out = client.responses.create(
+            model=VISION, temperature=0, max_output_tokens=MAX_TOKENS,
+            input=[{"role": "user", "content": [{"type": "input_image", "image_url": data_url(pic)},
+                                                {"type": "input_text", "text": QUESTION}]}],
+        )  # fmt: skip
+        assert out.output_text == reference[name]
+
+
+def test_anthropic_messages_answers_each_picture(vision_server):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=vision_server.root, api_key=vision_server.api_key, max_retries=0, timeout=120)
+    for pic in PICTURES.values():
+        # Anthropic's text blocks are joined by a newline: the same prompt as chat completions' "\n" + question
+        want = _openai(vision_server, pic, "\n" + QUESTION).choices[0].message.content
+        msg = client.messages.create(
+            model=VISION, max_tokens=MAX_TOKENS, extra_body={"temperature": 0},
+            messages=[{"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(pic)}},
+                {"type": "text", "text": QUESTION},
+            ]}],
+        )  # fmt: skip
+        assert msg.content[0].text == want
+        assert msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0) > 32
+
+
+def test_ollama_chat_and_generate_answer_each_picture(vision_server, reference):
+    import ollama
+
+    client = ollama.Client(host=vision_server.root, headers=vision_server.headers, timeout=120)
+    options = {"temperature": 0, "num_predict": MAX_TOKENS}
+    for name, pic in PICTURES.items():
+        chat = client.chat(model=VISION, messages=[{"role": "user", "content": QUESTION, "images": [pic]}], options=options)
+        assert chat.message.content == reference[name]
+        gen = client.generate(model=VISION, prompt=QUESTION, images=[pic], options=options)
+        assert gen.response == reference[name]
+    shown = client.show(VISION)
+    assert "vision" in shown.capabilities and "audio" not in shown.capabilities
+
+
+def test_models_list_says_which_models_see(vision_server):
+    listed = httpx.get(f"{vision_server.base_url}/models", headers=vision_server.headers, timeout=30).json()["data"]
+    caps = {m["id"]: m.get("capabilities") for m in listed}
+    assert caps[VISION] == ["vision"]
+    assert caps[MODEL] == []
+
+
+def _refusal(server, body: dict, path: str = "/chat/completions") -> tuple[int, str]:
+    resp = httpx.post(f"{server.base_url}{path}", json=body, headers=server.headers, timeout=60)
+    return resp.status_code, resp.json()["error"]["message"]
+
+
+def _chat_body(url: str, model: str = VISION) -> dict:
+    parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": url}}]
+    return {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": parts}]}
+
+
+def test_bad_pictures_are_refused_naming_the_part_and_the_worker_keeps_answering(vision_server):
+    for bad, said in [
+        (b"not an image at all", "messages[0].content[1] is not a readable image"),
+        (checkerboard()[:70], "messages[0].content[1] is not a readable image"),  # truncated
+        (bomb_png(8000, 8000), "messages[0].content[1] has 8000x8000 pixels"),  # refused from its header
+        (bomb_png(), "messages[0].content[1] has too many pixels"),
+    ]:
+        status, message = _refusal(vision_server, _chat_body(data_url(bad)))
+        assert (status, said) == (400, message[: len(said)])
+    status, message = _refusal(vision_server, _chat_body("data:image/png,rawbytes"))
+    assert status == 400 and "base64 data URL" in message
+    assert _openai(vision_server, gradient()).choices[0].finish_reason == "length"
+
+
+def test_a_text_model_refuses_pictures_and_a_model_without_audio_refuses_sound(vision_server):
+    status, message = _refusal(vision_server, _chat_body(data_url(gradient()), model=MODEL))
+    assert status == 400 and "cannot read images" in message
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(28)
+    parts = [{"type": "input_audio", "input_audio": {"data": b64(wav), "format": "wav"}}, {"type": "text", "text": "Hi"}]
+    status, message = _refusal(vision_server, {"model": VISION, "messages": [{"role": "user", "content": parts}]})
+    assert status == 400 and f"Model '{VISION}' cannot hear audio" in message
+
+
+@contextmanager
+def _picture_host(body: bytes) -> Iterator[str]:
+    """A local HTTP server that serves ``body`` at /p.png; yields its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/p.png"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_picture_by_url_is_fetched_only_when_allowed(vision_server, reference):
+    with _picture_host(gradient()) as url:
+        parts = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": QUESTION}]
+        out = vision_server.client().chat.completions.create(
+            model=VISION, temperature=0, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": parts}]
+        )
+        assert out.choices[0].message.content == reference["gradient"]
+        with pytest.raises(InvalidRequest, match="--allow-image-urls"):
+            media.image_from_url(url, "messages[0].content[0]", allow_remote=False)
+
+
+def test_a_picture_too_large_to_fetch_is_refused(monkeypatch):
+    monkeypatch.setattr(media, "MAX_MEDIA_BYTES", 1000)
+    with _picture_host(checkerboard() + bytes(2000)) as url:
+        with pytest.raises(InvalidRequest, match="larger than"):
+            media.image_from_url(url, "messages[0].content[0]", allow_remote=True)
+
+
+@needs_llama_server
+def test_answers_equal_llama_servers(vision_server):
+    """llama.cpp's own server, on the same two files, gives the same greedy tokens for each picture."""
+    with llama_server(tiny_vision.MODEL_PATH, "--mmproj", str(tiny_vision.MMPROJ_PATH), "-c", "2048", "-np", "1") as url:
+        for pic in PICTURES.values():
+            parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": data_url(pic)}}]
+            body = {"messages": [{"role": "user", "content": parts}], "temperature": 0, "max_tokens": 16}
+            theirs = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).json()
+            ours = httpx.post(
+                f"{vision_server.base_url}/chat/completions", json={**body, "model": VISION},
+                headers=vision_server.headers, timeout=120,
+            ).json()  # fmt: skip
+            assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+            assert ours["usage"]["prompt_tokens"] == theirs["usage"]["prompt_tokens"]
