@@ -126,3 +126,19 @@ def test_every_api_route_the_app_calls_declares_its_response_model(engine):
         ref = schema.get("$ref", "")
         assert ref.startswith("#/components/schemas/"), f"{route} declares no response model"
         assert hasattr(am, ref.rsplit("/", 1)[1]), f"{route} answers with {ref}, not a shared model"
+
+
+def test_a_remote_provider_and_its_models_parse_into_the_shared_models(qtbot, api, engine):
+    # The worker itself as the provider: its OpenAI endpoint lists the starter model.
+    added = answer(qtbot, api.add_remote("loopback", f"{engine.root_url}/v1", engine.token))
+    try:
+        assert isinstance(added, am.ProviderInfo) and added.state == "ok", added.message
+        served = {m.remote_id: m for m in added.models}
+        starter = served[STARTER_NAME]
+        assert isinstance(starter, am.RemoteModelInfo)
+        assert (starter.id, starter.provider) == (f"loopback/{STARTER_NAME}", "loopback")
+        listed = answer(qtbot, api.remotes())
+        assert "loopback" in [p.name for p in listed if p.models]
+    finally:
+        assert answer(qtbot, api.remove_remote("loopback")) == "loopback"
+    assert "loopback" not in {p.name for p in answer(qtbot, api.remotes())}

@@ -94,3 +94,20 @@ def test_a_download_runs_to_completion_and_the_model_appears(qtbot, hub_window, 
         lambda: any("tiny-llama" in page.table.index(r, 0).data().lower() for r in range(page.table.rowCount())),
         timeout=30_000,
     )
+
+
+def test_hub_answers_parse_into_the_workers_own_models(qtbot, qapp, hub_engine):
+    from app.net.api import HearthApi
+    from engine.server import api_models as am
+    from tests.app.test_api_models import answer
+
+    api = HearthApi(hub_engine)
+    results = answer(qtbot, api.hub_search("tiny", fmt="gguf"))
+    tiny = next(r for r in results if r.repo == TINY)
+    assert isinstance(tiny, am.HubRepo) and "gguf" in tiny.formats and tiny.updated == tiny.last_modified
+    listing = answer(qtbot, api.hub_variants(TINY, ctx=2048))
+    assert isinstance(listing, am.VariantList) and listing.repo == TINY and listing.context_length == 2048
+    q2 = next(v for v in listing.variants if v.name == "Q2_K")
+    assert q2.size_bytes == sum(f.size for f in q2.files) > 0 and q2.files[0].path.endswith(".gguf")
+    assert listing.recommended in {v.name for v in listing.variants if v.recommended}
+    api.deleteLater()
