@@ -111,24 +111,25 @@ def _finish_reason(final: GenerationChunk | None) -> str:
     return FINISH.get(final.finish_reason or "stop", "stop") if final is not None else "stop"
 
 
-# Message parts the local models cannot take in, by type, and what they hold (pictures and sounds go to the
-# model, which refuses them itself when it cannot see or hear: engine.server.media).
-_UNREADABLE_PARTS = {"file": "read files"}
+# Message parts a local model takes in only with a capability (engine.server.media: a projector that sees
+# or hears), by type: the capability, and what the part holds.
+_UNREADABLE_PARTS = {"image_url": ("vision", "read images"), "input_audio": ("audio", "hear audio"), "file": ("", "read files")}
 
 
-def _unreadable_part(messages: list[ChatMessageBody]) -> str | None:
+def _unreadable_part(messages: list[ChatMessageBody], capabilities: list[str]) -> str | None:
     for m in messages:
         if isinstance(m.content, list):
             for part in m.content:
-                if part.get("type") in _UNREADABLE_PARTS:
-                    return _UNREADABLE_PARTS[part["type"]]
+                need, what = _UNREADABLE_PARTS.get(part.get("type"), (None, ""))
+                if need is not None and need not in capabilities:
+                    return what
     return None
 
 
-def _refuse_unreadable(model: str, body: ChatCompletionBody) -> None:
+def _refuse_unreadable(model: str, body: ChatCompletionBody, capabilities: list[str]) -> None:
     """Refuse parts the local ``model`` cannot take in, never drop them: an answer that ignores an
     image reads as if the model had seen it."""
-    what = _unreadable_part(body.messages)
+    what = _unreadable_part(body.messages, capabilities)
     if what is not None:
         raise InvalidRequest(f"Model '{model}' cannot {what}; send the message as text only.", param="messages")
 
@@ -423,7 +424,8 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     if isinstance(target, targets.RemoteTarget) and documents is None:  # OpenAI's own shape: passed through as it is
         return await remote_routes.forward(request, target.routed, "/chat/completions", target.name, bool(body.stream))
     n = _check_n(request, body.n)
-    _refuse_unreadable(target.name, body)
+    local = not isinstance(target, targets.RemoteTarget)
+    _refuse_unreadable(target.name, body, media.capabilities(target.mmproj) if local else [])
     allow_remote = request.app.state.settings.allow_image_urls
     messages = await asyncio.to_thread(_chat_messages, body.messages, allow_remote=allow_remote)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
