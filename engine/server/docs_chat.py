@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from engine.documents.errors import CollectionNotFound
 from engine.documents.prompt import DocsContext
 from engine.errors import InvalidRequest
+from engine.server.api_models import ChatDocuments
 from engine.types import ChatMessage, GenerationRequest
 
 if TYPE_CHECKING:
@@ -51,16 +52,14 @@ class Grounding:
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
 
     def extension(self) -> dict[str, Any]:
-        """The answer's ``hearth`` object."""
-        out: dict[str, Any] = {
-            "collections": list(self.collections),
-            "sources": [s.as_dict() for s in self.context.sources],
-            "whole_documents": self.context.whole_documents,
-            "budget_tokens": self.budget_tokens,
-        }
-        if self.indexing:
-            out["indexing"] = list(self.indexing)
-        return out
+        """The answer's ``hearth`` object, in the shape the app reads it (api_models.ChatDocuments)."""
+        return ChatDocuments(
+            collections=list(self.collections),
+            sources=[s.as_dict() for s in self.context.sources],
+            whole_documents=self.context.whole_documents,
+            budget_tokens=self.budget_tokens,
+            indexing=list(self.indexing),
+        ).model_dump()
 
 
 def _whole_number(raw: dict, key: str, default: int, lo: int, hi: int) -> int:

@@ -29,6 +29,7 @@ from engine.server.api_models.catalog import (
     VariantRecommendation,
 )
 from engine.server.api_models.documents import (
+    ChatDocuments,
     CollectionDeleted,
     CollectionList,
     DocCollection,
@@ -62,7 +63,7 @@ from engine.server.api_models.local import (
 )
 
 __all__ = [
-    "AcceptAnswer", "BackendChoice", "BackendFigures", "Category", "CollectionDeleted", "CollectionList", "CpuInfo",
+    "AcceptAnswer", "BackendChoice", "BackendFigures", "Category", "ChatDocuments", "CollectionDeleted", "CollectionList", "CpuInfo",
     "DeleteAnswer", "DevicePlan", "DocCollection", "DocSource", "DocsContext", "Download", "DownloadList",
     "FileFailure", "FitAnswer", "FoundModel", "GpuInfo", "HardwareInfo", "HardwareReport", "HubRepo", "HubSearch",
     "HubVariant", "IndexProgress", "LoadAnswer", "LoadPlan", "MemoryBytes", "ModelInfo", "ModelList",

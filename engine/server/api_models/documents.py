@@ -98,3 +98,15 @@ class DocsContext(Answer):
     system: str
     sources: list[DocSource]
     whole_documents: bool = False
+
+
+class ChatDocuments(Answer):
+    """A chat answer's ``hearth`` object when its request named collections (docs/documents.md): the
+    sources its prompt was given, numbered as the prompt cites them, and the collections still being
+    indexed (answered from what is indexed so far)."""
+
+    collections: list[str]
+    sources: list[DocSource]
+    whole_documents: bool = False
+    budget_tokens: int
+    indexing: list[str] = []

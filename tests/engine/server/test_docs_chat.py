@@ -15,6 +15,7 @@ import ollama
 import openai
 import pytest
 
+from engine.server.api_models import ChatDocuments
 from tests.engine.server.conftest import MODEL
 
 pytestmark = pytest.mark.slow
@@ -63,10 +64,8 @@ def home(api, tmp_path_factory):
     api.delete(f"/api/docs/collections/{name}")
 
 
-@pytest.fixture(scope="module")
-def library(api, tmp_path_factory):
-    """A collection far larger than the server's 2,048-token context."""
-    folder = tmp_path_factory.mktemp("docs-chat-library")
+def _lighthouses(folder: Path) -> Path:
+    """40 sections of about 1,000 characters: 40 chunks, some 10,000 tokens."""
     sections = []
     for i in range(40):
         sentences = " ".join(
@@ -74,7 +73,13 @@ def library(api, tmp_path_factory):
         )
         sections.append(f"## Lighthouse {i}\n\n{sentences}\n")
     (folder / "lighthouses.md").write_text("# Lighthouses\n\n" + "\n".join(sections))
-    name = _collection(api, folder, "chat-library")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def library(api, tmp_path_factory):
+    """A collection far larger than the server's 2,048-token context."""
+    name = _collection(api, _lighthouses(tmp_path_factory.mktemp("docs-chat-library")), "chat-library")
     yield name
     api.delete(f"/api/docs/collections/{name}")
 
@@ -90,6 +95,7 @@ def test_chat_completions_answer_from_a_collection_and_name_the_sources_first(se
     answer = client.chat.completions.create(model=MODEL, messages=messages, **GREEDY, extra_body=asked)
     hearth = answer.model_extra["hearth"]
     assert hearth["collections"] == [home] and hearth["whole_documents"] is True
+    assert ChatDocuments.model_validate(hearth).indexing == []  # the shape the app reads
     assert _labels(hearth) == LABELS
     bees = hearth["sources"][0]
     assert bees["uri"].startswith("file://") and bees["uri"].endswith("bees.md") and "Marigold" in bees["text"]
@@ -232,3 +238,21 @@ def test_without_collections_the_answer_is_unchanged(server):
         assert same.usage.prompt_tokens == plain.usage.prompt_tokens
     first = next(iter(client.chat.completions.create(model=MODEL, messages=messages, stream=True, **GREEDY)))
     assert "hearth" not in first.model_extra
+
+
+def test_a_collection_still_indexing_answers_from_what_is_indexed_and_says_so(server, api, tmp_path):
+    name = f"chat-indexing-{uuid.uuid4().hex[:8]}"
+    r = api.post("/api/docs/collections", json={"name": name, "paths": [str(_lighthouses(tmp_path))]})
+    assert r.status_code == 202, r.text
+    try:
+        assert api.post(f"/api/docs/collections/{name}/pause").status_code == 200  # 40 passages take seconds to embed
+        answer = server.client().chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Which keeper lights lamp 3?"}], temperature=0, max_tokens=4,
+            extra_body={"hearth": {"collections": [name]}},
+        )  # fmt: skip
+        hearth = answer.model_extra["hearth"]
+        assert hearth["indexing"] == [name]
+        indexed = api.get(f"/api/docs/collections/{name}").json()["chunks"]
+        assert len(hearth["sources"]) <= max(indexed, 1) and answer.choices[0].message.content
+    finally:
+        api.delete(f"/api/docs/collections/{name}")
