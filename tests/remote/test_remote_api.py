@@ -511,3 +511,31 @@ def test_a_remote_models_failure_keeps_its_status_in_another_dialect(local, llam
         ollama_client(local).chat(model="hearth2/no-such-model", messages=QUESTION)
     assert missing.value.status_code == 404  # the provider's own answer to a model it lacks
     assert "The remote provider 'hearth2'" in missing.value.error and "no-such-model" in missing.value.error
+
+
+def test_a_chat_with_collections_grounds_a_remote_models_prompt(local, llama_server, tmp_path):
+    """Chat completions with ``hearth.collections`` run through Hearth's own generation rather than being passed
+    through: the provider is sent the system prompt the app built from /api/docs/context, and the answer names
+    the sources."""
+    from tests.engine.server.test_docs_chat import QUEEN, _wait
+
+    (tmp_path / "bees.md").write_text("# Bees\n\nThe queen of the hive is called Marigold.\n")
+    with admin(local) as c:
+        assert c.post("/api/docs/collections", json={"name": "remote-bees", "paths": [str(tmp_path)]}).status_code == 202
+        try:
+            _wait(c, "remote-bees")
+            ctx = c.post("/api/docs/context", json={"collections": ["remote-bees"], "question": QUEEN}).json()
+            question = [{"role": "user", "content": QUEEN}]
+            grounded = openai_client(local.base_url, LOCAL_KEY).chat.completions.create(
+                model=LLAMA_MODEL, messages=question, temperature=0, max_tokens=12,
+                extra_body={"hearth": {"collections": ["remote-bees"]}},
+            )  # fmt: skip
+        finally:
+            c.delete("/api/docs/collections/remote-bees")
+    by_hand = [{"role": "system", "content": ctx["system"]}, *question]
+    direct = llama_server.client().chat.completions.create(model=ALIAS, messages=by_hand, temperature=0, max_tokens=12)
+    assert grounded.model == LLAMA_MODEL
+    assert [s["label"] for s in grounded.model_extra["hearth"]["sources"]] == ["[1] bees.md, Bees"]
+    # (the remote path's usage has no prompt count to compare: the same greedy answer to the same prompt)
+    assert grounded.choices[0].message.content == direct.choices[0].message.content
+    assert "Marigold" in direct.choices[0].message.content
