@@ -6,12 +6,13 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QFrame,
     QHBoxLayout,
+    QLabel,
     QMessageBox,
     QSplitter,
     QToolButton,
@@ -71,10 +72,22 @@ class ChatsPage(QWidget):
         center.addLayout(self._notices)
         self.split_column = SplitColumn(colors, controller.steps)  # side by side: the second model's answers
         self.split_column.hide()
+        main_column = QWidget()  # the chat's own column: over it, while split, the model it answers with
+        main_layout = QVBoxLayout(main_column)
+        main_layout.setContentsMargins(0, 0, 0, 0)
+        main_layout.setSpacing(0)
+        self.main_column_label = QLabel()
+        self.main_column_label.setObjectName("Muted")
+        self.main_column_label.setContentsMargins(20, 10, 12, 10)
+        self.main_column_label.hide()
+        main_layout.addWidget(self.main_column_label)
+        main_layout.addWidget(self.view, 1)
         self.columns = QSplitter(Qt.Orientation.Horizontal)
         self.columns.setChildrenCollapsible(False)
-        self.columns.addWidget(self.view)
+        self.columns.addWidget(main_column)
         self.columns.addWidget(self.split_column)
+        self.columns.setStretchFactor(0, 1)
+        self.columns.setStretchFactor(1, 1)
         center.addWidget(self.columns, 1)
         center.addWidget(self.composer)
         row.addLayout(center, 1)
@@ -298,13 +311,21 @@ class ChatsPage(QWidget):
         self.split_button.setChecked(companion is not None)
         self.split_button.blockSignals(False)
         self.split_column.setVisible(companion is not None)
+        self.main_column_label.setVisible(companion is not None)
         if companion is None:
             self.split_column.view.set_model(None)
             return
+        chat = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        self.main_column_label.setText(f"This chat's model: {chat.settings.model}" if chat is not None else "")
         self.split_column.view.set_model(self.controller.conversation(companion.id))
         self.split_column.view.set_empty_text(f"<p>The same messages go to <b>{companion.settings.model}</b> here.</p>")
         self.split_column.fill_models(self._model_choices(), companion.settings.model)
-        self.columns.setSizes([1, 1])
+        self._even_columns()
+        QTimer.singleShot(0, self, self._even_columns)  # again once the page has its width
+
+    def _even_columns(self) -> None:
+        half = max(1, self.columns.width() // 2)
+        self.columns.setSizes([half, half])
 
     def _split_model_chosen(self, name: str) -> None:
         companion = self.store.get_chat(self._split_id) if self._split_id is not None else None
@@ -429,6 +450,7 @@ class ChatsPage(QWidget):
         self.controller.update_settings(self.chat_id, settings)
         self.settings_panel.set_settings(settings)
         self._set_empty_text(name)
+        self.main_column_label.setText(f"This chat's model: {name}")
 
     # -- engine and theme ---------------------------------------------------------------------
     def set_engine_ready(self, ready: bool, message: str = "") -> None:

@@ -93,13 +93,19 @@ class ChatView(QScrollArea):
 
     def _rebuild(self) -> None:
         for bubble in self.bubbles:
-            bubble.deleteLater()
+            self._drop(bubble)
         self.bubbles = []
         self._dirty.clear()
         if self.model is not None and self.model.rowCount():
             self._inserted(QModelIndex(), 0, self.model.rowCount() - 1)
         self._after_change()
         self._stick = True
+
+    def _drop(self, bubble: MessageBubble) -> None:
+        """Take a bubble off the screen now (it is deleted once the event loop gets to it)."""
+        self.layout_.removeWidget(bubble)
+        bubble.hide()
+        bubble.deleteLater()
 
     def _make(self, row: int) -> MessageBubble:
         message = self.model.message(row)
@@ -124,7 +130,7 @@ class ChatView(QScrollArea):
 
     def _removed(self, _parent: QModelIndex, first: int, last: int) -> None:
         for bubble in self.bubbles[first : last + 1]:
-            bubble.deleteLater()
+            self._drop(bubble)
         del self.bubbles[first : last + 1]
         self._dirty = {r for r in self._dirty if r < first}
         self._after_change()

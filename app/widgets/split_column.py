@@ -24,7 +24,7 @@ class SplitColumn(QFrame):
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
         row = QHBoxLayout()
-        row.setContentsMargins(20, 6, 12, 6)
+        row.setContentsMargins(20, 4, 12, 4)
         label = QLabel("Side by side with")
         label.setObjectName("Muted")
         row.addWidget(label)
