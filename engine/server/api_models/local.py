@@ -67,7 +67,7 @@ class BackendFigures(Answer):
     model_config = ConfigDict(frozen=True, extra="allow")
 
     backend: str
-    in_use: bool = False
+    in_use: int = 0  # requests using it now
     running: int = 0
     waiting: int = 0
     slots: int = 0
@@ -84,7 +84,7 @@ class Residency(Answer):
 
     name: str
     backend: str
-    in_use: bool
+    in_use: int  # requests using it now
     loaded_at: float
     size_bytes: int
     idle_seconds: float
