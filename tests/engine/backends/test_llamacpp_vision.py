@@ -12,7 +12,7 @@ from engine.backends.runtime import refuse_media
 from engine.errors import InvalidRequest
 from engine.types import MEDIA_MARKER, ChatMessage, GenerationRequest, MediaInput, SamplingParams
 from tests.engine.server import tiny_vision
-from tests.engine.server.vision_fixtures import QUESTION, checkerboard, gradient
+from tests.engine.server.vision_fixtures import QUESTION, checkerboard, gradient, wav
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,25 @@ def test_backends_without_images_say_what_to_do():
     with pytest.raises(InvalidRequest, match="cannot read images: use the GGUF"):
         refuse_media(_request(checkerboard()), "use the GGUF.")
     refuse_media(_request(), "text passes")  # no media: nothing to refuse
+
+
+def test_a_model_with_an_audio_encoder_hears(tmp_path):
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend()
+    spec = ModelSpec(name="tiny-audio", path=tiny_vision.MODEL_PATH, mmproj=tiny_vision.AUDIO_MMPROJ_PATH)
+    backend.load(spec, LoadOptions(n_ctx=1024, n_seq_max=2, n_threads=1))
+    try:
+        assert backend.info.audio and not backend.info.vision
+        answers = []
+        for sound in (wav("tone"), wav("noise")):
+            message = ChatMessage("user", "Listen." + MEDIA_MARKER, media=(MediaInput("audio", sound, "messages[0].content[1]"),))
+            req = GenerationRequest(model="tiny-audio", messages=(message,), params=SamplingParams(temperature=0, max_tokens=6))
+            tokens, final = _run(backend, req)
+            answers.append(tokens)
+            assert final.prompt_tokens > 750  # 30 s of Whisper frames, pooled: 750 audio tokens
+        assert answers[0] != answers[1]
+        with pytest.raises(InvalidRequest, match="cannot read images"):
+            list(backend.stream(_request(checkerboard())))
+    finally:
+        backend.close()

@@ -16,7 +16,7 @@ from engine.errors import InvalidRequest
 from engine.server import media
 from tests.engine.server import tiny_vision
 from tests.engine.server.conftest import MODEL, Server
-from tests.engine.server.llama_server import llama_server, needs_llama_server
+from tests.engine.server.llama_server import LLAMA_SERVER, llama_server, needs_llama_server
 from tests.engine.server.vision_fixtures import (
     QUESTION,
     VISION,
@@ -25,6 +25,7 @@ from tests.engine.server.vision_fixtures import (
     checkerboard,
     data_url,
     gradient,
+    wav,
 )
 
 MAX_TOKENS = 10
@@ -223,3 +224,33 @@ def test_answers_equal_llama_servers(vision_server):
             ).json()  # fmt: skip
             assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
             assert ours["usage"]["prompt_tokens"] == theirs["usage"]["prompt_tokens"]
+
+
+def test_input_audio_is_heard_by_a_model_with_an_audio_encoder():
+    server = Server(
+        "--model", str(tiny_vision.MODEL_PATH), "--mmproj", str(tiny_vision.AUDIO_MMPROJ_PATH),
+        "--parallel", "1", "--ctx", "1024", "--threads", "1",
+    )  # fmt: skip
+    try:
+        client = server.client()
+        answers = []
+        for sound in (wav("tone"), wav("noise")):
+            parts = [{"type": "text", "text": "Listen."}, {"type": "input_audio", "input_audio": {"data": b64(sound), "format": "wav"}}]
+            out = client.chat.completions.create(
+                model=VISION, temperature=0, max_tokens=6, messages=[{"role": "user", "content": parts}]
+            )
+            answers.append(out.choices[0].message.content)
+            assert out.usage.prompt_tokens > 750
+        assert answers[0] != answers[1]
+        caps = {m.id: m.model_extra.get("capabilities") for m in client.models.list().data}
+        assert caps[VISION] == ["audio"]
+        if LLAMA_SERVER:  # llama.cpp's own server hears the same
+            with llama_server(tiny_vision.MODEL_PATH, "--mmproj", str(tiny_vision.AUDIO_MMPROJ_PATH), "-np", "1") as url:
+                for sound, ours in zip((wav("tone"), wav("noise")), answers, strict=True):
+                    parts = [{"type": "text", "text": "Listen."},
+                             {"type": "input_audio", "input_audio": {"data": b64(sound), "format": "wav"}}]  # fmt: skip
+                    body = {"messages": [{"role": "user", "content": parts}], "temperature": 0, "max_tokens": 6}
+                    theirs = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).json()
+                    assert theirs["choices"][0]["message"]["content"] == ours
+    finally:
+        server.stop()

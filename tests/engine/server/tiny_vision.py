@@ -30,6 +30,7 @@ from tests.engine.server.tiny_reranker import llama_cpp_sources
 DATA = Path(__file__).resolve().parents[2] / "data" / "tiny-vision"
 MODEL_PATH = DATA / "tiny-vision-q8_0.gguf"
 MMPROJ_PATH = DATA / "mmproj-tiny-vision-f16.gguf"
+AUDIO_MMPROJ_PATH = DATA / "mmproj-tiny-audio-f16.gguf"  # a Whisper-style audio encoder for the same text model
 SEED = 31
 IMAGE_SIZE = 64  # one tile: every picture becomes an overview and one slice
 PATCH_SIZE = 8  # 64 patches a tile, 16 image tokens after the 2x2 pixel shuffle
@@ -37,11 +38,51 @@ PATCH_SIZE = 8  # 64 patches a tile, 16 image tokens after the 2x2 pixel shuffle
 # The tokens SmolVLM adds to SmolLM2's vocabulary, which llama.cpp's Idefics3 layout puts around a picture.
 IMAGE_TOKENS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"] + [
     f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)
-]
+] + ["<|audio_bos|>", "<|AUDIO|>", "<|audio_eos|>"]  # and those Qwen2-Audio's layout puts around a sound
 
 
-def build_hf(folder: Path, starter: Path) -> None:
-    """Write the seeded random-weight model and its tokenizer to ``folder``."""
+def _text_config(tokenizer) -> dict:
+    return dict(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=100000.0,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        architectures=["VLlama3ForCausalLM"],
+    )  # fmt: skip
+
+
+def build_audio_hf(folder: Path, tokenizer) -> None:
+    """Write a Qwen2-Audio-shaped model (3-layer Whisper encoder: the converter names its two convolutions as
+    blocks 1 and 2, so it needs 3 blocks; a linear projector) whose projector fits the
+    text model of :func:`build_hf`: only its ``--mmproj`` GGUF is kept."""
+    import torch
+    from transformers import (
+        LlamaConfig,
+        Qwen2AudioConfig,
+        Qwen2AudioEncoderConfig,
+        Qwen2AudioForConditionalGeneration,
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(folder))
+    torch.manual_seed(SEED + 1)
+    audio = Qwen2AudioEncoderConfig(
+        num_mel_bins=128, encoder_layers=3, encoder_attention_heads=4, encoder_ffn_dim=64, d_model=32,
+    )  # fmt: skip
+    config = Qwen2AudioConfig(
+        audio_config=audio, text_config=LlamaConfig(**_text_config(tokenizer)),
+        audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"),
+        architectures=["Qwen2AudioForConditionalGeneration"],
+    )  # fmt: skip
+    model = Qwen2AudioForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and ("audio" in name or "projector" in name):
+                p.normal_(0.0, 0.6)
+    model.save_pretrained(str(folder), safe_serialization=True)
+
+
+def build_hf(folder: Path, starter: Path):
+    """Write the seeded random-weight model and its tokenizer to ``folder``; returns the tokenizer."""
     import torch
     from transformers import (
         AutoTokenizer,
@@ -56,15 +97,9 @@ def build_hf(folder: Path, starter: Path) -> None:
     tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_TOKENS})
     tokenizer.save_pretrained(str(folder))
     image_token_id = tokenizer.convert_tokens_to_ids("<image>")
-    vocab_size = len(tokenizer)
 
     torch.manual_seed(SEED)
-    text = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=100000.0,
-        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        architectures=["VLlama3ForCausalLM"],
-    )  # fmt: skip
+    text = LlamaConfig(**_text_config(tokenizer))
     vision = Idefics3VisionConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         image_size=IMAGE_SIZE, patch_size=PATCH_SIZE,
@@ -91,6 +126,7 @@ def build_hf(folder: Path, starter: Path) -> None:
             }  # fmt: skip
         )
     )
+    return tokenizer
 
 
 # Run in a child Python, with the sdist's gguf-py first on sys.path (not the installed gguf). The converter
@@ -114,16 +150,20 @@ def convert(hf_dir: Path, out: Path, sources: Path, outtype: str, *extra: str) -
         raise RuntimeError(f"convert_hf_to_gguf.py failed:\n{done.stderr[-4000:]}")
 
 
-def build(starter: Path, sources: Path | None = None) -> tuple[Path, Path]:
-    """Build the model and its two GGUFs into tests/data/tiny-vision; returns their paths."""
+def build(starter: Path, sources: Path | None = None) -> tuple[Path, Path, Path]:
+    """Build the model and its GGUFs (the text model, its vision and its audio projector) into
+    tests/data/tiny-vision; returns their paths."""
     DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = Path(tmp) / "hf"
-        build_hf(hf_dir, starter)
+        tokenizer = build_hf(hf_dir, starter)
         src = sources or llama_cpp_sources(Path(tmp))
         convert(hf_dir, MODEL_PATH, src, "q8_0")  # the vocabulary's embeddings are most of it: 4 MB, not 8
         convert(hf_dir, MMPROJ_PATH, src, "f16", "--mmproj")
-    return MODEL_PATH, MMPROJ_PATH
+        audio_dir = Path(tmp) / "hf-audio"
+        build_audio_hf(audio_dir, tokenizer)
+        convert(audio_dir, AUDIO_MMPROJ_PATH, src, "f16", "--mmproj")
+    return MODEL_PATH, MMPROJ_PATH, AUDIO_MMPROJ_PATH
 
 
 def main() -> None:

@@ -37,6 +37,24 @@ def gradient() -> bytes:
     return _png(img)
 
 
+def wav(kind: str) -> bytes:
+    """One second of 16 kHz mono sound as WAV: a 440 Hz tone ("tone") or seeded white noise ("noise")."""
+    import math
+    import random
+    import wave
+
+    rnd = random.Random(0)
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        for i in range(16000):
+            v = math.sin(2 * math.pi * 440 * i / 16000) if kind == "tone" else rnd.uniform(-1, 1)
+            w.writeframesraw(struct.pack("<h", int(12000 * v)))
+    return out.getvalue()
+
+
 def _png(img) -> bytes:
     out = io.BytesIO()
     img.save(out, format="PNG")
