@@ -183,7 +183,16 @@ class LlamaCppBackend:
             )
         self.projector.check(media, name)
         bos = model.bos_id if model.add_bos and model.bos_id >= 0 else None
-        return self.projector.tokenize(rendered.prompt, media, bos=bos)
+        prompt = self.projector.tokenize(rendered.prompt, media, bos=bos)
+        _, loop = self._require()
+        for m in prompt.media.values():
+            if m.non_causal and m.n_tokens > loop.n_batch:  # split over batches, its attention would be wrong
+                prompt.close()
+                raise InvalidRequest(
+                    f"{m.where or 'A picture'} takes {m.n_tokens} tokens, more than this model's batch of "
+                    f"{loop.n_batch} that it must be decoded in at once; send a smaller picture.", param=m.where
+                )  # fmt: skip
+        return prompt
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.

@@ -56,6 +56,7 @@ class MediaChunk:
     kind: str
     chunk: int
     where: str
+    non_causal: bool = False  # its tokens attend to each other both ways (Gemma 3): decoded in one batch
 
     @property
     def end(self) -> int:
@@ -216,6 +217,7 @@ class Projector:
             spans[len(tokens)] = MediaChunk(
                 start=len(tokens), n_tokens=n_tokens, chunk=chunk,
                 kind="image" if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE else "audio", where=wheres.get(digest, ""),
+                non_causal=bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk)),
             )  # fmt: skip
             tokens.extend(_placeholders(digest, ordinal, n_tokens))
         if not tokens or tokens[-1] < 0:
