@@ -9,6 +9,7 @@ tool-call pieces, and a last chunk with the finish reason, the token counts and 
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -25,7 +26,7 @@ from engine.remote.providers import ProviderAccess, ProviderStore, split_model_i
 from engine.sse import DONE, SseParser
 from engine.tools import ToolCall
 from engine.tools.parsers import ToolCallDelta
-from engine.types import ChatMessage, GenerationChunk, GenerationRequest
+from engine.types import MEDIA_MARKER, ChatMessage, GenerationChunk, GenerationRequest, MediaInput
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,33 @@ def find_remote(model_id: str | None, store: ProviderStore | None = None) -> tup
     return store.access(providers[split[0]]), split[1]
 
 
+def _media_part(item: MediaInput) -> dict[str, Any]:
+    """A picture or a sound as an OpenAI content part (the bytes were checked at Hearth's HTTP edge)."""
+    data = base64.b64encode(item.data).decode()
+    if item.kind == "audio":
+        fmt = "wav" if item.data[:4] == b"RIFF" else "flac" if item.data[:4] == b"fLaC" else "mp3"
+        return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+    head = item.data[:4]
+    mime = {b"\x89PNG": "png", b"GIF8": "gif"}.get(head) or ("jpeg" if head[:2] == b"\xff\xd8" else "bmp" if head[:2] == b"BM" else "png")
+    return {"type": "image_url", "image_url": {"url": f"data:image/{mime};base64,{data}"}}
+
+
+def _content(m: ChatMessage) -> str | list[dict[str, Any]]:
+    """The message's text, or with pictures and sounds its parts in order (each where its marker is)."""
+    if not m.media:
+        return m.content
+    texts = m.content.split(MEDIA_MARKER)
+    parts: list[dict[str, Any]] = []
+    for i, text in enumerate(texts):
+        if text:
+            parts.append({"type": "text", "text": text})
+        if i < len(m.media):
+            parts.append(_media_part(m.media[i]))
+    return parts
+
+
 def _message(m: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    out: dict[str, Any] = {"role": m.role, "content": _content(m)}
     if m.tool_calls:
         out["tool_calls"] = [c.as_openai() for c in m.tool_calls]
         out["content"] = m.content or None
