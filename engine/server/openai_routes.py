@@ -425,7 +425,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         return await remote_routes.forward(request, target.routed, "/chat/completions", target.name, bool(body.stream))
     n = _check_n(request, body.n)
     local = not isinstance(target, targets.RemoteTarget)
-    _refuse_unreadable(target.name, body, media.capabilities(target.mmproj) if local else [])
+    _refuse_unreadable(target.name, body, media.capabilities(target.mmproj) if local else ["vision", "audio"])  # a provider decides
     allow_remote = request.app.state.settings.allow_image_urls
     messages = await asyncio.to_thread(_chat_messages, body.messages, allow_remote=allow_remote)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
