@@ -18,8 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from app.net.api import HearthApi
 from app.net.chat_stream import ChatStream
 from app.net.types import StreamResult
-from engine.agent import ModelTurn, TurnAssembler, turn_body
-from engine.agent.chat_client import ModelTurnError
+from engine.agent import ModelTurn, ModelTurnError, TurnAssembler, turn_body
 
 
 @dataclass
