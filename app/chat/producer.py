@@ -16,6 +16,7 @@ from app.net.api import HearthApi
 from app.net.chat_stream import ChatStream
 from app.net.types import ApiError, StreamResult
 from app.store.records import DocSource
+from engine.server.api_models import ChatDocuments
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ class StreamProducer(AnswerProducer):
         self._stream = self.api.stream_chat(body)
         self._stream.delta.connect(self._delta)
         self._stream.reasoning.connect(self.reasoning)
-        self._stream.sources.connect(self._sources)
+        self._stream.documents.connect(self._documents)
         self._stream.finished.connect(self._finished)
         self._stream.failed.connect(self.failed)
 
@@ -73,15 +74,14 @@ class StreamProducer(AnswerProducer):
     def _delta(self, text: str) -> None:
         self.content.emit(text)
 
-    def _sources(self, items: list) -> None:
-        parsed = []
-        for item in items:
-            try:
-                parsed.append(DocSource.from_json(item))
-            except (KeyError, TypeError, ValueError):
-                continue  # a source the app cannot show is left out, not the answer
-        if parsed:
-            self.sources.emit(tuple(parsed))
+    def _documents(self, documents: ChatDocuments) -> None:
+        sources = tuple(
+            DocSource(number=s.number, label=s.label, uri=s.uri, path=s.path, score=s.score, text=s.text,
+                      page=s.page, heading=s.heading)  # fmt: skip
+            for s in documents.sources
+        )
+        if sources:
+            self.sources.emit(sources)
 
     def _finished(self, result: StreamResult) -> None:
         counted = self._stream.content_events if self._stream is not None else 0

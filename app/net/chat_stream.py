@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import logging
 
+from pydantic import ValidationError
 from PySide6.QtCore import QByteArray, QObject, Signal
 from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
 
 from app.net.client import STATUS, error_from_reply
 from app.net.types import ApiError, StreamResult
+from engine.server.api_models import ChatDocuments
 from engine.sse import DONE, SseParser
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,7 @@ class ChatStream(QObject):
 
     delta = Signal(str)
     reasoning = Signal(str)  # the model's thinking (delta.reasoning_content), before its answer
-    sources = Signal(list)  # the document passages the worker retrieved (``hearth.sources`` of a chunk)
+    documents = Signal(object)  # engine.server.api_models.ChatDocuments: the passages the worker retrieved
     chunk = Signal(dict)  # every chunk as it came (the agent's turns assemble tool calls from them)
     finished = Signal(StreamResult)
     failed = Signal(ApiError)
@@ -96,8 +98,11 @@ class ChatStream(QObject):
         if event.get("usage"):
             self._usage = event["usage"]
         extension = event.get("hearth")
-        if isinstance(extension, dict) and isinstance(extension.get("sources"), list):
-            self.sources.emit(extension["sources"])
+        if isinstance(extension, dict) and "sources" in extension:
+            try:
+                self.documents.emit(ChatDocuments.model_validate(extension))
+            except ValidationError as exc:
+                log.warning("skipping the answer's sources, which this app cannot read: %s", exc)
         self.chunk.emit(event)
         out = []
         for choice in event.get("choices") or ():

@@ -37,6 +37,8 @@ from app.net.api import HearthApi
 from app.net.types import ApiError
 from app.pages.chats_page import ChatsPage
 from app.store.records import DocSource
+from engine.server.api_models import CollectionList
+from engine.server.api_models import DocCollection as CollectionAnswer
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +57,11 @@ class DocCollection:
     paused: bool
 
     @classmethod
-    def from_json(cls, d: dict) -> DocCollection:
-        p = d.get("progress") or {}
-        failed = tuple((str(f["path"]), str(f["reason"])) for f in d.get("failed", []))
-        return cls(d["name"], d["files"], d["chunks"], d["embedded"], failed, p.get("phase"), bool(p.get("paused")))
+    def from_answer(cls, c: CollectionAnswer) -> DocCollection:
+        """The panel's view of one collection of ``GET /api/docs/collections``."""
+        p = c.progress
+        failed = tuple((f.path, f.reason) for f in c.failed)
+        return cls(c.name, c.files, c.chunks, c.embedded, failed, p.phase if p else None, bool(p and p.paused))
 
     @property
     def indexing(self) -> bool:
@@ -230,7 +233,10 @@ class DocsUi(QObject):
             self.timer.stop()
 
     def refresh(self) -> None:
-        call = self.api.get("/api/docs/collections", lambda d: [DocCollection.from_json(c) for c in d["collections"]])
+        call = self.api.get(
+            "/api/docs/collections",
+            lambda d: [DocCollection.from_answer(c) for c in CollectionList.model_validate(d).collections],
+        )
         call.succeeded.connect(self._show)
         call.failed.connect(self._failed)
 
