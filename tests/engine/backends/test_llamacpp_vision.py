@@ -68,6 +68,18 @@ def test_the_same_picture_again_comes_from_the_cache(vision_backend):
     assert again_tokens == first_tokens
 
 
+def test_a_follow_up_question_about_the_picture_reuses_its_cached_kv(vision_backend):
+    first = _request(checkerboard(), text="What colour is it?")
+    tokens, done = _run(vision_backend, first)
+    before = _encoded(vision_backend)
+    answer = vision_backend.model.detokenize(tokens)
+    turns = (*first.messages, ChatMessage("assistant", answer), ChatMessage("user", "And its shape?"))
+    follow = GenerationRequest(model="tiny-vision", messages=turns, params=SamplingParams(temperature=0, max_tokens=4))
+    _, again = _run(vision_backend, follow)
+    assert _encoded(vision_backend) == before
+    assert again.cached_tokens >= done.prompt_tokens  # the whole first turn, picture included
+
+
 def test_several_pictures_in_one_message(vision_backend):
     one_tokens, one = _run(vision_backend, _request(checkerboard()))
     two_tokens, two = _run(vision_backend, _request(checkerboard(), gradient()))
