@@ -254,3 +254,18 @@ def test_input_audio_is_heard_by_a_model_with_an_audio_encoder():
                     assert theirs["choices"][0]["message"]["content"] == ours
     finally:
         server.stop()
+
+
+def test_a_webp_picture_is_sent_to_llama_cpp_as_png():
+    """llama.cpp's reader has no WebP: the picture is re-encoded, its pixels kept."""
+    import io
+
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(gradient())).convert("RGB")
+    out = io.BytesIO()
+    img.save(out, format="WEBP", lossless=True)
+    png = media.check_image(out.getvalue(), "messages[0].content[1]")
+    assert png[:4] == b"\x89PNG"
+    assert Image.open(io.BytesIO(png)).convert("RGB").tobytes() == img.tobytes()
+    assert media.check_image(gradient(), "x") == gradient()  # a PNG goes as it came
