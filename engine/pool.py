@@ -25,6 +25,7 @@ from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
 from engine.errors import AmbiguousModel, HearthError, InvalidRequest, ModelNotFound
 from engine.fit.plan import LoadPlan
+from engine.load_settings import LoadSettingsStore
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,8 @@ class ModelManager:
         idle_ttl: Seconds a model may sit unused before it is unloaded (None: never).
         memory_budget: Bytes the loaded models may take together (None: 75% of available RAM).
         backend_factory: Makes a backend by name (tests pass their own).
+        load_settings: Each model's saved load settings, used by every load that names none of its own
+            (None: those saved in the registry's data folder).
     """
 
     def __init__(
@@ -133,8 +136,10 @@ class ModelManager:
         idle_ttl: float | None = None,
         memory_budget: int | None = None,
         backend_factory: Callable[[str], Backend] = create_backend,
+        load_settings: LoadSettingsStore | None = None,
     ) -> None:
         self.registry = registry
+        self.load_settings = load_settings or LoadSettingsStore(registry.home)
         self.backend_override = backend
         self.options = options or LoadOptions()
         self.idle_ttl = idle_ttl
@@ -262,7 +267,7 @@ class ModelManager:
         if stale is not None:
             stale.backend.close()
             return_freed_memory()
-        options = options or self.options
+        options = options or self.options_for(key)
         try:
             choice = choose_backend(model.format, override=self.backend_override)
             if model.format == "gguf":
@@ -287,6 +292,11 @@ class ModelManager:
             with self._lock:
                 self._loading.discard(key)
                 self._lock.notify_all()
+
+    def options_for(self, name: str) -> LoadOptions:
+        """The options a load of ``name`` takes when it names none: the manager's, with the model's saved
+        settings over them (a JIT load through any dialect takes them too)."""
+        return self.load_settings.get(name).apply(self.options)
 
     def _refuse_unfit(self, model: LocalModel, options: LoadOptions) -> None:
         """Refuse settings asked for one load that its loader's plan already refuses (memory as it is now).

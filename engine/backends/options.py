@@ -23,6 +23,10 @@ class LlamaCppOptions:
             free now, GPUs included.
         grammar_mask_budget: Seconds one step may spend masking a request's vocabulary with its grammar
             before that request ends with an error (the others go on).
+        rope_scale: YaRN RoPE scaling factor (a context longer than the trained one); None: the file's own.
+        rope_orig_ctx: The trained context YaRN scales from; None: the file's.
+        cpu_moe: MoE expert tensors kept in CPU memory while the rest goes to the GPU (llama.cpp's tensor
+            buffer overrides): those of the first N layers, -1 for every layer's; None: none.
     """
 
     prefill_chunk: int = 256
@@ -30,6 +34,9 @@ class LlamaCppOptions:
     kv_unified: bool = False
     memory_budget: int | None = None
     grammar_mask_budget: float = 0.5
+    rope_scale: float | None = None
+    rope_orig_ctx: int | None = None
+    cpu_moe: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +91,8 @@ class LoadOptions:
         n_threads: CPU threads.
         n_gpu_layers: Layers offloaded to the GPU; None: as many as fit (llama.cpp built with GPU support).
         n_seq_max: Sequences generated at once.
-        n_batch: The paged engine's token budget per step (decodes plus prefill chunks).
+        n_batch: The paged engine's token budget per step (decodes plus prefill chunks); on llama.cpp, the
+            most prompt tokens computed in one call (its n_batch and n_ubatch).
         embedding: Load for embeddings.
         kv_type: KV cache type: ``f16``, ``q8_0`` or ``q4_0`` on llama.cpp, ``f16`` or ``fp8`` on the paged
             engine; None: 16-bit, or what fits.

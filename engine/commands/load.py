@@ -13,8 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "load",
         help="load a model in the running worker",
         description="Load MODEL in the running worker (the daemon's, or --url's) now, instead of on its first request. "
-        "Settings given here are for this load: a model loaded with others is reloaded (when no request uses it), "
-        "and settings that do not fit are refused with what would.",
+        "Settings given here are for this load, over the model's saved ones (--save remembers them for every later "
+        "load, requests' just-in-time loads included): a model loaded with others is reloaded (when no request uses "
+        "it), and settings that do not fit are refused with what would.",
     )
     p.add_argument("model", metavar="MODEL", help="a model name, as `hearth models` lists it")
     p.add_argument("--ctx", type=int, help="context length of each request, in tokens")
@@ -22,6 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-layers", type=int, help="layers offloaded to the GPU (llama.cpp built with GPU support)")
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type")
     p.add_argument("--threads", type=int, help="CPU threads")
+    p.add_argument("--batch", type=int, help="batch size: prompt tokens computed in one step")
+    p.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None, help="flash attention (llama.cpp)")
+    p.add_argument("--rope-scale", type=float, metavar="F", help="YaRN RoPE scaling factor, for a context past the trained one")
+    p.add_argument("--rope-orig-ctx", type=int, metavar="N", help="the trained context YaRN scales from (default: the file's)")
+    p.add_argument("--cpu-moe", type=_cpu_moe, metavar="N|all",
+                   help="keep MoE experts in CPU memory: those of the first N layers, or all")  # fmt: skip
+    p.add_argument("--save", action="store_true", help="remember these settings for every later load of MODEL")
     add_worker_args(p)
     p.set_defaults(run=run_load)
     u = sub.add_parser(
@@ -35,11 +43,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.set_defaults(run=run_unload)
 
 
+def _cpu_moe(text: str) -> int:
+    if text.strip().lower() == "all":
+        return -1
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("give a number of layers or 'all'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("give a number of layers (0 or more) or 'all'")
+    return value
+
+
 def run_load(args: argparse.Namespace) -> int:
     client = WorkerClient.from_args(args)
     # A load may take minutes for a large model; the worker answers once it is loaded.
     body = {"model": args.model, "ctx": args.ctx, "parallel": args.parallel, "gpu_layers": args.gpu_layers,
-            "kv_type": args.kv_type, "threads": args.threads}  # fmt: skip
+            "kv_type": args.kv_type, "threads": args.threads, "batch": args.batch, "flash_attn": args.flash_attn,
+            "rope_scale": args.rope_scale, "rope_orig_ctx": args.rope_orig_ctx, "cpu_moe": args.cpu_moe,
+            "save": args.save or None}  # fmt: skip
     answer = client.request("POST", "/api/models/load", body={k: v for k, v in body.items() if v is not None}, timeout=600.0)
     out = {
         "name": answer["name"],
@@ -47,11 +69,14 @@ def run_load(args: argparse.Namespace) -> int:
         "backend": answer.get("backend"),
         "context_length": answer.get("n_ctx"),
         "context_length_trained": answer.get("n_ctx_train"),
+        "saved": args.save,
     }
     if args.json:
         print_json(out)
     else:
         print(f"Loaded {out['name']} on {out['backend']} with {out['context_length']} tokens of context.")
+        if args.save:
+            print(f"Saved these settings: every later load of {out['name']} takes them.")
     return 0
 
 

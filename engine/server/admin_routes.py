@@ -61,22 +61,17 @@ async def models(request: Request) -> dict:
 
 
 def _load_options(manager, body: ModelLoadBody):
-    """The manager's load options with those ``body`` sets; None when it sets none."""
-    from dataclasses import replace
+    """The model's saved settings with those ``body`` sets, on the manager's options; None when it sets none
+    (the load takes the saved settings then). ``body.save`` remembers them for every later load."""
+    from engine.server.settings_routes import load_options
 
-    asked = {"n_ctx": body.ctx, "n_seq_max": body.parallel, "n_gpu_layers": body.gpu_layers,
-             "kv_type": body.kv_type, "n_threads": body.threads}  # fmt: skip
-    cores = os.cpu_count() or 1
-    if body.threads is not None and body.threads > cores:
-        raise InvalidRequest(f"'threads' must be at most {cores}, the CPU threads of this machine.", param="threads")
-    given = {k: v for k, v in asked.items() if v is not None}
-    return replace(manager.options, **given) if given else None
+    return load_options(manager, body)
 
 
 @router.post("/models/load", response_model=LoadAnswer)
 async def load(request: Request, body: ModelLoadBody) -> dict:
     manager = request.app.state.manager
-    options = _load_options(manager, body)
+    options = await asyncio.to_thread(_load_options, manager, body)
     lm = await asyncio.to_thread(lambda: manager.load(body.model, options=options))
     info = lm.backend.info
     return {

@@ -26,6 +26,7 @@ from engine.server import (
     remote_routes,
     rerank_routes,
     responses_routes,
+    settings_routes,
     tokenize_routes,
 )
 from engine.server.errors import install_error_handlers
@@ -60,6 +61,7 @@ def create_app(
     app.include_router(ollama_models.router)
     app.include_router(ollama_models.root_router)
     app.include_router(admin_routes.router)
+    app.include_router(settings_routes.router)
     app.include_router(other_apps_routes.router)
     app.include_router(log_routes.router)
     app.include_router(catalog_routes.router)

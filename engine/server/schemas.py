@@ -137,6 +137,30 @@ class ModelLoadBody(LoadBody):
     gpu_layers: int | None = Field(default=None, ge=0, description="layers offloaded to the GPU")
     kv_type: Literal["f16", "q8_0", "q4_0", "fp8"] | None = Field(default=None, description="KV cache type")
     threads: int | None = Field(default=None, ge=1, le=1024, description="CPU threads")
+    flash_attn: bool | None = Field(default=None, description="flash attention (llama.cpp)")
+    batch: int | None = Field(default=None, ge=1, le=65536, description="prompt tokens computed in one call")
+    rope_scale: float | None = Field(default=None, ge=1.0, le=64.0, description="YaRN RoPE scaling factor")
+    rope_orig_ctx: int | None = Field(default=None, ge=16, description="the trained context YaRN scales from")
+    cpu_moe: int | None = Field(default=None, ge=-1, description="MoE experts on the CPU: first N layers', -1 all")
+    save: bool = Field(default=False, description="remember these settings for every later load of the model")
+
+
+class ModelSettingsBody(_Body):
+    """``PUT /api/models/NAME/settings``: the settings every load of the model takes (null: Hearth chooses)."""
+
+    n_ctx: int | None = None
+    n_gpu_layers: int | None = None
+    kv_type: str | None = None
+    flash_attn: bool | None = None
+    n_threads: int | None = None
+    n_batch: int | None = None
+    rope_scale: float | None = None
+    rope_orig_ctx: int | None = None
+    cpu_moe: int | None = None
+
+
+class FolderBody(_Body):
+    path: str = Field(min_length=1)
 
 
 class DownloadBody(_Body):

@@ -15,6 +15,7 @@ from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, Mod
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
 from engine.backends.llamacpp.media import Projector
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
+from engine.backends.llamacpp.overrides import RopeScaling
 from engine.backends.llamacpp.ranking import Ranker
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
 from engine.backends.llamacpp.scheduler import DecodeLoop
@@ -75,7 +76,8 @@ class LlamaCppBackend:
         check_gguf_file(model.path)
         plan = plan_llamacpp_load(model.path, options)  # context, slots, KV type and GPU layers that fit
         self.model = GGUFModel(
-            model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split, chat_template=model.chat_template
+            model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split, chat_template=model.chat_template,
+            cpu_moe=options.llamacpp.cpu_moe,
         )
         try:
             self.model.chat_template.check()  # code from the file: one that never finishes is refused here
@@ -107,11 +109,12 @@ class LlamaCppBackend:
                 n_threads=self._n_threads,
                 adapt_threads=options.n_threads is None,  # a count the user gave is kept as it is
                 prefill_chunk=own.prefill_chunk,
-                prefill_block=prefill_block(plan.gpu_layers),
+                prefill_block=options.n_batch or prefill_block(plan.gpu_layers),
                 max_waiting=options.max_waiting if options.max_waiting is not None else DEFAULT_MAX_WAITING,
                 kv_type=GGML_KV_TYPES[plan.kv_type],
                 flash_attn=own.flash_attn,
                 kv_unified=own.kv_unified,
+                rope=RopeScaling(own.rope_scale, own.rope_orig_ctx) if own.rope_scale else None,
                 projector=self.projector,
             )
         except MemoryError as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from engine.backends.llamacpp.overrides import cpu_moe_overrides
 from engine.chat_template import ChatTemplate
 from engine.errors import ModelLoadError
 
@@ -72,10 +73,12 @@ class GGUFModel:
         n_gpu_layers: Layers to offload to a GPU when llama.cpp was built with one.
         tensor_split: Layers per GPU on a machine with several (empty: llama.cpp's own split).
         chat_template: A Jinja template used instead of the file's own (an Ollama model's, translated).
+        cpu_moe: MoE experts kept in CPU memory: those of the first N layers, -1 for all (None: none).
     """
 
     def __init__(
-        self, path: Path, *, n_gpu_layers: int = 0, tensor_split: Sequence[float] = (), chat_template: str | None = None
+        self, path: Path, *, n_gpu_layers: int = 0, tensor_split: Sequence[float] = (), chat_template: str | None = None,
+        cpu_moe: int | None = None,
     ) -> None:
         _init_llama_backend()
         check_gguf_file(path)
@@ -88,6 +91,9 @@ class GGUFModel:
             count = max(len(tensor_split), int(llama_cpp.llama_max_devices()))
             self._split = (ctypes.c_float * count)(*tensor_split)  # kept alive as long as the model
             params.tensor_split = self._split
+        self._overrides = cpu_moe_overrides(cpu_moe)  # kept alive as long as the model, as the split
+        if self._overrides is not None:
+            params.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             raise ModelLoadError(

@@ -34,6 +34,7 @@ from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats, common_prefix
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
+from engine.backends.llamacpp.overrides import RopeScaling
 from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
 from engine.backends.speculative import RowCost
@@ -147,6 +148,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         flash_attn: Use flash attention (a quantized KV cache needs it).
         kv_unified: One KV buffer for every slot instead of one per slot.
         kv_type: The ggml type of the KV cache (F16, Q8_0, Q4_0).
+        rope: YaRN RoPE scaling (None: the model file's own).
         projector: The model's multimodal projector, for prompts with pictures or sounds (None: text only).
     """
 
@@ -165,6 +167,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         flash_attn: bool = True,
         kv_unified: bool = False,
         kv_type: int = llama_cpp.GGML_TYPE_F16,
+        rope: RopeScaling | None = None,
         projector: Projector | None = None,
     ) -> None:
         self.model = model
@@ -190,6 +193,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
+        if rope is not None:
+            rope.apply(params)
         ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
         if not ctx:
             raise MemoryError(f"llama.cpp could not create a context of {params.n_ctx} tokens")

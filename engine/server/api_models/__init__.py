@@ -61,8 +61,10 @@ from engine.server.api_models.local import (
     UnloadAnswer,
     WorkerInfo,
 )
+from engine.server.api_models.settings import FolderList, LoadSettings, ModelFolder, ModelSettingsAnswer
 
 __all__ = [
+    "FolderList", "LoadSettings", "ModelFolder", "ModelSettingsAnswer",
     "AcceptAnswer", "BackendChoice", "BackendFigures", "Category", "ChatDocuments", "CollectionDeleted", "CollectionList", "CpuInfo",
     "DeleteAnswer", "DevicePlan", "DocCollection", "DocSource", "DocsContext", "Download", "DownloadList",
     "FileFailure", "FitAnswer", "FoundModel", "GpuInfo", "HardwareInfo", "HardwareReport", "HubRepo", "HubSearch",

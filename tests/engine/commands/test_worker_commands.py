@@ -143,3 +143,44 @@ def test_without_a_daemon_each_command_says_what_to_do(tmp_path):
         ]
     assert hearth_json("daemon", "status", home=tmp_path, expect=3)["running"] is False
     assert hearth_json("daemon", "down", home=tmp_path) == {"stopped": False, "pid": None}
+
+
+def _admin(home) -> dict[str, str]:
+    return {"Authorization": f"Bearer {json.loads((home / 'daemon.json').read_text())['admin_key']}"}
+
+
+def _jit_ctx(info, home) -> int:
+    """Unload the starter, ask it a question through /v1/chat/completions (a just-in-time load), and read the
+    context each sequence got from /api/stats."""
+    hearth_json("unload", "--all", home=home)
+    reply = httpx.post(f"{info['base_url']}/chat/completions", timeout=120, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0})  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    stats = httpx.get(f"{info['url']}/api/stats", headers=_admin(home), timeout=10).json()
+    return stats["models"][MODEL]["n_ctx_per_sequence"]
+
+
+def test_saved_load_settings_are_used_by_every_load_jit_included(daemon):
+    home, info = daemon
+    settings_url = f"{info['url']}/api/models/{MODEL}/settings"
+    try:
+        saved = hearth_json("load", MODEL, "--ctx", "768", "--batch", "64", "--save", home=home)
+        assert (saved["context_length"], saved["saved"]) == (768, True)
+        got = httpx.get(settings_url, headers=_admin(home), timeout=10).json()
+        assert got["settings"]["n_ctx"] == 768 and got["settings"]["n_batch"] == 64 and got["loaded"] is True
+        assert _jit_ctx(info, home) == 768  # a request's load takes the saved settings, not the worker's 1024
+        assert hearth_json("load", MODEL, home=home)["context_length"] == 768
+        put = httpx.put(settings_url, headers=_admin(home), timeout=10, json={"n_ctx": 640, "kv_type": "q8_0"})
+        assert put.status_code == 200 and put.json()["settings"]["n_ctx"] == 640
+        assert _jit_ctx(info, home) == 640
+        bad = httpx.put(settings_url, headers=_admin(home), timeout=10, json={"n_ctx": 1024, "kv_typo": "f16"})
+        assert bad.status_code == 400 and "kv_typo" in bad.json()["error"]["message"]
+        bad = httpx.put(settings_url, headers=_admin(home), timeout=10, json={"rope_scale": 0.5})
+        assert bad.status_code == 400 and "rope_scale" in bad.json()["error"]["message"]
+        assert httpx.get(settings_url, headers=_admin(home), timeout=10).json()["settings"]["n_ctx"] == 640
+    finally:
+        httpx.put(settings_url, headers=_admin(home), timeout=10, json={})  # forgotten: the worker's own again
+        hearth_json("unload", "--all", home=home)
+    assert httpx.get(settings_url, headers=_admin(home), timeout=10).json()["settings"]["n_ctx"] is None
+    assert _jit_ctx(info, home) == 1024
+    hearth_json("unload", "--all", home=home)

@@ -1,0 +1,83 @@
+"""A model's saved load settings: ``GET``/``PUT /api/models/NAME/settings``, and the options a load takes.
+
+Every load reads them (`hearth load`, the app, and a load a request triggers through any dialect), so a
+model set to 16k of context gets 16k however it is first used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+
+from engine.backends.options import LoadOptions
+from engine.errors import InvalidRequest
+from engine.load_settings import ModelLoadSettings
+from engine.server.api_models import ModelSettingsAnswer
+from engine.server.schemas import ModelLoadBody, ModelSettingsBody
+
+router = APIRouter(prefix="/api")
+
+
+def body_settings(body: ModelLoadBody) -> ModelLoadSettings:
+    """The load settings a ``POST /api/models/load`` body gives (the rest None).
+
+    Raises:
+        InvalidRequest: a value out of range.
+    """
+    return ModelLoadSettings(
+        n_ctx=body.ctx, n_gpu_layers=body.gpu_layers, kv_type=body.kv_type, flash_attn=body.flash_attn,
+        n_threads=body.threads, n_batch=body.batch, rope_scale=body.rope_scale, rope_orig_ctx=body.rope_orig_ctx,
+        cpu_moe=body.cpu_moe,
+    ).validate()  # fmt: skip
+
+
+def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:
+    """The options ``body`` asks one load for: the model's saved settings with the body's over them, on the
+    manager's options. None when it asks for nothing (the load takes the saved settings). ``body.save``
+    remembers the combined settings for every later load.
+
+    Raises:
+        InvalidRequest: a value out of range.
+        ModelNotFound: no such model.
+    """
+    given = body_settings(body)
+    if given.is_empty and body.parallel is None and not body.save:
+        return None
+    model = manager.resolve(body.model)
+    settings = manager.load_settings.get(model.name).overridden_by(given)
+    if body.save:
+        manager.load_settings.put(model.name, settings)
+    options = settings.apply(manager.options)
+    if body.parallel is not None:
+        from dataclasses import replace
+
+        options = replace(options, n_seq_max=body.parallel)
+    return options
+
+
+def _answer(manager, name: str, settings: ModelLoadSettings) -> dict:
+    return {"name": name, "settings": settings.to_dict(), "loaded": manager.state(name) == "loaded"}
+
+
+@router.get("/models/{name:path}/settings", response_model=ModelSettingsAnswer)
+async def get_settings(request: Request, name: str) -> dict:
+    """The settings every load of ``name`` takes (nulls: Hearth chooses)."""
+    manager = request.app.state.manager
+    model = await asyncio.to_thread(manager.resolve, name)
+    return _answer(manager, model.name, manager.load_settings.get(model.name))
+
+
+@router.put("/models/{name:path}/settings", response_model=ModelSettingsAnswer)
+async def put_settings(request: Request, name: str, body: ModelSettingsBody) -> dict:
+    """Save the settings every later load of ``name`` takes; all nulls forget them. A loaded model keeps
+    its settings until it is loaded again (`hearth load`, or after it is unloaded)."""
+    manager = request.app.state.manager
+    if body.model_extra:
+        unknown = sorted(body.model_extra)[0]
+        raise InvalidRequest(f"Unknown load setting '{unknown}'; see GET /api/models/NAME/settings for the names.", param=unknown)
+    model = await asyncio.to_thread(manager.resolve, name)
+    fields = {k: getattr(body, k) for k in ModelSettingsBody.model_fields}
+    settings = ModelLoadSettings(**fields).validate()
+    await asyncio.to_thread(manager.load_settings.put, model.name, settings)
+    return _answer(manager, model.name, settings)

@@ -1,0 +1,70 @@
+"""Saved load settings: validated with a sentence, kept in the data folder, put into a load's options; and the
+llama.cpp overrides they become (YaRN, MoE experts on the CPU)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from engine.backends.options import LoadOptions
+from engine.errors import InvalidRequest
+from engine.load_settings import CPU_MOE_ALL, LoadSettingsStore, ModelLoadSettings
+
+
+def test_settings_are_saved_per_model_and_forgotten_when_empty(tmp_path):
+    store = LoadSettingsStore(tmp_path)
+    assert store.get("a").is_empty
+    store.put("a", ModelLoadSettings(n_ctx=8192, kv_type="q8_0", cpu_moe=CPU_MOE_ALL, rope_scale=4.0))
+    store.put("b", ModelLoadSettings(n_threads=1))
+    again = LoadSettingsStore(tmp_path)  # another process (the worker after a restart) reads the same
+    assert again.get("a") == ModelLoadSettings(n_ctx=8192, kv_type="q8_0", cpu_moe=-1, rope_scale=4.0)
+    assert again.get("b").n_threads == 1
+    again.put("a", ModelLoadSettings())
+    assert LoadSettingsStore(tmp_path).get("a").is_empty and LoadSettingsStore(tmp_path).get("b").n_threads == 1
+
+
+def test_a_damaged_file_leaves_hearths_own_choices(tmp_path):
+    (tmp_path / "load-settings.json").write_text("{not json")
+    assert LoadSettingsStore(tmp_path).get("a").is_empty
+
+
+@pytest.mark.parametrize(
+    ("given", "param"),
+    [({"n_ctx": 4}, "n_ctx"), ({"kv_type": "q3"}, "kv_type"), ({"rope_scale": 0.5}, "rope_scale"),
+     ({"cpu_moe": -2}, "cpu_moe"), ({"n_threads": 100_000}, "n_threads"), ({"n_batch": 0}, "n_batch"),
+     ({"kv_type": "q4_0", "flash_attn": False}, "flash_attn")],
+)  # fmt: skip
+def test_out_of_range_values_are_refused_naming_the_setting(given, param):
+    with pytest.raises(InvalidRequest) as err:
+        ModelLoadSettings.from_dict(given)
+    assert err.value.param == param and param in str(err.value)
+
+
+def test_an_unknown_setting_is_refused_not_ignored():
+    with pytest.raises(InvalidRequest, match="'context'"):
+        ModelLoadSettings.from_dict({"context": 4096})
+
+
+def test_settings_go_into_the_options_a_load_takes_and_a_loads_own_flags_win():
+    saved = ModelLoadSettings(n_ctx=8192, n_gpu_layers=10, flash_attn=False, n_batch=128, cpu_moe=3, rope_scale=2.0)
+    options = saved.overridden_by(ModelLoadSettings(n_ctx=2048)).apply(LoadOptions(n_seq_max=2, n_threads=4))
+    assert (options.n_ctx, options.n_gpu_layers, options.n_batch, options.n_seq_max, options.n_threads) == (2048, 10, 128, 2, 4)
+    assert (options.llamacpp.flash_attn, options.llamacpp.cpu_moe, options.llamacpp.rope_scale) == (False, 3, 2.0)
+    assert ModelLoadSettings().apply(LoadOptions(n_ctx=512)) == LoadOptions(n_ctx=512)
+
+
+def test_cpu_moe_patterns_match_the_experts_of_the_layers_asked_for_only():
+    from engine.backends.llamacpp.overrides import cpu_moe_overrides, expert_patterns
+
+    def on_cpu(n: int, name: str) -> bool:  # llama.cpp searches each pattern in the tensor's name
+        return any(re.search(p, name) for p in expert_patterns(n))
+
+    assert on_cpu(CPU_MOE_ALL, "blk.47.ffn_down_exps.weight") and on_cpu(CPU_MOE_ALL, "blk.0.ffn_gate_exps.weight")
+    assert not on_cpu(CPU_MOE_ALL, "blk.0.ffn_down.weight") and not on_cpu(CPU_MOE_ALL, "blk.0.ffn_gate_inp.weight")
+    assert not on_cpu(CPU_MOE_ALL, "blk.0.ffn_down_shexp.weight")  # the shared expert stays with its layer
+    assert on_cpu(2, "blk.1.ffn_up_exps.weight") and not on_cpu(2, "blk.2.ffn_up_exps.weight")
+    assert not on_cpu(2, "blk.11.ffn_up_exps.weight") and not on_cpu(2, "blk.10.ffn_up_exps.weight")
+    array = cpu_moe_overrides(2)
+    assert array is not None and len(array) == 3 and array[2].pattern is None and array[0].buft  # NULL-ended
+    assert cpu_moe_overrides(None) is None and cpu_moe_overrides(0) is None
