@@ -25,7 +25,7 @@ from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
 from engine.errors import AmbiguousModel, HearthError, InvalidRequest, ModelNotFound
 from engine.fit.plan import LoadPlan
-from engine.load_settings import LoadSettingsStore
+from engine.load_settings import LoadSettingsStore, ModelLoadSettings
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +297,14 @@ class ModelManager:
         """The options a load of ``name`` takes when it names none: the manager's, with the model's saved
         settings over them (a JIT load through any dialect takes them too)."""
         return self.load_settings.get(name).apply(self.options)
+
+    def options_with(self, name: str, settings: ModelLoadSettings) -> LoadOptions:
+        """The options ``name`` is loaded with now (else those its next load takes) with ``settings`` over
+        them: what a request's own load options (Ollama's ``num_ctx``...) ask for."""
+        with self._lock:
+            lm = self._loaded.get(name)
+        base = lm.options if lm is not None and lm.options is not None else self.options_for(name)
+        return settings.apply(base)
 
     def _refuse_unfit(self, model: LocalModel, options: LoadOptions) -> None:
         """Refuse settings asked for one load that its loader's plan already refuses (memory as it is now).

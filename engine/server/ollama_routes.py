@@ -27,6 +27,7 @@ from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
+from engine.server.ollama_load import apply_load_options
 from engine.tools import ToolCall, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -339,6 +340,7 @@ def _generate_piece(text: str, reasoning: str = "", calls=()) -> dict:
 async def chat(request: Request, body: ChatBody):
     found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
+    await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
     if not body.messages:
         return await _load_or_unload(request, found, keep, "message")
     req = GenerationRequest(
@@ -359,6 +361,7 @@ async def generate(request: Request, body: GenerateBody):
     if body.images and body.raw:
         raise InvalidRequest("'images' cannot go with 'raw': the prompt has no place for them; drop 'raw'.", param="images")
     pictures = await asyncio.to_thread(_images, body.images, "images") if body.images else ()
+    await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
     if not body.prompt:
         return await _load_or_unload(request, found, keep, "response")
     common = {

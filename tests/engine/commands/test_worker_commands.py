@@ -184,3 +184,27 @@ def test_saved_load_settings_are_used_by_every_load_jit_included(daemon):
     assert httpx.get(settings_url, headers=_admin(home), timeout=10).json()["settings"]["n_ctx"] is None
     assert _jit_ctx(info, home) == 1024
     hearth_json("unload", "--all", home=home)
+
+
+def test_ollamas_num_ctx_reloads_the_model_with_it_and_later_requests_keep_it(daemon):
+    home, info = daemon
+
+    def ask(**options):
+        reply = httpx.post(f"{info['url']}/api/chat", timeout=120, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "stream": False,
+            "options": {"temperature": 0, "num_predict": 2, **options}})  # fmt: skip
+        return reply
+
+    def n_ctx() -> int:
+        return httpx.get(f"{info['url']}/api/stats", headers=_admin(home), timeout=10).json()["models"][MODEL]["n_ctx_per_sequence"]
+
+    try:
+        assert ask(num_ctx=512).status_code == 200 and n_ctx() == 512
+        assert ask().status_code == 200 and n_ctx() == 512  # no load options: the model as it is loaded
+        assert ask(num_ctx=896, num_thread=1).status_code == 200 and n_ctx() == 896
+        bad = ask(num_ctx="big")
+        assert bad.status_code == 400 and "options.num_ctx" in bad.json()["error"]
+        too_big = ask(num_ctx=99_999_999)
+        assert too_big.status_code == 400 and "would fit" in too_big.json()["error"] and n_ctx() == 896
+    finally:
+        hearth_json("unload", "--all", home=home)

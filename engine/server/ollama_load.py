@@ -1,0 +1,63 @@
+"""Ollama's load ``options`` (``num_ctx``, ``num_gpu``, ``num_thread``, ``num_batch``) per request.
+
+What Ollama does: a request whose load options differ from those its model runs with reloads the model with
+them, and later requests keep it so. Hearth does the same, over the model's saved settings. The difference:
+Ollama waits for the requests using the model to finish before it reloads; Hearth refuses the request with a
+sentence while other requests use it (it never stops their answers, and never keeps a client waiting unseen).
+A request without load options takes the model as it is loaded, as in Ollama.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import Request
+
+from engine.errors import InvalidRequest
+from engine.load_settings import ModelLoadSettings
+from engine.server import targets
+
+# Ollama's option -> the load setting it maps onto (llama.cpp takes each when the model loads)
+LOAD_OPTIONS = {"num_ctx": "n_ctx", "num_gpu": "n_gpu_layers", "num_thread": "n_threads", "num_batch": "n_batch"}
+
+
+def load_settings(options: dict[str, Any] | None) -> ModelLoadSettings:
+    """The load settings Ollama's ``options`` ask for (empty when none).
+
+    Raises:
+        InvalidRequest: a value that is not a whole number in range, naming the option.
+    """
+    if not isinstance(options, dict):
+        return ModelLoadSettings()
+    given: dict[str, int] = {}
+    for name, field in LOAD_OPTIONS.items():
+        value = options.get(name)
+        if value is None or (name == "num_gpu" and value == -1):  # -1: Ollama's "as many as fit"
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"'options.{name}' must be a whole number.", param=f"options.{name}")
+        given[field] = value
+    try:
+        return ModelLoadSettings(**given).validate()
+    except InvalidRequest as exc:
+        field = exc.param
+        name = next((k for k, v in LOAD_OPTIONS.items() if v == field), field)
+        raise InvalidRequest(str(exc).replace(f"'{field}'", f"'options.{name}'"), param=f"options.{name}") from None
+
+
+async def apply_load_options(request: Request, found: targets.Target, options: dict[str, Any] | None) -> None:
+    """Load ``found`` with the load options a request asks for, when they differ from those it has (a
+    remote model, or a request that asks none, is left as it is).
+
+    Raises:
+        InvalidRequest: the options do not fit this machine, or other requests use the model now.
+    """
+    settings = load_settings(options)
+    if settings.is_empty or isinstance(found, targets.RemoteTarget):
+        return
+    manager = request.app.state.manager
+    await asyncio.to_thread(lambda: manager.load(found.name, options=manager.options_with(found.name, settings)))
+
+
+__all__ = ["LOAD_OPTIONS", "apply_load_options", "load_settings"]
