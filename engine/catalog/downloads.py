@@ -51,6 +51,7 @@ from engine.catalog.hub import HubClient, RepoListing
 from engine.catalog.hub_paths import inside
 from engine.catalog.registry import LocalModel, ModelRegistry
 from engine.catalog.transfer import FileFetcher, ProcessLock, Stopped
+from engine.catalog.variants import is_projector
 from engine.errors import DownloadError, HearthError, InsufficientDiskSpace, InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,7 @@ class DownloadManager:
         revision: str | None = None,
         listing: RepoListing | None = None,
         on_event: Listener | None = None,
+        projector: str | None = None,
     ) -> DownloadJob:
         """Start (or resume) downloading ``variant`` of ``repo``; returns at once.
 
@@ -130,16 +132,19 @@ class DownloadManager:
             revision: A branch or commit; the latest when None.
             listing: The repo's listing when the caller already has it (saves a request).
             on_event: Called with a :class:`DownloadStatus` on every event of this job.
+            projector: For a repo with ``mmproj`` projectors, the one to pull with a GGUF variant (its precision,
+                ``Q8_0``, or file name; ``none`` for none); the F16 one when None. It is fetched, resumed and
+                verified as the model's files are, and registered as the model's pair.
 
         Raises:
             HubError: the repo could not be listed (missing, gated, no network...).
-            InvalidRequest: no such variant, or several and none named.
+            InvalidRequest: no such variant (or projector), or several and none named.
             InsufficientDiskSpace: the download does not fit on the disk; nothing was started.
         """
         if self._closed:
             raise InvalidRequest("This download manager is closed; create a new one.")
         listing = listing or self.hub.repo(repo, revision=revision)
-        chosen = listing.variant(variant)
+        chosen = listing.pick(variant, projector=projector)
         existing = self.find(listing.repo, chosen.name)
         if existing is not None:
             if on_event is not None:
@@ -152,7 +157,7 @@ class DownloadManager:
             variant=chosen.name,
             revision=listing.revision,
             format=chosen.format,
-            files=chosen.files,
+            files=chosen.download_files,
         )
         self.check_paths(plan)
         self.check_disk(plan, 0)
@@ -400,12 +405,15 @@ class DownloadManager:
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(inside(partial, f.path, suffix=PART_SUFFIX, repo=plan.repo), dest)
             moved.append(dest)
-        primary = next((f for f in plan.files if f.path.endswith(".gguf")), None)
+        primary = next((f for f in plan.files if f.path.endswith(".gguf") and not is_projector(f.path)), None)
         path = root / primary.path if plan.format == "gguf" and primary is not None else root
         sha = primary.sha256 if primary is not None else next((f.sha256 for f in plan.files if f.sha256), None)
+        projector = next((f for f in plan.files if is_projector(f.path)), None)
+        paired = {"mmproj": str(inside(root, projector.path, repo=plan.repo))} if projector is not None else None
         try:
             return self.registry.register(
-                path, name=plan.name, source="hub", repo=plan.repo, variant=plan.variant, sha256=sha, replace=True
+                path, name=plan.name, source="hub", repo=plan.repo, variant=plan.variant, sha256=sha, replace=True,
+                origin_info=paired,
             )
         except HearthError:
             for p in moved:

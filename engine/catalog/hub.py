@@ -35,7 +35,14 @@ from engine.catalog.shape import (
     shape_from_config,
     shape_from_gguf_kv,
 )
-from engine.catalog.variants import RemoteFile, Variant, group_variants
+from engine.catalog.variants import (
+    RemoteFile,
+    Variant,
+    choose_projector,
+    group_variants,
+    is_projector,
+    projector_label,
+)
 from engine.errors import (
     HearthError,
     HubAccessDenied,
@@ -225,6 +232,7 @@ class RepoSummary:
     gated: bool = False
     formats: tuple[str, ...] = ()
     variants: tuple[str, ...] = ()
+    vision: bool = False  # it has mmproj projector files: its GGUF models see
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -237,6 +245,7 @@ class RepoSummary:
             "gated": self.gated,
             "formats": list(self.formats),
             "variants": list(self.variants),
+            "vision": self.vision,
         }
 
 
@@ -257,6 +266,29 @@ class RepoListing:
     last_modified: datetime | None = None
     parameters: int | None = None
     config: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def projectors(self) -> tuple[RemoteFile, ...]:
+        """The repo's multimodal projectors (``mmproj-*.gguf``), one per precision."""
+        return tuple(f for f in self.files if is_projector(f.path))
+
+    @property
+    def vision(self) -> bool:
+        return bool(self.projectors)
+
+    def pick(self, name: str | None = None, *, projector: str | None = None) -> Variant:
+        """:meth:`variant` with the projector pulled with it: the F16 one, or ``projector`` (a precision such
+        as ``Q8_0``, a file name, or ``none``).
+
+        Raises:
+            InvalidRequest: no such variant or projector.
+        """
+        chosen = self.variant(name)
+        if chosen.format != "gguf":
+            if projector not in (None, "none"):
+                raise InvalidRequest(f"A projector goes with a GGUF variant; {chosen.name} is {chosen.format}.", param="mmproj_variant")
+            return chosen
+        return replace(chosen, projector=choose_projector(self.repo, self.projectors, projector))
 
     def variant(self, name: str | None = None) -> Variant:
         """The variant called ``name`` (any case); the only one when ``name`` is None.
@@ -288,6 +320,8 @@ class RepoListing:
             "likes": self.likes,
             "last_modified": self.last_modified.isoformat() if self.last_modified else None,
             "parameters": self.parameters,
+            "vision": self.vision,
+            "projectors": [f.to_dict() | {"label": projector_label(f.path)} for f in self.projectors],
             "variants": [v.to_dict() for v in self.variants],
         }
 
@@ -390,6 +424,7 @@ class HubClient:
                     gated=bool(info.gated),
                     formats=formats,
                     variants=tuple(v.name for v in variants),
+                    vision=any(is_projector(n) for n in names),
                 )
             )
         return out

@@ -316,6 +316,9 @@ class ModelRegistry:
             dismiss(self, model.origin, model.name)
             return model  # another app's files: never deleted
         if delete_files and model.source == "hub" and model.path.exists():
+            projector = model.mmproj
+            if projector is not None and not any(m.mmproj == projector for m in self.list()):
+                projector.unlink(missing_ok=True)  # pulled with it, and no other variant of the repo uses it
             delete_model_files(model.path, stop_at=self.home / "models")
         return model
 

@@ -9,9 +9,11 @@ Nothing here touches the network: :func:`group_variants` works on a file listing
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
+
+from engine.errors import InvalidRequest
 
 # Quality order, lowest first. Labels on one line share a rank.
 _GGUF_ORDER: tuple[tuple[str, ...], ...] = (
@@ -71,11 +73,25 @@ class RemoteFile:
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """One downloadable choice within a repo: ``Q4_K_M`` (maybe several split parts), ``4bit``..."""
+    """One downloadable choice within a repo: ``Q4_K_M`` (maybe several split parts), ``4bit``...
+
+    ``projector`` is the multimodal projector (``mmproj-*.gguf``) pulled with a GGUF variant of a repo that
+    has one: the model then sees (and hears, where the projector has an audio encoder).
+    """
 
     name: str
     format: str  # gguf | mlx | safetensors
     files: tuple[RemoteFile, ...]
+    projector: RemoteFile | None = None
+
+    @property
+    def vision(self) -> bool:
+        return self.projector is not None
+
+    @property
+    def download_files(self) -> tuple[RemoteFile, ...]:
+        """What pulling the variant fetches: its files, then its projector."""
+        return self.files + ((self.projector,) if self.projector is not None else ())
 
     @property
     def size_bytes(self) -> int:
@@ -120,6 +136,8 @@ class Variant:
             "parts": self.parts,
             "quality": self.quality,
             "files": [f.to_dict() for f in self.files],
+            "vision": self.vision,
+            "projector": self.projector.to_dict() if self.projector is not None else None,
         }
 
 
@@ -159,6 +177,55 @@ def _is_auxiliary_gguf(path: str) -> bool:
     # Vision projectors and importance matrices sit beside the models but are not models.
     name = PurePosixPath(path).name.lower()
     return name.startswith("mmproj") or "imatrix" in name
+
+
+def is_projector(path: str) -> bool:
+    """Whether ``path`` is a multimodal projector GGUF (``mmproj-*.gguf``, the name llama.cpp's converter gives)."""
+    name = PurePosixPath(path).name.lower()
+    return name.startswith("mmproj") and name.endswith(".gguf")
+
+
+def projector_label(path: str) -> str:
+    """A projector's precision as a person picks it: ``F16``, ``BF16``, ``Q8_0``... (its file name when none)."""
+    return quant_label(path) or PurePosixPath(path).name
+
+
+# The projector pulled unless another is picked: full precision first (llama.cpp's own advice for mmproj,
+# whose quantization costs much more than a text model's), then by quality.
+_PROJECTOR_PREFERENCE = ("F16", "BF16", "F32")
+
+
+def default_projector(projectors: tuple[RemoteFile, ...] | list[RemoteFile]) -> RemoteFile | None:
+    """The projector pulled with a variant: the F16 one, else BF16, F32, else the highest-quality one."""
+    if not projectors:
+        return None
+
+    def rank(f: RemoteFile) -> tuple[int, int, str]:
+        label = projector_label(f.path)
+        pref = _PROJECTOR_PREFERENCE.index(label) if label in _PROJECTOR_PREFERENCE else len(_PROJECTOR_PREFERENCE)
+        return pref, -quality_rank(label), f.path
+
+    return min(projectors, key=rank)
+
+
+def choose_projector(repo_id: str, projectors: tuple[RemoteFile, ...], wanted: str | None) -> RemoteFile | None:
+    """The projector called ``wanted`` (its precision, like ``Q8_0``, or its file name), the default when None,
+    and none for ``"none"``.
+
+    Raises:
+        InvalidRequest: no projector has that name (or the repo has none).
+    """
+    if wanted is None:
+        return default_projector(projectors)
+    if wanted.lower() == "none":
+        return None
+    for f in projectors:
+        if wanted.lower() in (projector_label(f.path).lower(), f.path.lower(), PurePosixPath(f.path).name.lower()):
+            return f
+    if not projectors:
+        raise InvalidRequest(f"'{repo_id}' has no mmproj projector files; leave out the projector choice.", param="mmproj_variant")
+    names = ", ".join(projector_label(f.path) for f in projectors)
+    raise InvalidRequest(f"'{repo_id}' has no projector '{wanted}'; choose one of: {names} (or none).", param="mmproj_variant")
 
 
 def _gguf_variants(files: list[RemoteFile]) -> list[Variant]:
@@ -223,7 +290,8 @@ def group_variants(
     """
     files = list(files)
     gguf = [f for f in files if f.path.lower().endswith(".gguf") and not _is_auxiliary_gguf(f.path)]
-    variants = _gguf_variants(gguf)
+    projector = default_projector([f for f in files if is_projector(f.path)])
+    variants = [replace(v, projector=projector) for v in _gguf_variants(gguf)]
     folder = _folder_variant(repo_id, files, tuple(tags), library, config)
     if folder is not None:
         variants.append(folder)
@@ -238,6 +306,10 @@ __all__ = [
     "split_part",
     "quality_rank",
     "group_variants",
+    "is_projector",
+    "projector_label",
+    "default_projector",
+    "choose_projector",
     "QUALITY_RANK",
     "BITS_PER_WEIGHT",
 ]

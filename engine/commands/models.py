@@ -98,6 +98,15 @@ def _origin_details(m) -> dict:
     return out
 
 
+def capabilities_of(m) -> list[str]:
+    """What a local model takes in besides text (``vision``, ``audio``), from its projector's header."""
+    if m.mmproj is None:
+        return []
+    from engine.catalog.pairing import projector_senses
+
+    return projector_senses(m.mmproj)
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.backend_choice import choose_backend
     from engine.catalog.other_apps import ORIGINS
@@ -126,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
                         "origin": m.origin,
                         "origin_label": ORIGINS.get(m.origin) if m.origin else None,
                         "backend": choose_backend(m.format).backend,
+                        "mmproj": str(m.mmproj) if m.mmproj else None,
+                        "capabilities": capabilities_of(m),
                         **_origin_details(m),
                     }
                     for m in models
@@ -156,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     for m in models:
         backend = choose_backend(m.format).backend
         origin = f"  {ORIGINS.get(m.origin, m.origin)}" if m.origin else ""
-        print(f"{m.name:<{width}}  {m.format:<11} {m.quantization or '-':<8} {human_size(m.size_bytes):>9}  {backend:<9}{origin}")
+        senses = "".join(f"  [{c}]" for c in capabilities_of(m))  # "[vision]", "[audio]": a projector paired with it
+        print(f"{m.name:<{width}}  {m.format:<11} {m.quantization or '-':<8} {human_size(m.size_bytes):>9}  {backend:<9}{origin}{senses}")
     for provider, m in remote_models:
         print(f"{m.id:<{width}}  {'remote':<11} {'-':<8} {'-':>9}  {provider.name} at {provider.base_url}")
     _remote_notes(remote)

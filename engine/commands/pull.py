@@ -17,6 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="REPO or REPO:VARIANT")
     p.add_argument("--ctx", type=int, default=None, help="context length to plan memory for (default 4096)")
     p.add_argument("--revision", help="a branch or commit of the repo (default: the latest)")
+    p.add_argument(
+        "--mmproj-variant",
+        metavar="LABEL",
+        help="for a repo with mmproj projectors (a model that sees): the one to pull with it, e.g. Q8_0 or a file "
+        "name (default: the F16 one; none: no projector)",
+    )
     p.set_defaults(run=run)
 
 
@@ -39,7 +45,8 @@ def variant_lines(variants: Any, advice: Any, *, indent: str = "  ") -> list[str
         parts = f" ({v.parts} parts)" if v.parts > 1 else ""
         label = f"  {est.label}" if est is not None else ""
         mark = "  <- recommended" if advice is not None and advice.recommended == v.name else ""
-        lines.append(f"{indent}{v.name:<{width}}  {human_size(v.size_bytes):>9}{parts}{label}{mark}")
+        sees = "  [vision]" if v.vision else ""
+        lines.append(f"{indent}{v.name:<{width}}  {human_size(v.size_bytes):>9}{parts}{sees}{label}{mark}")
     return lines
 
 
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             )
         wanted = advice.recommended
         print(f"Taking {wanted}: {advice.reason}")
-    variant = listing.variant(wanted)
+    variant = listing.pick(wanted, projector=args.mmproj_variant)
     existing = registry.get(f"{listing.repo}:{variant.name}")
     if existing is not None and existing.path.exists():
         print(f"{existing.name} is already downloaded ({existing.path}); remove it with `hearth rm` to download it again.")
@@ -108,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {variant.name} will not fit in this machine's memory. {est.reason}", file=sys.stderr)
     manager = DownloadManager(registry, hub=hub)
     try:
-        job = manager.start(listing.repo, variant.name, listing=listing)
+        if variant.projector is not None:
+            print(f"With the projector {variant.projector.path} ({human_size(variant.projector.size)}): the model sees.")
+        job = manager.start(listing.repo, variant.name, listing=listing, projector=args.mmproj_variant)
         try:
             status = _progress_loop(job)
         except KeyboardInterrupt:

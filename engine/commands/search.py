@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         updated = summary.last_modified.date().isoformat() if summary.last_modified else "-"
         formats = ",".join(summary.formats) or "-"
         gated = "  (gated)" if summary.gated else ""
+        formats += ",vision" if summary.vision else ""
         print(f"{summary.repo}  [{formats}]  {summary.downloads:,} downloads  {summary.likes:,} likes  updated {updated}{gated}")
         if listing is not None:
             print("\n".join(variant_lines(listing.variants, advice, indent="    ")))

@@ -105,6 +105,8 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
                 "plan": est.plan.to_dict() if est and est.plan else None,
                 "backend": est.backend if est else None,
                 "recommended": advice.recommended == v.name,
+                "vision": v.vision,
+                "projector": v.projector.to_dict() if v.projector else None,
             }
         )
     rec = {"variant": advice.recommended, "reason": advice.reason} if advice.recommended else None
@@ -115,6 +117,8 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
         "variants": variants,
         "recommendation": rec,
         "reason": advice.reason,
+        "vision": listing.vision,
+        "projectors": listing.to_dict()["projectors"],
     }
 
 
@@ -145,7 +149,7 @@ async def downloads(request: Request) -> dict:
 async def start_download(request: Request, body: DownloadBody) -> dict:
     manager = _catalog(request).downloads
     check_repo_id(body.repo, param="repo")
-    job = await asyncio.to_thread(manager.start, body.repo, body.variant)
+    job = await asyncio.to_thread(manager.start, body.repo, body.variant, projector=body.mmproj_variant)
     return _download(job.status())
 
 
@@ -161,9 +165,12 @@ async def control_download(request: Request, job_id: str, action: str) -> dict:
 
 @router.post("/models/import", response_model=ModelInfo)
 async def import_model(request: Request, body: ImportBody) -> dict:
+    from engine.catalog.pairing import import_model as register_import
+
     registry = request.app.state.manager.registry
+    mmproj = user_path(body.mmproj, param="mmproj") if body.mmproj else None
     try:
-        model = await asyncio.to_thread(registry.register, user_path(body.path), name=body.name, source="import")
+        model = await asyncio.to_thread(register_import, registry, user_path(body.path), name=body.name, mmproj=mmproj)
     except ModelLoadError as exc:  # a path the user gave: their input, not a server fault
         raise InvalidRequest(str(exc), param="path") from exc
     return _model_entry(model, "not-loaded")

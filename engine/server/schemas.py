@@ -166,11 +166,13 @@ class FolderBody(_Body):
 class DownloadBody(_Body):
     repo: str = Field(min_length=3)
     variant: str | None = None
+    mmproj_variant: str | None = None  # the projector pulled with it (F16, Q8_0, a file name, "none"); F16 unset
 
 
 class ImportBody(_Body):
     path: str = Field(min_length=1)
     name: str | None = None
+    mmproj: str | None = None  # the projector to pair it with; unset: an mmproj*.gguf beside it, if there is one
 
 
 class ErrorDetail(BaseModel):

@@ -21,6 +21,7 @@ class HubRepo(Answer):
     gated: bool = False
     formats: list[str] = []
     variants: list[str] = []
+    vision: bool = False  # it has mmproj projector files: its GGUF models see
 
 
 class HubSearch(Answer):
@@ -49,6 +50,12 @@ class HubVariant(Answer):
     plan: dict[str, Any] | None = None
     backend: str | None = None
     recommended: bool = False
+    vision: bool = False  # pulled with a projector, it sees
+    projector: RemoteFileInfo | None = None  # the projector pulled with it unless another is picked
+
+
+class ProjectorInfo(RemoteFileInfo):
+    label: str  # F16, Q8_0...: what mmproj_variant names
 
 
 class VariantRecommendation(Answer):
@@ -63,6 +70,8 @@ class VariantList(Answer):
     variants: list[HubVariant]
     recommendation: VariantRecommendation | None = None  # None: nothing fits well
     reason: str = ""
+    vision: bool = False
+    projectors: list[ProjectorInfo] = []  # the repo's mmproj files, one per precision
 
     @property
     def recommended(self) -> str | None:
