@@ -25,6 +25,7 @@ from app.pages.chats_page import ChatsPage
 from app.pages.docs_panel import DocsUi
 from app.pages.hardware_page import HardwarePage
 from app.pages.models_page import ModelsPage
+from app.pages.pictures import PicturesFeature
 from app.store.chat_store import ChatStore
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors, ThemeManager
@@ -87,6 +88,7 @@ class MainWindow(QMainWindow):
         self.docs = DocsUi(self.chats, self.controller, self.api, parent=self)
         import_legacy_steps(store.path.parent, store)
         self.agent = AgentService(store.path.parent, parent=self)
+        self.pictures = PicturesFeature(self.chats, self.controller, self.models, parent=self)
         self.tools = ToolsFeature(self.chats, self.controller, self.agent, QtTurnClient(self.api, self), parent=self)
 
     # -- engine -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from app.store.export import to_json, to_markdown
+from app.store.images import ImageRef
 from app.store.records import AnswerSteps, ChatRecord, MessageRecord
 
 
@@ -15,6 +16,7 @@ def export_text(
     steps_of: Callable[[int], AnswerSteps | None] | None,
     *,
     tree: Sequence[MessageRecord] = (),
+    image_data: Callable[[ImageRef], str | None] | None = None,
 ) -> str:
     """Markdown (``md``) of the path shown (``messages``), or JSON of it and every other branch in
     ``tree`` (``ChatStore.all_messages``); answers carry their steps when ``steps_of`` knows them
@@ -24,7 +26,7 @@ def export_text(
         return to_markdown(chat, messages, steps)
     every = {m.id: m for m in (*tree, *messages)}.values()
     steps = {m.id: steps_of(m.id) for m in every if m.is_answer} if steps_of is not None else {}
-    return to_json(chat, messages, steps, tree=tree)
+    return to_json(chat, messages, steps, tree=tree, image_data=image_data)
 
 
 __all__ = ["export_text"]

@@ -141,7 +141,7 @@ class AnswerRun(QObject):
             body["max_tokens"] = settings.sampling.max_tokens
         if settings.sampling.seed is not None:
             body["seed"] = settings.sampling.seed
-        request = AnswerRequest(chat=self.chat, body=body)
+        request = AnswerRequest(chat=self.chat, body=body, records=self.fit.records)
         for preparer in self.preparers:
             preparer.prepare(request)
         return request

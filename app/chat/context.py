@@ -16,6 +16,7 @@ from app.store.records import MessageRecord
 CHARS_PER_TOKEN = 4.0
 MARGIN = 1.2  # code and non-English text take more tokens per character
 MESSAGE_OVERHEAD = 8  # role markers of the chat template
+IMAGE_TOKENS = 768  # what a picture costs a typical vision model (Gemma 3: 256, Qwen2.5-VL: up to ~1,000)
 DEFAULT_CONTEXT = 2048
 
 
@@ -29,6 +30,7 @@ class ContextFit:
 
     messages: tuple[dict[str, str], ...]  # with ``reasoning_content`` on answers that thought
     dropped: int
+    records: tuple[MessageRecord | None, ...] = ()  # the message behind each of ``messages`` (None: the system prompt)
 
     @property
     def notice(self) -> str:
@@ -65,7 +67,7 @@ def fit_history(
     kept: list[MessageRecord] = []
     used = 0
     for message in reversed(history):
-        cost = estimate_tokens(message.content)
+        cost = estimate_tokens(message.content) + IMAGE_TOKENS * len(message.images)
         if kept and used + cost > budget:
             break
         kept.append(message)
@@ -75,10 +77,12 @@ def fit_history(
         kept.pop(0)
     dropped = len(history) - len(kept)
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    records: list[MessageRecord | None] = [None] * len(messages)
     thinking = thinking or {}
     for m in kept:
         item = {"role": m.role, "content": m.content}
         if m.role == "assistant" and thinking.get(m.id):
             item["reasoning_content"] = thinking[m.id]
         messages.append(item)
-    return ContextFit(messages=tuple(messages), dropped=dropped)
+        records.append(m)
+    return ContextFit(messages=tuple(messages), dropped=dropped, records=tuple(records))

@@ -9,6 +9,7 @@ preparers added with :meth:`add_preparer`; they run in that order before each an
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from PySide6.QtCore import QObject, Signal
 
@@ -19,6 +20,7 @@ from app.chat.preparers import RequestPreparer, ThinkingPreparer
 from app.net.api import HearthApi
 from app.net.types import ModelInfo, StatsSnapshot
 from app.store.chat_store import ChatStore, interrupted
+from app.store.images import ImageRef
 from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings, MessageRecord
 
 log = logging.getLogger(__name__)
@@ -105,11 +107,12 @@ class ChatController(QObject):
                 self._context[m.name] = m.n_ctx
 
     # -- actions ------------------------------------------------------------------------------
-    def send(self, chat_id: int, text: str) -> bool:
-        """Add a user message and start answering it. False when the chat is busy or ``text`` empty."""
+    def send(self, chat_id: int, text: str, *, images: Sequence[ImageRef] = ()) -> bool:
+        """Add a user message (with the pictures attached) and start answering it. False when the chat is
+        busy or ``text`` empty."""
         if not text.strip() or self.is_answering(chat_id):
             return False
-        message = self.store.add_message(chat_id, "user", text)
+        message = self.store.add_message(chat_id, "user", text, images=images)
         self.conversation(chat_id).append(message)
         self.chats_changed.emit()
         self._answer(chat_id)
@@ -143,7 +146,7 @@ class ChatController(QObject):
         row = model.row_of(message_id)
         if row < 0 or not text.strip() or self.is_answering(chat_id) or model.message(row).role != "user":
             return False
-        edited = self.store.add_sibling(message_id, text)
+        edited = self.store.add_sibling(message_id, text, images=model.message(row).images)  # its pictures stay
         model.remove_from(row)
         model.append(edited)
         self._answer(chat_id)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.chat.producer import AnswerProducer
-from app.store.records import ChatRecord
+from app.store.records import ChatRecord, MessageRecord
 
 ProducerFactory = Callable[[], AnswerProducer]
 
@@ -24,6 +24,7 @@ class AnswerRequest:
 
     chat: ChatRecord
     body: dict
+    records: tuple[MessageRecord | None, ...] = ()  # the message behind each of body["messages"] (None: system)
     added: list[str] = field(default_factory=list)  # "Documents: manual", "Tools: files" ...
     producer: ProducerFactory | None = None  # None: a plain stream
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -28,6 +29,7 @@ from app.net.local_models import LocalModels
 from app.net.remote_types import ProviderInfo
 from app.net.types import ModelInfo
 from app.store import ChatSettings
+from app.store.images import ImageRef
 from app.store.records import ChatRecord
 from app.theme import ThemeColors
 from app.widgets.chat_settings import ChatSettingsPanel
@@ -41,8 +43,17 @@ from app.widgets.split_column import SplitColumn
 log = logging.getLogger(__name__)
 
 
+class AttachmentSource(Protocol):
+    """A feature whose attachments go with the next message of a chat (pictures)."""
+
+    def pending(self, chat_id: int) -> tuple[ImageRef, ...]: ...
+
+    def sent(self, chat_id: int) -> None: ...
+
+
 class ChatsPage(QWidget):
     chat_opened = Signal(int)  # chat id: shown now (picked, new, or the next one after a delete)
+    chat_model_changed = Signal(int, str)  # chat id, the model it now talks to
 
     def __init__(self, controller: ChatController, models: LocalModels, colors: ThemeColors, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -53,10 +64,11 @@ class ChatsPage(QWidget):
         self.colors = colors
         self.chat_id: int | None = None
         self._split_id: int | None = None  # side by side: the second column's chat
+        self._attachment_sources: list[AttachmentSource] = []
         self.engine_ready = False
         self.list_model = ChatListModel(self)
         self.sidebar = ChatSidebar(self.list_model, colors)
-        self.view = ChatView(colors, steps_source=controller.steps)
+        self.view = ChatView(colors, steps_source=controller.steps, picture_path=self.store.images.path)
         self.composer = Composer(colors)
         self.settings_panel = ChatSettingsPanel()
         self.settings_panel.hide()
@@ -70,7 +82,7 @@ class ChatsPage(QWidget):
         self._notices = QVBoxLayout()  # features' notices above the conversation (add_notice)
         self._notices.setContentsMargins(0, 0, 0, 0)
         center.addLayout(self._notices)
-        self.split_column = SplitColumn(colors, controller.steps)  # side by side: the second model's answers
+        self.split_column = SplitColumn(colors, controller.steps, picture_path=self.store.images.path)  # side by side: the second model's answers
         self.split_column.hide()
         main_column = QWidget()  # the chat's own column: over it, while split, the model it answers with
         main_layout = QVBoxLayout(main_column)
@@ -153,6 +165,10 @@ class ChatsPage(QWidget):
     def add_attachment(self, widget: QWidget) -> None:
         """A feature's control or attachments row in the composer, above the text box."""
         self.composer.add_attachment(widget)
+
+    def add_attachment_source(self, source: AttachmentSource) -> None:
+        """A feature whose attachments go with each message sent from the composer."""
+        self._attachment_sources.append(source)
 
     def _set_header_icons(self) -> None:
         self.export_button.setIcon(icon("export", self.colors.muted))
@@ -278,7 +294,8 @@ class ChatsPage(QWidget):
         messages = self.controller.conversation(chat_id).messages()
         from app.agent.export import export_text  # answers with their thinking and tool calls
 
-        text = export_text(chat, messages, fmt, self.controller.steps, tree=self.store.all_messages(chat_id))
+        text = export_text(chat, messages, fmt, self.controller.steps, tree=self.store.all_messages(chat_id),
+                           image_data=self.store.images.data_url)  # fmt: skip
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
@@ -352,10 +369,15 @@ class ChatsPage(QWidget):
             if self.controller.is_answering(self._split_id):
                 self.composer.input.setPlainText(text)
                 return
-        if not self.controller.send(self.chat_id, text):
+        chat_id = self.chat_id
+        images = tuple(ref for source in self._attachment_sources for ref in source.pending(chat_id))
+        if not self.controller.send(chat_id, text, images=images):
             self.composer.input.setPlainText(text)
-        elif self._split_id is not None:
-            self.controller.send(self._split_id, text)
+            return
+        for source in self._attachment_sources:
+            source.sent(chat_id)
+        if self._split_id is not None:
+            self.controller.send(self._split_id, text, images=images)
 
     def stop(self) -> None:
         for chat_id in (self.chat_id, self._split_id):
@@ -401,7 +423,9 @@ class ChatsPage(QWidget):
         self.model_combo.clear()
         names = self.models.names()
         for name in names:
-            self.model_combo.addItem(name, name)
+            info = self.models.get(name)
+            sees = [c for c in (info.capabilities if info is not None else ()) if c in ("vision", "audio")]
+            self.model_combo.addItem(f"{name} · {' & '.join(sees)}" if sees else name, name)
         remote = self.models.remote_models()
         for m in remote:
             # Marked with its provider; the chat stores the full provider/model id.
@@ -451,6 +475,7 @@ class ChatsPage(QWidget):
         self.settings_panel.set_settings(settings)
         self._set_empty_text(name)
         self.main_column_label.setText(f"This chat's model: {name}")
+        self.chat_model_changed.emit(self.chat_id, name)
 
     # -- engine and theme ---------------------------------------------------------------------
     def set_engine_ready(self, ready: bool, message: str = "") -> None:

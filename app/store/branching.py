@@ -13,6 +13,7 @@ from enum import Enum
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from app.store.images import ImageRef
 from app.store.records import AnswerStats, ChatRecord, DocSource, MessageRecord
 from app.store.row_mapping import SETTINGS_COLUMNS, chat_record, message_record
 from app.store.schema import ChatRow, MessageRow, utcnow
@@ -67,6 +68,7 @@ class BranchingStore:
         *,
         role: str | None = None,
         sources: Sequence[DocSource] = (),
+        images: Sequence[ImageRef] = (),
     ) -> MessageRecord:
         """A new message beside ``message_id`` (same parent, its role unless ``role``): a regenerated
         answer, or an edited question with its new text. It becomes the active leaf; the old one stays.
@@ -77,7 +79,7 @@ class BranchingStore:
         with self.session() as s:
             row = _owner(s, message_id)
             chat_id, parent_id, old_role = row.chat_id, row.parent_id, row.role
-        return self.add_message(chat_id, role or old_role, content, stats, parent_id=parent_id, sources=sources)
+        return self.add_message(chat_id, role or old_role, content, stats, parent_id=parent_id, sources=sources, images=images)
 
     def siblings(self, message_id: int) -> list[int]:
         """``message_id`` and the messages beside it (same parent), oldest first.

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.store import legacy_flags, migrate
 from app.store.branching import CURRENT_LEAF, BranchingStore, Leaf, load_tree, stamp_path
 from app.store.chat_documents import collections_json, sources_json
+from app.store.images import ImageRef, ImageStore, images_from, images_json
 from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings, DocSource, MessageRecord
 from app.store.recovery import (
     UNSAVED_GLOB,
@@ -123,6 +124,7 @@ class ChatStore(BranchingStore):
 
     def __init__(self, folder: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = folder / DB_NAME
+        self.images = ImageStore(folder)  # the pictures attached to messages, by content hash
         self.problem: str | None = None
         self.kept_copy: Path | None = None  # the damaged file, moved aside
         try:
@@ -252,6 +254,14 @@ class ChatStore(BranchingStore):
             ids = [chat_id, *s.scalars(select(ChatRow.id).where(ChatRow.split_of == chat_id))]
             s.execute(delete(MessageRow).where(MessageRow.chat_id.in_(ids)))
             s.execute(delete(ChatRow).where(ChatRow.id.in_(ids)))
+        self.collect_images()
+
+    def collect_images(self) -> int:
+        """Remove the pictures no message refers to any more; how many went."""
+        with self.session() as s:
+            kept = {ref.sha256 for text in s.scalars(select(MessageRow.images).where(MessageRow.images.is_not(None)))
+                    for ref in images_from(text)}  # fmt: skip
+        return self.images.collect(kept)
 
     # -- side by side -------------------------------------------------------------------------------
     def split_companion(self, chat_id: int) -> ChatRecord | None:
@@ -307,6 +317,7 @@ class ChatStore(BranchingStore):
         *,
         parent_id: int | None | Leaf = CURRENT_LEAF,
         sources: Sequence[DocSource] = (),
+        images: Sequence[ImageRef] = (),
     ) -> MessageRecord:
         """Add a message (an answer with the document ``sources`` it was given) below ``parent_id``: by
         default the chat's current leaf, so it continues the path shown; None starts a new first message.
@@ -315,7 +326,9 @@ class ChatStore(BranchingStore):
         Raises:
             KeyError: no such chat, or ``parent_id`` is not one of its messages.
         """
-        row = MessageRow(chat_id=chat_id, role=role, content=content, doc_sources=sources_json(sources))
+        row = MessageRow(
+            chat_id=chat_id, role=role, content=content, doc_sources=sources_json(sources), images=images_json(images)
+        )
         if stats is not None:
             apply_stats(row, stats)
         with self.session() as s, s.begin():

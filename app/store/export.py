@@ -8,9 +8,10 @@ and the chat's ``active_leaf_id`` (the last message of the path shown), so a rea
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
+from app.store.images import ImageRef
 from app.store.records import AnswerSteps, ChatRecord, MessageRecord
 
 EXPORT_VERSION = 2  # 2: every branch, messages with id and parent_id
@@ -64,6 +65,8 @@ def to_markdown(
     for m in messages:
         lines += [f"## {'You' if m.role == 'user' else 'Assistant'}", ""]
         lines += [*steps_markdown((steps or {}).get(m.id)), m.content, ""]
+        if m.images:  # the pictures themselves travel in the JSON export
+            lines += [", ".join(f"[picture: {i.name or i.sha256[:12]}]" for i in m.images), ""]
         lines += sources_markdown(m)
         stats = _stats_line(m)
         if stats:
@@ -71,7 +74,16 @@ def to_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _message_json(m: MessageRecord, steps: AnswerSteps | None) -> dict:
+def _images_json(m: MessageRecord, data_url: Callable[[ImageRef], str | None] | None) -> list[dict]:
+    """A message's pictures, each with its bytes as a data URL where ``data_url`` has them."""
+    out = []
+    for ref in m.images:
+        url = data_url(ref) if data_url is not None else None
+        out.append({**asdict(ref), **({"data_url": url} if url else {})})
+    return out
+
+
+def _message_json(m: MessageRecord, steps: AnswerSteps | None, data_url: Callable[[ImageRef], str | None] | None = None) -> dict:
     return {
         "id": m.id,
         "parent_id": m.parent_id,
@@ -81,6 +93,7 @@ def _message_json(m: MessageRecord, steps: AnswerSteps | None) -> dict:
         **({"stats": asdict(m.stats)} if m.stats is not None else {}),
         **({"steps": asdict(steps)} if steps is not None and not steps.empty else {}),
         **({"sources": [src.as_dict() for src in m.sources]} if m.sources else {}),
+        **({"images": _images_json(m, data_url)} if m.images else {}),
     }
 
 
@@ -90,6 +103,7 @@ def to_json(
     steps: Mapping[int, AnswerSteps | None] | None = None,
     *,
     tree: Sequence[MessageRecord] = (),
+    image_data: Callable[[ImageRef], str | None] | None = None,
 ) -> str:
     """The chat to keep: ``messages`` is the path shown, ``tree`` every message of every branch
     (``ChatStore.all_messages``; where both have a message, the path's copy is written, as it may be
@@ -103,7 +117,7 @@ def to_json(
         "created_at": chat.created_at.isoformat(),
         "settings": asdict(chat.settings),
         "active_leaf_id": messages[-1].id if messages else None,
-        "messages": [_message_json(m, steps.get(m.id)) for _, m in sorted(by_id.items())],
+        "messages": [_message_json(m, steps.get(m.id), image_data) for _, m in sorted(by_id.items())],
         **({"collections": list(chat.collections)} if chat.collections else {}),
     }
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from app.store.images import ImageRef
 from engine.starter import STARTER_NAME
 
 DEFAULT_PORT = 8765
@@ -133,6 +134,7 @@ class MessageRecord:
     stats: AnswerStats | None = None
     sources: tuple[DocSource, ...] = ()  # the document passages the answer was given
     parent_id: int | None = None  # the message it follows (None: a first message); siblings are branches
+    images: tuple[ImageRef, ...] = ()  # the pictures attached to a question
 
     @property
     def is_answer(self) -> bool:

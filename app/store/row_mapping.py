@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.store.chat_documents import collections_from, sources_from
+from app.store.images import images_from
 from app.store.records import AnswerStats, ChatRecord, ChatSettings, MessageRecord, SamplingSettings
 from app.store.schema import ChatRow, MessageRow
 
@@ -53,6 +54,7 @@ def message_record(row: MessageRow) -> MessageRecord:
         created_at=row.created_at,
         stats=stats,
         sources=sources_from(row.doc_sources),
+        images=images_from(row.images),
         parent_id=row.parent_id,
     )
 

@@ -65,6 +65,8 @@ class MessageRow(Base):
     drafted_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # speculative decoding's, kept
     # The document passages an answer was given (records.DocSource objects as a JSON list); NULL when none.
     doc_sources: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The pictures attached (app.store.images.ImageRef as a JSON list); the files are in the images folder.
+    images: Mapped[str | None] = mapped_column(Text, nullable=True)
     # An answer's thinking and tool calls (records.AnswerSteps as JSON); NULL when it had none.
     # Deferred: listing a chat's messages does not read them (ChatStore.steps does).
     steps: Mapped[str | None] = mapped_column(Text, nullable=True, deferred=True)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.chat.conversation_model import ConversationModel
+from app.store.images import ImageRef
 from app.store.records import AnswerSteps
 from app.theme import ThemeColors
 from app.widgets.message_bubble import MessageBubble
@@ -35,9 +37,12 @@ class ChatView(QScrollArea):
         colors: ThemeColors,
         steps_source: Callable[[int], AnswerSteps | None] | None = None,
         parent: QWidget | None = None,
+        *,
+        picture_path: Callable[[ImageRef], Path] | None = None,
     ) -> None:
         super().__init__(parent)
         self.colors = colors
+        self.picture_path = picture_path  # where the pictures of messages are kept
         self.steps_source = steps_source  # message id -> its steps (thinking, tool calls, what was added)
         self.model: ConversationModel | None = None
         self.bubbles: list[MessageBubble] = []
@@ -109,7 +114,7 @@ class ChatView(QScrollArea):
 
     def _make(self, row: int) -> MessageBubble:
         message = self.model.message(row)
-        bubble = MessageBubble(message, self.colors, self.column)
+        bubble = MessageBubble(message, self.colors, self.column, picture_path=self.picture_path)
         bubble.show_message(message, streaming=self.model.is_streaming(message.id))
         if self.steps_source is not None and message.role == "assistant":
             bubble.show_steps(self.steps_source(message.id))

@@ -3,7 +3,7 @@ chat answers, the send button becomes Stop."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QMimeData, QObject, QSize, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
@@ -13,8 +13,29 @@ from app.theme import ThemeColors
 MAX_LINES = 8
 
 
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp")
+
+
 class MessageInput(QPlainTextEdit):
-    """The text box of the composer, whose placeholder says whether the engine is ready."""
+    """The text box of the composer, whose placeholder says whether the engine is ready. Pictures pasted or
+    dropped on it are handed on (``pictures_received``), not inserted as text."""
+
+    pictures_received = Signal(object)  # QMimeData with an image or picture files
+
+    @staticmethod
+    def has_pictures(source: QMimeData) -> bool:
+        if source.hasImage():
+            return True
+        return any(u.isLocalFile() and u.toLocalFile().lower().endswith(PICTURE_SUFFIXES) for u in source.urls())
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802 - Qt override
+        return self.has_pictures(source) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt override
+        if self.has_pictures(source):
+            self.pictures_received.emit(source)
+        else:
+            super().insertFromMimeData(source)
 
     def setPlaceholderText(self, text: str) -> None:  # noqa: N802 - Qt override
         if text == self.placeholderText():

@@ -7,14 +7,19 @@ tokens/s, time to first token and token count underneath.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QIcon, QPixmap
 from PySide6.QtWidgets import (
+    QDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QToolButton,
     QVBoxLayout,
@@ -22,11 +27,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.icons import icon
+from app.store.images import ImageRef
 from app.store.records import AnswerStats, MessageRecord
 from app.theme import ThemeColors
 from app.widgets.markdown_view import MarkdownView
 
 CURSOR = " ▍"
+THUMB = 96  # a message's picture thumbnails, in pixels
 
 
 def stats_text(stats: AnswerStats | None, streaming: bool) -> str:
@@ -61,6 +68,31 @@ def _tool(name: str, tip: str, colors: ThemeColors, object_name: str) -> QToolBu
     return button
 
 
+class PictureDialog(QDialog):
+    """A picture of a message at full size (scrolled when larger than the screen)."""
+
+    def __init__(self, path: Path, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("pictureDialog")
+        self.setWindowTitle(title)
+        layout = QVBoxLayout(self)
+        self.image = QLabel()
+        pixmap = QPixmap(str(path))
+        if pixmap.isNull():
+            self.image.setText("This picture's file is gone from the data folder.")
+        else:
+            self.image.setPixmap(pixmap)
+        scroll = QScrollArea()
+        scroll.setWidget(self.image)
+        scroll.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        layout.addWidget(scroll)
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        width, height = pixmap.width() + 40, pixmap.height() + 40
+        if screen is not None:
+            width, height = min(width, screen.width() * 9 // 10), min(height, screen.height() * 9 // 10)
+        self.resize(max(width, 240), max(height, 160))
+
+
 class MessageBubble(QWidget):
     """Shows one :class:`MessageRecord`; call :meth:`show_message` whenever it changes."""
 
@@ -69,10 +101,19 @@ class MessageBubble(QWidget):
     branch_step = Signal(int, int)  # message id, -1 (the version before) or +1 (the one after)
     fork_clicked = Signal(int)  # message id: a new chat up to here
 
-    def __init__(self, message: MessageRecord, colors: ThemeColors, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        message: MessageRecord,
+        colors: ThemeColors,
+        parent: QWidget | None = None,
+        *,
+        picture_path: Callable[[ImageRef], Path] | None = None,
+    ) -> None:
         super().__init__(parent)
         self.message = message
         self.colors = colors
+        self.picture_path = picture_path  # where a picture of the message is kept
+        self.picture_dialog: PictureDialog | None = None
         self.streaming = False
         self._build()
 
@@ -91,6 +132,14 @@ class MessageBubble(QWidget):
         self.notice.setObjectName("Notice")
         self.notice.hide()
         inner.addWidget(self.notice, 0, Qt.AlignmentFlag.AlignLeft)
+        self.pictures: list[QToolButton] = []  # a thumbnail per picture attached; a click opens it
+        if message_pictures := (self.message.images if self.picture_path is not None else ()):
+            row = QHBoxLayout()
+            row.setSpacing(6)
+            for ref in message_pictures:
+                row.addWidget(self._picture_button(ref))
+            row.addStretch()
+            inner.addLayout(row)
         if user:
             self.body = QLabel()
             self.body.setWordWrap(True)
@@ -185,6 +234,26 @@ class MessageBubble(QWidget):
         else:
             outer.addLayout(column)
         self.show_message(self.message, streaming=False)
+
+    def _picture_button(self, ref: ImageRef) -> QToolButton:
+        button = QToolButton()
+        button.setObjectName("messagePicture")
+        pixmap = QPixmap(str(self.picture_path(ref)))
+        if not pixmap.isNull():
+            button.setIcon(QIcon(pixmap.scaled(QSize(THUMB, THUMB), Qt.AspectRatioMode.KeepAspectRatio,
+                                               Qt.TransformationMode.SmoothTransformation)))  # fmt: skip
+        button.setIconSize(QSize(THUMB, THUMB))
+        button.setToolTip(f"{ref.name or 'Picture'} ({ref.width}×{ref.height}); click to open it at full size")
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        button.clicked.connect(lambda _c=False, r=ref: self.open_picture(r))
+        self.pictures.append(button)
+        return button
+
+    def open_picture(self, ref: ImageRef) -> PictureDialog:
+        dialog = PictureDialog(self.picture_path(ref), ref.name or "Picture", self.window())
+        self.picture_dialog = dialog
+        dialog.open()
+        return dialog
 
     # -- showing ------------------------------------------------------------------------------
     def show_message(self, message: MessageRecord, *, streaming: bool) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from app.store.images import ImageRef
 from app.store.records import AnswerSteps
 from app.theme import ThemeColors
 from app.widgets.chat_view import ChatView
@@ -17,7 +19,8 @@ class SplitColumn(QFrame):
 
     model_chosen = Signal(str)
 
-    def __init__(self, colors: ThemeColors, steps_source: Callable[[int], AnswerSteps | None], parent: QWidget | None = None) -> None:
+    def __init__(self, colors: ThemeColors, steps_source: Callable[[int], AnswerSteps | None], parent: QWidget | None = None,
+                 *, picture_path: Callable[[ImageRef], Path] | None = None) -> None:  # fmt: skip
         super().__init__(parent)
         self.setObjectName("SplitColumn")
         column = QVBoxLayout(self)
@@ -35,7 +38,7 @@ class SplitColumn(QFrame):
         self.model_combo.activated.connect(lambda i: self.model_chosen.emit(self.model_combo.itemData(i) or ""))
         row.addWidget(self.model_combo, 1)
         column.addLayout(row)
-        self.view = ChatView(colors, steps_source=steps_source)
+        self.view = ChatView(colors, steps_source=steps_source, picture_path=picture_path)
         column.addWidget(self.view, 1)
 
     def fill_models(self, choices: list[tuple[str, str]], selected: str) -> None:

@@ -45,8 +45,19 @@ def _model_entry(m, state: str) -> dict:
         "context_length": m.context_length,
         "has_chat_template": m.has_chat_template,
         "state": state,
+        "capabilities": _capabilities(m),
         **_origin_entry(m),
     }
+
+
+def _capabilities(m) -> list[str]:
+    """What the model takes in besides text (``vision``, ``audio``: a projector paired with it)."""
+    from engine.server.media import capabilities
+
+    try:
+        return capabilities(m.mmproj)
+    except (OSError, ValueError):  # a projector that cannot be read is said when the model loads
+        return []
 
 
 @router.get("/models", response_model=ModelList)
