@@ -148,8 +148,8 @@ class LlamaCppBackend:
             architecture=model.architecture,
             parameters=model.n_params,
             path=str(model.path),
-            vision=self.projector is not None and self.projector.vision and not self.projector.mrope,
-            audio=self.projector is not None and self.projector.audio and not self.projector.mrope,
+            vision=self.projector is not None and self.projector.vision,
+            audio=self.projector is not None and self.projector.audio,
         )
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:

@@ -57,6 +57,7 @@ class MediaChunk:
     chunk: int
     where: str
     non_causal: bool = False  # its tokens attend to each other both ways (Gemma 3): decoded in one batch
+    n_pos: int = 0  # positions it takes (fewer than its tokens with M-RoPE; 0: as many as its tokens)
 
     @property
     def end(self) -> int:
@@ -77,6 +78,11 @@ class MediaPrompt(list[int]):
 
     def close(self) -> None:
         self._finalizer()
+
+    def pos(self, i: int) -> int:
+        """The position of token ``i`` (not inside a picture): its index, less the positions the pictures before it
+        save (an M-RoPE model's picture of 64 tokens takes 8 positions)."""
+        return i - sum(m.n_tokens - m.n_pos for m in self.media.values() if m.end <= i and m.n_pos)
 
     def cut(self, n: int) -> int:
         """``n`` moved back to the start of the media chunk it falls inside (a cached prefix never ends
@@ -132,20 +138,13 @@ class Projector:
         """Refuse media this projector cannot take in, with one sentence naming the part.
 
         Raises:
-            InvalidRequest: a picture for a model without a vision encoder, a sound without an audio one, or a
-                model whose positions mtmd lays out in several dimensions (M-RoPE), which Hearth does not yet.
+            InvalidRequest: a picture for a model without a vision encoder, or a sound without an audio one.
         """
         for m in media:
             if m.kind == "image" and not self.vision:
                 raise InvalidRequest(f"Model '{model_name}' cannot read images; send {m.where} as text.", param=m.where)
             if m.kind == "audio" and not self.audio:
                 raise InvalidRequest(f"Model '{model_name}' cannot hear audio; send {m.where} as text.", param=m.where)
-        if media and self.mrope:
-            raise InvalidRequest(
-                f"Model '{model_name}' places image tokens in several dimensions (M-RoPE, as Qwen2-VL does), which "
-                "Hearth's llama.cpp loop does not support yet; send text only or use another vision model.",
-                param=media[0].where,
-            )
 
     def tokenize(self, text: str, media: Sequence[MediaInput], *, bos: int | None) -> MediaPrompt:
         """``text`` (one :data:`MEDIA_MARKER` per item of ``media``) as tokens and media chunks; ``bos`` is put
@@ -218,6 +217,7 @@ class Projector:
                 start=len(tokens), n_tokens=n_tokens, chunk=chunk,
                 kind="image" if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE else "audio", where=wheres.get(digest, ""),
                 non_causal=bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk)),
+                n_pos=int(mtmd.mtmd_input_chunk_get_n_pos(chunk)),
             )  # fmt: skip
             tokens.extend(_placeholders(digest, ordinal, n_tokens))
         if not tokens or tokens[-1] < 0:

@@ -95,6 +95,11 @@ class Sequence:
         """``n`` prompt tokens, fewer where that would end inside a picture (whose KV is computed whole)."""
         return self.prompt.cut(n) if isinstance(self.prompt, MediaPrompt) else n
 
+    def pos(self, i: int) -> int:
+        """The position of the sequence's ``i``-th token: its index, less where pictures before it take fewer
+        positions than tokens (M-RoPE models lay a picture out in two dimensions)."""
+        return self.prompt.pos(i) if isinstance(self.prompt, MediaPrompt) else i
+
     @property
     def request_id(self) -> str:
         return self.stream.request_id
@@ -369,7 +374,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         best_n = best_key[0]
         if best is not None and best.seq is None and best_n + 1 >= min(best.n_prompt, len(best.tokens)):
             dst, n = best, best_n  # it continues that slot's last prompt: take it over in place
-            self._seq_rm(dst.seq_id, n, -1)
+            self._seq_rm(dst.seq_id, seq.pos(n), -1)
         else:
             # Keep every idle slot's conversation for its next turn: take the least recently used free
             # slot (an empty one first), keep what it shares itself, and copy a longer shared beginning.
@@ -377,9 +382,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             n = seq.cut(min(common_prefix(dst.tokens, seq.prompt), limit))
             if best is not None and best is not dst and best_n >= n + MIN_COPY_TOKENS:
                 self._seq_rm(dst.seq_id, -1, -1)
-                n = self._copy_prefix(best, dst, best_n)
+                n = self._copy_prefix(best, dst, best_n, seq.pos(best_n))
             else:
-                self._seq_rm(dst.seq_id, n, -1)
+                self._seq_rm(dst.seq_id, seq.pos(n), -1)
         dst.tokens = seq.prompt[:n]
         dst.n_prompt = len(seq.prompt)
         dst.seq = seq
@@ -400,10 +405,11 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         if self.mem is not None:
             llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
 
-    def _copy_prefix(self, src: Slot, dst: Slot, n: int) -> int:
-        """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens; return how many it got (0 or ``n``)."""
+    def _copy_prefix(self, src: Slot, dst: Slot, n: int, pos: int) -> int:
+        """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens (positions below ``pos``); return how many
+        it got (0 or ``n``)."""
         if self.mem is None or self.kv_unified:  # cells are shared: no data moves
-            self._seq_cp(src.seq_id, dst.seq_id, 0, n)
+            self._seq_cp(src.seq_id, dst.seq_id, 0, pos)
             return n
         # Separate streams: llama.cpp's own cross-stream copy moves the whole stream buffer (every cell of
         # the context, used or not), so move only the source sequence's cells, then drop what is not shared.
@@ -419,7 +425,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             log.warning("could not copy a cached prefix between slots; computing it again")
             self._seq_rm(dst.seq_id, -1, -1)
             return 0
-        self._seq_rm(dst.seq_id, n, -1)
+        self._seq_rm(dst.seq_id, pos, -1)
         return n
 
     def _count_cached(self, seq: Sequence, n: int) -> None:
@@ -442,7 +448,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         if have >= seq.n_past + MIN_COPY_TOKENS:
             slot = seq.placed
             self._seq_rm(slot.seq_id, -1, -1)
-            have = self._copy_prefix(src, slot, have)
+            have = self._copy_prefix(src, slot, have, seq.pos(have))
             slot.tokens = seq.prompt[:have]
             seq.n_past = have
             self.stats_cached_tokens -= seq.stream.cached_tokens
@@ -500,7 +506,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 end = min(len(seq.prompt), (start // block + 1) * block, *(s for s in media if s > start))
                 last = end == len(seq.prompt)
                 slot = seq.placed
-                self._decode([(seq.prompt[i], i, slot.seq_id, last and i == end - 1) for i in range(start, end)])
+                p0 = seq.pos(start)  # a text block never holds a picture: its positions run on from the first
+                self._decode([(seq.prompt[i], p0 + i - start, slot.seq_id, last and i == end - 1) for i in range(start, end)])
                 slot.tokens.extend(seq.prompt[start:end])
                 seq.n_past = end
                 budget -= end - start
@@ -526,8 +533,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             room -= len(draft)
             plans.append((s, len(rows), draft))
             seq_id = s.placed.seq_id
-            rows.append((s.next_token, s.n_past, seq_id, True))
-            rows.extend((d, s.n_past + 1 + j, seq_id, True) for j, d in enumerate(draft))
+            pos = s.pos(s.n_past)
+            rows.append((s.next_token, pos, seq_id, True))
+            rows.extend((d, pos + 1 + j, seq_id, True) for j, d in enumerate(draft))
         t0 = time.perf_counter()
         self._decode(rows)
         step = time.perf_counter() - t0
@@ -556,10 +564,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         try:
             if self.projector is None:
                 raise RuntimeError("this model was loaded without its projector")
-            self.projector.encode_and_decode(self.ctx, m, seq_id=slot.seq_id, n_past=m.start, n_batch=self.n_batch)
+            self.projector.encode_and_decode(self.ctx, m, seq_id=slot.seq_id, n_past=seq.pos(m.start), n_batch=self.n_batch)
         except Exception as exc:
             log.warning("request %s: %s", seq.request_id, exc)
-            self._seq_rm(slot.seq_id, m.start, -1)
+            self._seq_rm(slot.seq_id, seq.pos(m.start), -1)
             self._finish(seq, "error", error=f"{exc}.")
             return
         slot.tokens.extend(seq.prompt[m.start : m.end])
@@ -588,7 +596,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             seq.n_past += 1
             kept += 1
         if kept < len(draft):
-            self._seq_rm(slot.seq_id, len(slot.tokens), -1)
+            self._seq_rm(slot.seq_id, seq.pos(len(slot.tokens)), -1)
         drafter = seq.stream.drafter
         if drafter is not None:
             drafter.record(len(draft), kept)

@@ -12,6 +12,7 @@ from engine.backends.runtime import refuse_media
 from engine.errors import InvalidRequest
 from engine.types import MEDIA_MARKER, ChatMessage, GenerationRequest, MediaInput, SamplingParams
 from tests.engine.server import tiny_vision
+from tests.engine.server.llama_server import llama_server, needs_llama_server
 from tests.engine.server.vision_fixtures import QUESTION, checkerboard, gradient, wav
 
 
@@ -147,3 +148,56 @@ def test_a_model_with_an_audio_encoder_hears(tmp_path):
             list(backend.stream(_request(checkerboard())))
     finally:
         backend.close()
+
+
+@pytest.fixture(scope="module")
+def mrope_backend():
+    """The Qwen2-VL-shaped tiny model: a picture's tokens take fewer positions than tokens (M-RoPE)."""
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend()
+    spec = ModelSpec(name="tiny-vision", path=tiny_vision.MROPE_MODEL_PATH, mmproj=tiny_vision.MROPE_MMPROJ_PATH)
+    backend.load(spec, LoadOptions(n_ctx=1024, n_seq_max=4, n_threads=1))
+    assert backend.projector is not None and backend.projector.mrope
+    yield backend
+    backend.close()
+
+
+def test_an_mrope_model_sees_caches_and_batches_pictures(mrope_backend):
+    a = _request(checkerboard(), text="Look.")
+    b = _request(gradient(), text="Look.")
+    a_tokens, a_final = _run(mrope_backend, a)
+    b_tokens, _ = _run(mrope_backend, b)
+    assert a_tokens != b_tokens
+    before = _encoded(mrope_backend)
+    again_tokens, again = _run(mrope_backend, _request(checkerboard(), text="Look."))
+    assert (again_tokens, _encoded(mrope_backend)) == (a_tokens, before)
+    assert again.cached_tokens == a_final.prompt_tokens - 1
+    # a follow-up turn: the text after the picture sits at positions the picture's layout decides
+    turns = (*a.messages, ChatMessage("assistant", mrope_backend.model.detokenize(a_tokens)), ChatMessage("user", "Again?"))
+    follow = GenerationRequest(model="tiny-vision", messages=turns, params=SamplingParams(temperature=0, max_tokens=6))
+    follow_tokens, follow_final = _run(mrope_backend, follow)
+    assert follow_final.cached_tokens >= a_final.prompt_tokens
+    for r in (a, b):  # out of the cache: other text takes the slots first
+        _run(mrope_backend, _request(text=f"{r.request_id} other words for every slot"))
+    reqs = [_request(checkerboard(), text="Look."), _request(), _request(gradient(), text="Look.")]
+    streams = [mrope_backend.stream(r) for r in reqs]
+    together = [[t for c in s for t in c.token_ids] for s in streams]
+    assert together[0] == a_tokens and together[2] == b_tokens
+    assert together[1] == _run(mrope_backend, _request())[0]
+
+
+@needs_llama_server
+def test_an_mrope_models_answers_equal_llama_servers(mrope_backend):
+    import base64
+
+    import httpx
+
+    with llama_server(tiny_vision.MROPE_MODEL_PATH, "--mmproj", str(tiny_vision.MROPE_MMPROJ_PATH), "-np", "1") as url:
+        for picture in (checkerboard(), gradient()):
+            tokens, _ = _run(mrope_backend, _request(picture, max_tokens=12))
+            data = "data:image/png;base64," + base64.b64encode(picture).decode()
+            parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": data}}]
+            body = {"messages": [{"role": "user", "content": parts}], "temperature": 0, "max_tokens": 12}
+            theirs = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).json()
+            assert mrope_backend.model.detokenize(tokens) == theirs["choices"][0]["message"]["content"]

@@ -31,6 +31,10 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "tiny-vision"
 MODEL_PATH = DATA / "tiny-vision-q8_0.gguf"
 MMPROJ_PATH = DATA / "mmproj-tiny-vision-f16.gguf"
 AUDIO_MMPROJ_PATH = DATA / "mmproj-tiny-audio-f16.gguf"  # a Whisper-style audio encoder for the same text model
+# A Qwen2-VL-shaped pair: its text model places a picture's tokens in two dimensions (M-RoPE)
+MROPE_MODEL_PATH = DATA / "tiny-vision-mrope-q8_0.gguf"
+MROPE_MMPROJ_PATH = DATA / "mmproj-tiny-vision-mrope-f16.gguf"
+MROPE_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 SEED = 31
 IMAGE_SIZE = 64  # one tile: every picture becomes an overview and one slice
 PATCH_SIZE = 8  # 64 patches a tile, 16 image tokens after the 2x2 pixel shuffle
@@ -79,6 +83,50 @@ def build_audio_hf(folder: Path, tokenizer) -> None:
             if p.dim() >= 2 and ("audio" in name or "projector" in name):
                 p.normal_(0.0, 0.6)
     model.save_pretrained(str(folder), safe_serialization=True)
+
+
+def build_mrope_hf(folder: Path, starter: Path) -> None:
+    """Write a Qwen2-VL-shaped model (a 2-layer Qwen2 text model with M-RoPE sections, a 3-layer vision tower:
+    the converter names the merger's second layer as block 2) over SmolLM2's vocabulary to ``folder``."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(starter.parent), gguf_file=starter.name)
+    tokenizer.add_special_tokens({"additional_special_tokens": MROPE_TOKENS})
+    tokenizer.save_pretrained(str(folder))
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in MROPE_TOKENS}
+    torch.manual_seed(SEED + 2)
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    vision = dict(
+        depth=3, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2,
+        temporal_patch_size=2, in_channels=3,
+    )  # fmt: skip
+    config = Qwen2VLConfig(
+        text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True, architectures=["Qwen2VLForConditionalGeneration"],
+    )  # fmt: skip
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.6 if "visual" in name else 0.15)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 50176,
+                "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+                "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            }  # fmt: skip
+        )
+    )
 
 
 def build_hf(folder: Path, starter: Path):
@@ -150,9 +198,9 @@ def convert(hf_dir: Path, out: Path, sources: Path, outtype: str, *extra: str) -
         raise RuntimeError(f"convert_hf_to_gguf.py failed:\n{done.stderr[-4000:]}")
 
 
-def build(starter: Path, sources: Path | None = None) -> tuple[Path, Path, Path]:
-    """Build the model and its GGUFs (the text model, its vision and its audio projector) into
-    tests/data/tiny-vision; returns their paths."""
+def build(starter: Path, sources: Path | None = None) -> tuple[Path, ...]:
+    """Build the models and their GGUFs (the text model, its vision and its audio projector; the M-RoPE text
+    model and its projector) into tests/data/tiny-vision; returns their paths."""
     DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = Path(tmp) / "hf"
@@ -163,7 +211,11 @@ def build(starter: Path, sources: Path | None = None) -> tuple[Path, Path, Path]
         audio_dir = Path(tmp) / "hf-audio"
         build_audio_hf(audio_dir, tokenizer)
         convert(audio_dir, AUDIO_MMPROJ_PATH, src, "f16", "--mmproj")
-    return MODEL_PATH, MMPROJ_PATH, AUDIO_MMPROJ_PATH
+        mrope_dir = Path(tmp) / "hf-mrope"
+        build_mrope_hf(mrope_dir, starter)
+        convert(mrope_dir, MROPE_MODEL_PATH, src, "q8_0")
+        convert(mrope_dir, MROPE_MMPROJ_PATH, src, "f16", "--mmproj")
+    return MODEL_PATH, MMPROJ_PATH, AUDIO_MMPROJ_PATH, MROPE_MODEL_PATH, MROPE_MMPROJ_PATH
 
 
 def main() -> None:
