@@ -16,6 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--system", help="system prompt")
+    p.add_argument(
+        "--image",
+        action="append",
+        metavar="PATH",
+        help="send this picture with the (first) message; repeat for several (the model must see: `hearth models` marks it)",
+    )
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
     p.add_argument(
         "--quantization",
@@ -36,9 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _answer(backend, model_name: str, history: list, params, show_stats: bool) -> str:
-    from engine.types import GenerationRequest, as_messages
+    from engine.commands.chat_images import chat_messages
+    from engine.types import GenerationRequest
 
-    request = GenerationRequest(model=model_name, messages=as_messages(history), params=params)
+    request = GenerationRequest(model=model_name, messages=chat_messages(history), params=params)
     stream = backend.stream(request)
     parts: list[str] = []
     last = None
@@ -115,10 +122,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, paged=PagedOptions(quantization=args.quantization))
     if args.mcp:  # the agent loop is a client of Hearth's API, served for the run
+        if args.image:
+            print("hearth: --image does not go with --mcp yet; leave one out.", file=sys.stderr)
+            return 2
         from engine.agent.terminal import run_agent_chat
 
         return run_agent_chat(args, options)
-    backend, model = _open_remote(args.model) or open_model(args.model, backend=args.backend, options=options)
+    from engine.commands.chat_images import check_sees, image_part, user_message
+
+    images = [image_part(path) for path in args.image or ()]  # an unreadable file is refused before any load
+    remote = _open_remote(args.model)
+    if images and remote is None:
+        from engine.catalog.registry import resolve_model
+
+        check_sees(resolve_model(args.model))
+    backend, model = remote or open_model(args.model, backend=args.backend, options=options)
     docs = None
     try:
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
@@ -129,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         if args.prompt is not None:
             if docs is not None:
                 history = [{"role": "system", "content": docs.system(args.prompt, args.system)}]
-            history.append({"role": "user", "content": args.prompt})
+            history.append(user_message(args.prompt, images))
             reply = _answer(backend, model.name, history, params, args.stats)
             if docs is not None:
                 docs.print_sources(reply)
@@ -149,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
             if docs is not None:  # each question brings its own sources
                 system = {"role": "system", "content": docs.system(line, args.system)}
                 history = [system, *(m for m in history if m["role"] != "system")]
-            history.append({"role": "user", "content": line})
+            history.append(user_message(line, images))
+            images = []  # the pictures go with the first message, and stay in the conversation
             reply = _answer(backend, model.name, history, params, args.stats)
             history.append({"role": "assistant", "content": reply})
             if docs is not None:

@@ -1,0 +1,93 @@
+"""`hearth chat --image PATH`: pictures sent with a message from the terminal.
+
+Each picture goes into the conversation as OpenAI's ``image_url`` part with a ``data:`` URL, and is read from
+there by the same readers the server's dialects use (:mod:`engine.server.media`: size, pixel cap, a full decode),
+so the terminal and the API send a model the same bytes and refuse the same files.
+"""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.errors import InvalidRequest
+from engine.types import MEDIA_MARKER, ChatMessage, MediaInput
+
+
+def image_part(path: str | Path) -> dict[str, Any]:
+    """An ``image_url`` part holding the picture at ``path`` as a ``data:`` URL.
+
+    Raises:
+        InvalidRequest: the file cannot be read, or is not a picture (or one too large), naming the path.
+    """
+    from engine.server.media import check_image
+
+    where = str(path)
+    try:
+        data = Path(path).expanduser().read_bytes()
+    except OSError as exc:
+        raise InvalidRequest(f"Cannot read the image {where} ({exc.strerror or exc}); check the path.", param="image") from exc
+    if not data:
+        raise InvalidRequest(f"The image {where} is empty; give a PNG, JPEG, GIF, BMP or WebP file.", param="image")
+    checked = check_image(data, f"The image {where}")
+    mime = mimetypes.guess_type(where)[0] if checked is data else None  # re-encoded: PNG
+    mime = mime if mime and mime.startswith("image/") else "image/png"
+    url = f"data:{mime};base64,{base64.b64encode(checked).decode()}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def user_message(text: str, images: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A user turn: plain text, or the text then its pictures as content parts."""
+    if not images:
+        return {"role": "user", "content": text}
+    return {"role": "user", "content": [{"type": "text", "text": text}, *images]}
+
+
+def chat_messages(history: Sequence[Mapping[str, Any]]) -> tuple[ChatMessage, ...]:
+    """``history`` as chat messages, each ``image_url`` part read and put at a media marker in its text.
+
+    Raises:
+        InvalidRequest: a picture that is not one (it was checked when attached, so only a changed file).
+    """
+    from engine.server.media import image_from_url, with_media
+    from engine.types import as_messages
+
+    items: list[dict[str, Any]] = []
+    found: list[list[MediaInput]] = []
+    for i, item in enumerate(history):
+        content = item.get("content")
+        own: list[MediaInput] = []
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if part.get("type") == "image_url":
+                    own.append(image_from_url(part["image_url"]["url"], f"messages[{i}].content[{j}]", allow_remote=False))
+                    parts.append({"type": "text", "text": MEDIA_MARKER})
+                else:
+                    parts.append(part)
+            item = {**item, "content": parts}
+        items.append(dict(item))
+        found.append(own)
+    return with_media(as_messages(items), found)
+
+
+def check_sees(model: Any) -> None:
+    """Refuse pictures for a local model without a projector that sees, before it is loaded.
+
+    Raises:
+        InvalidRequest: the model cannot see, saying how to give it a projector.
+    """
+    from engine.catalog.pairing import projector_senses
+
+    if model.mmproj is None or "vision" not in projector_senses(model.mmproj):
+        raise InvalidRequest(
+            f"Model '{model.name}' cannot see images; choose one that can (`hearth models` marks them [vision]), or "
+            "pair it with its projector: `hearth import FILE.gguf --mmproj MMPROJ.gguf`.",
+            param="image",
+        )
+
+
+__all__ = ["image_part", "user_message", "chat_messages", "check_sees"]
