@@ -178,3 +178,49 @@ def test_import_refuses_a_projector_that_is_not_one_and_a_projector_as_the_model
     with pytest.raises(InvalidRequest, match="is a multimodal projector, not a model"):
         import_model(registry, lmstudio_folder / "mmproj-tiny-vision-f16.gguf")
     assert registry.list() == []
+
+
+# -- the admin API ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(vision_hub, registry):
+    from fastapi.testclient import TestClient
+
+    from engine.catalog.services import CatalogServices
+    from engine.pool import ModelManager
+    from engine.server import ServerSettings, create_app
+
+    vision_hub.reset()
+    manager = ModelManager(registry)
+    catalog = CatalogServices(registry, endpoint=vision_hub.url)
+    with TestClient(create_app(ServerSettings(), manager, catalog), base_url="http://127.0.0.1") as client:
+        yield client
+    catalog.close()
+    manager.close()
+
+
+def test_the_api_marks_seeing_repos_pulls_a_picked_projector_and_imports_a_pair(api, lmstudio_folder):
+    import time
+
+    (hit,) = [r for r in api.get("/api/hub/search", params={"q": "vision"}).json()["results"] if r["repo"] == REPO]
+    assert hit["vision"] is True
+    body = api.get("/api/hub/variants", params={"repo": REPO}).json()
+    assert body["vision"] and [p["label"] for p in body["projectors"]] == ["F16", "BF16"]
+    assert body["variants"][0]["vision"] and body["variants"][0]["projector"]["path"] == F16
+    bad = api.post("/api/downloads", json={"repo": REPO, "mmproj_variant": "Q4_0"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "mmproj_variant"
+    job = api.post("/api/downloads", json={"repo": REPO, "mmproj_variant": "BF16"}).json()
+    deadline = time.monotonic() + 60
+    while job["state"] not in ("done", "failed") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        job = next(d for d in api.get("/api/downloads").json()["downloads"] if d["id"] == job["id"])
+    assert job["state"] == "done" and job["files_total"] == 2, job
+    (entry,) = [m for m in api.get("/api/models").json()["models"] if m["name"] == f"{REPO}:Q8_0"]
+    assert entry["mmproj"].endswith(BF16)
+
+    imported = api.post("/api/models/import", json={"path": str(lmstudio_folder / MODEL_FILE), "name": "eyes"})
+    assert imported.status_code == 200, imported.text
+    assert imported.json()["mmproj"] == str((lmstudio_folder / "mmproj-tiny-vision-f16.gguf").resolve())
+    named = api.post("/api/models/import", json={"path": str(lmstudio_folder / MODEL_FILE), "name": "x", "mmproj": str(lmstudio_folder / MODEL_FILE)})
+    assert named.status_code == 400 and named.json()["error"]["param"] == "mmproj"
