@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "engine.commands.chat",
     "engine.commands.daemon",
     "engine.commands.fit",
+    "engine.commands.folders",
     "engine.commands.docs",
     "engine.commands.gui",
     "engine.commands.hw",

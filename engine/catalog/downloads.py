@@ -67,7 +67,8 @@ class DownloadManager:
     Args:
         registry: Where finished models are registered (and where state is kept).
         hub: The hub client (endpoint, token); a default :class:`HubClient` when None.
-        models_dir: Where models go; ``<registry home>/models`` by default.
+        models_dir: Where models go; by default the first model folder online (`hearth folders`), read at
+            each download: ``<registry home>/models`` until a person adds another.
         disk_free: Returns the free bytes at a path (``shutil.disk_usage`` by default); tests pass
             their own to simulate a full disk.
         max_parallel: Downloads transferring at once; the others wait as ``queued``.
@@ -94,7 +95,7 @@ class DownloadManager:
     ) -> None:
         self.registry = registry or ModelRegistry()
         self.hub = hub or HubClient()
-        self.models_dir = Path(models_dir) if models_dir else self.registry.home / "models"
+        self._models_dir = Path(models_dir) if models_dir else None
         self.models_dir.mkdir(parents=True, exist_ok=True)
         self.disk_free = disk_free or (lambda path: shutil.disk_usage(path).free)
         self.max_parallel = max(1, max_parallel)
@@ -112,6 +113,15 @@ class DownloadManager:
             self._jobs[stored.plan.id] = self._revive(stored)
 
     # -- public ------------------------------------------------------------------------------------
+    @property
+    def models_dir(self) -> Path:
+        """Where downloads go now (see the class's ``models_dir``)."""
+        if self._models_dir is not None:
+            return self._models_dir
+        from engine.catalog.model_folders import FolderList
+
+        return FolderList(self.registry.home).downloads_folder()
+
     def start(
         self,
         repo: str,

@@ -60,6 +60,12 @@ def dismiss(registry: ModelRegistry, origin: str, name: str) -> None:
             s.commit()
 
 
+def dismissed_names(registry: ModelRegistry, origin: str) -> set[str]:
+    """The names of ``origin``'s models the user removed from Hearth (later scans leave them out)."""
+    with _session(registry) as s:
+        return set(s.scalars(select(DismissedModel.name).where(DismissedModel.origin == origin)))
+
+
 def watched_origins(registry: ModelRegistry) -> set[str]:
     with _session(registry) as s:
         return set(s.scalars(select(WatchedOrigin.origin)))
@@ -207,6 +213,6 @@ def new_models(registry: ModelRegistry, found: list[FoundModel]) -> list[FoundMo
 
 
 __all__ = [
-    "SyncResult", "accept", "dismiss", "new_models", "origin_info", "owner_sentence", "refresh", "register_found",
+    "SyncResult", "accept", "dismiss", "dismissed_names", "new_models", "origin_info", "owner_sentence", "refresh", "register_found",
     "watched_origins",
 ]  # fmt: skip

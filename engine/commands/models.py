@@ -117,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
     if args.scan:
         return _scan(args, registry)
     refresh(registry)  # models the other apps pulled or deleted since the last look
+    from engine.catalog.model_folders import sync_folders
+
+    sync_folders(registry)  # and those in the model folders (an offline folder's are left out)
     models = registry.list()
     remote = _remote_statuses()
     if args.json:

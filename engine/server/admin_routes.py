@@ -62,11 +62,13 @@ def _capabilities(m) -> list[str]:
 
 @router.get("/models", response_model=ModelList)
 async def models(request: Request) -> dict:
+    from engine.catalog.model_folders import sync_folders
     from engine.catalog.other_apps_sync import refresh
 
     manager = request.app.state.manager
     # models the other apps pulled or deleted since the last listing appear or go (no restart, no watcher)
     await asyncio.to_thread(refresh, manager.registry)
+    await asyncio.to_thread(sync_folders, manager.registry)  # and the model folders' (none of an offline one)
     local = await asyncio.to_thread(manager.available)
     return {"models": [_model_entry(m, manager.state(m.name)) for m in local]}
 

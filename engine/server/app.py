@@ -18,6 +18,7 @@ from engine.server import (
     admin_routes,
     anthropic_routes,
     catalog_routes,
+    folder_routes,
     log_routes,
     ollama_models,
     ollama_routes,
@@ -62,6 +63,7 @@ def create_app(
     app.include_router(ollama_models.root_router)
     app.include_router(admin_routes.router)
     app.include_router(settings_routes.router)
+    app.include_router(folder_routes.router)
     app.include_router(other_apps_routes.router)
     app.include_router(log_routes.router)
     app.include_router(catalog_routes.router)

@@ -160,7 +160,10 @@ class ModelSettingsBody(_Body):
 
 
 class FolderBody(_Body):
+    """``POST /api/folders``: a folder to find models in (``first``: downloads go to it)."""
+
     path: str = Field(min_length=1)
+    first: bool = False
 
 
 class DownloadBody(_Body):

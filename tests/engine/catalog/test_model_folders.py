@@ -1,0 +1,122 @@
+"""Several model folders: models found in each, downloads to the first, a folder on a removed drive offline
+(its models gone while it is, back when it returns), through the API and `hearth folders`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.catalog.model_folders import FolderList
+from engine.catalog.registry import ModelRegistry
+
+NAME = "TheOrg/Tiny-GGUF:Q4_1"
+
+
+def _folder(root: Path, starter: Path) -> Path:
+    """A folder laid out as LM Studio lays one out, its model a hard link to the starter GGUF (no copy)."""
+    repo = root / "TheOrg" / "Tiny-GGUF"
+    repo.mkdir(parents=True)
+    os.link(starter, repo / "tiny-Q4_1.gguf")
+    return root
+
+
+@pytest.fixture()
+def api(tmp_path):
+    from engine.pool import ModelManager
+    from engine.server import ServerSettings, create_app
+
+    registry = ModelRegistry(tmp_path / "home")
+    manager = ModelManager(registry)
+    try:
+        with TestClient(create_app(ServerSettings(), manager), base_url="http://127.0.0.1") as client:
+            yield client, registry
+    finally:
+        manager.close()
+        registry.close()
+
+
+def _names(client) -> list[str]:
+    return [m["name"] for m in client.get("/api/models").json()["models"]]
+
+
+def test_a_folders_models_are_listed_in_place_and_an_offline_folder_is_no_error(api, tmp_path, starter_path):
+    client, registry = api
+    own = registry.home / "models"
+    assert client.get("/api/folders").json() == {"folders": [{"path": str(own), "online": True, "downloads": True, "models": 0}]}
+    drive = _folder(tmp_path / "drive", starter_path)
+    added = client.post("/api/folders", json={"path": str(drive)}).json()["folders"]
+    assert [(f["path"], f["online"], f["downloads"], f["models"]) for f in added] == [(str(own), True, True, 0), (str(drive), True, False, 1)]
+    (entry,) = [m for m in client.get("/api/models").json()["models"] if m["name"] == NAME]
+    assert entry["path"] == str(drive / "TheOrg" / "Tiny-GGUF" / "tiny-Q4_1.gguf") and entry["origin"] == "folder"
+    assert not any(own.rglob("*.gguf"))  # read in place, not copied
+    assert client.post("/api/folders", json={"path": str(drive)}).status_code == 400  # listed already
+
+    drive.rename(tmp_path / "unplugged")  # the drive is taken out
+    offline = client.get("/api/folders")
+    assert offline.status_code == 200 and offline.json()["folders"][1] == {"path": str(drive), "online": False, "downloads": False, "models": 0}
+    assert NAME not in _names(client)
+    (tmp_path / "unplugged").rename(drive)  # and put back: its models return, no restart
+    assert NAME in _names(client)
+
+    gone = client.delete("/api/folders", params={"path": str(drive)})
+    assert gone.status_code == 200 and [f["path"] for f in gone.json()["folders"]] == [str(own)]
+    assert NAME not in _names(client) and (drive / "TheOrg" / "Tiny-GGUF" / "tiny-Q4_1.gguf").is_file()
+    last = client.delete("/api/folders", params={"path": str(own)})
+    assert last.status_code == 400 and "one model folder" in last.json()["error"]["message"]
+    missing = client.post("/api/folders", json={"path": str(tmp_path / "nowhere")})
+    assert missing.status_code == 400 and "is not a folder" in missing.json()["error"]["message"]
+
+
+def test_a_folder_model_removed_from_hearth_keeps_its_file_and_stays_out(api, tmp_path, starter_path):
+    client, registry = api
+    drive = _folder(tmp_path / "drive", starter_path)
+    client.post("/api/folders", json={"path": str(drive)})
+    assert NAME in _names(client)
+    assert client.delete(f"/api/models/{NAME}").json()["files_kept"] is True
+    assert NAME not in _names(client) and (drive / "TheOrg" / "Tiny-GGUF" / "tiny-Q4_1.gguf").is_file()
+
+
+def test_downloads_go_to_the_first_folder_online(tmp_path):
+    from engine.catalog.downloads import DownloadManager
+
+    registry = ModelRegistry(tmp_path / "home", register_starter=False)
+    folders = FolderList(registry.home)
+    first = tmp_path / "big-disk"
+    first.mkdir()
+    folders.add(str(first), first=True)
+    downloads = DownloadManager(registry)
+    try:
+        assert downloads.models_dir == first
+        first.rename(tmp_path / "away")  # offline: the next folder online takes them
+        assert downloads.models_dir == registry.home / "models"
+        assert [(f.path, f.online, f.downloads) for f in folders.folders()] == [
+            (first, False, False), (registry.home / "models", True, True)]  # fmt: skip
+    finally:
+        downloads.close()
+        registry.close()
+
+
+def test_hearth_folders_add_list_rm_with_json(tmp_path, starter_path):
+    home = tmp_path / "home"
+    drive = _folder(tmp_path / "drive", starter_path)
+    env = {**os.environ, "HEARTH_HOME": str(home)}
+
+    def hearth(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "engine.cli", "folders", *args], capture_output=True, text=True, env=env, timeout=120)
+
+    added = hearth("add", str(drive), "--json")
+    assert added.returncode == 0, added.stderr
+    rows = json.loads(added.stdout)["folders"]
+    assert [(r["path"], r["models"]) for r in rows] == [(str(home / "models"), 0), (str(drive), 1)]  # the starter lies elsewhere
+    said = hearth("list")
+    assert said.returncode == 0 and f"{drive}  1 models" in said.stdout and "(downloads)" in said.stdout
+    again = hearth("add", str(drive))
+    assert again.returncode == 1 and again.stderr.strip() == f"hearth: {drive} is already a model folder."
+    removed = hearth("rm", str(drive), "--json")
+    assert [r["path"] for r in json.loads(removed.stdout)["folders"]] == [str(home / "models")]
