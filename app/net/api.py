@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from PySide6.QtCore import QObject
 
@@ -16,11 +17,13 @@ from engine.server.api_models import (
     DeleteAnswer,
     Download,
     DownloadList,
+    FolderList,
     HardwareReport,
     HubSearch,
     LoadAnswer,
     ModelInfo,
     ModelList,
+    ModelSettingsAnswer,
     OtherAppsFound,
     ProviderInfo,
     ProviderList,
@@ -80,6 +83,27 @@ class HearthApi(ApiClient):
             "/api/other-apps/accept", {}, lambda d: AcceptAnswer.model_validate(d).registered, timeout_ms=LOAD_TIMEOUT_MS
         )
 
+    def model_settings(self, name: str) -> ApiCall:
+        """ModelSettingsAnswer (the settings every load of ``name`` takes)"""
+        return self.get(f"/api/models/{self.quote(name)}/settings", ModelSettingsAnswer.model_validate)
+
+    def save_model_settings(self, name: str, settings: dict[str, Any]) -> ApiCall:
+        """ModelSettingsAnswer (None values: Hearth chooses)"""
+        return self.call("PUT", f"/api/models/{self.quote(name)}/settings", ModelSettingsAnswer.model_validate, settings)
+
+    def folders(self) -> ApiCall:
+        """list[ModelFolder]"""
+        return self.get("/api/folders", lambda d: FolderList.model_validate(d).folders)
+
+    def add_folder(self, path: str, *, first: bool = False) -> ApiCall:
+        """list[ModelFolder] (the folders after adding it)"""
+        return self.post("/api/folders", {"path": path, "first": first}, lambda d: FolderList.model_validate(d).folders,
+                         timeout_ms=LOAD_TIMEOUT_MS)  # fmt: skip
+
+    def remove_folder(self, path: str) -> ApiCall:
+        """list[ModelFolder] (the folders left)"""
+        return self.delete(f"/api/folders?{urlencode({'path': path})}", lambda d: FolderList.model_validate(d).folders)
+
     # -- remote providers ---------------------------------------------------------------------
     def remotes(self, *, fresh: bool = False) -> ApiCall:
         """list[ProviderInfo]"""
@@ -108,9 +132,14 @@ class HearthApi(ApiClient):
         """HardwareReport"""
         return self.get("/api/hardware", HardwareReport.model_validate)
 
-    def fit(self, model: str, *, ctx: int | None = None) -> ApiCall:
+    def fit(
+        self, model: str, *, ctx: int | None = None, kv_type: str | None = None, gpu_layers: int | None = None,
+        flash_attn: bool | None = None,
+    ) -> ApiCall:
         """FitFacts: how ``model`` would load here (context, slots, KV type, memory per device)"""
-        return self.get("/api/fit", FitFacts.from_json, model=model, ctx=ctx)
+        flash = None if flash_attn is None else ("true" if flash_attn else "false")
+        return self.get("/api/fit", FitFacts.from_json, model=model, ctx=ctx, kv_type=kv_type, gpu_layers=gpu_layers,
+                        flash_attn=flash)  # fmt: skip
 
     # -- the Hub and downloads ----------------------------------------------------------------
     def hub_search(self, query: str, *, sort: str = "downloads", fmt: str = "") -> ApiCall:

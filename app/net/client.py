@@ -122,6 +122,8 @@ class ApiClient(QObject):
             reply = self.nam.get(req)
         elif method == "DELETE":
             reply = self.nam.deleteResource(req)
+        elif method == "PUT":
+            reply = self.nam.put(req, QByteArray(json.dumps(body or {}).encode()))
         else:
             reply = self.nam.post(req, QByteArray(json.dumps(body or {}).encode()))
         call.attach(reply)

@@ -33,6 +33,8 @@ from app.pages.remote_panel import RemotePanel
 from app.theme import ThemeColors
 from app.widgets.confirm import confirm
 from app.widgets.local_models_table import LocalModelsTable, OriginBadgeDelegate
+from app.widgets.model_folders import ModelFoldersSection
+from app.widgets.model_settings_dialog import ModelSettingsDialog
 
 
 class ModelsPage(QWidget):
@@ -108,16 +110,23 @@ class ModelsPage(QWidget):
         buttons.addWidget(hint)
         buttons.addStretch()
         self.load_button = QPushButton("Load")
+        self.settings_button = QPushButton("Settings…")
+        self.settings_button.setObjectName("modelSettingsButton")
         self.unload_button = QPushButton("Unload")
         self.delete_button = QPushButton("Delete…")
         self.delete_button.setProperty("danger", True)
         self.delete_button.setObjectName("deleteModelButton")
-        for b in (self.load_button, self.unload_button, self.delete_button):
+        for b in (self.load_button, self.settings_button, self.unload_button, self.delete_button):
             buttons.addWidget(b)
         self.load_button.clicked.connect(lambda: self._on_selected(self.load))
+        self.settings_button.clicked.connect(lambda: self._on_selected(self.open_settings))
         self.unload_button.clicked.connect(lambda: self._on_selected(self.unload))
         self.delete_button.clicked.connect(lambda: self._on_selected(self.confirm_delete))
         column.addLayout(buttons)
+        self.folders = ModelFoldersSection(self.api)
+        self.folders.changed.connect(self.models.refresh)
+        self.folders.message.connect(self.show_message)
+        column.addWidget(self.folders)
         return tab
 
     def set_colors(self, colors: ThemeColors) -> None:
@@ -134,6 +143,7 @@ class ModelsPage(QWidget):
     # -- engine facts -------------------------------------------------------------------------
     def engine_ready(self) -> None:
         self.models.refresh()
+        self.folders.refresh()
         self.downloads.refresh()
         self.hub.engine_ready()
         call = self.api.hardware()
@@ -164,6 +174,13 @@ class ModelsPage(QWidget):
         call = self.api.load_model(model.name)
         call.succeeded.connect(lambda r: (self.show_message(f"{model.name} is loaded ({r.backend}, {r.n_ctx:,} tokens of context)."), self.engine_ready()))
         call.failed.connect(lambda e: self.show_message(e.message, error=True))
+
+    def open_settings(self, model: ModelInfo) -> ModelSettingsDialog:
+        """The load settings of ``model``, with its fit plan; saving them is said on the page."""
+        dialog = ModelSettingsDialog(self.api, model.name, self)
+        dialog.saved.connect(lambda a: self.show_message(f"Saved; every load of {a.name} takes these settings from now on."))
+        dialog.open()
+        return dialog
 
     def unload(self, model: ModelInfo) -> None:
         call = self.api.unload_model(model.name)

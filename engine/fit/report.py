@@ -74,15 +74,18 @@ def fit_local(
     n_seq: int | None = None,
     kv_type: str | None = None,
     backend: str | None = None,
+    gpu_layers: int | None = None,
+    flash_attn: bool = True,
 ) -> FitReport:
     """The plan the loader would make for ``model`` now (available RAM, free GPU memory), on ``backend``
-    (None: the one Hearth picks for its format here)."""
+    (None: the one Hearth picks for its format here), with ``gpu_layers`` and ``flash_attn`` as a load asks."""
     from engine.backend_choice import choose_backend
 
     choice = choose_backend(model.format, override=backend, hardware=hardware)
     facts = facts_for_local(model)
     budget = MemoryBudget.from_hardware(hardware, live=True, gpu_offload=choice.gpu_offload)
-    plan = _plan(facts, budget, choice.backend, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
+    plan = _plan(facts, budget, choice.backend, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, gpu_layers=gpu_layers,
+                 flash_attn=flash_attn)  # fmt: skip
     return FitReport(model=model.name, source="local", variant=model.variant or model.quantization, facts=facts,
                      plan=plan, budget=budget)  # fmt: skip
 
@@ -131,6 +134,8 @@ def fit_model(
     n_seq: int | None = None,
     kv_type: str | None = None,
     backend: str | None = None,
+    gpu_layers: int | None = None,
+    flash_attn: bool = True,
 ) -> FitReport:
     """A local model by name or path, else a Hub repo (``OWNER/REPO[:VARIANT]``).
 
@@ -147,6 +152,8 @@ def fit_model(
     for value, what in ((n_ctx, "ctx"), (n_seq, "parallel")):
         if value is not None and value < 1:
             raise InvalidRequest(f"'{what}' must be at least 1.", param=what)
+    if gpu_layers is not None and gpu_layers < 0:
+        raise InvalidRequest("'gpu_layers' must be 0 or more.", param="gpu_layers")
     try:
         model = resolve_model(name, registry)
     except ModelNotFound:
@@ -157,7 +164,8 @@ def fit_model(
 
             hub = HubClient()
         return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
-    return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend)
+    return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend, gpu_layers=gpu_layers,
+                     flash_attn=flash_attn)  # fmt: skip
 
 
 __all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local"]
