@@ -56,8 +56,9 @@ class LocalModelsTable(QAbstractTableModel):
                 self.backend(m),
                 STATES.get(m.state, m.state),
             )[col]
-        if role == BADGE_ROLE and col == 0:
-            return m.origin_label
+        if role == BADGE_ROLE and col == 0:  # where it comes from, and what it takes in besides text
+            marks = [m.origin_label, *(c for c in m.capabilities if c in ("vision", "audio"))]
+            return " · ".join(x for x in marks if x) or None
         if role == Qt.ItemDataRole.ToolTipRole:
             if m.origin_label:
                 return f"{m.path}\nFrom {m.origin_label}: read in place; its files stay that app's."

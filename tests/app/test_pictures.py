@@ -69,6 +69,11 @@ def test_attach_paste_and_drop_send_and_see_the_picture_kept_exported_and_delete
     feature = window.pictures
     combo = window.chats.model_combo
     assert combo.itemText(combo.findData(VISION)).endswith("· vision")  # the picker marks models that see
+    from app.widgets.local_models_table import BADGE_ROLE
+
+    table = window.models_page.table
+    marks = {table.data(table.index(r, 0)): table.data(table.index(r, 0), BADGE_ROLE) for r in range(table.rowCount())}
+    assert marks[VISION] == "vision" and not marks[next(n for n in marks if n != VISION)]  # and so does the Models page
     assert feature.attach_button.isEnabled()
 
     picture = tmp_path / "board.png"
