@@ -72,7 +72,7 @@ def fallback_estimate(size_bytes: int) -> int:
     return int(size_bytes * FALLBACK_SIZE_FACTOR) + FALLBACK_EXTRA_BYTES
 
 
-def plan_for_load(backend: str, path: Path, options: LoadOptions) -> LoadPlan | None:
+def plan_for_load(backend: str, path: Path, options: LoadOptions, *, mmproj: Path | None = None) -> LoadPlan | None:
     """The plan ``backend``'s loader makes for ``path`` with ``options`` (fitting or not), or None where
     the memory model does not plan that backend's loads.
 
@@ -82,7 +82,7 @@ def plan_for_load(backend: str, path: Path, options: LoadOptions) -> LoadPlan | 
     if backend == "llamacpp":
         from engine.backends.llamacpp.load_plan import llamacpp_load_plan
 
-        return llamacpp_load_plan(path, options)
+        return llamacpp_load_plan(path, options, mmproj=mmproj)
     if backend == "paged":
         from engine.backends.paged.load_plan import paged_load_plan
 
@@ -315,7 +315,7 @@ class ModelManager:
             ModelLoadError: the file cannot be read.
         """
         choice = choose_backend(model.format, override=self.backend_override)
-        plan = plan_for_load(choice.backend, model.path, options)
+        plan = plan_for_load(choice.backend, model.path, options, mmproj=model.mmproj)
         if plan is not None and not plan.fits:
             raise InvalidRequest(f"Model '{model.name}' cannot load with these settings: {plan.reason}")
 
@@ -323,7 +323,7 @@ class ModelManager:
         """Bytes ``model`` will take on ``backend``: its loader's plan for ``options`` (``model_bytes``:
         weights, KV cache, buffers, the model's runtime), else the files' size x 1.2 + 256 MiB."""
         try:
-            plan = plan_for_load(backend, model.path, options)
+            plan = plan_for_load(backend, model.path, options, mmproj=model.mmproj)
         except HearthError as exc:  # the load itself will refuse with the reason; the pool only sizes
             log.debug("no plan for %s ahead of its load: %s", model.name, exc)
             plan = None

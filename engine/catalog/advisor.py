@@ -18,7 +18,7 @@ Typical use (the server and the CLI do this)::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -29,6 +29,7 @@ from engine.fit.budget import MemoryBudget
 from engine.fit.facts import ModelFacts, facts_from_shape
 from engine.fit.memory import KV_TYPE_WORDS, compute_buffer_bytes, llamacpp_model_bytes, output_buffer_bytes
 from engine.fit.plan import DEFAULT_CTX, PREFILL_BLOCK, LoadPlan, plan_load
+from engine.fit.projector import ProjectorFacts, projector_from_size
 from engine.hardware import HardwareInfo
 
 DEFAULT_CONTEXT = DEFAULT_CTX  # what the llama.cpp backend loads with when not told otherwise
@@ -162,6 +163,7 @@ def estimate_fit(
     kv_type: str | None = None,
     parallel: int | None = None,
     gpu_offload_supported: bool | None = None,
+    projector: ProjectorFacts | None = None,
 ) -> FitEstimate:
     """How ``variant`` fits ``hardware`` at ``context_length`` tokens (the loader's plan at rest).
 
@@ -171,26 +173,36 @@ def estimate_fit(
         kv_dtype_bytes: The older way to say it (2: f16, 1: q8_0), used when ``kv_type`` is None
             and it is not 2.
         parallel: Slots to plan for (None: as the loader chooses).
+        projector: The facts of the projector pulled with the variant (:meth:`HubClient.projector_facts`);
+            guessed from its file size when the variant has one and this is None.
     """
     if kv_type is None and kv_dtype_bytes != 2.0:
         kv_type = _KV_TYPE_BY_BYTES.get(kv_dtype_bytes, "q8_0")
     choice = choose_backend(variant.format, hardware=hardware, gpu_offload_supported=gpu_offload_supported)
     facts = facts_from_shape(shape, variant.weights_bytes, format=variant.format, bits_per_weight=variant.bits_per_weight)
-    try:
-        plan = _gpu_plan_or_cpu(
-            facts, hardware, choice.backend, choice.gpu_offload, n_ctx=context_length, n_seq=parallel, kv_type=kv_type
-        )
-    except ValueError:  # a KV type this backend does not have: plan with its own
-        plan = _gpu_plan_or_cpu(facts, hardware, choice.backend, choice.gpu_offload, n_ctx=context_length, n_seq=parallel)
+    if variant.projector is not None:  # it sees: the projector's weights and encoder load with it
+        facts = replace(facts, projector=projector or projector_from_size(variant.projector.size))
+
+    def planned(f: ModelFacts) -> LoadPlan:
+        try:
+            return _gpu_plan_or_cpu(
+                f, hardware, choice.backend, choice.gpu_offload, n_ctx=context_length, n_seq=parallel, kv_type=kv_type
+            )
+        except ValueError:  # a KV type this backend does not have: plan with its own
+            return _gpu_plan_or_cpu(f, hardware, choice.backend, choice.gpu_offload, n_ctx=context_length, n_seq=parallel)
+
+    plan = planned(facts)
+    text_only = planned(replace(facts, projector=None)) if facts.projector is not None and not plan.fits else None
     kv_bytes = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "fp8": 1.0}[plan.kv_type]
     mem = estimate_memory(variant.weights_bytes, shape, context_length=context_length, kv_dtype_bytes=kv_bytes, facts=facts)
     gpu = hardware.best_gpu
     layers = shape.layers
     total = plan.memory.total
     opened = plan.describe()
+    sees = f", {_gb(plan.projector_bytes)} of it the projector that lets it see" if plan.projector_bytes else ""
     need = (
         f"needs about {_gb(total)} as loaded here ({opened}: {_gb(plan.memory.weights)} weights + "
-        f"{_gb(plan.memory.kv_cache)} KV cache + {_gb(plan.memory.buffers + plan.memory.runtime)} buffers and runtime)"
+        f"{_gb(plan.memory.kv_cache)} KV cache + {_gb(plan.memory.buffers + plan.memory.runtime)} buffers and runtime{sees})"
     )
     lever = ""
     if plan.kv_type in ("q8_0", "q4_0", "fp8") and kv_type is None:
@@ -211,6 +223,14 @@ def estimate_fit(
             plan=plan,
         )
 
+    if text_only is not None and text_only.fits:
+        return result(
+            Fit.NONE,
+            "will not fit with its projector",
+            f"It fits without its projector ({_gb(text_only.memory.total)}), but the projector's weights and image encoder "
+            f"({_gb(plan.projector_bytes)}) take it over: {plan.reason} Pull it with --mmproj-variant none to use it for "
+            "text only.",
+        )
     if not plan.fits:
         return result(Fit.NONE, "will not fit", plan.reason)
     on_gpu = [d for d in plan.devices if d.device != "cpu"]
@@ -220,7 +240,7 @@ def estimate_fit(
         return result(Fit.GPU, "fits fully on GPU", f"It {need}, within the {names}'s {_gb(usable)} usable.")
     if gpu is not None and on_gpu and plan.gpu_layers > 0:
         n = plan.gpu_layers
-        hint = plan.reason.split("GB runtime).")[-1]
+        hint = plan.reason.split(" It needs ", 1)[-1].split(").", 1)[-1]
         return result(
             Fit.PARTIAL,
             f"partial offload ({n} of {layers} layers)",
@@ -291,6 +311,7 @@ def advise(
     kv_type: str | None = None,
     parallel: int | None = None,
     gpu_offload_supported: bool | None = None,
+    projector: ProjectorFacts | None = None,
 ) -> Advice:
     """Label every variant for ``hardware`` and recommend the highest-quality one that fits fully.
 
@@ -304,6 +325,8 @@ def advise(
         kv_type: ``f16``, ``q8_0``, ``q4_0`` (llama.cpp) or ``fp8`` (paged); None: as the loader chooses.
         parallel: Slots to plan for; None: as the loader chooses.
         gpu_offload_supported: Whether llama.cpp can offload to the GPU (detected when None).
+        projector: The facts of the projector pulled with the GGUF variants of a repo that sees
+            (:meth:`engine.catalog.hub.HubClient.projector_facts`); guessed from its size when None.
     """
     ctx = context_length or min(DEFAULT_CONTEXT, shape.context_length or DEFAULT_CONTEXT)
     estimates = tuple(
@@ -316,6 +339,7 @@ def advise(
             kv_type=kv_type,
             parallel=parallel,
             gpu_offload_supported=gpu_offload_supported,
+            projector=projector,
         )
         for v in variants
     )

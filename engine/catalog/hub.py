@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.catalog.gguf_header import MAX_HEADER_BYTES, read_gguf_kv
 from engine.catalog.hub_paths import check_name
@@ -39,6 +39,7 @@ from engine.catalog.variants import (
     RemoteFile,
     Variant,
     choose_projector,
+    default_projector,
     group_variants,
     is_projector,
     projector_label,
@@ -53,6 +54,9 @@ from engine.errors import (
     InvalidRequest,
     UnsafeHubPath,
 )
+
+if TYPE_CHECKING:
+    from engine.fit.projector import ProjectorFacts
 
 log = logging.getLogger(__name__)
 
@@ -504,6 +508,21 @@ class HubClient:
                     return read_gguf_kv(r.iter_bytes())
                 except ValueError as exc:
                     raise HubError(f"'{path}' in '{repo}' does not start with a GGUF header Hearth can read ({exc}).", repo=repo) from exc
+
+    def projector_facts(self, listing: RepoListing, variant: Variant | None = None) -> ProjectorFacts | None:
+        """The memory facts of the projector pulled with ``variant`` (the repo's default one when None), from its
+        remote header (a guess from its size when that cannot be read); None when the repo has no projector."""
+        from engine.fit.projector import projector_from_kv, projector_from_size
+
+        chosen = variant.projector if variant is not None else default_projector(listing.projectors)
+        if chosen is None:
+            return None
+        try:
+            kv = self.read_gguf_header(listing.repo, chosen.path, listing.revision)
+        except HubError as exc:
+            log.info("could not read the projector header of %s: %s", listing.repo, exc)
+            return projector_from_size(chosen.size)
+        return projector_from_kv(kv, chosen.size)
 
     def model_shape(self, listing: RepoListing, variant: Variant | None = None) -> ModelShape:
         """The model's shape for the advisor: from config.json, else the GGUF header, else a guess.

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     listing = hub.repo(repo, revision=args.revision)
     registry = ModelRegistry()
     hw = detect_hardware(registry.home / "models")
-    advice = advise(listing.variants, hub.model_shape(listing), hw, context_length=args.ctx)
+    advice = advise(listing.variants, hub.model_shape(listing), hw, context_length=args.ctx, projector=hub.projector_facts(listing))
     print(f"{listing.repo} on this machine ({hw.describe_gpu() if hw.gpus else 'CPU only, no GPU'}):")
     print("\n".join(variant_lines(listing.variants, advice)))
     if wanted is None and len(listing.variants) > 1:

@@ -39,7 +39,8 @@ def _details(hub, summary, hw, ctx):
 
     try:
         listing = hub.repo(summary.repo)
-        return listing, advise(listing.variants, hub.model_shape(listing), hw, context_length=ctx), None
+        advice = advise(listing.variants, hub.model_shape(listing), hw, context_length=ctx, projector=hub.projector_facts(listing))
+        return listing, advice, None
     except HearthError as exc:
         return None, None, str(exc)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # engine.catalog imports the advisor, which imports this module
     from engine.catalog.shape import ModelShape
+    from engine.fit.projector import ProjectorFacts
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Output head names: offloaded with the last layer ("output" is absent when tied to the embeddings).
@@ -42,6 +43,7 @@ class ModelFacts:
         source: Where the numbers came from, in words.
         parameters: Weights counted one by one (0 when unknown): the paged engine holds each in its own
             dtype, whatever the file's quantization.
+        projector: The multimodal projector loaded beside it (its weights and encoder buffers), if any.
     """
 
     format: str
@@ -53,6 +55,7 @@ class ModelFacts:
     output_bytes: int = 0
     source: str = "estimated"
     parameters: int = 0
+    projector: ProjectorFacts | None = None
 
     @property
     def layers(self) -> int:
@@ -91,6 +94,7 @@ class ModelFacts:
             "parameters": self.parameters,
             "shape": self.shape.to_dict(),
             "source": self.source,
+            "projector": self.projector.to_dict() if self.projector is not None else None,
         }
 
 
@@ -212,4 +216,17 @@ def facts_from_files(path: Path, *, format: str | None = None, size_bytes: int |
     return facts
 
 
-__all__ = ["ModelFacts", "facts_from_gguf", "facts_from_shape", "facts_from_files"]
+def with_projector(facts: ModelFacts, mmproj: Path | None) -> ModelFacts:
+    """``facts`` with the projector at ``mmproj`` loaded beside the model (unchanged when None).
+
+    Raises:
+        ValueError: the projector cannot be read.
+    """
+    if mmproj is None:
+        return facts
+    from engine.fit.projector import projector_from_file
+
+    return replace(facts, projector=projector_from_file(mmproj))
+
+
+__all__ = ["ModelFacts", "facts_from_gguf", "facts_from_shape", "facts_from_files", "with_projector"]

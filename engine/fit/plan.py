@@ -18,7 +18,7 @@ what would fit; the loaders refuse with it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.fit.budget import RAM_LIVE_SHARE, DeviceBudget, MemoryBudget
@@ -103,6 +103,7 @@ class LoadPlan:
     fits: bool
     reason: str
     kv_blocks: int | None = None  # the paged engine's block pool
+    projector_bytes: int = 0  # of the total: the multimodal projector's weights, encoder buffers and contexts
 
     @property
     def model_bytes(self) -> int:
@@ -145,6 +146,7 @@ class LoadPlan:
             "fits": self.fits,
             "reason": self.reason,
             "kv_blocks": self.kv_blocks,
+            "projector_bytes": self.projector_bytes,
             "model_bytes": self.model_bytes,
             "memory": self.memory.to_dict(),
             "devices": [d.to_dict() for d in self.devices],
@@ -197,6 +199,14 @@ def _gguf_devices(
     cpu_w = facts.input_bytes + sum(weights[:cpu_layers]) + (0 if full else facts.output_bytes)
     host_compute = compute if cpu_layers else 4 * n_ub * facts.embedding * 2
     cpu = DevicePlan("cpu", "RAM", cpu_layers, MemoryBreakdown(cpu_w, kv_layer * cpu_layers, host_compute + output, runtime), budget.ram.usable)
+    proj = facts.projector
+    if proj is not None:  # libmtmd encodes on the first GPU when the model has layers there, else on the CPU
+        extra = MemoryBreakdown(proj.weights_bytes, 0, proj.compute_bytes, 0)
+        if devices and g > 0:
+            devices[0] = replace(devices[0], memory=devices[0].memory + extra)
+        else:
+            cpu = replace(cpu, memory=cpu.memory + extra)
+        cpu = replace(cpu, memory=cpu.memory + MemoryBreakdown(0, 0, 0, proj.context_bytes))
     if budget.unified and devices:  # one pool: everything counts against the GPU's share of it
         pooled = devices[0].memory + cpu.memory
         return (DevicePlan(devices[0].device, devices[0].name, g, pooled, devices[0].usable),)
@@ -338,6 +348,7 @@ def _plan_gguf_type(
         devices=devs,
         fits=fits,
         reason="; ".join(why),
+        projector_bytes=facts.projector.total if facts.projector is not None else 0,
     )
     return plan, fits
 
@@ -357,9 +368,10 @@ def _where_short(plan: LoadPlan) -> str:
 
 def _need(plan: LoadPlan) -> str:
     m = plan.memory
+    projector = f", the projector's {gb(plan.projector_bytes)} included" if plan.projector_bytes else ""
     return (
         f"about {gb(m.total)} ({gb(m.weights)} weights + {gb(m.kv_cache)} KV cache + "
-        f"{gb(m.buffers)} compute buffers + {gb(m.runtime)} runtime)"
+        f"{gb(m.buffers)} compute buffers + {gb(m.runtime)} runtime{projector})"
     )
 
 

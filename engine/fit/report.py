@@ -3,14 +3,15 @@ or a Hub variant (what the advisor says about it on this machine at rest)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from engine.fit.budget import MemoryBudget
-from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape
+from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape, with_projector
 from engine.fit.memory import kv_bytes_per_token
 from engine.fit.plan import LoadPlan, plan_load
+from engine.fit.projector import projector_from_size
 
 if TYPE_CHECKING:
     from engine.catalog.registry import LocalModel, ModelRegistry
@@ -54,9 +55,15 @@ def facts_for_local(model: LocalModel) -> ModelFacts:
         ModelLoadError: the files cannot be read.
     """
     try:
-        return facts_from_files(model.path, format=model.format, size_bytes=model.size_bytes)
+        facts = facts_from_files(model.path, format=model.format, size_bytes=model.size_bytes)
     except ValueError as exc:
         raise ModelLoadError(str(model.path), f"{exc}.") from exc
+    if model.format != "gguf":
+        return facts
+    try:  # the projector paired with it loads beside it
+        return with_projector(facts, model.mmproj)
+    except ValueError as exc:
+        raise ModelLoadError(str(model.mmproj), f"{exc}.") from exc
 
 
 def _plan(facts: ModelFacts, budget: MemoryBudget, backend: str, **kw: Any) -> LoadPlan:
@@ -109,7 +116,10 @@ def fit_hub(
     repo, _, name = spec.partition(":")
     listing = hub.repo(repo)
     shape = hub.model_shape(listing)
-    advice = advise(listing.variants, shape, hardware, context_length=n_ctx, kv_type=kv_type, parallel=n_seq)
+    projector = hub.projector_facts(listing)
+    advice = advise(
+        listing.variants, shape, hardware, context_length=n_ctx, kv_type=kv_type, parallel=n_seq, projector=projector
+    )
     variant = listing.variant(name) if name else listing.variant(advice.recommended) if advice.recommended else None
     if variant is None:
         variant = min(listing.variants, key=lambda v: v.size_bytes) if listing.variants else None
@@ -119,6 +129,8 @@ def fit_hub(
     if est is None or est.plan is None:
         raise InvalidRequest(f"{repo} has no variant '{variant.name}' Hearth can size; choose another.", param="model")
     facts = facts_from_shape(shape, variant.weights_bytes, format=variant.format, bits_per_weight=variant.bits_per_weight)
+    if variant.projector is not None:
+        facts = replace(facts, projector=projector or projector_from_size(variant.projector.size))
     budget = MemoryBudget.from_hardware(hardware, live=False)
     return FitReport(model=listing.repo, source="hub", variant=variant.name, facts=facts, plan=est.plan,
                      budget=budget, label=est.label)  # fmt: skip

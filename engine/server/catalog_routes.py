@@ -83,7 +83,7 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
     def work():
         listing = hub.repo(repo)
         shape = hub.model_shape(listing)
-        advice = advise(listing.variants, shape, catalog.hardware(), context_length=ctx)
+        advice = advise(listing.variants, shape, catalog.hardware(), context_length=ctx, projector=hub.projector_facts(listing))
         return listing, advice
 
     listing, advice = await asyncio.to_thread(work)

@@ -74,7 +74,7 @@ class LlamaCppBackend:
         if model.format != "gguf":
             raise ModelLoadError(str(model.path), "the llama.cpp backend loads only GGUF files.")
         check_gguf_file(model.path)
-        plan = plan_llamacpp_load(model.path, options)  # context, slots, KV type and GPU layers that fit
+        plan = plan_llamacpp_load(model.path, options, mmproj=model.mmproj)  # context, slots, KV type and GPU layers that fit
         self.model = GGUFModel(
             model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split, chat_template=model.chat_template,
             cpu_moe=options.llamacpp.cpu_moe,

@@ -9,7 +9,7 @@ from pathlib import Path
 from engine.backends.base import LoadOptions
 from engine.errors import InvalidRequest, ModelLoadError
 from engine.fit.budget import MemoryBudget
-from engine.fit.facts import facts_from_gguf
+from engine.fit.facts import facts_from_gguf, with_projector
 from engine.fit.memory import LLAMACPP_KV_TYPES
 from engine.fit.plan import LoadPlan, plan_gguf
 
@@ -36,7 +36,9 @@ def budget_for(options: LoadOptions) -> MemoryBudget:
     return machine_budget()
 
 
-def plan_llamacpp_load(path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None) -> LoadPlan:
+def plan_llamacpp_load(
+    path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None, mmproj: Path | None = None
+) -> LoadPlan:
     """The plan for loading ``path`` with ``options``; settings left None are chosen to fit.
 
     Raises:
@@ -44,13 +46,15 @@ def plan_llamacpp_load(path: Path, options: LoadOptions, *, budget: MemoryBudget
         ModelLoadError: the file cannot be read, or what was asked for does not fit (the message
             names what would).
     """
-    plan = llamacpp_load_plan(path, options, budget=budget)
+    plan = llamacpp_load_plan(path, options, budget=budget, mmproj=mmproj)
     if not plan.fits:
         raise ModelLoadError(str(path), plan.reason)
     return plan
 
 
-def llamacpp_load_plan(path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None) -> LoadPlan:
+def llamacpp_load_plan(
+    path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None, mmproj: Path | None = None
+) -> LoadPlan:
     """The plan :func:`plan_llamacpp_load` makes, whether or not it fits (``plan.fits`` says; the model
     pool sizes a model by it before making room).
 
@@ -65,6 +69,10 @@ def llamacpp_load_plan(path: Path, options: LoadOptions, *, budget: MemoryBudget
         facts = facts_from_gguf(path)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(str(path), f"its GGUF header cannot be read ({exc}).") from exc
+    try:  # the projector's weights and encoder buffers load with the model
+        facts = with_projector(facts, mmproj)
+    except ValueError as exc:
+        raise ModelLoadError(str(mmproj), f"the projector cannot be read ({exc}).") from exc
     try:
         plan = plan_gguf(
             facts,

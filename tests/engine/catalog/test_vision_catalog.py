@@ -74,6 +74,9 @@ def test_search_and_listing_mark_a_repo_with_projectors_as_seeing(hub_client):
     assert [p["label"] for p in listing.to_dict()["projectors"]] == ["F16", "BF16"]
     assert variant.to_dict()["projector"]["path"] == F16
     assert not hub_client.repo(TEXT_REPO).variants[0].vision
+    facts = hub_client.projector_facts(listing)  # from the projector's remote header: its encoder's sizes
+    assert facts.source == "the projector's header" and facts.vision and facts.weights_bytes == variant.projector.size
+    assert hub_client.projector_facts(hub_client.repo(TEXT_REPO)) is None
 
 
 def test_pulling_gets_the_model_and_the_f16_projector_and_the_model_sees(manager, vision_hub):
@@ -208,6 +211,7 @@ def test_the_api_marks_seeing_repos_pulls_a_picked_projector_and_imports_a_pair(
     body = api.get("/api/hub/variants", params={"repo": REPO}).json()
     assert body["vision"] and [p["label"] for p in body["projectors"]] == ["F16", "BF16"]
     assert body["variants"][0]["vision"] and body["variants"][0]["projector"]["path"] == F16
+    assert body["variants"][0]["plan"]["projector_bytes"] > body["variants"][0]["projector"]["size"]  # and its encoder
     bad = api.post("/api/downloads", json={"repo": REPO, "mmproj_variant": "Q4_0"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "mmproj_variant"
     job = api.post("/api/downloads", json={"repo": REPO, "mmproj_variant": "BF16"}).json()
