@@ -3,8 +3,10 @@
 onto these readers, which decode, fetch and check the file once, the same way for all.
 
 An image is checked before any model sees it: its byte size, then its pixel count from the header (a
-decompression bomb is refused before it is decoded), then a full decode (a truncated or broken file is
-refused naming the part). Formats llama.cpp's reader lacks (WebP, TIFF ...) are re-encoded as PNG. A remote
+decompression bomb is refused before it is decoded), then its integrity. A PNG or JPEG whose structure is
+whole (PNG chunks with right checksums up to IEND, a JPEG's end marker) goes on undecoded: llama.cpp decodes
+it once, and refuses a body it cannot read naming the part. Any other file is decoded in full here, so a
+truncated or broken one is refused naming the part. Formats llama.cpp's reader lacks (WebP, TIFF ...) are re-encoded as PNG. A remote
 ``http(s)`` URL is a request the server would make on the user's behalf: refused unless the server runs with
 ``--allow-image-urls``, and then fetched with a size cap and a timeout.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import struct
+import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +66,8 @@ def check_image(data: bytes, where: str) -> bytes:
                     "allowed; send a smaller image.", param=where,
                 )  # fmt: skip
             fmt = img.format or ""
+            if _whole(data, fmt):  # llama.cpp decodes it once; a body it cannot read is a 400 naming the part there
+                return data
             img.load()  # the whole file: a truncated or corrupt one fails here
             if fmt in _NATIVE_FORMATS:
                 return data
@@ -74,6 +80,26 @@ def check_image(data: bytes, where: str) -> bytes:
         raise InvalidRequest(f"{where} has too many pixels; send a smaller image.", param=where) from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise InvalidRequest(f"{where} is not a readable image (broken or truncated); send a PNG or JPEG.", param=where) from exc
+
+
+def _whole(data: bytes, fmt: str) -> bool:
+    """Whether a PNG or JPEG is complete by its structure, read without decoding its pixels: every PNG chunk
+    within the file with a right checksum up to IEND, a JPEG ending with its end-of-image marker. Anything else
+    (another format, trailing bytes, a cut file) is left to a full decode."""
+    if fmt == "JPEG":
+        return data.endswith(b"\xff\xd9")
+    if fmt != "PNG":
+        return False
+    view, at = memoryview(data), 8  # past the signature
+    while at + 12 <= len(data):
+        (length,) = struct.unpack_from(">I", data, at)
+        end = at + 12 + length
+        if end > len(data) or zlib.crc32(view[at + 4 : end - 4]) != struct.unpack_from(">I", data, end - 4)[0]:
+            return False
+        if data[at + 4 : at + 8] == b"IEND":
+            return end == len(data)
+        at = end
+    return False
 
 
 def image_from_base64(data: str, where: str) -> MediaInput:

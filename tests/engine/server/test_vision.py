@@ -144,12 +144,38 @@ def _chat_body(url: str, model: str = VISION) -> dict:
     return {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": parts}]}
 
 
+def _jpeg() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(gradient())).convert("RGB").save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def _garbled_png() -> bytes:
+    """The gradient PNG with its pixel data replaced by bytes that are not a zlib stream, checksums right: whole
+    by its structure, so only the decoder (llama.cpp's) finds it broken."""
+    import struct
+    import zlib
+
+    good = gradient()
+    at = good.index(b"IDAT") - 4
+    (length,) = struct.unpack_from(">I", good, at)
+    junk = bytes(range(7, 7 + 40))
+    chunk = struct.pack(">I", len(junk)) + b"IDAT" + junk + struct.pack(">I", zlib.crc32(b"IDAT" + junk))
+    return good[:at] + chunk + good[at + 12 + length :]
+
+
 def test_bad_pictures_are_refused_naming_the_part_and_the_worker_keeps_answering(vision_server):
     for bad, said in [
         (b"not an image at all", "messages[0].content[1] is not a readable image"),
         (checkerboard()[:70], "messages[0].content[1] is not a readable image"),  # truncated
         (bomb_png(8000, 8000), "messages[0].content[1] has 8000x8000 pixels"),  # refused from its header
         (bomb_png(), "messages[0].content[1] has too many pixels"),
+        (_jpeg()[:-300], "messages[0].content[1] is not a readable image"),  # truncated: no end marker
+        (_garbled_png(), "messages[0].content[1] is not an image llama.cpp can read"),  # whole, unreadable inside
     ]:
         status, message = _refusal(vision_server, _chat_body(data_url(bad)))
         assert (status, said) == (400, message[: len(said)])
@@ -269,3 +295,4 @@ def test_a_webp_picture_is_sent_to_llama_cpp_as_png():
     assert png[:4] == b"\x89PNG"
     assert Image.open(io.BytesIO(png)).convert("RGB").tobytes() == img.tobytes()
     assert media.check_image(gradient(), "x") == gradient()  # a PNG goes as it came
+    assert media.check_image(_jpeg(), "x") == _jpeg()  # and a JPEG
