@@ -9,9 +9,9 @@ feed-forward step of one layer: its up-projection and activation (``2 x feed_for
 stream (``embedding``), in f32, for every patch of the largest tile, plus the f32 picture itself. The
 preprocessed tiles of a picture (f32) live while its request does.
 
-Measured (tests/engine/fit/test_projector.py; docs/fit.md): random-weight Idefics3 projectors of 64 to 448
-pixels and 32 to 768 wide, the resident memory of the process around the projector's load and its first
-picture's encoding.
+Measured with benchmarks/fit_vision.py (docs/fit.md): a worker serving the tiny vision model with and without a
+projector (its own, and random-weight Idefics3 ones of 224 and 448 pixels, 384 and 768 wide), one picture
+answered; the difference in its resident memory against the plan's ``projector_bytes``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 MIB = 1024**2
-# Per encoder (vision, audio): clip's graph arena (8,192 nodes x ggml's tensor overhead) and its contexts (measured).
-ENCODER_CONTEXT_BYTES = int(3.3 * MIB)
+# Per encoder (vision, audio): clip's graph arena (8,192 nodes x ggml's tensor overhead, 3 MiB), its contexts, and
+# what libmtmd's code and a picture's bitmaps add to a worker (measured with benchmarks/fit_vision.py).
+ENCODER_CONTEXT_BYTES = 6 * MIB
 # Whisper-style audio encoders see 30 s of sound at a time: 3,000 mel frames, 1,500 after their convolutions.
 AUDIO_FRAMES = 3000
 AUDIO_TOKENS = 1500
