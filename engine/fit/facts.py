@@ -24,6 +24,8 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Output head names: offloaded with the last layer ("output" is absent when tied to the embeddings).
 _OUTPUT = ("output.weight", "output_norm.weight", "output_norm.bias", "output.bias")
 _INPUT = ("token_embd.weight", "token_embd_norm.weight", "token_embd_norm.bias", "rope_freqs.weight")
+# An MoE layer's expert tensors (llama-server's --cpu-moe pattern): what can stay on the CPU while the rest offloads.
+_EXPERTS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 # Vocabulary sizes by architecture when a remote header stops before the vocabulary.
 _TYPICAL_VOCAB = {"llama": 128_256, "qwen2": 152_064, "qwen3": 151_936, "gemma2": 256_000, "gemma3": 262_144}
 
@@ -38,6 +40,7 @@ class ModelFacts:
         shape: Layers, KV heads, head size and the sizes compute buffers grow with.
         by_type: Weight bytes per tensor type (``Q4_K``, ``Q6_K``, ``F32``...), largest first.
         layer_bytes: Weight bytes of each repeating block (``blk.N``), in order.
+        expert_bytes: Of those, the bytes of each block's MoE experts (empty for a dense model).
         input_bytes: Token embeddings (llama.cpp keeps them in RAM).
         output_bytes: The output head and final norm (offloaded with the last layer).
         source: Where the numbers came from, in words.
@@ -51,6 +54,7 @@ class ModelFacts:
     shape: ModelShape
     by_type: tuple[tuple[str, int], ...] = ()
     layer_bytes: tuple[int, ...] = ()
+    expert_bytes: tuple[int, ...] = ()
     input_bytes: int = 0
     output_bytes: int = 0
     source: str = "estimated"
@@ -131,6 +135,7 @@ def facts_from_gguf(path: Path) -> ModelFacts:
         raise ValueError("the GGUF header does not give the model's layers and attention heads")
     by_type: dict[str, int] = {}
     layers = [0] * shape.layers
+    experts = [0] * shape.layers
     input_bytes = output_bytes = parameters = 0
     for name, type_name, size, dims in tensors:
         parameters += math.prod(dims)
@@ -140,6 +145,8 @@ def facts_from_gguf(path: Path) -> ModelFacts:
         m = _BLOCK.match(name)
         if m and int(m.group(1)) < len(layers):
             layers[int(m.group(1))] += size
+            if _EXPERTS.search(name):
+                experts[int(m.group(1))] += size
         elif name in _INPUT:
             input_bytes += size
         else:
@@ -152,6 +159,7 @@ def facts_from_gguf(path: Path) -> ModelFacts:
         shape=shape,
         by_type=tuple(sorted(by_type.items(), key=lambda kv_: -kv_[1])),
         layer_bytes=tuple(layers),
+        expert_bytes=tuple(experts) if any(experts) else (),
         input_bytes=input_bytes,
         output_bytes=output_bytes,
         source="the model's own header",

@@ -102,6 +102,7 @@ class LoadPlan:
     devices: tuple[DevicePlan, ...]
     fits: bool
     reason: str
+    cpu_moe: int = 0  # the first N layers' MoE experts held in RAM while their layers are on a GPU
     kv_blocks: int | None = None  # the paged engine's block pool
     projector_bytes: int = 0  # of the total: the multimodal projector's weights, encoder buffers and contexts
 
@@ -117,6 +118,9 @@ class LoadPlan:
             return "CPU"
         gpus = [d for d in self.devices if d.device != "cpu" and d.layers]
         names = " + ".join(d.name for d in gpus) or "the GPU"
+        if self.gpu_layers >= self.total_layers and self.cpu_moe:
+            which = "every layer's" if self.cpu_moe >= self.total_layers else f"those of {self.cpu_moe}"
+            return f"GPU ({names}): all {self.total_layers} layers, MoE experts ({which}) on the CPU"
         if self.gpu_layers >= self.total_layers:
             return f"GPU ({names}): all {self.total_layers} layers"
         return f"GPU ({names}): {self.gpu_layers} of {self.total_layers} layers, the rest on the CPU"
@@ -140,6 +144,7 @@ class LoadPlan:
             "kv_type": self.kv_type,
             "flash_attn": self.flash_attn,
             "gpu_layers": self.gpu_layers,
+            "cpu_moe": self.cpu_moe,
             "total_layers": self.total_layers,
             "where": self.where,
             "summary": self.describe(),
@@ -168,7 +173,8 @@ def prefill_block(gpu_layers: int) -> int:
 
 
 def _gguf_devices(
-    facts: ModelFacts, budget: MemoryBudget, *, n_seq: int, n_ctx: int, kv_type: str, gpu_layers: int, flash_attn: bool
+    facts: ModelFacts, budget: MemoryBudget, *, n_seq: int, n_ctx: int, kv_type: str, gpu_layers: int, flash_attn: bool,
+    cpu_moe: int = 0,
 ) -> tuple[DevicePlan, ...]:
     layers = facts.layers
     # The micro-batch of a GPU load's loop. On the CPU the loop computes prompts in blocks of 256 and llama.cpp
@@ -176,6 +182,8 @@ def _gguf_devices(
     # written (one per prompt block): measured, the resident memory is that of a 64-token micro-batch.
     n_ub = max(PREFILL_BLOCK, n_seq)
     weights = facts.layer_weights()
+    experts = facts.expert_bytes or (0,) * layers
+    kept = min(cpu_moe, layers)  # the experts of layers [0, kept) stay in RAM wherever their layer goes
     kv_layer = kv_cache_bytes(facts, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, layers=1)
     compute = compute_buffer_bytes(facts, n_ubatch=n_ub, n_ctx=n_ctx, flash_attn=flash_attn)
     output = output_buffer_bytes(facts, n_outputs=n_seq)
@@ -189,14 +197,14 @@ def _gguf_devices(
     for gpu, n in zip(gpus, counts, strict=True):
         if n == 0:
             continue
-        w = sum(weights[start : start + n])
+        w = sum(weights[start : start + n]) - sum(experts[start : max(start, min(start + n, kept))])
         start += n
         if full and start == layers:
             w += facts.output_bytes
         ctx = 0 if gpu.unified else CUDA_CONTEXT_BYTES
         devices.append(DevicePlan(gpu.device, gpu.name, n, MemoryBreakdown(w, kv_layer * n, compute, ctx), gpu.usable))
     cpu_layers = layers - g
-    cpu_w = facts.input_bytes + sum(weights[:cpu_layers]) + (0 if full else facts.output_bytes)
+    cpu_w = facts.input_bytes + sum(weights[:cpu_layers]) + (0 if full else facts.output_bytes) + sum(experts[cpu_layers:kept])
     host_compute = compute if cpu_layers else 4 * n_ub * facts.embedding * 2
     cpu = DevicePlan("cpu", "RAM", cpu_layers, MemoryBreakdown(cpu_w, kv_layer * cpu_layers, host_compute + output, runtime), budget.ram.usable)
     proj = facts.projector
@@ -277,13 +285,23 @@ def _plan_gguf_type(
     gpu_layers: int | None,
     flash_attn: bool,
     max_slots: int,
+    cpu_moe: int | None = None,
 ) -> tuple[LoadPlan, bool]:
-    """The plan for one KV type; the flag says whether it fits."""
+    """The plan for one KV type; the flag says whether it fits. ``cpu_moe``: the first N layers' experts in RAM
+    (-1: every layer's; None: Hearth chooses, for an MoE model whose layers do not all fit on the GPUs)."""
     layers = facts.layers
     gpus = budget.usable_gpus
+    moe = 0 if cpu_moe is None else (layers if cpu_moe < 0 else min(cpu_moe, layers))
 
-    def devices(p: int, g: int) -> tuple[DevicePlan, ...]:
-        return _gguf_devices(facts, budget, n_seq=p, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=g, flash_attn=flash_attn)
+    def devices(p: int, g: int, k: int | None = None) -> tuple[DevicePlan, ...]:
+        return _gguf_devices(facts, budget, n_seq=p, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=g, flash_attn=flash_attn,
+                             cpu_moe=moe if k is None else k)  # fmt: skip
+
+    def experts_needed(p: int) -> int | None:
+        """The fewest layers whose experts must stay in RAM for every layer to go on the GPUs (None: none do)."""
+        if cpu_moe is not None or not facts.expert_bytes:
+            return None
+        return next((k for k in range(1, layers + 1) if _fits(devices(p, layers, k))), None)
 
     def ok(p: int, g: int) -> bool:
         return _fits(devices(p, g))
@@ -300,6 +318,10 @@ def _plan_gguf_type(
         why.append("GPU layers as asked")
     elif gpus and ok(n_seq or 1, layers):
         g = layers
+    elif gpus and (k := experts_needed(n_seq or 1)) is not None:
+        g, moe = layers, k
+        which = "every layer's" if k >= layers else f"those of the first {k} of {layers} layers"
+        why.append(f"fits with experts on the CPU ({which}): all of it on the GPU would not fit")
     elif gpus:
         g = max_layers(min(n_seq or 1, PARTIAL_OFFLOAD_SLOTS))
     else:
@@ -343,6 +365,7 @@ def _plan_gguf_type(
         kv_type=kv_type,
         flash_attn=flash_attn,
         gpu_layers=g,
+        cpu_moe=moe if g else 0,
         total_layers=layers,
         memory=_total(devs),
         devices=devs,
@@ -385,15 +408,18 @@ def plan_gguf(
     gpu_layers: int | None = None,
     flash_attn: bool = True,
     max_slots: int = MAX_DEFAULT_SLOTS,
+    cpu_moe: int | None = None,
 ) -> LoadPlan:
-    """The llama.cpp plan for ``facts`` within ``budget`` (None: Hearth chooses)."""
+    """The llama.cpp plan for ``facts`` within ``budget`` (None: Hearth chooses). ``cpu_moe``: the first N layers'
+    MoE experts kept in RAM (-1: all); when None and every layer does not fit on the GPUs, an MoE model keeps
+    the fewest layers' experts in RAM that lets every layer go there ("fits with experts on the CPU")."""
     if kv_type is not None and kv_type not in LLAMACPP_KV_TYPES:
         raise ValueError(f"llama.cpp's KV cache can be {', '.join(LLAMACPP_KV_TYPES)}, not '{kv_type}'.")
     if kv_type in ("q8_0", "q4_0") and not flash_attn:
         raise ValueError("A quantized KV cache needs flash attention in llama.cpp; turn flash attention on or use f16.")
     ctx = n_ctx or _ctx_default(facts)
     types = (kv_type,) if kv_type else LLAMACPP_KV_TYPES
-    kw: dict[str, Any] = dict(n_seq=n_seq, gpu_layers=gpu_layers, flash_attn=flash_attn, max_slots=max_slots)
+    kw: dict[str, Any] = dict(n_seq=n_seq, gpu_layers=gpu_layers, flash_attn=flash_attn, max_slots=max_slots, cpu_moe=cpu_moe)
     first = None
     for t in types:
         plan, fits = _plan_gguf_type(facts, budget, n_ctx=ctx, kv_type=t, **kw)
@@ -596,6 +622,7 @@ def plan_load(
     kv_type: str | None = None,
     gpu_layers: int | None = None,
     flash_attn: bool = True,
+    cpu_moe: int | None = None,
 ) -> LoadPlan:
     """The plan for ``facts`` on ``backend`` (by format when None) within ``budget``.
 
@@ -607,7 +634,8 @@ def plan_load(
         return plan_paged(facts, budget, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
     if backend == "mlx":
         return plan_mlx(facts, budget, n_ctx=n_ctx, n_seq=n_seq)
-    return plan_gguf(facts, budget, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, gpu_layers=gpu_layers, flash_attn=flash_attn)
+    return plan_gguf(facts, budget, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, gpu_layers=gpu_layers, flash_attn=flash_attn,
+                     cpu_moe=cpu_moe)  # fmt: skip
 
 
 __all__ = [

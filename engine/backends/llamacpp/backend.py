@@ -77,7 +77,7 @@ class LlamaCppBackend:
         plan = plan_llamacpp_load(model.path, options, mmproj=model.mmproj)  # context, slots, KV type and GPU layers that fit
         self.model = GGUFModel(
             model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split, chat_template=model.chat_template,
-            cpu_moe=options.llamacpp.cpu_moe,
+            cpu_moe=plan.cpu_moe or None,  # as asked, or the experts the plan keeps in RAM so every layer fits the GPU
         )
         try:
             self.model.chat_template.check()  # code from the file: one that never finishes is refused here

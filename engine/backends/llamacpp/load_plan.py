@@ -82,6 +82,7 @@ def llamacpp_load_plan(
             kv_type=kv_type,
             gpu_layers=options.n_gpu_layers,
             flash_attn=options.llamacpp.flash_attn,
+            cpu_moe=options.llamacpp.cpu_moe,
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="kv_type") from exc
