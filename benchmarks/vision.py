@@ -76,7 +76,11 @@ class Side:
         self.home = Path(tempfile.mkdtemp(prefix=f"vision-bench-{name}-"))
         self.log = open(self.home / "server.log", "wb")  # noqa: SIM115 - open for the server's life
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
-        self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {KEY}"}, timeout=600)
+        # A new connection per request on both sides: a kept-alive one the server has just closed would fail
+        self.http = httpx.Client(
+            base_url=self.base, headers={"Authorization": f"Bearer {KEY}"}, timeout=600,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )  # fmt: skip
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
