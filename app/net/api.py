@@ -134,12 +134,12 @@ class HearthApi(ApiClient):
 
     def fit(
         self, model: str, *, ctx: int | None = None, kv_type: str | None = None, gpu_layers: int | None = None,
-        flash_attn: bool | None = None,
+        flash_attn: bool | None = None, cpu_moe: int | None = None,
     ) -> ApiCall:
         """FitFacts: how ``model`` would load here (context, slots, KV type, memory per device)"""
         flash = None if flash_attn is None else ("true" if flash_attn else "false")
         return self.get("/api/fit", FitFacts.from_json, model=model, ctx=ctx, kv_type=kv_type, gpu_layers=gpu_layers,
-                        flash_attn=flash)  # fmt: skip
+                        flash_attn=flash, cpu_moe=cpu_moe)  # fmt: skip
 
     # -- the Hub and downloads ----------------------------------------------------------------
     def hub_search(self, query: str, *, sort: str = "downloads", fmt: str = "") -> ApiCall:

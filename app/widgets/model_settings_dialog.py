@@ -142,7 +142,7 @@ class ModelSettingsDialog(QDialog):
         self._asked += 1
         asked = self._asked
         call = self.api.fit(self.name, ctx=s["n_ctx"], kv_type=s["kv_type"], gpu_layers=s["n_gpu_layers"],
-                            flash_attn=s["flash_attn"])  # fmt: skip
+                            flash_attn=s["flash_attn"], cpu_moe=s["cpu_moe"])  # fmt: skip
         call.succeeded.connect(lambda facts: self._show_fit(asked, facts))
         call.failed.connect(lambda error: self._fit_failed(asked, error))
 

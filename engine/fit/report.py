@@ -83,6 +83,7 @@ def fit_local(
     backend: str | None = None,
     gpu_layers: int | None = None,
     flash_attn: bool = True,
+    cpu_moe: int | None = None,
 ) -> FitReport:
     """The plan the loader would make for ``model`` now (available RAM, free GPU memory), on ``backend``
     (None: the one Hearth picks for its format here), with ``gpu_layers`` and ``flash_attn`` as a load asks."""
@@ -91,8 +92,9 @@ def fit_local(
     choice = choose_backend(model.format, override=backend, hardware=hardware)
     facts = facts_for_local(model)
     budget = MemoryBudget.from_hardware(hardware, live=True, gpu_offload=choice.gpu_offload)
+    kw: dict[str, Any] = {"cpu_moe": cpu_moe} if choice.backend == "llamacpp" else {}
     plan = _plan(facts, budget, choice.backend, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, gpu_layers=gpu_layers,
-                 flash_attn=flash_attn)  # fmt: skip
+                 flash_attn=flash_attn, **kw)  # fmt: skip
     return FitReport(model=model.name, source="local", variant=model.variant or model.quantization, facts=facts,
                      plan=plan, budget=budget)  # fmt: skip
 
@@ -148,6 +150,7 @@ def fit_model(
     backend: str | None = None,
     gpu_layers: int | None = None,
     flash_attn: bool = True,
+    cpu_moe: int | None = None,
 ) -> FitReport:
     """A local model by name or path, else a Hub repo (``OWNER/REPO[:VARIANT]``).
 
@@ -166,6 +169,8 @@ def fit_model(
             raise InvalidRequest(f"'{what}' must be at least 1.", param=what)
     if gpu_layers is not None and gpu_layers < 0:
         raise InvalidRequest("'gpu_layers' must be 0 or more.", param="gpu_layers")
+    if cpu_moe is not None and cpu_moe < -1:
+        raise InvalidRequest("'cpu_moe' must be a number of layers, or -1 for every layer's experts.", param="cpu_moe")
     try:
         model = resolve_model(name, registry)
     except ModelNotFound:
@@ -177,7 +182,7 @@ def fit_model(
             hub = HubClient()
         return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
     return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend, gpu_layers=gpu_layers,
-                     flash_attn=flash_attn)  # fmt: skip
+                     flash_attn=flash_attn, cpu_moe=cpu_moe)  # fmt: skip
 
 
 __all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local"]

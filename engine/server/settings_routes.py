@@ -34,26 +34,29 @@ def body_settings(body: ModelLoadBody) -> ModelLoadSettings:
 
 def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:
     """The options ``body`` asks one load for: the model's saved settings with the body's over them, on the
-    manager's options. None when it asks for nothing (the load takes the saved settings). ``body.save``
-    remembers the combined settings for every later load.
+    manager's options. None when it asks for nothing (the load takes the saved settings).
 
     Raises:
         InvalidRequest: a value out of range.
         ModelNotFound: no such model.
     """
     given = body_settings(body)
-    if given.is_empty and body.parallel is None and not body.save:
+    if given.is_empty and body.parallel is None:
         return None
     model = manager.resolve(body.model)
-    settings = manager.load_settings.get(model.name).overridden_by(given)
-    if body.save:
-        manager.load_settings.put(model.name, settings)
-    options = settings.apply(manager.options)
+    options = manager.load_settings.get(model.name).overridden_by(given).apply(manager.options)
     if body.parallel is not None:
         from dataclasses import replace
 
         options = replace(options, n_seq_max=body.parallel)
     return options
+
+
+def save_loaded(manager, body: ModelLoadBody, name: str) -> None:
+    """After a load that succeeded with ``body.save``: remember its settings (over the saved ones) for every
+    later load of ``name``. A load that failed saves nothing."""
+    if body.save:
+        manager.load_settings.put(name, manager.load_settings.get(name).overridden_by(body_settings(body)))
 
 
 def _answer(manager, name: str, settings: ModelLoadSettings) -> dict:

@@ -168,6 +168,9 @@ def test_saved_load_settings_are_used_by_every_load_jit_included(daemon):
         assert (saved["context_length"], saved["saved"]) == (768, True)
         got = httpx.get(settings_url, headers=_admin(home), timeout=10).json()
         assert got["settings"]["n_ctx"] == 768 and got["settings"]["n_batch"] == 64 and got["loaded"] is True
+        refused = hearth("load", MODEL, "--ctx", "99999999", "--save", home=home)  # settings that do not load...
+        assert refused.returncode == 1 and "would fit" in refused.stderr
+        assert httpx.get(settings_url, headers=_admin(home), timeout=10).json()["settings"]["n_ctx"] == 768  # ...are not saved
         assert _jit_ctx(info, home) == 768  # a request's load takes the saved settings, not the worker's 1024
         assert hearth_json("load", MODEL, home=home)["context_length"] == 768
         put = httpx.put(settings_url, headers=_admin(home), timeout=10, json={"n_ctx": 640, "kv_type": "q8_0"})
