@@ -222,6 +222,8 @@ def test_the_api_marks_seeing_repos_pulls_a_picked_projector_and_imports_a_pair(
     assert job["state"] == "done" and job["files_total"] == 2, job
     (entry,) = [m for m in api.get("/api/models").json()["models"] if m["name"] == f"{REPO}:Q8_0"]
     assert entry["mmproj"].endswith(BF16)
+    (listed,) = [m for m in api.get("/v1/models").json()["data"] if m["id"] == f"{REPO}:Q8_0"]
+    assert listed["capabilities"] == ["audio"]  # the projector picked hears
 
     imported = api.post("/api/models/import", json={"path": str(lmstudio_folder / MODEL_FILE), "name": "eyes"})
     assert imported.status_code == 200, imported.text
