@@ -24,7 +24,7 @@ PRIVATE_FILE_MODE = 0o600
 OWN_FILES = (
     "chats.db", "chats.damaged-*.db", "chats-unsaved-*.db", "registry.db", "documents.db", "agent-steps.db",
     "remotes.json", "remote-keys.json", "mcp-servers.json", "mcp-secrets.json", "app-secrets.json", "app.lock",
-    "daemon.json",
+    "daemon.json", "load-settings.json", "model-folders.json",
 )  # fmt: skip
 SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 OWN_FOLDERS = ("logs",)
