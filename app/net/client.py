@@ -14,6 +14,7 @@ from urllib.parse import quote, urlencode
 
 from PySide6.QtCore import QByteArray, QObject, QTimer, QUrl, Signal
 from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
+from shiboken6 import isValid
 
 from app.net.engine import EngineController
 from app.net.types import ApiError
@@ -64,10 +65,13 @@ class ApiCall(QObject):
         QTimer.singleShot(0, self, lambda: self._emit_failed(error))
 
     def _emit_failed(self, error: ApiError) -> None:
-        self.failed.emit(error)
-        self.deleteLater()
+        if isValid(self):
+            self.failed.emit(error)
+            self.deleteLater()
 
     def _finished(self) -> None:
+        if not isValid(self):  # its owner (a closed window's client) went while the reply was in flight
+            return
         reply = self.reply
         body = bytes(reply.readAll().data())
         reply.deleteLater()
@@ -82,8 +86,9 @@ class ApiCall(QObject):
             log.warning("unexpected answer from %s: %s", self.endpoint, exc)
             self._emit_failed(ApiError(f"The engine sent an answer to {self.endpoint} the app cannot read.", endpoint=self.endpoint))
             return
-        self.succeeded.emit(result)
-        self.deleteLater()
+        if isValid(self):  # parsing ran Python that may have closed the owner
+            self.succeeded.emit(result)
+            self.deleteLater()
 
 
 class ApiClient(QObject):
