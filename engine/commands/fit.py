@@ -48,6 +48,12 @@ def render(report) -> list[str]:
     )
     lines.append(f"  buffers    {_mb(m.buffers):>10}  (compute and output)")
     lines.append(f"  runtime    {_mb(m.runtime):>10}  (worker, llama.cpp bookkeeping, CUDA contexts)")
+    if facts.projector is not None:  # of the figures above: the projector that lets the model see
+        p = facts.projector
+        lines.append(
+            f"  projector  {_mb(plan.projector_bytes):>10}  (of the above: {_mb(p.weights_bytes)} weights, "
+            f"{_mb(p.compute_bytes)} encoder buffers, {_mb(p.context_bytes)} contexts; {p.source})"
+        )
     lines.append(f"  total      {_mb(m.total):>10}")
     for d in plan.devices:
         place = "RAM" if d.device == "cpu" else f"{d.name} ({d.device})"

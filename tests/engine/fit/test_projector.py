@@ -86,3 +86,21 @@ def test_the_advisor_says_when_only_the_projector_keeps_a_variant_out(seeing_var
     assert roomy.plan.projector_bytes >= 1_200_000_000
     text = advise([replace(seeing_variant, projector=None)], shape, _machine(16), context_length=4096, parallel=1)
     assert roomy.plan.memory.total - text.get("Q4_K_M").plan.memory.total == roomy.plan.projector_bytes
+
+
+def test_hearth_fit_shows_the_projector_of_a_model_that_sees(tmp_path):
+    from engine.catalog.registry import ModelRegistry
+    from engine.commands.fit import render
+    from engine.fit.report import fit_local
+    from engine.hardware import detect_hardware
+
+    registry = ModelRegistry(tmp_path / "home", register_starter=False)
+    try:
+        model = registry.register(tiny_vision.MODEL_PATH, name="eyes", origin_info={"mmproj": str(tiny_vision.MMPROJ_PATH)})
+        report = fit_local(model, detect_hardware(), n_ctx=1024, n_seq=1)
+    finally:
+        registry.close()
+    assert report.plan.projector_bytes == projector_from_file(tiny_vision.MMPROJ_PATH).total
+    assert report.to_dict()["facts"]["projector"]["vision"] is True
+    line = next(x for x in render(report) if x.strip().startswith("projector"))
+    assert "encoder buffers" in line and "the projector's header" in line
