@@ -23,6 +23,7 @@ from pathlib import Path
 import llama_cpp
 from llama_cpp import mtmd_cpp as mtmd
 
+from engine.backends.llamacpp.picture_cache import KnownPicture, PictureCache
 from engine.errors import InvalidRequest, ModelLoadError
 from engine.types import MEDIA_MARKER, MediaInput
 
@@ -58,6 +59,7 @@ class MediaChunk:
     where: str
     non_causal: bool = False  # its tokens attend to each other both ways (Gemma 3): decoded in one batch
     n_pos: int = 0  # positions it takes (fewer than its tokens with M-RoPE; 0: as many as its tokens)
+    digest: str = ""  # the file's content hash
 
     @property
     def end(self) -> int:
@@ -71,10 +73,10 @@ class MediaPrompt(list[int]):
     prompt is dropped unused (one only counted, never generated).
     """
 
-    def __init__(self, tokens: Sequence[int], media: dict[int, MediaChunk], handle: int) -> None:
+    def __init__(self, tokens: Sequence[int], media: dict[int, MediaChunk], handle: int, owned: Sequence[int] = ()) -> None:
         super().__init__(tokens)
         self.media = media
-        self._finalizer = weakref.finalize(self, mtmd.mtmd_input_chunks_free, ctypes.c_void_p(handle))
+        self._finalizer = weakref.finalize(self, _free_chunks, handle, tuple(owned))
 
     def close(self) -> None:
         self._finalizer()
@@ -91,6 +93,13 @@ class MediaPrompt(list[int]):
             if m.start < n < m.end:
                 return m.start
         return n
+
+
+def _free_chunks(handle: int, owned: tuple[int, ...]) -> None:
+    """Free a prompt's mtmd chunk list and the chunks it holds beside it (copies from the picture cache)."""
+    mtmd.mtmd_input_chunks_free(ctypes.c_void_p(handle))
+    for chunk in owned:
+        mtmd.mtmd_input_chunk_free(chunk)
 
 
 def _placeholders(digest: str, ordinal: int, n: int) -> list[int]:
@@ -133,6 +142,7 @@ class Projector:
         self.audio = bool(mtmd.mtmd_support_audio(ctx))
         self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))
         self.encoded = 0  # chunks encoded since loading (a cached picture is not encoded again)
+        self.pictures = PictureCache()  # pictures read lately: sent again, they are not decoded again
 
     def check(self, media: Sequence[MediaInput], model_name: str) -> None:
         """Refuse media this projector cannot take in, with one sentence naming the part.
@@ -161,16 +171,22 @@ class Projector:
         bitmaps = (mtmd.mtmd_bitmap_p_ctypes * max(1, len(media)))()
         made: list[int] = []
         chunks = None
+        known: dict[str, KnownPicture] = {}
         try:
             digests: list[str] = []
             for i, m in enumerate(media):
-                buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
-                bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(m.data), False)
+                digest = hashlib.sha256(m.data).hexdigest()
+                picture = known.get(digest) or (self.pictures.take(digest) if m.kind == "image" else None)
+                if picture is not None:  # laid out from its size alone: no decode, no resize
+                    known[digest] = picture
+                    bitmap = mtmd.mtmd_bitmap_init(picture.width, picture.height, None)
+                else:
+                    buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
+                    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(m.data), False)
                 if not bitmap:
                     what = "image" if m.kind == "image" else "audio file (WAV, MP3 or FLAC)"
                     raise InvalidRequest(f"{m.where} is not an {what} llama.cpp can read.", param=m.where)
                 made.append(bitmap)
-                digest = hashlib.sha256(m.data).hexdigest()
                 digests.append(digest)
                 mtmd.mtmd_bitmap_set_id(bitmap, digest.encode())
                 bitmaps[i] = bitmap
@@ -180,17 +196,32 @@ class Projector:
             rc = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(inp), bitmaps, len(media))
             if rc != 0:
                 raise InvalidRequest(f"llama.cpp could not preprocess the media (error {rc}); send other files.")
-            prompt = self._flatten(chunks, media, digests, bos)
+            sizes = {d: (mtmd.mtmd_bitmap_get_nx(b), mtmd.mtmd_bitmap_get_ny(b)) for d, b in zip(digests, made, strict=True)}
+            prompt = self._flatten(chunks, media, digests, bos, known)
         except BaseException:
             if chunks:
                 mtmd.mtmd_input_chunks_free(chunks)
+            for picture in known.values():
+                for c in picture.chunks:
+                    mtmd.mtmd_input_chunk_free(c)
             raise
         finally:
             for bitmap in made:  # the chunks hold what they need of them
                 mtmd.mtmd_bitmap_free(bitmap)
+        self._keep_pictures(prompt, media, digests, sizes, known)
         return prompt
 
-    def _flatten(self, chunks, media: Sequence[MediaInput], digests: list[str], bos: int | None) -> MediaPrompt:
+    def _keep_pictures(self, prompt: MediaPrompt, media, digests: list[str], sizes, known) -> None:
+        """Keep each picture this prompt read from its file in :attr:`pictures`: one occurrence's chunks."""
+        for digest, m in dict(zip(digests, media, strict=True)).items():
+            if m.kind != "image" or digest in known:
+                continue
+            own = [c.chunk for c in prompt.media.values() if c.digest == digest]
+            self.pictures.keep(digest, *sizes[digest], own[: len(own) // digests.count(digest)])
+
+    def _flatten(
+        self, chunks, media: Sequence[MediaInput], digests: list[str], bos: int | None, known: dict[str, KnownPicture]
+    ) -> MediaPrompt:
         tokens: list[int] = []
         spans: dict[int, MediaChunk] = {}
         seen: dict[str, int] = {}
@@ -213,8 +244,11 @@ class Projector:
             ordinal = seen.get(digest, 0)
             seen[digest] = ordinal + 1
             n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+            if digest in known:  # a placeholder: encode the kept copy of the real chunk, should it come to that
+                copies = known[digest].chunks
+                chunk = copies[ordinal % len(copies)]
             spans[len(tokens)] = MediaChunk(
-                start=len(tokens), n_tokens=n_tokens, chunk=chunk,
+                start=len(tokens), n_tokens=n_tokens, chunk=chunk, digest=digest,
                 kind="image" if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE else "audio", where=wheres.get(digest, ""),
                 non_causal=bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk)),
                 n_pos=int(mtmd.mtmd_input_chunk_get_n_pos(chunk)),
@@ -223,7 +257,7 @@ class Projector:
         if not tokens or tokens[-1] < 0:
             where = next(iter(spans.values())).where if spans else "messages"
             raise InvalidRequest("The prompt ends with a picture or sound; put some text after it.", param=where)
-        return MediaPrompt(tokens, spans, chunks)
+        return MediaPrompt(tokens, spans, chunks, [c for p in known.values() for c in p.chunks])
 
     def encode_and_decode(self, lctx, m: MediaChunk, *, seq_id: int, n_past: int, n_batch: int) -> None:
         """Encode ``m`` and decode its embeddings into ``seq_id``'s KV from position ``n_past``.
@@ -244,6 +278,7 @@ class Projector:
             raise RuntimeError(f"llama.cpp could not decode the embeddings of {m.where or 'a picture'} (error {rc})")
 
     def close(self) -> None:
+        self.pictures.close()
         if self.ctx:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None

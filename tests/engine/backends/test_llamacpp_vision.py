@@ -69,6 +69,35 @@ def test_the_same_picture_again_comes_from_the_cache(vision_backend):
     assert again_tokens == first_tokens
 
 
+def _stripes() -> bytes:
+    """Green and white stripes, 40x40, as PNG: a picture no other test sends."""
+    import io
+
+    from PIL import Image
+
+    img = Image.new("RGB", (40, 40), (250, 250, 250))
+    for x in range(40):
+        for y in range(0, 40, 10):
+            for dy in range(5):
+                img.putpixel((x, y + dy), (10, 160, 40))
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_a_picture_sent_again_is_not_read_again_and_encodes_after_its_kv_is_gone(vision_backend):
+    pictures = vision_backend.projector.pictures
+    first_tokens, _ = _run(vision_backend, _request(_stripes(), text="And now?"))
+    hits = pictures.hits
+    for k in range(4):  # four other conversations take every slot: the picture's KV is gone
+        _run(vision_backend, _request(text=f"Count to {k + 3}, please.", max_tokens=2))
+    before = _encoded(vision_backend)
+    again_tokens, _ = _run(vision_backend, _request(_stripes(), text="And now?"))
+    assert pictures.hits == hits + 1  # laid out from its size, the file not decoded again
+    assert _encoded(vision_backend) == before + 2  # an overview and a slice, from the kept chunks
+    assert again_tokens == first_tokens
+
+
 def test_a_follow_up_question_about_the_picture_reuses_its_cached_kv(vision_backend):
     first = _request(checkerboard(), text="What colour is it?")
     tokens, done = _run(vision_backend, first)
