@@ -235,6 +235,14 @@ def estimate_fit(
         return result(Fit.NONE, "will not fit", plan.reason)
     on_gpu = [d for d in plan.devices if d.device != "cpu"]
     usable = sum(d.usable for d in on_gpu)
+    if gpu is not None and on_gpu and plan.gpu_layers >= plan.total_layers and plan.cpu_moe:
+        names = " and ".join(d.name for d in on_gpu)
+        which = "every layer's" if plan.cpu_moe >= layers else f"those of {plan.cpu_moe} of its {layers} layers"
+        return result(
+            Fit.PARTIAL,
+            "fits with experts on the CPU",
+            f"It {need}: every layer fits in the {names}'s {_gb(usable)} usable with its MoE experts ({which}) kept in RAM.",
+        )
     if gpu is not None and on_gpu and plan.gpu_layers >= plan.total_layers:
         names = " and ".join(d.name for d in on_gpu)
         return result(Fit.GPU, "fits fully on GPU", f"It {need}, within the {names}'s {_gb(usable)} usable.")

@@ -31,6 +31,9 @@ class ModelShape:
     heads: int | None = None
     vocab: int | None = None
     feed_forward: int | None = None
+    # An MoE model's experts per layer and each one's feed-forward size (None: a dense model, or not said)
+    experts: int | None = None
+    expert_feed_forward: int | None = None
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float = 2.0) -> int:
         """Keys and values of one token across every layer (f16 cache: 2 bytes per element)."""
@@ -49,6 +52,8 @@ class ModelShape:
             "heads": self.heads,
             "vocab": self.vocab,
             "feed_forward": self.feed_forward,
+            "experts": self.experts,
+            "expert_feed_forward": self.expert_feed_forward,
         }
 
 
@@ -90,7 +95,10 @@ def shape_from_config(config: dict[str, Any], source: str = "the repo's config.j
         heads=int(heads),
         vocab=config.get("vocab_size"),
         feed_forward=config.get("intermediate_size"),
-    )
+        experts=config.get("num_experts") or config.get("num_local_experts"),
+        expert_feed_forward=config.get("moe_intermediate_size") or (
+            config.get("intermediate_size") if config.get("num_local_experts") else None),  # Mixtral's experts are full-size
+    )  # fmt: skip
 
 
 def shape_from_gguf_kv(kv: dict[str, Any], source: str = "the GGUF header") -> ModelShape | None:
@@ -118,7 +126,10 @@ def shape_from_gguf_kv(kv: dict[str, Any], source: str = "the GGUF header") -> M
         heads=max(heads) if isinstance(heads, list) else heads,
         vocab=kv.get(f"{arch}.vocab_size"),
         feed_forward=_largest(kv.get(f"{arch}.feed_forward_length")),
-    )
+        experts=kv.get(f"{arch}.expert_count"),
+        expert_feed_forward=kv.get(f"{arch}.expert_feed_forward_length") or (
+            _largest(kv.get(f"{arch}.feed_forward_length")) if kv.get(f"{arch}.expert_count") else None),
+    )  # fmt: skip
 
 
 def _largest(value: Any) -> Any:

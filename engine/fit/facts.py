@@ -179,7 +179,12 @@ def facts_from_shape(
     bpw = bits_per_weight or 16.0
     embed = int(facts.vocab * facts.embedding * bpw / 8)
     embed = min(embed, int(weights_bytes) // 4)  # a guessed shape never leaves the layers with nothing
-    return replace(facts, input_bytes=embed, output_bytes=embed // 8)
+    facts = replace(facts, input_bytes=embed, output_bytes=embed // 8)
+    if shape.experts and shape.expert_feed_forward and shape.embedding:  # up, gate and down of every expert
+        layer = facts.layer_weights()[0] if shape.layers else 0
+        experts = min(int(3 * shape.experts * shape.embedding * shape.expert_feed_forward * bpw / 8), layer * 9 // 10)
+        facts = replace(facts, expert_bytes=(experts,) * shape.layers)
+    return facts
 
 
 # Bytes per weight of a checkpoint's torch_dtype (config.json), for counting its parameters.
