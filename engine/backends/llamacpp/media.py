@@ -9,6 +9,9 @@ reuses the picture's KV instead of encoding it again; a different picture differ
 The chunks themselves (what mtmd encodes) travel beside the tokens in a :class:`MediaPrompt`.
 """
 
+# llama-cpp-python types mtmd handles as classes and pointers; at run time they are ints passed through ctypes.
+# pyright: reportArgumentType=false, reportCallIssue=false, reportOptionalSubscript=false
+
 from __future__ import annotations
 
 import ctypes

@@ -6,6 +6,9 @@ tokenized from a placeholder of its size (mtmd lays it out without touching pixe
 of the ones kept here, ready to encode should its KV have been dropped since.
 """
 
+# llama-cpp-python types mtmd handles as classes and pointers; at run time they are ints passed through ctypes.
+# pyright: reportArgumentType=false, reportCallIssue=false, reportOptionalSubscript=false
+
 from __future__ import annotations
 
 import threading
