@@ -68,3 +68,22 @@ def test_cpu_moe_patterns_match_the_experts_of_the_layers_asked_for_only():
     array = cpu_moe_overrides(2)
     assert array is not None and len(array) == 3 and array[2].pattern is None and array[0].buft  # NULL-ended
     assert cpu_moe_overrides(None) is None and cpu_moe_overrides(0) is None
+
+
+def test_yarn_rope_scaling_reaches_llama_cpp(starter_path):
+    """The starter with YaRN x4 answers otherwise than without (its positions are scaled), and loads its context."""
+    from engine.backends.base import LlamaCppOptions, ModelSpec
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.types import GenerationRequest, SamplingParams
+
+    answers = {}
+    for scale in (None, 4.0):
+        backend = LlamaCppBackend()
+        try:
+            own = LlamaCppOptions(rope_scale=scale, rope_orig_ctx=2048 if scale else None)
+            backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=1024, n_seq_max=1, n_threads=1, llamacpp=own))
+            request = GenerationRequest(model="starter", prompt="The capital of France is", params=SamplingParams(temperature=0, max_tokens=8))
+            answers[scale] = "".join(c.text for c in backend.stream(request))
+        finally:
+            backend.close()
+    assert answers[None].strip() and answers[4.0] != answers[None]
