@@ -244,7 +244,8 @@ class HubPanel(QWidget):
         self.results.clear()
         for r in repos:
             formats = ", ".join(f.upper() for f in r.formats) or "—"
-            item = QListWidgetItem(f"{r.repo}\n↓ {human_count(r.downloads)}   ♥ {human_count(r.likes)}   {formats}")
+            sees = "   · vision" if r.vision else ""  # it has projector files: its GGUF models see
+            item = QListWidgetItem(f"{r.repo}\n↓ {human_count(r.downloads)}   ♥ {human_count(r.likes)}   {formats}{sees}")
             item.setData(Qt.ItemDataRole.UserRole, r.repo)
             item.setSizeHint(QSize(300, 52))
             self.results.addItem(item)
@@ -278,8 +279,12 @@ class HubPanel(QWidget):
         name = QTableWidgetItem(v.name)
         name.setData(Qt.ItemDataRole.UserRole, v)
         self.table.setItem(row, 0, name)
-        self.table.setItem(row, 1, QTableWidgetItem(v.format.upper()))
-        self.table.setItem(row, 2, QTableWidgetItem(human_bytes(v.size_bytes)))
+        self.table.setItem(row, 1, QTableWidgetItem(v.format.upper() + (" · vision" if v.vision else "")))
+        size = v.size_bytes + (v.projector.size if v.projector is not None else 0)
+        size_item = QTableWidgetItem(human_bytes(size))
+        if v.projector is not None:
+            size_item.setToolTip(f"With its projector {v.projector.path} ({human_bytes(v.projector.size)}), pulled with it")
+        self.table.setItem(row, 2, size_item)
         memory = f" · {human_bytes(v.memory_bytes)}" if v.memory_bytes and v.fit != "none" else ""
         label = QLabel(f'<span style="color:{self.fit_color(v.fit)}; font-weight:600;">{v.label}</span>{memory}')
         label.setToolTip(v.detail)

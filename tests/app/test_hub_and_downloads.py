@@ -111,3 +111,19 @@ def test_hub_answers_parse_into_the_workers_own_models(qtbot, qapp, hub_engine):
     assert q2.size_bytes == sum(f.size for f in q2.files) > 0 and q2.files[0].path.endswith(".gguf")
     assert listing.recommended in {v.name for v in listing.variants if v.recommended}
     api.deleteLater()
+
+
+def test_a_repo_and_a_variant_that_see_are_marked(qtbot, hub_window):
+    """What the worker says of a repo with projectors (tests/engine/catalog/test_vision_catalog.py) shows in Discover."""
+    from engine.server.api_models import HubRepo, HubVariant, RemoteFileInfo, VariantList
+
+    hub = hub_window.models_page.hub
+    hub.showing_picks = False
+    hub._results([HubRepo(repo="TheOrg/Tiny-VL-GGUF", vision=True), HubRepo(repo="TheOrg/Text-GGUF")])
+    assert hub.results.item(0).text().endswith("· vision") and "vision" not in hub.results.item(1).text()
+    projector = RemoteFileInfo(path="mmproj-F16.gguf", size=1 << 20)
+    hub._variants(VariantList(repo="TheOrg/Tiny-VL-GGUF", revision="main", context_length=4096, vision=True, variants=[
+        HubVariant(name="Q8_0", format="gguf", size_bytes=1 << 20, vision=True, projector=projector, fit="cpu", label="CPU only"),
+    ]))  # fmt: skip
+    assert hub.table.item(0, 1).text() == "GGUF · vision"
+    assert hub.table.item(0, 2).text() == "2.1 MB" and "mmproj-F16.gguf" in hub.table.item(0, 2).toolTip()
