@@ -18,6 +18,21 @@ Then, in this process, where Hearth's time for one picture goes: base64, the ser
 
     .venv/bin/python benchmarks/vision.py [--llama-server PATH] [--threads 2] [--rounds 7] [--size 1280x960]
     .venv/bin/python benchmarks/vision.py --model real.gguf --mmproj mmproj-real-f16.gguf
+
+On a shared machine whose other processes take the cores, ``--threads 1`` gives steadier ratios (two threads
+of an OpenMP team wait on each other whenever one is descheduled). Measured on the 2-core CI VM, tiny model,
+1280x960 JPEG, --threads 1, 25 rounds, before and after Hearth stopped decoding a whole picture twice and began
+laying a picture it has seen out from its size:
+
+    first picture, Hearth / llama-server     1.08 -> 0.85   (37.7 ms against 44.3 ms)
+    the same picture again / first, Hearth   0.89 -> 0.24   (llama-server: 0.83)
+    check_image, one picture                 7-9 ms -> 0.2 ms
+
+With the tiny model the encoder costs a few milliseconds; what is left of a first picture is llama.cpp
+decoding the file (stb_image, ~17 ms for this JPEG) and mtmd resizing and slicing it (~10-25 ms), which
+llama-server does too. Text chats beside four picture chats keep their rate beside four text chats (1.4x of
+it here, on both sides), but not 0.9x of their rate alone: eight rows a step instead of four slow both
+servers alike (0.73-0.75x).
 """
 
 from __future__ import annotations
