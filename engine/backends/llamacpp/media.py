@@ -184,7 +184,7 @@ class Projector:
                     known[digest] = picture
                     bitmap = mtmd.mtmd_bitmap_init(picture.width, picture.height, None)
                 else:
-                    buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
+                    buf = ctypes.cast(ctypes.c_char_p(m.data), ctypes.POINTER(ctypes.c_uint8))  # the bytes, not a copy
                     bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(m.data), False)
                 if not bitmap:
                     what = "image" if m.kind == "image" else "audio file (WAV, MP3 or FLAC)"
