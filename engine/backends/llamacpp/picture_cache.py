@@ -4,6 +4,9 @@ Tokenizing a picture means decoding the file and resizing and slicing it (tens o
 even when its KV is already in the prefix cache and nothing will be encoded. A picture seen before is instead
 tokenized from a placeholder of its size (mtmd lays it out without touching pixels) and its chunks are copies
 of the ones kept here, ready to encode should its KV have been dropped since.
+
+What is kept is the model's input, resized and in floats: a few MB a picture for most projectors, some tens of
+MB for a large photo cut into many slices (SmolVLM's 512-pixel tiles), hence the small limits.
 """
 
 # llama-cpp-python types mtmd handles as classes and pointers; at run time they are ints passed through ctypes.
@@ -33,7 +36,7 @@ class PictureCache:
     Thread-safe: requests are tokenized on their own threads.
     """
 
-    def __init__(self, max_entries: int = 8, max_pixels: int = 64_000_000) -> None:
+    def __init__(self, max_entries: int = 4, max_pixels: int = 32_000_000) -> None:
         self.max_entries = max_entries
         self.max_pixels = max_pixels
         self._entries: OrderedDict[str, tuple[int, int, tuple[int, ...]]] = OrderedDict()
