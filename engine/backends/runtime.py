@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from engine.backends.base import Backend, StopMatcher, Utf8Decoder, drain
 from engine.backends.speculative import Drafter, SpeculativeOptions
@@ -120,6 +121,8 @@ class RequestStream:
                 text = (request.prediction or "")[: 16 * n_ctx]
                 predicted = backend.tokenize(text)[:n_ctx] if text else []
                 options = speculative if speculative.enabled else SpeculativeOptions(mode="ngram")
+                if predicted and options.mode == "auto":  # the caller's own prediction is drafted from, as OpenAI does
+                    options = replace(options, mode="ngram")
                 # a picture's placeholder ids (negative) are no tokens to draft
                 drafter = Drafter([*predicted, *(t for t in prompt if t >= 0)], options)
         stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)

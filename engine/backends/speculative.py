@@ -34,8 +34,10 @@ MODES = ("auto", "ngram", "off")
 
 @dataclass(frozen=True, slots=True)
 class SpeculativeOptions:
-    """How a backend drafts: ``auto`` and ``ngram`` draft by prompt lookup (``auto`` is the default: prompt
-    lookup pays wherever the output repeats the input and backs off where it does not), ``off`` never.
+    """How a backend drafts: ``auto`` and ``ngram`` draft by prompt lookup, ``off`` never. ``auto`` (the
+    default) drafts where it pays: as long as the drafts' keep rate beats what a drafted row costs the step,
+    measured as the loop runs. ``ngram`` drafts whenever the lookup finds a continuation, backing off only
+    after refused drafts (a request's OpenAI ``prediction`` is drafted from that way).
 
     Attributes:
         mode: auto | ngram | off.
@@ -142,7 +144,7 @@ class Drafter:
         options: Draft sizes.
     """
 
-    __slots__ = ("index", "max_draft", "pause", "_backoff", "drafted", "accepted", "tried", "steps")
+    __slots__ = ("index", "max_draft", "weigh_cost", "pause", "_backoff", "drafted", "accepted", "tried", "steps")
 
     PAUSE_MAX = 64  # steps without a draft, at most, after drafts that were refused outright
     PRIOR_TRIED, PRIOR_KEPT = 4.0, 3.6  # before any draft: as if 9 in 10 drafted tokens were kept
@@ -150,6 +152,7 @@ class Drafter:
     def __init__(self, source: Sequence[int], options: SpeculativeOptions) -> None:
         self.index = NgramIndex(source, n_min=options.ngram_min, n_max=options.ngram_max)
         self.max_draft = options.max_draft
+        self.weigh_cost = options.mode == "auto"  # ngram: draft whatever the step's cost
         self.pause = 0  # steps left without drafting
         self._backoff = 1
         self.drafted = 0  # tokens drafted over the request
@@ -172,7 +175,7 @@ class Drafter:
         if self.pause > 0:
             self.pause -= 1
             return []
-        k = min(best_length(self.keep_rate, row_cost, self.max_draft), limit)
+        k = min(best_length(self.keep_rate, row_cost if self.weigh_cost else 0.0, self.max_draft), limit)
         return self.index.continuation(k) if k > 0 else []
 
     def record(self, drafted: int, kept: int) -> None:
