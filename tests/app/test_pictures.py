@@ -67,6 +67,15 @@ def test_attach_paste_and_drop_send_and_see_the_picture_kept_exported_and_delete
     chat_id = fresh_chat(window, max_tokens=8)
     use_model(window, chat_id, VISION)
     feature = window.pictures
+    folder = window.store.images.folder
+
+    def stored() -> set[str]:
+        return {p.stem for p in folder.iterdir()} if folder.exists() else set()
+
+    before = stored()  # the module's other chats keep theirs
+
+    def kept() -> set[str]:  # this test's pictures
+        return stored() - before
     combo = window.chats.model_combo
     assert combo.itemText(combo.findData(VISION)).endswith("· vision")  # the picker marks models that see
     from app.widgets.local_models_table import BADGE_ROLE
@@ -105,8 +114,8 @@ def test_attach_paste_and_drop_send_and_see_the_picture_kept_exported_and_delete
     dialog = question.picture_dialog
     assert dialog is not None and dialog.image.pixmap().width() == QImage.fromData(checkerboard()).width()
     dialog.close()
-    files = sorted(p.name for p in window.store.images.folder.iterdir())
-    assert files == sorted(f"{r.sha256}.png" for r in question.message.images)
+    assert kept() == {r.sha256 for r in question.message.images}
+    assert all((folder / f"{r.sha256}.png").is_file() for r in question.message.images)
 
     # the JSON export carries the pictures themselves
     exported = tmp_path / "chat.json"
@@ -122,18 +131,20 @@ def test_attach_paste_and_drop_send_and_see_the_picture_kept_exported_and_delete
     with qtbot.waitSignal(window.controller.answer_finished, timeout=ANSWER_TIMEOUT_MS):
         window.chats.composer.input.setPlainText("And this one?")
         window.chats.composer.button.click()
-    assert len(list(window.store.images.folder.iterdir())) == 2
+    assert len(kept()) == 2
     window.chats.delete_chat(chat_id)
-    assert [p.stem for p in window.store.images.folder.iterdir()] == [hashlib.sha256(checkerboard()).hexdigest()]
+    assert kept() == {hashlib.sha256(checkerboard()).hexdigest()}
     window.chats.delete_chat(other)
-    assert list(window.store.images.folder.iterdir()) == []
+    assert kept() == set()
 
 
 def test_a_model_that_cannot_see_says_so_and_its_answers_leave_pictures_out(qtbot, window, tmp_path):
     chat_id = fresh_chat(window, max_tokens=4)
     use_model(window, chat_id, VISION)
-    picture = tmp_path / "board.png"
-    picture.write_bytes(checkerboard())
+    picture = tmp_path / "square.png"
+    square = QImage(24, 24, QImage.Format.Format_RGB32)
+    square.fill(0x1163C9)  # a picture of this test's own: the other test counts the files of its own
+    square.save(str(picture))
     window.pictures.attach_files([picture])
     with qtbot.waitSignal(window.controller.answer_finished, timeout=ANSWER_TIMEOUT_MS):
         window.chats.composer.input.setPlainText("Describe it.")
