@@ -11,6 +11,9 @@ PIP_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 # Extras for `make run`; add `paged` for the CUDA engine, `mlx` on a Mac.
 EXTRAS ?=
 PYTEST_ARGS ?=
+# The suite runs in two processes, each test file in one of them (its servers and models are started once):
+# many tests wait on a worker or a subprocess, so two keep two cores busy. TEST_PROCESSES= runs it in one.
+TEST_PROCESSES ?= -n 2 --dist loadfile
 # `make package` edition: standard (llama.cpp, no torch) or cuda (adds torch and the paged engine).
 EDITION ?= standard
 EDITION_SUFFIX := $(if $(filter cuda,$(EDITION)),-cuda,)
@@ -68,7 +71,7 @@ run: setup $(VENV)/.llama-build
 	$(VENV)/bin/hearth
 
 test: test-setup
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 # ruff over the tree; basedpyright (pyright) over engine/, configured in pyproject.toml ([tool.basedpyright]).
 lint: test-setup
