@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +26,7 @@ from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
 from engine.errors import AmbiguousModel, HearthError, InvalidRequest, ModelNotFound
 from engine.fit.plan import LoadPlan
 from engine.load_settings import LoadSettingsStore, ModelLoadSettings
+from engine.model_defaults import load_defaults
 
 log = logging.getLogger(__name__)
 
@@ -294,9 +295,15 @@ class ModelManager:
                 self._lock.notify_all()
 
     def options_for(self, name: str) -> LoadOptions:
-        """The options a load of ``name`` takes when it names none: the manager's, with the model's saved
-        settings over them (a JIT load through any dialect takes them too)."""
-        return self.load_settings.get(name).apply(self.options)
+        """The options a load of ``name`` takes when it names none: the manager's, under the model's own
+        defaults (an Ollama Modelfile's ``num_ctx``), under its saved settings (a JIT load through any dialect
+        takes them too). A request's own load options (Ollama's) go over all of them: :meth:`options_with`."""
+        own = load_defaults(self._origin_info(name))
+        return own.overridden_by(self.load_settings.get(name)).apply(self.options)
+
+    def _origin_info(self, name: str) -> Mapping[str, object] | None:
+        model = self._by_path.get(name) or self.registry.get(name)
+        return model.origin_info if model is not None else None
 
     def options_with(self, name: str, settings: ModelLoadSettings) -> LoadOptions:
         """The options ``name`` is loaded with now (else those its next load takes) with ``settings`` over

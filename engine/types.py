@@ -182,6 +182,9 @@ class GenerationRequest:
     # repeat (OpenAI's Predicted Outputs), drafted from first.
     speculative: bool | None = None
     prediction: str | None = None
+    # The ``params`` fields the client did not set (left to Hearth's defaults): a model's own defaults, such
+    # as an Ollama Modelfile's PARAMETERs, fill these and only these (engine.model_defaults).
+    unset: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.routing import Match
 
 from engine.errors import InvalidRequest
+from engine.model_defaults import left_unset
 from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
@@ -216,11 +217,19 @@ def _params(body: MessagesBody) -> SamplingParams:
     )
 
 
+def _unset(body: CountTokensBody) -> frozenset[str]:
+    """The sampling fields the client left out, which a model's own defaults may fill (engine.model_defaults)."""
+    return left_unset({"temperature": getattr(body, "temperature", None), "top_p": getattr(body, "top_p", None),
+                       "top_k": getattr(body, "top_k", None), "stop": getattr(body, "stop_sequences", None),
+                       "max_tokens": getattr(body, "max_tokens", None)})  # fmt: skip
+
+
 def _request(body: CountTokensBody, params: SamplingParams | None = None, allow_remote: bool = False) -> GenerationRequest:
     return GenerationRequest(
         model=body.model,
         messages=_messages(body, allow_remote),
         params=params or SamplingParams(),
+        unset=_unset(body),
         response_format=_format(body),
         speculative=getattr(body, "speculative", None),
         **_tools(body),

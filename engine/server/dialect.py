@@ -207,7 +207,7 @@ async def count_prompt_tokens(request: Request, req: GenerationRequest) -> int:
     """
     served = await targets.acquire(request, req.model)
     try:
-        return len(await asyncio.to_thread(served.prompt_tokens, req))
+        return len(await asyncio.to_thread(served.prompt_tokens, served.with_defaults(req)))
     finally:
         served.release()
 

@@ -23,6 +23,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
+from engine.model_defaults import left_unset
 from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
@@ -174,6 +175,12 @@ def params(options: dict[str, Any] | None) -> SamplingParams:
     if n is not None and n > 0:
         kwargs["max_tokens"] = n
     return SamplingParams(**kwargs)
+
+
+def unset(options: dict[str, Any] | None) -> frozenset[str]:
+    """The sampling fields ``options`` leave out, which the model's Modelfile PARAMETERs fill (engine.model_defaults)."""
+    o = options if isinstance(options, dict) else {}
+    return left_unset({field: o.get(name) for name, field in (*_OPTIONS.items(), ("num_predict", "max_tokens"))})
 
 
 def response_format(fmt: str | dict[str, Any] | None) -> ResponseFormat:
@@ -347,6 +354,7 @@ async def chat(request: Request, body: ChatBody):
         model=found.name,
         messages=await asyncio.to_thread(_chat_messages, body.messages),  # pictures are read off the event loop
         params=params(body.options),
+        unset=unset(body.options),
         response_format=response_format(body.format),
         speculative=body.speculative,
         **_tool_fields(body.tools, body.think),
@@ -366,7 +374,7 @@ async def generate(request: Request, body: GenerateBody):
         return await _load_or_unload(request, found, keep, "response")
     common = {
         "model": found.name, "params": params(body.options), "response_format": response_format(body.format),
-        "speculative": body.speculative,
+        "speculative": body.speculative, "unset": unset(body.options),
     }  # fmt: skip
     if body.raw:
         req = GenerationRequest(prompt=body.prompt, **common)

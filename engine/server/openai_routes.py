@@ -264,6 +264,8 @@ class _Generation:
             await asyncio.to_thread(docs_chat.check, self.app, self.requests, self.documents)
         served = await targets.acquire(self.http, self.model_name, self.target)
         self._served = served
+        # Every dialect's request passes here: the model's own defaults fill what the client left unset.
+        self.requests = [served.with_defaults(r) for r in self.requests]
         try:
             if self.documents is not None:  # retrieved once the model is known: the context must fit it
                 grounded = await asyncio.to_thread(docs_chat.ground, self.app, served, self.requests, self.documents)
@@ -437,6 +439,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
             model=body.model,
             messages=messages,
             params=_params(body, max_tokens=max_tokens, logprobs=logprobs, index=i),
+            unset=body.unset_sampling(max_tokens),
             response_format=fmt,
             speculative=body.speculative,
             prediction=body.prediction.text() if body.prediction is not None else None,
@@ -532,6 +535,7 @@ async def completions(request: Request, body: CompletionBody):
             model=body.model,
             prompt=p,
             params=_params(body, max_tokens=body.max_tokens if body.max_tokens is not None else 16, logprobs=body.logprobs, index=j),
+            unset=body.unset_sampling(body.max_tokens),
             response_format=fmt,
             speculative=body.speculative,
         )

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.exceptions import HTTPException
 
 from engine.errors import InvalidRequest
+from engine.model_defaults import left_unset
 from engine.server import media
 from engine.server.dialect import DialectRun
 from engine.server.docs_chat import Grounding, attach, documents_asked
@@ -220,6 +221,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     system = (ChatMessage("system", body.instructions),) if body.instructions else ()
     req = GenerationRequest(
         model=body.model, messages=system + history, params=params, response_format=_format(body.text),
+        unset=left_unset({"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}),
         speculative=body.speculative, **_tool_fields(body),
     )  # fmt: skip
     return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()))

@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic.config import JsonDict
 
+from engine.model_defaults import left_unset
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -64,6 +66,16 @@ class _Sampling(_Body):
     ignore_eos: StrictBool | None = False
     # Speculative decoding (docs/api.md): false turns it off for this request, true turns prompt lookup on.
     speculative: StrictBool | None = None
+
+    def unset_sampling(self, max_tokens: int | None) -> frozenset[str]:
+        """The sampling fields this body leaves out (null counts as left out), which a model's own
+        defaults may fill (engine.model_defaults); ``max_tokens``: the limit the client asked for."""
+        rep = self.repetition_penalty if self.repetition_penalty is not None else self.repeat_penalty
+        given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+                 "repetition_penalty": rep, "presence_penalty": self.presence_penalty,
+                 "frequency_penalty": self.frequency_penalty, "seed": self.seed, "stop": self.stop,
+                 "max_tokens": max_tokens}  # fmt: skip
+        return left_unset(given)
 
 
 class ChatMessageBody(_Body):

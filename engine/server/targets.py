@@ -18,6 +18,7 @@ from fastapi import Request
 
 from engine.catalog.registry import LocalModel
 from engine.errors import ModelNotFound
+from engine.model_defaults import ModelDefaults
 from engine.remote.chat import RemoteChat
 from engine.remote.providers import ProviderAccess
 from engine.server import remote_routes
@@ -72,6 +73,11 @@ class Served:
     name: str  # the model named in answers
     backend_name: str  # llamacpp | paged | mlx | remote
     lm: LoadedModel | None = None  # the pool's entry, for a local model
+    defaults: ModelDefaults = ModelDefaults()  # the model's own (an Ollama Modelfile's); a provider applies its own
+
+    def with_defaults(self, request: GenerationRequest) -> GenerationRequest:
+        """``request`` with the model's own defaults in what it left unset (engine.model_defaults)."""
+        return self.defaults.apply(request)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         raise NotImplementedError
@@ -92,6 +98,7 @@ class LocalServed(Served):
         self.lm = lm
         self.name = lm.model.name
         self.backend_name = lm.backend_name
+        self.defaults = ModelDefaults.from_info(lm.model.origin_info)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         return self.lm.backend.stream(request)
