@@ -74,17 +74,18 @@ class ModelDefaults:
         raw = (origin_info or {}).get("defaults")
         if not isinstance(raw, Mapping):
             return cls()
-        sampling = []
+        sampling: list[tuple[str, Any]] = []
         for name, field in SAMPLING_PARAMETERS.items():
-            value = raw.get(name)
+            value: Any = raw.get(name)
             if value is None or (field == "max_tokens" and isinstance(value, int) and value <= 0):
                 continue  # num_predict -1 or -2: no limit, as Hearth's own default
             if field == "stop" and isinstance(value, str):
                 value = (value,)
             elif field == "stop" and isinstance(value, list):
                 value = tuple(value)
+            one: dict[str, Any] = {field: value}
             try:
-                SamplingParams(**{field: value})
+                SamplingParams(**one)
             except (InvalidRequest, TypeError, ValueError) as exc:
                 log.info("the model's default %s=%r is not used: %s", name, value, exc)
                 continue

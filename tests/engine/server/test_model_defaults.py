@@ -130,3 +130,17 @@ def test_num_ctx_from_the_modelfile_loads_the_model_under_its_saved_settings(api
         assert manager.options_for(STOPPED).n_ctx == 1024 and manager.options_for(STARTER).n_ctx == 512
     finally:
         manager.load_settings.put(HOT, ModelLoadSettings())
+
+
+def test_modelfile_values_hearth_cannot_take_are_left_out_and_the_rest_kept():
+    from engine.model_defaults import ModelDefaults
+    from engine.types import GenerationRequest
+
+    info = {"defaults": {"temperature": 9, "top_k": 40, "stop": "END", "num_predict": -1, "num_ctx": 4,
+                         "seed": "x", "mirostat": 2, "system": "  "}}  # fmt: skip
+    defaults = ModelDefaults.from_info(info)
+    assert defaults == ModelDefaults(sampling=(("top_k", 40), ("stop", ("END",))), system=None, n_ctx=None)
+    req = GenerationRequest(model="m", prompt="p", unset=frozenset({"top_k"}))
+    assert defaults.apply(req).params.top_k == 40 and defaults.apply(req).params.stop == ()
+    assert defaults.apply(req).request_id == req.request_id
+    assert ModelDefaults.from_info(None).is_empty and ModelDefaults.from_info({"defaults": "no"}).is_empty
