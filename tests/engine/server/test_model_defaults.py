@@ -121,7 +121,8 @@ def test_anthropic_and_responses_requests_take_the_modelfiles_stop(api, greedy):
 
 def test_num_ctx_from_the_modelfile_loads_the_model_under_its_saved_settings(api, greedy):
     manager = api.manager
-    chat(api, STOPPED, max_tokens=1)
+    for model in (STOPPED, HOT, STARTER):  # each loaded, whatever ran before this test
+        chat(api, model, max_tokens=1)
     loaded = {lm.model.name: lm.options.n_ctx for lm in manager.loaded()}
     assert loaded[STOPPED] == 1024 and loaded[HOT] == 1024 and loaded[STARTER] == 512
     manager.load_settings.put(HOT, ModelLoadSettings(n_ctx=768))  # a saved setting wins over the Modelfile's
