@@ -140,6 +140,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self.chats.settings_panel.apply_now()
         self.controller.stop_all()  # each answer keeps its text, saved now
+        self.api.cancel_all()  # nothing answers a page that is going
         self.agent.close()
         self.disk_full.close()
         super().closeEvent(event)

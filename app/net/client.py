@@ -61,6 +61,16 @@ class ApiCall(QObject):
         self.reply = reply
         reply.finished.connect(self._finished)
 
+    def cancel(self) -> None:
+        """End the request with no answer to anyone (its window is closing)."""
+        reply, self.reply = self.reply, None
+        if reply is not None and isValid(reply):
+            reply.finished.disconnect(self._finished)
+            reply.abort()
+            reply.deleteLater()
+        if isValid(self):
+            self.deleteLater()
+
     def fail_soon(self, error: ApiError) -> None:
         QTimer.singleShot(0, self, lambda: self._emit_failed(error))
 
@@ -70,9 +80,9 @@ class ApiCall(QObject):
             self.deleteLater()
 
     def _finished(self) -> None:
-        if not isValid(self):  # its owner (a closed window's client) went while the reply was in flight
-            return
         reply = self.reply
+        if reply is None or not isValid(self):  # cancelled, or its owner went while the reply was in flight
+            return
         body = bytes(reply.readAll().data())
         reply.deleteLater()
         if reply.error() != QNetworkReply.NetworkError.NoError or (reply.attribute(STATUS) or 0) >= 400:
@@ -98,6 +108,13 @@ class ApiClient(QObject):
         super().__init__(parent)
         self.engine = engine
         self.nam = QNetworkAccessManager(self)
+        self._calls: set[ApiCall] = set()  # in flight
+
+    def cancel_all(self) -> None:
+        """End every request in flight with no answer (the window that asked is closing)."""
+        for call in list(self._calls):
+            call.cancel()
+        self._calls.clear()
 
     def request(self, path: str, *, streaming: bool = False, timeout_ms: int = 30_000) -> QNetworkRequest:
         req = QNetworkRequest(QUrl(self.engine.root_url + path))
@@ -119,6 +136,8 @@ class ApiClient(QObject):
         """Send ``method path`` (with a JSON ``body``); the result goes through ``parse``."""
         endpoint = f"{method} {path.split('?', 1)[0]}"
         call = ApiCall(endpoint, parse, self)
+        self._calls.add(call)
+        call.destroyed.connect(lambda _o=None, c=call: self._calls.discard(c))
         if not self.engine.root_url:
             call.fail_soon(ApiError("The engine is not running yet; wait until it is ready.", endpoint=endpoint))
             return call

@@ -210,3 +210,20 @@ def test_choosing_the_dark_theme_restyles_open_chats_and_is_remembered(qtbot, wi
     finally:
         window.choose_theme("light")
     assert QApplication.palette().color(QPalette.ColorRole.Window).name() == LIGHT.window
+
+
+def test_a_closed_window_gets_no_answer_to_the_requests_it_had_in_flight(qtbot, store, engine, theme):
+    """Its pages are going: an answer arriving then would reach widgets that are gone."""
+    from tests.app.conftest import open_window
+
+    win = open_window(qtbot, store, engine, theme)
+    got = []
+    for call in (win.api.stats(), win.api.models(), win.api.hardware()):
+        call.succeeded.connect(got.append)
+        call.failed.connect(got.append)
+    win.close()  # before the event loop could deliver any of them
+    qtbot.wait(1500)
+    assert got == []
+    calls = [win.api.stats()]  # a later request is answered as before
+    calls[0].succeeded.connect(got.append)
+    qtbot.waitUntil(lambda: len(got) == 1, timeout=30_000)
