@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic.config import JsonDict
 
 from engine.model_defaults import left_unset
+from engine.server.api_models.settings import LoadSettings
 
 
 class _Body(BaseModel):
@@ -157,18 +158,11 @@ class ModelLoadBody(LoadBody):
     save: bool = Field(default=False, description="remember these settings for every later load of the model")
 
 
-class ModelSettingsBody(_Body):
-    """``PUT /api/models/NAME/settings``: the settings every load of the model takes (null: Hearth chooses)."""
+class ModelSettingsBody(LoadSettings):
+    """``PUT /api/models/NAME/settings``: the settings every load of the model takes (null: Hearth chooses);
+    the fields of the answer's ``settings``, and unknown ones kept to be refused by name."""
 
-    n_ctx: int | None = None
-    n_gpu_layers: int | None = None
-    kv_type: str | None = None
-    flash_attn: bool | None = None
-    n_threads: int | None = None
-    n_batch: int | None = None
-    rope_scale: float | None = None
-    rope_orig_ctx: int | None = None
-    cpu_moe: int | None = None
+    model_config = ConfigDict(extra="allow", frozen=False)
 
 
 class FolderBody(_Body):
