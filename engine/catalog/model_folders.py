@@ -130,7 +130,17 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def sync_folders(registry) -> list[str]:
     """Register the models found in the added folders that are online (not those `hearth rm` forgot), and
-    forget the models of folders taken off the list. Returns the names registered now."""
+    forget the models of folders taken off the list. Returns the names registered now.
+
+    Under the registry sync lock: a listing that read the folders before another request added one must not
+    forget the models that request has just registered."""
+    from engine.catalog.other_apps_sync import sync_lock
+
+    with sync_lock:
+        return _sync(registry)
+
+
+def _sync(registry) -> list[str]:
     from engine.catalog.other_apps import scan_lmstudio
     from engine.catalog.other_apps_sync import dismissed_names, register_found
     from engine.catalog.registry import ModelRow

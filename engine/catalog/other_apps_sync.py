@@ -21,7 +21,7 @@ from engine.catalog.registry import LocalModel, ModelRegistry, ModelRow
 from engine.errors import HearthError
 
 log = logging.getLogger(__name__)
-_sync_lock = threading.Lock()  # two model listings at once must not register the same model twice
+sync_lock = threading.Lock()  # two model listings at once must not register the same model twice
 
 
 class _Base(DeclarativeBase):
@@ -149,7 +149,7 @@ def accept(registry: ModelRegistry, found: list[FoundModel], *, watch: bool = Tr
     """Register ``found`` (the user said yes); their apps are watched from now on and models removed
     earlier are taken back."""
     result = SyncResult()
-    with _sync_lock:
+    with sync_lock:
         with _session(registry) as s:
             for f in found:
                 s.execute(delete(DismissedModel).where(DismissedModel.origin == f.origin, DismissedModel.name == f.name))
@@ -177,7 +177,7 @@ def refresh(registry: ModelRegistry, roots: OtherAppRoots | None = None) -> Sync
     Cheap when nothing changed: the manifests and folders are listed, and only a new model's header is read.
     """
     result = SyncResult()
-    with _sync_lock:
+    with sync_lock:
         foreign = [m for m in registry.list() if m.origin]
         gone = [m.name for m in foreign if _gone(m)]
         if gone:

@@ -82,6 +82,54 @@ def test_a_folder_model_removed_from_hearth_keeps_its_file_and_stays_out(api, tm
     assert NAME not in _names(client) and (drive / "TheOrg" / "Tiny-GGUF" / "tiny-Q4_1.gguf").is_file()
 
 
+def test_a_listing_that_read_the_old_folders_does_not_forget_a_model_added_meanwhile(tmp_path, starter_path, monkeypatch):
+    """Two requests at once: a model listing reads the folder list, then another request adds a folder and
+    registers its model. The listing must not take that model for one of a folder taken off the list."""
+    import threading
+
+    from engine.catalog import model_folders
+
+    registry = ModelRegistry(tmp_path / "home", register_starter=False)
+    drive = _folder(tmp_path / "drive", starter_path)
+    read, go_on, registered = threading.Event(), threading.Event(), threading.Event()
+    real_folders = FolderList.folders
+
+    def slow_folders(self):
+        rows = real_folders(self)
+        if threading.current_thread().name == "listing":  # the listing pauses right after reading the list
+            read.set()
+            go_on.wait(10)
+        return rows
+
+    from engine.catalog import other_apps_sync
+
+    real_register = other_apps_sync.register_found
+
+    def register(*args, **kwargs):
+        model = real_register(*args, **kwargs)
+        registered.set()
+        return model
+
+    monkeypatch.setattr(FolderList, "folders", slow_folders)
+    monkeypatch.setattr(other_apps_sync, "register_found", register)
+    try:
+        listing = threading.Thread(target=model_folders.sync_folders, args=(registry,), name="listing")
+        listing.start()
+        assert read.wait(10)
+        FolderList(registry.home).add(str(drive))
+        adder = threading.Thread(target=model_folders.sync_folders, args=(registry,))
+        adder.start()
+        registered.wait(3)  # it waits for the listing, which holds the sync lock (without it, it registers now)
+        go_on.set()
+        listing.join(10)
+        adder.join(10)
+        assert [m.name for m in registry.list()] == [NAME]
+        assert model_folders.count_models(registry, drive) == 1
+    finally:
+        go_on.set()
+        registry.close()
+
+
 def test_downloads_go_to_the_first_folder_online(tmp_path):
     from engine.catalog.downloads import DownloadManager
 
