@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.options import LoadOptions
+from engine.backends.speculative import MODES, SpeculativeOptions
 from engine.errors import InvalidRequest
 from engine.paths import private_file
 
@@ -41,6 +42,8 @@ class ModelLoadSettings:
         rope_scale: YaRN RoPE scaling factor (context beyond the trained one), e.g. 4.0.
         rope_orig_ctx: The context the model was trained with, for YaRN (None: the file's).
         cpu_moe: MoE experts kept on the CPU: those of the first N layers, or :data:`CPU_MOE_ALL` for all.
+        speculative: Speculative decoding for this model, as ``hearth serve --speculative`` takes it (``auto``,
+            ``ngram``, ``off``...), over the server's own; a request's ``speculative: false`` still turns it off.
     """
 
     n_ctx: int | None = None
@@ -52,6 +55,7 @@ class ModelLoadSettings:
     rope_scale: float | None = None
     rope_orig_ctx: int | None = None
     cpu_moe: int | None = None
+    speculative: str | None = None
 
     def validate(self) -> ModelLoadSettings:
         """This object, when every value is in range.
@@ -73,7 +77,20 @@ class ModelLoadSettings:
             raise InvalidRequest("'rope_scale' (the YaRN factor) must be between 1 and 64.", param="rope_scale")
         if self.flash_attn is False and self.kv_type in ("q8_0", "q4_0"):
             raise InvalidRequest("A quantized KV cache needs flash attention; set 'flash_attn' on or use f16.", param="flash_attn")
+        self.speculative_options()
         return self
+
+    def speculative_options(self) -> SpeculativeOptions | None:
+        """How this model drafts, read by the one parser of ``--speculative`` (None: the server's choice).
+
+        Raises:
+            InvalidRequest: not a mode Hearth has.
+        """
+        if self.speculative is None:
+            return None
+        if not isinstance(self.speculative, str):
+            raise InvalidRequest(f"'speculative' must be one of {', '.join(MODES)}, as text.", param="speculative")
+        return SpeculativeOptions.parse(self.speculative)
 
     @property
     def is_empty(self) -> bool:
@@ -106,7 +123,8 @@ class ModelLoadSettings:
         own = {"flash_attn": self.flash_attn, "rope_scale": self.rope_scale, "rope_orig_ctx": self.rope_orig_ctx,
                "cpu_moe": self.cpu_moe}  # fmt: skip
         llamacpp = replace(options.llamacpp, **{k: v for k, v in own.items() if v is not None})
-        return replace(options, llamacpp=llamacpp, **{k: v for k, v in top.items() if v is not None})
+        speculative = self.speculative_options() or options.speculative
+        return replace(options, llamacpp=llamacpp, speculative=speculative, **{k: v for k, v in top.items() if v is not None})
 
 
 def _check_int(value: int | None, name: str, low: int, high: int, high_words: str | None = None) -> None:

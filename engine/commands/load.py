@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rope-orig-ctx", type=int, metavar="N", help="the trained context YaRN scales from (default: the file's)")
     p.add_argument("--cpu-moe", type=_cpu_moe, metavar="N|all",
                    help="keep MoE experts in CPU memory: those of the first N layers, or all")  # fmt: skip
+    p.add_argument("--speculative", metavar="MODE",
+                   help="speculative decoding for this model: auto, ngram (prompt lookup) or off; over the server's")  # fmt: skip
     p.add_argument("--save", action="store_true", help="remember these settings for every later load of MODEL")
     add_worker_args(p)
     p.set_defaults(run=run_load)
@@ -61,7 +63,7 @@ def run_load(args: argparse.Namespace) -> int:
     body = {"model": args.model, "ctx": args.ctx, "parallel": args.parallel, "gpu_layers": args.gpu_layers,
             "kv_type": args.kv_type, "threads": args.threads, "batch": args.batch, "flash_attn": args.flash_attn,
             "rope_scale": args.rope_scale, "rope_orig_ctx": args.rope_orig_ctx, "cpu_moe": args.cpu_moe,
-            "save": args.save or None}  # fmt: skip
+            "speculative": args.speculative, "save": args.save or None}  # fmt: skip
     answer = client.request("POST", "/api/models/load", body={k: v for k, v in body.items() if v is not None}, timeout=600.0)
     out = {
         "name": answer["name"],

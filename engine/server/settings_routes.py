@@ -28,7 +28,7 @@ def body_settings(body: ModelLoadBody) -> ModelLoadSettings:
     return ModelLoadSettings(
         n_ctx=body.ctx, n_gpu_layers=body.gpu_layers, kv_type=body.kv_type, flash_attn=body.flash_attn,
         n_threads=body.threads, n_batch=body.batch, rope_scale=body.rope_scale, rope_orig_ctx=body.rope_orig_ctx,
-        cpu_moe=body.cpu_moe,
+        cpu_moe=body.cpu_moe, speculative=body.speculative,
     ).validate()  # fmt: skip
 
 

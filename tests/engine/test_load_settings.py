@@ -33,12 +33,13 @@ def test_a_damaged_file_leaves_hearths_own_choices(tmp_path):
     ("given", "param"),
     [({"n_ctx": 4}, "n_ctx"), ({"kv_type": "q3"}, "kv_type"), ({"rope_scale": 0.5}, "rope_scale"),
      ({"cpu_moe": -2}, "cpu_moe"), ({"n_threads": 100_000}, "n_threads"), ({"n_batch": 0}, "n_batch"),
-     ({"kv_type": "q4_0", "flash_attn": False}, "flash_attn")],
+     ({"kv_type": "q4_0", "flash_attn": False}, "flash_attn"), ({"speculative": "sometimes"}, "speculative"),
+     ({"speculative": 1}, "speculative")],
 )  # fmt: skip
 def test_out_of_range_values_are_refused_naming_the_setting(given, param):
     with pytest.raises(InvalidRequest) as err:
         ModelLoadSettings.from_dict(given)
-    assert err.value.param == param and param in str(err.value)
+    assert err.value.param == param and param in str(err.value).lower()
 
 
 def test_an_unknown_setting_is_refused_not_ignored():
@@ -52,6 +53,19 @@ def test_settings_go_into_the_options_a_load_takes_and_a_loads_own_flags_win():
     assert (options.n_ctx, options.n_gpu_layers, options.n_batch, options.n_seq_max, options.n_threads) == (2048, 10, 128, 2, 4)
     assert (options.llamacpp.flash_attn, options.llamacpp.cpu_moe, options.llamacpp.rope_scale) == (False, 3, 2.0)
     assert ModelLoadSettings().apply(LoadOptions(n_ctx=512)) == LoadOptions(n_ctx=512)
+
+
+def test_a_models_speculative_mode_goes_over_the_servers_and_is_saved(tmp_path):
+    from engine.backends.speculative import SpeculativeOptions
+
+    serve_wide = LoadOptions(speculative=SpeculativeOptions.parse("ngram"))
+    assert ModelLoadSettings(speculative="off").apply(serve_wide).speculative.mode == "off"
+    assert ModelLoadSettings(speculative="Auto").apply(serve_wide).speculative.mode == "auto"
+    assert ModelLoadSettings(n_ctx=512).apply(serve_wide).speculative.mode == "ngram"  # unset: the server's
+    store = LoadSettingsStore(tmp_path)
+    store.put("a", ModelLoadSettings(speculative="off"))
+    assert LoadSettingsStore(tmp_path).get("a").speculative == "off"
+    assert ModelLoadSettings(speculative="off").overridden_by(ModelLoadSettings(speculative="ngram")).speculative == "ngram"
 
 
 def test_cpu_moe_patterns_match_the_experts_of_the_layers_asked_for_only():
