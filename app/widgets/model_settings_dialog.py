@@ -29,6 +29,9 @@ from engine.server.api_models import LoadSettings, ModelSettingsAnswer
 
 AUTO = "Auto"
 KV_TYPES = ("f16", "q8_0", "q4_0")
+# Speculative decoding: the choices and the worker's values; Automatic leaves it to the worker (prompt lookup
+# where it pays, unless the worker was started with another --speculative).
+SPECULATIVE = (("Automatic", None), ("Prompt lookup", "ngram"), ("Off", "off"))
 FIT_DELAY_MS = 250
 
 
@@ -74,6 +77,11 @@ class ModelSettingsDialog(QDialog):
         self.rope_scale.setSpecialValueText("Off")
         self.rope_orig_ctx = _spin(0, 1 << 20, step=1024, special="From the file", suffix=" tokens")
         self.cpu_moe = _spin(-1, 999, special="All layers", suffix=" layers")
+        self.speculative = QComboBox()
+        for text, value in SPECULATIVE:
+            self.speculative.addItem(text, value)
+        self.speculative.setToolTip("Drafts the text an answer repeats from its prompt and checks it in one step: "
+                                    "faster answers, the same text. Automatic drafts where it pays.")  # fmt: skip
         form.addRow("Context length", self.ctx)
         form.addRow("GPU layers", self.gpu_layers)
         form.addRow("KV cache type", self.kv_type)
@@ -83,6 +91,7 @@ class ModelSettingsDialog(QDialog):
         form.addRow("RoPE scaling (YaRN factor)", self.rope_scale)
         form.addRow("Trained context for YaRN", self.rope_orig_ctx)
         form.addRow("MoE experts on the CPU", self.cpu_moe)
+        form.addRow("Speculative decoding", self.speculative)
         column.addLayout(form)
         self.fit_label = QLabel("Working out how it fits…")
         self.fit_label.setObjectName("fitPlan")
@@ -119,7 +128,17 @@ class ModelSettingsDialog(QDialog):
         self.rope_scale.setValue(s.rope_scale or 0.0)
         self.rope_orig_ctx.setValue(s.rope_orig_ctx or 0)
         self.cpu_moe.setValue(s.cpu_moe or 0)
+        self._show_speculative(s.speculative)
         self.ask_fit()
+
+    def _show_speculative(self, value: str | None) -> None:
+        if value == "auto":  # saved as such: kept as such
+            self.speculative.setItemData(0, "auto")
+        index = self.speculative.findData(value)
+        if index < 0:  # a mode the dialog does not offer (a draft model, set by `hearth load`): kept, shown
+            self.speculative.addItem(value.replace("draft:", "Draft model: ", 1) if value else AUTO, value)
+            index = self.speculative.count() - 1
+        self.speculative.setCurrentIndex(index)
 
     def settings(self) -> dict[str, Any]:
         """The values shown, as ``PUT /api/models/NAME/settings`` takes them (None: Hearth chooses)."""
@@ -134,6 +153,7 @@ class ModelSettingsDialog(QDialog):
             rope_scale=self.rope_scale.value() or None,
             rope_orig_ctx=self.rope_orig_ctx.value() or None,
             cpu_moe=self.cpu_moe.value() or None,
+            speculative=self.speculative.currentData(),
         ).model_dump()
 
     # -- the fit plan ---------------------------------------------------------------------------

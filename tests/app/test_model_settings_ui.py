@@ -50,6 +50,47 @@ def test_the_settings_dialog_follows_the_values_with_the_fit_plan_and_saves_them
         dialog.close()
 
 
+def _open_dialog(qtbot, window):
+    from app.widgets.model_settings_dialog import ModelSettingsDialog
+
+    window.nav.select(1)
+    page = window.models_page
+    page.engine_ready()
+    qtbot.waitUntil(lambda: STARTER_NAME in table_rows(page), timeout=10_000)
+    page.view.selectRow(list(table_rows(page)).index(STARTER_NAME))
+    page.settings_button.click()
+    (dialog,) = [d for d in page.findChildren(ModelSettingsDialog) if d.isVisible()]
+    qtbot.waitUntil(lambda: dialog.fit_facts is not None, timeout=30_000)  # the saved settings are shown by then
+    return dialog
+
+
+def test_the_speculative_decoding_choice_is_saved_with_the_rest_and_shown_again(qtbot, window):
+    dialog = _open_dialog(qtbot, window)
+    try:
+        assert dialog.speculative.currentText() == "Automatic" and dialog.settings()["speculative"] is None
+        assert [dialog.speculative.itemText(i) for i in range(dialog.speculative.count())] == [
+            "Automatic", "Prompt lookup", "Off"]  # fmt: skip
+        dialog.speculative.setCurrentText("Off")
+        with qtbot.waitSignal(dialog.saved, timeout=30_000) as saved:
+            dialog.buttons.accepted.emit()
+        assert saved.args[0].settings.speculative == "off"
+        answer = _call(qtbot, window.api.model_settings(STARTER_NAME))
+        assert (answer.settings.speculative, answer.settings.n_ctx, answer.settings.kv_type) == ("off", None, None)
+        again = _open_dialog(qtbot, window)
+        assert again.speculative.currentText() == "Off"
+        again.speculative.setCurrentText("Prompt lookup")
+        with qtbot.waitSignal(again.saved, timeout=30_000):
+            again.buttons.accepted.emit()
+        assert _call(qtbot, window.api.model_settings(STARTER_NAME)).settings.speculative == "ngram"
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, {"speculative": "auto"}))
+        kept = _open_dialog(qtbot, window)  # saved as "auto" (by `hearth load`): shown as Automatic, kept so
+        assert kept.speculative.currentText() == "Automatic" and kept.settings()["speculative"] == "auto"
+        kept.close()
+    finally:  # the session's worker goes on with its own settings
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, {}))
+        dialog.close()
+
+
 def test_model_folders_are_added_shown_offline_and_removed(qtbot, window, tmp_path, starter_path):
     window.nav.select(1)
     page = window.models_page
