@@ -29,6 +29,9 @@ class RequestResult:
 
     ``output_tokens`` is the server's own ``usage.completion_tokens`` when it reports usage
     (``token_source == "usage"``), else the number of streamed content chunks (``"chunks"``).
+    ``draft_tokens`` and ``accepted_draft_tokens`` are speculative decoding's drafted and kept tokens, from
+    ``usage.completion_tokens_details`` (OpenAI's ``accepted_prediction_tokens`` and
+    ``rejected_prediction_tokens``); None when the server does not say.
     """
 
     ok: bool
@@ -43,6 +46,8 @@ class RequestResult:
     finish_reason: str | None = None
     itl: list[float] = field(default_factory=list)
     error: str | None = None
+    draft_tokens: int | None = None
+    accepted_draft_tokens: int | None = None
 
     @property
     def tpot(self) -> float | None:
@@ -66,6 +71,8 @@ class RequestResult:
             "finish_reason": self.finish_reason,
             "itl_s": self.itl,
             "error": self.error,
+            "draft_tokens": self.draft_tokens,
+            "accepted_draft_tokens": self.accepted_draft_tokens,
         }
 
 
@@ -97,6 +104,16 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, httpx.HTTPError):
         return _short(f"stream broken: {type(exc).__name__}: {exc}")
     return _short(f"{type(exc).__name__}: {exc}")
+
+
+def _drafts(usage: Any) -> tuple[int | None, int | None]:
+    """Tokens drafted and kept, from a usage's ``completion_tokens_details`` (None, None: not reported)."""
+    details = getattr(usage, "completion_tokens_details", None)
+    kept = getattr(details, "accepted_prediction_tokens", None)
+    refused = getattr(details, "rejected_prediction_tokens", None)
+    if kept is None and refused is None:
+        return None, None
+    return int(kept or 0) + int(refused or 0), int(kept or 0)
 
 
 async def send(
@@ -163,6 +180,7 @@ async def send(
         result.output_tokens = int(usage.completion_tokens)
         result.prompt_tokens = getattr(usage, "prompt_tokens", None)
         result.token_source = "usage"
+        result.draft_tokens, result.accepted_draft_tokens = _drafts(usage)
     else:
         result.output_tokens = result.content_chunks
     if result.finish_reason is None:

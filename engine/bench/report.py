@@ -185,6 +185,14 @@ def _level_text(x: float | str) -> str:
     return f"{float(x):g}"
 
 
+def _drafts(r: dict) -> str:
+    """Speculative decoding's tokens: "drafted/kept keep%", or "-" where the server does not report them."""
+    drafted, kept = r.get("draft_tokens"), r.get("accepted_draft_tokens")
+    if drafted is None or kept is None:
+        return "-"
+    return f"{drafted}/{kept}" + (f" {kept / drafted:.0%}" if drafted else "")
+
+
 ROW_HEADERS = (
     "server",
     "level",
@@ -198,6 +206,7 @@ ROW_HEADERS = (
     "E2E p50/p99 s",
     "peak RSS",
     "cost/Mtok",
+    "drafted/kept",
 )
 
 
@@ -216,6 +225,7 @@ def result_row(r: dict) -> list[str]:
         f"{_num(e['p50'], '.2f')} / {_num(e['p99'], '.2f')}",
         _mib(r["peak_rss_bytes"]),
         _num(r["cost_per_million_output_tokens"], ".3f"),
+        _drafts(r),
     ]
 
 
@@ -262,6 +272,9 @@ def markdown(report: dict) -> str:
     ]
     for r in report["results"]:
         lines.append("| " + " | ".join(result_row(r)) + " |")
+    if any(r.get("draft_tokens") for r in report["results"]):
+        lines += ["", "drafted/kept: the tokens speculative decoding drafted, those kept, and the share kept "
+                  "(the server's usage.completion_tokens_details)."]  # fmt: skip
     if report["ratios"]:
         lines += [
             "",
@@ -311,6 +324,7 @@ TERMINAL_HEADERS = (
     "E2E p99 s",
     "peak RSS",
     "cost/Mtok",
+    "drafted/kept",
 )
 
 
@@ -329,6 +343,7 @@ def terminal_row(r: dict) -> list[str]:
         _num(r["e2e_s"]["p99"], ".2f"),
         _mib(r["peak_rss_bytes"]),
         _num(r["cost_per_million_output_tokens"], ".3f"),
+        _drafts(r),
     ]
 
 

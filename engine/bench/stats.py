@@ -92,6 +92,24 @@ def summarize(
         "itl_s": distribution([x for r in ok for x in r.itl]),
         "e2e_s": distribution([r.e2e for r in ok if r.e2e is not None]),
         **cost_per_million(tps, watts=watts, price_per_kwh=price_per_kwh),
+        **draft_figures(ok),
+    }
+
+
+def draft_figures(ok: Sequence[RequestResult]) -> dict[str, Any]:
+    """Speculative decoding over a level's answers: tokens drafted and kept, the share of drafted tokens
+    kept, and the share of the output that came from kept drafts (None where the server does not say)."""
+    told = [r for r in ok if r.draft_tokens is not None]
+    if not told:
+        return {"draft_tokens": None, "accepted_draft_tokens": None, "draft_keep_rate": None, "drafted_output_share": None}
+    drafted = sum(r.draft_tokens or 0 for r in told)
+    kept = sum(r.accepted_draft_tokens or 0 for r in told)
+    output = sum(r.output_tokens for r in told)
+    return {
+        "draft_tokens": drafted,
+        "accepted_draft_tokens": kept,
+        "draft_keep_rate": kept / drafted if drafted else None,
+        "drafted_output_share": kept / output if output else None,
     }
 
 

@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     where.add_argument("--ctx", type=int, help="local server: context length per sequence")
     where.add_argument("--threads", type=int, help="local server: CPU threads")
     where.add_argument(
+        "--speculative", metavar="MODE", help="local server: speculative decoding, auto, ngram or off"
+    )
+    where.add_argument(
         "--compare",
         nargs="+",
         action="extend",
@@ -130,6 +133,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     rep = p.add_argument_group("report")
     rep.add_argument("--out", type=Path, help="folder for the report (default: bench-out/DATE-TIME)")
+    rep.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report (bench.json) on stdout; the progress and the table go to stderr",
+    )
     rep.add_argument(
         "--watts",
         type=float,
@@ -235,6 +243,7 @@ def _start_local(args: argparse.Namespace, out: Path):
         ("--parallel", args.parallel),
         ("--ctx", args.ctx),
         ("--threads", args.threads),
+        ("--speculative", args.speculative),
     ):
         if value is not None:
             extra += [flag, str(value)]
@@ -284,7 +293,10 @@ def run(args: argparse.Namespace) -> int:
     from engine.bench.stats import find_listening_pid
     from engine.bench.workload import LengthDist, build_workload
 
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    if args.json:  # stdout holds the JSON alone
+        console = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+    else:
+        console = Console() if sys.stdout.isatty() else Console(width=160)
     plan = _plan(args)
     input_len, output_len = LengthDist.parse(args.input_len), LengthDist.parse(args.output_len)
     n = max(plan.requests)
@@ -307,6 +319,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.url and args.backend:
         raise BenchError("Give --url (a running server) or --backend (start one here), not both.")
+    if args.url and args.speculative:
+        raise BenchError(
+            "--speculative sets the server bench starts; for --url, send --extra-body '{\"speculative\": false}' instead."
+        )
     out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
     started_at = datetime.now(UTC)
     urls = ([args.url] if args.url else [None]) + list(args.compare)
@@ -393,6 +409,8 @@ def run(args: argparse.Namespace) -> int:
         paths = write_outputs(report, out)
         print_table(report, console)
         console.print(f"report: {paths['json']}, {paths['markdown']} and plots in {out}")
+        if args.json:
+            print(json.dumps(report, indent=2, default=str))
     finally:
         if sup is not None:
             sup.stop()

@@ -141,6 +141,44 @@ def test_run_against_hearth_serve_writes_a_complete_plausible_report(hearth_serv
         assert f"![{name}]({name})" in md
 
 
+def test_drafted_and_kept_tokens_are_reported_per_run_from_the_answers_usage(hearth_server, tmp_path, capsys):
+    from tests.engine.backends.test_speculative import COPY, SOURCE
+
+    dataset = tmp_path / "copy.jsonl"
+    dataset.write_text(json.dumps({"prompt": COPY, "max_tokens": 24}) + "\n")
+    before = engine_counters(hearth_server)
+    out = tmp_path / "report"
+    # The answer copies the prediction: speculative decoding drafts from it (the prediction's own mode, ngram).
+    extra = json.dumps({"prediction": {"type": "content", "content": SOURCE}})
+    rc = main(
+        ["bench", "--url", hearth_server.base_url, "--api-key", API_KEY, "--dataset", str(dataset)]
+        + ["--concurrency", "1,2", "--requests", "2", "--warmup", "0", "--extra-body", extra, "--json", "--out", str(out)]
+    )
+    assert rc == 0
+    printed = capsys.readouterr()
+    report = json.loads(printed.out)  # --json: stdout is the report alone, the table goes to stderr
+    assert report == json.loads((out / "bench.json").read_text())
+    after = engine_counters(hearth_server)
+    for r in report["requests"]:
+        assert r["ok"] and 0 < r["accepted_draft_tokens"] <= r["draft_tokens"]
+    drafted = sum(r["draft_tokens"] for r in report["requests"])
+    kept = sum(r["accepted_draft_tokens"] for r in report["requests"])
+    # what the report says was drafted and kept is what the server counted
+    assert after["draft_tokens"] - before["draft_tokens"] == drafted
+    assert after["accepted_draft_tokens"] - before["accepted_draft_tokens"] == kept
+    md = (out / "bench.md").read_text()
+    for level in report["results"]:
+        runs = [r for r in report["requests"] if r["level"] == level["level"]]
+        assert level["draft_tokens"] == sum(r["draft_tokens"] for r in runs)
+        assert level["accepted_draft_tokens"] == sum(r["accepted_draft_tokens"] for r in runs)
+        assert level["draft_keep_rate"] == pytest.approx(level["accepted_draft_tokens"] / level["draft_tokens"])
+        assert level["drafted_output_share"] == pytest.approx(level["accepted_draft_tokens"] / level["output_tokens"])
+        cell = f"{level['draft_tokens']}/{level['accepted_draft_tokens']} {level['draft_keep_rate']:.0%}"
+        assert f"| {cell} |" in md
+        assert f" {cell} " in printed.err  # the table's drafted/kept column
+    assert "drafted/kept" in md
+
+
 def test_failed_requests_are_counted_and_named_not_hidden(fake_server, tmp_path, capsys):
     dataset = tmp_path / "work.jsonl"
     kinds = ["ok", "http500", "ok", "drop", "ok", "sse-error"]
@@ -172,6 +210,7 @@ def test_failed_requests_are_counted_and_named_not_hidden(fake_server, tmp_path,
     assert any("generation failed in the fake server" in msg for msg in errors)
     assert any(msg.startswith(("stream broken", "connection error")) for msg in errors)
     assert level["output_tokens"] == 12  # only the three whole streams count as throughput
+    assert level["draft_tokens"] is None and level["draft_keep_rate"] is None  # the server does not say
     failed = [r for r in report["requests"] if not r["ok"]]
     assert len(failed) == 3 and all(r["error"] for r in failed)
     (server,) = report["setup"]["servers"]
