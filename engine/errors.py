@@ -55,6 +55,14 @@ class InvalidRequest(HearthError):
         super().__init__(message)
 
 
+class DraftModelUnusable(InvalidRequest):
+    """The draft model named for speculative decoding cannot draft for this model (another vocabulary, or a
+    file that would not load); the message says why and what to use instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="speculative")
+
+
 class EmbeddingsUnsupported(InvalidRequest):
     """The model's backend cannot make embeddings with it."""
 

@@ -17,12 +17,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from engine.backends.base import Backend, StopMatcher, Utf8Decoder, drain
-from engine.backends.speculative import Drafter, SpeculativeOptions
+from engine.backends.speculative import DRAFT, Drafter, DraftSource, SpeculativeOptions
 from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.tools import RenderedChat, parse_stream
 from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
 
-__all__ = ["RequestStream", "refuse_media"]
+__all__ = ["DraftFactory", "RequestStream", "refuse_media"]
+
+#: A backend's draft model, for a request: (request, its rendered chat, its prompt's tokens, the options) -> its
+#: drafter, or None where the draft model cannot draft for it (prompt lookup then does).
+DraftFactory = Callable[[GenerationRequest, RenderedChat | None, list[int], SpeculativeOptions], DraftSource | None]
 
 
 def refuse_media(request: GenerationRequest, why: str) -> None:
@@ -63,7 +67,7 @@ class RequestStream:
         is_eog: Callable[[int], bool],
         prompt_tokens: int,
         rendered: RenderedChat | None = None,
-        drafter: Drafter | None = None,
+        drafter: DraftSource | None = None,
     ) -> None:
         self.request = request
         self.params = request.params
@@ -91,6 +95,7 @@ class RequestStream:
         piece: Callable[[int], bytes],
         is_eog: Callable[[int], bool],
         speculative: SpeculativeOptions | None = None,
+        draft: DraftFactory | None = None,
     ) -> tuple[RequestStream, list[int]]:
         """A stream for ``request`` and its prompt's tokens: the chat rendered through ``backend``'s template
         (tools, thinking switch) and tokenized, then checked against the context.
@@ -103,6 +108,8 @@ class RequestStream:
             is_eog: Whether a token ends the generation (unless the request ignores EOS).
             speculative: How the backend's loop drafts (None: it verifies no drafts). The request's
                 ``speculative`` and ``prediction`` turn drafting off or on for itself.
+            draft: The backend's draft model, used in mode ``draft`` (a request with a ``prediction`` drafts
+                from it by prompt lookup instead); without one, ``draft`` drafts as ``auto``.
 
         Raises:
             InvalidRequest: the prompt is empty.
@@ -121,10 +128,12 @@ class RequestStream:
                 text = (request.prediction or "")[: 16 * n_ctx]
                 predicted = backend.tokenize(text)[:n_ctx] if text else []
                 options = speculative if speculative.enabled else SpeculativeOptions(mode="ngram")
-                if predicted and options.mode == "auto":  # the caller's own prediction is drafted from, as OpenAI does
+                if predicted and options.mode in ("auto", DRAFT):  # the caller's own prediction is drafted from, as OpenAI does
                     options = replace(options, mode="ngram")
-                # a picture's placeholder ids (negative) are no tokens to draft
-                drafter = Drafter([*predicted, *(t for t in prompt if t >= 0)], options)
+                if options.mode == DRAFT and draft is not None:
+                    drafter = draft(request, rendered, prompt, options)
+                if drafter is None:  # a picture's placeholder ids (negative) are no tokens to draft
+                    drafter = Drafter([*predicted, *(t for t in prompt if t >= 0)], options)
         stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)
         return stream, prompt
 
@@ -169,6 +178,8 @@ class RequestStream:
         if self.finished:
             return
         self.finished = True
+        if self.drafter is not None:
+            self.drafter.close()
         tail = ""
         if reason in ("stop", "length") and error is None:
             tail = self.decoder.flush()

@@ -20,6 +20,10 @@ the rate at which its drafted tokens were kept, and the loop measures what one m
 the expected tokens per unit of step time, and none is made where no length beats a plain step; after
 drafts refused outright the request pauses for a number of steps that doubles each time. Text that does
 not repeat its input therefore costs next to nothing.
+
+A draft model (``--speculative draft:MODEL``, engine.backends.llamacpp.draft_model) drafts behind the same
+:class:`DraftSource` interface; above temperature 0 it judges its own drafts by speculative sampling
+(engine.backends.speculative_sampling), so the loop's verification stays one path.
 """
 
 from __future__ import annotations
@@ -30,50 +34,59 @@ from dataclasses import dataclass
 from engine.errors import InvalidRequest
 
 MODES = ("auto", "ngram", "off")
+DRAFT = "draft"  # a draft model: ``--speculative draft:MODEL``
 
 
 @dataclass(frozen=True, slots=True)
 class SpeculativeOptions:
-    """How a backend drafts: ``auto`` and ``ngram`` draft by prompt lookup, ``off`` never. ``auto`` (the
-    default) drafts where it pays: as long as the drafts' keep rate beats what a drafted row costs the step,
-    measured as the loop runs. ``ngram`` drafts whenever the lookup finds a continuation, backing off only
-    after refused drafts (a request's OpenAI ``prediction`` is drafted from that way).
+    """How a backend drafts: ``auto`` and ``ngram`` draft by prompt lookup, ``draft`` with a smaller model of the
+    same vocabulary, ``off`` never. ``auto`` (the default) drafts where it pays: as long as the drafts' keep
+    rate beats what a drafted row costs the step, measured as the loop runs. ``ngram`` drafts whenever the
+    lookup finds a continuation, backing off only after refused drafts (a request's OpenAI ``prediction`` is
+    drafted from that way). ``draft`` drafts with ``draft_model`` on the backends that run one (llama.cpp),
+    for the models whose vocabulary is the draft's, and as ``auto`` elsewhere.
 
     Attributes:
-        mode: auto | ngram | off.
+        mode: auto | ngram | draft | off.
         max_draft: Most tokens drafted in one step.
         ngram_max: The longest suffix looked up.
         ngram_min: The shortest suffix looked up.
+        draft_model: With mode ``draft``: the draft model, a registered name or a .gguf path (the CLI turns a
+            name into its file's path).
     """
 
     mode: str = "auto"
     max_draft: int = 8
     ngram_max: int = 4
     ngram_min: int = 2
+    draft_model: str | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
+        if self.mode == DRAFT:
+            if not self.draft_model:
+                raise InvalidRequest(
+                    "Name the draft model after 'draft:', as in --speculative draft:MODEL.", param="speculative"
+                )
+        elif self.mode not in MODES:
             raise InvalidRequest(
-                f"Speculative mode {self.mode!r} is not one Hearth has; use auto, ngram or off.", param="speculative"
+                f"Speculative mode {self.mode!r} is not one Hearth has; use auto, ngram, draft:MODEL or off.",
+                param="speculative",
             )
         if not 1 <= self.max_draft <= 64 or not 1 <= self.ngram_min <= self.ngram_max <= 16:
             raise InvalidRequest("Speculative drafts must be 1-64 tokens from suffixes of 1-16 tokens.", param="speculative")
 
     @classmethod
     def parse(cls, text: str) -> SpeculativeOptions:
-        """From ``--speculative``: ``auto``, ``ngram`` or ``off``.
+        """From ``--speculative``: ``auto``, ``ngram``, ``off``, or ``draft:MODEL`` (a registered name or a
+        .gguf path, its case kept).
 
         Raises:
-            InvalidRequest: anything else (a draft model is named with ``draft:MODEL``, which is refused
-                with what to use instead).
+            InvalidRequest: anything else.
         """
-        value = text.strip().lower()
-        if value.startswith("draft:"):
-            raise InvalidRequest(
-                "Drafting with a second model is not available yet; use --speculative auto (prompt lookup) or off.",
-                param="speculative",
-            )
-        return cls(mode=value)
+        stripped = text.strip()
+        if stripped.lower().startswith(DRAFT + ":"):
+            return cls(mode=DRAFT, draft_model=stripped[len(DRAFT) + 1 :].strip())
+        return cls(mode=stripped.lower())
 
     @property
     def enabled(self) -> bool:
@@ -135,24 +148,23 @@ def best_length(keep_rate: float, row_cost: float, most: int) -> int:
     return best
 
 
-class Drafter:
-    """One request's drafts: prompt lookup over ``source`` (a prediction's tokens, then the prompt) and the
-    output as it grows, as long as pays for the rate at which its drafts were kept.
+class DraftSource:
+    """What every drafter of one request shares: the tally of its drafts (how many were made, judged and kept),
+    the keep rate it adapts to, and the pause after drafts refused outright. The loop calls :meth:`propose`
+    before each step, :meth:`record` after it, :meth:`push` with every token of the output, and
+    :meth:`close` when the request ends.
 
     Args:
-        source: The tokens to look up in, in order (the output is appended as it comes).
-        options: Draft sizes.
+        max_draft: Most tokens drafted in one step.
     """
 
-    __slots__ = ("index", "max_draft", "weigh_cost", "pause", "_backoff", "drafted", "accepted", "tried", "steps")
+    __slots__ = ("max_draft", "pause", "_backoff", "drafted", "accepted", "tried", "steps")
 
     PAUSE_MAX = 64  # steps without a draft, at most, after drafts that were refused outright
     PRIOR_TRIED, PRIOR_KEPT = 4.0, 3.6  # before any draft: as if 9 in 10 drafted tokens were kept
 
-    def __init__(self, source: Sequence[int], options: SpeculativeOptions) -> None:
-        self.index = NgramIndex(source, n_min=options.ngram_min, n_max=options.ngram_max)
-        self.max_draft = options.max_draft
-        self.weigh_cost = options.mode == "auto"  # ngram: draft whatever the step's cost
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft
         self.pause = 0  # steps left without drafting
         self._backoff = 1
         self.drafted = 0  # tokens drafted over the request
@@ -167,16 +179,19 @@ class Drafter:
 
     def push(self, token: int) -> None:
         """A token of the output (sampled, or a kept draft)."""
-        self.index.append(token)
+        raise NotImplementedError
 
     def propose(self, limit: int, row_cost: float = 0.0) -> list[int]:
         """The draft for the next step: at most ``limit`` tokens (room left in the context, the answer, the
         batch), as long as pays when a row adds ``row_cost`` of a one-row step."""
-        if self.pause > 0:
-            self.pause -= 1
-            return []
-        k = min(best_length(self.keep_rate, row_cost if self.weigh_cost else 0.0, self.max_draft), limit)
-        return self.index.continuation(k) if k > 0 else []
+        raise NotImplementedError
+
+    def judge(self, j: int, logits) -> int | None:
+        """The token the output takes at the ``j``-th drafted position, given the target's raw ``logits``
+        there, when this drafter judges its drafts itself (speculative sampling from a draft model's
+        distribution); None leaves it to the rule every drafter's draft can take: the request's sampler
+        draws, and the drafted token is kept while it is that draw."""
+        return None
 
     def record(self, drafted: int, kept: int) -> None:
         """What became of the last draft: ``kept`` of its ``drafted`` tokens were the sampler's own."""
@@ -191,6 +206,42 @@ class Drafter:
             self._backoff = min(self.PAUSE_MAX, self._backoff * 2)
         else:
             self._backoff = 1
+
+    def paused(self) -> bool:
+        """Whether this step drafts nothing, after refused drafts (counts the step)."""
+        if self.pause > 0:
+            self.pause -= 1
+            return True
+        return False
+
+    def close(self) -> None:
+        """The request ended: what the drafter holds for it (a draft model's sequence) is given back."""
+
+
+class Drafter(DraftSource):
+    """One request's drafts: prompt lookup over ``source`` (a prediction's tokens, then the prompt) and the
+    output as it grows, as long as pays for the rate at which its drafts were kept.
+
+    Args:
+        source: The tokens to look up in, in order (the output is appended as it comes).
+        options: Draft sizes.
+    """
+
+    __slots__ = ("index", "weigh_cost")
+
+    def __init__(self, source: Sequence[int], options: SpeculativeOptions) -> None:
+        super().__init__(options.max_draft)
+        self.index = NgramIndex(source, n_min=options.ngram_min, n_max=options.ngram_max)
+        self.weigh_cost = options.mode in ("auto", DRAFT)  # ngram: draft whatever the step's cost
+
+    def push(self, token: int) -> None:
+        self.index.append(token)
+
+    def propose(self, limit: int, row_cost: float = 0.0) -> list[int]:
+        if self.paused():
+            return []
+        k = min(best_length(self.keep_rate, row_cost if self.weigh_cost else 0.0, self.max_draft), limit)
+        return self.index.continuation(k) if k > 0 else []
 
 
 class RowCost:
@@ -229,4 +280,4 @@ class RowCost:
         return min(max(per_row / one_row, 0.01), 2.0)
 
 
-__all__ = ["MODES", "Drafter", "NgramIndex", "RowCost", "SpeculativeOptions", "best_length"]
+__all__ = ["DRAFT", "MODES", "DraftSource", "Drafter", "NgramIndex", "RowCost", "SpeculativeOptions", "best_length"]

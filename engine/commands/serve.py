@@ -72,7 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         metavar="MODE",
         help="speculative decoding: auto (prompt lookup, backing off where it does not pay; the default), "
-        "ngram (the same) or off; the output is the same either way",
+        "ngram (prompt lookup whatever it costs), draft:MODEL (a smaller model of the same vocabulary, a registered "
+        "name or a .gguf path, drafts for every llama.cpp model whose vocabulary it has) or off; at temperature 0 "
+        "the output is the same either way, and above it follows the model's distribution",
     )
     p.add_argument(
         "--allow-image-urls",
@@ -111,6 +113,32 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
     )
 
 
+def draft_model_path(options: LoadOptions) -> LoadOptions:
+    """``options`` with the draft model of ``--speculative draft:MODEL`` named by its file: a registered name
+    is looked up, a path taken as it is.
+
+    Raises:
+        ModelNotFound: no registered model has that name and no file is there.
+        InvalidRequest: the model is not a GGUF file.
+    """
+    from dataclasses import replace
+
+    from engine.backends.speculative import DRAFT
+    from engine.catalog.registry import resolve_model
+    from engine.errors import InvalidRequest
+
+    spec = options.speculative
+    if spec.mode != DRAFT or spec.draft_model is None:
+        return options
+    model = resolve_model(spec.draft_model)
+    if model.format != "gguf":
+        raise InvalidRequest(
+            f"The draft model '{spec.draft_model}' is not a GGUF file; name a GGUF model of the same family.",
+            param="speculative",
+        )
+    return replace(options, speculative=replace(spec, draft_model=str(model.path)))
+
+
 def server_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServerSettings:
     """The server settings ``hearth serve``'s flags and environment (the keys, where `ps` does not show them) ask for."""
     from engine.settings import ServerSettings
@@ -142,11 +170,11 @@ def run(args: argparse.Namespace) -> int:
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
         return 2
 
-    from engine.errors import InvalidRequest
+    from engine.errors import InvalidRequest, ModelNotFound
 
     try:
-        options = load_options(args)
-    except InvalidRequest as exc:
+        options = draft_model_path(load_options(args))
+    except (InvalidRequest, ModelNotFound) as exc:
         print(f"hearth: {exc}", file=sys.stderr)
         return 2
     settings = server_settings(args, os.environ)

@@ -7,11 +7,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import llama_cpp
 import psutil
 
 from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, ModelInfo, ModelSpec
+from engine.backends.llamacpp.draft_model import DraftModel
 from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
 from engine.backends.llamacpp.media import Projector
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
@@ -21,10 +23,12 @@ from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.scheduler import Sequence as Seq
 from engine.backends.runtime import RequestStream
-from engine.backends.speculative import SpeculativeOptions
+from engine.backends.speculative import DRAFT, DraftSource, SpeculativeOptions
+from engine.backends.speculative_sampling import plain_sampling
 from engine.chat_template import ChatTemplateTooCostly
 from engine.errors import (
     ContextLengthExceeded,
+    DraftModelUnusable,
     InvalidRequest,
     ModelLoadError,
     RequestCancelled,
@@ -68,6 +72,8 @@ class LlamaCppBackend:
         self._n_threads = 1
         self._mask_budget = LlamaCppOptions().grammar_mask_budget
         self._speculative = SpeculativeOptions()
+        self.draft: DraftModel | None = None  # --speculative draft:MODEL, when its vocabulary is this model's
+        self.draft_refused: str | None = None  # why the draft model named does not draft for this one
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
         options = options or LoadOptions()
@@ -124,7 +130,45 @@ class LlamaCppBackend:
             self.model.close()
             raise ModelLoadError(str(model.path), f"{exc}; try a smaller context or fewer slots.") from exc
         log.info("loaded %s: %s, %d threads; %s", model.path.name, plan.describe(), self._n_threads, plan.reason)
+        if options.speculative.mode == DRAFT:
+            self._load_draft(options.speculative, n_seq=n_seq, n_ctx=n_ctx, flash_attn=own.flash_attn)
         self._ranker = Ranker(self.model, self.loop)
+
+    def _load_draft(self, speculative: SpeculativeOptions, *, n_seq: int, n_ctx: int, flash_attn: bool) -> None:
+        """Load the draft model beside this one; one that cannot draft for it is left out, and why is kept."""
+        model, loop = self._require()
+        path = Path(speculative.draft_model or "").expanduser()
+        try:
+            self.draft = DraftModel.load(
+                path, model, target_name=self.spec.name if self.spec is not None else model.path.name,
+                n_gpu_layers=999 if self.plan is not None and self.plan.gpu_layers > 0 else 0,
+                n_seq=n_seq, n_ctx_seq=n_ctx, threads=lambda: loop.n_threads, flash_attn=flash_attn,
+            )  # fmt: skip
+        except (DraftModelUnusable, ModelLoadError, MemoryError) as exc:
+            self.draft_refused = str(exc) if isinstance(exc, DraftModelUnusable) else (
+                f"The draft model at {path} could not be loaded ({exc}); check --speculative draft:MODEL."
+            )  # fmt: skip
+            log.warning("%s", self.draft_refused)
+            return
+        log.info("drafting with %s", path.name)
+
+    def _drafter(
+        self, request: GenerationRequest, rendered: RenderedChat | None, prompt: list[int], options: SpeculativeOptions
+    ) -> DraftSource | None:
+        """A request's drafter from the draft model (None: prompt lookup drafts instead, for a prompt with
+        pictures, or where the draft model was refused; a request that asked for drafts gets the reason then).
+
+        Raises:
+            DraftModelUnusable: the request asked for drafts and the draft model cannot draft for this model.
+        """
+        if self.draft is None:
+            if request.speculative and self.draft_refused:
+                raise DraftModelUnusable(self.draft_refused)
+            return None
+        if any(t < 0 for t in prompt):  # a picture's placeholders: the draft model cannot see it
+            return None
+        grammar = request.response_format.type != "text" or (rendered is not None and rendered.constraint is not None)
+        return self.draft.drafter(prompt, options, request.params, plain=plain_sampling(request.params, grammar=grammar))
 
     def _require(self) -> tuple[GGUFModel, DecodeLoop]:
         if self.model is None or self.loop is None:
@@ -207,7 +251,8 @@ class LlamaCppBackend:
         """
         model, loop = self._require()
         stream, prompt = RequestStream.open(
-            self, request, n_ctx=loop.n_ctx_seq, piece=model.piece, is_eog=model.is_eog, speculative=self._speculative
+            self, request, n_ctx=loop.n_ctx_seq, piece=model.piece, is_eog=model.is_eog, speculative=self._speculative,
+            draft=self._drafter,
         )
         rendered = stream.rendered
         if rendered is not None and rendered.constraint is not None:
@@ -365,6 +410,9 @@ class LlamaCppBackend:
         if self.loop is not None:
             self.loop.close()
             self.loop = None
+        if self.draft is not None:
+            self.draft.close()
+            self.draft = None
         if self._embed_ctx is not None:
             llama_cpp.llama_free(self._embed_ctx)
             self._embed_ctx = None

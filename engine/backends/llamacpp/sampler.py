@@ -217,6 +217,10 @@ class SequenceSampler:
         llama_cpp.llama_sampler_accept(self.chain, token)
         return token
 
+    def logits(self, ctx: llama_cpp.llama_context_p, index: int) -> np.ndarray:
+        """The raw logits at batch row ``index`` (valid until the next decode)."""
+        return self._logits(ctx, index)
+
     def _logits(self, ctx: llama_cpp.llama_context_p, index: int) -> np.ndarray:
         """The raw logits at batch row ``index``, as a view of llama.cpp's buffer (valid until the next decode)."""
         ptr = llama_cpp.llama_get_logits_ith(ctx, index)

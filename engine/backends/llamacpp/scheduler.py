@@ -585,11 +585,16 @@ class DecodeLoop(AdmissionQueue[Sequence]):
 
     def _verify(self, seq: Sequence, row: int, draft: list[int]) -> None:
         """Sample ``seq``'s rows from ``row`` on, in order, keeping each drafted token while it is the one the
-        sampler drew before it; the cells of the drafted tokens not kept are removed."""
+        sampler drew before it (or, for a drafter that judges its drafts, the one its judgement gives: speculative
+        sampling from a draft model's distribution); the cells of the drafted tokens not kept are removed."""
         slot = seq.placed
+        drafter = seq.stream.drafter
         kept = 0
         for j in range(len(draft) + 1):
-            self._advance(seq, row + j)
+            judged = None
+            if drafter is not None and j < len(draft):
+                judged = drafter.judge(j, seq.sampler.logits(self.ctx, row + j))
+            self._advance(seq, row + j, judged)
             if seq.status is SeqStatus.FINISHED or j == len(draft) or seq.pending != draft[j]:
                 break
             slot.tokens.append(draft[j])  # its cell was computed in this step's batch
@@ -597,15 +602,17 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             kept += 1
         if kept < len(draft):
             self._seq_rm(slot.seq_id, seq.pos(len(slot.tokens)), -1)
-        drafter = seq.stream.drafter
         if drafter is not None:
             drafter.record(len(draft), kept)
         self.stats_draft_tokens += len(draft)
         self.stats_accepted_tokens += kept
 
-    def _advance(self, seq: Sequence, row: int) -> None:
+    def _advance(self, seq: Sequence, row: int, token: int | None = None) -> None:
+        """Take ``seq``'s next token from batch row ``row``: ``token`` where it was judged already, else its
+        sampler's draw."""
         try:
-            token = seq.sampler.sample(self.ctx, row, cancelled=lambda: seq.cancelled)
+            if token is None:
+                token = seq.sampler.sample(self.ctx, row, cancelled=lambda: seq.cancelled)
         except RequestCancelled:
             self._finish(seq, "cancelled")
             return

@@ -73,12 +73,14 @@ def test_ngram_mode_drafts_whatever_a_row_costs_and_auto_only_where_it_pays():
     assert ngram.propose(100, row_cost=0.0) == []  # refusals still pause it
 
 
-def test_the_modes_are_parsed_and_a_draft_model_is_refused_with_what_to_use():
+def test_the_modes_are_parsed_and_a_draft_model_is_named_as_given():
     assert SpeculativeOptions.parse("NGRAM").mode == "ngram"
     assert not SpeculativeOptions.parse("off").enabled
-    with pytest.raises(InvalidRequest, match="use --speculative auto"):
-        SpeculativeOptions.parse("draft:tiny.gguf")
-    with pytest.raises(InvalidRequest, match="use auto, ngram or off"):
+    draft = SpeculativeOptions.parse("Draft:/Models/Tiny.gguf")
+    assert (draft.mode, draft.draft_model) == ("draft", "/Models/Tiny.gguf")  # a path keeps its case
+    with pytest.raises(InvalidRequest, match="Name the draft model"):
+        SpeculativeOptions.parse("draft:")
+    with pytest.raises(InvalidRequest, match="use auto, ngram, draft:MODEL or off"):
         SpeculativeOptions.parse("eagle")
 
 
