@@ -1,0 +1,142 @@
+"""Speculative decoding with a draft model (`--speculative draft:MODEL`): the starter as its own draft (one
+vocabulary, so nearly every drafted token is kept) gives the plain answer token for token at temperature 0, with
+a grammar, with several requests at once and with a seeded penalised sampler; above temperature 0 its drafts are
+judged by speculative sampling; a draft of another vocabulary is refused with the reason, and `hearth serve`
+finds a draft model by its registered name."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.speculative import SpeculativeOptions
+from engine.errors import DraftModelUnusable, ModelNotFound
+from engine.types import ResponseFormat
+from tests.engine.backends.test_speculative import COPY, generate
+from tests.engine.server.tiny_reranker import GGUF_PATH as RERANKER_PATH
+from tests.engine.server.tiny_vision import MODEL_PATH as VISION_PATH
+
+STORY = "Write a short story about a lighthouse keeper."
+
+
+def backend_with(starter_path: Path, speculative: SpeculativeOptions):
+    from engine.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend()
+    # one thread: a batch's rows are then computed as a lone row is (tests/engine/backends/test_speculative.py)
+    backend.load(ModelSpec(name="s", path=starter_path), LoadOptions(n_ctx=1024, n_seq_max=2, n_threads=1, speculative=speculative))
+    return backend
+
+
+@pytest.fixture
+def plain(starter_path):
+    backend = backend_with(starter_path, SpeculativeOptions(mode="off"))
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def drafting(starter_path):
+    backend = backend_with(starter_path, SpeculativeOptions.parse(f"draft:{starter_path}"))
+    assert backend.draft is not None, backend.draft_refused
+    yield backend
+    backend.close()
+
+
+def test_vocabularies_are_compared_token_by_token(starter_path):
+    from engine.backends.llamacpp.draft_model import vocabulary_mismatch
+    from engine.backends.llamacpp.model import GGUFModel
+
+    models = [GGUFModel(p) for p in (starter_path, starter_path, VISION_PATH, RERANKER_PATH)]
+    try:
+        starter, again, vision, reranker = models
+        assert vocabulary_mismatch(starter, again) is None
+        # SmolVLM's text model: SmolLM2's tokens, then its picture tokens, which the starter lacks
+        why = vocabulary_mismatch(starter, vision)
+        assert why is not None and f"{vision.n_vocab} tokens and the model {starter.n_vocab}" in why
+        assert "<fake_token_around_image>" in why
+        assert vocabulary_mismatch(starter, reranker) is not None  # WordPiece against byte-level BPE
+    finally:
+        for m in models:
+            m.close()
+
+
+def test_greedy_answers_are_the_plain_ones_and_nearly_every_drafted_token_is_kept(plain, drafting):
+    for text in (COPY, STORY):
+        tokens, out, final, chunks = generate(drafting, text, max_tokens=40, logprobs=2)
+        want, want_text, want_final, want_chunks = generate(plain, text, max_tokens=40, logprobs=2)
+        assert tokens == want and out == want_text and final.finish_reason == want_final.finish_reason
+        assert [c.logprobs for c in chunks] == [c.logprobs for c in want_chunks]
+        assert final.draft_tokens >= 10, "the draft model drafted next to nothing"
+        assert final.accepted_draft_tokens >= 0.9 * final.draft_tokens  # the same model: its drafts are the answer
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+    fmt = {"response_format": ResponseFormat(type="json_schema", schema=schema), "max_tokens": 32}
+    got, want = generate(drafting, **fmt), generate(plain, **fmt)
+    assert got[0] == want[0] and got[1].startswith("{") and got[2].accepted_draft_tokens > 0
+    stats = drafting.stats().details
+    assert stats["accepted_draft_tokens"] > 0 and stats["draft_tokens"] >= stats["accepted_draft_tokens"]
+
+
+def test_requests_at_once_draft_in_their_own_sequences(plain, drafting):
+    for backend in (plain, drafting):  # both prompts cached alike in both (test_speculative.py says why)
+        for t in (COPY, STORY):
+            generate(backend, t, max_tokens=1)
+    want = [generate(plain, t, max_tokens=32)[0] for t in (COPY, STORY)]
+    got: dict[int, tuple] = {}
+    threads = [
+        threading.Thread(target=lambda i=i, t=t: got.__setitem__(i, generate(drafting, t, max_tokens=32)))
+        for i, t in enumerate((COPY, STORY))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert [got[0][0], got[1][0]] == want
+    assert all(got[i][2].accepted_draft_tokens > 0 for i in (0, 1))
+
+
+def test_sampling_above_zero_judges_the_drafts_and_a_penalised_sampler_keeps_its_own_draws(plain, drafting):
+    params = {"temperature": 0.8, "top_p": 0.95, "seed": 5, "max_tokens": 32}
+    first, again = generate(drafting, STORY, **params), generate(drafting, STORY, **params)
+    assert first[0] == again[0]  # seeded: the draws and the judgements repeat
+    # the draft is the target itself, so p == q and speculative sampling keeps every drafted token
+    assert first[2].draft_tokens > 0 and first[2].accepted_draft_tokens == first[2].draft_tokens
+    penalised = {"temperature": 0.8, "top_k": 40, "seed": 7, "repetition_penalty": 1.1, "max_tokens": 32}
+    got = generate(drafting, STORY, **penalised)
+    assert got[0] == generate(plain, STORY, **penalised)[0]  # greedy drafts, each kept only where it is the draw
+    assert got[2].draft_tokens > 0
+
+
+def test_a_draft_of_another_vocabulary_is_refused_with_the_reason(starter_path):
+    backend = backend_with(starter_path, SpeculativeOptions.parse(f"draft:{VISION_PATH}"))
+    try:
+        assert backend.draft is None
+        assert backend.draft_refused is not None and "vocabularies differ" in backend.draft_refused
+        with pytest.raises(DraftModelUnusable, match="cannot draft for 's' because their vocabularies differ"):
+            generate(backend, STORY, max_tokens=4, speculative=True)
+        tokens, _, final, _ = generate(backend, COPY, max_tokens=24)  # not asked for: prompt lookup drafts instead
+        assert len(tokens) == 24 and final.finish_reason == "length"
+    finally:
+        backend.close()
+    missing = backend_with(starter_path, SpeculativeOptions.parse("draft:/nowhere/draft.gguf"))
+    try:
+        assert missing.draft is None and "could not be loaded" in (missing.draft_refused or "")
+    finally:
+        missing.close()
+
+
+def test_serve_finds_a_draft_model_by_its_registered_name_or_its_path(starter_path):
+    from engine.cli import build_parser
+    from engine.commands.serve import draft_model_path, load_options
+
+    def options(value: str) -> SpeculativeOptions:
+        return draft_model_path(load_options(build_parser().parse_args(["serve", "--speculative", value]))).speculative
+
+    assert options("draft:smollm2-135m-instruct").draft_model == str(starter_path.resolve())
+    assert options(f"draft:{VISION_PATH}").draft_model == str(VISION_PATH.resolve())
+    assert options("auto").draft_model is None
+    with pytest.raises(ModelNotFound):
+        options("draft:no-such-draft")
