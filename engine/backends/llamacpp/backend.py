@@ -55,6 +55,24 @@ def default_threads() -> int:
     return max(1, min(usable, physical))
 
 
+def draft_path(name: str) -> Path:
+    """The file of a draft model named by path or, where no file is there, by its registered name (a model's
+    saved ``draft:MODEL`` setting; `hearth serve` looks names up itself)."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    from engine.catalog.registry import ModelRegistry, resolve_model
+    from engine.errors import HearthError
+
+    registry = ModelRegistry()
+    try:
+        return resolve_model(name, registry).path
+    except HearthError:
+        return path  # the load says the file does not exist
+    finally:
+        registry.close()
+
+
 class LlamaCppBackend:
     """GGUF models through llama.cpp, with continuous batching and prefix reuse."""
 
@@ -137,7 +155,7 @@ class LlamaCppBackend:
     def _load_draft(self, speculative: SpeculativeOptions, *, n_seq: int, n_ctx: int, flash_attn: bool) -> None:
         """Load the draft model beside this one; one that cannot draft for it is left out, and why is kept."""
         model, loop = self._require()
-        path = Path(speculative.draft_model or "").expanduser()
+        path = draft_path(speculative.draft_model or "")
         try:
             self.draft = DraftModel.load(
                 path, model, target_name=self.spec.name if self.spec is not None else model.path.name,
@@ -404,6 +422,10 @@ class LlamaCppBackend:
             return None
         stats = self.loop.stats()
         stats.details["load_plan"] = self.plan.to_dict() if self.plan is not None else None
+        if self.draft is not None or self.draft_refused is not None:  # --speculative draft:MODEL
+            stats.details["draft_model"] = self.draft.model.path.name if self.draft is not None else None
+            stats.details["draft_model_seconds"] = round(self.draft.seconds, 3) if self.draft is not None else 0.0
+            stats.details["draft_model_refused"] = self.draft_refused
         return stats
 
     def close(self) -> None:

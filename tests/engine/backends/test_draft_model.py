@@ -128,7 +128,7 @@ def test_a_draft_of_another_vocabulary_is_refused_with_the_reason(starter_path):
         missing.close()
 
 
-def test_serve_finds_a_draft_model_by_its_registered_name_or_its_path(starter_path):
+def test_serve_and_a_saved_setting_find_a_draft_model_by_its_registered_name_or_its_path(starter_path):
     from engine.cli import build_parser
     from engine.commands.serve import draft_model_path, load_options
 
@@ -140,3 +140,8 @@ def test_serve_finds_a_draft_model_by_its_registered_name_or_its_path(starter_pa
     assert options("auto").draft_model is None
     with pytest.raises(ModelNotFound):
         options("draft:no-such-draft")
+    from engine.backends.llamacpp.backend import draft_path
+
+    # a model's saved setting names its draft as given: the backend looks a registered name up too
+    assert draft_path("smollm2-135m-instruct") == starter_path.resolve()
+    assert draft_path("/nowhere/draft.gguf") == Path("/nowhere/draft.gguf")
