@@ -106,8 +106,14 @@ class DraftModel:
         ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
         if not ctx:
             raise MemoryError(f"llama.cpp could not create the draft model's context of {params.n_ctx} tokens")
+        mem = llama_cpp.llama_get_memory(ctx)
+        if mem is None:
+            llama_cpp.llama_free(ctx)
+            raise DraftModelUnusable(
+                f"Draft model '{model.path.name}' keeps no KV cache (an encoder); pick a generative model of the family."
+            )
         self.ctx: llama_cpp.llama_context_p = ctx
-        self.mem = llama_cpp.llama_get_memory(ctx)
+        self.mem = mem
         self.batch = llama_cpp.llama_batch_init(CATCHUP_BLOCK, 0, 1)
         self.slots = [DraftSlot(i) for i in range(n_seq)]
         self.seconds = 0.0  # time spent in the draft's decode calls, for the stats
@@ -131,7 +137,7 @@ class DraftModel:
             )
         try:
             return cls(model, n_vocab=target.n_vocab, **context)
-        except MemoryError:
+        except (MemoryError, DraftModelUnusable):
             model.close()
             raise
 
