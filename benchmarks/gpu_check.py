@@ -244,7 +244,7 @@ def new_seq(prompt, max_tokens: int, vocab: int, device, *, greedy: bool = False
 
     params = SamplingParams(temperature=0.0 if greedy else 0.6, max_tokens=max_tokens, ignore_eos=True, seed=len(prompt))
     sampler = RequestSampler(params, vocab_size=vocab, eos_ids=[], device=device)
-    return Sequence(prompt, params, block_size=block_size, owner=SimpleNamespace(sampler=sampler))
+    return Sequence(prompt, params, block_size=block_size, owner=SimpleNamespace(sampler=sampler, drafter=None))
 
 
 def serve(ctx: Context, engine, jobs, *, greedy: bool = False) -> dict:

@@ -12,6 +12,7 @@ from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
 from engine.backends.runtime import RequestStream, refuse_media
+from engine.backends.speculative import Drafter, SpeculativeOptions
 from engine.chat_template import ChatTemplate
 from engine.errors import EmbeddingsUnsupported, ModelLoadError
 from engine.tools import RenderedChat, render_request
@@ -28,6 +29,11 @@ class RequestState:
     stream: RequestStream
     sampler: RequestSampler
 
+    @property
+    def drafter(self) -> Drafter | None:
+        """What the request drafts (speculative decoding), None where it does not."""
+        return self.stream.drafter
+
 
 class PagedBackend:
     """Hugging Face (safetensors) and GGUF models on Hearth's paged engine, on CUDA or the CPU."""
@@ -38,11 +44,13 @@ class PagedBackend:
         self.loop: EngineLoop | None = None
         self.spec: ModelSpec | None = None
         self.template: ChatTemplate | None = None
+        self._speculative = SpeculativeOptions()
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
         if model.format == "mlx":
             raise ModelLoadError(str(model.path), "the paged engine cannot read MLX-quantized weights.")
         options = options or LoadOptions()
+        self._speculative = options.speculative
         self.loop = EngineLoop(lambda: start_engine(model.path, options), name=f"paged-{model.name}")
         self.spec = model
         ck = self.loop.loaded.checkpoint
@@ -118,7 +126,8 @@ class PagedBackend:
         le = loop.loaded
         tok = le.checkpoint.tokenizer
         stream, prompt = RequestStream.open(
-            self, request, n_ctx=le.config.max_model_len, piece=tok.piece, is_eog=tok.eog_ids.__contains__
+            self, request, n_ctx=le.config.max_model_len, piece=tok.piece, is_eog=tok.eog_ids.__contains__,
+            speculative=self._speculative,
         )
         n_logits = le.engine.runner.model.args.vocab_size
         sampler = RequestSampler(request.params, vocab_size=n_logits,

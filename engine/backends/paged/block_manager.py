@@ -131,10 +131,13 @@ class BlockManager:
         self.num_queried_tokens += seq.num_tokens
         self.num_hit_tokens += seq.num_cached_tokens
 
+    def new_blocks(self, seq: Sequence, num_new_tokens: int) -> int:
+        """How many blocks ``seq`` must get to hold ``num_new_tokens`` more computed tokens."""
+        return max(0, self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table))
+
     def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Whether blocks for ``num_new_tokens`` more computed tokens of ``seq`` are available."""
-        need = self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
-        return need <= self.num_free_blocks
+        return self.new_blocks(seq, num_new_tokens) <= self.num_free_blocks
 
     def append_slots(self, seq: Sequence, num_new_tokens: int) -> None:
         """Grow ``seq``'s block table to hold ``num_new_tokens`` more computed tokens."""
@@ -162,16 +165,18 @@ class BlockManager:
             seq.num_hashed_blocks = i + 1
             seq.last_block_hash = parent
 
+    def trim(self, seq: Sequence) -> None:
+        """Give back the blocks past ``seq``'s computed tokens: those that held only the KV of drafted tokens
+        that were not kept (speculative decoding). They were never committed, so no hash names them."""
+        keep = self.blocks_needed(seq.num_computed_tokens)
+        tail, seq.block_table = seq.block_table[keep:], seq.block_table[:keep]
+        for block_id in reversed(tail):
+            self._release(self.blocks[block_id])
+
     def free(self, seq: Sequence) -> None:
         """Release ``seq``'s blocks; hashed ones stay cached until their memory is needed."""
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0 and block.block_id not in self._evictable:
-                if block.hash != NO_HASH:
-                    self._evictable[block_id] = None
-                else:
-                    self._fresh.append(block_id)
+            self._release(self.blocks[block_id])
         seq.block_table = []
 
     def reset_prefix_cache(self) -> None:
@@ -182,6 +187,14 @@ class BlockManager:
         self._evictable.clear()
 
     # -- internals ----------------------------------------------------------------------------
+    def _release(self, block: Block) -> None:
+        block.ref_count -= 1
+        if block.ref_count == 0 and block.block_id not in self._evictable:
+            if block.hash != NO_HASH:
+                self._evictable[block.block_id] = None
+            else:
+                self._fresh.append(block.block_id)
+
     def _take(self, block_id: int) -> None:
         block = self.blocks[block_id]
         if block.ref_count == 0:

@@ -1,33 +1,39 @@
-"""One engine step: schedule -> run the model -> sample -> record. Single-threaded by design;
-the backend's engine thread is its only caller."""
+"""One engine step: draft -> schedule -> run the model -> sample (verifying drafts) -> record.
+Single-threaded by design; the backend's engine thread is its only caller."""
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from engine.backends.base import BackendStats
 from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.model_runner import ModelRunner
-from engine.backends.paged.sampler import RequestSampler, sample
+from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.scheduler import Scheduler
 from engine.backends.paged.sequence import Sequence
+from engine.backends.paged.speculation import DRAFT_ROWS_CPU, DRAFT_ROWS_GPU, propose_drafts, verify
+from engine.backends.speculative import RowCost
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class StepOutput:
-    """A token a sequence gained this step, with its logprobs when asked for."""
+    """A token a sequence gained this step, with its logprobs when asked for; ``num_tokens`` is the
+    sequence's length once it holds the token (a step that verifies a draft gives several)."""
 
     seq: Sequence
     token: int
     logprobs: tuple[float, list[int], list[float]] | None
+    num_tokens: int
 
 
 class LLMEngine:
-    """Schedules, runs and samples; sequences carry a :class:`RequestSampler` as ``seq.owner.sampler``.
+    """Schedules, runs and samples; sequences carry a :class:`RequestSampler` as ``seq.owner.sampler`` and
+    the :class:`~engine.backends.speculative.Drafter` of their request, or None, as ``seq.owner.drafter``.
 
     Args:
         runner: The model runner, its KV cache allocated with ``num_blocks`` blocks.
@@ -42,6 +48,10 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.block_manager)
         self.num_steps = 0
         self.num_batched_tokens = 0
+        self.num_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
+        self.num_accepted_tokens = 0
+        self.row_cost = RowCost()  # what a drafted row adds to a one-sequence step, measured
+        self.draft_rows = DRAFT_ROWS_CPU if runner.device.type == "cpu" else DRAFT_ROWS_GPU
 
     def add(self, seq: Sequence) -> None:
         self.scheduler.add(seq)
@@ -56,19 +66,28 @@ class LLMEngine:
         return self.scheduler.has_work
 
     def step(self) -> list[StepOutput]:
-        output = self.scheduler.schedule()
+        running = self.scheduler.running
+        drafts = propose_drafts(running, rows=self.draft_rows, max_model_len=self.config.max_model_len,
+                                row_cost=self.row_cost.share)  # fmt: skip
+        t0 = time.perf_counter()
+        output = self.scheduler.schedule(drafts)
         if output.is_empty:
             return []
         batch = self.runner.prepare(output.scheduled)
-        logits = self.runner.run(batch)  # [num_sampled, vocab]
-        sampled = [item.seq for item in batch.sampled]
-        result = sample(
-            logits, [s.owner.sampler for s in sampled], [(s.token_ids, s.num_prompt_tokens) for s in sampled]
-        )
-        self.scheduler.postprocess(output, {s.seq_id: t for s, t in zip(sampled, result.tokens, strict=True)})
+        logits = self.runner.run(batch)  # [num_sample_rows, vocab]
+        verified = verify(batch.sampled, logits)
+        if len(running) == 1 and len(output.scheduled) == 1 and output.scheduled[0].num_tokens == 1:
+            self.row_cost.add(output.num_batched_tokens, time.perf_counter() - t0)  # one sequence's decode
+        self.scheduler.postprocess(output, {v.seq.seq_id: v.tokens for v in verified})
         self.num_steps += 1
         self.num_batched_tokens += output.num_batched_tokens
-        return [StepOutput(s, t, lp) for s, t, lp in zip(sampled, result.tokens, result.logprobs, strict=True)]
+        out = []
+        for v in verified:
+            self.num_draft_tokens += v.drafted
+            self.num_accepted_tokens += v.kept
+            first = v.seq.num_tokens - len(v.tokens)
+            out += [StepOutput(v.seq, t, lp, first + i + 1) for i, (t, lp) in enumerate(zip(v.tokens, v.logprobs, strict=True))]
+        return out
 
     def stats(self, *, waiting: int = 0, requests: int = 0, prompt_tokens: int = 0, generated_tokens: int = 0) -> BackendStats:
         """The engine's figures; the caller adds what it counts itself (requests queued before the engine)."""
@@ -81,6 +100,7 @@ class LLMEngine:
             details={
                 "blocks_total": bm.num_blocks, "blocks_used": bm.num_used_blocks, "blocks_cached": bm.num_cached_blocks,
                 "block_size": bm.block_size, "preemptions": self.scheduler.num_preemptions, "steps": self.num_steps,
+                "draft_tokens": self.num_draft_tokens, "accepted_draft_tokens": self.num_accepted_tokens,
             },
         )  # fmt: skip
 

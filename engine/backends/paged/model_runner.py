@@ -25,7 +25,8 @@ class StepBatch:
     input_ids: torch.Tensor  # [num_tokens]
     positions: torch.Tensor  # [num_tokens]
     meta: AttentionMetadata
-    sample_rows: torch.Tensor  # [num_samples]: the row of each sampling sequence's last token
+    # [num_samples]: the row of each sampling sequence's last token, then those of its drafted tokens
+    sample_rows: torch.Tensor
     sampled: list[ScheduledSeq]  # the sequences whose next token comes from this step, in row order
     num_decodes: int
 
@@ -126,8 +127,9 @@ class ModelRunner:
     # -- one step -----------------------------------------------------------------------------
     def prepare(self, scheduled: list[ScheduledSeq] | tuple[ScheduledSeq, ...]) -> StepBatch:
         bs = self.config.block_size
-        decodes = [s for s in scheduled if s.num_tokens == 1]
-        prefills = [s for s in scheduled if s.num_tokens > 1]
+        # a decode with a draft is a chunk of several rows over its context, computed as a prefill chunk is
+        decodes = [s for s in scheduled if s.num_rows == 1]
+        prefills = [s for s in scheduled if s.num_rows > 1]
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
@@ -135,18 +137,19 @@ class ModelRunner:
         sampled: list[ScheduledSeq] = []
         starts, lens, ctxs = [], [], []
         for item in decodes + prefills:
-            seq, n = item.seq, item.num_tokens
+            seq, n = item.seq, item.num_rows
             c = seq.num_computed_tokens
             if n > 1:
                 starts.append(len(ids))
                 lens.append(n)
                 ctxs.append(c + n)
-            ids.extend(seq.token_ids[c : c + n])
+            ids.extend(seq.token_ids[c : c + item.num_tokens])
+            ids.extend(item.draft)
             pos.extend(range(c, c + n))
             table = seq.block_table
             slots.extend(table[p // bs] * bs + p % bs for p in range(c, c + n))
             if item.samples:
-                sample_rows.append(len(ids) - 1)
+                sample_rows.extend(range(len(ids) - 1 - len(item.draft), len(ids)))
                 sampled.append(item)
         parts: list[tuple[list[int], tuple[int, ...]]] = [
             (ids, (len(ids),)), (pos, (len(pos),)), (slots, (len(slots),)), (sample_rows, (len(sample_rows),)),
@@ -183,7 +186,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, batch: StepBatch) -> torch.Tensor:
-        """Logits [num_samples, vocab] (float32) for the sampling rows of ``batch``."""
+        """Logits [num_samples, vocab] (float32) for the sampling rows of ``batch`` (a drafted token's too)."""
         meta = batch.meta
         if self.graphs is not None and meta.num_prefills == 0 and self.graphs.fits(meta.num_decodes):
             hidden = self.graphs.replay(batch)

@@ -48,6 +48,8 @@ class RequestSampler:
         self.bias = bias
         self.seed = params.seed if params.seed is not None else random.getrandbits(63)
         self.draws = 0  # the noise of each draw is a hash of (seed, draws, token)
+        # the tokens that end the request: a drafted token after one of them is never verified
+        self.end_ids = frozenset(params.stop_token_ids) | frozenset(() if params.ignore_eos else eos_ids)
 
     @property
     def has_penalties(self) -> bool:

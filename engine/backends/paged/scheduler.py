@@ -8,11 +8,18 @@ the budget and finishes over several steps beside the decodes of others.
 When a running sequence needs a block and none is free, the youngest running sequence not
 yet scheduled this step is preempted: its blocks are freed and it waits at the head of the
 queue to be computed again from its tokens (preemption by recompute).
+
+A decoding sequence may come with a draft (speculative decoding): tokens that may follow its
+pending one, computed in the same step after it, like a chunk of prefill. A draft takes only
+budget and blocks the other decodes of the step do not need, and never preempts anyone; after the
+step, the blocks of the drafted tokens that were not kept are given back.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 from engine.backends.paged.block_manager import BlockManager
@@ -22,10 +29,17 @@ from engine.backends.paged.sequence import Sequence, SequenceStatus
 
 @dataclass(frozen=True, slots=True)
 class ScheduledSeq:
-    """``num_tokens`` tokens of ``seq`` to compute this step, from ``seq.num_computed_tokens`` on."""
+    """``num_tokens`` tokens of ``seq`` to compute this step, from ``seq.num_computed_tokens`` on, then the
+    drafted tokens ``draft`` (a decode only), each row giving logits to verify the next."""
 
     seq: Sequence
     num_tokens: int
+    draft: tuple[int, ...] = ()
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the step's batch: the sequence's tokens and the drafted ones."""
+        return self.num_tokens + len(self.draft)
 
     @property
     def samples(self) -> bool:
@@ -40,7 +54,11 @@ class SchedulerOutput:
 
     @property
     def num_batched_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.scheduled)
+        return sum(s.num_rows for s in self.scheduled)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return sum(len(s.draft) for s in self.scheduled)
 
     @property
     def is_empty(self) -> bool:
@@ -79,19 +97,32 @@ class Scheduler:
         self.block_manager.free(seq)
         seq.status = SequenceStatus.FINISHED
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, drafts: Mapping[int, Seq[int]] | None = None) -> SchedulerOutput:
+        """This step's batch; ``drafts`` maps a decoding sequence's id to the tokens it drafts (what fits is
+        taken)."""
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
         chosen: set[int] = set()
         preempted: list[Sequence] = []
         decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
         prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        # decodes still to schedule, and the blocks they need: a draft leaves them their rows and blocks
+        later_decodes = len(decodes)
+        later_blocks = sum(self.block_manager.new_blocks(s, 1) for s in decodes) if drafts else 0
         for seq in decodes + prefills:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this step
             n = min(seq.num_uncomputed_tokens, budget)
+            draft: tuple[int, ...] = ()
+            if seq.num_uncomputed_tokens == 1:
+                later_decodes -= 1
+                if drafts:
+                    later_blocks -= self.block_manager.new_blocks(seq, 1)
+                if drafts and seq.seq_id in drafts:
+                    draft = self._fitting_draft(seq, drafts[seq.seq_id], budget - 1 - later_decodes, later_blocks)
+                    n += len(draft)
             while not self.block_manager.can_append(seq, n):
                 victim = self._victim(chosen)
                 self._preempt(victim)
@@ -101,24 +132,41 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
             self.block_manager.append_slots(seq, n)
-            scheduled.append(ScheduledSeq(seq, n))
+            scheduled.append(ScheduledSeq(seq, n - len(draft), draft))
             chosen.add(seq.seq_id)
             budget -= n
         if not preempted:
             budget = self._admit(budget, scheduled)
         return SchedulerOutput(tuple(scheduled), tuple(preempted))
 
-    def postprocess(self, output: SchedulerOutput, sampled: dict[int, int]) -> None:
-        """Record the computed tokens and append each sampled token (keyed by seq_id)."""
+    def postprocess(self, output: SchedulerOutput, sampled: Mapping[int, int | Seq[int]]) -> None:
+        """Record the computed tokens and append what each sequence sampled (keyed by seq_id): a token, or
+        the drafted tokens it kept followed by the token sampled after them. A drafted token that was not
+        kept loses its KV slot, and the blocks that held only such tokens go back to the pool before any
+        block is registered in the prefix cache."""
         for item in output.scheduled:
             seq = item.seq
-            seq.num_computed_tokens += item.num_tokens
-            self.block_manager.commit(seq)
-            token = sampled.get(seq.seq_id)
-            if token is not None:
+            got = sampled.get(seq.seq_id)
+            tokens = () if got is None else (got,) if isinstance(got, int) else tuple(got)
+            kept = max(0, len(tokens) - 1)
+            if kept > len(item.draft) or tuple(tokens[:kept]) != item.draft[:kept]:
+                raise RuntimeError(f"sequence {seq.seq_id} kept tokens it did not draft")
+            for token in tokens:
                 seq.append_token(token)
+            seq.num_computed_tokens += item.num_tokens + kept
+            if kept < len(item.draft):
+                self.block_manager.trim(seq)
+            self.block_manager.commit(seq)
 
     # -- internals ----------------------------------------------------------------------------
+    def _fitting_draft(self, seq: Sequence, draft: Seq[int], rows: int, spare_blocks: int) -> tuple[int, ...]:
+        """As much of ``draft`` as fits ``rows`` rows and the free blocks, ``spare_blocks`` of them left over."""
+        draft = tuple(draft[: max(0, rows)])
+        bm = self.block_manager
+        while draft and bm.new_blocks(seq, 1 + len(draft)) > bm.num_free_blocks - spare_blocks:
+            draft = draft[: len(draft) - 1]
+        return draft
+
     def _admit(self, budget: int, scheduled: list[ScheduledSeq]) -> int:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]

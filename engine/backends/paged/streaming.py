@@ -38,10 +38,12 @@ class StreamWriter:
     def advance(self, out: StepOutput) -> None:
         seq = out.seq
         stream = seq.owner.stream
+        if seq.is_finished or stream.finished:  # a token verified after the one that ended the request
+            return
         stream.cached_tokens = seq.num_cached_tokens
         lp = (self._logprob(out.token, out.logprobs),) if out.logprobs is not None else ()
         n_before = len(stream.generated)
-        done = stream.push(out.token, logprobs=lp, context_full=seq.num_tokens >= self.n_ctx)
+        done = stream.push(out.token, logprobs=lp, context_full=out.num_tokens >= self.n_ctx)
         self.generated_tokens += len(stream.generated) - n_before
         if done:
             self._release(seq)

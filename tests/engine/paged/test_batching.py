@@ -40,7 +40,7 @@ def engine_for(model: Model, **cfg) -> LLMEngine:
 
 def make_seq(prompt: list[int], params: SamplingParams) -> Sequence:
     sampler = RequestSampler(params, vocab_size=VOCAB, eos_ids=[], device=torch.device("cpu"))
-    return Sequence(prompt, params, block_size=4, owner=SimpleNamespace(sampler=sampler))
+    return Sequence(prompt, params, block_size=4, owner=SimpleNamespace(sampler=sampler, drafter=None))
 
 
 def drive(engine: LLMEngine, seqs: list[Sequence], arrivals: dict[int, list[Sequence]] | None = None) -> dict:
