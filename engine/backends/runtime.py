@@ -56,7 +56,7 @@ class RequestStream:
 
     __slots__ = (
         "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
-        "finished", "t_submit", "t_first", "rendered", "drafter", "_piece", "_is_eog",
+        "finished", "t_submit", "t_first", "rendered", "drafter", "_piece", "_is_eog", "_held",
     )  # fmt: skip
 
     def __init__(
@@ -84,6 +84,7 @@ class RequestStream:
         self.drafter = drafter
         self._piece = piece
         self._is_eog = is_eog
+        self._held: list[GenerationChunk] | None = None
 
     @classmethod
     def open(
@@ -141,6 +142,32 @@ class RequestStream:
     def request_id(self) -> str:
         return self.request.request_id
 
+    def hold(self) -> None:
+        """Keep this stream's chunks back until :meth:`release`.
+
+        A loop that samples many streams in one step holds them all while it samples: a consumer woken by its
+        chunk would take the interpreter lock at the loop's next call into llama.cpp and keep it for its own
+        work (the answer's JSON, the socket), so every stream sampled after it would wait. Released together
+        at the end of the step, the consumers do that work while llama.cpp computes the next one. Measured on
+        the busy 2-core CI VM with the tiny vision model (median step, five runs): on one thread a step of
+        eight streams 4.9-5.4 ms -> 3.7-4.3, of four 2.3-2.8 -> 2.1-2.4; on two threads 4.2 -> 3.5 and
+        3.9 -> 3.1.
+        """
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        """Hand over the chunks kept back since :meth:`hold`, in order, and stop keeping them back."""
+        held, self._held = self._held, None
+        for chunk in held or ():
+            self.out.put(chunk)
+
+    def _put(self, chunk: GenerationChunk) -> None:
+        if self._held is None:
+            self.out.put(chunk)
+        else:
+            self._held.append(chunk)
+
     def push(self, token: int, *, logprobs: tuple[TokenLogprob, ...] = (), context_full: bool = False) -> bool:
         """Stream the next token; returns whether the request is over (its final chunk is then sent).
 
@@ -162,7 +189,7 @@ class RequestStream:
         hit = False
         if self.stops is not None:
             text, hit = self.stops.feed(text)
-        self.out.put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs))
+        self._put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs))
         if hit:
             self.finish("stop")
         elif params.max_tokens is not None and len(self.generated) >= params.max_tokens:
@@ -191,7 +218,7 @@ class RequestStream:
         tps = None
         if self.t_first is not None and n_gen > 1 and end > self.t_first:
             tps = (n_gen - 1) / (end - self.t_first)
-        self.out.put(
+        self._put(
             GenerationChunk(
                 text=tail,
                 finish_reason=reason,

@@ -548,14 +548,20 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             if s.sample_debt > 0 and len(decoding) < len(ready):
                 s.sample_debt = max(0.0, s.sample_debt - step)  # it sat this step out
         alone = len(ready) == 1
-        for s, row, draft in plans:
-            t1 = time.perf_counter()
-            if draft:
-                self._verify(s, row, draft)
-            else:
-                self._advance(s, row)
-            spent = time.perf_counter() - t1
-            s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
+        for s in decoding:  # each stream's token reaches its consumer once all are drawn (RequestStream.hold)
+            s.stream.hold()
+        try:
+            for s, row, draft in plans:
+                t1 = time.perf_counter()
+                if draft:
+                    self._verify(s, row, draft)
+                else:
+                    self._advance(s, row)
+                spent = time.perf_counter() - t1
+                s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
+        finally:
+            for s in decoding:
+                s.stream.release()
 
     def _prefill_media(self, seq: Sequence, m: MediaChunk) -> None:
         """Encode picture (or sound) ``m`` of ``seq``'s prompt and put its embeddings into the slot's KV; a
