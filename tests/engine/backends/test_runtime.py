@@ -87,3 +87,16 @@ def test_closing_the_iterator_early_cancels():
     assert next(it).text == "Hel"
     it.close()
     assert cancelled == [True]
+
+
+def test_a_held_stream_hands_its_chunks_over_in_order_only_once_released():
+    s = stream(max_tokens=2)
+    s.push(1)
+    s.hold()
+    assert s.push(2) is True  # its last token: the final chunk is held back too
+    assert [c.text for c in collect(s)] == ["Hel"]
+    s.release()
+    chunks = collect(s)
+    assert [c.text for c in chunks] == ["lo", ""] and chunks[-1].finish_reason == "length"
+    s.release()  # nothing held: nothing more comes
+    assert collect(s) == []
