@@ -14,12 +14,14 @@ The chunks themselves (what mtmd encodes) travel beside the tokens in a :class:`
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import logging
+import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +148,25 @@ class Projector:
         self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))
         self.encoded = 0  # chunks encoded since loading (a cached picture is not encoded again)
         self.pictures = PictureCache()  # pictures read lately: sent again, they are not decoded again
+        self._reading = 0
+        self._reading_lock = threading.Lock()
+
+    @property
+    def reading(self) -> int:
+        """How many prompts' pictures or sounds request threads are reading into chunks now (decoding the
+        file, resizing and slicing it: tens of milliseconds of a core each)."""
+        return self._reading
+
+    @contextlib.contextmanager
+    def reading_media(self) -> Iterator[None]:
+        """Count a prompt's media as being read (:attr:`reading`) while the block runs."""
+        with self._reading_lock:
+            self._reading += 1
+        try:
+            yield
+        finally:
+            with self._reading_lock:
+                self._reading -= 1
 
     def check(self, media: Sequence[MediaInput], model_name: str) -> None:
         """Refuse media this projector cannot take in, with one sentence naming the part.
@@ -171,6 +192,10 @@ class Projector:
                 f"The prompt has {text.count(MEDIA_MARKER)} media markers ({MEDIA_MARKER}) for {len(media)} "
                 f"pictures or sounds; do not write {MEDIA_MARKER} in a message's text.", param="messages"
             )  # fmt: skip
+        with self.reading_media():
+            return self._read(text, media, bos)
+
+    def _read(self, text: str, media: Sequence[MediaInput], bos: int | None) -> MediaPrompt:
         bitmaps = (mtmd.mtmd_bitmap_p_ctypes * max(1, len(media)))()
         made: list[int] = []
         chunks = None

@@ -221,6 +221,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
         cpus = usable_cpus()
         self.thread_policy = ThreadPolicy(n_threads, cpus=cpu_count(cpus), pinned=not adapt_threads)
+        self._team = n_threads  # the threads the context computes on now (see _fit_team)
         self._cpu_sample = cpu_sample or (lambda: read_cpu_sample(cpus))
         self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
         self._thread.start()
@@ -314,6 +315,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 self._call_credit = self._call_credit - (time.perf_counter() - t0) if self._running else 0.0
             if self._running:
                 t0 = time.perf_counter()
+                self._fit_team()
                 try:
                     self._step()
                 except Exception as exc:  # never let one bad step kill the loop
@@ -337,9 +339,26 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         else:
             policy.observe(sample)
         if policy.threads != before:
-            llama_cpp.llama_set_n_threads(self.ctx, policy.threads, policy.threads)
+            self._fit_team()
             log.debug("decoding on %d threads instead of %d: other processes use %.2f cores",
                       policy.threads, before, policy.others or 0.0)  # fmt: skip
+
+    @property
+    def compute_threads(self) -> int:
+        """The threads the last step computed on: :attr:`n_threads`, or one fewer while pictures were read."""
+        return self._team
+
+    def _fit_team(self) -> None:
+        """Compute on the policy's threads, one fewer while request threads of this process read pictures and
+        the team would take every core: a team member sharing its core with a picture being decoded stalls
+        every barrier of the step (two threads on two cores, four 1280x960 JPEGs being read: steps of the tiny
+        vision model take several times as long as on one thread)."""
+        team = self.thread_policy.threads
+        if 1 < team and team >= self.thread_policy.cpus and self.projector is not None and self.projector.reading:
+            team -= 1
+        if team != self._team:
+            llama_cpp.llama_set_n_threads(self.ctx, team, team)
+            self._team = team
 
     def _reap_cancelled(self) -> None:
         for seq in [s for s in self._waiting if s.cancelled]:

@@ -136,6 +136,32 @@ def test_picture_and_text_requests_share_a_batch_and_answer_as_alone(vision_back
     assert results == alone
 
 
+def test_the_loop_leaves_a_core_to_pictures_being_read():
+    from engine.backends.llamacpp import LlamaCppBackend
+    from engine.backends.threads import cpu_count, usable_cpus
+
+    cpus = cpu_count(usable_cpus())
+    if cpus < 2:
+        pytest.skip("one CPU: the loop has no core to leave")
+    backend = LlamaCppBackend()
+    spec = ModelSpec(name="tiny-vision", path=tiny_vision.MODEL_PATH, mmproj=tiny_vision.MMPROJ_PATH)
+    backend.load(spec, LoadOptions(n_ctx=256, n_seq_max=1, n_threads=cpus))  # a team on every core
+    try:
+        loop, projector = backend.loop, backend.projector
+        assert loop is not None and projector is not None
+        _run(backend, _request(max_tokens=2))
+        assert loop.compute_threads == cpus
+        with projector.reading_media():  # a request thread decoding a picture file
+            assert projector.reading == 1
+            _run(backend, _request(max_tokens=2))
+            assert loop.compute_threads == cpus - 1
+        assert projector.reading == 0
+        _run(backend, _request(checkerboard(), max_tokens=2))  # read before it is prefilled: the team is whole
+        assert loop.compute_threads == cpus and projector.reading == 0
+    finally:
+        backend.close()
+
+
 def test_an_unreadable_file_is_refused_naming_the_part(vision_backend):
     with pytest.raises(InvalidRequest, match=r"messages\[0\]\.content\[1\] is not an image"):
         list(vision_backend.stream(_request(b"this is not a picture")))
