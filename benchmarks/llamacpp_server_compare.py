@@ -13,9 +13,14 @@ Goals, read from the summary it prints:
 - against llama_cpp.server (issue 9): at 16 streams Hearth's output tokens/s >= 1.8x the peer's, and
   Hearth's TTFT p99 <= 5 s;
 - against llama-server (issue 16): one stream within 5% of its output tokens/s (ratio >= 0.95), first
-  token (TTFT p50) within 10 ms of it, and 16 streams at least level (ratio >= 1.0).
+  token (TTFT p50) within 10 ms of it, and 16 streams at least level (ratio >= 1.0);
+- with --speculation-ab (issue 34): a second Hearth with `--speculative off` runs beside the first (the
+  default, `--speculative auto`) in the same run, interleaved with it level by level; at 16 streams Hearth
+  with speculation gives at least 1.0x the tokens/s of Hearth without it. The drafted and kept tokens of
+  each level come from the answers' usage. --no-peer leaves the peer out (the A/B alone).
 
     .venv/bin/python benchmarks/llamacpp_server_compare.py [--llama-server PATH] [--threads N] [--requests N] [--rounds N]
+    .venv/bin/python benchmarks/llamacpp_server_compare.py --speculation-ab [--no-peer] --concurrency 16
 
 On a machine whose speed drifts from minute to minute (a shared VM), one round's ratio moves by 10-20%;
 --rounds N repeats the levels with fresh prompts, alternating which server goes first, and judges the
@@ -61,12 +66,20 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="runs of every level, each with prompts of its own; goals use the medians",
     )
+    ap.add_argument(
+        "--speculation-ab",
+        action="store_true",
+        help="also run Hearth with --speculative off, beside Hearth with speculation (auto), and print the ratio",
+    )
+    ap.add_argument("--no-peer", action="store_true", help="with --speculation-ab: no peer, Hearth against itself")
     ap.add_argument("--input-len", default="uniform:32-128")
     ap.add_argument("--output-len", default="fixed:128")
     ap.add_argument(
         "--out", type=Path, default=Path("bench-out") / f"llamacpp-server-{datetime.now():%Y%m%d-%H%M%S}"
     )
     args = ap.parse_args(argv)
+    if args.no_peer and not args.speculation_ab:
+        ap.error("--no-peer leaves nothing to compare without --speculation-ab")
 
     from engine.backends.llamacpp.backend import default_threads
     from engine.bench.peers import LlamaCppPythonServer, LlamaServer, PeerServer, eos_ban
@@ -77,17 +90,24 @@ def main(argv: list[str] | None = None) -> int:
     extra_body = json.dumps(eos_ban(args.model))
     # Hearth serves the starter model under its registered name; any other file is loaded and requested by path.
     model = STARTER_NAME if args.model == starter_model_path() else str(args.model)
-    hearth = WorkerSupervisor(
-        port=0,
-        api_key="",
-        model=model,
-        extra_args=["--backend", "llamacpp", "--parallel", str(args.parallel), "--ctx", str(args.ctx)]
-        + ["--threads", str(threads)],
-        log_path=args.out / "hearth-serve.log",
-        startup_timeout=300,
-    )
-    peer: PeerServer
-    if args.llama_server:
+
+    def hearth_server(speculative: str, log_name: str) -> WorkerSupervisor:
+        return WorkerSupervisor(
+            port=0,
+            api_key="",
+            model=model,
+            extra_args=["--backend", "llamacpp", "--parallel", str(args.parallel), "--ctx", str(args.ctx)]
+            + ["--threads", str(threads), "--speculative", speculative],
+            log_path=args.out / log_name,
+            startup_timeout=300,
+        )
+
+    hearth = hearth_server("auto", "hearth-serve.log")
+    plain = hearth_server("off", "hearth-speculative-off.log") if args.speculation_ab else None
+    peer: PeerServer | None
+    if args.no_peer:
+        peer = None
+    elif args.llama_server:
         peer = LlamaServer(
             args.llama_server, args.model, n_ctx=args.ctx, parallel=args.parallel, n_threads=threads,
             log_path=args.out / "llama-server.log",
@@ -96,18 +116,25 @@ def main(argv: list[str] | None = None) -> int:
         peer = LlamaCppPythonServer(
             args.model, n_ctx=args.ctx, n_threads=threads, log_path=args.out / "llama-cpp-server.log"
         )
-    label = peer.name if args.llama_server else "llama_cpp.server"
+    label = "" if peer is None else peer.name if args.llama_server else "llama_cpp.server"
     rounds: list[dict] = []
-    hearth.start()
     try:
-        peer.start()
+        hearth.start()
+        servers = [(hearth.base_url, "hearth")]
+        if plain is not None:
+            plain.start()
+            servers.append((plain.base_url, PLAIN))
+        if peer is not None:
+            peer.start()
+            servers.insert(0, (peer.url, label))
         for r in range(args.rounds):
             # Each round has prompts of its own (no round is served from an earlier one's cache), and the
             # rounds alternate which server goes first at each level, so a machine that drifts favours neither.
-            first, second = ((peer.url, label), (hearth.base_url, "hearth"))[:: 1 if r % 2 == 0 else -1]
+            order = servers[:: 1 if r % 2 == 0 else -1]
             out = args.out if args.rounds == 1 else args.out / f"round-{r + 1}"
-            cmd = [sys.executable, "-m", "engine.cli", "bench", "--url", first[0], "--compare", second[0]]
-            cmd += ["--label", first[1], second[1], "--model-file", str(args.model), "--model", model]
+            cmd = [sys.executable, "-m", "engine.cli", "bench", "--url", order[0][0], "--compare"]
+            cmd += [url for url, _ in order[1:]] + ["--label", *(name for _, name in order)]
+            cmd += ["--model-file", str(args.model), "--model", model]
             cmd += [
                 "--concurrency",
                 args.concurrency,
@@ -126,9 +153,17 @@ def main(argv: list[str] | None = None) -> int:
             report = json.loads((out / "bench.json").read_text())
             rounds.append({(row["server"], row["level"]): row for row in report["results"]})
     finally:
-        peer.stop()
+        if peer is not None:
+            peer.stop()
+        if plain is not None:
+            plain.stop()
         hearth.stop()
     levels = sorted({level for by in rounds for _, level in by})
+    ok = True
+    if plain is not None:
+        ok = _speculation_summary(rounds, levels)
+    if peer is None:
+        return 0 if ok else 1
     print()
     print(
         f"{'round':>5} {'level':>5} {'peer tok/s':>11} {'hearth tok/s':>13} {'ratio':>6} {'TTFT p50 gap':>13} {'hearth TTFT p99':>16} {'peer TTFT p99':>14}"
@@ -144,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{m['ratio']:>5.2f}x {m['ttft_gap_ms']:>+10.1f} ms {h['ttft_s']['p99']:>15.2f}s {p['ttft_s']['p99']:>13.2f}s"
             )
     if args.llama_server:
-        return _llama_server_summary(rounds, levels, label)
+        return _llama_server_summary(rounds, levels, label) or (0 if ok else 1)
     top = levels[-1]
     ratios = [m["ratio"] for by in rounds if (m := _measures(by, label, top)) is not None]
     if ratios:
@@ -155,7 +190,43 @@ def main(argv: list[str] | None = None) -> int:
             f"\nat {top:g} streams: throughput {statistics.median(ratios):.2f}x (median of {len(ratios)} round(s); "
             f"goal >= 1.8x), Hearth TTFT p99 {ttft_p99:.2f} s (goal <= 5 s)"
         )
-    return 0
+    return 0 if ok else 1
+
+
+PLAIN = "hearth-speculative-off"
+
+
+def _drafts(row: dict) -> str:
+    drafted, kept = row.get("draft_tokens"), row.get("accepted_draft_tokens")
+    if drafted is None or kept is None:
+        return "not reported"
+    return f"{drafted} drafted, {kept} kept" + (f" ({kept / drafted:.0%})" if drafted else "")
+
+
+def _speculation_summary(rounds: list[dict], levels: list) -> bool:
+    """Hearth with speculation (auto) against Hearth without (off), in the same run: tokens/s ratio per level
+    and round, the drafts, and issue 34's goal on the median at 16 streams or more (>= 1.0x)."""
+    print(f"\n{'round':>5} {'level':>5} {'spec tok/s':>11} {'off tok/s':>10} {'ratio':>6}  drafts (speculation on)")
+    for i, by in enumerate(rounds, 1):
+        for level in levels:
+            m = _measures(by, PLAIN, level)
+            if m is None:
+                continue
+            on, off = by[("hearth", level)], by[(PLAIN, level)]
+            print(f"{i:>5} {level:>5g} {on['output_throughput_tok_s']:>11.1f} {off['output_throughput_tok_s']:>10.1f} "
+                  f"{m['ratio']:>5.2f}x  {_drafts(on)}")  # fmt: skip
+    ok = True
+    for level in levels:
+        ratios = [m["ratio"] for by in rounds if (m := _measures(by, PLAIN, level)) is not None]
+        if not ratios:
+            continue
+        line = f"{level:g} stream(s): speculation on / off {statistics.median(ratios):.3f}x (median of {len(ratios)} round(s))"
+        if level >= 16:
+            met = statistics.median(ratios) >= 1.0
+            line += f" (goal >= 1.0x: {'met' if met else 'NOT met'})"
+            ok = ok and met
+        print(line)
+    return ok
 
 
 def _measures(by: dict, label: str, level: float) -> dict[str, float] | None:
