@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.options import LoadOptions
-from engine.backends.speculative import MODES, SpeculativeOptions
+from engine.backends.speculative import SpeculativeOptions
 from engine.errors import InvalidRequest
 from engine.paths import private_file
 
@@ -43,7 +43,8 @@ class ModelLoadSettings:
         rope_orig_ctx: The context the model was trained with, for YaRN (None: the file's).
         cpu_moe: MoE experts kept on the CPU: those of the first N layers, or :data:`CPU_MOE_ALL` for all.
         speculative: Speculative decoding for this model, as ``hearth serve --speculative`` takes it (``auto``,
-            ``ngram``, ``off``...), over the server's own; a request's ``speculative: false`` still turns it off.
+            ``ngram``, ``draft:MODEL``, ``off``), over the server's own; a request's ``speculative: false`` still
+            turns it off.
     """
 
     n_ctx: int | None = None
@@ -88,9 +89,8 @@ class ModelLoadSettings:
         """
         if self.speculative is None:
             return None
-        if not isinstance(self.speculative, str):
-            raise InvalidRequest(f"'speculative' must be one of {', '.join(MODES)}, as text.", param="speculative")
-        return SpeculativeOptions.parse(self.speculative)
+        text = self.speculative if isinstance(self.speculative, str) else repr(self.speculative)  # 3: refused as "3"
+        return SpeculativeOptions.parse(text)
 
     @property
     def is_empty(self) -> bool:

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu-moe", type=_cpu_moe, metavar="N|all",
                    help="keep MoE experts in CPU memory: those of the first N layers, or all")  # fmt: skip
     p.add_argument("--speculative", metavar="MODE",
-                   help="speculative decoding for this model: auto, ngram (prompt lookup) or off; over the server's")  # fmt: skip
+                   help="speculative decoding for this model: auto, ngram (prompt lookup), draft:MODEL (a "
+                        "registered model of the same vocabulary) or off; over the server's")  # fmt: skip
     p.add_argument("--save", action="store_true", help="remember these settings for every later load of MODEL")
     add_worker_args(p)
     p.set_defaults(run=run_load)

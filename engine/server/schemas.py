@@ -155,7 +155,7 @@ class ModelLoadBody(LoadBody):
     rope_scale: float | None = Field(default=None, ge=1.0, le=64.0, description="YaRN RoPE scaling factor")
     rope_orig_ctx: int | None = Field(default=None, ge=16, description="the trained context YaRN scales from")
     cpu_moe: int | None = Field(default=None, ge=-1, description="MoE experts on the CPU: first N layers', -1 all")
-    speculative: str | None = Field(default=None, description="speculative decoding: auto, ngram or off")
+    speculative: str | None = Field(default=None, description="speculative decoding: auto, ngram, draft:MODEL or off")
     save: bool = Field(default=False, description="remember these settings for every later load of the model")
 
 

@@ -11,7 +11,8 @@ import asyncio
 from fastapi import APIRouter, Request
 
 from engine.backends.options import LoadOptions
-from engine.errors import InvalidRequest
+from engine.backends.speculative import DRAFT
+from engine.errors import InvalidRequest, ModelNotFound
 from engine.load_settings import ModelLoadSettings
 from engine.server.api_models import ModelSettingsAnswer
 from engine.server.schemas import ModelLoadBody, ModelSettingsBody
@@ -40,7 +41,7 @@ def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:
         InvalidRequest: a value out of range.
         ModelNotFound: no such model.
     """
-    given = body_settings(body)
+    given = check_draft(manager, body_settings(body))
     if given.is_empty and body.parallel is None:
         return None
     model = manager.resolve(body.model)
@@ -50,6 +51,25 @@ def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:
 
         options = replace(options, n_seq_max=body.parallel)
     return options
+
+
+def check_draft(manager, settings: ModelLoadSettings) -> ModelLoadSettings:
+    """``settings``, when the draft model a ``draft:MODEL`` mode names is one the worker has: over HTTP a draft
+    is named as any model is, by its registered name, never by a path on this machine's disk.
+
+    Raises:
+        InvalidRequest: no registered model has that name.
+    """
+    speculative = settings.speculative_options()
+    if speculative is not None and speculative.mode == DRAFT and speculative.draft_model:
+        try:
+            manager.resolve(speculative.draft_model)
+        except ModelNotFound:
+            raise InvalidRequest(
+                f"The draft model '{speculative.draft_model}' is not one of this worker's models; "
+                "name one that GET /v1/models lists.", param="speculative",
+            ) from None  # fmt: skip
+    return settings
 
 
 def save_loaded(manager, body: ModelLoadBody, name: str) -> None:
@@ -81,6 +101,6 @@ async def put_settings(request: Request, name: str, body: ModelSettingsBody) -> 
         raise InvalidRequest(f"Unknown load setting '{unknown}'; see GET /api/models/NAME/settings for the names.", param=unknown)
     model = await asyncio.to_thread(manager.resolve, name)
     fields = {k: getattr(body, k) for k in ModelSettingsBody.model_fields}
-    settings = ModelLoadSettings(**fields).validate()
+    settings = await asyncio.to_thread(check_draft, manager, ModelLoadSettings(**fields).validate())
     await asyncio.to_thread(manager.load_settings.put, model.name, settings)
     return _answer(manager, model.name, settings)

@@ -86,6 +86,11 @@ def test_the_speculative_decoding_choice_is_saved_with_the_rest_and_shown_again(
         kept = _open_dialog(qtbot, window)  # saved as "auto" (by `hearth load`): shown as Automatic, kept so
         assert kept.speculative.currentText() == "Automatic" and kept.settings()["speculative"] == "auto"
         kept.close()
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, {"speculative": f"draft:{STARTER_NAME}"}))
+        drafts = _open_dialog(qtbot, window)  # a draft model (`hearth load --speculative draft:MODEL`): shown, kept
+        assert drafts.speculative.currentText() == f"Draft model: {STARTER_NAME}"
+        assert drafts.settings()["speculative"] == f"draft:{STARTER_NAME}"
+        drafts.close()
     finally:  # the session's worker goes on with its own settings
         _call(qtbot, window.api.save_model_settings(STARTER_NAME, {}))
         dialog.close()

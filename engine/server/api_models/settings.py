@@ -17,7 +17,7 @@ class LoadSettings(Answer):
     rope_scale: float | None = None
     rope_orig_ctx: int | None = None
     cpu_moe: int | None = None  # experts of the first N layers on the CPU; -1: every layer's
-    speculative: str | None = None  # auto | ngram | off (as `hearth serve --speculative`); None: the server's
+    speculative: str | None = None  # auto | ngram | draft:MODEL | off (as `hearth serve --speculative`); None: the server's
 
 
 class ModelSettingsAnswer(Answer):

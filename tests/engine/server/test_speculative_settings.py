@@ -69,3 +69,19 @@ def test_a_speculative_mode_hearth_does_not_have_is_refused_and_not_saved(server
     r = httpx.post(f"{server.root}/api/models/load", json={"model": MODEL, "speculative": "maybe", "save": True},
                    headers=server.headers, timeout=60)  # fmt: skip
     assert r.status_code == 400 and "auto, ngram" in r.json()["error"]["message"]
+
+
+def test_a_model_saved_with_a_draft_model_loads_it_by_its_registered_name_and_never_by_a_path(server, starter_path):
+    refused = _put(server, {"speculative": f"draft:{starter_path}"})  # a file on the disk, named over HTTP
+    assert refused.status_code == 400 and "GET /v1/models" in refused.json()["error"]["message"]
+    assert _settings(server)["settings"]["speculative"] is None
+    try:
+        assert _put(server, {"speculative": f"draft:{MODEL}"}).status_code == 200  # the starter drafts for itself
+        _unload(server)
+        drafted, kept = _drafts(server)
+        stats = httpx.get(f"{server.root}/api/stats", headers=server.headers, timeout=30).json()["models"][MODEL]
+        assert stats["draft_model"] == starter_path.name and stats["draft_model_refused"] is None
+        assert drafted > 0 and kept > 0
+    finally:
+        _put(server, {})
+        _unload(server)
