@@ -232,6 +232,13 @@ def test_a_url_that_does_not_answer_is_one_clear_line(tmp_path):
     assert not (tmp_path / "r" / "bench.json").exists()
 
 
+def test_speculative_is_for_the_server_bench_starts_and_a_url_is_told_what_to_send(tmp_path):
+    from engine.worker.supervisor import free_port
+
+    out = hearth("bench", "--url", f"http://127.0.0.1:{free_port()}/v1", "--speculative", "off", "--out", str(tmp_path / "r"))
+    assert out.returncode == 1 and "--extra-body" in out.stderr and '"speculative": false' in out.stderr
+
+
 def test_ctrl_c_saves_and_prints_what_was_measured(fake_server, tmp_path):
     dataset = tmp_path / "slow.jsonl"
     dataset.write_text(json.dumps({"prompt": "slow please", "max_tokens": 20}) + "\n")
