@@ -148,3 +148,75 @@ def test_a_full_queue_refuses_a_request_and_unloading_cancels_the_rest(tmp_path)
         backend.close()
     assert list(first)[-1].finish_reason == "cancelled"
     assert list(second)[-1].finish_reason == "cancelled"
+
+
+# A batch of rows rounds otherwise than one row, so a drafted step may flip a greedy pick where the plain run's
+# two best tokens are this close (in log-probability); anywhere else the answers must be the same.
+NEAR_TIE = 0.01
+SOURCE = '''def fit_report(model, hardware, *, context=4096, slots=1):
+    """How a model fits this machine: weights, KV cache and what is left."""
+    weights = model.size_bytes
+    kv = model.kv_bytes_per_token * context * slots
+    free = hardware.ram_available - weights - kv
+    return {"weights": weights, "kv": kv, "free": free, "fits": free > 0}
+'''
+
+
+def same_up_to_a_near_tie(drafted: list, plain: list) -> None:
+    """Both runs' chunks give the same tokens, or part at a place where the plain run's top two were a near-tie."""
+    got = [(t, lp) for c in drafted for t, lp in zip(c.token_ids, c.logprobs, strict=True)]
+    want = [(t, lp) for c in plain for t, lp in zip(c.token_ids, c.logprobs, strict=True)]
+    for i, ((token, _), (wanted, lp)) in enumerate(zip(got, want, strict=False)):
+        if token != wanted:
+            gap = lp.top[0][1] - lp.top[1][1]
+            assert gap < NEAR_TIE, f"token {i} differs where the plain run's best two were {gap:.4f} apart"
+            return
+    assert len(got) == len(want)
+
+
+def test_drafts_from_a_prediction_give_the_plain_greedy_tokens_with_their_logprobs(paged_backend):
+    copy = (ChatMessage("user", f"Copy this code exactly, with no comment:\n\n{SOURCE}"),)
+    run(paged_backend, messages=copy, temperature=0, max_tokens=1)  # both runs then reuse one cached prompt
+
+    def answer(**fields):
+        request = GenerationRequest(model="s", messages=copy, params=SamplingParams(temperature=0, max_tokens=48, logprobs=2),
+                                    **fields)  # fmt: skip
+        return list(paged_backend.stream(request))
+
+    before = paged_backend.stats().details
+    plain = answer(speculative=False)
+    drafted = answer(prediction=SOURCE)  # drafted from whatever a row costs
+    same_up_to_a_near_tie(drafted, plain)
+    assert plain[-1].draft_tokens == 0 and plain[-1].finish_reason == drafted[-1].finish_reason
+    final = drafted[-1]
+    assert final.draft_tokens >= final.accepted_draft_tokens >= 16  # it copies: a third of the steps saved at least
+    assert final.completion_tokens == plain[-1].completion_tokens
+    after = paged_backend.stats().details
+    assert after["draft_tokens"] - before["draft_tokens"] == final.draft_tokens
+    assert after["accepted_draft_tokens"] - before["accepted_draft_tokens"] == final.accepted_draft_tokens
+    assert wait_idle(paged_backend)["blocks_used"] == 0
+
+
+def test_drafted_answers_follow_a_grammar_and_end_at_a_stop_string_as_plain_ones_do(paged_backend):
+    from engine.types import ResponseFormat
+
+    copy = (ChatMessage("user", f"Copy this code exactly, with no comment:\n\n{SOURCE}"),)
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+    cases = [  # (seeded draws and penalties: tests/engine/paged/test_speculation.py)
+        {"stop": ("size_bytes",), "max_tokens": 40},
+        {"response_format": ResponseFormat(type="json_schema", schema=schema), "max_tokens": 24},
+    ]
+    for case in cases:
+        fields = dict(case)
+        fmt = fields.pop("response_format", ResponseFormat())
+        params = SamplingParams(**{"temperature": 0, **fields})
+        answers = [
+            list(paged_backend.stream(GenerationRequest(model="s", messages=copy, params=params, response_format=fmt, **extra)))
+            for extra in ({"speculative": False}, {"prediction": SOURCE})
+        ]  # fmt: skip
+        plain, drafted = ("".join(c.text for c in chunks) for chunks in answers)
+        assert drafted == plain, case
+        assert answers[1][-1].draft_tokens > 0 and answers[1][-1].finish_reason == answers[0][-1].finish_reason, case
+        if "stop" in case:
+            assert answers[0][-1].finish_reason == "stop" and plain.endswith("model.")
+    assert plain.startswith('{"code"')
