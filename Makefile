@@ -12,8 +12,9 @@ PIP_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 EXTRAS ?=
 PYTEST_ARGS ?=
 # The suite runs in two processes, each test file in one of them (its servers and models are started once):
-# many tests wait on a worker or a subprocess, so two keep two cores busy. TEST_PROCESSES= runs it in one.
-TEST_PROCESSES ?= -n 2 --dist loadfile
+# many tests wait on a worker or a subprocess, so two keep two cores busy. Files are handed out in collection
+# order, the slowest first (tests/conftest.py, SLOW_FILES), so both end together. TEST_PROCESSES= runs it in one.
+TEST_PROCESSES ?= -n 2 --dist loadfile --no-loadscope-reorder
 # `make package` edition: standard (llama.cpp, no torch) or cuda (adds torch and the paged engine).
 EDITION ?= standard
 EDITION_SUFFIX := $(if $(filter cuda,$(EDITION)),-cuda,)

@@ -14,6 +14,43 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 
 
+# The files that take longest (their servers, models and subprocesses), slowest first: `make test` hands whole files
+# to its two processes in collection order, so these start first and the two processes end together. Measured with
+# `make test PYTEST_ARGS=--durations=0`; a file missing from the list simply keeps its place.
+SLOW_FILES = (
+    "tests/engine/backends/test_mlx.py",
+    "tests/engine/bench/test_bench.py",
+    "tests/engine/backends/test_conformance.py",
+    "tests/engine/paged/test_cli_paged.py",
+    "tests/engine/backends/test_llamacpp_batching.py",
+    "tests/engine/paged/test_parity.py",
+    "tests/engine/documents/test_cli_api.py",
+    "tests/engine/worker/test_supervisor.py",
+    "tests/engine/server/test_fuzz.py",
+    "tests/app/test_api_page.py",
+    "tests/remote/test_remote_api.py",
+    "tests/remote/test_remote_app.py",
+    "tests/engine/commands/test_worker_commands.py",
+    "tests/engine/server/test_concurrency.py",
+    "tests/engine/server/test_docs_chat.py",
+    "tests/engine/catalog/test_vision_cli.py",
+)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """After any shuffling (pytest-randomly's, whose wrapper this one encloses), move the slow files to the front,
+    slowest first; every file keeps its tests together and in their order, and the others keep theirs."""
+    result = yield
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    order = sorted(files, key=lambda name: rank.get(name, len(rank)))  # stable: the rest keep their order
+    items[:] = [item for name in order for item in files[name]]
+    return result
+
+
 @pytest.fixture(scope="session", autouse=True)
 def hearth_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every test runs against a fresh data folder, never the user's."""
