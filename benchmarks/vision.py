@@ -11,7 +11,10 @@ the same things through /v1/chat/completions, side by side and alternating which
 - the same picture again: its time to the first token against the first one's, per side (goal <= 0.3 for
   Hearth). With the tiny model the encoder is nearly free, so the in-process breakdown below says what is left.
 - four chats decoding text while four others arrive with pictures: the text chats' decode tokens/s against
-  their rate alone (goal >= 0.9), and against four text companions (the same batch, no pictures).
+  their rate alone (goal >= 0.9), and against four text companions (the same batch, no pictures); and beside
+  four "brief" picture chats that answer in one token: their pictures read, encoded and prefilled beside the
+  text chats, with no rows of their own after that. Each ratio is taken within a round (the same minute of a
+  drifting machine) and given as the median and the spread of the rounds.
 
 Then, in this process, where Hearth's time for one picture goes: base64, the server's checks
 (engine.server.media.check_image), llama.cpp reading the file, mtmd's preprocessing and the encoder.
@@ -30,9 +33,32 @@ laying a picture it has seen out from its size:
 
 With the tiny model the encoder costs a few milliseconds; what is left of a first picture is llama.cpp
 decoding the file (stb_image, ~17 ms for this JPEG) and mtmd resizing and slicing it (~10-25 ms), which
-llama-server does too. Text chats beside four picture chats keep their rate beside four text chats (1.4x of
-it here, on both sides), but not 0.9x of their rate alone: eight rows a step instead of four slow both
-servers alike (0.73-0.75x).
+llama-server does too.
+
+Text chats beside four picture chats that answer as long as they do: what slows them is the picture chats'
+answers, not their pictures. Every step then decodes eight rows instead of four, and with this model a row
+is dear: its logits over SmolLM2's 49k-token vocabulary are most of a step (the llama.cpp call of a step,
+1 thread: 1.3 ms for four rows, 2.3-2.5 for eight; Hearth's whole step 2.1-2.8 ms and 3.7-5.4 ms). A picture's
+own work in the loop is small: its two chunks' encode and embeddings (2-3 ms each) and its text's prefill,
+about 7 ms a picture, against the 400-600 ms the text chats decode for. So the "+4 pictures / alone" figure is
+that of any four companions (llama-server's is as low) and cannot reach 0.9 with this model; a real model,
+whose step costs its weights rather than its rows, is where that goal can be judged. What pictures add on
+their own is "brief pictures / alone" and "pictures / text". Measured on the busy 2-core CI VM (load 4-9 from
+other jobs), 1 thread, 9 rounds (the concurrent part 4), after the loop began handing a step's tokens to
+their streams together at its end and leaving a core to pictures being read:
+
+                                         Hearth              llama-server
+    first picture, TTFT (ms)             53.9 (ratio 1.00)   53.7
+    the same picture again / first       0.28                0.86
+    text chats, +4 pictures / alone      0.80 [0.46-1.33]    0.65 [0.60-0.98]
+    text chats, +4 pictures / +4 text    0.89 [0.67-1.17]    1.15 [0.82-1.67]
+    text chats, +4 brief pictures / alone 1.06 [0.72-1.40]   0.70 [0.53-0.82]
+
+On two threads this VM gives no steady figure while other jobs run (rates swing 10x between rounds on both
+sides); a two-thread team stalls at every barrier whenever one of its cores is taken, by another process or by
+this one's request threads reading a picture (in-process at load 9, a 4-row step of this model: 3.8 ms on one
+thread, 7.8 with another thread reading JPEGs beside it; 143 ms and 628 ms on two threads). That is why the loop computes on one thread fewer
+while pictures are read and its team takes every core; the projector's encoder keeps its own thread count.
 """
 
 from __future__ import annotations
@@ -178,17 +204,24 @@ def first_and_again(sides: list[Side], args) -> dict[str, dict[str, list[float]]
     return out
 
 
+COMPANIONS = ("none", "text", "pictures", "brief pictures")
+
+
 def text_rates(side: Side, args, companions: str, seed: int) -> float:
-    """Mean decode tokens/s of four text chats, with four ``companions`` ("none", "text", "pictures") started once
-    the text chats decode."""
+    """Mean decode tokens/s of four text chats, with four ``companions`` started once the text chats decode:
+    "none"; "text" or "pictures", chats that answer as long as the text chats (with a picture each, or without);
+    "brief pictures", chats with a picture each that answer in one token (their picture read, encoded and
+    prefilled beside the text chats' decoding, and no rows of their own after it)."""
     questions = [f"Write a long story about a lighthouse keeper number {seed * 10 + i}." for i in range(4)]
     with ThreadPoolExecutor(8) as pool:
         texts = [pool.submit(side.decode_rate, None, args.tokens, q) for q in questions]
         time.sleep(0.05)  # the text chats are decoding when the others arrive
         others = []
-        if companions != "none":
-            for i in range(4):
-                pic = photo(5000 + seed * 10 + i, args.size, args.format) if companions == "pictures" else None
+        for i in range(4 if companions != "none" else 0):
+            pic = photo(5000 + seed * 10 + i, args.size, args.format) if companions != "text" else None
+            if companions == "brief pictures":
+                others.append(pool.submit(side.ttft, pic, f"{QUESTION} ({seed}, {i})"))
+            else:
                 others.append(pool.submit(side.decode_rate, pic, args.tokens, f"{QUESTION} ({seed}, {i})"))
         rates = [f.result() for f in texts]
         for f in others:
@@ -204,7 +237,8 @@ def breakdown(args) -> list[tuple[str, float]]:
     from engine.server import media
     from engine.types import MEDIA_MARKER, MediaInput
 
-    llm = llama_cpp.Llama(str(args.model), n_ctx=2048, n_threads=args.threads, verbose=False)
+    # n_threads_batch too: llama-cpp-python's default is every core, and the embeddings are decoded as a batch
+    llm = llama_cpp.Llama(str(args.model), n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
     proj = Projector(args.mmproj, llm._model.model, n_threads=args.threads, use_gpu=False)
     steps: dict[str, list[float]] = {}
     try:
@@ -257,10 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             for s in sides:  # load, warm up
                 s.ttft(photo(1, args.size, args.format))
             times = first_and_again(sides, args)
-            rates = {s.name: {c: [] for c in ("none", "text", "pictures")} for s in sides}
+            rates = {s.name: {c: [] for c in COMPANIONS} for s in sides}
             for r in range(max(3, args.rounds // 2)):
                 for s in sides if r % 2 == 0 else sides[::-1]:
-                    for c in ("none", "text", "pictures"):
+                    for c in COMPANIONS if r % 2 == 0 else COMPANIONS[::-1]:
                         rates[s.name][c].append(text_rates(s, args, c, r))
         finally:
             for s in sides:
@@ -274,10 +308,14 @@ def main(argv: list[str] | None = None) -> int:
         for n in med:
             print(f"{n}: the same picture again / first: {med[n]['again'] / med[n]['first']:.2f}"
                   + (" (goal <= 0.3)" if n == "hearth" else ""))  # fmt: skip
-        print(f"\n{'text chats decode tok/s, 4 of them':34} {'alone':>8} {'+4 text':>8} {'+4 pictures':>12} {'vs alone':>9} {'vs text':>8}")
+        print(f"\n{'text chats decode tok/s, 4 of them':34} {'alone':>8} {'+4 text':>8} {'+4 pictures':>12} {'+4 brief pictures':>18}")
         for n, by in rates.items():
-            a, t, pc = (statistics.median(by[c]) for c in ("none", "text", "pictures"))
-            print(f"{n:34} {a:8.1f} {t:8.1f} {pc:12.1f} {pc / a:9.2f} {pc / t:8.2f}")
+            print(f"{n:34} " + " ".join(f"{statistics.median(by[c]):{w}.1f}" for c, w in zip(COMPANIONS, (8, 8, 12, 18), strict=True)))
+        print("each round's rate beside the companions / its rate alone (or beside text chats): median [min-max]")
+        for n, by in rates.items():
+            for c, base in (("pictures", "none"), ("pictures", "text"), ("brief pictures", "none")):
+                ratios = [x / y for x, y in zip(by[c], by[base], strict=True) if y > 0]
+                print(f"  {n:13} {c:15} / {base:5} {statistics.median(ratios):5.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
         print("goal: Hearth's text chats with four picture chats >= 0.9x their rate alone")
     print("\nWhere Hearth's time for one picture goes (in-process, ms):")
     for name, ms in breakdown(args):
