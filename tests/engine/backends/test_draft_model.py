@@ -15,7 +15,7 @@ from engine.backends.base import LoadOptions, ModelSpec
 from engine.backends.speculative import SpeculativeOptions
 from engine.errors import DraftModelUnusable, ModelNotFound
 from engine.types import ResponseFormat
-from tests.engine.backends.test_speculative import COPY, generate
+from tests.engine.backends.test_speculative import COPY, SOURCE, generate
 from tests.engine.server.tiny_reranker import GGUF_PATH as RERANKER_PATH
 from tests.engine.server.tiny_vision import MODEL_PATH as VISION_PATH
 
@@ -78,6 +78,21 @@ def test_greedy_answers_are_the_plain_ones_and_nearly_every_drafted_token_is_kep
     assert got[0] == want[0] and got[1].startswith("{") and got[2].accepted_draft_tokens > 0
     stats = drafting.stats().details
     assert stats["accepted_draft_tokens"] > 0 and stats["draft_tokens"] >= stats["accepted_draft_tokens"]
+
+
+def test_a_prompt_longer_than_a_catch_up_block_is_computed_over_several_steps(plain, drafting):
+    from engine.backends.llamacpp.draft_model import CATCHUP_BLOCK
+
+    text = f"{COPY}\n\nIt goes on, the same code again:\n\n{SOURCE}\n\n{SOURCE}"
+    assert len(drafting.prompt_tokens(generate_request(text))) > CATCHUP_BLOCK
+    got, want = generate(drafting, text, max_tokens=24), generate(plain, text, max_tokens=24)
+    assert got[0] == want[0] and got[2].accepted_draft_tokens > 0
+
+
+def generate_request(text: str):
+    from engine.types import ChatMessage, GenerationRequest
+
+    return GenerationRequest(model="s", messages=(ChatMessage("user", text),))
 
 
 def test_requests_at_once_draft_in_their_own_sequences(plain, drafting):
