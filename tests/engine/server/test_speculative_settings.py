@@ -14,7 +14,7 @@ from tests.engine.server.conftest import API_KEY, MODEL
 
 def _drafts(server, **extra) -> tuple[int, int]:
     """Tokens drafted and kept for a greedy answer that copies a block of code (usage counts them)."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": COPY}], "max_tokens": 48, "temperature": 0, **extra}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": COPY}], "max_tokens": 24, "temperature": 0, **extra}
     r = httpx.post(f"{server.base_url}/chat/completions", json=body, headers=server.headers, timeout=120)
     assert r.status_code == 200, r.text
     details = r.json()["usage"]["completion_tokens_details"]
