@@ -12,7 +12,7 @@ from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
 from engine.backends.runtime import RequestStream, refuse_media
-from engine.backends.speculative import Drafter, SpeculativeOptions
+from engine.backends.speculative import DraftSource, SpeculativeOptions
 from engine.chat_template import ChatTemplate
 from engine.errors import EmbeddingsUnsupported, ModelLoadError
 from engine.tools import RenderedChat, render_request
@@ -30,7 +30,7 @@ class RequestState:
     sampler: RequestSampler
 
     @property
-    def drafter(self) -> Drafter | None:
+    def drafter(self) -> DraftSource | None:
         """What the request drafts (speculative decoding), None where it does not."""
         return self.stream.drafter
 
