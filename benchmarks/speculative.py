@@ -13,12 +13,17 @@ differently from one row on several threads, so an answer may part from the plai
 each such place is reported with the plain run's gap between its two best tokens (in log-probability),
 and the answers are compared up to it.
 
+With ``--draft MODEL`` (a registered name or a .gguf path), a second worker runs with ``--speculative
+draft:MODEL`` and each prompt gets a row more: the draft model's drafts against plain decoding in that worker.
+On a small CPU a draft that costs as much as the target (the starter as its own draft) is slower than plain
+decoding even when every drafted token is kept: the figure says what a draft model costs here.
+
 With ``--llama-server PATH`` (a llama-server built from the same llama.cpp, see benchmarks/peers.md),
 the same prompts run on it with no speculation and with each ``--spec-type`` given (default
 ``ngram-map-k``), as `/completion` with the same rendered prompt, and its tokens per second are printed
 beside Hearth's.
 
-    .venv/bin/python benchmarks/speculative.py [--tokens 256] [--threads 2] [--llama-server PATH]
+    .venv/bin/python benchmarks/speculative.py [--tokens 256] [--threads 2] [--draft MODEL] [--llama-server PATH]
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ PROMPTS = {
 class Worker:
     """A `hearth serve` in a fresh HEARTH_HOME."""
 
-    def __init__(self, threads: int, ctx: int) -> None:
+    def __init__(self, threads: int, ctx: int, speculative: str = "auto") -> None:
         from engine.worker.net import free_port
 
         self.home = Path(tempfile.mkdtemp(prefix="hearth-spec-"))
@@ -106,6 +111,7 @@ class Worker:
         cmd = [
             sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), "--model", MODEL,
             "--backend", "llamacpp", "--parallel", "1", "--ctx", str(ctx), "--threads", str(threads),
+            "--speculative", speculative,
         ]  # fmt: skip
         self.log = open(self.home / "worker.log", "wb")  # noqa: SIM115 - open for the worker's life
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -172,14 +178,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each side per prompt (default 3)")
     parser.add_argument("--llama-server", type=Path, help="also time this llama-server binary")
     parser.add_argument("--spec-type", action="append", default=None, help="llama-server --spec-type (repeatable)")
+    parser.add_argument("--draft", metavar="MODEL", help="also time a draft model (a registered name or a .gguf path)")
     args = parser.parse_args(argv)
 
-    worker = Worker(args.threads, ctx=2048)
+    rows = measure(Worker(args.threads, ctx=2048), args, PROMPTS)
+    if args.draft:
+        drafts = {f"{name} [draft]": p for name, p in PROMPTS.items() if p[2] is None}  # a prediction drafts by lookup
+        rows += measure(Worker(args.threads, ctx=2048, speculative=f"draft:{args.draft}"), args, drafts)
+
+    print(f"Hearth, starter model, {args.threads} threads, greedy, {args.tokens} tokens, median of {args.rounds}:")
+    print(f"{'prompt':30} {'plain tok/s':>11} {'spec tok/s':>11} {'ratio':>6} {'drafted':>8} {'kept':>6}  same answer")
+    for r in rows:
+        same = "yes" if r["divergence"] is None else f"to token {r['divergence'][0]} (near-tie, gap {r['divergence'][1]:.3f})"
+        print(
+            f"{r['prompt']:30} {r['plain']:11.1f} {r['speculative']:11.1f} {r['speculative'] / r['plain']:6.2f}"
+            f" {r['drafted']:8d} {r['accepted']:6d}  {same}"
+        )
+    if args.llama_server:
+        llama_server_rows(args, rows)
+    return 0
+
+
+def measure(worker: Worker, args, prompts: dict) -> list[dict]:
+    """Each prompt with speculation and without it, alternately, on ``worker`` (closed at the end)."""
     rows = []
     try:
         with worker.client() as c:
             generate(c, "Hello.", 8, speculative=False, prediction=None)  # warm up
-            for name, (kind, prompt, prediction) in PROMPTS.items():
+            for name, (kind, prompt, prediction) in prompts.items():
                 plain_tps, spec_tps, plain, drafted = [], [], None, None
                 generate(c, prompt, 8, speculative=False, prediction=None)  # the prompt in the prefix cache for both
                 for _ in range(args.rounds):
@@ -202,18 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 })  # fmt: skip
     finally:
         worker.close()
-
-    print(f"Hearth, starter model, {args.threads} threads, greedy, {args.tokens} tokens, median of {args.rounds}:")
-    print(f"{'prompt':28} {'plain tok/s':>11} {'spec tok/s':>11} {'ratio':>6} {'drafted':>8} {'kept':>6}  same answer")
-    for r in rows:
-        same = "yes" if r["divergence"] is None else f"to token {r['divergence'][0]} (near-tie, gap {r['divergence'][1]:.3f})"
-        print(
-            f"{r['prompt']:28} {r['plain']:11.1f} {r['speculative']:11.1f} {r['speculative'] / r['plain']:6.2f}"
-            f" {r['drafted']:8d} {r['accepted']:6d}  {same}"
-        )
-    if args.llama_server:
-        llama_server_rows(args, rows)
-    return 0
+    return rows
 
 
 def llama_server_rows(args, rows) -> None:
