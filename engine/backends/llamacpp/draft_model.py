@@ -271,8 +271,10 @@ class ModelDrafter(DraftSource):
     def propose(self, limit: int, row_cost: float = 0.0) -> list[int]:
         if self.paused():
             return []
-        # what a drafted row costs the target's step is weighed; the draft's own steps are what the user chose
-        k = min(best_length(self.keep_rate, row_cost, self.max_draft), limit)
+        # The user chose the draft model: it drafts whatever a row costs on this machine now (as ``ngram``), so
+        # what is drafted never follows the machine's load; a draft ends where the draft is unsure (DRAFT_P_MIN),
+        # shortens as the keep rate falls, and pauses after drafts refused outright.
+        k = min(best_length(self.keep_rate, 0.0, self.max_draft), limit)
         if k <= 0:
             return []
         return self.draft.draft(self, k)
