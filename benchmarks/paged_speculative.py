@@ -27,63 +27,15 @@ rewrite code 15.2 -> 27.7 tok/s (1.82x) and 14.1 -> 24.5 (1.74x); copy text 16.0
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import httpx  # noqa: E402
-from speculative import KEY, MODEL, PROMPTS, divergence, generate  # noqa: E402
-
-
-class PagedWorker:
-    """A `hearth serve --backend paged` in a fresh HEARTH_HOME."""
-
-    def __init__(self, threads: int, ctx: int, speculative: str) -> None:
-        from engine.worker.net import free_port
-
-        self.home = Path(tempfile.mkdtemp(prefix="hearth-paged-spec-"))
-        self.port = free_port()
-        env = {**os.environ, "HEARTH_HOME": str(self.home), "HEARTH_API_KEY": KEY}
-        cmd = [
-            sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), "--model", MODEL,
-            "--backend", "paged", "--parallel", "1", "--ctx", str(ctx), "--threads", str(threads),
-            "--speculative", speculative,
-        ]  # fmt: skip
-        self.log = open(self.home / "worker.log", "wb")  # noqa: SIM115 - open for the worker's life
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"paged_speculative: the worker exited; see {self.home / 'worker.log'}")
-            try:
-                with self.client() as c:
-                    if c.get("/health").status_code == 200:
-                        return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise SystemExit("paged_speculative: the worker did not become ready in 300 s")
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers={"Authorization": f"Bearer {KEY}"}, timeout=1800)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-        shutil.rmtree(self.home, ignore_errors=True)
+from speculative import PROMPTS, Worker, divergence, generate  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prompts = {k: v for k, v in PROMPTS.items() if not args.prompt or k in args.prompt}
 
-    worker = PagedWorker(args.threads, ctx=2048, speculative=args.speculative)
+    worker = Worker(args.threads, ctx=2048, speculative=args.speculative, backend="paged")
     rows = []
     try:
         with worker.client() as c:

@@ -100,9 +100,9 @@ PROMPTS = {
 
 
 class Worker:
-    """A `hearth serve` in a fresh HEARTH_HOME."""
+    """A `hearth serve` in a fresh HEARTH_HOME, on ``backend`` (llamacpp, or paged for benchmarks/paged_speculative.py)."""
 
-    def __init__(self, threads: int, ctx: int, speculative: str = "auto") -> None:
+    def __init__(self, threads: int, ctx: int, speculative: str = "auto", backend: str = "llamacpp") -> None:
         from engine.worker.net import free_port
 
         self.home = Path(tempfile.mkdtemp(prefix="hearth-spec-"))
@@ -110,12 +110,12 @@ class Worker:
         env = {**os.environ, "HEARTH_HOME": str(self.home), "HEARTH_API_KEY": KEY}
         cmd = [
             sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), "--model", MODEL,
-            "--backend", "llamacpp", "--parallel", "1", "--ctx", str(ctx), "--threads", str(threads),
+            "--backend", backend, "--parallel", "1", "--ctx", str(ctx), "--threads", str(threads),
             "--speculative", speculative,
         ]  # fmt: skip
         self.log = open(self.home / "worker.log", "wb")  # noqa: SIM115 - open for the worker's life
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(f"speculative: the worker exited; see {self.home / 'worker.log'}")
@@ -126,10 +126,10 @@ class Worker:
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
-        raise SystemExit("speculative: the worker did not become ready in 240 s")
+        raise SystemExit("speculative: the worker did not become ready in 300 s")
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers={"Authorization": f"Bearer {KEY}"}, timeout=900)
+        return httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers={"Authorization": f"Bearer {KEY}"}, timeout=1800)
 
     def close(self) -> None:
         self.proc.terminate()
