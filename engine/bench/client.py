@@ -116,6 +116,14 @@ def _drafts(usage: Any) -> tuple[int | None, int | None]:
     return int(kept or 0) + int(refused or 0), int(kept or 0)
 
 
+def _still_cancelled(exc: BaseException | None = None) -> None:
+    """Raise CancelledError if this task was cancelled (Ctrl-C) and the HTTP stack turned that into an error or
+    an ended stream instead: the run must stop, not go on to its next request."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from exc
+
+
 async def send(
     client: Any,
     model: str,
@@ -128,6 +136,7 @@ async def send(
 ) -> RequestResult:
     """Send ``request`` as a streaming chat completion and time it. Never raises for a failed
     request (it comes back with ``ok=False`` and the reason); cancellation propagates."""
+    _still_cancelled()
     body: dict[str, Any] = {"ignore_eos": True} if ignore_eos else {}
     body.update(extra_body or {})
     start = time.perf_counter()
@@ -167,14 +176,15 @@ async def send(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
+        _still_cancelled(exc)
         result.e2e = time.perf_counter() - start
         result.error = describe_error(exc)
         return result
     finally:
         if stream is not None:
-            try:
-                await stream.close()
-            except Exception:  # the connection is already gone
+            try:  # bounded: an interrupted run must not wait on a connection that will not close
+                await asyncio.wait_for(stream.close(), 5.0)
+            except Exception:  # the connection is already gone, or would not close in time
                 log.debug("closing a stream failed", exc_info=True)
     if usage is not None and getattr(usage, "completion_tokens", None) is not None:
         result.output_tokens = int(usage.completion_tokens)

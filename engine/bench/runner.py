@@ -24,6 +24,8 @@ from engine.bench.servers import ServerInfo
 from engine.bench.stats import MemorySampler
 from engine.bench.workload import BenchRequest
 
+CLOSE_SECONDS = 5.0  # how long an interrupted run waits for a connection to close
+
 log = logging.getLogger(__name__)
 
 
@@ -149,8 +151,11 @@ class BenchRunner:
                 for server in self.servers:
                     await self._level(server, clients[server.label], level, n)
         finally:
-            for client in clients.values():
-                await client.close()
+            for client in clients.values():  # bounded: a Ctrl-C must end the run even if a connection will not close
+                try:
+                    await asyncio.wait_for(client.close(), CLOSE_SECONDS)
+                except Exception:  # the report is written whatever the client says
+                    log.debug("closing a client failed", exc_info=True)
 
     async def _send(
         self, client, server: ServerInfo, request: BenchRequest, level_start: float
