@@ -252,7 +252,7 @@ def test_ctrl_c_saves_and_prints_what_was_measured(fake_server, tmp_path):
             time.sleep(0.05)
         assert fake_server.finished >= 3, "the benchmark did not get going"
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=240)  # the report and its plots: seconds, far more on a busy machine
+        stdout, stderr = proc.communicate(timeout=120)  # the report and its plots: seconds, far more on a busy machine
     finally:
         if proc.poll() is None:
             proc.kill()
