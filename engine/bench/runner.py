@@ -14,6 +14,7 @@ import asyncio
 import logging
 import math
 import random
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,16 @@ from engine.bench.stats import MemorySampler
 from engine.bench.workload import BenchRequest
 
 CLOSE_SECONDS = 5.0  # how long an interrupted run waits for a connection to close
+
+
+def _on_ctrl_c(loop: asyncio.AbstractEventLoop, callback) -> bool:
+    """Call ``callback`` on Ctrl-C in place of asyncio's own handling (which only cancels the task, and an HTTP
+    stack can swallow a cancellation); False where the loop cannot take signal handlers (Windows, a thread)."""
+    try:
+        loop.add_signal_handler(signal.SIGINT, callback)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return False
+    return True
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +134,7 @@ class BenchRunner:
         self.observer = observer or _Silent()
         self.levels: list[LevelRun] = []
         self.warmups: dict[str, list[RequestResult]] = {}
+        self.interrupted = False  # Ctrl-C: no request starts after it
 
     def _client(self, server: ServerInfo):
         import httpx
@@ -142,7 +154,14 @@ class BenchRunner:
         )
 
     async def run(self) -> None:
-        """Warm up every server, then run each level on each server in turn."""
+        """Warm up every server, then run each level on each server in turn.
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C (what was measured so far stays in :attr:`levels`).
+        """
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        watching = _on_ctrl_c(loop, lambda: self._interrupt(main))
         clients = {s.label: self._client(s) for s in self.servers}
         try:
             for server in self.servers:
@@ -150,12 +169,34 @@ class BenchRunner:
             for level, n in zip(self.plan.levels, self.plan.requests, strict=True):
                 for server in self.servers:
                     await self._level(server, clients[server.label], level, n)
+        except asyncio.CancelledError:
+            if self.interrupted:  # Ctrl-C, as asyncio itself would say it
+                raise KeyboardInterrupt from None
+            raise
         finally:
             for client in clients.values():  # bounded: a Ctrl-C must end the run even if a connection will not close
                 try:
                     await asyncio.wait_for(client.close(), CLOSE_SECONDS)
                 except Exception:  # the report is written whatever the client says
                     log.debug("closing a client failed", exc_info=True)
+            if watching:
+                loop.remove_signal_handler(signal.SIGINT)
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+    def _interrupt(self, main: asyncio.Task | None) -> None:
+        """Ctrl-C: stop starting requests and end the run; a second one ends it at once."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        if main is not None:
+            main.cancel()
+
+    def _go_on(self) -> None:
+        """Before each request: a run that was interrupted sends no more, whatever its HTTP stack made of the
+        cancellation (a request error, or a request that went on)."""
+        if self.interrupted:
+            raise asyncio.CancelledError
 
     async def _send(
         self, client, server: ServerInfo, request: BenchRequest, level_start: float
@@ -180,6 +221,7 @@ class BenchRunner:
         results = self.warmups.setdefault(server.label, [])
 
         async def one(req: BenchRequest) -> None:
+            self._go_on()
             results.append(await self._send(client, server, req, t0))
 
         for i in range(0, len(reqs), width):
@@ -201,6 +243,7 @@ class BenchRunner:
         reqs = self.workload[:n]
 
         async def one(req: BenchRequest) -> None:
+            self._go_on()
             result = await self._send(client, server, req, t0)
             run.results.append(result)
             self.observer.request_done(run, result)

@@ -239,11 +239,20 @@ def test_speculative_is_for_the_server_bench_starts_and_a_url_is_told_what_to_se
     assert out.returncode == 1 and "--extra-body" in out.stderr and '"speculative": false' in out.stderr
 
 
+def _signal_state(pid: int) -> str:
+    """The process's signal masks as Linux shows them (blocked, ignored, caught), or nothing elsewhere."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return ""
+    return " ".join(line.replace("\t", "") for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
 def test_ctrl_c_saves_and_prints_what_was_measured(fake_server, tmp_path):
     dataset = tmp_path / "slow.jsonl"
     dataset.write_text(json.dumps({"prompt": "slow please", "max_tokens": 20}) + "\n")
     out = tmp_path / "report"
-    cmd = [sys.executable, "-m", "engine.cli", "bench", "--url", fake_server.url, "--dataset", str(dataset)]
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "engine.cli", "bench", "--url", fake_server.url, "--dataset", str(dataset)]
     cmd += ["--concurrency", "1", "--requests", "200", "--warmup", "0", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -251,8 +260,14 @@ def test_ctrl_c_saves_and_prints_what_was_measured(fake_server, tmp_path):
         while fake_server.finished < 3 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert fake_server.finished >= 3, "the benchmark did not get going"
+        signals = _signal_state(proc.pid)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)  # the report and its plots: seconds, far more on a busy machine
+        try:
+            stdout, stderr = proc.communicate(timeout=120)  # the report and its plots: seconds, more on a busy machine
+        except subprocess.TimeoutExpired:  # say where it was: its signal masks, and its threads' stacks (faulthandler)
+            proc.send_signal(signal.SIGABRT)
+            stdout, stderr = proc.communicate(timeout=30)
+            raise AssertionError(f"the benchmark went on after Ctrl-C; {signals}\n{stdout[-2000:]}\n{stderr[-6000:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
