@@ -30,7 +30,10 @@ CLOSE_SECONDS = 5.0  # how long an interrupted run waits for a connection to clo
 
 def _on_ctrl_c(loop: asyncio.AbstractEventLoop, callback) -> bool:
     """Call ``callback`` on Ctrl-C in place of asyncio's own handling (which only cancels the task, and an HTTP
-    stack can swallow a cancellation); False where the loop cannot take signal handlers (Windows, a thread)."""
+    stack can swallow a cancellation); False where the loop cannot take signal handlers (Windows, a thread), or
+    where Ctrl-C is not Python's to handle (ignored, as in a shell's background job, or taken by the caller)."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return False
     try:
         loop.add_signal_handler(signal.SIGINT, callback)
     except (NotImplementedError, RuntimeError, ValueError):

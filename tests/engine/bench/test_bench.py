@@ -252,7 +252,10 @@ def test_ctrl_c_saves_and_prints_what_was_measured(fake_server, tmp_path):
     dataset = tmp_path / "slow.jsonl"
     dataset.write_text(json.dumps({"prompt": "slow please", "max_tokens": 20}) + "\n")
     out = tmp_path / "report"
-    cmd = [sys.executable, "-X", "faulthandler", "-m", "engine.cli", "bench", "--url", fake_server.url, "--dataset", str(dataset)]
+    # As from a terminal: Ctrl-C is Python's to handle even where this test runs with SIGINT ignored (a shell's
+    # background job ignores it, and a child inherits that).
+    foreground = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); from engine.cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-X", "faulthandler", "-c", foreground, "bench", "--url", fake_server.url, "--dataset", str(dataset)]
     cmd += ["--concurrency", "1", "--requests", "200", "--warmup", "0", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
