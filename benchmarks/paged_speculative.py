@@ -27,7 +27,6 @@ rewrite code 15.2 -> 27.7 tok/s (1.82x) and 14.1 -> 24.5 (1.74x); copy text 16.0
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from speculative import PROMPTS, Worker, divergence, generate  # noqa: E402
+from speculative import PROMPTS, Worker, measure  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,35 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prompts = {k: v for k, v in PROMPTS.items() if not args.prompt or k in args.prompt}
 
-    worker = Worker(args.threads, ctx=2048, speculative=args.speculative, backend="paged")
-    rows = []
-    try:
-        with worker.client() as c:
-            generate(c, "Hello.", 8, speculative=False, prediction=None)  # warm up
-            for name, (_kind, prompt, prediction) in prompts.items():
-                plain_tps, spec_tps, plain, drafted = [], [], None, None
-                generate(c, prompt, 8, speculative=False, prediction=None)  # the prompt in the prefix cache for both
-                for _ in range(args.rounds):
-                    for speculative in (False, True):
-                        out = generate(c, prompt, args.tokens, speculative=speculative, prediction=prediction)
-                        tps = out["usage"]["completion_tokens"] / out["_seconds"]
-                        (spec_tps if speculative else plain_tps).append(tps)
-                        if speculative:
-                            drafted = out
-                        else:
-                            plain = out
-                assert plain is not None and drafted is not None
-                details = drafted["usage"].get("completion_tokens_details") or {}
-                accepted = details.get("accepted_prediction_tokens", 0)
-                rejected = details.get("rejected_prediction_tokens", 0)
-                rows.append({
-                    "prompt": name, "plain": statistics.median(plain_tps), "speculative": statistics.median(spec_tps),
-                    "accepted": accepted, "drafted": accepted + rejected, "divergence": divergence(plain, drafted),
-                    "runs": (plain_tps, spec_tps),
-                })  # fmt: skip
-                print(f"  {name}: plain {plain_tps}, speculative {spec_tps}", file=sys.stderr, flush=True)
-    finally:
-        worker.close()
+    rows = measure(Worker(args.threads, ctx=2048, speculative=args.speculative, backend="paged"), args, prompts)
 
     print(f"Hearth paged engine (CPU), starter model, {args.threads} threads, --speculative {args.speculative}, greedy, "
           f"{args.tokens} tokens, median of {args.rounds}:")  # fmt: skip
