@@ -42,6 +42,8 @@ class ModelFoldersSection(QWidget):
         super().__init__(parent)
         self.api = api
         self.folders: list[ModelFolder] = []
+        self._asked = 0  # calls made; an answer older than the one shown is not shown over it
+        self._shown = 0
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 8, 0, 0)
         header = QHBoxLayout()
@@ -61,12 +63,23 @@ class ModelFoldersSection(QWidget):
         self.list.setMaximumHeight(96)
         column.addWidget(self.list)
 
+    def _ask(self) -> int:
+        self._asked += 1
+        return self._asked
+
     def refresh(self) -> None:
+        asked = self._ask()
         call = self.api.folders()
-        call.succeeded.connect(self.set_folders)
+        call.succeeded.connect(lambda folders: self.set_folders(folders, asked))
         call.failed.connect(self._failed)
 
-    def set_folders(self, folders: list[ModelFolder]) -> None:
+    def set_folders(self, folders: list[ModelFolder], asked: int | None = None) -> None:
+        """Show ``folders``; ``asked``: the number of the call that answered them (a listing asked before an
+        add that has already answered is older than what the add showed, and is dropped)."""
+        if asked is not None:
+            if asked < self._shown:
+                return
+            self._shown = asked
         self.folders = list(folders)
         self.list.clear()
         for folder in self.folders:
@@ -83,8 +96,9 @@ class ModelFoldersSection(QWidget):
             self.add(path)
 
     def add(self, path: str) -> None:
+        asked = self._ask()
         call = self.api.add_folder(path)
-        call.succeeded.connect(lambda folders: self._done(folders, f"Added {path}; its models are listed now."))
+        call.succeeded.connect(lambda folders: self._done(folders, asked, f"Added {path}; its models are listed now."))
         call.failed.connect(self._failed)
 
     def remove_selected(self) -> None:
@@ -95,12 +109,15 @@ class ModelFoldersSection(QWidget):
         self.remove(item.data(Qt.ItemDataRole.UserRole))
 
     def remove(self, path: str) -> None:
+        asked = self._ask()
         call = self.api.remove_folder(path)
-        call.succeeded.connect(lambda folders: self._done(folders, f"Removed {path}; its files stay where they are."))
+        call.succeeded.connect(
+            lambda folders: self._done(folders, asked, f"Removed {path}; its files stay where they are.")
+        )
         call.failed.connect(self._failed)
 
-    def _done(self, folders: list[ModelFolder], text: str) -> None:
-        self.set_folders(folders)
+    def _done(self, folders: list[ModelFolder], asked: int, text: str) -> None:
+        self.set_folders(folders, asked)
         self.message.emit(text, False)
         self.changed.emit()
 

@@ -137,16 +137,15 @@ def sync_folders(registry) -> list[str]:
     from engine.catalog.other_apps_sync import sync_lock
 
     with sync_lock:
-        return _sync(registry)
+        return _sync(registry, FolderList(registry.home).folders())
 
 
-def _sync(registry) -> list[str]:
+def _sync(registry, folders: list[ModelFolder]) -> list[str]:
     from engine.catalog.other_apps import scan_lmstudio
     from engine.catalog.other_apps_sync import dismissed_names, register_found
     from engine.catalog.registry import ModelRow
     from engine.errors import HearthError
 
-    folders = FolderList(registry.home).folders()
     own = _own(registry.home)
     listed = [f.path for f in folders]
     known = registry.list()
@@ -179,13 +178,23 @@ def count_models(registry, folder: Path) -> int:
     return sum(1 for m in registry.list() if _inside(m.path, folder))
 
 
-def folder_rows(registry) -> list[dict]:
-    """Each folder as `hearth folders list --json` and ``GET /api/folders`` show it (``api_models.ModelFolder``)."""
-    return [
-        {"path": str(f.path), "online": f.online, "downloads": f.downloads,
-         "models": count_models(registry, f.path) if f.online else 0}  # fmt: skip
-        for f in FolderList(registry.home).folders()
-    ]
+def folder_rows(registry, *, sync: bool = False) -> list[dict]:
+    """Each folder as `hearth folders list --json` and ``GET /api/folders`` show it (``api_models.ModelFolder``).
+
+    ``sync``: first register the folders' models (`sync_folders`), from the same read of the folder list and
+    under the same lock, so a folder another request adds meanwhile is never counted before its models are
+    registered (it showed "0 models" until the next listing)."""
+    from engine.catalog.other_apps_sync import sync_lock
+
+    with sync_lock:
+        folders = FolderList(registry.home).folders()
+        if sync:
+            _sync(registry, folders)
+        return [
+            {"path": str(f.path), "online": f.online, "downloads": f.downloads,
+             "models": count_models(registry, f.path) if f.online else 0}  # fmt: skip
+            for f in folders
+        ]
 
 
 __all__ = ["FolderList", "ModelFolder", "ORIGIN", "count_models", "folder_rows", "sync_folders"]

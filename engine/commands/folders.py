@@ -47,8 +47,7 @@ def run(args: argparse.Namespace) -> int:
         said = f"Removed {path} from the model folders; its files were left in place."
     else:
         refresh(registry)
-        sync_folders(registry)
-    rows = folder_rows(registry)
+    rows = folder_rows(registry, sync=args.action not in ("add", "rm"))
     if args.json:
         print(json.dumps({"folders": rows}, indent=2))
         return 0

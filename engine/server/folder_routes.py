@@ -13,12 +13,11 @@ router = APIRouter(prefix="/api")
 
 
 def _rows(registry) -> dict:
-    from engine.catalog.model_folders import folder_rows, sync_folders
+    from engine.catalog.model_folders import folder_rows
     from engine.catalog.other_apps_sync import refresh
 
     refresh(registry)  # an offline folder's models leave the list, and come back with it
-    sync_folders(registry)
-    return {"folders": folder_rows(registry)}
+    return {"folders": folder_rows(registry, sync=True)}
 
 
 @router.get("/folders", response_model=FolderListAnswer)

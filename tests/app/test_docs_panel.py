@@ -5,11 +5,11 @@ opened again and after a restart. A real window offscreen and a real worker."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.app.helpers import fresh_chat
 from tests.engine.documents.conftest import PDF_PAGES, write_pdf
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ def test_attach_ask_sources_and_open_a_citation(qtbot, window, tmp_path: Path):
     (folder / "bees.md").write_text("# Bees\n\nThe hive is inspected every nine days.\n")
     (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
 
-    window.chats.new_chat()  # the session's store holds other tests' chats; the window may open one of them
+    fresh_chat(window, max_tokens=16)  # the session's window holds other tests' chats, settings and all
     ui = window.docs
     opened = []
     ui.open_url = opened.append
@@ -45,8 +45,6 @@ def test_attach_ask_sources_and_open_a_citation(qtbot, window, tmp_path: Path):
     assert ui.button.text() == "Docs (1)"
 
     chat_id = window.chats.chat_id
-    settings = window.store.get_chat(chat_id).settings
-    window.controller.update_settings(chat_id, replace(settings, sampling=replace(settings.sampling, max_tokens=16)))
     with qtbot.waitSignal(window.controller.answer_finished, timeout=240_000) as finished:
         window.chats.composer.send_requested.emit("How do I reset the thermostat?")
     outcome = finished.args[0]

@@ -129,3 +129,22 @@ def test_model_folders_are_added_shown_offline_and_removed(qtbot, window, tmp_pa
     finally:
         if len(section.folders) > 1:
             _call(qtbot, window.api.remove_folder(str(drive)))
+
+
+def test_a_folder_listing_asked_before_an_add_is_not_shown_over_the_add(qtbot, window, tmp_path):
+    """The page asks for the folders (opening it), then the user adds one and its answer comes first: the older
+    listing's answer, arriving after, must not take the new folder off the list again."""
+    from app.widgets.model_folders import ModelFoldersSection
+    from engine.server.api_models import ModelFolder
+
+    section = ModelFoldersSection(window.api)
+    qtbot.addWidget(section)
+    old = [ModelFolder(path="/models", online=True, downloads=True)]
+    new = [*old, ModelFolder(path=str(tmp_path), online=True, models=1)]
+    listing, add = section._ask(), section._ask()  # the order the two calls were made in
+    section.set_folders(new, add)  # the add answered first
+    section.set_folders(old, listing)
+    assert [f.path for f in section.folders] == ["/models", str(tmp_path)]
+    assert section.list.item(1).text() == f"{tmp_path}  —  1 model"
+    section.set_folders(old, section._ask())  # a listing asked after the add is shown
+    assert [f.path for f in section.folders] == ["/models"]

@@ -130,6 +130,46 @@ def test_a_listing_that_read_the_old_folders_does_not_forget_a_model_added_meanw
         registry.close()
 
 
+def test_a_listing_never_shows_a_folder_added_meanwhile_with_none_of_its_models(tmp_path, starter_path, monkeypatch):
+    """``GET /api/folders`` while another request adds a folder: the listing registers and counts from one
+    read of the folder list, so it shows the new folder with its models, or not yet, never with "0 models"
+    (the app's list kept that stale line when the listing's answer came last)."""
+    import threading
+
+    from engine.catalog import model_folders
+
+    registry = ModelRegistry(tmp_path / "home", register_starter=False)
+    drive = _folder(tmp_path / "drive", starter_path)
+    read, go_on = threading.Event(), threading.Event()
+    real_folders = FolderList.folders
+
+    def slow_folders(self):
+        rows = real_folders(self)
+        if threading.current_thread().name == "listing" and not read.is_set():  # pauses after its first read
+            read.set()
+            go_on.wait(10)
+        return rows
+
+    monkeypatch.setattr(FolderList, "folders", slow_folders)
+    answers = []
+    try:
+        listing = threading.Thread(
+            target=lambda: answers.append(model_folders.folder_rows(registry, sync=True)), name="listing"
+        )
+        listing.start()
+        assert read.wait(10)
+        FolderList(registry.home).add(str(drive))  # the other request's add, while the listing is under way
+        go_on.set()
+        listing.join(10)
+        [rows] = answers
+        assert all(row["models"] == 1 for row in rows if row["path"] == str(drive)), rows
+        [row] = [r for r in model_folders.folder_rows(registry, sync=True) if r["path"] == str(drive)]
+        assert row["models"] == 1  # the adding request's own answer
+    finally:
+        go_on.set()
+        registry.close()
+
+
 def test_downloads_go_to_the_first_folder_online(tmp_path):
     from engine.catalog.downloads import DownloadManager
 
