@@ -56,7 +56,8 @@ class RequestStream:
 
     __slots__ = (
         "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
-        "finished", "t_submit", "t_first", "rendered", "drafter", "_piece", "_is_eog", "_held",
+        "finished", "t_submit", "t_first", "rendered", "drafter", "draft_tokens", "accepted_draft_tokens", "_piece",
+        "_is_eog", "_held",
     )  # fmt: skip
 
     def __init__(
@@ -82,6 +83,8 @@ class RequestStream:
         self.t_first: float | None = None
         self.rendered = rendered
         self.drafter = drafter
+        self.draft_tokens = 0  # drafted tokens the model judged (usage's accepted and rejected prediction tokens)
+        self.accepted_draft_tokens = 0  # of them, those that became part of the answer
         self._piece = piece
         self._is_eog = is_eog
         self._held: list[GenerationChunk] | None = None
@@ -168,13 +171,21 @@ class RequestStream:
         else:
             self._held.append(chunk)
 
-    def push(self, token: int, *, logprobs: tuple[TokenLogprob, ...] = (), context_full: bool = False) -> bool:
+    def verifying(self, drafted: int) -> None:
+        """The backend judges a draft of ``drafted`` tokens this step (their verdicts come with :meth:`push`)."""
+        self.draft_tokens += drafted
+
+    def push(
+        self, token: int, *, logprobs: tuple[TokenLogprob, ...] = (), context_full: bool = False, kept_draft: bool = False
+    ) -> bool:
         """Stream the next token; returns whether the request is over (its final chunk is then sent).
 
         Args:
             token: The token the backend sampled.
             logprobs: Its log-probabilities, when the request asked for them.
             context_full: Whether the sequence has no room left for another token.
+            kept_draft: Whether it is a drafted token the model agreed with. Only those that reach the
+                answer count as accepted: one after a stop string or the end of the answer does not.
         """
         if self.t_first is None:
             self.t_first = time.perf_counter()
@@ -183,6 +194,7 @@ class RequestStream:
             self.finish("stop")
             return True
         self.generated.append(token)
+        self.accepted_draft_tokens += kept_draft
         if self.drafter is not None:
             self.drafter.push(token)
         text = self.decoder.feed(self._piece(token))
@@ -229,8 +241,8 @@ class RequestStream:
                 tokens_per_second=tps,
                 error=error,
                 stop_sequence=self.stops.matched if self.stops is not None else None,
-                draft_tokens=self.drafter.drafted if self.drafter is not None else 0,
-                accepted_draft_tokens=self.drafter.accepted if self.drafter is not None else 0,
+                draft_tokens=self.draft_tokens,
+                accepted_draft_tokens=self.accepted_draft_tokens,
             )
         )
 

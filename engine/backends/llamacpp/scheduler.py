@@ -614,12 +614,14 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         sampling from a draft model's distribution); the cells of the drafted tokens not kept are removed."""
         slot = seq.placed
         drafter = seq.stream.drafter
+        if draft:
+            seq.stream.verifying(len(draft))
         kept = 0
         for j in range(len(draft) + 1):
             judged = None
             if drafter is not None and j < len(draft):
                 judged = drafter.judge(j, seq.sampler.logits(self.ctx, row + j))
-            self._advance(seq, row + j, judged)
+            self._advance(seq, row + j, judged, draft[j] if j < len(draft) else None)
             if seq.status is SeqStatus.FINISHED or j == len(draft) or seq.pending != draft[j]:
                 break
             slot.tokens.append(draft[j])  # its cell was computed in this step's batch
@@ -632,9 +634,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_draft_tokens += len(draft)
         self.stats_accepted_tokens += kept
 
-    def _advance(self, seq: Sequence, row: int, token: int | None = None) -> None:
+    def _advance(self, seq: Sequence, row: int, token: int | None = None, drafted: int | None = None) -> None:
         """Take ``seq``'s next token from batch row ``row``: ``token`` where it was judged already, else its
-        sampler's draw."""
+        sampler's draw; ``drafted``: the token drafted for this position, if any (kept when it is the one taken)."""
         try:
             if token is None:
                 token = seq.sampler.sample(self.ctx, row, cancelled=lambda: seq.cancelled)
@@ -649,7 +651,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         if seq.params.logprobs is not None:
             lp = (seq.sampler.logprobs(self.ctx, row, token),)
         n_before = len(seq.stream.generated)
-        done = seq.stream.push(token, logprobs=lp, context_full=seq.n_past + 1 >= seq.n_ctx)
+        done = seq.stream.push(token, logprobs=lp, context_full=seq.n_past + 1 >= seq.n_ctx, kept_draft=token == drafted)
         self.stats_generated_tokens += len(seq.stream.generated) - n_before
         if done:
             self._release(seq)

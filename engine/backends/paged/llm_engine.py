@@ -29,6 +29,8 @@ class StepOutput:
     token: int
     logprobs: tuple[float, list[int], list[float]] | None
     num_tokens: int
+    drafted: int = 0  # on a sequence's first output of a step: the tokens it drafted and had judged in it
+    kept_draft: bool = False  # a drafted token the model agreed with
 
 
 class LLMEngine:
@@ -86,7 +88,10 @@ class LLMEngine:
             self.num_draft_tokens += v.drafted
             self.num_accepted_tokens += v.kept
             first = v.seq.num_tokens - len(v.tokens)
-            out += [StepOutput(v.seq, t, lp, first + i + 1) for i, (t, lp) in enumerate(zip(v.tokens, v.logprobs, strict=True))]
+            out += [
+                StepOutput(v.seq, t, lp, first + i + 1, drafted=v.drafted if i == 0 else 0, kept_draft=i < v.kept)
+                for i, (t, lp) in enumerate(zip(v.tokens, v.logprobs, strict=True))
+            ]
         return out
 
     def stats(self, *, waiting: int = 0, requests: int = 0, prompt_tokens: int = 0, generated_tokens: int = 0) -> BackendStats:

@@ -41,9 +41,11 @@ class StreamWriter:
         if seq.is_finished or stream.finished:  # a token verified after the one that ended the request
             return
         stream.cached_tokens = seq.num_cached_tokens
+        if out.drafted:
+            stream.verifying(out.drafted)
         lp = (self._logprob(out.token, out.logprobs),) if out.logprobs is not None else ()
         n_before = len(stream.generated)
-        done = stream.push(out.token, logprobs=lp, context_full=out.num_tokens >= self.n_ctx)
+        done = stream.push(out.token, logprobs=lp, context_full=out.num_tokens >= self.n_ctx, kept_draft=out.kept_draft)
         self.generated_tokens += len(stream.generated) - n_before
         if done:
             self._release(seq)

@@ -100,3 +100,21 @@ def test_a_held_stream_hands_its_chunks_over_in_order_only_once_released():
     assert [c.text for c in chunks] == ["lo", ""] and chunks[-1].finish_reason == "length"
     s.release()  # nothing held: nothing more comes
     assert collect(s) == []
+
+
+def test_drafted_tokens_count_as_accepted_only_once_they_are_part_of_the_answer():
+    """A verified draft's tokens after the one that ends the answer (a stop string, here inside the draft) are
+    not in the answer, so usage does not count them as accepted; the drafted tokens judged all count."""
+    s = stream(stop=["STOP"])
+    s.verifying(3)  # a draft of three: "lo", " STOP", "!"
+    assert not s.push(1)  # the token sampled last step
+    assert not s.push(2, kept_draft=True)
+    assert s.push(5, kept_draft=True)  # the stop string: the answer ends; "!" is never pushed
+    final = collect(s)[-1]
+    assert (final.finish_reason, final.completion_tokens) == ("stop", 3)
+    assert (final.draft_tokens, final.accepted_draft_tokens) == (3, 2)
+    s = stream()
+    s.verifying(2)
+    assert not s.push(1, kept_draft=True) and s.push(0, kept_draft=True)  # the end of the answer is not a token of it
+    final = collect(s)[-1]
+    assert (final.completion_tokens, final.draft_tokens, final.accepted_draft_tokens) == (1, 2, 1)

@@ -64,3 +64,17 @@ def test_every_dialect_takes_speculative_false(api):
     assert r.status_code == 200, r.text
     r = api.post("/v1/completions", json={"model": MODEL, "prompt": SOURCE, "max_tokens": 8, "speculative": "no"})
     assert r.status_code == 400  # a boolean, not a word
+
+
+def test_an_answer_cut_by_a_stop_string_counts_only_the_drafted_tokens_it_kept(api):
+    """A stop string that ends the answer inside a verified draft: the drafted tokens after it are not part of
+    the answer, and usage does not count them as accepted."""
+    plain = chat(api, speculative=False)["choices"][0]["message"]["content"]
+    stop = plain[len(plain) // 2 :].split()[0]  # a word from the second half of the answer
+    cut = chat(api, prediction={"type": "content", "content": SOURCE}, stop=[stop])
+    assert cut["choices"][0]["finish_reason"] == "stop"
+    assert cut["choices"][0]["message"]["content"] == plain[: plain.index(stop)]
+    usage = cut["usage"]
+    details = usage["completion_tokens_details"]
+    assert 0 < details["accepted_prediction_tokens"] <= usage["completion_tokens"] - 1  # the first is never drafted
+    assert details["rejected_prediction_tokens"] >= 0
