@@ -81,9 +81,9 @@ def plan_for_load(backend: str, path: Path, options: LoadOptions, *, mmproj: Pat
         HearthError: the files cannot be read, or an option is out of range.
     """
     if backend == "llamacpp":
-        from engine.backends.llamacpp.load_plan import llamacpp_load_plan
+        from engine.backends.llamacpp.load_plan import draft_for, llamacpp_load_plan
 
-        return llamacpp_load_plan(path, options, mmproj=mmproj)
+        return llamacpp_load_plan(path, options, mmproj=mmproj, draft=draft_for(options))
     if backend == "paged":
         from engine.backends.paged.load_plan import paged_load_plan
 

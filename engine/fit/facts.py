@@ -47,6 +47,7 @@ class ModelFacts:
         parameters: Weights counted one by one (0 when unknown): the paged engine holds each in its own
             dtype, whatever the file's quantization.
         projector: The multimodal projector loaded beside it (its weights and encoder buffers), if any.
+        draft: The draft model loaded beside it for speculative decoding (``--speculative draft:MODEL``), if any.
     """
 
     format: str
@@ -60,6 +61,7 @@ class ModelFacts:
     source: str = "estimated"
     parameters: int = 0
     projector: ProjectorFacts | None = None
+    draft: ModelFacts | None = None
 
     @property
     def layers(self) -> int:
@@ -99,6 +101,7 @@ class ModelFacts:
             "shape": self.shape.to_dict(),
             "source": self.source,
             "projector": self.projector.to_dict() if self.projector is not None else None,
+            **({"draft": self.draft.to_dict()} if self.draft is not None else {}),
         }
 
 
@@ -242,4 +245,18 @@ def with_projector(facts: ModelFacts, mmproj: Path | None) -> ModelFacts:
     return replace(facts, projector=projector_from_file(mmproj))
 
 
-__all__ = ["ModelFacts", "facts_from_gguf", "facts_from_shape", "facts_from_files", "with_projector"]
+def with_draft(facts: ModelFacts, draft: Path | None) -> ModelFacts:
+    """``facts`` with the draft model at ``draft`` loaded beside the model (unchanged when None).
+
+    Raises:
+        ValueError: the draft's GGUF header cannot be read.
+    """
+    if draft is None:
+        return facts
+    try:
+        return replace(facts, draft=facts_from_gguf(draft))
+    except OSError as exc:
+        raise ValueError(f"the draft model {draft} cannot be read ({exc})") from exc
+
+
+__all__ = ["ModelFacts", "facts_from_gguf", "facts_from_shape", "facts_from_files", "with_projector", "with_draft"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.fit.budget import RAM_LIVE_SHARE, DeviceBudget, MemoryBudget
+from engine.fit.draft import draft_memory
 from engine.fit.facts import ModelFacts
 from engine.fit.memory import (
     CUDA_CONTEXT_BYTES,
@@ -29,6 +30,7 @@ from engine.fit.memory import (
     LLAMACPP_KV_TYPES,
     PAGED_KV_TYPES,
     WORKER_RUNTIME_BYTES,
+    ZERO,
     MemoryBreakdown,
     compute_buffer_bytes,
     kv_bytes_per_token,
@@ -105,6 +107,7 @@ class LoadPlan:
     cpu_moe: int = 0  # the first N layers' MoE experts held in RAM while their layers are on a GPU
     kv_blocks: int | None = None  # the paged engine's block pool
     projector_bytes: int = 0  # of the total: the multimodal projector's weights, encoder buffers and contexts
+    draft_bytes: int = 0  # of the total: the draft model's weights, KV cache, buffers and bookkeeping
 
     @property
     def model_bytes(self) -> int:
@@ -152,6 +155,7 @@ class LoadPlan:
             "reason": self.reason,
             "kv_blocks": self.kv_blocks,
             "projector_bytes": self.projector_bytes,
+            "draft_bytes": self.draft_bytes,
             "model_bytes": self.model_bytes,
             "memory": self.memory.to_dict(),
             "devices": [d.to_dict() for d in self.devices],
@@ -215,6 +219,11 @@ def _gguf_devices(
         else:
             cpu = replace(cpu, memory=cpu.memory + extra)
         cpu = replace(cpu, memory=cpu.memory + MemoryBreakdown(0, 0, 0, proj.context_bytes))
+    if facts.draft is not None:  # its KV grows with the slots and context, so it is counted for each candidate
+        draft = draft_memory(facts.draft, n_ctx=n_ctx, n_seq=n_seq, on_gpu=bool(devices and g > 0))
+        if devices and g > 0:
+            devices[0] = replace(devices[0], memory=devices[0].memory + draft.device)
+        cpu = replace(cpu, memory=cpu.memory + draft.host + (ZERO if devices and g > 0 else draft.device))
     if budget.unified and devices:  # one pool: everything counts against the GPU's share of it
         pooled = devices[0].memory + cpu.memory
         return (DevicePlan(devices[0].device, devices[0].name, g, pooled, devices[0].usable),)
@@ -372,6 +381,7 @@ def _plan_gguf_type(
         fits=fits,
         reason="; ".join(why),
         projector_bytes=facts.projector.total if facts.projector is not None else 0,
+        draft_bytes=draft_memory(facts.draft, n_ctx=n_ctx, n_seq=p, on_gpu=bool(gpus and g)).total if facts.draft else 0,
     )
     return plan, fits
 
@@ -392,9 +402,10 @@ def _where_short(plan: LoadPlan) -> str:
 def _need(plan: LoadPlan) -> str:
     m = plan.memory
     projector = f", the projector's {gb(plan.projector_bytes)} included" if plan.projector_bytes else ""
+    draft = f", the draft model's {gb(plan.draft_bytes)} included" if plan.draft_bytes else ""
     return (
         f"about {gb(m.total)} ({gb(m.weights)} weights + {gb(m.kv_cache)} KV cache + "
-        f"{gb(m.buffers)} compute buffers + {gb(m.runtime)} runtime{projector})"
+        f"{gb(m.buffers)} compute buffers + {gb(m.runtime)} runtime{projector}{draft})"
     )
 
 

@@ -7,14 +7,19 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 
 import llama_cpp
 import psutil
 
 from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.draft_model import DraftModel
-from engine.backends.llamacpp.load_plan import GGML_KV_TYPES, llama_gpu_layers, plan_llamacpp_load
+from engine.backends.llamacpp.load_plan import (
+    GGML_KV_TYPES,
+    draft_for,
+    draft_path,
+    llama_gpu_layers,
+    plan_llamacpp_load,
+)
 from engine.backends.llamacpp.media import Projector
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -55,24 +60,6 @@ def default_threads() -> int:
     return max(1, min(usable, physical))
 
 
-def draft_path(name: str) -> Path:
-    """The file of a draft model named by path or, where no file is there, by its registered name (a model's
-    saved ``draft:MODEL`` setting; `hearth serve` looks names up itself)."""
-    path = Path(name).expanduser()
-    if path.is_file():
-        return path
-    from engine.catalog.registry import ModelRegistry, resolve_model
-    from engine.errors import HearthError
-
-    registry = ModelRegistry()
-    try:
-        return resolve_model(name, registry).path
-    except HearthError:
-        return path  # the load says the file does not exist
-    finally:
-        registry.close()
-
-
 class LlamaCppBackend:
     """GGUF models through llama.cpp, with continuous batching and prefix reuse."""
 
@@ -98,7 +85,8 @@ class LlamaCppBackend:
         if model.format != "gguf":
             raise ModelLoadError(str(model.path), "the llama.cpp backend loads only GGUF files.")
         check_gguf_file(model.path)
-        plan = plan_llamacpp_load(model.path, options, mmproj=model.mmproj)  # context, slots, KV type and GPU layers that fit
+        # context, slots, KV type and GPU layers that fit, with the projector and the draft model beside the model
+        plan = plan_llamacpp_load(model.path, options, mmproj=model.mmproj, draft=draft_for(options))
         self.model = GGUFModel(
             model.path, n_gpu_layers=llama_gpu_layers(plan), tensor_split=plan.tensor_split, chat_template=model.chat_template,
             cpu_moe=plan.cpu_moe or None,  # as asked, or the experts the plan keeps in RAM so every layer fits the GPU

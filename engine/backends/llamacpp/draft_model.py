@@ -28,6 +28,7 @@ from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.speculative import DraftSource, SpeculativeOptions, best_length
 from engine.backends.speculative_sampling import accept_or_resample, filtered_distribution, sample
 from engine.errors import DraftModelUnusable
+from engine.fit.draft import DRAFT_BLOCK
 from engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,9 @@ log = logging.getLogger(__name__)
 # the draft is mostly refused and only costs the draft's steps and the target's rows.
 DRAFT_P_MIN = 0.6
 # Most prompt tokens the draft computes for a request in one step (a long prompt takes several steps, with no
-# draft until it is done), so that catching up never stalls the other streams for long.
-CATCHUP_BLOCK = 256
+# draft until it is done), so that catching up never stalls the other streams for long. The draft's micro-batch
+# too: the memory model sizes its compute buffer by it.
+CATCHUP_BLOCK = DRAFT_BLOCK
 
 
 def vocabulary_mismatch(target: GGUFModel, draft: GGUFModel) -> str | None:

@@ -1,5 +1,6 @@
-"""The llama.cpp loader's side of the memory model: read the GGUF file, take the machine's budget
-now, and plan context, slots, KV cache type and GPU layers with :func:`engine.fit.plan_load`."""
+"""The llama.cpp loader's side of the memory model: read the GGUF file (and the projector's and draft model's
+loaded beside it), take the machine's budget now, and plan context, slots, KV cache type and GPU layers with
+:func:`engine.fit.plan_load`."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import logging
 from pathlib import Path
 
 from engine.backends.base import LoadOptions
+from engine.backends.speculative import DRAFT
 from engine.errors import InvalidRequest, ModelLoadError
 from engine.fit.budget import MemoryBudget
-from engine.fit.facts import facts_from_gguf, with_projector
+from engine.fit.facts import facts_from_gguf, with_draft, with_projector
 from engine.fit.memory import LLAMACPP_KV_TYPES
 from engine.fit.plan import LoadPlan, plan_gguf
 
@@ -17,6 +19,30 @@ log = logging.getLogger(__name__)
 
 # ggml type ids of llama.cpp's KV cache types
 GGML_KV_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}
+
+
+def draft_path(name: str) -> Path:
+    """The file of a draft model named by path or, where no file is there, by its registered name (a model's
+    saved ``draft:MODEL`` setting; `hearth serve` looks names up itself)."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    from engine.catalog.registry import ModelRegistry, resolve_model
+    from engine.errors import HearthError
+
+    registry = ModelRegistry()
+    try:
+        return resolve_model(name, registry).path
+    except HearthError:
+        return path  # the load says the file does not exist
+    finally:
+        registry.close()
+
+
+def draft_for(options: LoadOptions) -> Path | None:
+    """The draft model's file ``options`` load beside the model (``--speculative draft:MODEL``), or None."""
+    speculative = options.speculative
+    return draft_path(speculative.draft_model or "") if speculative.mode == DRAFT else None
 
 
 def machine_budget() -> MemoryBudget:
@@ -37,23 +63,26 @@ def budget_for(options: LoadOptions) -> MemoryBudget:
 
 
 def plan_llamacpp_load(
-    path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None, mmproj: Path | None = None
+    path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None, mmproj: Path | None = None,
+    draft: Path | None = None,
 ) -> LoadPlan:
-    """The plan for loading ``path`` with ``options``; settings left None are chosen to fit.
+    """The plan for loading ``path`` with ``options``; settings left None are chosen to fit, with the projector
+    ``mmproj`` and the draft model ``draft`` (its KV cache has the model's slots and context) counted.
 
     Raises:
         InvalidRequest: an unknown KV cache type, or a quantized one without flash attention.
         ModelLoadError: the file cannot be read, or what was asked for does not fit (the message
             names what would).
     """
-    plan = llamacpp_load_plan(path, options, budget=budget, mmproj=mmproj)
+    plan = llamacpp_load_plan(path, options, budget=budget, mmproj=mmproj, draft=draft)
     if not plan.fits:
         raise ModelLoadError(str(path), plan.reason)
     return plan
 
 
 def llamacpp_load_plan(
-    path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None, mmproj: Path | None = None
+    path: Path, options: LoadOptions, *, budget: MemoryBudget | None = None, mmproj: Path | None = None,
+    draft: Path | None = None,
 ) -> LoadPlan:
     """The plan :func:`plan_llamacpp_load` makes, whether or not it fits (``plan.fits`` says; the model
     pool sizes a model by it before making room).
@@ -73,6 +102,10 @@ def llamacpp_load_plan(
         facts = with_projector(facts, mmproj)
     except ValueError as exc:
         raise ModelLoadError(str(mmproj), f"the projector cannot be read ({exc}).") from exc
+    try:  # the draft model's weights, KV cache and buffers load with it too
+        facts = with_draft(facts, draft)
+    except ValueError as exc:  # the backend refuses the draft with the reason, and the model loads without it
+        log.info("the plan leaves out the draft model: %s", exc)
     try:
         plan = plan_gguf(
             facts,
@@ -94,4 +127,7 @@ def llama_gpu_layers(plan: LoadPlan) -> int:
     return plan.total_layers + 1 if plan.gpu_layers >= plan.total_layers else plan.gpu_layers
 
 
-__all__ = ["plan_llamacpp_load", "llamacpp_load_plan", "budget_for", "machine_budget", "llama_gpu_layers", "GGML_KV_TYPES"]
+__all__ = [
+    "plan_llamacpp_load", "llamacpp_load_plan", "budget_for", "machine_budget", "llama_gpu_layers", "draft_path",
+    "draft_for", "GGML_KV_TYPES",
+]  # fmt: skip

@@ -1,0 +1,82 @@
+"""The memory of a draft model for speculative decoding (``--speculative draft:MODEL``): a second GGUF loaded in
+the target's worker, with a llama.cpp context of its own (engine/backends/llamacpp/draft_model.py).
+
+The draft's context holds one sequence per slot of the target's loop, each of the target's context length, in a
+16-bit KV cache; it computes prompts in micro-batches of :data:`DRAFT_BLOCK` tokens. With any of the target's
+layers on a GPU every layer of the draft goes to the (first) GPU, its token embeddings staying in RAM as
+llama.cpp keeps them; otherwise all of it is in RAM. What it adds to a load:
+
+- weights: the file's tensors (a CPU load maps the file; every page is read at the first prompt);
+- KV cache: ``n_ctx x n_seq`` tokens of every layer, f16;
+- compute buffer: what the micro-batch's graph holds at its peak. The draft asks for one row of logits per call
+  (the last token of a catch-up block, or a drafted token), and llama.cpp computes the output head for those
+  rows only, so the buffer is the residual stream and feed-forward activations of the block's tokens plus the
+  logits of one row per sequence, not :func:`engine.fit.memory.compute_buffer_bytes`' logits of every token;
+- output buffer: the logits of one row per sequence, kept in RAM;
+- llama.cpp's bookkeeping for a second model (its vocabulary, ggml contexts).
+
+Measured with benchmarks/fit_draft.py (the starter model drafting for itself, served plain and with the draft).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.fit.facts import ModelFacts
+from engine.fit.memory import (
+    ZERO,
+    MemoryBreakdown,
+    kv_cache_bytes,
+    llamacpp_model_bytes,
+    output_buffer_bytes,
+)
+
+# The draft's micro-batch: the most prompt tokens it computes in one call (draft_model.CATCHUP_BLOCK is this).
+DRAFT_BLOCK = 256
+DRAFT_KV_TYPE = "f16"
+
+
+def draft_compute_bytes(draft: ModelFacts, *, n_seq: int, n_ubatch: int = DRAFT_BLOCK) -> int:
+    """The draft's compute buffer at its peak: a block's residual stream and feed-forward activations (f32),
+    and the logits of the rows it asks for (one per sequence at most)."""
+    per_token = 3 * draft.feed_forward + 2 * draft.embedding
+    return int(4 * n_ubatch * per_token + 4 * draft.vocab * n_seq)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftMemory:
+    """Where a draft model's memory goes: on the target's first GPU (``device``) and in RAM (``host``)."""
+
+    device: MemoryBreakdown
+    host: MemoryBreakdown
+
+    @property
+    def total(self) -> int:
+        return self.device.total + self.host.total
+
+
+def draft_memory(draft: ModelFacts, *, n_ctx: int, n_seq: int, on_gpu: bool) -> DraftMemory:
+    """What the draft ``draft`` takes beside a target of ``n_seq`` slots of ``n_ctx`` tokens.
+
+    Args:
+        draft: The draft model's facts.
+        n_ctx: Context length of each slot (the draft's sequences are as long).
+        n_seq: Slots of the target's loop (one draft sequence each).
+        on_gpu: The target has layers on a GPU, so the draft goes there whole (its embeddings aside).
+    """
+    kv = kv_cache_bytes(draft, n_ctx=n_ctx, n_seq=n_seq, kv_type=DRAFT_KV_TYPE)
+    compute = draft_compute_bytes(draft, n_seq=n_seq)
+    output = output_buffer_bytes(draft, n_outputs=n_seq)
+    runtime = llamacpp_model_bytes(draft)
+    layers = sum(draft.layer_weights()) + draft.output_bytes
+    if not on_gpu:
+        return DraftMemory(ZERO, MemoryBreakdown(draft.input_bytes + layers, kv, compute + output, runtime))
+    # the host side of a fully offloaded graph: the embeddings' rows of a block, fetched in RAM and copied over
+    host_compute = 4 * DRAFT_BLOCK * draft.embedding * 2
+    return DraftMemory(
+        MemoryBreakdown(layers, kv, compute, 0),
+        MemoryBreakdown(draft.input_bytes, 0, host_compute + output, runtime),
+    )
+
+
+__all__ = ["DRAFT_BLOCK", "DraftMemory", "draft_compute_bytes", "draft_memory"]
