@@ -4,7 +4,7 @@ catch-up block. The measured cost of the draft is the worker's resident memory w
 predicted one is the plan's ``draft_bytes`` (/api/stats), which the worker's plan adds to the model's. Cases vary
 the context and slots, which the draft's KV cache grows with.
 
-    nice -n 19 .venv/bin/python benchmarks/fit_draft.py [--runs 2]
+    nice -n 19 .venv/bin/python benchmarks/fit_draft.py [--runs 2] [--model FILE.gguf]
 
 Goal: within +-15% of the measured difference.
 """
@@ -90,8 +90,9 @@ def measure(home: Path, model: Path, *, n_ctx: int, n_seq: int, draft: Path | No
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="workers per case; the median is taken")
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF file to serve as its own draft (default: the starter)")
     args = parser.parse_args()
-    model = starter_model_path()
+    model = args.model or starter_model_path()
     with tempfile.TemporaryDirectory() as home:
 
         def median(**kw) -> tuple[int, dict]:

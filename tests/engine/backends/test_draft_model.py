@@ -80,6 +80,16 @@ def test_greedy_answers_are_the_plain_ones_and_nearly_every_drafted_token_is_kep
     assert stats["accepted_draft_tokens"] > 0 and stats["draft_tokens"] >= stats["accepted_draft_tokens"]
 
 
+def test_a_loaded_model_with_a_draft_counts_the_draft_in_its_plan(starter_path, drafting):
+    from engine.fit import facts_from_gguf
+    from engine.fit.draft import draft_memory
+
+    plan = drafting.stats().details["load_plan"]
+    on_gpu = plan["gpu_layers"] > 0
+    assert plan["draft_bytes"] == draft_memory(facts_from_gguf(starter_path), n_ctx=1024, n_seq=2, on_gpu=on_gpu).total
+    assert "the draft model's" in plan["reason"]
+
+
 def test_a_prompt_longer_than_a_catch_up_block_is_computed_over_several_steps(plain, drafting):
     from engine.backends.llamacpp.draft_model import CATCHUP_BLOCK
 
@@ -141,6 +151,7 @@ def test_a_draft_of_another_vocabulary_is_refused_with_the_reason(starter_path):
     missing = backend_with(starter_path, SpeculativeOptions.parse("draft:/nowhere/draft.gguf"))
     try:
         assert missing.draft is None and "could not be loaded" in (missing.draft_refused or "")
+        assert missing.plan is not None and missing.plan.draft_bytes == 0  # the plan leaves out a draft it cannot read
     finally:
         missing.close()
 
