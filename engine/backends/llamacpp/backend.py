@@ -239,11 +239,11 @@ class LlamaCppBackend:
         prompt = self.projector.tokenize(rendered.prompt, media, bos=bos)
         _, loop = self._require()
         for m in prompt.media.values():
-            if m.non_causal and m.n_tokens > loop.n_batch:  # split over batches, its attention would be wrong
+            if m.non_causal and m.n_tokens > loop.media_batch:  # split over batches, its attention would be wrong
                 prompt.close()
                 raise InvalidRequest(
                     f"{m.where or 'A picture'} takes {m.n_tokens} tokens, more than this model's batch of "
-                    f"{loop.n_batch} that it must be decoded in at once; send a smaller picture.", param=m.where
+                    f"{loop.media_batch} that it must be decoded in at once; send a smaller picture.", param=m.where
                 )  # fmt: skip
         return prompt
 

@@ -35,6 +35,10 @@ from engine.types import MEDIA_MARKER, MediaInput
 log = logging.getLogger(__name__)
 
 _PLACEHOLDER_SPACE = 1 << 60
+# The side of the picture laid out (no pixels) to learn how many tokens a picture takes with a projector whose
+# pictures are decoded non-causally: Gemma 3 resizes every picture to one size; a projector that sizes tokens by
+# the picture's is asked for a large one.
+_PROBE_SIDE = 1536
 _NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()  # a null function pointer
 _logs_routed = False
 
@@ -146,10 +150,31 @@ class Projector:
         self.vision = bool(mtmd.mtmd_support_vision(ctx))
         self.audio = bool(mtmd.mtmd_support_audio(ctx))
         self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))
+        # llama.cpp decodes such a picture in one micro-batch, which the decode loop's context must hold
+        self.non_causal_tokens = self._non_causal_tokens()
         self.encoded = 0  # chunks encoded since loading (a cached picture is not encoded again)
         self.pictures = PictureCache()  # pictures read lately: sent again, they are not decoded again
         self._reading = 0
         self._reading_lock = threading.Lock()
+
+    def _non_causal_tokens(self) -> int:
+        """The tokens of a large picture (:data:`_PROBE_SIDE` square, laid out without pixels) where this projector's
+        pictures are decoded with non-causal attention; 0 where they are not (or mtmd cannot lay one out)."""
+        if not self.vision or not mtmd.mtmd_decode_use_non_causal(self.ctx, None):
+            return 0
+        bitmap = mtmd.mtmd_bitmap_init(_PROBE_SIDE, _PROBE_SIDE, None)
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            data = MEDIA_MARKER.encode()
+            inp = mtmd.mtmd_input_text(text=data, text_len=len(data), add_special=False, parse_special=True)
+            if mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) != 0:
+                return 0
+            parts = [mtmd.mtmd_input_chunks_get(chunks, i) for i in range(mtmd.mtmd_input_chunks_size(chunks))]
+            images = [c for c in parts if mtmd.mtmd_input_chunk_get_type(c) == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE]
+            return max((int(mtmd.mtmd_input_chunk_get_n_tokens(c)) for c in images), default=0)
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+            mtmd.mtmd_bitmap_free(bitmap)
 
     @property
     def reading(self) -> int:

@@ -183,11 +183,16 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         super().__init__(max_waiting)
         self.prefill_block = prefill_block
         self.n_batch = max(prefill_block, n_seq_max)
+        # A picture decoded with non-causal attention (Gemma 3: 256 tokens) must fit one micro-batch, llama.cpp's
+        # and ours: the context's batch grows to it, with no more rows of logits than the loop's own calls ask for
+        # (their buffer, the largest part of the compute buffer, keeps its size).
+        self.media_batch = max(self.n_batch, projector.non_causal_tokens if projector is not None else 0)
         self.kv_unified = kv_unified
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq_max
-        params.n_batch = self.n_batch
-        params.n_ubatch = self.n_batch
+        params.n_batch = self.media_batch
+        params.n_ubatch = self.media_batch
+        params.n_outputs_max = self.n_batch
         params.n_seq_max = n_seq_max
         params.kv_unified = kv_unified
         params.flash_attn_type = (
@@ -589,7 +594,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         try:
             if self.projector is None:
                 raise RuntimeError("this model was loaded without its projector")
-            self.projector.encode_and_decode(self.ctx, m, seq_id=slot.seq_id, n_past=seq.pos(m.start), n_batch=self.n_batch)
+            self.projector.encode_and_decode(
+                self.ctx, m, seq_id=slot.seq_id, n_past=seq.pos(m.start), n_batch=self.media_batch
+            )
         except Exception as exc:
             log.warning("request %s: %s", seq.request_id, exc)
             self._seq_rm(slot.seq_id, seq.pos(m.start), -1)
