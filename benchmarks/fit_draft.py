@@ -31,10 +31,12 @@ from engine.starter import starter_model_path  # noqa: E402
 
 MIB = 1024**2
 CASES = ((1024, 1), (4096, 1), (4096, 4), (8192, 2))  # (context per slot, slots)
-# About 400 tokens: more than a catch-up block (256), so the draft computes a full micro-batch.
-PROMPT = "Summarize the following notes in one sentence.\n\n" + " ".join(
-    f"Note {i}: the lighthouse keeper checked lamp {i}, logged the weather, and wound the clock." for i in range(20)
+# The prompt: the first 400 tokens of these notes in the model's own tokenizer (about 400 again when tokenized
+# anew): more than a catch-up block (256), so the draft computes a full micro-batch.
+NOTES = "Summarize the following notes in one sentence.\n\n" + " ".join(
+    f"Note {i}: the lighthouse keeper checked lamp {i}, logged the weather, and wound the clock." for i in range(60)
 )
+PROMPT_TOKENS = 400
 
 
 def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
@@ -66,10 +68,13 @@ def measure(home: Path, model: Path, *, n_ctx: int, n_seq: int, draft: Path | No
         # the model --model loaded (the registry lists the starter under its own name too: asking for that would
         # load a second copy)
         name = next(iter(httpx.get(f"{base}/api/stats", timeout=10).json()["models"]))
-        r = httpx.post(f"{base}/v1/chat/completions", timeout=timeout, json={
-            "model": name, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16, "temperature": 0,
+        ids = httpx.post(f"{base}/tokenize", json={"model": name, "content": NOTES}, timeout=60).json()["tokens"]
+        prompt = httpx.post(f"{base}/detokenize", json={"model": name, "tokens": ids[:PROMPT_TOKENS]}, timeout=60)
+        r = httpx.post(f"{base}/v1/completions", timeout=timeout, json={  # a plain prompt: random models have no template
+            "model": name, "prompt": prompt.json()["content"], "max_tokens": 16, "temperature": 0,
         })  # fmt: skip
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"the completion failed: {r.text[:500]}")
         models = httpx.get(f"{base}/api/stats", timeout=10).json()["models"]
         if list(models) != [name]:
             raise RuntimeError(f"the worker holds {list(models)}, not only {name}")
