@@ -20,8 +20,8 @@ the starter's draft within -4% (about 7 MiB under, whatever the context and slot
 within +1%. The model's own compute buffer formula (the logits of every token of a block) would have counted
 45 MB more for the starter and 140 MB more for Qwen's vocabulary, 25-30% over what the worker takes.
 
-Not counted apart: a draft the backend refuses for its vocabulary still counts (its header reads); on a GPU the
-draft is taken to fit the first one, though llama.cpp spreads it over every GPU by their free memory.
+Known limits: a draft the backend refuses for its vocabulary is still counted (its header reads); on a GPU the
+draft is counted on the first one, though with several GPUs llama.cpp spreads it over them by their free memory.
 """
 
 from __future__ import annotations
