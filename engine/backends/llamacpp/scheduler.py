@@ -210,6 +210,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             raise MemoryError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
         self.ctx: llama_cpp.llama_context_p = ctx
         self.mem = llama_cpp.llama_get_memory(ctx)  # None for an encoder, which keeps no KV cache
+        self.n_swa = int(llama_cpp.llama_model_n_swa(model.model_ptr))  # a sliding window's tokens (Gemma); 0: none
         self.batch: llama_cpp.llama_batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._freed = False
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
@@ -409,6 +410,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 n = self._copy_prefix(best, dst, best_n, seq.pos(best_n))
             else:
                 self._seq_rm(dst.seq_id, seq.pos(n), -1)
+        if not self._window_kept(dst.seq_id, seq.pos(n)):
+            self._seq_rm(dst.seq_id, -1, -1)
+            n = 0
         dst.tokens = seq.prompt[:n]
         dst.n_prompt = len(seq.prompt)
         dst.seq = seq
@@ -425,6 +429,15 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         if self.mem is not None:  # llama.cpp does nothing without a KV cache either
             llama_cpp.llama_memory_seq_rm(self.mem, seq_id, p0, p1)
 
+    def _window_kept(self, seq_id: int, pos: int) -> bool:
+        """Whether a sliding-window model's KV of ``seq_id`` still holds the window before ``pos``, where a cached
+        prefix that ends there goes on. llama.cpp's SWA cache drops a sequence's cells that have left its window
+        (as it grows, and in a copy of it to another slot), so a prefix that ends further back has lost them."""
+        if self.n_swa <= 0 or pos <= 0 or self.mem is None:
+            return True
+        first = llama_cpp.llama_memory_seq_pos_min(self.mem, seq_id)
+        return 0 <= first <= max(0, pos - self.n_swa)
+
     def _seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         if self.mem is not None:
             llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
@@ -434,9 +447,13 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         it got (0 or ``n``)."""
         if self.mem is None or self.kv_unified:  # cells are shared: no data moves
             self._seq_cp(src.seq_id, dst.seq_id, 0, pos)
-            return n
+            return self._window_copied(dst, n, pos)
         # Separate streams: llama.cpp's own cross-stream copy moves the whole stream buffer (every cell of
         # the context, used or not), so move only the source sequence's cells, then drop what is not shared.
+        # Of a sliding window's cells that takes only the source's last window: none of use to a prefix that ends
+        # before it (checked after the copy too), so it is not made.
+        if self.n_swa > 0 and llama_cpp.llama_memory_seq_pos_max(self.mem, src.seq_id) >= max(self.n_swa, pos):
+            return 0
         src_id, dst_id = llama_cpp.llama_seq_id(src.seq_id), llama_cpp.llama_seq_id(dst.seq_id)
         size = llama_cpp.llama_state_seq_get_size(self.ctx, src_id)
         try:
@@ -450,7 +467,15 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             self._seq_rm(dst.seq_id, -1, -1)
             return 0
         self._seq_rm(dst.seq_id, pos, -1)
-        return n
+        return self._window_copied(dst, n, pos)
+
+    def _window_copied(self, dst: Slot, n: int, pos: int) -> int:
+        """``n``, or 0 (``dst`` emptied) where the copy lacks a sliding window's cells before ``pos`` (its source
+        had gone a window past them)."""
+        if self._window_kept(dst.seq_id, pos):
+            return n
+        self._seq_rm(dst.seq_id, -1, -1)
+        return 0
 
     def _count_cached(self, seq: Sequence, n: int) -> None:
         seq.stream.cached_tokens = n

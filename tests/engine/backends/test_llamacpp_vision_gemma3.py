@@ -81,6 +81,25 @@ def test_two_pictures_in_one_batch_answer_as_alone(gemma3_backend):
     assert together == alone
 
 
+def _after_picture(picture: bytes, text: str, max_tokens: int) -> GenerationRequest:
+    message = ChatMessage("user", MEDIA_MARKER + text, media=(MediaInput("image", picture, "messages[0].content[0]"),))
+    return GenerationRequest(model=SPEC.name, messages=(message,), params=SamplingParams(temperature=0, max_tokens=max_tokens))
+
+
+def test_a_beginning_another_slot_has_answered_a_window_past_is_not_copied(gemma3_backend):
+    """The model attends over a sliding window of 24 tokens (as Gemma's local layers do, over 512 or 1,024): a slot
+    that has answered 30 tokens past a beginning keeps only its last window (llama.cpp's SWA cache), so a prompt
+    that shares the beginning is not given a copy of it, which would lack the window before its end."""
+    b = _after_picture(checkerboard(), "Tell me about its colours, please, and then its shape.", 6)
+    alone, _ = _tokens(gemma3_backend.stream(b))
+    for k in range(4):  # other text takes every slot
+        _tokens(gemma3_backend.stream(_request(text=f"Unrelated words number {k}.", max_tokens=1)))
+    _tokens(gemma3_backend.stream(_after_picture(checkerboard(), "Tell me about its colours, please, at length.", 30)))
+    again, final = _tokens(gemma3_backend.stream(b))
+    assert again == alone
+    assert final.cached_tokens < PICTURE_TOKENS  # the shared beginning was computed again
+
+
 def test_a_batch_smaller_than_a_picture_grows_to_hold_it(gemma3_backend):
     """Prompts computed in blocks of 8, as asked, and the picture's 16 tokens still in one micro-batch (a GPU load's
     blocks of 64 against Gemma 3's 256): split in two, the first half would not see the second, and the

@@ -157,7 +157,7 @@ def build_gemma3_hf(folder: Path, starter: Path) -> None:
     torch.manual_seed(SEED + 3)
     text = dict(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=512, max_position_embeddings=2048,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=24, max_position_embeddings=2048,
         rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
