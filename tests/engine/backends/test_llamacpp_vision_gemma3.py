@@ -1,5 +1,6 @@
 """Pictures whose tokens attend to each other both ways (Gemma 3's layout, libmtmd decodes them with non-causal
-attention) in the llama.cpp loop: the Gemma-3-shaped tiny model of tests/engine/server/tiny_vision.py."""
+attention) in the llama.cpp loop: the Gemma-3-shaped tiny model of tests/engine/server/tiny_vision.py, whose layers
+attend over a sliding window of 24 tokens (Gemma's local layers: 512 or 1,024)."""
 
 from __future__ import annotations
 
@@ -87,9 +88,9 @@ def _after_picture(picture: bytes, text: str, max_tokens: int) -> GenerationRequ
 
 
 def test_a_beginning_another_slot_has_answered_a_window_past_is_not_copied(gemma3_backend):
-    """The model attends over a sliding window of 24 tokens (as Gemma's local layers do, over 512 or 1,024): a slot
-    that has answered 30 tokens past a beginning keeps only its last window (llama.cpp's SWA cache), so a prompt
-    that shares the beginning is not given a copy of it, which would lack the window before its end."""
+    """A slot that has answered 30 tokens past a beginning keeps only its last window of 24 (llama.cpp's SWA cache),
+    so a prompt that shares the beginning is not given a copy of it, which would lack the window before its end
+    (and answer otherwise from its first token)."""
     b = _after_picture(checkerboard(), "Tell me about its colours, please, and then its shape.", 6)
     alone, _ = _tokens(gemma3_backend.stream(b))
     for k in range(4):  # other text takes every slot
@@ -101,9 +102,9 @@ def test_a_beginning_another_slot_has_answered_a_window_past_is_not_copied(gemma
 
 
 def test_a_batch_smaller_than_a_picture_grows_to_hold_it(gemma3_backend):
-    """Prompts computed in blocks of 8, as asked, and the picture's 16 tokens still in one micro-batch (a GPU load's
-    blocks of 64 against Gemma 3's 256): split in two, the first half would not see the second, and the
-    checkerboard's answer would change at its fifth token."""
+    """Prompts computed in blocks of 8, as asked, and a picture's 16 tokens still in one micro-batch (a GPU load's
+    blocks of 64 against Gemma 3's 256): split in two, the first half would not see the second, and the answers
+    would change by their sixth token."""
     from engine.backends.llamacpp import LlamaCppBackend
 
     backend = LlamaCppBackend()
@@ -111,8 +112,9 @@ def test_a_batch_smaller_than_a_picture_grows_to_hold_it(gemma3_backend):
     try:
         loop = backend.loop
         assert loop is not None and (loop.n_batch, loop.media_batch) == (8, PICTURE_TOKENS)
-        small, _ = _tokens(backend.stream(_request(checkerboard())))
-        assert small == _tokens(gemma3_backend.stream(_request(checkerboard())))[0]
+        for picture in (checkerboard(), gradient()):
+            small, _ = _tokens(backend.stream(_request(picture)))
+            assert small == _tokens(gemma3_backend.stream(_request(picture)))[0]
         assert _tokens(backend.stream(_request(text="A longer question, of more than eight tokens, about nothing.")))[0]
     finally:
         backend.close()
@@ -123,8 +125,8 @@ def test_answers_equal_llama_servers(gemma3_backend):
     """llama.cpp's own server, on the same two files and chat template, gives the same greedy tokens: for each
     picture, both in one message, and a follow-up turn about a picture (Hearth's from its cached KV).
 
-    Decoded causally, as if split into batches, the pictures' answers differ from the fifth token on: 12 tokens
-    tell the two apart."""
+    Decoded causally, as if split into batches, the pictures' answers differ by their sixth token: 12 tell the two
+    apart."""
     checks = [[checkerboard()], [gradient()], [gradient(), checkerboard()]]
     with llama_server(SPEC.path, "--mmproj", str(SPEC.mmproj), "-c", "512", "-np", "1") as url:
         for pictures in checks:
