@@ -140,8 +140,9 @@ def build_mrope_hf(folder: Path, starter: Path) -> None:
 
 
 def build_gemma3_hf(folder: Path, starter: Path) -> None:
-    """Write a Gemma-3-shaped model (a 2-layer Gemma 3 text model, a 2-layer SigLIP tower whose 8x8 patches the
-    projector pools to 16 tokens) over SmolLM2's vocabulary, with Gemma's turn and picture tokens, to ``folder``."""
+    """Write a Gemma-3-shaped model (a 2-layer Gemma 3 text model whose layers attend over a sliding window of 24
+    tokens, a 2-layer SigLIP tower whose 8x8 patches the projector pools to 16 tokens) over SmolLM2's vocabulary,
+    with Gemma's turn and picture tokens, to ``folder``."""
     import torch
     from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
 
