@@ -174,8 +174,10 @@ class ModelManager:
             ModelNotFound: nothing matches (a path, unless ``allow_paths``).
         """
         known = self._by_path.get(name)
-        if known is not None and self.registry.get(name) is None and (allow_paths or known.name == name):
-            return known
+        if known is not None and (allow_paths or known.name == name):
+            registered = self.registry.get(name)
+            if registered is None or registered.path == known.path:  # that file (a registered one paired with --mmproj)
+                return known
         if not allow_paths:
             try:
                 return self.registry.resolve(name)

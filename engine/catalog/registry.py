@@ -327,7 +327,8 @@ class ModelRegistry:
 
 
 def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> LocalModel:
-    """A model by name, a path to a model file, or the starter model when ``name`` is None.
+    """A model by name, a path to a model file (the registered model of that file, where there is one), or the
+    starter model when ``name`` is None.
 
     Raises:
         ModelNotFound: the name is unknown and is not a path to a model.
@@ -346,6 +347,9 @@ def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> Lo
         if found:
             from engine.catalog.metadata import read_model_metadata
 
+            same = next((m for m in registry.list() if m.path == path.resolve()), None)
+            if same is not None:  # a file that is registered already is that model, under its name
+                return same
             try:
                 meta = read_model_metadata(path.resolve())
             except ModelLoadError:

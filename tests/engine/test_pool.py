@@ -88,3 +88,23 @@ def test_paths_resolve_only_where_the_caller_allows_them(tmp_path, tiny_gguf):
             pool.resolve(str(tiny_gguf))
     finally:
         pool.close()
+
+
+def test_a_registered_file_opened_by_its_path_is_that_model(tmp_path, starter_path):
+    """`hearth serve --model FILE` with a file Hearth has registered: the model keeps its registered name (not a
+    second entry of the same file, which a client asking for the listed name would load a second copy of), and
+    a projector given with it (--mmproj) goes with that name."""
+    from engine.starter import STARTER_NAME
+
+    pool = ModelManager(ModelRegistry(tmp_path / "home"), backend="llamacpp", options=OPTIONS)
+    try:
+        assert pool.resolve(str(starter_path), allow_paths=True).name == STARTER_NAME
+        assert [m.name for m in pool.available()] == [STARTER_NAME]
+        projector = tmp_path / "mmproj.gguf"
+        projector.write_bytes(b"GGUF")
+        pool.pair_projector(str(starter_path), projector)
+        assert pool.resolve(STARTER_NAME).mmproj == projector.resolve()
+        assert pool.resolve(str(starter_path), allow_paths=True).mmproj == projector.resolve()
+        assert [m.name for m in pool.available()] == [STARTER_NAME]
+    finally:
+        pool.close()
