@@ -63,6 +63,8 @@ def run_worker(args: list[str], home: Path, *, model: str | None, timeout: float
             time.sleep(0.3)
         plan = None
         if model is not None:
+            # the name `--model PATH` loaded it under (over HTTP a model is named, never given by its path)
+            model = next(iter(httpx.get(f"{base}/api/stats", timeout=10).json()["models"]))
             r = httpx.post(
                 f"{base}/v1/completions",
                 json={"model": model, "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0},

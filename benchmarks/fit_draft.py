@@ -65,8 +65,7 @@ def measure(home: Path, model: Path, *, n_ctx: int, n_seq: int, draft: Path | No
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, base, timeout)
-        # the model --model loaded (the registry lists the starter under its own name too: asking for that would
-        # load a second copy)
+        # the name --model loaded it under (a registered file keeps its registered name)
         name = next(iter(httpx.get(f"{base}/api/stats", timeout=10).json()["models"]))
         ids = httpx.post(f"{base}/tokenize", json={"model": name, "content": NOTES}, timeout=60).json()["tokens"]
         prompt = httpx.post(f"{base}/detokenize", json={"model": name, "tokens": ids[:PROMPT_TOKENS]}, timeout=60)
