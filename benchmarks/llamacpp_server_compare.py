@@ -83,19 +83,22 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.backends.llamacpp.backend import default_threads
     from engine.bench.peers import LlamaCppPythonServer, LlamaServer, PeerServer, eos_ban
+    from engine.catalog.registry import resolve_model
     from engine.worker.supervisor import WorkerSupervisor
 
     threads = args.threads or default_threads()
     args.out.mkdir(parents=True, exist_ok=True)
     extra_body = json.dumps(eos_ban(args.model))
-    # Hearth serves the starter model under its registered name; any other file is loaded and requested by path.
-    model = STARTER_NAME if args.model == starter_model_path() else str(args.model)
+    # Hearth loads the file by its path and serves it under its name (a registered file's, else the file's own):
+    # over HTTP a model is asked for by name.
+    load = STARTER_NAME if args.model == starter_model_path() else str(args.model)
+    model = resolve_model(load).name
 
     def hearth_server(speculative: str, log_name: str) -> WorkerSupervisor:
         return WorkerSupervisor(
             port=0,
             api_key="",
-            model=model,
+            model=load,
             extra_args=["--backend", "llamacpp", "--parallel", str(args.parallel), "--ctx", str(args.ctx)]
             + ["--threads", str(threads), "--speculative", speculative],
             log_path=args.out / log_name,
