@@ -107,7 +107,7 @@ def test_the_engine_thread_loads_the_model_and_load_errors_reach_the_caller(tmp_
         runner = backend.loaded.engine.runner
         real_run = runner.run
         monkeypatch.setattr(runner, "run", lambda batch: steps.append(threading.current_thread().name) or real_run(batch))
-        chunks = list(backend.stream(GenerationRequest(model="tiny", prompt="the", params=SamplingParams(max_tokens=3))))
+        chunks = list(backend.stream(GenerationRequest(model="tiny", prompt="the", params=SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))))
         assert chunks[-1].finish_reason == "length" and set(steps) == set(threads)
     finally:
         backend.close()
