@@ -41,6 +41,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
+    """Wait until the worker at ``base`` answers /health (its --model loaded by then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("the worker did not become ready")
+        time.sleep(0.3)
+
+
 def run_worker(args: list[str], home: Path, *, model: str | None, timeout: float = 300) -> dict:
     """Start a worker, wait for it (and its model), run one completion, and measure it."""
     port = free_port()
@@ -49,18 +65,7 @@ def run_worker(args: list[str], home: Path, *, model: str | None, timeout: float
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the worker exited: {proc.stderr.read()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the worker did not become ready")
-            time.sleep(0.3)
+        wait_ready(proc, base, timeout)
         plan = None
         if model is not None:
             # the name `--model PATH` loaded it under (over HTTP a model is named, never given by its path)

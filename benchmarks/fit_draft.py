@@ -25,7 +25,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fit_accuracy import free_port  # noqa: E402
+from fit_accuracy import free_port, wait_ready  # noqa: E402
 
 from engine.starter import starter_model_path  # noqa: E402
 
@@ -37,21 +37,6 @@ NOTES = "Summarize the following notes in one sentence.\n\n" + " ".join(
     f"Note {i}: the lighthouse keeper checked lamp {i}, logged the weather, and wound the clock." for i in range(60)
 )
 PROMPT_TOKENS = 400
-
-
-def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the worker exited: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("the worker did not become ready")
-        time.sleep(0.3)
 
 
 def measure(home: Path, model: Path, *, n_ctx: int, n_seq: int, draft: Path | None, timeout: float = 300) -> dict:

@@ -27,7 +27,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fit_accuracy import free_port  # noqa: E402
+from fit_accuracy import free_port, wait_ready  # noqa: E402
 
 from tests.engine.fit.projector_files import VisionShape, write_random_mmproj  # noqa: E402
 from tests.engine.server import tiny_vision  # noqa: E402
@@ -64,18 +64,7 @@ def measure(home: Path, mmproj: Path | None, side: int, timeout: float = 300) ->
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the worker exited: {proc.stderr.read()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the worker did not become ready")
-            time.sleep(0.3)
+        wait_ready(proc, base, timeout)
         content: list[dict] = [{"type": "text", "text": "What is in this picture?"}]
         if mmproj is not None:
             content.append({"type": "image_url", "image_url": {"url": picture(side)}})
