@@ -339,8 +339,9 @@ def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> Lo
     try:
         return registry.resolve(name)
     except ModelNotFound:
+        path = Path(name)
         try:
-            path = Path(name).expanduser()
+            path = path.expanduser()
             found = path.exists() and (path.suffix.lower() == ".gguf" or path.is_dir())
         except (RuntimeError, ValueError):  # "~name" naming no user, a NUL: no file has such a name
             found = False
