@@ -15,6 +15,7 @@ case within +-15%.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -57,8 +59,10 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
         time.sleep(0.3)
 
 
-def run_worker(args: list[str], home: Path, *, model: str | None, timeout: float = 300) -> dict:
-    """Start a worker, wait for it (and its model), run one completion, and measure it."""
+@contextlib.contextmanager
+def serving(args: list[str], home: Path, timeout: float) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A worker (`hearth serve ARGS` with ``home`` as its data folder) on a free loopback port, ready: its
+    process and base URL; stopped on leaving."""
     port = free_port()
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), *args]
     env = {**os.environ, "HEARTH_HOME": str(home)}
@@ -66,6 +70,19 @@ def run_worker(args: list[str], home: Path, *, model: str | None, timeout: float
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, base, timeout)
+        yield proc, base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_worker(args: list[str], home: Path, *, model: str | None, timeout: float = 300) -> dict:
+    """Start a worker, wait for it (and its model), run one completion, and measure it."""
+    with serving(args, home, timeout) as (proc, base):
         plan = None
         if model is not None:
             # the name `--model PATH` loaded it under (over HTTP a model is named, never given by its path)
@@ -81,13 +98,6 @@ def run_worker(args: list[str], home: Path, *, model: str | None, timeout: float
         time.sleep(0.5)
         rss = psutil.Process(proc.pid).memory_info().rss
         return {"rss": rss, "plan": plan}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def cases(models: dict[str, Path], quick: bool) -> list[tuple[str, Path, int, int, str]]:

@@ -12,8 +12,6 @@ Goal: within +-15% of the measured difference.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +23,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fit_accuracy import free_port, wait_ready  # noqa: E402
+from fit_accuracy import serving  # noqa: E402
 
 from engine.starter import starter_model_path  # noqa: E402
 
@@ -41,15 +39,9 @@ PROMPT_TOKENS = 400
 
 def measure(home: Path, model: Path, *, n_ctx: int, n_seq: int, draft: Path | None, timeout: float = 300) -> dict:
     """Serve ``model`` (with ``draft``), answer one prompt, and read the worker's RSS and plan."""
-    port = free_port()
     args = ["--model", str(model), "--ctx", str(n_ctx), "--parallel", str(n_seq), "--threads", "1"]
     args += ["--speculative", f"draft:{draft}" if draft is not None else "off"]
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), *args]
-    proc = subprocess.Popen(cmd, env={**os.environ, "HEARTH_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(proc, base, timeout)
+    with serving(args, home, timeout) as (proc, base):
         # the name --model loaded it under (a registered file keeps its registered name)
         name = next(iter(httpx.get(f"{base}/api/stats", timeout=10).json()["models"]))
         ids = httpx.post(f"{base}/tokenize", json={"model": name, "content": NOTES}, timeout=60).json()["tokens"]
@@ -67,13 +59,6 @@ def measure(home: Path, model: Path, *, n_ctx: int, n_seq: int, draft: Path | No
             raise RuntimeError(f"the draft model was not loaded: {stats.get('draft_model_refused')}")
         time.sleep(0.5)
         return {"rss": psutil.Process(proc.pid).memory_info().rss, "plan": stats["load_plan"]}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def main() -> int:

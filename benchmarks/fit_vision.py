@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +25,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fit_accuracy import free_port, wait_ready  # noqa: E402
+from fit_accuracy import serving  # noqa: E402
 
 from tests.engine.fit.projector_files import VisionShape, write_random_mmproj  # noqa: E402
 from tests.engine.server import tiny_vision  # noqa: E402
@@ -55,16 +53,10 @@ def picture(side: int) -> str:
 
 def measure(home: Path, mmproj: Path | None, side: int, timeout: float = 300) -> dict:
     """Serve the tiny model (with ``mmproj``), answer one message (with a picture), and read the worker's RSS."""
-    port = free_port()
     args = ["--model", str(tiny_vision.MODEL_PATH), "--ctx", "1024", "--parallel", "1"]
     if mmproj is not None:
         args += ["--mmproj", str(mmproj)]
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), *args]
-    proc = subprocess.Popen(cmd, env={**os.environ, "HEARTH_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(proc, base, timeout)
+    with serving(args, home, timeout) as (proc, base):
         content: list[dict] = [{"type": "text", "text": "What is in this picture?"}]
         if mmproj is not None:
             content.append({"type": "image_url", "image_url": {"url": picture(side)}})
@@ -76,13 +68,6 @@ def measure(home: Path, mmproj: Path | None, side: int, timeout: float = 300) ->
         plan = next(iter(httpx.get(f"{base}/api/stats", timeout=10).json()["models"].values()))["load_plan"]
         time.sleep(0.5)
         return {"rss": psutil.Process(proc.pid).memory_info().rss, "plan": plan}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def main() -> int:
