@@ -12,6 +12,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.crash import CrashReporter
+from app.gc_guard import GuiThreadCollector
 from app.icons import app_icon
 from app.main_window import MainWindow
 from app.net.engine import EngineConfig, EngineController
@@ -101,12 +102,15 @@ def _run(*, engine_config: EngineConfig | None, smoke: str | None):
         if not instance.claim():
             return hand_over(instance), None
     quit_on_signals(app)
+    collector = GuiThreadCollector(app)
+    collector.start()
     reporter = CrashReporter(logs_dir(), app)
     reporter.install()
     try:
         store = ChatStore(hearth_home())
     except StoreTooNew as exc:
         reporter.uninstall()
+        collector.stop()
         if instance is not None:
             instance.release()
         return refuse_newer_store(exc), None
@@ -138,6 +142,7 @@ def _run(*, engine_config: EngineConfig | None, smoke: str | None):
         engine.stop()
         store.close()
         reporter.uninstall()
+        collector.stop()
         if instance is not None:
             instance.release()
     return code, (smoke_run.report if smoke_run is not None else None)

@@ -64,6 +64,23 @@ def hearth_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
+@pytest.fixture(autouse=True)
+def qt_garbage_on_the_gui_thread(request: pytest.FixtureRequest):
+    """A test with Qt objects collects cycles on the GUI thread only, as the app does (app/gc_guard.py), and at
+    its end deletes the widgets pytest-qt closed and collects what they left, there: the servers and loops other
+    tests run in this process have threads of their own, and a window collected on one of them crashes."""
+    if "qapp" not in request.fixturenames:
+        yield
+        return
+    from app.gc_guard import GuiThreadCollector
+
+    collector = GuiThreadCollector(request.getfixturevalue("qapp"))
+    collector.start()
+    yield
+    collector.stop()
+    collector.deleteLater()
+
+
 @pytest.fixture(scope="session")
 def starter_path() -> Path:
     from engine.starter import starter_model_path

@@ -81,7 +81,7 @@ class ApiCall(QObject):
 
     def _finished(self) -> None:
         reply = self.reply
-        if reply is None or not isValid(self):  # cancelled, or its owner went while the reply was in flight
+        if reply is None or not isValid(self) or not isValid(reply):  # cancelled, or its owner went meanwhile
             return
         body = bytes(reply.readAll().data())
         reply.deleteLater()

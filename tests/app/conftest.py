@@ -71,7 +71,10 @@ def open_window(qtbot, store, engine, theme):
     from app.main_window import MainWindow
 
     window = MainWindow(store=store, engine=engine, theme=theme)
-    qtbot.addWidget(window)
+    # A MainWindow has no parent, so Python owns it, and pytest-qt keeps only a weak reference: a test that holds
+    # one of its pages and not the window would lose the window to the next garbage collection mid-test. The
+    # closing hook holds it until pytest-qt closes it at the end of the test.
+    qtbot.addWidget(window, before_close_func=lambda _closing, _held=window: None)
     window.show()
     qtbot.waitExposed(window)
     return window
