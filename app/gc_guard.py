@@ -33,10 +33,15 @@ class GuiThreadCollector(QObject):
         gc.disable()
         self._timer.start()
 
-    def stop(self) -> None:
-        """Collect everything on this thread, then give collection back to Python as it was before."""
+    def stop(self, *, full: bool = True) -> None:
+        """Delete the widgets already closed with ``deleteLater`` and collect (everything, or as the automatic
+        collector would now), here; then give collection back to Python as it was before."""
         self._timer.stop()
-        self.collect_now()
+        if full:
+            self.collect_now()
+        else:
+            QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+            self.check()
         if self._was_enabled:
             gc.enable()
 

@@ -67,8 +67,9 @@ def hearth_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def qt_garbage_on_the_gui_thread(request: pytest.FixtureRequest):
     """A test with Qt objects collects cycles on the GUI thread only, as the app does (app/gc_guard.py), and at
-    its end deletes the widgets pytest-qt closed and collects what they left, there: the servers and loops other
-    tests run in this process have threads of their own, and a window collected on one of them crashes."""
+    its end deletes the widgets pytest-qt closed, there: the servers and loops other tests run in this process
+    have threads of their own, and a window collected on one of them crashes. (Not a full collection per test:
+    one takes 0.2-0.5 s in a process that has loaded torch and the models.)"""
     if "qapp" not in request.fixturenames:
         yield
         return
@@ -77,7 +78,7 @@ def qt_garbage_on_the_gui_thread(request: pytest.FixtureRequest):
     collector = GuiThreadCollector(request.getfixturevalue("qapp"))
     collector.start()
     yield
-    collector.stop()
+    collector.stop(full=False)
     collector.deleteLater()
 
 
