@@ -62,3 +62,37 @@ def test_stopping_collects_what_is_left_and_gives_automatic_collection_back(qapp
         assert deaths == [threading.get_ident()] and gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_full_collection_runs_at_most_once_a_minute_and_the_middle_generation_in_its_place(
+    qapp, monkeypatch
+):
+    import app.gc_guard as gc_guard
+
+    thresholds = gc.get_threshold()
+    collector = GuiThreadCollector(qapp, interval_ms=60_000)
+    collector.start()
+    try:
+        gc.set_threshold(10, 1, 1)  # every generation's threshold crossed by a few allocations
+        now = [1000.0]
+        monkeypatch.setattr(gc_guard, "monotonic", lambda: now[0])
+        collector._last_full = 0.0
+        for _ in range(3):
+            churn_a_little()
+            collector.check()
+        assert collector.collections[2] == 1 and collector.collections[1] == 2
+        now[0] += gc_guard.FULL_EVERY_S
+        churn_a_little()
+        collector.check()
+        assert collector.collections[2] == 2
+    finally:
+        gc.set_threshold(*thresholds)
+        collector.stop(full=False)
+
+
+def churn_a_little() -> None:
+    """Cross every generation's threshold: each young collection counts toward the middle one's, each middle one
+    toward the oldest's."""
+    for _ in range(3):
+        gc.collect(0)
+        gc.collect(1)
