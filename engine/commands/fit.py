@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=int, default=None, help="context length per slot (default: 4096, or what fits)")
     p.add_argument("--parallel", type=int, default=None, help="sequence slots (default: as many as fit, up to 16)")
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type (default: 16-bit, or what fits)")
+    p.add_argument("--speculative", metavar="MODE", default=None,
+                   help="as `hearth serve` takes it; with draft:MODEL the draft model's memory is counted")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
@@ -44,6 +46,7 @@ def render(report) -> list[str]:
     lines.append(
         f"  KV cache   {_mb(m.kv_cache):>10}  ({per_token:,} bytes per token x {plan.n_ctx:,} tokens x {plan.n_seq} slots"
         + (f", {plan.kv_blocks:,} blocks" if plan.kv_blocks is not None else "")
+        + (", and the draft model's cache" if facts.draft is not None else "")
         + ")"
     )
     lines.append(f"  buffers    {_mb(m.buffers):>10}  (compute and output)")
@@ -54,6 +57,8 @@ def render(report) -> list[str]:
             f"  projector  {_mb(plan.projector_bytes):>10}  (of the above: {_mb(p.weights_bytes)} weights, "
             f"{_mb(p.compute_bytes)} encoder buffers, {_mb(p.context_bytes)} contexts; {p.source})"
         )
+    if facts.draft is not None:  # of the figures above: the draft model for speculative decoding
+        lines.append(f"  draft      {_mb(plan.draft_bytes):>10}  (of the above: its weights, KV cache, buffers and bookkeeping)")
     lines.append(f"  total      {_mb(m.total):>10}")
     for d in plan.devices:
         place = "RAM" if d.device == "cpu" else f"{d.name} ({d.device})"
@@ -67,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.fit.report import fit_model
     from engine.hardware import detect_hardware
 
-    report = fit_model(args.model, detect_hardware(), n_ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv_type)
+    report = fit_model(args.model, detect_hardware(), n_ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv_type,
+                       speculative=args.speculative)  # fmt: skip
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

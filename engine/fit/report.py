@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from engine.fit.budget import MemoryBudget
-from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape, with_projector
+from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape, with_draft, with_projector
 from engine.fit.memory import kv_bytes_per_token
 from engine.fit.plan import LoadPlan, plan_load
 from engine.fit.projector import projector_from_size
@@ -66,6 +66,25 @@ def facts_for_local(model: LocalModel) -> ModelFacts:
         raise ModelLoadError(str(model.mmproj), f"{exc}.") from exc
 
 
+def draft_facts(facts: ModelFacts, draft: str, registry: ModelRegistry | None) -> ModelFacts:
+    """``facts`` with the draft model ``draft`` (a registered name or a .gguf path, as ``--speculative
+    draft:MODEL`` names it) loaded beside the model.
+
+    Raises:
+        ModelNotFound: no such model. InvalidRequest: it is not a GGUF file. ModelLoadError: its header cannot be read.
+    """
+    from engine.catalog.registry import resolve_model
+
+    model = resolve_model(draft, registry)
+    if model.format != "gguf":
+        raise InvalidRequest(f"The draft model '{draft}' is not a GGUF file; name a smaller GGUF of the same vocabulary.",
+                             param="speculative")  # fmt: skip
+    try:
+        return with_draft(facts, model.path)
+    except ValueError as exc:
+        raise ModelLoadError(str(model.path), f"{exc}.") from exc
+
+
 def _plan(facts: ModelFacts, budget: MemoryBudget, backend: str, **kw: Any) -> LoadPlan:
     try:
         return plan_load(facts, budget, backend=backend, **kw)
@@ -84,13 +103,21 @@ def fit_local(
     gpu_layers: int | None = None,
     flash_attn: bool = True,
     cpu_moe: int | None = None,
+    draft: str | None = None,
+    registry: ModelRegistry | None = None,
 ) -> FitReport:
     """The plan the loader would make for ``model`` now (available RAM, free GPU memory), on ``backend``
-    (None: the one Hearth picks for its format here), with ``gpu_layers`` and ``flash_attn`` as a load asks."""
+    (None: the one Hearth picks for its format here), with ``gpu_layers`` and ``flash_attn`` as a load asks, and
+    the draft model ``draft`` beside it (the llama.cpp backend's ``--speculative draft:MODEL``)."""
     from engine.backend_choice import choose_backend
 
     choice = choose_backend(model.format, override=backend, hardware=hardware)
     facts = facts_for_local(model)
+    if draft:
+        if choice.backend != "llamacpp":
+            raise InvalidRequest(f"Only the llama.cpp backend runs a draft model, and {model.name} loads on {choice.backend}; "
+                                 "use --speculative ngram there.", param="speculative")  # fmt: skip
+        facts = draft_facts(facts, draft, registry)
     budget = MemoryBudget.from_hardware(hardware, live=True, gpu_offload=choice.gpu_offload)
     kw: dict[str, Any] = {"cpu_moe": cpu_moe} if choice.backend == "llamacpp" else {}
     plan = _plan(facts, budget, choice.backend, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, gpu_layers=gpu_layers,
@@ -151,10 +178,13 @@ def fit_model(
     gpu_layers: int | None = None,
     flash_attn: bool = True,
     cpu_moe: int | None = None,
+    speculative: str | None = None,
 ) -> FitReport:
     """A local model by name or path, else a Hub repo (``OWNER/REPO[:VARIANT]``).
 
     ``backend`` is the worker's backend override for a local model (None: the one its format gets).
+    ``speculative`` is ``--speculative``'s value: with ``draft:MODEL`` the draft model's memory is counted (prompt
+    lookup takes none).
 
     Raises:
         ModelNotFound: neither here nor a repo name. InvalidRequest: bad settings.
@@ -171,18 +201,25 @@ def fit_model(
         raise InvalidRequest("'gpu_layers' must be 0 or more.", param="gpu_layers")
     if cpu_moe is not None and cpu_moe < -1:
         raise InvalidRequest("'cpu_moe' must be a number of layers, or -1 for every layer's experts.", param="cpu_moe")
+    from engine.backends.speculative import DRAFT, SpeculativeOptions
+
+    options = SpeculativeOptions.parse(speculative) if speculative else None
+    draft = options.draft_model if options is not None and options.mode == DRAFT else None
     try:
         model = resolve_model(name, registry)
     except ModelNotFound:
         if "/" not in name or name.startswith(("/", ".", "~")):
             raise
+        if draft:
+            raise InvalidRequest("A draft model is counted for a model on this computer; download this one first, "
+                                 "then ask again.", param="speculative") from None  # fmt: skip
         if hub is None:
             from engine.catalog.hub import HubClient
 
             hub = HubClient()
         return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
     return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend, gpu_layers=gpu_layers,
-                     flash_attn=flash_attn, cpu_moe=cpu_moe)  # fmt: skip
+                     flash_attn=flash_attn, cpu_moe=cpu_moe, draft=draft, registry=registry)  # fmt: skip
 
 
 __all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local"]

@@ -152,7 +152,7 @@ async def worker(request: Request) -> dict:
 @router.get("/fit", response_model=FitAnswer)
 async def fit(
     request: Request, model: str, ctx: int | None = None, parallel: int | None = None, kv_type: str | None = None,
-    gpu_layers: int | None = None, flash_attn: bool = True, cpu_moe: int | None = None,
+    gpu_layers: int | None = None, flash_attn: bool = True, cpu_moe: int | None = None, speculative: str | None = None,
 ) -> dict:
     """How ``model`` (local, or a Hub ``OWNER/REPO[:VARIANT]``) fits this machine: the memory model's breakdown."""
     from engine.fit.report import fit_model
@@ -168,7 +168,7 @@ async def fit(
         return fit_model(
             model, detect_hardware(), registry=manager.registry, hub=hub, n_ctx=ctx, n_seq=parallel,
             kv_type=kv_type or None, backend=manager.backend_override, gpu_layers=gpu_layers, flash_attn=flash_attn,
-            cpu_moe=cpu_moe,
+            cpu_moe=cpu_moe, speculative=speculative or None,
         )
 
     report = await asyncio.to_thread(work)

@@ -191,6 +191,8 @@ class LoadPlan(Answer):
     reason: str
     kv_blocks: int | None = None
     model_bytes: int
+    projector_bytes: int = 0  # of the memory: the projector that lets the model see and hear
+    draft_bytes: int = 0  # of the memory: the draft model for speculative decoding
     memory: MemoryBytes
     devices: list[DevicePlan]
 

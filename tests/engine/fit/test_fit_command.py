@@ -76,3 +76,38 @@ def test_api_fit_gives_the_same_numbers_as_the_cli(greedy_server, starter_path):
     assert bad.status_code == 400 and "kv_type" in bad.text
     missing = httpx.get(f"{greedy_server.root}/api/fit", params={"model": "no-such-model"}, headers=greedy_server.headers)
     assert missing.status_code == 404
+
+
+def test_hearth_fit_counts_a_draft_model_named_as_serve_takes_it(starter_path):
+    args = ("fit", str(starter_path), "--ctx", "2048", "--parallel", "2", "--json")
+    plain = json.loads(hearth(*args).stdout)["plan"]
+    out = hearth(*args, "--speculative", f"draft:{starter_path}")  # the starter drafting for itself
+    assert out.returncode == 0, out.stderr
+    drafted = json.loads(out.stdout)
+    plan = drafted["plan"]
+    assert plain["draft_bytes"] == 0 < plan["draft_bytes"]
+    assert plan["memory"]["total_bytes"] - plain["memory"]["total_bytes"] == plan["draft_bytes"]
+    assert drafted["facts"]["draft"]["shape"] == drafted["facts"]["shape"]
+    # prompt lookup needs no memory of its own
+    ngram = json.loads(hearth(*args, "--speculative", "ngram").stdout)["plan"]
+    assert ngram["memory"]["total_bytes"] == plain["memory"]["total_bytes"]
+    text = hearth("fit", str(starter_path), "--ctx", "2048", "--parallel", "2", "--speculative", f"draft:{starter_path}")
+    assert text.returncode == 0 and "draft model's cache" in text.stdout
+    assert [line for line in text.stdout.splitlines() if line.strip().startswith("draft ")]
+    for bad, says in (("draft:no-such-draft", "'no-such-draft' is not available locally"), ("sometimes", "auto, ngram, draft:MODEL or off")):
+        refused = hearth("fit", str(starter_path), "--speculative", bad)
+        assert refused.returncode == 1 and says in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_api_fit_counts_the_draft_model_as_the_cli_does(greedy_server, starter_path):
+    from engine.fit.report import fit_model
+    from engine.hardware import detect_hardware
+
+    speculative = f"draft:{starter_path}"
+    params = {"model": MODEL, "ctx": 2048, "parallel": 2, "speculative": speculative}
+    r = httpx.get(f"{greedy_server.root}/api/fit", params=params, headers=greedy_server.headers, timeout=60)
+    assert r.status_code == 200, r.text
+    cli = fit_model(str(starter_path), detect_hardware(), n_ctx=2048, n_seq=2, speculative=speculative).to_dict()
+    assert r.json()["plan"]["draft_bytes"] == cli["plan"]["draft_bytes"] > 0
+    bad = httpx.get(f"{greedy_server.root}/api/fit", params={**params, "speculative": "draft:"}, headers=greedy_server.headers)
+    assert bad.status_code == 400 and "draft:MODEL" in bad.text
