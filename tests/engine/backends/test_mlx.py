@@ -76,7 +76,7 @@ def test_greedy_tokens_agree_with_llama_cpp_on_the_same_q4_1_file(mlx_backend, l
     MLX generates from llama.cpp's prefix until its token differs, then starts again from the
     prefix that includes llama.cpp's token there, so every position is judged on the same context.
 
-    Judged on llama.cpp's first 24 tokens of four prompts. Measured here over the first 32 of five:
+    Judged on llama.cpp's first 16 tokens of four prompts. Measured here over the first 32 of five:
     154 of 160 positions agree (96.3%), and at the other 6 llama.cpp's token is among MLX's five
     likeliest (near-ties). Run freely, the two answers share only their first 69 of 160 tokens (43%):
     llama.cpp multiplies the Q4_1 weights by activations rounded to 8 bits, MLX by float32
@@ -86,8 +86,8 @@ def test_greedy_tokens_agree_with_llama_cpp_on_the_same_q4_1_file(mlx_backend, l
     """
     agree = judged = 0
     for q in PROMPTS[:4]:
-        reference = list(llama_one_thread.stream(chat(q, temperature=0, max_tokens=24, ignore_eos=True)))[:-1]
-        assert len(reference) == 24 and all(len(c.token_ids) == 1 for c in reference)
+        reference = list(llama_one_thread.stream(chat(q, temperature=0, max_tokens=16, ignore_eos=True)))[:-1]
+        assert len(reference) == 16 and all(len(c.token_ids) == 1 for c in reference)
         ids = [c.token_ids[0] for c in reference]
         prompt = mlx_backend.render_chat((ChatMessage("user", q),))
         base = mlx_backend.prompt_tokens(chat(q))
@@ -116,7 +116,7 @@ def test_greedy_tokens_agree_with_llama_cpp_on_the_same_q4_1_file(mlx_backend, l
                 i += 1
                 stream.close()
                 break
-    assert judged >= 88
+    assert judged >= 58
     assert agree / judged >= 0.9, f"{agree}/{judged} positions agree"
 
 
