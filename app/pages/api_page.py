@@ -42,7 +42,7 @@ def curl_example(base_url: str, key: str, model: str) -> str:
     return (
         f"curl {base_url}/chat/completions{auth} \\\n"
         '  -H "Content-Type: application/json" \\\n'
-        f'  -d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}\''
+        f'  -d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 256}}\''
     )
 
 
@@ -75,13 +75,13 @@ def dialect_examples(port: int, key: str, model: str) -> list[Dialect]:
             f"Codex and apps on OpenAI's newer SDKs (client.responses, base URL {root}/v1)",
             f"curl {root}/v1/responses{bearer} \\\n"
             '  -H "Content-Type: application/json" \\\n'
-            f'  -d \'{{"model": "{model}", "input": "Hello!"}}\'',
+            f'  -d \'{{"model": "{model}", "input": "Hello!", "max_output_tokens": 256}}\'',
         ),
         Dialect(
             "Ollama (/api/chat, /api/tags, ...)",
             f"Open WebUI, VS Code Copilot Chat's Ollama provider, Page Assist, Continue and Aider: Ollama address {root}",
             f"curl {root}/api/chat{bearer} \\\n"
-            f'  -d \'{{"model": "{model}", "messages": {hello}}}\'',
+            f'  -d \'{{"model": "{model}", "messages": {hello}, "options": {{"num_predict": 256}}}}\'',
         ),
     ]
 

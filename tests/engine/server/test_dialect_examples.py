@@ -20,3 +20,6 @@ def test_each_dialect_example_is_answered(server):
         assert out.returncode == 0, (d.name, out.stderr)
         last = json.loads(out.stdout.strip().splitlines()[-1])  # Ollama's example streams NDJSON
         assert last.get("type") == "message" or last.get("object") == "response" or last.get("done") is True, d.name
+        # each example bounds its answer, as Anthropic's API requires (a sampled "Hello!" can run on for minutes)
+        usage = last.get("usage") or {}
+        assert 1 <= usage.get("output_tokens", last.get("eval_count", 0)) <= 256, (d.name, last)
