@@ -24,6 +24,7 @@ the same prompts run on it with no speculation and with each ``--spec-type`` giv
 beside Hearth's.
 
     .venv/bin/python benchmarks/speculative.py [--tokens 256] [--threads 2] [--draft MODEL] [--llama-server PATH]
+        [--backend llamacpp|mlx]
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ PROMPTS = {
 
 
 class Worker:
-    """A `hearth serve` in a fresh HEARTH_HOME, on ``backend`` (llamacpp, or paged for benchmarks/paged_speculative.py)."""
+    """A `hearth serve` in a fresh HEARTH_HOME, on ``backend`` (llamacpp, mlx, or paged for benchmarks/paged_speculative.py)."""
 
     def __init__(self, threads: int, ctx: int, speculative: str = "auto", backend: str = "llamacpp") -> None:
         from engine.worker.net import free_port
@@ -179,14 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-server", type=Path, help="also time this llama-server binary")
     parser.add_argument("--spec-type", action="append", default=None, help="llama-server --spec-type (repeatable)")
     parser.add_argument("--draft", metavar="MODEL", help="also time a draft model (a registered name or a .gguf path)")
+    parser.add_argument("--backend", choices=("llamacpp", "mlx"), default="llamacpp",
+                        help="the worker's backend (default llamacpp; the paged engine has benchmarks/paged_speculative.py)")
     args = parser.parse_args(argv)
 
-    rows = measure(Worker(args.threads, ctx=2048), args, PROMPTS)
+    rows = measure(Worker(args.threads, ctx=2048, backend=args.backend), args, PROMPTS)
     if args.draft:
         drafts = {f"{name} [draft]": p for name, p in PROMPTS.items() if p[2] is None}  # a prediction drafts by lookup
         rows += measure(Worker(args.threads, ctx=2048, speculative=f"draft:{args.draft}"), args, drafts)
 
-    print(f"Hearth, starter model, {args.threads} threads, greedy, {args.tokens} tokens, median of {args.rounds}:")
+    print(f"Hearth ({args.backend}), starter model, {args.threads} threads, greedy, {args.tokens} tokens, median of {args.rounds}:")
     print(f"{'prompt':30} {'plain tok/s':>11} {'spec tok/s':>11} {'ratio':>6} {'drafted':>8} {'kept':>6}  same answer")
     for r in rows:
         same = "yes" if r["divergence"] is None else f"to token {r['divergence'][0]} (near-tie, gap {r['divergence'][1]:.3f})"

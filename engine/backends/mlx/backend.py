@@ -1,7 +1,9 @@
 """The MLX backend: the fastest path on Apple Silicon, and MLX's CPU build elsewhere.
 
 Loads MLX-quantized folders, plain Hugging Face safetensors folders and llama-family GGUF
-files; runs one generation at a time on the model's own thread (requests queue).
+files; runs one generation at a time on the model's own thread (requests queue). Requests draft by
+prompt lookup (speculative decoding: ``auto``, ``ngram``, an OpenAI ``prediction``); a draft model
+is the llama.cpp backend's, so ``draft:MODEL`` drafts as ``auto`` here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
 from engine.backends.mlx.sampler import TokenSampler
 from engine.backends.runtime import RequestStream, refuse_media
+from engine.backends.speculative import SpeculativeOptions
 from engine.errors import EmbeddingsUnsupported
 from engine.tools import RenderedChat, render_request
 from engine.tools.guidance import matcher_for
@@ -49,6 +52,7 @@ class MLXBackend:
     def __init__(self) -> None:
         self.loop: GenerationLoop | None = None
         self.spec: ModelSpec | None = None
+        self._speculative = SpeculativeOptions()
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
         """Load ``model`` on a new generation thread.
@@ -70,6 +74,7 @@ class MLXBackend:
             max_waiting=options.max_waiting if options.max_waiting is not None else DEFAULT_MAX_WAITING,
         )
         self.spec = model
+        self._speculative = options.speculative
         log.info("loaded %s on MLX with a context of %d tokens", model.path, self.loop.n_ctx)
 
     def ignored_params(self, request: GenerationRequest) -> tuple[str, ...]:
@@ -137,7 +142,8 @@ class MLXBackend:
         loaded, loop = self._require()
         vocab = loaded.vocab
         stream, prompt = RequestStream.open(
-            self, request, n_ctx=loop.n_ctx, piece=vocab.piece, is_eog=vocab.eog_ids.__contains__
+            self, request, n_ctx=loop.n_ctx, piece=vocab.piece, is_eog=vocab.eog_ids.__contains__,
+            speculative=self._speculative,
         )
         ignored = ignored_params(request)
         if ignored:

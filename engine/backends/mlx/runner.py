@@ -4,6 +4,12 @@ MLX evaluates lazily and keeps per-thread state, so every MLX call for a model h
 its own thread; request threads only tokenize and read their queues. Requests wait first
 come, first served. The KV cache of the last request stays, so a follow-up whose prompt
 starts the same way (the next turn of a chat) computes only the new tokens.
+
+A request that drafts (speculative decoding, engine.backends.speculative) has its pending token and
+its draft computed in one call; each row is then sampled in order with the request's sampler, a drafted
+token is kept while it is the token drawn before it, and the cache cells of those not kept are trimmed.
+Drafts pay where a row costs well under a step; on MLX's Linux CPU build a row costs about a whole step,
+which the measured row cost tells ``auto`` (it then drafts next to nothing).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +31,7 @@ from engine.backends.base import BackendStats, common_prefix
 from engine.backends.mlx.loader import LoadedModel
 from engine.backends.mlx.sampler import TokenSampler
 from engine.backends.runtime import RequestStream
+from engine.backends.speculative import RowCost
 from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -86,6 +94,9 @@ class GenerationLoop(AdmissionQueue[Sequence]):
         self.stats_prompt_tokens = 0
         self.stats_cached_tokens = 0
         self.stats_generated_tokens = 0
+        self.stats_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
+        self.stats_accepted_tokens = 0
+        self.row_cost = RowCost()  # what a drafted row adds to a step, measured
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -119,6 +130,7 @@ class GenerationLoop(AdmissionQueue[Sequence]):
             running=running, waiting=waiting, slots=1, n_ctx_per_sequence=self.n_ctx,
             requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
             generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
+            details={"draft_tokens": self.stats_draft_tokens, "accepted_draft_tokens": self.stats_accepted_tokens},
         )  # fmt: skip
 
     def close(self) -> None:
@@ -184,10 +196,16 @@ class GenerationLoop(AdmissionQueue[Sequence]):
         return cache, keep
 
     def _feed(self, tokens: list[int]) -> mx.array:
-        """Run ``tokens`` through the model into the cache; the logits of the last one, lazily."""
+        """Run ``tokens`` through the model into the cache; the logits of each, ``[len(tokens), n_vocab]``, lazily."""
         logits = self._model.model(mx.array(tokens, dtype=mx.int32)[None], cache=self._cache)
         self._cache_tokens.extend(tokens)
-        return logits[0, -1]
+        return logits[0]
+
+    def _trim(self, n: int) -> None:
+        """Forget the last ``n`` tokens of the cache (a draft's tokens that were not kept)."""
+        if n > 0 and self._cache is not None:
+            trim_prompt_cache(self._cache, n)
+            del self._cache_tokens[-n:]
 
     def _generate(self, seq: Sequence) -> None:
         self.stats_requests += 1
@@ -211,18 +229,57 @@ class GenerationLoop(AdmissionQueue[Sequence]):
             if self._stop_requested(seq):
                 self._finish(seq, "cancelled")
                 return
-            logits = self._feed([token])
-            token = seq.sampler.sample(logits, seq.stream.generated)
-            if self._advance(seq, token, logits):
-                return
+            draft = self._draft(seq)
+            t0 = time.perf_counter()
+            logits = self._feed([token, *draft])
+            mx.eval(logits)
+            self.row_cost.add(1 + len(draft), time.perf_counter() - t0)
+            if draft:
+                seq.stream.verifying(len(draft))
+            # Each row in order: the sampler's draw there is the output's next token, and the drafted token
+            # after it stands only while it is that draw.
+            kept = 0
+            for j in range(len(draft) + 1):
+                row = logits[j]
+                token = seq.sampler.sample(row, seq.stream.generated)
+                agreed = j < len(draft) and token == draft[j]
+                if self._advance(seq, token, row, kept_draft=agreed, position=len(self._cache_tokens) - len(draft) + j):
+                    self._trim(len(draft) - kept)
+                    self._record(seq, len(draft), kept)
+                    return
+                if not agreed:
+                    break
+                kept += 1
+            self._trim(len(draft) - kept)
+            self._record(seq, len(draft), kept)
 
-    def _advance(self, seq: Sequence, token: int, logits: mx.array) -> bool:
-        """Stream ``token``; returns whether the generation is over."""
+    def _draft(self, seq: Sequence) -> list[int]:
+        """What ``seq`` drafts this step: within its context and its answer's length, and only while the cache
+        can forget a refused draft's cells."""
+        drafter = seq.stream.drafter
+        if drafter is None or self._cache is None or not can_trim_prompt_cache(self._cache):
+            return []
+        limit = self.n_ctx - len(self._cache_tokens) - 2
+        if seq.stream.params.max_tokens is not None:
+            limit = min(limit, seq.stream.params.max_tokens - len(seq.stream.generated) - 1)
+        return drafter.propose(limit, self.row_cost.share) if limit > 0 else []
+
+    def _record(self, seq: Sequence, drafted: int, kept: int) -> None:
+        if not drafted:
+            return
+        if seq.stream.drafter is not None:
+            seq.stream.drafter.record(drafted, kept)
+        self.stats_draft_tokens += drafted
+        self.stats_accepted_tokens += kept
+
+    def _advance(self, seq: Sequence, token: int, logits: mx.array, *, kept_draft: bool = False, position: int) -> bool:
+        """Stream ``token``, the one after the first ``position`` tokens of the sequence; returns whether the
+        generation is over."""
         lp: tuple[TokenLogprob, ...] = ()
         if seq.stream.params.logprobs is not None:
             lp = (self._logprob(seq, logits, token),)
         n_before = len(seq.stream.generated)
-        done = seq.stream.push(token, logprobs=lp, context_full=len(self._cache_tokens) + 1 >= self.n_ctx)
+        done = seq.stream.push(token, logprobs=lp, context_full=position + 1 >= self.n_ctx, kept_draft=kept_draft)
         self.stats_generated_tokens += len(seq.stream.generated) - n_before
         if done:
             self._release(seq)

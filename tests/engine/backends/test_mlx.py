@@ -235,6 +235,38 @@ def test_response_format_is_enforced(mlx_backend):
     assert isinstance(json.loads("".join(c.text for c in chunks))["ok"], bool)
 
 
+def test_drafted_answers_are_the_plain_ones_token_for_token(mlx_backend):
+    """Speculative decoding on MLX: a request's OpenAI prediction drafts (prompt lookup), one call computes the
+    pending token with its draft, and each row is sampled in order, so the answer, its logprobs, a seeded sample,
+    a stop string and a grammar's output are plain decoding's."""
+    source = "def area(width, height):\n    return width * height\n\n\nprint(area(3, 4))\n"
+    copy = f"Copy this code exactly, with no comment:\n\n{source}"
+
+    def run(speculative: bool, **params):
+        fmt = params.pop("response_format", ResponseFormat())
+        req = GenerationRequest(
+            model="s", messages=(ChatMessage("user", copy),), params=SamplingParams(**{"max_tokens": 24, **params}),
+            response_format=fmt, prediction=source if speculative else None, speculative=None if speculative else False,
+        )  # fmt: skip
+        chunks = list(mlx_backend.stream(req))
+        return [t for c in chunks for t in c.token_ids], "".join(c.text for c in chunks), chunks
+
+    before = mlx_backend.stats().details["accepted_draft_tokens"]
+    tokens, text, chunks = run(True, temperature=0, logprobs=2)
+    want, want_text, want_chunks = run(False, temperature=0, logprobs=2)
+    assert tokens == want and text == want_text
+    assert [c.logprobs for c in chunks] == [c.logprobs for c in want_chunks]  # those of the verified tokens
+    assert chunks[-1].draft_tokens > 0 and chunks[-1].accepted_draft_tokens >= 8 and want_chunks[-1].draft_tokens == 0
+    assert mlx_backend.stats().details["accepted_draft_tokens"] - before == chunks[-1].accepted_draft_tokens
+    seeded = {"temperature": 0.8, "top_k": 40, "seed": 7, "repetition_penalty": 1.1, "max_tokens": 12}
+    assert run(True, **seeded)[0] == run(False, **seeded)[0]
+    assert run(True, temperature=0, stop=("height",))[1] == run(False, temperature=0, stop=("height",))[1]
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+    fmt = {"temperature": 0, "max_tokens": 16, "response_format": ResponseFormat(type="json_schema", schema=schema)}
+    got, want_json = run(True, **fmt), run(False, **fmt)
+    assert got[0] == want_json[0] and got[1].startswith("{")
+
+
 def test_load_errors_name_the_path(tmp_path: Path, starter_path: Path):
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(starter_path.read_bytes()[:5_000_000])
