@@ -14,6 +14,47 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 
 
+def _pin_to_this_processs_cores() -> None:
+    """Under `make test`'s two processes, each runs on its own half of the cores (and so does every process it
+    starts). Each then decodes on the threads its cores allow: two processes whose llama.cpp teams of two both
+    spun on a 2-core machine made a test take three times as long as alone, every team waiting on a thread the
+    other process held. The machine's cores are kept in HEARTH_TEST_MACHINE_CPUS for the tests of threads."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not hasattr(os, "sched_setaffinity") or not worker.startswith("gw") or not count.isdigit():
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    n, i = int(count), int(worker[2:])
+    os.environ.setdefault("HEARTH_TEST_MACHINE_CPUS", ",".join(map(str, cpus)))
+    if n < 2 or len(cpus) < n:
+        return
+    os.sched_setaffinity(0, cpus[i * len(cpus) // n : (i + 1) * len(cpus) // n])
+
+
+def machine_cpus() -> set[int]:
+    """The cores the whole run may use (this process's own, outside `make test`'s split)."""
+    given = os.environ.get("HEARTH_TEST_MACHINE_CPUS")
+    return {int(c) for c in given.split(",")} if given else set(os.sched_getaffinity(0))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _pin_to_this_processs_cores()
+
+
+@pytest.fixture
+def whole_machine():
+    """The test (and the threads and processes it starts) on every core of the run, as the app is on the machine's:
+    for the tests of how the llama.cpp loop shares the cores."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, machine_cpus())
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 # The files that take longest (their servers, models and subprocesses), slowest first: `make test` hands whole files
 # to its two processes in collection order, so these start first and the two processes end together. Measured with
 # `make test PYTEST_ARGS=--durations=0`; a file missing from the list simply keeps its place.

@@ -58,7 +58,7 @@ def quiet_at_full(backend: LlamaCppBackend, full: int) -> bool:
 
 
 @pytest.fixture
-def decoding(starter_path: Path):
+def decoding(whole_machine, starter_path: Path):
     """The starter on an adaptive loop, kept generating from a thread of its own (the loop samples the
     machine only while it computes)."""
     backend = LlamaCppBackend()

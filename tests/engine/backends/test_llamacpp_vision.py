@@ -136,7 +136,7 @@ def test_picture_and_text_requests_share_a_batch_and_answer_as_alone(vision_back
     assert results == alone
 
 
-def test_the_loop_leaves_a_core_to_pictures_being_read():
+def test_the_loop_leaves_a_core_to_pictures_being_read(whole_machine):
     from engine.backends.llamacpp import LlamaCppBackend
     from engine.backends.threads import cpu_count, usable_cpus
 

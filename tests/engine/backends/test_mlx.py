@@ -258,11 +258,13 @@ def test_drafted_answers_are_the_plain_ones_token_for_token(mlx_backend):
     assert [c.logprobs for c in chunks] == [c.logprobs for c in want_chunks]  # those of the verified tokens
     assert chunks[-1].draft_tokens > 0 and chunks[-1].accepted_draft_tokens >= 8 and want_chunks[-1].draft_tokens == 0
     assert mlx_backend.stats().details["accepted_draft_tokens"] - before == chunks[-1].accepted_draft_tokens
-    seeded = {"temperature": 0.8, "top_k": 40, "seed": 7, "repetition_penalty": 1.1, "max_tokens": 12}
+    seeded = {"temperature": 0.8, "top_k": 40, "seed": 7, "repetition_penalty": 1.1, "max_tokens": 8}
     assert run(True, **seeded)[0] == run(False, **seeded)[0]
-    assert run(True, temperature=0, stop=("height",))[1] == run(False, temperature=0, stop=("height",))[1]
+    stopped = run(True, temperature=0, stop=("area(3",))  # a stop string inside the drafted text
+    assert stopped[1] == run(False, temperature=0, stop=("area(3",))[1]
+    assert stopped[2][-1].finish_reason == "stop" and stopped[2][-1].draft_tokens > 0
     schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
-    fmt = {"temperature": 0, "max_tokens": 16, "response_format": ResponseFormat(type="json_schema", schema=schema)}
+    fmt = {"temperature": 0, "max_tokens": 10, "response_format": ResponseFormat(type="json_schema", schema=schema)}
     got, want_json = run(True, **fmt), run(False, **fmt)
     assert got[0] == want_json[0] and got[1].startswith("{")
 
