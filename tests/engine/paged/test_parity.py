@@ -9,18 +9,10 @@ from engine.types import ChatMessage, GenerationRequest, SamplingParams
 QUESTIONS = [
     "Hi!",
     "What is 2 + 2?",
-    "Name three colours.",
     "Write a haiku about the sea.",
-    "Why is the sky blue?",
-    "Translate 'good morning' into French.",
     "List the planets of the solar system in order from the sun.",
     "Explain in two sentences what a compiler does.",
-    "What is the capital of Japan, and what is it famous for?",
     "Give me a recipe for pancakes.",
-    "Summarise the plot of Romeo and Juliet in a paragraph.",
-    "What are the benefits of regular exercise? Answer with a short list.",
-    "Describe a cat to someone who has never seen one.",
-    "Tell me a joke about programmers.",
     "How do I reverse a list in Python?",
     "What is photosynthesis? " * 3,
     "Write a short story that begins with: The door creaked open and " + "the wind howled through the hall. " * 4,
@@ -32,7 +24,7 @@ QUESTIONS = [
 ]
 
 
-def test_greedy_tokens_match_transformers_for_twenty_prompts_submitted_together(paged_backend, hf_starter):
+def test_greedy_tokens_match_transformers_for_twelve_prompts_submitted_together(paged_backend, hf_starter):
     prompts = [paged_backend.prompt_tokens(GenerationRequest(model="s", messages=(ChatMessage("user", q),)))
                for q in QUESTIONS]  # fmt: skip
     lengths = sorted(len(p) for p in prompts)
