@@ -14,6 +14,7 @@ PYTEST_ARGS ?=
 # The suite runs in two processes, each test file in one of them (its servers and models are started once):
 # many tests wait on a worker or a subprocess, so two keep two cores busy. Files are handed out in collection
 # order, the slowest first (tests/conftest.py, SLOW_FILES), so both end together. TEST_PROCESSES= runs it in one.
+# Each process runs on its own half of the cores (tests/conftest.py), so their llama.cpp threads never wait on each other.
 # A process that crashes fails its test and is not replaced: with whole files handed out, pytest-xdist's
 # replacement then waits for work forever, and the run never ends.
 TEST_PROCESSES ?= -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart 0
