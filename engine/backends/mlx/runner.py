@@ -238,20 +238,19 @@ class GenerationLoop(AdmissionQueue[Sequence]):
                 seq.stream.verifying(len(draft))
             # Each row in order: the sampler's draw there is the output's next token, and the drafted token
             # after it stands only while it is that draw.
-            kept = 0
+            kept, done = 0, False
             for j in range(len(draft) + 1):
                 row = logits[j]
                 token = seq.sampler.sample(row, seq.stream.generated)
                 agreed = j < len(draft) and token == draft[j]
-                if self._advance(seq, token, row, kept_draft=agreed, position=len(self._cache_tokens) - len(draft) + j):
-                    self._trim(len(draft) - kept)
-                    self._record(seq, len(draft), kept)
-                    return
-                if not agreed:
+                done = self._advance(seq, token, row, kept_draft=agreed, position=len(self._cache_tokens) - len(draft) + j)
+                if done or not agreed:
                     break
                 kept += 1
             self._trim(len(draft) - kept)
             self._record(seq, len(draft), kept)
+            if done:
+                return
 
     def _draft(self, seq: Sequence) -> list[int]:
         """What ``seq`` drafts this step: within its context and its answer's length, and only while the cache
@@ -265,10 +264,9 @@ class GenerationLoop(AdmissionQueue[Sequence]):
         return drafter.propose(limit, self.row_cost.share) if limit > 0 else []
 
     def _record(self, seq: Sequence, drafted: int, kept: int) -> None:
-        if not drafted:
+        if not drafted or seq.stream.drafter is None:
             return
-        if seq.stream.drafter is not None:
-            seq.stream.drafter.record(drafted, kept)
+        seq.stream.drafter.record(drafted, kept)
         self.stats_draft_tokens += drafted
         self.stats_accepted_tokens += kept
 
