@@ -129,7 +129,7 @@ def test_cli_add_list_rm_keeps_the_key_out_of_the_providers_file(local, local_ho
         assert "no remote provider named 'scratch'" in capsys.readouterr().err
 
 
-def test_cli_refuses_bad_input_with_one_sentence(local_home, capsys):
+def test_cli_refuses_bad_input_with_one_sentence(local, local_home, capsys):
     with data_folder(local_home):
         assert main(["remote", "add", "a/b", "http://127.0.0.1:9/v1"]) == 1
         assert "cannot name a provider" in capsys.readouterr().err
