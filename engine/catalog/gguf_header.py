@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,93 @@ def _layout(path: Path) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...]
     return kv, infos, data_start, size
 
 
+@dataclass(frozen=True, slots=True)
+class GGUFVocabulary:
+    """A GGUF file's vocabulary as llama.cpp reads it: the tokenizer's kind (``tokenizer.ggml.model``), each
+    token's text and whether llama.cpp takes it as unused padding."""
+
+    kind: str
+    tokens: list[bytes]
+    unused: list[bool]
+
+
+_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_UNUSED = 3, 5  # llama.cpp's LLAMA_TOKEN_TYPE_*
+
+
+def read_gguf_vocabulary(path: Path) -> GGUFVocabulary:
+    """The vocabulary of the local GGUF file at ``path``.
+
+    A token is unused where its type says so, or, as llama.cpp decides on loading, where it is a control
+    token whose text contains "unused" (a family's padding tokens).
+
+    Raises:
+        ValueError: the file is not a GGUF file Hearth can read, or it has no vocabulary.
+    """
+    r, _ = _file_reader(path)
+    _, _, n_kv = _prelude(r)
+    kind, tokens, types = None, None, None
+    for _ in range(n_kv):
+        key = r.string()
+        vtype = r.unpack("<I")
+        if key == "tokenizer.ggml.tokens" and vtype == _ARRAY:
+            tokens = _string_array(r)
+        elif key == "tokenizer.ggml.token_type" and vtype == _ARRAY:
+            types = _int_array(r)
+        else:
+            value = _value(r, vtype)
+            if key == "tokenizer.ggml.model":
+                kind = value
+        if kind is not None and tokens is not None and types is not None:
+            break
+    if not isinstance(kind, str) or tokens is None:
+        raise ValueError("it has no vocabulary (tokenizer.ggml.model and tokenizer.ggml.tokens)")
+    if types is None or len(types) != len(tokens):
+        types = [1] * len(tokens)
+    unused = [
+        t == _TOKEN_TYPE_UNUSED or (t == _TOKEN_TYPE_CONTROL and b"unused" in text) for t, text in zip(types, tokens, strict=True)
+    ]
+    return GGUFVocabulary(kind, tokens, unused)
+
+
+def _string_array(r: _Reader) -> list[bytes]:
+    etype, count = r.unpack("<I"), r.unpack("<Q")
+    if etype != _STRING:
+        raise ValueError("its tokenizer.ggml.tokens is not a list of strings")
+    if count * 8 > r.remaining:
+        raise ValueError(f"an array of {count} entries runs past {r.end_name}")
+    return [r.read(r.unpack("<Q")) for _ in range(count)]
+
+
+def _int_array(r: _Reader) -> list[int]:
+    etype, count = r.unpack("<I"), r.unpack("<Q")
+    fmt = _SCALARS.get(etype)
+    if fmt is None or fmt[1] in "f?d":
+        raise ValueError("its tokenizer.ggml.token_type is not a list of integers")
+    data = r.read(struct.calcsize(fmt) * count)
+    return list(struct.unpack(f"<{count}{fmt[1]}", data))
+
+
+def vocabulary_mismatch(model: GGUFVocabulary, other: GGUFVocabulary) -> str | None:
+    """How ``other``'s vocabulary differs from ``model``'s, or None where a token id means the same text in both:
+    the same kind of tokenizer and the same text for every id they share; where one has more tokens, its extra
+    ones are unused padding (a family's small and large models are often padded to other sizes)."""
+    if model.kind != other.kind:
+        return f"its tokenizer is of another kind ({other.kind!r}, the model's {model.kind!r})"
+    n_model, n_other = len(model.tokens), len(other.tokens)
+    for i, (a, b) in enumerate(zip(model.tokens, other.tokens, strict=False)):
+        if a != b:
+            return f"token {i} is {_show(b)} in it and {_show(a)} in the model ({n_other} tokens against {n_model})"
+    longer = model if n_model > n_other else other
+    for i in range(min(n_model, n_other), len(longer.tokens)):
+        if not longer.unused[i]:
+            return f"it has {n_other} tokens and the model {n_model} (token {i} is {_show(longer.tokens[i])})"
+    return None
+
+
+def _show(text: bytes) -> str:
+    return repr(text.decode("utf-8", errors="replace")[:40])
+
+
 # ggml tensor type id -> (values per block, bytes per block), as ggml lays them out.
 GGML_BLOCK_SIZES = {
     0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 40),
@@ -262,9 +350,12 @@ def _check_tensor_data(infos: list[tuple[str, tuple[int, ...], int, int]], data_
 __all__ = [
     "GGML_BLOCK_SIZES",
     "GGML_TYPE_NAMES",
+    "GGUFVocabulary",
     "MAX_HEADER_BYTES",
     "check_gguf_layout",
     "read_gguf_file",
     "read_gguf_kv",
     "read_gguf_tensors",
+    "read_gguf_vocabulary",
+    "vocabulary_mismatch",
 ]

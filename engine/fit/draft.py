@@ -20,13 +20,18 @@ the starter's draft within -4% (about 7 MiB under, whatever the context and slot
 within +1%. The model's own compute buffer formula (the logits of every token of a block) would have counted
 45 MB more for the starter and 140 MB more for Qwen's vocabulary, 25-30% over what the worker takes.
 
-Known limits: a draft the backend refuses for its vocabulary is still counted (its header reads); on a GPU the
-draft is counted on the first one, though with several GPUs llama.cpp spreads it over them by their free memory.
+A draft whose vocabulary is not the model's is refused by the backend, and left out of the plan by the same rule
+(:func:`draft_vocabulary_mismatch`, from both files' headers). Known limit: on a GPU the draft is counted on the first
+one, though with several GPUs llama.cpp spreads it over them by their free memory.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.fit.facts import ModelFacts
 from engine.fit.memory import (
@@ -37,9 +42,36 @@ from engine.fit.memory import (
     output_buffer_bytes,
 )
 
+if TYPE_CHECKING:
+    from engine.catalog.gguf_header import GGUFVocabulary
+
 # The draft's micro-batch: the most prompt tokens it computes in one call (draft_model.CATCHUP_BLOCK is this).
 DRAFT_BLOCK = 256
 DRAFT_KV_TYPE = "f16"
+
+
+def draft_vocabulary_mismatch(model: Path, draft: Path) -> str | None:
+    """Why the draft model at ``draft`` cannot draft for the model at ``model``: how its vocabulary differs (a
+    drafted token id must mean the same text to both), or None when it can.
+
+    Raises:
+        ValueError: either file's vocabulary cannot be read.
+    """
+    from engine.catalog.gguf_header import vocabulary_mismatch
+
+    return vocabulary_mismatch(_vocabulary(model), _vocabulary(draft))
+
+
+def _vocabulary(path: Path) -> GGUFVocabulary:
+    stat = os.stat(path)
+    return _vocabulary_of(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8)  # a model is planned more than once per load (sized, then loaded)
+def _vocabulary_of(path: str, _mtime_ns: int, _size: int) -> GGUFVocabulary:
+    from engine.catalog.gguf_header import read_gguf_vocabulary
+
+    return read_gguf_vocabulary(Path(path))
 
 
 def draft_compute_bytes(draft: ModelFacts, *, n_seq: int, n_ubatch: int = DRAFT_BLOCK) -> int:
@@ -85,4 +117,4 @@ def draft_memory(draft: ModelFacts, *, n_ctx: int, n_seq: int, on_gpu: bool) -> 
     )
 
 
-__all__ = ["DRAFT_BLOCK", "DraftMemory", "draft_compute_bytes", "draft_memory"]
+__all__ = ["DRAFT_BLOCK", "DraftMemory", "draft_compute_bytes", "draft_memory", "draft_vocabulary_mismatch"]

@@ -24,11 +24,11 @@ import llama_cpp
 import numpy as np
 
 from engine.backends.base import common_prefix
-from engine.backends.llamacpp.model import GGUFModel
+from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.speculative import DraftSource, SpeculativeOptions, best_length
 from engine.backends.speculative_sampling import accept_or_resample, filtered_distribution, sample
 from engine.errors import DraftModelUnusable
-from engine.fit.draft import DRAFT_BLOCK
+from engine.fit.draft import DRAFT_BLOCK, draft_vocabulary_mismatch
 from engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -40,29 +40,6 @@ DRAFT_P_MIN = 0.6
 # draft until it is done), so that catching up never stalls the other streams for long. The draft's micro-batch
 # too: the memory model sizes its compute buffer by it.
 CATCHUP_BLOCK = DRAFT_BLOCK
-
-
-def vocabulary_mismatch(target: GGUFModel, draft: GGUFModel) -> str | None:
-    """How ``draft``'s vocabulary differs from ``target``'s, or None when a token id means the same text in
-    both: the same kind of tokenizer and the same text for every id they share; where one has more tokens,
-    its extra ones are unused padding (a family's small and large models are often padded to other sizes)."""
-    kind = (llama_cpp.llama_vocab_type(target.vocab), llama_cpp.llama_vocab_type(draft.vocab))
-    if kind[0] != kind[1]:
-        return "its tokenizer is of another kind"
-    n = min(target.n_vocab, draft.n_vocab)
-    for i in range(n):
-        a, b = llama_cpp.llama_vocab_get_text(target.vocab, i), llama_cpp.llama_vocab_get_text(draft.vocab, i)
-        if a != b:
-            return f"token {i} is {_show(b)} in it and {_show(a)} in the model ({draft.n_vocab} tokens against {target.n_vocab})"
-    longer = target if target.n_vocab > draft.n_vocab else draft
-    for i in range(n, longer.n_vocab):
-        if not llama_cpp.llama_vocab_get_attr(longer.vocab, i) & llama_cpp.LLAMA_TOKEN_ATTR_UNUSED:
-            return f"it has {draft.n_vocab} tokens and the model {target.n_vocab} (token {i} is {_show(llama_cpp.llama_vocab_get_text(longer.vocab, i))})"
-    return None
-
-
-def _show(text: bytes | None) -> str:
-    return repr((text or b"").decode("utf-8", errors="replace"))
 
 
 class DraftSlot:
@@ -129,14 +106,17 @@ class DraftModel:
             ModelLoadError: the file cannot be loaded.
             DraftModelUnusable: its vocabulary is not the target's.
         """
-        model = GGUFModel(path, n_gpu_layers=n_gpu_layers)
-        why = vocabulary_mismatch(target, model)
+        try:
+            why = draft_vocabulary_mismatch(target.path, path)
+        except (OSError, ValueError) as exc:
+            check_gguf_file(path)  # a missing or non-GGUF file: the message says so
+            why = f"its vocabulary cannot be read: {exc}"
         if why is not None:
-            model.close()
             raise DraftModelUnusable(
                 f"Draft model '{path.name}' cannot draft for '{target_name}' because their vocabularies differ "
                 f"({why}); pick a draft model of the same family, or use --speculative auto."
             )
+        model = GGUFModel(path, n_gpu_layers=n_gpu_layers)
         try:
             return cls(model, n_vocab=target.n_vocab, **context)
         except (MemoryError, DraftModelUnusable):
@@ -305,4 +285,4 @@ class ModelDrafter(DraftSource):
         self.draft.release(self)
 
 
-__all__ = ["DRAFT_P_MIN", "DraftModel", "ModelDrafter", "vocabulary_mismatch"]
+__all__ = ["DRAFT_P_MIN", "DraftModel", "ModelDrafter"]

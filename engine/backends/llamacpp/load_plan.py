@@ -11,6 +11,7 @@ from engine.backends.base import LoadOptions
 from engine.backends.speculative import DRAFT
 from engine.errors import InvalidRequest, ModelLoadError
 from engine.fit.budget import MemoryBudget
+from engine.fit.draft import draft_vocabulary_mismatch
 from engine.fit.facts import facts_from_gguf, with_draft, with_projector
 from engine.fit.memory import LLAMACPP_KV_TYPES
 from engine.fit.plan import LoadPlan, plan_gguf
@@ -102,9 +103,13 @@ def llamacpp_load_plan(
         facts = with_projector(facts, mmproj)
     except ValueError as exc:
         raise ModelLoadError(str(mmproj), f"the projector cannot be read ({exc}).") from exc
-    try:  # the draft model's weights, KV cache and buffers load with it too
-        facts = with_draft(facts, draft)
-    except ValueError as exc:  # the backend refuses the draft with the reason, and the model loads without it
+    try:  # the draft model's weights, KV cache and buffers load with it too, unless the backend refuses it
+        why = draft_vocabulary_mismatch(path, draft) if draft is not None else None
+        if why is None:
+            facts = with_draft(facts, draft)
+        else:
+            log.info("the plan leaves out the draft model %s: its vocabulary differs (%s)", draft, why)
+    except (OSError, ValueError) as exc:  # the backend refuses the draft with the reason, and the model loads without it
         log.info("the plan leaves out the draft model: %s", exc)
     try:
         plan = plan_gguf(

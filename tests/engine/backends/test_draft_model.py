@@ -46,22 +46,52 @@ def drafting(starter_path):
     backend.close()
 
 
-def test_vocabularies_are_compared_token_by_token(starter_path):
-    from engine.backends.llamacpp.draft_model import vocabulary_mismatch
-    from engine.backends.llamacpp.model import GGUFModel
+def _vocabulary_file(path: Path, tokens: list[str], types: list[int], kind: str = "gpt2") -> Path:
+    """A GGUF file holding only a vocabulary (what the comparison reads)."""
+    import gguf
 
-    models = [GGUFModel(p) for p in (starter_path, starter_path, VISION_PATH, RERANKER_PATH)]
-    try:
-        starter, again, vision, reranker = models
-        assert vocabulary_mismatch(starter, again) is None
-        # SmolVLM's text model: SmolLM2's tokens, then its picture tokens, which the starter lacks
-        why = vocabulary_mismatch(starter, vision)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model(kind)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_vocabularies_are_compared_token_by_token_as_llama_cpp_reads_them(starter_path, tmp_path):
+    from engine.backends.llamacpp.model import GGUFModel
+    from engine.fit.draft import draft_vocabulary_mismatch
+
+    assert draft_vocabulary_mismatch(starter_path, starter_path) is None
+    starter, vision = GGUFModel(starter_path), GGUFModel(VISION_PATH)
+    try:  # SmolVLM's text model: SmolLM2's tokens, then its picture tokens, which the starter lacks
+        why = draft_vocabulary_mismatch(starter_path, VISION_PATH)
         assert why is not None and f"{vision.n_vocab} tokens and the model {starter.n_vocab}" in why
         assert "<fake_token_around_image>" in why
-        assert vocabulary_mismatch(starter, reranker) is not None  # WordPiece against byte-level BPE
     finally:
-        for m in models:
-            m.close()
+        starter.close()
+        vision.close()
+    assert "another kind" in (draft_vocabulary_mismatch(starter_path, RERANKER_PATH) or "")  # WordPiece, byte-level BPE
+
+    # A family's sizes padded to other lengths: extra tokens that llama.cpp takes as unused (of the unused type,
+    # or control tokens named so) do not matter; a used one, or another text for an id, does.
+    normal, control, unused = 1, 3, 5
+    base = _vocabulary_file(tmp_path / "base.gguf", ["a", "b", "<|end|>"], [normal, normal, control])
+    cases = {
+        "padded": (["a", "b", "<|end|>", "<pad_0>", "<pad_1>"], [normal, normal, control, unused, unused], None),
+        "named unused": (["a", "b", "<|end|>", "<unused_0>"], [normal, normal, control, control], None),
+        "shorter": (["a", "b"], [normal, normal], "token 2 is '<|end|>'"),
+        "more used": (["a", "b", "<|end|>", "c"], [normal, normal, control, normal], "it has 4 tokens and the model 3 (token 3 is 'c')"),
+        "other text": (["a", "x", "<|end|>"], [normal, normal, control], "token 1 is 'x' in it and 'b' in the model"),
+    }
+    for name, (tokens, types, expected) in cases.items():
+        why = draft_vocabulary_mismatch(base, _vocabulary_file(tmp_path / f"{name}.gguf", tokens, types))
+        assert (why is None) if expected is None else (why is not None and expected in why), (name, why)
+    other_kind = _vocabulary_file(tmp_path / "spm.gguf", ["a", "b", "<|end|>"], [normal, normal, control], kind="llama")
+    assert "another kind" in (draft_vocabulary_mismatch(base, other_kind) or "")
 
 
 def test_greedy_answers_are_the_plain_ones_and_nearly_every_drafted_token_is_kept(plain, drafting):

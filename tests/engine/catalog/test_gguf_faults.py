@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog.gguf_header import GGML_BLOCK_SIZES, check_gguf_layout, read_gguf_file
+from engine.catalog.gguf_header import (
+    GGML_BLOCK_SIZES,
+    check_gguf_layout,
+    read_gguf_file,
+    read_gguf_vocabulary,
+)
 from engine.catalog.metadata import verify_gguf
 from engine.cli import main
 from engine.errors import ModelLoadError
@@ -90,6 +95,28 @@ def test_sound_files_pass_every_check(good, starter_path):
         verify_gguf(path)
     kv, params = read_gguf_file(starter_path)
     assert kv["general.architecture"] == "llama" and 100_000_000 < params < 200_000_000
+
+
+def test_a_vocabulary_whose_header_lies_is_a_clear_error_not_a_long_read(tmp_path, good):
+    """What a draft model's vocabulary check reads (engine.fit.draft): the same bounds as the rest of the header."""
+    lying = {
+        "a token list longer than the file": header(0, 1) + gstr("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 1 << 61),
+        "a token longer than the file": header(0, 1) + gstr("tokenizer.ggml.tokens") + struct.pack("<IIQQ", 9, 8, 1, 1 << 60),
+        "token types longer than the file": header(0, 1) + gstr("tokenizer.ggml.token_type") + struct.pack("<IIQ", 9, 5, 1 << 60),
+        "tokens that are numbers": header(0, 1) + gstr("tokenizer.ggml.tokens") + struct.pack("<IIQi", 9, 5, 1, 7),
+    }
+    for i, (name, content) in enumerate(lying.items()):
+        path = tmp_path / f"lying-{i}.gguf"
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match="runs past|not a list of strings"):
+            read_gguf_vocabulary(path)
+            pytest.fail(name)
+    no_tokenizer = tmp_path / "no-tokenizer.gguf"
+    no_tokenizer.write_bytes(header(0, 1) + gstr("general.architecture") + struct.pack("<I", 8) + gstr("llama"))
+    with pytest.raises(ValueError, match="has no vocabulary"):
+        read_gguf_vocabulary(no_tokenizer)
+    vocabulary = read_gguf_vocabulary(good)
+    assert vocabulary.kind == "llama" and vocabulary.tokens[:2] == [b"t0", b"t1"] and not any(vocabulary.unused)
 
 
 def test_block_sizes_match_ggml():

@@ -1,7 +1,7 @@
 """The memory model counts a draft model for speculative decoding (`--speculative draft:MODEL`): its weights, its
 KV cache for the plan's slots and context, its buffers and bookkeeping, on the GPU with the model's layers or in
 RAM; the slots Hearth chooses leave room for it, a budget it does not fit in says so, and a draft that cannot be
-read leaves the plan as it was (the backend refuses that draft itself)."""
+read, or whose vocabulary is not the model's, leaves the plan as it was (the backend refuses that draft itself)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from engine.fit.budget import DeviceBudget
 from engine.fit.draft import draft_compute_bytes, draft_memory
 from engine.fit.memory import llamacpp_model_bytes, output_buffer_bytes
 from engine.fit.plan import plan_gguf
+from tests.engine.server.tiny_vision import MODEL_PATH as VISION_PATH
 
 MIB = 1024**2
 GIB = 1024**3
@@ -92,7 +93,7 @@ def test_hearth_chooses_fewer_slots_with_a_draft_and_a_draft_that_does_not_fit_s
     assert plan_gguf(drafted, gpu, n_ctx=2048, n_seq=1).gpu_layers < starter.layers
 
 
-def test_the_loaders_plan_counts_the_draft_named_in_the_options_and_not_one_it_cannot_read(starter_path, tmp_path):
+def test_the_loaders_plan_counts_the_draft_named_in_the_options_and_not_one_it_cannot_read_or_use(starter_path, tmp_path):
     from engine.backends.llamacpp.load_plan import draft_for, llamacpp_load_plan
 
     options = LoadOptions(n_ctx=1024, n_seq_max=2, llamacpp=LlamaCppOptions(memory_budget=4 * GIB))
@@ -106,3 +107,5 @@ def test_the_loaders_plan_counts_the_draft_named_in_the_options_and_not_one_it_c
     not_gguf.write_bytes(b"not a model")
     for unreadable in (not_gguf, tmp_path / "missing.gguf"):
         assert llamacpp_load_plan(starter_path, drafting, draft=unreadable) == plain
+    # SmolVLM's text model: the starter's tokens and then picture tokens of its own, which the backend refuses
+    assert llamacpp_load_plan(starter_path, drafting, draft=VISION_PATH) == plain
