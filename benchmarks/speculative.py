@@ -18,10 +18,14 @@ draft:MODEL`` and each prompt gets a row more: the draft model's drafts against 
 On a small CPU a draft that costs as much as the target (the starter as its own draft) is slower than plain
 decoding even when every drafted token is kept: the figure says what a draft model costs here.
 
+The timed requests ask for no logprobs (they cost each token time that llama-server's requests are not asked
+for); one more request a side, untimed, gives the answers token by token with the plain run's two best.
+
 With ``--llama-server PATH`` (a llama-server built from the same llama.cpp, see benchmarks/peers.md),
 the same prompts run on it with no speculation and with each ``--spec-type`` given (default
-``ngram-map-k``), as `/completion` with the same rendered prompt, and its tokens per second are printed
-beside Hearth's.
+``ngram-map-k``), as `/completion` with the same rendered prompt, each request alternating with Hearth's
+speculative one (the same minute of a drifting machine for both), and its tokens per second are printed
+beside Hearth's, with whether its answer is its plain one.
 
     .venv/bin/python benchmarks/speculative.py [--tokens 256] [--threads 2] [--draft MODEL] [--llama-server PATH]
         [--backend llamacpp|mlx]
@@ -142,11 +146,10 @@ class Worker:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def generate(c: httpx.Client, prompt: str, tokens: int, *, speculative: bool, prediction: str | None) -> dict:
-    body: dict = {
-        "model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": tokens, "temperature": 0,
-        "logprobs": True, "top_logprobs": 2,
-    }  # fmt: skip
+def generate(c: httpx.Client, prompt: str, tokens: int, *, speculative: bool, prediction: str | None, logprobs: bool = False) -> dict:
+    body: dict = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": tokens, "temperature": 0}
+    if logprobs:
+        body |= {"logprobs": True, "top_logprobs": 2}
     if not speculative:
         body["speculative"] = False
     if prediction:
@@ -184,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the worker's backend (default llamacpp; the paged engine has benchmarks/paged_speculative.py)")
     args = parser.parse_args(argv)
 
-    rows = measure(Worker(args.threads, ctx=2048, backend=args.backend), args, PROMPTS)
+    worker = Worker(args.threads, ctx=2048, backend=args.backend)
+    try:
+        rows = measure(worker, args, PROMPTS, close=False)
+        peers = llama_server_rows(args, worker) if args.llama_server else []
+    finally:
+        worker.close()
     if args.draft:
         drafts = {f"{name} [draft]": p for name, p in PROMPTS.items() if p[2] is None}  # a prediction drafts by lookup
         rows += measure(Worker(args.threads, ctx=2048, speculative=f"draft:{args.draft}"), args, drafts)
@@ -197,13 +205,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['prompt']:30} {r['plain']:11.1f} {r['speculative']:11.1f} {r['speculative'] / r['plain']:6.2f}"
             f" {r['drafted']:8d} {r['accepted']:6d}  {same}"
         )
-    if args.llama_server:
-        llama_server_rows(args, rows)
+    if peers:
+        print(f"\nllama-server ({args.llama_server}) on the same prompts, alternating with Hearth's speculative run in each "
+              f"round (median of {args.rounds}):")
+        print(f"  {'--spec-type':12} {'prompt':28} {'tok/s':>8} {'Hearth':>8} {'Hearth / it':>11}  same answer as its plain one")
+        for p in peers:
+            same = "" if p["same"] is None else ("yes" if p["same"] else "no")
+            print(f"  {p['spec']:12} {p['prompt']:28} {p['tps']:8.1f} {p['hearth']:8.1f} {p['hearth'] / p['tps']:11.2f}  {same}")
     return 0
 
 
-def measure(worker: Worker, args, prompts: dict) -> list[dict]:
-    """Each prompt with speculation and without it, alternately, on ``worker`` (closed at the end)."""
+def measure(worker: Worker, args, prompts: dict, *, close: bool = True) -> list[dict]:
+    """Each prompt with speculation and without it, alternately, on ``worker`` (closed at the end unless not ``close``)."""
     rows = []
     try:
         with worker.client() as c:
@@ -221,21 +234,28 @@ def measure(worker: Worker, args, prompts: dict) -> list[dict]:
                         else:
                             plain = out
                 assert plain is not None and drafted is not None
+                # the answers compared token by token (with the plain run's two best at each), untimed: logprobs cost
+                # both sides time per token that llama-server's rows below are not asked for
+                plain_lp = generate(c, prompt, args.tokens, speculative=False, prediction=prediction, logprobs=True)
+                drafted_lp = generate(c, prompt, args.tokens, speculative=True, prediction=prediction, logprobs=True)
                 details = drafted["usage"].get("completion_tokens_details") or {}
                 accepted = details.get("accepted_prediction_tokens", 0)
                 rejected = details.get("rejected_prediction_tokens", 0)
                 rows.append({
                     "prompt": name, "kind": kind, "plain": statistics.median(plain_tps),
                     "speculative": statistics.median(spec_tps), "accepted": accepted, "drafted": accepted + rejected,
-                    "tokens": drafted["usage"]["completion_tokens"], "divergence": divergence(plain, drafted),
+                    "tokens": drafted["usage"]["completion_tokens"], "divergence": divergence(plain_lp, drafted_lp),
+                    "same_text": plain["choices"][0]["message"]["content"] == drafted["choices"][0]["message"]["content"],
                 })  # fmt: skip
     finally:
-        worker.close()
+        if close:
+            worker.close()
     return rows
 
 
-def llama_server_rows(args, rows) -> None:
-    """llama-server on the same prompts (its /completion with the chat rendered by Hearth's template)."""
+def llama_server_rows(args, worker: Worker) -> list[dict]:
+    """llama-server on the same prompts (its /completion with the chat rendered by Hearth's template), plain and
+    with each ``--spec-type``, each request alternating with Hearth's speculative one on ``worker``."""
     from engine.backends.llamacpp.model import GGUFModel
     from engine.starter import starter_model_path
     from engine.types import ChatMessage
@@ -244,7 +264,8 @@ def llama_server_rows(args, rows) -> None:
     model = GGUFModel(starter_model_path())
     rendered = {name: model.chat_template.render((ChatMessage("user", p),), add_generation_prompt=True) for name, (_, p, _) in PROMPTS.items()}
     model.close()
-    print(f"\nllama-server ({args.llama_server}), the same prompts:")
+    out: list[dict] = []
+    plain_text: dict[str, str] = {}
     for spec in [None, *(args.spec_type or ["ngram-map-k"])]:
         port = free_port()
         cmd = [str(args.llama_server), "-m", str(starter_model_path()), "--port", str(port), "-t", str(args.threads),
@@ -260,19 +281,28 @@ def llama_server_rows(args, rows) -> None:
                         break
                 except httpx.TransportError:
                     time.sleep(0.2)
-            for name in PROMPTS:
-                speeds = []
-                for _ in range(args.rounds):
+            with worker.client() as c:
+                for name, (_, prompt, prediction) in PROMPTS.items():
                     body = {"prompt": rendered[name], "n_predict": args.tokens, "temperature": 0, "cache_prompt": True}
-                    t0 = time.perf_counter()
-                    data = httpx.post(f"http://127.0.0.1:{port}/completion", json=body, timeout=900).json()
-                    speeds.append(data.get("tokens_predicted", 0) / (time.perf_counter() - t0))
-                hearth = next(r for r in rows if r["prompt"] == name)
-                tps = statistics.median(speeds)
-                print(f"  {spec or 'plain':12} {name:28} {tps:8.1f} tok/s; Hearth speculative / this: {hearth['speculative'] / tps:.2f}")
+                    httpx.post(f"http://127.0.0.1:{port}/completion", json={**body, "n_predict": 1}, timeout=900)  # cached
+                    theirs, ours, text = [], [], ""
+                    for _ in range(args.rounds):
+                        t0 = time.perf_counter()
+                        data = httpx.post(f"http://127.0.0.1:{port}/completion", json=body, timeout=900).json()
+                        theirs.append(data.get("tokens_predicted", 0) / (time.perf_counter() - t0))
+                        text = data.get("content", "")
+                        mine = generate(c, prompt, args.tokens, speculative=True, prediction=prediction)
+                        ours.append(mine["usage"]["completion_tokens"] / mine["_seconds"])
+                    if spec is None:
+                        plain_text[name] = text
+                    out.append({
+                        "spec": spec or "plain", "prompt": name, "tps": statistics.median(theirs),
+                        "hearth": statistics.median(ours), "same": None if spec is None else text == plain_text.get(name),
+                    })  # fmt: skip
         finally:
             proc.terminate()
             proc.wait(10)
+    return out
 
 
 if __name__ == "__main__":
