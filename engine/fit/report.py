@@ -66,22 +66,30 @@ def facts_for_local(model: LocalModel) -> ModelFacts:
         raise ModelLoadError(str(model.mmproj), f"{exc}.") from exc
 
 
-def draft_facts(facts: ModelFacts, draft: str, registry: ModelRegistry | None) -> ModelFacts:
-    """``facts`` with the draft model ``draft`` (a registered name or a .gguf path, as ``--speculative
-    draft:MODEL`` names it) loaded beside the model.
+def draft_facts(facts: ModelFacts, draft: str, registry: ModelRegistry | None, *, target: LocalModel) -> ModelFacts:
+    """``facts`` (those of ``target``) with the draft model ``draft`` (a registered name or a .gguf path, as
+    ``--speculative draft:MODEL`` names it) loaded beside the model.
 
     Raises:
-        ModelNotFound: no such model. InvalidRequest: it is not a GGUF file. ModelLoadError: its header cannot be read.
+        ModelNotFound: no such model. InvalidRequest: it is not a GGUF file, or its vocabulary is not the model's
+        (the backend would load the model without it). ModelLoadError: its header cannot be read.
     """
     from engine.catalog.registry import resolve_model
+    from engine.fit.draft import draft_vocabulary_mismatch
 
     model = resolve_model(draft, registry)
     if model.format != "gguf":
         raise InvalidRequest(f"The draft model '{draft}' is not a GGUF file; name a smaller GGUF of the same vocabulary.",
                              param="speculative")  # fmt: skip
     try:
+        why = draft_vocabulary_mismatch(target.path, model.path)
+        if why is not None:
+            raise InvalidRequest(
+                f"Draft model '{model.name}' cannot draft for '{target.name}' because their vocabularies differ ({why}); "
+                "pick a draft model of the same family, or use --speculative auto.", param="speculative",
+            )  # fmt: skip
         return with_draft(facts, model.path)
-    except ValueError as exc:
+    except (OSError, ValueError) as exc:
         raise ModelLoadError(str(model.path), f"{exc}.") from exc
 
 
@@ -117,7 +125,7 @@ def fit_local(
         if choice.backend != "llamacpp":
             raise InvalidRequest(f"Only the llama.cpp backend runs a draft model, and {model.name} loads on {choice.backend}; "
                                  "use --speculative ngram there.", param="speculative")  # fmt: skip
-        facts = draft_facts(facts, draft, registry)
+        facts = draft_facts(facts, draft, registry, target=model)
     budget = MemoryBudget.from_hardware(hardware, live=True, gpu_offload=choice.gpu_offload)
     kw: dict[str, Any] = {"cpu_moe": cpu_moe} if choice.backend == "llamacpp" else {}
     plan = _plan(facts, budget, choice.backend, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, gpu_layers=gpu_layers,

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.engine.server.conftest import MODEL, Server
+from tests.engine.server.tiny_vision import MODEL_PATH as VISION_PATH
 
 
 def hearth(*args: str) -> subprocess.CompletedProcess:
@@ -94,7 +95,9 @@ def test_hearth_fit_counts_a_draft_model_named_as_serve_takes_it(starter_path):
     text = hearth("fit", str(starter_path), "--ctx", "2048", "--parallel", "2", "--speculative", f"draft:{starter_path}")
     assert text.returncode == 0 and "draft model's cache" in text.stdout
     assert [line for line in text.stdout.splitlines() if line.strip().startswith("draft ")]
-    for bad, says in (("draft:no-such-draft", "'no-such-draft' is not available locally"), ("sometimes", "auto, ngram, draft:MODEL or off")):
+    refused_vocabulary = (f"draft:{VISION_PATH}", "because their vocabularies differ (it has 49195 tokens and the model 49152")
+    for bad, says in (("draft:no-such-draft", "'no-such-draft' is not available locally"), ("sometimes", "auto, ngram, draft:MODEL or off"),
+                      refused_vocabulary):
         refused = hearth("fit", str(starter_path), "--speculative", bad)
         assert refused.returncode == 1 and says in refused.stderr and "Traceback" not in refused.stderr
 
