@@ -208,7 +208,7 @@ class _ExprParser:
                 args.append(self.operand())
             return _call(tok[1], args)
         expr = self.operand()
-        if self.peek() is not None and self.peek()[1] != closing:
+        if (nxt := self.peek()) is not None and nxt[1] != closing:
             raise UnsupportedTemplate("more than one value in an action")
         return expr
 

@@ -150,10 +150,10 @@ class _Answer:
         for choice in choices if isinstance(choices, list) else []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-            text = delta.get("content") if isinstance(delta.get("content"), str) else ""
-            if not text and isinstance(choice.get("text"), str):  # a completion's event
-                text = choice["text"]
+            delta = d if isinstance(d := choice.get("delta"), dict) else {}
+            text = c if isinstance(c := delta.get("content"), str) else ""
+            if not text and isinstance(t := choice.get("text"), str):  # a completion's event
+                text = t
             thought = delta.get("reasoning_content") or delta.get("reasoning")
             thought = thought if isinstance(thought, str) else ""
             deltas = self._call_deltas(delta.get("tool_calls"))
@@ -170,12 +170,12 @@ class _Answer:
         for item in items if isinstance(items, list) else []:
             if not isinstance(item, dict):
                 continue
-            index = item.get("index") if isinstance(item.get("index"), int) else len(self.calls)
-            fn = item.get("function") if isinstance(item.get("function"), dict) else {}
-            args = fn.get("arguments") if isinstance(fn.get("arguments"), str) else ""
+            index = i if isinstance(i := item.get("index"), int) else len(self.calls)
+            fn = f if isinstance(f := item.get("function"), dict) else {}
+            args = a if isinstance(a := fn.get("arguments"), str) else ""
             if index not in self.calls:
-                call_id = item.get("id") if isinstance(item.get("id"), str) else f"call_{index}"
-                name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+                call_id = c if isinstance(c := item.get("id"), str) else f"call_{index}"
+                name = n if isinstance(n := fn.get("name"), str) else ""
                 self.calls[index] = [call_id, name, args]
                 out.append(ToolCallDelta(index=index, id=call_id, name=name))
             else:

@@ -6,9 +6,12 @@ imports without FastAPI.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from engine.server.app import create_app
 
 __all__ = ["create_app", "ServerSettings"]
 

@@ -107,11 +107,11 @@ def _tool_result(block: dict[str, Any], where: str, names: dict[str, str]) -> Ch
 
 def _image(block: dict, where: str, allow_remote: bool) -> MediaInput:
     """An ``image`` block's picture: a base64 source, or a URL one (fetched only with --allow-image-urls)."""
-    source = block.get("source") if isinstance(block.get("source"), dict) else {}
-    if source.get("type") == "base64" and isinstance(source.get("data"), str):
-        return media.image_from_base64(source["data"], where)
-    if source.get("type") == "url" and isinstance(source.get("url"), str):
-        return media.image_from_url(source["url"], where, allow_remote=allow_remote)
+    source = given if isinstance(given := block.get("source"), dict) else {}
+    if source.get("type") == "base64" and isinstance(data := source.get("data"), str):
+        return media.image_from_base64(data, where)
+    if source.get("type") == "url" and isinstance(url := source.get("url"), str):
+        return media.image_from_url(url, where, allow_remote=allow_remote)
     raise InvalidRequest(f"{where} needs a source of type base64 (with data) or url.", param=where)
 
 

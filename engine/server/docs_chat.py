@@ -53,13 +53,13 @@ class Grounding:
 
     def extension(self) -> dict[str, Any]:
         """The answer's ``hearth`` object, in the shape the app reads it (api_models.ChatDocuments)."""
-        return ChatDocuments(
-            collections=list(self.collections),
-            sources=[s.as_dict() for s in self.context.sources],
-            whole_documents=self.context.whole_documents,
-            budget_tokens=self.budget_tokens,
-            indexing=list(self.indexing),
-        ).model_dump()
+        return ChatDocuments.model_validate({
+            "collections": list(self.collections),
+            "sources": [s.as_dict() for s in self.context.sources],
+            "whole_documents": self.context.whole_documents,
+            "budget_tokens": self.budget_tokens,
+            "indexing": list(self.indexing),
+        }).model_dump()  # fmt: skip
 
 
 def _whole_number(raw: dict, key: str, default: int, lo: int, hi: int) -> int:

@@ -30,7 +30,7 @@ def load_settings(options: dict[str, Any] | None) -> ModelLoadSettings:
     """
     if not isinstance(options, dict):
         return ModelLoadSettings()
-    given: dict[str, int] = {}
+    given: dict[str, Any] = {}  # whole numbers, for the fields LOAD_OPTIONS names
     for name, field in LOAD_OPTIONS.items():
         value = options.get(name)
         if value is None or (name == "num_gpu" and value == -1):  # -1: Ollama's "as many as fit"

@@ -120,7 +120,8 @@ def _unreadable_part(messages: list[ChatMessageBody], capabilities: list[str]) -
     for m in messages:
         if isinstance(m.content, list):
             for part in m.content:
-                need, what = _UNREADABLE_PARTS.get(part.get("type"), (None, ""))
+                kind = part.get("type")
+                need, what = _UNREADABLE_PARTS[kind] if isinstance(kind, str) and kind in _UNREADABLE_PARTS else (None, "")
                 if need is not None and need not in capabilities:
                     return what
     return None
@@ -152,10 +153,10 @@ def _chat_messages(messages: list[ChatMessageBody], *, allow_remote: bool) -> tu
                         raise InvalidRequest(f"{where} needs image_url.url, a data: URL.", param=where)
                     own.append(media.image_from_url(url, where, allow_remote=allow_remote))
                 elif kind == "input_audio":
-                    audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
-                    if not isinstance(audio.get("data"), str):
+                    audio = given if isinstance(given := part.get("input_audio"), dict) else {}
+                    if not isinstance(data := audio.get("data"), str):
                         raise InvalidRequest(f"{where} needs input_audio.data, the file base64-encoded.", param=where)
-                    own.append(media.audio_from_base64(audio["data"], audio.get("format"), where))
+                    own.append(media.audio_from_base64(data, audio.get("format"), where))
                 else:
                     continue
                 content[j] = {"type": "text", "text": MEDIA_MARKER}
@@ -612,8 +613,9 @@ async def embeddings(request: Request, body: EmbeddingBody):
     target = await targets.resolve(request, body.model)
     if isinstance(target, targets.RemoteTarget):
         return await remote_routes.forward(request, target.routed, "/embeddings", target.name, False)
-    texts = [body.input] if isinstance(body.input, str) else list(body.input)
-    if not texts or any(not isinstance(t, str) or not t for t in texts):
+    given = [body.input] if isinstance(body.input, str) else list(body.input)
+    texts = [t for t in given if isinstance(t, str) and t]
+    if not texts or len(texts) != len(given):
         raise InvalidRequest(
             "'input' must be a non-empty text or a list of non-empty texts; token ids are not taken.", param="input"
         )

@@ -10,15 +10,23 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Protocol
 
-from engine.backends import Backend
 from engine.errors import HearthError
 from engine.types import GenerationChunk, GenerationRequest
+
+
+class Streamer(Protocol):
+    """What serves the streams: a backend, or a model being served (engine.server.targets.Served)."""
+
+    def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]: ...
+
+    def cancel(self, request_id: str) -> None: ...
 
 _END = object()
 
 
-async def open_streams(backend: Backend, requests: Sequence[GenerationRequest]) -> list[Iterator[GenerationChunk]]:
+async def open_streams(backend: Streamer, requests: Sequence[GenerationRequest]) -> list[Iterator[GenerationChunk]]:
     """Start every request (validation errors such as ContextLengthExceeded raise here,
     before any response is sent)."""
     started: list[Iterator[GenerationChunk]] = []
@@ -43,7 +51,7 @@ def _close_quietly(it: Iterator[GenerationChunk]) -> None:
 
 
 async def merge_streams(
-    backend: Backend,
+    backend: Streamer,
     requests: Sequence[GenerationRequest],
     streams: Sequence[Iterator[GenerationChunk]],
     failures: dict[int, BaseException] | None = None,

@@ -96,21 +96,22 @@ class LocalServed(Served):
     def __init__(self, manager: ModelManager, lm: LoadedModel) -> None:
         self.manager = manager
         self.lm = lm
+        self._local = lm  # the same entry, never None here
         self.name = lm.model.name
         self.backend_name = lm.backend_name
         self.defaults = ModelDefaults.from_info(lm.model.origin_info)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
-        return self.lm.backend.stream(request)
+        return self._local.backend.stream(request)
 
     def cancel(self, request_id: str) -> None:
-        self.lm.backend.cancel(request_id)
+        self._local.backend.cancel(request_id)
 
     def prompt_tokens(self, request: GenerationRequest) -> list[int]:
-        return self.lm.backend.prompt_tokens(request)
+        return self._local.backend.prompt_tokens(request)
 
     def release(self) -> None:
-        self.manager.release(self.lm)
+        self.manager.release(self._local)
 
 
 class RemoteServed(Served):

@@ -93,7 +93,8 @@ class GGUFModel:
             params.tensor_split = self._split
         self._overrides = cpu_moe_overrides(cpu_moe)  # kept alive as long as the model, as the split
         if self._overrides is not None:
-            params.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
+            # the field is a void pointer in llama-cpp-python's struct, though its annotation says an array
+            params.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)  # pyright: ignore[reportAttributeAccessIssue]
         ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             raise ModelLoadError(
