@@ -392,6 +392,25 @@ def test_an_image_is_refused_not_dropped(server, openai_schemas, part, words):
         )
 
 
+@pytest.mark.parametrize("kind", [["image_url"], {"a": 1}, 5, None])
+def test_a_part_whose_type_is_not_a_string_is_no_server_error(server, kind):
+    content = [{"type": "text", "text": "Hi."}, {"type": kind, "text": "x"}]
+    r = httpx.post(
+        f"{server.base_url}/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 2},
+        headers=server.headers,
+        timeout=60,
+    )
+    assert r.status_code < 500, r.text
+    again = httpx.post(
+        f"{server.base_url}/chat/completions",
+        json={"model": MODEL, "messages": QUESTION, "max_tokens": 2},
+        headers=server.headers,
+        timeout=60,
+    )
+    assert again.status_code == 200, again.text
+
+
 def test_openai_spec_is_read_from_the_repository():
     from pathlib import Path
 
