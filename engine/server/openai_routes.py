@@ -156,7 +156,10 @@ def _chat_messages(messages: list[ChatMessageBody], *, allow_remote: bool) -> tu
                     audio = given if isinstance(given := part.get("input_audio"), dict) else {}
                     if not isinstance(data := audio.get("data"), str):
                         raise InvalidRequest(f"{where} needs input_audio.data, the file base64-encoded.", param=where)
-                    own.append(media.audio_from_base64(data, audio.get("format"), where))
+                    fmt = audio.get("format")
+                    if fmt is not None and not isinstance(fmt, str):
+                        raise InvalidRequest(f"{where}: input_audio.format must be \"wav\", \"mp3\" or \"flac\".", param=where)
+                    own.append(media.audio_from_base64(data, fmt, where))
                 else:
                     continue
                 content[j] = {"type": "text", "text": MEDIA_MARKER}

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+import openai
 import pytest
 
 from engine.errors import InvalidRequest
@@ -268,6 +269,10 @@ def test_input_audio_is_heard_by_a_model_with_an_audio_encoder():
             answers.append(out.choices[0].message.content)
             assert out.usage.prompt_tokens > 750
         assert answers[0] != answers[1]
+        for fmt, says in ((5, 'input_audio.format must be "wav", "mp3" or "flac"'), ("ogg", "audio format 'ogg' is not supported")):
+            parts = [{"type": "input_audio", "input_audio": {"data": b64(wav("tone")), "format": fmt}}]
+            with pytest.raises(openai.BadRequestError, match=says):
+                client.chat.completions.create(model=VISION, max_tokens=2, messages=[{"role": "user", "content": parts}])
         caps = {m.id: m.model_extra.get("capabilities") for m in client.models.list().data}
         assert caps[VISION] == ["audio"]
         if LLAMA_SERVER:  # llama.cpp's own server hears the same
