@@ -81,8 +81,8 @@ class SamplingParams:
             not isinstance(self.logprobs, int) or isinstance(self.logprobs, bool) or not 0 <= self.logprobs <= 20
         ):
             raise InvalidRequest("'top_logprobs' must be a whole number from 0 to 20.", param="top_logprobs")
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        if any(not isinstance(s, str) for s in stop):
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop) if isinstance(self.stop, (list, tuple)) else None
+        if stop is None or any(not isinstance(s, str) for s in stop):
             raise InvalidRequest("'stop' must be a string or a list of strings.", param="stop")
         check_stops(stop)
         object.__setattr__(self, "stop", tuple(s for s in stop if s))
@@ -254,9 +254,10 @@ def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatM
         if content is None:
             content = ""
         elif isinstance(content, list):
-            content = "".join(
-                part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
-            )
+            texts = [part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"]
+            if any(not isinstance(text, str) for text in texts):
+                raise InvalidRequest("A message's text part needs its 'text' as a string.", param="messages")
+            content = "".join(texts)
         role = str(item.get("role", ""))
         tool_calls = ()
         if role == "assistant" and item.get("tool_calls"):

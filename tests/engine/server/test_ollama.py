@@ -204,6 +204,8 @@ def test_the_ollama_port_serves_the_same_api(ollama_server):
         ("/api/chat", {"model": "no-such-model", "messages": QUESTION}, 404),
         ("/api/chat", {"model": MODEL, "messages": QUESTION, "options": {"temperature": "hot"}}, 400),
         ("/api/chat", {"model": MODEL, "messages": QUESTION, "options": {"num_predict": "ten"}}, 400),
+        ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"stop": 5}}, 400),
+        ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"stop": {"a": "b"}}}, 400),
         ("/api/chat", {"model": MODEL, "messages": QUESTION, "keep_alive": "soon"}, 400),
         ("/api/chat", {"model": MODEL, "messages": QUESTION, "format": "yaml"}, 400),
         ("/api/chat", {"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400),

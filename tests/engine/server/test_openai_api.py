@@ -411,6 +411,20 @@ def test_a_part_whose_type_is_not_a_string_is_no_server_error(server, kind):
     assert again.status_code == 200, again.text
 
 
+@pytest.mark.parametrize("text", [["x"], {"a": 1}, 5, None])
+def test_a_text_part_whose_text_is_not_a_string_is_refused_in_one_sentence(server, openai_schemas, text):
+    content = [{"type": "text", "text": "Hi."}, {"type": "text", "text": text}]
+    r = httpx.post(
+        f"{server.base_url}/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 2},
+        headers=server.headers,
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    openai_schemas("ErrorResponse", r.json())
+    assert r.json()["error"]["message"] == "A message's text part needs its 'text' as a string."
+
+
 def test_openai_spec_is_read_from_the_repository():
     from pathlib import Path
 
