@@ -1,0 +1,84 @@
+"""Fields that clients build by hand, given values of the wrong type, in every dialect: each request is answered
+or refused (a 4xx), never a server error, and the server goes on answering.
+
+The schema fuzzing of tests/engine/server/test_fuzz.py generates requests the documents allow; these are the ones
+they do not: a content part's ``text`` that is a list, a tool call that is a number, Ollama ``options`` whose
+``stop`` is an object, and the like, in the places where Hearth reads a request's JSON itself.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.engine.server.conftest import MODEL
+
+WRONG = (["x"], {"a": 1}, 5, None, True, "")
+
+
+def bodies(v) -> list[tuple[str, dict]]:
+    """``(path under the server's root, body)`` with ``v`` where a field of another type belongs."""
+    hi = [{"role": "user", "content": "hi"}]
+    chat = {"model": MODEL, "max_tokens": 2}
+    anthropic = {"model": MODEL, "max_tokens": 2}
+    responses = {"model": MODEL, "max_output_tokens": 16}
+    ollama = {"model": MODEL, "stream": False, "options": {"num_predict": 2}}
+    return [
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": [{"type": "text", "text": v}]}]}),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": [{"type": v, "text": "x"}]}]}),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": v}]}]}),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": [v]}]}),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "assistant", "content": "x", "tool_calls": [v]}, *hi]}),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "tool", "content": "x", "tool_call_id": v}, *hi]}),
+        ("/v1/chat/completions", {**chat, "messages": hi, "prediction": {"type": "content", "content": v}}),
+        ("/v1/chat/completions", {**chat, "messages": hi, "tools": [{"type": "function", "function": v}]}),
+        ("/v1/chat/completions", {**chat, "messages": hi, "tool_choice": v}),
+        ("/v1/chat/completions", {**chat, "messages": hi, "response_format": v}),
+        ("/v1/chat/completions", {**chat, "messages": hi, "stop": v}),
+        ("/v1/chat/completions", {**chat, "messages": hi, "logit_bias": v}),
+        ("/v1/chat/completions", {**chat, "messages": hi, "chat_template_kwargs": v}),
+        ("/v1/completions", {**chat, "prompt": v}),
+        ("/v1/embeddings", {"model": MODEL, "input": v}),
+        ("/v1/messages", {**anthropic, "messages": [{"role": "user", "content": [{"type": "image", "source": v}]}]}),
+        ("/v1/messages", {**anthropic, "messages": [{"role": "user", "content": [v]}]}),
+        ("/v1/messages", {**anthropic, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": v, "content": v}]}]}),
+        ("/v1/messages", {**anthropic, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": v, "name": v, "input": v}]}, *hi]}),
+        ("/v1/messages", {**anthropic, "messages": hi, "system": v}),
+        ("/v1/messages", {**anthropic, "messages": hi, "stop_sequences": v}),
+        ("/v1/messages", {**anthropic, "messages": hi, "thinking": v}),
+        ("/v1/messages/count_tokens", {"model": MODEL, "messages": [{"role": "user", "content": [v]}]}),
+        ("/v1/responses", {**responses, "input": [v]}),
+        ("/v1/responses", {**responses, "input": [{"role": "user", "content": [v]}]}),
+        ("/v1/responses", {**responses, "input": [{"role": "user", "content": [{"type": "input_image", "image_url": v}]}]}),
+        ("/v1/responses", {**responses, "input": [{"type": "function_call_output", "call_id": v, "output": v}]}),
+        ("/v1/responses", {**responses, "input": "hi", "reasoning": v}),
+        ("/v1/responses", {**responses, "input": "hi", "text": v}),
+        ("/v1/responses", {**responses, "input": "hi", "tools": [v]}),
+        ("/api/chat", {**ollama, "messages": [{"role": "user", "content": "hi", "images": [v]}]}),
+        ("/api/chat", {**ollama, "messages": [v]}),
+        ("/api/chat", {**ollama, "messages": [{"role": "assistant", "content": "", "tool_calls": [v]}, *hi]}),
+        ("/api/chat", {**ollama, "messages": hi, "format": v}),
+        ("/api/chat", {**ollama, "messages": hi, "tools": [v]}),
+        ("/api/generate", {**ollama, "prompt": "hi", "images": [v]}),
+        ("/api/generate", {**ollama, "prompt": "hi", "options": {"stop": v, "num_predict": 2}}),
+        ("/api/generate", {**ollama, "prompt": "hi", "options": {"temperature": v, "top_k": v, "num_predict": 2}}),
+        ("/api/generate", {**ollama, "prompt": "hi", "options": {"seed": v, "num_ctx": v, "num_predict": 2}}),
+        ("/api/embed", {"model": MODEL, "input": v}),
+        ("/tokenize", {"model": MODEL, "content": v}),
+        ("/detokenize", {"model": MODEL, "tokens": v}),
+    ]  # fmt: skip
+
+
+def test_wrong_types_in_hand_built_fields_are_answered_or_refused_never_a_server_error(server):
+    failed = []
+    with httpx.Client(base_url=server.root, headers=server.headers, timeout=60) as client:
+        for v in WRONG:
+            for path, body in bodies(v):
+                try:
+                    status = client.post(path, json=body).status_code
+                except httpx.TransportError as exc:  # a connection the server dropped
+                    status = repr(exc)
+                if not isinstance(status, int) or status >= 500:
+                    failed.append((path, body, status))
+        after = client.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+    assert not failed, failed[:5]
+    assert after.status_code == 200, after.text
