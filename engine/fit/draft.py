@@ -67,7 +67,7 @@ def _vocabulary(path: Path) -> GGUFVocabulary:
     return _vocabulary_of(str(path), stat.st_mtime_ns, stat.st_size)
 
 
-@lru_cache(maxsize=8)  # a model is planned more than once per load (sized, then loaded)
+@lru_cache(maxsize=4)  # a load reads both files up to three times (sized, planned, checked by the backend)
 def _vocabulary_of(path: str, _mtime_ns: int, _size: int) -> GGUFVocabulary:
     from engine.catalog.gguf_header import read_gguf_vocabulary
 

@@ -23,6 +23,7 @@ class Streamer(Protocol):
 
     def cancel(self, request_id: str) -> None: ...
 
+
 _END = object()
 
 
