@@ -22,6 +22,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 from engine.errors import InvalidRequest
+from engine.literal_text import ContentGuard, MarkedPrompt, SpecialTexts
 from engine.types import ChatMessage
 
 log = logging.getLogger(__name__)
@@ -139,12 +140,16 @@ class ChatTemplate:
         bos_token: The model's beginning-of-sequence text, passed to the template.
         eos_token: The model's end-of-sequence text, passed to the template.
         render_seconds: How long one render may run.
+        specials: The texts the model's vocabulary reads as special tokens: written in messages or tools, they
+            are marked in :meth:`render_marked`'s output, to be tokenized as plain text.
     """
 
     def __init__(
-        self, source: str | None, *, bos_token: str = "", eos_token: str = "", render_seconds: float = RENDER_SECONDS
+        self, source: str | None, *, bos_token: str = "", eos_token: str = "", render_seconds: float = RENDER_SECONDS,
+        specials: SpecialTexts | None = None,
     ) -> None:
         self.render_seconds = render_seconds
+        self.specials = specials or SpecialTexts()
         self.is_fallback = not source
         if self.is_fallback:
             log.info("model has no chat template; using ChatML")
@@ -198,7 +203,29 @@ class ChatTemplate:
             ChatTemplateTooCostly: the template recursed too deeply, ran too long or wrote too much.
             ChatTemplateError: the template raised, failed, or tried something the sandbox forbids.
         """
-        payload = [message_payload(m) for m in messages]
+        return self._render([message_payload(m) for m in messages], add_generation_prompt, extra)
+
+    def render_marked(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        add_generation_prompt: bool = True,
+        **extra: Any,
+    ) -> MarkedPrompt:
+        """:meth:`render`, with the places where messages, tools or ``extra`` wrote a special token's text marked:
+        the template's own markup is all that is tokenized as special tokens.
+
+        Raises:
+            ChatTemplateTooCostly: the template recursed too deeply, ran too long or wrote too much.
+            ChatTemplateError: the template raised, failed, or tried something the sandbox forbids.
+            InvalidRequest: the template changed a message's text where it held a special text.
+        """
+        guard = ContentGuard(self.specials)
+        payload = guard.protect([message_payload(m) for m in messages])
+        rendered = self._render(payload, add_generation_prompt, guard.protect(extra))
+        return guard.restore(rendered)
+
+    def _render(self, payload: list[dict[str, Any]], add_generation_prompt: bool, extra: dict[str, Any]) -> str:
         template = self._template
         _render_state.seconds = self.render_seconds
         _render_state.deadline = time.monotonic() + self.render_seconds

@@ -23,6 +23,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 
 from engine.chat_template import ChatTemplate
 from engine.errors import ModelLoadError
+from engine.literal_text import SpecialTexts, encode_marked
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,13 @@ class Vocabulary:
         self.special_ids = frozenset(special_ids)
         self.piece_style = piece_style
         self.n_vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+        # what `encode` reads as tokens only when parsing special texts: the special added tokens
+        self.special_texts = SpecialTexts(
+            t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special
+        )
         self.chat_template = ChatTemplate(
-            chat_template, bos_token=self.token_text(bos_id), eos_token=self.token_text(eos_id)
+            chat_template, bos_token=self.token_text(bos_id), eos_token=self.token_text(eos_id),
+            specials=self.special_texts,
         )
         self._pieces: dict[int, bytes] = {}
         # `encode_special_tokens` is a switch on the shared tokenizer: flip it under a lock.
@@ -135,9 +141,10 @@ class Vocabulary:
             finally:
                 self.tokenizer.encode_special_tokens = False
 
-    def encode_prompt(self, text: str) -> list[int]:
-        """Tokens for a rendered prompt: special tokens parsed, BOS added once if the model wants it."""
-        tokens = self.encode(text, parse_special=True)
+    def encode_prompt(self, text: str, literal: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """Tokens for a rendered prompt: special tokens parsed except in the ``literal`` spans (content's text), BOS
+        added once if the model wants it."""
+        tokens = encode_marked(text, literal, self.special_texts, lambda t, special: self.encode(t, parse_special=special))
         if self.add_bos and self.bos_id is not None and (not tokens or tokens[0] != self.bos_id):
             tokens.insert(0, self.bos_id)
         return tokens

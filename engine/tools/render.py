@@ -28,7 +28,8 @@ class RenderedChat:
 
     ``tools`` are the tools the answer may call (empty: do not look for calls); ``constraint`` is set
     when the answer must be a call; ``thinking_started`` when the prompt itself opened the thinking
-    section.
+    section. ``literal`` holds the character spans of ``prompt`` where messages or tools wrote a special token's
+    text: they are tokenized as plain text (:func:`engine.literal_text.encode_marked`).
     """
 
     prompt: str
@@ -37,6 +38,7 @@ class RenderedChat:
     constraint: ToolCallConstraint | None = None
     think_tags: tuple[str, str] = THINK_TAGS[0]
     thinking_started: bool = False
+    literal: tuple[tuple[int, int], ...] = ()
 
 
 def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
@@ -141,11 +143,12 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
     if fmt == "generic" and not template.knows_tools:
         forced = None if choice is None or not choice.forced else (choice.name or "required")
         block = generic_tools_prompt(offered, forced=forced) if offered else None
-        prompt = template.render(_generic_messages(messages, block), add_generation_prompt=True, **extra)
+        marked = template.render_marked(_generic_messages(messages, block), add_generation_prompt=True, **extra)
     else:
         if offered:
             extra["tools"] = [t.as_openai() for t in offered]
-        prompt = template.render(messages, add_generation_prompt=True, **extra)
+        marked = template.render_marked(messages, add_generation_prompt=True, **extra)
+    prompt = marked.text
     constraint = tool_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls)
     return RenderedChat(
         prompt=prompt,
@@ -154,6 +157,7 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
         constraint=constraint,
         think_tags=tags,
         thinking_started=prompt.rstrip().endswith(tags[0]),
+        literal=marked.literal,
     )
 
 

@@ -20,7 +20,7 @@ from engine.backends.llamacpp.load_plan import (
     llama_gpu_layers,
     plan_llamacpp_load,
 )
-from engine.backends.llamacpp.media import Projector
+from engine.backends.llamacpp.media import Projector, literal_rewrites
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.overrides import RopeScaling
 from engine.backends.llamacpp.ranking import Ranker
@@ -225,7 +225,7 @@ class LlamaCppBackend:
         rendered = rendered or render_request(model.chat_template, request, architecture=model.architecture)
         media = request.media
         if not media:
-            return model.tokenize_prompt(rendered.prompt)
+            return model.tokenize_prompt(rendered.prompt, rendered.literal)
         name = self.spec.name if self.spec is not None else str(model.path)
         if self.projector is None:
             kind = "read images" if media[0].kind == "image" else "hear audio"
@@ -236,7 +236,8 @@ class LlamaCppBackend:
             )
         self.projector.check(media, name)
         bos = model.bos_id if model.add_bos and model.bos_id >= 0 else None
-        prompt = self.projector.tokenize(rendered.prompt, media, bos=bos)
+        rewrites = literal_rewrites(rendered.prompt, rendered.literal, model) if rendered.literal else ()
+        prompt = self.projector.tokenize(rendered.prompt, media, bos=bos, rewrites=rewrites)
         _, loop = self._require()
         for m in prompt.media.values():
             if m.non_causal and m.n_tokens > loop.media_batch:  # split over batches, its attention would be wrong

@@ -24,13 +24,18 @@ import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp
 from llama_cpp import mtmd_cpp as mtmd
 
 from engine.backends.llamacpp.picture_cache import KnownPicture, PictureCache
 from engine.errors import InvalidRequest, ModelLoadError
+from engine.literal_text import encode_marked
 from engine.types import MEDIA_MARKER, MediaInput
+
+if TYPE_CHECKING:
+    from engine.backends.llamacpp.model import GGUFModel
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +114,53 @@ def _free_chunks(handle: int, owned: tuple[int, ...]) -> None:
     mtmd.mtmd_input_chunks_free(ctypes.c_void_p(handle))
     for chunk in owned:
         mtmd.mtmd_input_chunk_free(chunk)
+
+
+@dataclass(frozen=True, slots=True)
+class TextRewrite:
+    """The tokens of one text part of a media prompt as mtmd makes them (special texts parsed) and as they must be
+    (content's special texts as plain text)."""
+
+    parsed: tuple[int, ...]
+    marked: tuple[int, ...]
+
+
+def literal_rewrites(text: str, literal: Sequence[tuple[int, int]], model: GGUFModel) -> list[TextRewrite]:
+    """For each text part of ``text`` (between media markers) holding literal spans, its tokens as mtmd parses
+    them and as :meth:`GGUFModel.tokenize_prompt` would give them."""
+    out: list[TextRewrite] = []
+    start = 0
+    for part in text.split(MEDIA_MARKER):
+        end = start + len(part)
+        inside = [(s - start, e - start) for s, e in literal if start <= s and e <= end]
+        if inside:
+            parsed = model.tokenize(part, add_special=False, parse_special=True)
+            marked = encode_marked(
+                part, inside, model.special_texts, lambda t, special: model.tokenize(t, parse_special=special)
+            )
+            if parsed != marked:
+                out.append(TextRewrite(tuple(parsed), tuple(marked)))
+        start = end + len(MEDIA_MARKER)
+    return out
+
+
+def _rewritten(tokens: list[int], rewrites: list[TextRewrite]) -> list[int]:
+    """``tokens`` (one mtmd text chunk: a part's tokens, with mtmd's own markup around a picture) with the
+    parts of ``rewrites`` found in it, in order, replaced; those applied leave the list."""
+    pos = 0
+    while rewrites:
+        old, new = rewrites[0].parsed, rewrites[0].marked
+        first = old[0] if old else None
+        at = next(
+            (i for i in range(pos, len(tokens) - len(old) + 1) if tokens[i] == first and tuple(tokens[i : i + len(old)]) == old),
+            -1,
+        )
+        if at < 0:
+            break
+        tokens[at : at + len(old)] = new
+        pos = at + len(new)
+        rewrites.pop(0)
+    return tokens
 
 
 def _placeholders(digest: str, ordinal: int, n: int) -> list[int]:
@@ -205,9 +257,14 @@ class Projector:
             if m.kind == "audio" and not self.audio:
                 raise InvalidRequest(f"Model '{model_name}' cannot hear audio; send {m.where} as text.", param=m.where)
 
-    def tokenize(self, text: str, media: Sequence[MediaInput], *, bos: int | None) -> MediaPrompt:
+    def tokenize(
+        self, text: str, media: Sequence[MediaInput], *, bos: int | None, rewrites: Sequence[TextRewrite] = ()
+    ) -> MediaPrompt:
         """``text`` (one :data:`MEDIA_MARKER` per item of ``media``) as tokens and media chunks; ``bos`` is put
         first unless the text starts with it (None: the model wants none).
+
+        mtmd tokenizes the text between markers with special texts parsed; ``rewrites`` (from
+        :func:`literal_rewrites`) put back, in order, the tokens of the parts where content wrote them.
 
         Raises:
             InvalidRequest: a file mtmd cannot read, markers and media that do not pair up, or media at the end.
@@ -218,9 +275,9 @@ class Projector:
                 f"pictures or sounds; do not write {MEDIA_MARKER} in a message's text.", param="messages"
             )  # fmt: skip
         with self.reading_media():
-            return self._read(text, media, bos)
+            return self._read(text, media, bos, list(rewrites))
 
-    def _read(self, text: str, media: Sequence[MediaInput], bos: int | None) -> MediaPrompt:
+    def _read(self, text: str, media: Sequence[MediaInput], bos: int | None, rewrites: list[TextRewrite]) -> MediaPrompt:
         bitmaps = (mtmd.mtmd_bitmap_p_ctypes * max(1, len(media)))()
         made: list[int] = []
         chunks = None
@@ -250,7 +307,7 @@ class Projector:
             if rc != 0:
                 raise InvalidRequest(f"llama.cpp could not preprocess the media (error {rc}); send other files.")
             sizes = {d: (mtmd.mtmd_bitmap_get_nx(b), mtmd.mtmd_bitmap_get_ny(b)) for d, b in zip(digests, made, strict=True)}
-            prompt = self._flatten(chunks, media, digests, bos, known)
+            prompt = self._flatten(chunks, media, digests, bos, known, rewrites)
         except BaseException:
             if chunks:
                 mtmd.mtmd_input_chunks_free(chunks)
@@ -273,7 +330,8 @@ class Projector:
             self.pictures.keep(digest, *sizes[digest], own[: len(own) // digests.count(digest)])
 
     def _flatten(
-        self, chunks, media: Sequence[MediaInput], digests: list[str], bos: int | None, known: dict[str, KnownPicture]
+        self, chunks, media: Sequence[MediaInput], digests: list[str], bos: int | None, known: dict[str, KnownPicture],
+        rewrites: list[TextRewrite],
     ) -> MediaPrompt:
         tokens: list[int] = []
         spans: dict[int, MediaChunk] = {}
@@ -286,7 +344,7 @@ class Projector:
             if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
                 count = ctypes.c_size_t(0)
                 ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
-                part = [int(ptr[j]) for j in range(count.value)]
+                part = _rewritten([int(ptr[j]) for j in range(count.value)], rewrites)
                 if not tokens and bos is not None and (not part or part[0] != bos):
                     part.insert(0, bos)
                 tokens.extend(part)
@@ -307,6 +365,11 @@ class Projector:
                 n_pos=int(mtmd.mtmd_input_chunk_get_n_pos(chunk)),
             )  # fmt: skip
             tokens.extend(_placeholders(digest, ordinal, n_tokens))
+        if rewrites:  # never expected: mtmd tokenizes the text between markers as llama_tokenize does
+            raise InvalidRequest(
+                "A message next to a picture or sound holds a control token's text that could not be kept as text; "
+                "remove it from the message.", param="messages",
+            )  # fmt: skip
         if not tokens or tokens[-1] < 0:
             where = next(iter(spans.values())).where if spans else "messages"
             raise InvalidRequest("The prompt ends with a picture or sound; put some text after it.", param=where)
@@ -356,4 +419,4 @@ def projector_capabilities(path: Path) -> tuple[bool, bool]:
     return _caps(str(path), mtime)
 
 
-__all__ = ["MediaChunk", "MediaPrompt", "Projector", "projector_capabilities"]
+__all__ = ["MediaChunk", "MediaPrompt", "Projector", "TextRewrite", "literal_rewrites", "projector_capabilities"]

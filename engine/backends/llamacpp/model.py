@@ -15,6 +15,7 @@ import llama_cpp
 from engine.backends.llamacpp.overrides import cpu_moe_overrides
 from engine.chat_template import ChatTemplate
 from engine.errors import ModelLoadError
+from engine.literal_text import SpecialTexts, encode_marked
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,14 @@ class GGUFModel:
         source = self._template_source or self.meta("tokenizer.chat_template")
         bos = self.token_text(self.bos_id) if self.bos_id >= 0 else ""
         eos = self.token_text(self.eos_id) if self.eos_id >= 0 else ""
-        return ChatTemplate(source, bos_token=bos, eos_token=eos)
+        return ChatTemplate(source, bos_token=bos, eos_token=eos, specials=self.special_texts)
+
+    @cached_property
+    def special_texts(self) -> SpecialTexts:
+        """The texts llama.cpp reads as tokens only when parsing special tokens (control and unknown tokens)."""
+        unparsed = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        ids = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_get_attr(self.vocab, t) & unparsed]
+        return SpecialTexts((llama_cpp.llama_vocab_get_text(self.vocab, t) or b"").decode("utf-8", "replace") for t in ids)
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
@@ -202,12 +210,16 @@ class GGUFModel:
             n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, len(buf), add_special, parse_special)
         return list(buf[:n])
 
-    def tokenize_prompt(self, text: str) -> list[int]:
-        """Tokens for a rendered prompt: special tokens parsed, BOS added once if the model wants it."""
-        tokens = self.tokenize(text, add_special=False, parse_special=True)
+    def tokenize_prompt(self, text: str, literal: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """Tokens for a rendered prompt: special tokens parsed except in the ``literal`` spans (content's text), BOS
+        added once if the model wants it."""
+        tokens = encode_marked(text, literal, self.special_texts, self._encode)
         if self.add_bos and self.bos_id >= 0 and (not tokens or tokens[0] != self.bos_id):
             tokens.insert(0, self.bos_id)
         return tokens
+
+    def _encode(self, text: str, parse_special: bool) -> list[int]:
+        return self.tokenize(text, add_special=False, parse_special=parse_special)
 
     def piece(self, token: int, *, special: bool = False) -> bytes:
         """The bytes of one token (cached: called once per generated token)."""

@@ -127,7 +127,7 @@ class MLXBackend:
         if request.prompt is not None:
             return loaded.vocab.encode_prompt(request.prompt)
         rendered = rendered or render_request(loaded.vocab.chat_template, request, architecture=loaded.architecture)
-        return loaded.vocab.encode_prompt(rendered.prompt)
+        return loaded.vocab.encode_prompt(rendered.prompt, rendered.literal)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.

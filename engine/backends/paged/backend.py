@@ -54,7 +54,9 @@ class PagedBackend:
         self.loop = EngineLoop(lambda: start_engine(model.path, options), name=f"paged-{model.name}")
         self.spec = model
         ck = self.loop.loaded.checkpoint
-        self.template = ChatTemplate(ck.chat_template, bos_token=ck.bos_token, eos_token=ck.eos_token)
+        self.template = ChatTemplate(
+            ck.chat_template, bos_token=ck.bos_token, eos_token=ck.eos_token, specials=ck.tokenizer.special_texts
+        )
         log.info("loaded %s on %s (%s)", model.name, self.loop.loaded.device, self.loop.loaded.dtype)
 
     @property
@@ -110,7 +112,7 @@ class PagedBackend:
             return tok.encode_prompt(request.prompt)
         architecture = le.engine.runner.model.args.model_type
         rendered = rendered or render_request(self._loaded_template(), request, architecture=architecture)
-        return tok.encode_prompt(rendered.prompt)
+        return tok.encode_prompt(rendered.prompt, rendered.literal)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """Generate for ``request``. Closing the iterator early cancels the generation.
