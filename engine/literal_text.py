@@ -55,10 +55,9 @@ def _trie_source(node: dict[str, Any]) -> str:
     alts = [re.escape(ch) + _trie_source(child) for ch, child in sorted(node.items()) if ch]
     if not alts:
         return ""
-    group = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
     if "" in node:  # a text ends here, and a longer one goes on: the longer is tried first (greedy)
         return "(?:" + "|".join(alts) + ")?"
-    return group
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
 @dataclass(frozen=True, slots=True)
