@@ -159,11 +159,18 @@ def route_access(method: str, path: str) -> Access:
 
 
 def host_name(value: str) -> str:
-    """The name in a ``Host`` header, lower case, without port or brackets: ``[::1]:8765`` -> ``::1``."""
+    """The name in a ``Host`` header, lower case, without port or brackets: ``[::1]:8765`` -> ``::1``.
+
+    A bracketed address followed by anything but a port (``[::1].evil.example``) is no address: it is
+    returned whole, so that no allowlist matches it.
+    """
     value = value.strip().lower()
     if value.startswith("["):
         end = value.find("]")
-        return value[1:end] if end > 0 else value
+        rest = value[end + 1 :] if end > 0 else ""
+        if end > 0 and (rest == "" or (rest.startswith(":") and rest[1:].isdigit())):
+            return value[1:end]
+        return value
     if value.count(":") == 1:
         value = value.split(":", 1)[0]
     return value.rstrip(".")
