@@ -223,6 +223,17 @@ def test_serving_another_address_without_a_key_is_refused():
     assert "0.0.0.0" in lines[0] and "HEARTH_API_KEY" in lines[0] and "--insecure-no-key" in lines[0]
 
 
+@pytest.mark.parametrize("flag", ["--api-key", "--admin-key"])
+def test_an_empty_key_is_refused_at_start(flag):
+    from engine.worker.net import free_port
+
+    done = serve("--host", "0.0.0.0", "--port", str(free_port("0.0.0.0")), flag, "")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert flag in lines[0] and "empty" in lines[0]
+
+
 def test_the_keys_and_hosts_reach_the_settings():
     from engine.cli import build_parser
     from engine.commands.serve import server_settings
