@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.model_defaults import left_unset
+from engine.remote.providers import LOCAL_MODEL_HOSTS
 from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
@@ -131,8 +132,8 @@ def keep_alive_seconds(value: float | str | None) -> float | None:
 def _short(name: str) -> str:
     """Hearth's name for what an Ollama client wrote: without ``:latest`` and ``hf.co/``."""
     short = name
-    for prefix in ("hf.co/", "huggingface.co/"):
-        short = short.removeprefix(prefix)
+    for host in LOCAL_MODEL_HOSTS:
+        short = short.removeprefix(f"{host}/")
     return short.removesuffix(":latest")
 
 

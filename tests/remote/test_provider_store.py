@@ -169,6 +169,16 @@ def test_hearth_chat_takes_a_local_name_before_a_providers(tmp_path, starter_pat
     try:
         registry.register(starter_path, name="acme/smollm2:Q4")
     finally:
+def test_a_provider_cannot_take_a_name_ollama_clients_write_before_a_local_model(tmp_path):
+    """`hf.co/MODEL` is a local model on /api/chat; a provider named hf.co would answer it on /v1."""
+    store = ProviderStore(tmp_path / "remotes.json")
+    for name in ("hf.co", "HF.co", "huggingface.co"):
+        with pytest.raises(InvalidRequest, match=f"a provider cannot be named '{name}'") as err:
+            store.add(name, "http://h:1/v1")
+        assert err.value.param == "name"
+    assert store.list() == []
+
+
         registry.close()
     assert _open_remote("acme/smollm2:Q4") is None  # the local model: opened by open_model
     chat, _ = _open_remote("acme/other-model")
