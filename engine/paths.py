@@ -1,10 +1,10 @@
 """Where Hearth keeps its data: HEARTH_HOME, or the platform's user data folder.
 
 The data folder holds chats, document indexes and keys, so only its owner may enter it: it is made
-with mode 0700, and Hearth's own databases and files in it with 0600. A folder and files that an
-older Hearth made readable to others are tightened on the first use in a process. Model files are
-never touched (imported ones belong to other apps), nor anything on Windows, whose folders in the
-user's profile are private already.
+with mode 0700, and Hearth's own databases and files in it with 0600 (its folders of models and
+embeddings 0700 too). A folder and files that an older Hearth made readable to others are tightened
+on the first use in a process. Model files are never touched (imported ones belong to other apps),
+nor anything on Windows, whose folders in the user's profile are private already.
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ OWN_FILES = (
     "daemon.json", "load-settings.json", "model-folders.json",
 )  # fmt: skip
 SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
-OWN_FOLDERS = ("logs",)
+# Folders of Hearth's own files: the folder is made 0700 and the files in it 0600.
+OWN_FOLDERS = ("logs", "embeddings")
+# Folders of model files: only the folder is made 0700 (which hides what is in it); the files are left as
+# they are, since imported ones may belong to other apps.
+MODEL_FOLDERS = ("models",)
 _tightened: set[Path] = set()  # data folders already checked by this process
 
 
@@ -66,7 +70,9 @@ def tighten_data_folder(home: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        if entry.name in OWN_FOLDERS and entry.is_dir() and not entry.is_symlink():
+        if entry.name in MODEL_FOLDERS and entry.is_dir() and not entry.is_symlink():
+            _tighten(entry, PRIVATE_DIR_MODE)
+        elif entry.name in OWN_FOLDERS and entry.is_dir() and not entry.is_symlink():
             _tighten(entry, PRIVATE_DIR_MODE)
             for inner in entry.iterdir():
                 if inner.is_file() and not inner.is_symlink():
@@ -134,9 +140,7 @@ def hearth_home() -> Path:
 
 def models_dir() -> Path:
     """Where downloaded models go."""
-    path = hearth_home() / "models"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(hearth_home() / "models")
 
 
 def logs_dir() -> Path:
