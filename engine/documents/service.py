@@ -20,7 +20,7 @@ from engine.documents.search import fuse, search
 from engine.documents.types import CollectionInfo, IndexProgress, SearchHit
 from engine.documents.watcher import FolderWatcher
 from engine.errors import HearthError, InvalidRequest
-from engine.paths import user_path
+from engine.paths import path_exists, user_path
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class DocumentService:
         if not paths:
             raise InvalidRequest("Give at least one file or folder to add.", param="paths")
         resolved = [user_path(str(p), param="paths") for p in paths]
-        missing = [str(p) for p in resolved if not p.exists()]
+        missing = [str(p) for p in resolved if not path_exists(p, param="paths")]
         if missing:
             raise InvalidRequest(f"{missing[0]} does not exist; check the path.", param="paths")
         coll = self.index.find(name.strip()) if name else None

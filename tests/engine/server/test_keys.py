@@ -267,3 +267,23 @@ def test_windows_binds_the_port_for_the_worker_alone():
         listen_options("win32", exclusive=None) == ()
     )  # never SO_REUSEADDR there: it lets others bind the port
     assert listen_options("linux") == ((socket.SOL_SOCKET, socket.SO_REUSEADDR, 1),)
+
+
+def test_paths_no_file_can_have_are_a_400_in_one_sentence_on_the_admin_routes(split, starter_path, tmp_path):
+    """A name past NAME_MAX, a path past PATH_MAX and a NUL were 500s (ENAMETOOLONG) on each route."""
+    admin = bearer(ADMIN_KEY)
+    for bad in (str(tmp_path / ("n" * 300)), "/" + "/".join(["d" * 200] * 30), str(tmp_path / "a\0b")):
+        answers = [
+            split.post("/api/models/import", json={"path": bad}, headers=admin),
+            split.post("/api/models/import", json={"path": str(starter_path), "mmproj": bad}, headers=admin),
+            split.post("/api/folders", json={"path": bad}, headers=admin),
+            split.request("DELETE", "/api/folders", params={"path": bad}, headers=admin),
+            split.post("/api/docs/collections", json={"name": "long-paths", "paths": [bad]}, headers=admin),
+            split.get("/api/fit", params={"model": bad}, headers=admin),
+        ]
+        for r in answers:
+            assert r.status_code == 400, (r.request.url, r.text[:300])
+            message = r.json()["error"]["message"]
+            assert message.endswith("; check the path.") and message.count(". ") == 0, message
+            assert "Errno" not in message and len(message) < 300, message
+    assert "long-paths" not in split.get("/api/docs/collections", headers=admin).text
