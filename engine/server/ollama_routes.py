@@ -55,7 +55,9 @@ _OPTIONS = {  # Ollama's option -> SamplingParams field
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
 }
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+# A keep_alive longer than this (ten years) is forever: the expiry of a longer one overflows a date.
+KEEP_ALIVE_FOREVER_AFTER = 10 * 365 * 86_400.0
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -109,24 +111,48 @@ def now_iso() -> str:
 
 
 def keep_alive_seconds(value: float | str | None) -> float | None:
-    """Ollama's ``keep_alive`` in seconds: a number of seconds or a Go duration ("5m", "1h30m");
-    negative means forever (-1 here), None leaves the server's idle TTL.
+    """Ollama's ``keep_alive`` in seconds: a number of seconds or a Go duration ("5m", "1h30m", "-1m");
+    negative, or longer than :data:`KEEP_ALIVE_FOREVER_AFTER`, means forever (-1 here); None leaves the
+    server's idle TTL.
 
     Raises:
-        InvalidRequest: the value is neither.
+        InvalidRequest: the value is neither, or not a finite number (NaN, infinity).
     """
-    if value is None or isinstance(value, (int, float)):
-        return None if value is None else (-1.0 if value < 0 else float(value))
+    if value is None:
+        return None
+    if isinstance(value, str):
+        seconds = _duration_seconds(value)
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds):
+        raise InvalidRequest(
+            f"'keep_alive' must be a finite number of seconds or a duration like '5m' (-1 keeps the model loaded), "
+            f"got '{_shown(value)}'.",
+            param="keep_alive",
+        )
+    if seconds < 0 or seconds > KEEP_ALIVE_FOREVER_AFTER:
+        return -1.0
+    return seconds
+
+
+def _shown(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _duration_seconds(value: str) -> float:
     text = value.strip()
     try:
-        return keep_alive_seconds(float(text))
+        return float(text)
     except ValueError:
         pass
-    sign, body = (-1, text[1:]) if text.startswith("-") else (1, text)
+    sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.removeprefix("+"))
     parts = _DURATION.findall(body)
     if not parts or "".join(n + u for n, u in parts) != body:
-        raise InvalidRequest(f"'keep_alive' must be seconds or a duration like '5m', got '{value}'.", param="keep_alive")
-    return -1.0 if sign < 0 else sum(float(n) * _UNIT[u] for n, u in parts)
+        raise InvalidRequest(
+            f"'keep_alive' must be seconds or a duration like '5m', got '{_shown(value)}'.", param="keep_alive"
+        )
+    return sign * sum(float(n) * _UNIT[u] for n, u in parts)
 
 
 def _short(name: str) -> str:
