@@ -27,12 +27,14 @@ from starlette.routing import compile_path
 from engine.settings import ServerSettings, is_loopback_host
 
 __all__ = [
+    "ADMIN_SCOPE_KEY",
     "Access",
     "HostAllowlist",
     "KeyCheck",
     "KeyRing",
     "OriginAllowlist",
     "ROUTE_ACCESS",
+    "holds_admin",
     "host_name",
     "route_access",
 ]
@@ -260,6 +262,22 @@ class KeyRing:
                 return KeyCheck.ALLOWED
             return KeyCheck.ALLOWED if inference_key else KeyCheck.MISSING
         return KeyCheck.INFERENCE_ONLY if inference_key else KeyCheck.MISSING
+
+    def holds_admin(self, tokens: list[bytes]) -> bool:
+        """Whether ``tokens`` carry admin rights: the admin key (or, without admin keys, an API key), or
+        any request where no key is set (loopback, one user: every request is the user's own)."""
+        return not self.admin or _matches(tokens, self.admin)
+
+
+# Where the gate records, in the ASGI scope, whether the request holds admin rights (see holds_admin).
+ADMIN_SCOPE_KEY = "hearth.admin"
+
+
+def holds_admin(scope) -> bool:
+    """Whether the request of ``scope`` (a request's ``.scope``) was made with admin rights: the routes
+    every key may use read it to refuse the few things in them only the admin may do (a model's load
+    settings, unloading it, collections not shared). False where the gate did not say."""
+    return scope.get(ADMIN_SCOPE_KEY, False) is True
 
 
 def _matches(tokens: list[bytes], keys: tuple[bytes, ...]) -> bool:

@@ -29,7 +29,7 @@ from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
-from engine.server.ollama_load import apply_load_options
+from engine.server.ollama_load import apply_load_options, check_keep_alive
 from engine.tools import ToolCall, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -374,6 +374,7 @@ def _generate_piece(text: str, reasoning: str = "", calls=()) -> dict:
 async def chat(request: Request, body: ChatBody):
     found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
+    check_keep_alive(request, found, keep)
     await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
     if not body.messages:
         return await _load_or_unload(request, found, keep, "message")
@@ -393,6 +394,7 @@ async def chat(request: Request, body: ChatBody):
 async def generate(request: Request, body: GenerateBody):
     found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
+    check_keep_alive(request, found, keep)
     if body.images and body.raw:
         raise InvalidRequest("'images' cannot go with 'raw': the prompt has no place for them; drop 'raw'.", param="images")
     pictures = await asyncio.to_thread(_images, body.images, "images") if body.images else ()
@@ -434,7 +436,9 @@ async def _embed(
     request: Request, name: str, texts: list[str], keep: float | None, *, truncate: bool = True
 ) -> tuple[str, list, int, float]:
     check_inputs(texts)
-    model = (await resolve(request, name)).name
+    found = await resolve(request, name)
+    check_keep_alive(request, found, keep)
+    model = found.name
     manager = request.app.state.manager
     t0 = time.perf_counter()
     lm = await asyncio.to_thread(manager.acquire, model)

@@ -269,6 +269,52 @@ def test_windows_binds_the_port_for_the_worker_alone():
     assert listen_options("linux") == ((socket.SOL_SOCKET, socket.SO_REUSEADDR, 1),)
 
 
+def _ps(client: TestClient) -> dict:
+    r = client.get("/api/ps", headers=bearer(ADMIN_KEY))
+    assert r.status_code == 200, r.text
+    return {m["name"]: m for m in r.json()["models"]}
+
+
+def test_an_inference_key_cannot_reload_or_unload_the_model_for_everyone(split):
+    """Load options and a shorter keep_alive change the model every client uses: the admin key's. An
+    inference key may send the settings the model has, and a longer keep_alive."""
+    key, admin = bearer(INFERENCE_KEY), bearer(ADMIN_KEY)
+    assert split.post("/api/models/load", json={"model": MODEL}, headers=admin).status_code == 200
+    assert _ps(split)[MODEL]["context_length"] == 1024
+    hi = [{"role": "user", "content": "Hi"}]
+    refused = [
+        split.post("/api/generate", json={"model": MODEL, "prompt": "", "keep_alive": 0}, headers=key),
+        split.post("/api/chat", json={"model": MODEL, "messages": [], "keep_alive": "5m"}, headers=key),
+        split.post("/api/embed", json={"model": MODEL, "input": "hi", "keep_alive": 0}, headers=key),
+        split.post("/api/chat", json={"model": MODEL, "messages": hi, "stream": False,
+                                      "options": {"num_ctx": 512, "num_thread": 1, "num_predict": 2}}, headers=key),
+    ]  # fmt: skip
+    for r in refused:
+        assert r.status_code == 403, r.text
+        assert "admin key" in r.json()["error"] and r.json()["error"].endswith(".")
+    assert _ps(split)[MODEL]["context_length"] == 1024  # loaded as it was, by nobody's request
+    same = {"model": MODEL, "messages": hi, "stream": False, "options": {"num_ctx": 1024, "num_predict": 2}}
+    assert split.post("/api/chat", json=same, headers=key).status_code == 200
+    longer = {"model": MODEL, "prompt": "", "keep_alive": -1}
+    assert split.post("/api/generate", json=longer, headers=key).status_code == 200
+    # The admin key reloads it with a request's settings; its next load without settings undoes them.
+    small = {"model": MODEL, "messages": hi, "stream": False, "options": {"num_ctx": 512, "num_predict": 2}}
+    assert split.post("/api/chat", json=small, headers=admin).status_code == 200
+    assert _ps(split)[MODEL]["context_length"] == 512
+    assert split.post("/api/models/load", json={"model": MODEL}, headers=admin).status_code == 200
+    assert _ps(split)[MODEL]["context_length"] == 1024
+
+
+def test_without_keys_an_ollama_request_still_reloads_and_unloads(manager):
+    with client_for(manager) as client:
+        small = {"model": MODEL, "prompt": "", "options": {"num_ctx": 512}}
+        assert client.post("/api/generate", json=small).status_code == 200
+        assert _ps(client)[MODEL]["context_length"] == 512
+        unloaded = client.post("/api/generate", json={"model": MODEL, "prompt": "", "keep_alive": 0})
+        assert unloaded.status_code == 200 and unloaded.json()["done_reason"] == "unload"
+        assert MODEL not in _ps(client)
+
+
 def test_paths_no_file_can_have_are_a_400_in_one_sentence_on_the_admin_routes(split, starter_path, tmp_path):
     """A name past NAME_MAX, a path past PATH_MAX and a NUL were 500s (ENAMETOOLONG) on each route."""
     admin = bearer(ADMIN_KEY)
