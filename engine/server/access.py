@@ -129,6 +129,7 @@ _ADMIN_ROUTES = (
     ("POST", "/api/docs/collections/{name}/index"),
     ("POST", "/api/docs/collections/{name}/{action}"),
     ("PUT", "/api/docs/collections/{name}/model"),
+    ("PUT", "/api/docs/collections/{name}/shared"),
     ("POST", "/api/docs/search"),
     ("POST", "/api/docs/context"),
 )

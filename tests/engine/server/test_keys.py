@@ -315,6 +315,63 @@ def test_without_keys_an_ollama_request_still_reloads_and_unloads(manager):
         assert MODEL not in _ps(client)
 
 
+def _indexed(client: TestClient, name: str, folder) -> None:
+    import time
+
+    admin = bearer(ADMIN_KEY)
+    r = client.post("/api/docs/collections", json={"name": name, "paths": [str(folder)]}, headers=admin)
+    assert r.status_code == 202, r.text
+    assert r.json()["shared"] is False  # a new collection is the admin's alone
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        progress = client.get(f"/api/docs/collections/{name}", headers=admin).json()["progress"]
+        if progress and progress["phase"] in ("done", "failed", "cancelled"):
+            assert progress["phase"] == "done", progress
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"indexing {name} did not finish")
+
+
+def test_an_inference_key_reads_only_shared_collections_and_sees_file_names(split, tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "bees.md").write_text("# Bees\n\nThe queen of the hive is called Marigold.\n")
+    name = "keys-notes"
+    _indexed(split, name, folder)
+    key, admin = bearer(INFERENCE_KEY), bearer(ADMIN_KEY)
+
+    def chat(names: list[str], headers: dict, path: str = "/v1/chat/completions"):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Who is the queen?"}], "hearth": {"collections": names}}
+        if path == "/api/chat":
+            return split.post(path, json={**body, "stream": False, "options": {"num_predict": 1, "temperature": 0}}, headers=headers)
+        return split.post(path, json={**body, "max_tokens": 1, "temperature": 0}, headers=headers)
+
+    try:
+        # Not shared, or not there at all: the same 403, in each dialect's shape, so names cannot be guessed.
+        for path in ("/v1/chat/completions", "/api/chat"):
+            answers = [chat([name], key, path), chat(["no-such-collection"], key, path)]
+            assert [r.status_code for r in answers] == [403, 403], [r.text for r in answers]
+            assert answers[0].json() == answers[1].json()
+            assert "admin key" in answers[0].text and name not in answers[0].text
+        assert chat(["no-such-collection"], admin).status_code == 400  # the admin learns what is missing
+
+        shared = split.put(f"/api/docs/collections/{name}/shared", json={"shared": True}, headers=admin)
+        assert shared.status_code == 200 and shared.json()["shared"] is True
+        assert split.put(f"/api/docs/collections/{name}/shared", json={"shared": True}, headers=key).status_code == 403
+        r = chat([name], key)
+        assert r.status_code == 200, r.text
+        (source,) = r.json()["hearth"]["sources"]
+        assert source["path"] == "bees.md" and source["uri"] is None and "Marigold" in source["text"]
+        assert str(tmp_path) not in r.text
+        (source,) = chat([name], admin).json()["hearth"]["sources"]
+        assert source["path"] == str((folder / "bees.md").resolve()) and source["uri"].startswith("file://")
+
+        split.put(f"/api/docs/collections/{name}/shared", json={"shared": False}, headers=admin)
+        assert chat([name], key).status_code == 403
+    finally:
+        split.delete(f"/api/docs/collections/{name}", headers=admin)
+
+
 def test_paths_no_file_can_have_are_a_400_in_one_sentence_on_the_admin_routes(split, starter_path, tmp_path):
     """A name past NAME_MAX, a path past PATH_MAX and a NUL were 500s (ENAMETOOLONG) on each route."""
     admin = bearer(ADMIN_KEY)
