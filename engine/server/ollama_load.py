@@ -64,9 +64,8 @@ async def apply_load_options(request: Request, found: targets.Target, options: d
         return
     manager = request.app.state.manager
     wanted = manager.options_with(found.name, settings)
-    if not holds_admin(request.scope):
-        loaded = next((lm for lm in manager.loaded() if lm.model.name == found.name), None)
-        if loaded is None or (loaded.options or manager.options) != wanted:
+    if not holds_admin(request.scope):  # only what the model has (or, unloaded, loads with) already
+        if wanted != manager.options_with(found.name, ModelLoadSettings()):
             asked = ", ".join(n for n in LOAD_OPTIONS if n in options)
             raise AdminKeyRequired(
                 f"Loading model '{found.name}' with other settings ({asked}) changes it for every client, so it "

@@ -295,6 +295,9 @@ def test_an_inference_key_cannot_reload_or_unload_the_model_for_everyone(split):
     assert _ps(split)[MODEL]["context_length"] == 1024  # loaded as it was, by nobody's request
     same = {"model": MODEL, "messages": hi, "stream": False, "options": {"num_ctx": 1024, "num_predict": 2}}
     assert split.post("/api/chat", json=same, headers=key).status_code == 200
+    assert split.post("/api/models/unload", json={"model": MODEL}, headers=admin).status_code == 200
+    assert split.post("/api/chat", json=same, headers=key).status_code == 200  # what a load without them takes
+    assert _ps(split)[MODEL]["context_length"] == 1024
     longer = {"model": MODEL, "prompt": "", "keep_alive": -1}
     assert split.post("/api/generate", json=longer, headers=key).status_code == 200
     # The admin key reloads it with a request's settings; its next load without settings undoes them.
