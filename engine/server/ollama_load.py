@@ -15,7 +15,7 @@ that names the admin key. Without keys every request is the one user's, and Olla
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
@@ -23,6 +23,9 @@ from engine.errors import AdminKeyRequired, InvalidRequest
 from engine.load_settings import ModelLoadSettings
 from engine.server import targets
 from engine.server.access import holds_admin
+
+if TYPE_CHECKING:
+    from engine.pool import LoadedModel
 
 # Ollama's option -> the load setting it maps onto (llama.cpp takes each when the model loads)
 LOAD_OPTIONS = {"num_ctx": "n_ctx", "num_gpu": "n_gpu_layers", "num_thread": "n_threads", "num_batch": "n_batch"}
@@ -97,4 +100,13 @@ def check_keep_alive(request: Request, found: targets.Target, keep: float | None
     )
 
 
-__all__ = ["LOAD_OPTIONS", "apply_load_options", "check_keep_alive", "load_settings"]
+def set_keep_alive(request: Request, lm: LoadedModel, keep: float | None) -> None:
+    """Keep ``lm`` loaded as a request asked (checked by :func:`check_keep_alive`). A request without
+    ``keep_alive`` gives the model back the server's idle TTL, as in Ollama, only with admin rights:
+    an inference key's would cut short a longer keep-alive the admin asked for."""
+    if keep is None and not holds_admin(request.scope):
+        return
+    request.app.state.manager.set_keep_alive(lm, keep)
+
+
+__all__ = ["LOAD_OPTIONS", "apply_load_options", "check_keep_alive", "load_settings", "set_keep_alive"]

@@ -29,7 +29,7 @@ from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
-from engine.server.ollama_load import apply_load_options, check_keep_alive
+from engine.server.ollama_load import apply_load_options, check_keep_alive, set_keep_alive
 from engine.tools import ToolCall, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -304,7 +304,7 @@ async def _load_or_unload(request: Request, model: targets.Target, keep: float |
     reason = "load"
     if not isinstance(model, targets.RemoteTarget):
         lm = await asyncio.to_thread(manager.acquire, model.name)
-        manager.set_keep_alive(lm, keep)
+        set_keep_alive(request, lm, keep)
         manager.release(lm)
         if keep == 0:
             await asyncio.to_thread(manager.reap_idle)
@@ -318,7 +318,7 @@ async def _run(
 ) -> DialectRun:
     run = await DialectRun(request, req, target=model, documents=documents).start(time_load=True)
     if run.gen.lm is not None:  # a local model: kept as long as asked
-        request.app.state.manager.set_keep_alive(run.gen.lm, keep)
+        set_keep_alive(request, run.gen.lm, keep)
     return run
 
 
@@ -444,7 +444,7 @@ async def _embed(
     lm = await asyncio.to_thread(manager.acquire, model)
     load = time.perf_counter() - t0
     try:
-        manager.set_keep_alive(lm, keep)
+        set_keep_alive(request, lm, keep)
         vectors, n_tokens = await embed_for_client(request, lm.backend, texts, truncate=truncate)
     except ContextLengthExceeded as exc:
         raise InvalidRequest(

@@ -308,6 +308,26 @@ def test_an_inference_key_cannot_reload_or_unload_the_model_for_everyone(split):
     assert _ps(split)[MODEL]["context_length"] == 1024
 
 
+def test_an_inference_request_without_keep_alive_leaves_the_admins_keep_alive(manager):
+    """Without keep_alive a request gives the model the server's idle TTL back (Ollama's way); from an
+    inference key that would cut short the admin's longer keep-alive, so it leaves it as it is."""
+    from engine.backends import LoadOptions
+    from engine.pool import ModelManager
+
+    hour = ModelManager(manager.registry, options=LoadOptions(n_ctx=1024, n_seq_max=1), idle_ttl=3600)
+    try:
+        with client_for(hour, api_keys=(INFERENCE_KEY,), admin_keys=(ADMIN_KEY,)) as client:
+            keep = {"model": MODEL, "prompt": "", "keep_alive": -1}
+            assert client.post("/api/generate", json=keep, headers=bearer(ADMIN_KEY)).status_code == 200
+            ask = {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 1}}
+            assert client.post("/api/generate", json=ask, headers=bearer(INFERENCE_KEY)).status_code == 200
+            assert _ps(client)[MODEL]["expires_at"].startswith("2318-")  # still for good, as the admin asked
+            assert client.post("/api/generate", json=ask, headers=bearer(ADMIN_KEY)).status_code == 200
+            assert not _ps(client)[MODEL]["expires_at"].startswith("2318-")  # the admin's: the idle TTL again
+    finally:
+        hour.close()
+
+
 def test_without_keys_an_ollama_request_still_reloads_and_unloads(manager):
     with client_for(manager) as client:
         small = {"model": MODEL, "prompt": "", "options": {"num_ctx": 512}}
