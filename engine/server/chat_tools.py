@@ -32,8 +32,8 @@ def request_fields(body: Any) -> dict[str, Any]:
     taken = sorted(RESERVED_TEMPLATE_NAMES.intersection(kwargs))
     if taken:
         raise InvalidRequest(
-            f"'chat_template_kwargs.{taken[0]}' is filled by Hearth from the request itself, so it cannot be "
-            "set there; leave it out (messages and tools go in their own fields).",
+            f"'chat_template_kwargs.{taken[0]}' is Hearth's to give the chat template (from the request, the "
+            "model or its sandbox), so it cannot be set there; leave it out (messages and tools have fields of their own).",
             param="chat_template_kwargs",
         )
     thinking = kwargs.pop("enable_thinking", None)

@@ -95,7 +95,7 @@ def test_chat_template_kwargs_cannot_replace_what_hearth_renders_the_template_wi
             assert r.status_code == 400, (name, r.text)
             error = r.json()["error"]
             assert error["param"] == "chat_template_kwargs"
-            assert error["message"].startswith(f"'chat_template_kwargs.{name}' is filled by Hearth"), error
+            assert error["message"].startswith(f"'chat_template_kwargs.{name}' is Hearth's to give the chat template"), error
             assert "TypeError" not in error["message"] and "keyword argument" not in error["message"]
         kept = {"model": MODEL, "max_tokens": 2, "temperature": 0, "messages": hi,
                 "chat_template_kwargs": {"enable_thinking": False, "custom_flag": "x"}}  # fmt: skip
