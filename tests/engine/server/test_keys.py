@@ -200,6 +200,9 @@ def test_an_admin_key_alone_guards_only_the_admin_routes(manager):
         assert client.get("/v1/models").status_code == 200
         assert client.get("/api/models").status_code == 401
         assert client.get("/api/models", headers=bearer(ADMIN_KEY)).status_code == 200
+        # an open inference route is no admin's: unloading the model for everyone still needs the key
+        unload = {"model": MODEL, "prompt": "", "keep_alive": 0}
+        assert client.post("/api/generate", json=unload).status_code == 403
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
