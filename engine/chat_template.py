@@ -40,6 +40,9 @@ CHATML_TEMPLATE = (
 # must end with a clear error instead of holding the request thread (and the memory) for ever.
 RENDER_SECONDS = 2.0
 RENDER_MAX_CHARS = 4_000_000  # characters of output (a prompt past any model's context)
+# The functions a template may call (those Hearth's sandbox adds, and Jinja's namespace that Hugging Face
+# templates use): a render's own variables never replace them.
+TEMPLATE_GLOBALS = ("raise_exception", "strftime_now", "range", "namespace")
 
 # The conversation a template is tried on when its model loads.
 _PROBE = (
@@ -284,5 +287,6 @@ class ChatTemplate:
 
 __all__ = [
     "ChatTemplate", "ChatTemplateError", "ChatTemplateTooCostly", "CHATML_TEMPLATE", "RENDER_SECONDS",
+    "TEMPLATE_GLOBALS",
     "RENDER_MAX_CHARS", "message_payload",
 ]  # fmt: skip

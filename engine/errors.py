@@ -103,6 +103,15 @@ class GrammarTooSlow(HearthError):
         )
 
 
+class AdminKeyRequired(HearthError):
+    """A request made with an inference key asks for what only the admin key may do: load a model with
+    settings of its own, unload it, or read document collections the admin has not shared."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        self.param = param
+        super().__init__(message)
+
+
 class RequestCancelled(HearthError):
     """The client went away, so the work done for it was stopped; nobody reads this error."""
 
@@ -300,6 +309,7 @@ __all__ = [
     "AmbiguousModel",
     "ContextLengthExceeded",
     "InvalidRequest",
+    "AdminKeyRequired",
     "EmbeddingsUnsupported",
     "SchemaTooComplex",
     "RequestCancelled",

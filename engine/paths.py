@@ -1,10 +1,10 @@
 """Where Hearth keeps its data: HEARTH_HOME, or the platform's user data folder.
 
 The data folder holds chats, document indexes and keys, so only its owner may enter it: it is made
-with mode 0700, and Hearth's own databases and files in it with 0600. A folder and files that an
-older Hearth made readable to others are tightened on the first use in a process. Model files are
-never touched (imported ones belong to other apps), nor anything on Windows, whose folders in the
-user's profile are private already.
+with mode 0700, and Hearth's own databases and files in it with 0600 (its folders of models and
+embeddings 0700 too). A folder and files that an older Hearth made readable to others are tightened
+on the first use in a process. Model files are never touched (imported ones belong to other apps),
+nor anything on Windows, whose folders in the user's profile are private already.
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ OWN_FILES = (
     "daemon.json", "load-settings.json", "model-folders.json",
 )  # fmt: skip
 SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
-OWN_FOLDERS = ("logs",)
+# Folders of Hearth's own files: the folder is made 0700 and the files in it 0600.
+OWN_FOLDERS = ("logs", "embeddings")
+# Folders of model files: only the folder is made 0700 (which hides what is in it); the files are left as
+# they are, since imported ones may belong to other apps.
+MODEL_FOLDERS = ("models",)
 _tightened: set[Path] = set()  # data folders already checked by this process
 
 
@@ -66,7 +70,9 @@ def tighten_data_folder(home: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        if entry.name in OWN_FOLDERS and entry.is_dir() and not entry.is_symlink():
+        if entry.name in MODEL_FOLDERS and entry.is_dir() and not entry.is_symlink():
+            _tighten(entry, PRIVATE_DIR_MODE)
+        elif entry.name in OWN_FOLDERS and entry.is_dir() and not entry.is_symlink():
             _tighten(entry, PRIVATE_DIR_MODE)
             for inner in entry.iterdir():
                 if inner.is_file() and not inner.is_symlink():
@@ -97,21 +103,84 @@ def private_file(path: Path) -> Path:
     return path
 
 
-def user_path(text: str, *, param: str = "path") -> Path:
-    """A path a person (or a client) gave, with ``~`` expanded.
+# The longest file name and path most systems take, where the system does not say (bytes, as encoded).
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
+def _limit(name: str, default: int) -> int:
+    try:
+        return int(os.pathconf("/", name))
+    except (AttributeError, OSError, ValueError):  # Windows has no pathconf
+        return default
+
+
+def check_path_text(text: str, *, param: str = "path") -> None:
+    """Refuse a path no file can have before the system is asked about it (its answer would be an error
+    the caller did not cause): a NUL character, a name or a whole path longer than the system allows.
 
     Raises:
-        InvalidRequest: no file can have it: a NUL character, or ``~name`` where no user has that name.
+        InvalidRequest: one sentence naming ``param`` and what to check.
     """
     from engine.errors import InvalidRequest
 
     if "\0" in text:
         raise InvalidRequest(f"'{param}' holds a NUL character, which no file name can; check the path.", param=param)
     try:
+        encoded = os.fsencode(text)
+    except UnicodeEncodeError:  # a lone surrogate, on a system whose file names are UTF-8
+        raise InvalidRequest(f"'{param}' holds characters no file name here can; check the path.", param=param) from None
+    path_max = _limit("PC_PATH_MAX", _PATH_MAX)
+    if len(encoded) >= path_max:
+        raise InvalidRequest(
+            f"'{param}' is {len(encoded)} bytes long, longer than this system allows for a path ({path_max - 1}); "
+            "check the path.",
+            param=param,
+        )
+    name_max = _limit("PC_NAME_MAX", _NAME_MAX)
+    longest = max((len(part) for part in encoded.replace(b"\\", b"/").split(b"/")), default=0)
+    if longest > name_max:
+        raise InvalidRequest(
+            f"'{param}' has a name of {longest} bytes, longer than this system allows for one file or folder "
+            f"name ({name_max}); check the path.",
+            param=param,
+        )
+
+
+def user_path(text: str, *, param: str = "path") -> Path:
+    """A path a person (or a client) gave, with ``~`` expanded.
+
+    Raises:
+        InvalidRequest: no file can have it: a NUL character, a name or path longer than the system
+            allows (:func:`check_path_text`), or ``~name`` where no user has that name.
+    """
+    from engine.errors import InvalidRequest
+
+    check_path_text(text, param=param)
+    try:
         return Path(text).expanduser()
     except RuntimeError as exc:  # pathlib's word for "~name names no user here"
         user = text.split("/", 1)[0]
         raise InvalidRequest(f"'{param}' starts with {user!r}, but no user of this machine has that name; check the path.", param=param) from exc
+
+
+def path_exists(path: Path, *, param: str = "path") -> bool:
+    """Whether something is at ``path`` a person gave; the system's refusals of the path itself (a
+    symlink loop, a folder it may not enter) are the caller's to fix, said in one sentence.
+
+    Raises:
+        InvalidRequest: the path cannot be looked at.
+    """
+    from engine.errors import InvalidRequest
+
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        reason = (exc.strerror or type(exc).__name__).lower()
+        raise InvalidRequest(f"'{param}' cannot be looked at here ({reason}); check the path.", param=param) from None
+    return True
 
 
 def hearth_home() -> Path:
@@ -134,9 +203,7 @@ def hearth_home() -> Path:
 
 def models_dir() -> Path:
     """Where downloaded models go."""
-    path = hearth_home() / "models"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(hearth_home() / "models")
 
 
 def logs_dir() -> Path:

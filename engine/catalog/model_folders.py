@@ -21,7 +21,7 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from engine.errors import InvalidRequest
-from engine.paths import private_file, user_path
+from engine.paths import private_dir, private_file, user_path
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class FolderList:
         out, first = [], True
         for path in self.paths():
             if path == _own(self.home):  # Hearth's own, in the data folder: made when first needed
-                path.mkdir(parents=True, exist_ok=True)
+                private_dir(path)
             online = path.is_dir()
             out.append(ModelFolder(path, online, downloads=online and first))
             first = first and not online
@@ -81,9 +81,7 @@ class FolderList:
         for folder in self.folders():
             if folder.downloads:
                 return folder.path
-        own = _own(self.home)
-        own.mkdir(parents=True, exist_ok=True)
-        return own
+        return private_dir(_own(self.home))
 
     def _save(self, paths: list[Path]) -> None:
         tmp = self.file.with_suffix(".tmp")

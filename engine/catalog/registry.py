@@ -343,7 +343,7 @@ def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> Lo
         try:
             path = path.expanduser()
             found = path.exists() and (path.suffix.lower() == ".gguf" or path.is_dir())
-        except (RuntimeError, ValueError):  # "~name" naming no user, a NUL: no file has such a name
+        except (RuntimeError, ValueError, OSError):  # "~name" naming no user, a NUL, too long: no such file
             found = False
         if found:
             from engine.catalog.metadata import read_model_metadata

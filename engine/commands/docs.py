@@ -46,6 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     model.add_argument("model", help="all-MiniLM-L6-v2 or a GGUF embedding model's name")
     model.set_defaults(run=run_model)
 
+    share = cmds.add_parser(
+        "share", help="let chats made with an inference key (`hearth serve --api-key`) use a collection"
+    )
+    share.add_argument("name", help="the collection")
+    share.add_argument("--off", action="store_true", help="stop sharing it: only the admin key may use it")
+    share.set_defaults(run=run_share)
+
 
 def _service(embed: bool = True):
     from engine.documents import BackendEmbedder, DocumentIndex, DocumentService
@@ -123,7 +130,8 @@ def run_list(args: argparse.Namespace) -> int:
             return 0
         for i in infos:
             pending = f", {i.embeddings_pending} to embed" if i.embeddings_pending else ""
-            print(f"{i.name}: {i.files} files, {i.chunks} chunks{pending} ({i.model})")
+            shared = ", shared" if i.shared else ""
+            print(f"{i.name}: {i.files} files, {i.chunks} chunks{pending} ({i.model}{shared})")
             for s in i.sources:
                 print(f"  {s}")
             for f in i.failed:
@@ -181,6 +189,19 @@ def run_model(args: argparse.Namespace) -> int:
             return 1
         info = service.index.info(args.name)
         print(f"{info.name}: {info.embedded}/{info.chunks} chunks embedded with {info.model}")
+        return 0
+    finally:
+        service.close()
+
+
+def run_share(args: argparse.Namespace) -> int:
+    service = _service(embed=False)
+    try:
+        service.set_shared(args.name, not args.off)
+        if args.off:
+            print(f"Collection {args.name} is no longer shared; only the admin key may use it.")
+        else:
+            print(f"Collection {args.name} is shared: chats made with an inference key may use it.")
         return 0
     finally:
         service.close()

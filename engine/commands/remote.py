@@ -60,8 +60,11 @@ def _key_from_env(var: str | None) -> str | None:
 def _where_key(provider, store) -> str:
     if provider.key_store == "keyring":
         return "its key is in the OS keyring"
-    if provider.key_store == "file":
-        return f"its key is in {store.file_keys.path}, readable only by you"
+    if provider.key_store == "file":  # no keyring here: say that the key sits unencrypted on the disk
+        return (
+            f"no OS keyring is usable here, so its key is in plain text in {store.file_keys.path}, "
+            "readable only by you"
+        )
     return "no API key"
 
 

@@ -165,6 +165,15 @@ def server_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
     )
 
 
+def _blank_key(settings) -> str | None:
+    """The flag of a key that is empty or has spaces around it: clients' keys arrive trimmed, so no
+    request could ever match it (and every request would get a 401)."""
+    for flag, keys in (("--api-key", settings.api_keys), ("--admin-key", settings.admin_keys)):
+        if any(not k.strip() or k != k.strip() for k in keys):
+            return flag
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.quantization and args.backend != "paged":
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
@@ -178,6 +187,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"hearth: {exc}", file=sys.stderr)
         return 2
     settings = server_settings(args, os.environ)
+    blank = _blank_key(settings)
+    if blank is not None:
+        env = "HEARTH_API_KEY" if blank == "--api-key" else "HEARTH_ADMIN_KEY"
+        print(
+            f"hearth: a key given with {blank} (or {env}) is empty or has spaces around it, so no client could "
+            "send it; give a key of at least one character without spaces around it.",
+            file=sys.stderr,
+        )
+        return 2
     if args.mmproj and not args.model:
         print("hearth: --mmproj pairs a projector with --model FILE.gguf; add --model.", file=sys.stderr)
         return 2

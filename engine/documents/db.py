@@ -17,7 +17,7 @@ from engine.paths import private_file
 log = logging.getLogger(__name__)
 
 DB_NAME = "documents.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS collections (
@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS collections (
     model TEXT NOT NULL,
     dim INTEGER,
     created REAL NOT NULL,
-    vectors_version INTEGER NOT NULL DEFAULT 0
+    vectors_version INTEGER NOT NULL DEFAULT 0,
+    shared INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS sources (
     collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
@@ -94,13 +95,22 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+# Columns added since the first schema, with the version that added them: an older database gets them.
+_ADDED_COLUMNS = (
+    ("vectors_version", "INTEGER NOT NULL DEFAULT 0"),  # 2: a token every write of vectors changes
+    ("shared", "INTEGER NOT NULL DEFAULT 0"),  # 3: the admin shared it with the inference keys
+)
+
+
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring a database an older Hearth made to the current schema (its rows are kept)."""
-    if "vectors_version" not in _columns(conn, "collections"):  # 2: a token every write of vectors changes
+    for column, kind in _ADDED_COLUMNS:
+        if column in _columns(conn, "collections"):
+            continue
         try:
-            conn.execute("ALTER TABLE collections ADD COLUMN vectors_version INTEGER NOT NULL DEFAULT 0")
+            conn.execute(f"ALTER TABLE collections ADD COLUMN {column} {kind}")
         except Exception:  # sqlite3's or sqlean's error: fine if another connection added it meanwhile
-            if "vectors_version" not in _columns(conn, "collections"):
+            if column not in _columns(conn, "collections"):
                 raise
 
 

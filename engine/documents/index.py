@@ -31,6 +31,7 @@ class Collection:
     name: str
     model: str
     dim: int | None
+    shared: bool = False  # the admin shared it: chats made with an inference key may use it
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +137,12 @@ class DocumentIndex:
         return self.get(name)
 
     def get(self, name: str) -> Collection:
-        row = self.conn.execute("SELECT id, name, model, dim FROM collections WHERE name = ?", (name,)).fetchone()
+        row = self.conn.execute(
+            "SELECT id, name, model, dim, shared FROM collections WHERE name = ?", (name,)
+        ).fetchone()
         if row is None:
             raise CollectionNotFound(name)
-        return Collection(*row)
+        return Collection(*row[:4], shared=bool(row[4]))
 
     def find(self, name: str) -> Collection | None:
         try:
@@ -168,6 +171,12 @@ class DocumentIndex:
             conn.execute("UPDATE collections SET model = ?, dim = NULL WHERE id = ?", (model, coll.id))
             conn.execute("UPDATE chunks SET embedded = 0 WHERE collection_id = ?", (coll.id,))
             self._vectors_written(coll)
+        return self.get(name)
+
+    def set_shared(self, name: str, shared: bool) -> Collection:
+        """Share ``name`` with the inference keys (chats may name it), or stop sharing it."""
+        coll = self.get(name)
+        self.conn.execute("UPDATE collections SET shared = ? WHERE id = ?", (int(shared), coll.id))
         return self.get(name)
 
     def add_sources(self, name: str, paths: Iterable[Path]) -> list[str]:
@@ -204,6 +213,7 @@ class DocumentIndex:
         return CollectionInfo(
             name=coll.name,
             model=coll.model,
+            shared=coll.shared,
             sources=tuple(self.sources(coll)),
             files=files,
             chunks=chunks,
@@ -328,7 +338,7 @@ class DocumentIndex:
         with _tx(conn):
             if coll.dim is None:
                 conn.execute("UPDATE collections SET dim = ? WHERE id = ?", (dim, coll.id))
-                coll = Collection(coll.id, coll.name, coll.model, dim)
+                coll = Collection(coll.id, coll.name, coll.model, dim, coll.shared)
             db.create_vec(conn, coll.id, coll.dim or dim)
             table = db.vec_table(coll.id)
             for chunk_id, vec in rows:

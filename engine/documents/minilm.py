@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 from engine.documents.errors import EmbeddingModelError
+from engine.paths import private_dir, private_file
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +80,10 @@ def ensure_default_model(home: Path | None = None) -> Path:
     out = default_model_path(home)
     if out.is_file():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(out.parent)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
+        private_file(tmp)  # the writer truncates it and keeps its 0600
         convert_zip(model_zip(), tmp)
         os.replace(tmp, out)
     except EmbeddingModelError:

@@ -20,7 +20,7 @@ from engine.documents.search import fuse, search
 from engine.documents.types import CollectionInfo, IndexProgress, SearchHit
 from engine.documents.watcher import FolderWatcher
 from engine.errors import HearthError, InvalidRequest
-from engine.paths import user_path
+from engine.paths import path_exists, user_path
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +132,11 @@ class DocumentService:
             return embedder
 
     # -- collections ----------------------------------------------------------------------------
-    def add(self, name: str, paths: Sequence[str | Path], *, model: str | None = None) -> CollectionInfo:
-        """Create ``name`` if needed, add ``paths`` to it and start indexing.
+    def add(
+        self, name: str, paths: Sequence[str | Path], *, model: str | None = None, shared: bool | None = None
+    ) -> CollectionInfo:
+        """Create ``name`` if needed, add ``paths`` to it and start indexing (``shared``: share it with the
+        inference keys, or stop; None leaves it as it is, unshared when new).
 
         Raises:
             InvalidRequest: no path given, a path does not exist, or the name is not valid.
@@ -141,7 +144,7 @@ class DocumentService:
         if not paths:
             raise InvalidRequest("Give at least one file or folder to add.", param="paths")
         resolved = [user_path(str(p), param="paths") for p in paths]
-        missing = [str(p) for p in resolved if not p.exists()]
+        missing = [str(p) for p in resolved if not path_exists(p, param="paths")]
         if missing:
             raise InvalidRequest(f"{missing[0]} does not exist; check the path.", param="paths")
         coll = self.index.find(name.strip()) if name else None
@@ -150,6 +153,8 @@ class DocumentService:
         elif model and model != coll.model:
             self.index.set_model(coll.name, model)
         self.index.add_sources(coll.name, resolved)
+        if shared is not None:
+            self.index.set_shared(coll.name, shared)
         self.start(coll.name)
         return self.index.info(coll.name)
 
@@ -172,6 +177,15 @@ class DocumentService:
             job.join(30)
         self.index.set_model(name, model)
         self.start(name)
+        return self.index.info(name)
+
+    def set_shared(self, name: str, shared: bool) -> CollectionInfo:
+        """Share ``name`` with the inference keys (chats made with one may name it), or stop sharing it.
+
+        Raises:
+            CollectionNotFound: there is no such collection.
+        """
+        self.index.set_shared(name, shared)
         return self.index.info(name)
 
     # -- jobs -----------------------------------------------------------------------------------

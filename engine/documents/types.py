@@ -104,6 +104,7 @@ class CollectionInfo:
     chunks: int
     embedded: int
     failed: tuple[FileFailure, ...] = ()
+    shared: bool = False  # chats made with an inference key may use it (the admin shared it)
 
     @property
     def embeddings_pending(self) -> int:
@@ -119,6 +120,7 @@ class CollectionInfo:
             "embedded": self.embedded,
             "embeddings_pending": self.embeddings_pending,
             "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "shared": self.shared,
         }
 
 

@@ -12,6 +12,7 @@ from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape, wit
 from engine.fit.memory import kv_bytes_per_token
 from engine.fit.plan import LoadPlan, plan_load
 from engine.fit.projector import projector_from_size
+from engine.paths import check_path_text
 
 if TYPE_CHECKING:
     from engine.catalog.registry import LocalModel, ModelRegistry
@@ -202,6 +203,7 @@ def fit_model(
 
     if not name.strip():
         raise InvalidRequest("'model' is empty; name a local model or a hub repo as OWNER/REPO[:VARIANT].", param="model")
+    check_path_text(name, param="model")  # a name may be a model file's path: none longer than the system takes
     for value, what in ((n_ctx, "ctx"), (n_seq, "parallel")):
         if value is not None and value < 1:
             raise InvalidRequest(f"'{what}' must be at least 1.", param=what)

@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 120.0  # seconds a provider may take between two chunks of an answer
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
+# What an Ollama client writes before a local model's name (``hf.co/owner/repo``): a provider of that
+# name would answer ``hf.co/MODEL`` on /v1 while /api/chat ran the local model.
+LOCAL_MODEL_HOSTS = ("hf.co", "huggingface.co")
 _AUTO = object()
 
 
@@ -94,6 +97,12 @@ def check_name(name: str) -> str:
     if not NAME_RE.fullmatch(name or ""):
         raise InvalidRequest(
             f"'{name}' cannot name a provider; use up to 40 letters, digits, '.', '_' or '-' (no '/').",
+            param="name",
+        )
+    if name.lower() in LOCAL_MODEL_HOSTS:
+        raise InvalidRequest(
+            f"'{name}/MODEL' names a local model in Ollama's dialect, so a provider cannot be named '{name}'; "
+            "choose another name.",
             param="name",
         )
     return name
@@ -261,6 +270,7 @@ def split_model_id(model_id: str, names: set[str] | list[str]) -> tuple[str, str
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "LOCAL_MODEL_HOSTS",
     "ProviderAccess",
     "ProviderStore",
     "RemoteProvider",

@@ -27,12 +27,14 @@ from starlette.routing import compile_path
 from engine.settings import ServerSettings, is_loopback_host
 
 __all__ = [
+    "ADMIN_SCOPE_KEY",
     "Access",
     "HostAllowlist",
     "KeyCheck",
     "KeyRing",
     "OriginAllowlist",
     "ROUTE_ACCESS",
+    "holds_admin",
     "host_name",
     "route_access",
 ]
@@ -127,6 +129,7 @@ _ADMIN_ROUTES = (
     ("POST", "/api/docs/collections/{name}/index"),
     ("POST", "/api/docs/collections/{name}/{action}"),
     ("PUT", "/api/docs/collections/{name}/model"),
+    ("PUT", "/api/docs/collections/{name}/shared"),
     ("POST", "/api/docs/search"),
     ("POST", "/api/docs/context"),
 )
@@ -159,11 +162,18 @@ def route_access(method: str, path: str) -> Access:
 
 
 def host_name(value: str) -> str:
-    """The name in a ``Host`` header, lower case, without port or brackets: ``[::1]:8765`` -> ``::1``."""
+    """The name in a ``Host`` header, lower case, without port or brackets: ``[::1]:8765`` -> ``::1``.
+
+    A bracketed address followed by anything but a port (``[::1].evil.example``) is no address: it is
+    returned whole, so that no allowlist matches it.
+    """
     value = value.strip().lower()
     if value.startswith("["):
         end = value.find("]")
-        return value[1:end] if end > 0 else value
+        rest = value[end + 1 :] if end > 0 else ""
+        if end > 0 and (rest == "" or (rest.startswith(":") and rest[1:].isdigit())):
+            return value[1:end]
+        return value
     if value.count(":") == 1:
         value = value.split(":", 1)[0]
     return value.rstrip(".")
@@ -253,6 +263,22 @@ class KeyRing:
                 return KeyCheck.ALLOWED
             return KeyCheck.ALLOWED if inference_key else KeyCheck.MISSING
         return KeyCheck.INFERENCE_ONLY if inference_key else KeyCheck.MISSING
+
+    def holds_admin(self, tokens: list[bytes]) -> bool:
+        """Whether ``tokens`` carry admin rights: the admin key (or, without admin keys, an API key), or
+        any request where no key is set (loopback, one user: every request is the user's own)."""
+        return not self.admin or _matches(tokens, self.admin)
+
+
+# Where the gate records, in the ASGI scope, whether the request holds admin rights (see holds_admin).
+ADMIN_SCOPE_KEY = "hearth.admin"
+
+
+def holds_admin(scope) -> bool:
+    """Whether the request of ``scope`` (a request's ``.scope``) was made with admin rights: the routes
+    every key may use read it to refuse the few things in them only the admin may do (a model's load
+    settings, unloading it, collections not shared). False where the gate did not say."""
+    return scope.get(ADMIN_SCOPE_KEY, False) is True
 
 
 def _matches(tokens: list[bytes], keys: tuple[bytes, ...]) -> bool:

@@ -74,11 +74,16 @@ async def models(request: Request) -> dict:
 
 
 def _load_options(manager, body: ModelLoadBody):
-    """The model's saved settings with those ``body`` sets, on the manager's options; None when it sets none
-    (the load takes the saved settings then). ``body.save`` remembers them for every later load."""
+    """The model's saved settings with those ``body`` sets, on the manager's options; when it sets none,
+    those a load naming none takes, so that a model an Ollama request reloaded with its own ``num_ctx``
+    is loaded as saved again (a request's settings never outlive the admin's next load).
+    ``body.save`` remembers them for every later load."""
     from engine.server.settings_routes import load_options
 
-    return load_options(manager, body)
+    options = load_options(manager, body)
+    if options is None:
+        options = manager.options_for(manager.resolve(body.model).name)
+    return options
 
 
 @router.post("/models/load", response_model=LoadAnswer)

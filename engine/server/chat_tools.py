@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.chat_template import TEMPLATE_GLOBALS
 from engine.errors import InvalidRequest
 from engine.tools import parse_tool_choice, parse_tools
 from engine.types import GenerationChunk
 
+# The names a chat template is rendered with from the request and the model (engine.chat_template,
+# engine.tools.render) and the functions its sandbox gives it: chat_template_kwargs may not replace them.
+RESERVED_TEMPLATE_NAMES = frozenset(
+    {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools", *TEMPLATE_GLOBALS}
+)
 # reasoning_effort values that turn a model's thinking off; the others turn it on.
 _THINKING_OFF = ("none", "minimal")
 _EFFORTS = ("none", "minimal", "low", "medium", "high")
@@ -23,6 +29,13 @@ def request_fields(body: Any) -> dict[str, Any]:
     tools = parse_tools(body.tools)
     choice = parse_tool_choice(body.tool_choice, tools)
     kwargs: dict[str, Any] = dict(body.chat_template_kwargs or {})
+    taken = sorted(RESERVED_TEMPLATE_NAMES.intersection(kwargs))
+    if taken:
+        raise InvalidRequest(
+            f"'chat_template_kwargs.{taken[0]}' is Hearth's to give the chat template (from the request, the "
+            "model or its sandbox), so it cannot be set there; leave it out (messages and tools have fields of their own).",
+            param="chat_template_kwargs",
+        )
     thinking = kwargs.pop("enable_thinking", None)
     if thinking is not None and not isinstance(thinking, bool):
         raise InvalidRequest("'chat_template_kwargs.enable_thinking' must be true or false.", param="chat_template_kwargs")

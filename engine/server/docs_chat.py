@@ -6,17 +6,23 @@ worker retrieves passages for the last user message with the same service ``POST
 uses, adds them to the system prompt as the app did, and runs the chat; the answer carries the sources
 in a top-level ``"hearth": {"sources": [...]}`` object (docs/api.md). A request without collections is
 not touched.
+
+Collections are files on the admin's disk. A request made with an inference key may name only those the
+admin shared (``hearth docs share``, ``PUT /api/docs/collections/{name}/shared``): any other name, known
+or not, gets the same 403, so names cannot be guessed; and its sources carry the file's name, not its
+path. Without keys every request is the one user's and may name any collection.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.documents.errors import CollectionNotFound
 from engine.documents.prompt import DocsContext
-from engine.errors import InvalidRequest
+from engine.errors import AdminKeyRequired, InvalidRequest
 from engine.server.api_models import ChatDocuments
 from engine.types import ChatMessage, GenerationRequest
 
@@ -50,16 +56,24 @@ class Grounding:
     collections: tuple[str, ...]
     indexing: tuple[str, ...] = ()
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
+    paths: bool = True  # the sources' paths and file URIs are shown (the admin key's), else their file names
 
     def extension(self) -> dict[str, Any]:
         """The answer's ``hearth`` object, in the shape the app reads it (api_models.ChatDocuments)."""
         return ChatDocuments.model_validate({
             "collections": list(self.collections),
-            "sources": [s.as_dict() for s in self.context.sources],
+            "sources": [_source(s.as_dict(), self.paths) for s in self.context.sources],
             "whole_documents": self.context.whole_documents,
             "budget_tokens": self.budget_tokens,
             "indexing": list(self.indexing),
         }).model_dump()  # fmt: skip
+
+
+def _source(source: dict[str, Any], paths: bool) -> dict[str, Any]:
+    """A source as the caller may see it: where the file is only for the admin key."""
+    if paths:
+        return source
+    return {**source, "path": Path(source["path"]).name, "uri": None}
 
 
 def _whole_number(raw: dict, key: str, default: int, lo: int, hi: int) -> int:
@@ -143,11 +157,24 @@ def _unknown(exc: CollectionNotFound) -> InvalidRequest:
     )
 
 
-def check(app: Any, requests: Sequence[GenerationRequest], asked: DocumentsAsked) -> str:
-    """The question ``requests`` ask of ``asked``'s collections, checked before a model is loaded for them.
+# One answer for every collection an inference key may not use, there or not: names cannot be guessed.
+NOT_SHARED = (
+    "Document collections in a chat need the admin key, except those the admin shares "
+    "(`hearth docs share NAME`); name a shared collection, or use the admin key."
+)
+
+
+def _not_shared() -> AdminKeyRequired:
+    return AdminKeyRequired(NOT_SHARED, param="hearth.collections")
+
+
+def check(app: Any, requests: Sequence[GenerationRequest], asked: DocumentsAsked, *, admin: bool = True) -> str:
+    """The question ``requests`` ask of ``asked``'s collections, checked before a model is loaded for them
+    (``admin``: the request holds the admin key, or no key is set).
 
     Raises:
         InvalidRequest: a collection is unknown, the request is a raw prompt, or it has no user message.
+        AdminKeyRequired: without ``admin``, a collection is unknown or not shared.
     """
     from engine.server.docs_routes import service
 
@@ -157,36 +184,40 @@ def check(app: Any, requests: Sequence[GenerationRequest], asked: DocumentsAsked
             "Document collections answer a chat, not a raw prompt; leave out 'raw' or 'hearth.collections'.",
             param="hearth",
         )
-    question = question_of(messages)
     svc = service(app)
-    try:
-        for name in asked.collections:
-            svc.index.get(name)
-    except CollectionNotFound as exc:
-        raise _unknown(exc) from exc
-    return question
+    for name in asked.collections:
+        found = svc.index.find(name)
+        if found is not None and (admin or found.shared):
+            continue
+        if not admin:
+            raise _not_shared()
+        raise _unknown(CollectionNotFound(name))
+    return question_of(messages)
 
 
 def ground(
-    app: Any, served: Served, requests: Sequence[GenerationRequest], asked: DocumentsAsked
+    app: Any, served: Served, requests: Sequence[GenerationRequest], asked: DocumentsAsked, *, admin: bool = True
 ) -> tuple[list[GenerationRequest], Grounding]:
     """``requests`` with the context for their last user message from ``asked``'s collections, and what
-    went in. Blocking (searches and embeds): run it in a thread.
+    went in (``admin``: as :func:`check`; without it the sources name files, not paths). Blocking
+    (searches and embeds): run it in a thread.
 
     Raises:
-        InvalidRequest: as :func:`check` (a collection may be removed meanwhile).
+        InvalidRequest, AdminKeyRequired: as :func:`check` (a collection may be removed meanwhile).
     """
     from engine.server.docs_routes import service
 
-    question = check(app, requests, asked)
+    question = check(app, requests, asked, admin=admin)
     svc = service(app)
     budget = budget_for(served, requests[0], asked)
     try:
         context = svc.context(asked.collections, question, budget_tokens=budget, k=asked.k)
     except CollectionNotFound as exc:
-        raise _unknown(exc) from exc
+        raise (_unknown(exc) if admin else _not_shared()) from exc
     indexing = tuple(n for n in asked.collections if (p := svc.progress(n)) is not None and p.phase in _INDEXING)
-    grounding = Grounding(context=context, collections=asked.collections, indexing=indexing, budget_tokens=budget)
+    grounding = Grounding(
+        context=context, collections=asked.collections, indexing=indexing, budget_tokens=budget, paths=admin
+    )
     return [with_context(r, context.system) for r in requests], grounding
 
 

@@ -29,6 +29,11 @@ class AddBody(BaseModel):
     name: str
     paths: list[str] = Field(min_length=1)
     model: str | None = None
+    shared: bool | None = None  # chats made with an inference key may name it (None: as it is)
+
+
+class SharedBody(BaseModel):
+    shared: bool
 
 
 class ModelBody(BaseModel):
@@ -85,7 +90,7 @@ async def list_collections(request: Request):
 @router.post("/collections", status_code=202, response_model=DocCollection)
 async def add_collection(request: Request, body: AddBody):
     def add(svc):
-        info = svc.add(body.name, body.paths, model=body.model)
+        info = svc.add(body.name, body.paths, model=body.model, shared=body.shared)
         return _collection(svc, info.name)
 
     result = await _call(request, add)
@@ -132,6 +137,17 @@ async def set_model(request: Request, name: str, body: ModelBody):
 
     result = await _call(request, change)
     return result if isinstance(result, JSONResponse) else JSONResponse(result, status_code=202)
+
+
+@router.put("/collections/{name}/shared", response_model=DocCollection)
+async def set_shared(request: Request, name: str, body: SharedBody):
+    """Share a collection with the inference keys (their chats may name it in ``hearth.collections``), or stop."""
+
+    def change(svc):
+        svc.set_shared(name, body.shared)
+        return _collection(svc, name)
+
+    return await _call(request, change)
 
 
 @router.post("/search", response_model=SearchAnswer)

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import (
+    AdminKeyRequired,
     BackendUnavailable,
     ContextLengthExceeded,
     DownloadError,
@@ -74,6 +75,8 @@ def response_for(exc: Exception) -> JSONResponse:
         return error_response(400, str(exc), "invalid_request_error", param=exc.param, code="schema_too_complex")
     if isinstance(exc, InvalidRequest):
         return error_response(400, str(exc), "invalid_request_error", param=exc.param, code="invalid_value")
+    if isinstance(exc, AdminKeyRequired):
+        return error_response(403, str(exc), "permission_error", param=exc.param, code="admin_key_required")
     if isinstance(exc, Overloaded):
         return error_response(
             429, str(exc), "rate_limit_error", code="overloaded", headers={"Retry-After": str(max(1, round(exc.retry_after)))}

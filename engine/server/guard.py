@@ -10,7 +10,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.server.access import HostAllowlist, KeyCheck, KeyRing, OriginAllowlist, host_name, route_access
+from engine.server.access import (
+    ADMIN_SCOPE_KEY,
+    HostAllowlist,
+    KeyCheck,
+    KeyRing,
+    OriginAllowlist,
+    host_name,
+    route_access,
+)
 from engine.server.dialect import error_body_for_path
 from engine.server.errors import error_body
 from engine.settings import ServerSettings
@@ -139,7 +147,9 @@ class RequestGuard:
         method = scope.get("method", "GET")
         if method == "OPTIONS":  # a CORS preflight carries no key; CORS answers it
             return None
-        check = self.keys.check(route_access(method, scope["path"]), [t for t in tokens if t])
+        tokens = [t for t in tokens if t]
+        check = self.keys.check(route_access(method, scope["path"]), tokens)
+        scope[ADMIN_SCOPE_KEY] = self.keys.holds_admin(tokens)
         if check is KeyCheck.MISSING:
             return MISSING_KEY
         if check is KeyCheck.INFERENCE_ONLY:

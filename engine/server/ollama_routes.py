@@ -24,11 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.model_defaults import left_unset
+from engine.remote.providers import LOCAL_MODEL_HOSTS
 from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
-from engine.server.ollama_load import apply_load_options
+from engine.server.ollama_load import apply_load_options, check_keep_alive, set_keep_alive
 from engine.tools import ToolCall, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -54,7 +55,9 @@ _OPTIONS = {  # Ollama's option -> SamplingParams field
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
 }
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+# A keep_alive longer than this (ten years) is forever: the expiry of a longer one overflows a date.
+KEEP_ALIVE_FOREVER_AFTER = 10 * 365 * 86_400.0
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -108,31 +111,55 @@ def now_iso() -> str:
 
 
 def keep_alive_seconds(value: float | str | None) -> float | None:
-    """Ollama's ``keep_alive`` in seconds: a number of seconds or a Go duration ("5m", "1h30m");
-    negative means forever (-1 here), None leaves the server's idle TTL.
+    """Ollama's ``keep_alive`` in seconds: a number of seconds or a Go duration ("5m", "1h30m", "-1m");
+    negative, or longer than :data:`KEEP_ALIVE_FOREVER_AFTER`, means forever (-1 here); None leaves the
+    server's idle TTL.
 
     Raises:
-        InvalidRequest: the value is neither.
+        InvalidRequest: the value is neither, or not a finite number (NaN, infinity).
     """
-    if value is None or isinstance(value, (int, float)):
-        return None if value is None else (-1.0 if value < 0 else float(value))
+    if value is None:
+        return None
+    if isinstance(value, str):
+        seconds = _duration_seconds(value)
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds):
+        raise InvalidRequest(
+            f"'keep_alive' must be a finite number of seconds or a duration like '5m' (-1 keeps the model loaded), "
+            f"got '{_shown(value)}'.",
+            param="keep_alive",
+        )
+    if seconds < 0 or seconds > KEEP_ALIVE_FOREVER_AFTER:
+        return -1.0
+    return seconds
+
+
+def _shown(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _duration_seconds(value: str) -> float:
     text = value.strip()
     try:
-        return keep_alive_seconds(float(text))
+        return float(text)
     except ValueError:
         pass
-    sign, body = (-1, text[1:]) if text.startswith("-") else (1, text)
+    sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.removeprefix("+"))
     parts = _DURATION.findall(body)
     if not parts or "".join(n + u for n, u in parts) != body:
-        raise InvalidRequest(f"'keep_alive' must be seconds or a duration like '5m', got '{value}'.", param="keep_alive")
-    return -1.0 if sign < 0 else sum(float(n) * _UNIT[u] for n, u in parts)
+        raise InvalidRequest(
+            f"'keep_alive' must be seconds or a duration like '5m', got '{_shown(value)}'.", param="keep_alive"
+        )
+    return sign * sum(float(n) * _UNIT[u] for n, u in parts)
 
 
 def _short(name: str) -> str:
     """Hearth's name for what an Ollama client wrote: without ``:latest`` and ``hf.co/``."""
     short = name
-    for prefix in ("hf.co/", "huggingface.co/"):
-        short = short.removeprefix(prefix)
+    for host in LOCAL_MODEL_HOSTS:
+        short = short.removeprefix(f"{host}/")
     return short.removesuffix(":latest")
 
 
@@ -277,7 +304,7 @@ async def _load_or_unload(request: Request, model: targets.Target, keep: float |
     reason = "load"
     if not isinstance(model, targets.RemoteTarget):
         lm = await asyncio.to_thread(manager.acquire, model.name)
-        manager.set_keep_alive(lm, keep)
+        set_keep_alive(request, lm, keep)
         manager.release(lm)
         if keep == 0:
             await asyncio.to_thread(manager.reap_idle)
@@ -291,7 +318,7 @@ async def _run(
 ) -> DialectRun:
     run = await DialectRun(request, req, target=model, documents=documents).start(time_load=True)
     if run.gen.lm is not None:  # a local model: kept as long as asked
-        request.app.state.manager.set_keep_alive(run.gen.lm, keep)
+        set_keep_alive(request, run.gen.lm, keep)
     return run
 
 
@@ -347,6 +374,7 @@ def _generate_piece(text: str, reasoning: str = "", calls=()) -> dict:
 async def chat(request: Request, body: ChatBody):
     found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
+    check_keep_alive(request, found, keep)
     await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
     if not body.messages:
         return await _load_or_unload(request, found, keep, "message")
@@ -366,6 +394,7 @@ async def chat(request: Request, body: ChatBody):
 async def generate(request: Request, body: GenerateBody):
     found = await target(request, body.model)
     keep = keep_alive_seconds(body.keep_alive)
+    check_keep_alive(request, found, keep)
     if body.images and body.raw:
         raise InvalidRequest("'images' cannot go with 'raw': the prompt has no place for them; drop 'raw'.", param="images")
     pictures = await asyncio.to_thread(_images, body.images, "images") if body.images else ()
@@ -407,13 +436,15 @@ async def _embed(
     request: Request, name: str, texts: list[str], keep: float | None, *, truncate: bool = True
 ) -> tuple[str, list, int, float]:
     check_inputs(texts)
-    model = (await resolve(request, name)).name
+    found = await resolve(request, name)
+    check_keep_alive(request, found, keep)
+    model = found.name
     manager = request.app.state.manager
     t0 = time.perf_counter()
     lm = await asyncio.to_thread(manager.acquire, model)
     load = time.perf_counter() - t0
     try:
-        manager.set_keep_alive(lm, keep)
+        set_keep_alive(request, lm, keep)
         vectors, n_tokens = await embed_for_client(request, lm.backend, texts, truncate=truncate)
     except ContextLengthExceeded as exc:
         raise InvalidRequest(

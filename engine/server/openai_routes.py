@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from engine import __version__
 from engine.errors import HearthError, InvalidRequest
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets
+from engine.server.access import holds_admin
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
 from engine.server.request_log import finished_record
@@ -264,15 +265,18 @@ class _Generation:
         self.t0 = time.perf_counter()
 
     async def start(self) -> None:
+        admin = holds_admin(self.http.scope)  # without the admin key: shared collections, files by name
         if self.documents is not None:  # an unknown collection is refused before a model loads for it
-            await asyncio.to_thread(docs_chat.check, self.app, self.requests, self.documents)
+            await asyncio.to_thread(lambda: docs_chat.check(self.app, self.requests, self.documents, admin=admin))
         served = await targets.acquire(self.http, self.model_name, self.target)
         self._served = served
         # Every dialect's request passes here: the model's own defaults fill what the client left unset.
         self.requests = [served.with_defaults(r) for r in self.requests]
         try:
             if self.documents is not None:  # retrieved once the model is known: the context must fit it
-                grounded = await asyncio.to_thread(docs_chat.ground, self.app, served, self.requests, self.documents)
+                grounded = await asyncio.to_thread(
+                    lambda: docs_chat.ground(self.app, served, self.requests, self.documents, admin=admin)
+                )
                 self.requests, self.grounding = grounded
             self.streams = await open_streams(served, self.requests)
         except BaseException:

@@ -73,6 +73,17 @@ def test_without_a_usable_keyring_keys_go_to_the_file(tmp_path):
     assert [p.name for p in store.list()] == ["open", "keyed"]
 
 
+def test_hearth_remote_add_says_a_key_without_a_keyring_is_kept_in_plain_text(tmp_path, monkeypatch, capsys):
+    from engine.cli import main
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    monkeypatch.setenv("TEST_PROVIDER_KEY", "s3cret")
+    assert main(["remote", "add", "keyed", "http://127.0.0.1:9/v1", "--api-key-env", "TEST_PROVIDER_KEY"]) == 0
+    said = capsys.readouterr().out
+    assert "no OS keyring is usable here, so its key is in plain text in" in said
+    assert str(tmp_path / "remote-keys.json") in said
+
+
 def test_bad_names_urls_and_duplicates_are_refused_with_a_sentence(tmp_path):
     store = ProviderStore(tmp_path / "remotes.json")
     store.add("a", "http://h:1/v1")
@@ -156,6 +167,16 @@ def test_a_provider_cannot_take_the_owner_of_a_local_model_name(tmp_path, starte
         assert err.value.param == "name"
     store.add("HuggingFace", "http://h:1/v1")  # another owner is fine
     assert [p.name for p in store.list()] == ["HuggingFace"]
+
+
+def test_a_provider_cannot_take_a_name_ollama_clients_write_before_a_local_model(tmp_path):
+    """`hf.co/MODEL` is a local model on /api/chat; a provider named hf.co would answer it on /v1."""
+    store = ProviderStore(tmp_path / "remotes.json")
+    for name in ("hf.co", "HF.co", "huggingface.co"):
+        with pytest.raises(InvalidRequest, match=f"a provider cannot be named '{name}'") as err:
+            store.add(name, "http://h:1/v1")
+        assert err.value.param == "name"
+    assert store.list() == []
 
 
 def test_hearth_chat_takes_a_local_name_before_a_providers(tmp_path, starter_path, monkeypatch):

@@ -41,6 +41,7 @@ class DocCollection(Answer):
     embedded: int
     embeddings_pending: int
     failed: list[FileFailure] = []
+    shared: bool = False  # chats made with an inference key may name it
     progress: IndexProgress | None = None
 
 
@@ -80,12 +81,12 @@ class DocSource(Answer):
     """One numbered passage given to the model, and where it came from."""
 
     number: int
-    path: str
+    path: str  # where the file is; its name alone for a chat made with an inference key
     page: int | None = None
     heading: str | None = None
     place: str
     label: str  # "[2] manual.pdf, page 3"
-    uri: str  # a file URI that opens the place
+    uri: str | None = None  # a file URI that opens the place (only for the admin key, as the path)
     text: str
     score: float | None = None
     keyword_score: float | None = None

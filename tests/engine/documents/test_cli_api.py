@@ -41,7 +41,12 @@ def test_docs_add_list_search_rm(small_corpus: Path):
     assert "Traceback" not in out.stderr
 
     listed = json.loads(hearth("docs", "list", "--json").stdout)
-    assert any(c["name"] == "cli-home" and c["chunks"] == added["chunks"] for c in listed)
+    assert any(c["name"] == "cli-home" and c["chunks"] == added["chunks"] and not c["shared"] for c in listed)
+    # shared with the inference keys' chats, and no longer
+    assert "chats made with an inference key may use it" in hearth("docs", "share", "cli-home").stdout
+    assert re.search(r"^cli-home: 2 files, .*, shared\)$", hearth("docs", "list").stdout, re.M)
+    assert hearth("docs", "share", "cli-home", "--off").returncode == 0
+    assert [c["shared"] for c in json.loads(hearth("docs", "list", "--json").stdout) if c["name"] == "cli-home"] == [False]
 
     out = hearth("docs", "search", "cli-home", "how do I restore the thermostat's factory schedule", "--k", "2", "--json")
     assert out.returncode == 0, out.stderr

@@ -3,6 +3,8 @@ checked against the original model run by transformers (mean pooling, as sentenc
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,9 @@ def test_the_model_is_converted_once_into_the_data_folder(embedder, hearth_home:
     mtime = path.stat().st_mtime_ns
     assert ensure_default_model().stat().st_mtime_ns == mtime
     assert path.read_bytes()[:4] == b"GGUF"
+    if os.name != "nt":  # private to its owner, as everything Hearth keeps in its data folder
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
 def test_a_passage_longer_than_the_model_takes_is_embedded_by_its_beginning(embedder):

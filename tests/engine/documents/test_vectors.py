@@ -107,6 +107,13 @@ def test_a_documents_database_from_before_is_upgraded_with_its_collections(tmp_p
     try:
         assert index.names() == ["old"]
         assert index.conn.execute("SELECT vectors_version FROM collections").fetchone() == (0,)
-        assert index.conn.execute("PRAGMA user_version").fetchone()[0] >= 2
+        assert index.conn.execute("PRAGMA user_version").fetchone()[0] >= 3
+        assert index.get("old").shared is False  # a collection from before is the admin's alone
+        assert index.set_shared("old", True).shared is True and index.info("old").shared is True
+    finally:
+        index.close()
+    index = DocumentIndex(path)  # the flag is kept with the collection
+    try:
+        assert index.get("old").shared is True
     finally:
         index.close()

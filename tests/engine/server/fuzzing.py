@@ -282,6 +282,39 @@ def _body_schema(doc: dict, method: str, path: str) -> dict | None:
     return _schema_with(doc, media["schema"]) if media and "schema" in media else None
 
 
+# Ollama's keep_alive in every form Ollama takes (seconds as a number or a string, Go durations, negative for
+# ever, 0), numbers too large for a date among them (1e308 made /api/ps a 500 for every client).
+KEEP_ALIVE = {
+    "anyOf": [
+        {"type": "null"},
+        {"type": "number"},
+        {"type": "integer"},
+        {"enum": [0, -1, 9_999_999_999_999, 1e20, 1e308, -1e308, "0", "-1", "5m", "1h30m", "-1m", ".5h", "+5m", "1e308"]},
+        {"type": "string", "pattern": "^[-+]?([0-9]{1,4}(\\.[0-9]{0,2})?(ns|us|ms|s|m|h)){1,3}$"},
+    ]
+}
+# chat_template_kwargs naming what Hearth renders the template with (a 500 for messages, once), and others;
+# never null here, so that the few cases of an operation try them.
+TEMPLATE_KWARGS = {
+    "type": "object",
+    "minProperties": 1,
+    "maxProperties": 3,
+    "propertyNames": {"enum": [
+        "messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "raise_exception", "strftime_now",
+        "range", "namespace", "enable_thinking", "reasoning_effort", "documents", "custom",
+    ]},  # fmt: skip
+}
+# Paths no file can have: a name longer than NAME_MAX, a path longer than PATH_MAX (ENAMETOOLONG was a 500).
+ODD_PATHS = [
+    {"type": "string", "minLength": 256, "pattern": "^[a-z]{256,300}$"},
+    {"type": "string", "minLength": 4020, "pattern": "^/hearth-fuzz-nowhere(/[a-z]{200,210}){20,22}$"},
+]
+
+
+def _or_odd_path(schema: dict) -> dict:
+    return {"anyOf": [schema, *ODD_PATHS]}
+
+
 def every_operation_spec(spec: dict, *, docs_folder: str, remote_url: str, hub_repo: str) -> dict:
     """The server's own document, every operation of it, for the server-error check.
 
@@ -302,8 +335,18 @@ def every_operation_spec(spec: dict, *, docs_folder: str, remote_url: str, hub_r
         # no '.', no '~'; NUL characters among them.
         elsewhere = {"type": "string", "pattern": "^[A-Za-z0-9 _\\x00-]{1,12}$"}
         collection["properties"]["paths"] = {
-            "type": "array", "minItems": 1, "maxItems": 2, "items": {"anyOf": [{"enum": [docs_folder]}, elsewhere]},
+            "type": "array", "minItems": 1, "maxItems": 2,
+            "items": {"anyOf": [{"enum": [docs_folder]}, elsewhere, *ODD_PATHS]},
         }  # fmt: skip
+    for route, fields in (("/api/models/import", ("path", "mmproj")), ("/api/folders", ("path",))):
+        body = _body_schema(doc, "post", route)
+        for key in fields if body is not None else ():
+            if key in body.get("properties", {}):
+                body["properties"][key] = _or_odd_path(body["properties"][key])
+    for route in ("/api/fit", "/api/folders"):
+        for param in doc["paths"].get(route, {}).get("get" if route == "/api/fit" else "delete", {}).get("parameters", []):
+            if param["name"] in ("model", "path"):
+                param["schema"] = _or_odd_path(param["schema"])
     remote = _body_schema(doc, "post", "/api/remotes")
     if remote is not None:
         remote["properties"]["url"] = {"enum": [remote_url]}
@@ -325,6 +368,13 @@ def every_operation_spec(spec: dict, *, docs_folder: str, remote_url: str, hub_r
             for key in _GENERATION_LIMITS:
                 if key in props:
                     props[key] = _bounded_int(1, MAX_TOKENS)
+    for node in _nodes(_request_schemas(doc)):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            if "keep_alive" in props:
+                props["keep_alive"] = KEEP_ALIVE
+            if "chat_template_kwargs" in props:
+                props["chat_template_kwargs"] = TEMPLATE_KWARGS
     _cap_sizes(doc)
     return doc
 

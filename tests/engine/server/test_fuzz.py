@@ -107,6 +107,10 @@ def test_a_repo_name_the_hub_client_would_reject_is_a_400_naming_the_field(hub_b
     ("/api/models/import", {"path": "model\u0000.gguf"}, "path"),
     ("/api/docs/collections", {"name": "c", "paths": ["~no-such-user-here/notes"]}, "paths"),
     ("/api/docs/collections", {"name": "c", "paths": ["notes\u0000"]}, "paths"),
+    ("/api/models/import", {"path": "m" * 300}, "path"),  # ENAMETOOLONG, a 500 before
+    ("/api/models/import", {"path": "model.gguf", "mmproj": "/x" + "/p" * 2100}, "mmproj"),
+    ("/api/folders", {"path": "f" * 300}, "path"),
+    ("/api/docs/collections", {"name": "c", "paths": ["n" * 300]}, "paths"),
 ])  # fmt: skip
 def test_a_path_no_file_can_have_is_a_400_naming_the_field(hub_backed_server, route, body, field):
     r = httpx.post(f"{hub_backed_server.root}{route}", json=body, headers=hub_backed_server.headers, timeout=30)

@@ -200,6 +200,9 @@ def test_an_admin_key_alone_guards_only_the_admin_routes(manager):
         assert client.get("/v1/models").status_code == 200
         assert client.get("/api/models").status_code == 401
         assert client.get("/api/models", headers=bearer(ADMIN_KEY)).status_code == 200
+        # an open inference route is no admin's: unloading the model for everyone still needs the key
+        unload = {"model": MODEL, "prompt": "", "keep_alive": 0}
+        assert client.post("/api/generate", json=unload).status_code == 403
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -221,6 +224,17 @@ def test_serving_another_address_without_a_key_is_refused():
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "0.0.0.0" in lines[0] and "HEARTH_API_KEY" in lines[0] and "--insecure-no-key" in lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--admin-key"])
+def test_an_empty_key_is_refused_at_start(flag):
+    from engine.worker.net import free_port
+
+    done = serve("--host", "0.0.0.0", "--port", str(free_port("0.0.0.0")), flag, "")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert flag in lines[0] and "empty" in lines[0]
 
 
 def test_the_keys_and_hosts_reach_the_settings():
@@ -256,3 +270,149 @@ def test_windows_binds_the_port_for_the_worker_alone():
         listen_options("win32", exclusive=None) == ()
     )  # never SO_REUSEADDR there: it lets others bind the port
     assert listen_options("linux") == ((socket.SOL_SOCKET, socket.SO_REUSEADDR, 1),)
+
+
+def _ps(client: TestClient) -> dict:
+    r = client.get("/api/ps", headers=bearer(ADMIN_KEY))
+    assert r.status_code == 200, r.text
+    return {m["name"]: m for m in r.json()["models"]}
+
+
+def test_an_inference_key_cannot_reload_or_unload_the_model_for_everyone(split):
+    """Load options and a shorter keep_alive change the model every client uses: the admin key's. An
+    inference key may send the settings the model has, and a longer keep_alive."""
+    key, admin = bearer(INFERENCE_KEY), bearer(ADMIN_KEY)
+    assert split.post("/api/models/load", json={"model": MODEL}, headers=admin).status_code == 200
+    assert _ps(split)[MODEL]["context_length"] == 1024
+    hi = [{"role": "user", "content": "Hi"}]
+    refused = [
+        split.post("/api/generate", json={"model": MODEL, "prompt": "", "keep_alive": 0}, headers=key),
+        split.post("/api/chat", json={"model": MODEL, "messages": [], "keep_alive": "5m"}, headers=key),
+        split.post("/api/embed", json={"model": MODEL, "input": "hi", "keep_alive": 0}, headers=key),
+        split.post("/api/chat", json={"model": MODEL, "messages": hi, "stream": False,
+                                      "options": {"num_ctx": 512, "num_thread": 1, "num_predict": 2}}, headers=key),
+    ]  # fmt: skip
+    for r in refused:
+        assert r.status_code == 403, r.text
+        assert "admin key" in r.json()["error"] and r.json()["error"].endswith(".")
+    assert _ps(split)[MODEL]["context_length"] == 1024  # loaded as it was, by nobody's request
+    same = {"model": MODEL, "messages": hi, "stream": False, "options": {"num_ctx": 1024, "num_predict": 2}}
+    assert split.post("/api/chat", json=same, headers=key).status_code == 200
+    assert split.post("/api/models/unload", json={"model": MODEL}, headers=admin).status_code == 200
+    assert split.post("/api/chat", json=same, headers=key).status_code == 200  # what a load without them takes
+    assert _ps(split)[MODEL]["context_length"] == 1024
+    longer = {"model": MODEL, "prompt": "", "keep_alive": -1}
+    assert split.post("/api/generate", json=longer, headers=key).status_code == 200
+    # The admin key reloads it with a request's settings; its next load without settings undoes them.
+    small = {"model": MODEL, "messages": hi, "stream": False, "options": {"num_ctx": 512, "num_predict": 2}}
+    assert split.post("/api/chat", json=small, headers=admin).status_code == 200
+    assert _ps(split)[MODEL]["context_length"] == 512
+    assert split.post("/api/models/load", json={"model": MODEL}, headers=admin).status_code == 200
+    assert _ps(split)[MODEL]["context_length"] == 1024
+
+
+def test_an_inference_request_without_keep_alive_leaves_the_admins_keep_alive(manager):
+    """Without keep_alive a request gives the model the server's idle TTL back (Ollama's way); from an
+    inference key that would cut short the admin's longer keep-alive, so it leaves it as it is."""
+    from engine.backends import LoadOptions
+    from engine.pool import ModelManager
+
+    hour = ModelManager(manager.registry, options=LoadOptions(n_ctx=1024, n_seq_max=1), idle_ttl=3600)
+    try:
+        with client_for(hour, api_keys=(INFERENCE_KEY,), admin_keys=(ADMIN_KEY,)) as client:
+            keep = {"model": MODEL, "prompt": "", "keep_alive": -1}
+            assert client.post("/api/generate", json=keep, headers=bearer(ADMIN_KEY)).status_code == 200
+            ask = {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 1}}
+            assert client.post("/api/generate", json=ask, headers=bearer(INFERENCE_KEY)).status_code == 200
+            assert _ps(client)[MODEL]["expires_at"].startswith("2318-")  # still for good, as the admin asked
+            assert client.post("/api/generate", json=ask, headers=bearer(ADMIN_KEY)).status_code == 200
+            assert not _ps(client)[MODEL]["expires_at"].startswith("2318-")  # the admin's: the idle TTL again
+    finally:
+        hour.close()
+
+
+def test_without_keys_an_ollama_request_still_reloads_and_unloads(manager):
+    with client_for(manager) as client:
+        small = {"model": MODEL, "prompt": "", "options": {"num_ctx": 512}}
+        assert client.post("/api/generate", json=small).status_code == 200
+        assert _ps(client)[MODEL]["context_length"] == 512
+        unloaded = client.post("/api/generate", json={"model": MODEL, "prompt": "", "keep_alive": 0})
+        assert unloaded.status_code == 200 and unloaded.json()["done_reason"] == "unload"
+        assert MODEL not in _ps(client)
+
+
+def _indexed(client: TestClient, name: str, folder) -> None:
+    import time
+
+    admin = bearer(ADMIN_KEY)
+    r = client.post("/api/docs/collections", json={"name": name, "paths": [str(folder)]}, headers=admin)
+    assert r.status_code == 202, r.text
+    assert r.json()["shared"] is False  # a new collection is the admin's alone
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        progress = client.get(f"/api/docs/collections/{name}", headers=admin).json()["progress"]
+        if progress and progress["phase"] in ("done", "failed", "cancelled"):
+            assert progress["phase"] == "done", progress
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"indexing {name} did not finish")
+
+
+def test_an_inference_key_reads_only_shared_collections_and_sees_file_names(split, tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "bees.md").write_text("# Bees\n\nThe queen of the hive is called Marigold.\n")
+    name = "keys-notes"
+    _indexed(split, name, folder)
+    key, admin = bearer(INFERENCE_KEY), bearer(ADMIN_KEY)
+
+    def chat(names: list[str], headers: dict, path: str = "/v1/chat/completions"):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Who is the queen?"}], "hearth": {"collections": names}}
+        if path == "/api/chat":
+            return split.post(path, json={**body, "stream": False, "options": {"num_predict": 1, "temperature": 0}}, headers=headers)
+        return split.post(path, json={**body, "max_tokens": 1, "temperature": 0}, headers=headers)
+
+    try:
+        # Not shared, or not there at all: the same 403, in each dialect's shape, so names cannot be guessed.
+        for path in ("/v1/chat/completions", "/api/chat"):
+            answers = [chat([name], key, path), chat(["no-such-collection"], key, path)]
+            assert [r.status_code for r in answers] == [403, 403], [r.text for r in answers]
+            assert answers[0].json() == answers[1].json()
+            assert "admin key" in answers[0].text and name not in answers[0].text
+        assert chat(["no-such-collection"], admin).status_code == 400  # the admin learns what is missing
+
+        shared = split.put(f"/api/docs/collections/{name}/shared", json={"shared": True}, headers=admin)
+        assert shared.status_code == 200 and shared.json()["shared"] is True
+        assert split.put(f"/api/docs/collections/{name}/shared", json={"shared": True}, headers=key).status_code == 403
+        r = chat([name], key)
+        assert r.status_code == 200, r.text
+        (source,) = r.json()["hearth"]["sources"]
+        assert source["path"] == "bees.md" and source["uri"] is None and "Marigold" in source["text"]
+        assert str(tmp_path) not in r.text
+        (source,) = chat([name], admin).json()["hearth"]["sources"]
+        assert source["path"] == str((folder / "bees.md").resolve()) and source["uri"].startswith("file://")
+
+        split.put(f"/api/docs/collections/{name}/shared", json={"shared": False}, headers=admin)
+        assert chat([name], key).status_code == 403
+    finally:
+        split.delete(f"/api/docs/collections/{name}", headers=admin)
+
+
+def test_paths_no_file_can_have_are_a_400_in_one_sentence_on_the_admin_routes(split, starter_path, tmp_path):
+    """A name past NAME_MAX, a path past PATH_MAX and a NUL were 500s (ENAMETOOLONG) on each route."""
+    admin = bearer(ADMIN_KEY)
+    for bad in (str(tmp_path / ("n" * 300)), "/" + "/".join(["d" * 200] * 30), str(tmp_path / "a\0b")):
+        answers = [
+            split.post("/api/models/import", json={"path": bad}, headers=admin),
+            split.post("/api/models/import", json={"path": str(starter_path), "mmproj": bad}, headers=admin),
+            split.post("/api/folders", json={"path": bad}, headers=admin),
+            split.request("DELETE", "/api/folders", params={"path": bad}, headers=admin),
+            split.post("/api/docs/collections", json={"name": "long-paths", "paths": [bad]}, headers=admin),
+            split.get("/api/fit", params={"model": bad}, headers=admin),
+        ]
+        for r in answers:
+            assert r.status_code == 400, (r.request.url, r.text[:300])
+            message = r.json()["error"]["message"]
+            assert message.endswith("; check the path.") and message.count(". ") == 0, message
+            assert "Errno" not in message and len(message) < 300, message
+    assert "long-paths" not in split.get("/api/docs/collections", headers=admin).text

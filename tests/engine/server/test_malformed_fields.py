@@ -82,3 +82,21 @@ def test_wrong_types_in_hand_built_fields_are_answered_or_refused_never_a_server
         after = client.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
     assert not failed, failed[:5]
     assert after.status_code == 200, after.text
+
+
+def test_chat_template_kwargs_cannot_replace_what_hearth_renders_the_template_with(server):
+    """``messages`` and ``add_generation_prompt`` were a 500, ``bos_token`` a 400 that showed the renderer's
+    TypeError: each is a 400 that names the field, in one sentence."""
+    hi = [{"role": "user", "content": "hi"}]
+    with httpx.Client(base_url=server.root, headers=server.headers, timeout=60) as client:
+        for name in ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "raise_exception", "range"):
+            body = {"model": MODEL, "max_tokens": 2, "messages": hi, "chat_template_kwargs": {name: 1}}
+            r = client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 400, (name, r.text)
+            error = r.json()["error"]
+            assert error["param"] == "chat_template_kwargs"
+            assert error["message"].startswith(f"'chat_template_kwargs.{name}' is Hearth's to give the chat template"), error
+            assert "TypeError" not in error["message"] and "keyword argument" not in error["message"]
+        kept = {"model": MODEL, "max_tokens": 2, "temperature": 0, "messages": hi,
+                "chat_template_kwargs": {"enable_thinking": False, "custom_flag": "x"}}  # fmt: skip
+        assert client.post("/v1/chat/completions", json=kept).status_code == 200

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime
 
 import httpx
 import ollama
@@ -162,6 +163,35 @@ def test_keep_alive_zero_unloads_after_the_answer(client):
     assert 500 < left <= 600
     unloaded = client.generate(model=MODEL, prompt="", keep_alive=0)
     assert unloaded.done_reason == "unload" and client.ps().models == []
+
+
+def _expires_in(ollama_server) -> float:
+    r = httpx.get(f"{ollama_server.root}/api/ps")
+    assert r.status_code == 200, r.text
+    (entry,) = r.json()["models"]
+    return datetime.fromisoformat(entry["expires_at"].replace("Z", "+00:00")).timestamp() - time.time()
+
+
+def test_keep_alive_in_every_form_ollama_takes_and_a_huge_one_is_forever(ollama_server):
+    """Seconds, Go durations, negative for ever; a number too large for a date is for ever too, and
+    /api/ps answers after each (it was a 500 for every client after 1e308)."""
+    forever = 200 * 365 * 86_400  # Ollama shows the year 2318
+    for value, low, high in [
+        (9999999999999, forever, None), (1e308, forever, None), (1e20, forever, None), (-1, forever, None),
+        ("-1", forever, None), ("-5m", forever, None), ("1h30m", 5300, 5400), ("5m", 200, 300), (90, 0, 90),
+        ("90", 0, 90), (".5h", 1700, 1800),
+    ]:  # fmt: skip
+        r = httpx.post(f"{ollama_server.root}/api/generate", json={"model": MODEL, "prompt": "", "keep_alive": value})
+        assert r.status_code == 200, (value, r.text)
+        left = _expires_in(ollama_server)
+        assert low < left and (high is None or left <= high), (value, left)
+    for raw in (b"NaN", b"Infinity", b"-Infinity", b'"nan"', b'"inf"', b"1e999", b'"soon"', b'""', b'"5 m"'):
+        body = b'{"model": "%s", "prompt": "", "keep_alive": %s}' % (MODEL.encode(), raw)
+        r = httpx.post(f"{ollama_server.root}/api/generate", content=body)
+        assert r.status_code == 400, (raw, r.text)
+        message = r.json()["error"]
+        assert message.startswith("'keep_alive' must be") and message.endswith(".") and len(message) < 200, message
+        assert _expires_in(ollama_server) > 0  # and the model is as it was
 
 
 def test_pull_from_the_hub_with_progress_then_delete(client):

@@ -212,6 +212,15 @@ def test_loopback_hosts_are_answered(client, host):
 
 
 @pytest.mark.parametrize(
+    "host",
+    ["[::1].attacker.example", f"[::1].attacker.example:{PORT}", "[::1]x", "[127.0.0.1]:80:80", "localhost.attacker.example"],
+)
+def test_hosts_that_only_begin_as_loopback_are_refused(client, host):
+    r = client.get("/v1/models", headers={"Host": host})
+    assert_refused(r, "host_not_allowed")
+
+
+@pytest.mark.parametrize(
     "origin", ["http://localhost:3000", "https://127.0.0.1", "http://[::1]:5173", "http://localhost"]
 )
 def test_pages_served_from_this_machine_are_answered(client, origin):
