@@ -82,7 +82,7 @@ class DocCollection:
 class DocsPanel(QFrame):
     """The side panel: collections (checked ones are attached to the chat) and the sources of the last answer."""
 
-    def __init__(self, ui: DocsUi) -> None:
+    def __init__(self, ui: DocumentsFeature) -> None:
         super().__init__()
         self.ui = ui
         self.setObjectName("DocsPanel")
@@ -178,7 +178,7 @@ class DocumentsPreparer:
             request.added.append(f"Documents: {', '.join(names)}")
 
 
-class DocsUi(QObject):
+class DocumentsFeature(QObject):
     """Puts documents into the chats: a header button, a side panel and a request preparer.
 
     Args:
@@ -317,3 +317,6 @@ class DocsUi(QObject):
         sources = outcome.message.sources
         if sources and outcome.chat_id == self.page.chat_id:
             self.panel.show_sources(sources, outcome.message.content)
+
+
+__all__ = ["DocCollection", "DocsPanel", "DocumentsFeature", "DocumentsPreparer"]
