@@ -136,7 +136,7 @@ class MainWindow(QMainWindow):
         self.banner.colors = colors
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
-        self.chats.settings_panel.apply_now()
+        self.chats.apply_pending_edits()
         self.controller.stop_all()  # each answer keeps its text, saved now
         self.api.cancel_all()  # nothing answers a page that is going
         self.agent.close()

@@ -201,7 +201,6 @@ class DocumentsFeature(QObject):
         self.controller = controller
         self.api = api
         self.open_url = open_url
-        self.store = controller.store
         self.collections: list[DocCollection] = []
         self.panel = DocsPanel(self)
         self.panel.hide()
@@ -269,7 +268,7 @@ class DocumentsFeature(QObject):
 
     def _current_attached(self) -> set[str]:
         chat_id = self.page.chat_id
-        chat = self.store.get_chat(chat_id) if chat_id is not None else None
+        chat = self.controller.chat(chat_id) if chat_id is not None else None
         return set(chat.collections) if chat is not None else set()
 
     def _set_current_attached(self, names: set[str]) -> None:
@@ -277,7 +276,7 @@ class DocumentsFeature(QObject):
         if chat_id is None:
             return
         try:
-            self.store.set_collections(chat_id, names)
+            self.controller.set_collections(chat_id, names)
         except KeyError:  # the chat was deleted meanwhile
             return
         self._show_count(len(names))

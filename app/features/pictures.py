@@ -131,7 +131,7 @@ class PicturesFeature(QObject):
         page.add_attachment(self.row)
         page.add_attachment_source(self)
         controller.add_preparer(PicturesPreparer(self.images, self.sees))
-        page.composer.input.pictures_received.connect(self.receive)
+        page.pictures_received.connect(self.receive)
         page.chat_opened.connect(lambda _id: self.refresh())
         page.chat_model_changed.connect(lambda _id, _m: self.refresh())
         models.changed.connect(lambda _m: self.refresh())
@@ -146,7 +146,7 @@ class PicturesFeature(QObject):
         return "vision" in info.capabilities
 
     def _model(self) -> str | None:
-        chat = self.controller.store.get_chat(self.page.chat_id) if self.page.chat_id is not None else None
+        chat = self.controller.chat(self.page.chat_id) if self.page.chat_id is not None else None
         return chat.settings.model if chat is not None else None
 
     def refresh(self) -> None:

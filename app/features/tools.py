@@ -84,7 +84,7 @@ class ToolsFeature(QObject):
         self.preparer.producer_made.connect(self._producer_made)
         controller.add_preparer(self.preparer)
         page.chat_opened.connect(lambda _id: self.update_button())
-        controller.chat_forked.connect(lambda chat_id, fork_id: agent.set_chat_servers(fork_id, agent.chat_servers(chat_id)))
+        controller.chat_copied.connect(lambda chat_id, copy_id: agent.set_chat_servers(copy_id, agent.chat_servers(chat_id)))
         agent.server_state_changed.connect(self._server_state_changed)
         self.update_button()
 
@@ -119,12 +119,12 @@ class ToolsFeature(QObject):
 
     def chat_switches(self, chat_id: int) -> tuple[bool | None, bool]:
         """A chat's thinking switch (None: the model's default) and tool-first flag."""
-        chat = self.controller.store.get_chat(chat_id)
+        chat = self.controller.chat(chat_id)
         return (chat.settings.thinking, chat.settings.tool_first) if chat is not None else (None, False)
 
     def set_chat_switches(self, chat_id: int, *, thinking: bool | None = None, tool_first: bool | None = None) -> None:
         """Change a chat's thinking switch or tool-first flag (kept in its settings)."""
-        chat = self.controller.store.get_chat(chat_id)
+        chat = self.controller.chat(chat_id)
         if chat is None:
             return
         settings = chat.settings

@@ -95,3 +95,26 @@ def test_the_app_has_one_http_client():
                 names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
             offenders += [f"{path.name}: {n}" for n in names if n.startswith(other_clients) or n.endswith(".ChatClient")]
     assert offenders == []
+
+
+# What a feature may use of the chats page: its named places, its signals and the chat on screen.
+PAGE_PLACES = {
+    "add_header_button", "add_notice", "add_side_panel", "add_attachment", "add_attachment_source",
+    "chat_id", "chat_opened", "chat_model_changed", "pictures_received", "window",
+}  # fmt: skip
+
+
+def test_features_use_only_the_pages_named_places():
+    """A feature in app/features reaches nothing of the chats page but its named places (not its composer,
+    its settings panel or its views)."""
+    used = set()
+    for path in (APP / "features").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute):
+                owner = node.value
+                if (isinstance(owner, ast.Name) and owner.id == "page") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "page"
+                ):
+                    used.add(f"{path.name}: {node.attr}")
+    assert {u for u in used if u.split(": ")[1] not in PAGE_PLACES} == set()
+    assert any(u.endswith("add_header_button") for u in used)  # the check still sees the features' calls
