@@ -107,7 +107,11 @@ class AddServerDialog(QDialog):
 
 
 class ChatSwitches(Protocol):
-    """Where a chat's thinking switch and tool-first flag are kept (its settings in the chat store)."""
+    """Where a chat's MCP servers, thinking switch and tool-first flag are kept (its settings in the chat store)."""
+
+    def chat_servers(self, chat_id: int) -> list[str]: ...
+
+    def set_chat_servers(self, chat_id: int, names: list[str]) -> None: ...
 
     def chat_switches(self, chat_id: int) -> tuple[bool | None, bool]: ...
 
@@ -185,7 +189,7 @@ class McpServersDialog(QDialog):
 
     # -- lists --------------------------------------------------------------------------------
     def refresh(self) -> None:
-        used = set(self.agent.chat_servers(self.chat_id)) if self.chat_id is not None else set()
+        used = set(self.switches.chat_servers(self.chat_id)) if self.chat_id is not None else set()
         self.failed = {f.server: f for f in self.agent.failures(self.chat_id)} if self.chat_id is not None else {}
         self.servers.blockSignals(True)
         self.servers.clear()
@@ -238,7 +242,7 @@ class McpServersDialog(QDialog):
             for i in range(self.servers.count())
             if self.servers.item(i).checkState() == Qt.CheckState.Checked
         ]
-        self.agent.set_chat_servers(self.chat_id, names)
+        self.switches.set_chat_servers(self.chat_id, names)
         self.changed.emit()
 
     def _thinking_toggled(self, on: bool) -> None:

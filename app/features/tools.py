@@ -38,13 +38,13 @@ class ToolsPreparer(QObject):
 
     def prepare(self, request: AnswerRequest) -> None:
         chat = request.chat
-        servers = self.agent.chat_servers(chat.id)
+        servers = tuple(self.agent.known(chat.settings.mcp_servers))
         if not servers:
             return
         tool_choice = "required" if chat.settings.tool_first else "auto"
 
         def make() -> AgentProducer:
-            producer = AgentProducer(self.agent, self.client, chat.id, tool_choice=tool_choice)
+            producer = AgentProducer(self.agent, self.client, chat.id, servers=servers, tool_choice=tool_choice)
             self.producer_made.emit(producer)
             return producer
 
@@ -84,14 +84,13 @@ class ToolsFeature(QObject):
         self.preparer.producer_made.connect(self._producer_made)
         controller.add_preparer(self.preparer)
         page.chat_opened.connect(lambda _id: self.update_button())
-        controller.chat_copied.connect(lambda chat_id, copy_id: agent.set_chat_servers(copy_id, agent.chat_servers(chat_id)))
         agent.server_state_changed.connect(self._server_state_changed)
         self.update_button()
 
     def update_button(self) -> None:
         """The Tools button and the stopped-server notice, for the chat on screen."""
         chat_id = self.page.chat_id
-        n = len(self.agent.chat_servers(chat_id)) if chat_id is not None else 0
+        n = len(self.chat_servers(chat_id)) if chat_id is not None else 0
         failures = self.agent.failures(chat_id) if chat_id is not None else []
         stopped = f", {len(failures)} stopped" if failures else ""
         self.tools_button.setText(f"Tools ({n}{stopped})" if n else "Tools")
@@ -116,6 +115,16 @@ class ToolsFeature(QObject):
         self.servers_dialog = dialog
         dialog.open()
         return dialog
+
+    def chat_servers(self, chat_id: int) -> list[str]:
+        """The saved MCP servers the chat uses (kept in its settings)."""
+        chat = self.controller.chat(chat_id)
+        return self.agent.known(chat.settings.mcp_servers) if chat is not None else []
+
+    def set_chat_servers(self, chat_id: int, names: list[str]) -> None:
+        chat = self.controller.chat(chat_id)
+        if chat is not None:
+            self.controller.update_settings(chat_id, replace(chat.settings, mcp_servers=tuple(names)))
 
     def chat_switches(self, chat_id: int) -> tuple[bool | None, bool]:
         """A chat's thinking switch (None: the model's default) and tool-first flag."""

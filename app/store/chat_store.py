@@ -93,8 +93,8 @@ def _open_checked(path: Path, busy_timeout: float) -> Engine:
         if verdict != "ok":
             raise StoreDamaged(str(verdict))
         before = migrate.ensure_current(engine)
-        if legacy_flags.moved_now(path, before, migrate.HEAD_REVISION):
-            legacy_flags.drop_flags(path)  # only now that the rows hold them (the upgrade is committed)
+        # Only now that the rows hold them (the upgrade is committed): the tables moved out of mcp-servers.json.
+        legacy_flags.drop_tables(path, legacy_flags.moved_tables(path, before, migrate.HEAD_REVISION))
     except DBAPIError as exc:
         engine.dispose()
         kind = classify(exc)

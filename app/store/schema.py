@@ -35,6 +35,9 @@ class ChatRow(Base):
     # The thinking switch (NULL: the model's default) and "call a tool first".
     thinking: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     tool_first: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # The MCP servers the chat's answers may call: a JSON list of their names (the servers themselves are the
+    # app's, in mcp-servers.json).
+    mcp_servers: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
     # Side by side: this chat is the second model's column of chat ``split_of`` (hidden from the list).
     split_of: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
 

@@ -54,7 +54,8 @@ def setup_chat(qtbot, window, recorder, *keep: str) -> int:
     dialog.set_used(name, True)  # the check box of the server in this chat
     dialog.tool_first.setChecked(True)
     dialog.close()
-    assert agent.chat_servers(chat_id) == [name] and window.store.get_chat(chat_id).settings.tool_first
+    settings = window.store.get_chat(chat_id).settings
+    assert settings.mcp_servers == (name,) and settings.tool_first  # kept with the chat
     assert window.tools.tools_button.text() == "Tools (1)"
     return chat_id
 
@@ -209,7 +210,7 @@ def test_thinking_streams_then_folds_when_the_answer_starts(qtbot, window, store
     conversation.append(answer, streaming=True)
     run = AnswerRun(api=window.api, store=store, conversation=conversation, chat=chat, answer=answer,
                     history=[], context_length=2048, parent=window)  # fmt: skip
-    producer = run.attach(AgentProducer(window.agent, window.tools.preparer.client, chat_id))
+    producer = run.attach(AgentProducer(window.agent, window.tools.preparer.client, chat_id, servers=()))
     run.steps_changed.connect(lambda _mid: bubbles(window)[-1].show_steps(run.kept_steps()))
     thinking = bubbles(window)[-1].steps.thinking
     for piece in ("Light is ", "scattered by ", "the air."):  # a stream's thinking deltas
@@ -302,7 +303,7 @@ def test_a_server_that_dies_while_idle_is_shown_with_its_stderr_and_the_chat_goe
     path.write_text(json.dumps(data))
     chat_id = setup_chat(qtbot, window, recorder, "lookup")
     agent, ui = window.agent, window.tools
-    agent.runtime.call(agent.hub_for(chat_id), timeout=60)  # the chat's servers, as its answers start them
+    agent.runtime.call(agent.hub_for(chat_id, (name,)), timeout=60)  # the chat's servers, as its answers start them
     qtbot.waitUntil(lambda: agent.failures(chat_id) == [] and ui.server_notice.isHidden(), timeout=10_000)
     trigger.touch()  # no answer is running, no call is made
     qtbot.waitUntil(lambda: not ui.server_notice.isHidden(), timeout=30_000)
