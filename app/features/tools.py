@@ -68,7 +68,7 @@ class ToolsFeature(QObject):
         self.tools_button = QToolButton()
         self.tools_button.setObjectName("mcpToolsButton")
         self.tools_button.setText("Tools")
-        self.tools_button.setToolTip("MCP servers this chat may use, and the model's thinking")
+        self.tools_button.setToolTip("MCP servers this chat may use")
         self.tools_button.setIconSize(QSize(18, 18))
         self.tools_button.clicked.connect(self.open_servers)
         page.add_header_button(self.tools_button)
@@ -126,22 +126,15 @@ class ToolsFeature(QObject):
         if chat is not None:
             self.controller.update_settings(chat_id, replace(chat.settings, mcp_servers=tuple(names)))
 
-    def chat_switches(self, chat_id: int) -> tuple[bool | None, bool]:
-        """A chat's thinking switch (None: the model's default) and tool-first flag."""
+    def tool_first(self, chat_id: int) -> bool:
+        """Whether the chat's model must call a tool before it answers (kept in its settings)."""
         chat = self.controller.chat(chat_id)
-        return (chat.settings.thinking, chat.settings.tool_first) if chat is not None else (None, False)
+        return chat is not None and chat.settings.tool_first
 
-    def set_chat_switches(self, chat_id: int, *, thinking: bool | None = None, tool_first: bool | None = None) -> None:
-        """Change a chat's thinking switch or tool-first flag (kept in its settings)."""
+    def set_tool_first(self, chat_id: int, on: bool) -> None:
         chat = self.controller.chat(chat_id)
-        if chat is None:
-            return
-        settings = chat.settings
-        if thinking is not None:
-            settings = replace(settings, thinking=thinking)
-        if tool_first is not None:
-            settings = replace(settings, tool_first=tool_first)
-        self.controller.update_settings(chat_id, settings)
+        if chat is not None:
+            self.controller.update_settings(chat_id, replace(chat.settings, tool_first=on))
 
     # -- approvals --------------------------------------------------------------------------------
     def _producer_made(self, producer: AgentProducer) -> None:

@@ -141,7 +141,7 @@ class ChatsPage(QWidget):
         row.addWidget(self.export_button)
         self.settings_button = QToolButton()
         self.settings_button.setObjectName("chatSettingsButton")
-        self.settings_button.setToolTip("System prompt and sampling")
+        self.settings_button.setToolTip("System prompt, sampling and thinking")
         self.settings_button.setCheckable(True)
         self.settings_button.setIconSize(QSize(18, 18))
         self.settings_button.toggled.connect(self.settings_panel.setVisible)
@@ -397,10 +397,11 @@ class ChatsPage(QWidget):
             self._update_answering()
 
     def _settings_edited(self, settings: ChatSettings) -> None:
-        """The panel's part of the settings (prompt, sampling); the chat's other settings stay as stored."""
+        """The panel's part of the settings (prompt, sampling, thinking); the chat's other settings stay as stored."""
         chat = self.controller.chat(self.chat_id) if self.chat_id is not None else None
         if chat is not None:
-            merged = replace(chat.settings, system_prompt=settings.system_prompt, sampling=settings.sampling)
+            merged = replace(chat.settings, system_prompt=settings.system_prompt, sampling=settings.sampling,
+                             thinking=settings.thinking)  # fmt: skip
             self.controller.update_settings(chat.id, merged)
 
     # -- models -------------------------------------------------------------------------------

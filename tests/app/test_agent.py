@@ -86,10 +86,15 @@ def test_mcp_json_import_lists_tools_and_switches_them(qtbot, window, recorder):
     name, path, _log = recorder
     chat_id = fresh_chat(window)
     dialog = window.tools.open_servers()
-    assert prepared(window, chat_id).body == {}  # the model's own default
-    dialog.thinking.setChecked(False)  # the chat's thinking switch, kept in the chat's settings
+    from PySide6.QtWidgets import QCheckBox
+
+    assert dialog.findChild(QCheckBox, "thinkingSwitch") is None  # thinking is edited with the chat's settings
+    switch = window.chats.settings_panel.thinking
+    assert switch.isChecked() and prepared(window, chat_id).body == {}  # the model's own default
+    switch.setChecked(False)  # the chat's thinking switch, kept in the chat's settings at once
     request = prepared(window, chat_id)
     assert request.body == {"chat_template_kwargs": {"enable_thinking": False}} and request.added == ["Thinking off"]
+    assert window.store.get_chat(chat_id).settings.thinking is False
     dialog.import_file(str(path))
     assert name in dialog.server_names()
     bad = path.with_name("bad.json")
