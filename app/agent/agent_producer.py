@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.agent.service import AgentService
 from app.agent.turn_client import QtTurnClient
-from app.chat.producer import AnswerProducer, ProducerEnd
+from app.chat.producer import AnswerProducer, ChatRequestBody, ProducerEnd
 from app.net.types import ApiError
 from engine.agent import AgentEvent, AgentLoop, AgentResult, ApprovalPolicy, Decision, McpTool, ToolCallRecord
 
@@ -69,10 +69,8 @@ class AgentProducer(AnswerProducer):
         self._event.connect(self._on_event)
         self._done.connect(self._on_done)
 
-    def start(self, body: dict) -> None:
-        params = {k: v for k, v in body.items() if k not in ("model", "messages", "stream", "tools", "tool_choice")}
-        messages = list(body["messages"])
-        model = body["model"]
+    def start(self, body: ChatRequestBody) -> None:
+        params, messages, model = body.params(), list(body.messages), body.model
         chat_id, names = self.chat_id, self.servers
 
         async def ask(call: ToolCallRecord, tool: McpTool) -> Decision:
@@ -140,11 +138,11 @@ class AgentProducer(AnswerProducer):
         self._ended = True
         self.deny_pending()
         if result is None:
-            self.finished.emit(ProducerEnd("cancelled", estimated_tokens=True))
+            self.finished.emit(ProducerEnd("cancelled"))
         elif isinstance(result, BaseException):
             self.failed.emit(ApiError(f"The tools could not run ({result}); check the MCP servers.", code="agent_error", endpoint=ENDPOINT))
         elif result.stopped:
-            self.finished.emit(ProducerEnd("cancelled", estimated_tokens=True))
+            self.finished.emit(ProducerEnd("cancelled"))
         elif result.error:
             self.failed.emit(ApiError(result.error, code="agent_error", endpoint=ENDPOINT))
         else:
@@ -154,7 +152,6 @@ class AgentProducer(AnswerProducer):
                     completion_tokens=result.completion_tokens or None,
                     reasoning_tokens=result.reasoning_tokens or None,
                     answer=result.answer or None,
-                    estimated_tokens=not result.completion_tokens,
                 )
             )
 

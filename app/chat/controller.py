@@ -4,7 +4,7 @@ regenerate, edit), for any number of chats at once.
 It owns one :class:`ConversationModel` per opened chat and one :class:`AnswerRun` per chat
 that is answering; the worker batches the runs of several chats together. Features that change
 what an answer asks for (documents, the thinking switch, tools, attachments) are request
-preparers added with :meth:`add_preparer`; they run in that order before each answer. Pages and
+preparers added with :meth:`add_preparer`; they run before each answer, in the order each declares. Pages and
 features change chats through the controller, never through the store.
 """
 
@@ -29,11 +29,6 @@ from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings
 
 log = logging.getLogger(__name__)
 
-# Where each kind of preparer runs: documents first (they change the system prompt's neighbours), then
-# the thinking switch, then tools (they may choose the agent loop), then attachments (the last message).
-PREPARER_ORDER = {"documents": 0, "thinking": 1, "tools": 2, "attachments": 3}
-
-
 class ChatController(QObject):
     """The chats' behaviour, apart from any widget (the chat page drives it)."""
 
@@ -55,9 +50,9 @@ class ChatController(QObject):
         self.add_preparer(ThinkingPreparer())
 
     def add_preparer(self, preparer: RequestPreparer) -> None:
-        """Run ``preparer`` before every answer, in :data:`PREPARER_ORDER` (unknown names last)."""
+        """Run ``preparer`` before every answer, in the order the preparers declare (ties: the first added first)."""
         self._preparers.append(preparer)
-        self._preparers.sort(key=lambda p: PREPARER_ORDER.get(p.name, len(PREPARER_ORDER)))
+        self._preparers.sort(key=lambda p: p.order)
 
     def remove_preparer(self, preparer: RequestPreparer) -> None:
         """Stop running ``preparer`` (a feature turned off); answers already started keep theirs."""

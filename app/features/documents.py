@@ -170,11 +170,12 @@ class DocumentsPreparer:
     """A chat's attached collections answer its questions: the worker retrieves from them."""
 
     name = "documents"
+    order = 10  # first: the passages change what the system prompt sits beside
 
     def prepare(self, request: AnswerRequest) -> None:
         names = sorted(request.chat.collections)
         if names:
-            request.extension()["collections"] = names
+            request.body.collections = tuple(names)
             request.added.append(f"Documents: {', '.join(names)}")
 
 

@@ -75,6 +75,7 @@ class PicturesPreparer:
     cannot see gets the text, and the answer says the pictures were left out."""
 
     name = "attachments"
+    order = 40  # last: it rewrites messages into parts, once everything else has its text
 
     def __init__(self, images: ImageStore, sees: Callable[[str], bool]) -> None:
         self.images = images
@@ -89,7 +90,7 @@ class PicturesPreparer:
             request.added.append(f"Pictures left out: {model} cannot see them")
             return
         sent = 0
-        messages = request.body["messages"]
+        messages = request.body.messages
         for index, record in with_pictures:
             parts: list[dict] = [{"type": "text", "text": messages[index]["content"]}]
             for ref in record.images:

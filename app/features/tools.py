@@ -29,6 +29,7 @@ class ToolsPreparer(QObject):
     """Chats with MCP servers on answer through the agent loop (tool choice from the chat's settings)."""
 
     name = "tools"
+    order = 30  # after documents and thinking: the agent loop it may choose sends the whole body each turn
     producer_made = Signal(object)  # AgentProducer: the feature queues its approvals
 
     def __init__(self, agent: AgentService, client: QtTurnClient, parent: QObject | None = None) -> None:

@@ -51,7 +51,7 @@ class AnswerStats:
     dropped_messages: int = 0
     model: str = ""
     error: str | None = None
-    drafted_tokens: int = 0  # of ``tokens``, those speculative decoding drafted and the model kept
+    accepted_draft_tokens: int = 0  # of ``tokens``, those speculative decoding drafted and the model kept
 
 
 @dataclass

@@ -67,7 +67,7 @@ def message_record(row: MessageRow) -> MessageRecord:
             dropped_messages=row.dropped_messages or 0,
             model=row.model or "",
             error=row.error,
-            drafted_tokens=row.drafted_tokens or 0,
+            accepted_draft_tokens=row.accepted_draft_tokens or 0,
         )
     return MessageRecord(
         id=row.id,
@@ -103,7 +103,7 @@ def stats_values(stats: AnswerStats) -> dict:
         "finish_reason": stats.finish_reason,
         "dropped_messages": stats.dropped_messages,
         "error": stats.error,
-        "drafted_tokens": stats.drafted_tokens,
+        "accepted_draft_tokens": stats.accepted_draft_tokens,
     }
 
 

@@ -65,7 +65,7 @@ class MessageRow(Base):
     finish_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
     dropped_messages: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    drafted_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # speculative decoding's, kept
+    accepted_draft_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # speculative decoding's, kept
     # The document passages an answer was given (records.DocSource objects as a JSON list); NULL when none.
     doc_sources: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The pictures attached (app.store.images.ImageRef as a JSON list); the files are in the images folder.

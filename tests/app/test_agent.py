@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from app.agent.widgets import ToolCallCard
-from app.chat.preparers import AnswerRequest
+from app.chat.preparers import AnswerRequest, ChatRequestBody
 from app.store.records import AnswerSteps
 from engine.agent import AgentEvent
 from tests.app.conftest import ANSWER_TIMEOUT_MS
@@ -72,7 +72,8 @@ def wait_dialog(qtbot, window):
 
 def prepared(window, chat_id: int) -> AnswerRequest:
     """What the controller's preparers make of an empty request of the chat."""
-    request = AnswerRequest(chat=window.store.get_chat(chat_id), body={})
+    chat = window.store.get_chat(chat_id)
+    request = AnswerRequest(chat=chat, body=ChatRequestBody.for_chat(chat.settings, []))
     for preparer in window.controller.preparers:
         preparer.prepare(request)
     return request
@@ -90,10 +91,10 @@ def test_mcp_json_import_lists_tools_and_switches_them(qtbot, window, recorder):
 
     assert dialog.findChild(QCheckBox, "thinkingSwitch") is None  # thinking is edited with the chat's settings
     switch = window.chats.settings_panel.thinking
-    assert switch.isChecked() and prepared(window, chat_id).body == {}  # the model's own default
+    assert switch.isChecked() and "chat_template_kwargs" not in prepared(window, chat_id).body.params()  # the model's own default
     switch.setChecked(False)  # the chat's thinking switch, kept in the chat's settings at once
     request = prepared(window, chat_id)
-    assert request.body == {"chat_template_kwargs": {"enable_thinking": False}} and request.added == ["Thinking off"]
+    assert request.body.params()["chat_template_kwargs"] == {"enable_thinking": False} and request.added == ["Thinking off"]
     assert window.store.get_chat(chat_id).settings.thinking is False
     dialog.import_file(str(path))
     assert name in dialog.server_names()

@@ -19,16 +19,17 @@ APP = Path(__file__).resolve().parents[2] / "app"
 class ShortAnswers:
     """A feature of this test: answers of one chat stop after two tokens."""
 
-    name = "short answers"  # not one of the known kinds: it runs last
+    name = "short answers"
+    order = 100  # a feature of its own: after the app's
 
     def __init__(self, chat_id: int) -> None:
         self.chat_id = chat_id
         self.seen: list[dict] = []
 
     def prepare(self, request: AnswerRequest) -> None:
-        self.seen.append(dict(request.body))
+        self.seen.append(request.body.to_json())
         if request.chat.id == self.chat_id:
-            request.body["max_tokens"] = 2
+            request.body.max_tokens = 2
             request.added.append("Two tokens at most")
 
 
@@ -38,6 +39,11 @@ def test_preparers_run_in_order_and_what_they_add_reaches_the_worker_and_the_ans
     chat_id = fresh_chat(window, max_tokens=24)
     feature = ShortAnswers(chat_id)
     controller.add_preparer(feature)
+    first = ShortAnswers(-1)
+    first.name, first.order = "first", 0  # one that declares it runs before the app's, added later
+    controller.add_preparer(first)
+    assert [p.name for p in controller.preparers] == ["first", "documents", "thinking", "tools", "attachments", "short answers"]
+    controller.remove_preparer(first)
     try:
         assert [p.name for p in controller.preparers] == ["documents", "thinking", "tools", "attachments", "short answers"]
         outcome = send_and_wait(qtbot, window, "Count from one to twenty.")

@@ -75,7 +75,7 @@ def test_an_older_data_folder_keeps_every_message_and_the_switches_move_into_the
         assert [m.content for m in store.messages(2)] == ["Espresso or drip?", "Drip, for a crowd."]
         assert [m.parent_id for m in messages] == [None, messages[0].id, messages[1].id, messages[2].id]
         answer = messages[1]
-        assert answer.stats == AnswerStats(tokens=9, tokens_per_second=25.0, ttft=0.1, finish_reason="stop", model="m", drafted_tokens=2)
+        assert answer.stats == AnswerStats(tokens=9, tokens_per_second=25.0, ttft=0.1, finish_reason="stop", model="m", accepted_draft_tokens=2)
         assert answer.sources == (SOURCE,) and store.steps(answer.id) == STEPS
         assert all(count == (1, 1) for count in store.branch_counts(1).values())
         exported = json.loads(to_json(tea, messages, store.chat_steps(1), tree=store.all_messages(1)))
@@ -148,3 +148,24 @@ def test_the_chats_mcp_servers_move_from_the_servers_file_into_the_chats_once(tm
         assert "chats" in json.loads((tmp_path / "mcp-servers.json").read_text(encoding="utf-8"))
     finally:
         store.close()
+
+
+def test_chats_recovered_from_an_older_database_keep_their_answers_drafted_tokens(tmp_path):
+    """Recovery copies by column name; a column renamed since (drafted_tokens) still arrives."""
+    import sqlite3
+
+    from app.store.recovery import copy_chats
+
+    _old_data_folder(tmp_path)
+    target = tmp_path / "new" / "chats.db"
+    target.parent.mkdir()
+    engine = open_engine(target)
+    migrate.upgrade(engine)
+    engine.dispose()
+    connection = sqlite3.connect(target)
+    try:
+        assert copy_chats(tmp_path / "chats.db", connection).complete
+        kept = connection.execute("SELECT content, accepted_draft_tokens FROM messages WHERE role = 'assistant'").fetchall()
+        assert sorted(kept) == [("Drip, for a crowd.", 2), ("Four to five minutes.", 2), ("Three minutes at 80 C.", 2)]
+    finally:
+        connection.close()
