@@ -11,10 +11,10 @@ from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QStackedWidget, QVBoxLay
 
 from app.agent.service import AgentService
 from app.agent.steps import import_legacy_steps
-from app.agent.tools_feature import ToolsFeature
 from app.agent.turn_client import QtTurnClient
 from app.chat.controller import ChatController
 from app.disk_full import DiskFullNotice
+from app.features import DocumentsFeature, PicturesFeature, ToolsFeature
 from app.icons import app_icon
 from app.net.api import HearthApi
 from app.net.engine import EngineController, EngineState
@@ -22,10 +22,8 @@ from app.net.local_models import LocalModels
 from app.other_apps_offer import OtherAppsOffer
 from app.pages.api_page import ApiPage
 from app.pages.chats_page import ChatsPage
-from app.pages.docs_panel import DocsUi
 from app.pages.hardware_page import HardwarePage
 from app.pages.models_page import ModelsPage
-from app.pages.pictures import PicturesFeature
 from app.store.chat_store import ChatStore
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors, ThemeManager
@@ -85,7 +83,7 @@ class MainWindow(QMainWindow):
             self.banner.show_message(store.problem, level="error")
         self.disk_full = DiskFullNotice(store, self.banner, self)
         self.other_apps = OtherAppsOffer(self.api, engine, self.models, self.settings_store, self)
-        self.docs = DocsUi(self.chats, self.controller, self.api, parent=self)
+        self.docs = DocumentsFeature(self.chats, self.controller, self.api, parent=self)
         import_legacy_steps(store.path.parent, store)
         self.agent = AgentService(store.path.parent, parent=self)
         self.pictures = PicturesFeature(self.chats, self.controller, self.models, parent=self)
@@ -138,7 +136,7 @@ class MainWindow(QMainWindow):
         self.banner.colors = colors
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
-        self.chats.settings_panel.apply_now()
+        self.chats.apply_pending_edits()
         self.controller.stop_all()  # each answer keeps its text, saved now
         self.api.cancel_all()  # nothing answers a page that is going
         self.agent.close()

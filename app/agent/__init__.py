@@ -1,6 +1,6 @@
-"""The agent in the app: MCP servers per chat, approvals, tool-call cards, the thinking section."""
+"""The agent in the app: MCP servers and their sessions, the agent loop as an answer producer, approvals,
+tool-call cards, the thinking section. Its place in the chats is app.features.tools."""
 
 from app.agent.service import AgentService
-from app.agent.tools_feature import ToolsFeature, ToolsPreparer
 
-__all__ = ["AgentService", "ToolsFeature", "ToolsPreparer"]
+__all__ = ["AgentService"]

@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.agent.service import AgentService
 from app.agent.turn_client import QtTurnClient
-from app.chat.producer import AnswerProducer, ProducerEnd
+from app.chat.producer import AnswerProducer, ChatRequestBody, ProducerEnd
 from app.net.types import ApiError
 from engine.agent import AgentEvent, AgentLoop, AgentResult, ApprovalPolicy, Decision, McpTool, ToolCallRecord
 
@@ -46,7 +46,8 @@ class AgentProducer(AnswerProducer):
     Args:
         agent: The app's servers and the loop's thread.
         client: The model turns' client (the app's HTTP stack).
-        chat_id: The chat answered (its servers, its approvals).
+        chat_id: The chat answered (its hub, its approvals).
+        servers: The MCP servers it uses, by name.
         tool_choice: ``required`` when the chat asks for a tool on the first turn.
     """
 
@@ -54,12 +55,13 @@ class AgentProducer(AnswerProducer):
     _event = Signal(object)  # AgentEvent, from the loop's thread
     _done = Signal(object)  # AgentResult | BaseException | None
 
-    def __init__(self, agent: AgentService, client: QtTurnClient, chat_id: int, *, tool_choice: str = "auto",
-                 parent: QObject | None = None) -> None:  # fmt: skip
+    def __init__(self, agent: AgentService, client: QtTurnClient, chat_id: int, *, servers: tuple[str, ...],
+                 tool_choice: str = "auto", parent: QObject | None = None) -> None:  # fmt: skip
         super().__init__(parent)
         self.agent = agent
         self.client = client
         self.chat_id = chat_id
+        self.servers = servers
         self.tool_choice = tool_choice
         self.pending: list[ApprovalRequest] = []
         self._run = None
@@ -67,11 +69,9 @@ class AgentProducer(AnswerProducer):
         self._event.connect(self._on_event)
         self._done.connect(self._on_done)
 
-    def start(self, body: dict) -> None:
-        params = {k: v for k, v in body.items() if k not in ("model", "messages", "stream", "tools", "tool_choice")}
-        messages = list(body["messages"])
-        model = body["model"]
-        chat_id = self.chat_id
+    def start(self, body: ChatRequestBody) -> None:
+        params, messages, model = body.params(), list(body.messages), body.model
+        chat_id, names = self.chat_id, self.servers
 
         async def ask(call: ToolCallRecord, tool: McpTool) -> Decision:
             future: concurrent.futures.Future = concurrent.futures.Future()
@@ -87,7 +87,7 @@ class AgentProducer(AnswerProducer):
                                   on_always=lambda key: servers.set_always_allowed(key, True))  # fmt: skip
 
         async def run() -> AgentResult:
-            hub = await self.agent.hub_for(chat_id)
+            hub = await self.agent.hub_for(chat_id, names)
             loop = AgentLoop(self.client, hub, approval, model=model, tool_choice=self.tool_choice,
                              params=params, on_event=self._event.emit)  # fmt: skip
             return await loop.run(messages)
@@ -138,11 +138,11 @@ class AgentProducer(AnswerProducer):
         self._ended = True
         self.deny_pending()
         if result is None:
-            self.finished.emit(ProducerEnd("cancelled", estimated_tokens=True))
+            self.finished.emit(ProducerEnd("cancelled"))
         elif isinstance(result, BaseException):
             self.failed.emit(ApiError(f"The tools could not run ({result}); check the MCP servers.", code="agent_error", endpoint=ENDPOINT))
         elif result.stopped:
-            self.finished.emit(ProducerEnd("cancelled", estimated_tokens=True))
+            self.finished.emit(ProducerEnd("cancelled"))
         elif result.error:
             self.failed.emit(ApiError(result.error, code="agent_error", endpoint=ENDPOINT))
         else:
@@ -152,7 +152,6 @@ class AgentProducer(AnswerProducer):
                     completion_tokens=result.completion_tokens or None,
                     reasoning_tokens=result.reasoning_tokens or None,
                     answer=result.answer or None,
-                    estimated_tokens=not result.completion_tokens,
                 )
             )
 

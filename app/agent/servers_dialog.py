@@ -1,6 +1,6 @@
 """The MCP servers dialog: add a server (stdio command or streamable-HTTP URL), import an mcp.json,
-switch each tool on or off, choose the servers this chat uses and its thinking, and revoke the
-tools always allowed."""
+switch each tool on or off, choose the servers this chat uses and whether it calls a tool first, and
+revoke the tools always allowed."""
 
 from __future__ import annotations
 
@@ -106,12 +106,16 @@ class AddServerDialog(QDialog):
         self.accept()
 
 
-class ChatSwitches(Protocol):
-    """Where a chat's thinking switch and tool-first flag are kept (its settings in the chat store)."""
+class ChatTools(Protocol):
+    """Where a chat's MCP servers and tool-first flag are kept (its settings in the chat store)."""
 
-    def chat_switches(self, chat_id: int) -> tuple[bool | None, bool]: ...
+    def chat_servers(self, chat_id: int) -> list[str]: ...
 
-    def set_chat_switches(self, chat_id: int, *, thinking: bool | None = None, tool_first: bool | None = None) -> None: ...
+    def set_chat_servers(self, chat_id: int, names: list[str]) -> None: ...
+
+    def tool_first(self, chat_id: int) -> bool: ...
+
+    def set_tool_first(self, chat_id: int, on: bool) -> None: ...
 
 
 class McpServersDialog(QDialog):
@@ -120,14 +124,14 @@ class McpServersDialog(QDialog):
     changed = Signal()
     _probed = Signal(str, object)  # server name, the probe's future (from the agent's thread)
 
-    def __init__(self, agent: AgentService, chat_id: int | None, switches: ChatSwitches, parent: QWidget | None = None) -> None:
+    def __init__(self, agent: AgentService, chat_id: int | None, chat_tools: ChatTools, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("mcpServersDialog")
         self.setWindowTitle("Tools (MCP servers)")
         self.resize(620, 560)
         self.agent = agent
         self.chat_id = chat_id
-        self.switches = switches
+        self.chat_tools = chat_tools
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("MCP servers — checked ones are used in this chat:"))
         self.servers = QListWidget()
@@ -157,10 +161,6 @@ class McpServersDialog(QDialog):
         layout.addWidget(self.always)
         self.revoke_button = QPushButton("Revoke")
         layout.addWidget(self.revoke_button, 0, Qt.AlignmentFlag.AlignLeft)
-        self.thinking = QCheckBox("Let the model think before answering (models that can turn it off)")
-        self.thinking.setObjectName("thinkingSwitch")
-        self.thinking.setTristate(False)
-        layout.addWidget(self.thinking)
         self.tool_first = QCheckBox("Make the model call a tool before it answers")
         self.tool_first.setObjectName("toolFirstSwitch")
         layout.addWidget(self.tool_first)
@@ -175,9 +175,8 @@ class McpServersDialog(QDialog):
         self.servers.itemChanged.connect(self._server_checked)
         self.servers.currentItemChanged.connect(lambda *_a: self._show_failure())
         self.tools.itemChanged.connect(self._tool_checked)
-        self.thinking.toggled.connect(self._thinking_toggled)
         self.tool_first.toggled.connect(
-            lambda on: self.switches.set_chat_switches(self.chat_id, tool_first=on) if self.chat_id is not None else None
+            lambda on: self.chat_tools.set_tool_first(self.chat_id, on) if self.chat_id is not None else None
         )
         self._probed.connect(self._show_tools)
         self.failed: dict[str, McpServerFailed] = {}  # this chat's servers that are down, by name
@@ -185,7 +184,7 @@ class McpServersDialog(QDialog):
 
     # -- lists --------------------------------------------------------------------------------
     def refresh(self) -> None:
-        used = set(self.agent.chat_servers(self.chat_id)) if self.chat_id is not None else set()
+        used = set(self.chat_tools.chat_servers(self.chat_id)) if self.chat_id is not None else set()
         self.failed = {f.server: f for f in self.agent.failures(self.chat_id)} if self.chat_id is not None else {}
         self.servers.blockSignals(True)
         self.servers.clear()
@@ -203,12 +202,8 @@ class McpServersDialog(QDialog):
         self.always.clear()
         self.always.addItems(self.agent.servers.always_allowed())
         if self.chat_id is not None:
-            thinking, tool_first = self.switches.chat_switches(self.chat_id)
-            self.thinking.blockSignals(True)
-            self.thinking.setChecked(thinking is not False)
-            self.thinking.blockSignals(False)
             self.tool_first.blockSignals(True)
-            self.tool_first.setChecked(tool_first)
+            self.tool_first.setChecked(self.chat_tools.tool_first(self.chat_id))
             self.tool_first.blockSignals(False)
 
     def server_names(self) -> list[str]:
@@ -238,12 +233,8 @@ class McpServersDialog(QDialog):
             for i in range(self.servers.count())
             if self.servers.item(i).checkState() == Qt.CheckState.Checked
         ]
-        self.agent.set_chat_servers(self.chat_id, names)
+        self.chat_tools.set_chat_servers(self.chat_id, names)
         self.changed.emit()
-
-    def _thinking_toggled(self, on: bool) -> None:
-        if self.chat_id is not None:
-            self.switches.set_chat_switches(self.chat_id, thinking=on)
 
     # -- actions ------------------------------------------------------------------------------
     def add_server(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -18,14 +19,14 @@ log = logging.getLogger(__name__)
 
 
 class AgentService(QObject):
-    """Servers (``mcp-servers.json`` + keyring), which ones each chat uses, and live hubs.
+    """Servers (``mcp-servers.json`` + keyring) and each chat's live hub (which servers a chat uses is one of
+    its settings, in the chat store).
 
     Args:
         folder: The data folder (the servers file goes there; answers' steps go to the chat store).
         servers: The server store (tests pass one with a file key store).
     """
 
-    servers_changed = Signal()
     # chat id: one of its servers stopped (failed to start, or died even while idle), or its servers
     # were started again; :meth:`failures` says which are down now. Emitted from the agent's thread.
     server_state_changed = Signal(int)
@@ -38,24 +39,18 @@ class AgentService(QObject):
         self._closed = False
 
     # -- per chat -----------------------------------------------------------------------------
-    def chat_servers(self, chat_id: int) -> list[str]:
-        known = {s.name for s in self.servers.servers()}
-        return [n for n in self.servers.chat_servers(str(chat_id)) if n in known]
+    def known(self, names: Sequence[str]) -> list[str]:
+        """Those of ``names`` that are saved servers (a chat keeps the name of one removed since)."""
+        saved = {s.name for s in self.servers.servers()}
+        return [n for n in names if n in saved]
 
-    def set_chat_servers(self, chat_id: int, names: list[str]) -> None:
-        self.servers.set_chat_servers(str(chat_id), names)
-        self.servers_changed.emit()
+    def configs_for(self, names: Sequence[str]) -> tuple[McpServerConfig, ...]:
+        wanted = set(names)
+        return tuple(s for s in self.servers.servers() if s.name in wanted and s.enabled)
 
-    def uses_tools(self, chat_id: int) -> bool:
-        return bool(self.chat_servers(chat_id))
-
-    def configs_for(self, chat_id: int) -> tuple[McpServerConfig, ...]:
-        names = set(self.chat_servers(chat_id))
-        return tuple(s for s in self.servers.servers() if s.name in names and s.enabled)
-
-    async def hub_for(self, chat_id: int) -> McpHub:
-        """The chat's started servers (reused while their settings and processes are unchanged)."""
-        configs = self.configs_for(chat_id)
+    async def hub_for(self, chat_id: int, names: Sequence[str]) -> McpHub:
+        """The chat's started servers ``names`` (reused while their settings and processes are unchanged)."""
+        configs = self.configs_for(names)
         held = self._hubs.get(chat_id)
         if held is not None:
             if held[0] == configs and not held[1].failures():

@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.chat.context import ContextFit, fit_history
 from app.chat.conversation_model import ConversationModel
 from app.chat.preparers import AnswerRequest, RequestPreparer
-from app.chat.producer import AnswerProducer, ProducerEnd, StreamProducer
+from app.chat.producer import AnswerProducer, ChatRequestBody, ProducerEnd, StreamProducer
 from app.net.api import HearthApi
 from app.net.types import ApiError, StatsSnapshot
 from app.store.chat_store import ChatStore
@@ -127,20 +127,11 @@ class AnswerRun(QObject):
             system_prompt=settings.system_prompt,
             context_length=self.context_length,
             max_tokens=settings.sampling.max_tokens,
-            thinking=self.store.thinking(self.chat.id),
+            reasoning=self.store.reasoning_texts(self.chat.id),
         )
         self.answer = replace(self.answer, stats=AnswerStats(model=settings.model, dropped_messages=self.fit.dropped))
         self.conversation.replace(self.answer, streaming=True)
-        body: dict = {
-            "model": settings.model,
-            "messages": list(self.fit.messages),
-            "temperature": settings.sampling.temperature,
-            "top_p": settings.sampling.top_p,
-        }
-        if settings.sampling.max_tokens:
-            body["max_tokens"] = settings.sampling.max_tokens
-        if settings.sampling.seed is not None:
-            body["seed"] = settings.sampling.seed
+        body = ChatRequestBody.for_chat(settings, list(self.fit.messages))
         request = AnswerRequest(chat=self.chat, body=body, records=self.fit.records)
         for preparer in self.preparers:
             preparer.prepare(request)
@@ -212,7 +203,7 @@ class AnswerRun(QObject):
         if end.reasoning_tokens:
             self.steps.thinking_tokens = end.reasoning_tokens
         stats = self._stats(end.finish_reason, end.completion_tokens)
-        self._finish(replace(stats, drafted_tokens=end.drafted_tokens), None)
+        self._finish(replace(stats, accepted_draft_tokens=end.accepted_draft_tokens), None)
 
     def _on_failed(self, error: ApiError) -> None:
         if error.code == "context_length_exceeded" and not self.text and self._retries < MAX_RETRIES:

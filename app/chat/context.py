@@ -52,13 +52,13 @@ def fit_history(
     system_prompt: str,
     context_length: int,
     max_tokens: int | None,
-    thinking: Mapping[int, str] | None = None,
+    reasoning: Mapping[int, str] | None = None,
 ) -> ContextFit:
     """The newest turns of ``history`` that fit ``context_length`` with room for the answer.
 
     The last message (the one being answered) is always kept, and the kept part never starts
     with an assistant message (a reply without its question confuses small models). An answer's
-    ``thinking`` (by message id) goes with it as ``reasoning_content``: the engine passes it to a
+    ``reasoning`` (by message id) goes with it as ``reasoning_content``: the engine passes it to a
     chat template that asks for it and drops it for the others, so it is not counted here.
     """
     budget = context_length - answer_reserve(context_length, max_tokens)
@@ -78,11 +78,11 @@ def fit_history(
     dropped = len(history) - len(kept)
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     records: list[MessageRecord | None] = [None] * len(messages)
-    thinking = thinking or {}
+    reasoning = reasoning or {}
     for m in kept:
         item = {"role": m.role, "content": m.content}
-        if m.role == "assistant" and thinking.get(m.id):
-            item["reasoning_content"] = thinking[m.id]
+        if m.role == "assistant" and reasoning.get(m.id):
+            item["reasoning_content"] = reasoning[m.id]
         messages.append(item)
         records.append(m)
     return ContextFit(messages=tuple(messages), dropped=dropped, records=tuple(records))

@@ -1,15 +1,19 @@
-"""ChatController: sends, stops, regenerates and edits, for any number of chats at once.
+"""ChatController: the chats' lifecycle (create, fork, split, rename, delete) and their answers (send, stop,
+regenerate, edit), for any number of chats at once.
 
 It owns one :class:`ConversationModel` per opened chat and one :class:`AnswerRun` per chat
 that is answering; the worker batches the runs of several chats together. Features that change
 what an answer asks for (documents, the thinking switch, tools, attachments) are request
-preparers added with :meth:`add_preparer`; they run in that order before each answer.
+preparers added with :meth:`add_preparer`; they run before each answer, in the order each declares. Pages and
+features change chats through the controller, never through the store.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
@@ -25,19 +29,15 @@ from app.store.records import AnswerStats, AnswerSteps, ChatRecord, ChatSettings
 
 log = logging.getLogger(__name__)
 
-# Where each kind of preparer runs: documents first (they change the system prompt's neighbours), then
-# the thinking switch, then tools (they may choose the agent loop), then attachments (the last message).
-PREPARER_ORDER = {"documents": 0, "thinking": 1, "tools": 2, "attachments": 3}
-
-
 class ChatController(QObject):
     """The chats' behaviour, apart from any widget (the chat page drives it)."""
 
     answer_started = Signal(int)  # chat id
     answer_finished = Signal(AnswerOutcome)
-    chats_changed = Signal()  # titles or order changed: the sidebar refreshes
+    chats_changed = Signal()  # chats added, removed, renamed or reordered: the sidebar refreshes
     run_started = Signal(AnswerRun)  # views follow its steps
-    chat_forked = Signal(int, int)  # the chat, its new fork (features copy what they keep per chat)
+    chat_copied = Signal(int, int)  # a chat, its copy (a fork, a split's second column): features copy what they keep per chat
+    chat_deleted = Signal(int)  # chat id: it and its split's second column are gone
 
     def __init__(self, store: ChatStore, api: HearthApi, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -50,9 +50,9 @@ class ChatController(QObject):
         self.add_preparer(ThinkingPreparer())
 
     def add_preparer(self, preparer: RequestPreparer) -> None:
-        """Run ``preparer`` before every answer, in :data:`PREPARER_ORDER` (unknown names last)."""
+        """Run ``preparer`` before every answer, in the order the preparers declare (ties: the first added first)."""
         self._preparers.append(preparer)
-        self._preparers.sort(key=lambda p: PREPARER_ORDER.get(p.name, len(PREPARER_ORDER)))
+        self._preparers.sort(key=lambda p: p.order)
 
     def remove_preparer(self, preparer: RequestPreparer) -> None:
         """Stop running ``preparer`` (a feature turned off); answers already started keep theirs."""
@@ -62,6 +62,97 @@ class ChatController(QObject):
     @property
     def preparers(self) -> tuple[RequestPreparer, ...]:
         return tuple(self._preparers)
+
+    # -- chats ------------------------------------------------------------------------------
+    def chat(self, chat_id: int) -> ChatRecord | None:
+        return self.store.get_chat(chat_id)
+
+    def chats(self, query: str = "") -> list[ChatRecord]:
+        """The chats of the list, newest activity first; ``query`` matches titles and message text."""
+        return self.store.list_chats(query)
+
+    def picture_path(self, ref: ImageRef) -> Path:
+        """Where an attached picture's file is kept (views show it from there)."""
+        return self.store.images.path(ref)
+
+    def create_chat(self, settings: ChatSettings) -> ChatRecord:
+        chat = self.store.create_chat(settings)
+        self.chats_changed.emit()
+        return chat
+
+    def fork(self, chat_id: int, message_id: int) -> ChatRecord | None:
+        """A new chat holding this one up to ``message_id`` (the branch shown), to go on from there."""
+        try:
+            fork = self.store.fork_chat(chat_id, message_id)
+        except KeyError:
+            return None
+        self.chat_copied.emit(chat_id, fork.id)
+        self.chats_changed.emit()
+        return fork
+
+    def rename(self, chat_id: int, title: str) -> ChatRecord:
+        """Raises KeyError: no such chat."""
+        chat = self.store.rename_chat(chat_id, title)
+        self.chats_changed.emit()
+        return chat
+
+    def update_settings(self, chat_id: int, settings: ChatSettings) -> ChatRecord:
+        return self.store.update_settings(chat_id, settings)
+
+    def set_collections(self, chat_id: int, names: Iterable[str]) -> ChatRecord:
+        """Attach exactly ``names`` (document collections) to the chat. Raises KeyError: no such chat."""
+        return self.store.set_collections(chat_id, names)
+
+    def delete(self, chat_id: int) -> None:
+        """Delete the chat, its split's second column and every answer running in them."""
+        companion = self.store.split_companion(chat_id)
+        for gone in ((companion.id,) if companion is not None else ()) + (chat_id,):
+            self.forget(gone)
+        self.store.delete_chat(chat_id)
+        self.chat_deleted.emit(chat_id)
+        self.chats_changed.emit()
+
+    def forget(self, chat_id: int) -> None:
+        """Stop the chat's answer and drop its conversation model (read from the store again when opened)."""
+        self.stop(chat_id)
+        self._conversations.pop(chat_id, None)
+
+    def export_text(self, chat_id: int, fmt: str) -> str:
+        """The chat as Markdown (``md``) or JSON, every branch with its answers' thinking and tool calls."""
+        from app.agent.export import export_text
+
+        chat = self.store.get_chat(chat_id)
+        return export_text(chat, self.conversation(chat_id).messages(), fmt, self.steps,
+                           tree=self.store.all_messages(chat_id), image_data=self.store.images.data_url)  # fmt: skip
+
+    # -- side by side -----------------------------------------------------------------------
+    def split_companion(self, chat_id: int) -> ChatRecord | None:
+        """The chat's second column, while it is split side by side."""
+        return self.store.split_companion(chat_id)
+
+    def start_split(self, chat_id: int, model: str) -> ChatRecord:
+        """Split the chat side by side with ``model``: its second column is a copy of the chat.
+
+        Raises:
+            KeyError: no such chat.
+        """
+        companion = self.store.start_split(chat_id, model)
+        self.chat_copied.emit(chat_id, companion.id)
+        return companion
+
+    def end_split(self, chat_id: int) -> None:
+        """Close the chat's second column (its answer stops); its conversation stays, as a chat of the list."""
+        companion = self.store.split_companion(chat_id)
+        if companion is not None:
+            self.stop(companion.id)
+        self.store.end_split(chat_id)
+        self.chats_changed.emit()
+
+    def match_split(self, chat_id: int) -> None:
+        """The chat's second column takes the chat's settings again, with its own model (before each message)."""
+        chat, companion = self.store.get_chat(chat_id), self.store.split_companion(chat_id)
+        if chat is not None and companion is not None:
+            self.store.update_settings(companion.id, replace(chat.settings, model=companion.settings.model))
 
     # -- what the views need ------------------------------------------------------------------
     def conversation(self, chat_id: int) -> ConversationModel:
@@ -164,23 +255,6 @@ class ChatController(QObject):
         self.conversation(chat_id).reset([interrupted(m) for m in path], self.store.branch_counts(chat_id))
         return True
 
-    def fork(self, chat_id: int, message_id: int) -> ChatRecord | None:
-        """A new chat holding this one up to ``message_id`` (the branch shown), to go on from there."""
-        try:
-            fork = self.store.fork_chat(chat_id, message_id)
-        except KeyError:
-            return None
-        self.chat_forked.emit(chat_id, fork.id)
-        self.chats_changed.emit()
-        return fork
-
-    def update_settings(self, chat_id: int, settings: ChatSettings) -> ChatRecord:
-        return self.store.update_settings(chat_id, settings)
-
-    def forget(self, chat_id: int) -> None:
-        """Drop a deleted chat: stop its answer and its model."""
-        self.stop(chat_id)
-        self._conversations.pop(chat_id, None)
 
     # -- running answers ----------------------------------------------------------------------
     def _answer(self, chat_id: int, *, answer: MessageRecord | None = None) -> None:

@@ -8,15 +8,53 @@ one of ``finished`` or ``failed``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from app.net.api import HearthApi
 from app.net.chat_stream import ChatStream
 from app.net.types import ApiError, StreamResult
-from app.store.records import DocSource
+from app.store.records import ChatSettings, DocSource
 from engine.server.api_models import ChatDocuments
+
+
+@dataclass
+class ChatRequestBody:
+    """What one answer asks ``/v1/chat/completions`` for: the chat's model, its history as fitted and its
+    sampling, and what the preparers add (the thinking switch, document collections, pictures in messages)."""
+
+    model: str
+    messages: list[dict] = field(default_factory=list)
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int | None = None
+    seed: int | None = None
+    enable_thinking: bool | None = None  # None: the model's default (the template's ``enable_thinking``)
+    collections: tuple[str, ...] = ()  # document collections the worker answers from (the ``hearth`` extension)
+
+    @classmethod
+    def for_chat(cls, settings: ChatSettings, messages: list[dict]) -> ChatRequestBody:
+        sampling = settings.sampling
+        return cls(model=settings.model, messages=messages, temperature=sampling.temperature, top_p=sampling.top_p,
+                   max_tokens=sampling.max_tokens or None, seed=sampling.seed)  # fmt: skip
+
+    def params(self) -> dict[str, Any]:
+        """Every field but the model and the messages, as the API names them (the agent loop sends them each turn)."""
+        params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p}
+        if self.max_tokens:
+            params["max_tokens"] = self.max_tokens
+        if self.seed is not None:
+            params["seed"] = self.seed
+        if self.enable_thinking is not None:
+            params["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
+        if self.collections:
+            params["hearth"] = {"collections": list(self.collections)}
+        return params
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "messages": self.messages, **self.params()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,10 +63,9 @@ class ProducerEnd:
 
     finish_reason: str  # stop | length | cancelled
     completion_tokens: int | None = None
-    drafted_tokens: int = 0
+    accepted_draft_tokens: int = 0  # of completion_tokens, those speculative decoding drafted and the model kept
     reasoning_tokens: int | None = None
     answer: str | None = None  # the whole answer, where it differs from the streamed pieces (the agent's last turn)
-    estimated_tokens: bool = False  # completion_tokens is unknown: count the pieces
 
 
 class AnswerProducer(QObject):
@@ -43,7 +80,7 @@ class AnswerProducer(QObject):
     finished = Signal(ProducerEnd)
     failed = Signal(ApiError)
 
-    def start(self, body: dict) -> None:
+    def start(self, body: ChatRequestBody) -> None:
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -59,8 +96,8 @@ class StreamProducer(AnswerProducer):
         self._stream: ChatStream | None = None
         self._pieces = 0
 
-    def start(self, body: dict) -> None:
-        self._stream = self.api.stream_chat(body)
+    def start(self, body: ChatRequestBody) -> None:
+        self._stream = self.api.stream_chat(body.to_json())
         self._stream.delta.connect(self._delta)
         self._stream.reasoning.connect(self.reasoning)
         self._stream.documents.connect(self._documents)
@@ -89,9 +126,9 @@ class StreamProducer(AnswerProducer):
             ProducerEnd(
                 result.finish_reason,
                 completion_tokens=result.completion_tokens if result.completion_tokens is not None else counted,
-                drafted_tokens=result.drafted_tokens,
+                accepted_draft_tokens=result.accepted_draft_tokens,
             )
         )
 
 
-__all__ = ["AnswerProducer", "ProducerEnd", "StreamProducer"]
+__all__ = ["AnswerProducer", "ChatRequestBody", "ProducerEnd", "StreamProducer"]

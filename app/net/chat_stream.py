@@ -144,6 +144,6 @@ class ChatStream(QObject):
                     self._finish or "stop",
                     completion_tokens=self._usage.get("completion_tokens"),
                     prompt_tokens=self._usage.get("prompt_tokens"),
-                    drafted_tokens=int((self._usage.get("completion_tokens_details") or {}).get("accepted_prediction_tokens") or 0),
+                    accepted_draft_tokens=int((self._usage.get("completion_tokens_details") or {}).get("accepted_prediction_tokens") or 0),
                 )
             )

@@ -81,7 +81,7 @@ class StreamResult:
     finish_reason: str  # stop | length | cancelled
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
-    drafted_tokens: int = 0  # speculative decoding's drafted tokens the model kept
+    accepted_draft_tokens: int = 0  # speculative decoding's drafted tokens the model kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,12 +54,12 @@ class AttachmentSource(Protocol):
 class ChatsPage(QWidget):
     chat_opened = Signal(int)  # chat id: shown now (picked, new, or the next one after a delete)
     chat_model_changed = Signal(int, str)  # chat id, the model it now talks to
+    pictures_received = Signal(object)  # QMimeData with pictures, pasted or dropped on the message box
 
     def __init__(self, controller: ChatController, models: LocalModels, colors: ThemeColors, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("Page")
         self.controller = controller
-        self.store = controller.store
         self.models = models
         self.colors = colors
         self.chat_id: int | None = None
@@ -68,7 +68,7 @@ class ChatsPage(QWidget):
         self.engine_ready = False
         self.list_model = ChatListModel(self)
         self.sidebar = ChatSidebar(self.list_model, colors)
-        self.view = ChatView(colors, steps_source=controller.steps, picture_path=self.store.images.path)
+        self.view = ChatView(colors, steps_source=controller.steps, picture_path=controller.picture_path)
         self.composer = Composer(colors)
         self.settings_panel = ChatSettingsPanel()
         self.settings_panel.hide()
@@ -82,7 +82,7 @@ class ChatsPage(QWidget):
         self._notices = QVBoxLayout()  # features' notices above the conversation (add_notice)
         self._notices.setContentsMargins(0, 0, 0, 0)
         center.addLayout(self._notices)
-        self.split_column = SplitColumn(colors, controller.steps, picture_path=self.store.images.path)  # side by side: the second model's answers
+        self.split_column = SplitColumn(colors, controller.steps, picture_path=controller.picture_path)  # side by side: the second model's answers
         self.split_column.hide()
         main_column = QWidget()  # the chat's own column: over it, while split, the model it answers with
         main_layout = QVBoxLayout(main_column)
@@ -107,7 +107,7 @@ class ChatsPage(QWidget):
         self._row = row
         self._connect()
         self.refresh_list()
-        chats = self.store.list_chats()
+        chats = self.controller.chats()
         if chats:
             self.open_chat(chats[0].id)
         else:
@@ -141,7 +141,7 @@ class ChatsPage(QWidget):
         row.addWidget(self.export_button)
         self.settings_button = QToolButton()
         self.settings_button.setObjectName("chatSettingsButton")
-        self.settings_button.setToolTip("System prompt and sampling")
+        self.settings_button.setToolTip("System prompt, sampling and thinking")
         self.settings_button.setCheckable(True)
         self.settings_button.setIconSize(QSize(18, 18))
         self.settings_button.toggled.connect(self.settings_panel.setVisible)
@@ -167,8 +167,13 @@ class ChatsPage(QWidget):
         self.composer.add_attachment(widget)
 
     def add_attachment_source(self, source: AttachmentSource) -> None:
-        """A feature whose attachments go with each message sent from the composer."""
+        """A feature whose attachments go with each message sent from the composer (pasted or dropped
+        pictures come by :attr:`pictures_received`)."""
         self._attachment_sources.append(source)
+
+    def apply_pending_edits(self) -> None:
+        """Save the chat settings being edited now (before the window closes)."""
+        self.settings_panel.apply_now()
 
     def _set_header_icons(self) -> None:
         self.export_button.setIcon(icon("export", self.colors.muted))
@@ -181,6 +186,7 @@ class ChatsPage(QWidget):
         c.answer_finished.connect(self._answer_finished)
         c.run_started.connect(self._run_started)
         c.chats_changed.connect(self.refresh_list)
+        c.chat_deleted.connect(self._chat_deleted)
         self.sidebar.chat_selected.connect(self.open_chat)
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.search_changed.connect(lambda _q: self.refresh_list())
@@ -189,6 +195,7 @@ class ChatsPage(QWidget):
         self.list_model.rename_requested.connect(self.rename_chat)
         self.composer.send_requested.connect(self.send)
         self.composer.stop_requested.connect(self.stop)
+        self.composer.input.pictures_received.connect(self.pictures_received)
         self.split_column.model_chosen.connect(self._split_model_chosen)
         self.split_column.view.edit_submitted.connect(lambda mid, text: self._in_split(self.controller.edit_and_resend, mid, text))
         self.split_column.view.regenerate_clicked.connect(lambda: self._in_split(self.controller.regenerate))
@@ -204,7 +211,7 @@ class ChatsPage(QWidget):
 
     # -- chats --------------------------------------------------------------------------------
     def refresh_list(self) -> None:
-        self.list_model.set_chats(self.store.list_chats(self.sidebar.search.text()))
+        self.list_model.set_chats(self.controller.chats(self.sidebar.search.text()))
         for chat_id in self.controller.answering_chats():
             self.list_model.set_answering(chat_id, True)
         if self.chat_id is not None:
@@ -212,7 +219,7 @@ class ChatsPage(QWidget):
 
     def new_chat(self) -> None:
         """Open a new chat (the current one, if it is still empty), with the current chat's model."""
-        current = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        current = self.controller.chat(self.chat_id) if self.chat_id is not None else None
         if current is not None and not self.controller.conversation(current.id).rowCount():
             self.sidebar.search.clear()
             self.composer.input.setFocus()
@@ -221,14 +228,13 @@ class ChatsPage(QWidget):
         known = self.models.get(settings.model) or self.models.provider_of(settings.model)
         if not known and self.models.models and (current is None or self.models.remotes_known):
             settings = ChatSettings(model=self.models.models[0].name)  # that model is gone (a removed provider)
-        chat = self.store.create_chat(settings)
+        chat = self.controller.create_chat(settings)
         self.sidebar.search.clear()
         self.open_chat(chat.id)
-        self.refresh_list()
         self.composer.input.setFocus()
 
     def open_chat(self, chat_id: int) -> None:
-        chat = self.store.get_chat(chat_id)
+        chat = self.controller.chat(chat_id)
         if chat is None:
             return
         if self.chat_id is not None and self.chat_id != chat_id:
@@ -239,7 +245,7 @@ class ChatsPage(QWidget):
         self.settings_panel.set_settings(chat.settings)
         self._fill_models(chat.settings.model)
         self._set_empty_text(chat.settings.model)
-        self._show_split(self.store.split_companion(chat_id))
+        self._show_split(self.controller.split_companion(chat_id))
         self._update_answering()
         self.sidebar.select_chat(chat_id)
         self.chat_opened.emit(chat_id)
@@ -252,34 +258,29 @@ class ChatsPage(QWidget):
         if fork is not None:
             self.sidebar.search.clear()
             self.open_chat(fork.id)
-            self.refresh_list()
 
     def rename_chat(self, chat_id: int, title: str) -> None:
-        chat = self.store.rename_chat(chat_id, title)
+        chat = self.controller.rename(chat_id, title)
         if chat_id == self.chat_id:
             self.title.setText(chat.title)
-        self.refresh_list()
 
     def confirm_delete(self, chat_id: int) -> None:
-        chat = self.store.get_chat(chat_id)
+        chat = self.controller.chat(chat_id)
         if chat is None:
             return
         confirm(self, "Delete chat", f"Delete “{chat.title}” and all its messages?", "Delete", lambda: self.delete_chat(chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
-        companion = self.store.split_companion(chat_id)
-        if companion is not None:
-            self.controller.forget(companion.id)
-        self.controller.forget(chat_id)
-        self.store.delete_chat(chat_id)
-        if chat_id == self.chat_id:
+        self.controller.delete(chat_id)
+
+    def _chat_deleted(self, chat_id: int) -> None:
+        if chat_id == self.chat_id:  # the next chat of the list shows, or a new one
             self.chat_id = None
-            rest = self.store.list_chats()
+            rest = self.controller.chats()
             self.open_chat(rest[0].id) if rest else self.new_chat()
-        self.refresh_list()
 
     def export_chat(self, chat_id: int, fmt: str) -> None:
-        chat = self.store.get_chat(chat_id)
+        chat = self.controller.chat(chat_id)
         if chat is None:
             return
         suffix = "md" if fmt == "md" else "json"
@@ -290,12 +291,7 @@ class ChatsPage(QWidget):
             self.write_export(chat_id, Path(path), fmt)
 
     def write_export(self, chat_id: int, path: Path, fmt: str) -> None:
-        chat = self.store.get_chat(chat_id)
-        messages = self.controller.conversation(chat_id).messages()
-        from app.agent.export import export_text  # answers with their thinking and tool calls
-
-        text = export_text(chat, messages, fmt, self.controller.steps, tree=self.store.all_messages(chat_id),
-                           image_data=self.store.images.data_url)  # fmt: skip
+        text = self.controller.export_text(chat_id, fmt)
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
@@ -312,15 +308,13 @@ class ChatsPage(QWidget):
         if self.chat_id is None or on == (self._split_id is not None):
             return
         if on:
-            chat = self.store.get_chat(self.chat_id)
+            chat = self.controller.chat(self.chat_id)
             others = [name for _label, name in self._model_choices() if name != chat.settings.model]
             self.settings_panel.apply_now()
-            self._show_split(self.store.start_split(self.chat_id, others[0] if others else chat.settings.model))
+            self._show_split(self.controller.start_split(self.chat_id, others[0] if others else chat.settings.model))
         else:
-            self.controller.stop(self._split_id)
-            self.store.end_split(self.chat_id)
+            self.controller.end_split(self.chat_id)
             self._show_split(None)
-            self.refresh_list()
 
     def _show_split(self, companion: ChatRecord | None) -> None:
         self._split_id = companion.id if companion is not None else None
@@ -332,7 +326,7 @@ class ChatsPage(QWidget):
         if companion is None:
             self.split_column.view.set_model(None)
             return
-        chat = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        chat = self.controller.chat(self.chat_id) if self.chat_id is not None else None
         self.main_column_label.setText(f"This chat's model: {chat.settings.model}" if chat is not None else "")
         self.split_column.view.set_model(self.controller.conversation(companion.id))
         self.split_column.view.set_empty_text(f"<p>The same messages go to <b>{companion.settings.model}</b> here.</p>")
@@ -345,7 +339,7 @@ class ChatsPage(QWidget):
         self.columns.setSizes([half, half])
 
     def _split_model_chosen(self, name: str) -> None:
-        companion = self.store.get_chat(self._split_id) if self._split_id is not None else None
+        companion = self.controller.chat(self._split_id) if self._split_id is not None else None
         if companion is not None and name:
             self.controller.update_settings(companion.id, replace(companion.settings, model=name))
 
@@ -362,10 +356,8 @@ class ChatsPage(QWidget):
         if self.chat_id is None:
             return
         self.settings_panel.apply_now()
-        if self._split_id is not None:  # the second column keeps the chat's prompt and sampling, with its model
-            chat, companion = self.store.get_chat(self.chat_id), self.store.get_chat(self._split_id)
-            if chat is not None and companion is not None:
-                self.controller.update_settings(companion.id, replace(chat.settings, model=companion.settings.model))
+        if self._split_id is not None:  # the second column keeps the chat's settings, with its model
+            self.controller.match_split(self.chat_id)
             if self.controller.is_answering(self._split_id):
                 self.composer.input.setPlainText(text)
                 return
@@ -396,7 +388,7 @@ class ChatsPage(QWidget):
         if chat_id in (self.chat_id, self._split_id):
             self._update_answering()
         if chat_id == self.chat_id:
-            chat = self.store.get_chat(chat_id)
+            chat = self.controller.chat(chat_id)
             self.title.setText(chat.title if chat else "")
 
     def _answer_finished(self, outcome: AnswerOutcome) -> None:
@@ -405,10 +397,11 @@ class ChatsPage(QWidget):
             self._update_answering()
 
     def _settings_edited(self, settings: ChatSettings) -> None:
-        """The panel's part of the settings (prompt, sampling); the chat's other settings stay as stored."""
-        chat = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        """The panel's part of the settings (prompt, sampling, thinking); the chat's other settings stay as stored."""
+        chat = self.controller.chat(self.chat_id) if self.chat_id is not None else None
         if chat is not None:
-            merged = replace(chat.settings, system_prompt=settings.system_prompt, sampling=settings.sampling)
+            merged = replace(chat.settings, system_prompt=settings.system_prompt, sampling=settings.sampling,
+                             thinking=settings.thinking)  # fmt: skip
             self.controller.update_settings(chat.id, merged)
 
     # -- models -------------------------------------------------------------------------------
@@ -449,11 +442,11 @@ class ChatsPage(QWidget):
         self._refill()
 
     def _refill(self) -> None:
-        chat = self.store.get_chat(self.chat_id) if self.chat_id is not None else None
+        chat = self.controller.chat(self.chat_id) if self.chat_id is not None else None
         if chat is not None:
             self._fill_models(chat.settings.model)
             self._set_empty_text(chat.settings.model)
-        companion = self.store.get_chat(self._split_id) if self._split_id is not None else None
+        companion = self.controller.chat(self._split_id) if self._split_id is not None else None
         if companion is not None:
             self.split_column.fill_models(self._model_choices(), companion.settings.model)
 
@@ -469,7 +462,7 @@ class ChatsPage(QWidget):
         name = self.model_combo.itemData(index)
         if self.chat_id is None or not name:
             return
-        chat = self.store.get_chat(self.chat_id)
+        chat = self.controller.chat(self.chat_id)
         settings = replace(chat.settings, model=name)
         self.controller.update_settings(self.chat_id, settings)
         self.settings_panel.set_settings(settings)

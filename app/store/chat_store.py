@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, delete, event, func, or_, select, update
+from sqlalchemy import Engine, create_engine, delete, event, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -93,8 +93,8 @@ def _open_checked(path: Path, busy_timeout: float) -> Engine:
         if verdict != "ok":
             raise StoreDamaged(str(verdict))
         before = migrate.ensure_current(engine)
-        if legacy_flags.moved_now(path, before, migrate.HEAD_REVISION):
-            legacy_flags.drop_flags(path)  # only now that the rows hold them (the upgrade is committed)
+        # Only now that the rows hold them (the upgrade is committed): the tables moved out of mcp-servers.json.
+        legacy_flags.drop_tables(path, legacy_flags.moved_tables(path, before, migrate.HEAD_REVISION))
     except DBAPIError as exc:
         engine.dispose()
         kind = classify(exc)
@@ -296,10 +296,6 @@ class ChatStore(BranchingStore):
             s.get(ChatRow, companion.id).split_of = None
         return self.get_chat(companion.id)
 
-    def count_chats(self) -> int:
-        with self.session() as s:
-            return s.scalar(select(func.count(ChatRow.id))) or 0
-
     # -- messages -----------------------------------------------------------------------------
     def messages(self, chat_id: int) -> list[MessageRecord]:
         """The chat's active path, first message to last (other branches: :meth:`all_messages`)."""
@@ -459,10 +455,6 @@ class ChatStore(BranchingStore):
         it only where the model's template asks for it). Not the chat's thinking switch: that is
         ``ChatSettings.thinking``."""
         return {mid: s.reasoning for mid, s in self.chat_steps(chat_id).items() if s.reasoning}
-
-    def thinking(self, chat_id: int) -> dict[int, str]:
-        """The old name of :meth:`reasoning_texts`."""
-        return self.reasoning_texts(chat_id)
 
     def delete_messages_after(self, chat_id: int, message_id: int, *, inclusive: bool = False) -> None:
         """Delete every message below ``message_id`` in the chat, on every branch (and it, if

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest revision in migrations/versions (a test keeps the two in step). A database already
 # there skips importing Alembic at all, which saves a few hundred milliseconds at every launch.
-HEAD_REVISION = "0008_message_images"
+HEAD_REVISION = "0010_accepted_draft_tokens"
 
 
 def alembic_config(url: str):

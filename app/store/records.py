@@ -28,13 +28,15 @@ class SamplingSettings:
 @dataclass(frozen=True, slots=True)
 class ChatSettings:
     """Per-chat choices: the model, the system prompt, the sampling, the thinking switch (None: the
-    model's default) and whether the model must call a tool on its first turn."""
+    model's default), whether the model must call a tool on its first turn, and the MCP servers (by name)
+    its answers may call."""
 
     model: str = STARTER_NAME
     system_prompt: str = ""
     sampling: SamplingSettings = SamplingSettings()
     thinking: bool | None = None
     tool_first: bool = False
+    mcp_servers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,7 @@ class AnswerStats:
     dropped_messages: int = 0
     model: str = ""
     error: str | None = None
-    drafted_tokens: int = 0  # of ``tokens``, those speculative decoding drafted and the model kept
+    accepted_draft_tokens: int = 0  # of ``tokens``, those speculative decoding drafted and the model kept
 
 
 @dataclass

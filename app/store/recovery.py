@@ -99,6 +99,10 @@ class Copied:
     complete: bool  # every row could be read
 
 
+# Columns of the messages table an older database names otherwise (old name -> this one's).
+RENAMED = {"drafted_tokens": "accepted_draft_tokens"}
+
+
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
 
@@ -167,7 +171,7 @@ def copy_chats(source: Path, target: sqlite3.Connection) -> Copied:
     try:
         try:
             chat_cols = [c for c in _columns(src, "chats") if c in set(_columns(target, "chats"))]
-            message_cols = [c for c in _columns(src, "messages") if c in set(_columns(target, "messages"))]
+            message_cols = [c for c in _columns(src, "messages") if RENAMED.get(c, c) in set(_columns(target, "messages"))]
         except sqlite3.DatabaseError:
             return Copied(0, 0, False)
         if "id" not in chat_cols or "id" not in message_cols:
@@ -181,7 +185,7 @@ def copy_chats(source: Path, target: sqlite3.Connection) -> Copied:
     insert_chat = f"INSERT INTO chats ({', '.join(kept_chat_cols)}) VALUES ({', '.join('?' * len(kept_chat_cols))})"
     kept_message_cols = [c for c in message_cols if c not in ("id", "chat_id", "parent_id")]
     insert_message = (
-        f"INSERT INTO messages (chat_id, parent_id, {', '.join(kept_message_cols)}) "
+        f"INSERT INTO messages (chat_id, parent_id, {', '.join(RENAMED.get(c, c) for c in kept_message_cols)}) "
         f"VALUES (?, ?, {', '.join('?' * len(kept_message_cols))})"
     )
     has_parents = "parent_id" in message_cols  # an older database's chats are one branch each

@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
 from app.store.chat_documents import collections_from, sources_from
 from app.store.images import images_from
 from app.store.records import AnswerStats, ChatRecord, ChatSettings, MessageRecord, SamplingSettings
 from app.store.schema import ChatRow, MessageRow
 
-# The columns of a chat's settings (a fork copies them).
-SETTINGS_COLUMNS = ("model", "system_prompt", "temperature", "top_p", "max_tokens", "seed", "thinking", "tool_first")
+log = logging.getLogger(__name__)
+
+# The columns of a chat's settings (a fork and a split's column copy them).
+SETTINGS_COLUMNS = (
+    "model", "system_prompt", "temperature", "top_p", "max_tokens", "seed", "thinking", "tool_first", "mcp_servers",
+)  # fmt: skip
+
+
+def names_json(names: tuple[str, ...] | list[str]) -> str:
+    """A list of names as a column holds it: in their order, each once."""
+    return json.dumps(list(dict.fromkeys(str(n) for n in names)), ensure_ascii=False)
+
+
+def names_from(text: str | None) -> tuple[str, ...]:
+    """The names a column holds; none where it cannot be read."""
+    try:
+        names = json.loads(text or "[]")
+    except ValueError:
+        log.warning("a chat's MCP servers cannot be read: %.80r", text)
+        return ()
+    return tuple(str(n) for n in names) if isinstance(names, list) else ()
 
 
 def chat_record(row: ChatRow) -> ChatRecord:
@@ -21,6 +43,7 @@ def chat_record(row: ChatRow) -> ChatRecord:
         sampling=sampling,
         thinking=row.thinking,
         tool_first=bool(row.tool_first),
+        mcp_servers=names_from(row.mcp_servers),
     )
     return ChatRecord(
         id=row.id,
@@ -44,7 +67,7 @@ def message_record(row: MessageRow) -> MessageRecord:
             dropped_messages=row.dropped_messages or 0,
             model=row.model or "",
             error=row.error,
-            drafted_tokens=row.drafted_tokens or 0,
+            accepted_draft_tokens=row.accepted_draft_tokens or 0,
         )
     return MessageRecord(
         id=row.id,
@@ -68,6 +91,7 @@ def apply_settings(row: ChatRow, settings: ChatSettings) -> None:
     row.seed = settings.sampling.seed
     row.thinking = settings.thinking
     row.tool_first = settings.tool_first
+    row.mcp_servers = names_json(settings.mcp_servers)
 
 
 def stats_values(stats: AnswerStats) -> dict:
@@ -79,7 +103,7 @@ def stats_values(stats: AnswerStats) -> dict:
         "finish_reason": stats.finish_reason,
         "dropped_messages": stats.dropped_messages,
         "error": stats.error,
-        "drafted_tokens": stats.drafted_tokens,
+        "accepted_draft_tokens": stats.accepted_draft_tokens,
     }
 
 
@@ -91,4 +115,4 @@ def apply_stats(row: MessageRow, stats: AnswerStats) -> None:
         setattr(row, key, value)
 
 
-__all__ = ["SETTINGS_COLUMNS", "STATS_FIELDS", "apply_settings", "apply_stats", "chat_record", "message_record", "stats_values"]
+__all__ = ["SETTINGS_COLUMNS", "names_from", "names_json", "STATS_FIELDS", "apply_settings", "apply_stats", "chat_record", "message_record", "stats_values"]

@@ -35,6 +35,9 @@ class ChatRow(Base):
     # The thinking switch (NULL: the model's default) and "call a tool first".
     thinking: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     tool_first: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # The MCP servers the chat's answers may call: a JSON list of their names (the servers themselves are the
+    # app's, in mcp-servers.json).
+    mcp_servers: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
     # Side by side: this chat is the second model's column of chat ``split_of`` (hidden from the list).
     split_of: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
 
@@ -62,7 +65,7 @@ class MessageRow(Base):
     finish_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
     dropped_messages: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    drafted_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # speculative decoding's, kept
+    accepted_draft_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # speculative decoding's, kept
     # The document passages an answer was given (records.DocSource objects as a JSON list); NULL when none.
     doc_sources: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The pictures attached (app.store.images.ImageRef as a JSON list); the files are in the images folder.

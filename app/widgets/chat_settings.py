@@ -1,6 +1,6 @@
-"""ChatSettingsPanel: the current chat's system prompt and sampling, and the context policy.
+"""ChatSettingsPanel: the current chat's system prompt, sampling and thinking switch, and the context policy.
 
-Edits apply to the chat as they are made (after a short pause), for its next answer.
+Edits apply to the chat as they are made (typing after a short pause, the switch at once), for its next answer.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDoubleSpinBox,
     QFormLayout,
     QFrame,
@@ -50,28 +51,13 @@ class ChatSettingsPanel(QFrame):
         self.system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
         self.system_prompt.setFixedHeight(110)
         column.addWidget(self.system_prompt)
-        form = QFormLayout()
-        form.setVerticalSpacing(8)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setObjectName("temperature")
-        self.temperature.setRange(0.0, 2.0)
-        self.temperature.setSingleStep(0.1)
-        self.top_p = QDoubleSpinBox()
-        self.top_p.setObjectName("topP")
-        self.top_p.setRange(0.05, 1.0)
-        self.top_p.setSingleStep(0.05)
-        self.max_tokens = QSpinBox()
-        self.max_tokens.setObjectName("maxTokens")
-        self.max_tokens.setRange(0, 32768)
-        self.max_tokens.setSpecialValueText("no limit")
-        self.seed = QLineEdit()
-        self.seed.setObjectName("seed")
-        self.seed.setPlaceholderText("random")
-        form.addRow("Temperature", self.temperature)
-        form.addRow("Top-p", self.top_p)
-        form.addRow("Max tokens", self.max_tokens)
-        form.addRow("Seed", self.seed)
-        column.addLayout(form)
+        column.addLayout(self._sampling_form())
+        # Checked unless switched off: a chat that never chose keeps the model's own default (None).
+        self.thinking = QCheckBox("Let the model think first")
+        self.thinking.setObjectName("thinkingSwitch")
+        self.thinking.setToolTip("Off: models that can answer without thinking do (their chat template says so)")
+        self.thinking.toggled.connect(self._switched)
+        column.addWidget(self.thinking)
         policy_title = QLabel("Long chats")
         policy_title.setObjectName("SectionTitle")
         column.addSpacing(6)
@@ -94,6 +80,30 @@ class ChatSettingsPanel(QFrame):
         ):
             signal.connect(self._edited)
 
+    def _sampling_form(self) -> QFormLayout:
+        form = QFormLayout()
+        form.setVerticalSpacing(8)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setObjectName("temperature")
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setObjectName("topP")
+        self.top_p.setRange(0.05, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setObjectName("maxTokens")
+        self.max_tokens.setRange(0, 32768)
+        self.max_tokens.setSpecialValueText("no limit")
+        self.seed = QLineEdit()
+        self.seed.setObjectName("seed")
+        self.seed.setPlaceholderText("random")
+        form.addRow("Temperature", self.temperature)
+        form.addRow("Top-p", self.top_p)
+        form.addRow("Max tokens", self.max_tokens)
+        form.addRow("Seed", self.seed)
+        return form
+
     def set_settings(self, settings: ChatSettings) -> None:
         self._timer.stop()
         self._loading = True
@@ -103,6 +113,7 @@ class ChatSettingsPanel(QFrame):
         self.top_p.setValue(settings.sampling.top_p)
         self.max_tokens.setValue(settings.sampling.max_tokens or 0)
         self.seed.setText("" if settings.sampling.seed is None else str(settings.sampling.seed))
+        self.thinking.setChecked(settings.thinking is not False)
         self._loading = False
 
     def current(self) -> ChatSettings:
@@ -113,11 +124,18 @@ class ChatSettingsPanel(QFrame):
             max_tokens=self.max_tokens.value() or None,
             seed=int(seed_text) if seed_text.lstrip("-").isdigit() else None,
         )
-        return replace(self._settings, system_prompt=self.system_prompt.toPlainText(), sampling=sampling)
+        thinking = self._settings.thinking  # unchanged while the box shows it (None shows checked)
+        if self.thinking.isChecked() != (thinking is not False):
+            thinking = self.thinking.isChecked()
+        return replace(self._settings, system_prompt=self.system_prompt.toPlainText(), sampling=sampling, thinking=thinking)
 
     def _edited(self, *_args) -> None:
         if not self._loading:
             self._timer.start()
+
+    def _switched(self, _on: bool) -> None:
+        if not self._loading:
+            self.apply_now()
 
     def apply_now(self) -> None:
         """Apply pending edits at once (also done before a message is sent)."""

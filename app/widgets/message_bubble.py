@@ -47,8 +47,8 @@ def stats_text(stats: AnswerStats | None, streaming: bool) -> str:
         parts.append(f"{stats.tokens_per_second:.1f} tok/s")
     if stats.tokens:
         parts.append(f"{stats.tokens} tokens")
-        if stats.drafted_tokens:
-            parts.append(f"{round(100 * stats.drafted_tokens / stats.tokens)}% drafted")
+        if stats.accepted_draft_tokens:
+            parts.append(f"{round(100 * stats.accepted_draft_tokens / stats.tokens)}% drafted")
     if stats.ttft is not None:
         parts.append(f"first token {stats.ttft * 1000:.0f} ms")
     if stats.finish_reason == "cancelled":

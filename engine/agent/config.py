@@ -317,20 +317,6 @@ class McpServerStore:
             raise McpImportDeclined(plan.replaces)
         return self.apply_import(plan)
 
-    # -- per chat -----------------------------------------------------------------------------
-    def chat_servers(self, chat: str) -> list[str]:
-        """The servers a chat (any key: the app's chat id) uses; none unless chosen."""
-        return [str(n) for n in self._read().get("chats", {}).get(chat, [])]
-
-    def set_chat_servers(self, chat: str, names: list[str]) -> None:
-        data = self._read()
-        chats = data.setdefault("chats", {})
-        if names:
-            chats[chat] = list(names)
-        else:
-            chats.pop(chat, None)
-        self._write(data)
-
     # -- approvals ----------------------------------------------------------------------------
     def always_allowed(self) -> list[str]:
         """``server/tool`` names the user chose to always allow."""

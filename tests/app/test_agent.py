@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from app.agent.widgets import ToolCallCard
-from app.chat.preparers import AnswerRequest
+from app.chat.preparers import AnswerRequest, ChatRequestBody
 from app.store.records import AnswerSteps
 from engine.agent import AgentEvent
 from tests.app.conftest import ANSWER_TIMEOUT_MS
@@ -54,7 +54,8 @@ def setup_chat(qtbot, window, recorder, *keep: str) -> int:
     dialog.set_used(name, True)  # the check box of the server in this chat
     dialog.tool_first.setChecked(True)
     dialog.close()
-    assert agent.chat_servers(chat_id) == [name] and window.store.get_chat(chat_id).settings.tool_first
+    settings = window.store.get_chat(chat_id).settings
+    assert settings.mcp_servers == (name,) and settings.tool_first  # kept with the chat
     assert window.tools.tools_button.text() == "Tools (1)"
     return chat_id
 
@@ -71,7 +72,8 @@ def wait_dialog(qtbot, window):
 
 def prepared(window, chat_id: int) -> AnswerRequest:
     """What the controller's preparers make of an empty request of the chat."""
-    request = AnswerRequest(chat=window.store.get_chat(chat_id), body={})
+    chat = window.store.get_chat(chat_id)
+    request = AnswerRequest(chat=chat, body=ChatRequestBody.for_chat(chat.settings, []))
     for preparer in window.controller.preparers:
         preparer.prepare(request)
     return request
@@ -85,10 +87,15 @@ def test_mcp_json_import_lists_tools_and_switches_them(qtbot, window, recorder):
     name, path, _log = recorder
     chat_id = fresh_chat(window)
     dialog = window.tools.open_servers()
-    assert prepared(window, chat_id).body == {}  # the model's own default
-    dialog.thinking.setChecked(False)  # the chat's thinking switch, kept in the chat's settings
+    from PySide6.QtWidgets import QCheckBox
+
+    assert dialog.findChild(QCheckBox, "thinkingSwitch") is None  # thinking is edited with the chat's settings
+    switch = window.chats.settings_panel.thinking
+    assert switch.isChecked() and "chat_template_kwargs" not in prepared(window, chat_id).body.params()  # the model's own default
+    switch.setChecked(False)  # the chat's thinking switch, kept in the chat's settings at once
     request = prepared(window, chat_id)
-    assert request.body == {"chat_template_kwargs": {"enable_thinking": False}} and request.added == ["Thinking off"]
+    assert request.body.params()["chat_template_kwargs"] == {"enable_thinking": False} and request.added == ["Thinking off"]
+    assert window.store.get_chat(chat_id).settings.thinking is False
     dialog.import_file(str(path))
     assert name in dialog.server_names()
     bad = path.with_name("bad.json")
@@ -209,7 +216,7 @@ def test_thinking_streams_then_folds_when_the_answer_starts(qtbot, window, store
     conversation.append(answer, streaming=True)
     run = AnswerRun(api=window.api, store=store, conversation=conversation, chat=chat, answer=answer,
                     history=[], context_length=2048, parent=window)  # fmt: skip
-    producer = run.attach(AgentProducer(window.agent, window.tools.preparer.client, chat_id))
+    producer = run.attach(AgentProducer(window.agent, window.tools.preparer.client, chat_id, servers=()))
     run.steps_changed.connect(lambda _mid: bubbles(window)[-1].show_steps(run.kept_steps()))
     thinking = bubbles(window)[-1].steps.thinking
     for piece in ("Light is ", "scattered by ", "the air."):  # a stream's thinking deltas
@@ -302,7 +309,7 @@ def test_a_server_that_dies_while_idle_is_shown_with_its_stderr_and_the_chat_goe
     path.write_text(json.dumps(data))
     chat_id = setup_chat(qtbot, window, recorder, "lookup")
     agent, ui = window.agent, window.tools
-    agent.runtime.call(agent.hub_for(chat_id), timeout=60)  # the chat's servers, as its answers start them
+    agent.runtime.call(agent.hub_for(chat_id, (name,)), timeout=60)  # the chat's servers, as its answers start them
     qtbot.waitUntil(lambda: agent.failures(chat_id) == [] and ui.server_notice.isHidden(), timeout=10_000)
     trigger.touch()  # no answer is running, no call is made
     qtbot.waitUntil(lambda: not ui.server_notice.isHidden(), timeout=30_000)

@@ -19,16 +19,17 @@ APP = Path(__file__).resolve().parents[2] / "app"
 class ShortAnswers:
     """A feature of this test: answers of one chat stop after two tokens."""
 
-    name = "short answers"  # not one of the known kinds: it runs last
+    name = "short answers"
+    order = 100  # a feature of its own: after the app's
 
     def __init__(self, chat_id: int) -> None:
         self.chat_id = chat_id
         self.seen: list[dict] = []
 
     def prepare(self, request: AnswerRequest) -> None:
-        self.seen.append(dict(request.body))
+        self.seen.append(request.body.to_json())
         if request.chat.id == self.chat_id:
-            request.body["max_tokens"] = 2
+            request.body.max_tokens = 2
             request.added.append("Two tokens at most")
 
 
@@ -38,6 +39,11 @@ def test_preparers_run_in_order_and_what_they_add_reaches_the_worker_and_the_ans
     chat_id = fresh_chat(window, max_tokens=24)
     feature = ShortAnswers(chat_id)
     controller.add_preparer(feature)
+    first = ShortAnswers(-1)
+    first.name, first.order = "first", 0  # one that declares it runs before the app's, added later
+    controller.add_preparer(first)
+    assert [p.name for p in controller.preparers] == ["first", "documents", "thinking", "tools", "attachments", "short answers"]
+    controller.remove_preparer(first)
     try:
         assert [p.name for p in controller.preparers] == ["documents", "thinking", "tools", "attachments", "short answers"]
         outcome = send_and_wait(qtbot, window, "Count from one to twenty.")
@@ -95,3 +101,26 @@ def test_the_app_has_one_http_client():
                 names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
             offenders += [f"{path.name}: {n}" for n in names if n.startswith(other_clients) or n.endswith(".ChatClient")]
     assert offenders == []
+
+
+# What a feature may use of the chats page: its named places, its signals and the chat on screen.
+PAGE_PLACES = {
+    "add_header_button", "add_notice", "add_side_panel", "add_attachment", "add_attachment_source",
+    "chat_id", "chat_opened", "chat_model_changed", "pictures_received", "window",
+}  # fmt: skip
+
+
+def test_features_use_only_the_pages_named_places():
+    """A feature in app/features reaches nothing of the chats page but its named places (not its composer,
+    its settings panel or its views)."""
+    used = set()
+    for path in (APP / "features").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute):
+                owner = node.value
+                if (isinstance(owner, ast.Name) and owner.id == "page") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "page"
+                ):
+                    used.add(f"{path.name}: {node.attr}")
+    assert {u for u in used if u.split(": ")[1] not in PAGE_PLACES} == set()
+    assert any(u.endswith("add_header_button") for u in used)  # the check still sees the features' calls

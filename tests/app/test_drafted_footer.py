@@ -17,7 +17,7 @@ TEXT = (
 
 
 def test_the_footer_says_what_share_was_drafted():
-    assert stats_text(AnswerStats(tokens=312, drafted_tokens=181), False) == "312 tokens · 58% drafted"
+    assert stats_text(AnswerStats(tokens=312, accepted_draft_tokens=181), False) == "312 tokens · 58% drafted"
     assert stats_text(AnswerStats(tokens=40), False) == "40 tokens"
 
 
@@ -35,7 +35,7 @@ def test_an_answer_says_as_much_as_the_worker_drafted_for_it(qtbot, window, stor
     outcome = send_and_wait(qtbot, window, f"Copy this text exactly:\n\n{TEXT}")
     assert outcome.error is None
     stats = outcome.message.stats
-    assert 0 <= stats.drafted_tokens <= accepted_drafts(engine) - before  # the app's other requests (a title) too
-    assert ("% drafted" in bubbles(window)[-1].stats.text()) == (stats.drafted_tokens > 0)
+    assert 0 <= stats.accepted_draft_tokens <= accepted_drafts(engine) - before  # the app's other requests (a title) too
+    assert ("% drafted" in bubbles(window)[-1].stats.text()) == (stats.accepted_draft_tokens > 0)
     assert bubbles(window)[-1].stats.text() == stats_text(stats, False)
-    assert store.messages(chat_id)[-1].stats.drafted_tokens == stats.drafted_tokens
+    assert store.messages(chat_id)[-1].stats.accepted_draft_tokens == stats.accepted_draft_tokens

@@ -104,7 +104,7 @@ def test_an_answers_steps_live_with_it_in_the_chat_store(tmp_path):
     try:
         assert store.steps(answer.id) == steps and store.steps(question.id) is None
         assert store.chat_steps(chat.id) == {answer.id: steps}
-        assert store.thinking(chat.id) == {answer.id: "They drift apart\nwhen asleep."}
+        assert store.reasoning_texts(chat.id) == {answer.id: "They drift apart\nwhen asleep."}
         messages = store.messages(chat.id)
         md = to_markdown(chat, messages, store.chat_steps(chat.id))
         assert md.index("> They drift apart") < md.index("`lookup`") < md.index("So as not to drift apart.")
@@ -191,7 +191,7 @@ def test_a_long_history_keeps_the_newest_turns_and_the_system_prompt():
 
 def test_earlier_thinking_goes_with_its_answer_for_the_engine_to_keep_or_drop():
     history = [_msg(1, "user", "2+2?"), _msg(2, "assistant", "4"), _msg(3, "user", "and 3+3?")]
-    fit = fit_history(history, system_prompt="", context_length=4096, max_tokens=None, thinking={2: "add them"})
+    fit = fit_history(history, system_prompt="", context_length=4096, max_tokens=None, reasoning={2: "add them"})
     assert fit.messages == (
         {"role": "user", "content": "2+2?"},
         {"role": "assistant", "content": "4", "reasoning_content": "add them"},

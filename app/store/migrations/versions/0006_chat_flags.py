@@ -1,7 +1,7 @@
 """Each chat's thinking switch and "tool first" flag live in its row, with its other settings.
 
 An earlier Hearth kept them in ``mcp-servers.json`` beside the database; they are copied into the rows here,
-and :func:`app.store.legacy_flags.drop_flags` takes them out of that file once this revision is committed.
+and :func:`app.store.legacy_flags.drop_tables` takes them out of that file once this revision is committed.
 
 Revision ID: 0006_chat_flags
 Revises: 0005_message_branches

@@ -75,6 +75,7 @@ class PicturesPreparer:
     cannot see gets the text, and the answer says the pictures were left out."""
 
     name = "attachments"
+    order = 40  # last: it rewrites messages into parts, once everything else has its text
 
     def __init__(self, images: ImageStore, sees: Callable[[str], bool]) -> None:
         self.images = images
@@ -89,7 +90,7 @@ class PicturesPreparer:
             request.added.append(f"Pictures left out: {model} cannot see them")
             return
         sent = 0
-        messages = request.body["messages"]
+        messages = request.body.messages
         for index, record in with_pictures:
             parts: list[dict] = [{"type": "text", "text": messages[index]["content"]}]
             for ref in record.images:
@@ -131,7 +132,7 @@ class PicturesFeature(QObject):
         page.add_attachment(self.row)
         page.add_attachment_source(self)
         controller.add_preparer(PicturesPreparer(self.images, self.sees))
-        page.composer.input.pictures_received.connect(self.receive)
+        page.pictures_received.connect(self.receive)
         page.chat_opened.connect(lambda _id: self.refresh())
         page.chat_model_changed.connect(lambda _id, _m: self.refresh())
         models.changed.connect(lambda _m: self.refresh())
@@ -146,7 +147,7 @@ class PicturesFeature(QObject):
         return "vision" in info.capabilities
 
     def _model(self) -> str | None:
-        chat = self.controller.store.get_chat(self.page.chat_id) if self.page.chat_id is not None else None
+        chat = self.controller.chat(self.page.chat_id) if self.page.chat_id is not None else None
         return chat.settings.model if chat is not None else None
 
     def refresh(self) -> None:

@@ -29,6 +29,7 @@ class ToolsPreparer(QObject):
     """Chats with MCP servers on answer through the agent loop (tool choice from the chat's settings)."""
 
     name = "tools"
+    order = 30  # after documents and thinking: the agent loop it may choose sends the whole body each turn
     producer_made = Signal(object)  # AgentProducer: the feature queues its approvals
 
     def __init__(self, agent: AgentService, client: QtTurnClient, parent: QObject | None = None) -> None:
@@ -38,13 +39,13 @@ class ToolsPreparer(QObject):
 
     def prepare(self, request: AnswerRequest) -> None:
         chat = request.chat
-        servers = self.agent.chat_servers(chat.id)
+        servers = tuple(self.agent.known(chat.settings.mcp_servers))
         if not servers:
             return
         tool_choice = "required" if chat.settings.tool_first else "auto"
 
         def make() -> AgentProducer:
-            producer = AgentProducer(self.agent, self.client, chat.id, tool_choice=tool_choice)
+            producer = AgentProducer(self.agent, self.client, chat.id, servers=servers, tool_choice=tool_choice)
             self.producer_made.emit(producer)
             return producer
 
@@ -68,7 +69,7 @@ class ToolsFeature(QObject):
         self.tools_button = QToolButton()
         self.tools_button.setObjectName("mcpToolsButton")
         self.tools_button.setText("Tools")
-        self.tools_button.setToolTip("MCP servers this chat may use, and the model's thinking")
+        self.tools_button.setToolTip("MCP servers this chat may use")
         self.tools_button.setIconSize(QSize(18, 18))
         self.tools_button.clicked.connect(self.open_servers)
         page.add_header_button(self.tools_button)
@@ -84,14 +85,13 @@ class ToolsFeature(QObject):
         self.preparer.producer_made.connect(self._producer_made)
         controller.add_preparer(self.preparer)
         page.chat_opened.connect(lambda _id: self.update_button())
-        controller.chat_forked.connect(lambda chat_id, fork_id: agent.set_chat_servers(fork_id, agent.chat_servers(chat_id)))
         agent.server_state_changed.connect(self._server_state_changed)
         self.update_button()
 
     def update_button(self) -> None:
         """The Tools button and the stopped-server notice, for the chat on screen."""
         chat_id = self.page.chat_id
-        n = len(self.agent.chat_servers(chat_id)) if chat_id is not None else 0
+        n = len(self.chat_servers(chat_id)) if chat_id is not None else 0
         failures = self.agent.failures(chat_id) if chat_id is not None else []
         stopped = f", {len(failures)} stopped" if failures else ""
         self.tools_button.setText(f"Tools ({n}{stopped})" if n else "Tools")
@@ -117,22 +117,25 @@ class ToolsFeature(QObject):
         dialog.open()
         return dialog
 
-    def chat_switches(self, chat_id: int) -> tuple[bool | None, bool]:
-        """A chat's thinking switch (None: the model's default) and tool-first flag."""
-        chat = self.controller.store.get_chat(chat_id)
-        return (chat.settings.thinking, chat.settings.tool_first) if chat is not None else (None, False)
+    def chat_servers(self, chat_id: int) -> list[str]:
+        """The saved MCP servers the chat uses (kept in its settings)."""
+        chat = self.controller.chat(chat_id)
+        return self.agent.known(chat.settings.mcp_servers) if chat is not None else []
 
-    def set_chat_switches(self, chat_id: int, *, thinking: bool | None = None, tool_first: bool | None = None) -> None:
-        """Change a chat's thinking switch or tool-first flag (kept in its settings)."""
-        chat = self.controller.store.get_chat(chat_id)
-        if chat is None:
-            return
-        settings = chat.settings
-        if thinking is not None:
-            settings = replace(settings, thinking=thinking)
-        if tool_first is not None:
-            settings = replace(settings, tool_first=tool_first)
-        self.controller.update_settings(chat_id, settings)
+    def set_chat_servers(self, chat_id: int, names: list[str]) -> None:
+        chat = self.controller.chat(chat_id)
+        if chat is not None:
+            self.controller.update_settings(chat_id, replace(chat.settings, mcp_servers=tuple(names)))
+
+    def tool_first(self, chat_id: int) -> bool:
+        """Whether the chat's model must call a tool before it answers (kept in its settings)."""
+        chat = self.controller.chat(chat_id)
+        return chat is not None and chat.settings.tool_first
+
+    def set_tool_first(self, chat_id: int, on: bool) -> None:
+        chat = self.controller.chat(chat_id)
+        if chat is not None:
+            self.controller.update_settings(chat_id, replace(chat.settings, tool_first=on))
 
     # -- approvals --------------------------------------------------------------------------------
     def _producer_made(self, producer: AgentProducer) -> None:

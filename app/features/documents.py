@@ -82,7 +82,7 @@ class DocCollection:
 class DocsPanel(QFrame):
     """The side panel: collections (checked ones are attached to the chat) and the sources of the last answer."""
 
-    def __init__(self, ui: DocsUi) -> None:
+    def __init__(self, ui: DocumentsFeature) -> None:
         super().__init__()
         self.ui = ui
         self.setObjectName("DocsPanel")
@@ -170,15 +170,16 @@ class DocumentsPreparer:
     """A chat's attached collections answer its questions: the worker retrieves from them."""
 
     name = "documents"
+    order = 10  # first: the passages change what the system prompt sits beside
 
     def prepare(self, request: AnswerRequest) -> None:
         names = sorted(request.chat.collections)
         if names:
-            request.extension()["collections"] = names
+            request.body.collections = tuple(names)
             request.added.append(f"Documents: {', '.join(names)}")
 
 
-class DocsUi(QObject):
+class DocumentsFeature(QObject):
     """Puts documents into the chats: a header button, a side panel and a request preparer.
 
     Args:
@@ -201,7 +202,6 @@ class DocsUi(QObject):
         self.controller = controller
         self.api = api
         self.open_url = open_url
-        self.store = controller.store
         self.collections: list[DocCollection] = []
         self.panel = DocsPanel(self)
         self.panel.hide()
@@ -269,7 +269,7 @@ class DocsUi(QObject):
 
     def _current_attached(self) -> set[str]:
         chat_id = self.page.chat_id
-        chat = self.store.get_chat(chat_id) if chat_id is not None else None
+        chat = self.controller.chat(chat_id) if chat_id is not None else None
         return set(chat.collections) if chat is not None else set()
 
     def _set_current_attached(self, names: set[str]) -> None:
@@ -277,7 +277,7 @@ class DocsUi(QObject):
         if chat_id is None:
             return
         try:
-            self.store.set_collections(chat_id, names)
+            self.controller.set_collections(chat_id, names)
         except KeyError:  # the chat was deleted meanwhile
             return
         self._show_count(len(names))
@@ -317,3 +317,6 @@ class DocsUi(QObject):
         sources = outcome.message.sources
         if sources and outcome.chat_id == self.page.chat_id:
             self.panel.show_sources(sources, outcome.message.content)
+
+
+__all__ = ["DocCollection", "DocsPanel", "DocumentsFeature", "DocumentsPreparer"]
