@@ -12,8 +12,10 @@ from collections.abc import Callable
 import llama_cpp
 import numpy as np
 
+from engine.backends.llamacpp.gbnf import schema_to_gbnf
 from engine.backends.llamacpp.model import GGUFModel
 from engine.errors import GrammarTooSlow, InvalidRequest, RequestCancelled
+from engine.schema_limits import check_schema
 from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
@@ -25,16 +27,19 @@ def grammar_for(response_format: ResponseFormat) -> str | None:
     """GBNF for a response format, or None for free text.
 
     Raises:
+        SchemaTooComplex: the schema is over a bound of engine.schema_limits (checked here as well, so that
+            the converter and llama.cpp's parser never see a schema that was not).
         InvalidRequest: the JSON schema cannot be turned into a grammar.
     """
-    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+    from llama_cpp.llama_grammar import JSON_GBNF
 
     if response_format.type == "json_object":
         return JSON_GBNF
     if response_format.type == "json_schema":
         schema = response_format.schema or {}
+        check_schema(schema, param="response_format")
         try:
-            return json_schema_to_gbnf(json.dumps(known_keywords(schema)))
+            return schema_to_gbnf(known_keywords(schema))
         except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
             raise InvalidRequest(
                 f"The JSON schema cannot be enforced ({exc}); simplify it or use json_object.",
@@ -51,12 +56,13 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
     """GBNF for a forced tool call: the family's markup around a JSON call valid for one of the tools.
 
     Raises:
+        SchemaTooComplex: the call's schema is over a bound of engine.schema_limits.
         InvalidRequest: a tool's parameter schema cannot be turned into a grammar (the message names it).
     """
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
+    schema = constraint.call_schema()
+    check_schema(schema, param="tools", what="The schema of the forced tool call")
     try:
-        body = json_schema_to_gbnf(json.dumps(constraint.call_schema()))
+        body = schema_to_gbnf(schema)
     except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
         names = ", ".join(t.name for t in constraint.tools)
         raise InvalidRequest(

@@ -1,0 +1,114 @@
+"""JSON schemas as llama.cpp grammars (GBNF): llama-cpp-python's converter, with each enum written as a trie.
+
+The converter writes an enum as one alternative per value. llama.cpp's matcher keeps a parse stack per
+alternative that still matches the output so far, and checks every token against each: 2,400 values that
+share a prefix cost 45 ms per accepted token and over a second per whole-vocabulary mask. As a trie, values
+that share a prefix share one path, so a step checks only the branches open where the output is (the digits
+after a common prefix: ten). Each branching node is a rule of its own, referenced at the end of its parent's
+alternative, so neither llama.cpp's parser nor its stacks grow with the trie's depth.
+
+The schema must already be within engine.schema_limits: this module builds, it does not bound.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+_END = ""  # the key of a trie node that marks the end of a value (children are keyed by one character)
+
+
+def schema_to_gbnf(schema: Mapping[str, Any]) -> str:
+    """The GBNF of ``schema`` (rule ``root``).
+
+    Raises:
+        Exception: the converter's own (bare exceptions, assertion errors) for what it cannot read.
+    """
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+
+    class TrieEnums(SchemaConverter):
+        def visit(self, schema, name):  # noqa: ANN001 - the base class's signature
+            if _plain_enum(schema):
+                rule_name = name + "-" if name in RESERVED_NAMES else name or "root"  # as the converter names it
+                body = enum_rule(schema["enum"], lambda suffix, rule: self._add_rule(f"{rule_name}-{suffix}", rule))
+                return self._add_rule(rule_name, body)
+            return super().visit(schema, name)
+
+    converter = TrieEnums(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "stdin")
+    converter.visit(resolved, "")
+    return converter.format_grammar()
+
+
+def _plain_enum(schema: Any) -> bool:
+    """Whether the converter would write ``schema`` as its enum alone (what it checks before an enum comes first)."""
+    return (
+        isinstance(schema, Mapping)
+        and isinstance(schema.get("enum"), list)
+        and bool(schema["enum"])
+        and not any(k in schema for k in ("$ref", "oneOf", "anyOf", "const"))
+        and not isinstance(schema.get("type"), list)
+    )
+
+
+def gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal (JSON text is printable ASCII: only quotes and backslashes are escaped)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def enum_rule(values: list[Any], add_rule) -> str:  # noqa: ANN001 - (suffix, rule text) -> rule name
+    """The body of a rule matching exactly the JSON texts of ``values``, branching nodes as rules of their own.
+
+    Args:
+        values: The enum's values, each written as ``json.dumps`` writes it (as the converter writes a constant).
+        add_rule: Adds a rule by a name suffix and its text, and returns the rule's name.
+    """
+    root: dict[str, dict] = {}
+    for text in dict.fromkeys(json.dumps(v) for v in values):
+        node = root
+        for ch in text:
+            node = node.setdefault(ch, {})
+        node[_END] = {}
+    names: dict[int, str] = {}  # id of a branching node -> its rule's name
+    order: list[dict] = []  # branching nodes, parents before children
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        order.append(node)
+        for ch in node:
+            end = _run(node[ch])[1] if ch != _END else {}
+            if any(k != _END for k in end):  # a branching node: a rule of its own
+                todo.append(end)
+    for node in reversed(order[1:]):  # children first, so a parent can name them
+        names[id(node)] = add_rule(str(len(names) + 1), " | ".join(_alternatives(node, names)))
+    return " | ".join(_alternatives(root, names))
+
+
+def _run(node: dict) -> tuple[str, dict]:
+    """The characters from ``node`` down its single-child path, and the node where that path ends."""
+    chars = []
+    while len(node) == 1 and _END not in node:
+        ch = next(iter(node))
+        chars.append(ch)
+        node = node[ch]
+    return "".join(chars), node
+
+
+def _alternatives(node: dict, names: dict[int, str]) -> list[str]:
+    out = []
+    for ch, child in node.items():
+        if ch == _END:
+            continue
+        rest, end = _run(child)
+        literal = gbnf_literal(ch + rest)
+        if set(end) == {_END}:
+            out.append(literal)
+        elif _END in end:  # a value ends here and others go on (1 and 12)
+            out.append(f"{literal} {names[id(end)]}?")
+        else:
+            out.append(f"{literal} {names[id(end)]}")
+    return out
+
+
+__all__ = ["schema_to_gbnf", "enum_rule", "gbnf_literal"]
