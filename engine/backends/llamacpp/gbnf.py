@@ -28,6 +28,12 @@ def schema_to_gbnf(schema: Mapping[str, Any]) -> str:
     from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
     class TrieEnums(SchemaConverter):
+        def _format_literal(self, literal):  # noqa: ANN001, ANN202 - the base class's signature
+            # The base escapes quotes but not backslashes, so a constant or property name written by
+            # json.dumps ("\u0000") came out as a GBNF escape (a NUL no token can write: llama.cpp then
+            # aborted the process) or as a literal that ends too early.
+            return gbnf_literal(literal)
+
         def visit(self, schema, name):  # noqa: ANN001 - the base class's signature
             if _plain_enum(schema):
                 rule_name = name + "-" if name in RESERVED_NAMES else name or "root"  # as the converter names it
@@ -53,8 +59,16 @@ def _plain_enum(schema: Any) -> bool:
 
 
 def gbnf_literal(text: str) -> str:
-    """``text`` as a GBNF string literal (JSON text is printable ASCII: only quotes and backslashes are escaped)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """``text`` as a GBNF string literal that matches exactly it (control characters written as escapes)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def enum_rule(values: list[Any], add_rule) -> str:  # noqa: ANN001 - (suffix, rule text) -> rule name

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.backends.llamacpp.gbnf import schema_to_gbnf
 from engine.backends.llamacpp.model import GGUFModel
-from engine.errors import GrammarTooSlow, InvalidRequest, RequestCancelled
+from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, RequestCancelled
 from engine.schema_limits import check_schema
 from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
@@ -206,6 +206,7 @@ class SequenceSampler:
 
         Raises:
             GrammarTooSlow: masking with the grammar took longer than ``mask_budget``.
+            GrammarDeadEnd: the grammar allows no token here.
             RequestCancelled: ``cancelled`` said so while the grammar was masking.
         """
         grammar = self.grammar
@@ -250,6 +251,12 @@ class SequenceSampler:
         view["p"] = 0.0
         if mask is not None:
             self._mask(mask, len(view), self._budget)
+            # llama.cpp aborts the process when its grammar is given a token it refused, so a grammar that
+            # allows nothing here (once the biases have removed tokens) ends the request instead.
+            open_ = view["logit"] != -np.inf
+            open_[self._bias_ids[self._bias_vals == -np.inf]] = False
+            if not open_.any():
+                raise GrammarDeadEnd()
         cur = llama_cpp.llama_token_data_array(self._cells, len(view), -1, False)
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
         return int(cur.data[cur.selected].id)
