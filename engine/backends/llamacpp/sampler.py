@@ -148,6 +148,7 @@ class SequenceSampler:
         # than a small model's decode step, so `sample` draws first and checks only the drawn token
         # (as llama.cpp's own common sampler does), masking the whole vocabulary only when it is refused.
         self.grammar = None
+        self._complete: int | None = None  # the end token, once the grammar allows nothing else
         if grammar is not None:
             self.grammar = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
             if not self.grammar:
@@ -212,6 +213,8 @@ class SequenceSampler:
         grammar = self.grammar
         if grammar is None and not self._argmax:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        if self._complete is not None:  # accepting an end token leaves a complete grammar as it was
+            return self._complete
         started = time.perf_counter()
         logits = self._logits(ctx, index)
         token = self._greedy(logits) if self._argmax else self._draw(logits, mask=None)
@@ -251,11 +254,14 @@ class SequenceSampler:
         view["p"] = 0.0
         if mask is not None:
             self._mask(mask, len(view), self._budget)
+            allowed = np.flatnonzero(view["logit"] != -np.inf)
+            # A complete grammar allows only the end: that token, at every step from here (ignore_eos goes on).
+            if 0 < len(allowed) <= 8 and all(self.model.is_eog(int(t)) for t in allowed):
+                self._complete = int(allowed[0])
+                return self._complete
             # llama.cpp aborts the process when its grammar is given a token it refused, so a grammar that
             # allows nothing here (once the biases have removed tokens) ends the request instead.
-            open_ = view["logit"] != -np.inf
-            open_[self._bias_ids[self._bias_vals == -np.inf]] = False
-            if not open_.any():
+            if not len(np.setdiff1d(allowed, self._bias_ids[self._bias_vals == -np.inf])):
                 raise GrammarDeadEnd()
         cur = llama_cpp.llama_token_data_array(self._cells, len(view), -1, False)
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
