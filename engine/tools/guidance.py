@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest
@@ -116,6 +116,8 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
     if response_format is None or response_format.type == "text":
         return None
     if response_format.type == "json_schema":
+        if response_format.schema is not None and not isinstance(response_format.schema, Mapping):
+            raise InvalidRequest("The JSON schema must be a JSON object; send one, or use json_object.", param="response_format")
         check_schema(response_format.schema, param="response_format")
     schema: dict[str, Any] = (
         closed_objects(known_keywords(dict(response_format.schema or {}))) if response_format.type == "json_schema" else {"type": "object"}
