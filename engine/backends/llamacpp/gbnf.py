@@ -34,6 +34,9 @@ def schema_to_gbnf(schema: Mapping[str, Any]) -> str:
             # aborted the process) or as a literal that ends too early.
             return gbnf_literal(literal)
 
+        def _visit_pattern(self, pattern, name):  # noqa: ANN001, ANN202 - the base class's signature
+            return super()._visit_pattern(gbnf_pattern(pattern), name)
+
         def visit(self, schema, name):  # noqa: ANN001 - the base class's signature
             if _plain_enum(schema):
                 rule_name = name + "-" if name in RESERVED_NAMES else name or "root"  # as the converter names it
@@ -69,6 +72,47 @@ def gbnf_literal(text: str) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
+
+
+# A regex's escapes that GBNF reads as they are (the converter copies an escape it has no rule for into the
+# grammar, where any other is an error: \d and \. made "could not be parsed" of the commonest patterns).
+_GBNF_ESCAPES = frozenset('xuUtrn\\"[]')
+_CONVERTER_ESCAPES = frozenset("[]()|{}*+?")  # outside a class the converter writes these as literal characters
+# \s as a space: a raw tab or line break inside a JSON string is not JSON. A negation leaves out what would end
+# the string or break it (a quote, a backslash, control characters) as well.
+_CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}
+_NOT_IN_A_STRING = '"\\\\\\x01-\\x1F'
+
+
+def gbnf_pattern(pattern: str) -> str:
+    """``pattern`` with the escapes GBNF cannot read rewritten as ones it can: ``\\d``, ``\\w`` and ``\\s`` (and
+    their negations outside a class) as classes, an escaped punctuation character as its ``\\xHH``. Other
+    escapes (``\\b``, back-references) are left for the converter or llama.cpp to refuse."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            e = pattern[i + 1]
+            i += 2
+            if e in _GBNF_ESCAPES or (not in_class and e in _CONVERTER_ESCAPES):
+                out.append("\\" + e)
+            elif e.lower() in _CLASSES and not (in_class and e.isupper()):
+                chars = _CLASSES[e.lower()]
+                out.append(chars if in_class else f"[^{chars}{_NOT_IN_A_STRING}]" if e.isupper() else f"[{chars}]")
+            elif not e.isalnum() and e.isascii():  # a class of one outside a class: the converter copies it whole
+                out.append(f"\\x{ord(e):02X}" if in_class else f"[\\x{ord(e):02X}]")
+            else:
+                out.append("\\" + e)
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+        elif c == "]" and in_class and not (out and out[-1] in ("[", "[^")):
+            in_class = False
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def enum_rule(values: list[Any], add_rule) -> str:  # noqa: ANN001 - (suffix, rule text) -> rule name
@@ -125,4 +169,4 @@ def _alternatives(node: dict, names: dict[int, str]) -> list[str]:
     return out
 
 
-__all__ = ["schema_to_gbnf", "enum_rule", "gbnf_literal"]
+__all__ = ["schema_to_gbnf", "enum_rule", "gbnf_literal", "gbnf_pattern"]

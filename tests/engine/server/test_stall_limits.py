@@ -180,3 +180,17 @@ def test_a_grammar_no_token_can_follow_ends_its_request_and_the_worker_lives(ser
     assert r.status_code == 500 and "allows no token" in _message(r), r.text
     assert server.proc.poll() is None
     assert _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"^[\w.]{1,8}@[\w-]{1,8}\.[a-z]{2,3}$", r"^\S+\s\W$"], ids=["phone", "email", "negations"])
+def test_patterns_with_class_and_punctuation_escapes_are_enforced(server, pattern):
+    """llama.cpp's parser knows no \\d, \\w or \\.: such patterns were refused as 'could not be parsed'."""
+    import re
+
+    schema = {"type": "string", "pattern": pattern}
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "response_format": _openai_format(schema),
+                                                "max_tokens": 32, "temperature": 0})  # fmt: skip
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    assert re.fullmatch(pattern, json.loads(choice["message"]["content"]))
