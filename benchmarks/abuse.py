@@ -12,6 +12,8 @@ just after it was refused) the same chat is timed again:
 - 2,048 embedding inputs (the cap), the client waiting for them;
 - 2,048 embedding inputs whose client leaves after 1 s (the chat is timed after it left);
 - 200,000 stop sequences (refused: over the cap of 16);
+- an enum of 2,400 values sharing a prefix (refused: over the 1,000 values of a schema), and one of 1,000
+  values sharing a prefix at the limits (1,000 values, 16 KB), accepted and generating meanwhile;
 - a recursive chat template: not reachable over HTTP (templates come only from model files, and a
   load refuses one that runs past its budget), so it is listed and skipped.
 
@@ -130,6 +132,23 @@ def post(path: str, body: dict, *, leave_after: float | None = None) -> Callable
     return run
 
 
+def enum_cases(schema_body: dict) -> list[tuple[str, Callable[[Worker, dict], None], float]]:
+    """Enums of values sharing a prefix: each value a parse stack of llama.cpp's grammar while the output is in
+    the prefix, unless the enum is written as a trie. 2,400 values (as many as fit the 64 KB a schema may have:
+    over the 1,000 an enum may hold) and 1,000 (at the limits: 1,000 values, 16 KB)."""
+
+    def fmt(values: list[str]) -> dict:
+        return {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": values}}}
+
+    over = [f"a-shared-prefix-{i}" for i in range(2400)]
+    at_limits = [f"shared-pr-{i:03d}" for i in range(1000)]
+    # the value is about 8 tokens; max_tokens 64 keeps the request in flight while the chat is timed
+    return [
+        ("enum of 2,400 values sharing a prefix", post("/v1/chat/completions", {**schema_body, "response_format": fmt(over)}), 0.05),
+        ("enum of 1,000 values at the limits", post("/v1/chat/completions", {**schema_body, "response_format": fmt(at_limits)}), 0.1),
+    ]
+
+
 def abuse(worker: Worker, name: str, request: Callable[[Worker, dict], None], *, probe_after: float) -> dict:
     """Start ``request``, time the chat ``probe_after`` seconds later, then wait for the request to end."""
     note: dict = {"name": name}
@@ -175,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             ("200,000 stop sequences", post("/v1/chat/completions", {
                 **CHAT, "stop": [f"stop{i}" for i in range(200_000)],
             }), 0.05),
+            *enum_cases(schema_body),
         ]  # fmt: skip
         print(f"chat alone (8 tokens, temperature 0, median of {args.solo_runs}): {solo:.3f} s")
         # The machine may be shared: each chat under abuse is compared with the chat alone just before it.

@@ -6,11 +6,14 @@ Three documents: ``openai`` (OpenAI's spec for the endpoints Hearth implements),
 own document for the same endpoints, with conformance checks) and ``every`` (every operation of the
 server's document, the Hub, download, document, remote and admin routes among them, checked for server
 errors only, with the local Hub stand-in as the server's hub so nothing reaches the internet).
+``schemas`` sends JSON schemas of constrained output instead (tests/engine/server/schema_fuzzing.py):
+counts around each bound, deep nesting, enums, patterns, ``$ref`` cycles, odd values, through each dialect
+that takes one; the worker must live and each answer be a 200 or a 400 sentence.
 
 Prints the cases run, by operation and by status, and every distinct failure with a curl command that
 replays it; exits 1 if there was any failure or the worker died.
 
-    .venv/bin/python benchmarks/fuzz.py [--minutes 5] [--rounds N] [--spec all|both|openai|app|every] [--examples 50]
+    .venv/bin/python benchmarks/fuzz.py [--minutes 5] [--rounds N] [--spec all|both|openai|app|every|schemas] [--examples 50]
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 MODEL = "smollm2-135m-instruct"
 KEY = "fuzz-key"
-SPECS = {"all": ("openai", "app", "every"), "both": ("openai", "app"), "openai": ("openai",), "app": ("app",), "every": ("every",)}
+SPECS = {"all": ("openai", "app", "every", "schemas"), "both": ("openai", "app"), "openai": ("openai",), "app": ("app",),
+         "every": ("every",), "schemas": ("schemas",)}  # fmt: skip
 
 
 def start_server(env_extra: dict[str, str], cwd: Path, log: Path) -> tuple[subprocess.Popen, str]:
@@ -67,7 +71,7 @@ def main() -> int:
 
     import httpx
 
-    from tests.engine.server import fuzzing
+    from tests.engine.server import fuzzing, schema_fuzzing
 
     specs = SPECS[args.spec]
     openai_spec = fuzzing.load_yaml(fuzzing.SPEC) if {"openai", "app"} & set(specs) else None
@@ -95,6 +99,7 @@ def main() -> int:
                 )
                 docs.append(("every operation of /openapi.json, server errors", doc, root, "every"))
             findings = {name: fuzzing.Findings() for name, *_ in docs}
+            schema_findings = schema_fuzzing.SchemaFindings() if "schemas" in specs else None
             started = time.monotonic()
             deadline = started + args.minutes * 60
             rounds = 0
@@ -113,6 +118,8 @@ def main() -> int:
                         seconds_per_operation=60,  # a slow machine still reaches every operation
                         findings=findings[name],
                     )
+                if schema_findings is not None and time.monotonic() < deadline:  # new schemas every round
+                    schema_fuzzing.fuzz_schemas(root, headers, MODEL, seed=None, cases=args.examples * 10, findings=schema_findings)
                 rounds += 1
             alive = proc.poll() is None
             healthy = alive and httpx.get(f"{root}/health", timeout=10).status_code == 200
@@ -124,11 +131,13 @@ def main() -> int:
                 proc.kill()
             hub.stop()
     elapsed = time.monotonic() - started
-    total = sum(f.cases for f in findings.values())
-    failures = sum(len(f.failures) for f in findings.values())
+    total = sum(f.cases for f in findings.values()) + (schema_findings.cases if schema_findings else 0)
+    failures = sum(len(f.failures) for f in findings.values()) + (len(schema_findings.failures) if schema_findings else 0)
     print(f"fuzzed {elapsed / 60:.1f} min, {rounds} rounds: {total} cases, {failures} distinct failures")
     for name, f in findings.items():
         print(f"\n== {name}: {f.summary()}")
+    if schema_findings is not None:
+        print(f"\n== JSON schemas of constrained output: {schema_findings.summary()}")
     print(f"\nworker alive after: {alive}, /health ok: {healthy}")
     return 0 if failures == 0 and healthy else 1
 

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.backends.llamacpp.model import GGUFModel
     from engine.gguf.reader import read_metadata
     from engine.gguf.vocab import vocabulary_from_gguf
-    from engine.tools.guidance import grammar_for, vocab_for
+    from engine.tools.guidance import vocab_for
 
     path = _starter()
     model = GGUFModel(path, n_gpu_layers=0)
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     import llguidance
 
     t0 = time.perf_counter()
-    matcher = llguidance.LLMatcher(vocab.tokenizer, grammar_for(None, _unchecked_format(EXPLODING)), log_level=0)
+    matcher = llguidance.LLMatcher(vocab.tokenizer, _unchecked_grammar(EXPLODING), log_level=0)
     for tok in _exploding_tokens(model):
         matcher.compute_bitmask()
         matcher.consume_token(tok)
@@ -196,14 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _unchecked_format(schema: dict):
-    """A response format for ``schema`` past Hearth's own limits (to measure what they keep out)."""
-    from engine.types import ResponseFormat
+def _unchecked_grammar(schema: dict) -> str:
+    """llguidance's grammar for ``schema``, built as the engine builds it but past Hearth's own limits (to
+    measure what they keep out; the engine's grammar_for checks them)."""
+    import llguidance
 
-    fmt = object.__new__(ResponseFormat)
-    object.__setattr__(fmt, "type", "json_schema")
-    object.__setattr__(fmt, "schema", schema)
-    return fmt
+    from engine.tools.constraint import GUIDANCE_JSON_OPTIONS
+
+    return llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": GUIDANCE_JSON_OPTIONS}))
 
 
 if __name__ == "__main__":

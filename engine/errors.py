@@ -112,6 +112,17 @@ class AdminKeyRequired(HearthError):
         super().__init__(message)
 
 
+class GrammarDeadEnd(HearthError):
+    """A request's grammar allows no token of the model where the output is (llama.cpp would abort the process
+    if a refused token were accepted); the request ends."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The output grammar allows no token of this model at this point, so the request was stopped; change the "
+            "JSON schema (it asks for text no token can write, such as a NUL character)."
+        )
+
+
 class RequestCancelled(HearthError):
     """The client went away, so the work done for it was stopped; nobody reads this error."""
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest
+from engine.schema_limits import check_schema
 from engine.tools.constraint import (
     GUIDANCE_JSON_OPTIONS,
     ToolCallConstraint,
@@ -103,14 +104,21 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
     """The llguidance grammar for a forced tool call, else for a JSON response format, else None.
 
     Raises:
+        SchemaTooComplex: the schema is over a bound of engine.schema_limits (checked here as well, so that
+            llguidance never compiles a schema that was not).
         InvalidRequest: the JSON schema cannot be turned into a grammar.
     """
     import llguidance
 
     if constraint is not None:
+        check_schema(constraint.call_schema(), param="tools", what="The schema of the forced tool call")
         return to_lark(constraint)
     if response_format is None or response_format.type == "text":
         return None
+    if response_format.type == "json_schema":
+        if response_format.schema is not None and not isinstance(response_format.schema, Mapping):
+            raise InvalidRequest("The JSON schema must be a JSON object; send one, or use json_object.", param="response_format")
+        check_schema(response_format.schema, param="response_format")
     schema: dict[str, Any] = (
         closed_objects(known_keywords(dict(response_format.schema or {}))) if response_format.type == "json_schema" else {"type": "object"}
     )

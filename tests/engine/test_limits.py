@@ -6,7 +6,13 @@ import pytest
 
 from engine.errors import InvalidRequest, SchemaTooComplex
 from engine.limits import (
+    MAX_ALTERNATIVES,
+    MAX_COUNT,
+    MAX_COUNTS_TOTAL,
     MAX_EMPTY_REPEATS,
+    MAX_ENUM_BYTES,
+    MAX_ENUM_VALUES,
+    MAX_PROPERTIES,
     MAX_REPETITION,
     MAX_STOP_LENGTH,
     MAX_STOP_SEQUENCES,
@@ -119,3 +125,93 @@ def test_embedding_inputs_are_capped():
     check_embedding_inputs(2048)
     with pytest.raises(InvalidRequest, match="2048"):
         check_embedding_inputs(2049)
+
+
+# -- the bounds of engine.schema_limits: counts, properties, alternatives, enums -----------------------
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "maxLength": 20_000},  # this one killed the worker inside llama.cpp's parser
+        {"type": "string", "maxLength": 60_000},
+        {"type": "array", "items": {"type": "integer"}, "maxItems": 60_000},
+        {"type": "string", "minLength": MAX_COUNT + 1},
+        {"type": "object", "maxProperties": MAX_COUNT + 1},
+        {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string", "maxLength": 5000}}}},
+    ],
+    ids=["maxLength-20k", "maxLength-60k", "maxItems-60k", "minLength", "maxProperties", "deep"],
+)
+def test_a_count_over_the_limit_is_refused_naming_it(schema):
+    with pytest.raises(SchemaTooComplex, match=f"over the limit of {MAX_COUNT};") as err:
+        ResponseFormat(type="json_schema", schema=schema)
+    assert err.value.param == "response_format"
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "5", True, None])
+def test_a_count_that_is_not_a_whole_number_is_refused(value):
+    with pytest.raises(SchemaTooComplex, match="must be a whole number from 0 to"):
+        check_schema({"type": "string", "maxLength": value}, param="response_format")
+
+
+def test_the_counts_of_a_schema_are_bounded_together():
+    def fields(n: int) -> dict:
+        return {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLength": MAX_COUNT} for i in range(n)}}
+
+    check_schema(fields(MAX_COUNTS_TOTAL // MAX_COUNT), param="response_format")
+    with pytest.raises(SchemaTooComplex, match=str(MAX_COUNTS_TOTAL)):
+        check_schema(fields(MAX_COUNTS_TOTAL // MAX_COUNT + 1), param="response_format")
+    # a pattern's repetitions count as well
+    with pytest.raises(SchemaTooComplex, match=str(MAX_COUNTS_TOTAL)):
+        check_schema({**fields(MAX_COUNTS_TOTAL // MAX_COUNT), "propertyNames": {"pattern": "^[a-z]{1,20}$"}}, param="x")
+
+
+def test_an_object_of_too_many_properties_is_refused_and_allof_parts_add_up():
+    props = {f"p{i}": {"type": "integer"} for i in range(MAX_PROPERTIES)}
+    check_schema({"type": "object", "properties": props}, param="response_format")
+    with pytest.raises(SchemaTooComplex, match=str(MAX_PROPERTIES)):
+        check_schema({"type": "object", "properties": {**props, "one_more": {}}}, param="response_format")
+    half = {f"p{i}": {"type": "integer"} for i in range(MAX_PROPERTIES // 2 + 1)}
+    merged = {"$defs": {"a": {"properties": half}}, "allOf": [{"$ref": "#/$defs/a"}, {"properties": half}]}
+    with pytest.raises(SchemaTooComplex, match=str(MAX_PROPERTIES)):
+        check_schema(merged, param="response_format")
+
+
+def test_alternatives_open_at_one_place_multiply_and_others_do_not():
+    ten = [{"const": i} for i in range(10)]
+    check_schema({"anyOf": [{"anyOf": ten}] * 10}, param="response_format")  # 100
+    with pytest.raises(SchemaTooComplex, match=str(MAX_ALTERNATIVES)):
+        check_schema({"anyOf": [{"anyOf": ten}] * 11}, param="response_format")
+    with pytest.raises(SchemaTooComplex, match=str(MAX_ALTERNATIVES)):
+        check_schema({"anyOf": [{"type": "integer"}] * (MAX_ALTERNATIVES + 1)}, param="response_format")
+    nullable: dict = {"type": "integer"}
+    for _ in range(10):  # 2**10 along the path, but each behind a key of its own object
+        nullable = {"anyOf": [{"type": "object", "properties": {"x": nullable}}, {"type": "null"}]}
+    check_schema(nullable, param="response_format")
+
+
+def test_enums_are_bounded_in_values_and_bytes():
+    check_schema({"enum": list(range(MAX_ENUM_VALUES))}, param="response_format")
+    with pytest.raises(SchemaTooComplex, match=str(MAX_ENUM_VALUES)):
+        check_schema({"enum": list(range(MAX_ENUM_VALUES + 1))}, param="response_format")
+    split = {"properties": {"a": {"enum": list(range(MAX_ENUM_VALUES))}, "b": {"enum": ["one more"]}}}
+    with pytest.raises(SchemaTooComplex, match=str(MAX_ENUM_VALUES)):  # for the whole schema
+        check_schema(split, param="response_format")
+    with pytest.raises(SchemaTooComplex, match=str(MAX_ENUM_BYTES)):
+        check_schema({"enum": ["x" * 100] * 200}, param="response_format")
+    with pytest.raises(SchemaTooComplex, match="not a list"):
+        check_schema({"enum": "abc"}, param="response_format")
+
+
+def test_the_grammar_builders_check_a_schema_that_skipped_the_types():
+    """A ResponseFormat made past its own check (as a benchmark does) is still refused by each backend's builder."""
+    from engine.backends.llamacpp.sampler import grammar_for as gbnf_for
+    from engine.tools.guidance import grammar_for as guidance_for
+
+    fmt = object.__new__(ResponseFormat)
+    object.__setattr__(fmt, "type", "json_schema")
+    object.__setattr__(fmt, "schema", {"type": "string", "maxLength": 20_000})
+    with pytest.raises(SchemaTooComplex, match=str(MAX_COUNT)):
+        gbnf_for(fmt)
+    with pytest.raises(SchemaTooComplex, match=str(MAX_COUNT)):
+        guidance_for(None, fmt)

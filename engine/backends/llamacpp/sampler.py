@@ -12,8 +12,10 @@ from collections.abc import Callable
 import llama_cpp
 import numpy as np
 
+from engine.backends.llamacpp.gbnf import schema_to_gbnf
 from engine.backends.llamacpp.model import GGUFModel
-from engine.errors import GrammarTooSlow, InvalidRequest, RequestCancelled
+from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, RequestCancelled
+from engine.schema_limits import check_schema
 from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
@@ -25,16 +27,19 @@ def grammar_for(response_format: ResponseFormat) -> str | None:
     """GBNF for a response format, or None for free text.
 
     Raises:
+        SchemaTooComplex: the schema is over a bound of engine.schema_limits (checked here as well, so that
+            the converter and llama.cpp's parser never see a schema that was not).
         InvalidRequest: the JSON schema cannot be turned into a grammar.
     """
-    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+    from llama_cpp.llama_grammar import JSON_GBNF
 
     if response_format.type == "json_object":
         return JSON_GBNF
     if response_format.type == "json_schema":
         schema = response_format.schema or {}
+        check_schema(schema, param="response_format")
         try:
-            return json_schema_to_gbnf(json.dumps(known_keywords(schema)))
+            return schema_to_gbnf(known_keywords(schema))
         except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
             raise InvalidRequest(
                 f"The JSON schema cannot be enforced ({exc}); simplify it or use json_object.",
@@ -51,12 +56,13 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
     """GBNF for a forced tool call: the family's markup around a JSON call valid for one of the tools.
 
     Raises:
+        SchemaTooComplex: the call's schema is over a bound of engine.schema_limits.
         InvalidRequest: a tool's parameter schema cannot be turned into a grammar (the message names it).
     """
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
+    schema = constraint.call_schema()
+    check_schema(schema, param="tools", what="The schema of the forced tool call")
     try:
-        body = json_schema_to_gbnf(json.dumps(constraint.call_schema()))
+        body = schema_to_gbnf(schema)
     except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
         names = ", ".join(t.name for t in constraint.tools)
         raise InvalidRequest(
@@ -142,6 +148,7 @@ class SequenceSampler:
         # than a small model's decode step, so `sample` draws first and checks only the drawn token
         # (as llama.cpp's own common sampler does), masking the whole vocabulary only when it is refused.
         self.grammar = None
+        self._complete: int | None = None  # the end token, once the grammar allows nothing else
         if grammar is not None:
             self.grammar = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
             if not self.grammar:
@@ -200,11 +207,14 @@ class SequenceSampler:
 
         Raises:
             GrammarTooSlow: masking with the grammar took longer than ``mask_budget``.
+            GrammarDeadEnd: the grammar allows no token here.
             RequestCancelled: ``cancelled`` said so while the grammar was masking.
         """
         grammar = self.grammar
         if grammar is None and not self._argmax:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        if self._complete is not None:  # accepting an end token leaves a complete grammar as it was
+            return self._complete
         started = time.perf_counter()
         logits = self._logits(ctx, index)
         token = self._greedy(logits) if self._argmax else self._draw(logits, mask=None)
@@ -244,6 +254,15 @@ class SequenceSampler:
         view["p"] = 0.0
         if mask is not None:
             self._mask(mask, len(view), self._budget)
+            allowed = np.flatnonzero(view["logit"] != -np.inf)
+            # A complete grammar allows only the end: that token, at every step from here (ignore_eos goes on).
+            if 0 < len(allowed) <= 8 and all(self.model.is_eog(int(t)) for t in allowed):
+                self._complete = int(allowed[0])
+                return self._complete
+            # llama.cpp aborts the process when its grammar is given a token it refused, so a grammar that
+            # allows nothing here (once the biases have removed tokens) ends the request instead.
+            if not len(np.setdiff1d(allowed, self._bias_ids[self._bias_vals == -np.inf])):
+                raise GrammarDeadEnd()
         cur = llama_cpp.llama_token_data_array(self._cells, len(view), -1, False)
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
         return int(cur.data[cur.selected].id)

@@ -39,7 +39,7 @@ from engine.backends.llamacpp.sampler import SequenceSampler
 from engine.backends.runtime import RequestStream
 from engine.backends.speculative import RowCost
 from engine.backends.threads import CpuSample, ThreadPolicy, cpu_count, read_cpu_sample, usable_cpus
-from engine.errors import GrammarTooSlow, Overloaded, RequestCancelled
+from engine.errors import GrammarDeadEnd, GrammarTooSlow, Overloaded, RequestCancelled
 from engine.fit.plan import PREFILL_BLOCK_CPU
 from engine.types import FinishReason, TokenLogprob
 
@@ -675,7 +675,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         except RequestCancelled:
             self._finish(seq, "cancelled")
             return
-        except GrammarTooSlow as exc:  # this request's grammar only: the others go on
+        except (GrammarTooSlow, GrammarDeadEnd) as exc:  # this request's grammar only: the others go on
             log.warning("request %s: %s", seq.request_id, exc)
             self._finish(seq, "error", error=str(exc))
             return

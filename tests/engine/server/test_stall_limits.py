@@ -3,10 +3,21 @@ in every dialect that takes it (docs/api.md, "Limits")."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
-from engine.limits import MAX_EMBEDDING_INPUTS, MAX_REPETITION, MAX_STOP_LENGTH, MAX_STOP_SEQUENCES
+from engine.limits import (
+    MAX_COUNT,
+    MAX_COUNTS_TOTAL,
+    MAX_EMBEDDING_INPUTS,
+    MAX_ENUM_VALUES,
+    MAX_PROPERTIES,
+    MAX_REPETITION,
+    MAX_STOP_LENGTH,
+    MAX_STOP_SEQUENCES,
+)
 from tests.engine.server.conftest import MODEL
 
 EXPLODING = {"type": "string", "pattern": "^(a{0,50}){0,50}$"}
@@ -91,3 +102,95 @@ def test_more_embedding_inputs_than_the_cap_are_a_400_naming_it(server, path, bo
     r = _post(server, path, body)
     assert r.status_code == 400, r.text
     assert str(MAX_EMBEDDING_INPUTS) in _message(r)
+
+
+# -- the bounds of engine.schema_limits: over one is a 400 and the worker lives; at one, the grammar works ------
+
+
+def _openai_format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "string", "maxLength": 20_000}, {"type": "string", "maxLength": 60_000},
+     {"type": "array", "items": {"type": "integer"}, "maxItems": 60_000}],
+    ids=["maxLength-20k", "maxLength-60k", "maxItems-60k"],
+)  # fmt: skip
+@pytest.mark.parametrize("dialect", ["openai", "ollama"])
+def test_the_counts_that_killed_the_worker_are_a_400_naming_the_limit(server, schema, dialect):
+    if dialect == "openai":
+        r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "response_format": _openai_format(schema)})
+    else:
+        r = _post(server, "/api/chat", {"model": MODEL, "messages": HELLO, "format": schema, "stream": False})
+    assert r.status_code == 400, r.text
+    assert f"over the limit of {MAX_COUNT};" in _message(r)
+    assert server.proc.poll() is None
+
+
+PREFIX = "option-with-a-shared-prefix-"
+AT_THE_LIMITS = {
+    "maxLength": {"type": "string", "maxLength": MAX_COUNT},
+    "maxItems": {"type": "array", "items": {"type": "integer"}, "maxItems": MAX_COUNT},
+    "counts-in-all": {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLength": MAX_COUNT}
+                                                       for i in range(MAX_COUNTS_TOTAL // MAX_COUNT)}},
+    "properties": {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(MAX_PROPERTIES)}},
+    "alternatives": {"anyOf": [{"anyOf": [{"const": f"{i}-{j}"} for j in range(10)]} for i in range(10)]},
+    "enum": {"enum": [f"v{i}" for i in range(MAX_ENUM_VALUES)]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("schema", list(AT_THE_LIMITS.values()), ids=list(AT_THE_LIMITS))
+def test_a_schema_at_each_limit_is_answered(server, schema):
+    """A bound the check lets in is one the grammar engine takes (llama.cpp refused maxLength 2,000-10,000 as
+    'could not be parsed')."""
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "response_format": _openai_format(schema),
+                                                "max_tokens": 3, "temperature": 0})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def test_an_enum_sharing_a_long_prefix_answers_one_of_its_values(server):
+    values = [f"{PREFIX}{i}" for i in range(400)] + ['with "quotes" and \\ backslash']
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "Pick one."}],
+                                                "response_format": _openai_format({"enum": values}), "max_tokens": 40,
+                                                "temperature": 0})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert json.loads(r.json()["choices"][0]["message"]["content"]) in values
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid"),
+    [({"const": "nul \u0000 and \\"}, lambda v: v == "nul \u0000 and \\"),
+     ({"type": "object", "properties": {'a "key"\\': {"const": 1}}, "required": ['a "key"\\']}, lambda v: v == {'a "key"\\': 1})],
+    ids=["const", "property-name"],
+)  # fmt: skip
+def test_escapes_in_constants_and_property_names_are_matched_as_written(server, schema, valid):
+    """A NUL in a constant killed the worker (a GBNF escape no token can write); a backslash ended the literal."""
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "response_format": _openai_format(schema),
+                                                "max_tokens": 24, "temperature": 0})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert valid(json.loads(r.json()["choices"][0]["message"]["content"]))
+
+
+def test_a_grammar_no_token_can_follow_ends_its_request_and_the_worker_lives(server):
+    """A JSON string cannot hold a raw NUL, so no token can follow the opening quote: llama.cpp aborted the process."""
+    schema = {"type": "string", "pattern": "^\\u0000$"}
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "response_format": _openai_format(schema),
+                                                "max_tokens": 4, "temperature": 0})  # fmt: skip
+    assert r.status_code == 500 and "allows no token" in _message(r), r.text
+    assert server.proc.poll() is None
+    assert _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"^[\w.]{1,8}@[\w-]{1,8}\.[a-z]{2,3}$", r"^\S+\s\W$"], ids=["phone", "email", "negations"])
+def test_patterns_with_class_and_punctuation_escapes_are_enforced(server, pattern):
+    """llama.cpp's parser knows no \\d, \\w or \\.: such patterns were refused as 'could not be parsed'."""
+    import re
+
+    schema = {"type": "string", "pattern": pattern}
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "response_format": _openai_format(schema),
+                                                "max_tokens": 32, "temperature": 0})  # fmt: skip
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    assert re.fullmatch(pattern, json.loads(choice["message"]["content"]))

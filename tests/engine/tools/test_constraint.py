@@ -28,3 +28,16 @@ def test_unknown_keywords_are_dropped_in_every_subschema_and_property_names_are_
         "$defs": {"d": {"const": 1}},
     }
     assert known_keywords(True) is True and known_keywords({"": {}}) == {}
+
+
+def test_a_schema_that_is_not_an_object_is_a_clear_refusal_for_llguidance():
+    """The paged and MLX backends' grammar builder: `true` as a schema was a TypeError (a 500), not a 400."""
+    import pytest
+
+    from engine.errors import InvalidRequest
+    from engine.tools.guidance import grammar_for
+    from engine.types import ResponseFormat
+
+    with pytest.raises(InvalidRequest, match="must be a JSON object") as err:
+        grammar_for(None, ResponseFormat(type="json_schema", schema=True))  # pyright: ignore[reportArgumentType]
+    assert err.value.param == "response_format"

@@ -1,0 +1,239 @@
+"""The bounds of a JSON schema that becomes a grammar (docs/api.md, "Limits").
+
+A schema in a request (``response_format``, Ollama's ``format``, a forced tool's parameters) becomes a
+grammar the decode thread runs at every step: GBNF on the llama.cpp backend, llguidance on the paged and
+MLX ones. Every bound is checked before either is built (by the engine types and again by each grammar
+builder), the same for every backend, and a schema over one is a 400 that names it. llguidance takes far
+more than these; the bounds are where GBNF still builds a grammar quickly and masks a step's vocabulary in
+tens of milliseconds (benchmarks/schema_limits.py measures each):
+
+- A count (``maxLength``, ``maxItems`` ...): the converter writes ``{0,n}`` as n nested optional groups.
+  llama.cpp's parser refuses more than 1,000 of them in one rule, and past about 20,000 it recursed off its
+  stack and the worker died. The sum over the schema bounds the grammar's size (20 strings of 1,000:
+  a 160 KB grammar, built in 0.08 s).
+- Alternatives open at one place (``anyOf`` in ``anyOf``): each is a parse stack that every token is
+  checked against, so nested lists multiply (100: a whole-vocabulary mask in about 0.08 s).
+- Properties of one object: the converter writes the optional ones as alternatives, in time that grows as
+  the square of their count, and past about 1,000 it overflows Python's recursion.
+- Enums: written as a trie on llama.cpp (engine/backends/llamacpp/gbnf.py), so values sharing a prefix cost
+  one stack; the count and size keep the grammar small.
+- A regex's nested repetition (engine/pattern_shape.py): can be read in combinatorially many ways, and one
+  step's mask took minutes in a single C call that nothing can interrupt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from engine.errors import SchemaTooComplex
+from engine.pattern_shape import pattern_shape
+
+MAX_SCHEMA_BYTES = 65_536  # the schema as compact JSON
+MAX_SCHEMA_DEPTH = 32  # nested objects, arrays and combinators
+MAX_PATTERN_LENGTH = 512  # characters of one `pattern`
+MAX_REPETITION = 1_000  # the product of nested repetition bounds in one pattern
+# How often a group that can match nothing may repeat, nested repetitions around it multiplied: the one
+# shape that multiplies GBNF's parse stacks (measured on the starter's vocabulary, one whole-vocabulary
+# mask: (a{0,10}){0,10} 0.05 s, (a{0,2}){0,50} 2.8 s, (a?){0,100} 9.5 s, (a{0,50}){0,50} minutes;
+# (a{1,50}){0,50}, (a+)+ and (a*)* under 0.02 s).
+MAX_EMPTY_REPEATS = 10
+MAX_COUNT = 1_000  # each of COUNT_KEYS: llama.cpp parses 1,000 nested optional groups in one rule, not 1,001
+MAX_COUNTS_TOTAL = 20_000  # the counts of the whole schema added up, patterns' repetitions included
+MAX_PROPERTIES = 100  # of one object, the parts of its allOf together
+MAX_ALTERNATIVES = 100  # open at one place: anyOf, oneOf and type lists, nested ones multiplied
+MAX_ENUM_VALUES = 1_000  # the values of every enum of the schema together
+MAX_ENUM_BYTES = 16_384  # one enum's values as compact JSON
+
+# (minimum, maximum) pairs: a pair adds its larger count to the total, the size of its grammar.
+COUNT_PAIRS = (("minLength", "maxLength"), ("minItems", "maxItems"), ("minProperties", "maxProperties"))
+COUNT_KEYS = tuple(key for pair in COUNT_PAIRS for key in pair)
+
+_MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_LIST_KEYS = ("allOf", "prefixItems")
+_ALTERNATIVE_KEYS = ("anyOf", "oneOf")
+_ONE_KEYS = ("items", "additionalItems", "not", "if", "then", "else", "contains", "propertyNames",
+             "additionalProperties", "unevaluatedProperties", "unevaluatedItems")  # fmt: skip
+
+
+def check_schema(schema: Any, *, param: str, what: str = "The output's JSON schema") -> None:
+    """Refuse a JSON schema whose grammar would be too large or too slow to build or to match.
+
+    Args:
+        schema: The schema (a mapping; anything else is left to the grammar compiler to refuse).
+        param: The request field it came in (the error's ``param``).
+        what: The schema as the error's sentence names it.
+
+    Raises:
+        SchemaTooComplex: the schema is over one of this module's bounds (the message names it).
+    """
+    if not isinstance(schema, Mapping):
+        return
+    try:
+        size = len(json.dumps(schema, separators=(",", ":")))
+    except (TypeError, ValueError, RecursionError):
+        raise SchemaTooComplex(f"{what} is not plain JSON; send a JSON object.", param) from None
+    if size > MAX_SCHEMA_BYTES:
+        raise SchemaTooComplex(f"{what} is {size} bytes, over the limit of {MAX_SCHEMA_BYTES}; simplify it.", param)
+    walk = _SchemaWalk(schema, param, what)
+    walk.visit(schema, 0, 1)
+    if walk.counts > MAX_COUNTS_TOTAL:
+        raise SchemaTooComplex(
+            f"{what} asks for {walk.counts} repetitions in all (its lengths, item and property counts and pattern "
+            f"repetitions added up), over the limit of {MAX_COUNTS_TOTAL}; lower some of them.",
+            param,
+        )
+
+
+class _SchemaWalk:
+    """One pass over a schema's sub-schemas, adding up what is bounded for the whole schema."""
+
+    def __init__(self, root: Mapping[str, Any], param: str, what: str) -> None:
+        self.root, self.param, self.what = root, param, what
+        self.counts = 0  # see MAX_COUNTS_TOTAL
+        self.enum_values = 0
+
+    def refuse(self, sentence: str) -> SchemaTooComplex:
+        return SchemaTooComplex(f"{self.what} {sentence}", self.param)
+
+    def visit(self, node: Any, depth: int, open_alternatives: int) -> None:
+        """Check ``node``; ``open_alternatives`` is how many alternatives are open where it starts."""
+        if not isinstance(node, Mapping):
+            return
+        if depth > MAX_SCHEMA_DEPTH:
+            raise self.refuse(f"nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it.")
+        self._counts(node)
+        if isinstance(node.get("pattern"), str):
+            self.counts += check_pattern(node["pattern"], param=self.param, what=self.what)
+        if "enum" in node:
+            self._enum(node["enum"])
+        self._properties(node)
+        here = open_alternatives
+        for key in (*_ALTERNATIVE_KEYS, "type"):
+            options = node.get(key)
+            if isinstance(options, list):
+                here *= max(1, len(options))
+        if here > MAX_ALTERNATIVES:
+            raise self.refuse(
+                f"offers {here} alternatives at one place (anyOf, oneOf and type lists, nested ones multiplied), "
+                f"over the limit of {MAX_ALTERNATIVES}; use an enum or fewer alternatives."
+            )
+        for key in _ALTERNATIVE_KEYS:  # an alternative starts where its list does
+            for child in _list(node.get(key)):
+                self.visit(child, depth + 1, here)
+        for key in _LIST_KEYS:
+            for child in _list(node.get(key)):
+                self.visit(child, depth + 1, here if key == "allOf" else 1)
+        for key in _MAP_KEYS:
+            sub = node.get(key)
+            if isinstance(sub, Mapping):
+                for name, child in sub.items():
+                    if key == "patternProperties":
+                        self.counts += check_pattern(str(name), param=self.param, what=self.what)
+                    self.visit(child, depth + 1, 1)
+        for key in _ONE_KEYS:
+            sub = node.get(key)
+            for child in sub if isinstance(sub, list) else (sub,):
+                self.visit(child, depth + 1, 1)
+
+    def _counts(self, node: Mapping[str, Any]) -> None:
+        for pair in COUNT_PAIRS:
+            largest = 0
+            for key in pair:
+                if key not in node:
+                    continue
+                value = node[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise self.refuse(f"has {key} {value!r}; it must be a whole number from 0 to {MAX_COUNT}.")
+                if value > MAX_COUNT:
+                    raise self.refuse(
+                        f"has {key} {value}, over the limit of {MAX_COUNT}; lower it (or leave it out and check "
+                        "the answer's size yourself)."
+                    )
+                largest = max(largest, value)
+            self.counts += largest
+
+    def _enum(self, values: Any) -> None:
+        if not isinstance(values, list) or not values:
+            raise self.refuse("has an enum that is not a list of values; send a non-empty list.")
+        self.enum_values += len(values)
+        if self.enum_values > MAX_ENUM_VALUES:
+            raise self.refuse(
+                f"has {self.enum_values} enum values or more, over the limit of {MAX_ENUM_VALUES} for the whole "
+                "schema; use fewer values or a pattern."
+            )
+        size = len(json.dumps(values, separators=(",", ":")))
+        if size > MAX_ENUM_BYTES:
+            raise self.refuse(
+                f"has an enum of {size} bytes as JSON, over the limit of {MAX_ENUM_BYTES}; shorten its values or "
+                "use fewer."
+            )
+
+    def _properties(self, node: Mapping[str, Any]) -> None:
+        # allOf's parts (and the anyOf inside one) become one object whose properties are theirs together.
+        parts = [node, *(_resolved(self.root, p) for p in _list(node.get("allOf")))]
+        parts += [_resolved(self.root, q) for p in parts[1:] for q in _list(p.get("anyOf"))]
+        count = sum(len(p[key]) for p in parts for key in ("properties", "patternProperties")
+                    if isinstance(p.get(key), Mapping))  # fmt: skip
+        if count > MAX_PROPERTIES:
+            raise self.refuse(
+                f"has an object of {count} properties, over the limit of {MAX_PROPERTIES}; nest some of them in "
+                "objects of their own."
+            )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _resolved(root: Mapping[str, Any], node: Any) -> Mapping[str, Any]:
+    """``node``, or the sub-schema of ``root`` its local ``$ref`` points at (one step, as allOf is read)."""
+    if not isinstance(node, Mapping):
+        return {}
+    ref = node.get("$ref")
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        return node
+    target: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        target = target.get(part) if isinstance(target, Mapping) else None
+    return target if isinstance(target, Mapping) else {}
+
+
+def check_pattern(pattern: str, *, param: str, what: str = "The output's JSON schema") -> int:
+    """Refuse a regex that is too long or whose nested repetition would make the grammar explode.
+
+    Returns:
+        The pattern's repetition product (its part of :data:`MAX_COUNTS_TOTAL`).
+
+    Raises:
+        SchemaTooComplex: over :data:`MAX_PATTERN_LENGTH`, :data:`MAX_REPETITION` or :data:`MAX_EMPTY_REPEATS`.
+    """
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise SchemaTooComplex(
+            f"{what} has a pattern of {len(pattern)} characters, over the limit of {MAX_PATTERN_LENGTH}; shorten it.",
+            param,
+        )
+    shape = pattern_shape(pattern)
+    if shape.repetition > MAX_REPETITION:
+        raise SchemaTooComplex(
+            f"{what} has the pattern {pattern!r}, whose nested repetition counts multiply to {shape.repetition}, "
+            f"over the limit of {MAX_REPETITION}; avoid repeating a repeated group.",
+            param,
+        )
+    if shape.empty_repeats > MAX_EMPTY_REPEATS:
+        raise SchemaTooComplex(
+            f"{what} has the pattern {pattern!r}, which repeats a group that can match nothing up to "
+            f"{shape.empty_repeats} times, over the limit of {MAX_EMPTY_REPEATS}; make the group match at least one "
+            "character (write a{0,50} rather than (a?){0,50}).",
+            param,
+        )
+    return shape.repetition
+
+
+__all__ = [
+    "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_PATTERN_LENGTH", "MAX_REPETITION", "MAX_EMPTY_REPEATS", "MAX_COUNT",
+    "MAX_COUNTS_TOTAL", "MAX_PROPERTIES", "MAX_ALTERNATIVES", "MAX_ENUM_VALUES", "MAX_ENUM_BYTES", "COUNT_KEYS",
+    "check_schema", "check_pattern",
+]  # fmt: skip
