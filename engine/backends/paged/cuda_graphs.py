@@ -17,7 +17,8 @@ from engine.backends.paged.attention import AttentionMetadata
 from engine.backends.paged.ops import ForwardContext
 
 if TYPE_CHECKING:
-    from engine.backends.paged.model_runner import ModelRunner, StepBatch
+    from engine.backends.paged.model_runner import ModelRunner
+    from engine.backends.paged.step_batch import StepBatch
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class DecodeGraphs:
     """
 
     def __init__(self, runner: ModelRunner) -> None:
-        from engine.backends.paged.model_runner import GRAPH_FIELDS
+        from engine.backends.paged.step_batch import GRAPH_FIELDS
 
         self.runner = runner
         cfg = runner.config
