@@ -4,16 +4,19 @@ replays CUDA graphs for decode steps, and returns the logits of the rows to samp
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import torch
 
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.cuda_graphs import DecodeGraphs
 from engine.backends.paged.ops import ForwardContext, ForwardOps, TorchOps
-from engine.backends.paged.sampler import sample_batched
+from engine.backends.paged.sampler import RequestSampler, SamplingBatch, sample, sample_batched
 from engine.backends.paged.scheduler import ScheduledSeq
+from engine.backends.paged.sequence import Sequence
 from engine.backends.paged.sequence_rows import SequenceRows
 from engine.backends.paged.step_batch import GRAPH_FIELDS, StepBatch, StepInputs, build_step, sampling_batch
+from engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,45 @@ class ModelRunner:
         self.graphs = DecodeGraphs(self)
         self.graphs.capture()
 
+    @torch.inference_mode()
+    def warm_up(self, *, always: bool = False) -> None:
+        """Run once every kernel variant serving can meet that graph capture did not, so nothing compiles while
+        serving: a mixed step of a decode and two chunks over a cached prefix (each prefill tile height), a
+        chunk alone, and both sampling paths. Triton specialises on constexprs and on integer arguments equal to
+        1 or divisible by 16; what varies between steps here (tile height, the decode's context slices) is
+        enumerated, and the rest (table stride, pointer alignment) is the same every step by construction.
+
+        Uses blocks of the cache before anything is stored in it; its rows are released after. The torch ops
+        compile nothing: they skip it unless ``always``."""
+        if (self.ops is TorchOps and not always) or not self.kv_caches:
+            return
+        bs = self.config.block_size
+        spans = ((33, 32), (64 + 40, 64), (64 + 8, 64))  # (tokens, computed): a decode, chunks of 40 and 8 rows
+        need = sum(-(-n // bs) for n, _ in spans)
+        if need > self.kv_caches[0][0].shape[0] or any(n > self.config.max_model_len for n, _ in spans):
+            log.info("warm-up skipped: the cache or the context is too small for it")
+            return
+        seqs, first = [], 0
+        for i, (n, computed) in enumerate(spans):
+            params = SamplingParams(temperature=0.7 if i else 0.0, top_k=5 if i == 2 else 0, seed=i, max_tokens=1)
+            sampler = RequestSampler(params, vocab_size=self.model.args.vocab_size, eos_ids=[], device=self.device)
+            seq = Sequence([1] * n, params, block_size=bs, owner=SimpleNamespace(sampler=sampler, drafter=None))
+            seq.block_table, seq.num_computed_tokens = list(range(first, first + -(-n // bs))), computed
+            first += len(seq.block_table)
+            seqs.append(seq)
+        d, a, b = seqs
+        steps = ([ScheduledSeq(d, 1), ScheduledSeq(a, 40), ScheduledSeq(b, 8)], [ScheduledSeq(b, 8)], [ScheduledSeq(d, 1)])
+        for scheduled in steps:
+            batch = self.prepare(scheduled, sample=True)
+            if batch.host_rows is not None:
+                self.sample(batch)  # batched: filters and the race
+            sample(self.run(batch), [s.seq.owner.sampler for s in batch.sampled],
+                   [(s.seq.token_ids, s.seq.num_prompt_tokens) for s in batch.sampled])  # per request
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        for seq in seqs:
+            self.rows.release(seq)
+
     # -- one step -----------------------------------------------------------------------------
     def release(self, seq) -> None:
         """``seq`` finished: its row of block tables and sampling parameters is free."""
@@ -105,14 +147,18 @@ class ModelRunner:
         g = batch.graph_inputs
         if g is not None and self.graphs is not None and not batch.filtered and len(batch.sampled) == batch.num_decodes:
             return self.graphs.replay_sampled(batch, greedy=batch.all_greedy)
-        sb = batch.sampling
-        if sb is None:  # a graph step whose rows filter: the graph's hidden states, then the sampler eagerly
-            n = batch.num_decodes
-            if g is None or len(batch.sampled) != n:
-                raise ValueError("a batched sampling step came without its parameters")
-            extra = torch.from_numpy(self.rows.columns[rows, 5:].T.copy()).to(self.device)
-            sb = sampling_batch(self.rows, [g[5, :n], g[6, :n], g[7, :n], g[8, :n], g[9, :n], *extra], rows, batch)
-        return sample_batched(self.run(batch), sb)
+        return sample_batched(self.run(batch), self.sampling_of(batch))
+
+    def sampling_of(self, batch: StepBatch) -> SamplingBatch:
+        """The batched sampling parameters of ``batch`` as tensors, on either layout (a graph step's filters
+        are not in its block: they come from the host rows, a step that rarely happens)."""
+        rows, g, n = batch.host_rows, batch.graph_inputs, batch.num_decodes
+        if batch.sampling is not None:
+            return batch.sampling
+        if rows is None or g is None or len(batch.sampled) != n:
+            raise ValueError("a batched sampling step came without its parameters")
+        extra = torch.from_numpy(self.rows.columns[rows, 5:].T.copy()).to(self.device)
+        return sampling_batch(self.rows, [g[5, :n], g[6, :n], g[7, :n], g[8, :n], g[9, :n], *extra], rows, batch)
 
     @torch.inference_mode()
     def forward_padded(self, batch: StepBatch, size: int) -> torch.Tensor:

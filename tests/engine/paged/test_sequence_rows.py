@@ -134,3 +134,15 @@ def test_the_engine_gives_the_same_tokens_on_the_batched_and_per_request_paths()
 def _seen(batch, paths: set):
     paths.add(batch.sampling is not None)
     return batch
+
+
+def test_the_warm_up_runs_its_steps_and_leaves_the_engine_as_it_found_it():
+    engine = engine_for(tiny_model(), max_num_seqs=4)
+    runner = engine.runner
+    runner.warm_up(always=True)  # the torch ops compile nothing, so a load skips it; its steps still run here
+    assert not runner.rows._row and engine.block_manager.num_used_blocks == 0
+    s = make_seq([3, 1, 4, 1, 5], SamplingParams(temperature=0, max_tokens=6))
+    drive(engine, [s])
+    fresh = make_seq([3, 1, 4, 1, 5], SamplingParams(temperature=0, max_tokens=6))
+    drive(engine_for(tiny_model(), max_num_seqs=4), [fresh])
+    assert s.completion_token_ids == fresh.completion_token_ids
