@@ -751,7 +751,7 @@ def _kernels_per_step(ctx: Context, engine) -> int | None:
     while seq.num_completion_tokens < 1:
         engine.step()
     output = engine.scheduler.schedule()
-    step = engine.runner.prepare(output.scheduled)
+    step = engine.runner.prepare(output.scheduled, eager=True)  # the forward's own kernels, not a graph's
     runner = engine.runner
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.inference_mode():

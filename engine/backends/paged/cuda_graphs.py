@@ -82,6 +82,7 @@ class DecodeGraphs:
         self.hidden = torch.zeros(big, runner.model.args.hidden_size, dtype=runner.dtype, device=dev)
         self.tokens = torch.zeros(big, dtype=torch.int64, device=dev)
         self.graphs: dict[tuple[int, str], torch.cuda.CUDAGraph] = {}
+        self.failed: dict[str, str] = {}  # a sampling mode that could not be captured, and why
         self.pool = None
 
     def fits(self, n: int) -> bool:
@@ -116,12 +117,25 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def capture(self) -> None:
+        """Capture every size and mode. A sampling mode that fails to capture is left out (its steps replay
+        the hidden states and sample eagerly), and the failure is kept in ``failed``; a hidden-state graph
+        that fails raises, and the runner decodes eagerly."""
+        self.failed: dict[str, str] = {}
         for size in reversed(self.sizes):
             for mode in MODES:
-                self._step(size, mode)  # warm-up: compiles kernels outside the capture
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, self.pool):
-                    self._step(size, mode)
+                if mode in self.failed:
+                    continue
+                try:
+                    self._step(size, mode)  # warm-up: compiles kernels outside the capture
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, self.pool):
+                        self._step(size, mode)
+                except RuntimeError as exc:
+                    if mode == "hidden":
+                        raise
+                    log.warning("decode graphs that sample (%s) could not be captured: %s", mode, exc)
+                    self.failed[mode] = f"{type(exc).__name__}: {exc}"[:500]
+                    continue
                 if self.pool is None:
                     self.pool = graph.pool()
                 self.graphs[(size, mode)] = graph
@@ -141,6 +155,10 @@ class DecodeGraphs:
         size = self._load(batch)
         self.graphs[(size, "hidden")].replay()
         return self.hidden[: batch.num_decodes]
+
+    def samples(self, greedy: bool) -> bool:
+        """Whether the graphs that sample (``greedy``: greedy only) were captured."""
+        return ("greedy" if greedy else "sample") not in self.failed
 
     def replay_sampled(self, batch: StepBatch, *, greedy: bool) -> torch.Tensor:
         """Sampled tokens [num_decodes] of a decode-only batch whose rows all sample without filters."""

@@ -109,6 +109,15 @@ class ModelRunner:
                 self.sample(batch)  # batched: filters and the race
             sample(self.run(batch), [s.seq.owner.sampler for s in batch.sampled],
                    [(s.seq.token_ids, s.seq.num_prompt_tokens) for s in batch.sampled])  # per request
+        if self.ops.name == "triton":  # every class of context slices (1, 16, the others), whatever the graphs ran
+            from engine.backends.paged.kernels import paged_decode_attention
+
+            k_cache, v_cache = self.kv_caches[0]
+            a = self.model.args
+            q = torch.zeros(2, a.num_attention_heads, a.dim_head, dtype=self.dtype, device=self.device)
+            lens = torch.ones(2, dtype=torch.int32, device=self.device)
+            for splits in (1, 2, 16):
+                paged_decode_attention(q, k_cache, v_cache, self.rows.dev[:2], lens, a.dim_head**-0.5, splits)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         for seq in seqs:
@@ -119,11 +128,14 @@ class ModelRunner:
         """``seq`` finished: its row of block tables and sampling parameters is free."""
         self.rows.release(seq)
 
-    def prepare(self, scheduled: list[ScheduledSeq] | tuple[ScheduledSeq, ...], *, sample: bool = False) -> StepBatch:
+    def prepare(
+        self, scheduled: list[ScheduledSeq] | tuple[ScheduledSeq, ...], *, sample: bool = False, eager: bool = False
+    ) -> StepBatch:
         """The step's inputs, staged in one host-to-device copy (see ``step_batch.build_step``)."""
         graphs = self.graphs
         return build_step(scheduled, rows=self.rows, inputs=self.inputs, block_size=self.config.block_size,
-                          graph_size=graphs.size_for if graphs is not None else _no_graph, sample=sample)  # fmt: skip
+                          graph_size=graphs.size_for if graphs is not None else _no_graph, sample=sample,
+                          eager=eager)  # fmt: skip
 
     @torch.inference_mode()
     def run(self, batch: StepBatch) -> torch.Tensor:
@@ -145,8 +157,9 @@ class ModelRunner:
         if rows is None:
             raise ValueError("this step's rows do not all take the batched sampling path")
         g = batch.graph_inputs
-        if g is not None and self.graphs is not None and not batch.filtered and len(batch.sampled) == batch.num_decodes:
-            return self.graphs.replay_sampled(batch, greedy=batch.all_greedy)
+        graphs = self.graphs
+        if g is not None and graphs is not None and not batch.filtered and graphs.samples(batch.all_greedy):
+            return graphs.replay_sampled(batch, greedy=batch.all_greedy)
         return sample_batched(self.run(batch), self.sampling_of(batch))
 
     def sampling_of(self, batch: StepBatch) -> SamplingBatch:

@@ -131,12 +131,13 @@ class Prefills:
 
 def build_step(
     scheduled: list[ScheduledSeq] | tuple[ScheduledSeq, ...], *, rows: SequenceRows, inputs: StepInputs,
-    block_size: int, graph_size, sample: bool,
+    block_size: int, graph_size, sample: bool, eager: bool = False,
 ) -> StepBatch:  # fmt: skip
     """The step's inputs. ``graph_size(n)``: the captured size a step of ``n`` decodes replays, or 0.
 
     With ``sample``, a step whose sampled rows all take the batched path (no drafts, bias, penalties, grammar
-    or logprobs) carries their rows (and, off the graph, their parameters as tensors)."""
+    or logprobs) carries their rows (and, off the graph, their parameters as tensors). ``eager`` lays out a
+    step a graph would hold for an eager forward (its metadata carries block tables)."""
     bs = block_size
     # a decode with a draft is a chunk of several rows over its context, computed as a prefill chunk is
     prefills = [s for s in scheduled if s.num_tokens > 1 or s.draft]
@@ -164,7 +165,7 @@ def build_step(
     upd_idx, upd_vals = rows.take_updates()
     parts: list[tuple[Any, tuple[int, ...]]] = [(upd_idx, (len(upd_idx),)), (upd_vals, (len(upd_vals),)),
                                                 (sample_rows, (len(sample_rows),))]  # fmt: skip
-    size = graph_size(nd) if pre is None else 0
+    size = graph_size(nd) if pre is None and all_sample and not eager else 0  # a 1-token chunk mid-prompt: eager (rare)
     if size:
         parts.append((graph_block(rows, d_ids, d_pos, d_slots, d_rows, size), (len(GRAPH_FIELDS), size)))
     else:
