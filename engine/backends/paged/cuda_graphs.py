@@ -64,10 +64,11 @@ class DecodeGraphs:
     block tables from the runner's persistent table, so no step copies a table.
     """
 
-    def __init__(self, runner: ModelRunner) -> None:
+    def __init__(self, runner: ModelRunner, *, eager: bool = False) -> None:
         from engine.backends.paged.step_batch import GRAPH_FIELDS
 
         self.runner = runner
+        self.eager = eager  # run each step as the graphs record it, without capturing (the CPU tests)
         cfg = runner.config
         self.sizes = [s for s in cfg.cuda_graph_batch_sizes if s <= cfg.max_num_seqs] or [1]
         big, dev, rows = self.sizes[-1], runner.device, runner.rows
@@ -153,7 +154,7 @@ class DecodeGraphs:
     def replay(self, batch: StepBatch) -> torch.Tensor:
         """Hidden states [num_decodes, hidden] of a decode-only batch laid out for a graph."""
         size = self._load(batch)
-        self.graphs[(size, "hidden")].replay()
+        self._replay(size, "hidden")
         return self.hidden[: batch.num_decodes]
 
     def samples(self, greedy: bool) -> bool:
@@ -163,8 +164,15 @@ class DecodeGraphs:
     def replay_sampled(self, batch: StepBatch, *, greedy: bool) -> torch.Tensor:
         """Sampled tokens [num_decodes] of a decode-only batch whose rows all sample without filters."""
         size = self._load(batch)
-        self.graphs[(size, "greedy" if greedy else "sample")].replay()
+        self._replay(size, "greedy" if greedy else "sample")
         return self.tokens[: batch.num_decodes]
+
+    @torch.inference_mode()
+    def _replay(self, size: int, mode: str) -> None:
+        if self.eager:
+            self._step(size, mode)
+        else:
+            self.graphs[(size, mode)].replay()
 
 
 __all__ = ["DecodeGraphs", "pad_decode_batch", "MODES"]

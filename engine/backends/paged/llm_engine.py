@@ -99,7 +99,7 @@ class LLMEngine:
         """Each sampling sequence's tokens: batched (one graph replay on a GPU) when every row can be, else each
         row with its request's sampler, drafts verified."""
         rows, seqs = self.runner.rows, [item.seq for item in batch.sampled]
-        if batch.sampling is not None and batch.host_rows is not None:
+        if batch.host_rows is not None:  # set when every sampled row takes the batched path
             tokens = self.runner.sample(batch).tolist()
             rows.count_draws(batch.host_rows)
             return [Verified(s, [t], [None], 0) for s, t in zip(seqs, tokens, strict=True)]

@@ -146,3 +146,45 @@ def test_the_warm_up_runs_its_steps_and_leaves_the_engine_as_it_found_it():
     fresh = make_seq([3, 1, 4, 1, 5], SamplingParams(temperature=0, max_tokens=6))
     drive(engine_for(tiny_model(), max_num_seqs=4), [fresh])
     assert s.completion_token_ids == fresh.completion_token_ids
+
+
+def test_decode_steps_laid_out_for_the_graphs_give_the_plain_engines_tokens():
+    """The graphs' step (one input block, tables gathered by row, padding rows, sampling inside) run eagerly on
+    the CPU, as a replay would run it: the same tokens as the engine without graphs, greedy and seeded."""
+    from engine.backends.paged.cuda_graphs import DecodeGraphs
+
+    model = tiny_model()
+    g = torch.Generator().manual_seed(9)
+    specs = [SamplingParams(temperature=0, max_tokens=12), SamplingParams(temperature=0.8, seed=4, max_tokens=10),
+             SamplingParams(temperature=1.0, top_p=0.8, seed=6, max_tokens=9)]  # fmt: skip
+    prompts = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (6, 13, 9)]
+    results = []
+    for graphs in (False, True):
+        engine = engine_for(model, max_num_seqs=4, cuda_graph_batch_sizes=(1, 2, 4))
+        engine.runner.rows = SequenceRows(16, engine.config.max_blocks_per_seq, CPU, mirror=True)
+        if graphs:
+            engine.runner.graphs = DecodeGraphs(engine.runner, eager=True)
+        seqs = [make_seq(p, params) for p, params in zip(prompts, specs, strict=True)]
+        laid_out: set[bool] = set()
+        engine.runner.prepare = _recording(engine.runner.prepare, laid_out)
+        for s in seqs:
+            engine.add(s)
+        while engine.has_work:
+            for out in engine.step():
+                if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
+                    engine.finish(out.seq)
+        results.append([s.completion_token_ids for s in seqs])
+        # with graphs: 3 decodes padded to 4, then 2 (one has top-p: the graph gives hidden states), then 1
+        assert (True in laid_out) is graphs
+    assert results[0] == results[1]
+
+
+def _recording(prepare, seen: set):
+    """``prepare`` that notes whether each step was laid out for the graphs."""
+
+    def wrapped(scheduled, sample=False, eager=False):
+        batch = prepare(scheduled, sample=sample, eager=eager)
+        seen.add(batch.graph_inputs is not None)
+        return batch
+
+    return wrapped
