@@ -170,6 +170,10 @@ class ModelRunner:
             return batch.sampling
         if rows is None or g is None or len(batch.sampled) != n:
             raise ValueError("a batched sampling step came without its parameters")
+        if not batch.filtered:
+            return SamplingBatch(greedy=g[6, :n], temperature=g[5, :n].view(torch.float32), top_k=None, top_p=None,
+                                 min_p=None, seed_hi=g[7, :n], seed_lo=g[8, :n], draws=g[9, :n],
+                                 all_greedy=batch.all_greedy)  # fmt: skip
         extra = torch.from_numpy(self.rows.columns[rows, 5:].T.copy()).to(self.device)
         return sampling_batch(self.rows, [g[5, :n], g[6, :n], g[7, :n], g[8, :n], g[9, :n], *extra], rows, batch)
 
