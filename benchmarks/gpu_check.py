@@ -224,7 +224,10 @@ def make_runner(ctx: Context, model, config):
     blocks = max(2, blocks)
     runner.allocate_kv_cache(blocks)
     runner.capture_cuda_graphs()
-    runner.warm_up()  # as start_engine does: the engine's own warm-up compiles what serving meets
+    try:  # as start_engine does: the engine's own warm-up compiles what serving meets
+        runner.warm_up()
+    except Exception as exc:  # recorded by the stages that time (a failed warm-up shows as compiles there)
+        ctx.cache["warm_up_error"] = f"{type(exc).__name__}: {exc}"[:1000]
     return runner, blocks
 
 
@@ -785,6 +788,7 @@ def stage_workload(ctx: Context) -> dict:
            "output_tokens_per_s": result["tokens"] / result["seconds"], "ttft_ms": percentiles(ttft),
            "itl_ms": percentiles(itl), "prefix_caching": engine.config.enable_prefix_caching,
            "compiles_in_timed_region": None if compiles is None else compiles_after - compiles,
+           "warm_up_error": ctx.cache.get("warm_up_error"),
            "preemptions": engine.scheduler.num_preemptions}  # fmt: skip
     if ctx.cuda:
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated(ctx.device) / 2**30
