@@ -12,8 +12,10 @@ Stages, in order:
   hf_parity       teacher-forced logits and greedy tokens against transformers, one checkpoint for both
   quantized       FP8 weights (``_scaled_mm``), int8 weights and the FP8 KV cache, each end to end
   decode_attention  decode attention at batch 1, 32, 256 and context 512, 4k: GB/s of KV read
-  decode_step     one decode step split into prepare, graph replay, LM head and sampling
-  workload        nano-vllm's benchmark (Qwen3-0.6B shape, 256 sequences, lengths uniform in 100-1024)
+  decode_step     one decode step at batch 1 and 256: prepare and sampling timed on the host, graph replay, LM head,
+                  and the whole step (one graph replay, sampling included)
+  workload        nano-vllm's benchmark (Qwen3-0.6B shape, 256 sequences, lengths uniform in 100-1024): tok/s,
+                  TTFT and ITL percentiles, compiles in the timed region
   transformers    transformers' generate on a slice of the same requests, and the engine on it
 
 Prefix caching is off while timing. The engine's own warm-up (``ModelRunner.warm_up``, run at load) is the
