@@ -35,8 +35,7 @@ def pad_decode_batch(
     padded_tables = torch.zeros(size, max_blocks, dtype=torch.int32, device=dev)
     lens = torch.ones(size, dtype=torch.int32, device=dev)
     ids[:n], pos[:n], slots[:n] = batch.input_ids, batch.positions, meta.slot_mapping
-    if tables is None:
-        tables = meta.decode_tables[0]
+    tables = tables if tables is not None else meta.decode_tables[0]
     if meta.decode_context_lens is None:
         raise ValueError(f"a step of {n} decodes came without their context lengths")
     padded_tables[:n, : tables.shape[1]] = tables
@@ -121,7 +120,7 @@ class DecodeGraphs:
         """Capture every size and mode. A sampling mode that fails to capture is left out (its steps replay
         the hidden states and sample eagerly), and the failure is kept in ``failed``; a hidden-state graph
         that fails raises, and the runner decodes eagerly."""
-        self.failed: dict[str, str] = {}
+        self.failed = {}
         for size in reversed(self.sizes):
             for mode in MODES:
                 if mode in self.failed:
