@@ -59,7 +59,7 @@ class DecodeGraphs:
     hidden states (the sampler runs after it) and two to the sampled tokens (greedy only, and any mix of
     greedy and tempered rows), so a plain decode step is one host-to-device copy and one replay.
 
-    A graph reads one int32 block of inputs (``model_runner.GRAPH_FIELDS`` by batch row) and gathers its rows'
+    A graph reads one int32 block of inputs (``step_batch.GRAPH_FIELDS`` by batch row) and gathers its rows'
     block tables from the runner's persistent table, so no step copies a table.
     """
 

@@ -113,11 +113,11 @@ class ModelRunner:
             from engine.backends.paged.kernels import paged_decode_attention
 
             k_cache, v_cache = self.kv_caches[0]
-            a = self.model.args
-            q = torch.zeros(2, a.num_attention_heads, a.dim_head, dtype=self.dtype, device=self.device)
+            args = self.model.args
+            q = torch.zeros(2, args.num_attention_heads, args.dim_head, dtype=self.dtype, device=self.device)
             lens = torch.ones(2, dtype=torch.int32, device=self.device)
             for splits in (1, 2, 16):
-                paged_decode_attention(q, k_cache, v_cache, self.rows.dev[:2], lens, a.dim_head**-0.5, splits)
+                paged_decode_attention(q, k_cache, v_cache, self.rows.dev[:2], lens, args.dim_head**-0.5, splits)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         for seq in seqs:
