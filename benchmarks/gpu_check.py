@@ -1,7 +1,7 @@
 """One GPU check for the paged engine: correctness, then timing, in stages that cannot lose each other's results.
 
-Needs only torch, triton and transformers; downloads nothing (random weights) and is sized for one
-10-minute run on one GPU. Each stage runs guarded and time-capped: one that raises or overruns is
+Needs only torch, triton and transformers; downloads nothing (random weights). By default a quick run of about
+5 minutes on one GPU (``--full`` adds the fp16 kernels, quantized models and transformers, up to 10 minutes). Each stage runs guarded and time-capped: one that raises or overruns is
 recorded as such and the next one runs. Every stage's record is appended to ``--out`` as a JSON
 line the moment it ends (the first line: torch/triton/CUDA/driver versions and the GPU).
 
@@ -12,12 +12,14 @@ Stages, in order:
   hf_parity       teacher-forced logits and greedy tokens against transformers, one checkpoint for both
   quantized       FP8 weights (``_scaled_mm``), int8 weights and the FP8 KV cache, each end to end
   decode_attention  decode attention at batch 1, 32, 256 and context 512, 4k: GB/s of KV read
-  decode_step     one decode step split into prepare, graph replay, LM head and sampling
-  workload        nano-vllm's benchmark (Qwen3-0.6B shape, 256 sequences, lengths uniform in 100-1024)
+  decode_step     one decode step at batch 1 and 256: prepare and sampling timed on the host, graph replay, LM head,
+                  and the whole step (one graph replay, sampling included)
+  workload        nano-vllm's benchmark (Qwen3-0.6B shape, 256 sequences, lengths uniform in 100-1024): tok/s,
+                  TTFT and ITL percentiles, compiles in the timed region
   transformers    transformers' generate on a slice of the same requests, and the engine on it
 
-Prefix caching is off while timing; a warm-up of mixed prefill+decode steps runs first, so no kernel
-compiles inside a timed region (each timing record counts the compiles it saw).
+Prefix caching is off while timing. The engine's own warm-up (``ModelRunner.warm_up``, run at load) is the
+only one: each timing record counts the compiles it saw, which should be none.
 
     python benchmarks/gpu_check.py --out benchmarks/results/      # on a CUDA machine
     python benchmarks/gpu_check.py --dry-run --out /tmp/check.jsonl  # anywhere: tiny sizes on the CPU
@@ -224,6 +226,10 @@ def make_runner(ctx: Context, model, config):
     blocks = max(2, blocks)
     runner.allocate_kv_cache(blocks)
     runner.capture_cuda_graphs()
+    try:  # as start_engine does: the engine's own warm-up compiles what serving meets
+        runner.warm_up()
+    except Exception as exc:  # recorded by the stages that time (a failed warm-up shows as compiles there)
+        ctx.cache["warm_up_error"] = f"{type(exc).__name__}: {exc}"[:1000]
     return runner, blocks
 
 
@@ -286,11 +292,11 @@ def percentiles(values: list[float], scale: float = 1000.0) -> dict:
 def compiled_kernels() -> int | None:
     """How many Triton kernel specializations this process has compiled (None where it cannot tell)."""
     try:
-        from engine.backends.paged.kernels import attention, fused, kv_store
+        from engine.backends.paged.kernels import attention, fused, kv_store, sampling
     except ImportError:
         return None
     total = 0
-    for module in (attention, fused, kv_store):
+    for module in (attention, fused, kv_store, sampling):
         for value in vars(module).values():
             caches = getattr(value, "device_caches", None)
             if isinstance(caches, dict):
@@ -664,7 +670,7 @@ def stage_decode_attention(ctx: Context) -> dict:
 def stage_decode_step(ctx: Context) -> dict:
     import torch
 
-    from engine.backends.paged.sampler import sample
+    from engine.backends.paged.sampler import sample_batched
 
     model = shared_model(ctx)
     batches = (1, 256) if ctx.cuda else (1, 4)
@@ -681,16 +687,20 @@ def stage_decode_step(ctx: Context) -> dict:
             engine.add(s)
         while any(s.num_completion_tokens < 3 for s in seqs):  # prefill, then a few decode steps (warm)
             engine.step()
-        parts = {"prepare": 0.0, "forward": 0.0, "lm_head": 0.0, "sample": 0.0}
+        # prepare and sampling timed on the host (what the loop spends before the GPU has the work), the forward
+        # and the LM head with a sync each; the step itself (one graph replay, sampling included) further down
+        parts = {"prepare_host": 0.0, "forward": 0.0, "lm_head": 0.0, "sample_host": 0.0, "sample": 0.0}
         n_steps = 3 if ctx.dry else 20
         for _ in range(n_steps):
             output = sched.schedule()
-            t0 = time.perf_counter()
-            step = runner.prepare(output.scheduled)
             ctx.sync()
+            t0 = time.perf_counter()
+            step = runner.prepare(output.scheduled, sample=True)
             t1 = time.perf_counter()
+            ctx.sync()
             with torch.inference_mode():
-                if runner.graphs is not None and runner.graphs.fits(step.num_decodes):
+                t1s = time.perf_counter()
+                if step.graph_inputs is not None and runner.graphs is not None:
                     hidden = runner.graphs.replay(step)
                 else:
                     from engine.backends.paged.ops import ForwardContext
@@ -700,12 +710,15 @@ def stage_decode_step(ctx: Context) -> dict:
                 t2 = time.perf_counter()
                 logits = runner.model.compute_logits(hidden.index_select(0, step.sample_rows))
                 ctx.sync()
-            t3 = time.perf_counter()
+                t3 = time.perf_counter()
+                tokens = sample_batched(logits, runner.sampling_of(step))
+                t4 = time.perf_counter()
+                token_list = tokens.tolist()
+            t5 = time.perf_counter()
+            runner.rows.count_draws(step.host_rows)
             sampled = [item.seq for item in step.sampled]
-            result = sample(logits, [s.owner.sampler for s in sampled], [(s.token_ids, s.num_prompt_tokens) for s in sampled])
-            t4 = time.perf_counter()
-            sched.postprocess(output, {s.seq_id: t for s, t in zip(sampled, result.tokens, strict=True)})
-            for key, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            sched.postprocess(output, {s.seq_id: t for s, t in zip(sampled, token_list, strict=True)})
+            for key, dt in zip(parts, (t1 - t0, t2 - t1s, t3 - t2, t4 - t3, t5 - t3), strict=True):
                 parts[key] += dt * 1000 / n_steps
         ctx.sync()
         t0 = time.perf_counter()
@@ -713,7 +726,8 @@ def stage_decode_step(ctx: Context) -> dict:
             engine.step()
         ctx.sync()
         total = (time.perf_counter() - t0) * 1000 / n_steps
-        record = {"batch": batch, "step_ms": total, **{f"{k}_ms": v for k, v in parts.items()}}
+        record = {"batch": batch, "step_ms": total, **{f"{k}_ms": v for k, v in parts.items()},
+                  "prepare_plus_sample_host_ms": parts["prepare_host"] + parts["sample_host"]}  # fmt: skip
         if ctx.bandwidth:
             record["weight_read_floor_ms"] = weight_bytes / ctx.bandwidth * 1000
         out["batches"].append(record)
@@ -742,7 +756,7 @@ def _kernels_per_step(ctx: Context, engine) -> int | None:
     while seq.num_completion_tokens < 1:
         engine.step()
     output = engine.scheduler.schedule()
-    step = engine.runner.prepare(output.scheduled)
+    step = engine.runner.prepare(output.scheduled, eager=True)  # the forward's own kernels, not a graph's
     runner = engine.runner
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.inference_mode():
@@ -756,42 +770,6 @@ def _kernels_per_step(ctx: Context, engine) -> int | None:
     return count or None
 
 
-def warm_up(ctx: Context, engine) -> None:
-    """Mixed prefill+decode steps, a prompt chunked over its cached prefix, and both prefill tile sizes:
-    every kernel variant the timed run meets compiles here."""
-    import torch
-
-    from engine.backends.paged.kernels import paged_prefill_attention
-
-    runner = engine.runner
-    vocab = runner.model.args.vocab_size
-    lo, hi = ctx.lengths
-    rng = random.Random(ctx.seed + 7)
-    n_long = engine.config.max_num_batched_tokens // hi + 2  # more prompt than one step takes: a chunk over a prefix
-    first = [new_seq([rng.randrange(vocab) for _ in range(hi)], 4, vocab, ctx.device) for _ in range(n_long)]
-    later = [new_seq([rng.randrange(vocab) for _ in range(rng.randint(2, hi))], 6, vocab, ctx.device) for _ in range(6)]
-    for s in first:
-        engine.add(s)
-    steps = 0
-    while engine.has_work:
-        if steps == 2:
-            for s in later:  # prefills arriving while the first ones decode
-                engine.add(s)
-        for out in engine.step():
-            if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
-                engine.finish(out.seq)
-        steps += 1
-    if runner.ops.name == "triton":  # both prefill tile heights over a cached prefix, whatever the scheduler did
-        k_cache, v_cache = runner.kv_caches[0]
-        heads, dim = runner.model.args.num_attention_heads, runner.model.args.dim_head
-        for n in (8, 40):
-            q = torch.zeros(n, heads, dim, dtype=runner.dtype, device=ctx.device)
-            tables = torch.zeros(1, 8, dtype=torch.int32, device=ctx.device)
-            cu = torch.tensor([0, n], dtype=torch.int32, device=ctx.device)
-            paged_prefill_attention(q, k_cache, v_cache, tables, cu, cu[1:] + 16, n, dim**-0.5)
-        ctx.sync()
-
-
 def stage_workload(ctx: Context) -> dict:
     import torch
 
@@ -800,7 +778,7 @@ def stage_workload(ctx: Context) -> dict:
     engine = make_engine(ctx, model, max_seqs=ctx.n_seqs, max_len=2 * hi + 16, budget=16384 if ctx.cuda else 256)
     ctx.cache["engine"] = engine
     jobs = jobs_for(ctx, ctx.n_seqs, model.args.vocab_size, ctx.seed)
-    warm_up(ctx, engine)
+    # no warm-up of its own: what the engine's warm-up (make_runner, as at load) missed compiles in the timed run
     if ctx.cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
     compiles = compiled_kernels()
@@ -812,6 +790,7 @@ def stage_workload(ctx: Context) -> dict:
            "output_tokens_per_s": result["tokens"] / result["seconds"], "ttft_ms": percentiles(ttft),
            "itl_ms": percentiles(itl), "prefix_caching": engine.config.enable_prefix_caching,
            "compiles_in_timed_region": None if compiles is None else compiles_after - compiles,
+           "warm_up_error": ctx.cache.get("warm_up_error"),
            "preemptions": engine.scheduler.num_preemptions}  # fmt: skip
     if ctx.cuda:
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated(ctx.device) / 2**30
@@ -866,9 +845,13 @@ STAGES_GPU = [
 ]  # fmt: skip
 
 
-def stages_for(dry: bool) -> list[Stage]:
+# left out unless --full: a 15-minute device budget holds the quick run (about 5 minutes) and a second try
+FULL_ONLY = ("kernels_float16", "quantized", "transformers")
+
+
+def stages_for(dry: bool, *, full: bool = True) -> list[Stage]:
     if not dry:
-        return STAGES_GPU
+        return [s for s in STAGES_GPU if full or s.name not in FULL_ONLY]
     stages = [s for s in STAGES_GPU if not s.name.startswith("kernels_")]
     stages.insert(1, Stage("kernels_float32", stage_kernels("float32"), 300))
     return stages
@@ -879,7 +862,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (kernels under TRITON_INTERPRET=1)")
     ap.add_argument("--out", type=Path, default=None, help="a .jsonl file, or a folder for a new one (default: "
                     "benchmarks/results/ on a GPU, nothing in a dry run)")  # fmt: skip
-    ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole run; stages past it are skipped")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for the whole run; stages past it are skipped "
+                    "(default: 300, or 570 with --full)")  # fmt: skip
+    ap.add_argument("--full", action="store_true", help=f"also the stages a quick run leaves out: {', '.join(FULL_ONLY)}")
     ap.add_argument("--only", default=None, help="comma-separated stage names to run (env always runs)")
     ap.add_argument("--seqs", type=int, default=None)
     ap.add_argument("--hf-seqs", type=int, default=None, help="requests in transformers' slice")
@@ -902,11 +887,12 @@ def main(argv: list[str] | None = None) -> int:
                   n_seqs=args.seqs or (256 if cuda else 6), n_hf=args.hf_seqs or (16 if cuda else 3),
                   lengths=(100, 1024) if cuda else (8, 24), seed=args.seed)  # fmt: skip
     out = args.out if args.out is not None else (ROOT / "benchmarks" / "results" if cuda else None)
-    stages = stages_for(ctx.dry)
+    stages = stages_for(ctx.dry, full=args.full or bool(args.only))
     if args.only:
         wanted = {"env", *args.only.split(",")}
         stages = [s for s in stages if s.name in wanted]
-    records = run_stages(stages, ctx, Recorder(out), budget_s=args.budget)
+    budget = args.budget if args.budget is not None else (570.0 if args.full else 300.0)
+    records = run_stages(stages, ctx, Recorder(out), budget_s=budget)
     return 0 if all(r["status"] == "ok" for r in records) else 1
 
 

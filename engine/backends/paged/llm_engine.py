@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from engine.backends.base import BackendStats
 from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
-from engine.backends.paged.model_runner import ModelRunner
+from engine.backends.paged.model_runner import ModelRunner, StepBatch
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.scheduler import Scheduler
 from engine.backends.paged.sequence import Sequence
-from engine.backends.paged.speculation import DRAFT_ROWS_CPU, DRAFT_ROWS_GPU, propose_drafts, verify
+from engine.backends.paged.sequence_rows import rows_for
+from engine.backends.paged.speculation import DRAFT_ROWS_CPU, DRAFT_ROWS_GPU, Verified, propose_drafts, verify
 from engine.backends.speculative import RowCost
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class LLMEngine:
         """Remove ``seq`` and free its blocks now."""
         if not seq.is_finished:
             self.scheduler.finish(seq)
+        self.runner.release(seq)
 
     @property
     def has_work(self) -> bool:
@@ -75,9 +77,8 @@ class LLMEngine:
         output = self.scheduler.schedule(drafts)
         if output.is_empty:
             return []
-        batch = self.runner.prepare(output.scheduled)
-        logits = self.runner.run(batch)  # [num_sample_rows, vocab]
-        verified = verify(batch.sampled, logits)
+        batch = self.runner.prepare(output.scheduled, sample=True)
+        verified = self._sample(batch)
         if len(running) == 1 and len(output.scheduled) == 1 and output.scheduled[0].num_tokens == 1:
             self.row_cost.add(output.num_batched_tokens, time.perf_counter() - t0)  # one sequence's decode
         self.scheduler.postprocess(output, {v.seq.seq_id: v.tokens for v in verified})
@@ -93,6 +94,20 @@ class LLMEngine:
                 for i, (t, lp) in enumerate(zip(v.tokens, v.logprobs, strict=True))
             ]
         return out
+
+    def _sample(self, batch: StepBatch) -> list[Verified]:
+        """Each sampling sequence's tokens: batched (one graph replay on a GPU) when every row can be, else each
+        row with its request's sampler, drafts verified."""
+        rows, seqs = self.runner.rows, [item.seq for item in batch.sampled]
+        if batch.host_rows is not None:  # set when every sampled row takes the batched path
+            tokens = self.runner.sample(batch).tolist()
+            rows.count_draws(batch.host_rows)
+            return [Verified(s, [t], [None], 0) for s, t in zip(seqs, tokens, strict=True)]
+        table_rows = rows_for(rows, seqs)  # the draw counts the batched path kept go to the samplers and back
+        rows.sync_draws_to(seqs, table_rows)
+        verified = verify(batch.sampled, self.runner.run(batch))
+        rows.sync_draws_from(seqs, table_rows)
+        return verified
 
     def stats(self, *, waiting: int = 0, requests: int = 0, prompt_tokens: int = 0, generated_tokens: int = 0) -> BackendStats:
         """The engine's figures; the caller adds what it counts itself (requests queued before the engine)."""

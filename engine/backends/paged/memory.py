@@ -24,6 +24,7 @@ def warm_up(runner, config: EngineConfig) -> None:
     seq = Sequence([0] * n, SamplingParams(temperature=0), block_size=config.block_size)
     seq.block_table = list(range(blocks))
     runner.run(runner.prepare([ScheduledSeq(seq, n)]))
+    runner.release(seq)
     runner.kv_caches = []
 
 

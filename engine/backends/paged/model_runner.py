@@ -4,76 +4,25 @@ replays CUDA graphs for decode steps, and returns the logits of the rows to samp
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from itertools import chain
+from types import SimpleNamespace
 
 import torch
 
-from engine.backends.paged.attention import AttentionMetadata
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.cuda_graphs import DecodeGraphs
 from engine.backends.paged.ops import ForwardContext, ForwardOps, TorchOps
+from engine.backends.paged.sampler import RequestSampler, SamplingBatch, sample, sample_batched
 from engine.backends.paged.scheduler import ScheduledSeq
+from engine.backends.paged.sequence import Sequence
+from engine.backends.paged.sequence_rows import SequenceRows
+from engine.backends.paged.step_batch import GRAPH_FIELDS, StepBatch, StepInputs, build_step, sampling_batch
+from engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class StepBatch:
-    """One step's model inputs. Rows: decodes first, then prefill chunks."""
-
-    input_ids: torch.Tensor  # [num_tokens]
-    positions: torch.Tensor  # [num_tokens]
-    meta: AttentionMetadata
-    # [num_samples]: the row of each sampling sequence's last token, then those of its drafted tokens
-    sample_rows: torch.Tensor
-    sampled: list[ScheduledSeq]  # the sequences whose next token comes from this step, in row order
-    num_decodes: int
-
-
-def pad_table(rows: list[list[int]], width: int) -> list[list[int]]:
-    return [r + [0] * (width - len(r)) for r in rows]
-
-
-class StepInputs:
-    """A step's integer inputs staged in one persistent host buffer (pinned on CUDA), copied to the
-    device in one transfer per step, then handed out as views.
-
-    On CUDA the device buffer is persistent too: a step's tensors are valid until the next
-    ``stage``, which waits for the previous transfer before it rewrites the host buffer.
-    """
-
-    def __init__(self, device: torch.device, capacity: int = 1 << 15) -> None:
-        self.device = device
-        self.event = None
-        self._allocate(capacity)
-
-    def _allocate(self, capacity: int) -> None:
-        cuda = self.device.type == "cuda"
-        self.host = torch.empty(capacity, dtype=torch.int32, pin_memory=cuda)
-        self.host_np = self.host.numpy()
-        self.dev = torch.empty(capacity, dtype=torch.int32, device=self.device) if cuda else None
-
-    def stage(self, parts: list[tuple[list[int], tuple[int, ...]]]) -> list[torch.Tensor]:
-        """One int32 tensor per (flat values, shape), all from one host-to-device copy."""
-        total = sum(len(values) for values, _ in parts)
-        if self.event is not None:
-            self.event.synchronize()  # the previous step's copy has left the host buffer
-        if total > self.host.numel():
-            self._allocate(max(total, 2 * self.host.numel()))
-        self.host_np[:total] = list(chain.from_iterable(values for values, _ in parts))
-        if self.dev is not None:
-            self.dev[:total].copy_(self.host[:total], non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
-            src = self.dev
-        else:
-            src = self.host[:total].clone()  # the CPU: a fresh tensor, so earlier batches stay valid
-        out, offset = [], 0
-        for values, shape in parts:
-            out.append(src[offset : offset + len(values)].view(shape))
-            offset += len(values)
-        return out
+def _no_graph(n: int) -> int:
+    return 0
 
 
 class ModelRunner:
@@ -99,6 +48,8 @@ class ModelRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.graphs: DecodeGraphs | None = None
         self.inputs = StepInputs(device)
+        # rows for more sequences than a step holds: a finished one's row is reclaimed if nobody released it
+        self.rows = SequenceRows(2 * config.max_num_seqs + 8, config.max_blocks_per_seq, device)
         a = model.args
         self.num_layers, self.num_kv_heads, self.head_dim = a.num_hidden_layers, a.n_kv_heads, a.dim_head
 
@@ -124,78 +75,107 @@ class ModelRunner:
         self.graphs = DecodeGraphs(self)
         self.graphs.capture()
 
-    # -- one step -----------------------------------------------------------------------------
-    def prepare(self, scheduled: list[ScheduledSeq] | tuple[ScheduledSeq, ...]) -> StepBatch:
+    @torch.inference_mode()
+    def warm_up(self, *, always: bool = False) -> None:
+        """Run once every kernel variant serving can meet that graph capture did not, so nothing compiles while
+        serving: a mixed step of a decode and two chunks over a cached prefix (each prefill tile height), a
+        chunk alone, and both sampling paths. Triton specialises on constexprs and on integer arguments equal to
+        1 or divisible by 16; what varies between steps here (tile height, the decode's context slices) is
+        enumerated, and the rest (table stride, pointer alignment) is the same every step by construction.
+
+        Uses blocks of the cache before anything is stored in it; its rows are released after. The torch ops
+        compile nothing: they skip it unless ``always``."""
+        if (self.ops is TorchOps and not always) or not self.kv_caches:
+            return
         bs = self.config.block_size
-        # a decode with a draft is a chunk of several rows over its context, computed as a prefill chunk is
-        decodes = [s for s in scheduled if s.num_rows == 1]
-        prefills = [s for s in scheduled if s.num_rows > 1]
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        sample_rows: list[int] = []
-        sampled: list[ScheduledSeq] = []
-        starts, lens, ctxs = [], [], []
-        for item in decodes + prefills:
-            seq, n = item.seq, item.num_rows
-            c = seq.num_computed_tokens
-            if n > 1:
-                starts.append(len(ids))
-                lens.append(n)
-                ctxs.append(c + n)
-            ids.extend(seq.token_ids[c : c + item.num_tokens])
-            ids.extend(item.draft)
-            pos.extend(range(c, c + n))
-            table = seq.block_table
-            slots.extend(table[p // bs] * bs + p % bs for p in range(c, c + n))
-            if item.samples:
-                sample_rows.extend(range(len(ids) - 1 - len(item.draft), len(ids)))
-                sampled.append(item)
-        parts: list[tuple[list[int], tuple[int, ...]]] = [
-            (ids, (len(ids),)), (pos, (len(pos),)), (slots, (len(slots),)), (sample_rows, (len(sample_rows),)),
-        ]  # fmt: skip
-        dl: list[int] = []
-        if decodes:
-            tables = [d.seq.block_table for d in decodes]
-            width = max(map(len, tables))
-            parts.append((list(chain.from_iterable(pad_table(tables, width))), (len(decodes), width)))
-            dl = [d.seq.num_computed_tokens + 1 for d in decodes]
-            parts.append((dl, (len(dl),)))
-        if prefills:
-            tables = [p.seq.block_table for p in prefills]
-            width = max(map(len, tables))
-            parts.append((list(chain.from_iterable(pad_table(tables, width))), (len(prefills), width)))
-            cu = [starts[0]]
-            for n in lens:
-                cu.append(cu[-1] + n)
-            parts += [(cu, (len(cu),)), (ctxs, (len(ctxs),))]
-        views = iter(self.inputs.stage(parts))
-        t_ids, t_pos, t_slots, t_rows = next(views), next(views), next(views), next(views)
-        # int32 throughout, but slots index the cache with index_copy_ (int64 only) and may pass 2**31 bytes
-        meta = AttentionMetadata(slot_mapping=t_slots.long(), num_decodes=len(decodes))
-        if decodes:
-            meta.decode_block_tables, meta.decode_context_lens = next(views), next(views)
-            meta.max_decode_context_len = max(dl)
-        if prefills:
-            meta.prefill_block_tables = next(views)
-            meta.prefill_query_starts, meta.prefill_query_lens, meta.prefill_context_lens = (
-                tuple(starts), tuple(lens), tuple(ctxs),
-            )  # fmt: skip
-            meta.prefill_cu_query_lens, meta.prefill_context_lens_t = next(views), next(views)
-        return StepBatch(t_ids, t_pos, meta, t_rows, sampled, len(decodes))
+        spans = ((33, 32), (64 + 40, 64), (64 + 8, 64))  # (tokens, computed): a decode, chunks of 40 and 8 rows
+        need = sum(-(-n // bs) for n, _ in spans)
+        if need > self.kv_caches[0][0].shape[0] or any(n > self.config.max_model_len for n, _ in spans):
+            log.info("warm-up skipped: the cache or the context is too small for it")
+            return
+        seqs, first = [], 0
+        for i, (n, computed) in enumerate(spans):
+            params = SamplingParams(temperature=0.7 if i else 0.0, top_k=5 if i == 2 else 0, seed=i, max_tokens=1)
+            sampler = RequestSampler(params, vocab_size=self.model.args.vocab_size, eos_ids=[], device=self.device)
+            seq = Sequence([1] * n, params, block_size=bs, owner=SimpleNamespace(sampler=sampler, drafter=None))
+            seq.block_table, seq.num_computed_tokens = list(range(first, first + -(-n // bs))), computed
+            first += len(seq.block_table)
+            seqs.append(seq)
+        d, a, b = seqs
+        steps = ([ScheduledSeq(d, 1), ScheduledSeq(a, 40), ScheduledSeq(b, 8)], [ScheduledSeq(b, 8)], [ScheduledSeq(d, 1)])
+        for scheduled in steps:
+            batch = self.prepare(scheduled, sample=True)
+            if batch.host_rows is not None:
+                self.sample(batch)  # batched: filters and the race
+            sample(self.run(batch), [s.seq.owner.sampler for s in batch.sampled],
+                   [(s.seq.token_ids, s.seq.num_prompt_tokens) for s in batch.sampled])  # per request
+        if self.ops.name == "triton":  # every class of context slices (1, 16, the others), whatever the graphs ran
+            from engine.backends.paged.kernels import paged_decode_attention
+
+            k_cache, v_cache = self.kv_caches[0]
+            args = self.model.args
+            q = torch.zeros(2, args.num_attention_heads, args.dim_head, dtype=self.dtype, device=self.device)
+            lens = torch.ones(2, dtype=torch.int32, device=self.device)
+            for splits in (1, 2, 16):
+                paged_decode_attention(q, k_cache, v_cache, self.rows.dev[:2], lens, args.dim_head**-0.5, splits)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        for seq in seqs:
+            self.rows.release(seq)
+
+    # -- one step -----------------------------------------------------------------------------
+    def release(self, seq) -> None:
+        """``seq`` finished: its row of block tables and sampling parameters is free."""
+        self.rows.release(seq)
+
+    def prepare(
+        self, scheduled: list[ScheduledSeq] | tuple[ScheduledSeq, ...], *, sample: bool = False, eager: bool = False
+    ) -> StepBatch:
+        """The step's inputs, staged in one host-to-device copy (see ``step_batch.build_step``)."""
+        graphs = self.graphs
+        return build_step(scheduled, rows=self.rows, inputs=self.inputs, block_size=self.config.block_size,
+                          graph_size=graphs.size_for if graphs is not None else _no_graph, sample=sample,
+                          eager=eager)  # fmt: skip
 
     @torch.inference_mode()
     def run(self, batch: StepBatch) -> torch.Tensor:
         """Logits [num_samples, vocab] (float32) for the sampling rows of ``batch`` (a drafted token's too)."""
-        meta = batch.meta
-        if self.graphs is not None and meta.num_prefills == 0 and self.graphs.fits(meta.num_decodes):
+        if batch.graph_inputs is not None and self.graphs is not None:
             hidden = self.graphs.replay(batch)
         else:
-            ctx = ForwardContext(meta, self.kv_caches, self.ops)
+            ctx = ForwardContext(batch.meta, self.kv_caches, self.ops)
             hidden = self.model(batch.input_ids, batch.positions, ctx)  # [num_tokens, hidden]
         if batch.sample_rows.numel() == 0:
             return torch.empty(0, self.model.args.vocab_size, device=self.device)
         return self.model.compute_logits(hidden.index_select(0, batch.sample_rows))
+
+    @torch.inference_mode()
+    def sample(self, batch: StepBatch) -> torch.Tensor:
+        """Tokens [num_samples] (int64, on the device) of a step that carries batched sampling: one graph replay,
+        sampling included, for a decode step a graph holds; the forward and ``sample_batched`` otherwise."""
+        rows = batch.host_rows
+        if rows is None:
+            raise ValueError("this step's rows do not all take the batched sampling path")
+        g = batch.graph_inputs
+        graphs = self.graphs
+        if g is not None and graphs is not None and not batch.filtered and graphs.samples(batch.all_greedy):
+            return graphs.replay_sampled(batch, greedy=batch.all_greedy)
+        return sample_batched(self.run(batch), self.sampling_of(batch))
+
+    def sampling_of(self, batch: StepBatch) -> SamplingBatch:
+        """The batched sampling parameters of ``batch`` as tensors, on either layout (a graph step's filters
+        are not in its block: they come from the host rows, a step that rarely happens)."""
+        rows, g, n = batch.host_rows, batch.graph_inputs, batch.num_decodes
+        if batch.sampling is not None:
+            return batch.sampling
+        if rows is None or g is None or len(batch.sampled) != n:
+            raise ValueError("a batched sampling step came without its parameters")
+        if not batch.filtered:
+            return SamplingBatch(greedy=g[6, :n], temperature=g[5, :n].view(torch.float32), top_k=None, top_p=None,
+                                 min_p=None, seed_hi=g[7, :n], seed_lo=g[8, :n], draws=g[9, :n],
+                                 all_greedy=batch.all_greedy)  # fmt: skip
+        extra = torch.from_numpy(self.rows.columns[rows, 5:].T.copy()).to(self.device)
+        return sampling_batch(self.rows, [g[5, :n], g[6, :n], g[7, :n], g[8, :n], g[9, :n], *extra], rows, batch)
 
     @torch.inference_mode()
     def forward_padded(self, batch: StepBatch, size: int) -> torch.Tensor:
@@ -205,9 +185,12 @@ class ModelRunner:
         """
         from engine.backends.paged.cuda_graphs import pad_decode_batch
 
-        ids, pos, meta = pad_decode_batch(batch, size, self.config.max_blocks_per_seq)
+        tables = batch.meta.decode_block_tables
+        if tables is None and batch.table_rows is not None:  # a graph step: its rows' tables, gathered
+            tables = self.rows.dev.index_select(0, batch.table_rows)
+        ids, pos, meta = pad_decode_batch(batch, size, self.rows.max_blocks, tables=tables)
         hidden = self.model(ids, pos, ForwardContext(meta, self.kv_caches, self.ops))
         return self.model.compute_logits(hidden[: batch.num_decodes].index_select(0, batch.sample_rows))
 
 
-__all__ = ["ModelRunner", "StepBatch", "StepInputs"]
+__all__ = ["GRAPH_FIELDS", "ModelRunner", "StepBatch", "StepInputs"]

@@ -32,7 +32,15 @@ class ForwardOps(Protocol):
     def silu_and_mul(self, x: torch.Tensor, /) -> torch.Tensor: ...
 
     def rotary(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor, /
+        self,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        cos_sin: torch.Tensor,
+        q_norm: torch.Tensor | None = None,
+        k_norm: torch.Tensor | None = None,
+        eps: float = 0.0,
+        /,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def attention(
@@ -72,9 +80,20 @@ class TorchOps:
 
     @staticmethod
     def rotary(
-        positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        cos_sin: torch.Tensor,
+        q_norm: torch.Tensor | None = None,
+        k_norm: torch.Tensor | None = None,
+        eps: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate-half RoPE; q: [tokens, heads, dim], k: [tokens, kv_heads, dim], cos_sin: [max_pos, dim]."""
+        """Rotate-half RoPE, after each head's RMSNorm when ``q_norm`` and ``k_norm`` are given (Qwen3);
+        q: [tokens, heads, dim], k: [tokens, kv_heads, dim], cos_sin: [max_pos, dim]."""
+        if q_norm is not None and k_norm is not None:
+            t, dim = q.shape[0], q.shape[-1]
+            q = TorchOps.rms_norm(q.reshape(-1, dim), q_norm, eps)[0].view(t, -1, dim)
+            k = TorchOps.rms_norm(k.reshape(-1, dim), k_norm, eps)[0].view(t, -1, dim)
         cos, sin = cos_sin.index_select(0, positions).to(q.dtype).unsqueeze(1).chunk(2, dim=-1)
 
         def rot(x: torch.Tensor) -> torch.Tensor:

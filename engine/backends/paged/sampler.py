@@ -121,26 +121,72 @@ def _penalize(logits: torch.Tensor, rows: list[RequestSampler], histories: list[
 
 def _filter(logits: torch.Tensor, rows: list[RequestSampler]) -> torch.Tensor:
     """Top-k, top-p and min-p: filtered-out logits become -inf."""
-    dev, vocab = logits.device, logits.shape[1]
+    dev = logits.device
     ks = [r.params.top_k for r in rows]
     ps = [r.params.top_p for r in rows]
     mins = [r.params.min_p for r in rows]
-    if any(m > 0 for m in mins):
+    return filter_logits(
+        logits, torch.tensor(ks, device=dev), torch.tensor(ps, device=dev), torch.tensor(mins, device=dev),
+        top=any(k > 0 for k in ks) or any(p < 1.0 for p in ps), floor=any(m > 0 for m in mins),
+    )  # fmt: skip
+
+
+def filter_logits(
+    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor, *, top: bool, floor: bool
+) -> torch.Tensor:
+    """Top-k, top-p and min-p from per-row tensors [rows] (top_k 0: none); ``top`` and ``floor`` say whether
+    any row asks for top-k/top-p and for min-p, so a batch without them skips the sort."""
+    vocab = logits.shape[1]
+    if floor:
         probs = logits.softmax(-1)
-        floor = torch.tensor(mins, device=dev).unsqueeze(1) * probs.max(-1, keepdim=True).values
-        logits = logits.masked_fill(probs < floor, -float("inf"))
-    if any(k > 0 for k in ks) or any(p < 1.0 for p in ps):
+        cut = min_p.to(probs.dtype).unsqueeze(1) * probs.max(-1, keepdim=True).values
+        logits = logits.masked_fill(probs < cut, -float("inf"))
+    if top:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
-        k = torch.tensor([k if k > 0 else vocab for k in ks], device=dev).unsqueeze(1)
-        ranks = torch.arange(vocab, device=dev).unsqueeze(0)
+        k = torch.where(top_k > 0, top_k, vocab).unsqueeze(1)
+        ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
         sorted_logits = sorted_logits.masked_fill(ranks >= k, -float("inf"))
         probs = sorted_logits.softmax(-1)
         before = probs.cumsum(-1) - probs  # mass of the better tokens
-        drop = before > torch.tensor(ps, device=dev).unsqueeze(1)
+        drop = before > top_p.to(probs.dtype).unsqueeze(1)
         drop[:, 0] = False
         sorted_logits = sorted_logits.masked_fill(drop, -float("inf"))
         logits = torch.full_like(logits, -float("inf")).scatter_(1, order, sorted_logits)
     return logits
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingBatch:
+    """A batch's sampling parameters as tensors [rows] (from persistent per-sequence rows), for rows with no
+    bias, penalties, grammar or logprobs. ``all_greedy``, ``top`` and ``floor`` are known on the host."""
+
+    greedy: torch.Tensor  # int32, nonzero: greedy
+    temperature: torch.Tensor  # float32, 1 on greedy rows
+    top_k: torch.Tensor | None  # int32, 0: none (None when no row filters)
+    top_p: torch.Tensor | None  # float32
+    min_p: torch.Tensor | None  # float32
+    seed_hi: torch.Tensor  # int32 bit patterns of the seed's halves and of the draw count
+    seed_lo: torch.Tensor
+    draws: torch.Tensor
+    all_greedy: bool
+    top: bool = False
+    floor: bool = False
+
+
+def sample_batched(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Tokens [rows] (int64, on the device): greedy rows take the argmax, the others an exact draw from their
+    tempered, filtered distribution. No host sync and no per-row work: a CUDA graph can hold it."""
+    tokens = logits.argmax(-1)
+    if batch.all_greedy:
+        return tokens
+    x = logits / batch.temperature.unsqueeze(1)
+    if batch.top or batch.floor:
+        if batch.top_k is None or batch.top_p is None or batch.min_p is None:
+            raise ValueError("a filtered sampling batch came without its top-k, top-p and min-p")
+        x = filter_logits(x, batch.top_k, batch.top_p, batch.min_p, top=batch.top, floor=batch.floor)
+    keys = torch.stack((batch.seed_hi, batch.seed_lo, batch.draws), 1).long() & _MASK32
+    drawn = _race(x.softmax(-1), keys)
+    return torch.where(batch.greedy != 0, tokens, drawn)
 
 
 def sample(
@@ -192,4 +238,4 @@ def sample(
     return SampleResult(token_list, lps)
 
 
-__all__ = ["RequestSampler", "SampleResult", "sample"]
+__all__ = ["RequestSampler", "SampleResult", "SamplingBatch", "filter_logits", "sample", "sample_batched"]

@@ -5,6 +5,11 @@ chunks, oldest first; then waiting sequences join, first come first served, as l
 budget, the sequence limit and the KV blocks allow. A long prompt is cut into chunks that fit
 the budget and finishes over several steps beside the decodes of others.
 
+Requests that arrive together (added between the same two steps: a burst) are admitted shortest
+prompt first, so many of them reach their first token early while the long ones are chunked behind
+them; an earlier arrival still goes before a later one, so no request waits on requests that came
+after it.
+
 When a running sequence needs a block and none is free, the youngest running sequence not
 yet scheduled this step is preempted: its blocks are freed and it waits at the head of the
 queue to be computed again from its tokens (preemption by recompute).
@@ -25,6 +30,10 @@ from dataclasses import dataclass
 from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.sequence import Sequence, SequenceStatus
+
+
+def _num_tokens(seq: Sequence) -> int:
+    return seq.num_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +88,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self._arrived = 0  # sequences added at the tail of the queue since the last schedule
 
     @property
     def has_work(self) -> bool:
@@ -87,6 +97,7 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
+        self._arrived += 1
 
     def finish(self, seq: Sequence) -> None:
         """Take ``seq`` out of the queues and free its blocks at once (finished or cancelled)."""
@@ -100,6 +111,7 @@ class Scheduler:
     def schedule(self, drafts: Mapping[int, Seq[int]] | None = None) -> SchedulerOutput:
         """This step's batch; ``drafts`` maps a decoding sequence's id to the tokens it drafts (what fits is
         taken)."""
+        self._order_arrivals()
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
         chosen: set[int] = set()
@@ -159,6 +171,13 @@ class Scheduler:
             self.block_manager.commit(seq)
 
     # -- internals ----------------------------------------------------------------------------
+    def _order_arrivals(self) -> None:
+        """The requests that arrived since the last step, shortest prompt first (ties keep their order)."""
+        k, self._arrived = min(self._arrived, len(self.waiting)), 0
+        if k > 1:
+            tail = [self.waiting.pop() for _ in range(k)][::-1]
+            self.waiting.extend(sorted(tail, key=_num_tokens))  # sorted() is stable
+
     def _fitting_draft(self, seq: Sequence, draft: Seq[int], rows: int, spare_blocks: int) -> tuple[int, ...]:
         """As much of ``draft`` as fits ``rows`` rows and the free blocks, ``spare_blocks`` of them left over."""
         draft = tuple(draft[: max(0, rows)])

@@ -142,6 +142,10 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
     log.info("paged engine for %s: %s", path.name, plan.reason)
     runner.allocate_kv_cache(blocks)
     runner.capture_cuda_graphs()
+    try:
+        runner.warm_up()  # every kernel variant compiled now, not during the first requests
+    except (RuntimeError, ValueError) as exc:  # a failed warm-up costs compiles later, not the load
+        log.warning("the engine's warm-up failed (kernels will compile on first use): %s", exc)
     n_params = sum(p.numel() for p in model.parameters())
     return LoadedEngine(ckpt, LLMEngine(runner, config, blocks), config, device, dtype, n_params, plan)
 

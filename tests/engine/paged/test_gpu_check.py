@@ -54,7 +54,8 @@ def test_dry_run_appends_a_json_line_per_stage_with_every_figure(tmp_path):
     assert records["quantized"]["fp8_weights"]["layer"] == "FP8Linear"
     assert all(c["kv_gb_per_s"] > 0 for c in records["decode_attention"]["cases"])
     step = records["decode_step"]["batches"][0]
-    assert all(step[k] > 0 for k in ("step_ms", "prepare_ms", "forward_ms", "lm_head_ms", "sample_ms"))
+    assert all(step[k] > 0 for k in ("step_ms", "prepare_host_ms", "forward_ms", "lm_head_ms", "sample_host_ms",
+                                     "sample_ms", "prepare_plus_sample_host_ms"))  # fmt: skip
     work = records["workload"]
     assert work["output_tokens_per_s"] > 0 and work["ttft_ms"]["p90"] > 0 and work["itl_ms"]["p50"] > 0
     assert work["prefix_caching"] is False

@@ -113,3 +113,36 @@ def test_a_cancelled_waiting_request_leaves_the_queue():
     sched.add(s)
     sched.finish(s)
     assert not sched.has_work and s.is_finished
+
+
+def test_a_burst_starts_shortest_prompt_first_after_earlier_arrivals_and_every_first_token_comes_in_bounded_steps():
+    budget = 32
+    sched = make(num_blocks=256, max_num_batched_tokens=budget, max_num_seqs=16)
+    early = Sequence(range(50), GREEDY, block_size=4)
+    sched.add(early)
+    step(sched)  # early has taken 32 of its 50 tokens
+    lengths = [60, 5, 30, 9, 17, 3, 44, 9]
+    burst = [Sequence(range(n), GREEDY, block_size=4) for n in lengths]
+    for s in burst:
+        sched.add(s)
+    first_token_step: dict[int, int] = {}
+    decoding_before: set[int] = set()
+    for i in range(1, 40):
+        out = step(sched)
+        assert out.num_batched_tokens <= budget
+        scheduled = {x.seq.seq_id: x for x in out.scheduled}
+        for sid in decoding_before:  # a sequence that decodes is never left out of a step
+            assert scheduled[sid].num_tokens == 1
+        decoding_before = {s.seq_id for s in sched.running if s.num_completion_tokens > 0}
+        for s in [early, *burst]:
+            if s.num_completion_tokens and s.seq_id not in first_token_step:
+                first_token_step[s.seq_id] = i
+        if len(first_token_step) == len(burst) + 1:
+            break
+    assert first_token_step[early.seq_id] == 1  # the earlier arrival finishes its prompt first
+    by_length = sorted(burst, key=lambda s: s.num_prompt_tokens)
+    steps = [first_token_step[s.seq_id] for s in by_length]
+    assert steps == sorted(steps) and steps[0] < steps[-1]  # shortest first: a shorter prompt never starts later
+    # every prompt token, and one decode per started sequence each step, fits the budget: no step is wasted
+    total = 50 - 32 + sum(lengths)
+    assert max(first_token_step.values()) <= -(-(total + len(burst) * len(burst)) // budget) + 1

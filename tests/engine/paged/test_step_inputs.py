@@ -30,8 +30,11 @@ def test_a_mixed_step_is_staged_in_one_reused_buffer_with_the_right_values():
     slot = lambda s, p: s.block_table[p // 4] * 4 + p % 4  # noqa: E731
     assert first.meta.slot_mapping.tolist() == [slot(a, 8)] + [slot(b, p) for p in range(5)]
     assert first.meta.slot_mapping.dtype == torch.int64
-    assert first.meta.decode_block_tables.tolist() == [a.block_table] and first.meta.decode_context_lens.tolist() == [9]
-    assert first.meta.prefill_block_tables.tolist() == [b.block_table]
+    # tables are rows of the persistent table, as wide as the longest sequence: the kernels see one stride
+    width = runner.config.max_blocks_per_seq
+    assert first.meta.decode_block_tables.tolist() == [a.block_table + [0] * (width - 3)]
+    assert first.meta.decode_context_lens.tolist() == [9]
+    assert first.meta.prefill_block_tables.tolist() == [b.block_table + [0] * (width - 2)]
     assert first.meta.prefill_cu_query_lens.tolist() == [1, 6] and first.meta.prefill_context_lens_t.tolist() == [5]
     assert first.sample_rows.tolist() == [0]  # b's chunk does not reach its last token
     second = runner.prepare([ScheduledSeq(a, 1)])
@@ -43,3 +46,4 @@ def test_the_buffer_grows_for_a_step_larger_than_it():
     inputs = StepInputs(torch.device("cpu"), capacity=4)
     ids, table = inputs.stage([(list(range(6)), (6,)), ([1, 2, 3, 4], (2, 2))])
     assert ids.tolist() == list(range(6)) and table.tolist() == [[1, 2], [3, 4]] and inputs.host.numel() >= 10
+    assert table.data_ptr() % 64 == 0  # each part starts aligned: Triton compiles one variant per alignment

@@ -138,6 +138,12 @@ def check_fused(device, dtype) -> list[Check]:
         got_q, got_k = rotary(pos, q, k, table)
         err = max(_err(got_q, want_q), _err(got_k, want_k))
         out.append((f"rotary h{heads}/{n_kv} d{dim}", err, _tol(dtype, want_q, want_k)))
+        # Qwen3: each head's RMSNorm, then the rotation, in the same launch
+        qw, kw = (torch.rand(dim, device=device).add(0.5).to(dtype) for _ in range(2))
+        want_q, want_k = TorchOps.rotary(pos, q.clone(), k.clone(), table, qw, kw, 1e-6)
+        got_q, got_k = rotary(pos, q, k, table, qw, kw, 1e-6)
+        err = max(_err(got_q, want_q), _err(got_k, want_k))
+        out.append((f"rotary with q/k norms h{heads}/{n_kv} d{dim}", err, _tol(dtype, want_q, want_k)))
     return out
 
 
@@ -157,25 +163,34 @@ def check_sampling(device, dtype) -> list[Check]:
 
 
 def check_model(device, dtype) -> list[Check]:
-    """A tiny random Llama through TritonOps vs TorchOps: chunked prefill over a prefix, then decodes."""
+    """A tiny random Llama (and one with Qwen3's q/k norms) through TritonOps vs TorchOps: chunked prefill over a
+    prefix, then decodes."""
+    from engine.backends.paged.models.llama import Model, ModelArgs
+
+    checks = []
+    for qk_norm in (False, True):  # Llama, and Qwen3's norms of each head before the rotation
+        args = ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
+                         rope={"rope_theta": 10000.0, "rope_type": "default"}, qk_norm=qk_norm)  # fmt: skip
+        model = Model(args)
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.2)
+        error, tol = _model_error(model.to(device=device, dtype=dtype).eval(), device, dtype)
+        checks.append((f"model forward{' with q/k norms' if qk_norm else ''} (prefill chunks, prefix, decodes)", error, tol))
+    return checks
+
+
+def _model_error(model, device, dtype) -> tuple[float, float]:
     from engine.backends.paged.block_manager import BlockManager
     from engine.backends.paged.config import EngineConfig
     from engine.backends.paged.kernels import TritonOps
     from engine.backends.paged.model_runner import ModelRunner
-    from engine.backends.paged.models.llama import Model, ModelArgs
     from engine.backends.paged.scheduler import Scheduler
     from engine.backends.paged.sequence import Sequence
     from engine.types import SamplingParams
 
-    args = ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
-                     num_attention_heads=4, num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
-                     rope={"rope_theta": 10000.0, "rope_type": "default"})  # fmt: skip
-    model = Model(args)
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.2)
-    model = model.to(device=device, dtype=dtype).eval()
-    # a 50-token budget: step 0 prefills A (45) and a chunk of B (5); step 1 decodes A beside B's
-    # second chunk over its cached prefix; then both decode
+    # a 50-token budget: step 0 prefills B (20, the shorter of the two arrivals) and a chunk of A (30); step 1
+    # decodes B beside A's second chunk over its cached prefix; then both decode
     config = EngineConfig(block_size=16, max_model_len=256, max_num_batched_tokens=50)
     logits = {}
     for ops in (TorchOps, TritonOps):
@@ -191,8 +206,7 @@ def check_model(device, dtype) -> list[Check]:
             outs.append(runner.run(runner.prepare(out.scheduled)))
             sched.postprocess(out, {x.seq.seq_id: (step * 7 + seqs.index(x.seq)) % 128 for x in out.scheduled if x.samples})
         logits[ops.name] = torch.cat(outs)
-    return [("model forward (prefill chunks, prefix, decodes)", _err(logits["triton"], logits["torch"]),
-             8 * _tol(dtype, logits["torch"]))]  # fmt: skip
+    return _err(logits["triton"], logits["torch"]), 8 * _tol(dtype, logits["torch"])
 
 
 def _err(got: torch.Tensor, want: torch.Tensor) -> float:

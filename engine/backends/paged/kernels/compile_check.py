@@ -127,11 +127,13 @@ def engine_variants(capability: tuple[int, int]) -> list[Variant]:
                     x = t(5, hidden, dtype=dtype)
                     rms_norm(x, t(hidden, dtype=dtype), 1e-6)
                     rms_norm(x, t(hidden, dtype=dtype), 1e-6, x)
-                    rms_norm(t(5 * heads, dim, dtype=dtype), t(dim, dtype=dtype), 1e-6)  # Qwen3's q/k norms
                     silu_and_mul(t(5, 2 * inter, dtype=dtype))
                     qkv = t(5, (heads + 2 * n_kv) * dim, dtype=dtype)
-                    rotary(t(5), qkv[:, : heads * dim].view(5, heads, dim),
-                           qkv[:, heads * dim : (heads + n_kv) * dim].view(5, n_kv, dim), t(64, dim, dtype=torch.float32))  # fmt: skip
+                    q5 = qkv[:, : heads * dim].view(5, heads, dim)
+                    k5 = qkv[:, heads * dim : (heads + n_kv) * dim].view(5, n_kv, dim)
+                    rotary(t(5), q5, k5, t(64, dim, dtype=torch.float32))
+                    w = t(dim, dtype=dtype)
+                    rotary(t(5), q5, k5, t(64, dim, dtype=torch.float32), w, w, 1e-6)  # with Qwen3's q/k norms
     return list(dict.fromkeys(_variant(x) for x in launches))
 
 

@@ -82,36 +82,50 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _rotary_kernel(
-    x_ptr, positions, cos_sin, stride_xt, stride_xh, stride_cs, half, BLOCK: tl.constexpr,
+    q_ptr, k_ptr, positions, cos_sin, qw_ptr, kw_ptr, eps, stride_qt, stride_qh, stride_kt, stride_kh, stride_cs,
+    num_q_heads, half, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr,
 ):  # fmt: skip
     token = tl.program_id(0)
-    head = tl.program_id(1)
+    head = tl.program_id(1)  # the query heads, then the key heads: one launch for both
     pos = tl.load(positions + token)
     i = tl.arange(0, BLOCK)
     mask = i < half
-    cos = tl.load(cos_sin + pos * stride_cs + i, mask=mask, other=0.0)
-    sin = tl.load(cos_sin + pos * stride_cs + half + i, mask=mask, other=0.0)
-    base = x_ptr + token * stride_xt + head * stride_xh
+    if head < num_q_heads:
+        base = q_ptr + token * stride_qt + head * stride_qh
+        w_ptr = qw_ptr
+    else:
+        base = k_ptr + token * stride_kt + (head - num_q_heads) * stride_kh
+        w_ptr = kw_ptr
     x1 = tl.load(base + i, mask=mask, other=0.0)
     x2 = tl.load(base + half + i, mask=mask, other=0.0)
-    cos = cos.to(x1.dtype)
-    sin = sin.to(x1.dtype)
+    if HAS_NORM:  # Qwen3: RMSNorm of the head first, as ``rms_norm`` rounds it (float32, then the model dtype)
+        f1 = x1.to(tl.float32)
+        f2 = x2.to(tl.float32)
+        rstd = 1.0 / tl.sqrt((tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / (2 * half) + eps)
+        x1 = (f1 * rstd).to(x1.dtype) * tl.load(w_ptr + i, mask=mask, other=0.0)
+        x2 = (f2 * rstd).to(x2.dtype) * tl.load(w_ptr + half + i, mask=mask, other=0.0)
+    cos = tl.load(cos_sin + pos * stride_cs + i, mask=mask, other=0.0).to(x1.dtype)
+    sin = tl.load(cos_sin + pos * stride_cs + half + i, mask=mask, other=0.0).to(x1.dtype)
     tl.store(base + i, x1 * cos - x2 * sin, mask=mask)
     tl.store(base + half + i, x2 * cos + x1 * sin, mask=mask)
 
 
 def rotary(
-    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate-half RoPE in place. q: [tokens, heads, dim], k: [tokens, kv_heads, dim] (rows may be strided)."""
-    half = q.shape[-1] // 2
-    for x in (q, k):
-        if x.shape[0]:
-            launch(
-                _rotary_kernel, (x.shape[0], x.shape[1]),
-                x, positions, cos_sin, x.stride(0), x.stride(1), cos_sin.stride(0), half,
-                BLOCK=triton.next_power_of_2(half),
-            )  # fmt: skip
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor,
+    q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None, eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Rotate-half RoPE in place, after each head's RMSNorm when ``q_norm`` and ``k_norm`` are given (Qwen3), in
+    one launch for the queries and the keys. q: [tokens, heads, dim], k: [tokens, kv_heads, dim] (rows may be
+    strided)."""
+    tokens, heads, dim = q.shape
+    norm = q_norm is not None and k_norm is not None
+    if tokens:
+        launch(
+            _rotary_kernel, (tokens, heads + k.shape[1]),
+            q, k, positions, cos_sin, q_norm if norm else q, k_norm if norm else k, eps,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin.stride(0), heads, dim // 2,
+            BLOCK=triton.next_power_of_2(dim // 2), HAS_NORM=norm,
+        )  # fmt: skip
     return q, k
 
 

@@ -90,10 +90,8 @@ class Attention(nn.Module):
         q = q.view(t, self.n_heads, self.dim)  # [tokens, heads, head_dim]
         k = k.view(t, self.n_kv, self.dim)  # [tokens, kv_heads, head_dim]
         v = v.view(t, self.n_kv, self.dim)
-        if self.q_norm is not None and self.k_norm is not None:  # Qwen3: RMSNorm of each head before the rotation
-            q = ops.rms_norm(q.reshape(-1, self.dim), self.q_norm, self.eps)[0].view(t, self.n_heads, self.dim)
-            k = ops.rms_norm(k.reshape(-1, self.dim), self.k_norm, self.eps)[0].view(t, self.n_kv, self.dim)
-        q, k = ops.rotary(positions, q, k, cos_sin)
+        # Qwen3 (q_norm, k_norm): RMSNorm of each head before the rotation, in the same operation
+        q, k = ops.rotary(positions, q, k, cos_sin, self.q_norm, self.k_norm, self.eps)
         k_cache, v_cache = ctx.kv_caches[layer]
         o = ops.attention(q, k, v, k_cache, v_cache, ctx.meta, self.scale)  # [tokens, heads, head_dim]
         return self.o_proj(o.reshape(t, self.n_heads * self.dim))
