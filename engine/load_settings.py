@@ -19,13 +19,13 @@ from engine.backends.options import LoadOptions
 from engine.backends.speculative import SpeculativeOptions
 from engine.errors import InvalidRequest
 from engine.paths import private_file
+from engine.validation import BATCH, CTX, GPU_LAYERS, THREADS
 
 log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "load-settings.json"
 KV_TYPES = ("f16", "q8_0", "q4_0", "fp8")
 CPU_MOE_ALL = -1  # every layer's experts on the CPU (llama.cpp's --cpu-moe)
-MAX_CTX = 1 << 28  # past it no plan could fit; below it the plan says what would
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +64,10 @@ class ModelLoadSettings:
         Raises:
             InvalidRequest: a value out of range, naming the setting and what it may be.
         """
-        _check_int(self.n_ctx, "n_ctx", 16, MAX_CTX)
-        _check_int(self.n_gpu_layers, "n_gpu_layers", 0, 100_000)
-        _check_int(self.n_threads, "n_threads", 1, os.cpu_count() or 1, "the CPU threads of this machine")
-        _check_int(self.n_batch, "n_batch", 1, 1 << 16)
-        _check_int(self.rope_orig_ctx, "rope_orig_ctx", 16, MAX_CTX)
+        for rule, name in ((CTX, "n_ctx"), (GPU_LAYERS, "n_gpu_layers"), (THREADS, "n_threads"), (BATCH, "n_batch"),
+                           (CTX, "rope_orig_ctx")):  # fmt: skip
+            if getattr(self, name) is not None:
+                rule.check(getattr(self, name), name=name)
         if self.cpu_moe is not None and (isinstance(self.cpu_moe, bool) or self.cpu_moe < CPU_MOE_ALL):
             raise InvalidRequest("'cpu_moe' must be a number of layers (0 or more) or -1 for every layer's experts.",
                                  param="cpu_moe")  # fmt: skip
@@ -125,13 +124,6 @@ class ModelLoadSettings:
         llamacpp = replace(options.llamacpp, **{k: v for k, v in own.items() if v is not None})
         speculative = self.speculative_options() or options.speculative
         return replace(options, llamacpp=llamacpp, speculative=speculative, **{k: v for k, v in top.items() if v is not None})
-
-
-def _check_int(value: int | None, name: str, low: int, high: int, high_words: str | None = None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidRequest(f"'{name}' must be a whole number from {low} to {high_words or high}.", param=name)
 
 
 class LoadSettingsStore:

@@ -101,10 +101,13 @@ def user_path(text: str, *, param: str = "path") -> Path:
     """A path a person (or a client) gave, with ``~`` expanded.
 
     Raises:
-        InvalidRequest: no file can have it: a NUL character, or ``~name`` where no user has that name.
+        InvalidRequest: it is empty, or no file can have it: a NUL character, or ``~name`` where no user has
+            that name.
     """
     from engine.errors import InvalidRequest
 
+    if not text.strip():  # Path("") is the current folder, which nobody means by giving nothing
+        raise InvalidRequest(f"'{param}' is empty; give the path of a file or folder.", param=param)
     if "\0" in text:
         raise InvalidRequest(f"'{param}' holds a NUL character, which no file name can; check the path.", param=param)
     try:

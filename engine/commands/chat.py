@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine import validation as valid
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("chat", help="chat with a model in the terminal", description="Chat with a local model.")
     p.add_argument("prompt", nargs="?", help="answer this one message and exit (omit for a conversation)")
     p.add_argument("--model", "-m", help="model name (default: the starter model)")
     p.add_argument("--backend", "-b", help="llamacpp, paged or mlx (default: chosen for the model and machine)")
-    p.add_argument("--max-tokens", type=int, default=None, help="most tokens per answer")
-    p.add_argument("--temperature", "-t", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=valid.whole(valid.MAX_TOKENS), default=None, help="most tokens per answer")
+    p.add_argument("--temperature", "-t", type=valid.number(valid.TEMPERATURE), default=0.7)
+    p.add_argument("--top-p", type=valid.number(valid.TOP_P), default=0.95)
+    p.add_argument("--seed", type=valid.whole(valid.SEED), default=None)
     p.add_argument("--system", help="system prompt")
     p.add_argument(
         "--image",
@@ -22,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="send this picture with the (first) message; repeat for several (the model must see: `hearth models` marks it)",
     )
-    p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length in tokens")
     p.add_argument(
         "--quantization",
         choices=("int4", "int8", "fp8"),
@@ -37,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tool-choice", choices=("auto", "required"), default="auto", help="with --mcp: must the first turn call a tool"
     )
     p.add_argument("--allow-tools", action="store_true", help="with --mcp: run every tool call without asking")
-    p.add_argument("--max-rounds", type=int, default=8, help="with --mcp: most model turns that call tools")
+    p.add_argument("--max-rounds", type=valid.whole(valid.COUNT, "max_rounds"), default=8, help="with --mcp: most model turns that call tools")
     p.set_defaults(run=run)
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine import validation as valid
+from engine.commands.serve import idle_ttl
 from engine.commands.worker_client import print_json
 
 # `hearth serve` flags a daemon passes on to its worker.
 _SERVE_FLAGS = (
-    ("--idle-ttl", float, "unload a model after this many idle seconds"),
-    ("--ctx", int, "context length per sequence"),
-    ("--parallel", int, "sequences decoded at once per model"),
-    ("--threads", int, "CPU threads per model"),
+    ("--idle-ttl", valid.cli_type(idle_ttl), "unload a model after it sat idle this long: seconds, or 10m, 1h "
+     "(default: never)"),
+    ("--ctx", valid.whole(valid.CTX), "context length per sequence"),
+    ("--parallel", valid.whole(valid.PARALLEL), "sequences decoded at once per model"),
+    ("--threads", valid.whole(valid.THREADS), "CPU threads per model"),
 )
 
 
 def _add_worker_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default 8765; 0: any free one)")
+    p.add_argument("--port", type=valid.whole(valid.PORT), default=None, help="port on 127.0.0.1 (default 8765; 0: any free one)")
     p.add_argument("--model", "-m", help="load this model at start (others load on first request)")
     for flag, kind, text in _SERVE_FLAGS:
         p.add_argument(flag, type=kind, default=None, help=text)
@@ -61,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "a Startup-folder entry on Windows.",
         )  # fmt: skip
         if name == "install":
-            a.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default 8765)")
+            a.add_argument("--port", type=valid.whole(valid.PORT), default=None, help="port on 127.0.0.1 (default 8765)")
         a.add_argument("--json", action="store_true", help="print JSON")
         a.set_defaults(run=run_service)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from engine import validation as valid
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "context, slots, KV cache type, GPU layers, and the memory each part takes.",
     )
     p.add_argument("model", help="a local model (name or path) or OWNER/REPO[:VARIANT] on the Hub")
-    p.add_argument("--ctx", type=int, default=None, help="context length per slot (default: 4096, or what fits)")
-    p.add_argument("--parallel", type=int, default=None, help="sequence slots (default: as many as fit, up to 16)")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length per slot (default: 4096, or what fits)")
+    p.add_argument("--parallel", type=valid.whole(valid.PARALLEL), default=None, help="sequence slots (default: as many as fit, up to 16)")
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type (default: 16-bit, or what fits)")
     p.add_argument("--speculative", metavar="MODE", default=None,
                    help="as `hearth serve` takes it; with draft:MODEL the draft model's memory is counted")  # fmt: skip

@@ -145,18 +145,22 @@ class LoadBody(_Body):
 class ModelLoadBody(LoadBody):
     """``POST /api/models/load``: the model, and settings for this load (left out: the worker's own)."""
 
-    ctx: int | None = Field(default=None, ge=16, description="context length of each sequence")
-    parallel: int | None = Field(default=None, ge=1, le=256, description="sequences generated at once")
-    gpu_layers: int | None = Field(default=None, ge=0, description="layers offloaded to the GPU")
+    # The numbers' ranges are engine.validation's, checked by the route: the CLI's flags refuse with its sentences too.
+    ctx: int | None = Field(default=None, description="context length of each sequence")
+    parallel: int | None = Field(default=None, description="sequences generated at once")
+    gpu_layers: int | None = Field(default=None, description="layers offloaded to the GPU")
     kv_type: Literal["f16", "q8_0", "q4_0", "fp8"] | None = Field(default=None, description="KV cache type")
-    threads: int | None = Field(default=None, ge=1, le=1024, description="CPU threads")
+    threads: int | None = Field(default=None, description="CPU threads")
     flash_attn: bool | None = Field(default=None, description="flash attention (llama.cpp)")
-    batch: int | None = Field(default=None, ge=1, le=65536, description="prompt tokens computed in one call")
-    rope_scale: float | None = Field(default=None, ge=1.0, le=64.0, description="YaRN RoPE scaling factor")
-    rope_orig_ctx: int | None = Field(default=None, ge=16, description="the trained context YaRN scales from")
+    batch: int | None = Field(default=None, description="prompt tokens computed in one call")
+    rope_scale: float | None = Field(default=None, description="YaRN RoPE scaling factor")
+    rope_orig_ctx: int | None = Field(default=None, description="the trained context YaRN scales from")
     cpu_moe: int | None = Field(default=None, ge=-1, description="MoE experts on the CPU: first N layers', -1 all")
     speculative: str | None = Field(default=None, description="speculative decoding: auto, ngram, draft:MODEL or off")
     save: bool = Field(default=False, description="remember these settings for every later load of the model")
+    keep_alive: float | str | None = Field(
+        default=None, description="how long it stays loaded when idle: seconds, a duration ('10m') or 'never'"
+    )
 
 
 class ModelSettingsBody(LoadSettings):

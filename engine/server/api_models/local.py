@@ -44,6 +44,8 @@ class LoadAnswer(Answer):
     backend: str
     n_ctx: int
     n_ctx_train: int
+    keep_alive: float | None = None  # idle seconds before it unloads; None: it stays until unloaded
+    draft_refused: str | None = None  # why the draft model named does not draft for it (it loaded without)
 
 
 class UnloadAnswer(Answer):
