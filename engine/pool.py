@@ -153,6 +153,11 @@ class ModelManager:
         self._closed = threading.Event()
         # Set when the worker begins to stop: streams that would never end (the request log) end then.
         self.stopping = threading.Event()
+        # Clear while the models the worker was started with load (`hearth serve --model`): /health says
+        # "loading" and a request that names no model waits. Each one that failed, with its sentence.
+        self.preloaded = threading.Event()
+        self.preloaded.set()
+        self.preload_errors: dict[str, str] = {}
         self._reaper = threading.Thread(target=self._reap_idle, name="idle-unloader", daemon=True)
         self._reaper.start()
 

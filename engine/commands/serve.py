@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="allow a --host other than loopback without any key (anyone who reaches it can use it)",
     )
-    p.add_argument("--model", "-m", help="load this model at start (others load on first request)")
+    p.add_argument("--model", "-m", action="append", default=[],
+                   help="load this model at start, before /health says ok (repeatable; others load on first request)")  # fmt: skip
     p.add_argument("--backend", "-b", help="backend for every model: llamacpp, paged or mlx")
     p.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
     p.add_argument("--idle-ttl", type=valid.cli_type(idle_ttl), default=None, metavar="TIME",
@@ -186,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"hearth: {exc}", file=sys.stderr)
         return 2
     settings = server_settings(args, os.environ)
-    if args.mmproj and not args.model:
-        print("hearth: --mmproj pairs a projector with --model FILE.gguf; add --model.", file=sys.stderr)
+    if args.mmproj and len(args.model) != 1:
+        print("hearth: --mmproj pairs a projector with one --model FILE.gguf; give exactly one --model.", file=sys.stderr)
         return 2
     if not settings.is_loopback and not settings.has_key and not args.insecure_no_key:
         print(
@@ -203,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = WorkerConfig(
         settings=settings,
-        model=args.model,
+        models=tuple(args.model),
         backend=args.backend,
         idle_ttl=args.idle_ttl,
         load_options=options,

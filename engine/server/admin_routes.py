@@ -162,6 +162,8 @@ async def worker(request: Request) -> dict:
         "started_at": psutil.Process().create_time(),
         "log_subscribers": log.subscribers,
         "log_dropped": log.dropped,
+        "loading": not request.app.state.manager.preloaded.is_set(),
+        "load_errors": dict(request.app.state.manager.preload_errors),
     }
 
 

@@ -107,6 +107,8 @@ class WorkerInfo(Answer):
     started_at: float
     log_subscribers: int
     log_dropped: int
+    loading: bool = False  # the models it was started with are still loading
+    load_errors: dict[str, str] = {}  # each of those that failed to load, with the reason
 
 
 # -- this machine: GET /api/hardware, GET /api/fit ---------------------------------------------------

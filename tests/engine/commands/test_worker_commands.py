@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.engine.commands.daemon_helpers import MODEL, daemon_down, daemon_up, hearth, hearth_json
+from engine.worker.supervisor import free_port
+from tests.engine.commands.daemon_helpers import MODEL, WORKER_FLAGS, daemon_down, daemon_up, hearth, hearth_json
 
 
 def _follow(home, *args: str) -> subprocess.Popen:
@@ -75,6 +77,15 @@ def test_load_ps_and_unload_drive_the_daemons_worker(daemon):
     assert row["idle_seconds"] >= 0 and row["expires_in"] is None and row["running"] == 0
     table = hearth("ps", home=home)
     assert table.returncode == 0 and MODEL in table.stdout and "1024" in table.stdout
+    assert table.stdout.splitlines()[1].endswith("never")  # no --idle-ttl: nothing unloads it
+    # A keep-alive for this load (`lms load --ttl`): ps says when it unloads; `never` takes it back.
+    kept = hearth("load", MODEL, "--ttl", "10m", home=home)
+    assert kept.returncode == 0 and "it unloads after 10 min idle" in kept.stdout, kept.stderr
+    (row,) = hearth_json("ps", home=home)["models"]
+    assert row["keep_alive"] == 600 and 590 < row["expires_in"] <= 600
+    assert re.search(r" in (9 min \d+ s|10 min)$", hearth("ps", home=home).stdout.splitlines()[1])
+    assert hearth_json("load", MODEL, "--ttl", "never", home=home)["keep_alive"] is None
+    assert hearth_json("ps", home=home)["models"][0]["expires_in"] is None
     # Settings for one load: the model is reloaded with them, and a load without settings keeps it so.
     small = hearth_json("load", MODEL, "--ctx", "512", "--parallel", "1", home=home)
     assert small["context_length"] == 512
@@ -122,6 +133,15 @@ def test_log_stream_shows_each_chat_with_model_dialect_tokens_and_timings(daemon
     assert first["ttft_ms"] > 0 and first["tokens_per_second"] > 0 and first["dropped"] == 0
     assert second["dialect"] == "ollama" and second["path"] == "/api/chat"
     assert second["completion_tokens"] == ollama["eval_count"] and second["prompt_tokens"] == ollama["prompt_eval_count"]
+
+
+def test_up_with_a_model_that_does_not_load_fails_with_the_loads_sentence(tmp_path):
+    up = hearth("daemon", "up", "--port", str(free_port()), "--model", "nosuch", *WORKER_FLAGS, home=tmp_path)
+    assert up.returncode == 1
+    assert up.stderr.strip().splitlines() == [
+        "hearth: Model 'nosuch' is not available locally; run `hearth models` to list models or `hearth pull` to get one."
+    ]
+    assert hearth_json("daemon", "status", home=tmp_path, expect=3)["running"] is False  # not left running
 
 
 def test_the_admin_routes_need_the_daemons_key(daemon):
