@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def not_served_message(name: str) -> str:
     """What a client hears for a model name that is not served here: the same for every unknown name,
     a path to a file that exists included (so the answer says nothing about the disk)."""
-    return f"Model '{name}' is not found; list the models with GET /v1/models."
+    return f"Model '{name}' is not found; `hearth models` (or GET /v1/models) lists the models there are."
 
 
 # Share of available memory the loaded models may take when no budget is given.

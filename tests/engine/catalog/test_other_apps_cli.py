@@ -74,3 +74,15 @@ def test_scan_register_list_and_remove(env, capsys, starter_path: Path):
     assert Path(ollama_model["path"]).is_file()
     _, out = hearth(capsys, "models")
     assert "smollm2:135m" not in out and LMS_NAME in out
+
+
+def test_scan_says_which_ollama_models_it_left_out_and_why(env, capsys):
+    broken = Path(env["OLLAMA_MODELS"]) / "manifests" / "registry.ollama.ai" / "library" / "broken" / "1"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+    assert main(["models", "--scan", "--yes"]) == 0
+    out, err = capsys.readouterr()
+    assert "Added 2 models" in out
+    assert err.splitlines() == [
+        f"note: broken:1 was skipped: Its manifest {broken} is not valid JSON; `ollama pull broken:1` repairs it."
+    ]

@@ -18,7 +18,14 @@ import psutil
 import pytest
 
 from engine.worker.supervisor import free_port
-from tests.engine.commands.daemon_helpers import MODEL, WORKER_FLAGS, daemon_down, daemon_up, hearth, hearth_json
+from tests.engine.commands.daemon_helpers import (
+    MODEL,
+    WORKER_FLAGS,
+    daemon_down,
+    daemon_up,
+    hearth,
+    hearth_json,
+)
 
 
 def _follow(home, *args: str) -> subprocess.Popen:
