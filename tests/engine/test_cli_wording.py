@@ -43,3 +43,20 @@ def test_folders_count_one_model_and_rm_says_where_a_folders_file_stays(tmp_path
     assert said == (f"Removed tiny-model:Q4_1 from Hearth; its file {drive / 'tiny-model.Q4_1.gguf'} is in one of "
                     "your model folders and was left in place.")  # fmt: skip
     assert (drive / "tiny-model.Q4_1.gguf").exists()
+
+
+def test_chat_with_a_reranker_says_what_it_is_for_and_llama_cpps_warnings_stay_in_the_log(tmp_path, monkeypatch, capfd):
+    from pathlib import Path
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    reranker = Path(__file__).resolve().parents[1] / "data" / "tiny-reranker" / "tiny-reranker-f32.gguf"
+    assert main(["import", str(reranker), "--name", "tiny-reranker"]) == 0
+    capfd.readouterr()
+    # the tiny reranker makes llama.cpp warn (its tokenizer config, a context past its trained 513 tokens)
+    assert main(["chat", "-m", "tiny-reranker", "--ctx", "768", "hi"]) == 1
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "hearth: Model 'tiny-reranker' is a reranker: it scores documents against a query (POST /v1/rerank) and "
+        "cannot write answers; name a chat model."
+    ]

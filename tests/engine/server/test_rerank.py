@@ -137,3 +137,21 @@ def test_scores_equal_llama_servers(small_server, reranker_gguf):
     for a, b in zip(ours["results"], theirs["results"], strict=True):
         assert abs(a["relevance_score"] - b["relevance_score"]) < 1e-4
     assert ours["usage"] == theirs["usage"]
+
+
+def test_a_reranker_asked_for_an_answer_says_what_it_is_for_in_every_dialect(small_server):
+    said = (f"Model '{RERANKER}' is a reranker: it scores documents against a query (POST /v1/rerank) and cannot "
+            "write answers; name a chat model.")  # fmt: skip
+    ask = [{"role": "user", "content": "hi"}]
+    for path, body in (
+        ("/v1/chat/completions", {"model": RERANKER, "messages": ask, "max_tokens": 4}),
+        ("/v1/chat/completions", {"model": RERANKER, "messages": ask, "max_tokens": 4, "stream": True}),
+        ("/v1/completions", {"model": RERANKER, "prompt": "hi", "max_tokens": 4}),
+        ("/v1/messages", {"model": RERANKER, "messages": ask, "max_tokens": 4}),
+        ("/v1/responses", {"model": RERANKER, "input": "hi", "max_output_tokens": 16}),
+    ):
+        r = _post(small_server, path, body)
+        assert r.status_code == 400, (path, r.text)
+        assert said in r.text, (path, r.text)
+    r = _post(small_server, "/api/chat", {"model": RERANKER, "messages": ask, "stream": False})
+    assert r.status_code == 400 and r.json()["error"] == said
