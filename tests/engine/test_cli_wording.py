@@ -3,6 +3,8 @@ hears nothing of GPU contexts, and a context past the trained one is pointed out
 
 from __future__ import annotations
 
+import json
+
 from engine.cli import main
 
 MODEL = "smollm2-135m-instruct"
@@ -53,10 +55,13 @@ def test_chat_with_a_reranker_says_what_it_is_for_and_llama_cpps_warnings_stay_i
     assert main(["import", str(reranker), "--name", "tiny-reranker"]) == 0
     capfd.readouterr()
     # the tiny reranker makes llama.cpp warn (its tokenizer config, a context past its trained 513 tokens)
-    assert main(["chat", "-m", "tiny-reranker", "--ctx", "768", "hi"]) == 1
+    assert main(["chat", "--local", "-m", "tiny-reranker", "--ctx", "768", "hi"]) == 1
     out, err = capfd.readouterr()
     assert out == ""
     assert err.splitlines() == [
         "hearth: Model 'tiny-reranker' is a reranker: it scores documents against a query (POST /v1/rerank) and "
         "cannot write answers; name a chat model."
     ]
+    assert main(["show", "tiny-reranker", "--json"]) == 0
+    shown = json.loads(capfd.readouterr().out)
+    assert shown["capabilities"] == ["embedding"] and shown["architecture"] == "bert"

@@ -86,3 +86,22 @@ def test_scan_says_which_ollama_models_it_left_out_and_why(env, capsys):
     assert err.splitlines() == [
         f"note: broken:1 was skipped: Its manifest {broken} is not valid JSON; `ollama pull broken:1` repairs it."
     ]
+
+
+def test_show_tells_an_ollama_models_template_parameters_system_and_owner(env, capsys):
+    assert main(["models", "--scan", "--yes"]) == 0
+    capsys.readouterr()
+    code, out = hearth(capsys, "show", "smollm2:135m", "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert (shown["origin"], shown["origin_label"], shown["template_source"]) == ("ollama", "Ollama", "ollama")
+    assert shown["system"] == "You are a pirate." and shown["parameters_default"]["num_ctx"] == 2048
+    assert shown["parameters_default"]["temperature"] == 0.2 and shown["quantization"] == "Q4_1"
+    assert shown["context_length"] == 8192 and "tools" in shown["capabilities"]
+    assert "<|im_start|>" in shown["template"] and Path(shown["path"]).is_file()
+    code, out = hearth(capsys, "show", "smollm2:135m")
+    assert code == 0
+    assert "  belongs to    Ollama" in out and "\nSystem\n  You are a pirate.\n" in out
+    assert "  num_ctx       2048" in out and "Template (Ollama's, translated)" in out
+    code, out = hearth(capsys, "models")
+    assert out.splitlines()[0].split() == ["NAME", "FORMAT", "QUANT", "SIZE", "BACKEND", "FROM"]

@@ -142,6 +142,42 @@ def test_log_stream_shows_each_chat_with_model_dialect_tokens_and_timings(daemon
     assert second["completion_tokens"] == ollama["eval_count"] and second["prompt_tokens"] == ollama["prompt_eval_count"]
 
 
+def test_chat_talks_to_the_daemons_worker_and_shows_in_its_log_and_ps(daemon):
+    home, _ = daemon
+    follower = _follow(home, "--json", "--count", "1")
+    try:
+        assert "Following the requests of" in follower.stderr.readline()
+        said = hearth("chat", "-t", "0", "--max-tokens", "8", "--stats", "Name a colour.", home=home)
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() and "Starting the Hearth daemon" not in said.stderr
+    assert "[8 tokens," in said.stderr
+    (event,) = [json.loads(line) for line in out.splitlines()]
+    assert (event["path"], event["model"], event["completion_tokens"]) == ("/v1/chat/completions", MODEL, 8)
+    (row,) = hearth_json("ps", home=home)["models"]
+    assert row["name"] == MODEL and row["context_length"] == 1024  # the daemon's settings, not a copy of its own
+    hearth_json("unload", "--all", home=home)
+
+
+def test_chat_starts_a_daemon_when_none_runs_and_it_keeps_running(tmp_path):
+    # the model's saved settings (a small context, one thread) are what the daemon's load takes
+    (tmp_path / "load-settings.json").write_text(json.dumps({MODEL: {"n_ctx": 256, "n_threads": 1}}))
+    try:
+        said = hearth("chat", "-t", "0", "--max-tokens", "4", "Hi", home=tmp_path, timeout=300)
+        assert said.returncode == 0, said.stderr
+        assert said.stderr.startswith("Starting the Hearth daemon for this chat; it keeps running")
+        status = hearth_json("daemon", "status", home=tmp_path)
+        assert status["running"] is True
+        (row,) = hearth_json("ps", home=tmp_path)["models"]
+        assert (row["name"], row["context_length"]) == (MODEL, 256)
+    finally:
+        assert hearth_json("daemon", "down", home=tmp_path)["stopped"] is True
+
+
 def test_up_with_a_model_that_does_not_load_fails_with_the_loads_sentence(tmp_path):
     up = hearth("daemon", "up", "--port", str(free_port()), "--model", "nosuch", *WORKER_FLAGS, home=tmp_path)
     assert up.returncode == 1
