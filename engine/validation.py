@@ -140,6 +140,21 @@ def keep_alive(text: str | float, *, name: str = "ttl") -> float | None:
     return seconds
 
 
+def request_keep_alive(value: object, *, name: str = "keep_alive") -> float | None:
+    """A request's ``keep_alive`` (Ollama's field, taken by every dialect) as the pool's keep-alive: seconds,
+    or -1 for never (a negative number, as Ollama reads it, or ``never``); None when the request gave none.
+
+    Raises:
+        InvalidRequest: not a time.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        return -1.0
+    seconds = keep_alive(value if isinstance(value, str) else repr(value), name=name)
+    return -1.0 if seconds is None else seconds
+
+
 # A name a person picks for a model: a word, optionally with one ':TAG' (Ollama's and Hearth's form).
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?::[A-Za-z0-9][A-Za-z0-9._-]*)?")
 MAX_NAME_LENGTH = 128
@@ -192,5 +207,5 @@ def number(rule: Fraction, name: str | None = None) -> Callable[[str], float]:
 __all__ = [
     "BATCH", "BODY_BYTES", "COUNT", "CTX", "GPU_LAYERS", "MAX_CTX", "MAX_KEEP_ALIVE", "MAX_TOKENS", "NEVER", "PARALLEL",
     "PORT", "ROPE_SCALE", "SECONDS", "SEED", "TEMPERATURE", "THREADS", "TOP_P", "Fraction", "WholeNumber", "cli_type",
-    "keep_alive", "model_name", "number", "whole",
+    "keep_alive", "model_name", "number", "request_keep_alive", "whole",
 ]  # fmt: skip

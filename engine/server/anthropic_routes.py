@@ -33,6 +33,7 @@ from engine.types import (
     ResponseFormat,
     SamplingParams,
 )
+from engine.validation import request_keep_alive
 
 router = APIRouter(prefix="/v1", route_class=error_route(anthropic_error))
 
@@ -80,6 +81,7 @@ class MessagesBody(CountTokensBody):
     metadata: dict[str, Any] | None = None
     ignore_eos: StrictBool = False  # an extension, as in chat completions: generate to max_tokens
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
+    keep_alive: float | str | None = None  # an extension, as in chat completions: Ollama's keep_alive
 
 
 def _text_of(blocks: Any, where: str) -> str:
@@ -264,7 +266,8 @@ def _tool_use(call: ToolCall) -> dict:
 async def create_message(request: Request, body: MessagesBody):
     allow_remote = request.app.state.settings.allow_image_urls  # images are read (and fetched) off the event loop
     req = await asyncio.to_thread(_request, body, _params(body), allow_remote)
-    run = await DialectRun(request, req, documents=docs_chat.documents_asked(body)).start()
+    keep = request_keep_alive(body.keep_alive)
+    run = await DialectRun(request, req, documents=docs_chat.documents_asked(body), keep_alive=keep).start()
     mid = f"msg_{uuid.uuid4().hex}"
     if body.stream:
         return StreamingResponse(

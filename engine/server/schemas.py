@@ -67,6 +67,8 @@ class _Sampling(_Body):
     ignore_eos: StrictBool | None = False
     # Speculative decoding (docs/api.md): false turns it off for this request, true turns prompt lookup on.
     speculative: StrictBool | None = None
+    # Ollama's keep_alive, in every dialect: how long the model stays loaded after this request (0: unloaded then).
+    keep_alive: float | str | None = None
 
     def unset_sampling(self, max_tokens: int | None) -> frozenset[str]:
         """The sampling fields this body leaves out (null counts as left out), which a model's own
