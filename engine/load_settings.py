@@ -19,7 +19,7 @@ from engine.backends.options import LoadOptions
 from engine.backends.speculative import SpeculativeOptions
 from engine.errors import InvalidRequest
 from engine.paths import private_file
-from engine.validation import BATCH, CTX, GPU_LAYERS, THREADS
+from engine.validation import BATCH, CTX, GPU_LAYERS, PARALLEL, THREADS
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class ModelLoadSettings:
 
     Attributes:
         n_ctx: Context length of each request, in tokens.
+        n_seq_max: Requests generated at once (slots).
         n_gpu_layers: Layers offloaded to the GPU.
         kv_type: KV cache type (``f16``, ``q8_0``, ``q4_0``; ``fp8`` on the paged engine).
         flash_attn: Flash attention (llama.cpp; a quantized KV cache needs it).
@@ -48,6 +49,7 @@ class ModelLoadSettings:
     """
 
     n_ctx: int | None = None
+    n_seq_max: int | None = None
     n_gpu_layers: int | None = None
     kv_type: str | None = None
     flash_attn: bool | None = None
@@ -64,7 +66,7 @@ class ModelLoadSettings:
         Raises:
             InvalidRequest: a value out of range, naming the setting and what it may be.
         """
-        for rule, name in ((CTX, "n_ctx"), (GPU_LAYERS, "n_gpu_layers"), (THREADS, "n_threads"), (BATCH, "n_batch"),
+        for rule, name in ((CTX, "n_ctx"), (PARALLEL, "n_seq_max"), (GPU_LAYERS, "n_gpu_layers"), (THREADS, "n_threads"), (BATCH, "n_batch"),
                            (CTX, "rope_orig_ctx")):  # fmt: skip
             if getattr(self, name) is not None:
                 rule.check(getattr(self, name), name=name)
@@ -117,8 +119,8 @@ class ModelLoadSettings:
 
     def apply(self, options: LoadOptions) -> LoadOptions:
         """``options`` with each setting given here put in its place."""
-        top = {"n_ctx": self.n_ctx, "n_gpu_layers": self.n_gpu_layers, "kv_type": self.kv_type,
-               "n_threads": self.n_threads, "n_batch": self.n_batch}  # fmt: skip
+        top = {"n_ctx": self.n_ctx, "n_seq_max": self.n_seq_max, "n_gpu_layers": self.n_gpu_layers,
+               "kv_type": self.kv_type, "n_threads": self.n_threads, "n_batch": self.n_batch}  # fmt: skip
         own = {"flash_attn": self.flash_attn, "rope_scale": self.rope_scale, "rope_orig_ctx": self.rope_orig_ctx,
                "cpu_moe": self.cpu_moe}  # fmt: skip
         llamacpp = replace(options.llamacpp, **{k: v for k, v in own.items() if v is not None})

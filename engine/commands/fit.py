@@ -71,6 +71,8 @@ def render(report) -> list[str]:
         layers = f", {d.layers} layers" if d.layers else ""
         lines.append(f"  on {place}: {_mb(d.memory.total)} of {_mb(d.usable)} usable{layers}")
     lines.append(f"  why        {plan.reason}")
+    if report.settings_from:  # what a load would take besides what was asked here
+        lines.append(f"  settings   {'; '.join(report.settings_from)}")
     trained = facts.shape.context_length
     if trained and plan.n_ctx > trained:
         lines.append(f"  note       {plan.n_ctx:,} tokens is past the {trained:,} the model was trained on; its answers "

@@ -34,7 +34,7 @@ def body_settings(body: ModelLoadBody) -> ModelLoadSettings:
     if body.rope_scale is not None:
         ROPE_SCALE.check(body.rope_scale)
     return ModelLoadSettings(
-        n_ctx=body.ctx, n_gpu_layers=body.gpu_layers, kv_type=body.kv_type, flash_attn=body.flash_attn,
+        n_ctx=body.ctx, n_seq_max=body.parallel, n_gpu_layers=body.gpu_layers, kv_type=body.kv_type, flash_attn=body.flash_attn,
         n_threads=body.threads, n_batch=body.batch, rope_scale=body.rope_scale, rope_orig_ctx=body.rope_orig_ctx,
         cpu_moe=body.cpu_moe, speculative=body.speculative,
     ).validate()  # fmt: skip
@@ -49,15 +49,10 @@ def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:
         ModelNotFound: no such model.
     """
     given = check_draft(manager, body_settings(body))
-    if given.is_empty and body.parallel is None:
+    if given.is_empty:
         return None
     model = manager.resolve(body.model)
-    options = manager.load_settings.get(model.name).overridden_by(given).apply(manager.options)
-    if body.parallel is not None:
-        from dataclasses import replace
-
-        options = replace(options, n_seq_max=body.parallel)
-    return options
+    return manager.load_settings.get(model.name).overridden_by(given).apply(manager.options)
 
 
 def check_draft(manager, settings: ModelLoadSettings) -> ModelLoadSettings:

@@ -213,3 +213,4 @@ class FitAnswer(Answer):
     plan: LoadPlan
     budget: dict[str, Any]
     facts: dict[str, Any]
+    settings_from: list[str] = []  # the settings a load takes that the plan used, each with where it came from

@@ -105,3 +105,21 @@ def test_show_tells_an_ollama_models_template_parameters_system_and_owner(env, c
     assert "  num_ctx       2048" in out and "Template (Ollama's, translated)" in out
     code, out = hearth(capsys, "models")
     assert out.splitlines()[0].split() == ["NAME", "FORMAT", "QUANT", "SIZE", "BACKEND", "FROM"]
+
+
+def test_fit_plans_with_the_settings_a_load_takes_and_says_where_they_came_from(env, capsys):
+    assert main(["models", "--scan", "--yes"]) == 0
+    capsys.readouterr()
+    code, out = hearth(capsys, "fit", "smollm2:135m", "--parallel", "2", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert (report["plan"]["n_ctx"], report["plan"]["parallel"]) == (2048, 2)  # the Modelfile's num_ctx, as a load
+    assert report["settings_from"] == ["--ctx 2048 (Ollama's Modelfile)"]
+    saved = Path(env["HEARTH_HOME"]) / "load-settings.json"
+    saved.write_text(json.dumps({"smollm2:135m": {"n_ctx": 1024, "n_seq_max": 3, "kv_type": "q8_0"}}))
+    code, out = hearth(capsys, "fit", "smollm2:135m")
+    assert code == 0
+    assert "plan       3 slots of 1,024 tokens, 8-bit KV cache" in out
+    assert "settings   --ctx 1024 (saved with hearth load --save); --parallel 3 (saved with hearth load --save)" in out
+    code, out = hearth(capsys, "fit", "smollm2:135m", "--ctx", "512", "--json")  # asked here: over both
+    assert json.loads(out)["plan"]["n_ctx"] == 512

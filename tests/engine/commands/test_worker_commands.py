@@ -227,14 +227,17 @@ def test_saved_load_settings_are_used_by_every_load_jit_included(daemon):
     home, info = daemon
     settings_url = f"{info['url']}/api/models/{MODEL}/settings"
     try:
-        saved = hearth_json("load", MODEL, "--ctx", "768", "--batch", "64", "--save", home=home)
+        saved = hearth_json("load", MODEL, "--ctx", "768", "--batch", "64", "--parallel", "1", "--save", home=home)
         assert (saved["context_length"], saved["saved"]) == (768, True)
         got = httpx.get(settings_url, headers=_admin(home), timeout=10).json()
         assert got["settings"]["n_ctx"] == 768 and got["settings"]["n_batch"] == 64 and got["loaded"] is True
+        assert got["settings"]["n_seq_max"] == 1  # the slots are saved too
         refused = hearth("load", MODEL, "--ctx", "99999999", "--save", home=home)  # settings that do not load...
         assert refused.returncode == 1 and "would fit" in refused.stderr
         assert httpx.get(settings_url, headers=_admin(home), timeout=10).json()["settings"]["n_ctx"] == 768  # ...are not saved
         assert _jit_ctx(info, home) == 768  # a request's load takes the saved settings, not the worker's 1024
+        stats = httpx.get(f"{info['url']}/api/stats", headers=_admin(home), timeout=10).json()
+        assert stats["models"][MODEL]["slots"] == 1  # and the saved slots, not the worker's 2
         assert hearth_json("load", MODEL, home=home)["context_length"] == 768
         put = httpx.put(settings_url, headers=_admin(home), timeout=10, json={"n_ctx": 640, "kv_type": "q8_0"})
         assert put.status_code == 200 and put.json()["settings"]["n_ctx"] == 640
