@@ -301,7 +301,9 @@ def run(args: argparse.Namespace) -> int:
         console = Console() if sys.stdout.isatty() else Console(width=160)
     plan = _plan(args)
     input_len, output_len = LengthDist.parse(args.input_len), LengthDist.parse(args.output_len)
-    n = max(plan.requests)
+    # Fresh prompts for each level (a replayed one is answered from the prefix cache), except where the shared
+    # prefix is the point.
+    n = max(plan.requests) if args.dataset == "prefix-shared" else sum(plan.requests)
     workload = build_workload(
         args.dataset,
         n,

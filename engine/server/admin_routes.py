@@ -40,6 +40,7 @@ def _model_entry(m, state: str) -> dict:
         "variant": m.variant,
         "quantization": m.quantization,
         "size_bytes": m.size_bytes,
+        "sha256": m.sha256,
         "architecture": m.architecture,
         "parameters": m.parameters,
         "context_length": m.context_length,

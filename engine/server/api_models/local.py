@@ -21,6 +21,7 @@ class ModelInfo(Answer):
     variant: str | None = None
     quantization: str | None = None
     size_bytes: int = 0
+    sha256: str | None = None  # the file's, where Hearth knows it (a download's, checked when it finished)
     architecture: str | None = None
     parameters: int | None = None
     context_length: int | None = None
