@@ -239,10 +239,10 @@ def _request(body: CountTokensBody, params: SamplingParams | None = None, allow_
 
 
 def _stop_reason(final: GenerationChunk) -> tuple[str, str | None]:
+    if final.finish_reason == "length":  # a call cut short too: its input is what was written of it
+        return "max_tokens", None
     if final.finish_reason == "tool_calls" or final.tool_calls:
         return "tool_use", None
-    if final.finish_reason == "length":
-        return "max_tokens", None
     if final.stop_sequence:
         return "stop_sequence", final.stop_sequence
     return "end_turn", None
