@@ -88,7 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mmproj",
         metavar="PATH",
-        help="with --model FILE.gguf: the multimodal projector GGUF that lets that model see (and hear)",
+        help="with --model FILE.gguf (the last one given): the multimodal projector GGUF that lets that model see "
+        "(and hear)",
     )
     p.add_argument("--max-body", type=valid.whole(valid.BODY_BYTES), default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(
@@ -187,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"hearth: {exc}", file=sys.stderr)
         return 2
     settings = server_settings(args, os.environ)
-    if args.mmproj and len(args.model) != 1:
-        print("hearth: --mmproj pairs a projector with one --model FILE.gguf; give exactly one --model.", file=sys.stderr)
+    if args.mmproj and not args.model:
+        print("hearth: --mmproj pairs a projector with --model FILE.gguf; add --model.", file=sys.stderr)
         return 2
     if not settings.is_loopback and not settings.has_key and not args.insecure_no_key:
         print(

@@ -94,7 +94,7 @@ def _text_of(blocks: Any, where: str) -> str:
         if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
             raise InvalidRequest(f"{where}[{j}] must be a text block with 'text'.", param=where)
         parts.append(block["text"])
-    return "\n".join(parts)
+    return "".join(parts)  # as chat completions joins its text parts (and llama.cpp's server): one prompt for both
 
 
 def _tool_result(block: dict[str, Any], where: str, names: dict[str, str]) -> ChatMessage:
@@ -162,7 +162,8 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
             else:
                 raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support here.", param="messages")
         if texts or calls or m.role == "assistant" or not any(b.get("type") == "tool_result" for b in m.content):
-            out.append(ChatMessage(m.role, "\n".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None,
+            # Blocks joined as chat completions joins its parts, so a conversation is the same prompt in every dialect.
+            out.append(ChatMessage(m.role, "".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None,
                                    media=tuple(pictures)))
     if not out or all(m.role == "system" for m in out):
         raise InvalidRequest("'messages' must hold at least one message.", param="messages")

@@ -63,8 +63,8 @@ def limit_malloc_arenas() -> None:
 
 
 def start_preload(manager: ModelManager, models: Sequence[str], *, mmproj: Path | None = None) -> threading.Thread | None:
-    """Load ``models`` one after the other in the background (`hearth serve --model`), ``mmproj`` paired with
-    each; until they are done ``manager.preloaded`` is clear, and each failure lands in ``preload_errors``."""
+    """Load ``models`` one after the other in the background (`hearth serve --model`), ``mmproj`` paired with the
+    last; until they are done ``manager.preloaded`` is clear, and each failure lands in ``preload_errors``."""
     from engine.errors import HearthError
 
     if not models:
@@ -75,7 +75,7 @@ def start_preload(manager: ModelManager, models: Sequence[str], *, mmproj: Path 
         try:
             for name in models:
                 try:
-                    if mmproj is not None:
+                    if mmproj is not None and name == models[-1]:
                         manager.pair_projector(name, mmproj)
                     manager.load(name, allow_paths=True)  # `hearth serve --model PATH`: the user's own file
                 except HearthError as exc:
