@@ -75,10 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--speculative",
         default="auto",
         metavar="MODE",
-        help="speculative decoding: auto (prompt lookup, backing off where it does not pay; the default), "
+        help="speculative decoding: auto (the default: prompt lookup above temperature 0, backing off where it "
+        "does not pay; at temperature 0 no drafts unless a request asks, so greedy answers are those of off), "
         "ngram (prompt lookup whatever it costs), draft:MODEL (a smaller model of the same vocabulary, a registered "
-        "name or a .gguf path, drafts for every llama.cpp model whose vocabulary it has) or off; at temperature 0 "
-        "the output is the same either way, and above it follows the model's distribution",
+        "name or a .gguf path, drafts for every llama.cpp model whose vocabulary it has) or off. Drafted answers "
+        "follow the model's distribution; verifying a draft in one batch rounds unlike one-token steps, so with "
+        "ngram or draft:MODEL a greedy answer can part from off's where its two best tokens nearly tie",
     )
     p.add_argument(
         "--allow-image-urls",
