@@ -37,7 +37,7 @@ def describe(m, registry) -> dict[str, Any]:
         caps = ["embedding"]
     defaults = dict(info.get("defaults") or {}) if isinstance(info.get("defaults"), dict) else {}
     system = defaults.pop("system", None)
-    saved = registry_settings(registry, m.name)
+    saved = _saved_settings(registry, m.name)
     return {
         "name": m.name,
         "architecture": m.architecture,
@@ -60,7 +60,7 @@ def describe(m, registry) -> dict[str, Any]:
     }
 
 
-def registry_settings(registry, name: str) -> dict[str, Any]:
+def _saved_settings(registry, name: str) -> dict[str, Any]:
     from engine.load_settings import LoadSettingsStore
 
     return {k: v for k, v in LoadSettingsStore(registry.home).get(name).to_dict().items() if v is not None}
