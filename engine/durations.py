@@ -11,18 +11,20 @@ import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # seconds: no sign, exponent, infinity or NaN
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 
 
 def parse_duration(text: str) -> float | None:
-    """``text`` in seconds: a number of seconds or a sum of ``N`` + unit parts (``1h30m``); None when it is
-    neither (the caller says what it takes). Negative and infinite values are None too."""
-    text = text.strip().lower()
+    """``text`` in seconds: a number of seconds or a sum of ``N`` + unit parts (``1h30m``, units in lower
+    case as Go writes them); None when it is neither (the caller says what it takes): a sign, an exponent,
+    ``inf`` and ``nan`` included."""
+    text = text.strip()
     if not text:
         return None
-    try:
+    if _NUMBER.fullmatch(text):
         seconds = float(text)
-    except ValueError:
+    else:
         pos, seconds = 0, 0.0
         for match in _PART.finditer(text):
             if match.start() != pos:
@@ -31,9 +33,7 @@ def parse_duration(text: str) -> float | None:
             pos = match.end()
         if pos != len(text):
             return None
-    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
-        return None
-    return seconds
+    return None if math.isinf(seconds) else seconds
 
 
 def describe_duration(seconds: float) -> str:

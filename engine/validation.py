@@ -149,10 +149,21 @@ def request_keep_alive(value: object, *, name: str = "keep_alive") -> float | No
     """
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        return -1.0
-    seconds = keep_alive(value if isinstance(value, str) else repr(value), name=name)
-    return -1.0 if seconds is None else seconds
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds: float | None = float(value)
+    elif isinstance(value, str):
+        if value.strip().lower() == NEVER:
+            return -1.0
+        seconds = parse_duration(value)
+    else:
+        seconds = None
+    if seconds is None or math.isnan(seconds):
+        raise InvalidRequest(
+            f"'{name}' must be seconds, a duration such as '10m' or '1h', or 'never' (a negative number: never); "
+            f"got {value!r}.",
+            param=name,
+        )
+    return -1.0 if seconds < 0 or seconds > MAX_KEEP_ALIVE else seconds  # past a year: never, in all but name
 
 
 # A name a person picks for a model: a word, optionally with one ':TAG' (Ollama's and Hearth's form).

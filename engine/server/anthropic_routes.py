@@ -23,6 +23,7 @@ from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
 from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
+from engine.server.schemas import KeepAlive
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -81,7 +82,7 @@ class MessagesBody(CountTokensBody):
     metadata: dict[str, Any] | None = None
     ignore_eos: StrictBool = False  # an extension, as in chat completions: generate to max_tokens
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
-    keep_alive: float | str | None = None  # an extension, as in chat completions: Ollama's keep_alive
+    keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
 
 
 def _text_of(blocks: Any, where: str) -> str:

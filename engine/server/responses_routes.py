@@ -28,6 +28,7 @@ from engine.server import media
 from engine.server.dialect import DialectRun
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
+from engine.server.schemas import KeepAlive
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -67,7 +68,7 @@ class ResponsesBody(_Body):
     metadata: dict[str, str] | None = None
     user: str | None = None
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
-    keep_alive: float | str | None = None  # an extension, as in chat completions: Ollama's keep_alive
+    keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
 
 
 def _store(request: Request) -> ResponseStore:

@@ -53,3 +53,20 @@ def test_keep_alive_sets_how_long_the_model_stays_in_every_dialect(api):
     while _residency(api) is not None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _residency(api) is None  # unloaded after the answer
+
+
+def test_the_openapi_pattern_says_what_the_server_reads():
+    import re
+
+    from engine.errors import InvalidRequest
+    from engine.server.schemas import KEEP_ALIVE_PATTERN
+    from engine.validation import request_keep_alive
+
+    for text in ("10m", "1h30m", "500ms", "90", "1.5", "never", " 5m ", "0", "soon", "", "-5", "10x", "m", "1e3"):
+        try:
+            request_keep_alive(text)
+            read = True
+        except InvalidRequest:
+            read = False
+        assert bool(re.fullmatch(KEEP_ALIVE_PATTERN, text)) == read, text
+    assert request_keep_alive(1e30) == request_keep_alive(-1) == -1.0  # past a year, or negative: never
