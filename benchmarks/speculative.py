@@ -1,7 +1,7 @@
 """Speculative decoding: Hearth with prompt lookup against Hearth without it, in one run, on one worker.
 
 A real `hearth serve` with the starter model (2 threads, one slot, greedy, 256 tokens unless told). Each
-prompt is sent with `"speculative": false` and without it, alternately, three times each; the figure is
+prompt is sent with `"speculative": false` and `true`, alternately, three times each; the figure is
 the median tokens per second of each side and their ratio. Prompts:
 
 - grounded: rewrite a given code block of about 300 tokens with one rename; copy a given text;
@@ -150,8 +150,8 @@ def generate(c: httpx.Client, prompt: str, tokens: int, *, speculative: bool, pr
     body: dict = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": tokens, "temperature": 0}
     if logprobs:
         body |= {"logprobs": True, "top_logprobs": 2}
-    if not speculative:
-        body["speculative"] = False
+    # Asked either way: the default `auto` drafts no greedy request that does not ask (its answers stay plain).
+    body["speculative"] = speculative
     if prediction:
         body["prediction"] = {"type": "content", "content": prediction}
     t0 = time.perf_counter()

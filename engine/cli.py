@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "engine.commands.rm",
     "engine.commands.search",
     "engine.commands.serve",
+    "engine.commands.show",
 )
 
 

@@ -19,13 +19,13 @@ from engine.backends.options import LoadOptions
 from engine.backends.speculative import SpeculativeOptions
 from engine.errors import InvalidRequest
 from engine.paths import private_file
+from engine.validation import BATCH, CTX, GPU_LAYERS, PARALLEL, THREADS
 
 log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "load-settings.json"
 KV_TYPES = ("f16", "q8_0", "q4_0", "fp8")
 CPU_MOE_ALL = -1  # every layer's experts on the CPU (llama.cpp's --cpu-moe)
-MAX_CTX = 1 << 28  # past it no plan could fit; below it the plan says what would
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,7 @@ class ModelLoadSettings:
 
     Attributes:
         n_ctx: Context length of each request, in tokens.
+        n_seq_max: Requests generated at once (slots).
         n_gpu_layers: Layers offloaded to the GPU.
         kv_type: KV cache type (``f16``, ``q8_0``, ``q4_0``; ``fp8`` on the paged engine).
         flash_attn: Flash attention (llama.cpp; a quantized KV cache needs it).
@@ -48,6 +49,7 @@ class ModelLoadSettings:
     """
 
     n_ctx: int | None = None
+    n_seq_max: int | None = None
     n_gpu_layers: int | None = None
     kv_type: str | None = None
     flash_attn: bool | None = None
@@ -64,11 +66,10 @@ class ModelLoadSettings:
         Raises:
             InvalidRequest: a value out of range, naming the setting and what it may be.
         """
-        _check_int(self.n_ctx, "n_ctx", 16, MAX_CTX)
-        _check_int(self.n_gpu_layers, "n_gpu_layers", 0, 100_000)
-        _check_int(self.n_threads, "n_threads", 1, os.cpu_count() or 1, "the CPU threads of this machine")
-        _check_int(self.n_batch, "n_batch", 1, 1 << 16)
-        _check_int(self.rope_orig_ctx, "rope_orig_ctx", 16, MAX_CTX)
+        for rule, name in ((CTX, "n_ctx"), (PARALLEL, "n_seq_max"), (GPU_LAYERS, "n_gpu_layers"), (THREADS, "n_threads"), (BATCH, "n_batch"),
+                           (CTX, "rope_orig_ctx")):  # fmt: skip
+            if getattr(self, name) is not None:
+                rule.check(getattr(self, name), name=name)
         if self.cpu_moe is not None and (isinstance(self.cpu_moe, bool) or self.cpu_moe < CPU_MOE_ALL):
             raise InvalidRequest("'cpu_moe' must be a number of layers (0 or more) or -1 for every layer's experts.",
                                  param="cpu_moe")  # fmt: skip
@@ -118,20 +119,13 @@ class ModelLoadSettings:
 
     def apply(self, options: LoadOptions) -> LoadOptions:
         """``options`` with each setting given here put in its place."""
-        top = {"n_ctx": self.n_ctx, "n_gpu_layers": self.n_gpu_layers, "kv_type": self.kv_type,
-               "n_threads": self.n_threads, "n_batch": self.n_batch}  # fmt: skip
+        top = {"n_ctx": self.n_ctx, "n_seq_max": self.n_seq_max, "n_gpu_layers": self.n_gpu_layers,
+               "kv_type": self.kv_type, "n_threads": self.n_threads, "n_batch": self.n_batch}  # fmt: skip
         own = {"flash_attn": self.flash_attn, "rope_scale": self.rope_scale, "rope_orig_ctx": self.rope_orig_ctx,
                "cpu_moe": self.cpu_moe}  # fmt: skip
         llamacpp = replace(options.llamacpp, **{k: v for k, v in own.items() if v is not None})
         speculative = self.speculative_options() or options.speculative
         return replace(options, llamacpp=llamacpp, speculative=speculative, **{k: v for k, v in top.items() if v is not None})
-
-
-def _check_int(value: int | None, name: str, low: int, high: int, high_words: str | None = None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidRequest(f"'{name}' must be a whole number from {low} to {high_words or high}.", param=name)
 
 
 class LoadSettingsStore:

@@ -120,10 +120,13 @@ def check_path_text(text: str, *, param: str = "path") -> None:
     the caller did not cause): a NUL character, a name or a whole path longer than the system allows.
 
     Raises:
-        InvalidRequest: one sentence naming ``param`` and what to check.
+        InvalidRequest: one sentence naming ``param`` and what to check (it is empty, or holds a NUL
+            character, or is longer than the system allows).
     """
     from engine.errors import InvalidRequest
 
+    if not text.strip():  # Path("") is the current folder, which nobody means by giving nothing
+        raise InvalidRequest(f"'{param}' is empty; give the path of a file or folder.", param=param)
     if "\0" in text:
         raise InvalidRequest(f"'{param}' holds a NUL character, which no file name can; check the path.", param=param)
     try:

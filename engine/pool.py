@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def not_served_message(name: str) -> str:
     """What a client hears for a model name that is not served here: the same for every unknown name,
     a path to a file that exists included (so the answer says nothing about the disk)."""
-    return f"Model '{name}' is not found; list the models with GET /v1/models."
+    return f"Model '{name}' is not found; `hearth models` (or GET /v1/models) lists the models there are."
 
 
 # Share of available memory the loaded models may take when no budget is given.
@@ -153,6 +153,11 @@ class ModelManager:
         self._closed = threading.Event()
         # Set when the worker begins to stop: streams that would never end (the request log) end then.
         self.stopping = threading.Event()
+        # Clear while the models the worker was started with load (`hearth serve --model`): /health says
+        # "loading" and a request that names no model waits. Each one that failed, with its sentence.
+        self.preloaded = threading.Event()
+        self.preloaded.set()
+        self.preload_errors: dict[str, str] = {}
         self._reaper = threading.Thread(target=self._reap_idle, name="idle-unloader", daemon=True)
         self._reaper.start()
 

@@ -48,6 +48,7 @@ class RequestResult:
     error: str | None = None
     draft_tokens: int | None = None
     accepted_draft_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the server's prefix cache held (usage.prompt_tokens_details)
 
     @property
     def tpot(self) -> float | None:
@@ -73,6 +74,7 @@ class RequestResult:
             "error": self.error,
             "draft_tokens": self.draft_tokens,
             "accepted_draft_tokens": self.accepted_draft_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
 
@@ -191,6 +193,8 @@ async def send(
         result.prompt_tokens = getattr(usage, "prompt_tokens", None)
         result.token_source = "usage"
         result.draft_tokens, result.accepted_draft_tokens = _drafts(usage)
+        cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
+        result.cached_tokens = int(cached) if cached is not None else None
     else:
         result.output_tokens = result.content_chunks
     if result.finish_reason is None:

@@ -185,6 +185,12 @@ def _level_text(x: float | str) -> str:
     return f"{float(x):g}"
 
 
+def _cached(r: dict) -> str:
+    """The share of a level's prompt tokens the server's prefix cache held, or "-" where it does not say."""
+    rate = r.get("prefix_cache_hit_rate")
+    return "-" if rate is None else f"{rate:.0%}"
+
+
 def _drafts(r: dict) -> str:
     """Speculative decoding's tokens: "drafted/kept keep%", or "-" where the server does not report them."""
     drafted, kept = r.get("draft_tokens"), r.get("accepted_draft_tokens")
@@ -207,6 +213,7 @@ ROW_HEADERS = (
     "peak RSS",
     "cost/Mtok",
     "drafted/kept",
+    "prefix cache",
 )
 
 
@@ -226,6 +233,7 @@ def result_row(r: dict) -> list[str]:
         _mib(r["peak_rss_bytes"]),
         _num(r["cost_per_million_output_tokens"], ".3f"),
         _drafts(r),
+        _cached(r),
     ]
 
 
@@ -275,6 +283,9 @@ def markdown(report: dict) -> str:
     if any(r.get("draft_tokens") for r in report["results"]):
         lines += ["", "drafted/kept: the tokens speculative decoding drafted, those kept, and the share kept "
                   "(the server's usage.completion_tokens_details)."]  # fmt: skip
+    lines += ["", "prefix cache: the share of each level's prompt tokens the server's prefix cache held "
+              "(usage.prompt_tokens_details.cached_tokens); first-token times compare only where these do. Each "
+              "level sends prompts no earlier level sent, except with the prefix-shared dataset."]  # fmt: skip
     if report["ratios"]:
         lines += [
             "",
@@ -325,6 +336,7 @@ TERMINAL_HEADERS = (
     "peak RSS",
     "cost/Mtok",
     "drafted/kept",
+    "prefix cache",
 )
 
 
@@ -344,6 +356,7 @@ def terminal_row(r: dict) -> list[str]:
         _mib(r["peak_rss_bytes"]),
         _num(r["cost_per_million_output_tokens"], ".3f"),
         _drafts(r),
+        _cached(r),
     ]
 
 

@@ -111,7 +111,8 @@ class BenchRunner:
     Args:
         servers: The servers, first one the baseline.
         plan: Levels, request counts and request settings.
-        workload: Requests; level ``i`` sends the first ``plan.requests[i]`` of them.
+        workload: Requests; level ``i`` sends the ``plan.requests[i]`` after those of the levels before it (every
+            server the same ones), or the first ones when there are not that many (:meth:`level_requests`).
         warmup_workload: Requests sent (and not measured) to each server before the first level.
         api_key: Bearer token for every server (``api_keys`` overrides it per label).
         observer: Told about progress (the command's progress bars).
@@ -187,6 +188,19 @@ class BenchRunner:
         if self.interrupted:
             raise KeyboardInterrupt
 
+    def levels_started(self, label: str) -> int:
+        """How many levels ``label`` has begun before this one."""
+        return sum(1 for run in self.levels if run.server == label) - 1
+
+    def level_requests(self, index: int, n: int) -> list[BenchRequest]:
+        """The requests of level ``index``: prompts no earlier level sent, when the workload has that many (a
+        server's prefix cache would answer a replayed prompt's first token from memory); the first ``n`` when it
+        has not (``prefix-shared``, whose point is the shared prefix)."""
+        start = sum(self.plan.requests[:index])
+        if len(self.workload) >= start + n:
+            return self.workload[start : start + n]
+        return self.workload[:n]
+
     def _interrupt(self, main: asyncio.Task | None) -> None:
         """Ctrl-C: stop starting requests and end the run; a second one ends it at once."""
         if self.interrupted:
@@ -243,7 +257,7 @@ class BenchRunner:
         self.observer.level_started(run)
         t0 = time.perf_counter()
         run.started = t0
-        reqs = self.workload[:n]
+        reqs = self.level_requests(self.levels_started(server.label), n)
 
         async def one(req: BenchRequest) -> None:
             self._go_on()

@@ -146,8 +146,11 @@ def _hearth_info(
 ) -> ServerInfo:
     loaded = [m for m in stats.get("loaded", []) if isinstance(m, dict)]
     name = model
+    shown: dict = {}
     if name is None and loaded:
-        name = loaded[0].get("name")
+        name, shown = _chat_model(client, root, [str(m.get("name")) for m in loaded])
+    elif name is not None:
+        shown = _show(client, root, name)
     entry: dict = {}
     models = _get(client, f"{root}/api/models")
     if isinstance(models, dict):
@@ -174,11 +177,38 @@ def _hearth_info(
         model=name or UNKNOWN,
         backend=backend,
         backend_version=str(engine_stats.get("backend_version", UNKNOWN)),
-        quantization=str(entry.get("quantization") or UNKNOWN),
+        quantization=str(entry.get("quantization") or (shown.get("details") or {}).get("quantization_level") or UNKNOWN),
         model_file=str(entry.get("path") or (name if name and Path(name).is_file() else UNKNOWN)),
         model_sha256=str(entry.get("sha256") or UNKNOWN),
         model_size_bytes=entry.get("size_bytes"),
         details=details,
+    )
+
+
+def _show(client, root: str, name: str) -> dict:
+    """Hearth's ``POST /api/show`` for ``name`` (an inference route: no admin key needed), or {}."""
+    import httpx
+
+    try:
+        r = client.post(f"{root}/api/show", json={"model": name})
+        return r.json() if r.status_code == 200 and isinstance(r.json(), dict) else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+def _chat_model(client, root: str, names: list[str]) -> tuple[str, dict]:
+    """The first of the loaded ``names`` that writes answers (a reranker or embedding model does not), with
+    its ``/api/show``.
+
+    Raises:
+        BenchError: none of them does.
+    """
+    shown = {n: _show(client, root, n) for n in names}
+    for n in names:
+        if not shown[n] or "completion" in (shown[n].get("capabilities") or ()):
+            return n, shown[n]
+    raise BenchError(
+        f"The server at {root} has no chat model loaded ({', '.join(names)} only rank or embed); name one with --model."
     )
 
 

@@ -93,7 +93,18 @@ def summarize(
         "e2e_s": distribution([r.e2e for r in ok if r.e2e is not None]),
         **cost_per_million(tps, watts=watts, price_per_kwh=price_per_kwh),
         **draft_figures(ok),
+        **prefix_cache_figures(ok),
     }
+
+
+def prefix_cache_figures(ok: Sequence[RequestResult]) -> dict[str, Any]:
+    """How much of a level's prompts the server's prefix cache held (None where the server does not say): a
+    first-token time is only comparable with another when their cache hits are."""
+    told = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    if not told:
+        return {"cached_prompt_tokens": None, "prefix_cache_hit_rate": None}
+    cached = sum(r.cached_tokens or 0 for r in told)
+    return {"cached_prompt_tokens": cached, "prefix_cache_hit_rate": cached / sum(r.prompt_tokens or 0 for r in told)}
 
 
 def draft_figures(ok: Sequence[RequestResult]) -> dict[str, Any]:

@@ -67,14 +67,22 @@ def _text(path: Path | None) -> str | None:
         return None
 
 
+def _broken(manifest: Path, name: str, problem: str) -> FoundModel:
+    """A model Ollama lists that cannot be used: found, so that the scan says why it was left out."""
+    return FoundModel(origin="ollama", name=name, path=manifest, manifest=manifest, problem=problem)
+
+
 def read_manifest(root: Path, manifest: Path, name: str) -> FoundModel | None:
-    """The model a manifest describes, or None when it has no GGUF model layer on disk."""
+    """The model a manifest describes; one with a ``problem`` when the manifest cannot be read or its model
+    file is missing; None when it has no GGUF model layer (a safetensors import)."""
     try:
         if manifest.stat().st_size > _MAX_MANIFEST:
-            return None
+            return _broken(manifest, name, f"Its manifest {manifest} is larger than a manifest can be.")
         data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    except OSError as exc:
+        return _broken(manifest, name, f"Its manifest {manifest} cannot be read ({exc.strerror}).")
+    except ValueError:
+        return _broken(manifest, name, f"Its manifest {manifest} is not valid JSON; `ollama pull {name}` repairs it.")
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):
         return None
@@ -95,6 +103,9 @@ def read_manifest(root: Path, manifest: Path, name: str) -> FoundModel | None:
             if f.read(4) != b"GGUF":
                 return None  # a safetensors import, or a blob still downloading
         size = model.stat().st_size
+    except FileNotFoundError:
+        return _broken(manifest, name, f"Its model file {model} is missing from Ollama's store; "
+                                       f"`ollama pull {name}` fetches it again.")  # fmt: skip
     except OSError:
         return None
     params: dict[str, Any] = {}

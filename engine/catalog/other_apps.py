@@ -46,6 +46,7 @@ class FoundModel:
         params: Ollama's ``params`` layer (temperature, top_k, stop, num_ctx...).
         system: Ollama's ``system`` layer.
         template: Ollama's Go ``template`` layer.
+        problem: Why it cannot be used, in one sentence (None: nothing known against it yet).
     """
 
     origin: str
@@ -58,6 +59,7 @@ class FoundModel:
     params: Mapping[str, Any] = field(default_factory=dict)
     system: str | None = None
     template: str | None = None
+    problem: str | None = None  # why it cannot be used (a broken manifest, a missing file): said when it is skipped
 
     @property
     def label(self) -> str:
@@ -235,9 +237,20 @@ def scan_lmstudio(roots: tuple[Path, ...]) -> list[FoundModel]:
             models = _first_parts(files)
             names = _variant_names(models)
             for f in models:
-                name = f"{repo}:{names[f]}"
+                name = f"{repo}:{names[f]}" if rel else _loose_name(f)
                 found.setdefault(name, FoundModel("lmstudio", name, f, size_bytes=_size(f), mmproj=_projector(files)))
     return list(found.values())
+
+
+def _loose_name(f: Path) -> str:
+    """A file lying loose in the folder (no ``publisher/repo`` above it) named from its own name, not the
+    folder's: ``tiny-model.Q4_1.gguf`` is ``tiny-model:Q4_1``, a file with no quantization in its name its stem."""
+    stem = f.name[: -len(".gguf")]
+    stem = stem[: -len("-00001-of-00002")] if split_part(f.name) else stem
+    label = quant_label(f.name)
+    if label and len(stem) > len(label) + 1 and stem.lower().endswith(label.lower()) and stem[-len(label) - 1] in ".-_":
+        return f"{stem[: -len(label) - 1]}:{label}"
+    return stem
 
 
 def scan_jan(roots: tuple[Path, ...]) -> list[FoundModel]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from sqlalchemy import String, delete, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from engine.catalog.model_folders import ORIGIN as FOLDER_ORIGIN
 from engine.catalog.other_apps import ORIGINS, FoundModel, OtherAppRoots, scan_other_apps
 from engine.catalog.registry import LocalModel, ModelRegistry, ModelRow
 from engine.errors import HearthError
@@ -48,6 +49,9 @@ def _session(registry: ModelRegistry) -> Session:
 
 def owner_sentence(model: LocalModel) -> str:
     """What `hearth rm` and the API say after forgetting another app's model."""
+    if model.origin == FOLDER_ORIGIN:  # a file found in one of the user's model folders, not another app's
+        return (f"Removed {model.name} from Hearth; its file {model.path} is in one of your model folders and was "
+                "left in place.")  # fmt: skip
     label = ORIGINS.get(model.origin or "", model.origin or "another app")
     return f"Removed {model.name} from Hearth; its files at {model.path} belong to {label} and were left in place."
 
@@ -116,9 +120,12 @@ def register_found(registry: ModelRegistry, found: FoundModel) -> LocalModel:
     Raises:
         InvalidRequest: a model of Hearth's own (or of another app) already has that name.
         ModelLoadError: the file is not a model Hearth can read.
+        HearthError: the scan found it broken (``found.problem``).
     """
     from engine.errors import InvalidRequest
 
+    if found.problem:
+        raise HearthError(found.problem)
     existing = registry.get(found.name)
     info = origin_info(found)
     if existing is not None:

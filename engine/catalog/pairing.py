@@ -69,8 +69,12 @@ def import_model(
 
     Raises:
         ModelLoadError: the model file cannot be read.
-        InvalidRequest: ``mmproj`` is not a projector, or the name is taken.
+        InvalidRequest: ``mmproj`` is not a projector, or the name is taken or cannot name a model.
     """
+    if name is not None:
+        from engine.validation import model_name
+
+        model_name(name)
     path = Path(path).expanduser()
     if is_projector(path.name) and mmproj is None:
         raise InvalidRequest(

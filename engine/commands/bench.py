@@ -8,6 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from engine import validation as valid
+
 DEFAULT_CONCURRENCY = "1,4,16"
 DEFAULT_INPUT = "uniform:20-300"
 DEFAULT_OUTPUT = "fixed:128"
@@ -38,9 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="model to serve (local server) or to request (--url; default: the one it has loaded)",
     )
     where.add_argument("--api-key", help="bearer token for --url and --compare servers")
-    where.add_argument("--parallel", type=int, help="local server: sequences decoded at once")
-    where.add_argument("--ctx", type=int, help="local server: context length per sequence")
-    where.add_argument("--threads", type=int, help="local server: CPU threads")
+    where.add_argument("--parallel", type=valid.whole(valid.PARALLEL), help="local server: sequences decoded at once")
+    where.add_argument("--ctx", type=valid.whole(valid.CTX), help="local server: context length per sequence")
+    where.add_argument("--threads", type=valid.whole(valid.THREADS), help="local server: CPU threads")
     where.add_argument(
         "--speculative", metavar="MODE", help="local server: speculative decoding, auto, ngram or off"
     )
@@ -77,17 +79,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="instead of --concurrency: Poisson arrivals at these rates (req/s, comma-separated; inf)",
     )
     load.add_argument(
-        "--requests", type=int, help="requests per level (default: max(16, 4 x concurrency); 64 per rate)"
+        "--requests", type=valid.whole(valid.COUNT, "requests"), help="requests per level (default: max(16, 4 x concurrency); 64 per rate)"
     )
     load.add_argument(
         "--warmup",
-        type=int,
+        type=valid.whole(valid.WholeNumber("warmup", 0, 10_000)),
         default=2,
         help="unmeasured requests sent to each server first (default: %(default)s)",
     )
     load.add_argument(
         "--timeout",
-        type=float,
+        type=valid.number(valid.SECONDS),
         default=600.0,
         help="seconds a request may wait between chunks (default: %(default)s)",
     )
@@ -108,16 +110,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     work.add_argument(
         "--prefix-len",
-        type=int,
+        type=valid.whole(valid.WholeNumber("prefix_len", 0, 1_000_000)),
         default=512,
         help="prefix-shared: words in the shared system prompt (default: %(default)s)",
     )
     work.add_argument(
-        "--seed", type=int, default=0, help="seed of the workload and of the arrivals (default: %(default)s)"
+        "--seed", type=valid.whole(valid.SEED), default=0, help="seed of the workload and of the arrivals (default: %(default)s)"
     )
     work.add_argument(
         "--temperature",
-        type=float,
+        type=valid.number(valid.TEMPERATURE),
         default=0.0,
         help="sampling temperature, 0 is greedy (default: %(default)s)",
     )
@@ -140,13 +142,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     rep.add_argument(
         "--watts",
-        type=float,
+        type=valid.number(valid.Fraction("watts", 0.0, 100_000.0)),
         default=DEFAULT_WATTS,
         help="watts the machine draws under load, for the cost figure (default: %(default)s W)",
     )
     rep.add_argument(
         "--price-per-kwh",
-        type=float,
+        type=valid.number(valid.Fraction("price_per_kwh", 0.0, 1_000.0)),
         default=DEFAULT_PRICE_PER_KWH,
         help="electricity price per kWh, in your currency (default: %(default)s)",
     )
@@ -299,7 +301,9 @@ def run(args: argparse.Namespace) -> int:
         console = Console() if sys.stdout.isatty() else Console(width=160)
     plan = _plan(args)
     input_len, output_len = LengthDist.parse(args.input_len), LengthDist.parse(args.output_len)
-    n = max(plan.requests)
+    # Fresh prompts for each level (a replayed one is answered from the prefix cache), except where the shared
+    # prefix is the point.
+    n = max(plan.requests) if args.dataset == "prefix-shared" else sum(plan.requests)
     workload = build_workload(
         args.dataset,
         n,

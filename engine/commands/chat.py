@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+
+from engine import validation as valid
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("chat", help="chat with a model in the terminal", description="Chat with a local model.")
+    p = sub.add_parser(
+        "chat", help="chat with a model in the terminal",
+        description="Chat with a local model, through the worker of this data folder (the daemon's; one is started "
+        "when none runs, as `ollama run` does), so the chat shares the loaded model and shows in `hearth ps` and "
+        "`hearth log stream`. --local, --backend, --quantization, --docs and --mcp run it in this process.",
+    )  # fmt: skip
     p.add_argument("prompt", nargs="?", help="answer this one message and exit (omit for a conversation)")
     p.add_argument("--model", "-m", help="model name (default: the starter model)")
-    p.add_argument("--backend", "-b", help="llamacpp, paged or mlx (default: chosen for the model and machine)")
-    p.add_argument("--max-tokens", type=int, default=None, help="most tokens per answer")
-    p.add_argument("--temperature", "-t", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--local", action="store_true",
+                   help="run the model in this process, not in the worker of this data folder (the daemon's, "
+                        "started when none runs)")  # fmt: skip
+    p.add_argument("--backend", "-b", help="llamacpp, paged or mlx (default: chosen for the model and machine); "
+                   "runs the model in this process")  # fmt: skip
+    p.add_argument("--max-tokens", type=valid.whole(valid.MAX_TOKENS), default=None, help="most tokens per answer")
+    p.add_argument("--temperature", "-t", type=valid.number(valid.TEMPERATURE), default=0.7)
+    p.add_argument("--top-p", type=valid.number(valid.TOP_P), default=0.95)
+    p.add_argument("--seed", type=valid.whole(valid.SEED), default=None)
     p.add_argument("--system", help="system prompt")
     p.add_argument(
         "--image",
@@ -22,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="send this picture with the (first) message; repeat for several (the model must see: `hearth models` marks it)",
     )
-    p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length in tokens")
     p.add_argument(
         "--quantization",
         choices=("int4", "int8", "fp8"),
@@ -37,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tool-choice", choices=("auto", "required"), default="auto", help="with --mcp: must the first turn call a tool"
     )
     p.add_argument("--allow-tools", action="store_true", help="with --mcp: run every tool call without asking")
-    p.add_argument("--max-rounds", type=int, default=8, help="with --mcp: most model turns that call tools")
+    p.add_argument("--max-rounds", type=valid.whole(valid.COUNT, "max_rounds"), default=8, help="with --mcp: most model turns that call tools")
     p.set_defaults(run=run)
 
 
@@ -109,9 +121,14 @@ def _open_remote(name: str | None):
     return chat, chat
 
 
+def _runs_here(args: argparse.Namespace, model) -> bool:
+    """Whether this chat runs the model in this process: asked for (--local), or it needs what only an
+    in-process run has (a backend or quantization of its own, document collections, a model file by path)."""
+    return bool(args.local or args.backend or args.quantization or args.docs or model.source == "path")
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.backends import LoadOptions, PagedOptions
-    from engine.loading import open_model
     from engine.types import SamplingParams
 
     params = SamplingParams(
@@ -128,52 +145,71 @@ def run(args: argparse.Namespace) -> int:
         from engine.agent.terminal import run_agent_chat
 
         return run_agent_chat(args, options)
-    from engine.commands.chat_images import check_sees, image_part, user_message
+    from engine.commands.chat_images import check_sees, image_part
 
     images = [image_part(path) for path in args.image or ()]  # an unreadable file is refused before any load
     remote = _open_remote(args.model)
-    if images and remote is None:
+    if remote is None:
         from engine.catalog.registry import resolve_model
 
-        check_sees(resolve_model(args.model))
+        local = resolve_model(args.model)  # an unknown name is refused before anything starts
+        if images:
+            check_sees(local)
+        if not _runs_here(args, local):
+            from engine.commands.chat_worker import WorkerChat, daemon_client
+
+            chat = WorkerChat(daemon_client(), local.name, {"temperature": args.temperature, "top_p": args.top_p,
+                              "seed": args.seed, "max_tokens": args.max_tokens})  # fmt: skip
+            chat.load(args.ctx)
+            return _converse(args, lambda history: chat.answer(history, show_stats=args.stats), local.name, images)
+    from engine.loading import open_model
+
     backend, model = remote or open_model(args.model, backend=args.backend, options=options)
     docs = None
     try:
-        history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
         if args.docs:
             from engine.commands.docs import ChatDocs
 
             docs = ChatDocs(args.docs, backend, args.max_tokens)
-        if args.prompt is not None:
-            if docs is not None:
-                history = [{"role": "system", "content": docs.system(args.prompt, args.system)}]
-            history.append(user_message(args.prompt, images))
-            reply = _answer(backend, model.name, history, params, args.stats)
-            if docs is not None:
-                docs.print_sources(reply)
-            return 0
-        print(f"Chatting with {model.name}. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
-        while True:
-            try:
-                line = input("> ")
-            except EOFError:
-                print(file=sys.stderr)
-                return 0
-            except KeyboardInterrupt:
-                print(file=sys.stderr)
-                continue
-            if not line.strip():
-                continue
-            if docs is not None:  # each question brings its own sources
-                system = {"role": "system", "content": docs.system(line, args.system)}
-                history = [system, *(m for m in history if m["role"] != "system")]
-            history.append(user_message(line, images))
-            images = []  # the pictures go with the first message, and stay in the conversation
-            reply = _answer(backend, model.name, history, params, args.stats)
-            history.append({"role": "assistant", "content": reply})
-            if docs is not None:
-                docs.print_sources(reply)
+        return _converse(args, lambda history: _answer(backend, model.name, history, params, args.stats), model.name,
+                         images, docs)  # fmt: skip
     finally:
         if docs is not None:
             docs.close()
         backend.close()
+
+
+def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], str], name: str, images: list, docs=None) -> int:
+    """One answer to ``args.prompt``, or a conversation on the terminal; ``ask`` streams each answer."""
+    from engine.commands.chat_images import user_message
+
+    history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
+    if args.prompt is not None:
+        if docs is not None:
+            history = [{"role": "system", "content": docs.system(args.prompt, args.system)}]
+        history.append(user_message(args.prompt, images))
+        reply = ask(history)
+        if docs is not None:
+            docs.print_sources(reply)
+        return 0
+    print(f"Chatting with {name}. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return 0
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            continue
+        if not line.strip():
+            continue
+        if docs is not None:  # each question brings its own sources
+            system = {"role": "system", "content": docs.system(line, args.system)}
+            history = [system, *(m for m in history if m["role"] != "system")]
+        history.append(user_message(line, images))
+        images = []  # the pictures go with the first message, and stay in the conversation
+        reply = ask(history)
+        history.append({"role": "assistant", "content": reply})
+        if docs is not None:
+            docs.print_sources(reply)

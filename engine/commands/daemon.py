@@ -5,20 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine import validation as valid
+from engine.commands.serve import idle_ttl
 from engine.commands.worker_client import print_json
 
 # `hearth serve` flags a daemon passes on to its worker.
 _SERVE_FLAGS = (
-    ("--idle-ttl", float, "unload a model after this many idle seconds"),
-    ("--ctx", int, "context length per sequence"),
-    ("--parallel", int, "sequences decoded at once per model"),
-    ("--threads", int, "CPU threads per model"),
+    ("--idle-ttl", valid.cli_type(idle_ttl), "unload a model after it sat idle this long: seconds, or 10m, 1h "
+     "(default: never)"),
+    ("--ctx", valid.whole(valid.CTX), "context length per sequence"),
+    ("--parallel", valid.whole(valid.PARALLEL), "sequences decoded at once per model"),
+    ("--threads", valid.whole(valid.THREADS), "CPU threads per model"),
 )
 
 
 def _add_worker_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default 8765; 0: any free one)")
-    p.add_argument("--model", "-m", help="load this model at start (others load on first request)")
+    p.add_argument("--port", type=valid.whole(valid.PORT), default=None, help="port on 127.0.0.1 (default 8765; 0: any free one)")
+    p.add_argument("--model", "-m", action="append", default=[],
+                   help="load this model at start; `up` waits for it and fails with the reason if it does not load "
+                        "(repeatable; others load on first request)")  # fmt: skip
     for flag, kind, text in _SERVE_FLAGS:
         p.add_argument(flag, type=kind, default=None, help=text)
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type")
@@ -61,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "a Startup-folder entry on Windows.",
         )  # fmt: skip
         if name == "install":
-            a.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default 8765)")
+            a.add_argument("--port", type=valid.whole(valid.PORT), default=None, help="port on 127.0.0.1 (default 8765)")
         a.add_argument("--json", action="store_true", help="print JSON")
         a.set_defaults(run=run_service)
 
@@ -96,7 +101,12 @@ def run_up(args: argparse.Namespace) -> int:
     info = find_daemon()
     started = info is None
     if info is None:
-        info = start_daemon(port=_port(args), model=args.model, serve_args=_serve_args(args))
+        info = start_daemon(port=_port(args), models=tuple(args.model), serve_args=_serve_args(args))
+    else:  # running already: the models asked for load in it, or say why not
+        from engine.commands.worker_client import WorkerClient
+
+        for model in args.model:
+            WorkerClient(info.url, info.admin_key).request("POST", "/api/models/load", body={"model": model}, timeout=600.0)
     if args.json:
         print_json(_status(info, True) | {"started": started})
     elif started:
@@ -150,7 +160,7 @@ def run_foreground(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     return run_daemon(
-        port=_port(args), model=args.model, serve_args=_serve_args(args) + tuple(args.serve_arg),
+        port=_port(args), models=tuple(args.model), serve_args=_serve_args(args) + tuple(args.serve_arg),
         announce=announce if args.json else None,
     )  # fmt: skip
 

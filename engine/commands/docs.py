@@ -7,6 +7,8 @@ import json
 import sys
 import time
 
+from engine import validation as valid
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -32,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     search = cmds.add_parser("search", help="the passages that best match a query")
     search.add_argument("name", help="the collection")
     search.add_argument("query")
-    search.add_argument("--k", type=int, default=5, help="how many passages (default 5)")
+    search.add_argument("--k", type=valid.whole(valid.COUNT, "k"), default=5, help="how many passages (default 5)")
     search.add_argument("--mode", choices=("auto", "keyword", "vector", "hybrid"), default="auto")
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(run=run_search)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from engine import validation as valid
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "context, slots, KV cache type, GPU layers, and the memory each part takes.",
     )
     p.add_argument("model", help="a local model (name or path) or OWNER/REPO[:VARIANT] on the Hub")
-    p.add_argument("--ctx", type=int, default=None, help="context length per slot (default: 4096, or what fits)")
-    p.add_argument("--parallel", type=int, default=None, help="sequence slots (default: as many as fit, up to 16)")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length per slot (default: 4096, or what fits)")
+    p.add_argument("--parallel", type=valid.whole(valid.PARALLEL), default=None, help="sequence slots (default: as many as fit, up to 16)")
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type (default: 16-bit, or what fits)")
     p.add_argument("--speculative", metavar="MODE", default=None,
                    help="as `hearth serve` takes it; with draft:MODEL the draft model's memory is counted")  # fmt: skip
@@ -44,13 +46,17 @@ def render(report) -> list[str]:
     lines.append(f"  weights    {_mb(m.weights):>10}" + (f"  ({types})" if types else ""))
     per_token = report.kv_bytes_per_token
     lines.append(
-        f"  KV cache   {_mb(m.kv_cache):>10}  ({per_token:,} bytes per token x {plan.n_ctx:,} tokens x {plan.n_seq} slots"
+        f"  KV cache   {_mb(m.kv_cache):>10}  ({per_token:,} bytes per token x {plan.n_ctx:,} tokens x "
+        f"{plural(plan.n_seq, 'slot')}"
         + (f", {plan.kv_blocks:,} blocks" if plan.kv_blocks is not None else "")
         + (", and the draft model's cache" if facts.draft is not None else "")
         + ")"
     )
     lines.append(f"  buffers    {_mb(m.buffers):>10}  (compute and output)")
-    lines.append(f"  runtime    {_mb(m.runtime):>10}  (worker, llama.cpp bookkeeping, CUDA contexts)")
+    on_gpu = any(d.device != "cpu" for d in plan.devices)
+    engine = "llama.cpp" if plan.backend == "llamacpp" else f"the {plan.backend} engine"
+    lines.append(f"  runtime    {_mb(m.runtime):>10}  (worker, {engine}'s bookkeeping"
+                 + (", GPU contexts)" if on_gpu else ")"))  # fmt: skip
     if facts.projector is not None:  # of the figures above: the projector that lets the model see
         p = facts.projector
         lines.append(
@@ -65,7 +71,18 @@ def render(report) -> list[str]:
         layers = f", {d.layers} layers" if d.layers else ""
         lines.append(f"  on {place}: {_mb(d.memory.total)} of {_mb(d.usable)} usable{layers}")
     lines.append(f"  why        {plan.reason}")
+    if report.settings_from:  # what a load would take besides what was asked here
+        lines.append(f"  settings   {'; '.join(report.settings_from)}")
+    trained = facts.shape.context_length
+    if trained and plan.n_ctx > trained:
+        lines.append(f"  note       {plan.n_ctx:,} tokens is past the {trained:,} the model was trained on; its answers "
+                     "degrade beyond that unless it loads with YaRN (`hearth load --rope-scale`).")  # fmt: skip
     return lines
+
+
+def plural(n: int, word: str) -> str:
+    """``1 slot``, ``2 slots``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def run(args: argparse.Namespace) -> int:

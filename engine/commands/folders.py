@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         print(said)
         return 0
     for row in rows:
-        state = "offline" if not row["online"] else f"{row['models']} models"
+        state = "offline" if not row["online"] else f"{row['models']} model" + ("" if row["models"] == 1 else "s")
         mark = "  (downloads)" if row["downloads"] else ""
         print(f"{row['path']}  {state}{mark}")
     return 0

@@ -21,17 +21,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from engine.catalog.pairing import import_model
     from engine.catalog.registry import ModelRegistry
     from engine.commands.models import human_size
     from engine.errors import InvalidRequest
+    from engine.paths import user_path
 
     if args.mmproj and args.no_mmproj:
         raise InvalidRequest("Give either --mmproj or --no-mmproj, not both.")
-    mmproj = Path(args.mmproj) if args.mmproj else None
-    model = import_model(ModelRegistry(), Path(args.path), name=args.name, mmproj=mmproj, pair=not args.no_mmproj)
+    mmproj = user_path(args.mmproj, param="mmproj") if args.mmproj is not None else None
+    model = import_model(ModelRegistry(), user_path(args.path), name=args.name, mmproj=mmproj, pair=not args.no_mmproj)
     details = ", ".join(x for x in (model.format, model.quantization, human_size(model.size_bytes)) if x)
     print(f"Imported {model.name} ({details}) from {model.path}")
     if model.mmproj is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine import validation as valid
 from engine.commands.worker_client import WorkerClient, add_worker_args, print_json
 
 
@@ -18,20 +19,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "it), and settings that do not fit are refused with what would.",
     )
     p.add_argument("model", metavar="MODEL", help="a model name, as `hearth models` lists it")
-    p.add_argument("--ctx", type=int, help="context length of each request, in tokens")
-    p.add_argument("--parallel", type=int, help="requests generated at once (slots)")
-    p.add_argument("--gpu-layers", type=int, help="layers offloaded to the GPU (llama.cpp built with GPU support)")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), help="context length of each request, in tokens")
+    p.add_argument("--parallel", type=valid.whole(valid.PARALLEL), help="requests generated at once (slots)")
+    p.add_argument("--gpu-layers", type=valid.whole(valid.GPU_LAYERS), help="layers offloaded to the GPU (llama.cpp built with GPU support)")
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type")
-    p.add_argument("--threads", type=int, help="CPU threads")
-    p.add_argument("--batch", type=int, help="batch size: prompt tokens computed in one step")
+    p.add_argument("--threads", type=valid.whole(valid.THREADS), help="CPU threads")
+    p.add_argument("--batch", type=valid.whole(valid.BATCH), help="batch size: prompt tokens computed in one step")
     p.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None, help="flash attention (llama.cpp)")
-    p.add_argument("--rope-scale", type=float, metavar="F", help="YaRN RoPE scaling factor, for a context past the trained one")
-    p.add_argument("--rope-orig-ctx", type=int, metavar="N", help="the trained context YaRN scales from (default: the file's)")
+    p.add_argument("--rope-scale", type=valid.number(valid.ROPE_SCALE), metavar="F", help="YaRN RoPE scaling factor, for a context past the trained one")
+    p.add_argument("--rope-orig-ctx", type=valid.whole(valid.CTX, "rope_orig_ctx"), metavar="N", help="the trained context YaRN scales from (default: the file's)")
     p.add_argument("--cpu-moe", type=_cpu_moe, metavar="N|all",
                    help="keep MoE experts in CPU memory: those of the first N layers, or all")  # fmt: skip
     p.add_argument("--speculative", metavar="MODE",
                    help="speculative decoding for this model: auto, ngram (prompt lookup), draft:MODEL (a "
                         "registered model of the same vocabulary) or off; over the server's")  # fmt: skip
+    p.add_argument("--ttl", type=valid.cli_type(_ttl), metavar="TIME",
+                   help="unload it after it sat idle this long: seconds, or 10m, 1h, or never (default: the "
+                        "worker's --idle-ttl)")  # fmt: skip
     p.add_argument("--save", action="store_true", help="remember these settings for every later load of MODEL")
     add_worker_args(p)
     p.set_defaults(run=run_load)
@@ -46,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.set_defaults(run=run_unload)
 
 
+def _ttl(text: str) -> str:
+    """``--ttl`` checked here, sent as typed (the worker reads it with the same rule)."""
+    valid.keep_alive(text, name="ttl")
+    return text.strip()
+
+
 def _cpu_moe(text: str) -> int:
     if text.strip().lower() == "all":
         return -1
@@ -53,7 +63,7 @@ def _cpu_moe(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError("give a number of layers or 'all'") from None
-    if value < 0:
+    if not 0 <= value <= 100_000:
         raise argparse.ArgumentTypeError("give a number of layers (0 or more) or 'all'")
     return value
 
@@ -64,7 +74,7 @@ def run_load(args: argparse.Namespace) -> int:
     body = {"model": args.model, "ctx": args.ctx, "parallel": args.parallel, "gpu_layers": args.gpu_layers,
             "kv_type": args.kv_type, "threads": args.threads, "batch": args.batch, "flash_attn": args.flash_attn,
             "rope_scale": args.rope_scale, "rope_orig_ctx": args.rope_orig_ctx, "cpu_moe": args.cpu_moe,
-            "speculative": args.speculative, "save": args.save or None}  # fmt: skip
+            "speculative": args.speculative, "save": args.save or None, "keep_alive": args.ttl}  # fmt: skip
     answer = client.request("POST", "/api/models/load", body={k: v for k, v in body.items() if v is not None}, timeout=600.0)
     out = {
         "name": answer["name"],
@@ -72,15 +82,31 @@ def run_load(args: argparse.Namespace) -> int:
         "backend": answer.get("backend"),
         "context_length": answer.get("n_ctx"),
         "context_length_trained": answer.get("n_ctx_train"),
+        "keep_alive": answer.get("keep_alive"),
+        "draft_refused": answer.get("draft_refused"),
         "saved": args.save,
     }
+    # A draft asked for by name and refused is this load's failure; one the worker chose (auto) is a note.
+    asked_draft = (args.speculative or "").strip().lower().startswith("draft:")
     if args.json:
         print_json(out)
     else:
-        print(f"Loaded {out['name']} on {out['backend']} with {out['context_length']} tokens of context.")
+        print(f"Loaded {out['name']} on {out['backend']} with {out['context_length']} tokens of context; "
+              f"{_unloads(out['keep_alive'])}.")  # fmt: skip
         if args.save:
             print(f"Saved these settings: every later load of {out['name']} takes them.")
+    if out["draft_refused"]:
+        print(f"hearth: {'' if asked_draft else 'note: '}{out['draft_refused']}", file=sys.stderr)
+        return 1 if asked_draft else 0
     return 0
+
+
+def _unloads(keep_alive: float | None) -> str:
+    from engine.durations import describe_duration
+
+    if keep_alive is None:
+        return "it stays loaded until unloaded"
+    return f"it unloads after {describe_duration(keep_alive)} idle"
 
 
 def run_unload(args: argparse.Namespace) -> int:

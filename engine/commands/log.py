@@ -7,6 +7,7 @@ import json
 import sys
 import time
 
+from engine import validation as valid
 from engine.commands.worker_client import WorkerClient, add_worker_args
 
 
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "until Ctrl-C. With --json, one JSON object a line.",
     )
     add_worker_args(s)
-    s.add_argument("--count", type=int, default=None, metavar="N", help="stop after N requests")
+    s.add_argument("--count", type=valid.whole(valid.COUNT), default=None, metavar="N", help="stop after N requests")
     s.set_defaults(run=run_stream)
 
 

@@ -166,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
     remote_models = [(s.provider, m) for s in remote for m in s.models]
     if not models and not remote_models:
         print("No local models. Get one with `hearth pull REPO`.")
-    width = max([len(m.name) for m in models] + [len(m.id) for _, m in remote_models], default=0)
+    width = max([len(m.name) for m in models] + [len(m.id) for _, m in remote_models] + [len("NAME")])
+    if models or remote_models:
+        print(f"{'NAME':<{width}}  {'FORMAT':<11} {'QUANT':<8} {'SIZE':>9}  {'BACKEND':<9}  FROM".rstrip())
     for m in models:
         backend = choose_backend(m.format).backend
         origin = f"  {ORIGINS.get(m.origin, m.origin)}" if m.origin else ""

@@ -45,19 +45,15 @@ def loaded_models(client: WorkerClient) -> list[dict]:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
+    from engine.durations import describe_duration
+
+    return "-" if seconds is None else describe_duration(seconds)
 
 
 def _expiry(row: dict) -> str:
-    if row["expires_in"] is None:
-        return "when unloaded"
+    """When the model unloads: "never" where nothing unloads it (no --idle-ttl, --ttl never)."""
+    if row["keep_alive"] is None:
+        return "never"
     if row["in_use"]:
         return f"{_duration(row['keep_alive'])} after use"
     return f"in {_duration(row['expires_in'])}"

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from engine import validation as valid
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "highest-quality one that fits this machine is taken. An interrupted pull resumes where it stopped.",
     )
     p.add_argument("model", help="REPO or REPO:VARIANT")
-    p.add_argument("--ctx", type=int, default=None, help="context length to plan memory for (default 4096)")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length to plan memory for (default 4096)")
     p.add_argument("--revision", help="a branch or commit of the repo (default: the latest)")
     p.add_argument(
         "--mmproj-variant",

@@ -8,6 +8,8 @@ import json
 import os
 import sys
 
+from engine import validation as valid
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -33,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add.add_argument(
         "--timeout",
-        type=float,
+        type=valid.number(valid.SECONDS),
         default=None,
         help="seconds it may take to start answering or between two chunks (default 120)",
     )

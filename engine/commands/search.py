@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from engine import validation as valid
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -25,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offline", action="store_true", help="with --recommended: do not ask the hub for live details")
     p.add_argument("--sort", choices=("downloads", "likes", "recent"), default="downloads")
     p.add_argument("--format", choices=("gguf", "mlx", "safetensors"), help="only models in this format")
-    p.add_argument("--limit", type=int, default=10, help="most results (default 10)")
-    p.add_argument("--ctx", type=int, default=None, help="context length to plan memory for (default 4096)")
+    p.add_argument("--limit", type=valid.whole(valid.COUNT, "limit"), default=10, help="most results (default 10)")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length to plan memory for (default 4096)")
     p.add_argument("--no-fit", action="store_true", help="list only names and variants (no file sizes or advice)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from engine import validation as valid
+
 if TYPE_CHECKING:
     from engine.backends import LoadOptions
     from engine.settings import ServerSettings
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Serve local models through an OpenAI-compatible API until Ctrl-C.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    p.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    p.add_argument("--port", type=valid.whole(valid.PORT), default=8765, help="port (0: any free port)")
     p.add_argument(
         "--api-key",
         action="append",
@@ -47,20 +49,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="allow a --host other than loopback without any key (anyone who reaches it can use it)",
     )
-    p.add_argument("--model", "-m", help="load this model at start (others load on first request)")
+    p.add_argument("--model", "-m", action="append", default=[],
+                   help="load this model at start, before /health says ok (repeatable; others load on first request)")  # fmt: skip
     p.add_argument("--backend", "-b", help="backend for every model: llamacpp, paged or mlx")
     p.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
-    p.add_argument("--idle-ttl", type=float, default=None, help="unload a model after this many idle seconds")
-    p.add_argument("--ctx", type=int, default=None, help="context length per sequence")
-    p.add_argument("--parallel", type=int, default=None, help="sequences decoded at once per model")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads per model, kept fixed (default: the physical cores; llama.cpp then uses fewer while other processes keep some busy)")
+    p.add_argument("--idle-ttl", type=valid.cli_type(idle_ttl), default=None, metavar="TIME",
+                   help="unload a model after it sat idle this long: seconds, or 10m, 1h (default: never)")
+    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length per sequence")
+    p.add_argument("--parallel", type=valid.whole(valid.PARALLEL), default=None, help="sequences decoded at once per model")
+    p.add_argument("--threads", type=valid.whole(valid.THREADS), default=None, help="CPU threads per model, kept fixed (default: the physical cores; llama.cpp then uses fewer while other processes keep some busy)")
     p.add_argument(
         "--kv-type",
         choices=("f16", "q8_0", "q4_0", "fp8"),
         help="KV cache type (llama.cpp: f16, q8_0, q4_0; paged: f16, fp8); default: 16-bit, or what fits",
     )
     p.add_argument(
-        "--max-waiting", type=int, default=64, help="requests queued per model before new ones get 429 (default 64)"
+        "--max-waiting", type=valid.whole(valid.COUNT, "max_waiting"), default=64, help="requests queued per model before new ones get 429 (default 64)"
     )
     p.add_argument(
         "--quantization",
@@ -71,10 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--speculative",
         default="auto",
         metavar="MODE",
-        help="speculative decoding: auto (prompt lookup, backing off where it does not pay; the default), "
+        help="speculative decoding: auto (the default: prompt lookup above temperature 0, backing off where it "
+        "does not pay; at temperature 0 no drafts unless a request asks, so greedy answers are those of off), "
         "ngram (prompt lookup whatever it costs), draft:MODEL (a smaller model of the same vocabulary, a registered "
-        "name or a .gguf path, drafts for every llama.cpp model whose vocabulary it has) or off; at temperature 0 "
-        "the output is the same either way, and above it follows the model's distribution",
+        "name or a .gguf path, drafts for every llama.cpp model whose vocabulary it has) or off. Drafted answers "
+        "follow the model's distribution; verifying a draft in one batch rounds unlike one-token steps, so with "
+        "ngram or draft:MODEL a greedy answer can part from off's where its two best tokens nearly tie",
     )
     p.add_argument(
         "--allow-image-urls",
@@ -84,17 +90,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mmproj",
         metavar="PATH",
-        help="with --model FILE.gguf: the multimodal projector GGUF that lets that model see (and hear)",
+        help="with --model FILE.gguf (the last one given): the multimodal projector GGUF that lets that model see "
+        "(and hear)",
     )
-    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    p.add_argument("--max-body", type=valid.whole(valid.BODY_BYTES), default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(
         "--ollama-port",
-        type=int,
+        type=valid.whole(valid.PORT, "ollama_port"),
         default=None,
         metavar="PORT",
         help="also listen on PORT (Ollama's is 11434) for clients that assume Ollama's address",
     )
     p.set_defaults(run=run)
+
+
+def idle_ttl(text: str) -> float | None:
+    """``--idle-ttl``: seconds or a duration (``10m``), or ``never`` (None)."""
+    return valid.keep_alive(text, name="idle_ttl")
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:
@@ -213,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = WorkerConfig(
         settings=settings,
-        model=args.model,
+        models=tuple(args.model),
         backend=args.backend,
         idle_ttl=args.idle_ttl,
         load_options=options,

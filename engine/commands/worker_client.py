@@ -65,7 +65,7 @@ class WorkerClient:
             )
         return cls(info.url, info.admin_key)
 
-    def _fail(self, r: httpx.Response) -> HearthError:
+    def fail(self, r: httpx.Response) -> HearthError:
         if r.status_code in (401, 403):
             return WorkerUnreachable(
                 f"The worker at {self.url} refused the key; set HEARTH_ADMIN_KEY to its admin key."
@@ -76,7 +76,7 @@ class WorkerClient:
             message = f"The worker at {self.url} answered {r.status_code}; see its log."
         return HearthError(message)
 
-    def _unreachable(self, exc: Exception) -> WorkerUnreachable:
+    def unreachable(self, exc: Exception) -> WorkerUnreachable:
         return WorkerUnreachable(
             f"Cannot reach the Hearth worker at {self.url} ({type(exc).__name__}); check that it runs "
             "(`hearth daemon status`)."
@@ -93,9 +93,9 @@ class WorkerClient:
         try:
             r = httpx.request(method, f"{self.url}{path}", json=body, headers=self.headers, timeout=timeout)
         except httpx.HTTPError as exc:
-            raise self._unreachable(exc) from exc
+            raise self.unreachable(exc) from exc
         if r.status_code >= 400:
-            raise self._fail(r)
+            raise self.fail(r)
         return r.json()
 
     def events(self, path: str) -> Iterator[dict | None]:
@@ -111,14 +111,14 @@ class WorkerClient:
             with httpx.stream("GET", f"{self.url}{path}", headers=self.headers, timeout=timeout) as r:
                 if r.status_code >= 400:
                     r.read()
-                    raise self._fail(r)
+                    raise self.fail(r)
                 for line in r.iter_lines():
                     if line.startswith(": subscribed"):
                         yield None
                     elif line.startswith("data:"):
                         yield json.loads(line[5:])
         except httpx.HTTPError as exc:
-            raise self._unreachable(exc) from exc
+            raise self.unreachable(exc) from exc
         raise WorkerUnreachable(f"The worker at {self.url} closed the stream (it stopped); start it again and retry.")
 
 

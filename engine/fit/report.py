@@ -17,6 +17,7 @@ from engine.paths import check_path_text
 if TYPE_CHECKING:
     from engine.catalog.registry import LocalModel, ModelRegistry
     from engine.hardware import HardwareInfo
+    from engine.load_settings import ModelLoadSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,7 @@ class FitReport:
     plan: LoadPlan
     budget: MemoryBudget
     label: str | None = None
+    settings_from: tuple[str, ...] = ()  # settings a load takes, not asked for here, with where each came from
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -46,6 +48,7 @@ class FitReport:
             "plan": self.plan.to_dict(),
             "budget": self.budget.to_dict(),
             "facts": self.facts.to_dict(),
+            "settings_from": list(self.settings_from),
         }
 
 
@@ -228,8 +231,44 @@ def fit_model(
 
             hub = HubClient()
         return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
-    return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend, gpu_layers=gpu_layers,
-                     flash_attn=flash_attn, cpu_moe=cpu_moe, draft=draft, registry=registry)  # fmt: skip
+    # What was not asked for here is what a load of the model would take: its saved settings, its Modelfile's.
+    taken, where = settings_a_load_takes(model, registry)
+    used: list[str] = []
+
+    def pick(asked: Any, field: str, flag: str) -> Any:
+        value = getattr(taken, field)
+        if asked is not None or value is None:
+            return asked
+        used.append(f"{flag} {value} ({where[field]})")
+        return value
+
+    n_ctx, n_seq = pick(n_ctx, "n_ctx", "--ctx"), pick(n_seq, "n_seq_max", "--parallel")
+    kv_type, gpu_layers = pick(kv_type, "kv_type", "--kv-type"), pick(gpu_layers, "n_gpu_layers", "--gpu-layers")
+    cpu_moe = pick(cpu_moe, "cpu_moe", "--cpu-moe")
+    if taken.flash_attn is False and flash_attn:
+        flash_attn = False
+        used.append(f"--no-flash-attn ({where['flash_attn']})")
+    if speculative is None and (saved := pick(None, "speculative", "--speculative")) is not None:
+        options = SpeculativeOptions.parse(saved)
+        draft = options.draft_model if options.mode == DRAFT else None
+    report = fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend,
+                       gpu_layers=gpu_layers, flash_attn=flash_attn, cpu_moe=cpu_moe, draft=draft, registry=registry)  # fmt: skip
+    return replace(report, settings_from=tuple(used))
 
 
-__all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local"]
+def settings_a_load_takes(model: LocalModel, registry: ModelRegistry | None) -> tuple[ModelLoadSettings, dict[str, str]]:
+    """The settings a load of ``model`` takes when it names none of its own (the model's own defaults, a
+    Modelfile's ``num_ctx``, under its saved settings: ``ModelManager.options_for``), and where each came from."""
+    from engine.load_settings import LoadSettingsStore
+    from engine.model_defaults import load_defaults
+    from engine.paths import hearth_home
+
+    own = load_defaults(model.origin_info)
+    saved = LoadSettingsStore(registry.home if registry is not None else hearth_home()).get(model.name)
+    where = {k: "saved with hearth load --save" for k, v in saved.to_dict().items() if v is not None}
+    owner = "Ollama's" if model.origin == "ollama" else "the model's"
+    where |= {k: f"{owner} Modelfile" for k, v in own.to_dict().items() if v is not None and k not in where}
+    return own.overridden_by(saved), where
+
+
+__all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local", "settings_a_load_takes"]

@@ -40,6 +40,7 @@ def _model_entry(m, state: str) -> dict:
         "variant": m.variant,
         "quantization": m.quantization,
         "size_bytes": m.size_bytes,
+        "sha256": m.sha256,
         "architecture": m.architecture,
         "parameters": m.parameters,
         "context_length": m.context_length,
@@ -88,12 +89,20 @@ def _load_options(manager, body: ModelLoadBody):
 
 @router.post("/models/load", response_model=LoadAnswer)
 async def load(request: Request, body: ModelLoadBody) -> dict:
+    from engine.validation import keep_alive
+
     manager = request.app.state.manager
+    keep = None
+    if body.keep_alive is not None:
+        seconds = keep_alive(body.keep_alive, name="keep_alive")
+        keep = -1.0 if seconds is None else seconds  # never: the pool's negative keep-alive
     options = await asyncio.to_thread(_load_options, manager, body)
     lm = await asyncio.to_thread(lambda: manager.load(body.model, options=options))
     from engine.server.settings_routes import save_loaded  # --save: only settings that loaded are remembered
 
     await asyncio.to_thread(save_loaded, manager, body, lm.model.name)
+    if keep is not None:
+        manager.set_keep_alive(lm, keep)
     info = lm.backend.info
     return {
         "name": lm.model.name,
@@ -101,7 +110,15 @@ async def load(request: Request, body: ModelLoadBody) -> dict:
         "backend": lm.backend_name,
         "n_ctx": info.n_ctx,
         "n_ctx_train": info.n_ctx_train,
+        "keep_alive": manager.ttl(lm),
+        "draft_refused": _draft_refused(lm),
     }
+
+
+def _draft_refused(lm) -> str | None:
+    """Why the draft model its load named does not draft for ``lm`` (None: none was refused)."""
+    stats = lm.backend.stats()
+    return stats.details.get("draft_model_refused") if stats is not None else None
 
 
 @router.post("/models/unload", response_model=UnloadAnswer)
@@ -151,6 +168,8 @@ async def worker(request: Request) -> dict:
         "started_at": psutil.Process().create_time(),
         "log_subscribers": log.subscribers,
         "log_dropped": log.dropped,
+        "loading": not request.app.state.manager.preloaded.is_set(),
+        "load_errors": dict(request.app.state.manager.preload_errors),
     }
 
 

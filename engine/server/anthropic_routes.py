@@ -23,6 +23,7 @@ from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
 from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
+from engine.server.schemas import KeepAlive
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -33,6 +34,7 @@ from engine.types import (
     ResponseFormat,
     SamplingParams,
 )
+from engine.validation import request_keep_alive
 
 router = APIRouter(prefix="/v1", route_class=error_route(anthropic_error))
 
@@ -80,6 +82,7 @@ class MessagesBody(CountTokensBody):
     metadata: dict[str, Any] | None = None
     ignore_eos: StrictBool = False  # an extension, as in chat completions: generate to max_tokens
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
+    keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
 
 
 def _text_of(blocks: Any, where: str) -> str:
@@ -92,7 +95,7 @@ def _text_of(blocks: Any, where: str) -> str:
         if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
             raise InvalidRequest(f"{where}[{j}] must be a text block with 'text'.", param=where)
         parts.append(block["text"])
-    return "\n".join(parts)
+    return "".join(parts)  # as chat completions joins its text parts (and llama.cpp's server): one prompt for both
 
 
 def _tool_result(block: dict[str, Any], where: str, names: dict[str, str]) -> ChatMessage:
@@ -160,7 +163,8 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
             else:
                 raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support here.", param="messages")
         if texts or calls or m.role == "assistant" or not any(b.get("type") == "tool_result" for b in m.content):
-            out.append(ChatMessage(m.role, "\n".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None,
+            # Blocks joined as chat completions joins its parts, so a conversation is the same prompt in every dialect.
+            out.append(ChatMessage(m.role, "".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None,
                                    media=tuple(pictures)))
     if not out or all(m.role == "system" for m in out):
         raise InvalidRequest("'messages' must hold at least one message.", param="messages")
@@ -237,10 +241,10 @@ def _request(body: CountTokensBody, params: SamplingParams | None = None, allow_
 
 
 def _stop_reason(final: GenerationChunk) -> tuple[str, str | None]:
+    if final.finish_reason == "length":  # a call cut short too: its input is what was written of it
+        return "max_tokens", None
     if final.finish_reason == "tool_calls" or final.tool_calls:
         return "tool_use", None
-    if final.finish_reason == "length":
-        return "max_tokens", None
     if final.stop_sequence:
         return "stop_sequence", final.stop_sequence
     return "end_turn", None
@@ -264,7 +268,8 @@ def _tool_use(call: ToolCall) -> dict:
 async def create_message(request: Request, body: MessagesBody):
     allow_remote = request.app.state.settings.allow_image_urls  # images are read (and fetched) off the event loop
     req = await asyncio.to_thread(_request, body, _params(body), allow_remote)
-    run = await DialectRun(request, req, documents=docs_chat.documents_asked(body)).start()
+    keep = request_keep_alive(body.keep_alive)
+    run = await DialectRun(request, req, documents=docs_chat.documents_asked(body), keep_alive=keep).start()
     mid = f"msg_{uuid.uuid4().hex}"
     if body.stream:
         return StreamingResponse(

@@ -51,7 +51,6 @@ def create_app(
     app.state.metrics = ServerMetrics(manager.stats)
     app.state.catalog = catalog or CatalogServices(manager.registry)
     app.state.remotes = remotes or RemoteRegistry()
-    app.state.loading = False
     install_error_handlers(app)
     # Anthropic's model list first: it answers /v1/models only for requests carrying anthropic-version.
     app.include_router(anthropic_routes.models_router)
@@ -76,7 +75,7 @@ def create_app(
 
     @app.get("/health")
     async def health(request: Request):
-        if request.app.state.loading:
+        if not request.app.state.manager.preloaded.is_set():  # llama-server's answer while its model loads
             return JSONResponse({"status": "loading"}, status_code=503)
         return {"status": "ok", "version": __version__}
 

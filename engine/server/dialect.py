@@ -125,11 +125,12 @@ class DialectRun:
         *,
         target: targets.Target | None = None,
         documents: DocumentsAsked | None = None,
+        keep_alive: float | None = None,
     ) -> None:
         self.request = request
         self.req = req
         self.target = target
-        self.gen = _Generation(request, req.model, [req], target=target, documents=documents)
+        self.gen = _Generation(request, req.model, [req], target=target, documents=documents, keep_alive=keep_alive)
         self.t0 = time.perf_counter()
         self.load_seconds = 0.0
         self.first_token_at: float | None = None

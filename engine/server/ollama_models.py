@@ -159,7 +159,7 @@ async def ps(request: Request) -> dict:
     return {"models": out}
 
 
-def _header(m) -> dict[str, Any]:
+def model_header(m) -> dict[str, Any]:
     """Key/values of the model's files (GGUF header, or config.json), for ``model_info`` and the template."""
     path = Path(m.path)
     try:
@@ -194,7 +194,7 @@ def capabilities(m, template: str) -> list[str]:
 @router.post("/show")
 async def show(request: Request, body: ModelBody) -> dict:
     m = await resolve(request, body.target)
-    kv = await asyncio.to_thread(_header, m)
+    kv = await asyncio.to_thread(model_header, m)
     template = kv.get("tokenizer.chat_template") or kv.get("chat_template") or ""
     if not isinstance(template, str):
         template = ""
@@ -345,4 +345,4 @@ async def pull(request: Request, body: PullBody):
     return StreamingResponse(stream(), media_type=NDJSON)
 
 
-__all__ = ["router", "root_router", "OLLAMA_API_VERSION", "pull_target", "capabilities"]
+__all__ = ["router", "root_router", "OLLAMA_API_VERSION", "pull_target", "capabilities", "model_header"]

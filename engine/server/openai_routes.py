@@ -41,6 +41,7 @@ from engine.types import (
     TokenLogprob,
     as_messages,
 )
+from engine.validation import request_keep_alive
 
 if TYPE_CHECKING:
     from engine.pool import LoadedModel
@@ -249,8 +250,10 @@ class _Generation:
         *,
         target: Target | None = None,
         documents: docs_chat.DocumentsAsked | None = None,
+        keep_alive: float | None = None,
     ) -> None:
         self.http = request
+        self.keep_alive = keep_alive  # seconds the model stays loaded after this request (-1: never; None: as it is)
         self.app = request.app
         self.model_name = model_name
         self.requests = requests
@@ -270,6 +273,8 @@ class _Generation:
             await asyncio.to_thread(lambda: docs_chat.check(self.app, self.requests, self.documents, admin=admin))
         served = await targets.acquire(self.http, self.model_name, self.target)
         self._served = served
+        if self.keep_alive is not None and served.lm is not None:  # from now: held while it answers, then timed
+            self.app.state.manager.set_keep_alive(served.lm, self.keep_alive)
         # Every dialect's request passes here: the model's own defaults fill what the client left unset.
         self.requests = [served.with_defaults(r) for r in self.requests]
         try:
@@ -455,7 +460,8 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         )
         for i in range(n)
     ]
-    gen = _Generation(request, body.model, reqs, target=target, documents=documents)
+    keep = request_keep_alive(body.keep_alive)
+    gen = _Generation(request, body.model, reqs, target=target, documents=documents, keep_alive=keep)
     await gen.start()
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -550,7 +556,7 @@ async def completions(request: Request, body: CompletionBody):
         for p in prompts
         for j in range(n)
     ]
-    gen = _Generation(request, body.model, reqs, target=target)
+    gen = _Generation(request, body.model, reqs, target=target, keep_alive=request_keep_alive(body.keep_alive))
     await gen.start()
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:

@@ -28,6 +28,7 @@ from engine.server import media
 from engine.server.dialect import DialectRun
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
+from engine.server.schemas import KeepAlive
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -38,6 +39,7 @@ from engine.types import (
     ResponseFormat,
     SamplingParams,
 )
+from engine.validation import request_keep_alive
 
 router = APIRouter(prefix="/v1")
 
@@ -66,6 +68,7 @@ class ResponsesBody(_Body):
     metadata: dict[str, str] | None = None
     user: str | None = None
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
+    keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
 
 
 def _store(request: Request) -> ResponseStore:
@@ -303,7 +306,8 @@ def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text:
 @router.post("/responses")
 async def create_response(request: Request, body: ResponsesBody):
     turn = await asyncio.to_thread(_turn, request, body)  # pictures are read (and fetched) off the event loop
-    run = await DialectRun(request, turn.req, documents=documents_asked(body)).start()
+    keep = request_keep_alive(body.keep_alive)
+    run = await DialectRun(request, turn.req, documents=documents_asked(body), keep_alive=keep).start()
     turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
     if body.stream:
         return StreamingResponse(

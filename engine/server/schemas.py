@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, model_validator
 from pydantic.config import JsonDict
 
 from engine.model_defaults import left_unset
@@ -42,6 +42,11 @@ class ResponseFormatBody(_Body):
     json_schema: JSONSchemaFormat | None = None
 
 
+# Ollama's keep_alive (every dialect takes it): seconds (negative: never), a duration, or "never". The pattern
+# says what the server reads (engine.validation.request_keep_alive, whose sentence refuses anything else).
+KEEP_ALIVE_PATTERN = r"^\s*([Nn][Ee][Vv][Ee][Rr]|[0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+)\s*$"
+KeepAlive = float | Annotated[str, WithJsonSchema({"type": "string", "pattern": KEEP_ALIVE_PATTERN})] | None
+
 # Ranges are stated here so that the server's OpenAPI document says what it accepts.
 _TOKEN_IDS: JsonDict = {"propertyNames": {"pattern": "^[0-9]+$"}}  # checked by the engine, with the model's vocabulary
 
@@ -67,6 +72,8 @@ class _Sampling(_Body):
     ignore_eos: StrictBool | None = False
     # Speculative decoding (docs/api.md): false turns it off for this request, true turns prompt lookup on.
     speculative: StrictBool | None = None
+    # Ollama's keep_alive, in every dialect: how long the model stays loaded after this request (0: unloaded then).
+    keep_alive: KeepAlive = None
 
     def unset_sampling(self, max_tokens: int | None) -> frozenset[str]:
         """The sampling fields this body leaves out (null counts as left out), which a model's own
@@ -145,18 +152,22 @@ class LoadBody(_Body):
 class ModelLoadBody(LoadBody):
     """``POST /api/models/load``: the model, and settings for this load (left out: the worker's own)."""
 
-    ctx: int | None = Field(default=None, ge=16, description="context length of each sequence")
-    parallel: int | None = Field(default=None, ge=1, le=256, description="sequences generated at once")
-    gpu_layers: int | None = Field(default=None, ge=0, description="layers offloaded to the GPU")
+    # The numbers' ranges are engine.validation's, checked by the route: the CLI's flags refuse with its sentences too.
+    ctx: int | None = Field(default=None, description="context length of each sequence")
+    parallel: int | None = Field(default=None, description="sequences generated at once")
+    gpu_layers: int | None = Field(default=None, description="layers offloaded to the GPU")
     kv_type: Literal["f16", "q8_0", "q4_0", "fp8"] | None = Field(default=None, description="KV cache type")
-    threads: int | None = Field(default=None, ge=1, le=1024, description="CPU threads")
+    threads: int | None = Field(default=None, description="CPU threads")
     flash_attn: bool | None = Field(default=None, description="flash attention (llama.cpp)")
-    batch: int | None = Field(default=None, ge=1, le=65536, description="prompt tokens computed in one call")
-    rope_scale: float | None = Field(default=None, ge=1.0, le=64.0, description="YaRN RoPE scaling factor")
-    rope_orig_ctx: int | None = Field(default=None, ge=16, description="the trained context YaRN scales from")
+    batch: int | None = Field(default=None, description="prompt tokens computed in one call")
+    rope_scale: float | None = Field(default=None, description="YaRN RoPE scaling factor")
+    rope_orig_ctx: int | None = Field(default=None, description="the trained context YaRN scales from")
     cpu_moe: int | None = Field(default=None, ge=-1, description="MoE experts on the CPU: first N layers', -1 all")
     speculative: str | None = Field(default=None, description="speculative decoding: auto, ngram, draft:MODEL or off")
     save: bool = Field(default=False, description="remember these settings for every later load of the model")
+    keep_alive: KeepAlive = Field(
+        default=None, description="how long it stays loaded when idle: seconds, a duration ('10m') or 'never'"
+    )
 
 
 class ModelSettingsBody(LoadSettings):

@@ -16,6 +16,7 @@ from engine.errors import InvalidRequest, ModelNotFound
 from engine.load_settings import ModelLoadSettings
 from engine.server.api_models import ModelSettingsAnswer
 from engine.server.schemas import ModelLoadBody, ModelSettingsBody
+from engine.validation import BATCH, CTX, GPU_LAYERS, PARALLEL, ROPE_SCALE, THREADS
 
 router = APIRouter(prefix="/api")
 
@@ -24,10 +25,16 @@ def body_settings(body: ModelLoadBody) -> ModelLoadSettings:
     """The load settings a ``POST /api/models/load`` body gives (the rest None).
 
     Raises:
-        InvalidRequest: a value out of range.
+        InvalidRequest: a value out of range (in the words the CLI's flags use too).
     """
+    for rule, field in ((CTX, "ctx"), (PARALLEL, "parallel"), (GPU_LAYERS, "gpu_layers"), (THREADS, "threads"),
+                        (BATCH, "batch"), (CTX, "rope_orig_ctx")):  # fmt: skip
+        if getattr(body, field) is not None:
+            rule.check(getattr(body, field), name=field)
+    if body.rope_scale is not None:
+        ROPE_SCALE.check(body.rope_scale)
     return ModelLoadSettings(
-        n_ctx=body.ctx, n_gpu_layers=body.gpu_layers, kv_type=body.kv_type, flash_attn=body.flash_attn,
+        n_ctx=body.ctx, n_seq_max=body.parallel, n_gpu_layers=body.gpu_layers, kv_type=body.kv_type, flash_attn=body.flash_attn,
         n_threads=body.threads, n_batch=body.batch, rope_scale=body.rope_scale, rope_orig_ctx=body.rope_orig_ctx,
         cpu_moe=body.cpu_moe, speculative=body.speculative,
     ).validate()  # fmt: skip
@@ -42,15 +49,10 @@ def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:
         ModelNotFound: no such model.
     """
     given = check_draft(manager, body_settings(body))
-    if given.is_empty and body.parallel is None:
+    if given.is_empty:
         return None
     model = manager.resolve(body.model)
-    options = manager.load_settings.get(model.name).overridden_by(given).apply(manager.options)
-    if body.parallel is not None:
-        from dataclasses import replace
-
-        options = replace(options, n_seq_max=body.parallel)
-    return options
+    return manager.load_settings.get(model.name).overridden_by(given).apply(manager.options)
 
 
 def check_draft(manager, settings: ModelLoadSettings) -> ModelLoadSettings:

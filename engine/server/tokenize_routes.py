@@ -40,15 +40,19 @@ class DetokenizeBody(BaseModel):
     tokens: list[int] = Field(max_length=MAX_CONTENT_CHARS)
 
 
-def model_or_default(request: Request, name: str | None) -> str:
-    """``name``, or when it is missing the loaded model used most recently.
+async def model_or_default(request: Request, name: str | None) -> str:
+    """``name``, or when it is missing the loaded model used most recently (once the models the worker was
+    started with have loaded: a request right after start gets the model it was started with).
 
     Raises:
         InvalidRequest: no name and no model loaded.
     """
     if name:
         return name
-    loaded = request.app.state.manager.loaded()
+    manager = request.app.state.manager
+    if not manager.preloaded.is_set():
+        await asyncio.to_thread(manager.preloaded.wait)
+    loaded = manager.loaded()
     if not loaded:
         raise InvalidRequest("No model is loaded; name one in 'model'.", param="model")
     return max(loaded, key=lambda lm: lm.last_used).model.name
@@ -61,7 +65,7 @@ async def acquire_local(request: Request, name: str | None, what: str):
         ModelNotFound: no such model.
         InvalidRequest: a remote provider's model (``what`` runs only on local models).
     """
-    target = await targets.resolve(request, model_or_default(request, name))
+    target = await targets.resolve(request, await model_or_default(request, name))
     if isinstance(target, targets.RemoteTarget):
         raise InvalidRequest(f"{what} runs on local models only; name a local model.", param="model")
     return await asyncio.to_thread(request.app.state.manager.acquire, target.name)

@@ -15,6 +15,7 @@ own format for templates that know no tools: the hermes tags, or a bare JSON cal
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -145,6 +146,22 @@ def parse_body(fmt: str, body: str, names: Collection[str] | None = None) -> lis
     return parse_json_calls(body.strip(), names)
 
 
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGS = re.compile(r'"(?:arguments|parameters|args|input)"\s*:\s*')
+
+
+def partial_call(body: str, names: Collection[str] | None, fallback: str | None) -> tuple[str, str] | None:
+    """(name, the arguments' text so far) of a JSON call cut short by the token limit, as OpenAI returns such a
+    call: its arguments as far as they were written. The name is the body's, else ``fallback`` (the one tool a
+    request offered or forced); None when neither names an offered tool."""
+    m = _NAME.search(body)
+    name = json.loads(f'"{m.group(1)}"') if m else fallback
+    if not name or (names is not None and name not in names):
+        return None
+    a = _ARGS.search(body)
+    return name, body[a.end() :].rstrip() if a else ""
+
+
 def _held_prefix(buf: str, markers: tuple[str, ...]) -> int:
     """Length of the longest end of ``buf`` that could begin one of ``markers``."""
     hold = 0
@@ -162,11 +179,12 @@ class ToolCallParser:
     Args:
         fmt: The family: ``hermes``, ``llama3``, ``mistral`` or ``generic``.
         tool_names: The offered tools; a call naming another is kept as text (None accepts any name).
+        forced: The tool the request forces the answer to call (a call cut before its name calls it).
 
     ``feed`` and ``finish`` return :class:`ParsedOutput`; ``calls`` holds every call so far.
     """
 
-    def __init__(self, fmt: str = "generic", tool_names: Collection[str] | None = None) -> None:
+    def __init__(self, fmt: str = "generic", tool_names: Collection[str] | None = None, *, forced: str | None = None) -> None:
         if fmt not in FAMILIES:
             raise ValueError(f"unknown tool-call format {fmt!r}")
         self.fmt = fmt
@@ -177,6 +195,8 @@ class ToolCallParser:
         self._state = "start"  # start -> text | markup | bare
         self._marker = ""  # the marker that opened the markup being read
         self._space = ""  # whitespace after a call, shown only if more text follows
+        self._cut = False  # the answer ended at the token limit: a call being written is a call cut short
+        self._forced = forced
 
     # -- feeding --------------------------------------------------------------------------------
     def feed(self, text: str) -> ParsedOutput:
@@ -186,12 +206,20 @@ class ToolCallParser:
         self._advance(content, deltas, final=False)
         return ParsedOutput("".join(content), tuple(deltas))
 
-    def finish(self) -> ParsedOutput:
-        """Everything still held back, at the end of the answer."""
+    def finish(self, *, cut: bool = False) -> ParsedOutput:
+        """Everything still held back, at the end of the answer. ``cut``: it ended at the token limit, so a
+        call whose markup was opened is reported with the arguments written so far (never as text)."""
+        self._cut = cut
         content: list[str] = []
         deltas: list[ToolCallDelta] = []
         self._advance(content, deltas, final=True)
         return ParsedOutput("".join(content), tuple(deltas))
+
+    def _fallback_name(self) -> str | None:
+        """The tool a call cut before its name must be calling: the one forced, or the only one offered."""
+        if self._forced is not None:
+            return self._forced
+        return next(iter(self.names)) if self.names is not None and len(self.names) == 1 else None
 
     # -- the state machine ----------------------------------------------------------------------
     def _emit_text(self, text: str, content: list[str]) -> None:
@@ -233,6 +261,9 @@ class ToolCallParser:
                 if not final:
                     return
                 calls = parse_body(self.fmt, self._buf, self.names)
+                if calls is None and self._cut:
+                    cut = partial_call(self._buf, self.names, self._fallback_name())
+                    calls = [cut] if cut is not None else None
                 if calls is None:
                     self._emit_text(self._buf, content)
                 else:
@@ -268,7 +299,12 @@ class ToolCallParser:
                     return
                 body, rest, closing = self._buf, "", ""
             calls = parse_body(self.fmt, body, self.names)
-            if calls is None:
+            if calls is None and self._cut and not closing:  # the limit fell inside the call's markup
+                cut = partial_call(body, self.names, self._fallback_name())
+                if cut is not None:
+                    self._emit_calls([cut], deltas)
+                # else the markup is dropped: a call too short to name its tool is not an answer either
+            elif calls is None:
                 self._emit_text(self._marker + body + closing, content)
             else:
                 self._emit_calls(calls, deltas)
@@ -293,5 +329,6 @@ __all__ = [
     "ToolCallParser",
     "parse_json_calls",
     "parse_body",
+    "partial_call",
     "parse_tool_calls_text",
 ]

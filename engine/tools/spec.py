@@ -60,14 +60,48 @@ class ToolCall:
 
     @property
     def arguments_object(self) -> Any:
-        """The arguments parsed from JSON (the raw text when it is not JSON)."""
+        """The arguments parsed from JSON; of a call cut short at the token limit, what of them was written
+        (the open strings and objects closed); the raw text when neither parses."""
         try:
             return json.loads(self.arguments)
+        except (TypeError, ValueError):
+            pass
+        try:
+            return json.loads(close_partial_json(self.arguments))
         except (TypeError, ValueError):
             return self.arguments
 
     def as_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def close_partial_json(text: str) -> str:
+    """JSON cut off mid-way, closed where it stopped: an open string ended, a dangling key or comma dropped,
+    the open arrays and objects closed (``{"city": "Par`` -> ``{"city": "Par"}``)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    out = text + ('"' if in_string else "")
+    if escaped:
+        out = text[:-1] + '"'
+    out = out.rstrip()
+    out = out[:-1].rstrip() if out.endswith(",") else out
+    if out.endswith(":"):  # a key with no value yet: dropped with the key
+        out = out[: out.rfind('"', 0, out.rfind('"'))].rstrip().rstrip(",")
+    return out + "".join(reversed(stack))
 
 
 def parse_tools(items: Sequence[Any] | None) -> tuple[ToolSpec, ...]:
@@ -164,6 +198,7 @@ def parse_tool_calls(items: Sequence[Any] | None) -> tuple[ToolCall, ...]:
 
 
 __all__ = [
+    "close_partial_json",
     "ToolSpec",
     "ToolChoice",
     "ToolChoiceMode",

@@ -35,7 +35,8 @@ class ChatOutputParser:
     def __init__(self, rendered: RenderedChat) -> None:
         self.splitter = ReasoningSplitter(rendered.think_tags, started=rendered.thinking_started)
         names = [t.name for t in rendered.tools]
-        self.tools = ToolCallParser(rendered.tool_format, names) if names else None
+        forced = rendered.constraint.tools if rendered.constraint is not None else ()
+        self.tools = ToolCallParser(rendered.tool_format, names, forced=forced[0].name if len(forced) == 1 else None) if names else None
 
     @property
     def thinking(self) -> bool:
@@ -52,14 +53,15 @@ class ChatOutputParser:
     def feed(self, text: str) -> OutputPiece:
         return self._answer(self.splitter.feed(text), final=False)
 
-    def finish(self) -> OutputPiece:
-        return self._answer(self.splitter.flush(), final=True)
+    def finish(self, *, cut: bool = False) -> OutputPiece:
+        """What is still held back at the end; ``cut``: the answer ended at the token limit."""
+        return self._answer(self.splitter.flush(), final=True, cut=cut)
 
-    def _answer(self, piece, *, final: bool) -> OutputPiece:
+    def _answer(self, piece, *, final: bool, cut: bool = False) -> OutputPiece:
         if self.tools is None:
             return OutputPiece(piece.reasoning, piece.content)
         a = self.tools.feed(piece.content) if piece.content else None
-        b = self.tools.finish() if final else None
+        b = self.tools.finish(cut=cut) if final else None
         content = (a.content if a else "") + (b.content if b else "")
         deltas = (a.tool_calls if a else ()) + (b.tool_calls if b else ())
         return OutputPiece(piece.reasoning, content, deltas)
@@ -69,7 +71,8 @@ def parse_stream(chunks: Iterator[GenerationChunk], rendered: RenderedChat) -> I
     """A backend's chat stream with thinking moved to ``reasoning`` and tool calls out of ``text``.
 
     The final chunk carries every call in ``tool_calls`` (and ``finish_reason`` ``tool_calls`` when
-    the answer stopped after making some) and the count of thinking tokens. Closing this iterator
+    the answer stopped after making some; ``length`` with a call cut short, its arguments as written) and the
+    count of thinking tokens. Closing this iterator
     closes ``chunks`` (which cancels the generation).
     """
     parser = ChatOutputParser(rendered)
@@ -91,7 +94,7 @@ def parse_stream(chunks: Iterator[GenerationChunk], rendered: RenderedChat) -> I
             if chunk.finish_reason is None:
                 yield replace(chunk, text=piece.content, reasoning=piece.reasoning, tool_call_deltas=piece.tool_calls)
                 continue
-            tail = parser.finish()
+            tail = parser.finish(cut=chunk.finish_reason == "length")  # a call cut short is still a call
             calls = tuple(parser.calls)
             finish = chunk.finish_reason
             if calls and finish == "stop":

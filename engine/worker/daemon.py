@@ -126,6 +126,17 @@ def answers(info: DaemonInfo, *, timeout: float = 3.0) -> bool:
     return r.status_code == 200
 
 
+def load_errors(info: DaemonInfo, *, timeout: float = 10.0) -> dict[str, str]:
+    """The models the daemon's worker was started with that did not load, each with the reason."""
+    import httpx
+
+    try:
+        r = httpx.get(f"{info.url}/api/worker", headers={"Authorization": f"Bearer {info.admin_key}"}, timeout=timeout)
+        return dict(r.json().get("load_errors") or {})
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return {}
+
+
 def find_daemon(home: Path | None = None, *, timeout: float = 3.0) -> DaemonInfo | None:
     """The running daemon whose worker answers with its admin key, or None."""
     info = read_info(home)
@@ -158,8 +169,8 @@ def _refuse_second(home: Path | None) -> None:
 
 
 def run_daemon(
-    *, port: int = DEFAULT_PORT, model: str | None = None, serve_args: tuple[str, ...] = (), home: Path | None = None,
-    announce: Callable[[DaemonInfo], None] | None = None,
+    *, port: int = DEFAULT_PORT, models: tuple[str, ...] = (), serve_args: tuple[str, ...] = (),
+    home: Path | None = None, announce: Callable[[DaemonInfo], None] | None = None,
 ) -> int:  # fmt: skip
     """Run the daemon in the foreground until SIGTERM or Ctrl-C (what `hearth daemon run` and the service
     managers run). ``announce`` is told once the worker answers (default: a line on stdout).
@@ -192,8 +203,7 @@ def run_daemon(
         # Other apps run models with HEARTH_API_KEY (or with no key on loopback); the admin key is the daemon's.
         api_key=os.environ.get("HEARTH_API_KEY", ""),
         admin_key=secrets.token_urlsafe(24),
-        model=model,
-        extra_args=serve_args,
+        extra_args=(*serve_args, *(a for m in models for a in ("--model", m))),
         env={"HEARTH_API_KEYS": ""},
         log_path=log_path,
         on_event=on_event,
@@ -232,20 +242,21 @@ def _detached() -> dict:
 
 
 def start_daemon(
-    *, port: int = DEFAULT_PORT, model: str | None = None, serve_args: tuple[str, ...] = (),
+    *, port: int = DEFAULT_PORT, models: tuple[str, ...] = (), serve_args: tuple[str, ...] = (),
     home: Path | None = None, timeout: float = START_TIMEOUT,
 ) -> DaemonInfo:  # fmt: skip
-    """Start ``hearth daemon run`` in the background and wait until its worker answers.
+    """Start ``hearth daemon run`` in the background and wait until its worker answers, ``models`` loaded.
 
     Raises:
-        DaemonError: it exited, or did not answer within ``timeout`` seconds.
+        DaemonError: it exited, or did not answer within ``timeout`` seconds, or one of ``models`` did not load
+            (the load's own sentence; the daemon is stopped then).
     """
     from engine.worker.supervisor import hearth_command
 
     _refuse_second(home)
     _check_port("127.0.0.1", port)
     cmd = [*hearth_command(), "daemon", "run", "--port", str(port)]
-    if model:
+    for model in models:
         cmd += ["--model", model]
     cmd += [f"--serve-arg={a}" for a in serve_args]
     log_path = logs_dir() / "daemon.log"
@@ -255,6 +266,10 @@ def start_daemon(
     while time.monotonic() < deadline:
         info = read_info(home)
         if info is not None and info.pid == proc.pid and answers(info):
+            failed = load_errors(info)
+            if failed:  # `up` promised these models: a daemon without them is not what was asked for
+                stop_daemon(info, home=home)
+                raise DaemonError(next(iter(failed.values())))
             return info
         if proc.poll() is not None:
             raise DaemonError(f"The Hearth daemon exited (code {proc.returncode}); read {log_path} and try again.")
@@ -306,6 +321,7 @@ __all__ = [
     "answers",
     "daemon_file",
     "find_daemon",
+    "load_errors",
     "read_info",
     "run_daemon",
     "start_daemon",

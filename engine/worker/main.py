@@ -7,14 +7,17 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.backends import LoadOptions
 from engine.settings import ServerSettings
 from engine.worker.net import base_url, bind_socket
+
+if TYPE_CHECKING:
+    from engine.pool import ModelManager
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +28,7 @@ AppFactory = Callable[..., Any]
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     settings: ServerSettings
-    model: str | None = None
+    models: tuple[str, ...] = ()  # loaded at start, in order; /health says "loading" until they are
     backend: str | None = None
     idle_ttl: float | None = None
     load_options: LoadOptions = LoadOptions()
@@ -57,6 +60,33 @@ def limit_malloc_arenas() -> None:
         ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
     except (OSError, AttributeError):  # not glibc (macOS, Windows, musl)
         pass
+
+
+def start_preload(manager: ModelManager, models: Sequence[str], *, mmproj: Path | None = None) -> threading.Thread | None:
+    """Load ``models`` one after the other in the background (`hearth serve --model`), ``mmproj`` paired with the
+    last; until they are done ``manager.preloaded`` is clear, and each failure lands in ``preload_errors``."""
+    from engine.errors import HearthError
+
+    if not models:
+        return None
+    manager.preloaded.clear()
+
+    def preload() -> None:
+        try:
+            for name in models:
+                try:
+                    if mmproj is not None and name == models[-1]:
+                        manager.pair_projector(name, mmproj)
+                    manager.load(name, allow_paths=True)  # `hearth serve --model PATH`: the user's own file
+                except HearthError as exc:
+                    log.error("could not load %s: %s", name, exc)
+                    manager.preload_errors[name] = str(exc)
+        finally:
+            manager.preloaded.set()
+
+    thread = threading.Thread(target=preload, name="preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print) -> int:
@@ -115,21 +145,7 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
             + ("" if settings.has_key else " with no API key"),
             file=sys.stderr,
         )
-    if config.model:
-        app.state.loading = True
-        preload_model = config.model
-
-        def preload() -> None:
-            try:
-                if config.mmproj is not None:
-                    manager.pair_projector(preload_model, config.mmproj)
-                manager.load(preload_model, allow_paths=True)  # `hearth serve --model PATH`: the user's own file
-            except HearthError as exc:
-                log.error("could not load %s: %s", preload_model, exc)
-            finally:
-                app.state.loading = False
-
-        threading.Thread(target=preload, name="preload", daemon=True).start()
+    start_preload(manager, config.models, mmproj=config.mmproj)
 
     server = _Server(
         uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, lifespan="off", access_log=False),

@@ -13,7 +13,7 @@ def hearth(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_chat_one_shot_prints_an_answer_and_exits_zero():
-    out = hearth("chat", "--temperature", "0", "--max-tokens", "24", "Name three colours.")
+    out = hearth("chat", "--local", "--temperature", "0", "--max-tokens", "24", "Name three colours.")
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip()) > 5
     assert "Traceback" not in out.stderr

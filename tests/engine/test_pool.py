@@ -79,7 +79,7 @@ def test_paths_resolve_only_where_the_caller_allows_them(tmp_path, tiny_gguf):
             with pytest.raises(ModelNotFound) as err:
                 pool.resolve(str(path))
             messages.append(str(err.value).replace(str(path), "PATH"))
-        assert messages[0] == messages[1] == "Model 'PATH' is not found; list the models with GET /v1/models."
+        assert messages[0] == messages[1] == "Model 'PATH' is not found; `hearth models` (or GET /v1/models) lists the models there are."
         # The local user's own command (`hearth serve --model PATH`) opens it, under its short name,
         # which is then a name like any other; the path itself stays refused.
         opened = pool.resolve(str(tiny_gguf), allow_paths=True)

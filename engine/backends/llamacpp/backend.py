@@ -257,6 +257,7 @@ class LlamaCppBackend:
             Overloaded: too many requests are waiting.
         """
         model, loop = self._require()
+        self._refuse_generation(model)
         stream, prompt = RequestStream.open(
             self, request, n_ctx=loop.n_ctx_seq, piece=model.piece, is_eog=model.is_eog, speculative=self._speculative,
             draft=self._drafter,
@@ -274,6 +275,22 @@ class LlamaCppBackend:
             sampler.close()
             raise
         return stream.chunks(lambda: loop.cancel(request.request_id))
+
+    def _refuse_generation(self, model: GGUFModel) -> None:
+        """An encoder (its attention not causal: BERT and its kin) cannot write text; what it gives instead
+        is said, rather than tokens sampled from weights never trained to predict any.
+
+        Raises:
+            InvalidRequest: the model is a reranker or an embedding model.
+        """
+        if model.meta(f"{model.architecture}.attention.causal") != "false":
+            return
+        name = self.spec.name if self.spec is not None else model.path.name
+        if self.can_rerank():
+            what = "a reranker: it scores documents against a query (POST /v1/rerank)"
+        else:
+            what = "an embedding model: it turns text into vectors (POST /v1/embeddings)"
+        raise InvalidRequest(f"Model '{name}' is {what} and cannot write answers; name a chat model.", param="model")
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

@@ -49,13 +49,13 @@ _logs_routed = False
 
 
 def _route_logs() -> None:
-    """mtmd's and its helper's messages through llama-cpp-python's logger (quiet unless HEARTH_LLAMA_VERBOSE)."""
+    """mtmd's and its helper's messages into the log as llama.cpp's are (on stderr with HEARTH_LLAMA_VERBOSE)."""
     global _logs_routed
     if not _logs_routed:
-        from llama_cpp import _logger
+        from engine.backends.llamacpp.model import route_llama_log
 
-        mtmd.mtmd_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
-        mtmd.mtmd_helper_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+        mtmd.mtmd_log_set(route_llama_log, ctypes.c_void_p(0))
+        mtmd.mtmd_helper_log_set(route_llama_log, ctypes.c_void_p(0))
         _logs_routed = True
 
 

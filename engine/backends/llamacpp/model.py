@@ -23,12 +23,38 @@ GGUF_MAGIC = b"GGUF"
 _backend_ready = False
 
 
+# ggml's log levels (ggml.h: 1 debug, 2 info, 3 warn, 4 error, 5 the previous message goes on) as logging's.
+# llama.cpp's own messages go to the "llama.cpp" logger: its warnings (a tokenizer config it doubts, a context
+# past the trained one) are details for the log, never lines in a terminal chat; Hearth says what matters to
+# the user in its own sentences. llama-cpp-python's logger reads these levels as those of an older ggml (its
+# warnings printed as errors, its errors hidden), so it is not used.
+_GGML_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.INFO, 4: logging.WARNING}
+llama_log = logging.getLogger("llama.cpp")
+_last_level = logging.DEBUG
+
+
+@llama_cpp.llama_log_callback
+def route_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    """llama.cpp's (and mtmd's) messages into the "llama.cpp" logger; all of them on stderr with
+    HEARTH_LLAMA_VERBOSE=1."""
+    global _last_level
+    py_level = _last_level if level == 5 else _GGML_LEVELS.get(level, logging.DEBUG)
+    _last_level = py_level
+    if _VERBOSE:
+        os.write(2, text)
+    elif llama_log.isEnabledFor(py_level):
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if message:
+            llama_log.log(py_level, "%s", message)
+
+
+_VERBOSE = os.environ.get("HEARTH_LLAMA_VERBOSE") == "1"
+
+
 def _init_llama_backend() -> None:
     global _backend_ready
     if not _backend_ready:
-        from llama_cpp import _logger
-
-        _logger.set_verbose(os.environ.get("HEARTH_LLAMA_VERBOSE") == "1")
+        llama_cpp.llama_log_set(route_llama_log, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
         _backend_ready = True
 

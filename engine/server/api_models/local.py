@@ -21,6 +21,7 @@ class ModelInfo(Answer):
     variant: str | None = None
     quantization: str | None = None
     size_bytes: int = 0
+    sha256: str | None = None  # the file's, where Hearth knows it (a download's, checked when it finished)
     architecture: str | None = None
     parameters: int | None = None
     context_length: int | None = None
@@ -44,6 +45,8 @@ class LoadAnswer(Answer):
     backend: str
     n_ctx: int
     n_ctx_train: int
+    keep_alive: float | None = None  # idle seconds before it unloads; None: it stays until unloaded
+    draft_refused: str | None = None  # why the draft model named does not draft for it (it loaded without)
 
 
 class UnloadAnswer(Answer):
@@ -105,6 +108,8 @@ class WorkerInfo(Answer):
     started_at: float
     log_subscribers: int
     log_dropped: int
+    loading: bool = False  # the models it was started with are still loading
+    load_errors: dict[str, str] = {}  # each of those that failed to load, with the reason
 
 
 # -- this machine: GET /api/hardware, GET /api/fit ---------------------------------------------------
@@ -209,3 +214,4 @@ class FitAnswer(Answer):
     plan: LoadPlan
     budget: dict[str, Any]
     facts: dict[str, Any]
+    settings_from: list[str] = []  # the settings a load takes that the plan used, each with where it came from

@@ -9,6 +9,7 @@ class LoadSettings(Answer):
     """How a model loads; None: Hearth chooses what fits this machine."""
 
     n_ctx: int | None = None
+    n_seq_max: int | None = None  # slots: requests generated at once
     n_gpu_layers: int | None = None
     kv_type: str | None = None
     flash_attn: bool | None = None

@@ -130,11 +130,14 @@ def test_run_against_hearth_serve_writes_a_complete_plausible_report(hearth_serv
         assert level["peak_rss_bytes"] > starter_path.stat().st_size / 2
         expected_cost = 50 * 0.25 / (3.6 * level["output_throughput_tok_s"])
         assert level["cost_per_million_output_tokens"] == pytest.approx(expected_cost)
+        # the prefix cache's share of the prompts, as the server reported it: each level's prompts are new,
+        # so at most the chat template's opening is cached, never a whole earlier prompt
+        assert 0 <= level["prefix_cache_hit_rate"] < 0.9
 
     md = (out / "bench.md").read_text()
     assert "smollm2-135m-instruct" in md and "Q4_1" in md and server["model_sha256"][:16] in md
     assert md.count("| hearth | 1 | 6 | 0 |") == 1 and md.count("| hearth | 4 | 6 | 0 |") == 1
-    assert "50 W at 0.25 per kWh" in md
+    assert "50 W at 0.25 per kWh" in md and "prefix cache" in md
     for name in PLOTS:
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000

@@ -103,3 +103,15 @@ def test_percentiles_match_numpy_and_cost_follows_throughput():
     cost = cost_per_million(100.0, watts=36.0, price_per_kwh=0.5)
     assert cost["kwh_per_million_output_tokens"] == pytest.approx(0.1)
     assert cost["cost_per_million_output_tokens"] == pytest.approx(0.05)
+
+
+def test_each_level_sends_prompts_no_earlier_level_sent_unless_the_prefix_is_shared():
+    from engine.bench.runner import BenchRunner, RunPlan
+
+    workload = build_workload("random", 10, input_len=LengthDist.parse("fixed:8"), output_len=LengthDist.parse("fixed:4"),
+                              seed=0)  # fmt: skip
+    runner = BenchRunner([], RunPlan(mode="concurrency", levels=(1, 4), requests=(4, 6)), workload)
+    assert runner.level_requests(0, 4) == workload[:4] and runner.level_requests(1, 6) == workload[4:10]
+    shared = workload[:6]  # prefix-shared: as many as the largest level, the same for each
+    runner = BenchRunner([], RunPlan(mode="concurrency", levels=(1, 4), requests=(4, 6)), shared)
+    assert runner.level_requests(1, 6) == shared

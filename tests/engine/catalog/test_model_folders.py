@@ -203,7 +203,7 @@ def test_hearth_folders_add_list_rm_with_json(tmp_path, starter_path):
     rows = json.loads(added.stdout)["folders"]
     assert [(r["path"], r["models"]) for r in rows] == [(str(home / "models"), 0), (str(drive), 1)]  # the starter lies elsewhere
     said = hearth("list")
-    assert said.returncode == 0 and f"{drive}  1 models" in said.stdout and "(downloads)" in said.stdout
+    assert said.returncode == 0 and f"{drive}  1 model" in said.stdout and "1 models" not in said.stdout and "(downloads)" in said.stdout
     again = hearth("add", str(drive))
     assert again.returncode == 1 and again.stderr.strip() == f"hearth: {drive} is already a model folder."
     removed = hearth("rm", str(drive), "--json")

@@ -231,7 +231,8 @@ def _messages(text: str):
 def test_manifest_layers_are_read_defensively(tmp_path, starter_path):
     store = tmp_path / "ollama"
     ollama_store(store, starter_path)
-    # a digest that would leave the blobs folder, a non-GGUF model layer, and a broken manifest are skipped
+    # a digest that would leave the blobs folder and a non-GGUF model layer are skipped; a manifest that is not
+    # JSON and one whose model file is missing are found with the reason they cannot be used (the scan says it)
     write_manifest(store, ("registry.ollama.ai", "library", "evil", "1"),
                    [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../../etc/passwd"}])  # fmt: skip
     blob = store / "blobs" / ("sha256-" + "1" * 64)
@@ -241,7 +242,12 @@ def test_manifest_layers_are_read_defensively(tmp_path, starter_path):
     broken = store / "manifests" / "registry.ollama.ai" / "library" / "broken" / "1"
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
-    assert [f.name for f in scan_other_apps(OtherAppRoots(ollama=(store,)))] == [OLLAMA_NAME]
+    write_manifest(store, ("registry.ollama.ai", "library", "gone", "1"),
+                   [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:" + "2" * 64}])  # fmt: skip
+    found = {f.name: f for f in scan_other_apps(OtherAppRoots(ollama=(store,)))}
+    assert sorted(found) == ["broken:1", "gone:1", OLLAMA_NAME] and found[OLLAMA_NAME].problem is None
+    assert found["broken:1"].problem == f"Its manifest {broken} is not valid JSON; `ollama pull broken:1` repairs it."
+    assert found["gone:1"].problem.startswith("Its model file ") and "is missing from Ollama's store" in found["gone:1"].problem
     assert broken.read_text() == "{not json" and blob.read_bytes() == b"not a gguf"  # read, never changed
 
 

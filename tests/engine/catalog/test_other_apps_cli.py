@@ -74,3 +74,52 @@ def test_scan_register_list_and_remove(env, capsys, starter_path: Path):
     assert Path(ollama_model["path"]).is_file()
     _, out = hearth(capsys, "models")
     assert "smollm2:135m" not in out and LMS_NAME in out
+
+
+def test_scan_says_which_ollama_models_it_left_out_and_why(env, capsys):
+    broken = Path(env["OLLAMA_MODELS"]) / "manifests" / "registry.ollama.ai" / "library" / "broken" / "1"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+    assert main(["models", "--scan", "--yes"]) == 0
+    out, err = capsys.readouterr()
+    assert "Added 2 models" in out
+    assert err.splitlines() == [
+        f"note: broken:1 was skipped: Its manifest {broken} is not valid JSON; `ollama pull broken:1` repairs it."
+    ]
+
+
+def test_show_tells_an_ollama_models_template_parameters_system_and_owner(env, capsys):
+    assert main(["models", "--scan", "--yes"]) == 0
+    capsys.readouterr()
+    code, out = hearth(capsys, "show", "smollm2:135m", "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert (shown["origin"], shown["origin_label"], shown["template_source"]) == ("ollama", "Ollama", "ollama")
+    assert shown["system"] == "You are a pirate." and shown["parameters_default"]["num_ctx"] == 2048
+    assert shown["parameters_default"]["temperature"] == 0.2 and shown["quantization"] == "Q4_1"
+    assert shown["context_length"] == 8192 and "tools" in shown["capabilities"]
+    assert "<|im_start|>" in shown["template"] and Path(shown["path"]).is_file()
+    code, out = hearth(capsys, "show", "smollm2:135m")
+    assert code == 0
+    assert "  belongs to    Ollama" in out and "\nSystem\n  You are a pirate.\n" in out
+    assert "  num_ctx       2048" in out and "Template (Ollama's, translated)" in out
+    code, out = hearth(capsys, "models")
+    assert out.splitlines()[0].split() == ["NAME", "FORMAT", "QUANT", "SIZE", "BACKEND", "FROM"]
+
+
+def test_fit_plans_with_the_settings_a_load_takes_and_says_where_they_came_from(env, capsys):
+    assert main(["models", "--scan", "--yes"]) == 0
+    capsys.readouterr()
+    code, out = hearth(capsys, "fit", "smollm2:135m", "--parallel", "2", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert (report["plan"]["n_ctx"], report["plan"]["parallel"]) == (2048, 2)  # the Modelfile's num_ctx, as a load
+    assert report["settings_from"] == ["--ctx 2048 (Ollama's Modelfile)"]
+    saved = Path(env["HEARTH_HOME"]) / "load-settings.json"
+    saved.write_text(json.dumps({"smollm2:135m": {"n_ctx": 1024, "n_seq_max": 3, "kv_type": "q8_0"}}))
+    code, out = hearth(capsys, "fit", "smollm2:135m")
+    assert code == 0
+    assert "plan       3 slots of 1,024 tokens, 8-bit KV cache" in out
+    assert "settings   --ctx 1024 (saved with hearth load --save); --parallel 3 (saved with hearth load --save)" in out
+    code, out = hearth(capsys, "fit", "smollm2:135m", "--ctx", "512", "--json")  # asked here: over both
+    assert json.loads(out)["plan"]["n_ctx"] == 512

@@ -56,7 +56,7 @@ def test_import_pairs_the_projector_beside_and_chat_sends_pictures(env, tmp_path
 
     def ask(*images: str) -> str:
         args = [a for path in images for a in ("--image", path)]
-        out = hearth(env, "chat", QUESTION, "--model", "eyes", "-t", "0", "--max-tokens", "8", *args)
+        out = hearth(env, "chat", "--local", QUESTION, "--model", "eyes", "-t", "0", "--max-tokens", "8", *args)
         assert out.returncode == 0, out.stderr
         return out.stdout
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -16,7 +17,15 @@ import httpx
 import psutil
 import pytest
 
-from tests.engine.commands.daemon_helpers import MODEL, daemon_down, daemon_up, hearth, hearth_json
+from engine.worker.supervisor import free_port
+from tests.engine.commands.daemon_helpers import (
+    MODEL,
+    WORKER_FLAGS,
+    daemon_down,
+    daemon_up,
+    hearth,
+    hearth_json,
+)
 
 
 def _follow(home, *args: str) -> subprocess.Popen:
@@ -75,6 +84,15 @@ def test_load_ps_and_unload_drive_the_daemons_worker(daemon):
     assert row["idle_seconds"] >= 0 and row["expires_in"] is None and row["running"] == 0
     table = hearth("ps", home=home)
     assert table.returncode == 0 and MODEL in table.stdout and "1024" in table.stdout
+    assert table.stdout.splitlines()[1].endswith("never")  # no --idle-ttl: nothing unloads it
+    # A keep-alive for this load (`lms load --ttl`): ps says when it unloads; `never` takes it back.
+    kept = hearth("load", MODEL, "--ttl", "10m", home=home)
+    assert kept.returncode == 0 and "it unloads after 10 min idle" in kept.stdout, kept.stderr
+    (row,) = hearth_json("ps", home=home)["models"]
+    assert row["keep_alive"] == 600 and 590 < row["expires_in"] <= 600
+    assert re.search(r" in (9 min \d+ s|10 min)$", hearth("ps", home=home).stdout.splitlines()[1])
+    assert hearth_json("load", MODEL, "--ttl", "never", home=home)["keep_alive"] is None
+    assert hearth_json("ps", home=home)["models"][0]["expires_in"] is None
     # Settings for one load: the model is reloaded with them, and a load without settings keeps it so.
     small = hearth_json("load", MODEL, "--ctx", "512", "--parallel", "1", home=home)
     assert small["context_length"] == 512
@@ -124,6 +142,51 @@ def test_log_stream_shows_each_chat_with_model_dialect_tokens_and_timings(daemon
     assert second["completion_tokens"] == ollama["eval_count"] and second["prompt_tokens"] == ollama["prompt_eval_count"]
 
 
+def test_chat_talks_to_the_daemons_worker_and_shows_in_its_log_and_ps(daemon):
+    home, _ = daemon
+    follower = _follow(home, "--json", "--count", "1")
+    try:
+        assert "Following the requests of" in follower.stderr.readline()
+        said = hearth("chat", "-t", "0", "--max-tokens", "8", "--stats", "Name a colour.", home=home)
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() and "Starting the Hearth daemon" not in said.stderr
+    assert "[8 tokens," in said.stderr
+    (event,) = [json.loads(line) for line in out.splitlines()]
+    assert (event["path"], event["model"], event["completion_tokens"]) == ("/v1/chat/completions", MODEL, 8)
+    (row,) = hearth_json("ps", home=home)["models"]
+    assert row["name"] == MODEL and row["context_length"] == 1024  # the daemon's settings, not a copy of its own
+    hearth_json("unload", "--all", home=home)
+
+
+def test_chat_starts_a_daemon_when_none_runs_and_it_keeps_running(tmp_path):
+    # the model's saved settings (a small context, one thread) are what the daemon's load takes
+    (tmp_path / "load-settings.json").write_text(json.dumps({MODEL: {"n_ctx": 256, "n_threads": 1}}))
+    try:
+        said = hearth("chat", "-t", "0", "--max-tokens", "4", "Hi", home=tmp_path, timeout=300)
+        assert said.returncode == 0, said.stderr
+        assert said.stderr.startswith("Starting the Hearth daemon for this chat; it keeps running")
+        status = hearth_json("daemon", "status", home=tmp_path)
+        assert status["running"] is True
+        (row,) = hearth_json("ps", home=tmp_path)["models"]
+        assert (row["name"], row["context_length"]) == (MODEL, 256)
+    finally:
+        assert hearth_json("daemon", "down", home=tmp_path)["stopped"] is True
+
+
+def test_up_with_a_model_that_does_not_load_fails_with_the_loads_sentence(tmp_path):
+    up = hearth("daemon", "up", "--port", str(free_port()), "--model", "nosuch", *WORKER_FLAGS, home=tmp_path)
+    assert up.returncode == 1
+    assert up.stderr.strip().splitlines() == [
+        "hearth: Model 'nosuch' is not available locally; run `hearth models` to list models or `hearth pull` to get one."
+    ]
+    assert hearth_json("daemon", "status", home=tmp_path, expect=3)["running"] is False  # not left running
+
+
 def test_the_admin_routes_need_the_daemons_key(daemon):
     home, info = daemon
     wrong = hearth("log", "stream", "--url", info["url"], home=home, env={"HEARTH_ADMIN_KEY": "not-the-key"})
@@ -164,14 +227,17 @@ def test_saved_load_settings_are_used_by_every_load_jit_included(daemon):
     home, info = daemon
     settings_url = f"{info['url']}/api/models/{MODEL}/settings"
     try:
-        saved = hearth_json("load", MODEL, "--ctx", "768", "--batch", "64", "--save", home=home)
+        saved = hearth_json("load", MODEL, "--ctx", "768", "--batch", "64", "--parallel", "1", "--save", home=home)
         assert (saved["context_length"], saved["saved"]) == (768, True)
         got = httpx.get(settings_url, headers=_admin(home), timeout=10).json()
         assert got["settings"]["n_ctx"] == 768 and got["settings"]["n_batch"] == 64 and got["loaded"] is True
+        assert got["settings"]["n_seq_max"] == 1  # the slots are saved too
         refused = hearth("load", MODEL, "--ctx", "99999999", "--save", home=home)  # settings that do not load...
         assert refused.returncode == 1 and "would fit" in refused.stderr
         assert httpx.get(settings_url, headers=_admin(home), timeout=10).json()["settings"]["n_ctx"] == 768  # ...are not saved
         assert _jit_ctx(info, home) == 768  # a request's load takes the saved settings, not the worker's 1024
+        stats = httpx.get(f"{info['url']}/api/stats", headers=_admin(home), timeout=10).json()
+        assert stats["models"][MODEL]["slots"] == 1  # and the saved slots, not the worker's 2
         assert hearth_json("load", MODEL, home=home)["context_length"] == 768
         put = httpx.put(settings_url, headers=_admin(home), timeout=10, json={"n_ctx": 640, "kv_type": "q8_0"})
         assert put.status_code == 200 and put.json()["settings"]["n_ctx"] == 640

@@ -60,3 +60,5 @@ def test_asking_for_drafts_from_a_draft_of_another_vocabulary_says_why(tmp_path)
         message = r.json()["error"]["message"]
         assert "their vocabularies differ" in message and "pick a draft model of the same family" in message
         assert chat(api, max_tokens=4).status_code == 200  # not asked for: the model answers, drafting by prompt lookup
+        loaded = api.post("/api/models/load", json={"model": MODEL}).json()  # `hearth load` says why, and fails
+        assert "their vocabularies differ" in loaded["draft_refused"] and loaded["state"] == "loaded"

@@ -9,7 +9,7 @@ import pytest
 from tests.engine.server.conftest import MODEL
 
 QUESTION = [{"role": "user", "content": "Hi"}]
-REFUSAL = "is not found; list the models with GET /v1/models."
+REFUSAL = "is not found; `hearth models` (or GET /v1/models) lists the models there are."
 
 # (path, body with the model to try, where the error's message is)
 ROUTES = [

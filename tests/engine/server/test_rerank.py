@@ -137,3 +137,36 @@ def test_scores_equal_llama_servers(small_server, reranker_gguf):
     for a, b in zip(ours["results"], theirs["results"], strict=True):
         assert abs(a["relevance_score"] - b["relevance_score"]) < 1e-4
     assert ours["usage"] == theirs["usage"]
+
+
+def test_a_reranker_asked_for_an_answer_says_what_it_is_for_in_every_dialect(small_server):
+    said = (f"Model '{RERANKER}' is a reranker: it scores documents against a query (POST /v1/rerank) and cannot "
+            "write answers; name a chat model.")  # fmt: skip
+    ask = [{"role": "user", "content": "hi"}]
+    for path, body in (
+        ("/v1/chat/completions", {"model": RERANKER, "messages": ask, "max_tokens": 4}),
+        ("/v1/chat/completions", {"model": RERANKER, "messages": ask, "max_tokens": 4, "stream": True}),
+        ("/v1/completions", {"model": RERANKER, "prompt": "hi", "max_tokens": 4}),
+        ("/v1/messages", {"model": RERANKER, "messages": ask, "max_tokens": 4}),
+        ("/v1/responses", {"model": RERANKER, "input": "hi", "max_output_tokens": 16}),
+    ):
+        r = _post(small_server, path, body)
+        assert r.status_code == 400, (path, r.text)
+        assert said in r.text, (path, r.text)
+    r = _post(small_server, "/api/chat", {"model": RERANKER, "messages": ask, "stream": False})
+    assert r.status_code == 400 and r.json()["error"] == said
+
+
+def test_bench_with_no_model_named_picks_the_chat_model_not_the_reranker(small_server):
+    from engine.bench.errors import BenchError
+    from engine.bench.servers import probe_server
+
+    r = httpx.post(f"{small_server.root}/api/models/unload", json={"model": MODEL}, headers=small_server.headers, timeout=60)
+    assert r.status_code == 200, r.text
+    assert _post(small_server, "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS}).status_code == 200
+    with pytest.raises(BenchError, match=r"has no chat model loaded \(tiny-reranker only rank or embed\); name one"):
+        probe_server(small_server.base_url, label="hearth", api_key=small_server.api_key, model=None)
+    ask = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    assert _post(small_server, "/v1/chat/completions", ask).status_code == 200  # loaded after the reranker
+    info = probe_server(small_server.base_url, label="hearth", api_key=small_server.api_key, model=None)
+    assert (info.model, info.quantization) == (MODEL, "Q4_1")

@@ -85,3 +85,19 @@ def test_a_model_saved_with_a_draft_model_loads_it_by_its_registered_name_and_ne
     finally:
         _put(server, {})
         _unload(server)
+
+
+def test_the_default_auto_drafts_no_greedy_request_unless_it_asks(server):
+    """A batch rounds unlike a one-token step, so a drafted greedy answer can part from the plain one at a
+    near-tie: under the default, a greedy answer is the plain one because nothing is drafted for it."""
+    _unload(server)  # loaded with the server's own settings (auto)
+    assert _drafts(server) == (0, 0)
+    drafted, _ = _drafts(server, speculative=True)  # asked: drafted
+    assert drafted > 0
+    plain = httpx.post(f"{server.base_url}/chat/completions", headers=server.headers, timeout=120, json={
+        "model": MODEL, "messages": [{"role": "user", "content": COPY}], "max_tokens": 24, "temperature": 0,
+        "speculative": False}).json()["choices"][0]["message"]["content"]  # fmt: skip
+    default = httpx.post(f"{server.base_url}/chat/completions", headers=server.headers, timeout=120, json={
+        "model": MODEL, "messages": [{"role": "user", "content": COPY}], "max_tokens": 24,
+        "temperature": 0}).json()["choices"][0]["message"]["content"]  # fmt: skip
+    assert default == plain

@@ -8,6 +8,7 @@ import httpx
 import jsonschema
 import pytest
 
+from engine.tools.spec import close_partial_json
 from tests.engine.server.conftest import MODEL
 
 WEATHER = {
@@ -165,3 +166,46 @@ def test_thinking_and_calls_in_openai_shapes(openai_schemas):
     assert deltas[1]["tool_calls"][0] == {"index": 0, "id": call.id, "type": "function",
                                           "function": {"name": "add", "arguments": ""}}  # fmt: skip
     assert deltas[2]["tool_calls"][0] == {"index": 0, "function": {"arguments": call.arguments}}
+
+
+FORCED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def _post(server, path: str, body: dict) -> dict:
+    r = httpx.post(f"{server.root}{path}", json=body, headers=server.headers, timeout=600)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_forced_call_cut_short_by_max_tokens_is_a_call_with_partial_arguments_in_every_dialect(server):
+    """OpenAI's way: the call, its arguments as far as they were written, finish_reason "length"; markup never
+    reaches the content (LangChain then sees a call, not raw template text)."""
+    limit = 24  # the markup, the name and part of the arguments
+    chat = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": FORCED,
+                                                  "temperature": 0, "max_tokens": limit})  # fmt: skip
+    (choice,) = chat["choices"]
+    assert choice["finish_reason"] == "length" and not choice["message"]["content"]
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    partial = call["function"]["arguments"]
+    assert "<tool_call>" not in json.dumps(chat) and partial.startswith('{"city": "')
+    with pytest.raises(ValueError):
+        json.loads(partial)  # cut short: what was written, as OpenAI gives it
+    anthropic_tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                        "input_schema": t["function"]["parameters"]} for t in TOOLS]  # fmt: skip
+    msg = _post(server, "/v1/messages", {"model": MODEL, "messages": ASK, "tools": anthropic_tools, "temperature": 0,
+                                         "tool_choice": {"type": "tool", "name": "get_weather"}, "max_tokens": limit})  # fmt: skip
+    assert msg["stop_reason"] == "max_tokens"
+    assert [b["type"] for b in msg["content"]] == ["tool_use"] and msg["content"][0]["name"] == "get_weather"
+    assert msg["content"][0]["input"] == json.loads(close_partial_json(partial))  # what was written, closed
+    resp = _post(server, "/v1/responses", {"model": MODEL, "input": ASK[0]["content"], "temperature": 0,
+                                           "tools": [{"type": "function", **t["function"]} for t in TOOLS],
+                                           "tool_choice": {"type": "function", "name": "get_weather"},
+                                           "max_output_tokens": limit})  # fmt: skip
+    assert resp["status"] == "incomplete"
+    assert [(o["type"], o["name"]) for o in resp["output"]] == [("function_call", "get_weather")]
+    assert resp["output"][0]["arguments"] == partial
+    ollama = _post(server, "/api/chat", {"model": MODEL, "messages": ASK, "tools": TOOLS, "stream": False,
+                                         "options": {"temperature": 0, "num_predict": 8}})  # fmt: skip
+    assert ollama["done_reason"] == "length" and "<tool_call>" not in ollama["message"]["content"]
+    assert [c["function"]["name"] for c in ollama["message"].get("tool_calls") or ()] in ([], ["get_weather"])

@@ -96,13 +96,12 @@ def test_responses_answers_each_picture(vision_server, reference):
         assert out.output_text == reference[name]
 
 
-def test_anthropic_messages_answers_each_picture(vision_server):
+def test_anthropic_messages_answers_each_picture(vision_server, reference):
     import anthropic
 
     client = anthropic.Anthropic(base_url=vision_server.root, api_key=vision_server.api_key, max_retries=0, timeout=120)
-    for pic in PICTURES.values():
-        # Anthropic's text blocks are joined by a newline: the same prompt as chat completions' "\n" + question
-        want = _openai(vision_server, pic, "\n" + QUESTION).choices[0].message.content
+    for name, pic in PICTURES.items():
+        want = reference[name]  # the same prompt as chat completions' picture then question: the same answer
         msg = client.messages.create(
             model=VISION, max_tokens=MAX_TOKENS, extra_body={"temperature": 0},
             messages=[{"role": "user", "content": [
@@ -301,3 +300,55 @@ def test_a_webp_picture_is_sent_to_llama_cpp_as_png():
     assert Image.open(io.BytesIO(png)).convert("RGB").tobytes() == img.tobytes()
     assert media.check_image(gradient(), "x") == gradient()  # a PNG goes as it came
     assert media.check_image(_jpeg(), "x") == _jpeg()  # and a JPEG
+
+
+def _prompt_tokens(server, dialect: str, system: str | None, blocks: list[tuple[str, object]]) -> int:
+    """The prompt tokens of one user turn of ``blocks`` (("text", str) or ("image", png)) after ``system``, as
+    ``dialect`` counts them, each in its own request shape."""
+    url = server.root
+    if dialect == "openai":
+        parts = [{"type": "text", "text": v} if k == "text" else {"type": "image_url", "image_url": {"url": data_url(v)}}
+                 for k, v in blocks]  # fmt: skip
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": parts}]
+        r = httpx.post(f"{url}/v1/chat/completions", headers=server.headers, timeout=120,
+                       json={"model": VISION, "messages": msgs, "max_tokens": 1, "temperature": 0})  # fmt: skip
+        return r.json()["usage"]["prompt_tokens"]
+    if dialect == "anthropic":
+        content = [{"type": "text", "text": v} if k == "text" else
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(v)}}
+                   for k, v in blocks]  # fmt: skip
+        body = {"model": VISION, "max_tokens": 1, "messages": [{"role": "user", "content": content}], "temperature": 0}
+        r = httpx.post(f"{url}/v1/messages", headers=server.headers, timeout=120,
+                       json=body | ({"system": [{"type": "text", "text": system}]} if system else {}))  # fmt: skip
+        usage = r.json()["usage"]
+        return usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
+    if dialect == "responses":
+        content = [{"type": "input_text", "text": v} if k == "text" else {"type": "input_image", "image_url": data_url(v)}
+                   for k, v in blocks]  # fmt: skip
+        body = {"model": VISION, "input": [{"role": "user", "content": content}], "max_output_tokens": 16,
+                "temperature": 0, "store": False} | ({"instructions": system} if system else {})  # fmt: skip
+        r = httpx.post(f"{url}/v1/responses", headers=server.headers, timeout=120, json=body)
+        return r.json()["usage"]["input_tokens"]
+    text = "".join(v for k, v in blocks if k == "text")  # Ollama: one text, its pictures before it
+    images = [b64(v) for k, v in blocks if k == "image"]
+    msgs = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": text, **({"images": images} if images else {})}]
+    r = httpx.post(f"{url}/api/chat", headers=server.headers, timeout=120, json={
+        "model": VISION, "messages": msgs, "stream": False, "options": {"temperature": 0, "num_predict": 1}})  # fmt: skip
+    return r.json()["prompt_eval_count"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("Be brief.", [("text", QUESTION)]),
+        (None, [("image", "checkerboard"), ("text", QUESTION)]),
+        ("Be brief.", [("text", "Name a colour."), ("text", " Then a fruit.")]),
+    ],
+    ids=["system-and-text", "picture-then-text", "several-blocks"],
+)
+def test_the_same_conversation_is_the_same_prompt_in_every_dialect(vision_server, case):
+    system, blocks = case
+    blocks = [(k, PICTURES[v] if k == "image" else v) for k, v in blocks]
+    counts = {d: _prompt_tokens(vision_server, d, system, blocks) for d in ("openai", "anthropic", "responses", "ollama")}
+    assert len(set(counts.values())) == 1, counts

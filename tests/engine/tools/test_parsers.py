@@ -128,3 +128,42 @@ def test_whitespace_between_calls_does_not_become_content():
     text = CASES["hermes"][1].replace("\n<tool_call>", "\n\n\n<tool_call>") + "\n\n"
     content, calls = parse_tool_calls_text("hermes", text, NAMES)
     assert content == "" and len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "forced", "name", "arguments"),
+    [
+        ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par', None, "get_weather", '{"city": "Par'),
+        ("generic", '{"name": "get_weather", "arguments": {"city": "Paris",', None, "get_weather", '{"city": "Paris",'),
+        ("generic", '<tool_call>{"name": "get_wea', "get_weather", "get_weather", ""),  # cut in the name: the forced one
+        ("llama3", '<|python_tag|>{"name": "add", "parameters": {"a": 2', None, "add", '{"a": 2'),
+    ],
+)
+def test_a_call_cut_short_at_the_token_limit_is_a_call_with_what_was_written(fmt, text, forced, name, arguments):
+    parser = ToolCallParser(fmt, ["get_weather", "add"], forced=forced)
+    a, b = parser.feed(text), parser.finish(cut=True)
+    assert a.content + b.content == ""  # markup never reaches the content
+    (call,) = parser.calls
+    assert (call.name, call.arguments) == (name, arguments)
+    assert "".join(d.arguments for d in a.tool_calls + b.tool_calls) == arguments
+
+
+def test_a_cut_call_that_names_no_offered_tool_is_dropped_and_plain_text_stays_text():
+    parser = ToolCallParser("hermes", ["get_weather", "add"])
+    a, b = parser.feed('Let me check. <tool_call>{"na'), parser.finish(cut=True)
+    assert a.content + b.content == "Let me check. " and parser.calls == []
+    parser = ToolCallParser("generic", ["get_weather"])
+    a, b = parser.feed("The weather in Paris is"), parser.finish(cut=True)
+    assert a.content + b.content == "The weather in Paris is" and parser.calls == []
+    parser = ToolCallParser("hermes", ["get_weather"])  # not cut: an unfinished call stays text, as before
+    a, b = parser.feed('<tool_call>{"name": "get_weather", "arguments": {"city'), parser.finish()
+    assert (a.content + b.content).startswith("<tool_call>") and parser.calls == []
+
+
+def test_close_partial_json_closes_what_was_open():
+    from engine.tools.spec import close_partial_json
+
+    for text, expected in (('{"city": "Par', {"city": "Par"}), ('{"city": "Paris", ', {"city": "Paris"}),
+                           ('{"city": "Paris", "unit":', {"city": "Paris"}), ('{"a": [1, 2', {"a": [1, 2]}),
+                           ('{"x": "a\\', {"x": "a"}), ('{"x": "a\\\\', {"x": "a\\"})):  # fmt: skip
+        assert json.loads(close_partial_json(text)) == expected, text

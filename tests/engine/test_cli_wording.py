@@ -1,0 +1,67 @@
+"""What the CLI says reads as a sentence a person wrote: counts agree with their nouns, a machine without a GPU
+hears nothing of GPU contexts, and a context past the trained one is pointed out. In-process, no model loads."""
+
+from __future__ import annotations
+
+import json
+
+from engine.cli import main
+
+MODEL = "smollm2-135m-instruct"
+
+
+def test_fit_says_one_slot_no_gpu_and_warns_past_the_trained_context(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    assert main(["fit", MODEL, "--ctx", "20000", "--parallel", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "x 20,000 tokens x 1 slot)" in out and "1 slots" not in out
+    assert "note       20,000 tokens is past the 8,192 the model was trained on" in out
+    assert main(["fit", MODEL, "--ctx", "4096", "--parallel", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "note " not in out
+    from engine.hardware import detect_hardware
+
+    if not detect_hardware().gpus:
+        assert "CUDA" not in out and "GPU" not in out and "(worker, llama.cpp's bookkeeping)" in out
+
+
+def test_folders_count_one_model_and_rm_says_where_a_folders_file_stays(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from engine.catalog.registry import ModelRegistry
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    starter = ModelRegistry(tmp_path / "home").get(MODEL)
+    drive = tmp_path / "drive"
+    drive.mkdir()
+    shutil.copy(starter.path, drive / "tiny-model.Q4_1.gguf")
+    assert main(["folders", "add", str(drive)]) == 0
+    assert "1 model found in it" in capsys.readouterr().out
+    assert main(["folders", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert f"{drive}  1 model" in listing and "1 models" not in listing
+    assert main(["rm", "tiny-model:Q4_1", "--yes"]) == 0  # a loose file is named from its own name
+    said = capsys.readouterr().out.strip()
+    assert said == (f"Removed tiny-model:Q4_1 from Hearth; its file {drive / 'tiny-model.Q4_1.gguf'} is in one of "
+                    "your model folders and was left in place.")  # fmt: skip
+    assert (drive / "tiny-model.Q4_1.gguf").exists()
+
+
+def test_chat_with_a_reranker_says_what_it_is_for_and_llama_cpps_warnings_stay_in_the_log(tmp_path, monkeypatch, capfd):
+    from pathlib import Path
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    reranker = Path(__file__).resolve().parents[1] / "data" / "tiny-reranker" / "tiny-reranker-f32.gguf"
+    assert main(["import", str(reranker), "--name", "tiny-reranker"]) == 0
+    capfd.readouterr()
+    # the tiny reranker makes llama.cpp warn (its tokenizer config, a context past its trained 513 tokens)
+    assert main(["chat", "--local", "-m", "tiny-reranker", "--ctx", "768", "hi"]) == 1
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "hearth: Model 'tiny-reranker' is a reranker: it scores documents against a query (POST /v1/rerank) and "
+        "cannot write answers; name a chat model."
+    ]
+    assert main(["show", "tiny-reranker", "--json"]) == 0
+    shown = json.loads(capfd.readouterr().out)
+    assert shown["capabilities"] == ["embedding"] and shown["architecture"] == "bert"
