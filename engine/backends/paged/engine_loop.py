@@ -58,11 +58,9 @@ class EngineLoop(AdmissionQueue[Sequence]):
             raise failure[0]
         self.loaded, self._writer = started[0]
         self.max_waiting = self.loaded.config.max_waiting
+        self.max_running = self.loaded.config.max_num_seqs
 
     # -- called from request threads ------------------------------------------------------------
-    def _queued(self) -> int:
-        return len(self._waiting) + len(self.loaded.engine.scheduler.waiting)
-
     def submit(self, seq: Sequence) -> None:
         """Queue ``seq`` for the engine.
 
