@@ -32,6 +32,7 @@ import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats, common_prefix
+from engine.backends.delivery import delivery_batch
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -609,8 +610,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 spent = time.perf_counter() - t1
                 s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
         finally:
-            for s in decoding:
-                s.stream.release()
+            with delivery_batch():  # one wake-up of each reader's event loop for the whole step
+                for s in decoding:
+                    s.stream.release()
 
     def _prefill_media(self, seq: Sequence, m: MediaChunk) -> None:
         """Encode picture (or sound) ``m`` of ``seq``'s prompt and put its embeddings into the slot's KV; a
