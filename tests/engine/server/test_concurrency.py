@@ -274,7 +274,7 @@ def test_a_burst_of_as_many_clients_as_slots_is_never_refused_in_any_dialect_and
             next(lines)
             engine = httpx.get(f"{s.root}/api/stats", headers=s.headers).json()["models"][MODEL]
             os.kill(engine["engine_process"], signal.SIGKILL)
-            rest = "\n".join(lines)
+            rest = "\n".join(lines).strip()
         assert "engine process ended unexpectedly" in rest and rest.endswith("data: [DONE]")
         deadline = time.monotonic() + 120
         while (again := httpx.post(f"{s.base_url}/completions", json={**body, "stream": False, "max_tokens": 4},
