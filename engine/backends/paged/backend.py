@@ -176,14 +176,14 @@ class PagedBackend:
     ) -> Iterator[GenerationChunk]:
         """``request`` handed to the engine's process, with what can be checked here checked first."""
         vocab = self._require()[1].vocab_size
-        for token in request.params.logit_bias:
+        for token in dict(request.params.logit_bias):
             if not 0 <= token < vocab:
                 raise InvalidRequest(f"logit_bias names token {token}, which this model does not have.", "logit_bias")
         if stream.rendered is not None and stream.rendered.constraint is not None or request.response_format.type != "text":
             # a grammar that cannot be built is refused here, as the engine would (the matcher is built again there)
             matcher_for(stream.rendered, request, self._require()[0].tokenizer, vocab)
         drafter, stream.drafter = stream.drafter, None  # it drafts where the engine steps
-        proc.submit(PendingRequest(stream), prompt, stream.rendered, drafter)
+        proc.add(PendingRequest(stream), prompt, stream.rendered, drafter)
         return stream.chunks(lambda: proc.cancel(request.request_id))
 
     def cancel(self, request_id: str) -> None:

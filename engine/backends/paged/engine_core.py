@@ -38,7 +38,7 @@ class EngineFacts:
     """What the API process needs to know of the loaded engine."""
 
     n_ctx: int
-    n_ctx_train: int | None
+    n_ctx_train: int
     vocab_size: int
     model_type: str
     num_parameters: int

@@ -117,7 +117,7 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
                 pass
 
     # -- called from request threads ------------------------------------------------------------
-    def submit(self, pending: PendingRequest, prompt: list[int], rendered, drafter) -> None:
+    def add(self, pending: PendingRequest, prompt: list[int], rendered, drafter) -> None:
         """Hand ``pending``'s request to the engine.
 
         Raises:
