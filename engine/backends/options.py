@@ -96,7 +96,8 @@ class LoadOptions:
         embedding: Load for embeddings.
         kv_type: KV cache type: ``f16``, ``q8_0`` or ``q4_0`` on llama.cpp, ``f16`` or ``fp8`` on the paged
             engine; None: 16-bit, or what fits.
-        max_waiting: Requests queued before new ones are refused; None: 64 (the paged engine: 256).
+        max_waiting: Requests waiting beyond the ``n_seq_max`` decoded at once before new ones are refused; None:
+            64 (the paged engine: 256) or ``n_seq_max``, whichever is more.
         speculative: Speculative decoding (prompt lookup) for the backends whose loop verifies drafts.
         llamacpp: The llama.cpp backend's own settings.
         paged: The paged engine's own settings.

@@ -11,18 +11,18 @@ request is over, and it ends a request early (cancelled, failed, unloaded) with
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from engine.backends.base import Backend, StopMatcher, Utf8Decoder, drain
+from engine.backends.base import Backend, StopMatcher, Utf8Decoder
+from engine.backends.delivery import ChunkQueue, LoopWaker
 from engine.backends.speculative import DRAFT, Drafter, DraftSource, SpeculativeOptions
 from engine.errors import ContextLengthExceeded, InvalidRequest
-from engine.tools import RenderedChat, parse_stream
+from engine.tools import ChatStreamParser, RenderedChat
 from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
 
-__all__ = ["DraftFactory", "RequestStream", "refuse_media"]
+__all__ = ["DraftFactory", "RequestStream", "StreamChunks", "refuse_media"]
 
 #: A backend's draft model, for a request: (request, its rendered chat, its prompt's tokens, the options) -> its
 #: drafter, or None where the draft model cannot draft for it (prompt lookup then does).
@@ -84,7 +84,7 @@ class RequestStream:
     ) -> None:
         self.request = request
         self.params = request.params
-        self.out: queue.SimpleQueue[GenerationChunk] = queue.SimpleQueue()
+        self.out = ChunkQueue()
         self.decoder = Utf8Decoder()
         self.stops = StopMatcher(request.params.stop) if request.params.stop else None
         self.generated: list[int] = []
@@ -258,8 +258,65 @@ class RequestStream:
             )
         )
 
-    def chunks(self, cancel: Callable[[], None]) -> Iterator[GenerationChunk]:
+    def chunks(self, cancel: Callable[[], None]) -> StreamChunks:
         """The request's chunks as they come, a rendered chat's parsed into text, reasoning and tool calls;
         closing the iterator early calls ``cancel``."""
-        chunks = drain(self.out, cancel)
-        return parse_stream(chunks, self.rendered) if self.rendered is not None else chunks
+        return StreamChunks(self.out, cancel, ChatStreamParser(self.rendered) if self.rendered is not None else None)
+
+
+class StreamChunks(Iterator[GenerationChunk]):
+    """A request's chunks, up to the one with a finish_reason: iterated (blocking), or taken on an event loop
+    as they arrive (:meth:`listen`, :meth:`take`), with no thread waiting for them.
+
+    Args:
+        out: The request's chunk queue.
+        cancel: Stops the generation; called when the reader leaves before the last chunk.
+        parser: Splits a rendered chat's output into text, reasoning and tool calls (None: as it comes).
+    """
+
+    __slots__ = ("_out", "_cancel", "_parser", "done")
+
+    def __init__(self, out: ChunkQueue, cancel: Callable[[], None], parser: ChatStreamParser | None) -> None:
+        self._out = out
+        self._cancel = cancel
+        self._parser = parser
+        self.done = False
+
+    def __iter__(self) -> Iterator[GenerationChunk]:
+        # a generator, so that a loop left early (or the iterator dropped) cancels the generation
+        try:
+            while not self.done:
+                yield self._parsed(self._out.get())
+        finally:
+            self.close()
+
+    def _parsed(self, chunk: GenerationChunk) -> GenerationChunk:
+        if self._parser is not None:
+            chunk = self._parser.feed(chunk)
+        if chunk.finish_reason is not None:
+            self.done = True
+        return chunk
+
+    def __next__(self) -> GenerationChunk:
+        if self.done:
+            raise StopIteration
+        return self._parsed(self._out.get())
+
+    def listen(self, waker: LoopWaker, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on ``waker``'s loop when chunks are ready to :meth:`take`."""
+        self._out.listen(waker, callback)
+
+    def take(self) -> list[GenerationChunk]:
+        """The chunks ready now, without waiting (none past the final one)."""
+        out = []
+        for chunk in self._out.take():
+            if self.done:
+                break
+            out.append(self._parsed(chunk))
+        return out
+
+    def close(self) -> None:
+        """Stop reading: the generation is cancelled unless its final chunk was read."""
+        if not self.done:
+            self.done = True
+            self._cancel()

@@ -64,7 +64,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="KV cache type (llama.cpp: f16, q8_0, q4_0; paged: f16, fp8); default: 16-bit, or what fits",
     )
     p.add_argument(
-        "--max-waiting", type=valid.whole(valid.COUNT, "max_waiting"), default=64, help="requests queued per model before new ones get 429 (default 64)"
+        "--max-waiting",
+        type=valid.whole(valid.COUNT, "max_waiting"),
+        default=None,
+        help="requests queued per model beyond those decoded at once before new ones get 429 "
+        "(default: 64 or --parallel, whichever is more; the paged engine: 256 or --parallel)",
     )
     p.add_argument(
         "--quantization",

@@ -1,8 +1,9 @@
-"""Bridges blocking backend streams into asyncio, several choices at once.
+"""Bridges backend streams into asyncio, several choices at once.
 
-Each backend stream is drained by a thread that hands chunks to the event loop. If the
-consumer goes away (client disconnect, server shutdown) every generation is cancelled,
-which frees its slot within one token.
+A backend's own streams (:class:`~engine.backends.runtime.StreamChunks`) wake the event loop once per
+step of their generation loop, for every stream that gained chunks in it: no thread waits on them. Any
+other iterator (a remote provider's) is drained by a thread of its own. If the consumer goes away (client
+disconnect, server shutdown) every generation is cancelled, which frees its slot within one token.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Protocol
 
+from engine.backends.delivery import waker_for
+from engine.backends.runtime import StreamChunks
 from engine.errors import HearthError
 from engine.types import GenerationChunk, GenerationRequest
 
@@ -65,26 +68,45 @@ async def merge_streams(
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
 
+    def fail(index: int, exc: BaseException) -> GenerationChunk:
+        if failures is not None:
+            failures[index] = exc
+        message = str(exc) if isinstance(exc, HearthError) else f"Generation failed: {exc}."
+        return GenerationChunk(finish_reason="error", error=message)
+
     def pump(index: int, it: Iterator[GenerationChunk]) -> None:
         try:
             for chunk in it:
                 loop.call_soon_threadsafe(queue.put_nowait, (index, chunk))
         except BaseException as exc:  # surfaced to the consumer as an error chunk
-            if failures is not None:
-                failures[index] = exc
-            message = str(exc) if isinstance(exc, HearthError) else f"Generation failed: {exc}."
-            err = GenerationChunk(finish_reason="error", error=message)
-            loop.call_soon_threadsafe(queue.put_nowait, (index, err))
+            loop.call_soon_threadsafe(queue.put_nowait, (index, fail(index, exc)))
         finally:
             loop.call_soon_threadsafe(queue.put_nowait, (index, _END))
 
-    threads = [
-        threading.Thread(target=pump, args=(i, it), name=f"stream-{req.request_id[:8]}", daemon=True)
-        for i, (req, it) in enumerate(zip(requests, streams, strict=True))
-    ]
-    for t in threads:
-        t.start()
-    remaining = len(threads)
+    def ready(index: int, it: StreamChunks) -> None:  # on the loop, when the stream gained chunks
+        if it.done:
+            return
+        try:
+            chunks = it.take()
+        except BaseException as exc:
+            it.done = True
+            queue.put_nowait((index, fail(index, exc)))
+            queue.put_nowait((index, _END))
+            return
+        for chunk in chunks:
+            queue.put_nowait((index, chunk))
+        if it.done:
+            queue.put_nowait((index, _END))
+
+    threads = []
+    for i, (req, it) in enumerate(zip(requests, streams, strict=True)):
+        if isinstance(it, StreamChunks):
+            it.listen(waker_for(loop), lambda i=i, it=it: ready(i, it))
+        else:
+            t = threading.Thread(target=pump, args=(i, it), name=f"stream-{req.request_id[:8]}", daemon=True)
+            threads.append(t)
+            t.start()
+    remaining = len(streams)
     finished: set[int] = set()
     try:
         while remaining:

@@ -55,7 +55,7 @@ from engine.tools.spec import (
     parse_tool_choice,
     parse_tools,
 )
-from engine.tools.stream import ChatOutputParser, OutputPiece, parse_stream
+from engine.tools.stream import ChatOutputParser, ChatStreamParser, OutputPiece, parse_stream
 
 __all__ = [
     "ToolSpec",
@@ -81,6 +81,7 @@ __all__ = [
     "ChatOutputParser",
     "OutputPiece",
     "parse_stream",
+    "ChatStreamParser",
     "ToolCallConstraint",
     "tool_call_constraint",
     "call_schema",

@@ -67,52 +67,70 @@ class ChatOutputParser:
         return OutputPiece(piece.reasoning, content, deltas)
 
 
-def parse_stream(chunks: Iterator[GenerationChunk], rendered: RenderedChat) -> Iterator[GenerationChunk]:
-    """A backend's chat stream with thinking moved to ``reasoning`` and tool calls out of ``text``.
+class ChatStreamParser:
+    """A chat stream's chunks, one at a time, with thinking moved to ``reasoning`` and tool calls out of
+    ``text``: each chunk fed gives its parsed chunk. The final chunk (the one with a finish_reason) carries
+    every call in ``tool_calls`` (and ``finish_reason`` ``tool_calls`` when the answer stopped after making
+    some; ``length`` with a call cut short, its arguments as written) and the count of thinking tokens.
 
-    The final chunk carries every call in ``tool_calls`` (and ``finish_reason`` ``tool_calls`` when
-    the answer stopped after making some; ``length`` with a call cut short, its arguments as written) and the
-    count of thinking tokens. Closing this iterator
-    closes ``chunks`` (which cancels the generation).
+    Args:
+        rendered: The rendered request (its tool format, tools and thinking tags).
     """
-    parser = ChatOutputParser(rendered)
-    reasoning_tokens = pending = 0  # pending: tokens of a possible opening tag, not yet decided
+
+    __slots__ = ("parser", "reasoning_tokens", "pending")
+
+    def __init__(self, rendered: RenderedChat) -> None:
+        self.parser = ChatOutputParser(rendered)
+        self.reasoning_tokens = 0
+        self.pending = 0  # tokens of a possible opening tag, not yet decided
+
+    def feed(self, chunk: GenerationChunk) -> GenerationChunk:
+        parser = self.parser
+        thinking_before = parser.thinking
+        piece = parser.feed(chunk.text)
+        n = len(chunk.token_ids)
+        if thinking_before:
+            self.reasoning_tokens += n
+        elif parser.thinking or piece.reasoning:
+            self.reasoning_tokens += self.pending + n
+            self.pending = 0
+        elif parser.undecided:
+            self.pending += n
+        else:
+            self.pending = 0
+        if chunk.finish_reason is None:
+            return replace(chunk, text=piece.content, reasoning=piece.reasoning, tool_call_deltas=piece.tool_calls)
+        tail = parser.finish(cut=chunk.finish_reason == "length")  # a call cut short is still a call
+        calls = tuple(parser.calls)
+        finish = chunk.finish_reason
+        if calls and finish == "stop":
+            finish = "tool_calls"
+        return replace(
+            chunk,
+            text=piece.content + tail.content,
+            reasoning=piece.reasoning + tail.reasoning,
+            tool_call_deltas=piece.tool_calls + tail.tool_calls,
+            tool_calls=calls,
+            finish_reason=finish,
+            reasoning_tokens=self.reasoning_tokens,
+        )
+
+
+def parse_stream(chunks: Iterator[GenerationChunk], rendered: RenderedChat) -> Iterator[GenerationChunk]:
+    """A backend's chat stream parsed by :class:`ChatStreamParser`. Closing this iterator closes ``chunks``
+    (which cancels the generation).
+    """
+    parser = ChatStreamParser(rendered)
     try:
         for chunk in chunks:
-            thinking_before = parser.thinking
-            piece = parser.feed(chunk.text)
-            n = len(chunk.token_ids)
-            if thinking_before:
-                reasoning_tokens += n
-            elif parser.thinking or piece.reasoning:
-                reasoning_tokens += pending + n
-                pending = 0
-            elif parser.undecided:
-                pending += n
-            else:
-                pending = 0
-            if chunk.finish_reason is None:
-                yield replace(chunk, text=piece.content, reasoning=piece.reasoning, tool_call_deltas=piece.tool_calls)
-                continue
-            tail = parser.finish(cut=chunk.finish_reason == "length")  # a call cut short is still a call
-            calls = tuple(parser.calls)
-            finish = chunk.finish_reason
-            if calls and finish == "stop":
-                finish = "tool_calls"
-            yield replace(
-                chunk,
-                text=piece.content + tail.content,
-                reasoning=piece.reasoning + tail.reasoning,
-                tool_call_deltas=piece.tool_calls + tail.tool_calls,
-                tool_calls=calls,
-                finish_reason=finish,
-                reasoning_tokens=reasoning_tokens,
-            )
-            return
+            out = parser.feed(chunk)
+            yield out
+            if out.finish_reason is not None:
+                return
     finally:
         close = getattr(chunks, "close", None)
         if close is not None:
             close()
 
 
-__all__ = ["OutputPiece", "ChatOutputParser", "parse_stream"]
+__all__ = ["OutputPiece", "ChatOutputParser", "ChatStreamParser", "parse_stream"]

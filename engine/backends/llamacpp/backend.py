@@ -122,7 +122,7 @@ class LlamaCppBackend:
                 adapt_threads=options.n_threads is None,  # a count the user gave is kept as it is
                 prefill_chunk=own.prefill_chunk,
                 prefill_block=options.n_batch or prefill_block(plan.gpu_layers),
-                max_waiting=options.max_waiting if options.max_waiting is not None else DEFAULT_MAX_WAITING,
+                max_waiting=options.max_waiting if options.max_waiting is not None else max(DEFAULT_MAX_WAITING, n_seq),
                 kv_type=GGML_KV_TYPES[plan.kv_type],
                 flash_attn=own.flash_attn,
                 kv_unified=own.kv_unified,

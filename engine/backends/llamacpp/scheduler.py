@@ -32,6 +32,7 @@ import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats, common_prefix
+from engine.backends.delivery import delivery_batch
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -149,7 +150,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         prefill_chunk: Most prompt tokens put into one step beside the decodes.
         prefill_block: Most prompt tokens in one llama.cpp call (prompts are cut at its multiples); with the
             slots, it sizes llama.cpp's micro-batch (see `engine.fit.plan.prefill_block`).
-        max_waiting: Most requests queued for a slot before new ones are refused.
+        max_waiting: Most requests waiting for a slot (beyond the ``n_seq_max`` running) before new ones are refused.
         flash_attn: Use flash attention (a quantized KV cache needs it).
         kv_unified: One KV buffer for every slot instead of one per slot.
         kv_type: The ggml type of the KV cache (F16, Q8_0, Q4_0).
@@ -180,7 +181,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.n_seq_max = n_seq_max
         self.n_ctx_seq = n_ctx_seq
         self.prefill_chunk = prefill_chunk
-        super().__init__(max_waiting)
+        super().__init__(max_waiting, max_running=n_seq_max)
         self.prefill_block = prefill_block
         self.n_batch = max(prefill_block, n_seq_max)
         # A picture decoded with non-causal attention (Gemma 3: 256 tokens) must fit one micro-batch, llama.cpp's
@@ -609,8 +610,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 spent = time.perf_counter() - t1
                 s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
         finally:
-            for s in decoding:
-                s.stream.release()
+            with delivery_batch():  # one wake-up of each reader's event loop for the whole step
+                for s in decoding:
+                    s.stream.release()
 
     def _prefill_media(self, seq: Sequence, m: MediaChunk) -> None:
         """Encode picture (or sound) ``m`` of ``seq``'s prompt and put its embeddings into the slot's KV; a

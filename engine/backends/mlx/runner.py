@@ -84,7 +84,7 @@ class GenerationLoop(AdmissionQueue[Sequence]):
         max_waiting: int = 64,
     ) -> None:
         self.prefill_chunk = prefill_chunk
-        super().__init__(max_waiting)
+        super().__init__(max_waiting, max_running=1)
         self.loaded: LoadedModel | None = None
         self.n_ctx = 0
         self._running: Sequence | None = None

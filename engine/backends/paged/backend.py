@@ -1,4 +1,5 @@
-"""The paged engine behind the Backend protocol: one engine thread, a queue of chunks per request."""
+"""The paged engine behind the Backend protocol: the engine in a process of its own (what ``hearth serve`` and
+the worker use) or on a thread of this one (``PagedBackend()``, for code that reaches into the engine)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from engine.backends.base import BackendStats, LoadOptions, ModelInfo, ModelSpec
+from engine.backends.paged.engine_core import EngineFacts
 from engine.backends.paged.engine_loop import EngineLoop
+from engine.backends.paged.engine_process import EngineProcess, PendingRequest
+from engine.backends.paged.loader import Checkpoint, read_checkpoint
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
 from engine.backends.runtime import RequestStream, refuse_media
 from engine.backends.speculative import DraftSource, SpeculativeOptions
 from engine.chat_template import ChatTemplate
-from engine.errors import EmbeddingsUnsupported, ModelLoadError
+from engine.errors import EmbeddingsUnsupported, InvalidRequest, ModelLoadError
 from engine.tools import RenderedChat, render_request
 from engine.tools.guidance import matcher_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
@@ -36,14 +40,24 @@ class RequestState:
 
 
 class PagedBackend:
-    """Hugging Face (safetensors) and GGUF models on Hearth's paged engine, on CUDA or the CPU."""
+    """Hugging Face (safetensors) and GGUF models on Hearth's paged engine, on CUDA or the CPU.
+
+    Args:
+        process: Run the engine in a process of its own, so that nothing this process does (HTTP, JSON,
+            detokenizing hundreds of streams) takes the interpreter from the loop that feeds the GPU. False:
+            on a thread of this process, with the engine reachable as ``loaded.engine``.
+    """
 
     name = "paged"
 
-    def __init__(self) -> None:
+    def __init__(self, *, process: bool = False) -> None:
+        self.process = process
         self.loop: EngineLoop | None = None
+        self.engine_process: EngineProcess | None = None
         self.spec: ModelSpec | None = None
         self.template: ChatTemplate | None = None
+        self.checkpoint: Checkpoint | None = None
+        self.facts: EngineFacts | None = None
         self._speculative = SpeculativeOptions()
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
@@ -51,17 +65,33 @@ class PagedBackend:
             raise ModelLoadError(str(model.path), "the paged engine cannot read MLX-quantized weights.")
         options = options or LoadOptions()
         self._speculative = options.speculative
-        self.loop = EngineLoop(lambda: start_engine(model.path, options), name=f"paged-{model.name}")
+        if self.process:
+            ck = read_checkpoint(model.path)
+            self.engine_process = EngineProcess(model.path, options, ck.tokenizer, name=f"paged-{model.name}")
+            self.facts = self.engine_process.facts
+        else:
+            self.loop = EngineLoop(lambda: start_engine(model.path, options), name=f"paged-{model.name}")
+            le = self.loop.loaded
+            ck = le.checkpoint
+            args = le.engine.runner.model.args
+            self.facts = EngineFacts(
+                n_ctx=le.config.max_model_len, n_ctx_train=args.max_position_embeddings, vocab_size=args.vocab_size,
+                model_type=args.model_type, num_parameters=le.num_parameters, device=str(le.device),
+                dtype=str(le.dtype).removeprefix("torch."), max_num_seqs=le.config.max_num_seqs,
+                max_waiting=le.config.max_waiting, load_plan=None,
+            )  # fmt: skip
+        self.checkpoint = ck
         self.spec = model
-        ck = self.loop.loaded.checkpoint
         self.template = ChatTemplate(
             ck.chat_template, bos_token=ck.bos_token, eos_token=ck.eos_token, specials=ck.tokenizer.special_texts
         )
-        log.info("loaded %s on %s (%s)", model.name, self.loop.loaded.device, self.loop.loaded.dtype)
+        where = "its own process" if self.process else "a thread"
+        log.info("loaded %s on %s (%s), the engine on %s", model.name, self.facts.device, self.facts.dtype, where)
 
     @property
     def loaded(self) -> LoadedEngine | None:
-        """The model and its engine; None before a model is loaded."""
+        """The model and its engine on this process's thread; None before a model is loaded, or when the engine
+        runs in a process of its own."""
         return self.loop.loaded if self.loop is not None else None
 
     def _require_loop(self) -> EngineLoop:
@@ -69,8 +99,10 @@ class PagedBackend:
             raise RuntimeError("the paged backend has no model loaded")
         return self.loop
 
-    def _require(self) -> LoadedEngine:
-        return self._require_loop().loaded
+    def _require(self) -> tuple[Checkpoint, EngineFacts]:
+        if self.checkpoint is None or self.facts is None:
+            raise RuntimeError("the paged backend has no model loaded")
+        return self.checkpoint, self.facts
 
     def _loaded_template(self) -> ChatTemplate:
         self._require()
@@ -80,38 +112,36 @@ class PagedBackend:
 
     @property
     def info(self) -> ModelInfo:
-        le = self._require()
+        _, facts = self._require()
         spec = self.spec
         if spec is None:
             raise RuntimeError("the paged backend has no model loaded")
-        args = le.engine.runner.model.args
         return ModelInfo(
-            name=spec.name, backend=self.name, n_ctx=le.config.max_model_len,
-            n_ctx_train=args.max_position_embeddings, vocab_size=args.vocab_size,
-            has_chat_template=not self._loaded_template().is_fallback, architecture=args.model_type,
-            parameters=le.num_parameters, path=str(spec.path),
+            name=spec.name, backend=self.name, n_ctx=facts.n_ctx,
+            n_ctx_train=facts.n_ctx_train, vocab_size=facts.vocab_size,
+            has_chat_template=not self._loaded_template().is_fallback, architecture=facts.model_type,
+            parameters=facts.num_parameters, path=str(spec.path),
         )  # fmt: skip
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         return self._loaded_template().render(messages, add_generation_prompt=True)
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
-        return self._require().checkpoint.tokenizer.encode(text, parse_special=special)
+        return self._require()[0].tokenizer.encode(text, parse_special=special)
 
     def render_request(self, request: GenerationRequest) -> RenderedChat | None:
         """The chat request rendered with its tools and thinking switch (None for a raw prompt)."""
-        le = self._require()
+        _, facts = self._require()
         if request.messages is None:
             return None
-        return render_request(self._loaded_template(), request, architecture=le.engine.runner.model.args.model_type)
+        return render_request(self._loaded_template(), request, architecture=facts.model_type)
 
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
-        le = self._require()
-        tok = le.checkpoint.tokenizer
+        ck, facts = self._require()
+        tok = ck.tokenizer
         if request.prompt is not None:
             return tok.encode_prompt(request.prompt)
-        architecture = le.engine.runner.model.args.model_type
-        rendered = rendered or render_request(self._loaded_template(), request, architecture=architecture)
+        rendered = rendered or render_request(self._loaded_template(), request, architecture=facts.model_type)
         return tok.encode_prompt(rendered.prompt, rendered.literal)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
@@ -124,14 +154,17 @@ class PagedBackend:
         """
         refuse_media(request, "the paged engine runs text models only; serve the model's GGUF and mmproj with "
                      "the llama.cpp backend (--backend llamacpp) to send pictures.")
-        loop = self._require_loop()
-        le = loop.loaded
-        tok = le.checkpoint.tokenizer
+        ck, facts = self._require()
+        tok = ck.tokenizer
         stream, prompt = RequestStream.open(
-            self, request, n_ctx=le.config.max_model_len, piece=tok.piece, is_eog=tok.eog_ids.__contains__,
+            self, request, n_ctx=facts.n_ctx, piece=tok.piece, is_eog=tok.eog_ids.__contains__,
             speculative=self._speculative,
         )
-        n_logits = le.engine.runner.model.args.vocab_size
+        if self.engine_process is not None:
+            return self._stream_in_process(self.engine_process, request, stream, prompt)
+        loop = self._require_loop()
+        le = loop.loaded
+        n_logits = facts.vocab_size
         sampler = RequestSampler(request.params, vocab_size=n_logits,
                                  eos_ids=sorted(tok.eog_ids), device=le.device,
                                  matcher=matcher_for(stream.rendered, request, tok, n_logits))  # fmt: skip
@@ -140,25 +173,49 @@ class PagedBackend:
         loop.submit(seq)
         return stream.chunks(lambda: loop.cancel(request.request_id))
 
+    def _stream_in_process(
+        self, proc: EngineProcess, request: GenerationRequest, stream: RequestStream, prompt: list[int]
+    ) -> Iterator[GenerationChunk]:
+        """``request`` handed to the engine's process, with what can be checked here checked first."""
+        vocab = self._require()[1].vocab_size
+        for token in dict(request.params.logit_bias):
+            if not 0 <= token < vocab:
+                raise InvalidRequest(f"logit_bias names token {token}, which this model does not have.", "logit_bias")
+        if stream.rendered is not None and stream.rendered.constraint is not None or request.response_format.type != "text":
+            # a grammar that cannot be built is refused here, as the engine would (the matcher is built again there)
+            matcher_for(stream.rendered, request, self._require()[0].tokenizer, vocab)
+        drafter, stream.drafter = stream.drafter, None  # it drafts where the engine steps
+        proc.add(PendingRequest(stream), prompt, stream.rendered, drafter)
+        return stream.chunks(lambda: proc.cancel(request.request_id))
+
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:
             self.loop.cancel(request_id)
+        if self.engine_process is not None:
+            self.engine_process.cancel(request_id)
 
     def cancel_all(self) -> None:
         if self.loop is not None:
             self.loop.cancel_all()
+        if self.engine_process is not None:
+            self.engine_process.cancel_all()
 
     def embed(self, texts: Sequence[str], *, cancelled=None, truncate=False) -> tuple[list[list[float]], int]:
         """Raises EmbeddingsUnsupported: the paged engine serves generation only (``info.can_embed`` is False)."""
         raise EmbeddingsUnsupported(self.spec.name if self.spec is not None else "?", self.name)
 
     def stats(self) -> BackendStats | None:
+        if self.engine_process is not None:
+            return self.engine_process.stats()
         return self.loop.stats() if self.loop is not None else None
 
     def close(self) -> None:
         if self.loop is not None:
             self.loop.close()
             self.loop = None
+        if self.engine_process is not None:
+            self.engine_process.close()
+            self.engine_process = None
 
 
 __all__ = ["PagedBackend", "RequestState"]

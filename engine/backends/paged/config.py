@@ -16,6 +16,9 @@ QUANTIZATIONS = (None, "int8", "fp8", "int4")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
+DEFAULT_MAX_WAITING = 256
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig(PagedOptions):
     """How the engine batches, caches and runs: the paged options, and the sizes a load settles.
@@ -25,20 +28,21 @@ class EngineConfig(PagedOptions):
         max_num_batched_tokens: Token budget of one step (decodes plus prefill chunks).
         max_model_len: Longest sequence (prompt plus output), the context window.
         kv_cache_dtype: ``auto`` (the model dtype) or ``fp8`` (e4m3).
-        max_waiting: Most requests queued before new ones are refused.
+        max_waiting: Most requests waiting beyond the ``max_num_seqs`` running before new ones are refused.
     """
 
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512
     max_model_len: int = 4096
     kv_cache_dtype: str = "auto"
-    max_waiting: int = 256
+    max_waiting: int = DEFAULT_MAX_WAITING
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_waiting"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidRequest(f"'{name}' must be a whole number of at least 1, got {value!r}.", param=name)
+            least = 0 if name == "max_waiting" else 1  # 0: only what runs at once is taken
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InvalidRequest(f"'{name}' must be a whole number of at least {least}, got {value!r}.", param=name)
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise InvalidRequest("'num_kv_blocks' must be at least 2.", param="num_kv_blocks")
         if self.kv_cache_fraction is not None and not 0.0 < self.kv_cache_fraction <= 1.0:
@@ -72,6 +76,8 @@ class EngineConfig(PagedOptions):
             sizes["max_num_batched_tokens"] = options.n_batch
         if options.max_waiting is not None:
             sizes["max_waiting"] = options.max_waiting
+        elif options.n_seq_max:
+            sizes["max_waiting"] = max(DEFAULT_MAX_WAITING, options.n_seq_max)
         if options.kv_type not in (None, "f16", "fp8"):  # fp8 is this engine's 8-bit cache, f16 its model dtype
             raise InvalidRequest("The paged engine's KV cache can be f16 or fp8; use one of those.", param="kv_type")
         if options.kv_type == "fp8":

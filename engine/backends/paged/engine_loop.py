@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats
+from engine.backends.delivery import delivery_batch
 from engine.backends.paged.sequence import Sequence
 from engine.backends.paged.startup import LoadedEngine
 from engine.backends.paged.streaming import StreamWriter
@@ -58,11 +59,9 @@ class EngineLoop(AdmissionQueue[Sequence]):
             raise failure[0]
         self.loaded, self._writer = started[0]
         self.max_waiting = self.loaded.config.max_waiting
+        self.max_running = self.loaded.config.max_num_seqs
 
     # -- called from request threads ------------------------------------------------------------
-    def _queued(self) -> int:
-        return len(self._waiting) + len(self.loaded.engine.scheduler.waiting)
-
     def submit(self, seq: Sequence) -> None:
         """Queue ``seq`` for the engine.
 
@@ -111,8 +110,10 @@ class EngineLoop(AdmissionQueue[Sequence]):
             for seq in cancelled:
                 writer.finish(seq, "cancelled")
             try:
-                for out in engine.step():
-                    writer.advance(out)
+                outputs = engine.step()
+                with delivery_batch():  # one wake-up of each reader's event loop for the whole step
+                    for out in outputs:
+                        writer.advance(out)
             except Exception as exc:  # one bad step must not kill the loop: fail the requests in it
                 log.exception("engine step failed")
                 for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:

@@ -32,6 +32,22 @@ def test_a_full_queue_refuses_in_one_sentence_and_cancels_by_id():
     assert a.cancelled
 
 
+def test_requests_within_the_slots_are_never_refused_and_only_those_beyond_them_wait():
+    queue = AdmissionQueue[Item](max_waiting=0, max_running=3)
+    for name in "abc":  # a burst of as many as run at once, before the loop has taken any
+        queue.submit(Item(name))
+    with pytest.raises(Overloaded, match="^All 3 of this model's slots are taken and it keeps no queue; retry"):
+        queue.submit(Item("d"))
+    queue = AdmissionQueue[Item](max_waiting=1, max_running=2)
+    for name in "abc":
+        queue.submit(Item(name))
+    with pytest.raises(Overloaded, match="^1 requests are already waiting"):
+        queue.submit(Item("d"))
+    with queue._cond:  # one ends: its place is free again
+        queue._by_id.pop("a")
+    queue.submit(Item("d"))
+
+
 class EngineLike(AdmissionQueue[Item]):
     """A loop that moves requests into a scheduler of its own, where they still wait."""
 

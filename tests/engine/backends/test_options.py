@@ -26,10 +26,12 @@ def test_serve_flags_reach_the_options_and_the_paged_engine_config():
     assert (config.max_num_seqs, config.max_waiting, config.kv_cache_dtype, config.quantization) == (4, 8, "fp8", "int4")
 
 
-def test_serve_without_flags_bounds_the_queue_at_64_and_leaves_the_rest_to_the_backend():
+def test_serve_without_flags_leaves_the_queue_bound_to_the_backend_and_never_below_the_slots():
     options = serve_options()
-    assert options.max_waiting == 64 and options.kv_type is None and options.n_ctx is None
-    assert options.paged == PagedOptions() and EngineConfig.from_options(options).max_waiting == 64
+    assert options.max_waiting is None and options.kv_type is None and options.n_ctx is None
+    assert options.paged == PagedOptions() and EngineConfig.from_options(options).max_waiting == 256
+    assert EngineConfig.from_options(serve_options("--parallel", "512")).max_waiting == 512
+    assert EngineConfig.from_options(serve_options("--parallel", "8", "--max-waiting", "0")).max_waiting == 0
 
 
 def test_options_left_unset_give_the_paged_engines_own_defaults():

@@ -220,3 +220,69 @@ def test_worker_ends_when_the_app_is_killed():
         worker.wait(30)  # raises TimeoutExpired if the orphan lives on
     finally:
         app.kill()
+
+
+BURST_ROUTES = {  # every dialect: its path and a long answer, streamed
+    "openai chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 400}),
+    "openai completions": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True}),
+    "responses": ("/v1/responses", {"input": "Tell a story.", "max_output_tokens": 400}),
+    "anthropic": ("/v1/messages", {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 400}),
+    "ollama": ("/api/chat", {"messages": [{"role": "user", "content": "Tell a story."}], "options": {"num_predict": 400}}),
+}
+
+
+def test_a_burst_of_as_many_clients_as_slots_is_never_refused_in_any_dialect_and_a_dead_engine_is_restarted():
+    # The paged engine (in its own process) with 8 slots and no queue: each dialect's 8 clients at once all run;
+    # a ninth, while all 8 still generate (they ignore the end of text), is refused.
+    s = Server("--backend", "paged", "--parallel", "8", "--ctx", "1024", "--max-waiting", "0", "--speculative", "off")
+    try:
+        for dialect, (path, body) in BURST_ROUTES.items():
+            body = {"model": MODEL, **body, "stream": True, "temperature": 0.8, "seed": 1}
+            streams = [httpx.stream("POST", f"{s.root}{path}", json=body, headers=s.headers, timeout=120) for _ in range(8)]
+            responses = []
+            statuses: list[int] = []
+            go = threading.Barrier(8)
+
+            def start(st, go=go, responses=responses, statuses=statuses):
+                go.wait()
+                r = st.__enter__()
+                responses.append((st, r))
+                statuses.append(r.status_code)
+                if r.status_code == 200:
+                    next(r.iter_lines())  # the answer has begun
+
+            threads = [threading.Thread(target=start, args=(st,)) for st in streams]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=300)
+            assert statuses == [200] * 8, dialect
+            if "ignore_eos" in body:
+                ninth = httpx.post(f"{s.root}{path}", json={**body, "stream": False}, headers=s.headers, timeout=60)
+                assert ninth.status_code == 429, ninth.text
+            for st, _ in responses:
+                st.__exit__(None, None, None)  # the clients leave: their slots come free
+            deadline = time.monotonic() + 60
+            while running(s):
+                assert time.monotonic() < deadline, "cancelled requests kept their slots"
+                time.sleep(0.05)
+
+        # The engine's process dies mid-answer: the answer ends saying so, and the engine is started again.
+        body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{s.base_url}/completions", json=body, headers=s.headers, timeout=120) as r:
+            lines = r.iter_lines()
+            next(lines)
+            engine = httpx.get(f"{s.root}/api/stats", headers=s.headers).json()["models"][MODEL]
+            os.kill(engine["engine_process"], signal.SIGKILL)
+            rest = "\n".join(lines).strip()
+        assert "engine process ended unexpectedly" in rest and rest.endswith("data: [DONE]")
+        deadline = time.monotonic() + 120
+        while (again := httpx.post(f"{s.base_url}/completions", json={**body, "stream": False, "max_tokens": 4},
+                                   headers=s.headers, timeout=120)).status_code == 429:  # fmt: skip
+            assert time.monotonic() < deadline, "the engine was not started again"
+            time.sleep(0.2)
+        assert again.status_code == 200 and again.json()["usage"]["completion_tokens"] == 4
+        stats = httpx.get(f"{s.root}/api/stats", headers=s.headers).json()["models"][MODEL]
+        assert stats["engine_restarts"] == 1 and stats["engine_process"] != engine["engine_process"]
+    finally:
+        s.stop()

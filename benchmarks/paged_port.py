@@ -1,0 +1,66 @@
+"""The paged engine through Hearth's port (``hearth serve``, streamed HTTP) against the engine in-process, in one run.
+
+A random-weight model (hidden 64, SmolLM2's vocabulary) on the CPU, so the host's work is the whole cost:
+what the port adds shows undiluted. Each round runs both sides on the same jobs (prompts of uniform
+``--lengths`` words, as many output tokens, greedy, end of text ignored), in-process first, then the port;
+it prints both and the ratio.
+
+    python benchmarks/paged_port.py                          # 256 streams, lengths 100-1024
+    python benchmarks/paged_port.py --streams 64 --lengths 50 200 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from port_common import TINY_LLAMA, InProcess, Served, make_jobs, smollm2_tokenizer, write_random_checkpoint  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", type=int, default=256, help="requests, all in flight at once (default 256)")
+    ap.add_argument("--lengths", type=int, nargs=2, default=(100, 1024), metavar=("LO", "HI"),
+                    help="prompt words and output tokens, each uniform in LO-HI (default 100 1024)")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=1, help="in-process then port, this many times (default 1)")
+    ap.add_argument("--ctx", type=int, default=4096, help="context per sequence (default 4096)")
+    ap.add_argument("--work", type=Path, default=None, help="folder for the model (default: a temporary one)")
+    args = ap.parse_args(argv)
+
+    from engine.backends.base import LoadOptions
+    from engine.backends.speculative import SpeculativeOptions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        tokenizer = smollm2_tokenizer(work / "smollm2-tokenizer")
+        model = work / "tiny-random"
+        if not (model / "config.json").is_file():
+            write_random_checkpoint(model, tokenizer, shape=TINY_LLAMA)
+        jobs = make_jobs(tokenizer, args.streams, tuple(args.lengths))
+        flags = ["--parallel", str(args.streams), "--ctx", str(args.ctx), "--speculative", "off"]
+        options = LoadOptions(n_ctx=args.ctx, n_seq_max=args.streams, speculative=SpeculativeOptions.parse("off"))
+        inproc = InProcess(model, options)
+        served = Served(model, flags, log=work / "serve.log")
+        try:
+            served.load()
+            for r in range(args.rounds):
+                a = inproc.run(jobs, args.streams)
+                b = served.run(jobs, args.streams)
+                b["server_threads"] = served.threads()
+                ratio = b["output_tokens_per_s"] / a["output_tokens_per_s"]
+                print(json.dumps({"round": r + 1, "in_process": a, "port": b, "ratio": round(ratio, 3)}), flush=True)
+                print(f"round {r + 1}: in-process {a['output_tokens_per_s']:.0f} tok/s, port {b['output_tokens_per_s']:.0f}"
+                      f" tok/s ({b['failed']} failed): {ratio:.2f}x", file=sys.stderr, flush=True)  # fmt: skip
+        finally:
+            served.close()
+            inproc.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
