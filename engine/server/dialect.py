@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.server import targets
 from engine.server.docs_chat import DocumentsAsked, attach
 from engine.server.errors import _describe_validation, response_for
-from engine.server.openai_routes import _Generation
+from engine.server.generation import Generation
 from engine.types import GenerationChunk, GenerationRequest
 
 ANTHROPIC_PREFIX = "/v1/messages"
@@ -129,7 +129,7 @@ class DialectRun:
         self.request = request
         self.req = req
         self.target = target
-        self.gen = _Generation(request, req.model, [req], target=target, documents=documents)
+        self.gen = Generation(request, req.model, [req], target=target, documents=documents)
         self.t0 = time.perf_counter()
         self.load_seconds = 0.0
         self.first_token_at: float | None = None
