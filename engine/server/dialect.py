@@ -16,6 +16,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
+from engine.remote.routing import is_local
 from engine.server import targets
 from engine.server.docs_chat import DocumentsAsked, attach
 from engine.server.errors import error_info
@@ -113,7 +114,7 @@ class DialectRun:
         """
         if self.target is None:
             self.target = self.gen.target = await targets.resolve(self.request, self.req.model)
-        if time_load and not isinstance(self.target, targets.RemoteTarget):
+        if time_load and is_local(self.target):
             await asyncio.to_thread(self.request.app.state.manager.load, self.target.name)
             self.load_seconds = time.perf_counter() - self.t0
         await self.gen.start()

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine.errors import InvalidRequest
+from engine.remote.routing import is_local, pass_through
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
@@ -280,8 +281,8 @@ async def list_models(request: Request) -> dict:
 @router.get("/models/{model_id:path}")
 async def get_model(request: Request, model_id: str) -> dict:
     m = await targets.resolve(request, model_id)
-    if isinstance(m, targets.RemoteTarget):
-        return await remote_routes.model_entry(request, m.routed, model_id)
+    if not is_local(m):
+        return await remote_routes.model_entry(request, m)
     return {
         "id": m.name,
         "object": "model",
@@ -294,10 +295,11 @@ async def get_model(request: Request, model_id: str) -> dict:
 async def chat_completions(request: Request, body: ChatCompletionBody):
     target = await targets.resolve(request, body.model)
     documents = docs_chat.documents_asked(body)
-    if isinstance(target, targets.RemoteTarget) and documents is None:  # OpenAI's own shape: passed through as it is
-        return await remote_routes.forward(request, target.routed, "/chat/completions", target.name, bool(body.stream))
+    provider = pass_through(target, own_shape=documents is None)  # OpenAI's own shape: passed as it is
+    if provider is not None:
+        return await remote_routes.forward(request, provider, "/chat/completions", bool(body.stream))
     n = _check_n(request, body.n)
-    local = not isinstance(target, targets.RemoteTarget)
+    local = is_local(target)
     _refuse_unreadable(target.name, body, media.capabilities(target.mmproj) if local else ["vision", "audio"])  # a provider decides
     allow_remote = request.app.state.settings.allow_image_urls
     messages = await asyncio.to_thread(_chat_messages, body.messages, allow_remote=allow_remote)
@@ -389,8 +391,9 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
 @router.post("/completions", responses=_STREAMED)
 async def completions(request: Request, body: CompletionBody):
     target = await targets.resolve(request, body.model)
-    if isinstance(target, targets.RemoteTarget):
-        return await remote_routes.forward(request, target.routed, "/completions", target.name, bool(body.stream))
+    provider = pass_through(target, own_shape=True)
+    if provider is not None:
+        return await remote_routes.forward(request, provider, "/completions", bool(body.stream))
     n = _check_n(request, body.n)
     if body.prompt is None:  # OpenAI's default: generate from the start of a document
         body.prompt = ""
@@ -481,8 +484,9 @@ async def _completion_events(
 @router.post("/embeddings")
 async def embeddings(request: Request, body: EmbeddingBody):
     target = await targets.resolve(request, body.model)
-    if isinstance(target, targets.RemoteTarget):
-        return await remote_routes.forward(request, target.routed, "/embeddings", target.name, False)
+    provider = pass_through(target, own_shape=True)
+    if provider is not None:
+        return await remote_routes.forward(request, provider, "/embeddings", False)
     given = [body.input] if isinstance(body.input, str) else list(body.input)
     texts = [t for t in given if isinstance(t, str) and t]
     if not texts or len(texts) != len(given):
