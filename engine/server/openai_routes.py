@@ -391,8 +391,7 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
 @router.post("/completions", responses=_STREAMED)
 async def completions(request: Request, body: CompletionBody):
     target = await targets.resolve(request, body.model)
-    provider = pass_through(target, own_shape=True)
-    if provider is not None:
+    if (provider := pass_through(target, own_shape=True)) is not None:
         return await remote_routes.forward(request, provider, "/completions", bool(body.stream))
     n = _check_n(request, body.n)
     if body.prompt is None:  # OpenAI's default: generate from the start of a document
@@ -484,8 +483,7 @@ async def _completion_events(
 @router.post("/embeddings")
 async def embeddings(request: Request, body: EmbeddingBody):
     target = await targets.resolve(request, body.model)
-    provider = pass_through(target, own_shape=True)
-    if provider is not None:
+    if (provider := pass_through(target, own_shape=True)) is not None:
         return await remote_routes.forward(request, provider, "/embeddings", False)
     given = [body.input] if isinstance(body.input, str) else list(body.input)
     texts = [t for t in given if isinstance(t, str) and t]
