@@ -1,18 +1,40 @@
 """The engine's exception hierarchy.
 
-Every message is one sentence a person can act on. The HTTP server maps these
-types (never their text) to OpenAI-shaped errors in one place.
+Every message is one sentence a person can act on. Each type carries how the HTTP API answers it
+(``status``, ``type``, ``code``, ``param``), so the server builds every error answer in one place,
+``engine.server.errors.error_info``, from these attributes (never from the text).
 """
 
 from __future__ import annotations
 
 
 class HearthError(Exception):
-    """Base class for every error Hearth reports to a user."""
+    """Base class for every error Hearth reports to a user.
+
+    Attributes:
+        status: The HTTP status the API answers with.
+        type: OpenAI's error type (``invalid_request_error``, ``server_error``, ...).
+        code: OpenAI's error code, or None.
+        param: The request field at fault, or None.
+        retry_after: Seconds to wait before retrying (sent as Retry-After), or None.
+
+    A type sets these as class attributes; an error that knows better (a remote provider's own
+    status) sets them on the instance.
+    """
+
+    status: int = 400
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+    retry_after: float | None = None
 
 
 class ModelNotFound(HearthError):
     """No local model has the requested name."""
+
+    status = 404
+    code = "model_not_found"
+    param = "model"
 
     def __init__(self, name: str, message: str | None = None) -> None:
         self.name = name
@@ -29,6 +51,10 @@ class AmbiguousModel(ModelNotFound):
 class ModelLoadError(HearthError):
     """A model file exists but could not be loaded."""
 
+    status = 500
+    type = "server_error"
+    code = "model_load_error"
+
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         self.reason = reason
@@ -37,6 +63,9 @@ class ModelLoadError(HearthError):
 
 class ContextLengthExceeded(HearthError):
     """The prompt (plus what must be generated) does not fit the context window."""
+
+    code = "context_length_exceeded"
+    param = "messages"
 
     def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
         self.prompt_tokens = prompt_tokens
@@ -49,6 +78,8 @@ class ContextLengthExceeded(HearthError):
 
 class InvalidRequest(HearthError):
     """A request's parameters are invalid."""
+
+    code = "invalid_value"
 
     def __init__(self, message: str, param: str | None = None) -> None:
         self.param = param
@@ -88,6 +119,8 @@ class SchemaTooComplex(InvalidRequest):
     """A JSON schema (response format or tool parameters) is over a limit that keeps its grammar fast
     (engine.limits); the message names the limit."""
 
+    code = "schema_too_complex"
+
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message, param=param)
 
@@ -106,6 +139,10 @@ class GrammarTooSlow(HearthError):
 class AdminKeyRequired(HearthError):
     """A request made with an inference key asks for what only the admin key may do: load a model with
     settings of its own, unload it, or read document collections the admin has not shared."""
+
+    status = 403
+    type = "permission_error"
+    code = "admin_key_required"
 
     def __init__(self, message: str, param: str | None = None) -> None:
         self.param = param
@@ -133,6 +170,10 @@ class RequestCancelled(HearthError):
 class BackendUnavailable(HearthError):
     """A backend cannot run here (missing package, no GPU, wrong platform)."""
 
+    status = 503
+    type = "server_error"
+    code = "backend_unavailable"
+
     def __init__(self, backend: str, reason: str) -> None:
         self.backend = backend
         self.reason = reason
@@ -142,30 +183,48 @@ class BackendUnavailable(HearthError):
 class Overloaded(HearthError):
     """Too many requests are waiting; the client should retry later."""
 
+    status = 429
+    type = "rate_limit_error"
+    code = "overloaded"
+
     def __init__(self, message: str, retry_after: float = 1.0) -> None:
         self.retry_after = retry_after
         super().__init__(message)
 
 
 class HubError(HearthError):
-    """The model hub could not answer (the base of the more precise hub errors below)."""
+    """The model hub could not answer (the base of the more precise hub errors below).
+
+    Attributes:
+        hub_status: The HTTP status the hub answered with, where it answered.
+    """
 
     def __init__(self, message: str, *, repo: str | None = None, status: int | None = None) -> None:
         self.repo = repo
-        self.status = status
+        self.hub_status = status
         super().__init__(message)
 
 
 class HubNotFound(HubError):
     """The repo, revision or file does not exist on the hub (or is private and no token was given)."""
 
+    status = 404
+    code = "hub_not_found"
+
 
 class HubAccessDenied(HubError):
     """The repo is gated or private and the token is missing, invalid or not granted access."""
 
+    status = 403
+    code = "hub_access_denied"
+
 
 class HubRateLimited(HubError):
     """The hub is rate-limiting this machine; retry after ``retry_after`` seconds."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "hub_rate_limited"
 
     def __init__(self, message: str, *, repo: str | None = None, retry_after: float = 60.0) -> None:
         self.retry_after = retry_after
@@ -174,6 +233,10 @@ class HubRateLimited(HubError):
 
 class HubUnavailable(HubError):
     """The hub could not be reached: no network, a timeout, or a server error."""
+
+    status = 502
+    type = "server_error"
+    code = "hub_unavailable"
 
 
 class UnsafeHubPath(HubError):
@@ -193,6 +256,8 @@ class UnsafeHubPath(HubError):
 class DownloadError(HearthError):
     """A download failed: its payload did not match the hub's hash, or the transfer gave up."""
 
+    code = "download_error"
+
     def __init__(self, message: str, *, job_id: str | None = None) -> None:
         self.job_id = job_id
         super().__init__(message)
@@ -200,6 +265,10 @@ class DownloadError(HearthError):
 
 class InsufficientDiskSpace(HearthError):
     """There is not enough free disk space for a download; nothing was started."""
+
+    status = 507
+    type = "server_error"
+    code = "insufficient_storage"
 
     def __init__(self, needed: int, free: int, path: str) -> None:
         self.needed = needed
@@ -221,6 +290,8 @@ class RemoteError(HearthError):
     """
 
     status = 502
+    type = "server_error"
+    code = "remote_error"
 
     def __init__(self, message: str, *, provider: str, url: str) -> None:
         self.provider = provider
@@ -230,6 +301,8 @@ class RemoteError(HearthError):
 
 class RemoteUnreachable(RemoteError):
     """Nothing answers at the provider's address (refused, no route, DNS, TLS)."""
+
+    code = "remote_unreachable"
 
     def __init__(self, *, provider: str, url: str, reason: str) -> None:
         self.reason = reason
@@ -244,6 +317,8 @@ class RemoteAuthFailed(RemoteError):
     """The provider refused the API key Hearth sent (HTTP 401 or 403)."""
 
     status = 401
+    type = "invalid_request_error"
+    code = "remote_auth_failed"
 
     def __init__(self, *, provider: str, url: str, remote_status: int) -> None:
         self.remote_status = remote_status
@@ -259,6 +334,7 @@ class RemoteTimeout(RemoteError):
     """The provider accepted the connection but did not answer in time."""
 
     status = 504
+    code = "remote_timeout"
 
     def __init__(self, *, provider: str, url: str, seconds: float) -> None:
         self.seconds = seconds
@@ -271,7 +347,8 @@ class RemoteTimeout(RemoteError):
 
 
 class RemoteFailed(RemoteError):
-    """The provider answered a request with an error of its own (kept with its status and code)."""
+    """The provider answered a request with an error of its own, answered with its status, type, param
+    and code (a type of Hearth's own by the status where it gave none)."""
 
     def __init__(
         self,
@@ -285,15 +362,17 @@ class RemoteFailed(RemoteError):
         code: str | None = None,
     ) -> None:
         self.status = status
-        self.type_ = type_
+        self.type = type_ or ("invalid_request_error" if status < 500 else "server_error")
         self.param = param
-        self.code = code
+        self.code = code or "remote_error"
         text = message.strip().rstrip(".") or f"HTTP {status}"
         super().__init__(f"The remote provider '{provider}' answered: {text}.", provider=provider, url=url)
 
 
 class RemoteStreamCut(RemoteError):
     """The provider stopped in the middle of a streamed answer (it died, or the connection broke)."""
+
+    code = "remote_stream_cut"
 
     def __init__(self, *, provider: str, url: str, reason: str) -> None:
         self.reason = reason
@@ -307,6 +386,9 @@ class RemoteStreamCut(RemoteError):
 
 class ProviderNotFound(HearthError):
     """No remote provider has the given name."""
+
+    status = 404
+    code = "provider_not_found"
 
     def __init__(self, name: str) -> None:
         self.name = name

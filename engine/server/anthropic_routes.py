@@ -21,6 +21,7 @@ from starlette.routing import Match
 
 from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
+from engine.remote.routing import is_local
 from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
 from engine.server.schemas import KeepAlive
@@ -416,8 +417,8 @@ async def list_models(request: Request) -> dict:
 @models_router.get("/models/{model_id:path}", include_in_schema=False)
 async def get_model(request: Request, model_id: str) -> dict:
     found = await targets.resolve(request, model_id)
-    if isinstance(found, targets.RemoteTarget):
-        entry = await remote_routes.model_entry(request, found.routed, model_id)
+    if not is_local(found):
+        entry = await remote_routes.model_entry(request, found)
         return _remote_model(model_id, entry.get("created", 0))
     return _model(found)
 

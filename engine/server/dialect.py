@@ -9,21 +9,18 @@ here they are only reshaped into the dialect's error body.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.remote.routing import is_local
 from engine.server import targets
 from engine.server.docs_chat import DocumentsAsked, attach
-from engine.server.errors import _describe_validation, response_for
-from engine.server.openai_routes import _Generation
+from engine.server.errors import error_info
+from engine.server.generation import Generation
 from engine.types import GenerationChunk, GenerationRequest
 
 ANTHROPIC_PREFIX = "/v1/messages"
@@ -40,31 +37,6 @@ _ANTHROPIC_TYPES = {
     429: "rate_limit_error",
     503: "overloaded_error",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """An error as every dialect reports it: HTTP status, one sentence, OpenAI's type and code."""
-
-    status: int
-    message: str
-    type: str = "invalid_request_error"
-    code: str | None = None
-    headers: dict[str, str] | None = None
-
-
-def classify(exc: Exception) -> Failure:
-    """The status and message chat completions would answer ``exc`` with."""
-    if isinstance(exc, RequestValidationError):
-        message, _ = _describe_validation(exc)
-        return Failure(400, message, code="invalid_value")
-    if isinstance(exc, StarletteHTTPException):
-        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return Failure(exc.status_code, str(exc.detail), kind, headers=getattr(exc, "headers", None))
-    resp = response_for(exc)
-    err = json.loads(bytes(resp.body))["error"]
-    retry = resp.headers.get("retry-after")
-    return Failure(resp.status_code, err["message"], err["type"], err.get("code"), {"Retry-After": retry} if retry else None)
 
 
 def anthropic_error(status: int, message: str) -> dict:
@@ -102,8 +74,8 @@ def error_route(shape: Callable[[int, str], dict], *, json_body: bool = False) -
             async def shaped(request: Request) -> Response:
                 try:
                     return await handler(_as_json(request) if json_body else request)
-                except Exception as exc:  # classified by type in engine.server.errors
-                    f = classify(exc)
+                except Exception as exc:  # described by type in engine.server.errors
+                    f = error_info(exc)
                     return JSONResponse(shape(f.status, f.message), status_code=f.status, headers=f.headers)
 
             return shaped
@@ -130,7 +102,7 @@ class DialectRun:
         self.request = request
         self.req = req
         self.target = target
-        self.gen = _Generation(request, req.model, [req], target=target, documents=documents, keep_alive=keep_alive)
+        self.gen = Generation(request, req.model, [req], target=target, documents=documents, keep_alive=keep_alive)
         self.t0 = time.perf_counter()
         self.load_seconds = 0.0
         self.first_token_at: float | None = None
@@ -143,7 +115,7 @@ class DialectRun:
         """
         if self.target is None:
             self.target = self.gen.target = await targets.resolve(self.request, self.req.model)
-        if time_load and not isinstance(self.target, targets.RemoteTarget):
+        if time_load and is_local(self.target):
             await asyncio.to_thread(self.request.app.state.manager.load, self.target.name)
             self.load_seconds = time.perf_counter() - self.t0
         await self.gen.start()
@@ -189,14 +161,11 @@ class DialectRun:
 
     def failure(self, chunk: GenerationChunk) -> Exception:
         """Why the generation ended with the error ``chunk``, as chat completions classifies it."""
-        classified = getattr(self.gen, "failure", None)  # the engine's own error where it raised one
-        if classified is not None:
-            return classified(0, chunk)
-        return RuntimeError(chunk.error or "Generation failed; see the worker log.")
+        return self.gen.failure(0, chunk)  # the engine's own error where it raised one
 
     def failure_message(self, chunk: GenerationChunk) -> tuple[int, str]:
         """The status and message a failed stream reports in its last event."""
-        f = classify(self.failure(chunk))
+        f = error_info(self.failure(chunk))
         return f.status, chunk.error or f.message
 
 
@@ -214,8 +183,6 @@ async def count_prompt_tokens(request: Request, req: GenerationRequest) -> int:
 
 
 __all__ = [
-    "Failure",
-    "classify",
     "anthropic_error",
     "ollama_error",
     "error_body_for_path",

@@ -1,7 +1,7 @@
 """Chat answered from the user's document collections in one request: the ``hearth`` extension.
 
 A chat request of any dialect may name collections, ``"hearth": {"collections": ["notes"]}``. Where the
-dialects meet (chat completions' generation, :class:`engine.server.openai_routes._Generation`), the
+dialects meet (chat completions' generation, :class:`engine.server.generation.Generation`), the
 worker retrieves passages for the last user message with the same service ``POST /api/docs/context``
 uses, adds them to the system prompt as the app did, and runs the chat; the answer carries the sources
 in a top-level ``"hearth": {"sources": [...]}`` object (docs/api.md). A request without collections is

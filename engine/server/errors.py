@@ -1,41 +1,21 @@
-"""The one place engine exceptions become OpenAI-shaped HTTP errors.
+"""The one place exceptions become OpenAI-shaped HTTP errors: :func:`error_info` says how every answer
+reports one (a plain response, a stream's last event, another dialect's error body).
 
-Classification is by exception type, never by message text.
+A :class:`HearthError` carries its own status, type, code and param (engine.errors); nothing here
+reads an error's message to classify it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.errors import (
-    AdminKeyRequired,
-    BackendUnavailable,
-    ContextLengthExceeded,
-    DownloadError,
-    HearthError,
-    HubAccessDenied,
-    HubNotFound,
-    HubRateLimited,
-    HubUnavailable,
-    InsufficientDiskSpace,
-    InvalidRequest,
-    ModelLoadError,
-    ModelNotFound,
-    Overloaded,
-    ProviderNotFound,
-    RemoteAuthFailed,
-    RemoteFailed,
-    RemoteStreamCut,
-    RemoteTimeout,
-    RemoteUnreachable,
-    SchemaTooComplex,
-)
+from engine.errors import HearthError
 from engine.server.schemas import ErrorResponse
 
 log = logging.getLogger(__name__)
@@ -51,6 +31,14 @@ ERROR_RESPONSES: dict[int | str, dict] = {
 class GenerationFailed(HearthError):
     """A generation that had started failed in the backend; the message is the backend's own."""
 
+    status = 500
+    type = "server_error"
+    code = "generation_failed"
+
+
+# The codes of the HTTP errors FastAPI and the guard raise, by status.
+_HTTP_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
 
 def error_body(message: str, type_: str, *, param: str | None = None, code: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
@@ -62,65 +50,53 @@ def error_response(
     return JSONResponse(error_body(message, type_, param=param, code=code), status_code=status, headers=headers)
 
 
-def response_for(exc: Exception) -> JSONResponse:
-    """The HTTP response for an exception raised while serving a request."""
-    if isinstance(exc, GenerationFailed):
-        log.warning("generation failed: %s", exc)
-        return error_response(500, str(exc), "server_error", code="generation_failed")
-    if isinstance(exc, ModelNotFound):
-        return error_response(404, str(exc), "invalid_request_error", param="model", code="model_not_found")
-    if isinstance(exc, ContextLengthExceeded):
-        return error_response(400, str(exc), "invalid_request_error", param="messages", code="context_length_exceeded")
-    if isinstance(exc, SchemaTooComplex):
-        return error_response(400, str(exc), "invalid_request_error", param=exc.param, code="schema_too_complex")
-    if isinstance(exc, InvalidRequest):
-        return error_response(400, str(exc), "invalid_request_error", param=exc.param, code="invalid_value")
-    if isinstance(exc, AdminKeyRequired):
-        return error_response(403, str(exc), "permission_error", param=exc.param, code="admin_key_required")
-    if isinstance(exc, Overloaded):
-        return error_response(
-            429, str(exc), "rate_limit_error", code="overloaded", headers={"Retry-After": str(max(1, round(exc.retry_after)))}
-        )
-    if isinstance(exc, BackendUnavailable):
-        return error_response(503, str(exc), "server_error", code="backend_unavailable")
-    if isinstance(exc, ModelLoadError):
-        return error_response(500, str(exc), "server_error", code="model_load_error")
-    if isinstance(exc, HubNotFound):
-        return error_response(404, str(exc), "invalid_request_error", code="hub_not_found")
-    if isinstance(exc, HubAccessDenied):
-        return error_response(403, str(exc), "invalid_request_error", code="hub_access_denied")
-    if isinstance(exc, HubRateLimited):
-        headers = {"Retry-After": str(max(1, round(exc.retry_after)))}
-        return error_response(429, str(exc), "rate_limit_error", code="hub_rate_limited", headers=headers)
-    if isinstance(exc, HubUnavailable):
-        return error_response(502, str(exc), "server_error", code="hub_unavailable")
-    if isinstance(exc, InsufficientDiskSpace):
-        return error_response(507, str(exc), "server_error", code="insufficient_storage")
-    if isinstance(exc, DownloadError):
-        return error_response(400, str(exc), "invalid_request_error", code="download_error")
-    if isinstance(exc, RemoteAuthFailed):
-        return error_response(401, str(exc), "invalid_request_error", code="remote_auth_failed")
-    if isinstance(exc, RemoteUnreachable):
-        return error_response(502, str(exc), "server_error", code="remote_unreachable")
-    if isinstance(exc, RemoteStreamCut):
-        return error_response(502, str(exc), "server_error", code="remote_stream_cut")
-    if isinstance(exc, RemoteTimeout):
-        return error_response(504, str(exc), "server_error", code="remote_timeout")
-    if isinstance(exc, RemoteFailed):
-        type_ = exc.type_ or ("invalid_request_error" if exc.status < 500 else "server_error")
-        return error_response(exc.status, str(exc), type_, param=exc.param, code=exc.code or "remote_error")
-    if isinstance(exc, ProviderNotFound):
-        return error_response(404, str(exc), "invalid_request_error", code="provider_not_found")
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """An error as every answer reports it: HTTP status, one sentence, OpenAI's type, code and param."""
+
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+    headers: dict[str, str] | None = None
+
+    def body(self) -> dict:
+        """OpenAI's error body."""
+        return error_body(self.message, self.type, param=self.param, code=self.code)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """How the API reports ``exc``, raised while serving a request: a :class:`HearthError` by its own
+    attributes, a bad body or an HTTP refusal by its status, anything else as an unexpected server error."""
     if isinstance(exc, HearthError):
-        return error_response(400, str(exc), "invalid_request_error")
+        if isinstance(exc, GenerationFailed):
+            log.warning("generation failed: %s", exc)
+        retry = {"Retry-After": str(max(1, round(exc.retry_after)))} if exc.retry_after is not None else None
+        return ErrorInfo(exc.status, str(exc), exc.type, exc.code, exc.param, retry)
+    if isinstance(exc, RequestValidationError):
+        message, param = _describe_validation(exc)
+        return ErrorInfo(400, message, code="invalid_value", param=param)
+    if isinstance(exc, StarletteHTTPException):
+        type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        headers = getattr(exc, "headers", None)
+        return ErrorInfo(exc.status_code, str(exc.detail), type_, _HTTP_CODES.get(exc.status_code), headers=headers)
     log.exception("unexpected error while serving a request", exc_info=exc)
-    return error_response(500, f"The server failed unexpectedly ({type(exc).__name__}); see the worker log.", "server_error")
+    return ErrorInfo(500, f"The server failed unexpectedly ({type(exc).__name__}); see the worker log.", "server_error")
 
 
-def stream_error_body(exc: Exception) -> dict:
+def response_for(exc: BaseException) -> JSONResponse:
+    """The HTTP response for an exception raised while serving a request."""
+    return error_info(exc).response()
+
+
+def stream_error_body(exc: BaseException) -> dict:
     """The error event of a stream that fails after its first chunk: the body the same failure
     gets as a plain response (the HTTP status was sent with the first chunk)."""
-    return json.loads(bytes(response_for(exc).body))
+    return error_info(exc).body()
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -140,16 +116,11 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = _describe_validation(exc)
-        return error_response(400, message, "invalid_request_error", param=param, code="invalid_value")
+        return response_for(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        code = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
-            exc.status_code
-        )
-        return error_response(exc.status_code, str(exc.detail), type_, code=code, headers=getattr(exc, "headers", None))
+        return response_for(exc)
 
     @app.exception_handler(HearthError)
     async def _hearth(_: Request, exc: HearthError) -> JSONResponse:

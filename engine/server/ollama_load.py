@@ -21,6 +21,7 @@ from fastapi import Request
 
 from engine.errors import AdminKeyRequired, InvalidRequest
 from engine.load_settings import ModelLoadSettings
+from engine.remote.routing import is_local
 from engine.server import targets
 from engine.server.access import holds_admin
 
@@ -63,7 +64,7 @@ async def apply_load_options(request: Request, found: targets.Target, options: d
         InvalidRequest: the options do not fit this machine, or other requests use the model now.
     """
     settings = load_settings(options)
-    if settings.is_empty or isinstance(found, targets.RemoteTarget):
+    if settings.is_empty or not is_local(found):
         return
     manager = request.app.state.manager
     wanted = manager.options_with(found.name, settings)
@@ -86,7 +87,7 @@ def check_keep_alive(request: Request, found: targets.Target, keep: float | None
     Raises:
         AdminKeyRequired: an inference key asks to unload the model, or to keep it loaded for less time.
     """
-    if keep is None or keep < 0 or isinstance(found, targets.RemoteTarget) or holds_admin(request.scope):
+    if keep is None or keep < 0 or not is_local(found) or holds_admin(request.scope):
         return
     manager = request.app.state.manager
     loaded = next((lm for lm in manager.loaded() if lm.model.name == found.name), None)

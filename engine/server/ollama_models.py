@@ -22,7 +22,8 @@ from engine import __version__
 from engine.errors import DownloadError, HearthError, InvalidRequest
 from engine.remote.client import RemoteModel
 from engine.server import remote_routes
-from engine.server.dialect import classify, error_route, ollama_error
+from engine.server.dialect import error_route, ollama_error
+from engine.server.errors import error_info
 from engine.server.ollama_routes import NDJSON, resolve
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
@@ -340,7 +341,7 @@ async def pull(request: Request, body: PullBody):
             async for item in lines:
                 yield _line(item)
         except HearthError as exc:
-            yield _line({"error": classify(exc).message})
+            yield _line({"error": error_info(exc).message})
 
     return StreamingResponse(stream(), media_type=NDJSON)
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.model_defaults import left_unset
 from engine.remote.providers import LOCAL_MODEL_HOSTS
+from engine.remote.routing import is_local
 from engine.server import media, targets
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
@@ -302,7 +303,7 @@ async def _load_or_unload(request: Request, model: targets.Target, keep: float |
     model has nothing to load here."""
     manager = request.app.state.manager
     reason = "load"
-    if not isinstance(model, targets.RemoteTarget):
+    if is_local(model):
         lm = await asyncio.to_thread(manager.acquire, model.name)
         set_keep_alive(request, lm, keep)
         manager.release(lm)

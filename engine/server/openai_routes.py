@@ -6,21 +6,18 @@ import asyncio
 import base64
 import json
 import struct
-import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from engine import __version__
-from engine.errors import HearthError, InvalidRequest
+from engine.errors import InvalidRequest
+from engine.remote.routing import is_local, pass_through
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets
-from engine.server.access import holds_admin
 from engine.server.embeddings import check_inputs, embed_for_client
-from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
-from engine.server.request_log import finished_record
+from engine.server.errors import ERROR_RESPONSES, stream_error_body
+from engine.server.generation import Generation
 from engine.server.schemas import (
     ChatCompletionBody,
     ChatMessageBody,
@@ -29,7 +26,6 @@ from engine.server.schemas import (
     ResponseFormatBody,
     _Sampling,
 )
-from engine.server.streaming import merge_streams, open_streams
 from engine.types import (
     MEDIA_MARKER,
     ChatMessage,
@@ -43,10 +39,6 @@ from engine.types import (
 )
 from engine.validation import request_keep_alive
 
-if TYPE_CHECKING:
-    from engine.pool import LoadedModel
-    from engine.server.targets import Served, Target
-
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 # With `stream`, a 200 is a stream of server-sent events (OpenAI's chunks, then `data: [DONE]`).
@@ -54,8 +46,6 @@ _STREAMED: dict[int | str, dict] = {
     200: {"description": "The completion, or its stream of events.", "content": {"text/event-stream": {}}}
 }
 
-# How often a non-streamed generation checks that its client is still connected.
-CLIENT_POLL_SECONDS = 0.25
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
 
@@ -238,137 +228,7 @@ def _sse(payload: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-class _Generation:
-    """One request's choices, running on a local model or a remote provider's (``target``, resolved
-    already, or resolved from ``model_name`` at the start), with metrics recorded as chunks arrive."""
-
-    def __init__(
-        self,
-        request: Request,
-        model_name: str,
-        requests: list[GenerationRequest],
-        *,
-        target: Target | None = None,
-        documents: docs_chat.DocumentsAsked | None = None,
-        keep_alive: float | None = None,
-    ) -> None:
-        self.http = request
-        self.keep_alive = keep_alive  # seconds the model stays loaded after this request (-1: never; None: as it is)
-        self.app = request.app
-        self.model_name = model_name
-        self.requests = requests
-        self.target = target
-        self.created = int(time.time())
-        self._served: Served | None = None
-        self.streams: list[Iterator[GenerationChunk]] = []
-        self.failures: dict[int, BaseException] = {}
-        self.reasoning: dict[int, str] = {}  # per choice: the thinking collected (engine.tools)
-        self.documents = documents  # the collections the prompt is grounded in (engine.server.docs_chat)
-        self.grounding: docs_chat.Grounding | None = None
-        self.t0 = time.perf_counter()
-
-    async def start(self) -> None:
-        admin = holds_admin(self.http.scope)  # without the admin key: shared collections, files by name
-        if self.documents is not None:  # an unknown collection is refused before a model loads for it
-            await asyncio.to_thread(lambda: docs_chat.check(self.app, self.requests, self.documents, admin=admin))
-        served = await targets.acquire(self.http, self.model_name, self.target)
-        self._served = served
-        if self.keep_alive is not None and served.lm is not None:  # from now: held while it answers, then timed
-            self.app.state.manager.set_keep_alive(served.lm, self.keep_alive)
-        # Every dialect's request passes here: the model's own defaults fill what the client left unset.
-        self.requests = [served.with_defaults(r) for r in self.requests]
-        try:
-            if self.documents is not None:  # retrieved once the model is known: the context must fit it
-                grounded = await asyncio.to_thread(
-                    lambda: docs_chat.ground(self.app, served, self.requests, self.documents, admin=admin)
-                )
-                self.requests, self.grounding = grounded
-            self.streams = await open_streams(served, self.requests)
-        except BaseException:
-            served.release()
-            raise
-        self.app.state.metrics.request_started()
-
-    @property
-    def served(self) -> Served:
-        """The model serving this generation, once ``start`` acquired it."""
-        if self._served is None:
-            raise RuntimeError("the generation has not started")
-        return self._served
-
-    @property
-    def lm(self) -> LoadedModel | None:
-        """The pool's entry of a local model (None for a remote one)."""
-        return self.served.lm
-
-    @property
-    def served_name(self) -> str:
-        return self.served.name
-
-    @property
-    def fingerprint(self) -> str:
-        return f"fp_hearth_{__version__}_{self.served.backend_name}"
-
-    def failure(self, index: int, chunk: GenerationChunk) -> HearthError:
-        """What made choice ``index`` end with the error ``chunk``: the engine's own error where it
-        raised one (its type sets the status), else the backend's message as a generation failure."""
-        exc = self.failures.get(index)
-        if isinstance(exc, HearthError):
-            return exc
-        return GenerationFailed(chunk.error or "Generation failed; see the worker log.")
-
-    async def _cancel_when_client_leaves(self) -> None:
-        """Cancel every choice once the client has gone: a non-streamed answer nobody waits for
-        must not hold its slot until ``max_tokens``. (A streamed response notices by itself.)"""
-        while not await self.http.is_disconnected():
-            await asyncio.sleep(CLIENT_POLL_SECONDS)
-        for req in self.requests:
-            self.served.cancel(req.request_id)
-
-    async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[tuple[int, GenerationChunk]]:
-        """The choices' chunks as they arrive. ``watch_client`` (for a non-streamed answer, whose
-        HTTP response is not being written yet) cancels the generation when the client disconnects."""
-        metrics = self.app.state.metrics
-        last_token_at: dict[int, float] = {}
-        status = "ok"
-        first_token_at: float | None = None
-        tokens = [0, 0]  # prompt, generated: for the live request log
-        watcher = asyncio.create_task(self._cancel_when_client_leaves()) if watch_client else None
-        try:
-            async for index, chunk in merge_streams(self.served, self.requests, self.streams, self.failures):
-                now = time.perf_counter()
-                if chunk.token_ids:
-                    prev = last_token_at.get(index)
-                    if prev is None:
-                        metrics.observe_ttft(now - self.t0)
-                        first_token_at = first_token_at or now
-                    else:
-                        metrics.observe_itl(now - prev)
-                    last_token_at[index] = now
-                if chunk.finish_reason is not None:
-                    metrics.count_tokens(chunk.prompt_tokens if index == 0 else 0, chunk.completion_tokens)
-                    tokens[0] += chunk.prompt_tokens if index == 0 else 0
-                    tokens[1] += chunk.completion_tokens
-                    if chunk.finish_reason == "error":
-                        status = "error"
-                yield index, chunk
-        except BaseException:
-            status = "cancelled"
-            raise
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-            metrics.request_finished(status)
-            metrics.request_log.publish(
-                finished_record(
-                    model=self.served_name, path=self.http.url.path, status=status, t0=self.t0,
-                    first_token_at=first_token_at, prompt_tokens=tokens[0], completion_tokens=tokens[1],
-                )
-            )  # fmt: skip
-            self.served.release()
-
-
-async def _collect(gen: _Generation, n_choices: int):
+async def _collect(gen: Generation, n_choices: int):
     texts = [""] * n_choices
     logprobs: list[list[TokenLogprob]] = [[] for _ in range(n_choices)]
     finals: list[GenerationChunk | None] = [None] * n_choices
@@ -422,8 +282,8 @@ async def list_models(request: Request) -> dict:
 @router.get("/models/{model_id:path}")
 async def get_model(request: Request, model_id: str) -> dict:
     m = await targets.resolve(request, model_id)
-    if isinstance(m, targets.RemoteTarget):
-        return await remote_routes.model_entry(request, m.routed, model_id)
+    if not is_local(m):
+        return await remote_routes.model_entry(request, m)
     return {
         "id": m.name,
         "object": "model",
@@ -436,10 +296,11 @@ async def get_model(request: Request, model_id: str) -> dict:
 async def chat_completions(request: Request, body: ChatCompletionBody):
     target = await targets.resolve(request, body.model)
     documents = docs_chat.documents_asked(body)
-    if isinstance(target, targets.RemoteTarget) and documents is None:  # OpenAI's own shape: passed through as it is
-        return await remote_routes.forward(request, target.routed, "/chat/completions", target.name, bool(body.stream))
+    provider = pass_through(target, own_shape=documents is None)  # OpenAI's own shape: passed as it is
+    if provider is not None:
+        return await remote_routes.forward(request, provider, "/chat/completions", bool(body.stream))
     n = _check_n(request, body.n)
-    local = not isinstance(target, targets.RemoteTarget)
+    local = is_local(target)
     _refuse_unreadable(target.name, body, media.capabilities(target.mmproj) if local else ["vision", "audio"])  # a provider decides
     allow_remote = request.app.state.settings.allow_image_urls
     messages = await asyncio.to_thread(_chat_messages, body.messages, allow_remote=allow_remote)
@@ -461,7 +322,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         for i in range(n)
     ]
     keep = request_keep_alive(body.keep_alive)
-    gen = _Generation(request, body.model, reqs, target=target, documents=documents, keep_alive=keep)
+    gen = Generation(request, body.model, reqs, target=target, documents=documents, keep_alive=keep)
     await gen.start()
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -489,7 +350,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     return docs_chat.attach(answer, gen.grounding)
 
 
-async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) -> AsyncIterator[bytes]:
+async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -> AsyncIterator[bytes]:
     base = {"id": cid, "object": "chat.completion.chunk", "created": gen.created, "model": gen.served_name}
     base["system_fingerprint"] = gen.fingerprint
     if include_usage:
@@ -532,8 +393,8 @@ async def _chat_events(gen: _Generation, cid: str, n: int, include_usage: bool) 
 @router.post("/completions", responses=_STREAMED)
 async def completions(request: Request, body: CompletionBody):
     target = await targets.resolve(request, body.model)
-    if isinstance(target, targets.RemoteTarget):
-        return await remote_routes.forward(request, target.routed, "/completions", target.name, bool(body.stream))
+    if (provider := pass_through(target, own_shape=True)) is not None:
+        return await remote_routes.forward(request, provider, "/completions", bool(body.stream))
     n = _check_n(request, body.n)
     if body.prompt is None:  # OpenAI's default: generate from the start of a document
         body.prompt = ""
@@ -556,7 +417,7 @@ async def completions(request: Request, body: CompletionBody):
         for p in prompts
         for j in range(n)
     ]
-    gen = _Generation(request, body.model, reqs, target=target, keep_alive=request_keep_alive(body.keep_alive))
+    gen = Generation(request, body.model, reqs, target=target, keep_alive=request_keep_alive(body.keep_alive))
     await gen.start()
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -591,7 +452,7 @@ async def completions(request: Request, body: CompletionBody):
 
 
 async def _completion_events(
-    gen: _Generation, cid: str, body: CompletionBody, prompts: list[str], include_usage: bool, *, n: int
+    gen: Generation, cid: str, body: CompletionBody, prompts: list[str], include_usage: bool, *, n: int
 ):
     base = {"id": cid, "object": "text_completion", "created": gen.created, "model": gen.served_name}
     base["system_fingerprint"] = gen.fingerprint
@@ -624,8 +485,8 @@ async def _completion_events(
 @router.post("/embeddings")
 async def embeddings(request: Request, body: EmbeddingBody):
     target = await targets.resolve(request, body.model)
-    if isinstance(target, targets.RemoteTarget):
-        return await remote_routes.forward(request, target.routed, "/embeddings", target.name, False)
+    if (provider := pass_through(target, own_shape=True)) is not None:
+        return await remote_routes.forward(request, provider, "/embeddings", False)
     given = [body.input] if isinstance(body.input, str) else list(body.input)
     texts = [t for t in given if isinstance(t, str) and t]
     if not texts or len(texts) != len(given):

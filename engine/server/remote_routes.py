@@ -1,5 +1,5 @@
 """Remote providers at the HTTP edge: ``provider/model`` requests passed through to the provider
-(streams relayed event by event), and the admin endpoints the app uses to add, list and remove
+(streams relayed event by event; engine.remote.routing.pass_through decides which), and the admin endpoints the app uses to add, list and remove
 providers (``/api/remotes``)."""
 
 from __future__ import annotations
@@ -12,18 +12,17 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
 from engine.errors import InvalidRequest, ModelNotFound, RemoteError
-from engine.remote.client import FORWARDED_HEADER, RemoteModel
+from engine.remote.client import RemoteModel
 from engine.remote.providers import ProviderAccess
 from engine.remote.registry import RemoteRegistry
 from engine.remote.relay import DONE, relay_events, rewrite
+from engine.remote.routing import RemoteTarget
 from engine.server.api_models import ProviderInfo, ProviderList, RemovedAnswer
 from engine.server.errors import response_for
 from engine.server.schemas import _Body
+from engine.server.targets import remotes_for
 
 router = APIRouter(prefix="/api")
-
-Routed = tuple[ProviderAccess, str]
-
 
 class RemoteBody(_Body):
     name: str = Field(min_length=1, max_length=40)
@@ -36,33 +35,20 @@ def _registry(request: Request) -> RemoteRegistry:
     return request.app.state.remotes
 
 
-def _forwarded(request: Request) -> bool:
-    """A request another Hearth forwarded here: answered with local models only (one hop at most)."""
-    return FORWARDED_HEADER.lower() in request.headers
-
-
-async def routed(request: Request, model_id: str) -> Routed | None:
-    """The provider and its model id when ``model_id`` is ``provider/model``, else None (a local model)."""
-    if _forwarded(request):
-        return None
-    return await _registry(request).route(model_id)
-
-
 async def remote_models(request: Request) -> list[RemoteModel]:
     """The models of every provider that answers (none for a forwarded request)."""
-    if _forwarded(request):
-        return []
-    return await _registry(request).models()
+    remotes = remotes_for(request)
+    return await remotes.models() if remotes is not None else []
 
 
-async def model_entry(request: Request, target: Routed, model_id: str) -> dict[str, Any]:
+async def model_entry(request: Request, target: RemoteTarget) -> dict[str, Any]:
     """``GET /v1/models/provider/model``.
 
     Raises:
         RemoteError: the provider cannot list its models.
         ModelNotFound: it does not serve that model.
     """
-    access, _remote_id = target
+    access, model_id = target.access, target.name
     status = await _registry(request).status(access)
     if status.error is not None:
         raise status.error
@@ -75,15 +61,15 @@ async def model_entry(request: Request, target: Routed, model_id: str) -> dict[s
     )
 
 
-async def forward(request: Request, target: Routed, path: str, public_model: str, stream: bool):
+async def forward(request: Request, target: RemoteTarget, path: str, stream: bool):
     """Send the request's own JSON body to the provider under its model id and answer with what it
-    answers (model renamed back to ``public_model``). The client's Authorization is not passed on;
-    the provider gets its own key.
+    answers (model renamed back to the public ``provider/model``). The client's Authorization is not
+    passed on; the provider gets its own key.
 
     Raises:
         RemoteError: before any byte of the answer (so the status code says what went wrong).
     """
-    access, remote_id = target
+    access, remote_id, public_model = target.access, target.remote_id, target.name
     body = await request.json()
     body["model"] = remote_id
     client = _registry(request).client

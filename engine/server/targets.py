@@ -1,7 +1,6 @@
-"""Which model answers a request, resolved in one place below every dialect: a local model of the pool,
-or a remote provider's ``provider/model``.
+"""Which model serves a request, below every dialect: the target a name resolves to (a local model of the
+pool, or a remote provider's ``provider/model``, told apart in :mod:`engine.remote.routing`), acquired.
 
-Local names resolve first, so a provider can never take a local model's requests (and its prompts).
 Either kind is served through the same small interface, :class:`Served`: ``stream`` a
 :class:`GenerationRequest` into :class:`GenerationChunk` items, ``cancel`` one, ``release`` the model.
 Each dialect translates its request and the chunks once, whatever model answers.
@@ -11,60 +10,38 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi import Request
 
-from engine.catalog.registry import LocalModel
-from engine.errors import ModelNotFound
 from engine.model_defaults import ModelDefaults
+from engine.remote import routing
 from engine.remote.chat import RemoteChat
-from engine.remote.providers import ProviderAccess
-from engine.server import remote_routes
+from engine.remote.client import FORWARDED_HEADER
+from engine.remote.routing import RemoteTarget, Target
 from engine.types import GenerationChunk, GenerationRequest
 
 if TYPE_CHECKING:
     from engine.pool import LoadedModel, ModelManager
+    from engine.remote.registry import RemoteRegistry
 
 
-@dataclass(frozen=True, slots=True)
-class RemoteTarget:
-    """A provider's model: ``name`` is its public ``provider/model`` id, ``remote_id`` the provider's own."""
-
-    access: ProviderAccess
-    remote_id: str
-    name: str
-
-    @property
-    def routed(self) -> remote_routes.Routed:
-        return self.access, self.remote_id
-
-
-Target = LocalModel | RemoteTarget
+def remotes_for(request: Request) -> RemoteRegistry | None:
+    """The remote providers ``request`` may reach: none for a request another Hearth forwarded here
+    (answered with local models only: one hop at most)."""
+    if FORWARDED_HEADER.lower() in request.headers:
+        return None
+    return request.app.state.remotes
 
 
 async def resolve(request: Request, name: str, *, aliases: Sequence[str] = ()) -> Target:
-    """The model ``name`` means: a registered local model (``name``, else one of ``aliases``, such as
-    Ollama's ``:latest`` spellings), else a remote provider's ``provider/model``.
+    """The model ``name`` means (engine.remote.routing.resolve): a local model (``name``, else one of
+    ``aliases``, such as Ollama's ``:latest`` spellings), else a remote provider's ``provider/model``.
 
     Raises:
         ModelNotFound: neither; a path is refused as any unknown name is (with the same message).
     """
-    manager = request.app.state.manager
-    try:
-        return await asyncio.to_thread(manager.resolve, name)
-    except ModelNotFound as exc:
-        local_error = exc
-    for alias in aliases:
-        try:
-            return await asyncio.to_thread(manager.resolve, alias)
-        except ModelNotFound:
-            continue
-    routed = await remote_routes.routed(request, name)
-    if routed is None:
-        raise local_error
-    return RemoteTarget(routed[0], routed[1], name)
+    return await routing.resolve(request.app.state.manager, remotes_for(request), name, aliases=aliases)
 
 
 class Served:
@@ -141,11 +118,11 @@ async def acquire(request: Request, name: str, target: Target | None = None) -> 
         ModelNotFound, BackendUnavailable, ModelLoadError.
     """
     target = target if target is not None else await resolve(request, name)
-    if isinstance(target, RemoteTarget):
+    if not routing.is_local(target):  # translated below the dialects (engine.remote.chat)
         return RemoteServed(target)
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, target.name)
     return LocalServed(manager, lm)
 
 
-__all__ = ["LocalServed", "RemoteServed", "RemoteTarget", "Served", "Target", "acquire", "resolve"]
+__all__ = ["LocalServed", "RemoteServed", "RemoteTarget", "Served", "Target", "acquire", "remotes_for", "resolve"]

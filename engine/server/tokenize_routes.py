@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.backends.capabilities import TokenCodec
 from engine.errors import InvalidRequest
+from engine.remote.routing import is_local
 from engine.server import targets
 
 router = APIRouter()
@@ -66,7 +67,7 @@ async def acquire_local(request: Request, name: str | None, what: str):
         InvalidRequest: a remote provider's model (``what`` runs only on local models).
     """
     target = await targets.resolve(request, await model_or_default(request, name))
-    if isinstance(target, targets.RemoteTarget):
+    if not is_local(target):
         raise InvalidRequest(f"{what} runs on local models only; name a local model.", param="model")
     return await asyncio.to_thread(request.app.state.manager.acquire, target.name)
 

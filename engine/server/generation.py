@@ -1,0 +1,162 @@
+"""The generation core every dialect runs: one request's choices on a local model or a remote provider's,
+from acquiring the model (with its defaults and a grounded chat's documents) to the chunks, with the metrics
+and the request log written as they arrive. Each dialect translates its request into
+:class:`GenerationRequest` items before, and the chunks into its own shapes after."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
+
+from fastapi import Request
+
+from engine import __version__
+from engine.errors import HearthError
+from engine.server import docs_chat, targets
+from engine.server.access import holds_admin
+from engine.server.errors import GenerationFailed
+from engine.server.request_log import finished_record
+from engine.server.streaming import merge_streams, open_streams
+from engine.types import GenerationChunk, GenerationRequest
+
+if TYPE_CHECKING:
+    from engine.pool import LoadedModel
+    from engine.server.targets import Served, Target
+
+# How often a non-streamed generation checks that its client is still connected.
+CLIENT_POLL_SECONDS = 0.25
+
+
+class Generation:
+    """One request's choices, running on a local model or a remote provider's (``target``, resolved
+    already, or resolved from ``model_name`` at the start), with metrics recorded as chunks arrive."""
+
+    def __init__(
+        self,
+        request: Request,
+        model_name: str,
+        requests: list[GenerationRequest],
+        *,
+        target: Target | None = None,
+        documents: docs_chat.DocumentsAsked | None = None,
+        keep_alive: float | None = None,
+    ) -> None:
+        self.http = request
+        self.keep_alive = keep_alive  # seconds the model stays loaded after this request (-1: never; None: as it is)
+        self.app = request.app
+        self.model_name = model_name
+        self.requests = requests
+        self.target = target
+        self.created = int(time.time())
+        self._served: Served | None = None
+        self.streams: list[Iterator[GenerationChunk]] = []
+        self.failures: dict[int, BaseException] = {}
+        self.reasoning: dict[int, str] = {}  # per choice: the thinking collected (engine.tools)
+        self.documents = documents  # the collections the prompt is grounded in (engine.server.docs_chat)
+        self.grounding: docs_chat.Grounding | None = None
+        self.t0 = time.perf_counter()
+
+    async def start(self) -> None:
+        admin = holds_admin(self.http.scope)  # without the admin key: shared collections, files by name
+        if self.documents is not None:  # an unknown collection is refused before a model loads for it
+            await asyncio.to_thread(lambda: docs_chat.check(self.app, self.requests, self.documents, admin=admin))
+        served = await targets.acquire(self.http, self.model_name, self.target)
+        self._served = served
+        if self.keep_alive is not None and served.lm is not None:  # from now: held while it answers, then timed
+            self.app.state.manager.set_keep_alive(served.lm, self.keep_alive)
+        # Every dialect's request passes here: the model's own defaults fill what the client left unset.
+        self.requests = [served.with_defaults(r) for r in self.requests]
+        try:
+            if self.documents is not None:  # retrieved once the model is known: the context must fit it
+                grounded = await asyncio.to_thread(
+                    lambda: docs_chat.ground(self.app, served, self.requests, self.documents, admin=admin)
+                )
+                self.requests, self.grounding = grounded
+            self.streams = await open_streams(served, self.requests)
+        except BaseException:
+            served.release()
+            raise
+        self.app.state.metrics.request_started()
+
+    @property
+    def served(self) -> Served:
+        """The model serving this generation, once ``start`` acquired it."""
+        if self._served is None:
+            raise RuntimeError("the generation has not started")
+        return self._served
+
+    @property
+    def lm(self) -> LoadedModel | None:
+        """The pool's entry of a local model (None for a remote one)."""
+        return self.served.lm
+
+    @property
+    def served_name(self) -> str:
+        return self.served.name
+
+    @property
+    def fingerprint(self) -> str:
+        return f"fp_hearth_{__version__}_{self.served.backend_name}"
+
+    def failure(self, index: int, chunk: GenerationChunk) -> HearthError:
+        """What made choice ``index`` end with the error ``chunk``: the engine's own error where it
+        raised one (its type sets the status), else the backend's message as a generation failure."""
+        exc = self.failures.get(index)
+        if isinstance(exc, HearthError):
+            return exc
+        return GenerationFailed(chunk.error or "Generation failed; see the worker log.")
+
+    async def _cancel_when_client_leaves(self) -> None:
+        """Cancel every choice once the client has gone: a non-streamed answer nobody waits for
+        must not hold its slot until ``max_tokens``. (A streamed response notices by itself.)"""
+        while not await self.http.is_disconnected():
+            await asyncio.sleep(CLIENT_POLL_SECONDS)
+        for req in self.requests:
+            self.served.cancel(req.request_id)
+
+    async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[tuple[int, GenerationChunk]]:
+        """The choices' chunks as they arrive. ``watch_client`` (for a non-streamed answer, whose
+        HTTP response is not being written yet) cancels the generation when the client disconnects."""
+        metrics = self.app.state.metrics
+        last_token_at: dict[int, float] = {}
+        status = "ok"
+        first_token_at: float | None = None
+        tokens = [0, 0]  # prompt, generated: for the live request log
+        watcher = asyncio.create_task(self._cancel_when_client_leaves()) if watch_client else None
+        try:
+            async for index, chunk in merge_streams(self.served, self.requests, self.streams, self.failures):
+                now = time.perf_counter()
+                if chunk.token_ids:
+                    prev = last_token_at.get(index)
+                    if prev is None:
+                        metrics.observe_ttft(now - self.t0)
+                        first_token_at = first_token_at or now
+                    else:
+                        metrics.observe_itl(now - prev)
+                    last_token_at[index] = now
+                if chunk.finish_reason is not None:
+                    metrics.count_tokens(chunk.prompt_tokens if index == 0 else 0, chunk.completion_tokens)
+                    tokens[0] += chunk.prompt_tokens if index == 0 else 0
+                    tokens[1] += chunk.completion_tokens
+                    if chunk.finish_reason == "error":
+                        status = "error"
+                yield index, chunk
+        except BaseException:
+            status = "cancelled"
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            metrics.request_finished(status)
+            metrics.request_log.publish(
+                finished_record(
+                    model=self.served_name, path=self.http.url.path, status=status, t0=self.t0,
+                    first_token_at=first_token_at, prompt_tokens=tokens[0], completion_tokens=tokens[1],
+                )
+            )  # fmt: skip
+            self.served.release()
+
+
+__all__ = ["CLIENT_POLL_SECONDS", "Generation"]
