@@ -190,3 +190,43 @@ def test_a_cancelled_request_stops_masking_between_two_slices(starter_path: Path
     finally:
         sampler.close()
         model.close()
+
+
+def test_a_chat_gets_a_slot_from_a_request_whose_choices_hold_them_all_and_the_choice_goes_on(llama_backend):
+    # Four greedy choices of one request fill the four slots; a chat that comes after them takes one of their
+    # slots at once and ends first. The choice that gave its slot up goes on where it was: same answer as the others.
+    slots = llama_backend.loop.n_seq_max
+    paused = llama_backend.stats().details.get("paused_sequences", 0)
+    choices = [
+        GenerationRequest(
+            model="s", prompt="Write a long story about a dragon.", group="n-choices",
+            params=SamplingParams(temperature=0, max_tokens=48, ignore_eos=True),
+        )  # fmt: skip
+        for _ in range(slots)
+    ]
+    streams = [llama_backend.stream(r) for r in choices]
+    firsts = [next(s) for s in streams]  # every choice is decoding: no slot is free
+    assert llama_backend.stats().running == slots
+    ended: list[str] = []
+    answers: list[list] = [[] for _ in choices]
+
+    def drain(i: int) -> None:
+        answers[i] = [firsts[i], *streams[i]]
+        ended.append(f"choice {i}")
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(slots)]
+    for t in threads:
+        t.start()
+    chat = GenerationRequest(
+        model="s", prompt="Once upon a time", params=SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    )
+    final = list(llama_backend.stream(chat))[-1]
+    ended.append("chat")
+    for t in threads:
+        t.join(timeout=120)
+    assert final.finish_reason == "length" and final.completion_tokens == 4
+    assert ended[0] == "chat", ended  # it waited for no choice to end
+    assert llama_backend.stats().details["paused_sequences"] == paused + 1
+    ids = [[t for c in a for t in c.token_ids] for a in answers]
+    assert all(a[-1].finish_reason == "length" and a[-1].completion_tokens == 48 for a in answers)
+    assert all(i == ids[0] for i in ids), "a choice that gave up its slot went on differently"
