@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine import __version__
 from engine.errors import HearthError, InvalidRequest
-from engine.server import chat_tools, docs_chat, media, remote_routes, targets
+from engine.server import chat_tools, docs_chat, media, remote_routes, request_caps, targets
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, GenerationFailed, stream_error_body
 from engine.server.request_log import finished_record
@@ -248,8 +248,10 @@ class _Generation:
         *,
         target: Target | None = None,
         documents: docs_chat.DocumentsAsked | None = None,
+        n: int = 1,
     ) -> None:
         self.http = request
+        self.n = n  # choices of each prompt: at most the local model's slots
         self.app = request.app
         self.model_name = model_name
         self.requests = requests
@@ -271,6 +273,8 @@ class _Generation:
         # Every dialect's request passes here: the model's own defaults fill what the client left unset.
         self.requests = [served.with_defaults(r) for r in self.requests]
         try:
+            if served.lm is not None:
+                self._fit_model(served.lm)
             if self.documents is not None:  # retrieved once the model is known: the context must fit it
                 grounded = await asyncio.to_thread(docs_chat.ground, self.app, served, self.requests, self.documents)
                 self.requests, self.grounding = grounded
@@ -279,6 +283,18 @@ class _Generation:
             served.release()
             raise
         self.app.state.metrics.request_started()
+
+    def _fit_model(self, lm: LoadedModel) -> None:
+        """Hold the request to what the local model ``lm`` serves without stalling others: ``n`` within its
+        slots, ``max_tokens`` within its context (engine.server.request_caps).
+
+        Raises:
+            InvalidRequest: ``n`` is over the model's slots.
+        """
+        stats = lm.backend.stats()
+        if stats is not None:
+            request_caps.check_choices(self.n, slots=stats.slots, model=self.served_name)
+        self.requests = request_caps.cap_max_tokens(self.http, self.requests, lm.backend.info.n_ctx)
 
     @property
     def served(self) -> Served:
@@ -438,6 +454,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     fmt = _response_format(body.response_format)
     tool_fields = chat_tools.request_fields(body)
+    group = uuid.uuid4().hex  # the choices are scheduled as one request against others
     reqs = [
         GenerationRequest(
             model=body.model,
@@ -447,11 +464,12 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
             response_format=fmt,
             speculative=body.speculative,
             prediction=body.prediction.text() if body.prediction is not None else None,
+            group=group,
             **tool_fields,
         )
         for i in range(n)
     ]
-    gen = _Generation(request, body.model, reqs, target=target, documents=documents)
+    gen = _Generation(request, body.model, reqs, target=target, documents=documents, n=n)
     await gen.start()
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -534,6 +552,7 @@ async def completions(request: Request, body: CompletionBody):
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise InvalidRequest("'logprobs' must be a whole number from 0 to 20.", param="logprobs")
     fmt = _response_format(body.response_format)
+    group = uuid.uuid4().hex  # every prompt's choices, scheduled as one request against others
     reqs = [
         GenerationRequest(
             model=body.model,
@@ -542,11 +561,12 @@ async def completions(request: Request, body: CompletionBody):
             unset=body.unset_sampling(body.max_tokens),
             response_format=fmt,
             speculative=body.speculative,
+            group=group,
         )
         for p in prompts
         for j in range(n)
     ]
-    gen = _Generation(request, body.model, reqs, target=target)
+    gen = _Generation(request, body.model, reqs, target=target, n=n)
     await gen.start()
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
