@@ -5,7 +5,8 @@ until their answers end, and a one-line chat that comes after them waits for all
 round the requests instead: the next sequence admitted is the oldest of the request with the fewest running,
 and a request that has none running while another holds two slots more than it takes one of that request's
 slots at once (the loop pauses a sequence there and resumes it later, see
-:meth:`engine.backends.llamacpp.scheduler.DecodeLoop`).
+:meth:`engine.backends.llamacpp.scheduler.DecodeLoop`). While several requests decode, each puts one row in a
+step, its choices taking turns.
 
 Pure functions over the loop's sequences, so they are tested without a model.
 """
@@ -55,4 +56,22 @@ def preemption_victim(newcomer: Grouped, running: Sequence[S], *, pausable: Call
     return best
 
 
-__all__ = ["next_admitted", "preemption_victim"]
+def one_row_per_request(decoding: Sequence[S], last_step: Callable[[S], int]) -> list[S]:
+    """The sequences of ``decoding`` that put a row in this step: all of them while one request decodes alone;
+    while several do, one of each request's (its choices take turns, the one whose ``last_step`` is oldest first).
+
+    On a CPU a step's cost grows with its rows, so a request whose four choices each put a row in every step
+    made a chat beside it several times as slow as alone; in turns, the chat's steps cost about two rows.
+    """
+    chosen: dict[str, S] = {}
+    for s in decoding:
+        held = chosen.get(s.group)
+        if held is None or last_step(s) < last_step(held):
+            chosen[s.group] = s
+    if len(chosen) <= 1:
+        return list(decoding)
+    picked = set(map(id, chosen.values()))
+    return [s for s in decoding if id(s) in picked]
+
+
+__all__ = ["next_admitted", "one_row_per_request", "preemption_victim"]

@@ -32,7 +32,7 @@ import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats, common_prefix
-from engine.backends.fair_share import next_admitted, preemption_victim
+from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -87,6 +87,7 @@ class Sequence:
     # others decode, it sits steps out until they are repaid, so one costly grammar never slows every stream.
     sample_debt: float = 0.0
     paused: bool = False  # it gave its slot to another request and waits to go on (its prompt holds its answer so far)
+    last_step: int = 0  # the loop's step in which it last decoded (its request's choices take turns by it)
 
     @property
     def group(self) -> str:
@@ -230,6 +231,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
         self.stats_accepted_tokens = 0
         self.stats_paused = 0  # sequences that gave their slot to another request (engine.backends.fair_share)
+        self._steps = 0  # decode steps run
         self.row_cost = RowCost()  # what a drafted row adds to a step, measured
         self._calls: list[tuple[Callable[[], Any], Future]] = []
         self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
@@ -613,6 +615,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         decoding = [s for s in ready if s.sample_debt <= 0] or ready
         if not decoding:
             return
+        self._steps += 1
+        decoding = one_row_per_request(decoding, lambda s: s.last_step)
+        for s in decoding:
+            s.last_step = self._steps
         # Each row's pending token, followed by the tokens its request drafts (engine.backends.speculative):
         # one batch verifies them all, a sequence's rows in a run.
         rows: list[tuple[int, int, int, bool]] = []
@@ -635,7 +641,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             s.placed.tokens.append(s.next_token)
             s.n_past += 1
         for s in ready:
-            if s.sample_debt > 0 and len(decoding) < len(ready):
+            if s.sample_debt > 0 and s not in decoding:
                 s.sample_debt = max(0.0, s.sample_debt - step)  # it sat this step out
         alone = len(ready) == 1
         for s in decoding:  # each stream's token reaches its consumer once all are drawn (RequestStream.hold)

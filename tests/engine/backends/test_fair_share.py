@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.backends.fair_share import next_admitted, preemption_victim
+from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
 
 
 @dataclass(eq=False)
@@ -43,3 +43,18 @@ def test_no_slot_passes_back_and_forth_between_requests():
     # Three against one: the second request gets its second slot from the first.
     uneven = [Seq("a", "a1"), Seq("a", "a2"), Seq("a", "a3"), Seq("b", "b1")]
     assert preemption_victim(Seq("b"), uneven, pausable=_decoding).name == "a3"
+
+
+def test_while_several_requests_decode_each_puts_one_row_in_a_step_its_choices_in_turn():
+    choices = [Seq("n4", f"c{i}") for i in range(4)]
+    chat = Seq("chat", "chat")
+    last = {s.name: 0 for s in [*choices, chat]}
+    assert one_row_per_request(choices, lambda s: last[s.name]) == choices  # alone: every choice decodes
+    turns = []
+    for step in range(1, 9):
+        rows = one_row_per_request([*choices, chat], lambda s: last[s.name])
+        assert chat in rows and len(rows) == 2
+        for s in rows:
+            last[s.name] = step
+        turns.append(next(s.name for s in rows if s is not chat))
+    assert turns == ["c0", "c1", "c2", "c3"] * 2
