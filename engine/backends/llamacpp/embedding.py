@@ -127,6 +127,8 @@ class Embedder:
         """Work on ``job`` for about :data:`EMBED_SLICE_SECONDS` (one slice at least)."""
         t0 = time.perf_counter()
         ctx = self._ctx
+        if ctx is None:
+            raise RuntimeError("the embedding context was closed")
         llama_cpp.llama_set_n_threads(ctx, self.loop.n_threads, self.loop.n_threads)  # as many as decoding uses now
         first = True
         while not job.done and (first or time.perf_counter() - t0 < EMBED_SLICE_SECONDS):
@@ -137,11 +139,11 @@ class Embedder:
             if start == 0 and self._mem:
                 llama_cpp.llama_memory_clear(self._mem, True)
             t1 = time.perf_counter()
-            job.add(self._decode(tokens[start:end], start), end)
+            job.add(self._decode(ctx, tokens[start:end], start), end)
             if causal and end - start >= MIN_SLICE_TOKENS:
                 self._rate = (end - start) / max(time.perf_counter() - t1, 1e-6)
 
-    def _decode(self, tokens: list[int], pos: int) -> np.ndarray:
+    def _decode(self, ctx: llama_cpp.llama_context_p, tokens: list[int], pos: int) -> np.ndarray:
         """The sum of the last hidden states of ``tokens`` (at positions from ``pos``), after the ones before them."""
         n = len(tokens)
         batch = llama_cpp.llama_batch_init(n, 0, 1)
@@ -153,10 +155,10 @@ class Embedder:
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = True
             batch.n_tokens = n
-            if llama_cpp.llama_decode(self._ctx, batch) != 0:
+            if llama_cpp.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed while embedding")
             self.slices += 1
-            ptr = llama_cpp.llama_get_embeddings(self._ctx)
+            ptr = llama_cpp.llama_get_embeddings(ctx)
             return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd)).sum(axis=0, dtype=np.float64)
         finally:
             llama_cpp.llama_batch_free(batch)

@@ -402,7 +402,11 @@ class DecodeLoop(AdmissionQueue[Sequence]):
 
     @staticmethod
     def _pausable(seq: Sequence) -> bool:
-        return seq.status is SeqStatus.DECODE and not seq.cancelled and not seq.media and seq.pending is not None
+        # A prompt with pictures keeps them as chunks that only its own slot's KV holds: it is never paused.
+        return (
+            seq.status is SeqStatus.DECODE and not seq.cancelled and seq.pending is not None
+            and not isinstance(seq.prompt, MediaPrompt)
+        )  # fmt: skip
 
     def _pause(self, seq: Sequence) -> Slot:
         """Take ``seq``'s slot and queue it to go on later: its prompt becomes everything it has so far (its
