@@ -14,6 +14,10 @@ just after it was refused) the same chat is timed again:
 - 200,000 stop sequences (refused: over the cap of 16);
 - an enum of 2,400 values sharing a prefix (refused: over the 1,000 values of a schema), and one of 1,000
   values sharing a prefix at the limits (1,000 values, 16 KB), accepted and generating meanwhile;
+- one embedding input of the whole context on ``/v1/embeddings``, and one past it on Ollama's ``/api/embed``
+  and ``/api/embeddings`` (cut to fit), each computed in slices between the decode steps;
+- ``n`` = 4 answers of 256 tokens (every slot), and ``n`` = 8 (refused: over the slots);
+- ``max_tokens`` 2^63, ignoring EOS (capped at the context, said in a header), its client leaving after 10 s;
 - a recursive chat template: not reachable over HTTP (templates come only from model files, and a
   load refuses one that runs past its budget), so it is listed and skipped.
 
@@ -149,6 +153,59 @@ def enum_cases(schema_body: dict) -> list[tuple[str, Callable[[Worker, dict], No
     ]
 
 
+def long_text(worker: Worker, tokens: int) -> str:
+    """A text of at most ``tokens`` tokens on the worker's model (counted by its ``/tokenize``), close to it."""
+    phrase = "the river {} runs past the old mill to the sea"
+    words: list[str] = []
+    with worker.client() as c:
+        while True:
+            more = [*words, *(phrase.format(i) for i in range(len(words), len(words) + 20))]
+            n = len(c.post("/tokenize", json={"model": MAIN, "content": " ".join(more)}).json()["tokens"])
+            if n > tokens - 2:  # BOS, and a margin for the joins
+                return " ".join(words)
+            words = more
+
+
+def streamed(path: str, body: dict, *, leave_after: float) -> Callable[[Worker, dict], None]:
+    """A streamed request read for ``leave_after`` seconds, then left; its status and the cap Hearth put on
+    ``max_tokens`` (the X-Hearth-Max-Tokens-Cap header) noted."""
+
+    def run(worker: Worker, note: dict) -> None:
+        t0 = time.perf_counter()
+        with worker.client() as c, c.stream("POST", path, json={**body, "stream": True}) as r:
+            note["status"] = r.status_code
+            cap = r.headers.get("x-hearth-max-tokens-cap")
+            if cap:
+                note["status"] = f"{r.status_code}, cap {cap}"
+            for _ in r.iter_bytes():
+                if time.perf_counter() - t0 > leave_after:
+                    break
+        note["seconds"] = time.perf_counter() - t0
+
+    return run
+
+
+def stall_cases(worker: Worker) -> list[tuple[str, Callable[[Worker, dict], None], float]]:
+    """Requests that held the model for everyone: one embedding input as long as the context (every dialect
+    that takes one; Ollama's cut a longer one to fit), as many long answers as slots in one request, more
+    choices than slots, and a max_tokens of 2^63."""
+    text = long_text(worker, 2048)
+    past = text + " " + text  # Ollama's routes cut it to the context
+    answers = {**CHAT, "max_tokens": 256, "messages": [{"role": "user", "content": "Write a long story."}]}
+    return [
+        ("one 2,048-token input, /v1/embeddings", post("/v1/embeddings", {"model": MAIN, "input": text},
+                                                      leave_after=120), 1.0),
+        ("one input past the context, /api/embed", post("/api/embed", {"model": MAIN, "input": past},
+                                                        leave_after=120), 1.0),
+        ("one input past the context, /api/embeddings", post("/api/embeddings", {"model": MAIN, "prompt": past},
+                                                             leave_after=120), 1.0),
+        ("n=4 (every slot), 256 tokens each", post("/v1/chat/completions", {**answers, "n": 4}), 0.5),
+        ("n=8, over the 4 slots", post("/v1/chat/completions", {**answers, "n": 8}), 0.05),
+        ("max_tokens 2^63, left after 10 s", streamed("/v1/chat/completions", {**CHAT, "max_tokens": 2**63},
+                                                      leave_after=10), 0.5),
+    ]  # fmt: skip
+
+
 def abuse(worker: Worker, name: str, request: Callable[[Worker, dict], None], *, probe_after: float) -> dict:
     """Start ``request``, time the chat ``probe_after`` seconds later, then wait for the request to end."""
     note: dict = {"name": name}
@@ -166,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=4, help="slots of the worker (default 4)")
     parser.add_argument("--threads", type=int, default=None, help="threads of the worker (default: its own choice)")
     parser.add_argument("--solo-runs", type=int, default=5, help="runs of the chat alone (default 5)")
+    parser.add_argument("--only", default="", help="run only the cases whose name holds this text (a rerun on a busy machine)")
     args = parser.parse_args(argv)
 
     worker = Worker(args.parallel, args.threads)
@@ -195,12 +253,13 @@ def main(argv: list[str] | None = None) -> int:
                 **CHAT, "stop": [f"stop{i}" for i in range(200_000)],
             }), 0.05),
             *enum_cases(schema_body),
+            *stall_cases(worker),
         ]  # fmt: skip
         print(f"chat alone (8 tokens, temperature 0, median of {args.solo_runs}): {solo:.3f} s")
         # The machine may be shared: each chat under abuse is compared with the chat alone just before it.
         print(f"{'abusive request':<42} {'answer':>10} {'took s':>8} {'in flight':>9} {'alone s':>8} {'chat s':>7} {'ratio':>6}")
         worst = 0.0
-        for name, request, probe_after in cases:
+        for name, request, probe_after in [c for c in cases if args.only in c[0]]:
             alone = statistics.median(time_chat(worker) for _ in range(3))
             note = abuse(worker, name, request, probe_after=probe_after)
             ratio = note["chat"] / alone

@@ -185,6 +185,9 @@ class GenerationRequest:
     # The ``params`` fields the client did not set (left to Hearth's defaults): a model's own defaults, such
     # as an Ollama Modelfile's PARAMETERs, fill these and only these (engine.model_defaults).
     unset: frozenset[str] = frozenset()
+    # The client's request these are choices of (``n`` choices share one): a loop shares its slots fairly
+    # between such requests, not between their choices. None: the request stands alone.
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

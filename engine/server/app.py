@@ -33,6 +33,7 @@ from engine.server import (
 from engine.server.errors import install_error_handlers
 from engine.server.guard import RequestGuard
 from engine.server.metrics import ServerMetrics
+from engine.server.request_caps import ReportCaps
 from engine.settings import ServerSettings
 
 
@@ -90,5 +91,6 @@ def create_app(
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
         )
+    app.add_middleware(ReportCaps)  # a capped max_tokens named in the response's headers
     app.add_middleware(RequestGuard, settings=settings)  # outermost: before CORS and every route
     return app

@@ -14,7 +14,7 @@ from fastapi import Request
 
 from engine import __version__
 from engine.errors import HearthError
-from engine.server import docs_chat, targets
+from engine.server import docs_chat, request_caps, targets
 from engine.server.access import holds_admin
 from engine.server.errors import GenerationFailed
 from engine.server.request_log import finished_record
@@ -42,8 +42,10 @@ class Generation:
         target: Target | None = None,
         documents: docs_chat.DocumentsAsked | None = None,
         keep_alive: float | None = None,
+        n: int = 1,
     ) -> None:
         self.http = request
+        self.n = n  # choices of each prompt: at most the local model's slots
         self.keep_alive = keep_alive  # seconds the model stays loaded after this request (-1: never; None: as it is)
         self.app = request.app
         self.model_name = model_name
@@ -69,6 +71,8 @@ class Generation:
         # Every dialect's request passes here: the model's own defaults fill what the client left unset.
         self.requests = [served.with_defaults(r) for r in self.requests]
         try:
+            if served.lm is not None:
+                self._fit_model(served.lm)
             if self.documents is not None:  # retrieved once the model is known: the context must fit it
                 grounded = await asyncio.to_thread(
                     lambda: docs_chat.ground(self.app, served, self.requests, self.documents, admin=admin)
@@ -79,6 +83,18 @@ class Generation:
             served.release()
             raise
         self.app.state.metrics.request_started()
+
+    def _fit_model(self, lm: LoadedModel) -> None:
+        """Hold the request to what the local model ``lm`` serves without stalling others: ``n`` within its
+        slots, ``max_tokens`` within its context (engine.server.request_caps).
+
+        Raises:
+            InvalidRequest: ``n`` is over the model's slots.
+        """
+        stats = lm.backend.stats()
+        if stats is not None:
+            request_caps.check_choices(self.n, slots=stats.slots, model=self.served_name)
+        self.requests = request_caps.cap_max_tokens(self.http, self.requests, lm.backend.info.n_ctx)
 
     @property
     def served(self) -> Served:

@@ -308,6 +308,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     fmt = _response_format(body.response_format)
     tool_fields = chat_tools.request_fields(body)
+    group = uuid.uuid4().hex  # the choices are scheduled as one request against others
     reqs = [
         GenerationRequest(
             model=body.model,
@@ -317,12 +318,13 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
             response_format=fmt,
             speculative=body.speculative,
             prediction=body.prediction.text() if body.prediction is not None else None,
+            group=group,
             **tool_fields,
         )
         for i in range(n)
     ]
     keep = request_keep_alive(body.keep_alive)
-    gen = Generation(request, body.model, reqs, target=target, documents=documents, keep_alive=keep)
+    gen = Generation(request, body.model, reqs, target=target, documents=documents, keep_alive=keep, n=n)
     await gen.start()
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
@@ -405,6 +407,7 @@ async def completions(request: Request, body: CompletionBody):
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise InvalidRequest("'logprobs' must be a whole number from 0 to 20.", param="logprobs")
     fmt = _response_format(body.response_format)
+    group = uuid.uuid4().hex  # every prompt's choices, scheduled as one request against others
     reqs = [
         GenerationRequest(
             model=body.model,
@@ -413,11 +416,12 @@ async def completions(request: Request, body: CompletionBody):
             unset=body.unset_sampling(body.max_tokens),
             response_format=fmt,
             speculative=body.speculative,
+            group=group,
         )
         for p in prompts
         for j in range(n)
     ]
-    gen = Generation(request, body.model, reqs, target=target, keep_alive=request_keep_alive(body.keep_alive))
+    gen = Generation(request, body.model, reqs, target=target, keep_alive=request_keep_alive(body.keep_alive), n=n)
     await gen.start()
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:

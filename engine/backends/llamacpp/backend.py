@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 
-import llama_cpp
 import psutil
 
 from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, ModelInfo, ModelSpec
 from engine.backends.llamacpp.draft_model import DraftModel
+from engine.backends.llamacpp.embedding import Embedder
 from engine.backends.llamacpp.load_plan import (
     GGML_KV_TYPES,
     draft_for,
@@ -32,11 +30,9 @@ from engine.backends.speculative import DRAFT, DraftSource, SpeculativeOptions
 from engine.backends.speculative_sampling import plain_sampling
 from engine.chat_template import ChatTemplateTooCostly
 from engine.errors import (
-    ContextLengthExceeded,
     DraftModelUnusable,
     InvalidRequest,
     ModelLoadError,
-    RequestCancelled,
     RerankUnsupported,
 )
 from engine.fit.plan import LoadPlan, prefill_block
@@ -46,8 +42,6 @@ from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_WAITING = 64
-# Seconds of embedding done on the decode thread between two decode steps (at least one text each time).
-EMBED_SLICE_SECONDS = 0.02
 
 
 def default_threads() -> int:
@@ -70,8 +64,7 @@ class LlamaCppBackend:
         self.loop: DecodeLoop | None = None
         self.spec: ModelSpec | None = None
         self.plan: LoadPlan | None = None
-        self._embed_ctx = None
-        self._embed_lock = threading.Lock()
+        self._embedder: Embedder | None = None
         self._ranker: Ranker | None = None
         self.projector: Projector | None = None
         self._n_threads = 1
@@ -139,6 +132,7 @@ class LlamaCppBackend:
         if options.speculative.mode == DRAFT:
             self._load_draft(options.speculative, n_seq=n_seq, n_ctx=n_ctx, flash_attn=own.flash_attn)
         self._ranker = Ranker(self.model, self.loop)
+        self._embedder = Embedder(self.model, self.loop)
 
     def _load_draft(self, speculative: SpeculativeOptions, *, n_seq: int, n_ctx: int, flash_attn: bool) -> None:
         """Load the draft model beside this one; one that cannot draft for it is left out, and why is kept."""
@@ -306,8 +300,9 @@ class LlamaCppBackend:
     ) -> tuple[list[list[float]], int]:
         """Mean-pooled, L2-normalised embeddings of ``texts`` and the tokens they took.
 
-        The texts are embedded on the decode thread in slices of about :data:`EMBED_SLICE_SECONDS`, each
-        between two decode steps, so a long list never holds up the requests that are generating.
+        They are computed on the decode thread in slices, each between two decode steps, so neither a long
+        list nor a long text holds up the requests that are generating (see
+        :mod:`engine.backends.llamacpp.embedding`).
 
         Args:
             texts: The texts.
@@ -318,78 +313,10 @@ class LlamaCppBackend:
             ContextLengthExceeded: one text is longer than the context (and ``truncate`` is off).
             RequestCancelled: ``cancelled`` said so.
         """
-        model, loop = self._require()
-        out: list[list[float]] = []
-        total = 0
-        while len(out) < len(texts):
-            if cancelled is not None and cancelled():
-                raise RequestCancelled()
-            start = len(out)
-            # on the decode thread, which owns llama.cpp's compute threads (see DecodeLoop.call)
-            vectors, n_tokens = loop.call(lambda start=start: self._embed(model, loop, texts, start, truncate))
-            out.extend(vectors)
-            total += n_tokens
-        return out, total
-
-    def _embed(self, model, loop, texts: Sequence[str], start: int, truncate: bool) -> tuple[list[list[float]], int]:
-        """Embed ``texts`` from ``start`` on, one at least, until :data:`EMBED_SLICE_SECONDS` have passed."""
-        import numpy as np
-
-        t0 = time.perf_counter()
-        with self._embed_lock:
-            if self._embed_ctx is None:
-                params = llama_cpp.llama_context_default_params()
-                params.n_ctx = loop.n_ctx_seq
-                params.n_batch = loop.n_ctx_seq
-                params.n_ubatch = loop.n_ctx_seq
-                params.n_seq_max = 1
-                params.embeddings = True
-                params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
-                params.n_threads = self._n_threads
-                params.n_threads_batch = self._n_threads
-                self._embed_ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
-            ctx = self._embed_ctx
-            if ctx is None:
-                raise MemoryError(
-                    f"llama.cpp could not create an embedding context of {loop.n_ctx_seq} tokens; "
-                    "unload another model or load this one with a shorter context."
-                )
-            llama_cpp.llama_set_n_threads(ctx, loop.n_threads, loop.n_threads)  # as many as decoding uses now
-            mem = llama_cpp.llama_get_memory(ctx)
-            out, total = [], 0
-            for text in texts[start:]:
-                if out and time.perf_counter() - t0 > EMBED_SLICE_SECONDS:
-                    break
-                if mem:
-                    tokens = model.tokenize_prompt(text) or [model.bos_id]
-                else:  # an encoder (BERT and kin) has no KV memory and wants its own [CLS] ... [SEP] around the text
-                    tokens = model.tokenize(text, add_special=True, parse_special=False)
-                if len(tokens) > loop.n_ctx_seq:
-                    if not truncate:
-                        raise ContextLengthExceeded(len(tokens), loop.n_ctx_seq)
-                    # an encoder's closing [SEP] stays: the text's end is what goes
-                    tokens = tokens[: loop.n_ctx_seq] if mem else tokens[: loop.n_ctx_seq - 1] + tokens[-1:]
-                total += len(tokens)
-                if mem:
-                    llama_cpp.llama_memory_clear(mem, True)
-                batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
-                try:
-                    for i, t in enumerate(tokens):
-                        batch.token[i] = t
-                        batch.pos[i] = i
-                        batch.n_seq_id[i] = 1
-                        batch.seq_id[i][0] = 0
-                        batch.logits[i] = True
-                    batch.n_tokens = len(tokens)
-                    if llama_cpp.llama_decode(ctx, batch) != 0:
-                        raise RuntimeError("llama_decode failed while embedding")
-                    ptr = llama_cpp.llama_get_embeddings_seq(ctx, 0)
-                    vec = np.ctypeslib.as_array(ptr, shape=(model.n_embd,)).astype(np.float64)
-                finally:
-                    llama_cpp.llama_batch_free(batch)
-                norm = float(np.linalg.norm(vec)) or 1.0
-                out.append((vec / norm).tolist())
-            return out, total
+        self._require()
+        if self._embedder is None:
+            raise RuntimeError("the llama.cpp backend has no model loaded")
+        return self._embedder.embed(texts, cancelled=cancelled, truncate=truncate)
 
     def can_rerank(self) -> bool:
         """Whether the loaded model is a reranker (see :mod:`engine.backends.llamacpp.ranking`)."""
@@ -441,9 +368,9 @@ class LlamaCppBackend:
         if self.draft is not None:
             self.draft.close()
             self.draft = None
-        if self._embed_ctx is not None:
-            llama_cpp.llama_free(self._embed_ctx)
-            self._embed_ctx = None
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None
         if self._ranker is not None:
             self._ranker.close()
             self._ranker = None

@@ -33,6 +33,7 @@ import llama_cpp
 from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats, common_prefix
 from engine.backends.delivery import delivery_batch
+from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -86,6 +87,13 @@ class Sequence:
     # Seconds its sampling (a grammar's masks) took beyond the decode time of the steps it ran in: while
     # others decode, it sits steps out until they are repaid, so one costly grammar never slows every stream.
     sample_debt: float = 0.0
+    paused: bool = False  # it gave its slot to another request and waits to go on (its prompt holds its answer so far)
+    last_step: int = 0  # the loop's step in which it last decoded (its request's choices take turns by it)
+
+    @property
+    def group(self) -> str:
+        """The client request it belongs to: the choices of one request share their slots (engine.backends.fair_share)."""
+        return self.stream.request.group or self.stream.request_id
 
     @property
     def media(self) -> dict[int, MediaChunk]:
@@ -223,6 +231,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_generated_tokens = 0
         self.stats_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
         self.stats_accepted_tokens = 0
+        self.stats_paused = 0  # sequences that gave their slot to another request (engine.backends.fair_share)
+        self._steps = 0  # decode steps run
         self.row_cost = RowCost()  # what a drafted row adds to a step, measured
         self._calls: list[tuple[Callable[[], Any], Future]] = []
         self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
@@ -244,7 +254,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
             details={
                 "prefix_cache_hits": self.stats_prefix_hits, "draft_tokens": self.stats_draft_tokens,
-                "accepted_draft_tokens": self.stats_accepted_tokens, **self.thread_policy.as_dict(),
+                "accepted_draft_tokens": self.stats_accepted_tokens, "paused_sequences": self.stats_paused,
+                **self.thread_policy.as_dict(),
                 "media_encoded": self.projector.encoded if self.projector is not None else 0,
             },
         )  # fmt: skip
@@ -375,14 +386,47 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             self._finish(seq, "cancelled")
 
     def _admit(self) -> None:
-        """Give waiting sequences free slots, first come first served, reusing cached prefixes."""
+        """Give waiting sequences slots, reusing cached prefixes: round the client requests, the oldest sequence
+        of the request with the fewest running first; one whose request has none running takes a slot from a
+        request that holds two more (see :mod:`engine.backends.fair_share`)."""
         while self._waiting:
+            seq = next_admitted(self._waiting, self._running)
             free = [s for s in self.slots if s.seq is None]
             if not free:
-                return
-            seq = self._waiting.popleft()
+                victim = preemption_victim(seq, self._running, pausable=self._pausable)
+                if victim is None:
+                    return
+                free = [self._pause(victim)]
+            self._waiting.remove(seq)
             self._place(seq, free)
             self._running.append(seq)
+
+    @staticmethod
+    def _pausable(seq: Sequence) -> bool:
+        # A prompt with pictures keeps them as chunks that only its own slot's KV holds: it is never paused.
+        return (
+            seq.status is SeqStatus.DECODE and not seq.cancelled and seq.pending is not None
+            and not isinstance(seq.prompt, MediaPrompt)
+        )  # fmt: skip
+
+    def _pause(self, seq: Sequence) -> Slot:
+        """Take ``seq``'s slot and queue it to go on later: its prompt becomes everything it has so far (its
+        slot's tokens and the token it feeds next), computed again when it comes back (its shared beginning
+        copied from a sibling's slot where one holds it), and its sampler and stream carry on as they were."""
+        slot = seq.placed
+        seq.prompt = [*slot.tokens, seq.next_token]
+        seq.pending = None
+        seq.n_past = 0
+        seq.sample_debt = 0.0
+        seq.status = SeqStatus.WAITING
+        seq.paused = True
+        seq.slot = None
+        slot.seq = None
+        slot.last_used = time.monotonic()
+        self._running.remove(seq)
+        self._waiting.appendleft(seq)
+        self.stats_paused += 1
+        return slot
 
     def _place(self, seq: Sequence, free: list[Slot]) -> None:
         limit = seq.cut(len(seq.prompt) - 1)  # the last prompt token is always decoded, for its logits
@@ -420,6 +464,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         seq.slot = dst
         seq.n_past = n
         seq.status = SeqStatus.PREFILL
+        if seq.paused:  # going on: its usage already counts its prompt and what it found cached
+            seq.paused = False
+            return
         if ahead is not None and ahead_n >= n + MIN_COPY_TOKENS:
             seq.copy_from, seq.copy_len = ahead, ahead_n
         self.stats_requests += 1
@@ -573,6 +620,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         decoding = [s for s in ready if s.sample_debt <= 0] or ready
         if not decoding:
             return
+        self._steps += 1
+        decoding = one_row_per_request(decoding, lambda s: s.last_step)
+        for s in decoding:
+            s.last_step = self._steps
         # Each row's pending token, followed by the tokens its request drafts (engine.backends.speculative):
         # one batch verifies them all, a sequence's rows in a run.
         rows: list[tuple[int, int, int, bool]] = []
@@ -595,7 +646,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             s.placed.tokens.append(s.next_token)
             s.n_past += 1
         for s in ready:
-            if s.sample_debt > 0 and len(decoding) < len(ready):
+            if s.sample_debt > 0 and s not in decoding:
                 s.sample_debt = max(0.0, s.sample_debt - step)  # it sat this step out
         alone = len(ready) == 1
         for s in decoding:  # each stream's token reaches its consumer once all are drawn (RequestStream.hold)

@@ -78,6 +78,70 @@ def test_a_long_embedding_list_lets_a_chat_finish_first_and_stops_when_its_calle
     assert len(outcome) == 1 and isinstance(outcome[0], RequestCancelled)  # and the list stopped when asked
 
 
+def _one_call_embedding(model, tokens: list[int]):
+    """llama.cpp's own mean pooling of ``tokens`` in a single call: what an embedding was before it was sliced."""
+    import llama_cpp
+    import numpy as np
+
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = params.n_batch = params.n_ubatch = len(tokens)
+    params.embeddings = True
+    params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+    params.n_threads = params.n_threads_batch = 2
+    ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
+    batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for i, t in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, True
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(tokens)
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+        vec = np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_seq(ctx, 0), shape=(model.n_embd,)).astype(np.float64)
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+    return vec / np.linalg.norm(vec)
+
+
+def test_a_chat_answers_between_two_slices_of_one_long_embedding_input(llama_backend):
+    # One text longer than a slice (256 tokens at most) is computed in several calls on the decode thread, the
+    # KV cache holding the ones before: a chat runs to its end between two of them (the embedding waits, asked
+    # whether its caller is still there, until the chat is done), and the vector is the one a single call gives.
+    import numpy as np
+
+    text = " ".join(f"the river {i % 10} runs to the sea" for i in range(45))
+    tokens = llama_backend.model.tokenize_prompt(text)
+    assert 300 < len(tokens) < 400
+    asked = 0
+    between = threading.Event()
+    chat_done = threading.Event()
+
+    def cancelled() -> bool:  # asked before each slice
+        nonlocal asked
+        asked += 1
+        if asked == 2:  # one slice done, the text not yet
+            between.set()
+            chat_done.wait(timeout=120)
+        return False
+
+    box: list = []
+    embedder = threading.Thread(target=lambda: box.append(llama_backend.embed([text], cancelled=cancelled)))
+    embedder.start()
+    try:
+        assert between.wait(timeout=60), "the text was embedded in one call"
+        chat = GenerationRequest(
+            model="s", prompt="Once upon a time", params=SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+        )
+        final = list(llama_backend.stream(chat))[-1]
+        assert final.finish_reason == "length" and final.completion_tokens == 8
+    finally:
+        chat_done.set()
+        embedder.join(timeout=120)
+    vectors, n_tokens = box[0]
+    assert n_tokens == len(tokens) and asked >= 3
+    assert float(np.dot(vectors[0], _one_call_embedding(llama_backend.model, tokens))) > 0.9999
+
+
 def test_a_model_whose_template_recurses_without_end_is_a_load_error(starter_path: Path, tmp_path: Path):
     import gguf
     from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
@@ -126,3 +190,43 @@ def test_a_cancelled_request_stops_masking_between_two_slices(starter_path: Path
     finally:
         sampler.close()
         model.close()
+
+
+def test_a_chat_gets_a_slot_from_a_request_whose_choices_hold_them_all_and_the_choice_goes_on(llama_backend):
+    # Four greedy choices of one request fill the four slots; a chat that comes after them takes one of their
+    # slots at once and ends first. The choice that gave its slot up goes on where it was: same answer as the others.
+    slots = llama_backend.loop.n_seq_max
+    paused = llama_backend.stats().details.get("paused_sequences", 0)
+    choices = [
+        GenerationRequest(
+            model="s", prompt="Write a long story about a dragon.", group="n-choices",
+            params=SamplingParams(temperature=0, max_tokens=48, ignore_eos=True),
+        )  # fmt: skip
+        for _ in range(slots)
+    ]
+    streams = [llama_backend.stream(r) for r in choices]
+    firsts = [next(s) for s in streams]  # every choice is decoding: no slot is free
+    assert llama_backend.stats().running == slots
+    ended: list[str] = []
+    answers: list[list] = [[] for _ in choices]
+
+    def drain(i: int) -> None:
+        answers[i] = [firsts[i], *streams[i]]
+        ended.append(f"choice {i}")
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(slots)]
+    for t in threads:
+        t.start()
+    chat = GenerationRequest(
+        model="s", prompt="Once upon a time", params=SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    )
+    final = list(llama_backend.stream(chat))[-1]
+    ended.append("chat")
+    for t in threads:
+        t.join(timeout=120)
+    assert final.finish_reason == "length" and final.completion_tokens == 4
+    assert ended[0] == "chat", ended  # it waited for no choice to end
+    assert llama_backend.stats().details["paused_sequences"] == paused + 1
+    ids = [[t for c in a for t in c.token_ids] for a in answers]
+    assert all(a[-1].finish_reason == "length" and a[-1].completion_tokens == 48 for a in answers)
+    assert all(i == ids[0] for i in ids), "a choice that gave up its slot went on differently"

@@ -194,3 +194,39 @@ def test_patterns_with_class_and_punctuation_escapes_are_enforced(server, patter
     choice = r.json()["choices"][0]
     assert choice["finish_reason"] == "stop", choice
     assert re.fullmatch(pattern, json.loads(choice["message"]["content"]))
+def test_more_choices_than_the_models_slots_is_a_400_naming_the_limit(small_server):
+    # The small server has two slots: a third choice would wait for the others and hold every client behind it.
+    for path, body in (
+        ("/v1/chat/completions", {"model": MODEL, "messages": HELLO, "n": 3, "max_tokens": 2}),
+        ("/v1/completions", {"model": MODEL, "prompt": "Hi", "n": 3, "max_tokens": 2}),
+    ):
+        r = _post(small_server, path, body)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "n"
+        assert "at most 2 answers at once" in _message(r)
+    r = _post(small_server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "n": 2, "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 2**63, "stop": ["!", "."]}),
+        ("/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_completion_tokens": 10**9, "stop": ["!", "."],
+                                  "stream": True}),
+        ("/v1/responses", {"model": MODEL, "input": "Say hello.", "max_output_tokens": 10**9, "stop": ["!", "."]}),
+        ("/v1/messages", {"model": MODEL, "max_tokens": 10**9, "messages": HELLO, "stop_sequences": ["!", "."]}),
+        ("/api/chat", {"model": MODEL, "messages": HELLO, "stream": False,
+                       "options": {"num_predict": 10**9, "stop": ["!", "."]}}),
+    ],
+    ids=["chat", "chat-streamed", "responses", "messages", "ollama-chat"],
+)  # fmt: skip
+def test_a_max_tokens_past_the_context_is_capped_to_it_and_the_response_says_so(small_server, path, body):
+    r = _post(small_server, path, {**body, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Hearth-Max-Tokens-Cap"] == "512"  # the small server's context
+
+
+def test_a_max_tokens_within_the_context_is_not_reported(small_server):
+    r = _post(small_server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 512, "temperature": 0, "stop": ["!", "."]})
+    assert r.status_code == 200 and "X-Hearth-Max-Tokens-Cap" not in r.headers

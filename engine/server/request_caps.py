@@ -1,0 +1,74 @@
+"""What one generation request may ask of a local model: its choices within the model's slots, its answer
+within the context (a larger ``max_tokens`` is lowered to it, and the response says so in a header).
+
+Every dialect's generation passes through :meth:`engine.server.openai_routes._Generation.start`, which
+applies both once the model is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine.errors import InvalidRequest
+from engine.types import GenerationRequest
+
+#: The response header that names the context a request's ``max_tokens`` was lowered to (absent when it was not).
+MAX_TOKENS_CAP_HEADER = "X-Hearth-Max-Tokens-Cap"
+_STATE_KEY = "max_tokens_cap"
+
+
+def check_choices(n: int, *, slots: int, model: str) -> None:
+    """Refuse more choices than ``model`` generates at once: the ones past its slots would wait for the others
+    to end, and hold every other client's request behind them.
+
+    Raises:
+        InvalidRequest: ``n`` is over ``slots``.
+    """
+    if n > slots:
+        raise InvalidRequest(
+            f"'n' is {n} but model '{model}' generates at most {slots} answers at once; ask for at most {slots} "
+            "choices, or load the model with more slots (--parallel).",
+            param="n",
+        )
+
+
+def cap_max_tokens(http: Request, requests: list[GenerationRequest], n_ctx: int) -> list[GenerationRequest]:
+    """``requests`` with a ``max_tokens`` over the context ``n_ctx`` lowered to it, noted for the response's
+    :data:`MAX_TOKENS_CAP_HEADER` (an answer never runs past the context: its length ends it there)."""
+    out = []
+    for req in requests:
+        asked = req.params.max_tokens
+        if asked is not None and asked > n_ctx:
+            req = replace(req, params=replace(req.params, max_tokens=n_ctx))
+            setattr(http.state, _STATE_KEY, n_ctx)
+        out.append(req)
+    return out
+
+
+class ReportCaps:
+    """Pure ASGI: adds :data:`MAX_TOKENS_CAP_HEADER` to a response whose request's ``max_tokens`` was capped
+    (streamed responses too: their headers go once the generation has started)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})  # Starlette's request.state writes here
+
+        async def send_with_cap(message: Message) -> None:
+            cap = state.get(_STATE_KEY)
+            if message["type"] == "http.response.start" and cap is not None:
+                headers = [*message.get("headers", ()), (MAX_TOKENS_CAP_HEADER.lower().encode(), str(cap).encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cap)
+
+
+__all__ = ["MAX_TOKENS_CAP_HEADER", "ReportCaps", "cap_max_tokens", "check_choices"]
