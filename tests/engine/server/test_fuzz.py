@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.engine.server import fuzzing, schema_fuzzing
-from tests.engine.server.conftest import MODEL, Server
+from tests.engine.server.conftest import API_KEY, MODEL, Server
 
 # Per operation; the same cases every run (hypothesis derandomized): about 50 per document. On a busy
 # machine an operation stops starting cases after SECONDS, once it has run AT_LEAST (an idle machine
@@ -57,6 +57,9 @@ def test_requests_from_the_servers_own_document_conform_to_it(server, openai_spe
     assert_clean(server, findings, at_least=3 * AT_LEAST)
 
 
+ADMIN_KEY = "fuzz-admin-key"
+
+
 @pytest.fixture(scope="module")
 def hub_backed_server(tmp_path_factory):
     """A `hearth serve` of its own: its own data folder, the Hub stand-in as its hub, started in an
@@ -68,7 +71,11 @@ def hub_backed_server(tmp_path_factory):
     with fuzzing.hub_stand_in(tmp / "hub") as hub:
         work = tmp / "cwd"
         work.mkdir()
-        server = Server("--ctx", "2048", env=fuzzing.every_operation_env(tmp / "home", hub.url), cwd=work, log=tmp / "serve.log")
+        server = Server(
+            "--ctx", "2048", "--admin-key", ADMIN_KEY, env=fuzzing.every_operation_env(tmp / "home", hub.url), cwd=work,
+            log=tmp / "serve.log",
+        )  # fmt: skip
+        server.api_key = ADMIN_KEY  # the module's tests ask as the admin; the fuzz run asks with each key
         server.docs = docs
         try:
             yield server
@@ -119,14 +126,17 @@ def test_a_path_no_file_can_have_is_a_400_naming_the_field(hub_backed_server, ro
 
 
 @pytest.mark.slow
-def test_every_operation_of_the_servers_document_answers_without_a_server_error(hub_backed_server):
+@pytest.mark.parametrize("key", [API_KEY, ADMIN_KEY], ids=["inference-key", "admin-key"])
+def test_every_operation_of_the_servers_document_answers_without_a_server_error(hub_backed_server, key):
+    """With the inference key the admin's operations are refused (403) and the rest must hold as well."""
     server = hub_backed_server
     served = httpx.get(f"{server.root}/openapi.json", headers=server.headers, timeout=30).json()
     doc = fuzzing.every_operation_spec(served, docs_folder=str(server.docs), remote_url=fuzzing.REMOTE_URL, hub_repo=fuzzing.HUB_REPO)
     operations = {f"{m.upper()} {p}" for p, item in doc["paths"].items() for m in item if m != "parameters"}
     assert {"POST /api/pull", "GET /api/fit", "POST /api/downloads", "GET /api/hub/variants", "GET /api/hub/search"} <= operations
     findings = fuzzing.fuzz(
-        doc, server.root, headers=server.headers, openai=None, max_examples=EVERY_EXAMPLES, conformance=False,
+        doc, server.root, headers={"Authorization": f"Bearer {key}"}, openai=None, max_examples=EVERY_EXAMPLES,
+        conformance=False,
         server_errors_only=True, seconds_per_operation=EVERY_SECONDS, min_examples=3,
     )  # fmt: skip
     assert not findings.failures, findings.summary()
