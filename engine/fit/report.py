@@ -12,6 +12,7 @@ from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape, wit
 from engine.fit.memory import kv_bytes_per_token
 from engine.fit.plan import LoadPlan, plan_load
 from engine.fit.projector import projector_from_size
+from engine.fit.speed import CHAT_DEPTH, MachineSpeed, SpeedEstimate, estimate_speed
 
 if TYPE_CHECKING:
     from engine.catalog.registry import LocalModel, ModelRegistry
@@ -29,6 +30,8 @@ class FitReport:
     plan: LoadPlan
     budget: MemoryBudget
     label: str | None = None
+    speed: SpeedEstimate | None = None  # decoding with the plan's whole context in the cache
+    speed_chat: SpeedEstimate | None = None  # ... with a chat's first exchanges in it (CHAT_DEPTH tokens)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -45,7 +48,18 @@ class FitReport:
             "plan": self.plan.to_dict(),
             "budget": self.budget.to_dict(),
             "facts": self.facts.to_dict(),
+            "speed": self.speed.to_dict() if self.speed is not None else None,
+            "speed_chat": self.speed_chat.to_dict() if self.speed_chat is not None else None,
         }
+
+    def with_speed(self, machine: MachineSpeed | None) -> FitReport:
+        """This report with the speed model's figures on ``machine`` (unchanged when None)."""
+        if machine is None or not self.plan.fits and self.plan.memory.total <= 0:
+            return self
+        label = self.variant if self.source == "hub" else None
+        full = estimate_speed(self.facts, machine, plan=self.plan, label=label)
+        chat = estimate_speed(self.facts, machine, plan=self.plan, label=label, depth=min(CHAT_DEPTH, self.plan.n_ctx))
+        return replace(self, speed=full, speed_chat=chat)
 
 
 def facts_for_local(model: LocalModel) -> ModelFacts:
@@ -187,12 +201,13 @@ def fit_model(
     flash_attn: bool = True,
     cpu_moe: int | None = None,
     speculative: str | None = None,
+    machine: MachineSpeed | None = None,
 ) -> FitReport:
     """A local model by name or path, else a Hub repo (``OWNER/REPO[:VARIANT]``).
 
     ``backend`` is the worker's backend override for a local model (None: the one its format gets).
     ``speculative`` is ``--speculative``'s value: with ``draft:MODEL`` the draft model's memory is counted (prompt
-    lookup takes none).
+    lookup takes none). With ``machine`` (this machine's measured rates) the report has the speed model's figures.
 
     Raises:
         ModelNotFound: neither here nor a repo name. InvalidRequest: bad settings.
@@ -225,9 +240,10 @@ def fit_model(
             from engine.catalog.hub import HubClient
 
             hub = HubClient()
-        return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
-    return fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend, gpu_layers=gpu_layers,
-                     flash_attn=flash_attn, cpu_moe=cpu_moe, draft=draft, registry=registry)  # fmt: skip
+        return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type).with_speed(machine)
+    report = fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend, gpu_layers=gpu_layers,
+                       flash_attn=flash_attn, cpu_moe=cpu_moe, draft=draft, registry=registry)  # fmt: skip
+    return report.with_speed(machine)
 
 
 __all__ = ["FitReport", "fit_model", "fit_local", "fit_hub", "facts_for_local"]

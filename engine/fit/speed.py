@@ -240,9 +240,10 @@ class SpeedEstimate:
 
 
 def _rate(x: float) -> str:
+    # one decimal under 10, so that a model just under the threshold never reads "about 10"
     if x >= 100:
         return f"{round(x, -1):,.0f}"
-    return f"{x:.0f}" if x >= 3 else f"{x:.1f}"
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
 
 def _type_shares(facts: ModelFacts, label: str | None) -> dict[str, float]:

@@ -165,3 +165,20 @@ def test_the_real_kernel_probe_measures_llamacpp(tmp_path) -> None:
     assert k.prompt_rate > 0
     assert token_cost >= 0 and layer_cost >= 0
     assert not list(tmp_path.iterdir())  # the probe models are gone
+
+
+def test_hearth_fit_shows_the_speed_with_its_basis(starter_path) -> None:
+    from engine.commands.fit import render
+    from engine.fit.report import fit_model
+    from engine.hardware import detect_hardware
+    from tests.engine.fit.speed_figures import cpu_figures
+
+    hw = detect_hardware()
+    report = fit_model(str(starter_path), hw, n_ctx=4096, n_seq=1, machine=MachineSpeed(hw.identity, cpu_figures()))
+    speed = report.to_dict()["speed_chat"]
+    # the starter's Q4_1 layers run on Q4_1's kernels, its tied Q8_0 embeddings are the head it reads
+    assert speed["depth"] == 1024 and speed["bytes_per_token"] > report.facts.weights_bytes * 0.9
+    lines = "\n".join(render(report))
+    assert "speed      about " in lines and "GB/s measured) with 1,024 tokens in context" in lines
+    assert "with all 4,096" in lines and "16 streams together decode about" in lines
+    assert fit_model(str(starter_path), hw).to_dict()["speed"] is None  # no figures, no speed
