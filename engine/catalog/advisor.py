@@ -310,14 +310,14 @@ def _faster_twin(e: FitEstimate, items: Sequence[FitEstimate]) -> FitEstimate | 
     """A variant of ``e``'s quality class and size whose kernels run clearly faster here, or None."""
     if e.speed is None:
         return None
-    best = None
+    best: tuple[float, FitEstimate] | None = None
     for o in items:
         if o is e or o.speed is None or not _same_class(e, o) or abs(o.memory.weights - e.memory.weights) > SAME_SIZE * e.memory.weights:
             continue
         d, p = o.speed.decode_tok_s / e.speed.decode_tok_s, o.speed.prompt_tok_s / e.speed.prompt_tok_s
-        if min(d, p) >= 0.9 and max(d, p) >= FASTER and (best is None or o.speed.prompt_tok_s > best.speed.prompt_tok_s):
-            best = o
-    return best
+        if min(d, p) >= 0.9 and max(d, p) >= FASTER and (best is None or o.speed.prompt_tok_s > best[0]):
+            best = (o.speed.prompt_tok_s, o)
+    return best[1] if best is not None else None
 
 
 def _recommend(
