@@ -113,7 +113,8 @@ def _keep_speed_figures() -> None:
     from engine.hardware import detect_hardware
     from tests.engine.fit.speed_figures import machine_figures
 
-    save(machine_figures(detect_hardware().identity))
+    hardware = detect_hardware()
+    save(machine_figures(hardware.identity, gpus=len(hardware.gpus)))
 
 
 @pytest.fixture(autouse=True)
