@@ -48,9 +48,9 @@ ROUNDS = 3
 # fixed costs of a token and a layer grow with the barriers where threads wait for each other.
 THREAD_SCALING = 0.9
 SYNC_FACTOR = 1.5
-# Of the smaller of a decode's two costs (the kernel's work on the loop's threads, reading memory), the share not
-# hidden behind the larger: fitted to llama-bench's decode of the starter in five formats on a 2-core AVX-512 CPU
-# (Q4_1 147, Q4_0 173, IQ4_NL 181, Q4_K_M 152, Q8_0 156 tok/s; see docs/fit.md).
+# With several threads, the share of the smaller of a decode's two costs (the kernel's work split over the threads,
+# reading memory) that is not hidden behind the larger: fitted to llama-bench's decode of the starter in five formats
+# on a 2-core AVX-512 CPU (Q4_1 147, Q4_0 173, IQ4_NL 181, Q4_K_M 152, Q8_0 156 tok/s; see docs/fit.md).
 UNHIDDEN = 0.5
 # Of what NVML reports (memory clock x bus width), what a kernel streams in practice when torch cannot check it.
 GPU_STREAM_SHARE = 0.8
@@ -263,11 +263,14 @@ def measure_kernels(
     for t in types:
         one_decode = big[t][1] / max(1e-6, best[f"decode{t}"] - base)
         one_prompt = 2 * 16 * layers * prompt_width**2 * rows / best[f"prompt{t}"]
-        # the loop's threads share the kernel's work, but not the memory's bandwidth; the two overlap in part
+        # One thread's rate is what it measured. More threads share the kernel's work but not the memory's
+        # bandwidth, and their streams contend: the larger of the two costs plus part of the smaller.
         work, reading = 1 / (threads * one_decode), 1 / bandwidth
-        decode = 1 / (max(work, reading) + UNHIDDEN * min(work, reading))
-        kernels.append(KernelSpeed(t, decode, threads * one_prompt * THREAD_SCALING))
-    return tuple(kernels), token_cost * SYNC_FACTOR, layer_cost * SYNC_FACTOR
+        contention = UNHIDDEN * min(work, reading) if threads > 1 else 0.0
+        prompt = one_prompt * (threads * THREAD_SCALING if threads > 1 else 1.0)
+        kernels.append(KernelSpeed(t, 1 / (max(work, reading) + contention), prompt))
+    sync = SYNC_FACTOR if threads > 1 else 1.0
+    return tuple(kernels), token_cost * sync, layer_cost * sync
 
 
 # -- GPUs --------------------------------------------------------------------------------------------
