@@ -330,17 +330,23 @@ def torch_gpu_rates(index: int) -> tuple[float, float] | None:
     return 2 * src.numel() / copy, 2 * 4096**3 / mm  # a copy reads and writes each byte
 
 
-def gpu_speeds(gpus: Sequence[GpuInfo], cpu: DeviceSpeed, *, check: bool = True) -> tuple[DeviceSpeed, ...]:
-    """Each NVIDIA GPU's rates: NVML's bandwidth, checked with torch where present; Apple's unified memory is the
-    CPU's (measured) until measured on its own."""
-    reported = nvml_bandwidths()
+def gpu_speeds(
+    gpus: Sequence[GpuInfo],
+    cpu: DeviceSpeed,
+    *,
+    reported: dict[int, float] | None = None,
+    measure: Callable[[int], tuple[float, float] | None] | None = torch_gpu_rates,
+) -> tuple[DeviceSpeed, ...]:
+    """Each NVIDIA GPU's rates: the bandwidth NVML reports (``reported`` by index; asked when None), checked by
+    ``measure`` (torch's copy and product; None: not checked); Apple's unified memory is the CPU's."""
+    reported = nvml_bandwidths() if reported is None else reported
     out = []
     for g in gpus:
         name = f"gpu{g.index}"
         if g.unified_memory:
             out.append(DeviceSpeed(name, g.name, cpu.bandwidth, cpu.flops * 4, basis="measured (unified memory)"))
             continue
-        measured = torch_gpu_rates(g.index) if check else None
+        measured = measure(g.index) if measure is not None else None
         peak = reported.get(g.index)
         if measured is not None:
             bw, flops = measured

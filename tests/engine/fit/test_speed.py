@@ -182,3 +182,18 @@ def test_hearth_fit_shows_the_speed_with_its_basis(starter_path) -> None:
     assert "speed      about " in lines and "GB/s measured) with 1,024 tokens in context" in lines
     assert "with all 4,096" in lines and "16 streams together decode about" in lines
     assert fit_model(str(starter_path), hw).to_dict()["speed"] is None  # no figures, no speed
+
+
+def test_a_gpus_bandwidth_is_nvmls_checked_where_torch_can() -> None:
+    from engine.fit.probe import gpu_speeds
+
+    cpu = machine().cpu
+    card = GpuInfo(0, "Card", "nvidia", 24 * 2**30)
+    (reported,) = gpu_speeds([card], cpu, reported={0: 1000 * GB}, measure=None)
+    assert reported.bandwidth == pytest.approx(800 * GB) and reported.basis == "reported by NVML"
+    (checked,) = gpu_speeds([card], cpu, reported={0: 1000 * GB}, measure=lambda i: (900 * GB, 500_000 * GB))
+    assert checked.bandwidth == 900 * GB and checked.basis == "measured (NVML reports 1,000 GB/s)"
+    assert gpu_speeds([card], cpu, reported={}, measure=None) == ()  # neither: no figures, the CPU's are not guessed
+    apple = GpuInfo(0, "Apple M3 GPU", "apple", 16 * 2**30, unified_memory=True)
+    (unified,) = gpu_speeds([apple], cpu, reported={}, measure=None)
+    assert unified.bandwidth == cpu.bandwidth
