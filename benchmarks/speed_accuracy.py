@@ -98,6 +98,8 @@ def cpu_time_case(path: Path, case: Case, home: Path) -> dict:
     import httpx
     import psutil
 
+    from engine.bench.workload import WORDS
+
     serve = ["--model", str(path), "--ctx", str(case.ctx), "--parallel", str(case.slots), "--speculative", "off",
              "--threads", "1"]  # fmt: skip
     rng = random.Random(case.words)
@@ -109,8 +111,8 @@ def cpu_time_case(path: Path, case: Case, home: Path) -> dict:
             t = worker.cpu_times()
             return t.user + t.system
 
-        def text(words: int) -> str:  # new words each time: no prompt shares a prefix with one before
-            return " ".join(f"w{rng.randrange(10**6)}" for _ in range(words))
+        def text(words: int) -> str:  # the bench's words, drawn anew: no prompt shares a prefix with one before
+            return " ".join(rng.choice(WORDS) for _ in range(words))
 
         def ask(prompt: str, n: int) -> int:
             body = {"model": name, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True}

@@ -303,7 +303,7 @@ def estimate_speed(
     kv_kernel = _KV_KERNEL.get(kv, "F16")
     where = _placement(plan, n_layers)
     shares = _type_shares(facts, label)
-    active, full = _active(facts), facts.layer_weights()
+    active = _active(facts)
     kv_layer = kv_bytes_per_token(facts, kv, layers=1) * ctx
     # scores and the weighted sum over the cache: 4 operations per head element per cached token
     attn_ops = 4 * facts.heads * facts.shape.head_dim
@@ -317,8 +317,8 @@ def estimate_speed(
             k = dev.kernel(t)
             weights_time += active[i] * share / k.decode_rate
             weights_read += active[i] * share
-            # a prompt row multiplies every weight (a block of rows reaches every expert): 2 operations a weight
-            row_time += 2 * full[i] * share * 8 / TYPE_BITS.get(t, 16.0) / k.prompt_rate
+            # a prompt row multiplies each weight it uses once (an MoE's row, its own experts'): 2 operations a weight
+            row_time += 2 * active[i] * share * 8 / TYPE_BITS.get(t, 16.0) / k.prompt_rate
         kv_time += kv_layer / dev.kernel(kv_kernel).decode_rate
         attn_time += attn_ops * ctx / dev.flops
     head_dev = machine.device(where[-1] if plan is not None and plan.gpu_layers >= n_layers else "cpu")
