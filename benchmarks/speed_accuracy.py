@@ -197,6 +197,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the starter and the 0.5B model, short contexts")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each case, alternating (median kept)")
     parser.add_argument("--only", help="run the cases of this model only")
+    parser.add_argument("--case", help="run this one case: MODEL,CTX,WORDS[,SLOTS] (e.g. starter,32768,5000)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--cpu-time", action="store_true",
                         help="one thread, by the worker's CPU time against the probe's one-thread figures (a busy "
@@ -206,6 +207,9 @@ def main() -> int:
     from engine.hardware import detect_hardware
 
     todo = [c for c in cases(args.quick) if not args.only or c.model == args.only]
+    if args.case:
+        model, ctx, words, *slots = args.case.split(",")
+        todo = [Case(model, int(ctx), int(words), int(slots[0]) if slots else 1)]
     models = build_models(args.dir, {c.model for c in todo})
     machine = probe_machine(detect_hardware(), threads=1 if args.cpu_time else None)
     print(f"probe: memory {machine.cpu.bandwidth / 1e9:.1f} GB/s; " + ", ".join(

@@ -58,6 +58,7 @@ GPU_STREAM_SHARE = 0.8
 # cards alike run 100-250 operations per byte read).
 GPU_FLOPS_PER_BYTE = 120.0
 # Offsets of the 16-bit scales in each block (the rest are quants; random bytes there are valid values).
+SCALE = 0.001
 _F16_FIELDS: dict[str, tuple[int, ...]] = {
     "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "IQ4_NL": (0,), "IQ4_XS": (0,),
     "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
@@ -114,7 +115,7 @@ def _blocks(type_name: str, rows: int, cols: int, rng: Any) -> Any:
     n = rows * cols // block
     pattern = rng.integers(0, 256, size=(min(n, 4096), size), dtype=np.uint8)
     data = np.resize(pattern, (n, size))  # repeated: what is read is the same amount, and writing it is quick
-    scale = np.frombuffer(np.float16(0.001).tobytes(), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(SCALE).tobytes(), dtype=np.uint8)
     for offset in _F16_FIELDS.get(type_name, ()):
         data[:, offset : offset + 2] = scale
     return data.reshape(rows, cols // block * size)
