@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.fit.speed import DeviceSpeed, KernelSpeed, MachineSpeed
+from engine.fit.speed import ATTENTION_KERNEL, KV_KERNEL, DeviceSpeed, KernelSpeed, MachineSpeed
 
 if TYPE_CHECKING:
     from engine.hardware import GpuInfo, HardwareInfo
@@ -59,6 +59,9 @@ GPU_STREAM_SHARE = 0.8
 GPU_FLOPS_PER_BYTE = 120.0
 # Offsets of the 16-bit scales in each block (the rest are quants; random bytes there are valid values).
 SCALE = 0.001
+# The attention probe: a 16-bit model this wide (heads of 64), read with this many tokens in its cache.
+ATTENTION_WIDTH = 512
+ATTENTION_DEPTH = 1024
 _F16_FIELDS: dict[str, tuple[int, ...]] = {
     "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "IQ4_NL": (0,), "IQ4_XS": (0,),
     "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
@@ -130,13 +133,15 @@ def _width(type_name: str, target: int, layers: int) -> int:
     return max(256, int(width) // 256 * 256)
 
 
-def write_probe_model(path: Path, type_name: str, *, width: int, layers: int, vocab: int = 512) -> int:
+def write_probe_model(
+    path: Path, type_name: str, *, width: int, layers: int, vocab: int = 512, head_dim: int = 128
+) -> int:
     """A loadable llama-shaped GGUF of ``type_name`` weights; returns the bytes of its layers."""
     import gguf
     import numpy as np
 
     rng = np.random.default_rng(0)
-    heads = max(1, width // 128)
+    heads = max(1, width // head_dim)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("hearth-probe")
     w.add_block_count(layers)
@@ -186,17 +191,18 @@ class _Probe:
     waiting for the other to be scheduled, and that spinning is CPU time as well).
     """
 
-    def __init__(self, path: Path, *, rows: int) -> None:
+    def __init__(self, path: Path, *, rows: int, n_ctx: int = 512) -> None:
         import llama_cpp
 
         self.rows = rows
-        self.llm = llama_cpp.Llama(str(path), n_ctx=512, n_batch=rows, n_ubatch=rows, n_threads=1, n_threads_batch=1,
+        self.llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_batch=rows, n_ubatch=rows, n_threads=1, n_threads_batch=1,
                                    flash_attn=True, verbose=False)  # fmt: skip
         self.llm.eval([5] * 4)  # the first call builds the graph and touches every page
 
-    def decode(self, tokens: int = 6) -> float:
+    def decode(self, tokens: int = 6, *, depth: int = 2) -> float:
+        """The fastest token's CPU seconds with ``depth`` tokens in the cache."""
         self.llm.reset()
-        self.llm.eval([5] * 2)
+        self.llm.eval([5] * depth)
         best = math.inf
         for _ in range(tokens):
             start = time.thread_time()
@@ -204,8 +210,11 @@ class _Probe:
             best = min(best, time.thread_time() - start)
         return best
 
-    def prompt(self) -> float:
+    def prompt(self, *, depth: int = 0) -> float:
+        """A block of prompt rows' CPU seconds after ``depth`` tokens."""
         self.llm.reset()
+        if depth:
+            self.llm.eval([5] * depth)
         start = time.thread_time()
         self.llm.eval([7] * self.rows)
         return time.thread_time() - start
@@ -217,6 +226,7 @@ class _Probe:
 def measure_kernels(
     *, threads: int, types: Sequence[str] = PROBE_TYPES, target_bytes: int = PROBE_BYTES, rounds: int = ROUNDS,
     rows: int = PROMPT_ROWS, prompt_width: int = PROMPT_WIDTH, folder: Path | None = None, bandwidth: float = math.inf,
+    depth: int = ATTENTION_DEPTH,
 ) -> tuple[tuple[KernelSpeed, ...], float, float]:
     """llama.cpp's rates per tensor type on this CPU with ``threads`` threads, and its fixed costs of a token and of
     a layer (seconds). Each is measured on one thread and scaled; decoding stops at ``bandwidth``.
@@ -241,6 +251,10 @@ def measure_kernels(
 
         try:
             tiny = {n: load(f"tiny-{n}", "F16", 128, n)[0] for n in (1, 9)}  # what a token and a layer cost
+            # attention: a small model's token and prompt block with nothing, and with ATTENTION_DEPTH tokens, before
+            write_probe_model(root / "attention.gguf", "F16", width=ATTENTION_WIDTH, layers=layers, head_dim=64)
+            attention = _Probe(root / "attention.gguf", rows=rows, n_ctx=2 * depth)
+            loaded.append(attention)
             big = {t: load(f"{t}-decode", t, _width(t, target_bytes, layers), layers) for t in types}
             small = {t: load(f"{t}-prompt", t, prompt_width, layers)[0] for t in types}
             best: dict[str, float] = {}
@@ -251,6 +265,10 @@ def measure_kernels(
             for _ in range(rounds):  # round by round, so a disturbance falls on every type alike
                 for n, p in tiny.items():
                     keep(f"tiny{n}", p.decode())
+                keep("attn_decode0", attention.decode())
+                keep("attn_decode", attention.decode(depth=depth))
+                keep("attn_prompt0", attention.prompt())
+                keep("attn_prompt", attention.prompt(depth=depth))
                 for t in types:
                     keep(f"decode{t}", big[t][0].decode())
                     keep(f"prompt{t}", small[t].prompt())
@@ -270,6 +288,15 @@ def measure_kernels(
         contention = UNHIDDEN * min(work, reading) if threads > 1 else 0.0
         prompt = one_prompt * (threads * THREAD_SCALING if threads > 1 else 1.0)
         kernels.append(KernelSpeed(t, 1 / (max(work, reading) + contention), prompt))
+    # the cache's 16-bit keys and values a decoded token reads at depth, and the prompt rows' attention operations
+    cache = 2 * layers * ATTENTION_WIDTH * 2 * depth
+    one_kv = cache / max(1e-6, best["attn_decode"] - best["attn_decode0"])
+    work, reading = 1 / (threads * one_kv), 1 / bandwidth
+    contention = UNHIDDEN * min(work, reading) if threads > 1 else 0.0
+    kernels.append(KernelSpeed(KV_KERNEL, 1 / (max(work, reading) + contention), math.inf))
+    ops = 4 * ATTENTION_WIDTH * layers * rows * (depth + rows / 2)
+    one_attn = ops / max(1e-6, best["attn_prompt"] - best["attn_prompt0"])
+    kernels.append(KernelSpeed(ATTENTION_KERNEL, math.inf, one_attn * (threads * THREAD_SCALING if threads > 1 else 1.0)))
     sync = SYNC_FACTOR if threads > 1 else 1.0
     return tuple(kernels), token_cost * sync, layer_cost * sync
 
@@ -376,7 +403,7 @@ def probe_machine(hardware: HardwareInfo, *, kernels: bool = True, threads: int 
     if kernels:
         try:
             found, token_cost, layer_cost = measure_kernels(threads=n, bandwidth=bandwidth)
-            flops = next((k.prompt_rate for k in found if k.type == "F16"), flops)  # attention runs on 16-bit data
+            flops = next((k.prompt_rate for k in found if k.type == ATTENTION_KERNEL), flops)
         except ImportError as exc:
             log.info("llama.cpp's kernels not measured (%s); its types are judged by memory bandwidth", exc)
     cpu = DeviceSpeed("cpu", hardware.cpu.model, bandwidth, flops, kernels=found, basis="measured",

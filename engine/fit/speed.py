@@ -42,7 +42,10 @@ _LIKE: dict[str, tuple[str, ...]] = {
     "Q5_K": ("Q6_K", "Q4_K"), "Q3_K": ("Q2_K", "Q4_K"), "Q2_K": ("Q3_K", "Q4_K"),
 }  # fmt: skip
 SLOT_LEVELS = (1, 2, 4, 8, 16)
-_KV_KERNEL = {"f16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0", "fp8": "Q8_0"}
+# Measured beside the tensor types: a decoded token reading its cache (bytes of 16-bit keys and values per second),
+# and prompt rows attending to the tokens before them (operations per second).
+KV_KERNEL = "KV"
+ATTENTION_KERNEL = "ATTENTION"
 DEFAULT_MIN_TOKENS_PER_S = 10.0  # below this a model is "slow here" and the picker does not recommend it
 # The tokens in the cache the picker judges decoding at: a chat's first exchanges (a full context is slower).
 CHAT_DEPTH = 1024
@@ -300,11 +303,12 @@ def estimate_speed(
     n_layers = max(1, facts.layers)
     ctx = max(0, depth if depth is not None else (plan.n_ctx if plan is not None else 4096))
     kv = kv_type or (plan.kv_type if plan is not None else "f16")
-    kv_kernel = _KV_KERNEL.get(kv, "F16")
     where = _placement(plan, n_layers)
     shares = _type_shares(facts, label)
     active = _active(facts)
     kv_layer = kv_bytes_per_token(facts, kv, layers=1) * ctx
+    # attention's cost follows the elements it reads, whatever their type: timed as a 16-bit cache's
+    kv_layer_f16 = kv_bytes_per_token(facts, "f16", layers=1) * ctx
     # scores and the weighted sum over the cache: 4 operations per head element per cached token
     attn_ops = 4 * facts.heads * facts.shape.head_dim
 
@@ -319,8 +323,8 @@ def estimate_speed(
             weights_read += active[i] * share
             # a prompt row multiplies each weight it uses once (an MoE's row, its own experts'): 2 operations a weight
             row_time += 2 * active[i] * share * 8 / TYPE_BITS.get(t, 16.0) / k.prompt_rate
-        kv_time += kv_layer / dev.kernel(kv_kernel).decode_rate
-        attn_time += attn_ops * ctx / dev.flops
+        kv_time += kv_layer_f16 / _rate_of(dev, KV_KERNEL, dev.bandwidth, decode=True)
+        attn_time += attn_ops * ctx / _rate_of(dev, ATTENTION_KERNEL, dev.flops, decode=False)
     head_dev = machine.device(where[-1] if plan is not None and plan.gpu_layers >= n_layers else "cpu")
     head_kernel = head_dev.kernel(facts.head_type or max(shares, key=lambda t: shares[t]))
     head = _head_bytes(facts)
@@ -330,7 +334,7 @@ def estimate_speed(
     one = weights_time + kv_time + overhead + head_dev.token_overhead
     # a prompt's rows attend to half its length on average; each further stream reads its own cache
     prompt_row = row_time + attn_time / 2
-    extra = row_time + kv_time + attn_time
+    extra = row_time + kv_time  # a further stream: its rows' products, and reading (and attending over) its own cache
     # a step of N rows costs one token's reading and N - 1 rows' products (never more than N steps of one row)
     slots = tuple((n, n / min(n * one, one + (n - 1) * extra)) for n in SLOT_LEVELS)
     basis = machine.cpu.basis if all(w == "cpu" for w in where) else machine.device(where[-1]).basis
@@ -347,6 +351,12 @@ def estimate_speed(
     )
 
 
+def _rate_of(dev: DeviceSpeed, kind: str, fallback: float, *, decode: bool) -> float:
+    k = next((k for k in dev.kernels if k.type == kind), None)
+    rate = (k.decode_rate if decode else k.prompt_rate) if k is not None else fallback
+    return rate if math.isfinite(rate) and rate > 0 else fallback
+
+
 def _batch_limit(one: float, extra: float) -> int:
     """Streams past which batching adds less than a tenth: N streams decode N / (one + (N - 1) x extra) tokens a
     second, which reaches 90% of its ceiling (1 / extra) at N = 9 x (one - extra) / extra (1: a further row costs
@@ -356,5 +366,5 @@ def _batch_limit(one: float, extra: float) -> int:
 
 __all__ = [
     "KernelSpeed", "DeviceSpeed", "MachineSpeed", "SpeedEstimate", "estimate_speed", "kernel_type", "TYPE_BITS",
-    "SLOT_LEVELS", "DEFAULT_MIN_TOKENS_PER_S", "CHAT_DEPTH",
+    "SLOT_LEVELS", "DEFAULT_MIN_TOKENS_PER_S", "CHAT_DEPTH", "KV_KERNEL", "ATTENTION_KERNEL",
 ]  # fmt: skip

@@ -157,12 +157,12 @@ def test_the_real_kernel_probe_measures_llamacpp(tmp_path) -> None:
     pytest.importorskip("llama_cpp")
     kernels, token_cost, layer_cost = measure_kernels(
         threads=2, types=("Q4_0",), target_bytes=2 * 2**20, rounds=1, rows=8, prompt_width=256, folder=tmp_path,
-        bandwidth=20 * GB,
+        bandwidth=20 * GB, depth=64,
     )  # fmt: skip
-    (k,) = kernels
-    assert k.type == "Q4_0"
-    assert 0 < k.decode_rate <= 20 * GB  # never faster than memory
-    assert k.prompt_rate > 0
+    k, kv, attention = kernels
+    assert k.type == "Q4_0" and kv.type == "KV" and attention.type == "ATTENTION"
+    assert 0 < k.decode_rate <= 20 * GB and 0 < kv.decode_rate <= 20 * GB  # never faster than memory
+    assert k.prompt_rate > 0 and attention.prompt_rate > 0
     assert token_cost >= 0 and layer_cost >= 0
     assert not list(tmp_path.iterdir())  # the probe models are gone
 
