@@ -226,10 +226,13 @@ class _Probe:
 def measure_kernels(
     *, threads: int, types: Sequence[str] = PROBE_TYPES, target_bytes: int = PROBE_BYTES, rounds: int = ROUNDS,
     rows: int = PROMPT_ROWS, prompt_width: int = PROMPT_WIDTH, folder: Path | None = None, bandwidth: float = math.inf,
-    depth: int = ATTENTION_DEPTH,
+    depth: int = ATTENTION_DEPTH, check: Path | None = None,
 ) -> tuple[tuple[KernelSpeed, ...], float, float]:
     """llama.cpp's rates per tensor type on this CPU with ``threads`` threads, and its fixed costs of a token and of
-    a layer (seconds). Each is measured on one thread and scaled; decoding stops at ``bandwidth``.
+    a layer (seconds). Each is measured on one thread and scaled; decoding stops at ``bandwidth``. With ``check``
+    (a real model: the starter) its decode is measured too, and the types' decode rates scaled by what it took
+    against what they predict for it: random blocks run faster than real weights (measured here: the starter took
+    1.4x what a random model of its shape and types did).
 
     Each type gets a model larger than the caches for decoding (reading memory is the cost) and a small one for
     prompt rows (compute is the cost, and a short run is less often interrupted).
@@ -255,6 +258,9 @@ def measure_kernels(
             write_probe_model(root / "attention.gguf", "F16", width=ATTENTION_WIDTH, layers=layers, head_dim=64)
             attention = _Probe(root / "attention.gguf", rows=rows, n_ctx=2 * depth)
             loaded.append(attention)
+            real = _Probe(check, rows=rows) if check is not None else None
+            if real is not None:
+                loaded.append(real)
             big = {t: load(f"{t}-decode", t, _width(t, target_bytes, layers), layers) for t in types}
             small = {t: load(f"{t}-prompt", t, prompt_width, layers)[0] for t in types}
             best: dict[str, float] = {}
@@ -269,6 +275,8 @@ def measure_kernels(
                 keep("attn_decode", attention.decode(depth=depth))
                 keep("attn_prompt0", attention.prompt())
                 keep("attn_prompt", attention.prompt(depth=depth))
+                if real is not None:
+                    keep("real", real.decode())
                 for t in types:
                     keep(f"decode{t}", big[t][0].decode())
                     keep(f"prompt{t}", small[t].prompt())
@@ -278,9 +286,13 @@ def measure_kernels(
     layer_cost = max(0.0, (best["tiny9"] - best["tiny1"]) / 8)
     token_cost = max(0.0, best["tiny1"] - layer_cost)
     base = token_cost + layers * layer_cost
+    factor = 1.0
+    if check is not None:
+        factor = _real_weights_factor(check, best["real"], {t: big[t][1] / max(1e-6, best[f"decode{t}"] - base) for t in types},
+                                      token_cost, layer_cost)  # fmt: skip
     kernels = []
     for t in types:
-        one_decode = big[t][1] / max(1e-6, best[f"decode{t}"] - base)
+        one_decode = factor * big[t][1] / max(1e-6, best[f"decode{t}"] - base)
         one_prompt = 2 * 16 * layers * prompt_width**2 * rows / best[f"prompt{t}"]
         # One thread's rate is what it measured. More threads share the kernel's work but not the memory's
         # bandwidth, and their streams contend: the larger of the two costs plus part of the smaller.
@@ -299,6 +311,21 @@ def measure_kernels(
     kernels.append(KernelSpeed(ATTENTION_KERNEL, math.inf, one_attn * (threads * THREAD_SCALING if threads > 1 else 1.0)))
     sync = SYNC_FACTOR if threads > 1 else 1.0
     return tuple(kernels), token_cost * sync, layer_cost * sync
+
+
+def _real_weights_factor(path: Path, measured: float, rates: dict[str, float], token: float, layer: float) -> float:
+    """What one thread's decode rates are worth on real weights: the starter's measured token against the token
+    they predict for it (at most 1.5x either way, so a disturbed measurement cannot make them absurd)."""
+    from engine.fit.facts import facts_from_gguf
+    from engine.fit.speed import estimate_speed
+
+    one = DeviceSpeed("cpu", "one thread", math.inf, math.inf, tuple(KernelSpeed(t, r, math.inf) for t, r in rates.items()),
+                      token_overhead=token, layer_overhead=layer)  # fmt: skip
+    predicted = 1 / estimate_speed(facts_from_gguf(path), MachineSpeed("", one), depth=2).decode_tok_s
+    factor = min(1.5, max(1 / 1.5, predicted / max(1e-9, measured)))
+    log.info("the starter decodes in %.2f ms on one thread, the random blocks predict %.2f ms: rates x %.2f",
+             measured * 1e3, predicted * 1e3, factor)
+    return factor
 
 
 # -- GPUs --------------------------------------------------------------------------------------------
@@ -402,7 +429,9 @@ def probe_machine(hardware: HardwareInfo, *, kernels: bool = True, threads: int 
     token_cost = layer_cost = 0.0
     if kernels:
         try:
-            found, token_cost, layer_cost = measure_kernels(threads=n, bandwidth=bandwidth)
+            from engine.starter import starter_model_path
+
+            found, token_cost, layer_cost = measure_kernels(threads=n, bandwidth=bandwidth, check=starter_model_path())
             flops = next((k.prompt_rate for k in found if k.type == ATTENTION_KERNEL), flops)
         except ImportError as exc:
             log.info("llama.cpp's kernels not measured (%s); its types are judged by memory bandwidth", exc)

@@ -45,6 +45,10 @@ SLOT_LEVELS = (1, 2, 4, 8, 16)
 # Measured beside the tensor types: a decoded token reading its cache (bytes of 16-bit keys and values per second),
 # and prompt rows attending to the tokens before them (operations per second).
 KV_KERNEL = "KV"
+# What Hearth's loop adds to each token besides llama.cpp's work (sampling, detokenizing, streaming it): measured as
+# the worker's CPU time per token less llama.cpp's own on one thread (1.8 ms for the starter, 2.0 for a
+# Qwen2.5-0.5B-shaped model with 152 K entries in its vocabulary).
+LOOP_SECONDS = 0.0019
 ATTENTION_KERNEL = "ATTENTION"
 DEFAULT_MIN_TOKENS_PER_S = 10.0  # below this a model is "slow here" and the picker does not recommend it
 # The tokens in the cache the picker judges decoding at: a chat's first exchanges (a full context is slower).
@@ -331,10 +335,11 @@ def estimate_speed(
     weights_time += head / head_kernel.decode_rate
     weights_read += head
     row_time += 2 * head * 8 / TYPE_BITS.get(head_kernel.type, 16.0) / head_kernel.prompt_rate
-    one = weights_time + kv_time + overhead + head_dev.token_overhead
+    one = weights_time + kv_time + overhead + head_dev.token_overhead + LOOP_SECONDS
     # a prompt's rows attend to half its length on average; each further stream reads its own cache
     prompt_row = row_time + attn_time / 2
-    extra = row_time + kv_time  # a further stream: its rows' products, and reading (and attending over) its own cache
+    # a further stream: its rows' products, reading (and attending over) its own cache, and its token in Hearth's loop
+    extra = row_time + kv_time + LOOP_SECONDS
     # a step of N rows costs one token's reading and N - 1 rows' products (never more than N steps of one row)
     slots = tuple((n, n / min(n * one, one + (n - 1) * extra)) for n in SLOT_LEVELS)
     basis = machine.cpu.basis if all(w == "cpu" for w in where) else machine.device(where[-1]).basis
