@@ -317,11 +317,12 @@ def _real_weights_factor(path: Path, measured: float, rates: dict[str, float], t
     """What one thread's decode rates are worth on real weights: the starter's measured token against the token
     they predict for it (at most 1.5x either way, so a disturbed measurement cannot make them absurd)."""
     from engine.fit.facts import facts_from_gguf
-    from engine.fit.speed import estimate_speed
+    from engine.fit.speed import LOOP_SECONDS, estimate_speed
 
     one = DeviceSpeed("cpu", "one thread", math.inf, math.inf, tuple(KernelSpeed(t, r, math.inf) for t, r in rates.items()),
                       token_overhead=token, layer_overhead=layer)  # fmt: skip
-    predicted = 1 / estimate_speed(facts_from_gguf(path), MachineSpeed("", one), depth=2).decode_tok_s
+    # llama.cpp's token alone: the probe decodes in llama.cpp, without Hearth's loop around it
+    predicted = 1 / estimate_speed(facts_from_gguf(path), MachineSpeed("", one), depth=2).decode_tok_s - LOOP_SECONDS
     factor = min(1.5, max(1 / 1.5, predicted / max(1e-9, measured)))
     log.info("the starter decodes in %.2f ms on one thread, the random blocks predict %.2f ms: rates x %.2f",
              measured * 1e3, predicted * 1e3, factor)
