@@ -187,7 +187,7 @@ def cases(quick: bool) -> list[Case]:
         # the random models' made-up vocabulary spells English words in bytes: about 7 tokens a word
         Case("qwen-0.5b", 4096, 17), Case("qwen-0.5b", 4096, 214), Case("qwen-0.5b", 4096, 3, slots=16),
         Case("qwen-1.5b", 4096, 17), Case("moe-8x", 4096, 17),
-        Case("starter", 32768, 12000),
+        Case("starter", 32768, 5000),
     ]
     return [c for c in out if c.ctx <= 4096 and c.model in ("starter", "qwen-0.5b")] if quick else out
 
