@@ -17,7 +17,7 @@ Typical use (the server and the CLI do this)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -359,7 +359,14 @@ def _recommend(
     return variant, reason + why_fast
 
 
-def _choose(estimates: Sequence[FitEstimate], hardware: HardwareInfo, ctx: int, best, about) -> tuple[str | None, str]:
+def _choose(
+    estimates: Sequence[FitEstimate],
+    hardware: HardwareInfo,
+    ctx: int,
+    best: Callable[[list[FitEstimate]], FitEstimate],
+    about: Callable[[FitEstimate], str],
+) -> tuple[str | None, str]:
+    """The variant to take among ``estimates`` (those fast enough here), by where it fits, and the reason."""
     gpu = hardware.best_gpu
     full = [e for e in estimates if e.fit is Fit.GPU]
     if full:
