@@ -55,7 +55,7 @@ class MainWindow(QMainWindow):
         self.banner = Banner(colors)
         self.nav = NavRail(colors)
         self.chats = ChatsPage(self.controller, self.models, colors)
-        self.models_page = ModelsPage(self.api, self.models, colors)
+        self.models_page = ModelsPage(self.api, self.models, colors, settings=self.settings_store)
         self.hardware = HardwarePage(self.api, self.models, colors)
         self.api_page = ApiPage(self.api, engine, self.settings_store, colors)
         self.pages = QStackedWidget()

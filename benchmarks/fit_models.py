@@ -25,11 +25,16 @@ class Shape:
     ctx: int
     qkv_bias: bool = False
     rope_theta: float = 10000.0
+    experts: int = 0  # an MoE (Mixtral-style, llama architecture): experts per layer, each of ``ff``
+    experts_used: int = 0
 
 
 # Llama-3.2-1B and Qwen2.5-0.5B as their configs give them (embeddings tied to the output head).
 LLAMA_1B = Shape("llama-1b", "llama", 16, 2048, 32, 8, 8192, 128_256, 131_072, rope_theta=500_000.0)
 QWEN_05B = Shape("qwen-0.5b", "qwen2", 24, 896, 14, 2, 4864, 151_936, 32_768, qkv_bias=True, rope_theta=1_000_000.0)
+# Qwen2.5-1.5B's shape, and a small MoE (16 layers, 8 experts of 1,024, 2 per token; about 0.9 B weights in all)
+QWEN_15B = Shape("qwen-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151_936, 32_768, qkv_bias=True, rope_theta=1_000_000.0)
+SMALL_MOE = Shape("moe-8x", "llama", 16, 1024, 16, 4, 1024, 32_000, 32_768, experts=8, experts_used=2)
 
 
 def _q8_0(rng: np.random.Generator, rows: int, cols: int):
@@ -60,6 +65,9 @@ def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0) -> Path:
     w.add_rope_freq_base(shape.rope_theta)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    if shape.experts:
+        w.add_expert_count(shape.experts)
+        w.add_expert_used_count(shape.experts_used)
     w.add_tokenizer_model("llama")
     specials = [b"<unk>", b"<s>", b"</s>"]
     byte_tokens = [f"<0x{i:02X}>".encode() for i in range(256)]
@@ -92,6 +100,12 @@ def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0) -> Path:
             w.add_tensor(p + "attn_v.bias", np.zeros(kv_dim, dtype=np.float32))
         linear(p + "attn_output.weight", shape.embd, shape.embd)
         norm(p + "ffn_norm.weight", shape.embd)
+        if shape.experts:
+            w.add_tensor(p + "ffn_gate_inp.weight", rng.standard_normal((shape.experts, shape.embd), dtype=np.float32))
+            for name, rows, cols in (("gate", shape.ff, shape.embd), ("up", shape.ff, shape.embd), ("down", shape.embd, shape.ff)):
+                data, kind = _q8_0(rng, shape.experts * rows, cols)
+                w.add_tensor(f"{p}ffn_{name}_exps.weight", data.reshape(shape.experts, rows, -1), raw_dtype=kind)
+            continue
         linear(p + "ffn_gate.weight", shape.ff, shape.embd)
         linear(p + "ffn_up.weight", shape.ff, shape.embd)
         linear(p + "ffn_down.weight", shape.embd, shape.ff)
@@ -103,4 +117,18 @@ def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0) -> Path:
     return path
 
 
-__all__ = ["Shape", "LLAMA_1B", "QWEN_05B", "write_random_gguf"]
+def requantize(src: Path, dst: Path, ftype: str) -> Path:
+    """``src`` re-quantized to ``ftype`` (``Q4_K_M``, ``IQ4_NL``...) with llama.cpp's own quantizer."""
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.allow_requantize = True
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama.cpp could not quantize {src} to {ftype}")
+    return dst
+
+
+__all__ = ["Shape", "LLAMA_1B", "QWEN_05B", "QWEN_15B", "SMALL_MOE", "write_random_gguf", "requantize"]

@@ -92,6 +92,20 @@ class HardwareInfo:
         """The GPU with the most memory, or None."""
         return max(self.gpus, key=lambda g: g.memory_total, default=None)
 
+    @property
+    def identity(self) -> str:
+        """What speed figures measured here belong to: the CPU, the RAM and the GPUs (not what is free now).
+
+        Another CPU, more or less RAM, or a GPU added or taken out gives another identity, and the speed model's
+        figures are measured again (:func:`engine.fit.probe.machine_speed`).
+        """
+        gpus = ", ".join(f"{g.name} {round(g.memory_total / GIB)} GiB" for g in self.gpus) or "no GPU"
+        c = self.cpu
+        return (
+            f"{c.model} ({c.arch}, {c.cores_physical}/{c.cores_logical} cores, {'+'.join(c.features) or 'no extensions'}); "
+            f"{round(self.ram_total / GIB)} GiB RAM; {gpus}"
+        )
+
     def describe_gpu(self) -> str:
         """The GPUs in a few words, or a plain statement that there is none."""
         if not self.gpus:

@@ -102,7 +102,19 @@ def hearth_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("OLLAMA_MODELS", "HEARTH_LMSTUDIO_MODELS", "HEARTH_JAN_MODELS", "HEARTH_GPT4ALL_MODELS"):
         os.environ[name] = str(elsewhere)
     os.environ["HF_HUB_CACHE"] = str(elsewhere / "hf")
+    _keep_speed_figures()
     return home
+
+
+def _keep_speed_figures() -> None:
+    """Fixed speed figures for this machine, so that nothing measures it unasked (the probe takes seconds; its own
+    test measures on purpose)."""
+    from engine.fit.probe import save
+    from engine.hardware import detect_hardware
+    from tests.engine.fit.speed_figures import machine_figures
+
+    hardware = detect_hardware()
+    save(machine_figures(hardware.identity, gpus=len(hardware.gpus)))
 
 
 @pytest.fixture(autouse=True)

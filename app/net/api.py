@@ -148,13 +148,14 @@ class HearthApi(ApiClient):
             "/api/hub/search", lambda d: HubSearch.model_validate(d).results, q=query, sort=sort, format=fmt
         )
 
-    def hub_variants(self, repo: str, *, ctx: int = 4096) -> ApiCall:
+    def hub_variants(self, repo: str, *, ctx: int = 4096, min_speed: float | None = None) -> ApiCall:
         """VariantList"""
-        return self.get("/api/hub/variants", VariantList.model_validate, repo=repo, ctx=ctx)
+        return self.get("/api/hub/variants", VariantList.model_validate, repo=repo, ctx=ctx, min_speed=min_speed)
 
-    def hub_recommended(self, *, live: bool = False, ctx: int | None = None) -> ApiCall:
+    def hub_recommended(self, *, live: bool = False, ctx: int | None = None, min_speed: float | None = None) -> ApiCall:
         """RecommendedList (with ``live``, the hub's details too, which can take a while)"""
         query = f"live={'true' if live else 'false'}" + (f"&ctx={ctx}" if ctx else "")
+        query += f"&min_speed={min_speed:g}" if min_speed is not None else ""
         return self.call("GET", f"/api/hub/recommended?{query}", RecommendedList.model_validate, timeout_ms=HUB_TIMEOUT_MS)
 
     def downloads(self) -> ApiCall:

@@ -59,6 +59,8 @@ class FitFacts:
     kv_cache: int
     overhead: int
     devices: tuple[DeviceFit, ...] = ()
+    speed: str = ""  # "about 38 tok/s (reads 0.10 GB a token at 4.1 GB/s measured) with 1,024 tokens in context"
+    speed_full: str = ""  # the same with the whole context in the cache
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FitFacts:
@@ -93,6 +95,8 @@ class FitFacts:
             kv_cache=mem.kv_cache_bytes,
             overhead=mem.buffers_bytes + mem.runtime_bytes,
             devices=devices,
+            speed=f"{answer.speed_chat.summary} with {answer.speed_chat.depth:,} tokens in context" if answer.speed_chat else "",
+            speed_full=f"{answer.speed.summary} with all {answer.speed.depth:,}" if answer.speed else "",
         )
 
 

@@ -7,6 +7,8 @@ tab is shown. Picking one opens its variants, as picking a search result does.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QFont, QShowEvent
 from PySide6.QtWidgets import (
@@ -37,6 +39,7 @@ from app.net.catalog_types import (
     VariantList,
 )
 from app.net.types import ApiError
+from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors
 from app.units import human_bytes, human_count
 
@@ -50,10 +53,13 @@ class HubPanel(QWidget):
     download_started = Signal(Download)
     message = Signal(str, bool)  # text, is an error
 
-    def __init__(self, api: HearthApi, colors: ThemeColors, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, api: HearthApi, colors: ThemeColors, parent: QWidget | None = None, *, settings: SettingsStore | None = None
+    ) -> None:
         super().__init__(parent)
         self.api = api
         self.colors = colors
+        self.settings = settings
         self.variants: VariantList | None = None
         self.picks: RecommendedList | None = None
         self.showing_picks = True
@@ -113,6 +119,15 @@ class HubPanel(QWidget):
         self.ctx.setToolTip("The advisor counts this much context into each variant's memory")
         self.ctx.editingFinished.connect(lambda: self.show_variants(self.variants.repo) if self.variants else None)
         top.addWidget(self.ctx)
+        top.addWidget(QLabel("Slow under"))
+        self.min_speed = QSpinBox()
+        self.min_speed.setObjectName("hubMinSpeed")
+        self.min_speed.setRange(1, 500)
+        self.min_speed.setSuffix(" tok/s")
+        self.min_speed.setValue(round(settings.load().min_speed) if settings is not None else 10)
+        self.min_speed.setToolTip("A model expected to answer slower than this here is not recommended")
+        self.min_speed.editingFinished.connect(self._min_speed_changed)
+        top.addWidget(self.min_speed)
         right.addLayout(top)
         self.recommendation = QLabel()
         self.recommendation.setObjectName("Muted")
@@ -130,6 +145,15 @@ class HubPanel(QWidget):
         right.addWidget(self.table, 1)
         body.addLayout(right, 1)
         column.addLayout(body, 1)
+
+    def _min_speed_changed(self) -> None:
+        if self.settings is not None:
+            self.settings.save(replace(self.settings.load(), min_speed=float(self.min_speed.value())))
+        if self.variants is not None:
+            self.show_variants(self.variants.repo)
+        if self.showing_picks:
+            self.picks = None  # judged again at the new threshold
+            self.load_picks(live=self._asked_hub)
 
     def set_colors(self, colors: ThemeColors) -> None:
         self.colors = colors
@@ -164,7 +188,7 @@ class HubPanel(QWidget):
 
     def load_picks(self, *, live: bool) -> None:
         self._asking_picks = True
-        call = self.api.hub_recommended(live=live, ctx=self.ctx.value())
+        call = self.api.hub_recommended(live=live, ctx=self.ctx.value(), min_speed=self.min_speed.value())
         call.succeeded.connect(self._picks)
         call.failed.connect(lambda e: self._picks_failed(e, live))
 
@@ -218,10 +242,11 @@ class HubPanel(QWidget):
 
     def _pick_item(self, m: RecommendedModel) -> QListWidgetItem:
         counts = f"   ↓ {human_count(m.downloads or 0)}   ♥ {human_count(m.likes or 0)}" if m.live else ""
-        item = QListWidgetItem(f"{m.name}{counts}\n{m.label} · {m.variant} · {human_bytes(m.size_bytes)}")
+        speed = f" · {m.speed}" if m.speed else ""  # "about 38 tok/s", or "slow here: about 1 tok/s"
+        item = QListWidgetItem(f"{m.name}{counts}\n{m.label}{speed} · {m.variant} · {human_bytes(m.size_bytes)}")
         item.setData(Qt.ItemDataRole.UserRole, m.repo)
         item.setData(PICK_ROLE, m)
-        item.setToolTip(f"{m.repo}\n{m.description}\n{m.reason}")
+        item.setToolTip(f"{m.repo}\n{m.description}\n{m.reason}" + (f"\nExpected here: {m.speed_detail}" if m.speed_detail else ""))
         item.setSizeHint(QSize(300, 52))
         return item
 
@@ -256,7 +281,7 @@ class HubPanel(QWidget):
         self.repo_title.setText(repo)
         self.recommendation.setText("Asking the advisor…")
         self.table.setRowCount(0)
-        call = self.api.hub_variants(repo, ctx=self.ctx.value())
+        call = self.api.hub_variants(repo, ctx=self.ctx.value(), min_speed=self.min_speed.value())
         call.succeeded.connect(self._variants)
         call.failed.connect(lambda e: (self.recommendation.setText(""), self.message.emit(e.message, True)))
 
@@ -286,7 +311,11 @@ class HubPanel(QWidget):
             size_item.setToolTip(f"With its projector {v.projector.path} ({human_bytes(v.projector.size)}), pulled with it")
         self.table.setItem(row, 2, size_item)
         memory = f" · {human_bytes(v.memory_bytes)}" if v.memory_bytes and v.fit != "none" else ""
-        label = QLabel(f'<span style="color:{self.fit_color(v.fit)}; font-weight:600;">{v.label}</span>{memory}')
+        speed = ""
+        if v.speed:  # the expected speed beside the fit label; slow ones in the error colour
+            color = self.colors.error_text if v.slow else self.colors.muted
+            speed = f' · <span style="color:{color};">{v.speed}</span>'
+        label = QLabel(f'<span style="color:{self.fit_color(v.fit)}; font-weight:600;">{v.label}</span>{memory}{speed}')
         label.setToolTip(v.detail)
         label.setObjectName(f"fit_{v.name}")
         label.setContentsMargins(6, 0, 6, 0)

@@ -30,6 +30,7 @@ from app.net.types import ApiError, ModelInfo, StatsSnapshot
 from app.pages.downloads_panel import DownloadsPanel
 from app.pages.hub_panel import HubPanel
 from app.pages.remote_panel import RemotePanel
+from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors
 from app.widgets.confirm import confirm
 from app.widgets.local_models_table import LocalModelsTable, OriginBadgeDelegate
@@ -40,7 +41,10 @@ from app.widgets.model_settings_dialog import ModelSettingsDialog
 class ModelsPage(QWidget):
     status = Signal(str)  # a sentence for the page's status line
 
-    def __init__(self, api: HearthApi, models: LocalModels, colors: ThemeColors, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, api: HearthApi, models: LocalModels, colors: ThemeColors, parent: QWidget | None = None, *,
+        settings: SettingsStore | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("Page")
         self.setAcceptDrops(True)
@@ -69,7 +73,7 @@ class ModelsPage(QWidget):
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self._local_tab(), "On this computer")
-        self.hub = HubPanel(api, colors)
+        self.hub = HubPanel(api, colors, settings=settings)
         self.tabs.addTab(self.hub, "Discover")
         self.downloads = DownloadsPanel(api, colors)
         self.tabs.addTab(self.downloads, "Downloads")

@@ -167,3 +167,4 @@ class AppSettings:
     theme: str = "system"  # system | light | dark
     default_model: str = STARTER_NAME
     other_apps_offered: bool = False  # the question about other apps' models was answered once
+    min_speed: float = 10.0  # tokens/s under which Discover calls a model "slow here" and does not recommend it

@@ -171,7 +171,10 @@ class ModelSettingsDialog(QDialog):
             return
         self.fit_facts = facts
         head = "Fits: " if facts.fits else "Does not fit: "
-        self.fit_label.setText(head + (facts.summary if facts.fits else facts.reason))
+        text = head + (facts.summary if facts.fits else facts.reason)
+        if facts.fits and facts.speed:  # how fast it would answer with these settings
+            text += f"\nSpeed: {facts.speed}" + (f"; {facts.speed_full}" if facts.speed_full else "") + "."
+        self.fit_label.setText(text)
 
     def _fit_failed(self, asked: int, error: ApiError) -> None:
         if asked == self._asked:

@@ -17,7 +17,7 @@ Typical use (the server and the CLI do this)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -30,6 +30,7 @@ from engine.fit.facts import ModelFacts, facts_from_shape
 from engine.fit.memory import KV_TYPE_WORDS, compute_buffer_bytes, llamacpp_model_bytes, output_buffer_bytes
 from engine.fit.plan import DEFAULT_CTX, PREFILL_BLOCK, LoadPlan, plan_load
 from engine.fit.projector import ProjectorFacts, projector_from_size
+from engine.fit.speed import CHAT_DEPTH, DEFAULT_MIN_TOKENS_PER_S, MachineSpeed, SpeedEstimate, estimate_speed
 from engine.hardware import HardwareInfo
 
 DEFAULT_CONTEXT = DEFAULT_CTX  # what the llama.cpp backend loads with when not told otherwise
@@ -71,6 +72,20 @@ class FitEstimate:
     total_layers: int
     quality: int
     plan: LoadPlan | None = None
+    speed: SpeedEstimate | None = None  # decoding with a chat's first exchanges in the cache (None: not measured)
+    min_speed: float = DEFAULT_MIN_TOKENS_PER_S
+
+    @property
+    def slow(self) -> bool:
+        """Whether it would decode under the threshold here (a model that fits but that nobody would wait for)."""
+        return self.speed is not None and self.fit is not Fit.NONE and self.speed.slow(self.min_speed)
+
+    @property
+    def speed_label(self) -> str:
+        """``about 38 tok/s``, ``slow here: about 1 tok/s``, or empty (not measured, or it does not fit)."""
+        if self.speed is None or self.fit is Fit.NONE:
+            return ""
+        return self.speed.label(self.min_speed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +102,9 @@ class FitEstimate:
             "gpu_layers": self.gpu_layers,
             "total_layers": self.total_layers,
             "plan": self.plan.to_dict() if self.plan is not None else None,
+            "speed": self.speed.to_dict() if self.speed is not None else None,
+            "speed_label": self.speed_label,
+            "slow": self.slow,
         }
 
 
@@ -164,8 +182,11 @@ def estimate_fit(
     parallel: int | None = None,
     gpu_offload_supported: bool | None = None,
     projector: ProjectorFacts | None = None,
+    machine: MachineSpeed | None = None,
+    min_speed: float = DEFAULT_MIN_TOKENS_PER_S,
 ) -> FitEstimate:
-    """How ``variant`` fits ``hardware`` at ``context_length`` tokens (the loader's plan at rest).
+    """How ``variant`` fits ``hardware`` at ``context_length`` tokens (the loader's plan at rest), and with
+    ``machine`` (its measured rates) how fast it would decode with a chat's first exchanges in the cache.
 
     Args:
         kv_type: The KV cache type (``f16``, ``q8_0``, ``q4_0``; ``fp8`` for the paged engine);
@@ -175,6 +196,7 @@ def estimate_fit(
         parallel: Slots to plan for (None: as the loader chooses).
         projector: The facts of the projector pulled with the variant (:meth:`HubClient.projector_facts`);
             guessed from its file size when the variant has one and this is None.
+        min_speed: Tokens per second under which it is "slow here".
     """
     if kv_type is None and kv_dtype_bytes != 2.0:
         kv_type = _KV_TYPE_BY_BYTES.get(kv_dtype_bytes, "q8_0")
@@ -208,7 +230,13 @@ def estimate_fit(
     if plan.kv_type in ("q8_0", "q4_0", "fp8") and kv_type is None:
         lever = f"It fits at {context_length:,} tokens with an {KV_TYPE_WORDS[plan.kv_type]} KV cache. "
 
+    speed = None
+    if machine is not None and plan.fits:
+        speed = estimate_speed(facts, machine, plan=plan, label=variant.name, depth=min(CHAT_DEPTH, plan.n_ctx))
+
     def result(fit: Fit, label: str, reason: str) -> FitEstimate:
+        if speed is not None and fit is not Fit.NONE:
+            reason += f" It would decode {speed.describe()}; it {speed.describe_batching()}."
         return FitEstimate(
             variant=variant.name,
             format=variant.format,
@@ -221,6 +249,8 @@ def estimate_fit(
             total_layers=layers,
             quality=variant.quality,
             plan=plan,
+            speed=speed,
+            min_speed=min_speed,
         )
 
     if text_only is not None and text_only.fits:
@@ -265,15 +295,78 @@ def estimate_fit(
     return result(Fit.CPU, "CPU only", f"It {need} and runs on the CPU from RAM ({why}).")
 
 
-def _recommend(estimates: Sequence[FitEstimate], hardware: HardwareInfo, ctx: int) -> tuple[str | None, str]:
+# Formats of one quality class (legacy and non-linear 4- and 5-bit blocks, about the same perplexity at the same
+# size): between these, at sizes within a tenth, the advisor takes the one whose kernels run faster here.
+_QUALITY_CLASSES = (frozenset({"Q4_0", "Q4_1", "IQ4_NL", "IQ4_XS", "MXFP4"}), frozenset({"Q5_0", "Q5_1"}))
+SAME_SIZE = 0.10
+FASTER = 1.10  # decoding or reading prompts this much faster, and neither slower by more than a tenth
+
+
+def _same_class(a: FitEstimate, b: FitEstimate) -> bool:
+    return any(a.variant.upper() in c and b.variant.upper() in c for c in _QUALITY_CLASSES)
+
+
+def _faster_twin(e: FitEstimate, items: Sequence[FitEstimate]) -> FitEstimate | None:
+    """A variant of ``e``'s quality class and size whose kernels run clearly faster here, or None."""
+    if e.speed is None:
+        return None
+    best: tuple[float, FitEstimate] | None = None
+    for o in items:
+        if o is e or o.speed is None or not _same_class(e, o) or abs(o.memory.weights - e.memory.weights) > SAME_SIZE * e.memory.weights:
+            continue
+        d, p = o.speed.decode_tok_s / e.speed.decode_tok_s, o.speed.prompt_tok_s / e.speed.prompt_tok_s
+        if min(d, p) >= 0.9 and max(d, p) >= FASTER and (best is None or o.speed.prompt_tok_s > best[0]):
+            best = (o.speed.prompt_tok_s, o)
+    return best[1] if best is not None else None
+
+
+def _recommend(
+    estimates: Sequence[FitEstimate], hardware: HardwareInfo, ctx: int, min_speed: float = DEFAULT_MIN_TOKENS_PER_S
+) -> tuple[str | None, str]:
+    why_fast = ""
+
     def best(items: list[FitEstimate]) -> FitEstimate:
+        nonlocal why_fast
         # A variant that fits only with a 4-bit KV cache ranks below those that fit with 8 or 16 bits:
         # the cache loses more than the next quantization step gains.
-        return max(items, key=lambda e: (e.plan is None or e.plan.kv_type != "q4_0", e.quality, -e.memory.total))
+        top = max(items, key=lambda e: (e.plan is None or e.plan.kv_type != "q4_0", e.quality, -e.memory.total))
+        twin = _faster_twin(top, items)
+        if twin is None or twin.speed is None or top.speed is None:
+            return top
+        why_fast = (
+            f" {twin.variant} rather than {top.variant}: about the same size and quality, and llama.cpp's {twin.variant} "
+            f"kernels run faster on this {'GPU' if twin.gpu_layers else 'CPU'} (measured: about "
+            f"{twin.speed.decode_tok_s:.0f} against {top.speed.decode_tok_s:.0f} tok/s decoding, "
+            f"{twin.speed.prompt_tok_s:.0f} against {top.speed.prompt_tok_s:.0f} reading prompts)."
+        )
+        return twin
 
     def about(e: FitEstimate) -> str:
-        return f"about {_gb(e.plan.memory.total if e.plan else e.memory.total)} with {ctx:,} tokens of context"
+        fast = f", {e.speed.label(min_speed)}" if e.speed is not None else ""
+        return f"about {_gb(e.plan.memory.total if e.plan else e.memory.total)} with {ctx:,} tokens of context{fast}"
 
+    usable = [e for e in estimates if not e.slow]
+    slow = [e for e in estimates if e.slow]
+    variant, reason = _choose(usable, hardware, ctx, best, about)
+    if variant is None and slow:
+        e = max(slow, key=lambda e: e.speed.decode_tok_s if e.speed else 0.0)
+        return None, (
+            f"Every variant that fits would decode under {min_speed:g} tok/s here; the fastest, {e.variant}, "
+            f"{e.speed.describe() if e.speed else 'too'}. Try a smaller model."
+        )
+    if variant is not None and slow:
+        reason += f" Left out as slow here (under {min_speed:g} tok/s): {', '.join(e.variant for e in slow)}."
+    return variant, reason + why_fast
+
+
+def _choose(
+    estimates: Sequence[FitEstimate],
+    hardware: HardwareInfo,
+    ctx: int,
+    best: Callable[[list[FitEstimate]], FitEstimate],
+    about: Callable[[FitEstimate], str],
+) -> tuple[str | None, str]:
+    """The variant to take among ``estimates`` (those fast enough here), by where it fits, and the reason."""
     gpu = hardware.best_gpu
     full = [e for e in estimates if e.fit is Fit.GPU]
     if full:
@@ -320,8 +413,11 @@ def advise(
     parallel: int | None = None,
     gpu_offload_supported: bool | None = None,
     projector: ProjectorFacts | None = None,
+    machine: MachineSpeed | None = None,
+    min_speed: float = DEFAULT_MIN_TOKENS_PER_S,
 ) -> Advice:
-    """Label every variant for ``hardware`` and recommend the highest-quality one that fits fully.
+    """Label every variant for ``hardware`` and recommend the highest-quality one that fits fully (with
+    ``machine``, the measured rates: and decodes at ``min_speed`` tokens per second or more).
 
     Args:
         variants: The repo's variants (:attr:`engine.catalog.hub.RepoListing.variants`).
@@ -335,6 +431,8 @@ def advise(
         gpu_offload_supported: Whether llama.cpp can offload to the GPU (detected when None).
         projector: The facts of the projector pulled with the GGUF variants of a repo that sees
             (:meth:`engine.catalog.hub.HubClient.projector_facts`); guessed from its size when None.
+        machine: This machine's measured rates (:func:`engine.fit.probe.speed_for`); None leaves speed out.
+        min_speed: Tokens per second under which a variant is slow here and not recommended.
     """
     ctx = context_length or min(DEFAULT_CONTEXT, shape.context_length or DEFAULT_CONTEXT)
     estimates = tuple(
@@ -348,10 +446,12 @@ def advise(
             parallel=parallel,
             gpu_offload_supported=gpu_offload_supported,
             projector=projector,
+            machine=machine,
+            min_speed=min_speed,
         )
         for v in variants
     )
-    recommended, reason = _recommend(estimates, hardware, ctx)
+    recommended, reason = _recommend(estimates, hardware, ctx, min_speed)
     return Advice(context_length=ctx, estimates=estimates, recommended=recommended, reason=reason, shape=shape)
 
 

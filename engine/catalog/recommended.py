@@ -28,6 +28,7 @@ from engine.errors import HearthError, HubAccessDenied, HubRateLimited, HubUnava
 
 if TYPE_CHECKING:
     from engine.catalog.hub import HubClient, RepoListing
+    from engine.fit.speed import MachineSpeed
     from engine.hardware import HardwareInfo
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,17 @@ class Recommendation:
         est = self.advice.get(self.shown_variant.name)
         return est.label if est else "will not fit"
 
+    @property
+    def slow(self) -> bool:
+        """Whether what is shown would decode under the threshold here (then it is not recommended)."""
+        est = self.advice.get(self.shown_variant.name)
+        return est is not None and est.slow
+
+    @property
+    def usable(self) -> bool:
+        """Whether the advisor suggests a variant here: it fits and is not slow."""
+        return self.advice.recommended is not None
+
     def to_dict(self) -> dict[str, Any]:
         shown = self.shown_variant
         est = self.advice.get(shown.name)
@@ -116,6 +128,8 @@ class Recommendation:
                     "label": e.label if e else "will not fit",
                     "memory_bytes": _memory(e),
                     "recommended": v.name == self.advice.recommended,
+                    "speed": e.speed_label if e else "",
+                    "slow": e.slow if e else False,
                 }
             )
         hub = self.hub
@@ -132,6 +146,9 @@ class Recommendation:
             "label": self.label,
             "reason": self.advice.reason,
             "memory_bytes": _memory(est),
+            "speed": est.speed_label if est else "",
+            "speed_detail": est.speed.describe() if est and est.speed else "",
+            "slow": self.slow,
             "context_length": self.advice.context_length,
             "live": hub is not None,
             "downloads": hub.downloads if hub else None,
@@ -189,6 +206,9 @@ def _pick(item: dict[str, Any]) -> Pick:
         heads=s.get("heads"),
         vocab=s.get("vocab"),
         feed_forward=s.get("feed_forward"),
+        experts=s.get("experts"),
+        expert_feed_forward=s.get("expert_feed_forward"),
+        experts_used=s.get("experts_used"),
     )
     variants = tuple(
         Variant(name=v["quantization"], format="gguf", files=(RemoteFile(v["file"], int(v["size_bytes"])),))
@@ -258,8 +278,14 @@ def recommend(
     hub: HubClient | None = None,
     context_length: int | None = None,
     gpu_offload_supported: bool | None = None,
+    machine: MachineSpeed | None = None,
+    min_speed: float | None = None,
 ) -> RecommendedList:
     """Label every pick for ``hardware`` with the advisor; with ``hub``, add what the hub says now.
+
+    With ``machine`` (this machine's measured rates) each entry's variants are judged by speed too: the suggested
+    variant is the best that fits and decodes at ``min_speed`` tokens per second or more, and within each category
+    the entries with one come first (the others are shown after them as slow here).
 
     Args:
         picks: The curated list (:func:`load_picks`).
@@ -267,7 +293,11 @@ def recommend(
         hub: Asked for each repo's exact sizes, downloads, likes and date; None keeps to the list's data.
         context_length: Tokens of context to plan for (the backend's default when None).
         gpu_offload_supported: Whether llama.cpp can offload to the GPU (detected when None).
+        machine: The measured rates of ``hardware`` (None: speed is left out).
+        min_speed: Tokens per second under which a variant is slow here (None: the default, 10).
     """
+    from engine.fit.speed import DEFAULT_MIN_TOKENS_PER_S
+
     listings: dict[str, RepoListing] = {}
     error = None
     if hub is not None:
@@ -282,9 +312,13 @@ def recommend(
             hardware,
             context_length=context_length,
             gpu_offload_supported=gpu_offload_supported,
+            machine=machine,
+            min_speed=DEFAULT_MIN_TOKENS_PER_S if min_speed is None else min_speed,
         )
         details = HubDetails(listing.downloads, listing.likes, listing.last_modified) if listing is not None else None
         entries.append(Recommendation(pick=pick, variants=variants, advice=advice, hub=details))
+    # within a category (the order is stable): what is usable here first, then what fits but is slow, then the rest
+    entries.sort(key=lambda e: (CATEGORIES.index(e.pick.category), 0 if e.usable else 1 if e.slow else 2))
     return RecommendedList(
         as_of=picks.as_of, entries=tuple(entries), categories=picks.categories, hub_error=error, asked_hub=hub is not None
     )

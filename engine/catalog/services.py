@@ -13,6 +13,7 @@ from engine.errors import Overloaded
 if TYPE_CHECKING:
     from engine.catalog.downloads import DownloadManager
     from engine.catalog.hub import HubClient
+    from engine.fit.speed import MachineSpeed
     from engine.hardware import HardwareInfo
 
 
@@ -37,6 +38,8 @@ class CatalogServices:
             :class:`DownloadManager` by default).
         hardware: Describes the machine the advisor labels variants for (this one, detected
             afresh each time, by default).
+        speed: The measured rates of a machine, for the speed model (by default this machine's, measured once and
+            kept; None for a machine that is not this one).
     """
 
     def __init__(
@@ -47,9 +50,11 @@ class CatalogServices:
         token: str | None = None,
         make_downloads: Callable[[ModelRegistry, HubClient], DownloadManager] | None = None,
         hardware: Callable[[], HardwareInfo] | None = None,
+        speed: Callable[[HardwareInfo], MachineSpeed | None] | None = None,
     ) -> None:
         self.registry = registry
         self._hardware = hardware
+        self._speed = speed
         self._endpoint = endpoint
         self._token = token
         self._make_downloads = make_downloads or _default_downloads
@@ -78,6 +83,14 @@ class CatalogServices:
         from engine.hardware import detect_hardware
 
         return detect_hardware()
+
+    def speed(self, hardware: HardwareInfo) -> MachineSpeed | None:
+        """The measured rates of ``hardware`` for the speed model (None: not known, and not this machine)."""
+        if self._speed is not None:
+            return self._speed(hardware)
+        from engine.fit.probe import speed_for
+
+        return speed_for(hardware)
 
     @property
     def downloads(self) -> DownloadManager:

@@ -34,6 +34,7 @@ class ModelShape:
     # An MoE model's experts per layer and each one's feed-forward size (None: a dense model, or not said)
     experts: int | None = None
     expert_feed_forward: int | None = None
+    experts_used: int | None = None  # experts each token runs through (what a decoded token reads of them)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float = 2.0) -> int:
         """Keys and values of one token across every layer (f16 cache: 2 bytes per element)."""
@@ -54,6 +55,7 @@ class ModelShape:
             "feed_forward": self.feed_forward,
             "experts": self.experts,
             "expert_feed_forward": self.expert_feed_forward,
+            "experts_used": self.experts_used,
         }
 
 
@@ -98,6 +100,7 @@ def shape_from_config(config: dict[str, Any], source: str = "the repo's config.j
         experts=config.get("num_experts") or config.get("num_local_experts"),
         expert_feed_forward=config.get("moe_intermediate_size") or (
             config.get("intermediate_size") if config.get("num_local_experts") else None),  # Mixtral's experts are full-size
+        experts_used=config.get("num_experts_per_tok"),
     )  # fmt: skip
 
 
@@ -129,6 +132,7 @@ def shape_from_gguf_kv(kv: dict[str, Any], source: str = "the GGUF header") -> M
         experts=kv.get(f"{arch}.expert_count"),
         expert_feed_forward=kv.get(f"{arch}.expert_feed_forward_length") or (
             _largest(kv.get(f"{arch}.feed_forward_length")) if kv.get(f"{arch}.expert_count") else None),
+        experts_used=kv.get(f"{arch}.expert_used_count"),
     )  # fmt: skip
 
 

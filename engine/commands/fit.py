@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from engine import validation as valid
 
@@ -22,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type (default: 16-bit, or what fits)")
     p.add_argument("--speculative", metavar="MODE", default=None,
                    help="as `hearth serve` takes it; with draft:MODEL the draft model's memory is counted")  # fmt: skip
+    p.add_argument("--measure", action="store_true",
+                   help="measure this machine's speed again (it is measured once and kept until the hardware changes)")
+    p.add_argument("--no-speed", action="store_true", help="leave out the speed model (no measuring)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
@@ -77,6 +81,7 @@ def render(report) -> list[str]:
     if trained and plan.n_ctx > trained:
         lines.append(f"  note       {plan.n_ctx:,} tokens is past the {trained:,} the model was trained on; its answers "
                      "degrade beyond that unless it loads with YaRN (`hearth load --rope-scale`).")  # fmt: skip
+    lines += render_speed(report)
     return lines
 
 
@@ -85,12 +90,35 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
+def render_speed(report) -> list[str]:
+    """The speed model's lines: decoding early in a chat and with the context full, prompts, batching."""
+    chat, full = report.speed_chat, report.speed
+    if chat is None or full is None:
+        return []
+    lines = [f"  speed      {chat.describe()} with {chat.depth:,} tokens in context"]
+    if full.depth != chat.depth:
+        lines.append(f"             {full.describe()} with all {full.depth:,}")
+    lines.append(f"             {chat.describe_batching()}")
+    return lines
+
+
+def _machine(hardware, *, refresh: bool):
+    from engine.fit.probe import load_cached, machine_speed
+
+    if not refresh and (kept := load_cached(hardware.identity)) is not None:
+        return kept
+    print("Measuring this machine's speed once (memory, llama.cpp's kernels; under a minute)...", file=sys.stderr)
+    return machine_speed(hardware, refresh=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.fit.report import fit_model
     from engine.hardware import detect_hardware
 
-    report = fit_model(args.model, detect_hardware(), n_ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv_type,
-                       speculative=args.speculative)  # fmt: skip
+    hardware = detect_hardware()
+    machine = None if args.no_speed else _machine(hardware, refresh=args.measure)
+    report = fit_model(args.model, hardware, n_ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv_type,
+                       speculative=args.speculative, machine=machine)  # fmt: skip
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

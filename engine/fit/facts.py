@@ -48,6 +48,8 @@ class ModelFacts:
             dtype, whatever the file's quantization.
         projector: The multimodal projector loaded beside it (its weights and encoder buffers), if any.
         draft: The draft model loaded beside it for speculative decoding (``--speculative draft:MODEL``), if any.
+        layer_types: The blocks' bytes per tensor type, largest first (the speed model's kernels).
+        head_type: The output head's tensor type (the token embeddings' when the head is tied to them).
     """
 
     format: str
@@ -62,6 +64,8 @@ class ModelFacts:
     parameters: int = 0
     projector: ProjectorFacts | None = None
     draft: ModelFacts | None = None
+    layer_types: tuple[tuple[str, int], ...] = ()  # of the blocks' bytes, per tensor type (the kernels they run on)
+    head_type: str | None = None  # the output head's tensor type (the embeddings' when tied to them)
 
     @property
     def layers(self) -> int:
@@ -140,7 +144,10 @@ def facts_from_gguf(path: Path) -> ModelFacts:
     layers = [0] * shape.layers
     experts = [0] * shape.layers
     input_bytes = output_bytes = parameters = 0
+    in_layers: dict[str, int] = {}
+    types_of: dict[str, str] = {}
     for name, type_name, size, dims in tensors:
+        types_of[name] = type_name
         parameters += math.prod(dims)
         if name == "token_embd.weight" and len(dims) > 1:
             vocab = int(dims[1])
@@ -148,6 +155,7 @@ def facts_from_gguf(path: Path) -> ModelFacts:
         m = _BLOCK.match(name)
         if m and int(m.group(1)) < len(layers):
             layers[int(m.group(1))] += size
+            in_layers[type_name] = in_layers.get(type_name, 0) + size
             if _EXPERTS.search(name):
                 experts[int(m.group(1))] += size
         elif name in _INPUT:
@@ -167,6 +175,8 @@ def facts_from_gguf(path: Path) -> ModelFacts:
         output_bytes=output_bytes,
         source="the model's own header",
         parameters=parameters,
+        layer_types=tuple(sorted(in_layers.items(), key=lambda kv_: -kv_[1])),
+        head_type=types_of.get("output.weight") or types_of.get("token_embd.weight"),
     )
 
 

@@ -13,6 +13,7 @@ from engine.fit.memory import kv_bytes_per_token
 from engine.fit.plan import LoadPlan, plan_load
 from engine.fit.projector import projector_from_size
 from engine.paths import check_path_text
+from engine.fit.speed import CHAT_DEPTH, MachineSpeed, SpeedEstimate, estimate_speed
 
 if TYPE_CHECKING:
     from engine.catalog.registry import LocalModel, ModelRegistry
@@ -32,6 +33,8 @@ class FitReport:
     budget: MemoryBudget
     label: str | None = None
     settings_from: tuple[str, ...] = ()  # settings a load takes, not asked for here, with where each came from
+    speed: SpeedEstimate | None = None  # decoding with the plan's whole context in the cache
+    speed_chat: SpeedEstimate | None = None  # ... with a chat's first exchanges in it (CHAT_DEPTH tokens)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -49,7 +52,18 @@ class FitReport:
             "budget": self.budget.to_dict(),
             "facts": self.facts.to_dict(),
             "settings_from": list(self.settings_from),
+            "speed": self.speed.to_dict() if self.speed is not None else None,
+            "speed_chat": self.speed_chat.to_dict() if self.speed_chat is not None else None,
         }
+
+    def with_speed(self, machine: MachineSpeed | None) -> FitReport:
+        """This report with the speed model's figures on ``machine`` (unchanged when None)."""
+        if machine is None or not self.plan.fits and self.plan.memory.total <= 0:
+            return self
+        label = self.variant if self.source == "hub" else None
+        full = estimate_speed(self.facts, machine, plan=self.plan, label=label)
+        chat = estimate_speed(self.facts, machine, plan=self.plan, label=label, depth=min(CHAT_DEPTH, self.plan.n_ctx))
+        return replace(self, speed=full, speed_chat=chat)
 
 
 def facts_for_local(model: LocalModel) -> ModelFacts:
@@ -191,12 +205,13 @@ def fit_model(
     flash_attn: bool = True,
     cpu_moe: int | None = None,
     speculative: str | None = None,
+    machine: MachineSpeed | None = None,
 ) -> FitReport:
     """A local model by name or path, else a Hub repo (``OWNER/REPO[:VARIANT]``).
 
     ``backend`` is the worker's backend override for a local model (None: the one its format gets).
     ``speculative`` is ``--speculative``'s value: with ``draft:MODEL`` the draft model's memory is counted (prompt
-    lookup takes none).
+    lookup takes none). With ``machine`` (this machine's measured rates) the report has the speed model's figures.
 
     Raises:
         ModelNotFound: neither here nor a repo name. InvalidRequest: bad settings.
@@ -230,7 +245,7 @@ def fit_model(
             from engine.catalog.hub import HubClient
 
             hub = HubClient()
-        return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type)
+        return fit_hub(hub, name, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type).with_speed(machine)
     # What was not asked for here is what a load of the model would take: its saved settings, its Modelfile's.
     taken, where = settings_a_load_takes(model, registry)
     used: list[str] = []
@@ -253,7 +268,7 @@ def fit_model(
         draft = options.draft_model if options.mode == DRAFT else None
     report = fit_local(model, hardware, n_ctx=n_ctx, n_seq=n_seq, kv_type=kv_type, backend=backend,
                        gpu_layers=gpu_layers, flash_attn=flash_attn, cpu_moe=cpu_moe, draft=draft, registry=registry)  # fmt: skip
-    return replace(report, settings_from=tuple(used))
+    return replace(report, settings_from=tuple(used)).with_speed(machine)
 
 
 def settings_a_load_takes(model: LocalModel, registry: ModelRegistry | None) -> tuple[ModelLoadSettings, dict[str, str]]:

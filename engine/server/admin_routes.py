@@ -189,10 +189,11 @@ async def fit(
     hub = catalog.hub if catalog is not None else None
 
     def work():
+        hardware = detect_hardware()
         return fit_model(
-            model, detect_hardware(), registry=manager.registry, hub=hub, n_ctx=ctx, n_seq=parallel,
+            model, hardware, registry=manager.registry, hub=hub, n_ctx=ctx, n_seq=parallel,
             kv_type=kv_type or None, backend=manager.backend_override, gpu_layers=gpu_layers, flash_attn=flash_attn,
-            cpu_moe=cpu_moe, speculative=speculative or None,
+            cpu_moe=cpu_moe, speculative=speculative or None, machine=catalog.speed(hardware) if catalog else None,
         )
 
     report = await asyncio.to_thread(work)

@@ -70,12 +70,19 @@ async def hub_search(
     return {"results": out}
 
 
+def _check_min_speed(min_speed: float | None) -> None:
+    if min_speed is not None and not min_speed >= 0:
+        raise InvalidRequest("'min_speed' must be 0 tokens per second or more.", param="min_speed")
+
+
 @router.get("/hub/variants", response_model=VariantList)
-async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> dict:
+async def hub_variants(request: Request, repo: str, ctx: int | None = None, min_speed: float | None = None) -> dict:
     from engine.catalog.advisor import advise
+    from engine.fit.speed import DEFAULT_MIN_TOKENS_PER_S
 
     if ctx is not None and ctx < 256:
         raise InvalidRequest("'ctx' must be at least 256 tokens.", param="ctx")
+    _check_min_speed(min_speed)
     check_repo_id(repo, param="repo")
     catalog = _catalog(request)
     hub = catalog.hub
@@ -83,7 +90,9 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
     def work():
         listing = hub.repo(repo)
         shape = hub.model_shape(listing)
-        advice = advise(listing.variants, shape, catalog.hardware(), context_length=ctx, projector=hub.projector_facts(listing))
+        hardware = catalog.hardware()
+        advice = advise(listing.variants, shape, hardware, context_length=ctx, projector=hub.projector_facts(listing),
+                        machine=catalog.speed(hardware), min_speed=DEFAULT_MIN_TOKENS_PER_S if min_speed is None else min_speed)  # fmt: skip
         return listing, advice
 
     listing, advice = await asyncio.to_thread(work)
@@ -105,6 +114,8 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
                 "plan": est.plan.to_dict() if est and est.plan else None,
                 "backend": est.backend if est else None,
                 "recommended": advice.recommended == v.name,
+                "speed": est.speed_label if est else "",
+                "slow": est.slow if est else False,
                 "vision": v.vision,
                 "projector": v.projector.to_dict() if v.projector else None,
             }
@@ -123,7 +134,7 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None) -> d
 
 
 @router.get("/hub/recommended", response_model=RecommendedList)
-async def hub_recommended(request: Request, live: bool = True, ctx: int | None = None) -> dict:
+async def hub_recommended(request: Request, live: bool = True, ctx: int | None = None, min_speed: float | None = None) -> dict:
     """Hearth's curated models, each labelled by the fit plan for this machine; with ``live``, the
     hub's sizes, downloads, likes and dates too. An unreachable hub leaves the list standing and
     says why in ``hub_error``."""
@@ -131,10 +142,13 @@ async def hub_recommended(request: Request, live: bool = True, ctx: int | None =
 
     if ctx is not None and ctx < 256:
         raise InvalidRequest("'ctx' must be at least 256 tokens.", param="ctx")
+    _check_min_speed(min_speed)
     catalog = _catalog(request)
 
     def work():
-        return recommend(load_picks(), catalog.hardware(), hub=catalog.hub if live else None, context_length=ctx)
+        hardware = catalog.hardware()
+        return recommend(load_picks(), hardware, hub=catalog.hub if live else None, context_length=ctx,
+                         machine=catalog.speed(hardware), min_speed=min_speed)  # fmt: skip
 
     return (await asyncio.to_thread(work)).to_dict()
 

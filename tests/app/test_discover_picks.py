@@ -76,6 +76,11 @@ def test_discover_opens_on_the_recommended_models_with_the_hubs_details(qtbot, o
     assert llama.live and llama.downloads == 123_456
     text = panel.results.item(row).text()
     assert f"↓ {human_count(123_456)}" in text and llama.label in text and llama.variant in text
+    # the expected speed beside the fit label (the tests' fixed figures for this machine), its basis in the tooltip
+    assert llama.speed.startswith(("about ", "slow here: about ")) and llama.speed in text
+    assert "GB/s measured" in panel.results.item(row).toolTip()
+    usable = [not m.slow for _r, m in sorted(rows.values(), key=lambda r: r[0]) if m.category == "chat"]
+    assert usable == sorted(usable, reverse=True)  # within a use, what is slow here comes last
 
     # picking one opens its variants, as a search result does
     panel.results.setCurrentRow(row)
@@ -84,6 +89,7 @@ def test_discover_opens_on_the_recommended_models_with_the_hubs_details(qtbot, o
     names = [v.name for v in panel.variants.variants]
     assert "Q4_K_M" in names
     assert panel.table.cellWidget(names.index("Q4_K_M"), 5).text() == "Download"
+    assert " tok/s" in panel.table.cellWidget(names.index("Q4_K_M"), 3).text()  # speed beside the fit label
 
     # a search takes the list's place; the Recommended button brings the picks back
     panel.query.setText("llama")

@@ -33,6 +33,9 @@ def test_the_settings_dialog_follows_the_values_with_the_fit_plan_and_saves_them
         qtbot.waitUntil(lambda: dialog.fit_facts is not None and dialog.fit_facts.n_ctx == 1536, timeout=30_000)
         assert dialog.fit_facts.kv_type == "q8_0" and dialog.fit_label.text().startswith("Fits: ")
         assert "1,536" in dialog.fit_label.text()
+        # how fast it would answer with these values, with the basis (the tests' fixed figures for this machine)
+        assert "\nSpeed: about " in dialog.fit_label.text() and "GB/s measured" in dialog.fit_label.text()
+        assert "with all 1,536" in dialog.fit_label.text()
         dialog.ctx.setValue(1 << 20)  # the plan follows: a million tokens, or what would fit instead
         qtbot.waitUntil(lambda: dialog.fit_facts is not None and (dialog.fit_facts.n_ctx == 1 << 20 or not dialog.fit_facts.fits),
                         timeout=30_000)  # fmt: skip

@@ -50,6 +50,8 @@ class HubVariant(Answer):
     plan: dict[str, Any] | None = None
     backend: str | None = None
     recommended: bool = False
+    speed: str = ""  # "about 38 tok/s" or "slow here: about 1 tok/s" (empty: this machine not measured)
+    slow: bool = False  # it would decode under the threshold here, so it is not recommended
     vision: bool = False  # pulled with a projector, it sees
     projector: RemoteFileInfo | None = None  # the projector pulled with it unless another is picked
 
@@ -87,6 +89,8 @@ class RecommendedVariant(Answer):
     label: str
     memory_bytes: int | None = None
     recommended: bool = False
+    speed: str = ""
+    slow: bool = False
 
 
 class RecommendedModel(Answer):
@@ -104,6 +108,9 @@ class RecommendedModel(Answer):
     label: str = ""
     reason: str = ""
     memory_bytes: int | None = None
+    speed: str = ""  # the shown variant's: "about 38 tok/s", "slow here: about 1 tok/s"
+    speed_detail: str = ""  # with its basis: "about 38 tok/s (reads 0.10 GB a token at 4.1 GB/s measured)"
+    slow: bool = False
     context_length: int | None = None
     live: bool = False  # the hub's details below came with it
     downloads: int | None = None

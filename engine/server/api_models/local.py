@@ -202,6 +202,25 @@ class LoadPlan(Answer):
     devices: list[DevicePlan]
 
 
+class SlotSpeed(Answer):
+    slots: int
+    tokens_per_s: float
+
+
+class SpeedFigures(Answer):
+    """The speed model's figures for a load (engine.fit.speed.SpeedEstimate)."""
+
+    decode_tokens_per_s: float
+    prompt_tokens_per_s: float
+    bytes_per_token: int
+    read_rate: float  # bytes/s the token's bytes are read at
+    basis: str  # measured | reported by NVML ...
+    depth: int  # tokens in the KV cache while decoding
+    slots: list[SlotSpeed] = []  # all streams together
+    batch_limit: int = 1  # streams past which batching adds less than a tenth
+    summary: str = ""
+
+
 class FitAnswer(Answer):
     """How a model (local, or a Hub variant) would load here: the loader's plan and where its numbers came from."""
 
@@ -215,3 +234,5 @@ class FitAnswer(Answer):
     budget: dict[str, Any]
     facts: dict[str, Any]
     settings_from: list[str] = []  # the settings a load takes that the plan used, each with where it came from
+    speed: SpeedFigures | None = None  # with the plan's whole context in the cache (None: this machine not measured)
+    speed_chat: SpeedFigures | None = None  # with a chat's first exchanges in it

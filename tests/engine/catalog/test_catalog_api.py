@@ -37,7 +37,8 @@ def test_search_and_variants_with_advisor_labels(api):
     found = api.get("/api/hub/search", params={"q": "llama", "format": "gguf"}).json()["results"]
     repos = [r["repo"] for r in found]
     assert TINY in repos and BIG in repos
-    body = api.get("/api/hub/variants", params={"repo": BIG, "ctx": 4096}).json()
+    # no speed threshold: the fit alone decides (an 8B model can be slow here, and then none is recommended)
+    body = api.get("/api/hub/variants", params={"repo": BIG, "ctx": 4096, "min_speed": 0}).json()
     names = {v["name"] for v in body["variants"]}
     assert {"Q4_K_M", "Q8_0"} <= names
     for v in body["variants"]:
@@ -46,6 +47,14 @@ def test_search_and_variants_with_advisor_labels(api):
     rec = [v for v in body["variants"] if v["recommended"]]
     assert len(rec) == 1 and body["recommendation"]["variant"] == rec[0]["name"]
     assert body["recommendation"]["reason"]
+    # at the default threshold every variant that fits says how fast it would be here; what is slow is not recommended
+    default = api.get("/api/hub/variants", params={"repo": BIG, "ctx": 4096}).json()
+    fitting = [v for v in default["variants"] if v["fit"] != "none"]
+    assert fitting and all(" tok/s" in v["speed"] for v in fitting)
+    assert not [v for v in default["variants"] if v["recommended"] and v["slow"]]
+    if default["recommendation"] is None:
+        assert all(v["slow"] for v in fitting) and "under 10 tok/s here" in default["reason"]
+    assert api.get("/api/hub/variants", params={"repo": BIG, "min_speed": -1}).status_code == 400
 
 
 def test_unknown_repo_is_a_clear_404(api):

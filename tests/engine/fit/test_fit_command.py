@@ -73,6 +73,13 @@ def test_api_fit_gives_the_same_numbers_as_the_cli(greedy_server, starter_path):
     assert api["plan"]["parallel"] == 2 and api["fits"] is True
     for key in ("weights_bytes", "kv_cache_bytes", "buffers_bytes"):
         assert api["plan"]["memory"][key] == cli["plan"]["memory"][key]
+    from engine.fit.probe import load_cached
+
+    # the speed model's figures too, from the figures kept for this machine (the tests' fixed ones)
+    machine = load_cached(detect_hardware().identity)
+    speed = fit_model(str(starter_path), detect_hardware(), n_ctx=2048, n_seq=2, machine=machine).to_dict()["speed"]
+    assert api["speed"]["decode_tokens_per_s"] == pytest.approx(speed["decode_tokens_per_s"])
+    assert api["speed"]["summary"].startswith("about ") and api["speed_chat"]["depth"] == 1024
     bad = httpx.get(f"{greedy_server.root}/api/fit", params={"model": MODEL, "kv_type": "q5"}, headers=greedy_server.headers)
     assert bad.status_code == 400 and "kv_type" in bad.text
     missing = httpx.get(f"{greedy_server.root}/api/fit", params={"model": "no-such-model"}, headers=greedy_server.headers)
