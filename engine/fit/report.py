@@ -12,8 +12,8 @@ from engine.fit.facts import ModelFacts, facts_from_files, facts_from_shape, wit
 from engine.fit.memory import kv_bytes_per_token
 from engine.fit.plan import LoadPlan, plan_load
 from engine.fit.projector import projector_from_size
-from engine.paths import check_path_text
 from engine.fit.speed import CHAT_DEPTH, MachineSpeed, SpeedEstimate, estimate_speed
+from engine.paths import check_path_text
 
 if TYPE_CHECKING:
     from engine.catalog.registry import LocalModel, ModelRegistry
