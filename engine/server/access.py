@@ -28,6 +28,7 @@ from engine.settings import ServerSettings, is_loopback_host
 
 __all__ = [
     "ADMIN_SCOPE_KEY",
+    "LOADS_SCOPE_KEY",
     "Access",
     "HostAllowlist",
     "KeyCheck",
@@ -269,9 +270,17 @@ class KeyRing:
         any request where no key is set (loopback, one user: every request is the user's own)."""
         return not self.admin or _matches(tokens, self.admin)
 
+    def owns_loads(self, tokens: list[bytes]) -> bool:
+        """Whether ``tokens`` may change how a model is loaded for everyone from an inference route (load
+        options, a shorter keep-alive): admin rights, or any caller where no inference key is set (an admin
+        key alone leaves the inference routes to the loopback user, who drives them as Ollama's clients do)."""
+        return self.holds_admin(tokens) or (self.split and not self.inference)
+
 
 # Where the gate records, in the ASGI scope, whether the request holds admin rights (see holds_admin).
 ADMIN_SCOPE_KEY = "hearth.admin"
+# ... and whether it may change a model's load for everyone (see owns_loads).
+LOADS_SCOPE_KEY = "hearth.loads"
 
 
 def holds_admin(scope) -> bool:
@@ -279,6 +288,12 @@ def holds_admin(scope) -> bool:
     every key may use read it to refuse the few things in them only the admin may do (a model's load
     settings, unloading it, collections not shared). False where the gate did not say."""
     return scope.get(ADMIN_SCOPE_KEY, False) is True
+
+
+def owns_loads(scope) -> bool:
+    """Whether the request of ``scope`` may change a model's load settings or shorten its keep-alive from an
+    inference route (:meth:`KeyRing.owns_loads`). False where the gate did not say."""
+    return scope.get(LOADS_SCOPE_KEY, False) is True
 
 
 def _matches(tokens: list[bytes], keys: tuple[bytes, ...]) -> bool:

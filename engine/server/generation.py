@@ -14,7 +14,7 @@ from fastapi import Request
 
 from engine import __version__
 from engine.errors import HearthError
-from engine.server import docs_chat, request_caps, targets
+from engine.server import docs_chat, ollama_load, request_caps, targets
 from engine.server.access import holds_admin
 from engine.server.errors import GenerationFailed
 from engine.server.request_log import finished_record
@@ -67,6 +67,11 @@ class Generation:
         served = await targets.acquire(self.http, self.model_name, self.target)
         self._served = served
         if self.keep_alive is not None and served.lm is not None:  # from now: held while it answers, then timed
+            try:
+                ollama_load.check_model_keep_alive(self.http, served.lm.model.name, self.keep_alive)
+            except BaseException:
+                served.release()
+                raise
             self.app.state.manager.set_keep_alive(served.lm, self.keep_alive)
         # Every dialect's request passes here: the model's own defaults fill what the client left unset.
         self.requests = [served.with_defaults(r) for r in self.requests]

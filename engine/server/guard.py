@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from engine.server.access import (
     ADMIN_SCOPE_KEY,
+    LOADS_SCOPE_KEY,
     HostAllowlist,
     KeyCheck,
     KeyRing,
@@ -150,6 +151,7 @@ class RequestGuard:
         tokens = [t for t in tokens if t]
         check = self.keys.check(route_access(method, scope["path"]), tokens)
         scope[ADMIN_SCOPE_KEY] = self.keys.holds_admin(tokens)
+        scope[LOADS_SCOPE_KEY] = self.keys.owns_loads(tokens)
         if check is KeyCheck.MISSING:
             return MISSING_KEY
         if check is KeyCheck.INFERENCE_ONLY:

@@ -23,7 +23,7 @@ from engine.errors import AdminKeyRequired, InvalidRequest
 from engine.load_settings import ModelLoadSettings
 from engine.remote.routing import is_local
 from engine.server import targets
-from engine.server.access import holds_admin
+from engine.server.access import owns_loads
 
 if TYPE_CHECKING:
     from engine.pool import LoadedModel
@@ -68,7 +68,7 @@ async def apply_load_options(request: Request, found: targets.Target, options: d
         return
     manager = request.app.state.manager
     wanted = manager.options_with(found.name, settings)
-    if not holds_admin(request.scope):  # only what the model has (or, unloaded, loads with) already
+    if not owns_loads(request.scope):  # only what the model has (or, unloaded, loads with) already
         if wanted != manager.options_with(found.name, ModelLoadSettings()):
             asked = ", ".join(n for n in LOAD_OPTIONS if n in options)
             raise AdminKeyRequired(
@@ -87,15 +87,25 @@ def check_keep_alive(request: Request, found: targets.Target, keep: float | None
     Raises:
         AdminKeyRequired: an inference key asks to unload the model, or to keep it loaded for less time.
     """
-    if keep is None or keep < 0 or not is_local(found) or holds_admin(request.scope):
+    if is_local(found):
+        check_model_keep_alive(request, found.name, keep)
+
+
+def check_model_keep_alive(request: Request, name: str, keep: float | None) -> None:
+    """:func:`check_keep_alive` for the local model ``name`` (every dialect's ``keep_alive`` passes here).
+
+    Raises:
+        AdminKeyRequired: an inference key asks to unload the model, or to keep it loaded for less time.
+    """
+    if keep is None or keep < 0 or owns_loads(request.scope):
         return
     manager = request.app.state.manager
-    loaded = next((lm for lm in manager.loaded() if lm.model.name == found.name), None)
+    loaded = next((lm for lm in manager.loaded() if lm.model.name == name), None)
     current = manager.ttl(loaded) if loaded is not None else manager.idle_ttl
     if current is not None and current >= 0 and keep >= current:
         return
     raise AdminKeyRequired(
-        f"A 'keep_alive' of {keep:g} s would unload model '{found.name}' sooner for every client, so it needs "
+        f"A 'keep_alive' of {keep:g} s would unload model '{name}' sooner for every client, so it needs "
         "the admin key; leave it out, or ask for a longer one.",
         param="keep_alive",
     )
@@ -105,9 +115,9 @@ def set_keep_alive(request: Request, lm: LoadedModel, keep: float | None) -> Non
     """Keep ``lm`` loaded as a request asked (checked by :func:`check_keep_alive`). A request without
     ``keep_alive`` gives the model back the server's idle TTL, as in Ollama, only with admin rights:
     an inference key's would cut short a longer keep-alive the admin asked for."""
-    if keep is None and not holds_admin(request.scope):
+    if keep is None and not owns_loads(request.scope):
         return
     request.app.state.manager.set_keep_alive(lm, keep)
 
 
-__all__ = ["LOAD_OPTIONS", "apply_load_options", "check_keep_alive", "load_settings", "set_keep_alive"]
+__all__ = ["LOAD_OPTIONS", "apply_load_options", "check_keep_alive", "check_model_keep_alive", "load_settings", "set_keep_alive"]
