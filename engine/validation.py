@@ -105,12 +105,13 @@ class Fraction:
 
 PORT = WholeNumber("port", 0, 65535)
 CTX = WholeNumber("ctx", 16, MAX_CTX)
-PARALLEL = WholeNumber("parallel", 1, 256)
+PARALLEL = WholeNumber("parallel", 1, 1024)  # llama.cpp itself takes up to 256 and says so at load
 THREADS = WholeNumber("threads", 1, os.cpu_count() or 1, "the CPU threads of this machine")
 BATCH = WholeNumber("batch", 1, 1 << 16)
 GPU_LAYERS = WholeNumber("gpu_layers", 0, 100_000)
 MAX_TOKENS = WholeNumber("max_tokens", 1, MAX_CTX)
 COUNT = WholeNumber("count", 1, 1_000_000)
+QUEUE = WholeNumber("max_waiting", 0, 1_000_000)  # 0: no request waits beyond those that run
 SEED = WholeNumber("seed", 0, 2**32 - 1)
 BODY_BYTES = WholeNumber("max_body", 1024, 1 << 34)
 TEMPERATURE = Fraction("temperature", 0.0, 2.0)
@@ -216,7 +217,7 @@ def number(rule: Fraction, name: str | None = None) -> Callable[[str], float]:
 
 
 __all__ = [
-    "BATCH", "BODY_BYTES", "COUNT", "CTX", "GPU_LAYERS", "MAX_CTX", "MAX_KEEP_ALIVE", "MAX_TOKENS", "NEVER", "PARALLEL",
+    "BATCH", "BODY_BYTES", "COUNT", "CTX", "GPU_LAYERS", "MAX_CTX", "MAX_KEEP_ALIVE", "MAX_TOKENS", "NEVER", "PARALLEL", "QUEUE",
     "PORT", "ROPE_SCALE", "SECONDS", "SEED", "TEMPERATURE", "THREADS", "TOP_P", "Fraction", "WholeNumber", "cli_type",
     "keep_alive", "model_name", "number", "request_keep_alive", "whole",
 ]  # fmt: skip

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-waiting",
-        type=valid.whole(valid.COUNT, "max_waiting"),
+        type=valid.whole(valid.QUEUE),
         default=None,
         help="requests queued per model beyond those decoded at once before new ones get 429 "
         "(default: 64 or --parallel, whichever is more; the paged engine: 256 or --parallel)",
