@@ -93,16 +93,17 @@ def test_load_ps_and_unload_drive_the_daemons_worker(daemon):
     assert re.search(r" in (9 min \d+ s|10 min)$", hearth("ps", home=home).stdout.splitlines()[1])
     assert hearth_json("load", MODEL, "--ttl", "never", home=home)["keep_alive"] is None
     assert hearth_json("ps", home=home)["models"][0]["expires_in"] is None
-    # Settings for one load: the model is reloaded with them, and a load without settings keeps it so.
+    # Settings for one load: the model is reloaded with them, and a load without settings loads it as saved
+    # again (a load's settings never outlive the admin's next load).
     small = hearth_json("load", MODEL, "--ctx", "512", "--parallel", "1", home=home)
     assert small["context_length"] == 512
-    assert hearth_json("load", MODEL, home=home)["context_length"] == 512
     (row,) = hearth_json("ps", home=home)["models"]
     assert (row["context_length"], row["slots"]) == (512, 1)
     too_big = hearth("load", MODEL, "--ctx", "99999999", home=home)  # refused with what would fit...
     assert too_big.returncode == 1 and "would fit" in too_big.stderr
     assert len(too_big.stderr.strip().splitlines()) == 1, too_big.stderr
     assert [m["context_length"] for m in hearth_json("ps", home=home)["models"]] == [512]  # ...and the model stays
+    assert hearth_json("load", MODEL, home=home)["context_length"] == 1024
     assert hearth_json("unload", "--all", home=home) == {"unloaded": [MODEL]}
     assert hearth_json("ps", home=home)["models"] == []
     assert hearth_json("unload", MODEL, home=home) == {"unloaded": []}
