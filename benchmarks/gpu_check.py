@@ -842,14 +842,17 @@ def stage_transformers(ctx: Context) -> dict:
 def stage_port(ctx: Context) -> dict:
     """Hearth's port (``hearth serve``, streamed /v1/completions) against the engine in-process, level by level."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from port_common import InProcess, Served, make_jobs, write_random_checkpoint
+    from port_common import InProcess, Served, make_jobs, smollm2_tokenizer, write_random_checkpoint
 
     from engine.backends.base import LoadOptions
     from engine.backends.speculative import SpeculativeOptions
 
     tokenizer = ROOT / ".whl" / "smollm2-tokenizer"
     if not (tokenizer / "tokenizer.json").is_file():
-        raise RuntimeError(f"no tokenizer at {tokenizer}: run benchmarks/gpu_wheels.sh where the starter model is")
+        try:  # where the starter model is installed (here, not on the GPU machine): from its GGUF
+            tokenizer = smollm2_tokenizer(ctx.tmp / "smollm2-tokenizer")
+        except RuntimeError:
+            raise RuntimeError(f"no tokenizer at {tokenizer}: run benchmarks/gpu_wheels.sh where the starter model is") from None
     for key in ("engine", "model", "runner"):  # the GPU's memory for the server's engine
         ctx.cache.pop(key, None)
     _free(ctx)

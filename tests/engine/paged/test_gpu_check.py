@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[3]
 STAGES = ["env", "kernels_float32", "cuda_graphs", "hf_parity", "quantized", "decode_attention", "decode_step",
-          "workload", "transformers"]  # fmt: skip
+          "workload", "transformers", "port"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,7 @@ def test_dry_run_appends_a_json_line_per_stage_with_every_figure(tmp_path):
     work = records["workload"]
     assert work["output_tokens_per_s"] > 0 and work["ttft_ms"]["p90"] > 0 and work["itl_ms"]["p50"] > 0
     assert work["prefix_caching"] is False
+    assert records["port"]["levels"] == [1, 2] and all(r > 0 for r in records["port"]["ratio"].values())
     assert records["transformers"]["ratio_slice"] > 0 and records["transformers"]["ratio_workload_vs_transformers"] > 0
 
 
