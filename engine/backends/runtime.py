@@ -264,9 +264,44 @@ class RequestStream:
         return StreamChunks(self.out, cancel, ChatStreamParser(self.rendered) if self.rendered is not None else None)
 
 
+class _Reader:
+    """What a request's reader keeps: its queue, how to cancel, its parser, and whether the last chunk was read."""
+
+    __slots__ = ("out", "cancel", "parser", "done")
+
+    def __init__(self, out: ChunkQueue, cancel: Callable[[], None], parser: ChatStreamParser | None) -> None:
+        self.out = out
+        self.cancel = cancel
+        self.parser = parser
+        self.done = False
+
+    def parsed(self, chunk: GenerationChunk) -> GenerationChunk:
+        if self.parser is not None:
+            chunk = self.parser.feed(chunk)
+        if chunk.finish_reason is not None:
+            self.done = True
+        return chunk
+
+    def close(self) -> None:
+        if not self.done:
+            self.done = True
+            self.cancel()
+
+
+def _read(reader: _Reader) -> Iterator[GenerationChunk]:
+    # One generator per stream, holding the reader but not the stream: when the stream is dropped before its
+    # last chunk, this generator goes with it at once (no reference cycle to wait for) and cancels.
+    try:
+        while not reader.done:
+            yield reader.parsed(reader.out.get())
+    finally:
+        reader.close()
+
+
 class StreamChunks(Iterator[GenerationChunk]):
     """A request's chunks, up to the one with a finish_reason: iterated (blocking), or taken on an event loop
-    as they arrive (:meth:`listen`, :meth:`take`), with no thread waiting for them.
+    as they arrive (:meth:`listen`, :meth:`take`), with no thread waiting for them. Iterating it again goes
+    on where the last loop stopped; dropping it, or :meth:`close`, before the last chunk cancels the generation.
 
     Args:
         out: The request's chunk queue.
@@ -274,49 +309,41 @@ class StreamChunks(Iterator[GenerationChunk]):
         parser: Splits a rendered chat's output into text, reasoning and tool calls (None: as it comes).
     """
 
-    __slots__ = ("_out", "_cancel", "_parser", "done")
+    __slots__ = ("_reader", "_chunks")
 
     def __init__(self, out: ChunkQueue, cancel: Callable[[], None], parser: ChatStreamParser | None) -> None:
-        self._out = out
-        self._cancel = cancel
-        self._parser = parser
-        self.done = False
+        self._reader = _Reader(out, cancel, parser)
+        self._chunks = _read(self._reader)
+
+    @property
+    def done(self) -> bool:
+        """Whether the last chunk was read (or the reader left)."""
+        return self._reader.done
+
+    @done.setter
+    def done(self, value: bool) -> None:
+        self._reader.done = value
 
     def __iter__(self) -> Iterator[GenerationChunk]:
-        # a generator, so that a loop left early (or the iterator dropped) cancels the generation
-        try:
-            while not self.done:
-                yield self._parsed(self._out.get())
-        finally:
-            self.close()
-
-    def _parsed(self, chunk: GenerationChunk) -> GenerationChunk:
-        if self._parser is not None:
-            chunk = self._parser.feed(chunk)
-        if chunk.finish_reason is not None:
-            self.done = True
-        return chunk
+        return self._chunks
 
     def __next__(self) -> GenerationChunk:
-        if self.done:
-            raise StopIteration
-        return self._parsed(self._out.get())
+        return next(self._chunks)
 
     def listen(self, waker: LoopWaker, callback: Callable[[], None]) -> None:
         """Run ``callback`` on ``waker``'s loop when chunks are ready to :meth:`take`."""
-        self._out.listen(waker, callback)
+        self._reader.out.listen(waker, callback)
 
     def take(self) -> list[GenerationChunk]:
         """The chunks ready now, without waiting (none past the final one)."""
+        reader = self._reader
         out = []
-        for chunk in self._out.take():
-            if self.done:
+        for chunk in reader.out.take():
+            if reader.done:
                 break
-            out.append(self._parsed(chunk))
+            out.append(reader.parsed(chunk))
         return out
 
     def close(self) -> None:
         """Stop reading: the generation is cancelled unless its final chunk was read."""
-        if not self.done:
-            self.done = True
-            self._cancel()
+        self._reader.close()
