@@ -246,10 +246,11 @@ def test_a_burst_of_as_many_clients_as_slots_is_never_refused_in_any_dialect_and
             def start(st, go=go, responses=responses, statuses=statuses):
                 go.wait()
                 r = st.__enter__()
-                responses.append((st, r))
+                lines = r.iter_lines()  # kept: a line iterator dropped closes the response, and the client leaves
+                responses.append((st, lines))
                 statuses.append(r.status_code)
                 if r.status_code == 200:
-                    next(r.iter_lines())  # the answer has begun
+                    next(lines)  # the answer has begun
 
             threads = [threading.Thread(target=start, args=(st,)) for st in streams]
             for t in threads:
