@@ -62,8 +62,9 @@ class Generation:
 
     async def start(self) -> None:
         admin = holds_admin(self.http.scope)  # without the admin key: shared collections, files by name
-        if self.documents is not None:  # an unknown collection is refused before a model loads for it
-            await asyncio.to_thread(lambda: docs_chat.check(self.app, self.requests, self.documents, admin=admin))
+        documents = self.documents
+        if documents is not None:  # an unknown collection is refused before a model loads for it
+            await asyncio.to_thread(lambda: docs_chat.check(self.app, self.requests, documents, admin=admin))
         served = await targets.acquire(self.http, self.model_name, self.target)
         self._served = served
         if self.keep_alive is not None and served.lm is not None:  # from now: held while it answers, then timed
@@ -78,9 +79,9 @@ class Generation:
         try:
             if served.lm is not None:
                 self._fit_model(served.lm)
-            if self.documents is not None:  # retrieved once the model is known: the context must fit it
+            if documents is not None:  # retrieved once the model is known: the context must fit it
                 grounded = await asyncio.to_thread(
-                    lambda: docs_chat.ground(self.app, served, self.requests, self.documents, admin=admin)
+                    lambda: docs_chat.ground(self.app, served, self.requests, documents, admin=admin)
                 )
                 self.requests, self.grounding = grounded
             self.streams = await open_streams(served, self.requests)

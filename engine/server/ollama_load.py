@@ -70,7 +70,7 @@ async def apply_load_options(request: Request, found: targets.Target, options: d
     wanted = manager.options_with(found.name, settings)
     if not owns_loads(request.scope):  # only what the model has (or, unloaded, loads with) already
         if wanted != manager.options_with(found.name, ModelLoadSettings()):
-            asked = ", ".join(n for n in LOAD_OPTIONS if n in options)
+            asked = ", ".join(n for n in LOAD_OPTIONS if n in (options or {}))
             raise AdminKeyRequired(
                 f"Loading model '{found.name}' with other settings ({asked}) changes it for every client, so it "
                 "needs the admin key; leave those options out.",
