@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -213,6 +213,14 @@ class TokenLogprob:
     logprob: float
     bytes: tuple[int, ...]
     top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
+
+    @classmethod
+    def of(cls, piece: Callable[[int], bytes], token: int, chosen: float, ids: Sequence[int], values: Sequence[float]) -> TokenLogprob:
+        """``token``'s log-probability ``chosen`` with the best ``ids`` and their ``values``, their texts made
+        from ``piece`` (a token's bytes)."""
+        top = tuple((piece(t).decode("utf-8", errors="replace"), v, tuple(piece(t))) for t, v in zip(ids, values, strict=True))
+        p = piece(token)
+        return cls(token=p.decode("utf-8", errors="replace"), token_id=token, logprob=chosen, bytes=tuple(p), top=top)
 
 
 @dataclass(frozen=True, slots=True)

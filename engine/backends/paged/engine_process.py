@@ -200,11 +200,7 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
                     future.set_result(msg[2])
 
     def _logprob(self, token: int, data: tuple[float, list[int], list[float]]) -> TokenLogprob:
-        chosen, ids, values = data
-        piece = self.tokenizer.piece
-        top = tuple((piece(t).decode("utf-8", errors="replace"), v, tuple(piece(t))) for t, v in zip(ids, values, strict=True))
-        p = piece(token)
-        return TokenLogprob(token=p.decode("utf-8", errors="replace"), token_id=token, logprob=chosen, bytes=tuple(p), top=top)
+        return TokenLogprob.of(self.tokenizer.piece, token, *data)
 
     def _step(self, tokens: list[tuple], ended: list[tuple[str, str, str | None]]) -> None:
         """One step's tokens for every request, and the requests the engine ended: each stream's chunks, then

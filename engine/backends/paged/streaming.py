@@ -29,11 +29,7 @@ class StreamWriter:
         self.generated_tokens = 0
 
     def _logprob(self, token: int, data: tuple[float, list[int], list[float]]) -> TokenLogprob:
-        chosen, ids, values = data
-        piece = self.tokenizer.piece
-        top = tuple((piece(t).decode("utf-8", errors="replace"), v, tuple(piece(t))) for t, v in zip(ids, values, strict=True))
-        p = piece(token)
-        return TokenLogprob(token=p.decode("utf-8", errors="replace"), token_id=token, logprob=chosen, bytes=tuple(p), top=top)
+        return TokenLogprob.of(self.tokenizer.piece, token, *data)
 
     def advance(self, out: StepOutput) -> None:
         seq = out.seq
