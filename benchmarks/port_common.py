@@ -5,7 +5,8 @@ Both sides serve the same jobs (a prompt of words, an exact number of output tok
 ignored) with the same load options, keeping ``concurrency`` requests in flight:
 
 - in-process: the engine's own loop (``LLMEngine.step``), no HTTP, no detokenizing;
-- the port: ``hearth serve --backend paged`` and streamed ``/v1/completions`` requests from one asyncio client.
+- the port: ``hearth serve --backend paged`` and streamed ``/v1/completions`` requests from one asyncio client,
+  one keep-alive connection per stream, that reads every event and parses only the last (the usage).
 
 Needs nothing beyond the project's serving dependencies, torch, transformers and httpx.
 """
@@ -182,13 +183,70 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class _Connection:
+    """One keep-alive HTTP/1.1 connection that posts JSON and reads a chunked event stream.
+
+    The load generator reads every byte of every event but parses only the one with the usage: on a machine
+    of two cores a client that decodes each event's JSON (as an SDK does) takes its CPU from the server it
+    measures. Events are split on their blank line; the stream ends at ``data: [DONE]``.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            try:
+                await self.writer.wait_closed()
+            except OSError:
+                pass
+        self.reader = self.writer = None
+
+    async def post_stream(self, path: str, body: dict):
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 22)
+        reader, writer = self.reader, self.writer
+        assert reader is not None
+        data = json.dumps(body).encode()
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:] if line)}
+        return status, self._events(reader, headers)
+
+    async def _events(self, reader: asyncio.StreamReader, headers: dict):
+        if headers.get(b"transfer-encoding") != b"chunked":  # a plain body (an error answer)
+            yield await reader.readexactly(int(headers.get(b"content-length", b"0")))
+            return
+        buf = b""
+        while True:
+            size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+            piece = await reader.readexactly(size + 2)
+            if size == 0:
+                if buf:
+                    yield buf
+                return
+            buf += piece[:-2]
+            while (cut := buf.find(b"\n\n")) >= 0:
+                event, buf = buf[:cut], buf[cut + 2 :]
+                if event != b"data: [DONE]":
+                    yield event
+
+
 class Served:
     """``hearth serve --backend paged`` on ``path`` with ``args``; stopped by :meth:`close`."""
 
     def __init__(self, path: Path, args: list[str], *, log: Path, timeout: float = 600.0) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        # a data folder of its own: the user's registered models and settings stay out of the benchmark
+        home = log.parent / f"hearth-home-{self.port}"
+        env = {**os.environ, "HEARTH_HOME": str(home),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
         cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), "--backend", "paged",
                "--model", str(path), *args]  # fmt: skip
         self.log = log
@@ -209,7 +267,13 @@ class Served:
                 self.close()
                 raise RuntimeError("hearth serve did not become healthy")
             time.sleep(0.2)
-        self.model = httpx.get(f"{self.url}/v1/models", timeout=30).json()["data"][0]["id"]
+        ids = [m["id"] for m in httpx.get(f"{self.url}/v1/models", timeout=30).json()["data"]]
+        # the model it was started with (the bundled starter is listed too, and must not be what is measured)
+        name = path.stem if path.is_file() else path.name
+        if name not in ids:
+            self.close()
+            raise RuntimeError(f"hearth serve does not list {name!r} among {ids}")
+        self.model = name
 
     def load(self) -> None:
         """Load the model (the first request loads it) with one short answer."""
@@ -222,51 +286,50 @@ class Served:
         return asyncio.run(self._run(jobs, concurrency, timeout))
 
     async def _run(self, jobs: list[Job], concurrency: int, timeout: float) -> dict:
-        import httpx
-
         ttft, tpot = [], []
         tokens = 0
         failed: list[str] = []
         pending = iter(range(len(jobs)))
-        limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
 
-        async def one(client: httpx.AsyncClient, job: Job) -> None:
+        async def one(conn: _Connection, job: Job) -> None:
             nonlocal tokens
             body = {"model": self.model, "prompt": job.prompt, "max_tokens": job.max_tokens, "temperature": 0,
                     "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
             t0 = time.perf_counter()
+            status, events = await conn.post_stream("/v1/completions", body)
+            if status != 200:
+                failed.append(f"{status}: {b''.join([e async for e in events])[:200]!r}")
+                return
             t_first = None
-            n = 0
-            async with client.stream("POST", f"{self.url}/v1/completions", json=body) as r:
-                if r.status_code != 200:
-                    failed.append(f"{r.status_code}: {(await r.aread())[:200]!r}")
-                    return
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    data = json.loads(line[6:])
-                    if data.get("choices") and data["choices"][0].get("text"):
-                        t_first = t_first or time.perf_counter()
-                    if data.get("usage"):
-                        n = data["usage"]["completion_tokens"]
+            usage = None
+            async for event in events:
+                if t_first is None and b'"text":"' in event and b'"text":""' not in event:
+                    t_first = time.perf_counter()
+                if b'"usage"' in event:
+                    usage = json.loads(event[6:])["usage"]
             end = time.perf_counter()
+            n = usage["completion_tokens"] if usage else 0
             tokens += n
             if t_first is not None:
                 ttft.append(t_first - t0)
                 if n > 1:
                     tpot.append((end - t_first) / (n - 1))
 
-        async def worker(client: httpx.AsyncClient) -> None:
-            for i in pending:
-                try:
-                    await one(client, jobs[i])
-                except Exception as exc:  # noqa: BLE001 - counted and reported
-                    failed.append(repr(exc)[:200])
+        async def worker() -> None:
+            conn = _Connection("127.0.0.1", self.port)
+            try:
+                for i in pending:
+                    try:
+                        await asyncio.wait_for(one(conn, jobs[i]), timeout)
+                    except Exception as exc:  # noqa: BLE001 - counted and reported
+                        failed.append(repr(exc)[:200])
+                        await conn.close()
+            finally:
+                await conn.close()
 
-        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-            t0 = time.perf_counter()
-            await asyncio.gather(*(worker(client) for _ in range(min(concurrency, len(jobs)))))
-            seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
+        seconds = time.perf_counter() - t0
         return summary(tokens, seconds, ttft, tpot, requests=len(jobs), concurrency=concurrency, failed=len(failed),
                        failures=failed[:3])  # fmt: skip
 
