@@ -11,9 +11,11 @@ API -> engine:
     silently); ``("stats", token)``; ``("stop",)``.
 engine -> API:
     ``("ready", facts)`` or ``("failed", exception)`` once, after loading; then
-    ``("step", tokens, ended)`` with ``tokens`` a list of ``(request_id, token, logprobs, num_tokens,
-    drafted, kept_draft, cached_tokens, last)`` (``last``: this process ended the request with it) and
-    ``ended`` a list of ``(request_id, reason, error)``; ``("stats", token, BackendStats)``.
+    ``("step", tokens, ended, stats)`` with ``tokens`` a list of ``(request_id, token, logprobs, num_tokens,
+    drafted, kept_draft, cached_tokens, last)`` (``last``: this process ended the request with it),
+    ``ended`` a list of ``(request_id, reason, error)`` and ``stats`` the engine's figures (BackendStats) at
+    most every ``STATS_EVERY`` seconds and when it runs out of work, else None; ``("stats", token,
+    BackendStats)``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import pickle
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -31,6 +34,10 @@ from engine.backends.speculative import DraftSource
 from engine.types import GenerationRequest, SamplingParams
 
 log = logging.getLogger(__name__)
+
+#: Seconds between the engine's figures sent with its steps: the API process answers /api/stats (and every
+#: request's check of the slots) from the latest, without waiting for a step to end.
+STATS_EVERY = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,7 @@ class EngineCore:
         self.by_id: dict[str, Any] = {}  # request id -> Sequence
         self.ended: list[tuple[str, str, str | None]] = []
         self.stopping = False
+        self.stats_at = 0.0  # when the engine's figures were last sent
 
     def run(self) -> None:
         threading.Thread(target=self._receive, name="engine-in", daemon=True).start()
@@ -199,7 +207,11 @@ class EngineCore:
     def _flush(self, tokens: list[tuple]) -> None:
         if tokens or self.ended:
             ended, self.ended = self.ended, []
-            self._send(("step", tokens, ended))
+            now = time.monotonic()
+            stats = None
+            if now - self.stats_at >= STATS_EVERY or not self.engine.has_work:
+                stats, self.stats_at = self.engine.stats(waiting=0), now
+            self._send(("step", tokens, ended, stats))
 
     def _free(self, rid: str) -> Any:
         seq = self.by_id.pop(rid, None)

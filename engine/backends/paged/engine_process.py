@@ -73,6 +73,7 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
         self.restarts = 0
         self._tokens = itertools.count()
         self._stats: dict[int, Future[BackendStats]] = {}
+        self._latest: BackendStats | None = None  # the engine's figures sent with its latest steps
         self._send_lock = threading.Lock()
         self._restarting = False
         self.facts, self._proc, self._conn = self._spawn()
@@ -150,21 +151,28 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
                 self._send(("cancel", ids))
 
     def stats(self) -> BackendStats:
-        token = next(self._tokens)
-        future: Future[BackendStats] = Future()
-        self._stats[token] = future
-        self._send(("stats", token))
+        """The engine's figures: those its steps sent last (at most ``STATS_EVERY`` seconds old while it works,
+        its final ones once it ran out of work), asked of it only before its first step; never waiting for a
+        step to end."""
+        out = self._latest
+        if out is None:
+            token = next(self._tokens)
+            future: Future[BackendStats] = Future()
+            self._stats[token] = future
+            self._send(("stats", token))
+            try:
+                out = future.result(timeout=STATS_TIMEOUT)
+            except (FutureTimeout, CancelledError):  # the engine is busy or gone: what this side knows
+                self._stats.pop(token, None)
         with self._cond:
             counts = dict(requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
                           generated_tokens=self.generated_tokens)  # fmt: skip
             in_flight = len(self._by_id)
-        try:
-            out = future.result(timeout=STATS_TIMEOUT)
-        except (FutureTimeout, CancelledError):  # the engine is busy or gone: what this side knows
-            self._stats.pop(token, None)
-            running = min(in_flight, self.max_running)
+        # running and waiting as admission counts them (the engine's own figures lag by up to a step)
+        running = min(in_flight, self.max_running)
+        if out is None:
             out = BackendStats(running=running, waiting=in_flight - running, slots=self.max_running, n_ctx_per_sequence=self.n_ctx)
-        out = replace(out, **counts)
+        out = replace(out, running=running, waiting=in_flight - running, details=dict(out.details), **counts)
         out.details.update(device=self.facts.device, load_plan=self.facts.load_plan, engine_process=self._proc.pid,
                            engine_restarts=self.restarts)  # fmt: skip
         return out
@@ -194,6 +202,8 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
             kind = msg[0]
             if kind == "step":
                 self._step(msg[1], msg[2])
+                if msg[3] is not None:
+                    self._latest = msg[3]
             elif kind == "stats":
                 future = self._stats.pop(msg[1], None)
                 if future is not None:
@@ -252,6 +262,7 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
         log.error("the paged engine's process for %s ended (exit code %s); starting it again", self.path.name, code)
         with self._cond:
             self._restarting = True
+            self._latest = None
             pending = list(self._by_id.values())
             self._by_id.clear()
         with delivery_batch():
