@@ -155,8 +155,10 @@ class Generation:
                     if prev is None:
                         metrics.observe_ttft(now - self.t0)
                         first_token_at = first_token_at or now
-                    else:
-                        metrics.observe_itl(now - prev)
+                    else:  # several tokens when the reader fell behind (engine.server.streaming.coalesce)
+                        n_new = len(chunk.token_ids)
+                        for _ in range(n_new):
+                            metrics.observe_itl((now - prev) / n_new)
                     last_token_at[index] = now
                 if chunk.finish_reason is not None:
                     metrics.count_tokens(chunk.prompt_tokens if index == 0 else 0, chunk.completion_tokens)

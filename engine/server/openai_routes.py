@@ -228,6 +228,26 @@ def _sse(payload: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+_MARK = "\ue000hearth-text\ue000"  # a private-use sentinel: no payload but the template's holds it
+
+
+class _TextEvents:
+    """The event of a streamed piece of text, the same bytes as ``_sse(shape(index, text))`` but with only the
+    text encoded per event: the rest of each choice's event is encoded once (hundreds of streams each send
+    one event a token)."""
+
+    def __init__(self, shape) -> None:
+        self.shape = shape
+        self._parts: dict[int, tuple[bytes, bytes]] = {}
+
+    def __call__(self, index: int, text: str) -> bytes:
+        parts = self._parts.get(index)
+        if parts is None:
+            head, tail = _sse(self.shape(index, _MARK)).split(json.dumps(_MARK, ensure_ascii=False).encode())
+            parts = self._parts[index] = (head, tail)
+        return parts[0] + json.dumps(text, ensure_ascii=False).encode() + parts[1]
+
+
 async def _collect(gen: Generation, n_choices: int):
     texts = [""] * n_choices
     logprobs: list[list[TokenLogprob]] = [[] for _ in range(n_choices)]
@@ -366,6 +386,7 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
             choice["logprobs"] = logprobs
         return _sse({**base, "choices": [choice], **(extra or {})})
 
+    text_event = _TextEvents(lambda index, text: {**base, "choices": [{"index": index, "delta": {"content": text}, "finish_reason": None}]})
     for i in range(n):  # the first chunk carries a grounded answer's sources, before any text
         yield event(i, {"role": "assistant", "content": ""}, extra=docs_chat.attach({}, gen.grounding) if i == 0 else None)
     finals: list[GenerationChunk | None] = [None] * n
@@ -378,8 +399,10 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
         thought = chat_tools.reasoning_delta(chunk)
         if thought is not None:
             yield event(index, thought)
-        if chunk.text or lp:
+        if lp:
             yield event(index, {"content": chunk.text}, logprobs=lp)
+        elif chunk.text:
+            yield text_event(index, chunk.text)
         for delta in chat_tools.tool_call_deltas(chunk):
             yield event(index, delta)
         if chunk.finish_reason is not None:
@@ -467,10 +490,15 @@ async def _completion_events(
             source = prompts[i // n]
             yield _sse({**base, "choices": [{"index": i, "text": source, "logprobs": None, "finish_reason": None}]})
             offsets[i] = len(source)
+    text_event = _TextEvents(lambda index, text: {**base, "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": None}]})
     async for index, chunk in gen.chunks():
         if chunk.finish_reason == "error":
             yield _sse(stream_error_body(gen.failure(index, chunk)))
             finals[index] = chunk
+            continue
+        if body.logprobs is None and chunk.finish_reason is None:  # a piece of text: the common event
+            if chunk.text:
+                yield text_event(index, chunk.text)
             continue
         lp = _completion_logprobs(list(chunk.logprobs), offsets[index]) if body.logprobs is not None else None
         offsets[index] += len(chunk.text)

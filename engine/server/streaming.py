@@ -4,6 +4,10 @@ A backend's own streams (:class:`~engine.backends.runtime.StreamChunks`) wake th
 step of their generation loop, for every stream that gained chunks in it: no thread waits on them. Any
 other iterator (a remote provider's) is drained by a thread of its own. If the consumer goes away (client
 disconnect, server shutdown) every generation is cancelled, which frees its slot within one token.
+
+A stream whose reader fell behind (hundreds of streams on a busy machine) has several tokens waiting when
+it is woken: they are handed over as one chunk (:func:`coalesce`), so the client gets one event for them
+and the server builds and writes one. A reader that keeps up gets one chunk a token, as before.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from engine.backends.delivery import waker_for
@@ -28,6 +33,32 @@ class Streamer(Protocol):
 
 
 _END = object()
+
+
+def _plain(chunk: GenerationChunk) -> bool:
+    return chunk.finish_reason is None and not chunk.tool_call_deltas and not chunk.tool_calls and chunk.error is None
+
+
+def coalesce(chunks: list[GenerationChunk]) -> list[GenerationChunk]:
+    """``chunks`` of one stream with each run of plain pieces (text or thinking, not both, with their tokens
+    and log-probabilities) joined into one chunk; tool-call pieces and the final chunk stay as they are."""
+    if len(chunks) < 2:
+        return chunks
+    out: list[GenerationChunk] = []
+    for chunk in chunks:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and _plain(last)
+            and _plain(chunk)
+            and not (last.reasoning and chunk.text)  # thinking, then text: two pieces, in order
+            and not (last.text and chunk.reasoning)
+        ):
+            out[-1] = replace(last, text=last.text + chunk.text, reasoning=last.reasoning + chunk.reasoning,
+                              token_ids=last.token_ids + chunk.token_ids, logprobs=last.logprobs + chunk.logprobs)  # fmt: skip
+        else:
+            out.append(chunk)
+    return out
 
 
 async def open_streams(backend: Streamer, requests: Sequence[GenerationRequest]) -> list[Iterator[GenerationChunk]]:
@@ -93,7 +124,7 @@ async def merge_streams(
             queue.put_nowait((index, fail(index, exc)))
             queue.put_nowait((index, _END))
             return
-        for chunk in chunks:
+        for chunk in coalesce(chunks):
             queue.put_nowait((index, chunk))
         if it.done:
             queue.put_nowait((index, _END))

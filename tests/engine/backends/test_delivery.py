@@ -7,8 +7,9 @@ import threading
 
 from engine.backends.delivery import ChunkQueue, delivery_batch
 from engine.backends.runtime import StreamChunks
-from engine.server.streaming import merge_streams
-from engine.types import GenerationChunk, GenerationRequest
+from engine.server.streaming import coalesce, merge_streams
+from engine.tools.parsers import ToolCallDelta
+from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 
 STEPS = 20
 
@@ -67,5 +68,27 @@ def test_a_step_of_many_streams_wakes_the_event_loop_once_and_no_thread_waits_pe
 
     extra_threads = asyncio.run(consume())
     assert extra_threads == 0
-    assert all(texts == [str(s) for s in range(STEPS)] for texts in got.values())
+    # every step's text in order (a reader that fell behind gets several steps' pieces as one chunk)
+    assert all("".join(texts) == "".join(str(s) for s in range(STEPS)) for texts in got.values())
     assert 1 <= len(wakes) <= STEPS  # one wake-up per step at most, for all eight streams
+
+
+def test_a_reader_that_fell_behind_gets_one_chunk_for_the_pieces_waiting_and_keeps_their_order():
+    lp = [TokenLogprob(token=t, token_id=i, logprob=-0.5, bytes=tuple(t.encode())) for i, t in enumerate("abcdef")]
+    call = ToolCallDelta(index=0, id="call_1", name="f", arguments="")
+    chunks = [
+        GenerationChunk(reasoning="th", token_ids=(1,), logprobs=(lp[0],)),
+        GenerationChunk(reasoning="ink", token_ids=(2,), logprobs=(lp[1],)),
+        GenerationChunk(text="He", token_ids=(3,), logprobs=(lp[2],)),
+        GenerationChunk(text="llo", token_ids=(4,), logprobs=(lp[3],)),
+        GenerationChunk(tool_call_deltas=(call,), token_ids=(5,)),
+        GenerationChunk(text="!", token_ids=(6,)),
+        GenerationChunk(text="", finish_reason="stop", completion_tokens=6),
+    ]
+    out = coalesce(chunks)
+    assert [(c.reasoning, c.text, c.token_ids) for c in out] == [
+        ("think", "", (1, 2)), ("", "Hello", (3, 4)), ("", "", (5,)), ("", "!", (6,)), ("", "", ()),
+    ]  # fmt: skip
+    assert out[0].logprobs == (lp[0], lp[1]) and out[1].logprobs == (lp[2], lp[3])
+    assert out[2].tool_call_deltas == (call,) and out[-1].finish_reason == "stop"
+    assert coalesce(chunks[:1]) == chunks[:1]
