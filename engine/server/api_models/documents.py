@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel, Field
+
 from engine.server.api_models.base import Answer
 
 
@@ -111,3 +113,38 @@ class ChatDocuments(Answer):
     whole_documents: bool = False
     budget_tokens: int
     indexing: list[str] = []
+
+
+# -- request bodies of /api/docs: plain models (unknown fields are dropped, as they always were) --------
+# ``POST /api/docs/collections``: a collection to make of ``paths`` and index.
+class AddBody(BaseModel):
+    name: str
+    paths: list[str] = Field(min_length=1)
+    model: str | None = None
+    shared: bool | None = None  # chats made with an inference key may name it (None: as it is)
+
+
+# ``PUT /api/docs/collections/NAME/shared``.
+class SharedBody(BaseModel):
+    shared: bool
+
+
+# ``PUT /api/docs/collections/NAME/model``: the embedding model it is indexed with.
+class ModelBody(BaseModel):
+    model: str
+
+
+# ``POST /api/docs/search``.
+class SearchBody(BaseModel):
+    collections: list[str] = Field(min_length=1)
+    query: str
+    k: int = 5
+    mode: str = "auto"
+
+
+# ``POST /api/docs/context``: the sources (with markers) a question gets from ``collections``.
+class ContextBody(BaseModel):
+    collections: list[str] = Field(min_length=1)
+    question: str
+    budget_tokens: int = Field(default=1500, ge=100, le=200_000)
+    k: int = Field(default=8, ge=1, le=50)
