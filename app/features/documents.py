@@ -37,7 +37,7 @@ from app.net.api import HearthApi
 from app.net.types import ApiError
 from app.pages.chats_page import ChatsPage
 from app.store.records import DocSource
-from engine.server.api_models import CollectionList
+from engine.server.api_models import CollectionList, HearthRequest
 from engine.server.api_models import DocCollection as CollectionAnswer
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ class DocumentsPreparer:
     def prepare(self, request: AnswerRequest) -> None:
         names = sorted(request.chat.collections)
         if names:
-            request.body.collections = tuple(names)
+            request.body.hearth = HearthRequest(collections=names)
             request.added.append(f"Documents: {', '.join(names)}")
 
 

@@ -43,6 +43,7 @@ from engine.server.api_models.documents import (
     DocsContext,
     DocSource,
     FileFailure,
+    HearthRequest,
     IndexProgress,
     ModelBody,
     ProgressAnswer,
@@ -85,7 +86,7 @@ from engine.server.api_models.settings import (
 
 __all__ = [
     "Answer", "Body", "NullAsDefaultBody", "KEEP_ALIVE_PATTERN", "KeepAlive",
-    "AcceptBody", "AddBody", "ContextBody", "DownloadBody", "FolderBody", "ImportBody", "LoadBody", "ModelBody",
+    "AcceptBody", "AddBody", "ContextBody", "DownloadBody", "FolderBody", "HearthRequest", "ImportBody", "LoadBody", "ModelBody",
     "ModelLoadBody", "ModelSettingsBody", "RemoteBody", "SearchBody", "SharedBody",
     "FolderList", "LoadSettings", "ModelFolder", "ModelSettingsAnswer",
     "AcceptAnswer", "BackendChoice", "BackendFigures", "Category", "ChatDocuments", "CollectionDeleted", "CollectionList", "CpuInfo",
