@@ -17,7 +17,7 @@ from app.net.api import HearthApi
 from app.net.chat_stream import ChatStream
 from app.net.types import ApiError, StreamResult
 from app.store.records import ChatSettings, DocSource
-from engine.server.api_models import ChatDocuments
+from engine.server.api_models import ChatDocuments, HearthRequest
 
 
 @dataclass
@@ -32,7 +32,7 @@ class ChatRequestBody:
     max_tokens: int | None = None
     seed: int | None = None
     enable_thinking: bool | None = None  # None: the model's default (the template's ``enable_thinking``)
-    collections: tuple[str, ...] = ()  # document collections the worker answers from (the ``hearth`` extension)
+    hearth: HearthRequest | None = None  # the document collections the worker answers from (None: none)
 
     @classmethod
     def for_chat(cls, settings: ChatSettings, messages: list[dict]) -> ChatRequestBody:
@@ -49,8 +49,8 @@ class ChatRequestBody:
             params["seed"] = self.seed
         if self.enable_thinking is not None:
             params["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
-        if self.collections:
-            params["hearth"] = {"collections": list(self.collections)}
+        if self.hearth is not None:  # as the worker reads it: what differs from its defaults
+            params["hearth"] = self.hearth.model_dump(exclude_defaults=True)
         return params
 
     def to_json(self) -> dict[str, Any]:

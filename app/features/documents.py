@@ -37,8 +37,8 @@ from app.net.api import HearthApi
 from app.net.types import ApiError
 from app.pages.chats_page import ChatsPage
 from app.store.records import DocSource
-from engine.server.api_models import CollectionList
 from engine.server.api_models import DocCollection as CollectionAnswer
+from engine.server.api_models import HearthRequest
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class DocumentsPreparer:
     def prepare(self, request: AnswerRequest) -> None:
         names = sorted(request.chat.collections)
         if names:
-            request.body.collections = tuple(names)
+            request.body.hearth = HearthRequest(collections=names)
             request.added.append(f"Documents: {', '.join(names)}")
 
 
@@ -233,11 +233,8 @@ class DocumentsFeature(QObject):
             self.timer.stop()
 
     def refresh(self) -> None:
-        call = self.api.get(
-            "/api/docs/collections",
-            lambda d: [DocCollection.from_answer(c) for c in CollectionList.model_validate(d).collections],
-        )
-        call.succeeded.connect(self._show)
+        call = self.api.collections()
+        call.succeeded.connect(lambda answers: self._show([DocCollection.from_answer(c) for c in answers]))
         call.failed.connect(self._failed)
 
     def _show(self, collections: list[DocCollection]) -> None:
@@ -256,14 +253,14 @@ class DocumentsFeature(QObject):
 
     def add_folder(self, folder: Path, name: str | None = None) -> None:
         name = name or re.sub(r"[^\w .\-]", "_", folder.name)[:64] or "documents"
-        call = self.api.post("/api/docs/collections", {"name": name, "paths": [str(folder)]})
+        call = self.api.add_collection(name, [str(folder)])
         call.succeeded.connect(lambda _d: (self.set_attached(name, True), self.refresh()))
         call.failed.connect(self._failed)
 
     def control(self, action: str) -> None:
         name = self.panel.selected_name()
         if name:
-            call = self.api.post(f"/api/docs/collections/{self.api.quote(name)}/{action}")
+            call = self.api.collection_action(name, action)
             call.succeeded.connect(lambda _d: self.refresh())
             call.failed.connect(self._failed)
 

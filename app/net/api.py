@@ -1,10 +1,15 @@
-"""HearthApi: the worker's endpoints as typed calls (one method per endpoint)."""
+"""HearthApi: the worker's endpoints as typed calls (one method per endpoint).
+
+Bodies are the worker's own request models (:mod:`engine.server.api_models`), sent as the fields the caller
+gave (``exclude_unset``): the JSON is what the worker's route declares, and a field the route does not have is
+a mistake the type checker sees here rather than one the worker ignores."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import urlencode
 
+from pydantic import BaseModel
 from PySide6.QtCore import QObject
 
 from app.net.catalog_types import FitFacts
@@ -14,20 +19,32 @@ from app.net.engine import EngineController
 from app.net.types import Metrics, StatsSnapshot
 from engine.server.api_models import (
     AcceptAnswer,
+    AcceptBody,
+    AddBody,
+    CollectionList,
     DeleteAnswer,
+    DocCollection,
     Download,
+    DownloadBody,
     DownloadList,
+    FolderBody,
     FolderList,
     HardwareReport,
     HubSearch,
+    ImportBody,
     LoadAnswer,
+    LoadBody,
+    LoadSettings,
     ModelInfo,
     ModelList,
+    ModelLoadBody,
     ModelSettingsAnswer,
     OtherAppsFound,
+    ProgressAnswer,
     ProviderInfo,
     ProviderList,
     RecommendedList,
+    RemoteBody,
     RemovedAnswer,
     UnloadAnswer,
     VariantList,
@@ -35,6 +52,11 @@ from engine.server.api_models import (
 
 LOAD_TIMEOUT_MS = 300_000  # a big model can take minutes to load from a slow disk
 HUB_TIMEOUT_MS = 90_000  # the worker asks the hub about each recommended repo, several at a time
+
+
+def sent(body: BaseModel) -> dict[str, Any]:
+    """``body`` as JSON, with the fields it was given (the rest are the worker's defaults)."""
+    return body.model_dump(mode="json", exclude_unset=True)
 
 
 class HearthApi(ApiClient):
@@ -59,15 +81,17 @@ class HearthApi(ApiClient):
 
     def load_model(self, name: str) -> ApiCall:
         """LoadAnswer (the backend and the context it loaded with)"""
-        return self.post("/api/models/load", {"model": name}, LoadAnswer.model_validate, timeout_ms=LOAD_TIMEOUT_MS)
+        body = sent(ModelLoadBody(model=name))
+        return self.post("/api/models/load", body, LoadAnswer.model_validate, timeout_ms=LOAD_TIMEOUT_MS)
 
     def unload_model(self, name: str) -> ApiCall:
         """UnloadAnswer"""
-        return self.post("/api/models/unload", {"model": name}, UnloadAnswer.model_validate)
+        return self.post("/api/models/unload", sent(LoadBody(model=name)), UnloadAnswer.model_validate)
 
     def import_model(self, path: str) -> ApiCall:
         """ModelInfo"""
-        return self.post("/api/models/import", {"path": path}, ModelInfo.model_validate, timeout_ms=LOAD_TIMEOUT_MS)
+        body = sent(ImportBody(path=path))
+        return self.post("/api/models/import", body, ModelInfo.model_validate, timeout_ms=LOAD_TIMEOUT_MS)
 
     def delete_model(self, name: str) -> ApiCall:
         """str (the deleted name)"""
@@ -80,16 +104,18 @@ class HearthApi(ApiClient):
     def accept_other_apps(self) -> ApiCall:
         """list[str] (the names registered; their files stay in place)"""
         return self.post(
-            "/api/other-apps/accept", {}, lambda d: AcceptAnswer.model_validate(d).registered, timeout_ms=LOAD_TIMEOUT_MS
+            "/api/other-apps/accept", sent(AcceptBody()), lambda d: AcceptAnswer.model_validate(d).registered,
+            timeout_ms=LOAD_TIMEOUT_MS,
         )
 
     def model_settings(self, name: str) -> ApiCall:
         """ModelSettingsAnswer (the settings every load of ``name`` takes)"""
         return self.get(f"/api/models/{self.quote(name)}/settings", ModelSettingsAnswer.model_validate)
 
-    def save_model_settings(self, name: str, settings: dict[str, Any]) -> ApiCall:
-        """ModelSettingsAnswer (None values: Hearth chooses)"""
-        return self.call("PUT", f"/api/models/{self.quote(name)}/settings", ModelSettingsAnswer.model_validate, settings)
+    def save_model_settings(self, name: str, settings: LoadSettings) -> ApiCall:
+        """ModelSettingsAnswer (None values: Hearth chooses). A PUT: every setting is sent, null ones too."""
+        path = f"/api/models/{self.quote(name)}/settings"
+        return self.call("PUT", path, ModelSettingsAnswer.model_validate, settings.model_dump(mode="json"))
 
     def folders(self) -> ApiCall:
         """list[ModelFolder]"""
@@ -97,8 +123,8 @@ class HearthApi(ApiClient):
 
     def add_folder(self, path: str, *, first: bool = False) -> ApiCall:
         """list[ModelFolder] (the folders after adding it)"""
-        return self.post("/api/folders", {"path": path, "first": first}, lambda d: FolderList.model_validate(d).folders,
-                         timeout_ms=LOAD_TIMEOUT_MS)  # fmt: skip
+        return self.post("/api/folders", sent(FolderBody(path=path, first=first)),
+                         lambda d: FolderList.model_validate(d).folders, timeout_ms=LOAD_TIMEOUT_MS)  # fmt: skip
 
     def remove_folder(self, path: str) -> ApiCall:
         """list[ModelFolder] (the folders left)"""
@@ -113,7 +139,8 @@ class HearthApi(ApiClient):
 
     def add_remote(self, name: str, url: str, api_key: str = "") -> ApiCall:
         """ProviderInfo (added even when it cannot be reached now; its state says so)"""
-        return self.post("/api/remotes", {"name": name, "url": url, "api_key": api_key or None}, ProviderInfo.model_validate)
+        body = sent(RemoteBody(name=name, url=url, api_key=api_key or None))
+        return self.post("/api/remotes", body, ProviderInfo.model_validate)
 
     def remove_remote(self, name: str) -> ApiCall:
         """str (the removed name)"""
@@ -164,8 +191,21 @@ class HearthApi(ApiClient):
 
     def start_download(self, repo: str, variant: str) -> ApiCall:
         """Download"""
-        return self.post("/api/downloads", {"repo": repo, "variant": variant}, Download.model_validate)
+        return self.post("/api/downloads", sent(DownloadBody(repo=repo, variant=variant)), Download.model_validate)
 
     def download_action(self, download_id: str, action: str) -> ApiCall:
         """Download (``action``: pause | resume | cancel)"""
         return self.post(f"/api/downloads/{self.quote(download_id)}/{action}", {}, Download.model_validate)
+
+    # -- document collections -----------------------------------------------------------------
+    def collections(self) -> ApiCall:
+        """list[DocCollection]"""
+        return self.get("/api/docs/collections", lambda d: CollectionList.model_validate(d).collections)
+
+    def add_collection(self, name: str, paths: list[str]) -> ApiCall:
+        """DocCollection (indexing starts; its progress says how far it got)"""
+        return self.post("/api/docs/collections", sent(AddBody(name=name, paths=paths)), DocCollection.model_validate)
+
+    def collection_action(self, name: str, action: str) -> ApiCall:
+        """ProgressAnswer (``action``: pause | resume | cancel the collection's indexing)"""
+        return self.post(f"/api/docs/collections/{self.quote(name)}/{action}", {}, ProgressAnswer.model_validate)

@@ -7,8 +7,6 @@ moment after the last change (never on every keystroke), and a late answer for o
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -140,7 +138,7 @@ class ModelSettingsDialog(QDialog):
             index = self.speculative.count() - 1
         self.speculative.setCurrentIndex(index)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> LoadSettings:
         """The values shown, as ``PUT /api/models/NAME/settings`` takes them (None: Hearth chooses)."""
         flash = self.flash_attn.currentText()
         return LoadSettings(
@@ -154,15 +152,15 @@ class ModelSettingsDialog(QDialog):
             rope_orig_ctx=self.rope_orig_ctx.value() or None,
             cpu_moe=self.cpu_moe.value() or None,
             speculative=self.speculative.currentData(),
-        ).model_dump()
+        )
 
     # -- the fit plan ---------------------------------------------------------------------------
     def ask_fit(self) -> None:
         s = self.settings()
         self._asked += 1
         asked = self._asked
-        call = self.api.fit(self.name, ctx=s["n_ctx"], kv_type=s["kv_type"], gpu_layers=s["n_gpu_layers"],
-                            flash_attn=s["flash_attn"], cpu_moe=s["cpu_moe"])  # fmt: skip
+        call = self.api.fit(self.name, ctx=s.n_ctx, kv_type=s.kv_type, gpu_layers=s.n_gpu_layers,
+                            flash_attn=s.flash_attn, cpu_moe=s.cpu_moe)  # fmt: skip
         call.succeeded.connect(lambda facts: self._show_fit(asked, facts))
         call.failed.connect(lambda error: self._fit_failed(asked, error))
 

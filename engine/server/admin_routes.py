@@ -10,8 +10,16 @@ from fastapi import APIRouter, Request
 
 from engine import __version__
 from engine.errors import InvalidRequest
-from engine.server.api_models import FitAnswer, LoadAnswer, ModelList, ServerStats, UnloadAnswer, WorkerInfo
-from engine.server.schemas import LoadBody, ModelLoadBody
+from engine.server.api_models import (
+    FitAnswer,
+    LoadAnswer,
+    LoadBody,
+    ModelList,
+    ModelLoadBody,
+    ServerStats,
+    UnloadAnswer,
+    WorkerInfo,
+)
 
 router = APIRouter(prefix="/api")
 

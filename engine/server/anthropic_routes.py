@@ -16,15 +16,15 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 from starlette.routing import Match
 
 from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
 from engine.remote.routing import is_local
 from engine.server import docs_chat, media, remote_routes, targets
+from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
-from engine.server.schemas import KeepAlive
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -54,16 +54,12 @@ class _AnthropicModelsRoute(error_route(anthropic_error)):
 models_router = APIRouter(prefix="/v1", route_class=_AnthropicModelsRoute)
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class MessageBody(_Body):
+class MessageBody(Body):
     role: str
     content: str | list[dict[str, Any]]
 
 
-class CountTokensBody(_Body):
+class CountTokensBody(Body):
     model: str = Field(min_length=1)
     messages: list[MessageBody]
     system: str | list[dict[str, Any]] | None = None

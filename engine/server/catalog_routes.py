@@ -14,14 +14,15 @@ from engine.server.admin_routes import _model_entry
 from engine.server.api_models import (
     DeleteAnswer,
     Download,
+    DownloadBody,
     DownloadList,
     HardwareReport,
     HubSearch,
+    ImportBody,
     ModelInfo,
     RecommendedList,
     VariantList,
 )
-from engine.server.schemas import DownloadBody, ImportBody
 
 router = APIRouter(prefix="/api")
 

@@ -20,17 +20,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from engine.documents.errors import CollectionNotFound
 from engine.documents.prompt import DocsContext
 from engine.errors import AdminKeyRequired, InvalidRequest
-from engine.server.api_models import ChatDocuments
+from engine.server.api_models import ChatDocuments, HearthRequest
+from engine.server.api_models.documents import (
+    BUDGET_TOKENS,
+    DEFAULT_BUDGET_TOKENS,
+    DEFAULT_PASSAGES,
+    PASSAGES,
+)
 from engine.types import ChatMessage, GenerationRequest
 
 if TYPE_CHECKING:
     from engine.server.targets import Served
 
-DEFAULT_BUDGET_TOKENS = 1500  # as POST /api/docs/context
-DEFAULT_K = 8
 # The context is counted at four characters a token: it is given at most this share of the room the
 # conversation and the answer leave, so text denser in tokens still fits.
 FIT_SHARE = 0.75
@@ -44,7 +50,7 @@ class DocumentsAsked:
 
     collections: tuple[str, ...]
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
-    k: int = DEFAULT_K
+    k: int = DEFAULT_PASSAGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +82,15 @@ def _source(source: dict[str, Any], paths: bool) -> dict[str, Any]:
     return {**source, "path": Path(source["path"]).name, "uri": None}
 
 
-def _whole_number(raw: dict, key: str, default: int, lo: int, hi: int) -> int:
-    value = raw.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidRequest(f"'hearth.{key}' must be a whole number from {lo} to {hi}.", param=f"hearth.{key}")
-    return value
+def _refusal(error: ValidationError) -> InvalidRequest:
+    """The sentence for the first field of a ``hearth`` object that :class:`HearthRequest` refuses."""
+    key = str(error.errors()[0]["loc"][0])
+    if key == "collections":
+        return InvalidRequest(
+            f"'hearth.collections' must be a list of collection names, such as {_EXAMPLE}.", param="hearth.collections"
+        )
+    lo, hi = BUDGET_TOKENS if key == "budget_tokens" else PASSAGES
+    return InvalidRequest(f"'hearth.{key}' must be a whole number from {lo} to {hi}.", param=f"hearth.{key}")
 
 
 def documents_asked(body: Any) -> DocumentsAsked | None:
@@ -97,17 +105,14 @@ def documents_asked(body: Any) -> DocumentsAsked | None:
         return None
     if not isinstance(raw, dict):
         raise InvalidRequest(f"'hearth' must be an object, such as {_EXAMPLE}.", param="hearth")
-    names = raw.get("collections")
-    if names is None or names == []:
-        return None
-    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
-        raise InvalidRequest(
-            f"'hearth.collections' must be a list of collection names, such as {_EXAMPLE}.", param="hearth.collections"
-        )
+    if raw.get("collections") in (None, []):
+        return None  # the rest of the object is not read (nor refused) when it names no collection
+    try:
+        asked = HearthRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise _refusal(exc) from None
     return DocumentsAsked(
-        collections=tuple(dict.fromkeys(names)),
-        budget_tokens=_whole_number(raw, "budget_tokens", DEFAULT_BUDGET_TOKENS, 100, 200_000),
-        k=_whole_number(raw, "k", DEFAULT_K, 1, 50),
+        collections=tuple(dict.fromkeys(asked.collections)), budget_tokens=asked.budget_tokens, k=asked.k
     )
 
 

@@ -8,50 +8,25 @@ import threading
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
 
 from engine.documents.errors import CollectionNotFound
 from engine.server.api_models import (
+    AddBody,
     CollectionDeleted,
     CollectionList,
+    ContextBody,
     DocCollection,
     DocsContext,
+    ModelBody,
     ProgressAnswer,
     SearchAnswer,
+    SearchBody,
+    SharedBody,
 )
 from engine.server.errors import error_response
 
 router = APIRouter(prefix="/api/docs")
 _lock = threading.Lock()
-
-
-class AddBody(BaseModel):
-    name: str
-    paths: list[str] = Field(min_length=1)
-    model: str | None = None
-    shared: bool | None = None  # chats made with an inference key may name it (None: as it is)
-
-
-class SharedBody(BaseModel):
-    shared: bool
-
-
-class ModelBody(BaseModel):
-    model: str
-
-
-class SearchBody(BaseModel):
-    collections: list[str] = Field(min_length=1)
-    query: str
-    k: int = 5
-    mode: str = "auto"
-
-
-class ContextBody(BaseModel):
-    collections: list[str] = Field(min_length=1)
-    question: str
-    budget_tokens: int = Field(default=1500, ge=100, le=200_000)
-    k: int = Field(default=8, ge=1, le=50)
 
 
 def service(app):

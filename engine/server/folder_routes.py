@@ -6,8 +6,8 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
+from engine.server.api_models import FolderBody
 from engine.server.api_models import FolderList as FolderListAnswer
-from engine.server.schemas import FolderBody
 
 router = APIRouter(prefix="/api")
 

@@ -16,12 +16,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, StrictBool
+from pydantic import StrictBool
 
 from engine import __version__
 from engine.errors import DownloadError, HearthError, InvalidRequest
 from engine.remote.client import RemoteModel
 from engine.server import remote_routes
+from engine.server.api_models import Body
 from engine.server.dialect import error_route, ollama_error
 from engine.server.errors import error_info
 from engine.server.ollama_routes import NDJSON, resolve
@@ -34,11 +35,7 @@ OLLAMA_API_VERSION = "0.12.0"
 _FOREVER = datetime(2318, 1, 1, tzinfo=UTC)  # what Ollama shows for a model kept loaded for good
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ModelBody(_Body):
+class ModelBody(Body):
     model: str | None = None
     name: str | None = None  # Ollama's older spelling
     verbose: StrictBool = False

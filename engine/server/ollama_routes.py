@@ -20,13 +20,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.model_defaults import left_unset
 from engine.remote.providers import LOCAL_MODEL_HOSTS
 from engine.remote.routing import is_local
 from engine.server import media, targets
+from engine.server.api_models import Body
 from engine.server.dialect import DialectRun, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
@@ -62,11 +63,7 @@ KEEP_ALIVE_FOREVER_AFTER = 10 * 365 * 86_400.0
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class _Generate(_Body):
+class _Generate(Body):
     model: str = Field(min_length=1)
     format: str | dict[str, Any] | None = None
     options: dict[str, Any] | None = None
@@ -91,7 +88,7 @@ class GenerateBody(_Generate):
     images: list[str] | None = None
 
 
-class EmbedBody(_Body):
+class EmbedBody(Body):
     model: str = Field(min_length=1)
     input: str | list[str]
     truncate: StrictBool = True
@@ -100,7 +97,7 @@ class EmbedBody(_Body):
     dimensions: int | None = None
 
 
-class EmbeddingsBody(_Body):
+class EmbeddingsBody(Body):
     model: str = Field(min_length=1)
     prompt: str
     options: dict[str, Any] | None = None

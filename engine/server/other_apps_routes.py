@@ -7,17 +7,11 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request
-from pydantic import Field
 
 from engine.errors import InvalidRequest
-from engine.server.api_models import AcceptAnswer, OtherAppsFound
-from engine.server.schemas import _Body
+from engine.server.api_models import AcceptAnswer, AcceptBody, OtherAppsFound
 
 router = APIRouter(prefix="/api/other-apps")
-
-
-class AcceptBody(_Body):
-    origins: list[str] | None = Field(default=None, max_length=16)  # None: every app's
 
 
 def _unregistered(registry):

@@ -9,7 +9,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import Field
 
 from engine.errors import InvalidRequest, ModelNotFound, RemoteError
 from engine.remote.client import RemoteModel
@@ -17,18 +16,11 @@ from engine.remote.providers import ProviderAccess
 from engine.remote.registry import RemoteRegistry
 from engine.remote.relay import DONE, relay_events, rewrite
 from engine.remote.routing import RemoteTarget
-from engine.server.api_models import ProviderInfo, ProviderList, RemovedAnswer
+from engine.server.api_models import ProviderInfo, ProviderList, RemoteBody, RemovedAnswer
 from engine.server.errors import response_for
-from engine.server.schemas import _Body
 from engine.server.targets import remotes_for
 
 router = APIRouter(prefix="/api")
-
-class RemoteBody(_Body):
-    name: str = Field(min_length=1, max_length=40)
-    url: str = Field(min_length=1, max_length=2000)
-    api_key: str | None = None
-    timeout: float | None = None
 
 
 def _registry(request: Request) -> RemoteRegistry:

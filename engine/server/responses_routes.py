@@ -19,16 +19,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 from starlette.exceptions import HTTPException
 
 from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
 from engine.server import media
+from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import DialectRun
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
-from engine.server.schemas import KeepAlive
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -46,11 +46,7 @@ router = APIRouter(prefix="/v1")
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ResponsesBody(_Body):
+class ResponsesBody(Body):
     model: str = Field(min_length=1)
     input: str | list[dict[str, Any]] = ""
     instructions: str | None = None

@@ -6,52 +6,33 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, model_validator
+from pydantic import BaseModel, Field, StrictBool
 from pydantic.config import JsonDict
 
 from engine.model_defaults import left_unset
-from engine.server.api_models.settings import LoadSettings
+from engine.server.api_models.base import KeepAlive, NullAsDefaultBody
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    @model_validator(mode="after")
-    def _null_means_default(self):
-        # OpenAI's spec marks most fields nullable: `"n": null` is `n` left out.
-        for name, info in type(self).model_fields.items():
-            if getattr(self, name) is None and not info.is_required():
-                default = info.get_default(call_default_factory=True)
-                if default is not None:
-                    setattr(self, name, default)
-        return self
-
-
-class StreamOptions(_Body):
+class StreamOptions(NullAsDefaultBody):
     include_usage: StrictBool | None = False
 
 
-class JSONSchemaFormat(_Body):
+class JSONSchemaFormat(NullAsDefaultBody):
     name: str | None = "response"
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormatBody(_Body):
+class ResponseFormatBody(NullAsDefaultBody):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JSONSchemaFormat | None = None
 
-
-# Ollama's keep_alive (every dialect takes it): seconds (negative: never), a duration, or "never". The pattern
-# says what the server reads (engine.validation.request_keep_alive, whose sentence refuses anything else).
-KEEP_ALIVE_PATTERN = r"^\s*([Nn][Ee][Vv][Ee][Rr]|[0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+)\s*$"
-KeepAlive = float | Annotated[str, WithJsonSchema({"type": "string", "pattern": KEEP_ALIVE_PATTERN})] | None
 
 # Ranges are stated here so that the server's OpenAPI document says what it accepts.
 _TOKEN_IDS: JsonDict = {"propertyNames": {"pattern": "^[0-9]+$"}}  # checked by the engine, with the model's vocabulary
 
 
-class _Sampling(_Body):
+class _Sampling(NullAsDefaultBody):
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
@@ -86,7 +67,7 @@ class _Sampling(_Body):
         return left_unset(given)
 
 
-class ChatMessageBody(_Body):
+class ChatMessageBody(NullAsDefaultBody):
     # Checked by the engine (which names `messages` in the error); listed for the OpenAPI document.
     role: str = Field(json_schema_extra={"enum": ["system", "developer", "user", "assistant", "tool", "function"]})
     content: str | list[dict[str, Any]] | None = None
@@ -96,7 +77,7 @@ class ChatMessageBody(_Body):
     reasoning_content: str | None = None
 
 
-class PredictionBody(_Body):
+class PredictionBody(NullAsDefaultBody):
     """OpenAI's Predicted Outputs: text the answer is expected to repeat, drafted from first."""
 
     type: str = Field("content", json_schema_extra={"enum": ["content"]})
@@ -137,63 +118,12 @@ class CompletionBody(_Sampling):
     response_format: ResponseFormatBody | None = None
 
 
-class EmbeddingBody(_Body):
+class EmbeddingBody(NullAsDefaultBody):
     model: str = Field(min_length=1)
     input: str | list[str] | list[int] | list[list[int]] = Field(json_schema_extra=_TEXTS)
     encoding_format: Literal["float", "base64"] | None = "float"
     dimensions: int | None = None
     user: str | None = None
-
-
-class LoadBody(_Body):
-    model: str = Field(min_length=1)
-
-
-class ModelLoadBody(LoadBody):
-    """``POST /api/models/load``: the model, and settings for this load (left out: the worker's own)."""
-
-    # The numbers' ranges are engine.validation's, checked by the route: the CLI's flags refuse with its sentences too.
-    ctx: int | None = Field(default=None, description="context length of each sequence")
-    parallel: int | None = Field(default=None, description="sequences generated at once")
-    gpu_layers: int | None = Field(default=None, description="layers offloaded to the GPU")
-    kv_type: Literal["f16", "q8_0", "q4_0", "fp8"] | None = Field(default=None, description="KV cache type")
-    threads: int | None = Field(default=None, description="CPU threads")
-    flash_attn: bool | None = Field(default=None, description="flash attention (llama.cpp)")
-    batch: int | None = Field(default=None, description="prompt tokens computed in one call")
-    rope_scale: float | None = Field(default=None, description="YaRN RoPE scaling factor")
-    rope_orig_ctx: int | None = Field(default=None, description="the trained context YaRN scales from")
-    cpu_moe: int | None = Field(default=None, ge=-1, description="MoE experts on the CPU: first N layers', -1 all")
-    speculative: str | None = Field(default=None, description="speculative decoding: auto, ngram, draft:MODEL or off")
-    save: bool = Field(default=False, description="remember these settings for every later load of the model")
-    keep_alive: KeepAlive = Field(
-        default=None, description="how long it stays loaded when idle: seconds, a duration ('10m') or 'never'"
-    )
-
-
-class ModelSettingsBody(LoadSettings):
-    """``PUT /api/models/NAME/settings``: the settings every load of the model takes (null: Hearth chooses);
-    the fields of the answer's ``settings``, and unknown ones kept to be refused by name."""
-
-    model_config = ConfigDict(extra="allow", frozen=False)
-
-
-class FolderBody(_Body):
-    """``POST /api/folders``: a folder to find models in (``first``: downloads go to it)."""
-
-    path: str = Field(min_length=1)
-    first: bool = False
-
-
-class DownloadBody(_Body):
-    repo: str = Field(min_length=3)
-    variant: str | None = None
-    mmproj_variant: str | None = None  # the projector pulled with it (F16, Q8_0, a file name, "none"); F16 unset
-
-
-class ImportBody(_Body):
-    path: str = Field(min_length=1)
-    name: str | None = None
-    mmproj: str | None = None  # the projector to pair it with; unset: an mmproj*.gguf beside it, if there is one
 
 
 class ErrorDetail(BaseModel):

@@ -14,8 +14,7 @@ from engine.backends.options import LoadOptions
 from engine.backends.speculative import DRAFT
 from engine.errors import InvalidRequest, ModelNotFound
 from engine.load_settings import ModelLoadSettings
-from engine.server.api_models import ModelSettingsAnswer
-from engine.server.schemas import ModelLoadBody, ModelSettingsBody
+from engine.server.api_models import ModelLoadBody, ModelSettingsAnswer, ModelSettingsBody
 from engine.validation import BATCH, CTX, GPU_LAYERS, PARALLEL, ROPE_SCALE, THREADS
 
 router = APIRouter(prefix="/api")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from engine.server.api_models import LoadSettings
 from engine.starter import STARTER_NAME
 from tests.app.test_models_page import table_rows
 
@@ -27,7 +28,7 @@ def test_the_settings_dialog_follows_the_values_with_the_fit_plan_and_saves_them
     (dialog,) = [d for d in page.findChildren(ModelSettingsDialog) if d.isVisible()]
     try:
         qtbot.waitUntil(lambda: dialog.fit_facts is not None, timeout=30_000)
-        assert dialog.settings()["n_ctx"] is None  # nothing saved: Hearth chooses
+        assert dialog.settings().n_ctx is None  # nothing saved: Hearth chooses
         dialog.ctx.setValue(1536)
         dialog.kv_type.setCurrentText("q8_0")
         qtbot.waitUntil(lambda: dialog.fit_facts is not None and dialog.fit_facts.n_ctx == 1536, timeout=30_000)
@@ -49,7 +50,7 @@ def test_the_settings_dialog_follows_the_values_with_the_fit_plan_and_saves_them
         answer = _call(qtbot, window.api.model_settings(STARTER_NAME))
         assert (answer.settings.n_ctx, answer.settings.kv_type, answer.settings.cpu_moe) == (1536, "q8_0", None)
     finally:  # the session's worker goes on with its own settings
-        _call(qtbot, window.api.save_model_settings(STARTER_NAME, {}))
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, LoadSettings()))
         dialog.close()
 
 
@@ -70,7 +71,7 @@ def _open_dialog(qtbot, window):
 def test_the_speculative_decoding_choice_is_saved_with_the_rest_and_shown_again(qtbot, window):
     dialog = _open_dialog(qtbot, window)
     try:
-        assert dialog.speculative.currentText() == "Automatic" and dialog.settings()["speculative"] is None
+        assert dialog.speculative.currentText() == "Automatic" and dialog.settings().speculative is None
         assert [dialog.speculative.itemText(i) for i in range(dialog.speculative.count())] == [
             "Automatic", "Prompt lookup", "Off"]  # fmt: skip
         dialog.speculative.setCurrentText("Off")
@@ -85,17 +86,17 @@ def test_the_speculative_decoding_choice_is_saved_with_the_rest_and_shown_again(
         with qtbot.waitSignal(again.saved, timeout=30_000):
             again.buttons.accepted.emit()
         assert _call(qtbot, window.api.model_settings(STARTER_NAME)).settings.speculative == "ngram"
-        _call(qtbot, window.api.save_model_settings(STARTER_NAME, {"speculative": "auto"}))
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, LoadSettings(speculative="auto")))
         kept = _open_dialog(qtbot, window)  # saved as "auto" (by `hearth load`): shown as Automatic, kept so
-        assert kept.speculative.currentText() == "Automatic" and kept.settings()["speculative"] == "auto"
+        assert kept.speculative.currentText() == "Automatic" and kept.settings().speculative == "auto"
         kept.close()
-        _call(qtbot, window.api.save_model_settings(STARTER_NAME, {"speculative": f"draft:{STARTER_NAME}"}))
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, LoadSettings(speculative=f"draft:{STARTER_NAME}")))
         drafts = _open_dialog(qtbot, window)  # a draft model (`hearth load --speculative draft:MODEL`): shown, kept
         assert drafts.speculative.currentText() == f"Draft model: {STARTER_NAME}"
-        assert drafts.settings()["speculative"] == f"draft:{STARTER_NAME}"
+        assert drafts.settings().speculative == f"draft:{STARTER_NAME}"
         drafts.close()
     finally:  # the session's worker goes on with its own settings
-        _call(qtbot, window.api.save_model_settings(STARTER_NAME, {}))
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, LoadSettings()))
         dialog.close()
 
 

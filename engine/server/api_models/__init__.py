@@ -1,15 +1,19 @@
-"""The answers of the ``/api`` routes the desktop app reads: one pydantic model per shape, shared by both ends.
+"""The request bodies and answers of the ``/api`` routes: one pydantic model per shape, shared by both ends.
 
-The worker declares them as its routes' ``response_model`` (so ``/openapi.json`` describes them, and an answer
-that drifts from them fails in the worker rather than in the GUI); the app builds its objects with
-``Model.model_validate(json)``. One name per fact: the worker's. Importing this package pulls in pydantic
+The worker declares the answers as its routes' ``response_model`` and takes the bodies as its routes'
+parameters (so ``/openapi.json`` describes both, and an answer that drifts from them fails in the worker rather
+than in the GUI); the app builds its requests from the bodies and its objects with ``Model.model_validate(json)``.
+One name per fact: the worker's. The bases (:class:`Body`, :class:`NullAsDefaultBody`) serve every dialect's bodies. Importing this package pulls in pydantic
 only (no FastAPI, no backend), so the app imports it at startup; the app imports this package, not its modules.
 """
 
+from engine.server.api_models.base import KEEP_ALIVE_PATTERN, Answer, Body, KeepAlive, NullAsDefaultBody
 from engine.server.api_models.catalog import (
     AcceptAnswer,
+    AcceptBody,
     Category,
     Download,
+    DownloadBody,
     DownloadList,
     FoundModel,
     HubRepo,
@@ -21,6 +25,7 @@ from engine.server.api_models.catalog import (
     RecommendedList,
     RecommendedModel,
     RecommendedVariant,
+    RemoteBody,
     RemoteFileInfo,
     RemoteModelInfo,
     RemovedAnswer,
@@ -29,17 +34,23 @@ from engine.server.api_models.catalog import (
     VariantRecommendation,
 )
 from engine.server.api_models.documents import (
+    AddBody,
     ChatDocuments,
     CollectionDeleted,
     CollectionList,
+    ContextBody,
     DocCollection,
     DocsContext,
     DocSource,
     FileFailure,
+    HearthRequest,
     IndexProgress,
+    ModelBody,
     ProgressAnswer,
     SearchAnswer,
+    SearchBody,
     SearchHit,
+    SharedBody,
 )
 from engine.server.api_models.local import (
     BackendChoice,
@@ -51,19 +62,32 @@ from engine.server.api_models.local import (
     GpuInfo,
     HardwareInfo,
     HardwareReport,
+    ImportBody,
     LoadAnswer,
+    LoadBody,
     LoadPlan,
     MemoryBytes,
     ModelInfo,
     ModelList,
+    ModelLoadBody,
     Residency,
     ServerStats,
     UnloadAnswer,
     WorkerInfo,
 )
-from engine.server.api_models.settings import FolderList, LoadSettings, ModelFolder, ModelSettingsAnswer
+from engine.server.api_models.settings import (
+    FolderBody,
+    FolderList,
+    LoadSettings,
+    ModelFolder,
+    ModelSettingsAnswer,
+    ModelSettingsBody,
+)
 
 __all__ = [
+    "Answer", "Body", "NullAsDefaultBody", "KEEP_ALIVE_PATTERN", "KeepAlive",
+    "AcceptBody", "AddBody", "ContextBody", "DownloadBody", "FolderBody", "HearthRequest", "ImportBody", "LoadBody", "ModelBody",
+    "ModelLoadBody", "ModelSettingsBody", "RemoteBody", "SearchBody", "SharedBody",
     "FolderList", "LoadSettings", "ModelFolder", "ModelSettingsAnswer",
     "AcceptAnswer", "BackendChoice", "BackendFigures", "Category", "ChatDocuments", "CollectionDeleted", "CollectionList", "CpuInfo",
     "DeleteAnswer", "DevicePlan", "DocCollection", "DocSource", "DocsContext", "Download", "DownloadList",

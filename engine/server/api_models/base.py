@@ -1,8 +1,10 @@
-"""The base of every answer model."""
+"""The bases of every model of the API: the answers, and the request bodies of every dialect."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, WithJsonSchema, model_validator
 
 
 class Answer(BaseModel):
@@ -10,3 +12,30 @@ class Answer(BaseModel):
     parsing (the app reads what it knows) and dropped when the worker answers (it sends what is declared)."""
 
     model_config = ConfigDict(frozen=True)
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are accepted and kept in ``model_extra`` (clients send many; an
+    extension such as ``hearth`` is read from there), known fields are type-checked."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class NullAsDefaultBody(Body):
+    """A body whose explicit ``null`` means the field's default: OpenAI's spec marks most fields nullable
+    (``"n": null`` is ``n`` left out), and Hearth's own /api bodies read the same way."""
+
+    @model_validator(mode="after")
+    def _null_means_default(self):
+        for name, info in type(self).model_fields.items():
+            if getattr(self, name) is None and not info.is_required():
+                default = info.get_default(call_default_factory=True)
+                if default is not None:
+                    setattr(self, name, default)
+        return self
+
+
+# Ollama's keep_alive (every dialect takes it): seconds (negative: never), a duration, or "never". The pattern
+# says what the server reads (engine.validation.request_keep_alive, whose sentence refuses anything else).
+KEEP_ALIVE_PATTERN = r"^\s*([Nn][Ee][Vv][Ee][Rr]|[0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+)\s*$"
+KeepAlive = float | Annotated[str, WithJsonSchema({"type": "string", "pattern": KEEP_ALIVE_PATTERN})] | None

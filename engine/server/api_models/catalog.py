@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.server.api_models.base import Answer
+from pydantic import Field
+
+from engine.server.api_models.base import Answer, NullAsDefaultBody
 
 
 # -- the Hub: GET /api/hub/search, /api/hub/variants, /api/hub/recommended ----------------------------
@@ -224,3 +226,24 @@ class ProviderList(Answer):
 
 class RemovedAnswer(Answer):
     removed: str
+
+
+# -- request bodies: POST /api/downloads, /api/other-apps/accept, /api/remotes -------------------------
+# ``POST /api/downloads``: a variant of a Hub repo to download.
+class DownloadBody(NullAsDefaultBody):
+    repo: str = Field(min_length=3)
+    variant: str | None = None
+    mmproj_variant: str | None = None  # the projector pulled with it (F16, Q8_0, a file name, "none"); F16 unset
+
+
+# ``POST /api/other-apps/accept``: the apps whose found models are registered.
+class AcceptBody(NullAsDefaultBody):
+    origins: list[str] | None = Field(default=None, max_length=16)  # None: every app's
+
+
+# ``POST /api/remotes``: a remote provider to add (its key is kept in the OS keyring, else a 0600 file).
+class RemoteBody(NullAsDefaultBody):
+    name: str = Field(min_length=1, max_length=40)
+    url: str = Field(min_length=1, max_length=2000)
+    api_key: str | None = None
+    timeout: float | None = None

@@ -1,8 +1,19 @@
-"""Answers of ``/api/docs``: document collections, their indexing, search hits and a chat's sources."""
+"""``/api/docs``: document collections, their indexing, search hits and a chat's sources; and the ``hearth``
+object, by which a chat request of any dialect names collections and its answer gives their sources."""
 
 from __future__ import annotations
 
-from engine.server.api_models.base import Answer
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field, StrictInt, StrictStr, model_validator
+
+from engine.server.api_models.base import Answer, Body
+
+# How much of the collections goes into a prompt: ``POST /api/docs/context`` and a chat's ``hearth`` object.
+BUDGET_TOKENS = (100, 200_000)  # the context's tokens, at most
+PASSAGES = (1, 50)  # the passages retrieved, at most
+DEFAULT_BUDGET_TOKENS = 1500
+DEFAULT_PASSAGES = 8
 
 
 class FileFailure(Answer):
@@ -111,3 +122,59 @@ class ChatDocuments(Answer):
     whole_documents: bool = False
     budget_tokens: int
     indexing: list[str] = []
+
+
+# -- request bodies of /api/docs: plain models (unknown fields are dropped, as they always were) --------
+# ``POST /api/docs/collections``: a collection to make of ``paths`` and index.
+class AddBody(BaseModel):
+    name: str
+    paths: list[str] = Field(min_length=1)
+    model: str | None = None
+    shared: bool | None = None  # chats made with an inference key may name it (None: as it is)
+
+
+# ``PUT /api/docs/collections/NAME/shared``.
+class SharedBody(BaseModel):
+    shared: bool
+
+
+# ``PUT /api/docs/collections/NAME/model``: the embedding model it is indexed with.
+class ModelBody(BaseModel):
+    model: str
+
+
+# ``POST /api/docs/search``.
+class SearchBody(BaseModel):
+    collections: list[str] = Field(min_length=1)
+    query: str
+    k: int = 5
+    mode: str = "auto"
+
+
+# ``POST /api/docs/context``: the sources (with markers) a question gets from ``collections``.
+class ContextBody(BaseModel):
+    collections: list[str] = Field(min_length=1)
+    question: str
+    budget_tokens: int = Field(default=DEFAULT_BUDGET_TOKENS, ge=BUDGET_TOKENS[0], le=BUDGET_TOKENS[1])
+    k: int = Field(default=DEFAULT_PASSAGES, ge=PASSAGES[0], le=PASSAGES[1])
+
+
+# -- the hearth extension of a chat request (engine.server.docs_chat reads it from the body's extra fields) ---
+def _named(name: str) -> str:
+    if not name.strip():
+        raise ValueError("a collection name is not blank")
+    return name
+
+
+class HearthRequest(Body):
+    """A chat request's ``hearth`` object (docs/documents.md): the collections its answer comes from, and how
+    much of them its prompt may take; null is the default. Strict: ``"k": "8"`` or ``true`` is refused."""
+
+    collections: list[Annotated[StrictStr, AfterValidator(_named)]] = []  # none: the request is not grounded
+    budget_tokens: Annotated[StrictInt, Field(ge=BUDGET_TOKENS[0], le=BUDGET_TOKENS[1])] = DEFAULT_BUDGET_TOKENS
+    k: Annotated[StrictInt, Field(ge=PASSAGES[0], le=PASSAGES[1])] = DEFAULT_PASSAGES
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
-from engine.server.api_models.base import Answer
+from engine.server.api_models.base import Answer, KeepAlive, NullAsDefaultBody
 
 
 # -- local models: GET /api/models, POST /api/models/{load,unload,import}, DELETE /api/models/NAME ------
@@ -236,3 +236,37 @@ class FitAnswer(Answer):
     settings_from: list[str] = []  # the settings a load takes that the plan used, each with where it came from
     speed: SpeedFigures | None = None  # with the plan's whole context in the cache (None: this machine not measured)
     speed_chat: SpeedFigures | None = None  # with a chat's first exchanges in it
+
+
+# -- request bodies: POST /api/models/{load,unload,import} -------------------------------------------------
+# ``POST /api/models/unload``: the model.
+class LoadBody(NullAsDefaultBody):
+    model: str = Field(min_length=1)
+
+
+class ModelLoadBody(LoadBody):
+    """``POST /api/models/load``: the model, and settings for this load (left out: the worker's own)."""
+
+    # The numbers' ranges are engine.validation's, checked by the route: the CLI's flags refuse with its sentences too.
+    ctx: int | None = Field(default=None, description="context length of each sequence")
+    parallel: int | None = Field(default=None, description="sequences generated at once")
+    gpu_layers: int | None = Field(default=None, description="layers offloaded to the GPU")
+    kv_type: Literal["f16", "q8_0", "q4_0", "fp8"] | None = Field(default=None, description="KV cache type")
+    threads: int | None = Field(default=None, description="CPU threads")
+    flash_attn: bool | None = Field(default=None, description="flash attention (llama.cpp)")
+    batch: int | None = Field(default=None, description="prompt tokens computed in one call")
+    rope_scale: float | None = Field(default=None, description="YaRN RoPE scaling factor")
+    rope_orig_ctx: int | None = Field(default=None, description="the trained context YaRN scales from")
+    cpu_moe: int | None = Field(default=None, ge=-1, description="MoE experts on the CPU: first N layers', -1 all")
+    speculative: str | None = Field(default=None, description="speculative decoding: auto, ngram, draft:MODEL or off")
+    save: bool = Field(default=False, description="remember these settings for every later load of the model")
+    keep_alive: KeepAlive = Field(
+        default=None, description="how long it stays loaded when idle: seconds, a duration ('10m') or 'never'"
+    )
+
+
+# ``POST /api/models/import``: a model file on this machine, registered where it is.
+class ImportBody(NullAsDefaultBody):
+    path: str = Field(min_length=1)
+    name: str | None = None
+    mmproj: str | None = None  # the projector to pair it with; unset: an mmproj*.gguf beside it, if there is one

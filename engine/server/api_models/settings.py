@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from engine.server.api_models.base import Answer
+from pydantic import ConfigDict, Field
+
+from engine.server.api_models.base import Answer, NullAsDefaultBody
 
 
 class LoadSettings(Answer):
@@ -40,3 +42,18 @@ class ModelFolder(Answer):
 
 class FolderList(Answer):
     folders: list[ModelFolder]
+
+
+# -- request bodies: PUT /api/models/NAME/settings, POST /api/folders ----------------------------------
+class ModelSettingsBody(LoadSettings):
+    """``PUT /api/models/NAME/settings``: the settings every load of the model takes (null: Hearth chooses);
+    the fields of the answer's ``settings``, and unknown ones kept to be refused by name."""
+
+    model_config = ConfigDict(extra="allow", frozen=False)
+
+
+class FolderBody(NullAsDefaultBody):
+    """``POST /api/folders``: a folder to find models in (``first``: downloads go to it)."""
+
+    path: str = Field(min_length=1)
+    first: bool = False

@@ -59,7 +59,7 @@ def test_the_openapi_pattern_says_what_the_server_reads():
     import re
 
     from engine.errors import InvalidRequest
-    from engine.server.schemas import KEEP_ALIVE_PATTERN
+    from engine.server.api_models import KEEP_ALIVE_PATTERN
     from engine.validation import request_keep_alive
 
     for text in ("10m", "1h30m", "500ms", "90", "1.5", "never", " 5m ", "0", "soon", "", "-5", "10x", "m", "1e3"):
