@@ -29,6 +29,10 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# The engine's process runs its OpenMP threads passive (engine.backends.paged.engine_process): the in-process
+# side runs the same way, or on a busy machine it measures spinning threads waiting for a descheduled one.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 #: The shape of the CPU benchmark's model: hidden 64 (with SmolLM2's vocabulary, 49152).
 TINY_LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=10000.0,
