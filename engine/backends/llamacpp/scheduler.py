@@ -34,6 +34,7 @@ from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats, common_prefix
 from engine.backends.delivery import delivery_batch
 from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
+from engine.backends.llamacpp.batch import Row, fill_batch
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -554,17 +555,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             self._count_cached(seq, have)
         return True
 
-    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+    def _decode(self, items: list[Row]) -> None:
         """One ``llama_decode`` call over ``(token, position, seq_id, wants_logits)`` items."""
-        batch = self.batch
-        for n, (token, pos, seq_id, logits) in enumerate(items):
-            batch.token[n] = token
-            batch.pos[n] = pos
-            batch.n_seq_id[n] = 1
-            batch.seq_id[n][0] = seq_id
-            batch.logits[n] = logits
-        batch.n_tokens = len(items)
-        rc = llama_cpp.llama_decode(self.ctx, batch)
+        fill_batch(self.batch, items)
+        rc = llama_cpp.llama_decode(self.ctx, self.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
@@ -626,7 +620,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             s.last_step = self._steps
         # Each row's pending token, followed by the tokens its request drafts (engine.backends.speculative):
         # one batch verifies them all, a sequence's rows in a run.
-        rows: list[tuple[int, int, int, bool]] = []
+        rows: list[Row] = []
         plans: list[tuple[Sequence, int, list[int]]] = []
         room = min(self.n_batch, DRAFT_BATCH_ROWS) - len(decoding)
         for s in decoding:
