@@ -24,7 +24,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ from engine.backends.base import BackendStats, common_prefix
 from engine.backends.delivery import delivery_batch
 from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
 from engine.backends.llamacpp.batch import Row, fill_batch
+from engine.backends.llamacpp.calls import CallQueue
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -52,15 +52,10 @@ log = logging.getLogger(__name__)
 # moves the source's cells through host memory (3 ms for a 250-token chat of the starter model on two
 # cores, where computing a token of prompt takes about 6), and costs more from a GPU.
 MIN_COPY_TOKENS = 8
-# While requests generate, other compute on the decode thread (embeddings, reranking) gets this share of the
-# time the decode steps take: the calls wait while their time so far exceeds it. A chat beside a long
-# embedding list then runs at about two thirds of its own speed instead of a tenth, and the list still moves.
-CALL_SHARE = 0.5
 # Drafted rows fill a step's batch up to this many rows in all: below it a step costs about the same as one
 # row (it reads every weight once either way); past it the step is bound by compute, and drafts that many
 # streams would check cost more than the steps they save.
 DRAFT_BATCH_ROWS = 16
-CALL_CREDIT_MAX = 0.1  # seconds of decode time that may be owed to the calls at most (no bursts after a long answer)
 
 
 class SeqStatus(enum.Enum):
@@ -235,8 +230,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_paused = 0  # sequences that gave their slot to another request (engine.backends.fair_share)
         self._steps = 0  # decode steps run
         self.row_cost = RowCost()  # what a drafted row adds to a step, measured
-        self._calls: list[tuple[Callable[[], Any], Future]] = []
-        self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
+        self.calls = CallQueue(self._cond)  # embeddings and reranking, between two steps
         cpus = usable_cpus()
         self.thread_policy = ThreadPolicy(n_threads, cpus=cpu_count(cpus), pinned=not adapt_threads)
         self._team = n_threads  # the threads the context computes on now (see _fit_team)
@@ -269,31 +263,20 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the decode thread between two steps and return what it returns.
 
-        For other llama.cpp compute on this model (embeddings): llama.cpp runs on an OpenMP team per
-        calling thread, and once a second thread has one the two oversubscribe the cores and every
-        later decode step waits on sleeping workers (a quarter slower, for the life of the process).
-        While requests generate, the calls get :data:`CALL_SHARE` of the decode steps' time.
+        For other llama.cpp compute on this model (embeddings, reranking; see
+        :mod:`engine.backends.llamacpp.calls`): while requests generate, the calls get a share of the decode
+        steps' time.
 
         Raises:
             Overloaded: the model is being unloaded.
             Exception: whatever ``fn`` raised.
         """
-        future: Future = Future()
         with self._cond:
             if self._stopping:
                 raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
-            self._calls.append((fn, future))
+            future = self.calls.add(fn)
             self._cond.notify()
         return future.result()
-
-    def _run_calls(self) -> None:
-        with self._cond:
-            calls, self._calls = self._calls, []
-        for fn, future in calls:
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # the caller raises it
-                future.set_exception(exc)
 
     def close(self) -> None:
         with self._cond:
@@ -309,7 +292,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._waiting and not self._running and not self._calls:
+                while not self._stopping and not self._waiting and not self._running and not self.calls.pending:
                     poll = self.thread_policy.idle_poll()  # on fewer threads: see whether the machine went quiet
                     if poll is None:
                         self.thread_policy.rest()
@@ -321,17 +304,12 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                         self._finish(seq, "cancelled")
                     self._waiting.clear()
                     self._running.clear()
-                    for _, future in self._calls:
-                        future.set_exception(Overloaded("The model is being unloaded; retry the request.", 1.0))
-                    self._calls.clear()
+                    self.calls.fail(lambda: Overloaded("The model is being unloaded; retry the request.", 1.0))
                     return
                 self._reap_cancelled()
                 self._admit()
             self._follow_machine()
-            if self._calls and (not self._running or self._call_credit > 0):
-                t0 = time.perf_counter()
-                self._run_calls()
-                self._call_credit = self._call_credit - (time.perf_counter() - t0) if self._running else 0.0
+            self.calls.run(generating=bool(self._running))
             if self._running:
                 t0 = time.perf_counter()
                 self._fit_team()
@@ -341,9 +319,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     log.exception("decode step failed")
                     for seq in list(self._running):
                         self._finish(seq, "error", error=f"Generation failed: {exc}.")
-                if self._calls:
-                    earned = (time.perf_counter() - t0) * CALL_SHARE
-                    self._call_credit = min(self._call_credit + earned, CALL_CREDIT_MAX)
+                self.calls.earn(time.perf_counter() - t0)
 
     def _follow_machine(self) -> None:
         """Size the compute team for the cores other processes leave free (at most once a window)."""
