@@ -24,7 +24,7 @@ from engine.backends.llamacpp.overrides import RopeScaling
 from engine.backends.llamacpp.ranking import Ranker
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
 from engine.backends.llamacpp.scheduler import DecodeLoop
-from engine.backends.llamacpp.scheduler import Sequence as Seq
+from engine.backends.llamacpp.sequence import Sequence as Seq
 from engine.backends.runtime import RequestStream
 from engine.backends.speculative import DRAFT, DraftSource, SpeculativeOptions
 from engine.backends.speculative_sampling import plain_sampling

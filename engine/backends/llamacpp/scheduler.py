@@ -5,32 +5,23 @@ per-step token budget, each in calls of its own), then decodes one batch holding
 token of every running sequence, those whose prompts it has just finished included; every
 sequence samples with its own sampler chain and streams its text.
 
-Slots are llama.cpp sequence ids, each with a KV stream of its own. A finished sequence
-leaves its tokens in its slot as a cached prefix. A new prompt that holds all of an idle
-slot's last prompt (that chat's next turn, or the same prompt again) takes the slot over in
-place. One that shares only a beginning with it (a system prompt) leaves that conversation
-where it is, for its own next turn: the prompt goes to the least recently used free slot,
-and the shared beginning is copied there (only the sequence's own cells move, not the whole
-stream) instead of computed again. A prompt admitted beside another that is still prefilling
-the same beginning (requests that arrive together with one system prompt) waits for that
-prefix and then copies it.
+Slots are llama.cpp sequence ids, each with a KV stream of its own; a finished sequence leaves
+its tokens in its slot as a cached prefix for the next prompt that begins with them
+(:mod:`engine.backends.llamacpp.slots`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import enum
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
-from engine.backends.base import BackendStats, common_prefix
+from engine.backends.base import BackendStats
 from engine.backends.delivery import delivery_batch
 from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
 from engine.backends.llamacpp.batch import Row, fill_batch
@@ -38,8 +29,8 @@ from engine.backends.llamacpp.calls import CallQueue
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
-from engine.backends.llamacpp.sampler import SequenceSampler
-from engine.backends.runtime import RequestStream
+from engine.backends.llamacpp.sequence import SeqStatus, Sequence
+from engine.backends.llamacpp.slots import Slot, SlotTable
 from engine.backends.speculative import RowCost
 from engine.backends.threads import CpuSample, ThreadPolicy, cpu_count, read_cpu_sample, usable_cpus
 from engine.errors import GrammarDeadEnd, GrammarTooSlow, Overloaded, RequestCancelled
@@ -48,95 +39,10 @@ from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
 
-# A shared beginning shorter than this is computed again rather than copied from another slot: a copy
-# moves the source's cells through host memory (3 ms for a 250-token chat of the starter model on two
-# cores, where computing a token of prompt takes about 6), and costs more from a GPU.
-MIN_COPY_TOKENS = 8
 # Drafted rows fill a step's batch up to this many rows in all: below it a step costs about the same as one
 # row (it reads every weight once either way); past it the step is bound by compute, and drafts that many
 # streams would check cost more than the steps they save.
 DRAFT_BATCH_ROWS = 16
-
-
-class SeqStatus(enum.Enum):
-    WAITING = "waiting"
-    PREFILL = "prefill"
-    DECODE = "decode"
-    FINISHED = "finished"
-
-
-@dataclass(eq=False)
-class Sequence:
-    """Runtime state of one request inside the loop."""
-
-    stream: RequestStream
-    prompt: list[int]
-    sampler: SequenceSampler
-    n_ctx: int
-    status: SeqStatus = SeqStatus.WAITING
-    slot: Slot | None = None
-    n_past: int = 0
-    pending: int | None = None
-    copy_from: Slot | None = None  # a slot still prefilling this prompt's beginning
-    copy_len: int = 0
-    cancelled: bool = False
-    # Seconds its sampling (a grammar's masks) took beyond the decode time of the steps it ran in: while
-    # others decode, it sits steps out until they are repaid, so one costly grammar never slows every stream.
-    sample_debt: float = 0.0
-    paused: bool = False  # it gave its slot to another request and waits to go on (its prompt holds its answer so far)
-    last_step: int = 0  # the loop's step in which it last decoded (its request's choices take turns by it)
-
-    @property
-    def group(self) -> str:
-        """The client request it belongs to: the choices of one request share their slots (engine.backends.fair_share)."""
-        return self.stream.request.group or self.stream.request_id
-
-    @property
-    def media(self) -> dict[int, MediaChunk]:
-        """The prompt's pictures and sounds by their first position (none for a text prompt)."""
-        return self.prompt.media if isinstance(self.prompt, MediaPrompt) else {}
-
-    def cut(self, n: int) -> int:
-        """``n`` prompt tokens, fewer where that would end inside a picture (whose KV is computed whole)."""
-        return self.prompt.cut(n) if isinstance(self.prompt, MediaPrompt) else n
-
-    def pos(self, i: int) -> int:
-        """The position of the sequence's ``i``-th token: its index, less where pictures before it take fewer
-        positions than tokens (M-RoPE models lay a picture out in two dimensions)."""
-        return self.prompt.pos(i) if isinstance(self.prompt, MediaPrompt) else i
-
-    @property
-    def request_id(self) -> str:
-        return self.stream.request_id
-
-    @property
-    def params(self):
-        return self.stream.params
-
-    @property
-    def placed(self) -> Slot:
-        """The slot of a sequence that is prefilling or decoding."""
-        if self.slot is None:
-            raise RuntimeError(f"request {self.request_id} is {self.status.value}, without a slot")
-        return self.slot
-
-    @property
-    def next_token(self) -> int:
-        """The sampled token a decoding sequence feeds in next."""
-        if self.pending is None:
-            raise RuntimeError(f"request {self.request_id} is {self.status.value}, without a sampled token")
-        return self.pending
-
-
-@dataclass(eq=False)
-class Slot:
-    """A llama.cpp sequence id and the tokens whose KV it holds."""
-
-    seq_id: int
-    tokens: list[int] = field(default_factory=list)
-    n_prompt: int = 0  # how many of ``tokens`` were its last request's prompt
-    seq: Sequence | None = None
-    last_used: float = 0.0
 
 
 class DecodeLoop(AdmissionQueue[Sequence]):
@@ -192,7 +98,6 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # and ours: the context's batch grows to it, with no more rows of logits than the loop's own calls ask for
         # (their buffer, the largest part of the compute buffer, keeps its size).
         self.media_batch = max(self.n_batch, projector.non_causal_tokens if projector is not None else 0)
-        self.kv_unified = kv_unified
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq_max
         params.n_batch = self.media_batch
@@ -215,15 +120,13 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             raise MemoryError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
         self.ctx: llama_cpp.llama_context_p = ctx
         self.mem = llama_cpp.llama_get_memory(ctx)  # None for an encoder, which keeps no KV cache
-        self.n_swa = int(llama_cpp.llama_model_n_swa(model.model_ptr))  # a sliding window's tokens (Gemma); 0: none
+        n_swa = int(llama_cpp.llama_model_n_swa(model.model_ptr))  # a sliding window's tokens (Gemma); 0: none
+        self.slots = SlotTable(ctx, self.mem, n_seq_max, n_swa=n_swa, kv_unified=kv_unified)
         self.batch: llama_cpp.llama_batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._freed = False
-        self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self._running: list[Sequence] = []
         self.stats_prompt_tokens = 0
-        self.stats_cached_tokens = 0
         self.stats_requests = 0
-        self.stats_prefix_hits = 0
         self.stats_generated_tokens = 0
         self.stats_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
         self.stats_accepted_tokens = 0
@@ -246,9 +149,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         return BackendStats(
             running=running, waiting=waiting, slots=self.n_seq_max, n_ctx_per_sequence=self.n_ctx_seq,
             requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
-            generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
+            generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.slots.cached_tokens,
             details={
-                "prefix_cache_hits": self.stats_prefix_hits, "draft_tokens": self.stats_draft_tokens,
+                "prefix_cache_hits": self.slots.prefix_hits, "draft_tokens": self.stats_draft_tokens,
                 "accepted_draft_tokens": self.stats_accepted_tokens, "paused_sequences": self.stats_paused,
                 **self.thread_policy.as_dict(),
                 "media_encoded": self.projector.encoded if self.projector is not None else 0,
@@ -368,14 +271,17 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         request that holds two more (see :mod:`engine.backends.fair_share`)."""
         while self._waiting:
             seq = next_admitted(self._waiting, self._running)
-            free = [s for s in self.slots if s.seq is None]
+            free = self.slots.free()
             if not free:
                 victim = preemption_victim(seq, self._running, pausable=self._pausable)
                 if victim is None:
                     return
                 free = [self._pause(victim)]
             self._waiting.remove(seq)
-            self._place(seq, free)
+            if not seq.paused:  # one going on after a pause counts its prompt once
+                self.stats_requests += 1
+                self.stats_prompt_tokens += len(seq.prompt)
+            self.slots.place(seq, free)
             self._running.append(seq)
 
     @staticmethod
@@ -405,132 +311,6 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_paused += 1
         return slot
 
-    def _place(self, seq: Sequence, free: list[Slot]) -> None:
-        limit = seq.cut(len(seq.prompt) - 1)  # the last prompt token is always decoded, for its logits
-        best, best_key = None, (0, False)
-        ahead, ahead_n = None, 0
-        for slot in self.slots:
-            n = seq.cut(min(common_prefix(slot.tokens, seq.prompt), limit))
-            key = (n, slot.seq is None)  # the longest prefix; an idle slot on a tie
-            if n > 0 and key > best_key:
-                best, best_key = slot, key
-            if slot.seq is not None and slot.seq.status is SeqStatus.PREFILL and slot.seq.copy_from is None:
-                planned = seq.cut(min(common_prefix(slot.seq.prompt, seq.prompt), limit))
-                if planned > ahead_n:
-                    ahead, ahead_n = slot, planned
-        best_n = best_key[0]
-        if best is not None and best.seq is None and best_n + 1 >= min(best.n_prompt, len(best.tokens)):
-            dst, n = best, best_n  # it continues that slot's last prompt: take it over in place
-            self._seq_rm(dst.seq_id, seq.pos(n), -1)
-        else:
-            # Keep every idle slot's conversation for its next turn: take the least recently used free
-            # slot (an empty one first), keep what it shares itself, and copy a longer shared beginning.
-            dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
-            n = seq.cut(min(common_prefix(dst.tokens, seq.prompt), limit))
-            if best is not None and best is not dst and best_n >= n + MIN_COPY_TOKENS:
-                self._seq_rm(dst.seq_id, -1, -1)
-                n = self._copy_prefix(best, dst, best_n, seq.pos(best_n))
-            else:
-                self._seq_rm(dst.seq_id, seq.pos(n), -1)
-        if not self._window_kept(dst.seq_id, seq.pos(n)):
-            self._seq_rm(dst.seq_id, -1, -1)
-            n = 0
-        dst.tokens = seq.prompt[:n]
-        dst.n_prompt = len(seq.prompt)
-        dst.seq = seq
-        seq.slot = dst
-        seq.n_past = n
-        seq.status = SeqStatus.PREFILL
-        if seq.paused:  # going on: its usage already counts its prompt and what it found cached
-            seq.paused = False
-            return
-        if ahead is not None and ahead_n >= n + MIN_COPY_TOKENS:
-            seq.copy_from, seq.copy_len = ahead, ahead_n
-        self.stats_requests += 1
-        self.stats_prompt_tokens += len(seq.prompt)
-        self._count_cached(seq, n)
-
-    def _seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
-        if self.mem is not None:  # llama.cpp does nothing without a KV cache either
-            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, p0, p1)
-
-    def _window_kept(self, seq_id: int, pos: int) -> bool:
-        """Whether a sliding-window model's KV of ``seq_id`` still holds the window before ``pos``, where a cached
-        prefix that ends there goes on. llama.cpp's SWA cache drops a sequence's cells that have left its window
-        (as it grows, and in a copy of it to another slot), so a prefix that ends further back has lost them."""
-        if self.n_swa <= 0 or pos <= 0 or self.mem is None:
-            return True
-        first = llama_cpp.llama_memory_seq_pos_min(self.mem, seq_id)
-        return 0 <= first <= max(0, pos - self.n_swa)
-
-    def _seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
-        if self.mem is not None:
-            llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
-
-    def _copy_prefix(self, src: Slot, dst: Slot, n: int, pos: int) -> int:
-        """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens (positions below ``pos``); return how many
-        it got (0 or ``n``)."""
-        if self.mem is None or self.kv_unified:  # cells are shared: no data moves
-            self._seq_cp(src.seq_id, dst.seq_id, 0, pos)
-            return self._window_copied(dst, n, pos)
-        # Separate streams: llama.cpp's own cross-stream copy moves the whole stream buffer (every cell of
-        # the context, used or not), so move only the source sequence's cells, then drop what is not shared.
-        # Of a sliding window's cells that takes only the source's last window: none of use to a prefix that ends
-        # before it (checked after the copy too), so it is not made.
-        if self.n_swa > 0 and llama_cpp.llama_memory_seq_pos_max(self.mem, src.seq_id) >= max(self.n_swa, pos):
-            return 0
-        src_id, dst_id = llama_cpp.llama_seq_id(src.seq_id), llama_cpp.llama_seq_id(dst.seq_id)
-        size = llama_cpp.llama_state_seq_get_size(self.ctx, src_id)
-        try:
-            cells = (ctypes.c_uint8 * size)()  # held only for the copy: a long chat's cells can be gigabytes
-            got = llama_cpp.llama_state_seq_get_data(self.ctx, cells, size, src_id)
-            copied = bool(got) and bool(llama_cpp.llama_state_seq_set_data(self.ctx, cells, got, dst_id))
-        except MemoryError:
-            copied = False
-        if not copied:
-            log.warning("could not copy a cached prefix between slots; computing it again")
-            self._seq_rm(dst.seq_id, -1, -1)
-            return 0
-        self._seq_rm(dst.seq_id, pos, -1)
-        return self._window_copied(dst, n, pos)
-
-    def _window_copied(self, dst: Slot, n: int, pos: int) -> int:
-        """``n``, or 0 (``dst`` emptied) where the copy lacks a sliding window's cells before ``pos`` (its source
-        had gone a window past them)."""
-        if self._window_kept(dst.seq_id, pos):
-            return n
-        self._seq_rm(dst.seq_id, -1, -1)
-        return 0
-
-    def _count_cached(self, seq: Sequence, n: int) -> None:
-        seq.stream.cached_tokens = n
-        self.stats_cached_tokens += n
-        if n:
-            self.stats_prefix_hits += 1
-
-    def _shared_prefix_ready(self, seq: Sequence, src: Slot) -> bool:
-        """Settle a wait for the prefix ``src`` is prefilling: True once ``seq`` may prefill, False to wait."""
-        have = seq.cut(min(common_prefix(src.tokens, seq.prompt), seq.copy_len))
-        coming = (
-            src.seq is not None
-            and src.seq.status is SeqStatus.PREFILL
-            and min(common_prefix(src.seq.prompt, seq.prompt), seq.copy_len) > have
-        )
-        if coming and have < seq.copy_len:
-            return False
-        seq.copy_from, seq.copy_len = None, 0
-        if have >= seq.n_past + MIN_COPY_TOKENS:
-            slot = seq.placed
-            self._seq_rm(slot.seq_id, -1, -1)
-            have = self._copy_prefix(src, slot, have, seq.pos(have))
-            slot.tokens = seq.prompt[:have]
-            seq.n_past = have
-            self.stats_cached_tokens -= seq.stream.cached_tokens
-            if seq.stream.cached_tokens:
-                self.stats_prefix_hits -= 1
-            self._count_cached(seq, have)
-        return True
-
     def _decode(self, items: list[Row]) -> None:
         """One ``llama_decode`` call over ``(token, position, seq_id, wants_logits)`` items."""
         fill_batch(self.batch, items)
@@ -558,7 +338,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         block = self.prefill_block
         media_done = False  # one picture a step: the others' decodes never wait on more than one encode
         for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
-            if seq.copy_from is not None and not self._shared_prefix_ready(seq, seq.copy_from):
+            if seq.copy_from is not None and not self.slots.prefix_ready(seq, seq.copy_from):
                 continue
             media = seq.media
             while budget > 0 and seq.status is SeqStatus.PREFILL and not seq.cancelled:
@@ -647,7 +427,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             )
         except Exception as exc:
             log.warning("request %s: %s", seq.request_id, exc)
-            self._seq_rm(slot.seq_id, seq.pos(m.start), -1)
+            self.slots.rm(slot.seq_id, seq.pos(m.start), -1)
             self._finish(seq, "error", error=f"{exc}.")
             return
         slot.tokens.extend(seq.prompt[m.start : m.end])
@@ -683,7 +463,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             seq.n_past += 1
             kept += 1
         if kept < len(draft):
-            self._seq_rm(slot.seq_id, seq.pos(len(slot.tokens)), -1)
+            self.slots.rm(slot.seq_id, seq.pos(len(slot.tokens)), -1)
         if drafter is not None:
             drafter.record(len(draft), kept)
         self.stats_draft_tokens += len(draft)
