@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
@@ -43,6 +44,16 @@ log = logging.getLogger(__name__)
 # row (it reads every weight once either way); past it the step is bound by compute, and drafts that many
 # streams would check cost more than the steps they save.
 DRAFT_BATCH_ROWS = 16
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One decode step's batch: who decodes in it and with what drafts."""
+
+    ready: list[Sequence]  # every decoding sequence, in slot order
+    decoding: list[Sequence]  # those with rows in this step
+    rows: list[Row] = field(default_factory=list)
+    drafts: list[tuple[Sequence, int, list[int]]] = field(default_factory=list)  # each one's first row and draft
 
 
 class DecodeLoop(AdmissionQueue[Sequence]):
@@ -334,6 +345,16 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         pass 256 tokens, which can flip a rare greedy token there; below that a request gets
         the same tokens in a batch as alone.
         """
+        self._prefill()
+        plan = self._schedule()
+        if plan is None:
+            return
+        seconds = self._decode_rows(plan)
+        self._postprocess(plan, seconds)
+
+    def _prefill(self) -> None:
+        """Compute prompt blocks (and at most one picture) of the prefilling sequences, within the step's budget;
+        a prompt computed to its end samples its first token."""
         budget = self.prefill_chunk
         block = self.prefill_block
         media_done = False  # one picture a step: the others' decodes never wait on more than one encode
@@ -363,53 +384,67 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     self._advance(seq, end - start - 1)
             if budget <= 0:
                 break
+
+    def _schedule(self) -> StepPlan | None:
+        """This step's decode rows: a row of each decoding sequence that owes no sampling time (one sequence of each
+        request, see :mod:`engine.backends.fair_share`), followed by the tokens it drafts; None when none decodes."""
         # In slot order: llama.cpp computes a batch over separate KV streams in ubatches of consecutive sequence
         # ids, as they come in the batch, so rows in admission order would cost a graph (a read of every
         # weight) for each break in it, and in slot order cost one for each run of busy slots.
         ready = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
         decoding = [s for s in ready if s.sample_debt <= 0] or ready
         if not decoding:
-            return
+            return None
         self._steps += 1
         decoding = one_row_per_request(decoding, lambda s: s.last_step)
         for s in decoding:
             s.last_step = self._steps
         # Each row's pending token, followed by the tokens its request drafts (engine.backends.speculative):
         # one batch verifies them all, a sequence's rows in a run.
-        rows: list[Row] = []
-        plans: list[tuple[Sequence, int, list[int]]] = []
+        plan = StepPlan(ready, decoding)
+        rows = plan.rows
         room = min(self.n_batch, DRAFT_BATCH_ROWS) - len(decoding)
         for s in decoding:
             draft = self._draft(s, room)
             room -= len(draft)
-            plans.append((s, len(rows), draft))
+            plan.drafts.append((s, len(rows), draft))
             seq_id = s.placed.seq_id
             pos = s.pos(s.n_past)
             rows.append((s.next_token, pos, seq_id, True))
             rows.extend((d, pos + 1 + j, seq_id, True) for j, d in enumerate(draft))
+        return plan
+
+    def _decode_rows(self, plan: StepPlan) -> float:
+        """Decode the step's rows in one call; the seconds it took."""
         t0 = time.perf_counter()
-        self._decode(rows)
-        step = time.perf_counter() - t0
-        if len(decoding) == 1:  # one sequence's steps: their rows are its draft, with nothing else in them
-            self.row_cost.add(len(rows), step)
+        self._decode(plan.rows)
+        seconds = time.perf_counter() - t0
+        if len(plan.decoding) == 1:  # one sequence's steps: their rows are its draft, with nothing else in them
+            self.row_cost.add(len(plan.rows), seconds)
+        return seconds
+
+    def _postprocess(self, plan: StepPlan, seconds: float) -> None:
+        """Take each decoded sequence's next token (its drafts verified) and stream it; those that sat the step
+        out repay ``seconds`` of their sampling debt, and those whose sampling took longer than it owe the rest."""
+        decoding = plan.decoding
         for s in decoding:
             s.placed.tokens.append(s.next_token)
             s.n_past += 1
-        for s in ready:
+        for s in plan.ready:
             if s.sample_debt > 0 and s not in decoding:
-                s.sample_debt = max(0.0, s.sample_debt - step)  # it sat this step out
-        alone = len(ready) == 1
+                s.sample_debt = max(0.0, s.sample_debt - seconds)  # it sat this step out
+        alone = len(plan.ready) == 1
         for s in decoding:  # each stream's token reaches its consumer once all are drawn (RequestStream.hold)
             s.stream.hold()
         try:
-            for s, row, draft in plans:
+            for s, row, draft in plan.drafts:
                 t1 = time.perf_counter()
                 if draft:
                     self._verify(s, row, draft)
                 else:
                     self._advance(s, row)
                 spent = time.perf_counter() - t1
-                s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
+                s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - seconds)
         finally:
             with delivery_batch():  # one wake-up of each reader's event loop for the whole step
                 for s in decoding:
