@@ -27,6 +27,7 @@ from engine.backends.delivery import delivery_batch
 from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
 from engine.backends.llamacpp.batch import Row, fill_batch
 from engine.backends.llamacpp.calls import CallQueue
+from engine.backends.llamacpp.context import decode_context
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
@@ -109,30 +110,13 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # and ours: the context's batch grows to it, with no more rows of logits than the loop's own calls ask for
         # (their buffer, the largest part of the compute buffer, keeps its size).
         self.media_batch = max(self.n_batch, projector.non_causal_tokens if projector is not None else 0)
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx_seq * n_seq_max
-        params.n_batch = self.media_batch
-        params.n_ubatch = self.media_batch
-        params.n_outputs_max = self.n_batch
-        params.n_seq_max = n_seq_max
-        params.kv_unified = kv_unified
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        params.type_k = kv_type  # a quantized V cache needs flash attention (llama.cpp refuses it otherwise)
-        params.type_v = kv_type
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.no_perf = True
-        if rope is not None:
-            rope.apply(params)
-        ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
-        if not ctx:
-            raise MemoryError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
-        self.ctx: llama_cpp.llama_context_p = ctx
-        self.mem = llama_cpp.llama_get_memory(ctx)  # None for an encoder, which keeps no KV cache
+        self.ctx: llama_cpp.llama_context_p = decode_context(
+            model, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max, n_batch=self.media_batch, n_outputs=self.n_batch,
+            n_threads=n_threads, flash_attn=flash_attn, kv_unified=kv_unified, kv_type=kv_type, rope=rope,
+        )  # fmt: skip
+        self.mem = llama_cpp.llama_get_memory(self.ctx)  # None for an encoder, which keeps no KV cache
         n_swa = int(llama_cpp.llama_model_n_swa(model.model_ptr))  # a sliding window's tokens (Gemma); 0: none
-        self.slots = SlotTable(ctx, self.mem, n_seq_max, n_swa=n_swa, kv_unified=kv_unified)
+        self.slots = SlotTable(self.ctx, self.mem, n_seq_max, n_swa=n_swa, kv_unified=kv_unified)
         self.batch: llama_cpp.llama_batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._freed = False
         self._running: list[Sequence] = []
