@@ -33,8 +33,9 @@ from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
 from engine.backends.llamacpp.sequence import SeqStatus, Sequence
 from engine.backends.llamacpp.slots import Slot, SlotTable
+from engine.backends.llamacpp.team import ComputeTeam
 from engine.backends.speculative import RowCost
-from engine.backends.threads import CpuSample, ThreadPolicy, cpu_count, read_cpu_sample, usable_cpus
+from engine.backends.threads import CpuSample
 from engine.errors import GrammarDeadEnd, GrammarTooSlow, Overloaded, RequestCancelled
 from engine.fit.plan import PREFILL_BLOCK_CPU
 from engine.types import FinishReason, TokenLogprob
@@ -129,10 +130,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self._steps = 0  # decode steps run
         self.row_cost = RowCost()  # what a drafted row adds to a step, measured
         self.calls = CallQueue(self._cond)  # embeddings and reranking, between two steps
-        cpus = usable_cpus()
-        self.thread_policy = ThreadPolicy(n_threads, cpus=cpu_count(cpus), pinned=not adapt_threads)
-        self._team = n_threads  # the threads the context computes on now (see _fit_team)
-        self._cpu_sample = cpu_sample or (lambda: read_cpu_sample(cpus))
+        self.team = ComputeTeam(self.ctx, n_threads, adapt=adapt_threads, cpu_sample=cpu_sample, projector=projector)
         self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
         self._thread.start()
 
@@ -148,7 +146,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             details={
                 "prefix_cache_hits": self.slots.prefix_hits, "draft_tokens": self.stats_draft_tokens,
                 "accepted_draft_tokens": self.stats_accepted_tokens, "paused_sequences": self.stats_paused,
-                **self.thread_policy.as_dict(),
+                **self.team.policy.as_dict(),
                 "media_encoded": self.projector.encoded if self.projector is not None else 0,
             },
         )  # fmt: skip
@@ -156,7 +154,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     @property
     def n_threads(self) -> int:
         """The threads the loop computes on now (other compute on its thread should use as many)."""
-        return self.thread_policy.threads
+        return self.team.policy.threads
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the decode thread between two steps and return what it returns.
@@ -191,12 +189,12 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         while True:
             with self._cond:
                 while not self._stopping and not self._waiting and not self._running and not self.calls.pending:
-                    poll = self.thread_policy.idle_poll()  # on fewer threads: see whether the machine went quiet
+                    poll = self.team.policy.idle_poll()  # on fewer threads: see whether the machine went quiet
                     if poll is None:
-                        self.thread_policy.rest()
+                        self.team.policy.rest()
                     self._cond.wait(poll)
                     if poll is not None:
-                        self._follow_machine()
+                        self.team.follow_machine()
                 if self._stopping:
                     for seq in [*self._running, *self._waiting]:
                         self._finish(seq, "cancelled")
@@ -206,11 +204,11 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     return
                 self._reap_cancelled()
                 self._admit()
-            self._follow_machine()
+            self.team.follow_machine()
             self.calls.run(generating=bool(self._running))
             if self._running:
                 t0 = time.perf_counter()
-                self._fit_team()
+                self.team.fit()
                 try:
                     self._step()
                 except Exception as exc:  # never let one bad step kill the loop
@@ -219,39 +217,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                         self._finish(seq, "error", error=f"Generation failed: {exc}.")
                 self.calls.earn(time.perf_counter() - t0)
 
-    def _follow_machine(self) -> None:
-        """Size the compute team for the cores other processes leave free (at most once a window)."""
-        policy = self.thread_policy
-        if not policy.due(time.monotonic()):
-            return
-        before = policy.threads
-        sample = self._cpu_sample()
-        if sample is None:  # the system gives no counters: decode on the full count from now on
-            log.info("CPU times are not readable here, so decoding keeps %d threads.", policy.full)
-            policy.pin()
-        else:
-            policy.observe(sample)
-        if policy.threads != before:
-            self._fit_team()
-            log.debug("decoding on %d threads instead of %d: other processes use %.2f cores",
-                      policy.threads, before, policy.others or 0.0)  # fmt: skip
-
     @property
     def compute_threads(self) -> int:
         """The threads the last step computed on: :attr:`n_threads`, or one fewer while pictures were read."""
-        return self._team
-
-    def _fit_team(self) -> None:
-        """Compute on the policy's threads, one fewer while request threads of this process read pictures and
-        the team would take every core: a team member sharing its core with a picture being decoded stalls
-        every barrier of the step (two threads on two cores, four 1280x960 JPEGs being read: steps of the tiny
-        vision model take several times as long as on one thread)."""
-        team = self.thread_policy.threads
-        if 1 < team and team >= self.thread_policy.cpus and self.projector is not None and self.projector.reading:
-            team -= 1
-        if team != self._team:
-            llama_cpp.llama_set_n_threads(self.ctx, team, team)
-            self._team = team
+        return self.team.threads
 
     def _reap_cancelled(self) -> None:
         for seq in [s for s in self._waiting if s.cancelled]:
