@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llama_cpp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from engine.backends.llamacpp.batch import fill_batch  # noqa: E402
 from engine.backends.llamacpp.model import GGUFModel  # noqa: E402
 from engine.backends.llamacpp.scheduler import DecodeLoop  # noqa: E402
 from engine.backends.speculative import NgramIndex, SpeculativeOptions  # noqa: E402
@@ -56,15 +57,9 @@ class Context:
 
     def decode(self, tokens: list[int], start: int, logits: bool) -> None:
         """``tokens`` at positions from ``start``, with logits for every row (``logits``) or the last only."""
-        batch = self.loop.batch
-        for n, token in enumerate(tokens):
-            batch.token[n] = token
-            batch.pos[n] = start + n
-            batch.n_seq_id[n] = 1
-            batch.seq_id[n][0] = 0
-            batch.logits[n] = logits or n == len(tokens) - 1
-        batch.n_tokens = len(tokens)
-        rc = llama_cpp.llama_decode(self.loop.ctx, batch)
+        last = len(tokens) - 1
+        fill_batch(self.loop.batch, ((t, start + n, 0, logits or n == last) for n, t in enumerate(tokens)))
+        rc = llama_cpp.llama_decode(self.loop.ctx, self.loop.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 

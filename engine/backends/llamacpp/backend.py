@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 import psutil
 
 from engine.backends.base import BackendStats, LlamaCppOptions, LoadOptions, ModelInfo, ModelSpec
+from engine.backends.facade import BackendFacade
 from engine.backends.llamacpp.draft_model import DraftModel
 from engine.backends.llamacpp.embedding import Embedder
 from engine.backends.llamacpp.load_plan import (
@@ -24,7 +25,7 @@ from engine.backends.llamacpp.overrides import RopeScaling
 from engine.backends.llamacpp.ranking import Ranker
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
 from engine.backends.llamacpp.scheduler import DecodeLoop
-from engine.backends.llamacpp.scheduler import Sequence as Seq
+from engine.backends.llamacpp.sequence import Sequence as Seq
 from engine.backends.runtime import RequestStream
 from engine.backends.speculative import DRAFT, DraftSource, SpeculativeOptions
 from engine.backends.speculative_sampling import plain_sampling
@@ -54,15 +55,14 @@ def default_threads() -> int:
     return max(1, min(usable, physical))
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(BackendFacade[DecodeLoop]):
     """GGUF models through llama.cpp, with continuous batching and prefix reuse."""
 
     name = "llamacpp"
 
     def __init__(self) -> None:
+        super().__init__()
         self.model: GGUFModel | None = None
-        self.loop: DecodeLoop | None = None
-        self.spec: ModelSpec | None = None
         self.plan: LoadPlan | None = None
         self._embedder: Embedder | None = None
         self._ranker: Ranker | None = None
@@ -170,17 +170,16 @@ class LlamaCppBackend:
         grammar = request.response_format.type != "text" or (rendered is not None and rendered.constraint is not None)
         return self.draft.drafter(prompt, options, request.params, plain=plain_sampling(request.params, grammar=grammar))
 
+    def not_loaded(self) -> RuntimeError:
+        return RuntimeError("the llama.cpp backend has no model loaded")
+
     def _require(self) -> tuple[GGUFModel, DecodeLoop]:
         if self.model is None or self.loop is None:
-            raise RuntimeError("the llama.cpp backend has no model loaded")
+            raise self.not_loaded()
         return self.model, self.loop
 
-    @property
-    def info(self) -> ModelInfo:
+    def _model_info(self, spec: ModelSpec) -> ModelInfo:
         model, loop = self._require()
-        spec = self.spec
-        if spec is None:
-            raise RuntimeError("the llama.cpp backend has no model loaded")
         return ModelInfo(
             name=spec.name,
             backend=self.name,
@@ -286,15 +285,6 @@ class LlamaCppBackend:
             what = "an embedding model: it turns text into vectors (POST /v1/embeddings)"
         raise InvalidRequest(f"Model '{name}' is {what} and cannot write answers; name a chat model.", param="model")
 
-    def cancel(self, request_id: str) -> None:
-        if self.loop is not None:
-            self.loop.cancel(request_id)
-
-    def cancel_all(self) -> None:
-        """Cancel every generation (at shutdown); each stream ends with its final chunk."""
-        if self.loop is not None:
-            self.loop.cancel_all()
-
     def embed(
         self, texts: Sequence[str], *, cancelled: Callable[[], bool] | None = None, truncate: bool = False
     ) -> tuple[list[list[float]], int]:
@@ -350,10 +340,7 @@ class LlamaCppBackend:
                 )
         return [model.piece(t, special=True) for t in tokens]
 
-    def stats(self) -> BackendStats | None:
-        if self.loop is None:
-            return None
-        stats = self.loop.stats()
+    def _add_details(self, stats: BackendStats) -> BackendStats:
         stats.details["load_plan"] = self.plan.to_dict() if self.plan is not None else None
         if self.draft is not None or self.draft_refused is not None:  # --speculative draft:MODEL
             stats.details["draft_model"] = self.draft.model.path.name if self.draft is not None else None
@@ -361,10 +348,7 @@ class LlamaCppBackend:
             stats.details["draft_model_refused"] = self.draft_refused
         return stats
 
-    def close(self) -> None:
-        if self.loop is not None:
-            self.loop.close()
-            self.loop = None
+    def _close_rest(self) -> None:
         if self.draft is not None:
             self.draft.close()
             self.draft = None

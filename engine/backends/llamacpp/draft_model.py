@@ -24,6 +24,7 @@ import llama_cpp
 import numpy as np
 
 from engine.backends.base import common_prefix
+from engine.backends.llamacpp.batch import Row, fill_batch
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.speculative import DraftSource, SpeculativeOptions, best_length
 from engine.backends.speculative_sampling import accept_or_resample, filtered_distribution, sample
@@ -188,17 +189,10 @@ class DraftModel:
         d.base = common_prefix(slot.tokens, d.history)
         return slot
 
-    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
-        batch = self.batch
-        for n, (token, pos, seq_id, logits) in enumerate(items):
-            batch.token[n] = token
-            batch.pos[n] = pos
-            batch.n_seq_id[n] = 1
-            batch.seq_id[n][0] = seq_id
-            batch.logits[n] = logits
-        batch.n_tokens = len(items)
+    def _decode(self, items: list[Row]) -> None:
+        fill_batch(self.batch, items)
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(self.ctx, batch)
+        rc = llama_cpp.llama_decode(self.ctx, self.batch)
         self.seconds += time.perf_counter() - t0
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc} in the draft model")

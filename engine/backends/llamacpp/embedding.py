@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import llama_cpp
 import numpy as np
 
+from engine.backends.llamacpp.batch import fill_batch, run_rows, scratch_batch
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.errors import ContextLengthExceeded, RequestCancelled
@@ -146,22 +147,13 @@ class Embedder:
     def _decode(self, ctx: llama_cpp.llama_context_p, tokens: list[int], pos: int) -> np.ndarray:
         """The sum of the last hidden states of ``tokens`` (at positions from ``pos``), after the ones before them."""
         n = len(tokens)
-        batch = llama_cpp.llama_batch_init(n, 0, 1)
-        try:
-            for i, t in enumerate(tokens):
-                batch.token[i] = t
-                batch.pos[i] = pos + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = True
-            batch.n_tokens = n
+        with scratch_batch(n) as batch:
+            fill_batch(batch, run_rows(tokens, pos))
             if llama_cpp.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed while embedding")
             self.slices += 1
             ptr = llama_cpp.llama_get_embeddings(ctx)
             return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd)).sum(axis=0, dtype=np.float64)
-        finally:
-            llama_cpp.llama_batch_free(batch)
 
     def close(self) -> None:
         if self._ctx is not None:

@@ -20,6 +20,7 @@ from functools import cached_property
 
 import llama_cpp
 
+from engine.backends.llamacpp.batch import fill_batch, run_rows, scratch_batch
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.errors import InvalidRequest, ModelLoadError, RequestCancelled
@@ -144,20 +145,11 @@ class Ranker:
                 break
             if mem:
                 llama_cpp.llama_memory_clear(mem, True)
-            batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
-            try:
-                for i, t in enumerate(tokens):
-                    batch.token[i] = t
-                    batch.pos[i] = i
-                    batch.n_seq_id[i] = 1
-                    batch.seq_id[i][0] = 0
-                    batch.logits[i] = True
-                batch.n_tokens = len(tokens)
+            with scratch_batch(len(tokens)) as batch:
+                fill_batch(batch, run_rows(tokens, 0))
                 if llama_cpp.llama_decode(ctx, batch) != 0:
                     raise RuntimeError("llama_decode failed while reranking")
                 out.append(float(llama_cpp.llama_get_embeddings_seq(ctx, 0)[0]))
-            finally:
-                llama_cpp.llama_batch_free(batch)
         return out
 
     def close(self) -> None:

@@ -5,142 +5,57 @@ per-step token budget, each in calls of its own), then decodes one batch holding
 token of every running sequence, those whose prompts it has just finished included; every
 sequence samples with its own sampler chain and streams its text.
 
-Slots are llama.cpp sequence ids, each with a KV stream of its own. A finished sequence
-leaves its tokens in its slot as a cached prefix. A new prompt that holds all of an idle
-slot's last prompt (that chat's next turn, or the same prompt again) takes the slot over in
-place. One that shares only a beginning with it (a system prompt) leaves that conversation
-where it is, for its own next turn: the prompt goes to the least recently used free slot,
-and the shared beginning is copied there (only the sequence's own cells move, not the whole
-stream) instead of computed again. A prompt admitted beside another that is still prefilling
-the same beginning (requests that arrive together with one system prompt) waits for that
-prefix and then copies it.
+Slots are llama.cpp sequence ids, each with a KV stream of its own; a finished sequence leaves
+its tokens in its slot as a cached prefix for the next prompt that begins with them
+(:mod:`engine.backends.llamacpp.slots`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import enum
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
 
 from engine.backends.admission import AdmissionQueue
-from engine.backends.base import BackendStats, common_prefix
+from engine.backends.base import BackendStats
 from engine.backends.delivery import delivery_batch
 from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
+from engine.backends.llamacpp.batch import Row, fill_batch
+from engine.backends.llamacpp.calls import CallQueue
+from engine.backends.llamacpp.context import decode_context
 from engine.backends.llamacpp.media import MediaChunk, MediaPrompt, Projector
 from engine.backends.llamacpp.model import GGUFModel
 from engine.backends.llamacpp.overrides import RopeScaling
-from engine.backends.llamacpp.sampler import SequenceSampler
-from engine.backends.runtime import RequestStream
+from engine.backends.llamacpp.sequence import SeqStatus, Sequence
+from engine.backends.llamacpp.slots import Slot, SlotTable
+from engine.backends.llamacpp.team import ComputeTeam
 from engine.backends.speculative import RowCost
-from engine.backends.threads import CpuSample, ThreadPolicy, cpu_count, read_cpu_sample, usable_cpus
+from engine.backends.threads import CpuSample
 from engine.errors import GrammarDeadEnd, GrammarTooSlow, Overloaded, RequestCancelled
 from engine.fit.plan import PREFILL_BLOCK_CPU
 from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
 
-# A shared beginning shorter than this is computed again rather than copied from another slot: a copy
-# moves the source's cells through host memory (3 ms for a 250-token chat of the starter model on two
-# cores, where computing a token of prompt takes about 6), and costs more from a GPU.
-MIN_COPY_TOKENS = 8
-# While requests generate, other compute on the decode thread (embeddings, reranking) gets this share of the
-# time the decode steps take: the calls wait while their time so far exceeds it. A chat beside a long
-# embedding list then runs at about two thirds of its own speed instead of a tenth, and the list still moves.
-CALL_SHARE = 0.5
 # Drafted rows fill a step's batch up to this many rows in all: below it a step costs about the same as one
 # row (it reads every weight once either way); past it the step is bound by compute, and drafts that many
 # streams would check cost more than the steps they save.
 DRAFT_BATCH_ROWS = 16
-CALL_CREDIT_MAX = 0.1  # seconds of decode time that may be owed to the calls at most (no bursts after a long answer)
 
 
-class SeqStatus(enum.Enum):
-    WAITING = "waiting"
-    PREFILL = "prefill"
-    DECODE = "decode"
-    FINISHED = "finished"
+@dataclass(slots=True)
+class StepPlan:
+    """One decode step's batch: who decodes in it and with what drafts."""
 
-
-@dataclass(eq=False)
-class Sequence:
-    """Runtime state of one request inside the loop."""
-
-    stream: RequestStream
-    prompt: list[int]
-    sampler: SequenceSampler
-    n_ctx: int
-    status: SeqStatus = SeqStatus.WAITING
-    slot: Slot | None = None
-    n_past: int = 0
-    pending: int | None = None
-    copy_from: Slot | None = None  # a slot still prefilling this prompt's beginning
-    copy_len: int = 0
-    cancelled: bool = False
-    # Seconds its sampling (a grammar's masks) took beyond the decode time of the steps it ran in: while
-    # others decode, it sits steps out until they are repaid, so one costly grammar never slows every stream.
-    sample_debt: float = 0.0
-    paused: bool = False  # it gave its slot to another request and waits to go on (its prompt holds its answer so far)
-    last_step: int = 0  # the loop's step in which it last decoded (its request's choices take turns by it)
-
-    @property
-    def group(self) -> str:
-        """The client request it belongs to: the choices of one request share their slots (engine.backends.fair_share)."""
-        return self.stream.request.group or self.stream.request_id
-
-    @property
-    def media(self) -> dict[int, MediaChunk]:
-        """The prompt's pictures and sounds by their first position (none for a text prompt)."""
-        return self.prompt.media if isinstance(self.prompt, MediaPrompt) else {}
-
-    def cut(self, n: int) -> int:
-        """``n`` prompt tokens, fewer where that would end inside a picture (whose KV is computed whole)."""
-        return self.prompt.cut(n) if isinstance(self.prompt, MediaPrompt) else n
-
-    def pos(self, i: int) -> int:
-        """The position of the sequence's ``i``-th token: its index, less where pictures before it take fewer
-        positions than tokens (M-RoPE models lay a picture out in two dimensions)."""
-        return self.prompt.pos(i) if isinstance(self.prompt, MediaPrompt) else i
-
-    @property
-    def request_id(self) -> str:
-        return self.stream.request_id
-
-    @property
-    def params(self):
-        return self.stream.params
-
-    @property
-    def placed(self) -> Slot:
-        """The slot of a sequence that is prefilling or decoding."""
-        if self.slot is None:
-            raise RuntimeError(f"request {self.request_id} is {self.status.value}, without a slot")
-        return self.slot
-
-    @property
-    def next_token(self) -> int:
-        """The sampled token a decoding sequence feeds in next."""
-        if self.pending is None:
-            raise RuntimeError(f"request {self.request_id} is {self.status.value}, without a sampled token")
-        return self.pending
-
-
-@dataclass(eq=False)
-class Slot:
-    """A llama.cpp sequence id and the tokens whose KV it holds."""
-
-    seq_id: int
-    tokens: list[int] = field(default_factory=list)
-    n_prompt: int = 0  # how many of ``tokens`` were its last request's prompt
-    seq: Sequence | None = None
-    last_used: float = 0.0
+    ready: list[Sequence]  # every decoding sequence, in slot order
+    decoding: list[Sequence]  # those with rows in this step
+    rows: list[Row] = field(default_factory=list)
+    drafts: list[tuple[Sequence, int, list[int]]] = field(default_factory=list)  # each one's first row and draft
 
 
 class DecodeLoop(AdmissionQueue[Sequence]):
@@ -196,50 +111,26 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # and ours: the context's batch grows to it, with no more rows of logits than the loop's own calls ask for
         # (their buffer, the largest part of the compute buffer, keeps its size).
         self.media_batch = max(self.n_batch, projector.non_causal_tokens if projector is not None else 0)
-        self.kv_unified = kv_unified
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx_seq * n_seq_max
-        params.n_batch = self.media_batch
-        params.n_ubatch = self.media_batch
-        params.n_outputs_max = self.n_batch
-        params.n_seq_max = n_seq_max
-        params.kv_unified = kv_unified
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        params.type_k = kv_type  # a quantized V cache needs flash attention (llama.cpp refuses it otherwise)
-        params.type_v = kv_type
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.no_perf = True
-        if rope is not None:
-            rope.apply(params)
-        ctx = llama_cpp.llama_init_from_model(model.model_ptr, params)
-        if not ctx:
-            raise MemoryError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
-        self.ctx: llama_cpp.llama_context_p = ctx
-        self.mem = llama_cpp.llama_get_memory(ctx)  # None for an encoder, which keeps no KV cache
-        self.n_swa = int(llama_cpp.llama_model_n_swa(model.model_ptr))  # a sliding window's tokens (Gemma); 0: none
+        self.ctx: llama_cpp.llama_context_p = decode_context(
+            model, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max, n_batch=self.media_batch, n_outputs=self.n_batch,
+            n_threads=n_threads, flash_attn=flash_attn, kv_unified=kv_unified, kv_type=kv_type, rope=rope,
+        )  # fmt: skip
+        self.mem = llama_cpp.llama_get_memory(self.ctx)  # None for an encoder, which keeps no KV cache
+        n_swa = int(llama_cpp.llama_model_n_swa(model.model_ptr))  # a sliding window's tokens (Gemma); 0: none
+        self.slots = SlotTable(self.ctx, self.mem, n_seq_max, n_swa=n_swa, kv_unified=kv_unified)
         self.batch: llama_cpp.llama_batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._freed = False
-        self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self._running: list[Sequence] = []
         self.stats_prompt_tokens = 0
-        self.stats_cached_tokens = 0
         self.stats_requests = 0
-        self.stats_prefix_hits = 0
         self.stats_generated_tokens = 0
         self.stats_draft_tokens = 0  # speculative decoding: tokens drafted, and of them kept
         self.stats_accepted_tokens = 0
         self.stats_paused = 0  # sequences that gave their slot to another request (engine.backends.fair_share)
         self._steps = 0  # decode steps run
         self.row_cost = RowCost()  # what a drafted row adds to a step, measured
-        self._calls: list[tuple[Callable[[], Any], Future]] = []
-        self._call_credit = 0.0  # seconds the calls may still take while requests generate (CALL_SHARE)
-        cpus = usable_cpus()
-        self.thread_policy = ThreadPolicy(n_threads, cpus=cpu_count(cpus), pinned=not adapt_threads)
-        self._team = n_threads  # the threads the context computes on now (see _fit_team)
-        self._cpu_sample = cpu_sample or (lambda: read_cpu_sample(cpus))
+        self.calls = CallQueue(self._cond)  # embeddings and reranking, between two steps
+        self.team = ComputeTeam(self.ctx, n_threads, adapt=adapt_threads, cpu_sample=cpu_sample, projector=projector)
         self._thread = threading.Thread(target=self._run, name=f"decode-{model.path.name}", daemon=True)
         self._thread.start()
 
@@ -251,11 +142,11 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         return BackendStats(
             running=running, waiting=waiting, slots=self.n_seq_max, n_ctx_per_sequence=self.n_ctx_seq,
             requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
-            generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
+            generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.slots.cached_tokens,
             details={
-                "prefix_cache_hits": self.stats_prefix_hits, "draft_tokens": self.stats_draft_tokens,
+                "prefix_cache_hits": self.slots.prefix_hits, "draft_tokens": self.stats_draft_tokens,
                 "accepted_draft_tokens": self.stats_accepted_tokens, "paused_sequences": self.stats_paused,
-                **self.thread_policy.as_dict(),
+                **self.team.policy.as_dict(),
                 "media_encoded": self.projector.encoded if self.projector is not None else 0,
             },
         )  # fmt: skip
@@ -263,36 +154,25 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     @property
     def n_threads(self) -> int:
         """The threads the loop computes on now (other compute on its thread should use as many)."""
-        return self.thread_policy.threads
+        return self.team.policy.threads
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the decode thread between two steps and return what it returns.
 
-        For other llama.cpp compute on this model (embeddings): llama.cpp runs on an OpenMP team per
-        calling thread, and once a second thread has one the two oversubscribe the cores and every
-        later decode step waits on sleeping workers (a quarter slower, for the life of the process).
-        While requests generate, the calls get :data:`CALL_SHARE` of the decode steps' time.
+        For other llama.cpp compute on this model (embeddings, reranking; see
+        :mod:`engine.backends.llamacpp.calls`): while requests generate, the calls get a share of the decode
+        steps' time.
 
         Raises:
             Overloaded: the model is being unloaded.
             Exception: whatever ``fn`` raised.
         """
-        future: Future = Future()
         with self._cond:
             if self._stopping:
                 raise Overloaded("The model is being unloaded; retry the request.", retry_after=1.0)
-            self._calls.append((fn, future))
+            future = self.calls.add(fn)
             self._cond.notify()
         return future.result()
-
-    def _run_calls(self) -> None:
-        with self._cond:
-            calls, self._calls = self._calls, []
-        for fn, future in calls:
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # the caller raises it
-                future.set_exception(exc)
 
     def close(self) -> None:
         with self._cond:
@@ -308,75 +188,39 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._waiting and not self._running and not self._calls:
-                    poll = self.thread_policy.idle_poll()  # on fewer threads: see whether the machine went quiet
+                while not self._stopping and not self._waiting and not self._running and not self.calls.pending:
+                    poll = self.team.policy.idle_poll()  # on fewer threads: see whether the machine went quiet
                     if poll is None:
-                        self.thread_policy.rest()
+                        self.team.policy.rest()
                     self._cond.wait(poll)
                     if poll is not None:
-                        self._follow_machine()
+                        self.team.follow_machine()
                 if self._stopping:
                     for seq in [*self._running, *self._waiting]:
                         self._finish(seq, "cancelled")
                     self._waiting.clear()
                     self._running.clear()
-                    for _, future in self._calls:
-                        future.set_exception(Overloaded("The model is being unloaded; retry the request.", 1.0))
-                    self._calls.clear()
+                    self.calls.fail(lambda: Overloaded("The model is being unloaded; retry the request.", 1.0))
                     return
                 self._reap_cancelled()
                 self._admit()
-            self._follow_machine()
-            if self._calls and (not self._running or self._call_credit > 0):
-                t0 = time.perf_counter()
-                self._run_calls()
-                self._call_credit = self._call_credit - (time.perf_counter() - t0) if self._running else 0.0
+            self.team.follow_machine()
+            self.calls.run(generating=bool(self._running))
             if self._running:
                 t0 = time.perf_counter()
-                self._fit_team()
+                self.team.fit()
                 try:
                     self._step()
                 except Exception as exc:  # never let one bad step kill the loop
                     log.exception("decode step failed")
                     for seq in list(self._running):
                         self._finish(seq, "error", error=f"Generation failed: {exc}.")
-                if self._calls:
-                    earned = (time.perf_counter() - t0) * CALL_SHARE
-                    self._call_credit = min(self._call_credit + earned, CALL_CREDIT_MAX)
-
-    def _follow_machine(self) -> None:
-        """Size the compute team for the cores other processes leave free (at most once a window)."""
-        policy = self.thread_policy
-        if not policy.due(time.monotonic()):
-            return
-        before = policy.threads
-        sample = self._cpu_sample()
-        if sample is None:  # the system gives no counters: decode on the full count from now on
-            log.info("CPU times are not readable here, so decoding keeps %d threads.", policy.full)
-            policy.pin()
-        else:
-            policy.observe(sample)
-        if policy.threads != before:
-            self._fit_team()
-            log.debug("decoding on %d threads instead of %d: other processes use %.2f cores",
-                      policy.threads, before, policy.others or 0.0)  # fmt: skip
+                self.calls.earn(time.perf_counter() - t0)
 
     @property
     def compute_threads(self) -> int:
         """The threads the last step computed on: :attr:`n_threads`, or one fewer while pictures were read."""
-        return self._team
-
-    def _fit_team(self) -> None:
-        """Compute on the policy's threads, one fewer while request threads of this process read pictures and
-        the team would take every core: a team member sharing its core with a picture being decoded stalls
-        every barrier of the step (two threads on two cores, four 1280x960 JPEGs being read: steps of the tiny
-        vision model take several times as long as on one thread)."""
-        team = self.thread_policy.threads
-        if 1 < team and team >= self.thread_policy.cpus and self.projector is not None and self.projector.reading:
-            team -= 1
-        if team != self._team:
-            llama_cpp.llama_set_n_threads(self.ctx, team, team)
-            self._team = team
+        return self.team.threads
 
     def _reap_cancelled(self) -> None:
         for seq in [s for s in self._waiting if s.cancelled]:
@@ -391,14 +235,17 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         request that holds two more (see :mod:`engine.backends.fair_share`)."""
         while self._waiting:
             seq = next_admitted(self._waiting, self._running)
-            free = [s for s in self.slots if s.seq is None]
+            free = self.slots.free()
             if not free:
                 victim = preemption_victim(seq, self._running, pausable=self._pausable)
                 if victim is None:
                     return
                 free = [self._pause(victim)]
             self._waiting.remove(seq)
-            self._place(seq, free)
+            if not seq.paused:  # one going on after a pause counts its prompt once
+                self.stats_requests += 1
+                self.stats_prompt_tokens += len(seq.prompt)
+            self.slots.place(seq, free)
             self._running.append(seq)
 
     @staticmethod
@@ -428,143 +275,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_paused += 1
         return slot
 
-    def _place(self, seq: Sequence, free: list[Slot]) -> None:
-        limit = seq.cut(len(seq.prompt) - 1)  # the last prompt token is always decoded, for its logits
-        best, best_key = None, (0, False)
-        ahead, ahead_n = None, 0
-        for slot in self.slots:
-            n = seq.cut(min(common_prefix(slot.tokens, seq.prompt), limit))
-            key = (n, slot.seq is None)  # the longest prefix; an idle slot on a tie
-            if n > 0 and key > best_key:
-                best, best_key = slot, key
-            if slot.seq is not None and slot.seq.status is SeqStatus.PREFILL and slot.seq.copy_from is None:
-                planned = seq.cut(min(common_prefix(slot.seq.prompt, seq.prompt), limit))
-                if planned > ahead_n:
-                    ahead, ahead_n = slot, planned
-        best_n = best_key[0]
-        if best is not None and best.seq is None and best_n + 1 >= min(best.n_prompt, len(best.tokens)):
-            dst, n = best, best_n  # it continues that slot's last prompt: take it over in place
-            self._seq_rm(dst.seq_id, seq.pos(n), -1)
-        else:
-            # Keep every idle slot's conversation for its next turn: take the least recently used free
-            # slot (an empty one first), keep what it shares itself, and copy a longer shared beginning.
-            dst = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
-            n = seq.cut(min(common_prefix(dst.tokens, seq.prompt), limit))
-            if best is not None and best is not dst and best_n >= n + MIN_COPY_TOKENS:
-                self._seq_rm(dst.seq_id, -1, -1)
-                n = self._copy_prefix(best, dst, best_n, seq.pos(best_n))
-            else:
-                self._seq_rm(dst.seq_id, seq.pos(n), -1)
-        if not self._window_kept(dst.seq_id, seq.pos(n)):
-            self._seq_rm(dst.seq_id, -1, -1)
-            n = 0
-        dst.tokens = seq.prompt[:n]
-        dst.n_prompt = len(seq.prompt)
-        dst.seq = seq
-        seq.slot = dst
-        seq.n_past = n
-        seq.status = SeqStatus.PREFILL
-        if seq.paused:  # going on: its usage already counts its prompt and what it found cached
-            seq.paused = False
-            return
-        if ahead is not None and ahead_n >= n + MIN_COPY_TOKENS:
-            seq.copy_from, seq.copy_len = ahead, ahead_n
-        self.stats_requests += 1
-        self.stats_prompt_tokens += len(seq.prompt)
-        self._count_cached(seq, n)
-
-    def _seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
-        if self.mem is not None:  # llama.cpp does nothing without a KV cache either
-            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, p0, p1)
-
-    def _window_kept(self, seq_id: int, pos: int) -> bool:
-        """Whether a sliding-window model's KV of ``seq_id`` still holds the window before ``pos``, where a cached
-        prefix that ends there goes on. llama.cpp's SWA cache drops a sequence's cells that have left its window
-        (as it grows, and in a copy of it to another slot), so a prefix that ends further back has lost them."""
-        if self.n_swa <= 0 or pos <= 0 or self.mem is None:
-            return True
-        first = llama_cpp.llama_memory_seq_pos_min(self.mem, seq_id)
-        return 0 <= first <= max(0, pos - self.n_swa)
-
-    def _seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
-        if self.mem is not None:
-            llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
-
-    def _copy_prefix(self, src: Slot, dst: Slot, n: int, pos: int) -> int:
-        """Give ``dst`` (emptied) the KV of ``src``'s first ``n`` tokens (positions below ``pos``); return how many
-        it got (0 or ``n``)."""
-        if self.mem is None or self.kv_unified:  # cells are shared: no data moves
-            self._seq_cp(src.seq_id, dst.seq_id, 0, pos)
-            return self._window_copied(dst, n, pos)
-        # Separate streams: llama.cpp's own cross-stream copy moves the whole stream buffer (every cell of
-        # the context, used or not), so move only the source sequence's cells, then drop what is not shared.
-        # Of a sliding window's cells that takes only the source's last window: none of use to a prefix that ends
-        # before it (checked after the copy too), so it is not made.
-        if self.n_swa > 0 and llama_cpp.llama_memory_seq_pos_max(self.mem, src.seq_id) >= max(self.n_swa, pos):
-            return 0
-        src_id, dst_id = llama_cpp.llama_seq_id(src.seq_id), llama_cpp.llama_seq_id(dst.seq_id)
-        size = llama_cpp.llama_state_seq_get_size(self.ctx, src_id)
-        try:
-            cells = (ctypes.c_uint8 * size)()  # held only for the copy: a long chat's cells can be gigabytes
-            got = llama_cpp.llama_state_seq_get_data(self.ctx, cells, size, src_id)
-            copied = bool(got) and bool(llama_cpp.llama_state_seq_set_data(self.ctx, cells, got, dst_id))
-        except MemoryError:
-            copied = False
-        if not copied:
-            log.warning("could not copy a cached prefix between slots; computing it again")
-            self._seq_rm(dst.seq_id, -1, -1)
-            return 0
-        self._seq_rm(dst.seq_id, pos, -1)
-        return self._window_copied(dst, n, pos)
-
-    def _window_copied(self, dst: Slot, n: int, pos: int) -> int:
-        """``n``, or 0 (``dst`` emptied) where the copy lacks a sliding window's cells before ``pos`` (its source
-        had gone a window past them)."""
-        if self._window_kept(dst.seq_id, pos):
-            return n
-        self._seq_rm(dst.seq_id, -1, -1)
-        return 0
-
-    def _count_cached(self, seq: Sequence, n: int) -> None:
-        seq.stream.cached_tokens = n
-        self.stats_cached_tokens += n
-        if n:
-            self.stats_prefix_hits += 1
-
-    def _shared_prefix_ready(self, seq: Sequence, src: Slot) -> bool:
-        """Settle a wait for the prefix ``src`` is prefilling: True once ``seq`` may prefill, False to wait."""
-        have = seq.cut(min(common_prefix(src.tokens, seq.prompt), seq.copy_len))
-        coming = (
-            src.seq is not None
-            and src.seq.status is SeqStatus.PREFILL
-            and min(common_prefix(src.seq.prompt, seq.prompt), seq.copy_len) > have
-        )
-        if coming and have < seq.copy_len:
-            return False
-        seq.copy_from, seq.copy_len = None, 0
-        if have >= seq.n_past + MIN_COPY_TOKENS:
-            slot = seq.placed
-            self._seq_rm(slot.seq_id, -1, -1)
-            have = self._copy_prefix(src, slot, have, seq.pos(have))
-            slot.tokens = seq.prompt[:have]
-            seq.n_past = have
-            self.stats_cached_tokens -= seq.stream.cached_tokens
-            if seq.stream.cached_tokens:
-                self.stats_prefix_hits -= 1
-            self._count_cached(seq, have)
-        return True
-
-    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+    def _decode(self, items: list[Row]) -> None:
         """One ``llama_decode`` call over ``(token, position, seq_id, wants_logits)`` items."""
-        batch = self.batch
-        for n, (token, pos, seq_id, logits) in enumerate(items):
-            batch.token[n] = token
-            batch.pos[n] = pos
-            batch.n_seq_id[n] = 1
-            batch.seq_id[n][0] = seq_id
-            batch.logits[n] = logits
-        batch.n_tokens = len(items)
-        rc = llama_cpp.llama_decode(self.ctx, batch)
+        fill_batch(self.batch, items)
+        rc = llama_cpp.llama_decode(self.ctx, self.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
@@ -584,11 +298,21 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         pass 256 tokens, which can flip a rare greedy token there; below that a request gets
         the same tokens in a batch as alone.
         """
+        self._prefill()
+        plan = self._schedule()
+        if plan is None:
+            return
+        seconds = self._decode_rows(plan)
+        self._postprocess(plan, seconds)
+
+    def _prefill(self) -> None:
+        """Compute prompt blocks (and at most one picture) of the prefilling sequences, within the step's budget;
+        a prompt computed to its end samples its first token."""
         budget = self.prefill_chunk
         block = self.prefill_block
         media_done = False  # one picture a step: the others' decodes never wait on more than one encode
         for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
-            if seq.copy_from is not None and not self._shared_prefix_ready(seq, seq.copy_from):
+            if seq.copy_from is not None and not self.slots.prefix_ready(seq, seq.copy_from):
                 continue
             media = seq.media
             while budget > 0 and seq.status is SeqStatus.PREFILL and not seq.cancelled:
@@ -613,53 +337,67 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     self._advance(seq, end - start - 1)
             if budget <= 0:
                 break
+
+    def _schedule(self) -> StepPlan | None:
+        """This step's decode rows: a row of each decoding sequence that owes no sampling time (one sequence of each
+        request, see :mod:`engine.backends.fair_share`), followed by the tokens it drafts; None when none decodes."""
         # In slot order: llama.cpp computes a batch over separate KV streams in ubatches of consecutive sequence
         # ids, as they come in the batch, so rows in admission order would cost a graph (a read of every
         # weight) for each break in it, and in slot order cost one for each run of busy slots.
         ready = sorted((s for s in self._running if s.status is SeqStatus.DECODE), key=lambda s: s.placed.seq_id)
         decoding = [s for s in ready if s.sample_debt <= 0] or ready
         if not decoding:
-            return
+            return None
         self._steps += 1
         decoding = one_row_per_request(decoding, lambda s: s.last_step)
         for s in decoding:
             s.last_step = self._steps
         # Each row's pending token, followed by the tokens its request drafts (engine.backends.speculative):
         # one batch verifies them all, a sequence's rows in a run.
-        rows: list[tuple[int, int, int, bool]] = []
-        plans: list[tuple[Sequence, int, list[int]]] = []
+        plan = StepPlan(ready, decoding)
+        rows = plan.rows
         room = min(self.n_batch, DRAFT_BATCH_ROWS) - len(decoding)
         for s in decoding:
             draft = self._draft(s, room)
             room -= len(draft)
-            plans.append((s, len(rows), draft))
+            plan.drafts.append((s, len(rows), draft))
             seq_id = s.placed.seq_id
             pos = s.pos(s.n_past)
             rows.append((s.next_token, pos, seq_id, True))
             rows.extend((d, pos + 1 + j, seq_id, True) for j, d in enumerate(draft))
+        return plan
+
+    def _decode_rows(self, plan: StepPlan) -> float:
+        """Decode the step's rows in one call; the seconds it took."""
         t0 = time.perf_counter()
-        self._decode(rows)
-        step = time.perf_counter() - t0
-        if len(decoding) == 1:  # one sequence's steps: their rows are its draft, with nothing else in them
-            self.row_cost.add(len(rows), step)
+        self._decode(plan.rows)
+        seconds = time.perf_counter() - t0
+        if len(plan.decoding) == 1:  # one sequence's steps: their rows are its draft, with nothing else in them
+            self.row_cost.add(len(plan.rows), seconds)
+        return seconds
+
+    def _postprocess(self, plan: StepPlan, seconds: float) -> None:
+        """Take each decoded sequence's next token (its drafts verified) and stream it; those that sat the step
+        out repay ``seconds`` of their sampling debt, and those whose sampling took longer than it owe the rest."""
+        decoding = plan.decoding
         for s in decoding:
             s.placed.tokens.append(s.next_token)
             s.n_past += 1
-        for s in ready:
+        for s in plan.ready:
             if s.sample_debt > 0 and s not in decoding:
-                s.sample_debt = max(0.0, s.sample_debt - step)  # it sat this step out
-        alone = len(ready) == 1
+                s.sample_debt = max(0.0, s.sample_debt - seconds)  # it sat this step out
+        alone = len(plan.ready) == 1
         for s in decoding:  # each stream's token reaches its consumer once all are drawn (RequestStream.hold)
             s.stream.hold()
         try:
-            for s, row, draft in plans:
+            for s, row, draft in plan.drafts:
                 t1 = time.perf_counter()
                 if draft:
                     self._verify(s, row, draft)
                 else:
                     self._advance(s, row)
                 spent = time.perf_counter() - t1
-                s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - step)
+                s.sample_debt = 0.0 if alone else s.sample_debt + max(0.0, spent - seconds)
         finally:
             with delivery_batch():  # one wake-up of each reader's event loop for the whole step
                 for s in decoding:
@@ -677,7 +415,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             )
         except Exception as exc:
             log.warning("request %s: %s", seq.request_id, exc)
-            self._seq_rm(slot.seq_id, seq.pos(m.start), -1)
+            self.slots.rm(slot.seq_id, seq.pos(m.start), -1)
             self._finish(seq, "error", error=f"{exc}.")
             return
         slot.tokens.extend(seq.prompt[m.start : m.end])
@@ -713,7 +451,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             seq.n_past += 1
             kept += 1
         if kept < len(draft):
-            self._seq_rm(slot.seq_id, seq.pos(len(slot.tokens)), -1)
+            self.slots.rm(slot.seq_id, seq.pos(len(slot.tokens)), -1)
         if drafter is not None:
             drafter.record(len(draft), kept)
         self.stats_draft_tokens += len(draft)

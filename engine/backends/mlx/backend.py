@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 
-from engine.backends.base import BackendStats, LoadOptions, ModelInfo, ModelSpec
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
+from engine.backends.facade import BackendFacade
 from engine.backends.mlx import loader
 from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
@@ -43,15 +44,14 @@ def ignored_params(request: GenerationRequest) -> tuple[str, ...]:
     return tuple(p for p in UNSUPPORTED_PARAMS if p == "response_format" and request.response_format.type != "text")
 
 
-class MLXBackend:
+class MLXBackend(BackendFacade[GenerationLoop]):
     """Models on MLX: Metal on Apple Silicon, the CPU elsewhere."""
 
     name = "mlx"
     unsupported_params = UNSUPPORTED_PARAMS
 
     def __init__(self) -> None:
-        self.loop: GenerationLoop | None = None
-        self.spec: ModelSpec | None = None
+        super().__init__()
         self._speculative = SpeculativeOptions()
 
     def load(self, model: ModelSpec, options: LoadOptions | None = None) -> None:
@@ -84,15 +84,11 @@ class MLXBackend:
     def _require(self) -> tuple[loader.LoadedModel, GenerationLoop]:
         loop = self.loop
         if loop is None or loop.loaded is None:
-            raise RuntimeError("the mlx backend has no model loaded")
+            raise self.not_loaded()
         return loop.loaded, loop
 
-    @property
-    def info(self) -> ModelInfo:
+    def _model_info(self, spec: ModelSpec) -> ModelInfo:
         loaded, loop = self._require()
-        spec = self.spec
-        if spec is None:
-            raise RuntimeError("the mlx backend has no model loaded")
         return ModelInfo(
             name=spec.name,
             backend=self.name,
@@ -153,25 +149,9 @@ class MLXBackend:
         loop.submit(seq)
         return stream.chunks(lambda: loop.cancel(request.request_id))
 
-    def cancel(self, request_id: str) -> None:
-        if self.loop is not None:
-            self.loop.cancel(request_id)
-
-    def cancel_all(self) -> None:
-        if self.loop is not None:
-            self.loop.cancel_all()
-
     def embed(self, texts: Sequence[str], *, cancelled=None, truncate=False) -> tuple[list[list[float]], int]:
         """Raises EmbeddingsUnsupported: MLX serves generation only (``info.can_embed`` is False)."""
         raise EmbeddingsUnsupported(self.spec.name if self.spec is not None else "?", self.name)
-
-    def stats(self) -> BackendStats | None:
-        return self.loop.stats() if self.loop is not None else None
-
-    def close(self) -> None:
-        if self.loop is not None:
-            self.loop.close()
-            self.loop = None
 
 
 __all__ = ["MLXBackend", "UNSUPPORTED_PARAMS", "ignored_params"]

@@ -7,7 +7,8 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from engine.backends.base import BackendStats, LoadOptions, ModelInfo, ModelSpec
+from engine.backends.base import LoadOptions, ModelInfo, ModelSpec
+from engine.backends.facade import BackendFacade
 from engine.backends.paged.engine_core import EngineFacts
 from engine.backends.paged.engine_loop import EngineLoop
 from engine.backends.paged.engine_process import EngineProcess, PendingRequest
@@ -39,8 +40,11 @@ class RequestState:
         return self.stream.drafter
 
 
-class PagedBackend:
+class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
     """Hugging Face (safetensors) and GGUF models on Hearth's paged engine, on CUDA or the CPU.
+
+    Its ``loop`` is the engine's loop on a thread of this process (:class:`EngineLoop`) or the queue in front
+    of the engine in a process of its own (:class:`EngineProcess`).
 
     Args:
         process: Run the engine in a process of its own, so that nothing this process does (HTTP, JSON,
@@ -51,10 +55,8 @@ class PagedBackend:
     name = "paged"
 
     def __init__(self, *, process: bool = False) -> None:
+        super().__init__()
         self.process = process
-        self.loop: EngineLoop | None = None
-        self.engine_process: EngineProcess | None = None
-        self.spec: ModelSpec | None = None
         self.template: ChatTemplate | None = None
         self.checkpoint: Checkpoint | None = None
         self.facts: EngineFacts | None = None
@@ -67,11 +69,13 @@ class PagedBackend:
         self._speculative = options.speculative
         if self.process:
             ck = read_checkpoint(model.path)
-            self.engine_process = EngineProcess(model.path, options, ck.tokenizer, name=f"paged-{model.name}")
-            self.facts = self.engine_process.facts
+            proc = EngineProcess(model.path, options, ck.tokenizer, name=f"paged-{model.name}")
+            self.loop = proc
+            self.facts = proc.facts
         else:
-            self.loop = EngineLoop(lambda: start_engine(model.path, options), name=f"paged-{model.name}")
-            le = self.loop.loaded
+            loop = EngineLoop(lambda: start_engine(model.path, options), name=f"paged-{model.name}")
+            self.loop = loop
+            le = loop.loaded
             ck = le.checkpoint
             args = le.engine.runner.model.args
             self.facts = EngineFacts(
@@ -89,33 +93,35 @@ class PagedBackend:
         log.info("loaded %s on %s (%s), the engine on %s", model.name, self.facts.device, self.facts.dtype, where)
 
     @property
+    def engine_process(self) -> EngineProcess | None:
+        """The queue in front of the engine's own process; None before a model is loaded, or when the engine runs
+        on a thread of this process."""
+        return self.loop if isinstance(self.loop, EngineProcess) else None
+
+    @property
     def loaded(self) -> LoadedEngine | None:
         """The model and its engine on this process's thread; None before a model is loaded, or when the engine
         runs in a process of its own."""
-        return self.loop.loaded if self.loop is not None else None
+        return self.loop.loaded if isinstance(self.loop, EngineLoop) else None
 
     def _require_loop(self) -> EngineLoop:
-        if self.loop is None:
-            raise RuntimeError("the paged backend has no model loaded")
+        if not isinstance(self.loop, EngineLoop):
+            raise self.not_loaded()
         return self.loop
 
     def _require(self) -> tuple[Checkpoint, EngineFacts]:
         if self.checkpoint is None or self.facts is None:
-            raise RuntimeError("the paged backend has no model loaded")
+            raise self.not_loaded()
         return self.checkpoint, self.facts
 
     def _loaded_template(self) -> ChatTemplate:
         self._require()
         if self.template is None:
-            raise RuntimeError("the paged backend has no model loaded")
+            raise self.not_loaded()
         return self.template
 
-    @property
-    def info(self) -> ModelInfo:
+    def _model_info(self, spec: ModelSpec) -> ModelInfo:
         _, facts = self._require()
-        spec = self.spec
-        if spec is None:
-            raise RuntimeError("the paged backend has no model loaded")
         return ModelInfo(
             name=spec.name, backend=self.name, n_ctx=facts.n_ctx,
             n_ctx_train=facts.n_ctx_train, vocab_size=facts.vocab_size,
@@ -160,8 +166,8 @@ class PagedBackend:
             self, request, n_ctx=facts.n_ctx, piece=tok.piece, is_eog=tok.eog_ids.__contains__,
             speculative=self._speculative,
         )
-        if self.engine_process is not None:
-            return self._stream_in_process(self.engine_process, request, stream, prompt)
+        if isinstance(self.loop, EngineProcess):
+            return self._stream_in_process(self.loop, request, stream, prompt)
         loop = self._require_loop()
         le = loop.loaded
         n_logits = facts.vocab_size
@@ -188,34 +194,9 @@ class PagedBackend:
         proc.add(PendingRequest(stream), prompt, stream.rendered, drafter)
         return stream.chunks(lambda: proc.cancel(request.request_id))
 
-    def cancel(self, request_id: str) -> None:
-        if self.loop is not None:
-            self.loop.cancel(request_id)
-        if self.engine_process is not None:
-            self.engine_process.cancel(request_id)
-
-    def cancel_all(self) -> None:
-        if self.loop is not None:
-            self.loop.cancel_all()
-        if self.engine_process is not None:
-            self.engine_process.cancel_all()
-
     def embed(self, texts: Sequence[str], *, cancelled=None, truncate=False) -> tuple[list[list[float]], int]:
         """Raises EmbeddingsUnsupported: the paged engine serves generation only (``info.can_embed`` is False)."""
         raise EmbeddingsUnsupported(self.spec.name if self.spec is not None else "?", self.name)
-
-    def stats(self) -> BackendStats | None:
-        if self.engine_process is not None:
-            return self.engine_process.stats()
-        return self.loop.stats() if self.loop is not None else None
-
-    def close(self) -> None:
-        if self.loop is not None:
-            self.loop.close()
-            self.loop = None
-        if self.engine_process is not None:
-            self.engine_process.close()
-            self.engine_process = None
 
 
 __all__ = ["PagedBackend", "RequestState"]
