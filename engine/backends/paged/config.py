@@ -17,6 +17,11 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
 DEFAULT_MAX_WAITING = 256
+#: A load's step budget unless one is asked for (``n_batch``): at least this many tokens, and room for a prefill
+#: chunk as large as the decodes of every slot. A budget the decodes fill leaves a burst's prompts a few tokens a
+#: step: 512 with 256 slots decoding read 256 prompt tokens a step, and a burst of 256 prompts of 100-1024
+#: tokens took ~560 steps to reach its last first token.
+DEFAULT_STEP_TOKENS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +77,8 @@ class EngineConfig(PagedOptions):
         sizes: dict[str, Any] = {}
         if options.n_seq_max:
             sizes["max_num_seqs"] = options.n_seq_max
-        if options.n_batch:
-            sizes["max_num_batched_tokens"] = options.n_batch
+        slots = options.n_seq_max or EngineConfig.__dataclass_fields__["max_num_seqs"].default
+        sizes["max_num_batched_tokens"] = options.n_batch or max(DEFAULT_STEP_TOKENS, 2 * slots)
         if options.max_waiting is not None:
             sizes["max_waiting"] = options.max_waiting
         elif options.n_seq_max:
@@ -86,4 +91,4 @@ class EngineConfig(PagedOptions):
         return cls(**paged, **sizes)
 
 
-__all__ = ["EngineConfig", "KV_CACHE_DTYPES", "QUANTIZATIONS", "ATTENTION_BACKENDS"]
+__all__ = ["DEFAULT_STEP_TOKENS", "EngineConfig", "KV_CACHE_DTYPES", "QUANTIZATIONS", "ATTENTION_BACKENDS"]

@@ -1,14 +1,16 @@
 """Continuous batching: which sequences run this step, and how many of their tokens. No torch.
 
 Every step has a token budget. Running sequences go first, one-token decodes before prefill
-chunks, oldest first; then waiting sequences join, first come first served, as long as the
-budget, the sequence limit and the KV blocks allow. A long prompt is cut into chunks that fit
-the budget and finishes over several steps beside the decodes of others.
+chunks; then waiting sequences join as long as the budget, the sequence limit and the KV blocks
+allow. A long prompt is cut into chunks that fit the budget and finishes over several steps beside
+the decodes of others.
 
-Requests that arrive together (added between the same two steps: a burst) are admitted shortest
-prompt first, so many of them reach their first token early while the long ones are chunked behind
-them; an earlier arrival still goes before a later one, so no request waits on requests that came
-after it.
+Prompts are read shortest remaining first, the running chunks and the waiting queue alike, so a
+burst's short prompts reach their first token early while the long ones are chunked behind them
+(a burst through the port arrives over many steps: each step's arrivals sorted among themselves
+gave its first tokens by arrival wave). A prompt that has waited ``MAX_WAIT_STEPS`` steps since it
+arrived goes before every shorter one, in arrival order: no prompt waits on later, shorter ones
+for longer than that.
 
 When a running sequence needs a block and none is free, the youngest running sequence not
 yet scheduled this step is preempted: its blocks are freed and it waits at the head of the
@@ -32,8 +34,8 @@ from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.sequence import Sequence, SequenceStatus
 
 
-def _num_tokens(seq: Sequence) -> int:
-    return seq.num_tokens
+#: Steps after its arrival from which a prompt is read before shorter ones that came later.
+MAX_WAIT_STEPS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.num_steps = 0
         self._arrived = 0  # sequences added at the tail of the queue since the last schedule
 
     @property
@@ -96,6 +99,7 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
+        seq.arrival_step = self.num_steps
         self.waiting.append(seq)
         self._arrived += 1
 
@@ -111,6 +115,7 @@ class Scheduler:
     def schedule(self, drafts: Mapping[int, Seq[int]] | None = None) -> SchedulerOutput:
         """This step's batch; ``drafts`` maps a decoding sequence's id to the tokens it drafts (what fits is
         taken)."""
+        self.num_steps += 1
         self._order_arrivals()
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
@@ -118,6 +123,8 @@ class Scheduler:
         preempted: list[Sequence] = []
         decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
         prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        if len(prefills) > 1:
+            prefills.sort(key=self._prompt_order)
         # decodes still to schedule, and the blocks they need: a draft leaves them their rows and blocks
         later_decodes = len(decodes)
         later_blocks = sum(self.block_manager.new_blocks(s, 1) for s in decodes) if drafts else 0
@@ -171,12 +178,24 @@ class Scheduler:
             self.block_manager.commit(seq)
 
     # -- internals ----------------------------------------------------------------------------
+    def _prompt_order(self, seq: Sequence) -> tuple[int, int]:
+        """Where ``seq``'s prompt goes among those to read: after waiting ``MAX_WAIT_STEPS`` steps by arrival,
+        else by the tokens it has left to read."""
+        if self.num_steps - seq.arrival_step >= MAX_WAIT_STEPS:
+            return (0, seq.arrival_step)
+        return (1, seq.num_uncomputed_tokens)
+
     def _order_arrivals(self) -> None:
-        """The requests that arrived since the last step, shortest prompt first (ties keep their order)."""
-        k, self._arrived = min(self._arrived, len(self.waiting)), 0
-        if k > 1:
-            tail = [self.waiting.pop() for _ in range(k)][::-1]
-            self.waiting.extend(sorted(tail, key=_num_tokens))  # sorted() is stable
+        """When requests arrived since the last step: the waiting queue in prompt order (ties keep their order),
+        behind the preempted sequences, which go first as they were."""
+        if not self._arrived:
+            return
+        self._arrived = 0
+        if len(self.waiting) > 1:
+            waiting = list(self.waiting)
+            resumed = [s for s in waiting if s.num_preemptions]
+            rest = sorted((s for s in waiting if not s.num_preemptions), key=self._prompt_order)  # stable
+            self.waiting = deque(resumed + rest)
 
     def _fitting_draft(self, seq: Sequence, draft: Seq[int], rows: int, spare_blocks: int) -> tuple[int, ...]:
         """As much of ``draft`` as fits ``rows`` rows and the free blocks, ``spare_blocks`` of them left over."""

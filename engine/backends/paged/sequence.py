@@ -38,7 +38,7 @@ class Sequence:
     __slots__ = (
         "seq_id", "token_ids", "num_prompt_tokens", "num_computed_tokens", "num_cached_tokens",
         "block_table", "status", "params", "block_size", "num_preemptions", "owner", "cancelled",
-        "num_hashed_blocks", "last_block_hash", "request_id",
+        "num_hashed_blocks", "last_block_hash", "request_id", "arrival_step",
     )  # fmt: skip
 
     def __init__(
@@ -59,6 +59,7 @@ class Sequence:
         self.cancelled = False
         self.num_hashed_blocks = 0  # leading blocks whose chained hash is known
         self.last_block_hash = -1
+        self.arrival_step = 0  # the scheduler's step count when it was added
 
     def __repr__(self) -> str:
         return (

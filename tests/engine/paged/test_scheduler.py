@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
+from engine.backends.paged import scheduler as scheduler_module
 from engine.backends.paged.scheduler import Scheduler
 from engine.backends.paged.sequence import Sequence, SequenceStatus
 from engine.types import SamplingParams
@@ -146,3 +147,49 @@ def test_a_burst_starts_shortest_prompt_first_after_earlier_arrivals_and_every_f
     # every prompt token, and one decode per started sequence each step, fits the budget: no step is wasted
     total = 50 - 32 + sum(lengths)
     assert max(first_token_step.values()) <= -(-(total + len(burst) * len(burst)) // budget) + 1
+
+
+def first_tokens(sched: Scheduler, seqs: list[Sequence], arrivals: dict[int, list[Sequence]], steps: int) -> dict[int, int]:
+    """The step at which each of ``seqs`` got its first token, with ``arrivals[i]`` added before step i."""
+    first: dict[int, int] = {}
+    for i in range(1, steps + 1):
+        for s in arrivals.get(i, []):
+            sched.add(s)
+        step(sched)
+        for s in seqs:
+            if s.num_completion_tokens and s.seq_id not in first:
+                first[s.seq_id] = i
+    return first
+
+
+def test_prompts_that_arrive_over_several_steps_are_read_shortest_first_across_their_arrivals():
+    sched = make(num_blocks=256, max_num_batched_tokens=16, max_num_seqs=16)
+    long_a, long_b = Sequence(range(30), GREEDY, block_size=4), Sequence(range(40), GREEDY, block_size=4)
+    short = [Sequence(range(n), GREEDY, block_size=4) for n in (4, 6, 5)]
+    first = first_tokens(sched, [long_a, long_b, *short], {1: [long_a, long_b], 2: short[:2], 3: short[2:]}, 30)
+    assert len(first) == 5
+    # long_a started in step 1 and finishes its prompt first; the later, shorter arrivals go before long_b
+    assert first[long_a.seq_id] < first[long_b.seq_id]
+    assert max(first[s.seq_id] for s in short) < first[long_b.seq_id]
+
+
+def test_a_prompt_that_waited_long_enough_goes_before_shorter_later_ones(monkeypatch):
+    monkeypatch.setattr(scheduler_module, "MAX_WAIT_STEPS", 4)
+    sched = make(num_blocks=512, max_num_batched_tokens=8, max_num_seqs=64)
+    long = Sequence(range(5000, 5024), GREEDY, block_size=4)
+    shorts = [Sequence(range(100 * i, 100 * i + 8), GREEDY, block_size=4) for i in range(40)]
+    sched.add(shorts[0])
+    sched.add(long)
+    long_first = None
+    for i in range(1, 60):
+        if i < len(shorts):
+            sched.add(shorts[i])  # a short prompt every step, each filling a step's budget
+        step(sched)
+        for s in shorts:
+            if s.num_completion_tokens and not s.is_finished:
+                sched.finish(s)  # answered: out of the way
+        if long.num_completion_tokens:
+            long_first = i
+            break
+    # without the bound every step's short prompt goes first and the long one waits for all 40
+    assert long_first is not None and long_first <= 4 + 24 // 8 + 2
