@@ -68,6 +68,45 @@ def test_a_models_speculative_mode_goes_over_the_servers_and_is_saved(tmp_path):
     assert ModelLoadSettings(speculative="off").overridden_by(ModelLoadSettings(speculative="ngram")).speculative == "ngram"
 
 
+# load-settings.json as Hearth wrote it before the load settings became one type (every field set, and few):
+# a file already on a person's disk must load as it did, and be written back the same.
+SAVED_FILE = """{
+ "org/model-7b:Q4_K_M": {
+  "cpu_moe": -1,
+  "flash_attn": true,
+  "kv_type": "q8_0",
+  "n_batch": 256,
+  "n_ctx": 8192,
+  "n_gpu_layers": 20,
+  "n_seq_max": 2,
+  "n_threads": 1,
+  "rope_orig_ctx": 32768,
+  "rope_scale": 4.0,
+  "speculative": "draft:small"
+ },
+ "tiny": {
+  "flash_attn": false,
+  "n_ctx": 4096,
+  "speculative": "off"
+ }
+}"""
+
+
+def test_a_file_saved_before_loads_as_it_did_and_is_written_back_the_same(tmp_path):
+    (tmp_path / "load-settings.json").write_text(SAVED_FILE)
+    store = LoadSettingsStore(tmp_path)
+    big, tiny = store.get("org/model-7b:Q4_K_M"), store.get("tiny")
+    assert big == ModelLoadSettings(n_ctx=8192, n_seq_max=2, n_gpu_layers=20, kv_type="q8_0", flash_attn=True, n_threads=1,
+                                    n_batch=256, rope_scale=4.0, rope_orig_ctx=32768, cpu_moe=CPU_MOE_ALL,
+                                    speculative="draft:small")  # fmt: skip
+    assert tiny == ModelLoadSettings(n_ctx=4096, flash_attn=False, speculative="off")
+    again = tmp_path / "again"
+    again.mkdir()
+    LoadSettingsStore(again).put("org/model-7b:Q4_K_M", big)
+    LoadSettingsStore(again).put("tiny", tiny)
+    assert (again / "load-settings.json").read_text() == SAVED_FILE
+
+
 def test_cpu_moe_patterns_match_the_experts_of_the_layers_asked_for_only():
     from engine.backends.llamacpp.overrides import cpu_moe_overrides, expert_patterns
 
