@@ -25,7 +25,7 @@ def body_settings(body: ModelLoadBody) -> ModelLoadSettings:
     Raises:
         InvalidRequest: a value out of range (in the words the CLI's flags use too).
     """
-    return ModelLoadSettings.read(body, wire=True).validate(wire=True)
+    return ModelLoadSettings.read(body).validate(wire=True)
 
 
 def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:

@@ -140,3 +140,23 @@ def test_yarn_rope_scaling_reaches_llama_cpp(starter_path):
         finally:
             backend.close()
     assert answers[None].strip() and answers[4.0] != answers[None]
+
+
+def test_the_apis_models_are_the_settings_fields_and_the_load_body_names_them_as_always():
+    """A setting is added in one place, ModelLoadSettings: the API's models take their fields from it."""
+    from dataclasses import fields
+
+    from engine.server import api_models as am
+
+    names = [f.name for f in fields(ModelLoadSettings)]
+    assert list(am.LoadSettings.model_fields) == names and list(am.ModelSettingsBody.model_fields) == names
+    assert list(am.ModelLoadBody.model_fields) == ["model", *names, "save", "keep_alive"]
+    every = ModelLoadSettings(n_ctx=8192, n_seq_max=2, n_gpu_layers=20, kv_type="q8_0", flash_attn=True, n_threads=1,
+                              n_batch=256, rope_scale=4.0, rope_orig_ctx=32768, cpu_moe=-1, speculative="ngram")  # fmt: skip
+    wire = every.to_wire()
+    assert list(wire) == ["ctx", "parallel", "gpu_layers", "kv_type", "flash_attn", "threads", "batch", "rope_scale",
+                          "rope_orig_ctx", "cpu_moe", "speculative"]  # fmt: skip
+    body = am.ModelLoadBody.model_validate({"model": "m", **wire})
+    assert body.model_extra == {} and ModelLoadSettings.read(body) == every
+    assert body.model_dump(mode="json", exclude_unset=True) == {"model": "m", **wire}  # what the app sends
+    assert ModelLoadSettings.read(am.LoadSettings(**every.to_dict())) == every
