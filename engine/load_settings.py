@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import threading
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from engine.backends.options import LoadOptions
 from engine.backends.speculative import SpeculativeOptions
 from engine.errors import InvalidRequest
 from engine.paths import private_file
-from engine.validation import BATCH, CTX, GPU_LAYERS, PARALLEL, THREADS
+from engine.validation import BATCH, CTX, GPU_LAYERS, PARALLEL, ROPE_SCALE, THREADS, WholeNumber
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,21 @@ KV_TYPES = ("f16", "q8_0", "q4_0", "fp8")
 CPU_MOE_ALL = -1  # every layer's experts on the CPU (llama.cpp's --cpu-moe)
 
 
+def _setting(wire: str, doc: str, rule: WholeNumber | None = None) -> Any:
+    """A load setting (None: Hearth chooses). ``wire``: its name in ``POST /api/models/load`` and, as
+    ``--wire-name``, the CLI's flag; ``doc``: what that body's schema says of it; ``rule``: the range of a
+    whole number, checked by :meth:`ModelLoadSettings.validate`."""
+    return field(default=None, metadata={"wire": wire, "doc": doc, "rule": rule})
+
+
 @dataclass(frozen=True, slots=True)
 class ModelLoadSettings:
     """How one model is loaded; None leaves a setting to Hearth (what fits this machine).
+
+    The one description of the load settings: the saved file holds these fields; the API's models are built
+    from them (``LoadSettings`` and ``ModelSettingsBody`` by these names, ``ModelLoadBody`` by each field's wire
+    name); the CLI's flags are ``--WIRE-NAME`` (engine.commands.load_flags); the backends get them through
+    :meth:`apply`, the one place a :class:`LoadOptions` takes them. A new setting is a field here.
 
     Attributes:
         n_ctx: Context length of each request, in tokens.
@@ -48,28 +60,34 @@ class ModelLoadSettings:
             turns it off.
     """
 
-    n_ctx: int | None = None
-    n_seq_max: int | None = None
-    n_gpu_layers: int | None = None
-    kv_type: str | None = None
-    flash_attn: bool | None = None
-    n_threads: int | None = None
-    n_batch: int | None = None
-    rope_scale: float | None = None
-    rope_orig_ctx: int | None = None
-    cpu_moe: int | None = None
-    speculative: str | None = None
+    n_ctx: int | None = _setting("ctx", "context length of each sequence", CTX)
+    n_seq_max: int | None = _setting("parallel", "sequences generated at once", PARALLEL)
+    n_gpu_layers: int | None = _setting("gpu_layers", "layers offloaded to the GPU", GPU_LAYERS)
+    kv_type: str | None = _setting("kv_type", "KV cache type")
+    flash_attn: bool | None = _setting("flash_attn", "flash attention (llama.cpp)")
+    n_threads: int | None = _setting("threads", "CPU threads", THREADS)
+    n_batch: int | None = _setting("batch", "prompt tokens computed in one call", BATCH)
+    rope_scale: float | None = _setting("rope_scale", "YaRN RoPE scaling factor")
+    rope_orig_ctx: int | None = _setting("rope_orig_ctx", "the trained context YaRN scales from", CTX)
+    cpu_moe: int | None = _setting("cpu_moe", "MoE experts on the CPU: first N layers', -1 all")
+    speculative: str | None = _setting("speculative", "speculative decoding: auto, ngram, draft:MODEL or off")
 
-    def validate(self) -> ModelLoadSettings:
+    def validate(self, *, wire: bool = False) -> ModelLoadSettings:
         """This object, when every value is in range.
+
+        Args:
+            wire: name the settings as ``POST /api/models/load`` and the CLI's flags do (``ctx``, not ``n_ctx``),
+                in the sentences those use.
 
         Raises:
             InvalidRequest: a value out of range, naming the setting and what it may be.
         """
-        for rule, name in ((CTX, "n_ctx"), (PARALLEL, "n_seq_max"), (GPU_LAYERS, "n_gpu_layers"), (THREADS, "n_threads"), (BATCH, "n_batch"),
-                           (CTX, "rope_orig_ctx")):  # fmt: skip
-            if getattr(self, name) is not None:
-                rule.check(getattr(self, name), name=name)
+        for f in fields(self):
+            rule, value = f.metadata.get("rule"), getattr(self, f.name)
+            if rule is not None and value is not None:
+                rule.check(value, name=f.metadata["wire"] if wire else f.name)
+        if wire and self.rope_scale is not None:
+            ROPE_SCALE.check(self.rope_scale)
         if self.cpu_moe is not None and (isinstance(self.cpu_moe, bool) or self.cpu_moe < CPU_MOE_ALL):
             raise InvalidRequest("'cpu_moe' must be a number of layers (0 or more) or -1 for every layer's experts.",
                                  param="cpu_moe")  # fmt: skip
@@ -81,6 +99,16 @@ class ModelLoadSettings:
             raise InvalidRequest("A quantized KV cache needs flash attention; set 'flash_attn' on or use f16.", param="flash_attn")
         self.speculative_options()
         return self
+
+    @classmethod
+    def read(cls, source: object, *, wire: bool = False) -> ModelLoadSettings:
+        """The settings ``source`` carries as attributes (a request body, the CLI's parsed flags), each by its
+        field name or, with ``wire``, its wire name (``ctx``); one it lacks is None. Not validated."""
+        return cls(**{f.name: getattr(source, f.metadata["wire"] if wire else f.name, None) for f in fields(cls)})
+
+    def to_wire(self) -> dict[str, Any]:
+        """The settings given, by their wire names (``POST /api/models/load``'s body)."""
+        return {f.metadata["wire"]: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     def speculative_options(self) -> SpeculativeOptions | None:
         """How this model drafts, read by the one parser of ``--speculative`` (None: the server's choice).

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 
 from engine import validation as valid
+from engine.commands.load_flags import add_flag
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="send this picture with the (first) message; repeat for several (the model must see: `hearth models` marks it)",
     )
-    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length in tokens")
+    add_flag(p, "n_ctx", default=None, help="context length in tokens")  # a load setting (load_flags)
     p.add_argument(
         "--quantization",
         choices=("int4", "int8", "fp8"),
@@ -129,6 +130,7 @@ def _runs_here(args: argparse.Namespace, model) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from engine.backends import LoadOptions, PagedOptions
+    from engine.load_settings import ModelLoadSettings
     from engine.types import SamplingParams
 
     params = SamplingParams(
@@ -137,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quantization and args.backend != "paged":
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
         return 2
-    options = LoadOptions(n_ctx=args.ctx, n_seq_max=1, paged=PagedOptions(quantization=args.quantization))
+    options = ModelLoadSettings(n_ctx=args.ctx, n_seq_max=1).apply(LoadOptions(paged=PagedOptions(quantization=args.quantization)))
     if args.mcp:  # the agent loop is a client of Hearth's API, served for the run
         if args.image:
             print("hearth: --image does not go with --mcp yet; leave one out.", file=sys.stderr)

@@ -6,17 +6,14 @@ import argparse
 import sys
 
 from engine import validation as valid
+from engine.commands.load_flags import add_flag, serve_args
 from engine.commands.serve import idle_ttl
 from engine.commands.worker_client import print_json
 
-# `hearth serve` flags a daemon passes on to its worker.
-_SERVE_FLAGS = (
-    ("--idle-ttl", valid.cli_type(idle_ttl), "unload a model after it sat idle this long: seconds, or 10m, 1h "
-     "(default: never)"),
-    ("--ctx", valid.whole(valid.CTX), "context length per sequence"),
-    ("--parallel", valid.whole(valid.PARALLEL), "sequences decoded at once per model"),
-    ("--threads", valid.whole(valid.THREADS), "CPU threads per model"),
-)
+# `hearth serve` flags a daemon passes on to its worker: the load settings a whole server takes
+# (engine.commands.load_flags), each with the help given here.
+_SETTINGS = {"n_ctx": "context length per sequence", "n_seq_max": "sequences decoded at once per model",
+             "n_threads": "CPU threads per model", "kv_type": "KV cache type"}  # fmt: skip
 
 
 def _add_worker_flags(p: argparse.ArgumentParser) -> None:
@@ -24,9 +21,10 @@ def _add_worker_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", action="append", default=[],
                    help="load this model at start; `up` waits for it and fails with the reason if it does not load "
                         "(repeatable; others load on first request)")  # fmt: skip
-    for flag, kind, text in _SERVE_FLAGS:
-        p.add_argument(flag, type=kind, default=None, help=text)
-    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type")
+    p.add_argument("--idle-ttl", type=valid.cli_type(idle_ttl), default=None,
+                   help="unload a model after it sat idle this long: seconds, or 10m, 1h (default: never)")  # fmt: skip
+    for name, text in _SETTINGS.items():
+        add_flag(p, name, help=text)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,14 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve_args(args: argparse.Namespace) -> tuple[str, ...]:
-    out: list[str] = []
-    for flag, _, _ in _SERVE_FLAGS:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is not None:
-            out += [flag, str(value)]
-    if args.kv_type:
-        out += ["--kv-type", args.kv_type]
-    return tuple(out)
+    out = [] if args.idle_ttl is None else ["--idle-ttl", str(args.idle_ttl)]
+    return tuple(out + serve_args(args, tuple(_SETTINGS)))
 
 
 def _port(args: argparse.Namespace) -> int:

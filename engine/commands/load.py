@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from engine import validation as valid
+from engine.commands.load_flags import add_flags, given
 from engine.commands.worker_client import WorkerClient, add_worker_args, print_json
 
 
@@ -19,20 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "it), and settings that do not fit are refused with what would.",
     )
     p.add_argument("model", metavar="MODEL", help="a model name, as `hearth models` lists it")
-    p.add_argument("--ctx", type=valid.whole(valid.CTX), help="context length of each request, in tokens")
-    p.add_argument("--parallel", type=valid.whole(valid.PARALLEL), help="requests generated at once (slots)")
-    p.add_argument("--gpu-layers", type=valid.whole(valid.GPU_LAYERS), help="layers offloaded to the GPU (llama.cpp built with GPU support)")
-    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0", "fp8"), help="KV cache type")
-    p.add_argument("--threads", type=valid.whole(valid.THREADS), help="CPU threads")
-    p.add_argument("--batch", type=valid.whole(valid.BATCH), help="batch size: prompt tokens computed in one step")
-    p.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None, help="flash attention (llama.cpp)")
-    p.add_argument("--rope-scale", type=valid.number(valid.ROPE_SCALE), metavar="F", help="YaRN RoPE scaling factor, for a context past the trained one")
-    p.add_argument("--rope-orig-ctx", type=valid.whole(valid.CTX, "rope_orig_ctx"), metavar="N", help="the trained context YaRN scales from (default: the file's)")
-    p.add_argument("--cpu-moe", type=_cpu_moe, metavar="N|all",
-                   help="keep MoE experts in CPU memory: those of the first N layers, or all")  # fmt: skip
-    p.add_argument("--speculative", metavar="MODE",
-                   help="speculative decoding for this model: auto, ngram (prompt lookup), draft:MODEL (a "
-                        "registered model of the same vocabulary) or off; over the server's")  # fmt: skip
+    add_flags(p)  # every load setting's
     p.add_argument("--ttl", type=valid.cli_type(_ttl), metavar="TIME",
                    help="unload it after it sat idle this long: seconds, or 10m, 1h, or never (default: the "
                         "worker's --idle-ttl)")  # fmt: skip
@@ -56,25 +44,10 @@ def _ttl(text: str) -> str:
     return text.strip()
 
 
-def _cpu_moe(text: str) -> int:
-    if text.strip().lower() == "all":
-        return -1
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("give a number of layers or 'all'") from None
-    if not 0 <= value <= 100_000:
-        raise argparse.ArgumentTypeError("give a number of layers (0 or more) or 'all'")
-    return value
-
-
 def run_load(args: argparse.Namespace) -> int:
     client = WorkerClient.from_args(args)
     # A load may take minutes for a large model; the worker answers once it is loaded.
-    body = {"model": args.model, "ctx": args.ctx, "parallel": args.parallel, "gpu_layers": args.gpu_layers,
-            "kv_type": args.kv_type, "threads": args.threads, "batch": args.batch, "flash_attn": args.flash_attn,
-            "rope_scale": args.rope_scale, "rope_orig_ctx": args.rope_orig_ctx, "cpu_moe": args.cpu_moe,
-            "speculative": args.speculative, "save": args.save or None, "keep_alive": args.ttl}  # fmt: skip
+    body = {"model": args.model, **given(args).to_wire(), "save": args.save or None, "keep_alive": args.ttl}
     answer = client.request("POST", "/api/models/load", body={k: v for k, v in body.items() if v is not None}, timeout=600.0)
     out = {
         "name": answer["name"],

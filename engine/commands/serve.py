@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from engine import validation as valid
+from engine.commands.load_flags import add_flag, given
 
 if TYPE_CHECKING:
     from engine.backends import LoadOptions
@@ -55,14 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
     p.add_argument("--idle-ttl", type=valid.cli_type(idle_ttl), default=None, metavar="TIME",
                    help="unload a model after it sat idle this long: seconds, or 10m, 1h (default: never)")
-    p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length per sequence")
-    p.add_argument("--parallel", type=valid.whole(valid.PARALLEL), default=None, help="sequences decoded at once per model")
-    p.add_argument("--threads", type=valid.whole(valid.THREADS), default=None, help="CPU threads per model, kept fixed (default: the physical cores; llama.cpp then uses fewer while other processes keep some busy)")
-    p.add_argument(
-        "--kv-type",
-        choices=("f16", "q8_0", "q4_0", "fp8"),
-        help="KV cache type (llama.cpp: f16, q8_0, q4_0; paged: f16, fp8); default: 16-bit, or what fits",
-    )
+    # The load settings a whole server takes (engine.commands.load_flags), for every model it loads.
+    add_flag(p, "n_ctx", help="context length per sequence")
+    add_flag(p, "n_seq_max", help="sequences decoded at once per model")
+    add_flag(p, "n_threads", help="CPU threads per model, kept fixed (default: the physical cores; llama.cpp then uses fewer while other processes keep some busy)")
+    add_flag(p, "kv_type", help="KV cache type (llama.cpp: f16, q8_0, q4_0; paged: f16, fp8); default: 16-bit, or what fits")
     p.add_argument(
         "--max-waiting",
         type=valid.whole(valid.QUEUE),
@@ -75,10 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("int4", "int8", "fp8"),
         help="paged backend: weight quantization (int4: the CPU's fast path; int8, fp8: GPUs)",
     )
-    p.add_argument(
-        "--speculative",
+    add_flag(
+        p,
+        "speculative",
         default="auto",
-        metavar="MODE",
         help="speculative decoding: auto (the default: prompt lookup above temperature 0, backing off where it "
         "does not pay; at temperature 0 no drafts unless a request asks, so greedy answers are those of off), "
         "ngram (prompt lookup whatever it costs), draft:MODEL (a smaller model of the same vocabulary, a registered "
@@ -114,19 +112,18 @@ def idle_ttl(text: str) -> float | None:
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:
-    """The load options ``hearth serve``'s flags ask for, for every model it loads."""
-    from engine.backends import LoadOptions, PagedOptions
-    from engine.backends.speculative import SpeculativeOptions
+    """The load options ``hearth serve``'s flags ask for, for every model it loads: its load settings (speculative
+    decoding ``auto`` unless another is given) over the server's own options.
 
-    return LoadOptions(
-        speculative=SpeculativeOptions.parse(getattr(args, "speculative", "auto") or "auto"),
-        n_ctx=args.ctx,
-        n_seq_max=args.parallel,
-        n_threads=args.threads,
-        max_waiting=args.max_waiting,
-        kv_type=args.kv_type,
-        paged=PagedOptions(quantization=args.quantization),
-    )
+    Raises:
+        InvalidRequest: a speculative mode Hearth does not have.
+    """
+    from dataclasses import replace
+
+    from engine.backends import LoadOptions, PagedOptions
+
+    settings = replace(given(args), speculative=getattr(args, "speculative", None) or "auto")
+    return settings.apply(LoadOptions(max_waiting=args.max_waiting, paged=PagedOptions(quantization=args.quantization)))
 
 
 def draft_model_path(options: LoadOptions) -> LoadOptions:

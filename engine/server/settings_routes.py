@@ -15,7 +15,6 @@ from engine.backends.speculative import DRAFT
 from engine.errors import InvalidRequest, ModelNotFound
 from engine.load_settings import ModelLoadSettings
 from engine.server.api_models import ModelLoadBody, ModelSettingsAnswer, ModelSettingsBody
-from engine.validation import BATCH, CTX, GPU_LAYERS, PARALLEL, ROPE_SCALE, THREADS
 
 router = APIRouter(prefix="/api")
 
@@ -26,17 +25,7 @@ def body_settings(body: ModelLoadBody) -> ModelLoadSettings:
     Raises:
         InvalidRequest: a value out of range (in the words the CLI's flags use too).
     """
-    for rule, field in ((CTX, "ctx"), (PARALLEL, "parallel"), (GPU_LAYERS, "gpu_layers"), (THREADS, "threads"),
-                        (BATCH, "batch"), (CTX, "rope_orig_ctx")):  # fmt: skip
-        if getattr(body, field) is not None:
-            rule.check(getattr(body, field), name=field)
-    if body.rope_scale is not None:
-        ROPE_SCALE.check(body.rope_scale)
-    return ModelLoadSettings(
-        n_ctx=body.ctx, n_seq_max=body.parallel, n_gpu_layers=body.gpu_layers, kv_type=body.kv_type, flash_attn=body.flash_attn,
-        n_threads=body.threads, n_batch=body.batch, rope_scale=body.rope_scale, rope_orig_ctx=body.rope_orig_ctx,
-        cpu_moe=body.cpu_moe, speculative=body.speculative,
-    ).validate()  # fmt: skip
+    return ModelLoadSettings.read(body).validate(wire=True)
 
 
 def load_options(manager, body: ModelLoadBody) -> LoadOptions | None:
@@ -101,7 +90,6 @@ async def put_settings(request: Request, name: str, body: ModelSettingsBody) -> 
         unknown = sorted(body.model_extra)[0]
         raise InvalidRequest(f"Unknown load setting '{unknown}'; see GET /api/models/NAME/settings for the names.", param=unknown)
     model = await asyncio.to_thread(manager.resolve, name)
-    fields = {k: getattr(body, k) for k in ModelSettingsBody.model_fields}
-    settings = await asyncio.to_thread(check_draft, manager, ModelLoadSettings(**fields).validate())
+    settings = await asyncio.to_thread(check_draft, manager, ModelLoadSettings.read(body).validate())
     await asyncio.to_thread(manager.load_settings.put, model.name, settings)
     return _answer(manager, model.name, settings)

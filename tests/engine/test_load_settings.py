@@ -68,6 +68,45 @@ def test_a_models_speculative_mode_goes_over_the_servers_and_is_saved(tmp_path):
     assert ModelLoadSettings(speculative="off").overridden_by(ModelLoadSettings(speculative="ngram")).speculative == "ngram"
 
 
+# load-settings.json as Hearth wrote it before the load settings became one type (every field set, and few):
+# a file already on a person's disk must load as it did, and be written back the same.
+SAVED_FILE = """{
+ "org/model-7b:Q4_K_M": {
+  "cpu_moe": -1,
+  "flash_attn": true,
+  "kv_type": "q8_0",
+  "n_batch": 256,
+  "n_ctx": 8192,
+  "n_gpu_layers": 20,
+  "n_seq_max": 2,
+  "n_threads": 1,
+  "rope_orig_ctx": 32768,
+  "rope_scale": 4.0,
+  "speculative": "draft:small"
+ },
+ "tiny": {
+  "flash_attn": false,
+  "n_ctx": 4096,
+  "speculative": "off"
+ }
+}"""
+
+
+def test_a_file_saved_before_loads_as_it_did_and_is_written_back_the_same(tmp_path):
+    (tmp_path / "load-settings.json").write_text(SAVED_FILE)
+    store = LoadSettingsStore(tmp_path)
+    big, tiny = store.get("org/model-7b:Q4_K_M"), store.get("tiny")
+    assert big == ModelLoadSettings(n_ctx=8192, n_seq_max=2, n_gpu_layers=20, kv_type="q8_0", flash_attn=True, n_threads=1,
+                                    n_batch=256, rope_scale=4.0, rope_orig_ctx=32768, cpu_moe=CPU_MOE_ALL,
+                                    speculative="draft:small")  # fmt: skip
+    assert tiny == ModelLoadSettings(n_ctx=4096, flash_attn=False, speculative="off")
+    again = tmp_path / "again"
+    again.mkdir()
+    LoadSettingsStore(again).put("org/model-7b:Q4_K_M", big)
+    LoadSettingsStore(again).put("tiny", tiny)
+    assert (again / "load-settings.json").read_text() == SAVED_FILE
+
+
 def test_cpu_moe_patterns_match_the_experts_of_the_layers_asked_for_only():
     from engine.backends.llamacpp.overrides import cpu_moe_overrides, expert_patterns
 
@@ -101,3 +140,23 @@ def test_yarn_rope_scaling_reaches_llama_cpp(starter_path):
         finally:
             backend.close()
     assert answers[None].strip() and answers[4.0] != answers[None]
+
+
+def test_the_apis_models_are_the_settings_fields_and_the_load_body_names_them_as_always():
+    """A setting is added in one place, ModelLoadSettings: the API's models take their fields from it."""
+    from dataclasses import fields
+
+    from engine.server import api_models as am
+
+    names = [f.name for f in fields(ModelLoadSettings)]
+    assert list(am.LoadSettings.model_fields) == names and list(am.ModelSettingsBody.model_fields) == names
+    assert list(am.ModelLoadBody.model_fields) == ["model", *names, "save", "keep_alive"]
+    every = ModelLoadSettings(n_ctx=8192, n_seq_max=2, n_gpu_layers=20, kv_type="q8_0", flash_attn=True, n_threads=1,
+                              n_batch=256, rope_scale=4.0, rope_orig_ctx=32768, cpu_moe=-1, speculative="ngram")  # fmt: skip
+    wire = every.to_wire()
+    assert list(wire) == ["ctx", "parallel", "gpu_layers", "kv_type", "flash_attn", "threads", "batch", "rope_scale",
+                          "rope_orig_ctx", "cpu_moe", "speculative"]  # fmt: skip
+    body = am.ModelLoadBody.model_validate({"model": "m", **wire})
+    assert body.model_extra == {} and ModelLoadSettings.read(body) == every
+    assert body.model_dump(mode="json", exclude_unset=True) == {"model": "m", **wire}  # what the app sends
+    assert ModelLoadSettings.read(am.LoadSettings(**every.to_dict())) == every

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, create_model
 
 from engine.server.api_models.base import Answer, KeepAlive, NullAsDefaultBody
+from engine.server.api_models.settings import load_setting_fields
 
 
 # -- local models: GET /api/models, POST /api/models/{load,unload,import}, DELETE /api/models/NAME ------
@@ -244,21 +245,21 @@ class LoadBody(NullAsDefaultBody):
     model: str = Field(min_length=1)
 
 
-class ModelLoadBody(LoadBody):
+# The body's own narrower types, refused by pydantic before the route checks the ranges (engine.validation's,
+# in the sentences the CLI's flags refuse with too).
+_NARROWER: dict[str, tuple[Any, dict[str, Any]]] = {
+    "kv_type": (Literal["f16", "q8_0", "q4_0", "fp8"] | None, {}),
+    "cpu_moe": (int | None, {"ge": -1}),
+}
+
+
+class ModelLoadBody(create_model("ModelLoadBodyFields", __base__=LoadBody, **load_setting_fields(wire=True, narrower=_NARROWER))):
     """``POST /api/models/load``: the model, and settings for this load (left out: the worker's own)."""
 
-    # The numbers' ranges are engine.validation's, checked by the route: the CLI's flags refuse with its sentences too.
-    ctx: int | None = Field(default=None, description="context length of each sequence")
-    parallel: int | None = Field(default=None, description="sequences generated at once")
-    gpu_layers: int | None = Field(default=None, description="layers offloaded to the GPU")
-    kv_type: Literal["f16", "q8_0", "q4_0", "fp8"] | None = Field(default=None, description="KV cache type")
-    threads: int | None = Field(default=None, description="CPU threads")
-    flash_attn: bool | None = Field(default=None, description="flash attention (llama.cpp)")
-    batch: int | None = Field(default=None, description="prompt tokens computed in one call")
-    rope_scale: float | None = Field(default=None, description="YaRN RoPE scaling factor")
-    rope_orig_ctx: int | None = Field(default=None, description="the trained context YaRN scales from")
-    cpu_moe: int | None = Field(default=None, ge=-1, description="MoE experts on the CPU: first N layers', -1 all")
-    speculative: str | None = Field(default=None, description="speculative decoding: auto, ngram, draft:MODEL or off")
+    # The settings are ModelLoadSettings's fields under their wire names (ctx, parallel, ...): in Python each has
+    # its field's name (body.n_ctx), in JSON (read, and sent by the app) its wire name.
+    model_config = ConfigDict(serialize_by_alias=True)
+
     save: bool = Field(default=False, description="remember these settings for every later load of the model")
     keep_alive: KeepAlive = Field(
         default=None, description="how long it stays loaded when idle: seconds, a duration ('10m') or 'never'"

@@ -2,25 +2,38 @@
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from dataclasses import fields
+from typing import Any, get_type_hints
 
+from pydantic import ConfigDict, Field, create_model
+
+from engine.load_settings import ModelLoadSettings
 from engine.server.api_models.base import Answer, NullAsDefaultBody
 
 
-class LoadSettings(Answer):
-    """How a model loads; None: Hearth chooses what fits this machine."""
+def load_setting_fields(*, wire: bool = False, narrower: dict[str, tuple[Any, dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """The fields of :class:`~engine.load_settings.ModelLoadSettings` (the one list of the load settings), as
+    ``create_model`` takes them: each of the dataclass's type, None by default.
 
-    n_ctx: int | None = None
-    n_seq_max: int | None = None  # slots: requests generated at once
-    n_gpu_layers: int | None = None
-    kv_type: str | None = None
-    flash_attn: bool | None = None
-    n_threads: int | None = None
-    n_batch: int | None = None
-    rope_scale: float | None = None
-    rope_orig_ctx: int | None = None
-    cpu_moe: int | None = None  # experts of the first N layers on the CPU; -1: every layer's
-    speculative: str | None = None  # auto | ngram | draft:MODEL | off (as `hearth serve --speculative`); None: the server's
+    Args:
+        wire: each read and written by its wire name (``ctx``), with its description: ``POST /api/models/load``.
+        narrower: a type and ``Field`` constraints for some fields, in place of the dataclass's type.
+    """
+    hints = get_type_hints(ModelLoadSettings)
+    out: dict[str, Any] = {}
+    for f in fields(ModelLoadSettings):
+        kind, constraints = (narrower or {}).get(f.name, (hints[f.name], {}))
+        if wire:
+            wire_name = f.metadata["wire"]
+            title = wire_name.replace("_", " ").title()
+            out[f.name] = (kind, Field(default=None, alias=wire_name, title=title, description=f.metadata["doc"], **constraints))
+        else:
+            out[f.name] = (kind, Field(default=None, **constraints))
+    return out
+
+
+class LoadSettings(create_model("LoadSettingsFields", __base__=Answer, **load_setting_fields())):
+    """How a model loads; None: Hearth chooses what fits this machine."""
 
 
 class ModelSettingsAnswer(Answer):
