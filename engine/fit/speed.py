@@ -79,18 +79,28 @@ class KernelSpeed:
         type: The tensor type (``Q4_0``, ``Q4_K``, ``F16``...).
         decode_rate: Bytes of weights a single-row product reads per second (from memory, with its dequantizing).
         prompt_rate: Operations per second (2 per weight per row) over a block of prompt rows.
+        expert_rate: Operations per second of an MoE's expert products over a block of rows (llama.cpp's
+            ``MUL_MAT_ID``, which takes each expert's rows on its own and runs slower than a dense product of the
+            same rows); 0 when not measured (then the dense ``prompt_rate``).
     """
 
     type: str
     decode_rate: float
     prompt_rate: float
+    expert_rate: float = 0.0
+
+    @property
+    def experts_rate(self) -> float:
+        """The rate an MoE's expert products run at over a block of rows: measured, else the dense product's."""
+        return self.expert_rate if math.isfinite(self.expert_rate) and self.expert_rate > 0 else self.prompt_rate
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "decode_rate": self.decode_rate, "prompt_rate": self.prompt_rate}
+        return {"type": self.type, "decode_rate": self.decode_rate, "prompt_rate": self.prompt_rate,
+                "expert_rate": self.expert_rate}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> KernelSpeed:
-        return cls(str(d["type"]), float(d["decode_rate"]), float(d["prompt_rate"]))
+        return cls(str(d["type"]), float(d["decode_rate"]), float(d["prompt_rate"]), float(d.get("expert_rate", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,11 +280,19 @@ def _head_bytes(facts: ModelFacts) -> int:
 def _active(facts: ModelFacts) -> tuple[int, ...]:
     """Bytes of each layer a decoded token reads: every weight but the experts it does not run."""
     layers = facts.layer_weights()
-    if not facts.expert_bytes:
-        return layers
+    return tuple(w - e + a for w, e, a in zip(layers, _all_experts(facts), _active_experts(facts), strict=True))
+
+
+def _all_experts(facts: ModelFacts) -> tuple[int, ...]:
+    n = len(facts.layer_weights())
+    return (tuple(facts.expert_bytes) + (0,) * n)[:n]
+
+
+def _active_experts(facts: ModelFacts) -> tuple[int, ...]:
+    """Bytes of each layer's experts a token runs (``experts_used`` of them): 0 for a dense model."""
     experts = facts.shape.experts or 1
     used = min(experts, facts.shape.experts_used or experts)
-    return tuple(w - e + e * used // experts for w, e in zip(layers, facts.expert_bytes, strict=False))
+    return tuple(e * used // experts for e in _all_experts(facts))
 
 
 def _placement(plan: LoadPlan | None, layers: int) -> list[str]:
@@ -310,6 +328,7 @@ def estimate_speed(
     where = _placement(plan, n_layers)
     shares = _type_shares(facts, label)
     active = _active(facts)
+    active_experts = _active_experts(facts)
     kv_layer = kv_bytes_per_token(facts, kv, layers=1) * ctx
     # Attending costs what every query head reads of the cache: with grouped-query attention the heads of a group
     # each go over their group's keys and values (measured: a Qwen2.5-0.5B shape, 14 heads on 2 KV heads, slowed
@@ -327,8 +346,11 @@ def estimate_speed(
             k = dev.kernel(t)
             weights_time += active[i] * share / k.decode_rate
             weights_read += active[i] * share
-            # a prompt row multiplies each weight it uses once (an MoE's row, its own experts'): 2 operations a weight
-            row_time += 2 * active[i] * share * 8 / TYPE_BITS.get(t, 16.0) / k.prompt_rate
+            # a prompt row multiplies each weight it uses once (an MoE's row, its own experts'): 2 operations a
+            # weight, the experts' at the rate of llama.cpp's expert products (each expert's rows on their own)
+            dense = active[i] - active_experts[i]
+            per_weight = 2 * share * 8 / TYPE_BITS.get(t, 16.0)
+            row_time += per_weight * (dense / k.prompt_rate + active_experts[i] / k.experts_rate)
         kv_time += kv_layer_f16 / _rate_of(dev, KV_KERNEL, dev.bandwidth, decode=True)
         attn_time += attn_ops * ctx / _rate_of(dev, ATTENTION_KERNEL, dev.flops, decode=False)
     head_dev = machine.device(where[-1] if plan is not None and plan.gpu_layers >= n_layers else "cpu")
