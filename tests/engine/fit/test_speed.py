@@ -129,6 +129,28 @@ def test_a_variant_label_names_its_kernel() -> None:
     assert kernel_type("8bit") == "Q8_0"
 
 
+def test_a_hub_variant_is_timed_by_its_labels_mix_of_types() -> None:
+    from engine.fit.facts import facts_from_shape
+    from engine.fit.speed import label_mix
+
+    shape = ModelShape(layers=28, kv_heads=2, head_dim=128, embedding=1536, heads=12, vocab=151_936, feed_forward=8960)
+    facts = facts_from_shape(shape, 986_000_000, bits_per_weight=4.85)  # a Hub variant: file sizes, no tensor table
+    mix = label_mix("Q4_K_M", facts)
+    # half the layers' value and down projections are Q6_K: a fifth of the layers' bytes (the random 1.5B's file: 0.206)
+    assert set(mix) == {"Q4_K", "Q6_K"} and mix["Q6_K"] == pytest.approx(0.206, abs=0.01)
+    assert label_mix("Q4_K_S", facts) == {"Q4_K": 1.0} and label_mix("Q8_0", facts) == {"Q8_0": 1.0}
+    # with Q6_K's kernels twice as slow as Q4_K's, Q4_K_M decodes slower than its bytes at Q4_K's rate would
+    cpu = DeviceSpeed("cpu", "CPU", 20 * GB, 100 * GB, kernels=(KernelSpeed("Q4_K", 20 * GB, 100 * GB),
+                                                                KernelSpeed("Q6_K", 10 * GB, 100 * GB)))  # fmt: skip
+    m = MachineSpeed("m", cpu)
+    q4_k_m = estimate_speed(facts, m, depth=0, label="Q4_K_M")
+    as_q4_k = estimate_speed(facts, m, depth=0, label="Q4_K_S")
+    layers, head = sum(facts.layer_weights()), max(facts.output_bytes, facts.input_bytes)  # tied: the embeddings
+    assert 1 / q4_k_m.decode_tok_s - LOOP_SECONDS == pytest.approx(
+        layers * (mix["Q4_K"] / (20 * GB) + mix["Q6_K"] / (10 * GB)) + head / (10 * GB), rel=1e-6)  # the head: Q6_K
+    assert q4_k_m.decode_tok_s < as_q4_k.decode_tok_s
+
+
 def test_slow_label_under_the_threshold() -> None:
     est = estimate_speed(model(layers=100), machine(rate=1 * GB), depth=0)
     assert est.slow(10)
