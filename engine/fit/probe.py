@@ -8,8 +8,10 @@ round they interrupt measures them, not the machine. Its parts:
 - llama.cpp's kernels, one small GGUF model per tensor type (random blocks; values do not change the speed):
   one token's decode over weights larger than the caches (the bytes a single-row product reads per second, the
   repacked layouts llama.cpp makes for AVX2, AVX-512 and NEON included), and a block of prompt rows (operations
-  per second), alternating between types round by round; a tiny model of 1 and of 9 layers gives the fixed cost
-  of a token and of a layer;
+  per second), and the same block through an MoE model whose feed-forward layers are experts (llama.cpp runs
+  each expert's rows as a product of its own, ``MUL_MAT_ID``, slower than a dense product of the same rows),
+  alternating between types round by round; a tiny model of 1 and of 9 layers gives the fixed cost of a token and
+  of a layer;
 - NVIDIA GPUs: the bandwidth NVML reports (memory clock x bus width), checked with a copy where torch is present.
 
 :func:`machine_speed` keeps the figures in ``machine_speed.json`` with the hardware identity they belong to
@@ -38,11 +40,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CACHE_NAME = "machine_speed.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the kernels' expert-product rates
 PROBE_TYPES = ("F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K", "Q4_0", "Q4_1", "IQ4_NL", "Q3_K", "Q2_K")
 PROBE_BYTES = 64 * 1024**2  # per type's decode model: past the last-level cache of most CPUs, so decode reads memory
 PROMPT_WIDTH = 512  # the prompt model's: 8 M weights, a block of rows in some 10 ms
 PROMPT_ROWS = 64
+# The expert-product probe: the prompt model's attention with MoE feed-forward layers of this many experts (each as
+# wide as the model), this many a row.
+PROBE_EXPERTS = 8
+PROBE_EXPERTS_USED = 4
 ROUNDS = 3
 # Scaling one thread's figures to the loop's threads: prompt products split by rows and scale almost fully; the
 # fixed costs of a token and a layer grow with the barriers where threads wait for each other.
@@ -134,9 +140,11 @@ def _width(type_name: str, target: int, layers: int) -> int:
 
 
 def write_probe_model(
-    path: Path, type_name: str, *, width: int, layers: int, vocab: int = 512, head_dim: int = 128
+    path: Path, type_name: str, *, width: int, layers: int, vocab: int = 512, head_dim: int = 128, experts: int = 0,
+    experts_used: int = 0,
 ) -> int:
-    """A loadable llama-shaped GGUF of ``type_name`` weights; returns the bytes of its layers."""
+    """A loadable llama-shaped GGUF of ``type_name`` weights; returns the bytes of its layers. With ``experts`` its
+    feed-forward layers are an MoE's (``experts`` of ``width``, ``experts_used`` a token; a 32-bit router)."""
     import gguf
     import numpy as np
 
@@ -147,7 +155,10 @@ def write_probe_model(
     w.add_block_count(layers)
     w.add_context_length(4096)
     w.add_embedding_length(width)
-    w.add_feed_forward_length(4 * width)
+    w.add_feed_forward_length(width if experts else 4 * width)
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(experts_used)
     w.add_head_count(heads)
     w.add_head_count_kv(heads)
     w.add_rope_freq_base(10000.0)
@@ -166,11 +177,17 @@ def write_probe_model(
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", np.ones(width, dtype=np.float32))
         w.add_tensor(p + "ffn_norm.weight", np.ones(width, dtype=np.float32))
+        ffn = (("ffn_gate", 4 * width, width), ("ffn_up", 4 * width, width), ("ffn_down", width, 4 * width))
+        if experts:
+            w.add_tensor(p + "ffn_gate_inp.weight", rng.standard_normal((experts, width), dtype=np.float32))
+            ffn = (("ffn_gate_exps", experts * width, width), ("ffn_up_exps", experts * width, width),
+                   ("ffn_down_exps", experts * width, width))  # fmt: skip
         for name, rows, cols in (("attn_q", width, width), ("attn_k", width, width), ("attn_v", width, width),
-                                 ("attn_output", width, width), ("ffn_gate", 4 * width, width),
-                                 ("ffn_up", 4 * width, width), ("ffn_down", width, 4 * width)):  # fmt: skip
+                                 ("attn_output", width, width), *ffn):  # fmt: skip
             data = _blocks(type_name, rows, cols, rng)
             layer_bytes += data.nbytes
+            if experts and name.endswith("_exps"):
+                data = data.reshape(experts, width, -1)  # [experts, rows, cols]
             if type_name == "F16":
                 w.add_tensor(p + name + ".weight", data)
             else:
@@ -215,8 +232,10 @@ class _Probe:
         self.llm.reset()
         if depth:
             self.llm.eval([5] * depth)
+        # tokens of their own, so that an MoE's router spreads the rows over its experts as a real prompt's
+        tokens = [3 + i * 37 % 500 for i in range(self.rows)]
         start = time.thread_time()
-        self.llm.eval([7] * self.rows)
+        self.llm.eval(tokens)
         return time.thread_time() - start
 
     def close(self) -> None:
@@ -263,6 +282,12 @@ def measure_kernels(
                 loaded.append(real)
             big = {t: load(f"{t}-decode", t, _width(t, target_bytes, layers), layers) for t in types}
             small = {t: load(f"{t}-prompt", t, prompt_width, layers)[0] for t in types}
+            moe: dict[str, _Probe] = {}
+            for t in types:
+                write_probe_model(root / f"{t}-experts.gguf", t, width=prompt_width, layers=layers,
+                                  experts=PROBE_EXPERTS, experts_used=PROBE_EXPERTS_USED)  # fmt: skip
+                moe[t] = _Probe(root / f"{t}-experts.gguf", rows=rows)
+                loaded.append(moe[t])
             best: dict[str, float] = {}
 
             def keep(key: str, seconds: float) -> None:
@@ -280,6 +305,7 @@ def measure_kernels(
                 for t in types:
                     keep(f"decode{t}", big[t][0].decode())
                     keep(f"prompt{t}", small[t].prompt())
+                    keep(f"experts{t}", moe[t].prompt())
         finally:
             for p in loaded:
                 p.close()
@@ -294,12 +320,17 @@ def measure_kernels(
     for t in types:
         one_decode = factor * big[t][1] / max(1e-6, best[f"decode{t}"] - base)
         one_prompt = 2 * 16 * layers * prompt_width**2 * rows / best[f"prompt{t}"]
+        # the MoE model's block less its attention (a quarter of the dense model's products, at their rate): its
+        # experts' products, 3 of width² for each expert a row runs
+        attention = 2 * 4 * layers * prompt_width**2 * rows / one_prompt
+        expert_ops = 2 * 3 * PROBE_EXPERTS_USED * layers * prompt_width**2 * rows
+        one_experts = expert_ops / max(1e-6, best[f"experts{t}"] - attention)
         # One thread's rate is what it measured. More threads share the kernel's work but not the memory's
         # bandwidth, and their streams contend: the larger of the two costs plus part of the smaller.
         work, reading = 1 / (threads * one_decode), 1 / bandwidth
         contention = UNHIDDEN * min(work, reading) if threads > 1 else 0.0
-        prompt = one_prompt * (threads * THREAD_SCALING if threads > 1 else 1.0)
-        kernels.append(KernelSpeed(t, 1 / (max(work, reading) + contention), prompt))
+        scaling = threads * THREAD_SCALING if threads > 1 else 1.0
+        kernels.append(KernelSpeed(t, 1 / (max(work, reading) + contention), one_prompt * scaling, one_experts * scaling))
     # the cache's 16-bit keys and values a decoded token reads at depth, and the prompt rows' attention operations
     cache = 2 * layers * ATTENTION_WIDTH * 2 * depth
     one_kv = cache / max(1e-6, best["attn_decode"] - best["attn_decode0"])

@@ -79,18 +79,28 @@ class KernelSpeed:
         type: The tensor type (``Q4_0``, ``Q4_K``, ``F16``...).
         decode_rate: Bytes of weights a single-row product reads per second (from memory, with its dequantizing).
         prompt_rate: Operations per second (2 per weight per row) over a block of prompt rows.
+        expert_rate: Operations per second of an MoE's expert products over a block of rows (llama.cpp's
+            ``MUL_MAT_ID``, which takes each expert's rows on its own and runs slower than a dense product of the
+            same rows); 0 when not measured (then the dense ``prompt_rate``).
     """
 
     type: str
     decode_rate: float
     prompt_rate: float
+    expert_rate: float = 0.0
+
+    @property
+    def experts_rate(self) -> float:
+        """The rate an MoE's expert products run at over a block of rows: measured, else the dense product's."""
+        return self.expert_rate if math.isfinite(self.expert_rate) and self.expert_rate > 0 else self.prompt_rate
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "decode_rate": self.decode_rate, "prompt_rate": self.prompt_rate}
+        return {"type": self.type, "decode_rate": self.decode_rate, "prompt_rate": self.prompt_rate,
+                "expert_rate": self.expert_rate}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> KernelSpeed:
-        return cls(str(d["type"]), float(d["decode_rate"]), float(d["prompt_rate"]))
+        return cls(str(d["type"]), float(d["decode_rate"]), float(d["prompt_rate"]), float(d.get("expert_rate", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,13 +263,51 @@ def _rate(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
 
+# The types llama.cpp's quantizer gives a K-quant mix's tensors besides its base type (llama_tensor_get_type):
+# (attention values, feed-forward down, attention output), each with the share of the layers that get it. Q4_K_M and
+# Q5_K_M give half the layers' values and down projections (the first and last eighths, every third between) Q6_K.
+_MIXES: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, float]]] = {
+    "Q4_K_M": (("Q6_K", 0.5), ("Q6_K", 0.5), ("Q4_K", 1.0)),
+    "Q5_K_M": (("Q6_K", 0.5), ("Q6_K", 0.5), ("Q5_K", 1.0)),
+    "Q3_K_M": (("Q5_K", 1.0), ("Q4_K", 1.0), ("Q4_K", 1.0)),
+    "Q3_K_L": (("Q5_K", 1.0), ("Q5_K", 1.0), ("Q5_K", 1.0)),
+}
+
+
+def label_mix(label: str, facts: ModelFacts) -> dict[str, float]:
+    """The share of a variant's layer bytes each tensor type holds, from its label and the model's shape: a K-quant
+    mix (``Q4_K_M``) as llama.cpp's quantizer makes it, else its main type alone."""
+    main = kernel_type(label)
+    mix = _MIXES.get(label.upper())
+    s = facts.shape
+    if mix is None or not s.embedding:
+        return {main: 1.0}
+    embd, hd = facts.embedding, s.head_dim
+    ff = (s.expert_feed_forward or facts.feed_forward) * (s.experts or 1)
+    roles = {  # weights of each tensor in a layer
+        "q": embd * facts.heads * hd, "k": embd * s.kv_heads * hd, "v": embd * s.kv_heads * hd,
+        "o": facts.heads * hd * embd, "gate_up": 2 * embd * ff, "down": embd * ff,
+    }  # fmt: skip
+    bytes_of: dict[str, float] = {}
+
+    def add(t: str, weights: float) -> None:
+        bytes_of[t] = bytes_of.get(t, 0.0) + weights * TYPE_BITS.get(t, 16.0) / 8
+
+    for role, (t, share) in zip(("v", "down", "o"), mix, strict=True):
+        add(t, roles[role] * share)
+        add(main, roles[role] * (1 - share))
+    add(main, roles["q"] + roles["k"] + roles["gate_up"])
+    total = sum(bytes_of.values())
+    return {t: b / total for t, b in bytes_of.items() if b > 0}
+
+
 def _type_shares(facts: ModelFacts, label: str | None) -> dict[str, float]:
-    """The share of the layers' bytes each tensor type holds: the file's table, else the variant's main type."""
+    """The share of the layers' bytes each tensor type holds: the file's table, else the variant's mix by its label."""
     weights = {t: b for t, b in (facts.layer_types or facts.by_type) if t not in ("F32",)}
     total = sum(weights.values())
     if total > 0:
         return {t: b / total for t, b in weights.items()}
-    return {kernel_type(label or "F16"): 1.0}
+    return label_mix(label or "F16", facts)
 
 
 def _head_bytes(facts: ModelFacts) -> int:
@@ -270,11 +318,19 @@ def _head_bytes(facts: ModelFacts) -> int:
 def _active(facts: ModelFacts) -> tuple[int, ...]:
     """Bytes of each layer a decoded token reads: every weight but the experts it does not run."""
     layers = facts.layer_weights()
-    if not facts.expert_bytes:
-        return layers
+    return tuple(w - e + a for w, e, a in zip(layers, _all_experts(facts), _active_experts(facts), strict=True))
+
+
+def _all_experts(facts: ModelFacts) -> tuple[int, ...]:
+    n = len(facts.layer_weights())
+    return (tuple(facts.expert_bytes) + (0,) * n)[:n]
+
+
+def _active_experts(facts: ModelFacts) -> tuple[int, ...]:
+    """Bytes of each layer's experts a token runs (``experts_used`` of them): 0 for a dense model."""
     experts = facts.shape.experts or 1
     used = min(experts, facts.shape.experts_used or experts)
-    return tuple(w - e + e * used // experts for w, e in zip(layers, facts.expert_bytes, strict=False))
+    return tuple(e * used // experts for e in _all_experts(facts))
 
 
 def _placement(plan: LoadPlan | None, layers: int) -> list[str]:
@@ -310,6 +366,7 @@ def estimate_speed(
     where = _placement(plan, n_layers)
     shares = _type_shares(facts, label)
     active = _active(facts)
+    active_experts = _active_experts(facts)
     kv_layer = kv_bytes_per_token(facts, kv, layers=1) * ctx
     # Attending costs what every query head reads of the cache: with grouped-query attention the heads of a group
     # each go over their group's keys and values (measured: a Qwen2.5-0.5B shape, 14 heads on 2 KV heads, slowed
@@ -327,12 +384,17 @@ def estimate_speed(
             k = dev.kernel(t)
             weights_time += active[i] * share / k.decode_rate
             weights_read += active[i] * share
-            # a prompt row multiplies each weight it uses once (an MoE's row, its own experts'): 2 operations a weight
-            row_time += 2 * active[i] * share * 8 / TYPE_BITS.get(t, 16.0) / k.prompt_rate
+            # a prompt row multiplies each weight it uses once (an MoE's row, its own experts'): 2 operations a
+            # weight, the experts' at the rate of llama.cpp's expert products (each expert's rows on their own)
+            dense = active[i] - active_experts[i]
+            per_weight = 2 * share * 8 / TYPE_BITS.get(t, 16.0)
+            row_time += per_weight * (dense / k.prompt_rate + active_experts[i] / k.experts_rate)
         kv_time += kv_layer_f16 / _rate_of(dev, KV_KERNEL, dev.bandwidth, decode=True)
         attn_time += attn_ops * ctx / _rate_of(dev, ATTENTION_KERNEL, dev.flops, decode=False)
     head_dev = machine.device(where[-1] if plan is not None and plan.gpu_layers >= n_layers else "cpu")
-    head_kernel = head_dev.kernel(facts.head_type or max(shares, key=lambda t: shares[t]))
+    # a K-quant mix's output head is Q6_K (llama.cpp's quantizer); else the file's type, or the main one
+    head_type = facts.head_type or ("Q6_K" if (label or "").upper() in _MIXES else max(shares, key=lambda t: shares[t]))
+    head_kernel = head_dev.kernel(head_type)
     head = _head_bytes(facts)
     weights_time += head / head_kernel.decode_rate
     weights_read += head
@@ -372,6 +434,6 @@ def _batch_limit(one: float, extra: float) -> int:
 
 
 __all__ = [
-    "KernelSpeed", "DeviceSpeed", "MachineSpeed", "SpeedEstimate", "estimate_speed", "kernel_type", "TYPE_BITS",
+    "KernelSpeed", "DeviceSpeed", "MachineSpeed", "SpeedEstimate", "estimate_speed", "kernel_type", "label_mix", "TYPE_BITS",
     "SLOT_LEVELS", "DEFAULT_MIN_TOKENS_PER_S", "CHAT_DEPTH", "KV_KERNEL", "ATTENTION_KERNEL",
 ]  # fmt: skip

@@ -23,7 +23,7 @@ from tests.hubserver import FakeHub, HubFile, HubRepo
 LLAMA_3B = "bartowski/Llama-3.2-3B-Instruct-GGUF"
 QWEN_4B = "Qwen/Qwen3-4B-GGUF"
 MISTRAL = "unsloth/Mistral-Small-3.2-24B-Instruct-2506-GGUF"
-SMOL = "bartowski/SmolLM2-1.7B-Instruct-GGUF"
+SMOL = "bartowski/Llama-3.2-1B-Instruct-GGUF"  # a small pick that runs anywhere
 # The hub's exact sizes of the 3B repo's files (the curated list rounds them as the hub shows them).
 LLAMA_3B_SIZES = {"Q2_K": 1_363_935_456, "Q4_K_M": 2_019_377_696, "Q5_K_M": 2_322_154_016, "Q6_K": 2_643_853_856, "Q8_0": 3_421_899_296}
 LABELS = ("fits fully on GPU", "partial offload", "CPU only", "will not fit")
@@ -108,7 +108,7 @@ def by_repo(body: dict) -> dict[str, dict]:
 
 def test_the_list_names_real_repos_and_files_hearth_can_group():
     picks = load_picks()
-    assert 10 <= len(picks.picks) <= 16
+    assert 10 <= len(picks.picks) <= 24
     assert {p.category for p in picks.picks} == set(CATEGORIES)
     assert len({p.repo for p in picks.picks}) == len(picks.picks)
     for p in picks.picks:

@@ -61,6 +61,22 @@ def test_an_moe_reads_only_its_active_experts() -> None:
     assert est.bytes_per_token == pytest.approx(10 * (10 + 20) * MB + 10 * MB, rel=1e-6)
 
 
+def test_an_moes_prompt_rows_run_its_experts_at_the_expert_products_rate() -> None:
+    # each layer: 10 MB shared + 2 of 8 experts of 80 MB; the experts' products (MUL_MAT_ID) run at a third of the rate
+    dense = model(head_mb=0)
+    moe = replace(dense, expert_bytes=(int(80 * MB),) * 10, shape=replace(dense.shape, experts=8, experts_used=2))
+    cpu = DeviceSpeed("cpu", "CPU", bandwidth=10 * GB, flops=100 * GB,
+                      kernels=(KernelSpeed("Q4_0", 10 * GB, 90 * GB, 30 * GB),))  # fmt: skip
+    est = estimate_speed(moe, MachineSpeed("m", cpu), depth=0)
+    weights = 8 / 4.5  # Q4_0: weights a byte
+    row = 2 * weights * 10 * (10 * MB / (90 * GB) + 20 * MB / (30 * GB))
+    assert est.prompt_tok_s == pytest.approx(1 / row, rel=1e-6)
+    # decoding one row reads them as before; unmeasured, the experts run at the dense products' rate
+    assert est.decode_tok_s == pytest.approx(estimate_speed(moe, machine(), depth=0).decode_tok_s, rel=1e-6)
+    unmeasured = MachineSpeed("m", replace(cpu, kernels=(KernelSpeed("Q4_0", 10 * GB, 90 * GB),)))
+    assert estimate_speed(moe, unmeasured, depth=0).prompt_tok_s == pytest.approx(90 * GB / (2 * weights * 300 * MB))
+
+
 def test_partial_offload_reads_gpu_layers_at_the_gpus_rate() -> None:
     facts = model()
     hw = HardwareInfo(os="Linux", cpu=CpuInfo("CPU", "x86_64", 2, 2), ram_total=64 * 2**30, ram_available=64 * 2**30,
@@ -111,6 +127,28 @@ def test_a_variant_label_names_its_kernel() -> None:
     assert kernel_type("IQ4_NL") == "IQ4_NL"
     assert kernel_type("Q3_K_XL") == "Q3_K"
     assert kernel_type("8bit") == "Q8_0"
+
+
+def test_a_hub_variant_is_timed_by_its_labels_mix_of_types() -> None:
+    from engine.fit.facts import facts_from_shape
+    from engine.fit.speed import label_mix
+
+    shape = ModelShape(layers=28, kv_heads=2, head_dim=128, embedding=1536, heads=12, vocab=151_936, feed_forward=8960)
+    facts = facts_from_shape(shape, 986_000_000, bits_per_weight=4.85)  # a Hub variant: file sizes, no tensor table
+    mix = label_mix("Q4_K_M", facts)
+    # half the layers' value and down projections are Q6_K: a fifth of the layers' bytes (the random 1.5B's file: 0.206)
+    assert set(mix) == {"Q4_K", "Q6_K"} and mix["Q6_K"] == pytest.approx(0.206, abs=0.01)
+    assert label_mix("Q4_K_S", facts) == {"Q4_K": 1.0} and label_mix("Q8_0", facts) == {"Q8_0": 1.0}
+    # with Q6_K's kernels twice as slow as Q4_K's, Q4_K_M decodes slower than its bytes at Q4_K's rate would
+    cpu = DeviceSpeed("cpu", "CPU", 20 * GB, 100 * GB, kernels=(KernelSpeed("Q4_K", 20 * GB, 100 * GB),
+                                                                KernelSpeed("Q6_K", 10 * GB, 100 * GB)))  # fmt: skip
+    m = MachineSpeed("m", cpu)
+    q4_k_m = estimate_speed(facts, m, depth=0, label="Q4_K_M")
+    as_q4_k = estimate_speed(facts, m, depth=0, label="Q4_K_S")
+    layers, head = sum(facts.layer_weights()), max(facts.output_bytes, facts.input_bytes)  # tied: the embeddings
+    assert 1 / q4_k_m.decode_tok_s - LOOP_SECONDS == pytest.approx(
+        layers * (mix["Q4_K"] / (20 * GB) + mix["Q6_K"] / (10 * GB)) + head / (10 * GB), rel=1e-6)  # the head: Q6_K
+    assert q4_k_m.decode_tok_s < as_q4_k.decode_tok_s
 
 
 def test_slow_label_under_the_threshold() -> None:
@@ -164,7 +202,7 @@ def test_the_real_kernel_probe_measures_llamacpp(tmp_path) -> None:
     k, kv, attention = kernels
     assert k.type == "Q4_0" and kv.type == "KV" and attention.type == "ATTENTION"
     assert 0 < k.decode_rate <= 20 * GB and 0 < kv.decode_rate <= 20 * GB  # never faster than memory
-    assert k.prompt_rate > 0 and attention.prompt_rate > 0
+    assert k.prompt_rate > 0 and k.expert_rate > 0 and attention.prompt_rate > 0
     assert token_cost >= 0 and layer_cost >= 0
     assert not list(tmp_path.iterdir())  # the probe models are gone
 
