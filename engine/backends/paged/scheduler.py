@@ -33,7 +33,6 @@ from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.sequence import Sequence, SequenceStatus
 
-
 #: Steps after its arrival from which a prompt is read before shorter ones that came later.
 MAX_WAIT_STEPS = 128
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from engine.backends.paged import scheduler as scheduler_module
 from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
-from engine.backends.paged import scheduler as scheduler_module
 from engine.backends.paged.scheduler import Scheduler
 from engine.backends.paged.sequence import Sequence, SequenceStatus
 from engine.types import SamplingParams
