@@ -2,8 +2,8 @@
 
 A random-weight model (hidden 64, SmolLM2's vocabulary) on the CPU, so the host's work is the whole cost:
 what the port adds shows undiluted. Each round runs both sides on the same jobs (prompts of uniform
-``--lengths`` words, as many output tokens, greedy, end of text ignored), in-process first, then the port;
-it prints both and the ratio.
+``--lengths`` words, as many output tokens, greedy, end of text ignored; new prompts each round, so neither side
+reads them from its prefix cache), in-process first, then the port; it prints both and the ratio.
 
     python benchmarks/paged_port.py                          # 256 streams, lengths 100-1024
     python benchmarks/paged_port.py --streams 64 --lengths 50 200 --rounds 2
@@ -41,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
         model = work / "tiny-random"
         if not (model / "config.json").is_file():
             write_random_checkpoint(model, tokenizer, shape=TINY_LLAMA)
-        jobs = make_jobs(tokenizer, args.streams, tuple(args.lengths))
         flags = ["--parallel", str(args.streams), "--ctx", str(args.ctx), "--speculative", "off"]
         options = LoadOptions(n_ctx=args.ctx, n_seq_max=args.streams, speculative=SpeculativeOptions.parse("off"))
         inproc = InProcess(model, options)
@@ -49,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             served.load()
             for r in range(args.rounds):
+                # fresh prompts each round: a round must not read the last one's prompts from the prefix cache
+                jobs = make_jobs(tokenizer, args.streams, tuple(args.lengths), seed=r)
                 a = inproc.run(jobs, args.streams)
                 b = served.run(jobs, args.streams)
                 b["server_threads"] = served.threads()
