@@ -53,6 +53,7 @@ class ModelSettingsDialog(QDialog):
         self.name = name
         self.fit_facts: FitFacts | None = None
         self._asked = 0  # the latest fit request; older answers are dropped
+        self._saved_settings = LoadSettings()  # the worker's saved settings, once they come
         self.setWindowTitle(f"Load settings: {name}")
         column = QVBoxLayout(self)
         intro = QLabel("Every load of this model takes these settings, the loads a chat starts included. "
@@ -117,6 +118,7 @@ class ModelSettingsDialog(QDialog):
     # -- values ---------------------------------------------------------------------------------
     def _show_settings(self, answer: ModelSettingsAnswer) -> None:
         s = answer.settings
+        self._saved_settings = s  # what the dialog does not show (the slots `hearth load --parallel` saved) is kept
         self.ctx.setValue(s.n_ctx or 0)
         self.gpu_layers.setValue(-1 if s.n_gpu_layers is None else s.n_gpu_layers)
         self.kv_type.setCurrentText(s.kv_type or AUTO)
@@ -141,7 +143,7 @@ class ModelSettingsDialog(QDialog):
     def settings(self) -> LoadSettings:
         """The values shown, as ``PUT /api/models/NAME/settings`` takes them (None: Hearth chooses)."""
         flash = self.flash_attn.currentText()
-        return LoadSettings(
+        return self._saved_settings.model_copy(update=dict(
             n_ctx=self.ctx.value() or None,
             n_gpu_layers=None if self.gpu_layers.value() < 0 else self.gpu_layers.value(),
             kv_type=None if self.kv_type.currentText() == AUTO else self.kv_type.currentText(),
@@ -152,7 +154,7 @@ class ModelSettingsDialog(QDialog):
             rope_orig_ctx=self.rope_orig_ctx.value() or None,
             cpu_moe=self.cpu_moe.value() or None,
             speculative=self.speculative.currentData(),
-        )
+        ))
 
     # -- the fit plan ---------------------------------------------------------------------------
     def ask_fit(self) -> None:

@@ -51,7 +51,10 @@ MIN_CTX = 256
 # The paged engine (see engine/backends/paged/memory.py and config.py)
 PAGED_BLOCK_TOKENS = 16
 PAGED_MAX_SEQS = 32
-PAGED_BATCH_TOKENS = 512
+#: The paged engine's step budget unless one is asked for: at least this many tokens, and room for a prefill chunk
+#: as large as the decodes of every slot (paged_step_tokens).
+PAGED_STEP_TOKENS = 2048
+MLX_BATCH_TOKENS = 512  # rows mlx-lm computes a prompt in
 PAGED_CPU_SHARE = 0.25
 PAGED_CPU_CAP = 4 * 1024**3
 PAGED_GPU_SHARE = 0.9
@@ -508,6 +511,15 @@ def paged_weights_bytes(facts: ModelFacts, *, dtype_bytes: int, quantization: st
     return int(facts.parameters * per)
 
 
+def paged_step_tokens(n_seq: int | None) -> int:
+    """The paged engine's token budget of a step with ``n_seq`` slots, unless a load asks for one (``n_batch``).
+
+    A budget the decodes fill leaves a burst's prompts a few tokens a step: 512 with 256 slots decoding read 256
+    prompt tokens a step, and a burst of 256 prompts of 100-1,024 tokens took ~560 steps to its last first token.
+    """
+    return max(PAGED_STEP_TOKENS, 2 * (n_seq or PAGED_MAX_SEQS))
+
+
 def plan_paged(
     facts: ModelFacts,
     budget: MemoryBudget,
@@ -516,7 +528,7 @@ def plan_paged(
     n_seq: int | None = None,
     kv_type: str | None = None,
     block_tokens: int = PAGED_BLOCK_TOKENS,
-    batch_tokens: int = PAGED_BATCH_TOKENS,
+    batch_tokens: int | None = None,
     kv_blocks: int | None = None,
     kv_share: float | None = None,
     dtype_bytes: int | None = None,
@@ -550,7 +562,7 @@ def plan_paged(
     per_block = kv_bytes_per_token(facts, "fp8") * (1 if kv == "fp8" else elem) * block_tokens
     cap = seqs * -(-ctx // block_tokens)
     weights = paged_weights_bytes(facts, dtype_bytes=elem, quantization=quantization)
-    compute = compute_buffer_bytes(facts, n_ubatch=batch_tokens, n_ctx=ctx)
+    compute = compute_buffer_bytes(facts, n_ubatch=batch_tokens or paged_step_tokens(n_seq), n_ctx=ctx)
     gpus = budget.usable_gpus
     runtime = WORKER_RUNTIME_BYTES + TORCH_RUNTIME_BYTES
     gpu = max(gpus, key=lambda d: d.usable) if gpus else None
@@ -609,7 +621,7 @@ def plan_mlx(facts: ModelFacts, budget: MemoryBudget, *, n_ctx: int | None = Non
     """MLX on Apple Silicon: everything in unified memory, one 16-bit KV cache per sequence."""
     ctx = n_ctx or _ctx_default(facts)
     seqs = n_seq or 1
-    compute = compute_buffer_bytes(facts, n_ubatch=PAGED_BATCH_TOKENS, n_ctx=ctx)
+    compute = compute_buffer_bytes(facts, n_ubatch=MLX_BATCH_TOKENS, n_ctx=ctx)
     mem = MemoryBreakdown(facts.weights_bytes, kv_cache_bytes(facts, n_ctx=ctx, n_seq=seqs), compute,
                           WORKER_RUNTIME_BYTES + MLX_RUNTIME_BYTES)  # fmt: skip
     pool = budget.gpus[0] if budget.unified else budget.ram
@@ -650,6 +662,6 @@ def plan_load(
 
 
 __all__ = [
-    "LoadPlan", "DevicePlan", "plan_load", "plan_gguf", "plan_paged", "plan_mlx", "paged_dtype_bytes",
+    "LoadPlan", "DevicePlan", "plan_load", "plan_gguf", "plan_paged", "paged_step_tokens", "plan_mlx", "paged_dtype_bytes",
     "paged_weights_bytes", "prefill_block", "DEFAULT_CTX", "MAX_DEFAULT_SLOTS",
 ]  # fmt: skip

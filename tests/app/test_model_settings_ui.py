@@ -152,3 +152,18 @@ def test_a_folder_listing_asked_before_an_add_is_not_shown_over_the_add(qtbot, w
     assert section.list.item(1).text() == f"{tmp_path}  —  1 model"
     section.set_folders(old, section._ask())  # a listing asked after the add is shown
     assert [f.path for f in section.folders] == ["/models"]
+
+
+def test_saving_the_dialog_keeps_the_settings_it_does_not_show(qtbot, window):
+    # `hearth load --parallel 2 --save` saved a slot count the dialog has no field for: saving the dialog keeps it
+    _call(qtbot, window.api.save_model_settings(STARTER_NAME, LoadSettings(n_seq_max=2, n_ctx=1024)))
+    dialog = _open_dialog(qtbot, window)
+    try:
+        dialog.ctx.setValue(1536)
+        with qtbot.waitSignal(dialog.saved, timeout=30_000):
+            dialog.buttons.accepted.emit()
+        answer = _call(qtbot, window.api.model_settings(STARTER_NAME))
+        assert (answer.settings.n_seq_max, answer.settings.n_ctx) == (2, 1536)
+    finally:  # the session's worker goes on with its own settings
+        _call(qtbot, window.api.save_model_settings(STARTER_NAME, LoadSettings()))
+        dialog.close()

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.backends.options import LoadOptions, PagedOptions
 from engine.errors import InvalidRequest
+from engine.fit.plan import PAGED_STEP_TOKENS, paged_step_tokens
 
 KV_CACHE_DTYPES = ("auto", "fp8")
 QUANTIZATIONS = (None, "int8", "fp8", "int4")
@@ -17,11 +18,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
 DEFAULT_MAX_WAITING = 256
-#: A load's step budget unless one is asked for (``n_batch``): at least this many tokens, and room for a prefill
-#: chunk as large as the decodes of every slot. A budget the decodes fill leaves a burst's prompts a few tokens a
-#: step: 512 with 256 slots decoding read 256 prompt tokens a step, and a burst of 256 prompts of 100-1024
-#: tokens took ~560 steps to reach its last first token.
-DEFAULT_STEP_TOKENS = 2048
+DEFAULT_STEP_TOKENS = PAGED_STEP_TOKENS  # a step's budget unless a load asks (engine.fit.plan.paged_step_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +34,7 @@ class EngineConfig(PagedOptions):
     """
 
     max_num_seqs: int = 32
-    max_num_batched_tokens: int = 512
+    max_num_batched_tokens: int = DEFAULT_STEP_TOKENS  # with more slots, twice the slots (from_options)
     max_model_len: int = 4096
     kv_cache_dtype: str = "auto"
     max_waiting: int = DEFAULT_MAX_WAITING
@@ -77,8 +74,7 @@ class EngineConfig(PagedOptions):
         sizes: dict[str, Any] = {}
         if options.n_seq_max:
             sizes["max_num_seqs"] = options.n_seq_max
-        slots = options.n_seq_max or EngineConfig.__dataclass_fields__["max_num_seqs"].default
-        sizes["max_num_batched_tokens"] = options.n_batch or max(DEFAULT_STEP_TOKENS, 2 * slots)
+        sizes["max_num_batched_tokens"] = options.n_batch or paged_step_tokens(options.n_seq_max)
         if options.max_waiting is not None:
             sizes["max_waiting"] = options.max_waiting
         elif options.n_seq_max:
