@@ -15,21 +15,32 @@ DEFAULT_INPUT = "uniform:20-300"
 DEFAULT_OUTPUT = "fixed:128"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from engine.bench.stats import DEFAULT_PRICE_PER_KWH, DEFAULT_WATTS
+_DESCRIPTION = (
+    "Benchmark Hearth or any OpenAI-compatible server from the client side: time to first token, "
+    "time per output token, inter-token latency and end-to-end latency (p50/p95/p99), throughput, "
+    "the server's peak memory (when it runs on this machine) and the cost of a million output tokens. "
+    "Writes bench.json, bench.md and PNG plots to --out. With neither --url nor --backend it starts "
+    "`hearth serve` with --model (default: the starter model) and stops it at the end."
+)
 
+
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
         help="benchmark a server: latency, throughput, memory, cost",
-        description=(
-            "Benchmark Hearth or any OpenAI-compatible server from the client side: time to first token, "
-            "time per output token, inter-token latency and end-to-end latency (p50/p95/p99), throughput, "
-            "the server's peak memory (when it runs on this machine) and the cost of a million output tokens. "
-            "Writes bench.json, bench.md and PNG plots to --out. With neither --url nor --backend it starts "
-            "`hearth serve` with --model (default: the starter model) and stops it at the end."
-        ),
+        description=_DESCRIPTION,
     )
     where = p.add_argument_group("server")
+    _server_arguments(where)
+    _compare_arguments(where)
+    _load_arguments(p.add_argument_group("load"))
+    _workload_arguments(p.add_argument_group("workload"))
+    _report_arguments(p.add_argument_group("report"))
+    p.set_defaults(run=run)
+
+
+def _server_arguments(where: argparse._ArgumentGroup) -> None:
+    """The server to measure: a running one (--url) or one bench starts here, and how to start it."""
     where.add_argument("--url", help="OpenAI base URL of a running server, e.g. http://127.0.0.1:8765/v1")
     where.add_argument(
         "--backend", "-b", help="start a local `hearth serve` on this backend (llamacpp, paged, mlx)"
@@ -46,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     where.add_argument(
         "--speculative", metavar="MODE", help="local server: speculative decoding, auto, ngram or off"
     )
+
+
+def _compare_arguments(where: argparse._ArgumentGroup) -> None:
+    """More servers to measure against the first, their names, and the model file they all serve."""
     where.add_argument(
         "--compare",
         nargs="+",
@@ -68,7 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the model file the servers serve, to hash when a server cannot say (peers)",
     )
 
-    load = p.add_argument_group("load")
+
+def _load_arguments(load: argparse._ArgumentGroup) -> None:
+    """How hard the servers are driven: the levels, requests per level, warm-up and timeout."""
     load.add_argument(
         "--concurrency",
         default=DEFAULT_CONCURRENCY,
@@ -94,7 +111,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds a request may wait between chunks (default: %(default)s)",
     )
 
-    work = p.add_argument_group("workload")
+
+def _workload_arguments(work: argparse._ArgumentGroup) -> None:
+    """What is asked: the prompts, their lengths, and the sampling settings of each request."""
     work.add_argument(
         "--dataset", default="random", help="random, prefix-shared, or a FILE.jsonl (default: %(default)s)"
     )
@@ -133,7 +152,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--extra-body", help='JSON merged into every request, e.g. \'{"logit_bias": {"2": -100}}\''
     )
 
-    rep = p.add_argument_group("report")
+
+def _report_arguments(rep: argparse._ArgumentGroup) -> None:
+    """Where the report goes and the figures behind its cost column."""
+    from engine.bench.stats import DEFAULT_PRICE_PER_KWH, DEFAULT_WATTS
+
     rep.add_argument("--out", type=Path, help="folder for the report (default: bench-out/DATE-TIME)")
     rep.add_argument(
         "--json",
@@ -152,7 +175,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_PRICE_PER_KWH,
         help="electricity price per kWh, in your currency (default: %(default)s)",
     )
-    p.set_defaults(run=run)
 
 
 def _levels(text: str, name: str) -> tuple[float, ...]:
