@@ -3,33 +3,52 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import validation as valid
+
+if TYPE_CHECKING:
+    from engine.bench.runner import BenchRunner, RunPlan
+    from engine.bench.servers import ServerInfo
+    from engine.bench.workload import BenchRequest, LengthDist
 
 DEFAULT_CONCURRENCY = "1,4,16"
 DEFAULT_INPUT = "uniform:20-300"
 DEFAULT_OUTPUT = "fixed:128"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from engine.bench.stats import DEFAULT_PRICE_PER_KWH, DEFAULT_WATTS
+_DESCRIPTION = (
+    "Benchmark Hearth or any OpenAI-compatible server from the client side: time to first token, "
+    "time per output token, inter-token latency and end-to-end latency (p50/p95/p99), throughput, "
+    "the server's peak memory (when it runs on this machine) and the cost of a million output tokens. "
+    "Writes bench.json, bench.md and PNG plots to --out. With neither --url nor --backend it starts "
+    "`hearth serve` with --model (default: the starter model) and stops it at the end."
+)
 
+
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
         help="benchmark a server: latency, throughput, memory, cost",
-        description=(
-            "Benchmark Hearth or any OpenAI-compatible server from the client side: time to first token, "
-            "time per output token, inter-token latency and end-to-end latency (p50/p95/p99), throughput, "
-            "the server's peak memory (when it runs on this machine) and the cost of a million output tokens. "
-            "Writes bench.json, bench.md and PNG plots to --out. With neither --url nor --backend it starts "
-            "`hearth serve` with --model (default: the starter model) and stops it at the end."
-        ),
+        description=_DESCRIPTION,
     )
     where = p.add_argument_group("server")
+    _server_arguments(where)
+    _compare_arguments(where)
+    _load_arguments(p.add_argument_group("load"))
+    _workload_arguments(p.add_argument_group("workload"))
+    _report_arguments(p.add_argument_group("report"))
+    p.set_defaults(run=run)
+
+
+def _server_arguments(where: argparse._ArgumentGroup) -> None:
+    """The server to measure: a running one (--url) or one bench starts here, and how to start it."""
     where.add_argument("--url", help="OpenAI base URL of a running server, e.g. http://127.0.0.1:8765/v1")
     where.add_argument(
         "--backend", "-b", help="start a local `hearth serve` on this backend (llamacpp, paged, mlx)"
@@ -46,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     where.add_argument(
         "--speculative", metavar="MODE", help="local server: speculative decoding, auto, ngram or off"
     )
+
+
+def _compare_arguments(where: argparse._ArgumentGroup) -> None:
+    """More servers to measure against the first, their names, and the model file they all serve."""
     where.add_argument(
         "--compare",
         nargs="+",
@@ -68,7 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the model file the servers serve, to hash when a server cannot say (peers)",
     )
 
-    load = p.add_argument_group("load")
+
+def _load_arguments(load: argparse._ArgumentGroup) -> None:
+    """How hard the servers are driven: the levels, requests per level, warm-up and timeout."""
     load.add_argument(
         "--concurrency",
         default=DEFAULT_CONCURRENCY,
@@ -94,7 +119,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds a request may wait between chunks (default: %(default)s)",
     )
 
-    work = p.add_argument_group("workload")
+
+def _workload_arguments(work: argparse._ArgumentGroup) -> None:
+    """What is asked: the prompts, their lengths, and the sampling settings of each request."""
     work.add_argument(
         "--dataset", default="random", help="random, prefix-shared, or a FILE.jsonl (default: %(default)s)"
     )
@@ -133,7 +160,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--extra-body", help='JSON merged into every request, e.g. \'{"logit_bias": {"2": -100}}\''
     )
 
-    rep = p.add_argument_group("report")
+
+def _report_arguments(rep: argparse._ArgumentGroup) -> None:
+    """Where the report goes and the figures behind its cost column."""
+    from engine.bench.stats import DEFAULT_PRICE_PER_KWH, DEFAULT_WATTS
+
     rep.add_argument("--out", type=Path, help="folder for the report (default: bench-out/DATE-TIME)")
     rep.add_argument(
         "--json",
@@ -152,7 +183,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_PRICE_PER_KWH,
         help="electricity price per kWh, in your currency (default: %(default)s)",
     )
-    p.set_defaults(run=run)
 
 
 def _levels(text: str, name: str) -> tuple[float, ...]:
@@ -264,12 +294,22 @@ def _start_local(args: argparse.Namespace, out: Path):
     return sup
 
 
-def _refresh(info, args: argparse.Namespace, api_keys: dict):
-    """Ask a Hearth server again once its model is loaded (a model loads on its first request)."""
+def _with_local_facts(
+    info: ServerInfo, *, pid: int | None, started_by_bench: bool, model_file: Path | None
+) -> ServerInfo:
+    """``info`` with its process and what only this machine can tell about its model (hash, quantization)."""
     import dataclasses
 
+    from engine.bench.servers import complete_local_facts
+
+    info = dataclasses.replace(info, pid=pid, started_by_bench=started_by_bench)
+    return complete_local_facts(info, model_file=model_file)
+
+
+def _refresh(info, args: argparse.Namespace, api_keys: dict):
+    """Ask a Hearth server again once its model is loaded (a model loads on its first request)."""
     from engine.bench.errors import BenchError
-    from engine.bench.servers import complete_local_facts, probe_server
+    from engine.bench.servers import probe_server
 
     if info.kind != "hearth" or info.backend != "unknown":
         return info
@@ -277,147 +317,218 @@ def _refresh(info, args: argparse.Namespace, api_keys: dict):
         fresh = probe_server(info.url, label=info.label, api_key=api_keys.get(info.label), model=info.model)
     except BenchError:
         return info
-    fresh = dataclasses.replace(fresh, pid=info.pid, started_by_bench=info.started_by_bench)
-    return complete_local_facts(fresh, model_file=args.model_file)
+    return _with_local_facts(
+        fresh, pid=info.pid, started_by_bench=info.started_by_bench, model_file=args.model_file
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import dataclasses
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from engine.bench.errors import BenchError
-    from engine.bench.report import build_report, hardware_facts, json_level, print_table, write_outputs
     from engine.bench.runner import BenchRunner
-    from engine.bench.servers import complete_local_facts, probe_server
-    from engine.bench.stats import find_listening_pid
+
+    console = _console(args)
+    plan = _plan(args)
+    work = _workloads(args, plan)
+    urls = _targets(args)
+    out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    started_at = datetime.now(UTC)
+    with contextlib.ExitStack() as local_server:  # stops the server bench starts, whatever happens
+        servers, api_keys = _open_servers(args, urls, out, console, local_server)
+        runner = BenchRunner(servers, plan, work.measured, warmup_workload=work.warmup, api_keys=api_keys)
+        interrupted = _run_levels(runner, args, api_keys, console)
+        report = _report(runner, args, work, started_at, interrupted)
+        _write_and_print(report, args, out, console)
+    return _exit_code(report, interrupted)
+
+
+def _console(args: argparse.Namespace):
+    """Where the progress and the table go: stderr under --json (stdout holds the JSON alone)."""
+    from rich.console import Console
+
+    if args.json:
+        return Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+@dataclass(frozen=True, slots=True)
+class _Workloads:
+    """The requests of a run: the measured ones, the warm-up ones, and the lengths they were drawn from."""
+
+    input_len: LengthDist
+    output_len: LengthDist
+    measured: list[BenchRequest]
+    warmup: list[BenchRequest]
+
+
+def _workloads(args: argparse.Namespace, plan: RunPlan) -> _Workloads:
     from engine.bench.workload import LengthDist, build_workload
 
-    if args.json:  # stdout holds the JSON alone
-        console = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
-    else:
-        console = Console() if sys.stdout.isatty() else Console(width=160)
-    plan = _plan(args)
     input_len, output_len = LengthDist.parse(args.input_len), LengthDist.parse(args.output_len)
+
+    def requests(n: int, seed: int) -> list[BenchRequest]:
+        return build_workload(
+            args.dataset, n, input_len=input_len, output_len=output_len, seed=seed, prefix_len=args.prefix_len
+        )
+
     # Fresh prompts for each level (a replayed one is answered from the prefix cache), except where the shared
     # prefix is the point.
     n = max(plan.requests) if args.dataset == "prefix-shared" else sum(plan.requests)
-    workload = build_workload(
-        args.dataset,
-        n,
-        input_len=input_len,
-        output_len=output_len,
-        seed=args.seed,
-        prefix_len=args.prefix_len,
-    )
     # Warm-up prompts differ from the measured ones, so no measured prompt is already in a prefix cache.
-    warmup = build_workload(
-        args.dataset,
-        plan.warmup,
-        input_len=input_len,
-        output_len=output_len,
-        seed=args.seed + 1_000_003,
-        prefix_len=args.prefix_len,
-    )
+    return _Workloads(input_len, output_len, requests(n, args.seed), requests(plan.warmup, args.seed + 1_000_003))
+
+
+def _targets(args: argparse.Namespace) -> list[str | None]:
+    """The servers' URLs in order, None for the one bench starts here; checks the server flags agree."""
+    from engine.bench.errors import BenchError
+
     if args.url and args.backend:
         raise BenchError("Give --url (a running server) or --backend (start one here), not both.")
     if args.url and args.speculative:
         raise BenchError(
             "--speculative sets the server bench starts; for --url, send --extra-body '{\"speculative\": false}' instead."
         )
-    out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    started_at = datetime.now(UTC)
-    urls = ([args.url] if args.url else [None]) + list(args.compare)
+    urls: list[str | None] = [args.url] if args.url else [None]
+    urls += args.compare
     if len(args.label) > len(urls):
         raise BenchError(
             f"{len(args.label)} labels for {len(urls)} servers; give one --label per server at most."
         )
     if len(set(args.label)) != len(args.label):
         raise BenchError("Each --label must be different.")
+    return urls
 
-    sup = None
-    try:
-        servers, api_keys = [], {}
-        for i, url in enumerate(urls):
-            label = args.label[i] if i < len(args.label) else None
-            pid = None
-            if url is None:
-                console.print(
-                    f"starting hearth serve ({args.backend or 'backend chosen per model'}, {args.model or 'starter model'})"
-                )
-                sup = _start_local(args, out)
-                url, pid, key = sup.base_url, sup.pid, sup.api_key
-            else:
-                key = args.api_key
-            info = probe_server(url, label=label or f"server{i + 1}", api_key=key, model=args.model)
-            if pid is None:
-                pid = find_listening_pid(url)
-            info = dataclasses.replace(info, pid=pid, started_by_bench=sup is not None and i == 0)
-            if label is None:
-                base = info.kind if info.kind != "unknown" else "server"
-                taken = {s.label for s in servers} | set(args.label)
-                label = base if base not in taken else f"{base}-{i + 1}"
-                info = dataclasses.replace(info, label=label)
-            info = complete_local_facts(info, model_file=args.model_file)
-            servers.append(info)
-            if key:
-                api_keys[info.label] = key
-            console.print(
-                f"{info.label}: {info.kind} (version {info.version}) at {info.url}, model {info.model}, backend {info.backend}, "
-                f"pid {info.pid if info.pid is not None else 'unknown'}"
-            )
 
-        runner = BenchRunner(servers, plan, workload, warmup_workload=warmup, api_keys=api_keys)
-        parameters = {
-            k: (str(v) if isinstance(v, Path) else v)
-            for k, v in vars(args).items()
-            if k not in ("run", "api_key")
-        }
-        parameters.update(
-            mode=plan.mode,
-            levels=[json_level(v) for v in plan.levels],
-            requests_per_level=list(plan.requests),
-            input_len=str(input_len) if args.dataset in ("random", "prefix-shared") else "from the dataset",
-            output_len=str(output_len),
-            api_key_given=bool(args.api_key),
+def _open_servers(
+    args: argparse.Namespace, urls: list[str | None], out: Path, console, local_server: contextlib.ExitStack
+) -> tuple[list[ServerInfo], dict[str, str]]:
+    """Start the local server if one is wanted, and find out what each server is; prints one line per server."""
+    servers: list[ServerInfo] = []
+    api_keys: dict[str, str] = {}
+    for i, url in enumerate(urls):
+        label = args.label[i] if i < len(args.label) else None
+        taken = {s.label for s in servers} | set(args.label)
+        info, key = _open_server(args, i, url, label, taken, out, console, local_server)
+        servers.append(info)
+        if key:
+            api_keys[info.label] = key
+        console.print(
+            f"{info.label}: {info.kind} (version {info.version}) at {info.url}, model {info.model}, backend {info.backend}, "
+            f"pid {info.pid if info.pid is not None else 'unknown'}"
         )
-        interrupted = False
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("[red]{task.fields[failed]} failed"),
-            TimeElapsedColumn(),
+    return servers, api_keys
+
+
+def _open_server(
+    args: argparse.Namespace,
+    i: int,
+    url: str | None,
+    label: str | None,
+    taken: set[str],
+    out: Path,
+    console,
+    local_server: contextlib.ExitStack,
+) -> tuple[ServerInfo, str | None]:
+    """Server ``i`` (started here when ``url`` is None) and its API key; named after its kind without a label."""
+    import dataclasses
+
+    from engine.bench.servers import probe_server
+    from engine.bench.stats import find_listening_pid
+
+    started = url is None
+    pid = None
+    if url is None:
+        console.print(
+            f"starting hearth serve ({args.backend or 'backend chosen per model'}, {args.model or 'starter model'})"
         )
-        with Progress(*columns, console=console, transient=False) as progress:
-            runner.observer = _Progress(progress)
-            try:
-                asyncio.run(runner.run())
-            except KeyboardInterrupt:
-                interrupted = True
-        if interrupted:
-            console.print("[yellow]Interrupted: reporting what was measured so far.[/yellow]")
-        else:
-            runner.servers = [_refresh(s, args, api_keys) for s in runner.servers]
-        report = build_report(
-            runner,
-            parameters=parameters,
-            hardware=hardware_facts(),
-            watts=args.watts,
-            price_per_kwh=args.price_per_kwh,
-            started_at=started_at,
-            interrupted=interrupted,
-        )
-        paths = write_outputs(report, out)
-        print_table(report, console)
-        console.print(f"report: {paths['json']}, {paths['markdown']} and plots in {out}")
-        if args.json:
-            print(json.dumps(report, indent=2, default=str))
-    finally:
-        if sup is not None:
-            sup.stop()
+        sup = _start_local(args, out)
+        local_server.callback(sup.stop)
+        url, pid, key = sup.base_url, sup.pid, sup.api_key
+    else:
+        key = args.api_key
+    info = probe_server(url, label=label or f"server{i + 1}", api_key=key, model=args.model)
+    if pid is None:
+        pid = find_listening_pid(url)
+    info = _with_local_facts(info, pid=pid, started_by_bench=started, model_file=args.model_file)
+    if label is None:
+        base = info.kind if info.kind != "unknown" else "server"
+        info = dataclasses.replace(info, label=base if base not in taken else f"{base}-{i + 1}")
+    return info, key
+
+
+def _run_levels(runner: BenchRunner, args: argparse.Namespace, api_keys: dict, console) -> bool:
+    """Run every level with progress bars; whether Ctrl-C cut the run short (else the servers' facts are
+    asked again, now that their models are loaded)."""
+    import asyncio
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    interrupted = False
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[red]{task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        runner.observer = _Progress(progress)
+        try:
+            asyncio.run(runner.run())
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted:
+        console.print("[yellow]Interrupted: reporting what was measured so far.[/yellow]")
+    else:
+        runner.servers = [_refresh(s, args, api_keys) for s in runner.servers]
+    return interrupted
+
+
+def _parameters(args: argparse.Namespace, plan: RunPlan, work: _Workloads) -> dict:
+    """The run's settings as the report records them: every flag but the API key, and what they came to."""
+    from engine.bench.report import json_level
+
+    parameters = {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("run", "api_key")
+    }
+    parameters.update(
+        mode=plan.mode,
+        levels=[json_level(v) for v in plan.levels],
+        requests_per_level=list(plan.requests),
+        input_len=str(work.input_len) if args.dataset in ("random", "prefix-shared") else "from the dataset",
+        output_len=str(work.output_len),
+        api_key_given=bool(args.api_key),
+    )
+    return parameters
+
+
+def _report(
+    runner: BenchRunner, args: argparse.Namespace, work: _Workloads, started_at: datetime, interrupted: bool
+) -> dict:
+    from engine.bench.report import build_report, hardware_facts
+
+    return build_report(
+        runner,
+        parameters=_parameters(args, runner.plan, work),
+        hardware=hardware_facts(),
+        watts=args.watts,
+        price_per_kwh=args.price_per_kwh,
+        started_at=started_at,
+        interrupted=interrupted,
+    )
+
+
+def _write_and_print(report: dict, args: argparse.Namespace, out: Path, console) -> None:
+    """bench.json, bench.md and the plots into ``out``; the table on the console; the JSON on stdout (--json)."""
+    from engine.bench.report import print_table, write_outputs
+
+    paths = write_outputs(report, out)
+    print_table(report, console)
+    console.print(f"report: {paths['json']}, {paths['markdown']} and plots in {out}")
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+
+
+def _exit_code(report: dict, interrupted: bool) -> int:
+    """130 after Ctrl-C, 1 when no request succeeded (said on stderr), else 0."""
     if interrupted:
         return 130
     if not any(r["completed"] for r in report["results"]):
