@@ -106,6 +106,11 @@ class HardwareInfo:
             f"{round(self.ram_total / GIB)} GiB RAM; {gpus}"
         )
 
+    @property
+    def gpu_summary(self) -> str:
+        """:meth:`describe_gpu`, as GET /api/hardware names it."""
+        return self.describe_gpu()
+
     def describe_gpu(self) -> str:
         """The GPUs in a few words, or a plain statement that there is none."""
         if not self.gpus:
@@ -117,11 +122,12 @@ class HardwareInfo:
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (bytes as integers)."""
+        """A JSON-serialisable dict (bytes as integers): what ``hearth hw --json`` prints and the benchmarks record
+        (GET /api/hardware validates its answer from the attributes)."""
         out = asdict(self)
         out["has_gpu"] = self.has_gpu
         out["apple_silicon"] = self.apple_silicon
-        out["gpu_summary"] = self.describe_gpu()
+        out["gpu_summary"] = self.gpu_summary
         return out
 
     @classmethod

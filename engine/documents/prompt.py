@@ -75,18 +75,12 @@ class Source:
 @dataclass(frozen=True, slots=True)
 class DocsContext:
     """The system message that carries the sources, the sources themselves, and whether whole
-    documents went in (they were small enough) or only the best passages."""
+    documents went in (they were small enough) or only the best passages. POST /api/docs/context validates its
+    answer from these attributes."""
 
     system: str
     sources: tuple[Source, ...]
     whole_documents: bool = False
-
-    def as_dict(self) -> dict:
-        return {
-            "system": self.system,
-            "sources": [s.as_dict() for s in self.sources],
-            "whole_documents": self.whole_documents,
-        }
 
 
 def build_context(

@@ -12,15 +12,18 @@ from engine.errors import InvalidRequest, ModelLoadError
 from engine.paths import user_path
 from engine.server.admin_routes import _model_entry
 from engine.server.api_models import (
+    BackendChoice,
     DeleteAnswer,
     Download,
     DownloadBody,
     DownloadList,
+    HardwareInfo,
     HardwareReport,
     HubSearch,
     ImportBody,
     ModelInfo,
     RecommendedList,
+    RemoteFileInfo,
     VariantList,
 )
 
@@ -41,7 +44,7 @@ def _catalog(request: Request):
 
 
 @router.get("/hardware", response_model=HardwareReport)
-async def hardware(request: Request) -> dict:
+async def hardware(request: Request) -> HardwareReport:
     from engine.backend_choice import choose_backend
     from engine.hardware import detect_hardware
 
@@ -49,8 +52,8 @@ async def hardware(request: Request) -> dict:
     backends = []
     for fmt in ("gguf", "safetensors", "mlx"):
         choice = choose_backend(fmt, hardware=hw)
-        backends.append({"format": fmt, "backend": choice.backend, "reason": choice.reason})
-    return {"hardware": hw.to_dict(), "backends": backends}
+        backends.append(BackendChoice(format=fmt, backend=choice.backend, reason=choice.reason))
+    return HardwareReport(hardware=HardwareInfo.model_validate(hw), backends=backends)
 
 
 @router.get("/hub/search", response_model=HubSearch)
@@ -105,7 +108,7 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None, min_
                 "name": v.name,
                 "quantization": v.name,
                 "format": v.format,
-                "files": [f.to_dict() for f in v.files],
+                "files": [RemoteFileInfo.model_validate(f) for f in v.files],
                 "size_bytes": v.size_bytes,
                 "fit": est.fit.value if est else "none",
                 "label": est.label if est else "",
@@ -118,7 +121,7 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None, min_
                 "speed": est.speed_label if est else "",
                 "slow": est.slow if est else False,
                 "vision": v.vision,
-                "projector": v.projector.to_dict() if v.projector else None,
+                "projector": RemoteFileInfo.model_validate(v.projector) if v.projector else None,
             }
         )
     rec = {"variant": advice.recommended, "reason": advice.reason} if advice.recommended else None

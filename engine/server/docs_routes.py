@@ -21,6 +21,7 @@ from engine.server.api_models import (
     ProgressAnswer,
     SearchAnswer,
     SearchBody,
+    SearchHit,
     SharedBody,
 )
 from engine.server.errors import error_response
@@ -129,7 +130,7 @@ async def set_shared(request: Request, name: str, body: SharedBody):
 async def search(request: Request, body: SearchBody):
     def run(svc):
         hits, modes = svc.search(body.collections, body.query, k=body.k, mode=body.mode)
-        return {"hits": [h.as_dict() for h in hits], "modes": modes}
+        return SearchAnswer(hits=[SearchHit.model_validate(h) for h in hits], modes=modes)
 
     return await _call(request, run)
 
@@ -137,6 +138,6 @@ async def search(request: Request, body: SearchBody):
 @router.post("/context", response_model=DocsContext)
 async def context(request: Request, body: ContextBody):
     def run(svc):
-        return svc.context(body.collections, body.question, budget_tokens=body.budget_tokens, k=body.k).as_dict()
+        return DocsContext.model_validate(svc.context(body.collections, body.question, budget_tokens=body.budget_tokens, k=body.k))
 
     return await _call(request, run)

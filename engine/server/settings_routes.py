@@ -14,7 +14,7 @@ from engine.backends.options import LoadOptions
 from engine.backends.speculative import DRAFT
 from engine.errors import InvalidRequest, ModelNotFound
 from engine.load_settings import ModelLoadSettings
-from engine.server.api_models import ModelLoadBody, ModelSettingsAnswer, ModelSettingsBody
+from engine.server.api_models import LoadSettings, ModelLoadBody, ModelSettingsAnswer, ModelSettingsBody
 
 router = APIRouter(prefix="/api")
 
@@ -69,12 +69,13 @@ def save_loaded(manager, body: ModelLoadBody, name: str) -> None:
         manager.load_settings.put(name, manager.load_settings.get(name).overridden_by(body_settings(body)))
 
 
-def _answer(manager, name: str, settings: ModelLoadSettings) -> dict:
-    return {"name": name, "settings": settings.to_dict(), "loaded": manager.state(name) == "loaded"}
+def _answer(manager, name: str, settings: ModelLoadSettings) -> ModelSettingsAnswer:
+    loaded = manager.state(name) == "loaded"
+    return ModelSettingsAnswer(name=name, settings=LoadSettings.model_validate(settings), loaded=loaded)
 
 
 @router.get("/models/{name:path}/settings", response_model=ModelSettingsAnswer)
-async def get_settings(request: Request, name: str) -> dict:
+async def get_settings(request: Request, name: str) -> ModelSettingsAnswer:
     """The settings every load of ``name`` takes (nulls: Hearth chooses)."""
     manager = request.app.state.manager
     model = await asyncio.to_thread(manager.resolve, name)
@@ -82,7 +83,7 @@ async def get_settings(request: Request, name: str) -> dict:
 
 
 @router.put("/models/{name:path}/settings", response_model=ModelSettingsAnswer)
-async def put_settings(request: Request, name: str, body: ModelSettingsBody) -> dict:
+async def put_settings(request: Request, name: str, body: ModelSettingsBody) -> ModelSettingsAnswer:
     """Save the settings every later load of ``name`` takes; all nulls forget them. A loaded model keeps
     its settings until it is loaded again (`hearth load`, or after it is unloaded)."""
     manager = request.app.state.manager

@@ -9,9 +9,13 @@ from pydantic import BaseModel, ConfigDict, WithJsonSchema, model_validator
 
 class Answer(BaseModel):
     """Frozen: the app passes these around in signals and never edits them. Unknown fields are ignored when
-    parsing (the app reads what it knows) and dropped when the worker answers (it sends what is declared)."""
+    parsing (the app reads what it knows) and dropped when the worker answers (it sends what is declared).
 
-    model_config = ConfigDict(frozen=True)
+    An answer whose fields match an engine type's attributes is validated from the engine object
+    (``GpuInfo.model_validate(gpu)``), never copied field by field; tests/engine/server/test_answers_from_attributes.py
+    checks that the fields still match."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
 
 
 class Body(BaseModel):
