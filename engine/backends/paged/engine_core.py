@@ -205,11 +205,12 @@ class EngineCore:
         return tokens
 
     def _flush(self, tokens: list[tuple]) -> None:
-        if tokens or self.ended:
+        now = time.monotonic()
+        due = now - self.stats_at >= STATS_EVERY  # a long prompt's steps give no tokens: its figures still go
+        if tokens or self.ended or due:
             ended, self.ended = self.ended, []
-            now = time.monotonic()
             stats = None
-            if now - self.stats_at >= STATS_EVERY or not self.engine.has_work:
+            if due or not self.engine.has_work:
                 stats, self.stats_at = self.engine.stats(waiting=0), now
             self._send(("step", tokens, ended, stats))
 
