@@ -273,6 +273,8 @@ def test_metrics_and_health(server):
 
 
 def test_admin_api_lists_and_reports_load_state(server):
+    # the session's server is shared: a test elsewhere may have unloaded the model (keep_alive 0, an unload)
+    server.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=1)
     models = httpx.get(f"{server.root}/api/models", headers=server.headers).json()["models"]
     starter = next(m for m in models if m["name"] == MODEL)
     assert starter["state"] == "loaded"
