@@ -5,7 +5,9 @@ round they interrupt measures them, not the machine. Its parts:
 
 - memory bandwidth: each core sums an array of its own, larger than the caches (numpy releases the GIL);
 - a dense 32-bit matrix product (numpy's BLAS), the rate attention's products run at;
-- llama.cpp's kernels, one small GGUF model per tensor type (random blocks; values do not change the speed):
+- llama.cpp's kernels, one small GGUF model per tensor type (random blocks whose 16-bit scales are spread as a real
+  model's: on x86 llama.cpp turns each scale into 32 bits through a 256 KiB table, so one repeated scale runs
+  faster than a real model's many):
   one token's decode over weights larger than the caches (the bytes a single-row product reads per second, the
   repacked layouts llama.cpp makes for AVX2, AVX-512 and NEON included), and a block of prompt rows (operations
   per second), and the same block through an MoE model whose feed-forward layers are experts (llama.cpp runs
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CACHE_NAME = "machine_speed.json"
-CACHE_VERSION = 2  # 2: the kernels' expert-product rates
+CACHE_VERSION = 3  # 2: the kernels' expert-product rates; 3: blocks with a real model's spread of scales
 PROBE_TYPES = ("F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K", "Q4_0", "Q4_1", "IQ4_NL", "Q3_K", "Q2_K")
 PROBE_BYTES = 64 * 1024**2  # per type's decode model: past the last-level cache of most CPUs, so decode reads memory
 PROMPT_WIDTH = 512  # the prompt model's: 8 M weights, a block of rows in some 10 ms
@@ -63,8 +65,14 @@ GPU_STREAM_SHARE = 0.8
 # A GPU's 16-bit product rate per byte/s of its bandwidth, where torch cannot measure it (datacenter and gaming
 # cards alike run 100-250 operations per byte read).
 GPU_FLOPS_PER_BYTE = 120.0
-# Offsets of the 16-bit scales in each block (the rest are quants; random bytes there are valid values).
+# The blocks' 16-bit scales: log-normal around SCALE with a real model's spread (the starter's tensors: 0.2-0.4 in the
+# logarithm, some 400-1,200 distinct values a tensor). llama.cpp's kernels run slower on varied scales than on one
+# repeated value: the starter's exact tensors with every scale the same decode in 7.1 ms a token on one thread, with
+# scales spread as here in 10.4-10.7 ms, the starter itself in 10.4-11.3.
 SCALE = 0.001
+SCALE_SPREAD = 0.35
+MIN_RATIO = -7.5
+# Offsets of the 16-bit scales in each block (the rest are quants; random bytes there are valid values).
 # The attention probe: a 16-bit model this wide (heads of 64), read with this many tokens in its cache.
 ATTENTION_WIDTH = 512
 ATTENTION_DEPTH = 1024
@@ -113,7 +121,8 @@ def measure_matmul(*, n: int = 384, rounds: int = 5) -> float:
 
 
 def _blocks(type_name: str, rows: int, cols: int, rng: Any) -> Any:
-    """Random raw blocks of ``type_name`` for a [rows, cols] weight, with small 16-bit scales."""
+    """Random raw blocks of ``type_name`` for a [rows, cols] weight, with small 16-bit scales spread as a real
+    model's are (``SCALE_SPREAD``)."""
     import gguf
     import numpy as np
 
@@ -124,9 +133,12 @@ def _blocks(type_name: str, rows: int, cols: int, rng: Any) -> Any:
     n = rows * cols // block
     pattern = rng.integers(0, 256, size=(min(n, 4096), size), dtype=np.uint8)
     data = np.resize(pattern, (n, size))  # repeated: what is read is the same amount, and writing it is quick
-    scale = np.frombuffer(np.float16(SCALE).tobytes(), dtype=np.uint8)
-    for offset in _F16_FIELDS.get(type_name, ()):
-        data[:, offset : offset + 2] = scale
+    scales = SCALE * np.exp(rng.normal(0.0, SCALE_SPREAD, n))
+    for i, offset in enumerate(_F16_FIELDS.get(type_name, ())):
+        # a block's second 16-bit field is its minimum: Q4_1's and Q5_1's a negative offset (-7.5 x the scale in
+        # the starter), the K-quants' a positive one
+        field = scales if i == 0 else scales * (MIN_RATIO if type_name in ("Q4_1", "Q5_1") else -MIN_RATIO)
+        data[:, offset : offset + 2] = field.astype(np.float16).view(np.uint8).reshape(n, 2)
     return data.reshape(rows, cols // block * size)
 
 
@@ -250,8 +262,8 @@ def measure_kernels(
     """llama.cpp's rates per tensor type on this CPU with ``threads`` threads, and its fixed costs of a token and of
     a layer (seconds). Each is measured on one thread and scaled; decoding stops at ``bandwidth``. With ``check``
     (a real model: the starter) its decode is measured too, and the types' decode rates scaled by what it took
-    against what they predict for it: random blocks run faster than real weights (measured here: the starter took
-    1.4x what a random model of its shape and types did).
+    against what they predict for it (x 1.07 here; before the blocks' scales were spread as a real model's, one
+    repeated value made them run 1.4x as fast as real weights, and this factor was 0.73).
 
     Each type gets a model larger than the caches for decoding (reading memory is the cost) and a small one for
     prompt rows (compute is the cost, and a short run is less often interrupted).
