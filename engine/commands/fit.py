@@ -102,13 +102,20 @@ def render_speed(report) -> list[str]:
     return lines
 
 
-def _machine(hardware, *, refresh: bool):
+def measured_speed(hardware, *, refresh: bool = False):
+    """This machine's figures for the speed model: the kept ones, else measured now (saying so on stderr, since it
+    takes seconds). None when they cannot be measured here (llama.cpp missing, a probe that breaks): speed is left
+    out then, as it is for another machine's description."""
     from engine.fit.probe import load_cached, machine_speed
 
     if not refresh and (kept := load_cached(hardware.identity)) is not None:
         return kept
     print("Measuring this machine's speed once (memory, llama.cpp's kernels; under a minute)...", file=sys.stderr)
-    return machine_speed(hardware, refresh=True)
+    try:
+        return machine_speed(hardware, refresh=True)
+    except Exception as exc:  # the figures are an addition: a command goes on without them
+        print(f"warning: could not measure this machine's speed ({exc}); speeds are left out.", file=sys.stderr)
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.hardware import detect_hardware
 
     hardware = detect_hardware()
-    machine = None if args.no_speed else _machine(hardware, refresh=args.measure)
+    machine = None if args.no_speed else measured_speed(hardware, refresh=args.measure)
     report = fit_model(args.model, hardware, n_ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv_type,
                        speculative=args.speculative, machine=machine)  # fmt: skip
     if args.json:

@@ -46,6 +46,7 @@ def variant_lines(variants: Any, advice: Any, *, indent: str = "  ") -> list[str
         est = advice.get(v.name) if advice is not None else None
         parts = f" ({v.parts} parts)" if v.parts > 1 else ""
         label = f"  {est.label}" if est is not None else ""
+        label += f", {est.speed_label}" if est is not None and est.speed_label else ""
         mark = "  <- recommended" if advice is not None and advice.recommended == v.name else ""
         sees = "  [vision]" if v.vision else ""
         lines.append(f"{indent}{v.name:<{width}}  {human_size(v.size_bytes):>9}{parts}{sees}{label}{mark}")
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.catalog.downloads import DownloadManager
     from engine.catalog.hub import HubClient
     from engine.catalog.registry import ModelRegistry
+    from engine.commands.fit import measured_speed
     from engine.commands.models import human_size
     from engine.errors import DownloadError, InvalidRequest
     from engine.hardware import detect_hardware
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     listing = hub.repo(repo, revision=args.revision)
     registry = ModelRegistry()
     hw = detect_hardware(registry.home / "models")
-    advice = advise(listing.variants, hub.model_shape(listing), hw, context_length=args.ctx, projector=hub.projector_facts(listing))
+    advice = advise(listing.variants, hub.model_shape(listing), hw, context_length=args.ctx,
+                    projector=hub.projector_facts(listing), machine=measured_speed(hw))  # fmt: skip
     print(f"{listing.repo} on this machine ({hw.describe_gpu() if hw.gpus else 'CPU only, no GPU'}):")
     print("\n".join(variant_lines(listing.variants, advice)))
     if wanted is None and len(listing.variants) > 1:

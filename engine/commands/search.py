@@ -34,14 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _details(hub, summary, hw, ctx):
-    """(listing, advice, error message) for one search result."""
+def _details(hub, summary, hw, ctx, machine):
+    """(listing, advice, error message) for one search result (``machine``: this machine's speed figures)."""
     from engine.catalog.advisor import advise
     from engine.errors import HearthError
 
     try:
         listing = hub.repo(summary.repo)
-        advice = advise(listing.variants, hub.model_shape(listing), hw, context_length=ctx, projector=hub.projector_facts(listing))
+        advice = advise(listing.variants, hub.model_shape(listing), hw, context_length=ctx,
+                        projector=hub.projector_facts(listing), machine=machine)  # fmt: skip
         return listing, advice, None
     except HearthError as exc:
         return None, None, str(exc)
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from engine.catalog.hub import HubClient
+    from engine.commands.fit import measured_speed
     from engine.commands.models import human_size
     from engine.commands.pull import variant_lines
     from engine.hardware import detect_hardware
@@ -68,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     details: list = [(None, None, None)] * len(results)
     if results and not args.no_fit:
         hw = detect_hardware()
+        machine = measured_speed(hw)
         with ThreadPoolExecutor(max_workers=4) as pool:
-            details = list(pool.map(lambda s: _details(hub, s, hw, args.ctx), results))
+            details = list(pool.map(lambda s: _details(hub, s, hw, args.ctx, machine), results))
     if args.json:
         out = []
         for summary, (listing, advice, error) in zip(results, details, strict=True):
@@ -106,11 +109,13 @@ def run_recommended(args: argparse.Namespace) -> int:
     """Print Hearth's recommended models, grouped by use, each with the variant suggested here."""
     from engine.catalog.hub import HubClient
     from engine.catalog.recommended import CATEGORIES, load_picks, recommend
+    from engine.commands.fit import measured_speed
     from engine.commands.models import human_size
     from engine.hardware import detect_hardware
 
     hw = detect_hardware()
-    listing = recommend(load_picks(), hw, hub=None if args.offline else HubClient(), context_length=args.ctx)
+    listing = recommend(load_picks(), hw, hub=None if args.offline else HubClient(), context_length=args.ctx,
+                        machine=measured_speed(hw))  # fmt: skip
     if args.json:
         print(json.dumps(listing.to_dict(), indent=2))
         return 0
@@ -130,7 +135,8 @@ def run_recommended(args: argparse.Namespace) -> int:
             print(f"  {e.pick.repo}{hub}")
             print(f"      {e.pick.description}")
             memory = f" ({human_size(d['memory_bytes'])} in memory)" if d["memory_bytes"] and e.suggested else ""
-            print(f"      {e.shown_variant.name}  {human_size(e.shown_variant.size_bytes)}  {e.label}{memory}")
+            speed = f", {d['speed']}" if d.get("speed") else ""
+            print(f"      {e.shown_variant.name}  {human_size(e.shown_variant.size_bytes)}  {e.label}{memory}{speed}")
     if listing.hub_error:
         print(f"\nSizes are from Hearth's list as of {listing.as_of}; the hub's details are missing. {listing.hub_error}")
     elif not listing.asked_hub:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from tests.engine.catalog.conftest import BIG, GATED, TINY, make_gguf
 from tests.engine.catalog.test_hub import free_port
+from tests.engine.fit.speed_figures import keep_figures
 
 Q4 = "tiny-llama.Q4_K_M.gguf"
 
@@ -19,7 +21,7 @@ Q4 = "tiny-llama.Q4_K_M.gguf"
 @pytest.fixture
 def env(hub, tmp_path):
     environ = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    return {**environ, "HF_ENDPOINT": hub.url, "HEARTH_HOME": str(tmp_path / "home"), "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
+    return {**environ, "HF_ENDPOINT": hub.url, "HEARTH_HOME": str(keep_figures(tmp_path / "home")), "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
 
 
 def hearth(env, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -42,6 +44,7 @@ def test_search_lists_variants_with_how_they_fit(env):
     lines = text.splitlines()
     q4 = next(line for line in lines if line.strip().startswith("Q4_K_M") and "4.9 GB" in line)
     assert any(label in q4 for label in ("CPU only", "fits fully on GPU", "partial offload", "will not fit"))
+    assert re.search(r"about [\d.]+ tok/s", q4), q4  # and how fast it runs here
     assert "Q6_K" in text and "(2 parts)" in text and "<- recommended" in text
     data = json.loads(hearth(env, "search", "tiny", "--json").stdout)
     tiny = next(item for item in data if item["repo"] == TINY)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from engine.catalog.variants import group_variants, quant_label
 from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareInfo
 from tests.engine.catalog.conftest import TOKEN, make_gguf
 from tests.engine.catalog.test_hub import free_port
+from tests.engine.fit.speed_figures import keep_figures
 from tests.hubserver import FakeHub, HubFile, HubRepo
 
 LLAMA_3B = "bartowski/Llama-3.2-3B-Instruct-GGUF"
@@ -212,7 +214,7 @@ def test_a_too_short_context_is_refused(open_api, fresh_hub):
 
 def hearth(endpoint: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env.update(HF_ENDPOINT=endpoint, HEARTH_HOME=str(tmp_path / "home"), HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
+    env.update(HF_ENDPOINT=endpoint, HEARTH_HOME=str(keep_figures(tmp_path / "home")), HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
     return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -235,6 +237,8 @@ def test_cli_text_offline_groups_the_list_and_says_the_hub_is_missing(tmp_path):
         assert f"\n{title}\n" in text
     assert text.index(SMOL) < text.index("\nCoding\n") < text.index("Qwen2.5-Coder-7B")
     assert any(label in text for label in LABELS)
+    # each suggestion says how fast it runs here (the data folder holds this machine's figures: nothing is measured)
+    assert re.search(r"\d[\d.]* GB  CPU only \([\d.]+ GB in memory\), about [\d.]+ tok/s", text), text
     assert "the hub's details are missing" in text and "hearth pull " in text
     both = hearth(f"http://127.0.0.1:{free_port()}", tmp_path, "search", "llama", "--recommended")
     assert both.returncode == 1 and both.stderr.strip() == "hearth: Give either words to search for or --recommended, not both."

@@ -12,6 +12,7 @@ import pytest
 
 from tests.engine.catalog.test_catalog_cli import hearth, one_clear_line
 from tests.engine.catalog.test_vision_catalog import F16, MODEL_FILE, REPO, vision_hub  # noqa: F401 (a fixture)
+from tests.engine.fit.speed_figures import keep_figures
 from tests.engine.server import tiny_vision
 from tests.engine.server.vision_fixtures import QUESTION, checkerboard, gradient
 
@@ -20,7 +21,7 @@ from tests.engine.server.vision_fixtures import QUESTION, checkerboard, gradient
 def env(vision_hub, tmp_path):  # noqa: F811
     vision_hub.reset()
     environ = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    return {**environ, "HF_ENDPOINT": vision_hub.url, "HEARTH_HOME": str(tmp_path / "home"), "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
+    return {**environ, "HF_ENDPOINT": vision_hub.url, "HEARTH_HOME": str(keep_figures(tmp_path / "home")), "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
 
 
 def test_search_and_pull_show_and_fetch_the_projector_and_models_marks_it(env, tmp_path):

@@ -6,6 +6,8 @@ the machine unless it means to.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from engine.fit.speed import DeviceSpeed, KernelSpeed, MachineSpeed
 
 GB = 1e9
@@ -29,4 +31,16 @@ def machine_figures(identity: str, gpus: int = 0) -> MachineSpeed:
     return MachineSpeed(identity=identity, cpu=cpu_figures(), gpus=cards, measured_at="2026-12-04T18:00:00+00:00")
 
 
-__all__ = ["cpu_figures", "machine_figures"]
+def keep_figures(home: Path) -> Path:
+    """Write this machine's fixed figures into the data folder ``home`` (for a command run with a data folder of its
+    own, which would otherwise measure the machine); returns ``home``."""
+    from engine.fit.probe import CACHE_NAME, save
+    from engine.hardware import detect_hardware
+
+    hardware = detect_hardware()
+    home.mkdir(parents=True, exist_ok=True)
+    save(machine_figures(hardware.identity, gpus=len(hardware.gpus)), home / CACHE_NAME)
+    return home
+
+
+__all__ = ["cpu_figures", "machine_figures", "keep_figures"]
