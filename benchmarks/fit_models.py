@@ -34,22 +34,29 @@ LLAMA_1B = Shape("llama-1b", "llama", 16, 2048, 32, 8, 8192, 128_256, 131_072, r
 QWEN_05B = Shape("qwen-0.5b", "qwen2", 24, 896, 14, 2, 4864, 151_936, 32_768, qkv_bias=True, rope_theta=1_000_000.0)
 # Qwen2.5-1.5B's shape, and a small MoE (16 layers, 8 experts of 1,024, 2 per token; about 0.9 B weights in all)
 QWEN_15B = Shape("qwen-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151_936, 32_768, qkv_bias=True, rope_theta=1_000_000.0)
+# Qwen3-1.7B's shape (as qwen2, without its q/k norms: a few thousand weights), the recommended list's first chat
+# suggestion on a 2-core machine
+QWEN3_17B = Shape("qwen3-1.7b", "qwen2", 28, 2048, 16, 8, 6144, 151_936, 40_960, rope_theta=1_000_000.0)
 SMALL_MOE = Shape("moe-8x", "llama", 16, 1024, 16, 4, 1024, 32_000, 32_768, experts=8, experts_used=2)
 
 
-def _q8_0(rng: np.random.Generator, rows: int, cols: int):
-    """Raw Q8_0 blocks for a [rows, cols] weight: an f16 scale then 32 int8s per block."""
+def _q8_0(rng: np.random.Generator, rows: int, cols: int, spread: float = 0.0):
+    """Raw Q8_0 blocks for a [rows, cols] weight: an f16 scale then 32 int8s per block. The scales are all 0.002, or
+    log-normal around it with ``spread`` in the logarithm as a real model's are (0.35: the starter's); llama.cpp on
+    x86 runs one repeated scale faster than a real model's many (docs/fit.md)."""
     import gguf
 
     blocks = rows * cols // 32
     data = np.empty((blocks, 34), dtype=np.uint8)
-    data[:, :2] = np.frombuffer(np.full(blocks, 0.002, dtype=np.float16).tobytes(), dtype=np.uint8).reshape(blocks, 2)
+    scales = 0.002 * np.exp(rng.normal(0.0, spread, blocks)) if spread else np.full(blocks, 0.002)
+    data[:, :2] = scales.astype(np.float16).view(np.uint8).reshape(blocks, 2)
     data[:, 2:] = rng.integers(0, 256, size=(blocks, 32), dtype=np.uint8)
     return data.reshape(rows, cols // 32 * 34), gguf.GGMLQuantizationType.Q8_0
 
 
-def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0) -> Path:
-    """Write a loadable GGUF model of ``shape`` with random Q8_0 weights to ``path``."""
+def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0, scale_spread: float = 0.0) -> Path:
+    """Write a loadable GGUF model of ``shape`` with random Q8_0 weights to ``path`` (``scale_spread``: see
+    :func:`_q8_0`)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -83,7 +90,7 @@ def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0) -> Path:
         w.add_tensor(name, np.ones(n, dtype=np.float32))
 
     def linear(name: str, rows: int, cols: int) -> None:
-        data, kind = _q8_0(rng, rows, cols)
+        data, kind = _q8_0(rng, rows, cols, scale_spread)
         w.add_tensor(name, data, raw_dtype=kind)  # the byte shape gives [rows, cols]
 
     linear("token_embd.weight", shape.vocab, shape.embd)
@@ -103,7 +110,7 @@ def write_random_gguf(path: Path, shape: Shape, *, seed: int = 0) -> Path:
         if shape.experts:
             w.add_tensor(p + "ffn_gate_inp.weight", rng.standard_normal((shape.experts, shape.embd), dtype=np.float32))
             for name, rows, cols in (("gate", shape.ff, shape.embd), ("up", shape.ff, shape.embd), ("down", shape.embd, shape.ff)):
-                data, kind = _q8_0(rng, shape.experts * rows, cols)
+                data, kind = _q8_0(rng, shape.experts * rows, cols, scale_spread)
                 w.add_tensor(f"{p}ffn_{name}_exps.weight", data.reshape(shape.experts, rows, -1), raw_dtype=kind)
             continue
         linear(p + "ffn_gate.weight", shape.ff, shape.embd)
