@@ -18,6 +18,7 @@ from engine.agent.config import load_mcp_file
 from engine.agent.loop import AgentEvent, AgentLoop, ToolCallRecord, truncate
 from engine.agent.runtime import AgentRuntime
 from engine.agent.sessions import McpHub
+from engine.typed_lines import typed_lines
 
 CARD_RESULT_CHARS = 400
 
@@ -196,18 +197,9 @@ def run_agent_chat(args: Any, options) -> int:
         if args.prompt is not None:
             answer(args.prompt)
             return 0
-        print(f"Chatting with {model_name} and MCP tools. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
-        while True:
-            try:
-                line = input("> ")
-            except EOFError:
-                print(file=sys.stderr)
-                return 0
-            except KeyboardInterrupt:
-                print(file=sys.stderr)
-                continue
-            if line.strip():
-                answer(line)
+        for line in typed_lines(f"Chatting with {model_name} and MCP tools."):
+            answer(line)
+        return 0
     finally:
         if client is not None:
             runtime.call(client.close())

@@ -194,18 +194,9 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], str], name: 
         if docs is not None:
             docs.print_sources(reply)
         return 0
-    print(f"Chatting with {name}. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
-    while True:
-        try:
-            line = input("> ")
-        except EOFError:
-            print(file=sys.stderr)
-            return 0
-        except KeyboardInterrupt:
-            print(file=sys.stderr)
-            continue
-        if not line.strip():
-            continue
+    from engine.typed_lines import typed_lines
+
+    for line in typed_lines(f"Chatting with {name}."):
         if docs is not None:  # each question brings its own sources
             system = {"role": "system", "content": docs.system(line, args.system)}
             history = [system, *(m for m in history if m["role"] != "system")]
@@ -215,3 +206,4 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], str], name: 
         history.append({"role": "assistant", "content": reply})
         if docs is not None:
             docs.print_sources(reply)
+    return 0

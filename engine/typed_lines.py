@@ -1,0 +1,26 @@
+"""What a person types at a terminal conversation's ``> `` prompt: one reader for `hearth chat` and its MCP mode."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+
+def typed_lines(greeting: str) -> Iterator[str]:
+    """The lines a person types at ``> `` after ``greeting`` (on stderr), blank ones left out: Ctrl-C at the prompt
+    starts a new line, Ctrl-D ends. (Ctrl-C during an answer is the caller's: it stops that answer.)"""
+    print(f"{greeting} Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            continue
+        if line.strip():
+            yield line
+
+
+__all__ = ["typed_lines"]
