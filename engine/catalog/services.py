@@ -84,13 +84,15 @@ class CatalogServices:
 
         return detect_hardware()
 
-    def speed(self, hardware: HardwareInfo) -> MachineSpeed | None:
-        """The measured rates of ``hardware`` for the speed model (None: not known, and not this machine)."""
+    def speed(self, hardware: HardwareInfo, *, wait: bool = False) -> MachineSpeed | None:
+        """The measured rates of ``hardware`` for the speed model (None: not known, and not this machine). The
+        first asking on a machine starts the probe (seconds); ``wait`` waits for it, else None is the answer
+        meanwhile."""
         if self._speed is not None:
             return self._speed(hardware)
         from engine.fit.probe import speed_for
 
-        return speed_for(hardware)
+        return speed_for(hardware, wait=wait)
 
     @property
     def downloads(self) -> DownloadManager:

@@ -96,7 +96,7 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None, min_
         shape = hub.model_shape(listing)
         hardware = catalog.hardware()
         advice = advise(listing.variants, shape, hardware, context_length=ctx, projector=hub.projector_facts(listing),
-                        machine=catalog.speed(hardware), min_speed=DEFAULT_MIN_TOKENS_PER_S if min_speed is None else min_speed)  # fmt: skip
+                        machine=catalog.speed(hardware, wait=True), min_speed=DEFAULT_MIN_TOKENS_PER_S if min_speed is None else min_speed)  # fmt: skip
         return listing, advice
 
     listing, advice = await asyncio.to_thread(work)
@@ -139,9 +139,9 @@ async def hub_variants(request: Request, repo: str, ctx: int | None = None, min_
 
 @router.get("/hub/recommended", response_model=RecommendedList)
 async def hub_recommended(request: Request, live: bool = True, ctx: int | None = None, min_speed: float | None = None) -> dict:
-    """Hearth's curated models, each labelled by the fit plan for this machine; with ``live``, the
-    hub's sizes, downloads, likes and dates too. An unreachable hub leaves the list standing and
-    says why in ``hub_error``."""
+    """Hearth's curated models, each labelled by the fit plan and the speed model for this machine; with ``live``,
+    the hub's sizes, downloads, likes and dates too. An unreachable hub leaves the list standing and says why in
+    ``hub_error``. The first asking on a machine not measured yet waits for the speed probe (seconds, once)."""
     from engine.catalog.recommended import load_picks, recommend
 
     if ctx is not None and ctx < 256:
@@ -152,7 +152,7 @@ async def hub_recommended(request: Request, live: bool = True, ctx: int | None =
     def work():
         hardware = catalog.hardware()
         return recommend(load_picks(), hardware, hub=catalog.hub if live else None, context_length=ctx,
-                         machine=catalog.speed(hardware), min_speed=min_speed)  # fmt: skip
+                         machine=catalog.speed(hardware, wait=True), min_speed=min_speed)  # fmt: skip
 
     return (await asyncio.to_thread(work)).to_dict()
 

@@ -242,3 +242,34 @@ def test_cli_text_offline_groups_the_list_and_says_the_hub_is_missing(tmp_path):
     assert "the hub's details are missing" in text and "hearth pull " in text
     both = hearth(f"http://127.0.0.1:{free_port()}", tmp_path, "search", "llama", "--recommended")
     assert both.returncode == 1 and both.stderr.strip() == "hearth: Give either words to search for or --recommended, not both."
+
+
+def test_the_first_list_on_a_machine_waits_for_its_speed_figures(open_api, monkeypatch, tmp_path):
+    """A machine not measured yet (a fresh install, or new hardware) is measured when Discover first asks, and the
+    answer waits for it: a list without speeds would suggest the largest variants that fit, however slow."""
+    import time
+
+    import engine.fit.probe as probe
+    from engine.hardware import detect_hardware
+    from tests.engine.fit.speed_figures import machine_figures
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "fresh-home"))
+    here = detect_hardware()
+    assert probe.load_cached(here.identity) is None
+    measured = []
+
+    def measure(hardware, **_):  # the probe's seconds, then its figures kept as the real one keeps them
+        time.sleep(0.5)
+        figures = machine_figures(hardware.identity, gpus=len(hardware.gpus))
+        probe.save(figures)
+        measured.append(hardware.identity)
+        return figures
+
+    monkeypatch.setattr(probe, "machine_speed", measure)
+    api = open_api(f"http://127.0.0.1:{free_port()}", here)
+    body = api.get("/api/hub/recommended", params={"live": "false"}).json()
+    assert measured == [here.identity]
+    suggested = [m for m in body["models"] if m["suggested"]]
+    assert suggested and all(m["speed"].startswith("about ") for m in suggested), suggested
+    again = api.get("/api/hub/recommended", params={"live": "false"}).json()
+    assert measured == [here.identity] and again["models"] == body["models"]  # measured once, then kept
