@@ -311,6 +311,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         budget = self.prefill_chunk
         block = self.prefill_block
         media_done = False  # one picture a step: the others' decodes never wait on more than one encode
+        # A step's prompt tokens stay within the budget, so that the running streams' next tokens never wait on more:
+        # a block that would pass it waits for the next step (the step's first block always goes; blocks are never
+        # cut to fit, see _step).
         for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
             if seq.copy_from is not None and not self.slots.prefix_ready(seq, seq.copy_from):
                 continue
@@ -325,6 +328,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     self._prefill_media(seq, media[start])
                     continue
                 end = min(len(seq.prompt), (start // block + 1) * block, *(s for s in media if s > start))
+                if budget < self.prefill_chunk and end - start > budget:
+                    return
                 last = end == len(seq.prompt)
                 slot = seq.placed
                 p0 = seq.pos(start)  # a text block never holds a picture: its positions run on from the first

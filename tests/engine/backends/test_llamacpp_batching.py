@@ -219,6 +219,40 @@ def test_a_prompt_that_comes_in_is_computed_before_the_next_decode_call_and_join
     assert joined == [0, 1]  # then the decode call, with its row
 
 
+def test_a_steps_prompt_tokens_stay_within_the_budget(starter_path, monkeypatch):
+    # While a stream decodes, the prompts read between two of its decode calls (a step) take at most the step's
+    # budget (256 tokens) or one block: its next token never waits on more. Three prompts of 150-odd tokens come in
+    # together while it runs; two of them would pass the budget.
+    from engine.backends.llamacpp.scheduler import DecodeLoop
+
+    calls: list[tuple[int, bool]] = []
+    decode = DecodeLoop._decode
+    monkeypatch.setattr(  # (rows, whether every row wants logits: a decode call; a prompt block wants its last only)
+        DecodeLoop, "_decode", lambda self, items: calls.append((len(items), all(i[3] for i in items))) or decode(self, items)
+    )
+    backend = LlamaCppBackend()
+    backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=1024, n_seq_max=4))
+    try:
+        prompts = [" ".join(f"{w} item {i} is {w.lower()}." for i in range(22)) for w in ("Red", "Blue", "Green")]
+        assert all(140 <= len(backend.tokenize(p)) <= 200 for p in prompts)
+        running = backend.stream(request(PROMPTS[0], max_tokens=100))
+        next(c for c in running if c.token_ids)  # it decodes
+        calls.clear()
+        answers = run_together(backend, [request(p, max_tokens=6) for p in prompts])
+        rest = [t for c in running for t in c.token_ids]
+    finally:
+        backend.close()
+    assert all(len(a) == 6 for a in answers) and len(rest) >= 60
+    steps: list[list[int]] = [[]]
+    for rows, is_decode in calls:
+        if is_decode:
+            steps.append([])
+        else:
+            steps[-1].append(rows)
+    assert sum(sum(s) for s in steps) >= 3 * 140  # every prompt was read, in the running stream's steps
+    assert all(len(blocks) <= 1 or sum(blocks) <= 256 for blocks in steps), steps
+
+
 def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(starter_path):
     # One after another, eight chats with one system prompt: each takes a slot of its own, with the shared
     # beginning copied from another slot, so when all eight come back at once none computes its prompt again.
