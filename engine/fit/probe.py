@@ -71,11 +71,11 @@ GPU_FLOPS_PER_BYTE = 120.0
 # scales spread as here in 10.4-10.7 ms, the starter itself in 10.4-11.3.
 SCALE = 0.001
 SCALE_SPREAD = 0.35
-MIN_RATIO = -7.5
-# Offsets of the 16-bit scales in each block (the rest are quants; random bytes there are valid values).
+MIN_RATIO = -7.5  # a Q4_1 or Q5_1 block's minimum against its scale (the starter's median)
 # The attention probe: a 16-bit model this wide (heads of 64), read with this many tokens in its cache.
 ATTENTION_WIDTH = 512
 ATTENTION_DEPTH = 1024
+# Offsets of the 16-bit scales in each block (the rest are quants; random bytes there are valid values).
 _F16_FIELDS: dict[str, tuple[int, ...]] = {
     "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "IQ4_NL": (0,), "IQ4_XS": (0,),
     "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
