@@ -548,7 +548,11 @@ def speed_for(hardware: HardwareInfo, *, wait: bool = False) -> MachineSpeed | N
         return None
     if wait:
         with _probing:  # one probe at a time: two would measure each other
-            return load_cached(hardware.identity) or machine_speed(hardware)
+            try:
+                return load_cached(hardware.identity) or machine_speed(hardware)
+            except Exception:  # a probe that breaks leaves speed out, as it does measuring in the background
+                log.exception("measuring this machine's speed failed")
+                return None
     if _probing.acquire(blocking=False):
         def measure() -> None:
             try:

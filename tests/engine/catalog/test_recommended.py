@@ -273,3 +273,18 @@ def test_the_first_list_on_a_machine_waits_for_its_speed_figures(open_api, monke
     assert suggested and all(m["speed"].startswith("about ") for m in suggested), suggested
     again = api.get("/api/hub/recommended", params={"live": "false"}).json()
     assert measured == [here.identity] and again["models"] == body["models"]  # measured once, then kept
+
+
+def test_a_probe_that_breaks_leaves_the_list_without_speeds(open_api, monkeypatch, tmp_path):
+    import engine.fit.probe as probe
+    from engine.hardware import detect_hardware
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "fresh-home"))
+
+    def broken(hardware, **_):
+        raise RuntimeError("llama.cpp could not load the probe model")
+
+    monkeypatch.setattr(probe, "machine_speed", broken)
+    r = open_api(f"http://127.0.0.1:{free_port()}", detect_hardware()).get("/api/hub/recommended", params={"live": "false"})
+    assert r.status_code == 200, r.text
+    assert all(m["speed"] == "" for m in r.json()["models"])  # judged by fit alone, as before any figures
