@@ -13,6 +13,7 @@ import torch
 from engine.backends.base import LoadOptions
 from engine.backends.paged.capability import check_cuda_config, triton_serves
 from engine.backends.paged.config import EngineConfig
+from engine.backends.paged.heap import keep_step_buffers
 from engine.backends.paged.llm_engine import LLMEngine
 from engine.backends.paged.load_plan import paged_load_plan
 from engine.backends.paged.loader import Checkpoint, read_checkpoint
@@ -146,6 +147,8 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
         runner.warm_up()  # every kernel variant compiled now, not during the first requests
     except (RuntimeError, ValueError) as exc:  # a failed warm-up costs compiles later, not the load
         log.warning("the engine's warm-up failed (kernels will compile on first use): %s", exc)
+    if device.type == "cpu":
+        keep_step_buffers()  # after loading: the loader's temporary copies are given back first
     n_params = sum(p.numel() for p in model.parameters())
     return LoadedEngine(ckpt, LLMEngine(runner, config, blocks), config, device, dtype, n_params, plan)
 
