@@ -111,8 +111,10 @@ class DecodeGraphs:
             self.hidden[:size] = hidden
             return
         logits = r.model.compute_logits(hidden)
+        ends = r.rows.end_ids_dev  # banned where a row asks for ignore_eos (field 10; padding rows: 0)
         batch = SamplingBatch(greedy=g[6], temperature=g[5].view(torch.float32), top_k=None, top_p=None, min_p=None,
-                              seed_hi=g[7], seed_lo=g[8], draws=g[9], all_greedy=mode == "greedy")  # fmt: skip
+                              seed_hi=g[7], seed_lo=g[8], draws=g[9], all_greedy=mode == "greedy",
+                              ban_eos=g[10] if ends.numel() else None, end_ids=ends if ends.numel() else None)  # fmt: skip
         self.tokens[:size] = sample_batched(logits, batch)
 
     @torch.inference_mode()

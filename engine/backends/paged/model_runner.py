@@ -34,11 +34,13 @@ class ModelRunner:
         device: Where the model lives.
         ops: ``TorchOps`` (reference) or ``kernels.TritonOps``.
         kv_dtype: dtype of the KV cache (the model dtype, or float8_e4m3fn).
+        end_ids: The model's end-of-generation tokens: requests that ban them (ignore_eos) sample batched.
     """
 
     def __init__(
-        self, model, config: EngineConfig, device: torch.device, *, ops: ForwardOps = TorchOps, kv_dtype=None
-    ) -> None:
+        self, model, config: EngineConfig, device: torch.device, *, ops: ForwardOps = TorchOps, kv_dtype=None,
+        end_ids: tuple[int, ...] | list[int] = (),
+    ) -> None:  # fmt: skip
         self.model = model
         self.config = config
         self.device = device
@@ -49,7 +51,9 @@ class ModelRunner:
         self.graphs: DecodeGraphs | None = None
         self.inputs = StepInputs(device)
         # rows for more sequences than a step holds: a finished one's row is reclaimed if nobody released it
-        self.rows = SequenceRows(2 * config.max_num_seqs + 8, config.max_blocks_per_seq, device)
+        vocab = model.args.vocab_size
+        self.rows = SequenceRows(2 * config.max_num_seqs + 8, config.max_blocks_per_seq, device,
+                                 end_ids=[e for e in end_ids if 0 <= e < vocab])  # fmt: skip
         a = model.args
         self.num_layers, self.num_kv_heads, self.head_dim = a.num_hidden_layers, a.n_kv_heads, a.dim_head
 
@@ -170,12 +174,14 @@ class ModelRunner:
             return batch.sampling
         if rows is None or g is None or len(batch.sampled) != n:
             raise ValueError("a batched sampling step came without its parameters")
+        ban, end_ids = (g[10, :n], self.rows.end_ids_dev) if batch.ban else (None, None)
         if not batch.filtered:
             return SamplingBatch(greedy=g[6, :n], temperature=g[5, :n].view(torch.float32), top_k=None, top_p=None,
                                  min_p=None, seed_hi=g[7, :n], seed_lo=g[8, :n], draws=g[9, :n],
-                                 all_greedy=batch.all_greedy)  # fmt: skip
-        extra = torch.from_numpy(self.rows.columns[rows, 5:].T.copy()).to(self.device)
-        return sampling_batch(self.rows, [g[5, :n], g[6, :n], g[7, :n], g[8, :n], g[9, :n], *extra], rows, batch)
+                                 all_greedy=batch.all_greedy, ban_eos=ban, end_ids=end_ids)  # fmt: skip
+        extra = torch.from_numpy(self.rows.columns[rows, 5:8].T.copy()).to(self.device)
+        return sampling_batch(self.rows, [g[5, :n], g[6, :n], g[7, :n], g[8, :n], g[9, :n], *extra, g[10, :n]], rows,
+                              batch)  # fmt: skip
 
     @torch.inference_mode()
     def forward_padded(self, batch: StepBatch, size: int) -> torch.Tensor:

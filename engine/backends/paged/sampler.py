@@ -43,9 +43,9 @@ class RequestSampler:
         for tok in bias:
             if not 0 <= tok < vocab_size:
                 raise InvalidRequest(f"logit_bias names token {tok}, which this model does not have.", "logit_bias")
-        if params.ignore_eos:
-            bias.update({e: -float("inf") for e in eos_ids})
         self.bias = bias
+        # ignore_eos: the end-of-generation tokens are never drawn (a column of the batched path, see ban_ends)
+        self.banned = tuple(sorted({e for e in eos_ids if 0 <= e < vocab_size})) if params.ignore_eos else ()
         self.seed = params.seed if params.seed is not None else random.getrandbits(63)
         self.draws = 0  # the noise of each draw is a hash of (seed, draws, token)
         # the tokens that end the request: a drafted token after one of them is never verified
@@ -155,10 +155,18 @@ def filter_logits(
     return logits
 
 
+def ban_ends(logits: torch.Tensor, ban: torch.Tensor, end_ids: torch.Tensor) -> torch.Tensor:
+    """In place: the end-of-generation columns ``end_ids`` [k] of the rows whose ``ban`` [rows] is nonzero
+    (ignore_eos) become -inf. No host sync: a CUDA graph can hold it."""
+    ends = logits.index_select(1, end_ids).masked_fill_(ban.unsqueeze(1) != 0, -float("inf"))
+    return logits.index_copy_(1, end_ids, ends)
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingBatch:
     """A batch's sampling parameters as tensors [rows] (from persistent per-sequence rows), for rows with no
-    bias, penalties, grammar or logprobs. ``all_greedy``, ``top`` and ``floor`` are known on the host."""
+    bias, penalties, grammar or logprobs. ``all_greedy``, ``top`` and ``floor`` are known on the host.
+    ``ban_eos`` (int32, nonzero: ignore_eos) and the model's ``end_ids`` come together, or neither does."""
 
     greedy: torch.Tensor  # int32, nonzero: greedy
     temperature: torch.Tensor  # float32, 1 on greedy rows
@@ -171,11 +179,16 @@ class SamplingBatch:
     all_greedy: bool
     top: bool = False
     floor: bool = False
+    ban_eos: torch.Tensor | None = None
+    end_ids: torch.Tensor | None = None
 
 
 def sample_batched(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """Tokens [rows] (int64, on the device): greedy rows take the argmax, the others an exact draw from their
-    tempered, filtered distribution. No host sync and no per-row work: a CUDA graph can hold it."""
+    tempered, filtered distribution. No host sync and no per-row work: a CUDA graph can hold it. ``logits`` is
+    changed in place where rows ban the end of generation."""
+    if batch.ban_eos is not None and batch.end_ids is not None:
+        ban_ends(logits, batch.ban_eos, batch.end_ids)
     tokens = logits.argmax(-1)
     if batch.all_greedy:
         return tokens
@@ -197,6 +210,7 @@ def sample(
     n, dev = logits.shape[0], logits.device
     logits = logits.clone()
     cols = [(i, t, b) for i, r in enumerate(rows) for t, b in r.bias.items()]
+    cols += [(i, t, -float("inf")) for i, r in enumerate(rows) for t in r.banned]
     if cols:
         r_idx, t_idx, vals = zip(*cols, strict=True)
         logits.index_put_(
@@ -238,4 +252,4 @@ def sample(
     return SampleResult(token_list, lps)
 
 
-__all__ = ["RequestSampler", "SampleResult", "SamplingBatch", "filter_logits", "sample", "sample_batched"]
+__all__ = ["RequestSampler", "SampleResult", "SamplingBatch", "ban_ends", "filter_logits", "sample", "sample_batched"]

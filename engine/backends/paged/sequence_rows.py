@@ -22,8 +22,8 @@ from engine.backends.paged.sequence import Sequence, SequenceStatus
 _MASK32 = 0xFFFFFFFF
 _seq_id, _block_table = attrgetter("seq_id"), attrgetter("block_table")
 # the sampling columns a step stages: temperature (float32 bits), greedy, the seed's halves, the draw count
-# (its low 32 bits), top-k, top-p and min-p (float32 bits)
-COLUMNS = ("temperature", "greedy", "seed_hi", "seed_lo", "draws", "top_k", "top_p", "min_p")
+# (its low 32 bits), top-k, top-p and min-p (float32 bits), and 1 where the end of generation is banned
+COLUMNS = ("temperature", "greedy", "seed_hi", "seed_lo", "draws", "top_k", "top_p", "min_p", "ban_eos")
 
 
 class SequenceRows:
@@ -35,11 +35,18 @@ class SequenceRows:
         device: Where the block-table mirror lives.
         mirror: Keep a separate mirror of the table, updated by the writes a step stages (default: on CUDA;
             on the CPU the host table is read directly, unless a test asks for the CUDA path's bookkeeping).
+        end_ids: The model's end-of-generation tokens. A request that bans them (ignore_eos) samples on the
+            batched path when its banned tokens are these; without them it takes its request's sampler.
     """
 
-    def __init__(self, capacity: int, max_blocks: int, device: torch.device, *, mirror: bool | None = None) -> None:
+    def __init__(
+        self, capacity: int, max_blocks: int, device: torch.device, *, mirror: bool | None = None,
+        end_ids: tuple[int, ...] | list[int] = (),
+    ) -> None:  # fmt: skip
         self.device = device
         self.mirror = device.type == "cuda" if mirror is None else mirror
+        self.end_ids = tuple(sorted(set(end_ids)))
+        self.end_ids_dev = torch.tensor(self.end_ids, dtype=torch.int64, device=device)
         self._allocate(capacity, max_blocks)
 
     def _allocate(self, capacity: int, max_blocks: int) -> None:
@@ -53,6 +60,7 @@ class SequenceRows:
         self.min_p = np.zeros(n, np.float32)
         self.draws = np.zeros(n, np.int64)  # the draw count of a row sampled on the batched path
         self.batched = np.zeros(n, np.bool_)  # no bias, penalties, grammar or logprobs: batched sampling
+        self.ban_eos = np.zeros(n, np.bool_)  # ignore_eos: the end of generation is never drawn
         # what a step stages for batched sampling, as int32 (floats as their bits), one gather per step
         self.columns = np.zeros((n, len(COLUMNS)), np.int32)
         self.columns[:, 0] = np.float32(1.0).view(np.int32)
@@ -115,7 +123,7 @@ class SequenceRows:
         return idx, vals
 
     def sampling_columns(self, rows: np.ndarray) -> np.ndarray:
-        """``COLUMNS`` of ``rows``: int32 [len(rows), 8]."""
+        """``COLUMNS`` of ``rows``: int32 [len(rows), len(COLUMNS)]."""
         return self.columns[rows]
 
     def count_draws(self, rows: np.ndarray) -> None:
@@ -174,13 +182,16 @@ class SequenceRows:
         self.columns[r] = (
             np.float32(self.temperature[r]).view(np.int32), p.greedy, np.uint32((seed >> 32) & _MASK32).view(np.int32),
             np.uint32(seed & _MASK32).view(np.int32), np.uint32(draws & _MASK32).view(np.int32), p.top_k,
-            np.float32(p.top_p).view(np.int32), np.float32(p.min_p).view(np.int32),
+            np.float32(p.top_p).view(np.int32), np.float32(p.min_p).view(np.int32), 0,
         )  # fmt: skip
+        self.ban_eos[r] = False
         if sampler is None:
             self.batched[r] = False
             return
+        banned = sampler.banned
+        self.ban_eos[r] = self.columns[r, 8] = bool(banned)
         self.batched[r] = not (sampler.bias or sampler.has_penalties or sampler.matcher is not None
-                               or p.logprobs is not None)  # fmt: skip
+                               or p.logprobs is not None or (banned and banned != self.end_ids))  # fmt: skip
 
 
 class _Regrown(Exception):

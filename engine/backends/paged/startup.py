@@ -129,7 +129,7 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
     config = dataclasses.replace(config, max_model_len=plan.n_ctx)
     kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else dtype
     runner = ModelRunner(model, config, device, ops=pick_ops(config, device, dtype, model.args.dim_head),
-                         kv_dtype=kv_dtype)
+                         kv_dtype=kv_dtype, end_ids=sorted(ckpt.tokenizer.eog_ids))  # fmt: skip
     blocks = checked_kv_blocks(runner, config, plan.kv_blocks or 0)
     if blocks != plan.kv_blocks:  # the GPU had less room than planned: the pool that fits, re-planned
         planned = plan.kv_blocks

@@ -19,11 +19,11 @@ import torch
 from engine.backends.paged.attention import AttentionMetadata
 from engine.backends.paged.sampler import SamplingBatch
 from engine.backends.paged.scheduler import ScheduledSeq
-from engine.backends.paged.sequence_rows import SequenceRows, rows_for
+from engine.backends.paged.sequence_rows import COLUMNS, SequenceRows, rows_for
 
 # the fields of a graph step's input block, in order; floats travel as their bits
 GRAPH_FIELDS = ("ids", "positions", "slots", "context_lens", "table_rows", "temperature", "greedy", "seed_hi",
-                "seed_lo", "draws")  # fmt: skip
+                "seed_lo", "draws", "ban_eos")  # fmt: skip
 _computed, _token_ids = attrgetter("num_computed_tokens"), attrgetter("token_ids")
 _ALIGN = 16  # elements: each staged part starts 64-byte aligned, so Triton sees the same pointer alignment
 
@@ -47,6 +47,7 @@ class StepBatch:
     all_greedy: bool = False
     top: bool = False  # some drawing row asks for top-k or top-p
     floor: bool = False  # ... for min-p
+    ban: bool = False  # some row bans the end of generation (ignore_eos)
 
     @property
     def filtered(self) -> bool:
@@ -206,8 +207,9 @@ def build_step(
         batch.host_rows, batch.all_greedy = srows, not drawing.any()
         batch.top = bool(((rows.top_k[srows] > 0) | (rows.top_p[srows] < 1.0))[drawing].any())
         batch.floor = bool((rows.min_p[srows] > 0)[drawing].any())
+        batch.ban = bool(rows.ban_eos[srows].any())
         if not size:
-            batch.sampling = sampling_batch(rows, views[-8:], srows, batch)
+            batch.sampling = sampling_batch(rows, views[-len(COLUMNS):], srows, batch)
     return batch
 
 
@@ -218,17 +220,19 @@ def graph_block(rows: SequenceRows, ids, pos, slots, table_rows, size: int) -> n
     block = np.empty((len(GRAPH_FIELDS), size), np.int32)
     block[0, :n], block[1, :n], block[2, :n], block[3, :n], block[4, :n] = ids, pos, slots, pos + 1, table_rows
     block[:5, n:] = ((0,), (0,), (-1,), (1,), (rows.pad_row,))
-    block[5:, :n] = rows.columns[table_rows, :5].T
-    block[5:, n:] = rows.columns[rows.pad_row, :5, None]
+    block[5:10, :n] = rows.columns[table_rows, :5].T
+    block[5:10, n:] = rows.columns[rows.pad_row, :5, None]
+    block[10, :n], block[10, n:] = rows.columns[table_rows, 8], 0
     return block.reshape(-1)
 
 
 def sampling_batch(rows: SequenceRows, views: list[torch.Tensor], srows: np.ndarray, batch: StepBatch) -> SamplingBatch:
     """The sampled rows' parameters as tensors: staged columns (eager layout), or the graph block's rows."""
-    temps, greedy, hi, lo, draws, top_k, top_p, min_p = views
+    temps, greedy, hi, lo, draws, top_k, top_p, min_p, ban = views
     return SamplingBatch(greedy=greedy, temperature=temps.view(torch.float32), top_k=top_k, top_p=top_p.view(torch.float32),
                          min_p=min_p.view(torch.float32), seed_hi=hi, seed_lo=lo, draws=draws,
-                         all_greedy=batch.all_greedy, top=batch.top, floor=batch.floor)  # fmt: skip
+                         all_greedy=batch.all_greedy, top=batch.top, floor=batch.floor,
+                         ban_eos=ban if batch.ban else None, end_ids=rows.end_ids_dev if batch.ban else None)  # fmt: skip
 
 
 __all__ = ["GRAPH_FIELDS", "StepBatch", "StepInputs", "build_step", "sampling_batch"]

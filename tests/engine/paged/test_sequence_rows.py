@@ -67,30 +67,53 @@ def _batched(samplers: list[RequestSampler], rows: SequenceRows, r: np.ndarray) 
     cols = torch.from_numpy(rows.sampling_columns(r).T.copy())
     drawing = ~rows.greedy[r]
     top = bool(((rows.top_k[r] > 0) | (rows.top_p[r] < 1.0))[drawing].any())
+    ban = bool(rows.ban_eos[r].any())
     return SamplingBatch(greedy=cols[1], temperature=cols[0].view(torch.float32), top_k=cols[5],
                          top_p=cols[6].view(torch.float32), min_p=cols[7].view(torch.float32), seed_hi=cols[2],
                          seed_lo=cols[3], draws=cols[4], all_greedy=not drawing.any(), top=top,
-                         floor=bool((rows.min_p[r] > 0)[drawing].any()))  # fmt: skip
+                         floor=bool((rows.min_p[r] > 0)[drawing].any()), ban_eos=cols[8] if ban else None,
+                         end_ids=rows.end_ids_dev if ban else None)  # fmt: skip
+
+
+ENDS = [5, 11]  # the end-of-generation tokens of the sampling tests' vocabulary
 
 
 def test_batched_sampling_draws_the_per_request_samplers_tokens():
     params = [SamplingParams(temperature=0), SamplingParams(temperature=0.8, seed=3),
               SamplingParams(temperature=1.0, top_k=3, seed=4), SamplingParams(temperature=1.2, top_p=0.7, seed=5),
-              SamplingParams(temperature=1.0, min_p=0.2, seed=6), SamplingParams(temperature=0.5)]  # fmt: skip
-    make = lambda p: RequestSampler(p, vocab_size=VOCAB, eos_ids=[], device=CPU)  # noqa: E731
+              SamplingParams(temperature=1.0, min_p=0.2, seed=6), SamplingParams(temperature=0.5),
+              SamplingParams(temperature=0, ignore_eos=True), SamplingParams(temperature=0.9, seed=8, ignore_eos=True)]  # fmt: skip
+    make = lambda p: RequestSampler(p, vocab_size=VOCAB, eos_ids=ENDS, device=CPU)  # noqa: E731
     slow, fast = [make(p) for p in params], [make(p) for p in params]
-    fast[-1].seed = slow[-1].seed  # the unseeded request: the same random seed on both sides
+    fast[5].seed = slow[5].seed  # the unseeded request: the same random seed on both sides
     seqs = [Sequence([1], p, block_size=4, owner=type("Owner", (), {"sampler": f})()) for p, f in zip(params, fast, strict=True)]
-    rows = SequenceRows(8, 2, CPU)
+    rows = SequenceRows(8, 2, CPU, end_ids=ENDS)
     r = rows.rows_for(seqs)
+    assert rows.batched[r].all() and rows.ban_eos[r].tolist() == [False] * 6 + [True] * 2
     g = torch.Generator().manual_seed(0)
+    ended = 0
     for _ in range(40):
         logits = torch.randn(len(params), VOCAB, generator=g, dtype=torch.float64).float() * 3
+        logits[:, ENDS[_ % 2]] += 6.0  # an end token is the likeliest: only the rows that ban it skip it
         want = sample(logits, slow, [([1], 1)] * len(params)).tokens
-        got = sample_batched(logits, _batched(fast, rows, r)).tolist()
+        got = sample_batched(logits.clone(), _batched(fast, rows, r)).tolist()
         rows.count_draws(r)
         assert got == want
+        assert not set(got[6:]) & set(ENDS)
+        ended += bool(set(got[:6]) & set(ENDS))
+    assert ended >= 20
     assert rows.draws[r].tolist() == [s.draws for s in slow]
+
+
+def test_a_request_that_bans_other_end_tokens_than_the_models_takes_its_own_sampler():
+    params = SamplingParams(temperature=0, ignore_eos=True)
+    seqs = [Sequence([1], params, block_size=4, owner=type("Owner", (), {"sampler": RequestSampler(
+        params, vocab_size=VOCAB, eos_ids=ends, device=CPU)})()) for ends in (ENDS, [5], [])]  # fmt: skip
+    rows = SequenceRows(8, 2, CPU, end_ids=ENDS)
+    r = rows.rows_for(seqs)
+    assert rows.batched[r].tolist() == [True, False, True]
+    plain = SequenceRows(8, 2, CPU)  # rows that do not know the model's ends: ignore_eos takes its sampler
+    assert not plain.batched[plain.rows_for(seqs[:1])].any()
 
 
 def test_the_engine_gives_the_same_tokens_on_the_batched_and_per_request_paths():
@@ -188,3 +211,52 @@ def _recording(prepare, seen: set):
         return batch
 
     return wrapped
+
+
+def test_ignore_eos_requests_sample_batched_and_inside_the_graphs_step_never_ending():
+    """ignore_eos, the benchmarks' setting, takes the batched path and the graphs' sampling step: the same tokens
+    as its request's own sampler, and never the end token, which the same request without it would draw."""
+    from engine.backends.paged.cuda_graphs import DecodeGraphs
+
+    model = tiny_model()
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    plain = make_seq(prompt, SamplingParams(temperature=0, max_tokens=12))
+    drive(engine_for(model), [plain])
+    end = plain.completion_token_ids[3]  # the model's "end of generation" here: greedy decoding draws it
+    specs = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+             SamplingParams(temperature=0.8, seed=3, max_tokens=12, ignore_eos=True),
+             SamplingParams(temperature=0, max_tokens=12)]  # fmt: skip
+    results = {}
+    for mode in ("per request", "batched", "graphs"):
+        engine = engine_for(model, max_num_seqs=4, cuda_graph_batch_sizes=(1, 2, 4))
+        ends = () if mode == "per request" else (end,)
+        engine.runner.rows = SequenceRows(16, engine.config.max_blocks_per_seq, CPU, mirror=True, end_ids=ends)
+        if mode == "graphs":
+            engine.runner.graphs = DecodeGraphs(engine.runner, eager=True)
+        seqs = []
+        for p in specs:
+            sampler = RequestSampler(p, vocab_size=VOCAB, eos_ids=[end], device=CPU)
+            seqs.append(Sequence(prompt, p, block_size=4, owner=type("Owner", (), {"sampler": sampler, "drafter": None})()))
+        seen: set[tuple[bool, bool]] = set()
+        prepare = engine.runner.prepare
+
+        def recording(scheduled, sample=False, eager=False, seen=seen, prepare=prepare):
+            batch = prepare(scheduled, sample=sample, eager=eager)
+            seen.add((batch.host_rows is not None, batch.graph_inputs is not None))
+            return batch
+
+        engine.runner.prepare = recording
+        for s in seqs:
+            engine.add(s)
+        while engine.has_work:
+            for out in engine.step():
+                if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
+                    engine.finish(out.seq)
+        results[mode] = [s.completion_token_ids for s in seqs]
+        batched = {b for b, _ in seen}
+        assert batched == ({False} if mode == "per request" else {True}), mode
+        assert ((True, True) in seen) is (mode == "graphs")
+    assert results["per request"] == results["batched"] == results["graphs"]
+    greedy, drawn, free = results["batched"]
+    assert free == plain.completion_token_ids and free[3] == end
+    assert end not in greedy and end not in drawn and greedy != free
