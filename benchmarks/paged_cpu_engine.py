@@ -9,9 +9,11 @@ of uniform ``--lengths`` tokens, greedy, the end of text ignored, ``--streams`` 
   pages faulted in and zeroed again, glibc's default;
 - ``ignore_eos per request``: requests that ignore the end of text sample with their own samplers (the rows do
   not know the model's end tokens), not on the batched path;
-- ``neither``: both, as the engine stepped before either.
+- ``one padded attention``: a decode step attends every sequence padded to the batch's longest context, not in
+  groups of similar length (``attention.GROUP_MIN_BATCH``);
+- ``none``: all three, as the engine stepped before any.
 
-Prints each variant's output tokens/s (median over rounds) and its ratio to ``neither``.
+Prints each variant's output tokens/s (median over rounds) and its ratio to ``none``.
 
     python benchmarks/paged_cpu_engine.py                      # 256 streams, lengths 50-300, 2 rounds
     python benchmarks/paged_cpu_engine.py --lengths 100 1024 --rounds 3
@@ -31,18 +33,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from port_common import TINY_LLAMA, InProcess, make_jobs, smollm2_tokenizer, write_random_checkpoint  # noqa: E402
 
-VARIANTS = ("now", "mapped buffers", "ignore_eos per request", "neither")
+VARIANTS = ("now", "mapped buffers", "ignore_eos per request", "one padded attention", "none")
 
 
 def _child(args) -> int:
     """One variant's run, in this process: prints its summary as JSON."""
     from engine.backends.base import LoadOptions
-    from engine.backends.paged import heap, model_runner, sequence_rows
+    from engine.backends.paged import attention, heap, model_runner, sequence_rows
     from engine.backends.speculative import SpeculativeOptions
 
-    if args.variant in ("mapped buffers", "neither"):
+    if args.variant in ("mapped buffers", "none"):
         heap.keep_step_buffers = lambda *a, **k: False
-    if args.variant in ("ignore_eos per request", "neither"):
+    if args.variant in ("one padded attention", "none"):
+        attention.GROUP_MIN_BATCH = 1 << 30
+    if args.variant in ("ignore_eos per request", "none"):
         plain = sequence_rows.SequenceRows
 
         class RowsWithoutEnds(plain):
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = json.loads(out)
                 speeds[variant].append(result["output_tokens_per_s"])
                 print(json.dumps({"round": r + 1, "variant": variant, **result}), flush=True)
-        base = statistics.median(speeds["neither"])
+        base = statistics.median(speeds["none"])
         print(f"{args.streams} streams, lengths {args.lengths[0]}-{args.lengths[1]}, {args.rounds} rounds (medians):",
               file=sys.stderr)  # fmt: skip
         for variant in VARIANTS:
