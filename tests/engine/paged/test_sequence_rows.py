@@ -190,27 +190,32 @@ def test_decode_steps_laid_out_for_the_graphs_give_the_plain_engines_tokens():
         seqs = [make_seq(p, params) for p, params in zip(prompts, specs, strict=True)]
         laid_out: set[bool] = set()
         engine.runner.prepare = _recording(engine.runner.prepare, laid_out)
-        for s in seqs:
-            engine.add(s)
-        while engine.has_work:
-            for out in engine.step():
-                if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
-                    engine.finish(out.seq)
-        results.append([s.completion_token_ids for s in seqs])
+        results.append(_generate(engine, seqs))
         # with graphs: 3 decodes padded to 4, then 2 (one has top-p: the graph gives hidden states), then 1
         assert (True in laid_out) is graphs
     assert results[0] == results[1]
 
 
-def _recording(prepare, seen: set):
-    """``prepare`` that notes whether each step was laid out for the graphs."""
+def _recording(prepare, seen: set, note=lambda batch: batch.graph_inputs is not None):
+    """``prepare`` that notes something of each step: by default whether it was laid out for the graphs."""
 
     def wrapped(scheduled, sample=False, eager=False):
         batch = prepare(scheduled, sample=sample, eager=eager)
-        seen.add(batch.graph_inputs is not None)
+        seen.add(note(batch))
         return batch
 
     return wrapped
+
+
+def _generate(engine, seqs: list[Sequence]) -> list[list[int]]:
+    """Each sequence's tokens, the engine stepped until every one has its max_tokens."""
+    for s in seqs:
+        engine.add(s)
+    while engine.has_work:
+        for out in engine.step():
+            if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
+                engine.finish(out.seq)
+    return [s.completion_token_ids for s in seqs]
 
 
 def test_ignore_eos_requests_sample_batched_and_inside_the_graphs_step_never_ending():
@@ -238,21 +243,9 @@ def test_ignore_eos_requests_sample_batched_and_inside_the_graphs_step_never_end
             sampler = RequestSampler(p, vocab_size=VOCAB, eos_ids=[end], device=CPU)
             seqs.append(Sequence(prompt, p, block_size=4, owner=type("Owner", (), {"sampler": sampler, "drafter": None})()))
         seen: set[tuple[bool, bool]] = set()
-        prepare = engine.runner.prepare
-
-        def recording(scheduled, sample=False, eager=False, seen=seen, prepare=prepare):
-            batch = prepare(scheduled, sample=sample, eager=eager)
-            seen.add((batch.host_rows is not None, batch.graph_inputs is not None))
-            return batch
-
-        engine.runner.prepare = recording
-        for s in seqs:
-            engine.add(s)
-        while engine.has_work:
-            for out in engine.step():
-                if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
-                    engine.finish(out.seq)
-        results[mode] = [s.completion_token_ids for s in seqs]
+        engine.runner.prepare = _recording(engine.runner.prepare, seen,
+                                           lambda b: (b.host_rows is not None, b.graph_inputs is not None))  # fmt: skip
+        results[mode] = _generate(engine, seqs)
         batched = {b for b, _ in seen}
         assert batched == ({False} if mode == "per request" else {True}), mode
         assert ((True, True) in seen) is (mode == "graphs")
