@@ -268,10 +268,10 @@ def serve(ctx: Context, engine, jobs, *, greedy: bool = False) -> dict:
     while engine.has_work:
         outs = engine.step()
         now = time.perf_counter()
-        for out in outs:
-            times[out.seq.seq_id].append(now)
-            if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
-                engine.finish(out.seq)
+        for seq in outs.seqs:
+            times[seq.seq_id].append(now)
+            if seq.num_completion_tokens >= seq.params.max_tokens:
+                engine.finish(seq)
     ctx.sync()
     elapsed = time.perf_counter() - t0
     return {"seconds": elapsed, "tokens": sum(s.num_completion_tokens for s in seqs), "t0": t0, "times": times,

@@ -149,13 +149,12 @@ class InProcess:
         while engine.has_work:
             outs = engine.step()
             now = time.perf_counter()
-            for out in outs:
-                seq = out.seq
+            for seq, _, _, num_tokens, _, _ in outs:
                 if seq.is_finished:
                     continue
                 tokens += 1
                 first.setdefault(seq.seq_id, now)
-                if seq.num_completion_tokens >= seq.params.max_tokens or out.num_tokens >= le.config.max_model_len:
+                if seq.num_completion_tokens >= seq.params.max_tokens or num_tokens >= le.config.max_model_len:
                     engine.finish(seq)
                     ttft.append(first[seq.seq_id] - started[seq.seq_id])
                     if seq.num_completion_tokens > 1:

@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -185,21 +186,20 @@ class EngineCore:
                     log.exception("engine step failed")
                     for rid in list(self.by_id):
                         self._end(rid, "error", f"Generation failed: {exc}.")
-                    outputs = []
-                tokens = self._record(outputs)
+                else:
+                    tokens = self._record(outputs)
             self._flush(tokens)
 
-    def _record(self, outputs: list) -> list[tuple]:
+    def _record(self, outputs: Iterable[tuple]) -> list[tuple]:
+        """Each token of a step (the engine's ``StepOutputs``) as the API process reads it; frees the requests it ends."""
         tokens = []
         n_ctx = self.n_ctx
-        for out in outputs:
-            seq = out.seq
+        for seq, token, logprobs, num_tokens, drafted, kept_draft in outputs:
             if seq.is_finished:  # a token verified after the one that ended the request
                 continue
             owner = seq.owner
-            last = owner.push(out.token, out.num_tokens, n_ctx)
-            tokens.append((owner.request_id, out.token, out.logprobs, out.num_tokens, out.drafted, out.kept_draft,
-                           seq.num_cached_tokens, last))  # fmt: skip
+            last = owner.push(token, num_tokens, n_ctx)
+            tokens.append((owner.request_id, token, logprobs, num_tokens, drafted, kept_draft, seq.num_cached_tokens, last))
             if last:
                 self._free(owner.request_id)
         return tokens

@@ -112,8 +112,7 @@ class EngineLoop(AdmissionQueue[Sequence]):
             try:
                 outputs = engine.step()
                 with delivery_batch():  # one wake-up of each reader's event loop for the whole step
-                    for out in outputs:
-                        writer.advance(out)
+                    writer.advance(outputs)
             except Exception as exc:  # one bad step must not kill the loop: fail the requests in it
                 log.exception("engine step failed")
                 for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:

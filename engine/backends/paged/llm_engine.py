@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 
 from engine.backends.base import BackendStats
 from engine.backends.paged.block_manager import BlockManager
@@ -22,16 +24,32 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class StepOutput:
-    """A token a sequence gained this step, with its logprobs when asked for; ``num_tokens`` is the
-    sequence's length once it holds the token (a step that verifies a draft gives several)."""
+class StepOutputs:
+    """The tokens the sequences gained in one step, in columns with an entry per token: a sequence that
+    verified a draft has several, in order. Iterating gives each token's
+    ``(seq, token, logprobs, num_tokens, drafted, kept_draft)``.
 
-    seq: Sequence
-    token: int
-    logprobs: tuple[float, list[int], list[float]] | None
-    num_tokens: int
-    drafted: int = 0  # on a sequence's first output of a step: the tokens it drafted and had judged in it
-    kept_draft: bool = False  # a drafted token the model agreed with
+    ``num_tokens`` is the sequence's length once it holds the token; ``logprobs`` the token's
+    ``(logprob, top ids, top logprobs)`` when its request asked, else None; ``drafted`` is set on a sequence's
+    first token of the step, the tokens it drafted and had judged in it; ``kept_draft`` marks a drafted token
+    the model agreed with. The last three columns are None when no token of the step has them (the common
+    step: one token a sequence, sampled in one batch)."""
+
+    seqs: list[Sequence]
+    tokens: list[int]
+    num_tokens: list[int]
+    logprobs: list[tuple[float, list[int], list[float]] | None] | None = None
+    drafted: list[int] | None = None
+    kept_draft: list[bool] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __iter__(self) -> Iterator[tuple[Sequence, int, tuple[float, list[int], list[float]] | None, int, int, bool]]:
+        n = len(self.tokens)
+        return zip(self.seqs, self.tokens, self.logprobs or repeat(None, n), self.num_tokens,
+                   self.drafted or repeat(0, n), self.kept_draft or repeat(False, n), strict=True)  # fmt: skip
+
 
 
 class LLMEngine:
@@ -69,41 +87,55 @@ class LLMEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
-    def step(self) -> list[StepOutput]:
+    def step(self) -> StepOutputs:
         running = self.scheduler.running
         drafts = propose_drafts(running, rows=self.draft_rows, max_model_len=self.config.max_model_len,
                                 row_cost=self.row_cost.share)  # fmt: skip
         t0 = time.perf_counter()
         output = self.scheduler.schedule(drafts)
         if output.is_empty:
-            return []
+            return StepOutputs([], [], [])
         batch = self.runner.prepare(output.scheduled, sample=True)
-        verified = self._sample(batch)
+        seqs = [item.seq for item in batch.sampled]
+        if batch.host_rows is not None:  # set when every sampled row takes the batched path: a token each
+            tokens = self.runner.sample(batch).tolist()
+            self.runner.rows.count_draws(batch.host_rows)
+            verified = None
+            sampled: dict[int, int | list[int]] = {s.seq_id: t for s, t in zip(seqs, tokens, strict=True)}
+        else:
+            verified, tokens = self._verify(batch, seqs), []
+            sampled = {v.seq.seq_id: v.tokens for v in verified}
         if len(running) == 1 and len(output.scheduled) == 1 and output.scheduled[0].num_tokens == 1:
             self.row_cost.add(output.num_batched_tokens, time.perf_counter() - t0)  # one sequence's decode
-        self.scheduler.postprocess(output, {v.seq.seq_id: v.tokens for v in verified})
+        self.scheduler.postprocess(output, sampled)
         self.num_steps += 1
         self.num_batched_tokens += output.num_batched_tokens
-        out = []
+        if verified is None:
+            return StepOutputs(seqs, tokens, [s.num_tokens for s in seqs])
+        return self._columns(verified)
+
+    def _columns(self, verified: list[Verified]) -> StepOutputs:
+        """The step's outputs from each sequence's verified tokens (a draft's kept tokens, then the sampled one)."""
+        seqs, tokens, num_tokens, logprobs, drafted, kept = [], [], [], [], [], []
         for v in verified:
             self.num_draft_tokens += v.drafted
             self.num_accepted_tokens += v.kept
-            first = v.seq.num_tokens - len(v.tokens)
-            out += [
-                StepOutput(v.seq, t, lp, first + i + 1, drafted=v.drafted if i == 0 else 0, kept_draft=i < v.kept)
-                for i, (t, lp) in enumerate(zip(v.tokens, v.logprobs, strict=True))
-            ]
-        return out
+            n = len(v.tokens)
+            first = v.seq.num_tokens - n
+            seqs += [v.seq] * n
+            tokens += v.tokens
+            num_tokens += range(first + 1, first + n + 1)
+            logprobs += v.logprobs
+            drafted += [v.drafted] + [0] * (n - 1)
+            kept += [i < v.kept for i in range(n)]
+        return StepOutputs(seqs, tokens, num_tokens, logprobs if any(x is not None for x in logprobs) else None,
+                           drafted if any(drafted) else None, kept if any(kept) else None)  # fmt: skip
 
-    def _sample(self, batch: StepBatch) -> list[Verified]:
-        """Each sampling sequence's tokens: batched (one graph replay on a GPU) when every row can be, else each
-        row with its request's sampler, drafts verified."""
-        rows, seqs = self.runner.rows, [item.seq for item in batch.sampled]
-        if batch.host_rows is not None:  # set when every sampled row takes the batched path
-            tokens = self.runner.sample(batch).tolist()
-            rows.count_draws(batch.host_rows)
-            return [Verified(s, [t], [None], 0) for s, t in zip(seqs, tokens, strict=True)]
-        table_rows = rows_for(rows, seqs)  # the draw counts the batched path kept go to the samplers and back
+    def _verify(self, batch: StepBatch, seqs: list[Sequence]) -> list[Verified]:
+        """Each sampling sequence's tokens, each row with its request's sampler, drafts verified; the draw
+        counts the batched path keeps go to the samplers and back."""
+        rows = self.runner.rows
+        table_rows = rows_for(rows, seqs)
         rows.sync_draws_to(seqs, table_rows)
         verified = verify(batch.sampled, self.runner.run(batch))
         rows.sync_draws_from(seqs, table_rows)
@@ -125,4 +157,4 @@ class LLMEngine:
         )  # fmt: skip
 
 
-__all__ = ["LLMEngine", "StepOutput", "RequestSampler"]
+__all__ = ["LLMEngine", "RequestSampler", "StepOutputs"]

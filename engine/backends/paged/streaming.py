@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from engine.backends.paged.llm_engine import LLMEngine, StepOutput
+from engine.backends.paged.llm_engine import LLMEngine, StepOutputs
 from engine.backends.paged.sequence import Sequence
 from engine.gguf.vocab import Vocabulary
 from engine.types import FinishReason, TokenLogprob
@@ -31,20 +31,22 @@ class StreamWriter:
     def _logprob(self, token: int, data: tuple[float, list[int], list[float]]) -> TokenLogprob:
         return TokenLogprob.of(self.tokenizer.piece, token, *data)
 
-    def advance(self, out: StepOutput) -> None:
-        seq = out.seq
-        stream = seq.owner.stream
-        if seq.is_finished or stream.finished:  # a token verified after the one that ended the request
-            return
-        stream.cached_tokens = seq.num_cached_tokens
-        if out.drafted:
-            stream.verifying(out.drafted)
-        lp = (self._logprob(out.token, out.logprobs),) if out.logprobs is not None else ()
-        n_before = len(stream.generated)
-        done = stream.push(out.token, logprobs=lp, context_full=out.num_tokens >= self.n_ctx, kept_draft=out.kept_draft)
-        self.generated_tokens += len(stream.generated) - n_before
-        if done:
-            self._release(seq)
+    def advance(self, outputs: StepOutputs) -> None:
+        """Hand each token of a step to its request's stream."""
+        n_ctx = self.n_ctx
+        for seq, token, logprobs, num_tokens, drafted, kept_draft in outputs:
+            stream = seq.owner.stream
+            if seq.is_finished or stream.finished:  # a token verified after the one that ended the request
+                continue
+            stream.cached_tokens = seq.num_cached_tokens
+            if drafted:
+                stream.verifying(drafted)
+            lp = (self._logprob(token, logprobs),) if logprobs is not None else ()
+            n_before = len(stream.generated)
+            done = stream.push(token, logprobs=lp, context_full=num_tokens >= n_ctx, kept_draft=kept_draft)
+            self.generated_tokens += len(stream.generated) - n_before
+            if done:
+                self._release(seq)
 
     def finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:
         """End ``seq``'s stream with ``reason`` and free its blocks at once."""

@@ -144,9 +144,9 @@ def test_the_engine_gives_the_same_tokens_on_the_batched_and_per_request_paths()
     while engine.has_work:
         if step == 6:
             engine.add(extra)
-        for out in engine.step():
-            if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
-                engine.finish(out.seq)
+        for seq in engine.step().seqs:
+            if seq.num_completion_tokens >= seq.params.max_tokens:
+                engine.finish(seq)
         step += 1
     assert paths == {True, False} and engine.scheduler.num_preemptions >= 1
     for i, s in enumerate(seqs):
@@ -212,9 +212,9 @@ def _generate(engine, seqs: list[Sequence]) -> list[list[int]]:
     for s in seqs:
         engine.add(s)
     while engine.has_work:
-        for out in engine.step():
-            if out.seq.num_completion_tokens >= out.seq.params.max_tokens:
-                engine.finish(out.seq)
+        for seq in engine.step().seqs:
+            if seq.num_completion_tokens >= seq.params.max_tokens:
+                engine.finish(seq)
     return [s.completion_token_ids for s in seqs]
 
 

@@ -80,14 +80,32 @@ def run(model, specs, *, drafts: list[list[int] | None], **cfg) -> tuple[list[li
         seqs.append(seq)
         engine.add(seq)
     while engine.has_work:
-        for out in engine.step():
-            if out.seq.owner.drafter is not None:
-                out.seq.owner.drafter.push(out.token)  # what the request's stream does with each token
+        outputs = engine.step()
+        _check_columns(outputs)
+        for seq, token, *_ in outputs:
+            if seq.owner.drafter is not None:
+                seq.owner.drafter.push(token)  # what the request's stream does with each token
         for s in list(engine.scheduler.running):
             assert len(s.block_table) == -(-s.num_computed_tokens // 4)  # no block past the computed tokens
             if s.num_completion_tokens >= s.params.max_tokens:
                 engine.finish(s)
     return [s.completion_token_ids for s in seqs], engine
+
+
+def _check_columns(outputs) -> None:
+    """A step's entries for each sequence: its newest tokens in order, its lengths counting up to its own, the
+    drafted count on its first entry only, and every entry but the last a drafted token it kept."""
+    by_seq: dict[int, tuple[Sequence, list[tuple]]] = {}
+    for seq, token, logprobs, num_tokens, drafted, kept in outputs:
+        assert logprobs is None
+        by_seq.setdefault(seq.seq_id, (seq, []))[1].append((token, num_tokens, drafted, kept))
+    assert len(outputs) == sum(len(entries) for _, entries in by_seq.values())
+    for seq, entries in by_seq.values():
+        k = len(entries)
+        assert [e[0] for e in entries] == seq.token_ids[-k:]
+        assert [e[1] for e in entries] == list(range(seq.num_tokens - k + 1, seq.num_tokens + 1))
+        assert entries[0][2] >= k - 1 and all(e[2] == 0 for e in entries[1:])
+        assert [e[3] for e in entries] == [True] * (k - 1) + [False]
 
 
 def test_drafted_steps_give_the_plain_tokens_greedy_and_seeded_with_fewer_steps():
