@@ -112,10 +112,12 @@ class InProcess:
     """The engine loaded in this process with ``options``, serving jobs from its own loop."""
 
     def __init__(self, path: Path, options) -> None:
+        from engine.backends.paged.heap import freeze_loaded_objects
         from engine.backends.paged.startup import start_engine
 
         self.loaded = start_engine(path, options)
         self.engine = self.loaded.engine
+        freeze_loaded_objects()  # as the engine's own process does once loaded
 
     def run(self, jobs: list[Job], concurrency: int) -> dict:
         from engine.backends.paged.sampler import RequestSampler

@@ -88,6 +88,7 @@ def serve_engine(conn: Connection) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s engine: %(message)s")
     from pathlib import Path
 
+    from engine.backends.paged.heap import freeze_loaded_objects
     from engine.backends.paged.startup import start_engine
 
     path, options = conn.recv()
@@ -99,6 +100,7 @@ def serve_engine(conn: Connection) -> None:
         except Exception:  # an exception that does not pickle: its sentence
             conn.send(("failed", RuntimeError(str(exc))))
         return
+    freeze_loaded_objects()  # this process serves this engine only, from here on
     engine = loaded.engine
     args = engine.runner.model.args
     plan = loaded.plan
