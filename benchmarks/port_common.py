@@ -112,8 +112,8 @@ class InProcess:
     """The engine loaded in this process with ``options``, serving jobs from its own loop."""
 
     def __init__(self, path: Path, options) -> None:
-        from engine.backends.paged.heap import freeze_loaded_objects
         from engine.backends.paged.startup import start_engine
+        from engine.collector import freeze_loaded_objects
 
         self.loaded = start_engine(path, options)
         self.engine = self.loaded.engine

@@ -23,6 +23,7 @@ from engine.backend_choice import choose_backend
 from engine.backends import Backend, LoadOptions, create_backend
 from engine.catalog.metadata import verify_gguf
 from engine.catalog.registry import LocalModel, ModelRegistry, resolve_model
+from engine.collector import refreeze
 from engine.errors import AmbiguousModel, HearthError, InvalidRequest, ModelNotFound
 from engine.fit.plan import LoadPlan
 from engine.load_settings import LoadSettingsStore, ModelLoadSettings
@@ -46,9 +47,11 @@ def _stats_dict(backend: Backend) -> dict[str, Any]:
 
 
 def return_freed_memory() -> None:
-    """Hand the memory an unloaded model freed back to the OS. glibc keeps freed heap pages in each
+    """Hand the memory an unloaded model freed back to the OS. Its objects are collected first (the worker keeps
+    what it holds frozen out of the collector's walks: engine/collector.py). glibc keeps freed heap pages in each
     thread's arena, and a model's threads (its loader, its decode loop) leave them scattered over
     several arenas: without a trim, every load and unload left the worker a little larger."""
+    refreeze()
     global _malloc_trim
     if _malloc_trim is None:
         try:
@@ -274,6 +277,7 @@ class ModelManager:
             self._loading.add(key)
         if stale is not None:
             stale.backend.close()
+            lm = stale = None  # nothing here holds the old model: it is collected below
             return_freed_memory()
         options = options or self.options_for(key)
         try:
@@ -295,6 +299,7 @@ class ModelManager:
                      choice.reason, lm.size_estimate / 2**20, self.memory_budget / 2**20)  # fmt: skip
             with self._lock:
                 self._loaded[key] = lm
+            refreeze()  # its tokenizer and the modules its loading imported: out of the collector's walks
             return lm
         finally:
             with self._lock:
@@ -349,26 +354,21 @@ class ModelManager:
         with self._lock:
             used = sum(lm.size_estimate for lm in self._loaded.values())
             idle = sorted((lm for lm in self._loaded.values() if lm.in_use == 0), key=lambda lm: lm.last_used)
-            victims = []
+            victims = []  # the only list that holds them once out of the pool (see _close)
             while used + needed > self.memory_budget and idle:
-                lm = idle.pop(0)
-                victims.append(lm)
-                used -= lm.size_estimate
-                del self._loaded[lm.model.name]
-        for lm in victims:
-            log.info("unloading %s to make room", lm.model.name)
-            lm.backend.close()
+                victims.append(idle.pop(0))
+                used -= victims[-1].size_estimate
+                del self._loaded[victims[-1].model.name]
         if victims:
-            return_freed_memory()
+            self._close(victims, "to make room")
 
     def unload(self, name: str) -> bool:
         """Unload ``name`` now; a request still using it keeps its stream until the close."""
         with self._lock:
-            lm = self._loaded.pop(name, None)
-        if lm is None:
-            return False
-        lm.backend.close()
-        return_freed_memory()
+            if name not in self._loaded:
+                return False
+            models = [self._loaded.pop(name)]
+        self._close(models, "as asked")
         return True
 
     @contextmanager
@@ -413,14 +413,23 @@ class ModelManager:
                 for lm in self._loaded.values()
                 if lm.in_use == 0 and (ttl := self.ttl(lm)) is not None and now - lm.last_used >= ttl
             ]
-            for lm in stale:
-                del self._loaded[lm.model.name]
-        for lm in stale:
-            log.info("unloading %s after %.0f s idle", lm.model.name, self.ttl(lm) or 0)
-            lm.backend.close()
+            names = [lm.model.name for lm in stale]
+            for name in names:
+                del self._loaded[name]
         if stale:
-            return_freed_memory()
-        return [lm.model.name for lm in stale]
+            self._close(stale, "after being idle")
+        return names
+
+    @staticmethod
+    def _close(models: list[LoadedModel], why: str) -> None:
+        """Close the backends of ``models``, which are out of the pool, then collect and trim what they held. The
+        list is emptied: the callers hold them nowhere else, so nothing keeps them from the collection."""
+        while models:
+            lm = models.pop()
+            log.info("unloading %s %s", lm.model.name, why)
+            lm.backend.close()
+        lm = None
+        return_freed_memory()
 
     def _reap_idle(self) -> None:
         while not self._closed.wait(1.0):

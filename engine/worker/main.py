@@ -102,6 +102,7 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
 
     limit_malloc_arenas()  # before the worker starts its threads
     from engine.catalog.registry import ModelRegistry
+    from engine.collector import keep_objects_frozen
     from engine.errors import HearthError
     from engine.pool import ModelManager
 
@@ -145,6 +146,9 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
             + ("" if settings.has_key else " with no API key"),
             file=sys.stderr,
         )
+    # what is built now serves every request: out of the collector's walks, which stalled every stream for
+    # 115-140 ms each (the pool freezes again after each load and unload)
+    keep_objects_frozen()
     start_preload(manager, config.models, mmproj=config.mmproj)
 
     server = _Server(

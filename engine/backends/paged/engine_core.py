@@ -88,8 +88,8 @@ def serve_engine(conn: Connection) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s engine: %(message)s")
     from pathlib import Path
 
-    from engine.backends.paged.heap import freeze_loaded_objects
     from engine.backends.paged.startup import start_engine
+    from engine.collector import freeze_loaded_objects
 
     path, options = conn.recv()
     try:

@@ -1,7 +1,5 @@
-"""The engine process's memory between steps: its step buffers stay in the heap, and what loading built is out of
-the garbage collector's walks.
+"""The CPU engine's step buffers stay in the process's heap from one step to the next.
 
-**Step buffers (CPU).** 
 Each step on the CPU allocates tens of megabytes that it frees at its end: the logits of every running
 sequence (256 rows of a 49,152-word vocabulary are 50 MB), activations, sampling's scratch. glibc serves an
 allocation that large from a fresh ``mmap`` and returns it at ``free``, so every step faults its buffers in
@@ -9,17 +7,11 @@ again page by page, and the kernel zeroes each page. On 2 cores that was a third
 
 Raising glibc's mmap and trim thresholds keeps those buffers in the heap, where the next step reuses them.
 Called once the model is loaded, so the loader's temporary copies of the weights are already given back.
-
-**Loaded objects.** Python's cyclic collector, in a full collection, walks every object it tracks. Once loaded the
-engine holds about 400,000 (its KV block pool's blocks among them): one walk took 162 ms on the CPU here, a stall
-of every stream mid-step that came whenever enough objects had outlived two collections. Frozen after loading
-(``gc.freeze``), they are skipped: a collection walks what the steps allocated since.
 """
 
 from __future__ import annotations
 
 import ctypes
-import gc
 import ctypes.util
 import logging
 import platform
@@ -52,14 +44,3 @@ def keep_step_buffers(limit: int = KEEP_BYTES) -> bool:
         log.debug("the heap keeps freed step buffers up to %d MiB", limit >> 20)
     return done
 
-
-def freeze_loaded_objects() -> int:
-    """Collect once, then keep every object alive now out of later collections' walks: for a process that
-    serves the engine it has just loaded. Returns how many objects were frozen.
-
-    Frozen objects are still freed when their last reference goes; only a cycle among them would stay."""
-    gc.collect()
-    gc.freeze()
-    frozen = gc.get_freeze_count()
-    log.debug("%d objects frozen out of the garbage collector's walks", frozen)
-    return frozen
