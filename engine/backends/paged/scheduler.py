@@ -120,36 +120,45 @@ class Scheduler:
         scheduled: list[ScheduledSeq] = []
         chosen: set[int] = set()
         preempted: list[Sequence] = []
-        decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
-        prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        decodes: list[Sequence] = []
+        prefills: list[Sequence] = []
+        for s in self.running:
+            uncomputed = s.num_uncomputed_tokens
+            if uncomputed == 1:
+                decodes.append(s)
+            elif uncomputed > 1:
+                prefills.append(s)
         if len(prefills) > 1:
             prefills.sort(key=self._prompt_order)
         # decodes still to schedule, and the blocks they need: a draft leaves them their rows and blocks
         later_decodes = len(decodes)
-        later_blocks = sum(self.block_manager.new_blocks(s, 1) for s in decodes) if drafts else 0
+        bm = self.block_manager
+        later_blocks = sum(bm.new_blocks(s, 1) for s in decodes) if drafts else 0
         for seq in decodes + prefills:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this step
-            n = min(seq.num_uncomputed_tokens, budget)
+            uncomputed = seq.num_uncomputed_tokens
+            n = min(uncomputed, budget)
             draft: tuple[int, ...] = ()
-            if seq.num_uncomputed_tokens == 1:
+            if uncomputed == 1:
                 later_decodes -= 1
                 if drafts:
-                    later_blocks -= self.block_manager.new_blocks(seq, 1)
+                    later_blocks -= bm.new_blocks(seq, 1)
                 if drafts and seq.seq_id in drafts:
                     draft = self._fitting_draft(seq, drafts[seq.seq_id], budget - 1 - later_decodes, later_blocks)
                     n += len(draft)
-            while not self.block_manager.can_append(seq, n):
-                victim = self._victim(chosen)
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is seq:
-                    break
-            if seq.status is not SequenceStatus.RUNNING:
-                continue
-            self.block_manager.append_slots(seq, n)
+            if bm.new_blocks(seq, n):  # most decodes fit the last block they hold: nothing to find or grow
+                while not bm.can_append(seq, n):
+                    victim = self._victim(chosen)
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is seq:
+                        break
+                if seq.status is not SequenceStatus.RUNNING:
+                    continue
+                bm.append_slots(seq, n)
             scheduled.append(ScheduledSeq(seq, n - len(draft), draft))
             chosen.add(seq.seq_id)
             budget -= n
@@ -162,19 +171,27 @@ class Scheduler:
         the drafted tokens it kept followed by the token sampled after them. A drafted token that was not
         kept loses its KV slot, and the blocks that held only such tokens go back to the pool before any
         block is registered in the prefix cache."""
+        bm = self.block_manager
         for item in output.scheduled:
             seq = item.seq
             got = sampled.get(seq.seq_id)
-            tokens = () if got is None else (got,) if isinstance(got, int) else tuple(got)
-            kept = max(0, len(tokens) - 1)
-            if kept > len(item.draft) or tuple(tokens[:kept]) != item.draft[:kept]:
-                raise RuntimeError(f"sequence {seq.seq_id} kept tokens it did not draft")
-            for token in tokens:
-                seq.append_token(token)
-            seq.num_computed_tokens += item.num_tokens + kept
-            if kept < len(item.draft):
-                self.block_manager.trim(seq)
-            self.block_manager.commit(seq)
+            if got is None or isinstance(got, int):  # a prefill chunk, or one token sampled: the common step
+                if got is not None:
+                    seq.append_token(got)
+                seq.num_computed_tokens += item.num_tokens
+                if item.draft:
+                    bm.trim(seq)
+            else:
+                tokens = tuple(got)
+                kept = max(0, len(tokens) - 1)
+                if kept > len(item.draft) or tokens[:kept] != item.draft[:kept]:
+                    raise RuntimeError(f"sequence {seq.seq_id} kept tokens it did not draft")
+                for token in tokens:
+                    seq.append_token(token)
+                seq.num_computed_tokens += item.num_tokens + kept
+                if kept < len(item.draft):
+                    bm.trim(seq)
+            bm.commit(seq)
 
     # -- internals ----------------------------------------------------------------------------
     def _prompt_order(self, seq: Sequence) -> tuple[int, int]:
