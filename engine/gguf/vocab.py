@@ -119,8 +119,11 @@ class Vocabulary:
             specials=self.special_texts,
         )
         self._pieces: dict[int, bytes] = {}
-        # `encode_special_tokens` is a switch on the shared tokenizer: flip it under a lock.
-        self._lock = threading.Lock()
+        # `encode_special_tokens` is a switch on a tokenizer: text that must not become control tokens (a message's
+        # content) is read by a copy with it on, made at first use, so that no call flips a switch another
+        # thread's call reads, and tokenizing needs no lock
+        self._literal: Tokenizer | None = None
+        self._literal_lock = threading.Lock()
 
     @property
     def vocab_size(self) -> int:
@@ -133,13 +136,20 @@ class Vocabulary:
         return self.tokenizer.id_to_token(token) or ""
 
     def encode(self, text: str, *, parse_special: bool = True) -> list[int]:
-        """Token ids for ``text`` (no BOS); control-token texts become their ids when ``parse_special``."""
-        with self._lock:
-            self.tokenizer.encode_special_tokens = not parse_special
-            try:
-                return self.tokenizer.encode(text, add_special_tokens=False).ids
-            finally:
-                self.tokenizer.encode_special_tokens = False
+        """Token ids for ``text`` (no BOS); control-token texts become their ids when ``parse_special``.
+
+        Other threads run meanwhile, other tokenizations among them: the tokenizer's batch call lets go of the GIL
+        (its single call holds it, and a long prompt stalled every stream of the worker for as long as it took)."""
+        tokenizer = self.tokenizer if parse_special else self._literal or self._make_literal()
+        return tokenizer.encode_batch([text], add_special_tokens=False)[0].ids
+
+    def _make_literal(self) -> Tokenizer:
+        with self._literal_lock:
+            if self._literal is None:
+                literal = Tokenizer.from_str(self.tokenizer.to_str())
+                literal.encode_special_tokens = True
+                self._literal = literal
+            return self._literal
 
     def encode_prompt(self, text: str, literal: Sequence[tuple[int, int]] = ()) -> list[int]:
         """Tokens for a rendered prompt: special tokens parsed except in the ``literal`` spans (content's text), BOS

@@ -127,3 +127,52 @@ def test_one_tensor_name_map_serves_torch_and_mlx_names():
     assert hf_name("blk.3.attn_q.scales") == "model.layers.3.self_attn.q_proj.scales"  # MLX's quantized parts
     assert hf_name("blk.3.attn_q.biases") == "model.layers.3.self_attn.q_proj.biases"
     assert hf_name("blk.1.unknown.weight") is None
+
+
+def test_tokenizing_a_long_prompt_lets_the_other_threads_run(starter_path):
+    """A long prompt is tokenized without the GIL: the worker's event loop and its other requests go on meanwhile.
+
+    With a switch interval longer than the test, a thread gives the GIL up only where it lets go of it itself: the
+    main thread can see the tokenizing thread inside its call only if the call let go."""
+    import sys
+    import threading
+    import time
+
+    vocab = vocabulary_from_gguf(starter_path, read_metadata(starter_path))
+    text = " ".join(TEXTS) * 2_000  # ~100,000 tokens
+    state = {"inside": False, "tokens": None}
+
+    def tokenize() -> None:
+        state["inside"] = True
+        state["tokens"] = vocab.encode(text)
+        state["inside"] = False
+
+    seen_inside = 0
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        worker = threading.Thread(target=tokenize)
+        worker.start()
+        while worker.is_alive():
+            seen_inside += state["inside"]
+            time.sleep(0)  # lets go of the GIL, so the thread can start and, once out of its call, finish
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert state["tokens"] is not None and len(state["tokens"]) > 50_000
+    assert seen_inside > 0
+
+
+def test_content_and_control_texts_tokenize_at_once_from_many_threads_as_llama_cpp(starter_path):
+    """A message's content keeps control-token texts as text (llama.cpp's special=False) while the template around
+    it turns them into control tokens, from many threads at once, as a busy worker tokenizes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    vocab = vocabulary_from_gguf(starter_path, read_metadata(starter_path))
+    model = llama_cpp.Llama(str(starter_path), vocab_only=True, verbose=False)
+    text = "<|im_start|>user\nHi<|im_end|> and <|endoftext|> " * 50
+    want = {special: model.tokenize(text.encode(), add_bos=False, special=special) for special in (True, False)}
+    assert want[True] != want[False]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: (i % 2 == 0, vocab.encode(text, parse_special=i % 2 == 0)), range(400)))
+    assert all(tokens == want[special] for special, tokens in got)
