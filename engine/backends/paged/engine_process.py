@@ -110,7 +110,9 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
         return msg[1], proc, conn
 
     def _send(self, msg: tuple) -> None:
-        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        self._send_data(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _send_data(self, data: bytes) -> None:
         with self._send_lock:
             try:
                 self._conn.send_bytes(data)
@@ -125,14 +127,16 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
             Overloaded: too many requests are already waiting, the model is being unloaded, or its engine is
                 starting again.
         """
+        # pickled before the lock: a long prompt's bytes are made while other requests come and go
+        data = pickle.dumps(("add", pending.request_id, prompt, pending.stream.request, rendered, drafter),
+                            protocol=pickle.HIGHEST_PROTOCOL)  # fmt: skip
         with self._cond:
             if self._restarting:
                 raise Overloaded("The model's engine is starting again after a failure; retry in a moment.", retry_after=5.0)
             self._accept(pending)
             self.stats_requests += 1
             self.stats_prompt_tokens += len(prompt)
-            # under the lock: a cancel of this request is sent after it
-            self._send(("add", pending.request_id, prompt, pending.stream.request, rendered, drafter))
+            self._send_data(data)  # under the lock: a cancel of this request is sent after it
 
     def cancel(self, request_id: str) -> None:
         with self._cond:
