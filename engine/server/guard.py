@@ -1,14 +1,21 @@
-"""The pure-ASGI gate in front of every route: Host, Origin, key, and the body size limit.
+"""The pure-ASGI gate in front of every route: Host, Origin, key, and the body's size and shape.
 
 It runs before FastAPI reads a byte of the body, so a refused request costs nothing, and every refusal
 is shaped as the dialect that owns the path shapes its errors (Anthropic's and Ollama's clients read
 their own). :mod:`engine.server.access` says what is allowed; this module only applies it.
+
+A JSON body may hold at most :data:`MAX_JSON_VALUES` values. FastAPI parses and validates a body on the event
+loop, and pydantic's validation holds the GIL: a body within the size limit made of millions of tiny values (an
+array of ones, 250,000 one-word messages) stopped every stream of the worker for 1-1.4 s. A body that could hold
+more is counted first, off the event loop, and refused when it does.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+import anyio
 
 from engine.server.access import (
     ADMIN_SCOPE_KEY,
@@ -27,6 +34,10 @@ from engine.settings import ServerSettings
 __all__ = ["RequestGuard"]
 
 _SHOWN = 100  # characters of a refused Host or Origin repeated in the message
+
+#: Most values (objects, arrays, strings, numbers...) a JSON body may hold: far over what a request needs
+#: (2,048 embedding inputs, a conversation of thousands of messages with their parts, a tool list with schemas).
+MAX_JSON_VALUES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,46 @@ def too_large(limit: int) -> Refusal:
         "invalid_request_error",
         "request_too_large",
     )
+
+
+def too_crowded(most: int = MAX_JSON_VALUES) -> Refusal:
+    return Refusal(
+        413,
+        f"The request body holds more than {most:,} JSON values; send fewer items, or split them over several requests.",
+        "invalid_request_error",
+        "request_too_large",
+    )
+
+
+def json_values_over(body: bytes, most: int = MAX_JSON_VALUES) -> bool:
+    """Whether the JSON document ``body`` holds more than ``most`` values, itself and every value inside (object
+    keys are not counted). False for a body that is not JSON: the app says what is wrong with it."""
+    # Each container of k values holds k - 1 commas: 1 + commas + containers bounds the count (commas and
+    # brackets inside strings only raise the bound), and most bodies are answered by it without parsing.
+    if 1 + body.count(b",") + body.count(b"[") + body.count(b"{") <= most:
+        return False
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    count, stack = 0, [doc]
+    while stack:
+        value = stack.pop()
+        count += 1
+        if isinstance(value, dict | list):
+            if count + len(value) > most:
+                return True
+            stack.extend(value.values() if isinstance(value, dict) else value)
+    return count > most
+
+
+def _json_start(chunks: list[bytes]) -> bool | None:
+    """Whether a body starting with ``chunks`` is JSON text (an object or an array); None while only blanks came."""
+    for chunk in chunks:
+        head = chunk.lstrip()
+        if head:
+            return head[:1] in (b"{", b"[")
+    return None
 
 
 class _TooLarge(Exception):
@@ -167,23 +218,54 @@ class RequestGuard:
         if refusal is not None:
             return await self._reject(send, refusal, scope["path"])
         seen = 0
-        over = False
+        over: Refusal | None = None
         started = False
+        read = False  # the body has been handed to the app
         limit = self.max_body
 
-        async def limited_receive():
+        async def next_chunk() -> dict:
             nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    over = True
+                    over = too_large(limit)
                     raise _TooLarge()
             return message
 
+        async def limited_receive():
+            nonlocal over, read
+            if read:
+                return await next_chunk()
+            # the body: a JSON one whole, counted when it could hold too many values; anything else as it comes
+            chunks: list[bytes] = []
+            while True:
+                message = await next_chunk()
+                if message["type"] != "http.request":
+                    return message  # the client left
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+                is_json = _json_start(chunks)
+                if not more or is_json is False:
+                    break
+            read = True
+            if is_json is False:
+                return {**message, "body": b"".join(chunks)}
+            while more:
+                message = await next_chunk()
+                if message["type"] != "http.request":
+                    return message
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+            body = b"".join(chunks)
+            if len(body) > 2 * MAX_JSON_VALUES and await anyio.to_thread.run_sync(json_values_over, body):
+                over = too_crowded()
+                raise _TooLarge()
+            return {"type": "http.request", "body": body, "more_body": False}
+
         async def guarded_send(message):
             nonlocal started
-            if over:  # what the app made of the cut-off body (FastAPI answers 400) gives way to the 413
+            if over is not None:  # what the app made of the refused body (FastAPI answers 400) gives way to the 413
                 return
             if message["type"] == "http.response.start":
                 started = True
@@ -192,7 +274,7 @@ class RequestGuard:
         try:
             await self.app(scope, limited_receive, guarded_send)
         except Exception:
-            if not over:
+            if over is None:
                 raise
-        if over and not started:
-            await self._reject(send, too_large(limit), scope["path"])
+        if over is not None and not started:
+            await self._reject(send, over, scope["path"])

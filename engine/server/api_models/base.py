@@ -31,12 +31,24 @@ class NullAsDefaultBody(Body):
 
     @model_validator(mode="after")
     def _null_means_default(self):
-        for name, info in type(self).model_fields.items():
-            if getattr(self, name) is None and not info.is_required():
-                default = info.get_default(call_default_factory=True)
-                if default is not None:
-                    setattr(self, name, default)
+        for name, info in _defaulted_fields(type(self)):  # most bodies' messages have none: a body may hold many
+            if getattr(self, name) is None:
+                setattr(self, name, info.get_default(call_default_factory=True))
         return self
+
+
+_DEFAULTED: dict[type, tuple] = {}
+
+
+def _defaulted_fields(cls: type[BaseModel]) -> tuple:
+    """The optional fields of ``cls`` whose default is not None (or made by a factory), with their infos."""
+    found = _DEFAULTED.get(cls)
+    if found is None:
+        found = _DEFAULTED[cls] = tuple(
+            (name, info) for name, info in cls.model_fields.items()
+            if not info.is_required() and (info.default_factory is not None or info.default is not None)
+        )  # fmt: skip
+    return found
 
 
 # Ollama's keep_alive (every dialect takes it): seconds (negative: never), a duration, or "never". The pattern

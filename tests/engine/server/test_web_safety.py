@@ -292,3 +292,45 @@ def test_a_chunked_body_over_the_limit_is_413(manager):
             client.post("/api/show", content=small, headers={"Content-Type": "application/json"}).status_code
             == 200
         )
+
+
+def test_a_body_of_too_many_json_values_is_413_in_every_dialect_and_a_long_text_is_not(manager):
+    """A body within the size limit made of millions of tiny values is refused before FastAPI validates it (which
+    holds the GIL and stopped every stream for a second); a long text full of commas is one value, and is served."""
+    from engine.server.guard import MAX_JSON_VALUES
+
+    ones = ",".join(["1"] * (MAX_JSON_VALUES + 1)).encode()
+    bodies = {
+        "/v1/completions": b'{"model": "' + MODEL.encode() + b'", "prompt": [' + ones + b"]}",
+        "/v1/chat/completions": b'{"model": "' + MODEL.encode() + b'", "messages": [], "pad": [' + ones + b"]}",
+        "/api/chat": b'{"model": "' + MODEL.encode() + b'", "messages": [' + ones + b"]}",
+        "/v1/messages": b'{"model": "' + MODEL.encode() + b'", "max_tokens": 1, "messages": [' + ones + b"]}",
+    }
+    sentence = f"The request body holds more than {MAX_JSON_VALUES:,} JSON values; send fewer items, or split them over several requests."
+    with TestClient(make_app(manager), base_url=ROOT) as client:
+        for path, body in bodies.items():
+            r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 413, (path, r.text)
+            message = r.json()["error"] if path == "/api/chat" else r.json()["error"]["message"]
+            assert message == sentence, path
+
+        def blank_first():  # blanks before the document, in chunks of their own, change nothing
+            yield b"   \n"
+            yield b"\t "
+            yield bodies["/v1/completions"]
+
+        r = client.post("/v1/completions", content=blank_first(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["message"] == sentence
+        long_text = json.dumps({"model": MODEL, "pad": ",[{" * (MAX_JSON_VALUES + 1)}).encode()
+        assert client.post("/api/show", content=long_text, headers={"Content-Type": "application/json"}).status_code == 200
+
+
+def test_json_values_are_counted_exactly_only_where_the_text_could_hold_too_many():
+    from engine.server.guard import json_values_over
+
+    doc = {"a": [1, 2, {"b": [3, "x,y,[z]"]}], "c": None}  # values: root, list, 1, 2, dict, list, 3, "x..", None
+    body = json.dumps(doc).encode()
+    assert not json_values_over(body, 9) and json_values_over(body, 8)
+    assert not json_values_over(b"[" + b",".join([b"1"] * 50) + b"]", 51) and json_values_over(b"[" + b",".join([b"1"] * 50) + b"]", 50)
+    assert not json_values_over(b"[1,2,3,", 1)  # not JSON: the app answers it
+    assert not json_values_over(json.dumps("," * 1000).encode(), 1)  # one string, however many commas it holds
