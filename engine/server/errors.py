@@ -69,6 +69,10 @@ class ErrorInfo:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
+# FastAPI's detail when reading a body failed other than as invalid JSON (json's RecursionError, among others)
+_FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
 def error_info(exc: BaseException) -> ErrorInfo:
     """How the API reports ``exc``, raised while serving a request: a :class:`HearthError` by its own
     attributes, a bad body or an HTTP refusal by its status, anything else as an unexpected server error."""
@@ -81,6 +85,9 @@ def error_info(exc: BaseException) -> ErrorInfo:
         message, param = _describe_validation(exc)
         return ErrorInfo(400, message, code="invalid_value", param=param)
     if isinstance(exc, StarletteHTTPException):
+        if exc.status_code == 400 and exc.detail == _FASTAPI_BODY_ERROR:  # json could not read it (nested too deep)
+            return ErrorInfo(400, "The request body could not be read as JSON (it may nest too deeply); send a flatter "
+                                  "JSON object.", code="invalid_value")  # fmt: skip
         type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
         headers = getattr(exc, "headers", None)
         return ErrorInfo(exc.status_code, str(exc.detail), type_, _HTTP_CODES.get(exc.status_code), headers=headers)

@@ -334,3 +334,13 @@ def test_json_values_are_counted_exactly_only_where_the_text_could_hold_too_many
     assert not json_values_over(b"[" + b",".join([b"1"] * 50) + b"]", 51) and json_values_over(b"[" + b",".join([b"1"] * 50) + b"]", 50)
     assert not json_values_over(b"[1,2,3,", 1)  # not JSON: the app answers it
     assert not json_values_over(json.dumps("," * 1000).encode(), 1)  # one string, however many commas it holds
+
+
+def test_a_body_nested_deeper_than_json_reads_is_a_400_saying_what_to_do(manager):
+    deep = b'{"model": "' + MODEL.encode() + b'", "messages": [], "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    sentence = "The request body could not be read as JSON (it may nest too deeply); send a flatter JSON object."
+    with TestClient(make_app(manager), base_url=ROOT) as client:
+        for path in ("/v1/chat/completions", "/api/chat"):
+            r = client.post(path, content=deep, headers={"Content-Type": "application/json"})
+            assert r.status_code == 400, (path, r.text)
+            assert (r.json()["error"] if path == "/api/chat" else r.json()["error"]["message"]) == sentence
