@@ -43,4 +43,3 @@ def keep_step_buffers(limit: int = KEEP_BYTES) -> bool:
     if done:
         log.debug("the heap keeps freed step buffers up to %d MiB", limit >> 20)
     return done
-

@@ -57,4 +57,3 @@ def test_elsewhere_the_setting_is_left_alone(monkeypatch):
 
     monkeypatch.setattr(heap.platform, "libc_ver", lambda: ("musl", ""))
     assert heap.keep_step_buffers() is False
-
