@@ -119,6 +119,7 @@ class _LocalApi:
         from engine.pool import ModelManager
         from engine.server import create_app
         from engine.settings import ServerSettings
+        from engine.worker.connections import server_config
         from engine.worker.net import base_url, bind_socket
 
         self.key = secrets.token_urlsafe(24)
@@ -126,8 +127,7 @@ class _LocalApi:
         app = create_app(ServerSettings(host="127.0.0.1", port=0, api_keys=(self.key,)), self.manager)
         self.sock = bind_socket("127.0.0.1", 0)
         self.base_url = base_url("127.0.0.1", self.sock.getsockname()[1])
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        self.server = uvicorn.Server(config)  # off the main thread uvicorn leaves signals (Ctrl-C) to the chat
+        self.server = uvicorn.Server(server_config(app))  # off the main thread uvicorn leaves signals (Ctrl-C) to the chat
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
 

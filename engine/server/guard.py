@@ -38,6 +38,9 @@ _SHOWN = 100  # characters of a refused Host or Origin repeated in the message
 #: Most values (objects, arrays, strings, numbers...) a JSON body may hold: far over what a request needs
 #: (2,048 embedding inputs, a conversation of thousands of messages with their parts, a tool list with schemas).
 MAX_JSON_VALUES = 100_000
+#: Seconds a request body may go without a byte before it is refused (408): a client that announces a body and
+#: stops sending holds its connection and its task for as long as it likes otherwise.
+BODY_IDLE_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,16 @@ def too_large(limit: int) -> Refusal:
     )
 
 
+def body_too_slow(seconds: float) -> Refusal:
+    return Refusal(
+        408,
+        f"The request body stopped arriving for {seconds:g} seconds; send the whole body at once.",
+        "invalid_request_error",
+        "request_timeout",
+        headers=((b"connection", b"close"),),
+    )
+
+
 def too_crowded(most: int = MAX_JSON_VALUES) -> Refusal:
     return Refusal(
         413,
@@ -141,16 +154,18 @@ def _json_start(chunks: list[bytes]) -> bool | None:
     return None
 
 
-class _TooLarge(Exception):
-    """Raised from the app's ``receive`` when the body passes the limit, to stop it reading."""
+class _Refused(Exception):
+    """Raised from the app's ``receive`` when the body passes a limit, to stop it reading."""
 
 
 class RequestGuard:
     """Pure-ASGI middleware: refuses a foreign Host or Origin (403), a missing or wrong key (401), an
-    inference key on an admin route (403) and a body over the limit (413, also when it comes chunked)."""
+    inference key on an admin route (403), a body over the limit (413, also when it comes chunked) and a body
+    that stops arriving (408)."""
 
-    def __init__(self, app, settings: ServerSettings) -> None:
+    def __init__(self, app, settings: ServerSettings, *, body_seconds: float = BODY_IDLE_SECONDS) -> None:
         self.app = app
+        self.body_seconds = body_seconds
         self.hosts = HostAllowlist(settings)
         self.origins = OriginAllowlist(settings.cors_origins)
         self.keys = KeyRing(settings)
@@ -223,14 +238,24 @@ class RequestGuard:
         read = False  # the body has been handed to the app
         limit = self.max_body
 
+        body_done = False  # the last of the body arrived; receive() waits for the client to leave after it
+
         async def next_chunk() -> dict:
-            nonlocal seen, over
-            message = await receive()
+            nonlocal seen, over, body_done
+            if body_done:
+                return await receive()
+            try:
+                with anyio.fail_after(self.body_seconds):
+                    message = await receive()
+            except TimeoutError:
+                over = body_too_slow(self.body_seconds)
+                raise _Refused() from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     over = too_large(limit)
-                    raise _TooLarge()
+                    raise _Refused()
             return message
 
         async def limited_receive():
@@ -260,7 +285,7 @@ class RequestGuard:
             body = b"".join(chunks)
             if len(body) > 2 * MAX_JSON_VALUES and await anyio.to_thread.run_sync(json_values_over, body):
                 over = too_crowded()
-                raise _TooLarge()
+                raise _Refused()
             return {"type": "http.request", "body": body, "more_body": False}
 
         async def guarded_send(message):

@@ -98,9 +98,10 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
             passed in, so that the worker and the server never import each other.
         announce: Where the listening address is written.
     """
-    import uvicorn
+    from engine.worker.connections import raise_open_file_limit, server_config
 
     limit_malloc_arenas()  # before the worker starts its threads
+    raise_open_file_limit()  # connections, model files and databases: the usual soft limit is 1,024
     from engine.catalog.registry import ModelRegistry
     from engine.collector import keep_objects_frozen
     from engine.errors import HearthError
@@ -151,10 +152,7 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
     keep_objects_frozen()
     start_preload(manager, config.models, mmproj=config.mmproj)
 
-    server = _Server(
-        uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, lifespan="off", access_log=False),
-        manager=manager,
-    )
+    server = _Server(server_config(app, timeout_graceful_shutdown=10), manager=manager)
     _exit_with_parent(server)
     announce(f"Hearth API listening on {base_url(settings.host, port)}")
     if len(sockets) > 1:

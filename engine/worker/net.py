@@ -7,6 +7,10 @@ import sys
 
 from engine.settings import WILDCARD_HOSTS
 
+#: Connections the kernel holds for the worker to accept (uvicorn's own default when it binds; the system's
+#: ``somaxconn`` caps it): a burst of clients connecting while the event loop is busy is not turned away.
+LISTEN_BACKLOG = 2048
+
 __all__ = ["WILDCARD_HOSTS", "base_url", "bind_socket", "free_port", "listen_options", "local_url"]
 
 
@@ -36,7 +40,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         for level, option, value in listen_options():
             sock.setsockopt(level, option, value)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(LISTEN_BACKLOG)
     except OSError:
         sock.close()
         raise

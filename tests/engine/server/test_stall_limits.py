@@ -231,3 +231,25 @@ def test_a_max_tokens_past_the_context_is_capped_to_it_and_the_response_says_so(
 def test_a_max_tokens_within_the_context_is_not_reported(small_server):
     r = _post(small_server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 512, "temperature": 0, "stop": ["!", "."]})
     assert r.status_code == 200 and "X-Hearth-Max-Tokens-Cap" not in r.headers
+
+
+def test_an_endless_header_is_a_431_and_the_worker_answers_the_next_client(server):
+    """One connection sending a header that never ends grew the worker by its size and slowed every other client."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nx-endless: ")
+        try:
+            for _ in range(64 * 1024):  # up to 64 MiB, cut off long before
+                s.sendall(b"a" * 1024)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert b"The request's headers are larger than 64 KiB; send fewer or shorter headers." in answer
+    assert httpx.get(f"{server.root}/health", timeout=30).status_code == 200
