@@ -1,0 +1,56 @@
+"""The registry keeps its answers to lookups by name until the database changes, whoever changes it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from sqlalchemy import event
+
+from engine.catalog.registry import ModelRegistry
+from engine.starter import STARTER_NAME, starter_model_path
+
+
+def _selects(registry: ModelRegistry) -> list[str]:
+    seen: list[str] = []
+    event.listen(registry.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+    return seen
+
+
+def test_a_name_looked_up_again_is_answered_without_a_query(tmp_path):
+    registry = ModelRegistry(tmp_path)
+    try:
+        seen = _selects(registry)
+        first = registry.get(STARTER_NAME)
+        assert first is not None and len(seen) == 1
+        assert registry.get(STARTER_NAME) is first and registry.get(STARTER_NAME) is first
+        assert registry.get("no-such-model") is None and registry.get("no-such-model") is None
+        assert len(seen) == 2  # one for each name
+    finally:
+        registry.close()
+
+
+def test_a_change_by_another_registry_or_another_process_is_seen_at_the_next_lookup(tmp_path):
+    worker, other = ModelRegistry(tmp_path), ModelRegistry(tmp_path)
+    try:
+        copy = tmp_path / "copy.gguf"
+        shutil.copyfile(starter_model_path(), copy)
+        assert worker.get("copy") is None
+        other.register(copy, name="copy")  # as `hearth pull` or the app's import would, beside the worker
+        assert worker.get("copy") is not None and worker.get("copy").path == copy
+        moved = tmp_path / "moved.gguf"
+        code = (  # another program writes the database directly
+            "import sqlite3, sys\n"
+            "db = sqlite3.connect(sys.argv[1])\n"
+            "db.execute('UPDATE models SET path = ? WHERE name = ?', (sys.argv[2], 'copy'))\n"
+            "db.commit()\n"
+        )
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / "registry.db"), str(moved)], check=True, timeout=60)
+        assert worker.get("copy").path == moved
+        other.remove("copy")
+        assert worker.get("copy") is None
+    finally:
+        worker.close()
+        other.close()
+
