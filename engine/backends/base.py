@@ -128,6 +128,12 @@ class Backend(Protocol):
         """The model's token ids for ``text``."""
         ...
 
+    def document_start(self) -> list[int]:
+        """What a raw prompt with no tokens (empty, or only characters the vocabulary drops) is computed from, as
+        OpenAI starts an empty prompt from its end-of-text token: the model's beginning-of-sequence token, else
+        its end-of-sequence token; [] where it has neither."""
+        ...
+
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt text for ``messages`` in the model's chat template."""
         ...

@@ -133,6 +133,8 @@ class RequestStream:
         """
         rendered = backend.render_request(request)
         prompt = backend.prompt_tokens(request, rendered)
+        if not prompt and rendered is None:  # a raw prompt with no tokens starts a document, as OpenAI's does
+            prompt = backend.document_start()
         if not prompt:
             raise InvalidRequest("The prompt is empty; send some text.", param="prompt")
         if len(prompt) >= n_ctx:

@@ -159,6 +159,11 @@ class Vocabulary:
             tokens.insert(0, self.bos_id)
         return tokens
 
+    def document_start(self) -> list[int]:
+        """The token a prompt with none starts from: BOS, else EOS (none where the vocabulary has neither)."""
+        start = self.bos_id if self.bos_id is not None else self.eos_id
+        return [] if start is None else [start]
+
     def piece(self, token: int) -> bytes:
         """The bytes one token adds to the output; control tokens add none (as in llama.cpp)."""
         cached = self._pieces.get(token)

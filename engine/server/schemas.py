@@ -108,10 +108,13 @@ _TEXT: JsonDict = {"type": "string", "minLength": 1}
 _TEXTS: JsonDict = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1}]}
 
 
+_PROMPTS: JsonDict = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+
+
 class CompletionBody(_Sampling):
-    # Token-id prompts and an empty prompt (null is one) are in OpenAI's spec; they are refused with a
-    # clear message (docs/api.md), and left out of the OpenAPI document.
-    prompt: str | list[str] | list[int] | list[list[int]] | None = Field(json_schema_extra=_TEXTS)
+    # Token-id prompts are in OpenAI's spec; they are refused with a clear message (docs/api.md), and left out of
+    # the OpenAPI document. An empty prompt (null is one) starts from the model's start of a document, as OpenAI's.
+    prompt: str | list[str] | list[int] | list[list[int]] | None = Field(json_schema_extra=_PROMPTS)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: StrictBool | None = False
     suffix: str | None = None

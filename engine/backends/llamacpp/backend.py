@@ -203,6 +203,11 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         model, _ = self._require()
         return model.tokenize(text, add_special=False, parse_special=special)
 
+    def document_start(self) -> list[int]:
+        model, _ = self._require()
+        start = model.bos_id if model.bos_id >= 0 else model.eos_id
+        return [start] if start >= 0 else []
+
     def render_request(self, request: GenerationRequest) -> RenderedChat | None:
         """The chat request rendered with its tools and thinking switch (None for a raw prompt)."""
         model, _ = self._require()

@@ -110,6 +110,10 @@ class MLXBackend(BackendFacade[GenerationLoop]):
         loaded, _ = self._require()
         return loaded.vocab.encode(text, parse_special=special)
 
+    def document_start(self) -> list[int]:
+        loaded, _ = self._require()
+        return loaded.vocab.document_start()
+
     def render_request(self, request: GenerationRequest) -> RenderedChat | None:
         """The chat request rendered with its tools and thinking switch (None for a raw prompt)."""
         loaded, _ = self._require()

@@ -135,6 +135,9 @@ class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         return self._require()[0].tokenizer.encode(text, parse_special=special)
 
+    def document_start(self) -> list[int]:
+        return self._require()[0].tokenizer.document_start()
+
     def render_request(self, request: GenerationRequest) -> RenderedChat | None:
         """The chat request rendered with its tools and thinking switch (None for a raw prompt)."""
         _, facts = self._require()

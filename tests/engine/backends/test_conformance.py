@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from engine.backends.base import Backend, BackendStats
-from engine.errors import ContextLengthExceeded, EmbeddingsUnsupported, InvalidRequest
+from engine.errors import ContextLengthExceeded, EmbeddingsUnsupported
 from engine.types import ChatMessage, GenerationRequest, SamplingParams
 
 QUESTION = (ChatMessage("user", "Name three colours."),)
@@ -148,11 +148,20 @@ def test_prompt_over_the_context_raises_before_generating(backend):
     assert info.value.prompt_tokens > 2048
 
 
-def test_an_empty_prompt_is_refused_before_generating(backend):
-    with pytest.raises(InvalidRequest, match="^The prompt is empty; send some text.$") as info:
-        backend.stream(GenerationRequest(model="s", prompt=""))
-    assert info.value.param == "prompt"
-    assert backend.stats().running == 0 and backend.stats().waiting == 0
+@pytest.mark.parametrize("prompt", ["", "\x1d\x14"], ids=["empty", "no-token-characters"])
+def test_a_prompt_with_no_tokens_starts_from_the_start_of_a_document(backend, prompt):
+    """As OpenAI starts an empty prompt from its end-of-text token; SmolLM2 has no token for these characters."""
+    assert backend.tokenize(prompt) == []
+    assert backend.document_start() == backend.tokenize("<|im_start|>", special=True)  # SmolLM2's BOS
+
+    def answer(text: str) -> tuple[list[int], int]:
+        params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+        chunks = list(backend.stream(GenerationRequest(model="s", prompt=text, params=params)))
+        assert chunks[-1].finish_reason == "length"
+        return [t for c in chunks for t in c.token_ids], chunks[-1].prompt_tokens
+
+    assert answer(prompt) == answer("<|im_start|>")
+    assert answer(prompt)[1] == 1
 
 
 def test_stats_carry_the_fields_every_backend_fills(backend):

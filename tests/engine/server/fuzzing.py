@@ -178,10 +178,9 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     comp["logit_bias"] = _token_bias()
     comp["max_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
     schemas["CreateCompletionRequest"]["required"] = ["model", "prompt", "max_tokens"]
-    # Refused: prompts as token ids (Hearth takes text), and an empty prompt (null is one): a model
-    # needs a token to start from.
+    # Refused: prompts as token ids (Hearth takes text). An empty prompt (null is one) starts a document.
     text = {"type": "string", "minLength": 1}
-    comp["prompt"] = {"oneOf": [text, {"type": "array", "minItems": 1, "items": text}]}
+    comp["prompt"] = {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}}]}
 
     emb = schemas["CreateEmbeddingRequest"]["properties"]
     emb["model"] = pinned

@@ -127,6 +127,19 @@ def test_completions_plain_and_streamed(server, openai_schemas):
     assert "".join(c["choices"][0]["text"] for c in chunks) == raw["choices"][0]["text"]
 
 
+def test_an_empty_or_null_prompt_is_answered_from_the_start_of_a_document_with_the_sdk(server):
+    """OpenAI's default prompt is its end-of-text token; Hearth starts from the model's BOS (SmolLM2's <|im_start|>)."""
+    client = server.client()
+    start = client.completions.create(model=MODEL, prompt="<|im_start|>", max_tokens=6, temperature=0)
+    for prompt in ("", "\x1d", None):
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 6, "temperature": 0}
+        raw = httpx.post(f"{server.base_url}/completions", json=body, headers=server.headers, timeout=60)
+        assert raw.status_code == 200, raw.text
+        assert raw.json()["choices"][0]["text"] == start.choices[0].text
+        assert raw.json()["usage"]["prompt_tokens"] == 1
+    assert client.completions.create(model=MODEL, prompt="", max_tokens=6, temperature=0).choices[0].text == start.choices[0].text
+
+
 def test_n_choices_and_usage(server):
     resp = server.client().chat.completions.create(
         model=MODEL, messages=QUESTION, max_tokens=10, temperature=1.0, seed=3, n=3
