@@ -294,7 +294,7 @@ class SequenceSampler:
             if self._budget is not None:
                 self._budget.check()
             idx = np.argpartition(-logits, n)[:n]
-            idx = idx[np.argsort(-logits[idx], kind="stable")]
+            idx = idx[np.lexsort((idx, -logits[idx]))]  # best first; on a tie the lower id, as the greedy chain
             cells = (llama_cpp.llama_token_data * n)()
             view = np.ctypeslib.as_array(cells)
             view["id"] = idx
@@ -303,7 +303,8 @@ class SequenceSampler:
             cur = llama_cpp.llama_token_data_array(cells, n, -1, False)
             llama_cpp.llama_sampler_apply(grammar, ctypes.byref(cur))  # pyright: ignore[reportArgumentType]
             ok = np.flatnonzero(view["logit"] != -np.inf)
-            if len(ok):
+            # the first allowed is the best, unless it ties the last candidate (a lower id may tie it outside)
+            if len(ok) and logits[idx[ok[0]]] > logits[idx[-1]]:
                 return int(view["id"][ok[0]])
         return self._draw(logits, mask=grammar)
 
