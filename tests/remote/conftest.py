@@ -62,6 +62,16 @@ class LlamaCppServer:
 
         return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=60)
 
+    def repeated_chat(self, **body):
+        """The server's chat completion for ``body``, asked twice: the second answer, the one any request that
+        repeats the prompt gets. llama_cpp.server keeps the last prompt and computes only its last token again
+        when the same prompt comes next; on some CPUs (AVX2) a token computed alone sums differently in the last
+        bits from one computed in a longer block, enough to flip a greedy near-tie. A request relayed to it right
+        after finds the prompt cached the same way."""
+        client = self.client()
+        client.chat.completions.create(**body)
+        return client.chat.completions.create(**body)
+
     def kill(self) -> None:
         """Die at once, as a crashed or unplugged server does (no goodbye to open streams)."""
         if self.proc.poll() is None:

@@ -171,7 +171,7 @@ def test_hearth_models_marks_remote_models_with_their_provider(local, local_home
 
 def test_hearth_chat_talks_to_a_listed_remote_model(local, local_home, llama_server, capsys):
     question = "Name three colours."
-    direct = llama_server.client().chat.completions.create(
+    direct = llama_server.repeated_chat(
         model=ALIAS, messages=[{"role": "user", "content": question}], temperature=0, top_p=0.95, max_tokens=12
     )
     with data_folder(local_home):
@@ -213,6 +213,7 @@ def test_streamed_chat_passes_through_event_by_event(local, llama_server, provid
     remote_id = public.split("/", 1)[1]
     body = {"messages": QUESTION, "max_tokens": 16, "temperature": 0, "seed": 1, "stream": True}
     with httpx.Client(base_url=provider.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        sse(c, "/chat/completions", {**body, "model": remote_id})  # asked twice: see LlamaCppServer.repeated_chat
         direct = sse(c, "/chat/completions", {**body, "model": remote_id})
     with api(local) as c:
         relayed = sse(c, "/chat/completions", {**body, "model": public})
@@ -449,10 +450,10 @@ def test_a_local_name_resolves_first_even_under_a_providers_name(local, local_ho
             c.delete("/api/remotes/acme")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def direct_answer(llama_server) -> str:
-    """The provider's own greedy answer to QUESTION, asked directly."""
-    chat = llama_server.client().chat.completions.create(model=ALIAS, messages=QUESTION, temperature=0, max_tokens=12)
+    """The provider's own greedy answer to QUESTION, asked directly just before the test relays it."""
+    chat = llama_server.repeated_chat(model=ALIAS, messages=QUESTION, temperature=0, max_tokens=12)
     return chat.choices[0].message.content
 
 
@@ -528,14 +529,14 @@ def test_a_chat_with_collections_grounds_a_remote_models_prompt(local, llama_ser
             _wait(c, "remote-bees")
             ctx = c.post("/api/docs/context", json={"collections": ["remote-bees"], "question": QUEEN}).json()
             question = [{"role": "user", "content": QUEEN}]
+            by_hand = [{"role": "system", "content": ctx["system"]}, *question]
+            direct = llama_server.repeated_chat(model=ALIAS, messages=by_hand, temperature=0, max_tokens=12)
             grounded = openai_client(local.base_url, LOCAL_KEY).chat.completions.create(
                 model=LLAMA_MODEL, messages=question, temperature=0, max_tokens=12,
                 extra_body={"hearth": {"collections": ["remote-bees"]}},
             )  # fmt: skip
         finally:
             c.delete("/api/docs/collections/remote-bees")
-    by_hand = [{"role": "system", "content": ctx["system"]}, *question]
-    direct = llama_server.client().chat.completions.create(model=ALIAS, messages=by_hand, temperature=0, max_tokens=12)
     assert grounded.model == LLAMA_MODEL
     assert [s["label"] for s in grounded.model_extra["hearth"]["sources"]] == ["[1] bees.md, Bees"]
     # (the remote path's usage has no prompt count to compare: the same greedy answer to the same prompt)

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 # moves the source's cells through host memory (3 ms for a 250-token chat of the starter model on two
 # cores, where computing a token of prompt takes about 6), and costs more from a GPU.
 MIN_COPY_TOKENS = 8
+# Prompt tokens computed even where the cache holds them: the last, for its logits, and the one before it (see place).
+UNCACHED_TAIL = 2
 
 
 @dataclass(eq=False)
@@ -71,7 +73,11 @@ class SlotTable:
     def place(self, seq: Sequence, free: list[Slot]) -> None:
         """Give ``seq`` a slot (one of ``free``, or an idle slot whose last prompt it continues) with the longest
         prefix of its prompt cached there or copied from another slot, and set it prefilling from there."""
-        limit = seq.cut(len(seq.prompt) - 1)  # the last prompt token is always decoded, for its logits
+        # The last two prompt tokens are always computed, the last for its logits. A prompt computed cold ends in a
+        # block of two tokens or more (unless a block's start leaves the last alone, as it then does here too), and
+        # on some CPUs (AVX2) a token computed alone sums differently in the last bits from one computed beside
+        # others, enough to flip a greedy near-tie: so the same prompt again gets the same answer as the first time.
+        limit = seq.cut(max(0, len(seq.prompt) - UNCACHED_TAIL))
         best, best_key = None, (0, False)
         ahead, ahead_n = None, 0
         for slot in self.slots:
@@ -84,7 +90,7 @@ class SlotTable:
                 if planned > ahead_n:
                     ahead, ahead_n = slot, planned
         best_n = best_key[0]
-        if best is not None and best.seq is None and best_n + 1 >= min(best.n_prompt, len(best.tokens)):
+        if best is not None and best.seq is None and best_n + UNCACHED_TAIL >= min(best.n_prompt, len(best.tokens)):
             dst, n = best, best_n  # it continues that slot's last prompt: take it over in place
             self.rm(dst.seq_id, seq.pos(n), -1)
         else:

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.llamacpp.slots import UNCACHED_TAIL
 from engine.backends.runtime import refuse_media
 from engine.errors import InvalidRequest
 from engine.types import MEDIA_MARKER, ChatMessage, GenerationRequest, MediaInput, SamplingParams
@@ -65,7 +66,7 @@ def test_the_same_picture_again_comes_from_the_cache(vision_backend):
     before = _encoded(vision_backend)
     again_tokens, again = _run(vision_backend, _request(picture, text="Describe it."))
     assert _encoded(vision_backend) == before  # not encoded a second time
-    assert again.cached_tokens == again.prompt_tokens - 1  # all but the last token, which is computed for its logits
+    assert again.cached_tokens == again.prompt_tokens - UNCACHED_TAIL  # all but the last tokens, computed for the logits
     assert again_tokens == first_tokens
 
 
@@ -227,7 +228,7 @@ def test_an_mrope_model_sees_caches_and_batches_pictures(mrope_backend):
     before = _encoded(mrope_backend)
     again_tokens, again = _run(mrope_backend, _request(checkerboard(), text="Look."))
     assert (again_tokens, _encoded(mrope_backend)) == (a_tokens, before)
-    assert again.cached_tokens == a_final.prompt_tokens - 1
+    assert again.cached_tokens == a_final.prompt_tokens - UNCACHED_TAIL
     # a follow-up turn: the text after the picture sits at positions the picture's layout decides
     turns = (*a.messages, ChatMessage("assistant", mrope_backend.model.detokenize(a_tokens)), ChatMessage("user", "Again?"))
     follow = GenerationRequest(model="tiny-vision", messages=turns, params=SamplingParams(temperature=0, max_tokens=6))

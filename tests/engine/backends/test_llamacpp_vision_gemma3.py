@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from engine.backends.base import LoadOptions, ModelSpec
+from engine.backends.llamacpp.slots import UNCACHED_TAIL
 from engine.types import MEDIA_MARKER, ChatMessage, GenerationRequest, MediaInput, SamplingParams
 from tests.engine.server import tiny_vision
 from tests.engine.server.llama_server import llama_server, needs_llama_server
@@ -66,7 +67,7 @@ def test_the_same_picture_again_comes_from_the_cache(gemma3_backend):
     before = _encoded(gemma3_backend)
     again, final = _tokens(gemma3_backend.stream(_request(gradient(), text="Describe it.")))
     assert _encoded(gemma3_backend) == before  # not encoded a second time
-    assert final.cached_tokens == final.prompt_tokens - 1
+    assert final.cached_tokens == final.prompt_tokens - UNCACHED_TAIL
     assert again == first
 
 
