@@ -10,14 +10,14 @@ import pytest
 from tests.engine.server import fuzzing, schema_fuzzing
 from tests.engine.server.conftest import API_KEY, MODEL, Server
 
-# Per operation; the same cases every run (hypothesis derandomized): about 50 per document. On a busy
+# Per operation; the same cases every run (hypothesis derandomized): about 35 per document. On a busy
 # machine an operation stops starting cases after SECONDS, once it has run AT_LEAST (an idle machine
 # runs them all well within that). The long run is benchmarks/fuzz.py.
-EXAMPLES = {"POST": 15, "GET": 3}
+EXAMPLES = {"POST": 10, "GET": 3}
 SECONDS = 30
 AT_LEAST = 5
-# Every operation of the server's own document, for server errors only: about 380 cases, 25 s idle.
-EVERY_EXAMPLES = 10
+# Every operation of the server's own document, for server errors only: about 250 cases, 6 s idle.
+EVERY_EXAMPLES = 6
 EVERY_SECONDS = 10
 
 
