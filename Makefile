@@ -74,8 +74,10 @@ $(VENV)/.llama-build: $(VENV)/.installed
 run: setup $(VENV)/.llama-build
 	$(VENV)/bin/hearth
 
+# Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts a
+# hundred-odd worker processes, and each would compile the project's modules again (and pytest rewrite every test's).
 test: test-setup
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(TEST_PROCESSES) $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 # ruff over the tree; basedpyright (pyright) over engine/, configured in pyproject.toml ([tool.basedpyright]).
 lint: test-setup
