@@ -6,7 +6,7 @@ ignored) with the same load options, keeping ``concurrency`` requests in flight:
 
 - in-process: the engine's own loop (``LLMEngine.step``), no HTTP, no detokenizing;
 - the port: ``hearth serve --backend paged`` and streamed ``/v1/completions`` requests from one asyncio client,
-  one keep-alive connection per stream, that reads every event and parses only the last (the usage).
+  one keep-alive connection per stream, that receives every byte and parses only the usage (:class:`_Answer`).
 
 Needs nothing beyond the project's serving dependencies, torch, transformers and httpx.
 """
@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -188,73 +189,89 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Connection:
-    """One keep-alive HTTP/1.1 connection that posts JSON and reads a chunked event stream.
+class _Answer(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection that posts JSON and keeps the answer's bytes as they arrive.
 
-    The load generator reads every byte of every event but parses only the one with the usage: on a machine
-    of two cores a client that decodes each event's JSON (as an SDK does) takes its CPU from the server it
-    measures. Events are split on their blank line; the stream ends at ``data: [DONE]``.
+    The load generator reads every byte of every answer but looks inside it only twice: for the first piece of
+    text (the time to the first token) as bytes come in, and for the usage once the answer has ended. On a
+    machine of two cores the client's CPU is taken from the server it measures: a client that decodes each
+    event's JSON (as an SDK does), or wakes a task for each read, measures itself as much as the port. The
+    answer ends at its last chunk (``0``, a chunked body's end) or its ``Content-Length`` (an error answer).
     """
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+    END = b"\r\n0\r\n\r\n"
 
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            try:
-                await self.writer.wait_closed()
-            except OSError:
-                pass
-        self.reader = self.writer = None
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parts: list[bytes] = []
+        self.tail = b""
+        self.head: bytes | None = None
+        self.length: int | None = None  # an answer with a Content-Length: its body's size
+        self.received = 0
+        self.first_at: float | None = None
+        self.done: asyncio.Future[None] | None = None
 
-    async def post_stream(self, path: str, body: dict):
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 22)
-        reader, writer = self.reader, self.writer
-        assert reader is not None
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc) -> None:
+        self.transport = None
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError("the server closed the connection mid-answer"))
+
+    def post(self, path: str, host: str, body: dict) -> asyncio.Future[None]:
+        assert self.transport is not None
         data = json.dumps(body).encode()
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
-        head = await reader.readuntil(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:] if line)}
-        return status, self._events(reader, headers)
+        self.parts, self.tail, self.head, self.length, self.received = [], b"", None, None, 0
+        self.first_at = None
+        self.done = asyncio.get_running_loop().create_future()
+        self.transport.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
+        return self.done
 
-    async def _events(self, reader: asyncio.StreamReader, headers: dict):
-        """The events of a chunked body, read in whatever pieces the socket gives (one read, not two, for
-        several chunks that arrived together); nothing of a next answer can come before this one has ended."""
-        if headers.get(b"transfer-encoding") != b"chunked":  # a plain body (an error answer)
-            yield await reader.readexactly(int(headers.get(b"content-length", b"0")))
-            return
-        raw, text = b"", b""
-        while True:
-            got = await reader.read(1 << 16)
-            if not got:
-                raise ConnectionError("the server closed the connection mid-answer")
-            raw += got
-            pos, ended = 0, False
-            while (nl := raw.find(b"\r\n", pos)) >= 0:
-                size = int(raw[pos:nl], 16)
-                end = nl + 2 + size + 2
-                if len(raw) < end:
-                    break
-                text += raw[nl + 2 : nl + 2 + size]
-                pos = end
-                if size == 0:
-                    ended = True
-                    break
-            raw = raw[pos:]
-            *events, text = text.split(b"\n\n")
-            for event in events:
-                if event != b"data: [DONE]":
-                    yield event
-            if ended:
-                if text:
-                    yield text
+    def data_received(self, data: bytes) -> None:
+        if self.first_at is None and FIRST_TEXT.search(data) is not None:
+            self.first_at = time.perf_counter()
+        self.parts.append(data)
+        if self.head is None:
+            buffered = b"".join(self.parts)
+            cut = buffered.find(b"\r\n\r\n")
+            if cut < 0:
                 return
+            self.head, rest = buffered[:cut], buffered[cut + 4 :]
+            self.parts = [rest]
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in self.head.split(b"\r\n")[1:])}
+            if headers.get(b"transfer-encoding") != b"chunked":
+                self.length = int(headers.get(b"content-length", b"0"))
+            data = rest
+        if self.length is not None:
+            self.received += len(data)
+            ended = self.received >= self.length
+        else:
+            self.tail = (self.tail + data)[-len(self.END) :]
+            ended = self.tail == self.END
+        if ended and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def status(self) -> int:
+        assert self.head is not None
+        return int(self.head.split(b" ", 2)[1])
+
+    def body(self) -> bytes:
+        return b"".join(self.parts)
+
+
+#: A piece of text in a streamed completion's event: the first one is the first token.
+FIRST_TEXT = re.compile(rb'"text":"[^"]')
+
+
+def usage_of(body: bytes) -> dict | None:
+    """The usage in a streamed answer's last events (each event is written in one chunk, so it is whole)."""
+    at = body.rfind(b'"usage":')
+    if at < 0:
+        return None
+    start = body.rfind(b"data: ", 0, at) + len(b"data: ")
+    return json.loads(body[start : body.find(b"\n\n", at)])["usage"]
 
 
 class Served:
@@ -316,41 +333,47 @@ class Served:
         failed: list[str] = []
         pending = iter(range(len(jobs)))
 
-        async def one(conn: _Connection, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        host = f"127.0.0.1:{self.port}"
+
+        async def one(conn: _Answer, job: Job) -> None:
             nonlocal tokens
             body = {"model": self.model, "prompt": job.prompt, "max_tokens": job.max_tokens, "temperature": 0,
                     "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
             t0 = time.perf_counter()
-            status, events = await conn.post_stream("/v1/completions", body)
-            if status != 200:
-                failed.append(f"{status}: {b''.join([e async for e in events])[:200]!r}")
-                return
-            t_first = None
-            usage = None
-            async for event in events:
-                if t_first is None and b'"text":"' in event and b'"text":""' not in event:
-                    t_first = time.perf_counter()
-                if b'"usage"' in event:
-                    usage = json.loads(event[6:])["usage"]
+            await conn.post("/v1/completions", host, body)
             end = time.perf_counter()
+            if conn.status() != 200:
+                failed.append(f"{conn.status()}: {conn.body()[:200]!r}")
+                return
+            usage = usage_of(conn.body())
             n = usage["completion_tokens"] if usage else 0
             tokens += n
-            if t_first is not None:
-                ttft.append(t_first - t0)
+            if conn.first_at is not None:
+                ttft.append(conn.first_at - t0)
                 if n > 1:
-                    tpot.append((end - t_first) / (n - 1))
+                    tpot.append((end - conn.first_at) / (n - 1))
+
+        async def connect() -> _Answer:
+            _, conn = await loop.create_connection(_Answer, "127.0.0.1", self.port)
+            return conn
 
         async def worker() -> None:
-            conn = _Connection("127.0.0.1", self.port)
+            conn = await connect()
             try:
                 for i in pending:
                     try:
+                        if conn.transport is None:
+                            conn = await connect()
                         await asyncio.wait_for(one(conn, jobs[i]), timeout)
                     except Exception as exc:  # noqa: BLE001 - counted and reported
                         failed.append(repr(exc)[:200])
-                        await conn.close()
+                        if conn.transport is not None:
+                            conn.transport.close()
+                        conn = await connect()
             finally:
-                await conn.close()
+                if conn.transport is not None:
+                    conn.transport.close()
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
