@@ -67,11 +67,14 @@ class ContextLengthExceeded(HearthError):
     code = "context_length_exceeded"
     param = "messages"
 
-    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+    def __init__(self, prompt_tokens: int, n_ctx: int, *, message: str | None = None, param: str | None = None) -> None:
         self.prompt_tokens = prompt_tokens
         self.n_ctx = n_ctx
+        if param is not None:
+            self.param = param
         super().__init__(
-            f"The prompt is {prompt_tokens} tokens but this model's context holds {n_ctx}; "
+            message
+            or f"The prompt is {prompt_tokens} tokens but this model's context holds {n_ctx}; "
             "shorten the conversation or load the model with a larger context."
         )
 

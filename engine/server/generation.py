@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from engine import __version__
-from engine.errors import HearthError
+from engine.errors import ContextLengthExceeded, HearthError
 from engine.server import docs_chat, ollama_load, request_caps, targets
 from engine.server.access import holds_admin
 from engine.server.errors import GenerationFailed
@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 
 # How often a non-streamed generation checks that its client is still connected.
 CLIENT_POLL_SECONDS = 0.25
+
+
+def prompt_param(path: str) -> str:
+    """The body field that holds the prompt at ``path``: what a too-long prompt's error names as its ``param``."""
+    if path.endswith("/responses"):
+        return "input"
+    if path.endswith("/api/generate") or (path.endswith("/completions") and not path.endswith("/chat/completions")):
+        return "prompt"
+    return "messages"
 
 
 class Generation:
@@ -85,6 +94,17 @@ class Generation:
                 )
                 self.requests, self.grounding = grounded
             self.streams = await open_streams(served, self.requests)
+        except ContextLengthExceeded as exc:
+            served.release()
+            param = prompt_param(self.http.url.path)
+            if param != "prompt":
+                exc.param = param
+                raise
+            raise ContextLengthExceeded(
+                exc.prompt_tokens, exc.n_ctx, param=param,
+                message=f"The prompt is {exc.prompt_tokens} tokens but this model's context holds {exc.n_ctx}; "
+                "shorten the prompt or load the model with a larger context.",
+            ) from None  # fmt: skip
         except BaseException:
             served.release()
             raise

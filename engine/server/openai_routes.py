@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from engine.errors import InvalidRequest
+from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.remote.routing import is_local, pass_through
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets
 from engine.server.embeddings import check_inputs, embed_for_client
@@ -530,6 +530,12 @@ async def embeddings(request: Request, body: EmbeddingBody):
     lm = await asyncio.to_thread(manager.acquire, target.name)
     try:
         vectors, n_tokens = await embed_for_client(request, lm.backend, texts)
+    except ContextLengthExceeded as exc:
+        raise ContextLengthExceeded(
+            exc.prompt_tokens, exc.n_ctx, param="input",
+            message=f"An input is {exc.prompt_tokens} tokens but model '{lm.model.name}' takes at most {exc.n_ctx}; "
+            "shorten it or split it into several inputs.",
+        ) from exc  # fmt: skip
     finally:
         manager.release(lm)
     size = len(vectors[0]) if vectors else 0

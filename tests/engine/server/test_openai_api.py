@@ -226,6 +226,26 @@ def test_context_overflow_has_its_code(server):
     assert info.value.code == "context_length_exceeded"
 
 
+def test_an_overflow_names_the_field_that_holds_the_prompt(server):
+    """The SDK's error says which field to shorten: a completion's prompt, an embedding's or a response's input."""
+    client = server.client()
+    long = "word " * 3000
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt=long, max_tokens=4)
+    assert (info.value.code, info.value.param) == ("context_length_exceeded", "prompt")
+    assert "shorten the prompt" in info.value.message and "conversation" not in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:
+        client.embeddings.create(model=MODEL, input=["a short one", long])
+    assert (info.value.code, info.value.param) == ("context_length_exceeded", "input")
+    assert "An input is" in info.value.message and MODEL in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": long}])
+    assert (info.value.code, info.value.param) == ("context_length_exceeded", "messages")
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model=MODEL, input=long)
+    assert (info.value.code, info.value.param) == ("context_length_exceeded", "input")
+
+
 @pytest.mark.parametrize(
     "raw",
     [b"{bad json", b"", b"[]", b"null", b'{"model": 5, "messages": 7}', b'{"model": "x", "prompt": {"a": 1}}', b"\xff\xfe"],
