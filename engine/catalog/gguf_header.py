@@ -23,6 +23,7 @@ from typing import Any
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # metadata lies well within this, even with a 256k vocabulary
 _KEEP_ARRAY = 512  # numeric arrays up to this length are kept (per-layer head counts and the like)
 
+_U64 = struct.Struct("<Q")
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 _MAX_NESTING = 8  # arrays of arrays: real files nest none
@@ -55,6 +56,13 @@ class _Reader:
     def read(self, n: int) -> bytes:
         if n > self.remaining:
             raise ValueError(f"a length in the header ({n} bytes) runs past {self.end_name}")
+        self._fill(n)
+        out = bytes(self._buf[self._pos : self._pos + n])
+        self._pos += n
+        return out
+
+    def _fill(self, n: int) -> None:
+        """At least ``n`` bytes buffered past the position (``n`` checked against the limit by the caller)."""
         while len(self._buf) - self._pos < n:
             try:
                 chunk = next(self._it)
@@ -64,9 +72,27 @@ class _Reader:
             self._pos = 0
             self._buf += chunk
             self.consumed += len(chunk)
-        out = bytes(self._buf[self._pos : self._pos + n])
-        self._pos += n
-        return out
+
+    def skip_strings(self, count: int) -> None:
+        """Step over ``count`` strings (each an 8-byte length, then its bytes) without copying or decoding them:
+        a vocabulary's hundred thousand entries, which :meth:`string` would turn into as many objects."""
+        unpack_from = _U64.unpack_from
+        for _ in range(count):
+            if len(self._buf) - self._pos < 8:
+                self._check(8)
+                self._fill(8)
+            n = unpack_from(self._buf, self._pos)[0]
+            self._pos += 8
+            if len(self._buf) - self._pos < n:
+                self._check(n)
+                self._fill(n)
+            self._pos += n
+        if self.position > self.limit:  # what lay in the buffer already was not checked string by string
+            raise ValueError(f"an array of {count} strings runs past {self.end_name}")
+
+    def _check(self, n: int) -> None:
+        if n > self.remaining:
+            raise ValueError(f"a length in the header ({n} bytes) runs past {self.end_name}")
 
     def unpack(self, fmt: str) -> Any:
         return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
@@ -95,7 +121,10 @@ def _value(r: _Reader, vtype: int, depth: int = 0) -> Any:
             raise ValueError(f"unknown GGUF value type {etype}")
         if count * 8 > r.remaining:  # every string or array starts with an 8-byte length
             raise ValueError(f"an array of {count} entries runs past {r.end_name}")
-        for _ in range(count):  # strings (the vocabulary) or nested arrays: skipped over
+        if etype == _STRING:  # the vocabulary, its merges: skipped over
+            r.skip_strings(count)
+            return None
+        for _ in range(count):  # nested arrays: skipped over
             _value(r, etype, depth + 1)
         return None
     raise ValueError(f"unknown GGUF value type {vtype}")

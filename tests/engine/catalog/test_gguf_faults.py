@@ -57,6 +57,14 @@ def hostile_files(tmp_path: Path, good: Path) -> dict[str, tuple[Path, str]]:
             header(0, 1) + gstr("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 1 << 61),
             "array of 2305843009213693952 entries",
         ),
+        "a vocabulary entry longer than the file": (
+            header(0, 1) + gstr("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + gstr("a") + struct.pack("<Q", 1 << 60),
+            "runs past the end",
+        ),
+        "a vocabulary that ends mid-entry": (
+            header(0, 1) + gstr("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 3) + gstr("a") + gstr("b") + struct.pack("<Q", 5) + b"cd",
+            "runs past the end",
+        ),
         "2**31 dimensions": (header(1, 0) + tensor_info("t", (32,), 0, 0, n_dims=1 << 31), "dimensions"),
         "data offset past the end": (header(1, 0) + tensor_info("t", (32,), 0, 1 << 40) + b"\0" * 200, "lies past the end"),
         "an impossible shape": (header(1, 0) + tensor_info("t", (1 << 40, 1 << 40), 0, 0), "impossible size"),
