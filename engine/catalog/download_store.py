@@ -132,6 +132,13 @@ class DownloadStore:
                 for r in rows
             ]
 
+    def any_to_resume(self) -> bool:
+        """Whether a download was queued or running when the process that ran it stopped (what a new manager
+        resumes: engine.catalog.downloads, ``DownloadState.active``)."""
+        with Session(self.engine) as s:
+            found = s.scalar(select(DownloadRow.id).where(DownloadRow.state.in_(("queued", "running"))).limit(1))
+            return found is not None
+
     def delete(self, download_id: str) -> None:
         with self._lock, Session(self.engine) as s:
             s.execute(delete(DownloadRow).where(DownloadRow.id == download_id))

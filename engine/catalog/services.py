@@ -113,6 +113,16 @@ class CatalogServices:
                 self._downloads = manager
             return self._downloads
 
+    def resume_downloads(self) -> None:
+        """Resume the downloads cut off when the last worker ended. Where there are none, nothing is built: the
+        download manager and its Hub client (a second of imports) wait for the first request that needs them."""
+        if self._downloads is None:
+            from engine.catalog.download_store import DownloadStore
+
+            if not DownloadStore(self.registry.engine).any_to_resume():
+                return
+        _ = self.downloads  # built: it resumes them
+
     def close(self) -> None:
         """Close the download manager (pausing its downloads for the next worker), waiting for one
         being built."""

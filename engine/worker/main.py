@@ -121,7 +121,7 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
     catalog = CatalogServices(registry)
     app = app_factory(settings, manager, catalog)
     # Downloads cut off when the last worker ended carry on now.
-    threading.Thread(target=lambda: catalog.downloads, name="resume-downloads", daemon=True).start()
+    threading.Thread(target=catalog.resume_downloads, name="resume-downloads", daemon=True).start()
     try:
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:

@@ -77,3 +77,32 @@ def test_close_while_the_manager_is_being_built_closes_it(registry, client, hub)
         manager.start(TINY, "Q4_K_M")  # closed: it resumes and starts nothing after the worker stopped
     with pytest.raises(Overloaded, match="stopping"):
         _ = services.downloads
+
+
+def test_a_worker_with_nothing_to_resume_builds_no_manager_until_one_is_asked_for(registry, client, hub):
+    """Starting a worker resumes the downloads the last one left; with none, the manager and its Hub client (a
+    second of imports in every worker) wait for the first request that needs them."""
+    built: list[DownloadManager] = []
+
+    def make(reg, hub_client):
+        built.append(DownloadManager(reg, hub=hub_client))
+        return built[-1]
+
+    services = CatalogServices(registry, endpoint=hub.url, make_downloads=make)
+    try:
+        services.resume_downloads()
+        assert built == []
+        hub.throttle[Q4] = 0.05
+        job = services.downloads.start(TINY, "Q4_K_M")  # asked for: built now
+        wait_until(lambda: job.status().bytes_done > 50_000)
+    finally:
+        services.close()  # the download is left running, for the next worker
+    hub.throttle.clear()
+    again = CatalogServices(registry, endpoint=hub.url, make_downloads=make)
+    try:
+        again.resume_downloads()
+        assert len(built) == 2
+        (resumed,) = built[1].jobs()
+        assert resumed.id == job.id and resumed.wait(30).state is DownloadState.COMPLETED
+    finally:
+        again.close()
