@@ -72,10 +72,11 @@ class ContextLengthExceeded(HearthError):
         self.n_ctx = n_ctx
         if param is not None:
             self.param = param
+        what = "prompt" if self.param == "prompt" else "conversation"
         super().__init__(
             message
             or f"The prompt is {prompt_tokens} tokens but this model's context holds {n_ctx}; "
-            "shorten the conversation or load the model with a larger context."
+            f"shorten the {what} or load the model with a larger context."
         )
 
 

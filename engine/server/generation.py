@@ -96,15 +96,7 @@ class Generation:
             self.streams = await open_streams(served, self.requests)
         except ContextLengthExceeded as exc:
             served.release()
-            param = prompt_param(self.http.url.path)
-            if param != "prompt":
-                exc.param = param
-                raise
-            raise ContextLengthExceeded(
-                exc.prompt_tokens, exc.n_ctx, param=param,
-                message=f"The prompt is {exc.prompt_tokens} tokens but this model's context holds {exc.n_ctx}; "
-                "shorten the prompt or load the model with a larger context.",
-            ) from None  # fmt: skip
+            raise ContextLengthExceeded(exc.prompt_tokens, exc.n_ctx, param=prompt_param(self.http.url.path)) from None
         except BaseException:
             served.release()
             raise
