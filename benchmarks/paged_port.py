@@ -7,6 +7,7 @@ reads them from its prefix cache), in-process first, then the port; it prints bo
 
     python benchmarks/paged_port.py                          # 256 streams, lengths 100-1024
     python benchmarks/paged_port.py --streams 64 --lengths 50 200 --rounds 2
+    python benchmarks/paged_port.py --stream-interval 100     # the server sends an answer's tokens every 100 ms
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="prompt words and output tokens, each uniform in LO-HI (default 100 1024)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=1, help="in-process then port, this many times (default 1)")
     ap.add_argument("--ctx", type=int, default=4096, help="context per sequence (default 4096)")
+    ap.add_argument("--stream-interval", type=float, default=0.0, metavar="MS",
+                    help="hearth serve's --stream-interval (default 0: every token as it comes)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="folder for the model (default: a temporary one)")
     args = ap.parse_args(argv)
 
@@ -41,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         model = work / "tiny-random"
         if not (model / "config.json").is_file():
             write_random_checkpoint(model, tokenizer, shape=TINY_LLAMA)
-        flags = ["--parallel", str(args.streams), "--ctx", str(args.ctx), "--speculative", "off"]
+        flags = ["--parallel", str(args.streams), "--ctx", str(args.ctx), "--speculative", "off",
+                 "--stream-interval", f"{args.stream_interval:g}"]  # fmt: skip
         options = LoadOptions(n_ctx=args.ctx, n_seq_max=args.streams, speculative=SpeculativeOptions.parse("off"))
         inproc = InProcess(model, options)
         served = Served(model, flags, log=work / "serve.log")

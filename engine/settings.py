@@ -41,6 +41,8 @@ class ServerSettings:
             Ollama's (11434); None for none.
         allow_image_urls: Fetch images that requests give by http(s) URL (a request the server makes on the
             client's behalf); off, such images are refused.
+        stream_interval_ms: Least milliseconds between a streamed answer's events, each carrying the tokens
+            made since the last (0: every token as it comes); its first token and its end go at once.
     """
 
     host: str = "127.0.0.1"
@@ -53,6 +55,7 @@ class ServerSettings:
     max_n: int = 8
     ollama_port: int | None = None
     allow_image_urls: bool = False
+    stream_interval_ms: float = 0.0
 
     @property
     def is_loopback(self) -> bool:

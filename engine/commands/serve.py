@@ -95,6 +95,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --model FILE.gguf (the last one given): the multimodal projector GGUF that lets that model see "
         "(and hear)",
     )
+    p.add_argument(
+        "--stream-interval",
+        type=valid.cli_type(stream_interval),
+        default=0.0,
+        metavar="MS",
+        help="least milliseconds between a streamed answer's events, each with the tokens made since the last "
+        "(default 0: every token as it comes); with many streams at once, fewer events leave more of the CPU to "
+        "the model. An answer's first token and its end go at once",
+    )
     p.add_argument("--max-body", type=valid.whole(valid.BODY_BYTES), default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(
         "--ollama-port",
@@ -109,6 +118,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def idle_ttl(text: str) -> float | None:
     """``--idle-ttl``: seconds or a duration (``10m``), or ``never`` (None)."""
     return valid.keep_alive(text, name="idle_ttl")
+
+
+def stream_interval(text: str) -> float:
+    """``--stream-interval``: milliseconds."""
+    from engine.backends.delivery import parse_interval
+
+    return parse_interval(text)
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:
@@ -175,6 +191,7 @@ def server_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         max_body_bytes=args.max_body,
         ollama_port=args.ollama_port,
         allow_image_urls=bool(getattr(args, "allow_image_urls", False)),
+        stream_interval_ms=getattr(args, "stream_interval", 0.0),
     )
 
 

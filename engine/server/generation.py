@@ -160,7 +160,8 @@ class Generation:
         tokens = [0, 0]  # prompt, generated: for the live request log
         watcher = asyncio.create_task(self._cancel_when_client_leaves()) if watch_client else None
         try:
-            async for index, chunk in merge_streams(self.served, self.requests, self.streams, self.failures):
+            interval = self.app.state.settings.stream_interval_ms / 1000
+            async for index, chunk in merge_streams(self.served, self.requests, self.streams, self.failures, interval):
                 now = time.perf_counter()
                 if chunk.token_ids:
                     prev = last_token_at.get(index)

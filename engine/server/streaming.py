@@ -90,8 +90,11 @@ async def merge_streams(
     requests: Sequence[GenerationRequest],
     streams: Sequence[Iterator[GenerationChunk]],
     failures: dict[int, BaseException] | None = None,
+    interval: float = 0.0,
 ) -> AsyncIterator[tuple[int, GenerationChunk]]:
-    """Yield ``(choice index, chunk)`` as chunks arrive from every stream, until all have finished.
+    """Yield ``(choice index, chunk)`` as chunks arrive from every stream, until all have finished; a stream's
+    chunks are taken at most every ``interval`` seconds, several as one, but for its first token and its end
+    (engine.backends.delivery).
 
     A stream that raises ends with an error chunk; the exception itself goes into ``failures``
     under its choice index, so the server can answer with the status its type calls for.
@@ -129,10 +132,12 @@ async def merge_streams(
         if it.done:
             queue.put_nowait((index, _END))
 
+    waker = waker_for(loop)
+    waker.interval = interval  # the server's own: the same for every request it serves on this loop
     threads = []
     for i, (req, it) in enumerate(zip(requests, streams, strict=True)):
         if isinstance(it, StreamChunks):
-            it.listen(waker_for(loop), lambda i=i, it=it: ready(i, it))
+            it.listen(waker, lambda i=i, it=it: ready(i, it))
         else:
             t = threading.Thread(target=pump, args=(i, it), name=f"stream-{req.request_id[:8]}", daemon=True)
             threads.append(t)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from engine.backends.delivery import ChunkQueue, delivery_batch
 from engine.backends.runtime import StreamChunks
 from engine.server.streaming import coalesce, merge_streams
@@ -92,3 +94,69 @@ def test_a_reader_that_fell_behind_gets_one_chunk_for_the_pieces_waiting_and_kee
     assert out[0].logprobs == (lp[0], lp[1]) and out[1].logprobs == (lp[2], lp[3])
     assert out[2].tool_call_deltas == (call,) and out[-1].finish_reason == "stop"
     assert coalesce(chunks[:1]) == chunks[:1]
+
+
+def test_streams_taken_at_an_interval_never_wait_for_their_first_or_last_chunk():
+    from engine.backends.delivery import LoopWaker
+
+    async def run() -> None:
+        waker = LoopWaker(asyncio.get_running_loop())
+        waker.interval = 0.2
+        ran: list[str] = []
+
+        async def turns() -> None:  # long enough for the loop to run what is due, far short of the interval
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        waker.ready(1, lambda: ran.append("a"))
+        await turns()
+        assert ran == ["a"]  # nothing was taken yet: at once
+        waker.ready(1, lambda: ran.append("a"))
+        waker.ready(2, lambda: ran.append("b"))
+        await turns()
+        assert ran == ["a"]  # held to the interval
+        waker.ready(3, lambda: ran.append("c-first"), urgent=True)
+        await turns()
+        assert ran == ["a", "c-first"]  # a first or last chunk is not held
+        waker.ready(2, lambda: ran.append("b-last"), urgent=True)
+        await turns()
+        assert ran == ["a", "c-first", "b-last"]  # once, urgent, though it was also waiting for the interval
+        await asyncio.sleep(0.35)
+        assert ran == ["a", "c-first", "b-last", "a"]  # the others when the interval has passed, each once
+        await asyncio.sleep(0.25)
+        waker.ready(1, lambda: ran.append("a"))
+        await turns()
+        assert ran[-1] == "a" and len(ran) == 5  # the interval has passed since the last take: at once
+
+    asyncio.run(run())
+
+
+def test_the_stream_interval_is_milliseconds_within_a_second():
+    from engine.backends.delivery import parse_interval
+    from engine.errors import InvalidRequest
+
+    assert parse_interval("0") == 0 and parse_interval("40") == 40 and parse_interval(" 25ms ") == 25
+    for bad in ("-5", "fast", "2000", "nan", "inf", ""):
+        with pytest.raises(InvalidRequest, match="milliseconds from 0 to 1000"):
+            parse_interval(bad)
+
+
+def test_a_chunk_queue_marks_its_chunks_up_to_the_first_token_and_its_last_as_urgent():
+    from engine.backends.delivery import LoopWaker
+
+    marks: list[bool] = []
+
+    class Waker(LoopWaker):
+        def __init__(self) -> None:
+            pass
+
+        def ready(self, key, callback, *, urgent=False) -> None:
+            marks.append(urgent)
+
+    q = ChunkQueue()
+    q.listen(Waker(), lambda: None)
+    q.put(GenerationChunk(text=""))  # no token yet (a prompt's progress)
+    q.put(GenerationChunk(text="a", token_ids=(1,)))
+    q.put(GenerationChunk(text="b", token_ids=(2,)))
+    q.put(GenerationChunk(text="", finish_reason="stop"))
+    assert marks == [True, True, True, False, True]
