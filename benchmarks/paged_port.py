@@ -1,9 +1,10 @@
 """The paged engine through Hearth's port (``hearth serve``, streamed HTTP) against the engine in-process, in one run.
 
 A random-weight model (hidden 64, SmolLM2's vocabulary) on the CPU, so the host's work is the whole cost:
-what the port adds shows undiluted. Each round runs both sides on the same jobs (prompts of uniform
-``--lengths`` words, as many output tokens, greedy, end of text ignored; new prompts each round, so neither side
-reads them from its prefix cache), in-process first, then the port; it prints both and the ratio.
+what the port adds shows undiluted. Each round runs both sides on jobs of the same lengths (prompts of uniform
+``--lengths`` words, as many output tokens, greedy, end of text ignored; fresh words in every run, so no side
+reads them from its prefix cache) in the order in-process, port, port, in-process, and prints each side's mean
+and the ratio.
 
     python benchmarks/paged_port.py                          # 256 streams, lengths 100-1024
     python benchmarks/paged_port.py --streams 64 --lengths 50 200 --rounds 2
@@ -52,15 +53,26 @@ def main(argv: list[str] | None = None) -> int:
         try:
             served.load()
             for r in range(args.rounds):
-                # fresh prompts each round: a round must not read the last one's prompts from the prefix cache
-                jobs = make_jobs(tokenizer, args.streams, tuple(args.lengths), seed=r)
-                a = inproc.run(jobs, args.streams)
-                b = served.run(jobs, args.streams)
-                b["server_threads"] = served.threads()
-                ratio = b["output_tokens_per_s"] / a["output_tokens_per_s"]
-                print(json.dumps({"round": r + 1, "in_process": a, "port": b, "ratio": round(ratio, 3)}), flush=True)
-                print(f"round {r + 1}: in-process {a['output_tokens_per_s']:.0f} tok/s, port {b['output_tokens_per_s']:.0f}"
-                      f" tok/s ({b['failed']} failed): {ratio:.2f}x", file=sys.stderr, flush=True)  # fmt: skip
+                # in-process, port, port, in-process: each side's figure is the mean of its two runs, so the
+                # machine's drift over the round (10-15% here from minute to minute) weighs on both alike. Every
+                # run has the round's lengths in fresh words: none reads another's prompts from a prefix cache.
+                runs = []
+                for k, side in enumerate(("in_process", "port", "port", "in_process")):
+                    jobs = make_jobs(tokenizer, args.streams, tuple(args.lengths), seed=r, words=k)
+                    out = inproc.run(jobs, args.streams) if side == "in_process" else served.run(jobs, args.streams)
+                    runs.append((side, out))
+                a = [out for side, out in runs if side == "in_process"]
+                b = [out for side, out in runs if side == "port"]
+                rate_a = sum(x["output_tokens_per_s"] for x in a) / 2
+                rate_b = sum(x["output_tokens_per_s"] for x in b) / 2
+                ratio = rate_b / rate_a
+                failed = sum(x["failed"] for x in b)
+                print(json.dumps({"round": r + 1, "in_process": a, "port": b, "server_threads": served.threads(),
+                                  "ratio": round(ratio, 3)}), flush=True)  # fmt: skip
+                print(f"round {r + 1}: in-process {rate_a:.0f} tok/s ({a[0]['output_tokens_per_s']:.0f}, "
+                      f"{a[1]['output_tokens_per_s']:.0f}), port {rate_b:.0f} tok/s ({b[0]['output_tokens_per_s']:.0f}, "
+                      f"{b[1]['output_tokens_per_s']:.0f}; {failed} failed): {ratio:.2f}x",
+                      file=sys.stderr, flush=True)  # fmt: skip
         finally:
             served.close()
             inproc.close()

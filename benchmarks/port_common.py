@@ -84,13 +84,19 @@ def write_random_checkpoint(folder: Path, tokenizer: Path, *, shape: dict, model
     return folder
 
 
-def make_jobs(tokenizer: Path, n: int, lengths: tuple[int, int], *, seed: int = 0) -> list[Job]:
-    """``n`` jobs: prompts of uniform(lengths) words (each one token of the vocabulary), uniform(lengths) output tokens."""
+def make_jobs(tokenizer: Path, n: int, lengths: tuple[int, int], *, seed: int = 0, words: int | None = None) -> list[Job]:
+    """``n`` jobs: prompts of uniform(lengths) words (each one token of the vocabulary), uniform(lengths) output
+    tokens. ``words``: the prompts' words drawn apart from their lengths, from this seed (the same ``seed`` and
+    another ``words`` give the same lengths in other words, which no prefix cache has seen)."""
     vocab = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
-    words = sorted(w[1:] for w in vocab if w.startswith("\u0120") and w[1:].isascii() and w[1:].isalpha() and len(w) > 3)
+    pool = sorted(w[1:] for w in vocab if w.startswith("\u0120") and w[1:].isascii() and w[1:].isalpha() and len(w) > 3)
     rng = random.Random(seed)
     lo, hi = lengths
-    return [Job(" ".join(rng.choice(words) for _ in range(rng.randint(lo, hi))), rng.randint(lo, hi)) for _ in range(n)]
+    if words is None:
+        return [Job(" ".join(rng.choice(pool) for _ in range(rng.randint(lo, hi))), rng.randint(lo, hi)) for _ in range(n)]
+    sizes = [(rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(n)]
+    pick = random.Random(f"{seed}/{words}")
+    return [Job(" ".join(pick.choice(pool) for _ in range(size)), out) for size, out in sizes]
 
 
 def percentiles(values: list[float]) -> dict:
