@@ -28,7 +28,7 @@ def paced(tmp_path_factory):
     registry.close()
 
 
-def test_a_paced_stream_sends_its_first_token_at_once_and_the_rest_in_fewer_events(paced):
+def test_a_stream_at_an_interval_sends_the_same_answer_in_fewer_events(paced):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Count from one to thirty in words."}],
             "max_tokens": 32, "temperature": 0, "logprobs": True, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
@@ -48,8 +48,8 @@ def test_a_paced_stream_sends_its_first_token_at_once_and_the_rest_in_fewer_even
                     per_event.append(len(content))
                 text += choice["delta"].get("content") or ""
     assert usage is not None and sum(per_event) == usage["completion_tokens"] > 8
-    assert per_event[0] == 1  # the first token went at once, on its own
-    # the rest waited for the interval (or for the end, which goes at once): far fewer events than tokens
+    # the tokens after the first waited for the interval (or for the end, which goes at once): far fewer events
+    # than tokens (which chunks go at once: tests/engine/backends/test_delivery.py)
     assert len(per_event) < usage["completion_tokens"] / 2
     plain = paced.post("/v1/chat/completions", json={**body, "stream": False}).json()
     assert plain["choices"][0]["message"]["content"] == text  # the same answer, only in fewer pieces
