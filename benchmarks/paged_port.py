@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", type=int, default=256, help="requests, all in flight at once (default 256)")
     ap.add_argument("--lengths", type=int, nargs=2, default=(100, 1024), metavar=("LO", "HI"),
                     help="prompt words and output tokens, each uniform in LO-HI (default 100 1024)")  # fmt: skip
-    ap.add_argument("--rounds", type=int, default=1, help="in-process then port, this many times (default 1)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of in-process, port, port, in-process (default 1)")
     ap.add_argument("--ctx", type=int, default=4096, help="context per sequence (default 4096)")
     ap.add_argument("--stream-interval", type=float, default=0.0, metavar="MS",
                     help="hearth serve's --stream-interval (default 0: every token as it comes)")  # fmt: skip
@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
                 runs = []
                 for k, side in enumerate(("in_process", "port", "port", "in_process")):
                     jobs = make_jobs(tokenizer, args.streams, tuple(args.lengths), seed=r, words=k)
-                    out = inproc.run(jobs, args.streams) if side == "in_process" else served.run(jobs, args.streams)
+                    if side == "in_process":
+                        out = inproc.run(jobs, args.streams)
+                    else:
+                        out = served.run(jobs, args.streams)
+                        out["server_threads"] = served.threads()  # as it finishes: every stream's thread, if any
                     runs.append((side, out))
                 a = [out for side, out in runs if side == "in_process"]
                 b = [out for side, out in runs if side == "port"]
@@ -67,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 rate_b = sum(x["output_tokens_per_s"] for x in b) / 2
                 ratio = rate_b / rate_a
                 failed = sum(x["failed"] for x in b)
-                print(json.dumps({"round": r + 1, "in_process": a, "port": b, "server_threads": served.threads(),
-                                  "ratio": round(ratio, 3)}), flush=True)  # fmt: skip
+                print(json.dumps({"round": r + 1, "in_process": a, "port": b, "ratio": round(ratio, 3)}), flush=True)
                 print(f"round {r + 1}: in-process {rate_a:.0f} tok/s ({a[0]['output_tokens_per_s']:.0f}, "
                       f"{a[1]['output_tokens_per_s']:.0f}), port {rate_b:.0f} tok/s ({b[0]['output_tokens_per_s']:.0f}, "
                       f"{b[1]['output_tokens_per_s']:.0f}; {failed} failed): {ratio:.2f}x",

@@ -11,7 +11,7 @@ takes every ready stream's chunks in one callback.
 A loop can also take its streams' chunks at an interval (``hearth serve --stream-interval``), as vLLM's and
 SGLang's ``--stream-interval`` do: a chunk's formatting and socket write cost the server's CPU per event, not per
 token, so with many streams an answer's tokens of several steps go out as one event. Each stream's chunks up to
-its first token, and its last, go at once: the first token and the end of an answer are never held back.
+its first text, and its last, go at once: the first words and the end of an answer are never held back.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ class LoopWaker:
             ready, self._ready, urgent, self._urgent = self._ready, {}, self._urgent, {}
             for key in urgent:
                 ready.pop(key, None)
-        self._last = self.loop.time()
+        if ready:  # (those held may all have gone as urgent since)
+            self._last = self.loop.time()
         self._run(urgent, ready)
 
     @staticmethod
@@ -173,9 +174,10 @@ class ChunkQueue:
 
     def put(self, chunk: GenerationChunk) -> None:
         self._q.put(chunk)
-        # never held to the reader's interval: chunks up to the first token's, and the last (the end of an answer)
+        # never held to the reader's interval: chunks up to the first with text (the first token may be half a
+        # character, or the start of a stop string, and show nothing), and the last (the end of an answer)
         urgent = not self._started or chunk.finish_reason is not None or chunk.error is not None
-        if chunk.token_ids:
+        if chunk.text:
             self._started = True
         listener = self._listener
         if listener is not None:

@@ -96,39 +96,88 @@ def test_a_reader_that_fell_behind_gets_one_chunk_for_the_pieces_waiting_and_kee
     assert coalesce(chunks[:1]) == chunks[:1]
 
 
+class FakeLoop:
+    """The parts of an event loop a waker uses, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.soon: list = []
+        self.timers: list = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_soon_threadsafe(self, callback, *args) -> None:
+        self.soon.append(callback)
+
+    def call_later(self, delay: float, callback) -> None:
+        self.timers.append((self.now + delay, callback))
+
+    def turn(self, seconds: float = 0.0) -> None:
+        """Move the clock, then run what is due: the timers that came due, and every call made soon."""
+        self.now += seconds
+        due = [t for t in self.timers if t[0] <= self.now]
+        self.timers = [t for t in self.timers if t[0] > self.now]
+        for _, callback in due:
+            callback()
+        while self.soon:
+            self.soon.pop(0)()
+
+
 def test_streams_taken_at_an_interval_never_wait_for_their_first_or_last_chunk():
     from engine.backends.delivery import LoopWaker
 
-    async def run() -> None:
-        waker = LoopWaker(asyncio.get_running_loop())
-        waker.interval = 0.2
-        ran: list[str] = []
+    loop = FakeLoop()
+    waker = LoopWaker(loop)  # type: ignore[arg-type]
+    waker.interval = 0.2
+    ran: list[str] = []
+    mark = lambda key, name, urgent=False: waker.ready(key, lambda: ran.append(name), urgent=urgent)  # noqa: E731
 
-        async def turns() -> None:  # long enough for the loop to run what is due, far short of the interval
-            for _ in range(5):
-                await asyncio.sleep(0)
+    mark(1, "a")
+    loop.turn()
+    assert ran == ["a"]  # nothing was taken yet: at once
+    mark(1, "a")
+    mark(2, "b")
+    loop.turn(0.05)
+    assert ran == ["a"] and len(loop.timers) == 1  # held to the interval, one timer for all
+    mark(3, "c-first", urgent=True)
+    loop.turn(0.05)
+    assert ran == ["a", "c-first"]  # a first or last chunk is not held
+    mark(2, "b-last", urgent=True)
+    loop.turn(0.05)
+    assert ran == ["a", "c-first", "b-last"]  # once, urgent, though it was also waiting for the interval
+    mark(1, "a")  # held already: no new wake-up, the timer takes it
+    assert not loop.soon
+    loop.turn(0.1)
+    assert ran == ["a", "c-first", "b-last", "a"] and not loop.timers  # the others at the interval, each once
+    loop.turn(0.25)
+    mark(1, "a")
+    loop.turn()
+    assert len(ran) == 5 and not loop.timers  # the interval has passed since the last take: at once
+    waker.interval = 0.0
+    for _ in range(3):
+        mark(1, "a")
+        loop.turn()
+    assert len(ran) == 8 and not loop.timers  # no interval: every wake-up takes every stream, no timer
 
-        waker.ready(1, lambda: ran.append("a"))
-        await turns()
-        assert ran == ["a"]  # nothing was taken yet: at once
-        waker.ready(1, lambda: ran.append("a"))
-        waker.ready(2, lambda: ran.append("b"))
-        await turns()
-        assert ran == ["a"]  # held to the interval
-        waker.ready(3, lambda: ran.append("c-first"), urgent=True)
-        await turns()
-        assert ran == ["a", "c-first"]  # a first or last chunk is not held
-        waker.ready(2, lambda: ran.append("b-last"), urgent=True)
-        await turns()
-        assert ran == ["a", "c-first", "b-last"]  # once, urgent, though it was also waiting for the interval
-        await asyncio.sleep(0.35)
-        assert ran == ["a", "c-first", "b-last", "a"]  # the others when the interval has passed, each once
-        await asyncio.sleep(0.25)
-        waker.ready(1, lambda: ran.append("a"))
-        await turns()
-        assert ran[-1] == "a" and len(ran) == 5  # the interval has passed since the last take: at once
 
-    asyncio.run(run())
+def test_a_timer_that_finds_its_streams_gone_starts_no_new_interval():
+    from engine.backends.delivery import LoopWaker
+
+    loop = FakeLoop()
+    waker = LoopWaker(loop)  # type: ignore[arg-type]
+    waker.interval = 0.2
+    ran: list[str] = []
+    waker.ready(1, lambda: ran.append("x"))
+    loop.turn()
+    waker.ready(1, lambda: ran.append("x"))
+    loop.turn(0.01)  # held
+    waker.ready(1, lambda: ran.append("x-last"), urgent=True)
+    loop.turn(0.01)
+    loop.turn(0.2)  # the timer fires with nothing left to take
+    waker.ready(2, lambda: ran.append("y"))
+    loop.turn()
+    assert ran == ["x", "x-last", "y"]  # at once: the last take of every stream was 0.22 s ago
 
 
 def test_the_stream_interval_is_milliseconds_within_a_second():
@@ -141,7 +190,7 @@ def test_the_stream_interval_is_milliseconds_within_a_second():
             parse_interval(bad)
 
 
-def test_a_chunk_queue_marks_its_chunks_up_to_the_first_token_and_its_last_as_urgent():
+def test_a_chunk_queue_marks_its_chunks_up_to_the_first_text_and_its_last_as_urgent():
     from engine.backends.delivery import LoopWaker
 
     marks: list[bool] = []
@@ -156,7 +205,8 @@ def test_a_chunk_queue_marks_its_chunks_up_to_the_first_token_and_its_last_as_ur
     q = ChunkQueue()
     q.listen(Waker(), lambda: None)
     q.put(GenerationChunk(text=""))  # no token yet (a prompt's progress)
-    q.put(GenerationChunk(text="a", token_ids=(1,)))
+    q.put(GenerationChunk(text="", token_ids=(0xE2,)))  # half a character: nothing to show yet
+    q.put(GenerationChunk(text="\u2014", token_ids=(0x80,)))
     q.put(GenerationChunk(text="b", token_ids=(2,)))
     q.put(GenerationChunk(text="", finish_reason="stop"))
-    assert marks == [True, True, True, False, True]
+    assert marks == [True, True, True, True, False, True]
