@@ -143,11 +143,13 @@ class LoopWaker:
             self._last = self.loop.time()
         self._run(urgent, ready)
 
-    @staticmethod
-    def _run(*batches: dict[int, Callable[[], None]]) -> None:
+    def _run(self, *batches: dict[int, Callable[[], None]]) -> None:
         for batch in batches:
             for callback in batch.values():
-                callback()
+                try:
+                    callback()
+                except Exception as exc:  # one reader's fault: the others in the batch are still taken
+                    self.loop.call_exception_handler({"message": "a stream's reader failed", "exception": exc})
 
 
 _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = weakref.WeakKeyDictionary()

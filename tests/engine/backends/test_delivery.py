@@ -210,3 +210,22 @@ def test_a_chunk_queue_marks_its_chunks_up_to_the_first_text_and_its_last_as_urg
     q.put(GenerationChunk(text="b", token_ids=(2,)))
     q.put(GenerationChunk(text="", finish_reason="stop"))
     assert marks == [True, True, True, True, False, True]
+
+
+def test_a_reader_that_raises_does_not_keep_the_others_of_its_batch_waiting():
+    from engine.backends.delivery import LoopWaker
+
+    loop = FakeLoop()
+    failures: list[dict] = []
+    loop.call_exception_handler = failures.append  # type: ignore[attr-defined]
+    waker = LoopWaker(loop)  # type: ignore[arg-type]
+    ran: list[int] = []
+
+    def broken() -> None:
+        raise ValueError("bad chunk")
+
+    waker.ready(1, broken)
+    waker.ready(2, lambda: ran.append(2), urgent=True)
+    waker.ready(3, lambda: ran.append(3))
+    loop.turn()
+    assert ran == [2, 3] and len(failures) == 1 and isinstance(failures[0]["exception"], ValueError)
