@@ -42,7 +42,7 @@ class ServerSettings:
         allow_image_urls: Fetch images that requests give by http(s) URL (a request the server makes on the
             client's behalf); off, such images are refused.
         stream_interval_ms: Least milliseconds between a streamed answer's events, each carrying the tokens
-            made since the last (0: every token as it comes); its first token and its end go at once.
+            made since the last (0: every token as it comes); its first text and its end go at once.
     """
 
     host: str = "127.0.0.1"

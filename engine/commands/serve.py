@@ -102,7 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="MS",
         help="least milliseconds between a streamed answer's events, each with the tokens made since the last "
         "(default 0: every token as it comes); with many streams at once, fewer events leave more of the CPU to "
-        "the model. An answer's first token and its end go at once",
+        "the model. An answer's first text and its end go at once",
     )
     p.add_argument("--max-body", type=valid.whole(valid.BODY_BYTES), default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(

@@ -93,7 +93,7 @@ async def merge_streams(
     interval: float = 0.0,
 ) -> AsyncIterator[tuple[int, GenerationChunk]]:
     """Yield ``(choice index, chunk)`` as chunks arrive from every stream, until all have finished; a stream's
-    chunks are taken at most every ``interval`` seconds, several as one, but for its first token and its end
+    chunks are taken at most every ``interval`` seconds, several as one, but for its first text and its end
     (engine.backends.delivery).
 
     A stream that raises ends with an error chunk; the exception itself goes into ``failures``
