@@ -19,7 +19,8 @@ Stages, in order:
   transformers    transformers' generate on a slice of the same requests, and the engine on it
   port            the workload's shape through ``hearth serve`` (the engine in its own process) at 1, 32 and
                   256 streams, against the same engine in-process on the same requests (SmolLM2's vocabulary:
-                  run ``benchmarks/gpu_wheels.sh`` first, which also fetches the serving dependencies)
+                  run ``benchmarks/gpu_wheels.sh`` first, which also fetches the serving dependencies);
+                  ``--stream-interval MS`` starts the server with that stream interval
 
 Prefix caching is off while timing. The engine's own warm-up (``ModelRunner.warm_up``, run at load) is the
 only one: each timing record counts the compiles it saw, which should be none.
@@ -79,6 +80,7 @@ class Context:
     n_hf: int
     lengths: tuple[int, int]
     seed: int = 0
+    stream_interval_ms: float = 0.0  # hearth serve's --stream-interval in the port stage
     bandwidth: float | None = None  # bytes/s, from the env stage
     cache: dict = field(default_factory=dict)
     tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpu_check-")))
@@ -866,7 +868,8 @@ def stage_port(ctx: Context) -> dict:
     per_level = {c: jobs[: max(4 if ctx.cuda else 1, min(len(jobs), 2 * c))] if c < streams else jobs for c in levels}
     warm = jobs[: 8 if ctx.cuda else 1]
     n_ctx = 4096 if ctx.cuda else 256
-    flags = ["--parallel", str(streams), "--ctx", str(n_ctx), "--speculative", "off"]
+    flags = ["--parallel", str(streams), "--ctx", str(n_ctx), "--speculative", "off",
+             "--stream-interval", f"{ctx.stream_interval_ms:g}"]  # fmt: skip
     options = LoadOptions(n_ctx=n_ctx, n_seq_max=streams, speculative=SpeculativeOptions.parse("off"))
     inproc = InProcess(model, options)
     try:
@@ -887,7 +890,7 @@ def stage_port(ctx: Context) -> dict:
     finally:
         served.close()
     ratios = {c: round(port[c]["output_tokens_per_s"] / in_process[c]["output_tokens_per_s"], 3) for c in levels}
-    return {"levels": levels, "in_process": in_process, "port": port, "ratio": ratios,
+    return {"levels": levels, "stream_interval_ms": ctx.stream_interval_ms, "in_process": in_process, "port": port, "ratio": ratios,
             "refused_or_failed": sum(port[c]["failed"] for c in levels),
             "passed": all(port[c]["failed"] == 0 for c in levels)}  # fmt: skip
 
@@ -926,6 +929,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seqs", type=int, default=None)
     ap.add_argument("--hf-seqs", type=int, default=None, help="requests in transformers' slice")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stream-interval", type=float, default=0.0, metavar="MS",
+                    help="the port stage's hearth serve --stream-interval (default 0: every token as it comes)")  # fmt: skip
     return ap.parse_args(argv)
 
 
@@ -942,7 +947,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(dry=not cuda, device=torch.device("cuda" if cuda else "cpu"),
                   dtype=torch.bfloat16 if cuda else torch.float32, shape=QWEN3_06B if cuda else TINY,
                   n_seqs=args.seqs or (256 if cuda else 6), n_hf=args.hf_seqs or (16 if cuda else 3),
-                  lengths=(100, 1024) if cuda else (8, 24), seed=args.seed)  # fmt: skip
+                  lengths=(100, 1024) if cuda else (8, 24), seed=args.seed,
+                  stream_interval_ms=args.stream_interval)  # fmt: skip
     out = args.out if args.out is not None else (ROOT / "benchmarks" / "results" if cuda else None)
     stages = stages_for(ctx.dry, full=args.full or bool(args.only))
     if args.only:

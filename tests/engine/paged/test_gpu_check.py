@@ -34,7 +34,8 @@ def gpu_check():
 
 def test_dry_run_appends_a_json_line_per_stage_with_every_figure(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", f"{tmp_path}{os.sep}"],
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", f"{tmp_path}{os.sep}",
+                           "--stream-interval", "5"],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (out,) = tmp_path.glob("gpu_check-*.jsonl")
@@ -60,6 +61,7 @@ def test_dry_run_appends_a_json_line_per_stage_with_every_figure(tmp_path):
     assert work["output_tokens_per_s"] > 0 and work["ttft_ms"]["p90"] > 0 and work["itl_ms"]["p50"] > 0
     assert work["prefix_caching"] is False
     assert records["port"]["levels"] == [1, 2] and all(r > 0 for r in records["port"]["ratio"].values())
+    assert records["port"]["stream_interval_ms"] == 5  # the server it started was given the flag (and took it)
     assert records["transformers"]["ratio_slice"] > 0 and records["transformers"]["ratio_workload_vs_transformers"] > 0
 
 
