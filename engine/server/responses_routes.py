@@ -310,11 +310,12 @@ async def create_response(request: Request, body: ResponsesBody):
             _events(request, run, turn), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
     text, reasoning, final = await run.collect()
-    status = "incomplete" if final.finish_reason == "length" else "completed"
-    output = [_item("reasoning", _new_id("reasoning"), status, text=reasoning)] if reasoning else []
+    output = [_item("reasoning", _new_id("reasoning"), "completed", text=reasoning)] if reasoning else []
     if text or not final.tool_calls:
-        output.append(_item("message", _new_id("message"), status, text=text))
+        output.append(_item("message", _new_id("message"), "completed", text=text))
     output += [_item("function_call", _new_id("function_call"), "completed", call=c) for c in final.tool_calls]
+    if final.finish_reason == "length":  # the item the limit cut (the last one), as the streamed answer says
+        output[-1]["status"] = "incomplete"
     return _finish(request, turn, run.model_name, output, text, reasoning, final)
 
 
@@ -351,7 +352,7 @@ class _Stream:
             item.update(content=[{"type": "reasoning_text", "text": self.text}], status=status)
         else:
             out.append(self.emit("response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"]))
-            item["status"] = "completed"
+            item["status"] = status
         out.append(self.emit("response.output_item.done", output_index=self.index, item=item))
         self.kind, self.text = None, ""
         return out

@@ -159,7 +159,14 @@ def partial_call(body: str, names: Collection[str] | None, fallback: str | None)
     if not name or (names is not None and name not in names):
         return None
     a = _ARGS.search(body)
-    return name, body[a.end() :].rstrip() if a else ""
+    if a is None:
+        return name, ""
+    args = body[a.end() :].rstrip()
+    try:  # arguments written whole, the call's own object cut after them: the arguments alone, not its brace
+        _, end = json.JSONDecoder().raw_decode(args)
+    except ValueError:
+        return name, args
+    return name, args[:end]
 
 
 def _held_prefix(buf: str, markers: tuple[str, ...]) -> int:
@@ -298,6 +305,8 @@ class ToolCallParser:
                 if not final:
                     return
                 body, rest, closing = self._buf, "", ""
+            if self._cut and not closing and fam.end is not None:  # the limit fell inside the end marker
+                body = body[: len(body) - _held_prefix(body, (fam.end,))]
             calls = parse_body(self.fmt, body, self.names)
             if calls is None and self._cut and not closing:  # the limit fell inside the call's markup
                 cut = partial_call(body, self.names, self._fallback_name())

@@ -198,13 +198,19 @@ def test_a_forced_call_cut_short_by_max_tokens_is_a_call_with_partial_arguments_
     assert msg["stop_reason"] == "max_tokens"
     assert [b["type"] for b in msg["content"]] == ["tool_use"] and msg["content"][0]["name"] == "get_weather"
     assert msg["content"][0]["input"] == json.loads(close_partial_json(partial))  # what was written, closed
-    resp = _post(server, "/v1/responses", {"model": MODEL, "input": ASK[0]["content"], "temperature": 0,
-                                           "tools": [{"type": "function", **t["function"]} for t in TOOLS],
-                                           "tool_choice": {"type": "function", "name": "get_weather"},
-                                           "max_output_tokens": limit})  # fmt: skip
+    resp_body = {"model": MODEL, "input": ASK[0]["content"], "temperature": 0,
+                 "tools": [{"type": "function", **t["function"]} for t in TOOLS],
+                 "tool_choice": {"type": "function", "name": "get_weather"}, "max_output_tokens": limit}  # fmt: skip
+    resp = _post(server, "/v1/responses", resp_body)
     assert resp["status"] == "incomplete"
     assert [(o["type"], o["name"]) for o in resp["output"]] == [("function_call", "get_weather")]
-    assert resp["output"][0]["arguments"] == partial
+    assert resp["output"][0]["arguments"] == partial and resp["output"][0]["status"] == "incomplete"
+    with httpx.stream("POST", f"{server.root}/v1/responses", headers=server.headers, timeout=600,
+                      json={**resp_body, "stream": True}) as streamed:  # fmt: skip
+        events = [json.loads(line[6:]) for line in streamed.iter_lines() if line.startswith("data: ")]
+    (item_done,) = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert events[-1]["type"] == "response.incomplete" and item_done["status"] == "incomplete"
+    assert events[-1]["response"]["output"] == [item_done] and item_done["arguments"] == partial
     ollama = _post(server, "/api/chat", {"model": MODEL, "messages": ASK, "tools": TOOLS, "stream": False,
                                          "options": {"temperature": 0, "num_predict": 8}})  # fmt: skip
     assert ollama["done_reason"] == "length" and "<tool_call>" not in ollama["message"]["content"]

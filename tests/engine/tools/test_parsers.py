@@ -137,6 +137,13 @@ def test_whitespace_between_calls_does_not_become_content():
         ("generic", '{"name": "get_weather", "arguments": {"city": "Paris",', None, "get_weather", '{"city": "Paris",'),
         ("generic", '<tool_call>{"name": "get_wea', "get_weather", "get_weather", ""),  # cut in the name: the forced one
         ("llama3", '<|python_tag|>{"name": "add", "parameters": {"a": 2', None, "add", '{"a": 2'),
+        # cut after the arguments: neither the call's own brace nor a piece of the end marker is an argument
+        ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_c', None,
+         "get_weather", '{"city": "Paris"}'),
+        ("hermes", '<tool_call>\n{"name": "add", "arguments": { } }\n</', None, "add", "{}"),
+        ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}', None, "get_weather",
+         '{"city": "Paris"}'),
+        ("generic", '{"name": "add", "arguments": {"a": 2}', None, "add", '{"a": 2}'),
     ],
 )
 def test_a_call_cut_short_at_the_token_limit_is_a_call_with_what_was_written(fmt, text, forced, name, arguments):
