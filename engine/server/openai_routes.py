@@ -272,6 +272,12 @@ def _totals(finals: list[GenerationChunk | None]) -> tuple[int, int, int]:
     return prompt, sum(f.completion_tokens for f in done), cached
 
 
+def _prompt_totals(finals: list[GenerationChunk | None], n: int) -> tuple[int, int]:
+    """(prompt tokens, of them read from the cache) of a completion's prompts, each counted once (not per choice)."""
+    firsts = [f for i, f in enumerate(finals) if f is not None and i % n == 0]
+    return sum(f.prompt_tokens for f in firsts), sum(f.cached_tokens for f in firsts)
+
+
 def _streaming(body_iter: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(
         body_iter, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -451,7 +457,7 @@ async def completions(request: Request, body: CompletionBody):
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _streaming(_completion_events(gen, cid, body, prompts, include_usage, n=n))
     texts, lps, finals = await _collect(gen, len(reqs))
-    prompt_total = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % n == 0)
+    prompt_total, cached_total = _prompt_totals(finals, n)
     completion_total = sum(f.completion_tokens for f in finals if f)
     choices = []
     for i, text in enumerate(texts):
@@ -474,7 +480,7 @@ async def completions(request: Request, body: CompletionBody):
         "model": gen.served_name,
         "system_fingerprint": gen.fingerprint,
         "choices": choices,
-        "usage": _usage(prompt_total, completion_total, 0, finals=finals),
+        "usage": _usage(prompt_total, completion_total, cached_total, finals=finals),
     }
 
 
@@ -508,8 +514,8 @@ async def _completion_events(
         if chunk.finish_reason is not None:
             finals[index] = chunk
     if include_usage:
-        _, completion, cached = _totals(finals)
-        prompt = sum(f.prompt_tokens for i, f in enumerate(finals) if f and i % n == 0)  # each prompt once
+        _, completion, _ = _totals(finals)
+        prompt, cached = _prompt_totals(finals, n)
         yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached, finals=finals)})
     yield b"data: [DONE]\n\n"
 

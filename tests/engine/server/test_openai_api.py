@@ -126,6 +126,14 @@ def test_completions_plain_and_streamed(server, openai_schemas):
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     assert "".join(c["choices"][0]["text"] for c in chunks) == raw["choices"][0]["text"]
 
+    # the prompt again: read from the cache, and both answers say how much of it was
+    with httpx.stream("POST", f"{server.base_url}/completions", headers=server.headers, timeout=60,
+                      json={**body, "stream": True, "stream_options": {"include_usage": True}}) as r:  # fmt: skip
+        usage = json.loads([line[6:] for line in r.iter_lines() if line.startswith("data: {")][-1])["usage"]
+    again = httpx.post(f"{server.base_url}/completions", json=body, headers=server.headers, timeout=60).json()
+    cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert 0 < cached < again["usage"]["prompt_tokens"] and cached == usage["prompt_tokens_details"]["cached_tokens"]
+
 
 def test_an_empty_or_null_prompt_is_answered_from_the_start_of_a_document_with_the_sdk(server):
     """OpenAI's default prompt is its end-of-text token; Hearth starts from the model's BOS (SmolLM2's <|im_start|>)."""
