@@ -126,6 +126,20 @@ def _history(messages: tuple[ChatMessage, ...], template: ChatTemplate, tags: tu
     return tuple(out)
 
 
+def _named_results(messages: tuple) -> tuple:
+    """Each tool result that names no function given the name of the call it answers (``tool_call_id``), as the
+    dialects that carry it give it: a template then sees which result answers which call."""
+    names: dict[str, str] = {}
+    out = []
+    for m in messages:
+        if m.role == "assistant":
+            names.update((c.id, c.name) for c in m.tool_calls if c.id)
+        elif m.role == "tool" and not m.name and m.tool_call_id in names:
+            m = replace(m, name=names[m.tool_call_id])
+        out.append(m)
+    return tuple(out)
+
+
 def render_request(template: ChatTemplate, request: GenerationRequest, *, architecture: str = "") -> RenderedChat:
     """Render ``request.messages`` with its tools and thinking switch through ``template``.
 
@@ -136,7 +150,7 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
     choice = request.tool_choice
     offered = request.tools if (choice is None or choice.mode != "none") else ()
     fmt = detect_tool_format(template, architecture)
-    messages = _history(tuple(request.messages or ()), template, tags)
+    messages = _named_results(_history(tuple(request.messages or ()), template, tags))
     extra = dict(request.template_kwargs)
     if request.thinking is not None:
         extra.setdefault("enable_thinking", request.thinking)

@@ -89,6 +89,13 @@ def test_a_conversation_with_tool_results_is_answered(server):
                                                 max_tokens=16)  # fmt: skip
     assert r.choices[0].message.content
     assert r.choices[0].finish_reason in ("stop", "length")
+    # the result names its call's function as the Responses API's does: the same prompt through both
+    tools = [{"type": "function", **t["function"]} for t in TOOLS]
+    items = [*ASK, {"type": "function_call", "call_id": "call_abc", "name": "get_weather",
+                    "arguments": '{"city": "Paris", "unit": "c"}'},
+             {"type": "function_call_output", "call_id": "call_abc", "output": "Sunny and 24 degrees."}]  # fmt: skip
+    resp = client(server).responses.create(model=MODEL, input=items, tools=tools, temperature=0, max_output_tokens=16)
+    assert resp.usage.input_tokens == r.usage.prompt_tokens
 
 
 def test_none_gives_text(server):

@@ -69,7 +69,8 @@ def test_template_without_tools_gets_the_generic_format():
     assert system.startswith("<|im_start|>system\nBe brief.\n\nYou can call these tools")
     assert json.dumps(TOOLS[0].as_openai()["function"]) in system
     assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in r.prompt
-    assert "<|im_start|>user\n<tool_response>\nSunny, 21 C\n</tool_response>" in r.prompt
+    # the result names the function of the call it answers (found by tool_call_id), as every dialect renders it
+    assert '<|im_start|>user\n<tool_response>\n{"name": "get_weather", "content": "Sunny, 21 C"}\n</tool_response>' in r.prompt
     assert "<|im_start|>tool" not in r.prompt
 
 
