@@ -176,6 +176,7 @@ class GenerationRequest:
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = False
     thinking: bool | None = None
+    require_thinking: bool = False  # Ollama's ``think``: a model whose template cannot think refuses the request
     template_kwargs: tuple[tuple[str, Any], ...] = ()
     # Speculative decoding (engine.backends.speculative): None follows the server's setting, False turns it
     # off for this request, True turns prompt lookup on; ``prediction`` is text the answer is expected to

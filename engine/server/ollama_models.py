@@ -177,12 +177,12 @@ def model_header(m) -> dict[str, Any]:
 def capabilities(m, template: str) -> list[str]:
     """What an Ollama client may ask of the model: every chat model calls tools (through its own
     template's format, else Hearth's generic one; docs/tools.md); thinking where its template has it."""
-    from engine.tools import THINK_TAGS
+    from engine.tools.reasoning import template_thinks
 
     if not m.has_chat_template and m.format == "gguf" and not template:
         return ["embedding"]
     caps = ["completion", "tools"]
-    if "enable_thinking" in template or any(open_tag in template for open_tag, _ in THINK_TAGS):
+    if template_thinks(template):
         caps.append("thinking")
     from engine.server.media import capabilities as media_capabilities
 

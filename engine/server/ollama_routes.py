@@ -262,6 +262,7 @@ def _tool_fields(tools: list[dict[str, Any]] | None, think: bool | str | None) -
     return {
         "tools": parse_tools(tools),
         "thinking": think if isinstance(think, bool) else (None if think is None else True),
+        "require_thinking": bool(think),  # as Ollama: a model that cannot think refuses, so a client can fall back
         "template_kwargs": (("reasoning_effort", think),) if isinstance(think, str) else (),
     }
 

@@ -104,6 +104,11 @@ class ReasoningSplitter:
         return ReasoningPiece("".join(reasoning), "".join(content))
 
 
+def template_thinks(source: str) -> bool:
+    """Whether a chat template (its source) can think: it has a thinking switch or writes a thinking tag."""
+    return "enable_thinking" in source or any(open_tag in source for open_tag, _ in THINK_TAGS)
+
+
 def split_reasoning(text: str, tags: tuple[str, str] = THINK_TAGS[0], *, started: bool = False) -> ReasoningPiece:
     """A whole answer split into its reasoning and its content."""
     s = ReasoningSplitter(tags, started=started)
@@ -118,4 +123,4 @@ def strip_reasoning(text: str, tags: tuple[str, str] = THINK_TAGS[0]) -> str:
     return split_reasoning(text, tags).content if tags[0] in text else text
 
 
-__all__ = ["THINK_TAGS", "ReasoningPiece", "ReasoningSplitter", "split_reasoning", "strip_reasoning"]
+__all__ = ["THINK_TAGS", "ReasoningPiece", "ReasoningSplitter", "split_reasoning", "strip_reasoning", "template_thinks"]

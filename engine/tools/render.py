@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from engine.errors import InvalidRequest
 from engine.tools.constraint import ToolCallConstraint, tool_call_constraint
-from engine.tools.reasoning import THINK_TAGS, strip_reasoning
+from engine.tools.reasoning import THINK_TAGS, strip_reasoning, template_thinks
 from engine.tools.spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -146,6 +147,8 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
     Raises:
         ChatTemplateError: the template failed or was refused by the sandbox.
     """
+    if request.require_thinking and not template_thinks(template.source):
+        raise InvalidRequest(f'"{request.model}" does not support thinking; ask without \'think\'.', param="think")
     tags = detect_think_tags(template)
     choice = request.tool_choice
     offered = request.tools if (choice is None or choice.mode != "none") else ()

@@ -83,6 +83,20 @@ def test_list_show_and_ps(client):
     assert [m.model for m in running] == [MODEL] and running[0].context_length == 1024
 
 
+@pytest.mark.parametrize("think", [True, "high"])
+def test_think_on_a_model_that_cannot_think_is_ollamas_400_so_a_client_can_ask_again_without(client, think):
+    # the starter's /api/show lists no "thinking"; Ollama refuses such a request, and clients fall back on it
+    hi = [{"role": "user", "content": "Hi"}]
+    for ask in (lambda: client.chat(model=MODEL, messages=hi, think=think),
+                lambda: list(client.chat(model=MODEL, messages=hi, think=think, stream=True)),
+                lambda: client.generate(model=MODEL, prompt="Hi", think=think)):  # fmt: skip
+        with pytest.raises(ollama.ResponseError) as refused:
+            ask()
+        assert refused.value.status_code == 400 and "does not support thinking" in refused.value.error
+    off = client.chat(model=MODEL, messages=hi, think=False, options={"num_predict": 2})
+    assert off.done
+
+
 def test_chat_streamed_and_not_agree_and_end_with_ollamas_counts(client):
     plain = client.chat(model=MODEL, messages=QUESTION, options=GREEDY)
     assert plain.done and plain.message.role == "assistant" and plain.message.content

@@ -119,3 +119,10 @@ def test_tool_choice_naming_an_unknown_tool_is_refused():
         parse_tool_choice({"type": "function", "function": {"name": "nope"}}, TOOLS)
     with pytest.raises(InvalidRequest, match="no tools"):
         parse_tool_choice("required", ())
+
+
+def test_thinking_required_of_a_template_that_cannot_think_is_refused():
+    assert render_request(ChatTemplate(THINKING), request(require_thinking=True)).prompt
+    with pytest.raises(InvalidRequest, match="does not support thinking"):
+        render_request(ChatTemplate(PLAIN), request(require_thinking=True))
+    assert render_request(ChatTemplate(PLAIN), request(thinking=True)).prompt  # only Ollama's `think` requires it
