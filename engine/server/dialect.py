@@ -25,7 +25,9 @@ from engine.types import GenerationChunk, GenerationRequest
 
 ANTHROPIC_PREFIX = "/v1/messages"
 OLLAMA_PATHS = frozenset(
-    f"/api/{p}" for p in ("version", "tags", "show", "ps", "chat", "generate", "embed", "embeddings", "pull", "delete")
+    f"/api/{p}"
+    for p in ("version", "tags", "show", "ps", "chat", "generate", "embed", "embeddings", "pull", "delete", "copy",
+              "create", "push")
 )
 
 _ANTHROPIC_TYPES = {
@@ -52,7 +54,7 @@ def error_body_for_path(path: str, status: int, message: str) -> dict | None:
     """The error body of the dialect that owns ``path`` (None: OpenAI's shape)."""
     if path.startswith(ANTHROPIC_PREFIX):
         return anthropic_error(status, message)
-    if path in OLLAMA_PATHS:
+    if path in OLLAMA_PATHS or path.startswith("/api/blobs/"):
         return ollama_error(status, message)
     return None
 

@@ -8,7 +8,7 @@ reads an error's message to classify it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -126,8 +126,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return response_for(exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return response_for(exc)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        from engine.server.dialect import error_body_for_path
+
+        info = error_info(exc)  # no route (404) or no such method (405): in the shape of the path's dialect
+        if exc.status_code == 404 and exc.detail == "Not Found":  # no route: OpenAI's words for it
+            info = replace(info, message=f"Invalid URL ({request.method} {request.url.path}): Hearth has no such endpoint.")
+        shaped = error_body_for_path(request.url.path, info.status, info.message)
+        return info.response() if shaped is None else JSONResponse(shaped, status_code=info.status, headers=info.headers)
 
     @app.exception_handler(HearthError)
     async def _hearth(_: Request, exc: HearthError) -> JSONResponse:

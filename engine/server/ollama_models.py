@@ -227,6 +227,21 @@ async def delete(request: Request, body: ModelBody) -> Response:
     return Response(status_code=200)
 
 
+class _NotOffered(HearthError):
+    status = 404
+    code = "not_found"
+
+
+@router.post("/copy")
+@router.post("/create")
+@router.post("/push")
+@router.api_route("/blobs/{digest}", methods=["HEAD", "POST"])
+async def not_offered(request: Request) -> Response:
+    """Ollama's model-building endpoints, which Hearth does not have: an answer in Ollama's shape that says so."""
+    raise _NotOffered(f"Hearth has no {request.url.path}: get a model with /api/pull (a Hugging Face repo) or "
+                      "add a GGUF file in Hearth's Models page.")  # fmt: skip
+
+
 def pull_target(name: str) -> tuple[str, str | None]:
     """``(repo, variant)`` from an Ollama pull name: ``owner/repo[:VARIANT]``, also as ``hf.co/owner/repo``;
     ``:latest`` (or no variant) means the variant the advisor recommends for this machine.

@@ -181,3 +181,11 @@ def test_not_json_is_a_400_in_anthropics_shape(server):
         f"{server.root}/v1/messages", content=b"{nope", headers={"x-api-key": server.api_key, "content-type": "application/json"}
     )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_an_endpoint_hearth_lacks_answers_in_anthropics_shape(claude):
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        claude.messages.batches.list()
+    body = missing.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
+    assert body["error"]["message"] == "Invalid URL (GET /v1/messages/batches): Hearth has no such endpoint."

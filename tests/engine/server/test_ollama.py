@@ -97,6 +97,16 @@ def test_think_on_a_model_that_cannot_think_is_ollamas_400_so_a_client_can_ask_a
     assert off.done
 
 
+def test_ollamas_model_building_endpoints_say_in_ollamas_shape_that_hearth_lacks_them(client):
+    for ask, path in ((lambda: client.copy(MODEL, "mine"), "/api/copy"),
+                      (lambda: client.create(model="mine", from_=MODEL), "/api/create"),
+                      (lambda: client.push(MODEL), "/api/push")):  # fmt: skip
+        with pytest.raises(ollama.ResponseError) as refused:
+            ask()
+        assert refused.value.status_code == 404 and isinstance(refused.value.error, str)
+        assert refused.value.error.startswith(f"Hearth has no {path}: get a model with /api/pull")
+
+
 def test_chat_streamed_and_not_agree_and_end_with_ollamas_counts(client):
     plain = client.chat(model=MODEL, messages=QUESTION, options=GREEDY)
     assert plain.done and plain.message.role == "assistant" and plain.message.content
