@@ -208,6 +208,12 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         item.setdefault("type", "message")
         item.setdefault("id", f"{'msg' if item['type'] == 'message' else 'item'}_{uuid.uuid4().hex}")
     history = earlier + tuple(_input_messages(items, earlier, request.app.state.settings.allow_image_urls))
+    for item in items:  # kept as input_items lists them: a message's text as a part, as OpenAI's do
+        if item["type"] == "message" and isinstance(item.get("content"), str):
+            kind = "output_text" if item.get("role") == "assistant" else "input_text"
+            item["content"] = [{"type": kind, "text": item["content"]}]
+        if item["type"] == "message":
+            item.setdefault("status", "completed")
     if not history:
         raise InvalidRequest("'input' is empty; send some text or input items.", param="input")
     if body.max_output_tokens is not None and body.max_output_tokens < 1:
@@ -433,18 +439,26 @@ async def delete_response(request: Request, rid: str) -> dict:
 
 
 @router.get("/responses/{rid}/input_items")
-async def input_items(request: Request, rid: str, order: str = "desc") -> dict:
+async def input_items(request: Request, rid: str, order: str = "desc", limit: int = 20, after: str | None = None) -> dict:
     if order not in ("asc", "desc"):
         raise InvalidRequest("'order' must be asc or desc.", param="order")
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("'limit' must be a whole number from 1 to 100.", param="limit")
     items = list(_found(request, rid).input_items)
     if order == "desc":
         items.reverse()
+    if after is not None:  # the page after the item with this id
+        ids = [item.get("id") for item in items]
+        if after not in ids:
+            raise InvalidRequest(f"'after' names no input item of {rid}; give an id from an earlier page.", param="after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
     return {
         "object": "list",
-        "data": items,
-        "first_id": items[0].get("id") if items else None,
-        "last_id": items[-1].get("id") if items else None,
-        "has_more": False,
+        "data": page,
+        "first_id": page[0].get("id") if page else None,
+        "last_id": page[-1].get("id") if page else None,
+        "has_more": len(items) > limit,
     }
 
 

@@ -100,6 +100,29 @@ def test_previous_response_id_continues_the_conversation(server):
         client.responses.retrieve(first.id)
 
 
+def test_input_items_are_listed_as_openai_lists_them_a_page_at_a_time(server):
+    client = sdk(server)
+    said = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": [{"type": "input_text", "text": "Bye."}]},
+            {"role": "user", "content": "Again."}]  # fmt: skip
+    resp = client.responses.create(model=MODEL, input=said, max_output_tokens=2, temperature=0)
+    listed = client.responses.input_items.list(resp.id, order="asc")
+    assert [(i.role, i.content[0].type, i.content[0].text) for i in listed.data] == [
+        ("system", "input_text", "Be brief."), ("user", "input_text", "Hi."), ("assistant", "output_text", "Hello."),
+        ("user", "input_text", "Bye."), ("user", "input_text", "Again.")]  # fmt: skip
+    assert all(i.id.startswith("msg_") and i.status == "completed" for i in listed.data)
+    first = client.responses.input_items.list(resp.id, order="asc", limit=2)
+    assert [i.id for i in first.data] == [i.id for i in listed.data[:2]] and first.has_more
+    rest = client.responses.input_items.list(resp.id, order="asc", limit=2, after=first.last_id)
+    assert [i.id for i in rest.data] == [i.id for i in listed.data[2:4]] and rest.has_more
+    # the SDK's pager walks every page
+    assert [i.id for i in client.responses.input_items.list(resp.id, order="asc", limit=2)] == [i.id for i in listed.data]
+    newest = client.responses.input_items.list(resp.id, limit=1)  # desc by default
+    assert [i.id for i in newest.data] == [listed.data[-1].id]
+    with pytest.raises(openai.BadRequestError):
+        client.responses.input_items.list(resp.id, after="msg_nope")
+
+
 WEATHER = {
     "type": "function",
     "name": "get_weather",
