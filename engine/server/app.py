@@ -7,7 +7,6 @@ so tests and the worker can build as many apps as they like.
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine import __version__
@@ -31,7 +30,7 @@ from engine.server import (
     tokenize_routes,
 )
 from engine.server.errors import install_error_handlers
-from engine.server.guard import RequestGuard
+from engine.server.guard import PageCORS, RequestGuard
 from engine.server.metrics import ServerMetrics
 from engine.server.request_caps import ReportCaps
 from engine.settings import ServerSettings
@@ -84,13 +83,7 @@ def create_app(
     async def metrics(request: Request):
         return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    if settings.cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
-        )
+    app.add_middleware(PageCORS, settings=settings)  # loopback pages and --cors-origin: the guard's list
     app.add_middleware(ReportCaps)  # a capped max_tokens named in the response's headers
     app.add_middleware(RequestGuard, settings=settings)  # outermost: before CORS and every route
     return app

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 
 import anyio
+from starlette.middleware.cors import CORSMiddleware
 
 from engine.server.access import (
     ADMIN_SCOPE_KEY,
@@ -154,6 +155,23 @@ def _json_start(chunks: list[bytes]) -> bool | None:
     return None
 
 
+class PageCORS(CORSMiddleware):
+    """CORS for the pages the guard lets in (:class:`OriginAllowlist`: loopback pages, as Ollama's default, and
+    the ``--cors-origin`` list): any request header (the SDKs' ``x-stainless-*``, ``anthropic-*``), every
+    method, and the headers a page needs to read (``Retry-After``, the max-tokens cap) exposed."""
+
+    def __init__(self, app, settings: ServerSettings) -> None:
+        from engine.server.request_caps import MAX_TOKENS_CAP_HEADER
+
+        super().__init__(app, allow_origins=("*",) if "*" in settings.cors_origins else (), allow_methods=("*",),
+                         allow_headers=("*",), expose_headers=("Retry-After", MAX_TOKENS_CAP_HEADER),
+                         allow_private_network=True)  # fmt: skip
+        self.origins = OriginAllowlist(settings.cors_origins)
+
+    def is_allowed_origin(self, origin: str) -> bool:
+        return self.origins.allows(origin)
+
+
 class _Refused(Exception):
     """Raised from the app's ``receive`` when the body passes a limit, to stop it reading."""
 
@@ -171,7 +189,10 @@ class RequestGuard:
         self.keys = KeyRing(settings)
         self.max_body = settings.max_body_bytes
 
-    async def _reject(self, send, refusal: Refusal, path: str) -> None:
+    async def _reject(self, send, refusal: Refusal, path: str, origin: bytes | None = None) -> None:
+        """The refusal's answer; to a page the guard lets in (a wrong key, a body too large), with CORS's header,
+        so the page can read why."""
+        cors = [(b"access-control-allow-origin", origin), (b"vary", b"Origin")] if origin is not None else []
         shaped = error_body_for_path(path, refusal.status, refusal.message)
         body = json.dumps(
             shaped if shaped is not None else error_body(refusal.message, refusal.type, code=refusal.code)
@@ -185,10 +206,18 @@ class RequestGuard:
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(encoded)).encode()),
                     *refusal.headers,
+                    *cors,
                 ],
             }
         )
         await send({"type": "http.response.body", "body": encoded})
+
+    def _page(self, scope, refusal: Refusal) -> bytes | None:
+        """The ``Origin`` of a page this refusal may be read by: one the guard lets in, refused for another reason."""
+        if refusal.code in ("host_not_allowed", "origin_not_allowed"):
+            return None
+        origin = next((v for k, v in scope.get("headers") or () if k == b"origin"), None)
+        return origin if origin is not None and self.origins.allows(origin.decode("latin-1")) else None
 
     def refusal(self, scope) -> Refusal | None:
         """Why the gate answers this request itself (None: the app serves it)."""
@@ -231,7 +260,7 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         refusal = self.refusal(scope)
         if refusal is not None:
-            return await self._reject(send, refusal, scope["path"])
+            return await self._reject(send, refusal, scope["path"], self._page(scope, refusal))
         seen = 0
         over: Refusal | None = None
         started = False
@@ -302,4 +331,4 @@ class RequestGuard:
             if over is None:
                 raise
         if over is not None and not started:
-            await self._reject(send, over, scope["path"])
+            await self._reject(send, over, scope["path"], self._page(scope, over))

@@ -142,6 +142,29 @@ def test_a_cross_site_preflight_gets_no_allow_headers(manager):
                 assert client.get("/api/version", headers={"Origin": "http://app.example"}).status_code == 200
 
 
+def test_pages_the_guard_lets_in_get_cors_for_what_the_official_sdks_send(manager):
+    """A loopback page (as Ollama answers them by default) and a --cors-origin page: the preflight of a browser
+    SDK (openai-node's x-stainless-*, Anthropic's direct-browser header, Chrome's private-network ask) passes,
+    and a refusal they get (a wrong key) is one they can read."""
+    asks = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Private-Network": "true",
+            "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os, x-stainless-runtime, "
+                                              "anthropic-dangerous-direct-browser-access, anthropic-beta"}  # fmt: skip
+    for page, settings in (("http://localhost:5173", {}), ("http://app.example", {"cors_origins": ("http://app.example",)})):
+        with TestClient(make_app(manager, api_keys=("k",), **settings), base_url=ROOT) as client:
+            pre = client.options("/v1/chat/completions", headers={"Origin": page, **asks})
+            assert pre.status_code == 200, pre.text
+            assert pre.headers["access-control-allow-origin"] == page
+            assert "x-stainless-runtime" in pre.headers["access-control-allow-headers"]
+            assert pre.headers["access-control-allow-private-network"] == "true"
+            wrong = client.get("/v1/models", headers={"Origin": page, "Authorization": "Bearer nope"})
+            assert wrong.status_code == 401 and wrong.headers["access-control-allow-origin"] == page
+            right = client.get("/v1/models", headers={"Origin": page, "Authorization": "Bearer k"})
+            assert right.status_code == 200 and right.headers["access-control-allow-origin"] == page
+            assert "retry-after" in right.headers["access-control-expose-headers"].lower()
+            foreign = client.get("/v1/models", headers={**CROSS_SITE, "Authorization": "Bearer k"})
+            assert foreign.status_code == 403 and "access-control-allow-origin" not in foreign.headers
+
+
 def test_the_same_requests_without_an_origin_are_answered(client, app, secret_folder):
     # Ollama's documented `curl http://localhost:11434/api/generate -d '{...}'`: a form content type.
     body = json.dumps(
