@@ -77,6 +77,12 @@ _INFERENCE_ROUTES = (
     ("POST", "/api/generate"),
     ("POST", "/api/embed"),
     ("POST", "/api/embeddings"),
+    # Ollama's model building, which Hearth lacks: each answers that it does not have it, and changes nothing
+    ("POST", "/api/copy"),
+    ("POST", "/api/create"),
+    ("POST", "/api/push"),
+    ("HEAD", "/api/blobs/{digest}"),
+    ("POST", "/api/blobs/{digest}"),
     # llama-server's own: reranking (Jina's and Cohere's body too) and the vocabulary
     ("POST", "/v1/rerank"),
     ("POST", "/rerank"),
