@@ -232,14 +232,16 @@ class _NotOffered(HearthError):
     code = "not_found"
 
 
-@router.post("/copy")
-@router.post("/create")
-@router.post("/push")
-@router.api_route("/blobs/{digest}", methods=["HEAD", "POST"])
-async def not_offered(request: Request) -> Response:
+async def _not_offered(request: Request) -> Response:
     """Ollama's model-building endpoints, which Hearth does not have: an answer in Ollama's shape that says so."""
     raise _NotOffered(f"Hearth has no {request.url.path}: get a model with /api/pull (a Hugging Face repo) or "
                       "add a GGUF file in Hearth's Models page.")  # fmt: skip
+
+
+for _path, _methods in (("/copy", ["POST"]), ("/create", ["POST"]), ("/push", ["POST"]), ("/blobs/{digest}", ["HEAD", "POST"])):
+    for _method in _methods:
+        router.add_api_route(_path, _not_offered, methods=[_method], include_in_schema=False,
+                             operation_id=f"ollama_{_path.strip('/').split('/')[0]}_{_method.lower()}_not_offered")  # fmt: skip
 
 
 def pull_target(name: str) -> tuple[str, str | None]:
