@@ -92,14 +92,18 @@ def _piece(data: bytes) -> str | list[int]:
 async def tokenize(request: Request, body: TokenizeBody) -> dict:
     manager = request.app.state.manager
     lm = await acquire_local(request, body.model, "Tokenizing")
-    try:
+
+    def count() -> tuple[list[int], list[bytes] | None]:  # off the event loop: a long text takes a while
         codec = _codec(lm)
         tokens = codec.encode(body.content, add_special=body.add_special, parse_special=body.parse_special)
-        if not body.with_pieces:
-            return {"tokens": tokens}
-        pieces = codec.token_bytes(tokens)
+        return tokens, codec.token_bytes(tokens) if body.with_pieces else None
+
+    try:
+        tokens, pieces = await asyncio.to_thread(count)
     finally:
         manager.release(lm)
+    if pieces is None:
+        return {"tokens": tokens}
     return {"tokens": [{"id": t, "piece": _piece(p)} for t, p in zip(tokens, pieces, strict=True)]}
 
 
@@ -108,7 +112,7 @@ async def detokenize(request: Request, body: DetokenizeBody) -> dict:
     manager = request.app.state.manager
     lm = await acquire_local(request, body.model, "Detokenizing")
     try:
-        data = b"".join(_codec(lm).token_bytes(body.tokens))
+        data = b"".join(await asyncio.to_thread(_codec(lm).token_bytes, body.tokens))
     finally:
         manager.release(lm)
     return {"content": data.decode("utf-8", errors="replace")}

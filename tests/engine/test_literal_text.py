@@ -103,3 +103,20 @@ def test_a_document_added_by_the_hearth_extension_cannot_open_a_turn(vocab):
         rendered = render_request(vocab.chat_template, with_context(question, f"Answer from these sources:\n{source}"))
         counts.append(vocab.encode_prompt(rendered.prompt, rendered.literal).count(im_start))
     assert counts[0] == counts[1] == 3  # the system turn, the user's, the answer's
+
+
+def test_pieces_are_cut_where_no_token_that_strips_whitespace_can_reach_across(monkeypatch):
+    import engine.literal_text as literal_text
+    from engine.literal_text import special_pieces
+
+    monkeypatch.setattr(literal_text, "SPECIALS_PER_CALL", 1)
+    specials = SpecialTexts(["<a>", "<b>"])
+    text = "x<a> y <b>\n<a>z"
+    assert special_pieces(text, specials) == ["x<a> y ", "<b>\n", "<a>z"]  # just before each
+    # <b> strips on its left: cut after the <a> before it instead; <a> too, and <b> strips on its right: no cut
+    assert special_pieces(text, specials, lstrip=frozenset({"<b>"})) == ["x<a>", " y <b>\n", "<a>z"]
+    assert special_pieces(text, specials, lstrip=frozenset({"<a>", "<b>"}), rstrip=frozenset({"<b>"})) == [
+        "x<a>", " y <b>\n<a>z"]  # fmt: skip
+    assert special_pieces(text, SpecialTexts()) == [text]
+    monkeypatch.setattr(literal_text, "SPECIALS_PER_CALL", 64)
+    assert special_pieces(text, specials) == [text]

@@ -241,3 +241,31 @@ def test_a_build_with_amx_kernels_loads_weights_unpacked_and_others_repack(start
         assert seen[-1] is repacked
     assert "AMX kernels" in caplog.text
     model_module._extra_buffers_allowed.cache_clear()
+
+
+def test_special_tokens_are_parsed_in_bounded_pieces_with_the_ids_of_one_call(llama_backend, monkeypatch):
+    """llama.cpp's pass over special tokens is quadratic in their number (a chat of 33,000 short messages held a
+    thread for half a minute); the model tokenizes in pieces of a few, cut where the ids cannot change."""
+    import random
+
+    import engine.literal_text as literal_text
+
+    model = llama_backend.model
+    words = ["hi", " there", "\n", "  ", "a", "é", "\n\n", " ", "x<", "|", "\t", "<|im_start|>", "<|im_end|>",
+             "<|endoftext|>", "user"]  # fmt: skip
+    rng = random.Random(7)
+    texts = ["", "<|im_start|>", " <|im_end|> ", "<|im_start|><|im_end|>\n\n<|endoftext|>x"]
+    texts += ["".join(rng.choice(words) for _ in range(rng.randint(1, 40))) for _ in range(300)]
+    for per in (1, 2):
+        monkeypatch.setattr(literal_text, "SPECIALS_PER_CALL", per)
+        for text in texts:
+            for add_special in (False, True):
+                assert model.tokenize(text, add_special=add_special) == model._tokenize(text, add_special, True), text
+    monkeypatch.setattr(literal_text, "SPECIALS_PER_CALL", 64)
+    calls = []
+    one_call = model._tokenize
+    monkeypatch.setattr(model, "_tokenize", lambda text, *a: calls.append(text) or one_call(text, *a))
+    chat = "<|im_start|>user\na<|im_end|>\n" * 2000
+    assert len(model.tokenize(chat)) == 6 * 2000
+    assert max(len(model.special_texts.pattern.findall(c)) for c in calls) == 64 and "".join(calls) == chat
+    assert model.tokenize(chat, parse_special=False) == model._tokenize(chat, False, False)
