@@ -81,16 +81,24 @@ class ContentGuard:
         self.found: list[str] = []
         self._placeholder = re.compile(f"hearthlit{self.nonce}n([0-9]+)z")
 
-    def protect(self, value: Any) -> Any:
-        """``value`` (strings, lists, tuples, dicts of them) with every special text in it replaced."""
+    def protect(self, value: Any, depth: int = 0) -> Any:
+        """``value`` (strings, lists, tuples, dicts of them) with every special text in it replaced.
+
+        Raises:
+            InvalidRequest: ``value`` nests deeper than :data:`MAX_TEMPLATE_DEPTH` (a template walking it would
+                run out of stack).
+        """
         if isinstance(value, str):
             if not self.specials or self.specials.pattern.search(value) is None:
                 return value
             return self.specials.pattern.sub(self._swap, value)
+        if isinstance(value, (dict, list, tuple)) and depth >= MAX_TEMPLATE_DEPTH:
+            raise InvalidRequest(f"A value given to the chat template nests more than {MAX_TEMPLATE_DEPTH} levels deep; "
+                                 "send a flatter one.")  # fmt: skip
         if isinstance(value, dict):
-            return {self.protect(k): self.protect(v) for k, v in value.items()}
+            return {self.protect(k, depth + 1): self.protect(v, depth + 1) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self.protect(v) for v in value]
+            return [self.protect(v, depth + 1) for v in value]
         return value
 
     def _swap(self, match: re.Match[str]) -> str:
@@ -131,6 +139,9 @@ class ContentGuard:
             )
         return MarkedPrompt(out, tuple(spans))
 
+
+#: How deep a value given to a chat template may nest (messages, tools, arguments, template variables).
+MAX_TEMPLATE_DEPTH = 128
 
 #: Most special texts one parsed call to the tokenizer holds. llama.cpp's pass over special tokens is quadratic in
 #: their number: a chat of 20,000 short messages took 5 s to tokenize in one call (33,000, half a minute, a thread

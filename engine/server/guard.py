@@ -13,6 +13,7 @@ more is counted first, off the event loop, and refused when it does.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import anyio
@@ -122,6 +123,20 @@ def too_crowded(most: int = MAX_JSON_VALUES) -> Refusal:
         "invalid_request_error",
         "request_too_large",
     )
+
+
+# JSON's escapes that matter here, read from the left: an escaped backslash (skipped whole, so what follows it is
+# no escape), a high surrogate with or without its low one, a low one alone
+_SURROGATE_ESCAPES = re.compile(rb"\\(?:\\|u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|u[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def mend_surrogates(body: bytes) -> bytes:
+    """The JSON document ``body`` with each escaped lone UTF-16 surrogate (``\\ud800``: valid JSON, but no
+    character, so every later encoding of the text to UTF-8 would fail: a grammar's, a database's, the answer's
+    own) escaped as U+FFFD, the replacement character, instead: the same length, the same document otherwise."""
+    if b"\\u" not in body:
+        return body
+    return _SURROGATE_ESCAPES.sub(lambda m: b"\\ufffd" if len(m.group()) == 6 else m.group(), body)
 
 
 def json_values_over(body: bytes, most: int = MAX_JSON_VALUES) -> bool:
@@ -315,7 +330,7 @@ class RequestGuard:
             if len(body) > 2 * MAX_JSON_VALUES and await anyio.to_thread.run_sync(json_values_over, body):
                 over = too_crowded()
                 raise _Refused()
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": mend_surrogates(body), "more_body": False}
 
         async def guarded_send(message):
             nonlocal started

@@ -64,11 +64,11 @@ class ToolCall:
         (the open strings and objects closed); the raw text when neither parses."""
         try:
             return json.loads(self.arguments)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # nested past the interpreter's stack: the text as it is
             pass
         try:
             return json.loads(close_partial_json(self.arguments))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             return self.arguments
 
     def as_openai(self) -> dict[str, Any]:

@@ -8,6 +8,8 @@ they do not: a content part's ``text`` that is a list, a tool call that is a num
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
 from tests.engine.server.conftest import MODEL
@@ -100,3 +102,42 @@ def test_chat_template_kwargs_cannot_replace_what_hearth_renders_the_template_wi
         kept = {"model": MODEL, "max_tokens": 2, "temperature": 0, "messages": hi,
                 "chat_template_kwargs": {"enable_thinking": False, "custom_flag": "x"}}  # fmt: skip
         assert client.post("/v1/chat/completions", json=kept).status_code == 200
+
+
+def test_deep_nesting_and_lone_surrogates_are_answered_or_refused_never_a_server_error(server):
+    """A tool call's arguments nested 1,500 deep (3 KB of JSON), template variables nested 900 deep, and JSON's
+    escape of a lone UTF-16 surrogate ("\\ud800": no character, so every later UTF-8 encoding of it failed) in a
+    grammar's pattern, an echoed field, a model's name and a streamed echo."""
+    deep = "[" * 1500 + "]" * 1500
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}
+    hi = [{"role": "user", "content": "hi"}]
+    cases = [
+        ("/v1/chat/completions", {"model": MODEL, "max_tokens": 2, "messages": [
+            *hi, {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c1", "content": "x"}]}),
+        ("/v1/chat/completions", {"model": MODEL, "max_tokens": 2, "messages": hi,
+                                  "chat_template_kwargs": {"deep": json.loads("[" * 900 + "]" * 900)}}),
+    ]  # fmt: skip
+    for path, body in cases:
+        r = httpx.post(f"{server.root}{path}", json=body, headers=server.headers, timeout=120)
+        assert r.status_code < 500, (path, r.text[:300])
+    lone = b"\\ud800"
+    raw = [
+        ("/v1/chat/completions", b'{"model":"%s","max_tokens":4,"messages":[{"role":"user","content":"hi"}],'
+         b'"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"string","pattern":"^a%s$"}}}}'),
+        ("/v1/responses", b'{"model":"%s","max_output_tokens":2,"input":"hi","instructions":"be %s brief","metadata":{"k":"%s"}}'),
+        ("/tokenize", b'{"model":"%s%s","content":"hi"}'),
+    ]  # fmt: skip
+    for path, template in raw:
+        body = template.replace(b"%s", MODEL.encode(), 1).replace(b"%s", lone)
+        r = httpx.post(f"{server.root}{path}", content=body, headers={**server.headers, "Content-Type": "application/json"},
+                       timeout=120)  # fmt: skip
+        assert r.status_code < 500, (path, r.text[:300])
+    answer = httpx.post(f"{server.root}/v1/responses", headers={**server.headers, "Content-Type": "application/json"},
+                        content=raw[1][1].replace(b"%s", MODEL.encode(), 1).replace(b"%s", lone), timeout=120).json()  # fmt: skip
+    assert answer["instructions"] == "be \ufffd brief" and answer["metadata"] == {"k": "\ufffd"}
+    echo = b'{"model":"%s","max_tokens":2,"stream":true,"echo":true,"prompt":"a%sb"}' % (MODEL.encode(), lone)
+    with httpx.stream("POST", f"{server.root}/v1/completions", content=echo, timeout=120,
+                      headers={**server.headers, "Content-Type": "application/json"}) as streamed:  # fmt: skip
+        lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+    assert streamed.status_code == 200 and lines[-1] == "data: [DONE]"
+    assert json.loads(lines[0][6:])["choices"][0]["text"] == "a\ufffdb"

@@ -70,10 +70,10 @@ def test_dimensions_cut_and_normalise_and_bad_ones_are_400s(client):
 
 
 def test_a_lone_surrogate_is_embedded_not_a_server_error(small_server):
-    # JSON can carry "\ud800", which has no UTF-8 form; it is read as "?"
+    # JSON can carry "\ud800", which has no UTF-8 form; it is read as U+FFFD, the replacement character
     body = json.dumps({"model": MODEL, "input": "red \ud800 car"})  # JSON's own "\ud800" escape
     headers = {**small_server.headers, "Content-Type": "application/json"}
     r = httpx.post(f"{small_server.root}/api/embed", content=body, headers=headers, timeout=60)
     assert r.status_code == 200, r.text
-    same = httpx.post(f"{small_server.root}/api/embed", json={"model": MODEL, "input": "red ? car"}, headers=headers)
+    same = httpx.post(f"{small_server.root}/api/embed", json={"model": MODEL, "input": "red \ufffd car"}, headers=headers)
     assert r.json()["embeddings"] == same.json()["embeddings"]

@@ -112,7 +112,7 @@ def test_a_model_that_is_not_a_reranker_and_bad_bodies_are_400s(small_server):
     body = json.dumps({"model": RERANKER, "query": "\ud800", "documents": ["x"]})  # JSON's own "\ud800" escape
     headers = {**small_server.headers, "Content-Type": "application/json"}
     surrogate = httpx.post(f"{small_server.root}/v1/rerank", content=body, headers=headers, timeout=60)
-    assert surrogate.status_code == 200, surrogate.text  # a lone surrogate, which has no UTF-8 form, reads as "?"
+    assert surrogate.status_code == 200, surrogate.text  # a lone surrogate, which has no UTF-8 form, reads as U+FFFD
 
 
 def test_the_reranker_tokenizes_with_its_own_special_tokens(small_server):
