@@ -23,6 +23,7 @@ def image_part(path: str | Path) -> dict[str, Any]:
     Raises:
         InvalidRequest: the file cannot be read, or is not a picture (or one too large), naming the path.
     """
+    from engine.images import readable_image
     from engine.server.media import check_image
 
     where = str(path)
@@ -32,7 +33,7 @@ def image_part(path: str | Path) -> dict[str, Any]:
         raise InvalidRequest(f"Cannot read the image {where} ({exc.strerror or exc}); check the path.", param="image") from exc
     if not data:
         raise InvalidRequest(f"The image {where} is empty; give a PNG, JPEG, GIF, BMP or WebP file.", param="image")
-    checked = check_image(data, f"The image {where}")
+    checked = readable_image(check_image(data, f"The image {where}"), f"The image {where}")  # a full decode
     mime = mimetypes.guess_type(where)[0] if checked is data else None  # re-encoded: PNG
     mime = mime if mime and mime.startswith("image/") else "image/png"
     url = f"data:{mime};base64,{base64.b64encode(checked).decode()}"

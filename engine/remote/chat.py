@@ -21,6 +21,7 @@ import httpx
 
 from engine import __version__
 from engine.errors import InvalidRequest, RemoteError, RemoteStreamCut
+from engine.images import readable_image
 from engine.remote.client import FORWARDED_HEADER, MAX_ERROR_BYTES, status_error, transport_error
 from engine.remote.providers import ProviderAccess, ProviderStore, split_model_id
 from engine.sse import DONE, SseParser
@@ -48,11 +49,13 @@ def find_remote(model_id: str | None, store: ProviderStore | None = None) -> tup
 
 def _media_part(item: MediaInput) -> dict[str, Any]:
     """A picture or a sound as an OpenAI content part (the bytes were checked at Hearth's HTTP edge)."""
-    data = base64.b64encode(item.data).decode()
     if item.kind == "audio":
+        data = base64.b64encode(item.data).decode()
         fmt = "wav" if item.data[:4] == b"RIFF" else "flac" if item.data[:4] == b"fLaC" else "mp3"
         return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
-    head = item.data[:4]
+    picture = readable_image(item.data, item.where)  # PNG, JPEG, GIF or BMP: a WebP or TIFF as PNG
+    data = base64.b64encode(picture).decode()
+    head = picture[:4]
     mime = {b"\x89PNG": "png", b"GIF8": "gif"}.get(head) or ("jpeg" if head[:2] == b"\xff\xd8" else "bmp" if head[:2] == b"BM" else "png")
     return {"type": "image_url", "image_url": {"url": f"data:image/{mime};base64,{data}"}}
 

@@ -2,11 +2,9 @@
 ``image_url`` and ``input_audio``, Responses' ``input_image``, Anthropic's ``image`` block, Ollama's ``images``)
 onto these readers, which decode, fetch and check the file once, the same way for all.
 
-An image is checked before any model sees it: its byte size, then its pixel count from the header (a
-decompression bomb is refused before it is decoded), then its integrity. A PNG or JPEG whose structure is
-whole (PNG chunks with right checksums up to IEND, a JPEG's end marker) goes on undecoded: llama.cpp decodes
-it once, and refuses a body it cannot read naming the part. Any other file is decoded in full here, so a
-truncated or broken one is refused naming the part. Formats llama.cpp's reader lacks (WebP, TIFF ...) are re-encoded as PNG. A remote
+An image is checked before any model is chosen: its byte size, then its format and pixel count from the header
+(a decompression bomb is refused before it is decoded). It is decoded only for a model that sees
+(:mod:`engine.images`), so a picture sent to a text-only model is refused without the work. A remote
 ``http(s)`` URL is a request the server would make on the user's behalf: refused unless the server runs with
 ``--allow-image-urls``, and then fetched with a size cap and a timeout.
 """
@@ -15,9 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
-import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,13 +20,11 @@ from pathlib import Path
 import httpx
 
 from engine.errors import InvalidRequest
+from engine.images import MAX_IMAGE_PIXELS, image_header
 from engine.types import MEDIA_MARKER, ChatMessage, MediaInput
 
 MAX_MEDIA_BYTES = 20 * 1024 * 1024  # one picture or sound
-MAX_IMAGE_PIXELS = 40_000_000  # a 8K photo is 33 million
 FETCH_TIMEOUT_SECONDS = 10.0
-# What llama.cpp's image reader (stb_image) decodes itself; anything else Pillow reads is sent as PNG.
-_NATIVE_FORMATS = frozenset({"PNG", "JPEG", "BMP", "GIF"})
 _AUDIO_FORMATS = ("wav", "mp3", "flac")
 
 
@@ -48,58 +41,17 @@ def _b64(data: str, where: str) -> bytes:
 
 
 def check_image(data: bytes, where: str) -> bytes:
-    """The image's bytes in a format llama.cpp reads, after checking its size, pixel count and integrity.
+    """The image's bytes after checking its size and, from its header, its format and pixel count: what every
+    picture of a request gets before a model is chosen (decoding waits for a model that sees:
+    :func:`engine.images.readable_image`).
 
     Raises:
-        InvalidRequest: too large, too many pixels, or not a readable image (naming ``where``).
+        InvalidRequest: too large, too many pixels, or not an image (naming ``where``).
     """
-    from PIL import Image, UnidentifiedImageError
-
     if len(data) > MAX_MEDIA_BYTES:
         raise InvalidRequest(f"{where} is larger than {MAX_MEDIA_BYTES // 2**20} MB; send a smaller image.", param=where)
-    try:
-        with Image.open(io.BytesIO(data)) as img:  # reads the header only
-            width, height = img.size
-            if width * height > MAX_IMAGE_PIXELS:
-                raise InvalidRequest(
-                    f"{where} has {width}x{height} pixels, more than the {MAX_IMAGE_PIXELS // 1_000_000} million "
-                    "allowed; send a smaller image.", param=where,
-                )  # fmt: skip
-            fmt = img.format or ""
-            if _whole(data, fmt):  # llama.cpp decodes it once; a body it cannot read is a 400 naming the part there
-                return data
-            img.load()  # the whole file: a truncated or corrupt one fails here
-            if fmt in _NATIVE_FORMATS:
-                return data
-            out = io.BytesIO()
-            img.convert("RGBA" if "A" in img.getbands() else "RGB").save(out, format="PNG")
-            return out.getvalue()
-    except InvalidRequest:
-        raise
-    except Image.DecompressionBombError as exc:
-        raise InvalidRequest(f"{where} has too many pixels; send a smaller image.", param=where) from exc
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise InvalidRequest(f"{where} is not a readable image (broken or truncated); send a PNG or JPEG.", param=where) from exc
-
-
-def _whole(data: bytes, fmt: str) -> bool:
-    """Whether a PNG or JPEG is complete by its structure, read without decoding its pixels: every PNG chunk
-    within the file with a right checksum up to IEND, a JPEG ending with its end-of-image marker. Anything else
-    (another format, trailing bytes, a cut file) is left to a full decode."""
-    if fmt == "JPEG":
-        return data.endswith(b"\xff\xd9")
-    if fmt != "PNG":
-        return False
-    view, at = memoryview(data), 8  # past the signature
-    while at + 12 <= len(data):
-        (length,) = struct.unpack_from(">I", data, at)
-        end = at + 12 + length
-        if end > len(data) or zlib.crc32(view[at + 4 : end - 4]) != struct.unpack_from(">I", data, end - 4)[0]:
-            return False
-        if data[at + 4 : at + 8] == b"IEND":
-            return end == len(data)
-        at = end
-    return False
+    image_header(data, where)
+    return data
 
 
 def image_from_base64(data: str, where: str) -> MediaInput:

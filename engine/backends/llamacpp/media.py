@@ -31,6 +31,7 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from engine.backends.llamacpp.picture_cache import KnownPicture, PictureCache
 from engine.errors import InvalidRequest, ModelLoadError
+from engine.images import readable_image
 from engine.literal_text import encode_marked
 from engine.types import MEDIA_MARKER, MediaInput
 
@@ -291,8 +292,9 @@ class Projector:
                     known[digest] = picture
                     bitmap = mtmd.mtmd_bitmap_init(picture.width, picture.height, None)
                 else:
-                    buf = ctypes.cast(ctypes.c_char_p(m.data), ctypes.POINTER(ctypes.c_uint8))  # the bytes, not a copy
-                    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(m.data), False)
+                    data = readable_image(m.data, m.where) if m.kind == "image" else m.data  # decoded once it is needed
+                    buf = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))  # the bytes, not a copy
+                    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
                 if not bitmap:
                     what = "image" if m.kind == "image" else "audio file (WAV, MP3 or FLAC)"
                     raise InvalidRequest(f"{m.where} is not an {what} llama.cpp can read.", param=m.where)

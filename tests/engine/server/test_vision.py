@@ -194,6 +194,33 @@ def test_a_text_model_refuses_pictures_and_a_model_without_audio_refuses_sound(v
     assert status == 400 and f"Model '{VISION}' cannot hear audio" in message
 
 
+def test_a_picture_for_a_model_that_cannot_see_is_refused_in_every_dialect_before_it_is_decoded(vision_server):
+    """A picture is decoded only for a model that sees: a GIF whose header is whole and whose pixels are cut off
+    (found only by decoding it) gets the text model's refusal, and the vision model's 'not a readable image'."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.radial_gradient("L").save(out, format="GIF")
+    cut = b64(out.getvalue()[: len(out.getvalue()) // 2])
+    root = vision_server.root
+    asks = {
+        "/v1/messages": lambda model: {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": cut}},
+            {"type": "text", "text": "Hi"}]}]},
+        "/api/chat": lambda model: {"model": model, "stream": False, "messages": [{"role": "user", "content": "Hi", "images": [cut]}]},
+        "/v1/responses": lambda model: {"model": model, "max_output_tokens": 2, "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": f"data:image/gif;base64,{cut}"}, {"type": "input_text", "text": "Hi"}]}]},
+        "/v1/chat/completions": lambda model: _chat_body(f"data:image/gif;base64,{cut}", model=model),
+    }  # fmt: skip
+    for path, body in asks.items():
+        for model, said in ((MODEL, "cannot read images"), (VISION, "is not a readable image")):
+            r = httpx.post(f"{root}{path}", json=body(model), headers=vision_server.headers, timeout=120)
+            error = r.json()["error"]
+            assert r.status_code == 400 and said in (error if isinstance(error, str) else error["message"]), (path, model, r.text)
+
+
 @contextmanager
 def _picture_host(body: bytes) -> Iterator[str]:
     """A local HTTP server that serves ``body`` at /p.png; yields its URL."""
@@ -288,19 +315,23 @@ def test_input_audio_is_heard_by_a_model_with_an_audio_encoder():
 
 
 def test_a_webp_picture_is_sent_to_llama_cpp_as_png():
-    """llama.cpp's reader has no WebP: the picture is re-encoded, its pixels kept."""
+    """llama.cpp's reader has no WebP: the picture is re-encoded, its pixels kept, once a model that sees reads it
+    (the HTTP edge reads its header only)."""
     import io
 
     from PIL import Image
 
+    from engine.images import readable_image
+
     img = Image.open(io.BytesIO(gradient())).convert("RGB")
     out = io.BytesIO()
     img.save(out, format="WEBP", lossless=True)
-    png = media.check_image(out.getvalue(), "messages[0].content[1]")
+    assert media.check_image(out.getvalue(), "messages[0].content[1]") == out.getvalue()
+    png = readable_image(out.getvalue(), "messages[0].content[1]")
     assert png[:4] == b"\x89PNG"
     assert Image.open(io.BytesIO(png)).convert("RGB").tobytes() == img.tobytes()
-    assert media.check_image(gradient(), "x") == gradient()  # a PNG goes as it came
-    assert media.check_image(_jpeg(), "x") == _jpeg()  # and a JPEG
+    assert readable_image(gradient(), "x") == gradient()  # a PNG goes as it came
+    assert readable_image(_jpeg(), "x") == _jpeg()  # and a JPEG
 
 
 def _prompt_tokens(server, dialect: str, system: str | None, blocks: list[tuple[str, object]]) -> int:
