@@ -313,8 +313,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         media_done = False  # one picture a step: the others' decodes never wait on more than one encode
         # A step's prompt tokens stay within the budget, so that the running streams' next tokens never wait on more:
         # a block that would pass it waits for the next step (the step's first block always goes; blocks are never
-        # cut to fit, see _step).
-        for seq in [s for s in self._running if s.status is SeqStatus.PREFILL]:
+        # cut to fit, see _step). The prompt with the least left to compute goes first: a short question that comes
+        # while a long document is read gets its first token at once instead of after the document's last block.
+        prefilling = [s for s in self._running if s.status is SeqStatus.PREFILL]
+        for seq in sorted(prefilling, key=lambda s: len(s.prompt) - s.n_past):
             if seq.copy_from is not None and not self.slots.prefix_ready(seq, seq.copy_from):
                 continue
             media = seq.media

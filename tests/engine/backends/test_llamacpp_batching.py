@@ -364,3 +364,36 @@ def test_the_same_prompt_again_gets_the_same_greedy_answer_as_the_first_time(sta
                 assert [t for c in chunks for t in c.token_ids] == [t for c in cold for t in c.token_ids]
     finally:
         backend.close()
+
+
+def test_a_short_prompt_that_comes_while_a_long_one_is_read_gets_its_first_token_first(batched):
+    """The prompt with the least left to compute is read first: a question asked while a 1,500-token document is
+    being read does not wait for the document's last block."""
+    import uuid
+
+    long_prompt = uuid.uuid4().hex + " " + " ".join(f"Box {i} holds {i * 3} red marbles." for i in range(1, 170))  # no cache
+    assert len(batched.tokenize(long_prompt)) > 1400
+    long_req = GenerationRequest(model="starter", prompt=long_prompt, params=SamplingParams(temperature=0, max_tokens=2))
+    short_req = request("Say hi.", max_tokens=2)
+    firsts: list[str] = []
+    queued = threading.Event()
+
+    def read(name: str, req: GenerationRequest) -> None:
+        chunks = batched.stream(req)
+        if name == "long":
+            queued.set()
+        for c in chunks:
+            if c.token_ids:
+                firsts.append(name)
+                break
+        for _ in chunks:
+            pass
+
+    threads = [threading.Thread(target=read, args=("long", long_req))]
+    threads[0].start()
+    assert queued.wait(120)
+    threads.append(threading.Thread(target=read, args=("short", short_req)))
+    threads[1].start()
+    for t in threads:
+        t.join(600)
+    assert firsts == ["short", "long"]
