@@ -236,7 +236,7 @@ class RequestGuard:
 
     def refusal(self, scope) -> Refusal | None:
         """Why the gate answers this request itself (None: the app serves it)."""
-        hosts, origins, tokens, length = [], [], [], None
+        hosts, origins, tokens, length, preflight = [], [], [], None, False
         for name, value in scope.get("headers") or ():
             if name == b"host":
                 hosts.append(value)
@@ -249,6 +249,8 @@ class RequestGuard:
                 tokens.append(value.strip())
             elif name == b"content-length":
                 length = value
+            elif name == b"access-control-request-method":
+                preflight = True
         for host in hosts:  # a request without Host (HTTP/1.0) is no browser's
             if not self.hosts.allows(host.decode("latin-1")):
                 return host_refusal(host)
@@ -256,7 +258,7 @@ class RequestGuard:
             if not self.origins.allows(origin.decode("latin-1")):
                 return origin_refusal(origin)
         method = scope.get("method", "GET")
-        if method == "OPTIONS":  # a CORS preflight carries no key; CORS answers it
+        if method == "OPTIONS" and preflight and origins:  # a CORS preflight carries no key; CORS answers it
             return None
         tokens = [t for t in tokens if t]
         check = self.keys.check(route_access(method, scope["path"]), tokens)

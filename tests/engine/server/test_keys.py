@@ -124,6 +124,9 @@ def test_an_inference_key_learns_nothing_about_paths_or_routes(split, starter_pa
     }
     answers |= {split.post("/api/no/such/route", json={}, headers=bearer(INFERENCE_KEY)).text}
     assert len(answers) == 1  # the same 403, whatever exists
+    # OPTIONS is no way around the key (only a browser's CORS preflight goes without one)
+    probes = {split.options(path).status_code for path in ("/api/models/load", "/api/no/such/route", "/v1/models")}
+    assert probes == {401}
     assert split.post("/api/no/such/route", json={}, headers=bearer(ADMIN_KEY)).status_code == 404
     # What the inference routes say of a model names it, never where its file is.
     key = bearer(INFERENCE_KEY)
