@@ -74,4 +74,15 @@ def one_row_per_request(decoding: Sequence[S], last_step: Callable[[S], int]) ->
     return [s for s in decoding if id(s) in picked]
 
 
-__all__ = ["next_admitted", "one_row_per_request", "preemption_victim"]
+#: Steps after its arrival from which a prompt is read before shorter ones that came later.
+MAX_WAIT_STEPS = 128
+
+
+def prompt_order(step: int, arrived: int, left: int, wait_steps: int = MAX_WAIT_STEPS) -> tuple[int, int]:
+    """Where a prompt goes among those to read at loop step ``step``: the one with the fewest tokens ``left`` first
+    (a short question that comes while a long document is read gets its first token at once), except that one
+    which ``arrived`` ``wait_steps`` steps ago or more goes first, by arrival, so no long prompt waits for ever."""
+    return (0, arrived) if step - arrived >= wait_steps else (1, left)
+
+
+__all__ = ["MAX_WAIT_STEPS", "next_admitted", "one_row_per_request", "preemption_victim", "prompt_order"]

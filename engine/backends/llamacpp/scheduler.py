@@ -24,7 +24,7 @@ import llama_cpp
 from engine.backends.admission import AdmissionQueue
 from engine.backends.base import BackendStats
 from engine.backends.delivery import delivery_batch
-from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
+from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim, prompt_order
 from engine.backends.llamacpp.batch import Row, fill_batch
 from engine.backends.llamacpp.calls import CallQueue
 from engine.backends.llamacpp.context import decode_context
@@ -246,6 +246,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                 self.stats_requests += 1
                 self.stats_prompt_tokens += len(seq.prompt)
             self.slots.place(seq, free)
+            seq.admitted_step = self._steps
             self._running.append(seq)
 
     @staticmethod
@@ -313,10 +314,11 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         media_done = False  # one picture a step: the others' decodes never wait on more than one encode
         # A step's prompt tokens stay within the budget, so that the running streams' next tokens never wait on more:
         # a block that would pass it waits for the next step (the step's first block always goes; blocks are never
-        # cut to fit, see _step). The prompt with the least left to compute goes first: a short question that comes
-        # while a long document is read gets its first token at once instead of after the document's last block.
+        # cut to fit, see _step). The prompt with the least left to compute goes first (fair_share.prompt_order): a
+        # short question that comes while a long document is read gets its first token at once, not after the
+        # document's last block.
         prefilling = [s for s in self._running if s.status is SeqStatus.PREFILL]
-        for seq in sorted(prefilling, key=lambda s: len(s.prompt) - s.n_past):
+        for seq in sorted(prefilling, key=lambda s: prompt_order(self._steps, s.admitted_step, len(s.prompt) - s.n_past)):
             if seq.copy_from is not None and not self.slots.prefix_ready(seq, seq.copy_from):
                 continue
             media = seq.media

@@ -42,6 +42,7 @@ class Sequence:
     # It gave its slot to another request and waits to go on (its prompt holds its answer so far).
     paused: bool = False
     last_step: int = 0  # the loop's step in which it last decoded (its request's choices take turns by it)
+    admitted_step: int = 0  # the loop's step when it took its slot (how long its prompt has waited to be read)
 
     @property
     def group(self) -> str:

@@ -29,12 +29,10 @@ from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
+from engine.backends.fair_share import MAX_WAIT_STEPS, prompt_order
 from engine.backends.paged.block_manager import BlockManager
 from engine.backends.paged.config import EngineConfig
 from engine.backends.paged.sequence import Sequence, SequenceStatus
-
-#: Steps after its arrival from which a prompt is read before shorter ones that came later.
-MAX_WAIT_STEPS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +195,7 @@ class Scheduler:
     def _prompt_order(self, seq: Sequence) -> tuple[int, int]:
         """Where ``seq``'s prompt goes among those to read: after waiting ``MAX_WAIT_STEPS`` steps by arrival,
         else by the tokens it has left to read."""
-        if self.num_steps - seq.arrival_step >= MAX_WAIT_STEPS:
-            return (0, seq.arrival_step)
-        return (1, seq.num_uncomputed_tokens)
+        return prompt_order(self.num_steps, seq.arrival_step, seq.num_uncomputed_tokens, MAX_WAIT_STEPS)
 
     def _order_arrivals(self) -> None:
         """When requests arrived since the last step: the waiting queue in prompt order (ties keep their order),

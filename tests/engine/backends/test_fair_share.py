@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.backends.fair_share import next_admitted, one_row_per_request, preemption_victim
+from engine.backends.fair_share import MAX_WAIT_STEPS, next_admitted, one_row_per_request, preemption_victim, prompt_order
 
 
 @dataclass(eq=False)
@@ -58,3 +58,12 @@ def test_while_several_requests_decode_each_puts_one_row_in_a_step_its_choices_i
             last[s.name] = step
         turns.append(next(s.name for s in rows if s is not chat))
     assert turns == ["c0", "c1", "c2", "c3"] * 2
+
+
+def test_prompts_are_read_shortest_first_until_one_has_waited_its_steps():
+    # (arrived at step, tokens left): a long document, then short questions arriving while it is read
+    prompts = {"document": (0, 1800), "question": (5, 12), "later": (9, 40)}
+    order = lambda step: sorted(prompts, key=lambda k: prompt_order(step, *prompts[k]))  # noqa: E731
+    assert order(10) == ["question", "later", "document"]
+    assert order(MAX_WAIT_STEPS) == ["document", "question", "later"]  # it waited long enough: it goes first
+    assert order(MAX_WAIT_STEPS + 5) == ["document", "question", "later"]  # then by arrival
