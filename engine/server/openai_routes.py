@@ -289,19 +289,17 @@ async def list_models(request: Request) -> dict:
     manager = request.app.state.manager
     models = await asyncio.to_thread(manager.available)
     remote = await remote_routes.remote_models(request)
+    return {"object": "list", "data": [_model_entry(m) for m in models] + [m.to_openai() for m in remote]}
+
+
+def _model_entry(m) -> dict:
+    """A local model as OpenAI's models list and retrieve give it."""
     return {
-        "object": "list",
-        "data": [
-            {
-                "id": m.name,
-                "object": "model",
-                "created": int(m.added_at.timestamp()) if m.added_at else 0,
-                "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
-                "capabilities": media.capabilities(m.mmproj),  # "vision", "audio": what it takes besides text
-            }
-            for m in models
-        ]
-        + [m.to_openai() for m in remote],
+        "id": m.name,
+        "object": "model",
+        "created": int(m.added_at.timestamp()) if m.added_at else 0,
+        "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
+        "capabilities": media.capabilities(m.mmproj),  # "vision", "audio": what it takes besides text
     }
 
 
@@ -310,12 +308,7 @@ async def get_model(request: Request, model_id: str) -> dict:
     m = await targets.resolve(request, model_id)
     if not is_local(m):
         return await remote_routes.model_entry(request, m)
-    return {
-        "id": m.name,
-        "object": "model",
-        "created": int(m.added_at.timestamp()) if m.added_at else 0,
-        "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
-    }
+    return _model_entry(m)
 
 
 @router.post("/chat/completions", responses=_STREAMED)

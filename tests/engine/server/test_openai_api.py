@@ -32,6 +32,9 @@ def test_models_list_validates(server, openai_schemas):
     openai_schemas("ListModelsResponse", raw)
     ids = [m.id for m in server.client().models.list()]
     assert MODEL in ids
+    one = httpx.get(f"{server.base_url}/models/{MODEL}", headers=server.headers).json()
+    openai_schemas("Model", one)
+    assert one == next(m for m in raw["data"] if m["id"] == MODEL)  # retrieve says what the list says
 
 
 def test_chat_completion_with_exact_usage(server, openai_schemas, starter_path):
