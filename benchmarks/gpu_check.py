@@ -917,6 +917,17 @@ def stages_for(dry: bool, *, full: bool = True) -> list[Stage]:
     return stages
 
 
+def _interval(text: str) -> float:
+    """hearth serve's --stream-interval, checked here: a value it refuses would fail the port stage after the others."""
+    from engine.backends.delivery import parse_interval
+    from engine.errors import InvalidRequest
+
+    try:
+        return parse_interval(text)
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (kernels under TRITON_INTERPRET=1)")
@@ -929,7 +940,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seqs", type=int, default=None)
     ap.add_argument("--hf-seqs", type=int, default=None, help="requests in transformers' slice")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--stream-interval", type=float, default=0.0, metavar="MS",
+    ap.add_argument("--stream-interval", type=_interval, default=0.0, metavar="MS",
                     help="the port stage's hearth serve --stream-interval (default 0: every token as it comes)")  # fmt: skip
     return ap.parse_args(argv)
 

@@ -125,18 +125,21 @@ def too_crowded(most: int = MAX_JSON_VALUES) -> Refusal:
     )
 
 
-# JSON's escapes that matter here, read from the left: an escaped backslash (skipped whole, so what follows it is
-# no escape), a high surrogate with or without its low one, a low one alone
-_SURROGATE_ESCAPES = re.compile(rb"\\(?:\\|u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|u[dD][c-fC-F][0-9a-fA-F]{2})")
+# A surrogate's escape that is one (after an even run of backslashes, or none): a high one with or without its low
+# one after it, or a low one alone; group 1 is the run of escaped backslashes before it, group 2 the escape's digits
+_SURROGATE_ESCAPES = re.compile(rb"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|[dD][c-fC-F][0-9a-fA-F]{2})")
+_ANY_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+#: A body from which size its surrogates are mended off the event loop.
+MEND_OFF_LOOP_BYTES = 256 * 1024
 
 
 def mend_surrogates(body: bytes) -> bytes:
     """The JSON document ``body`` with each escaped lone UTF-16 surrogate (``\\ud800``: valid JSON, but no
     character, so every later encoding of the text to UTF-8 would fail: a grammar's, a database's, the answer's
     own) escaped as U+FFFD, the replacement character, instead: the same length, the same document otherwise."""
-    if b"\\u" not in body:
+    if _ANY_SURROGATE.search(body) is None:  # no surrogate escape at all: the common body, at C speed
         return body
-    return _SURROGATE_ESCAPES.sub(lambda m: b"\\ufffd" if len(m.group()) == 6 else m.group(), body)
+    return _SURROGATE_ESCAPES.sub(lambda m: m.group(1) + b"\\ufffd" if len(m.group(2)) == 4 else m.group(), body)
 
 
 def json_values_over(body: bytes, most: int = MAX_JSON_VALUES) -> bool:
@@ -332,7 +335,11 @@ class RequestGuard:
             if len(body) > 2 * MAX_JSON_VALUES and await anyio.to_thread.run_sync(json_values_over, body):
                 over = too_crowded()
                 raise _Refused()
-            return {"type": "http.request", "body": mend_surrogates(body), "more_body": False}
+            if len(body) > MEND_OFF_LOOP_BYTES:
+                body = await anyio.to_thread.run_sync(mend_surrogates, body)
+            else:
+                body = mend_surrogates(body)
+            return {"type": "http.request", "body": body, "more_body": False}
 
         async def guarded_send(message):
             nonlocal started

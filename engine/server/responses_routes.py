@@ -210,8 +210,8 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     history = earlier + tuple(_input_messages(items, earlier, request.app.state.settings.allow_image_urls))
     for item in items:  # kept as input_items lists them: a message's text as a part, as OpenAI's do
         if item["type"] == "message" and isinstance(item.get("content"), str):
-            kind = "output_text" if item.get("role") == "assistant" else "input_text"
-            item["content"] = [{"type": kind, "text": item["content"]}]
+            said = item["content"]
+            item["content"] = [_text_part(said) if item.get("role") == "assistant" else {"type": "input_text", "text": said}]
         if item["type"] == "message":
             item.setdefault("status", "completed")
     if not history:
@@ -316,13 +316,19 @@ async def create_response(request: Request, body: ResponsesBody):
             _events(request, run, turn), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
     text, reasoning, final = await run.collect()
+    return _finish(request, turn, run.model_name, _output(text, reasoning, final), text, reasoning, final)
+
+
+def _output(text: str, reasoning: str, final: GenerationChunk) -> list[dict]:
+    """A whole answer's output items, as the streamed answer builds them: its thinking, its message (an empty one
+    only when the answer is nothing else), its calls; the last is the one a token limit cut."""
     output = [_item("reasoning", _new_id("reasoning"), "completed", text=reasoning)] if reasoning else []
-    if text or not final.tool_calls:
+    if text or not (final.tool_calls or reasoning):
         output.append(_item("message", _new_id("message"), "completed", text=text))
     output += [_item("function_call", _new_id("function_call"), "completed", call=c) for c in final.tool_calls]
-    if final.finish_reason == "length":  # the item the limit cut (the last one), as the streamed answer says
+    if final.finish_reason == "length":
         output[-1]["status"] = "incomplete"
-    return _finish(request, turn, run.model_name, output, text, reasoning, final)
+    return output
 
 
 class _Stream:

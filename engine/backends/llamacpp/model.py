@@ -245,9 +245,15 @@ class GGUFModel:
         ids = [t for piece in pieces for t in self._tokenize(piece, False, parse_special)]
         if not add_special:
             return ids
-        ends = self._tokenize("", True, False)  # what add_special puts around a text: BOS before it, EOS after
-        front = ends[:1] if self.add_bos and ends and ends[0] == self.bos_id else []
-        return [*front, *ids, *ends[len(front) :]]
+        front, back = self._special_ends
+        return [*front, *ids, *back]
+
+    @cached_property
+    def _special_ends(self) -> tuple[list[int], list[int]]:
+        """What ``add_special`` puts before a text and after it (BOS, EOS; BERT's CLS and SEP), found around a probe."""
+        plain, whole = self._tokenize("a", False, False), self._tokenize("a", True, False)
+        at = next((i for i in range(len(whole) - len(plain) + 1) if whole[i : i + len(plain)] == plain), 0)
+        return whole[:at], whole[at + len(plain) :]
 
     def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         # A lone surrogate (JSON allows "\ud800") has no UTF-8 form: it becomes "?" rather than an error.

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.backends.fair_share import MAX_WAIT_STEPS, next_admitted, one_row_per_request, preemption_victim, prompt_order
+from engine.backends.fair_share import (
+    MAX_WAIT_STEPS,
+    next_admitted,
+    one_row_per_request,
+    preemption_victim,
+    prompt_order,
+)
 
 
 @dataclass(eq=False)

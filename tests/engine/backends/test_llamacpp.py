@@ -269,3 +269,57 @@ def test_special_tokens_are_parsed_in_bounded_pieces_with_the_ids_of_one_call(ll
     assert len(model.tokenize(chat)) == 6 * 2000
     assert max(len(model.special_texts.pattern.findall(c)) for c in calls) == 64 and "".join(calls) == chat
     assert model.tokenize(chat, parse_special=False) == model._tokenize(chat, False, False)
+
+
+@pytest.mark.parametrize("add_bos", [None, True, False])
+def test_pieces_keep_what_add_special_puts_around_a_text_for_a_bert_vocabulary(tmp_path, monkeypatch, add_bos):
+    """A WordPiece (BERT) vocabulary gets CLS before a text and SEP after it whatever its add_bos key says."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    import engine.literal_text as literal_text
+    from engine.backends.llamacpp.model import GGUFModel
+
+    path = tmp_path / "bert-vocab.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("t")
+    w.add_block_count(1)
+    w.add_context_length(256)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(64)
+    w.add_head_count(1)
+    w.add_head_count_kv(1)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("bert")
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<u>", "hello", "world", "##lo", "he"]
+    words += [chr(c) for c in range(33, 127)]
+    w.add_token_list([t.encode() for t in words])
+    w.add_token_scores([0.0] * len(words))
+    w.add_token_types([3, 2, 3, 3, 3, 4] + [1] * (len(words) - 6))  # control, unknown, user-defined, normal
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(3)
+    w.add_sep_token_id(3)
+    w.add_unk_token_id(1)
+    w.add_pad_token_id(0)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    rng = np.random.default_rng(0)
+    w.add_tensor("token_embd.weight", rng.standard_normal((len(words), 64), dtype=np.float32))
+    for name in ("attn_norm", "ffn_norm"):
+        w.add_tensor(f"blk.0.{name}.weight", np.ones(64, dtype=np.float32))
+    for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+        w.add_tensor(f"blk.0.{name}.weight", rng.standard_normal((64, 64), dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.ones(64, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    monkeypatch.setattr(literal_text, "SPECIALS_PER_CALL", 4)
+    model = GGUFModel(path)
+    try:
+        text = "hello <u> world [MASK] " * 12
+        for parse_special in (False, True):
+            assert model.tokenize(text, add_special=True, parse_special=parse_special) == model._tokenize(text, True, parse_special)
+    finally:
+        model.close()

@@ -109,3 +109,10 @@ def test_the_script_refuses_to_time_a_cpu_as_a_gpu(gpu_check):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert gpu_check.main([]) == 2
+
+
+def test_a_stream_interval_hearth_serve_refuses_is_refused_before_any_stage(gpu_check, capsys):
+    assert gpu_check.parse(["--stream-interval", "25ms"]).stream_interval == 25.0
+    with pytest.raises(SystemExit):
+        gpu_check.parse(["--stream-interval", "5000"])
+    assert "from 0 to 1000" in capsys.readouterr().err

@@ -100,7 +100,7 @@ def test_previous_response_id_continues_the_conversation(server):
         client.responses.retrieve(first.id)
 
 
-def test_input_items_are_listed_as_openai_lists_them_a_page_at_a_time(server):
+def test_input_items_are_listed_as_openai_lists_them_a_page_at_a_time(server, openai_schemas):
     client = sdk(server)
     said = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": [{"type": "input_text", "text": "Bye."}]},
@@ -111,6 +111,8 @@ def test_input_items_are_listed_as_openai_lists_them_a_page_at_a_time(server):
         ("system", "input_text", "Be brief."), ("user", "input_text", "Hi."), ("assistant", "output_text", "Hello."),
         ("user", "input_text", "Bye."), ("user", "input_text", "Again.")]  # fmt: skip
     assert all(i.id.startswith("msg_") and i.status == "completed" for i in listed.data)
+    raw = httpx.get(f"{server.base_url}/responses/{resp.id}/input_items", headers=server.headers, timeout=60).json()
+    openai_schemas("ResponseItemList", raw)
     first = client.responses.input_items.list(resp.id, order="asc", limit=2)
     assert [i.id for i in first.data] == [i.id for i in listed.data[:2]] and first.has_more
     rest = client.responses.input_items.list(resp.id, order="asc", limit=2, after=first.last_id)
@@ -231,3 +233,20 @@ def test_bad_requests_get_openai_errors_never_a_500(server, body, status):
     r = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=300)
     assert r.status_code == status, r.text
     assert r.json()["error"]["message"].endswith(".")
+
+
+def test_a_whole_answers_items_are_the_streamed_ones_and_the_limit_cuts_the_last():
+    from engine.server.responses_routes import _output
+    from engine.tools import ToolCall
+    from engine.types import GenerationChunk
+
+    def shape(text, reasoning, reason, calls=()):
+        final = GenerationChunk(finish_reason=reason, tool_calls=tuple(calls))
+        return [(o["type"], o["status"]) for o in _output(text, reasoning, final)]
+
+    assert shape("", "Thinking about the sky", "length") == [("reasoning", "incomplete")]  # cut while thinking
+    assert shape("Blue.", "Thinking", "length") == [("reasoning", "completed"), ("message", "incomplete")]
+    assert shape("", "", "stop") == [("message", "completed")]  # an empty answer is one empty message
+    call = ToolCall(name="f", arguments='{"a": 1')
+    assert shape("", "", "length", [call]) == [("function_call", "incomplete")]
+    assert shape("", "Thinking", "tool_calls", [call]) == [("reasoning", "completed"), ("function_call", "completed")]

@@ -367,3 +367,22 @@ def test_a_body_nested_deeper_than_json_reads_is_a_400_saying_what_to_do(manager
             r = client.post(path, content=deep, headers={"Content-Type": "application/json"})
             assert r.status_code == 400, (path, r.text)
             assert (r.json()["error"] if path == "/api/chat" else r.json()["error"]["message"]) == sentence
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ('"a\\ud800b"', "a\ufffdb"),  # a lone high surrogate
+        ('"\\udc00x"', "\ufffdx"),  # a lone low one
+        ('"\\udf89\\ud83c"', "\ufffd\ufffd"),  # a pair the wrong way round: two lone ones
+        ('"\\ud83c\\udf89 ok"', "\U0001f389 ok"),  # a pair: the character it escapes
+        ('"\\\\ud800"', "\\ud800"),  # an escaped backslash, then text: no escape
+        ('"\\\\\\ud800"', "\\\ufffd"),  # an escaped backslash, then an escape
+        ('{"\\ud800": "\\ud83c\\udf89"}', {"\ufffd": "\U0001f389"}),  # in a key
+    ],
+)
+def test_lone_surrogate_escapes_are_read_as_the_replacement_character(text, read):
+    from engine.server.guard import mend_surrogates
+
+    mended = mend_surrogates(text.encode())
+    assert len(mended) == len(text.encode()) and json.loads(mended) == read
