@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from engine.errors import SchemaTooComplex
+from engine.errors import InvalidRequest, SchemaTooComplex
 from engine.pattern_shape import pattern_shape
 
 MAX_SCHEMA_BYTES = 65_536  # the schema as compact JSON
@@ -201,6 +201,25 @@ def _resolved(root: Mapping[str, Any], node: Any) -> Mapping[str, Any]:
     return target if isinstance(target, Mapping) else {}
 
 
+# Python's words for the mistakes JSON Schema's regular expressions (ECMA-262) refuse too; its other errors can be
+# ECMA syntax Python lacks (\p{L}, (?<name>...)), which the grammar compilers read.
+_SYNTAX_ERRORS = ("bad character range", "missing ), unterminated subpattern", "unbalanced parenthesis",
+                  "nothing to repeat", "multiple repeat")  # fmt: skip
+
+
+def _syntax_error(pattern: str) -> str | None:
+    """What makes ``pattern`` no regular expression in any dialect (a range from z to a, an unclosed group), or None."""
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return exc.msg if exc.msg.startswith(_SYNTAX_ERRORS) else None
+    except (RecursionError, OverflowError, ValueError):
+        return None
+    return None
+
+
 def check_pattern(pattern: str, *, param: str, what: str = "The output's JSON schema") -> int:
     """Refuse a regex that is too long or whose nested repetition would make the grammar explode.
 
@@ -215,6 +234,9 @@ def check_pattern(pattern: str, *, param: str, what: str = "The output's JSON sc
             f"{what} has a pattern of {len(pattern)} characters, over the limit of {MAX_PATTERN_LENGTH}; shorten it.",
             param,
         )
+    broken = _syntax_error(pattern)
+    if broken is not None:
+        raise InvalidRequest(f"{what} has the pattern {pattern!r}, which is no regular expression ({broken}); fix it.", param)
     shape = pattern_shape(pattern)
     if shape.repetition > MAX_REPETITION:
         raise SchemaTooComplex(

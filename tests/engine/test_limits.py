@@ -215,3 +215,15 @@ def test_the_grammar_builders_check_a_schema_that_skipped_the_types():
         gbnf_for(fmt)
     with pytest.raises(SchemaTooComplex, match=str(MAX_COUNT)):
         guidance_for(None, fmt)
+
+
+@pytest.mark.parametrize("pattern", ["^[z-a]$", "^(((($", "a)", "*a", "a**"])
+def test_a_pattern_that_is_no_regular_expression_is_a_400_naming_it(pattern):
+    with pytest.raises(InvalidRequest, match="which is no regular expression") as refused:
+        check_schema({"type": "string", "pattern": pattern}, param="response_format")
+    assert not isinstance(refused.value, SchemaTooComplex) and refused.value.param == "response_format"
+
+
+@pytest.mark.parametrize("pattern", [r"^\p{L}+$", r"(?<year>[0-9]{4})", r"^\d{3}-\d{4}$", "[]", r"\cJ"])
+def test_ecma_syntax_python_lacks_is_left_to_the_grammar_compilers(pattern):
+    check_schema({"type": "string", "pattern": pattern}, param="response_format")
