@@ -176,7 +176,7 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
             kind = tool.get("type") if isinstance(tool, dict) else None
             raise InvalidRequest(f"tools[{i}] has type '{kind}'; Hearth runs only your own tools (with input_schema).", param="tools")
         specs.append({"type": "function", "function": {"name": tool.get("name"), "description": tool.get("description") or "",
-                                                       "parameters": tool.get("input_schema")}})  # fmt: skip
+                                                       "parameters": tool.get("input_schema"), "strict": tool.get("strict")}})  # fmt: skip
     tools = parse_tools(specs)
     choice = body.tool_choice or {"type": "auto"}
     kind = choice.get("type")

@@ -1,4 +1,4 @@
-"""Constraints for forced tool calls: the exact shape the output must take, built from the tools' schemas.
+"""Constraints for tool calls: the exact shape the output must take, built from the tools' schemas.
 
 When ``tool_choice`` is ``required`` or names a function, the answer must be a call: the family's
 opening markup, a JSON object ``{"name": <one of the tools>, "arguments": <that tool's schema>}``,
@@ -6,13 +6,17 @@ the closing markup, and (with parallel calls) more calls after a separator. One
 :class:`ToolCallConstraint` describes that; each backend compiles it for its own constraint engine
 (llama.cpp: GBNF through :func:`call_schema`; the paged and MLX engines: llguidance through
 :func:`to_lark`).
+
+Under ``tool_choice: auto`` with ``strict`` tools (:func:`strict_call_constraint`) the same constraint waits
+for its :attr:`~ToolCallConstraint.trigger`: the model writes freely until it opens a call outside its
+thinking, and from there the call follows the schemas (:class:`engine.tools.call_watch.CallWatch`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.limits import check_schema
@@ -43,6 +47,10 @@ class ToolCallConstraint:
     suffix: str
     separator: str
     arguments_key: str
+    #: For a call the model may choose to make (``tool_choice: auto`` with strict tools): the text the call
+    #: starts with, from which on the output must follow the constraint (the prefix's start, then at most
+    #: one space or newline before the call object). Empty for a forced call.
+    trigger: str = ""
 
     @property
     def wraps_list(self) -> bool:
@@ -148,6 +156,38 @@ def tool_call_constraint(
     )
 
 
+# The families whose calls start with a text the model writes, where a call it chooses to make can be held
+# to the schemas from that text on (llama3 and mistral open theirs with control tokens or bare JSON).
+_TRIGGERED = ("hermes", "generic")
+
+
+def strict_call_constraint(
+    fmt: str, tools: Sequence[ToolSpec], choice: ToolChoice | None, *, parallel: bool = False
+) -> ToolCallConstraint | None:
+    """For ``tool_choice: auto`` with a ``strict`` tool among ``tools``: the constraint a call the model chooses
+    to make is held to, from the moment it opens one (:attr:`ToolCallConstraint.trigger`). The model may
+    still answer in text; a call names one of the tools, and a strict tool's arguments follow its schema (a
+    tool that is not strict takes any JSON object). None for another choice, no strict tool, or a family
+    whose calls open with a control token or no marker at all.
+
+    Raises:
+        SchemaTooComplex: a strict tool's parameters are over a bound of engine.schema_limits.
+    """
+    if (choice is not None and choice.mode != "auto") or not any(t.strict for t in tools):
+        return None
+    fmt = fmt if fmt in _MARKUP else "generic"
+    if fmt not in _TRIGGERED:
+        return None
+    for t in tools:
+        if t.strict:
+            check_schema(t.parameters, param="tools", what=f"The parameters of tool '{t.name}'")
+    free = {"type": "object", "additionalProperties": True}
+    held = tuple(t if t.strict else replace(t, parameters=free) for t in tools)
+    prefix, suffix, sep, key = _MARKUP[fmt]
+    return ToolCallConstraint(fmt=fmt, tools=held, parallel=parallel, prefix=prefix, suffix=suffix, separator=sep,
+                              arguments_key=key, trigger=prefix.rstrip())  # fmt: skip
+
+
 def _lark_str(text: str) -> str:
     return json.dumps(text)
 
@@ -165,14 +205,16 @@ def to_lark(constraint: ToolCallConstraint) -> str:
         body = f"call ({_lark_str(constraint.separator)} call)*" if constraint.parallel else "call"
         lines.insert(0, f"start: {_lark_str(constraint.prefix)} {body} {_lark_str(constraint.suffix)}")
     else:
-        one = " ".join(p for p in (_lark_str(constraint.prefix) if constraint.prefix else "", "call",
-                                   _lark_str(constraint.suffix) if constraint.suffix else "") if p)  # fmt: skip
+        opening = _lark_str(constraint.prefix) if constraint.prefix else ""
+        if constraint.trigger:  # what the model opened the call with: at most one space or newline after it
+            opening = f'{_lark_str(constraint.trigger)} ("\\n" | " ")?'
+        one = " ".join(p for p in (opening, "call", _lark_str(constraint.suffix) if constraint.suffix else "") if p)
         body = f"{one} ({_lark_str(constraint.separator)} {one})*" if constraint.parallel else one
         lines.insert(0, f"start: {body}")
     return "\n".join(lines) + "\n"
 
 
 __all__ = [
-    "ToolCallConstraint", "call_schema", "tool_call_constraint", "to_lark", "GUIDANCE_JSON_OPTIONS", "closed_objects",
+    "ToolCallConstraint", "call_schema", "tool_call_constraint", "strict_call_constraint", "to_lark", "GUIDANCE_JSON_OPTIONS", "closed_objects",
     "known_keywords",
 ]  # fmt: skip

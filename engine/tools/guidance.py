@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest
 from engine.schema_limits import check_schema
+from engine.tools.call_watch import CallWatch
 from engine.tools.constraint import (
     GUIDANCE_JSON_OPTIONS,
     ToolCallConstraint,
@@ -41,6 +42,7 @@ class GuidanceVocab:
         eos_ids: Tokens that end a generation (allowed once the grammar is complete).
         encode: The model's tokenizer, text to ids.
         n_logits: Width of the model's logits, when it exceeds the vocabulary.
+        encode_special: The tokenizer reading special tokens' texts as those tokens (``encode`` if not given).
     """
 
     def __init__(
@@ -52,10 +54,13 @@ class GuidanceVocab:
         eos_ids: Sequence[int],
         encode: Callable[[str], list[int]],
         n_logits: int | None = None,
+        encode_special: Callable[[str], list[int]] | None = None,
     ) -> None:
         import llguidance
 
         special = set(special)
+        self._pieces, self._special, self._special_text = pieces, frozenset(special), special_text
+        self.encode_special = encode_special or encode
         tokens = [b"\xff" + special_text(i).encode() if i in special else bytes(p) for i, p in enumerate(pieces)]
         eos = [int(e) for e in eos_ids if 0 <= int(e) < len(tokens)]
 
@@ -74,6 +79,12 @@ class GuidanceVocab:
         self.tokenizer = llguidance.LLTokenizer(
             llguidance.TokenizerWrapper(_Source()), n_vocab=self.n_vocab, eos_token=eos or None
         )
+
+    def text_of(self, token: int) -> bytes:
+        """What ``token`` writes, a control token's written form included."""
+        if token in self._special:
+            return self._special_text(token).encode()
+        return bytes(self._pieces[token]) if 0 <= token < len(self._pieces) else b""
 
 
 _vocab_lock = threading.Lock()
@@ -94,6 +105,7 @@ def vocab_for(vocabulary: Any, n_logits: int | None = None) -> GuidanceVocab:
             eos_ids=sorted(vocabulary.eog_ids),
             encode=lambda text: vocabulary.encode(text, parse_special=False),
             n_logits=n_logits,
+            encode_special=lambda text: vocabulary.encode(text, parse_special=True),
         )
         _vocabs.clear()  # one model per backend process: keep the latest only
         _vocabs[id(vocabulary)] = (vocabulary, vocab)
@@ -111,7 +123,7 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
     import llguidance
 
     if constraint is not None:
-        check_schema(constraint.call_schema(), param="tools", what="The schema of the forced tool call")
+        check_schema(constraint.call_schema(), param="tools", what="The schema of the tool call")
         return to_lark(constraint)
     if response_format is None or response_format.type == "text":
         return None
@@ -144,8 +156,12 @@ def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | No
         InvalidRequest: the grammar cannot be built, or llguidance is not installed.
     """
     constraint = rendered.constraint if rendered is not None else None
+    watch = None
     if constraint is None and request.response_format.type == "text":
-        return None
+        if rendered is None or rendered.strict_calls is None:
+            return None
+        # a call the model chooses to make follows the strict tools' schemas from its opening on
+        constraint, watch = rendered.strict_calls, rendered.call_watch()
     try:
         import llguidance  # noqa: F401
     except ImportError as exc:
@@ -154,23 +170,29 @@ def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | No
             param="tools" if constraint is not None else "response_format",
         ) from exc
     grammar = grammar_for(constraint, request.response_format)
-    return GrammarMatcher(vocab_for(vocabulary, n_logits), grammar) if grammar else None
+    return GrammarMatcher(vocab_for(vocabulary, n_logits), grammar, watch=watch) if grammar else None
 
 
 class GrammarMatcher:
     """One request's grammar state: which tokens may come next, and the tokens taken so far.
 
+    With a ``watch`` the grammar holds only from where the watch sees a tool call open: until then
+    (:attr:`active` False) the output is free and :meth:`consume` shows each token to the watch; the text from
+    the opening on is then given to the grammar. An opening the grammar cannot take leaves the output free.
+
     Raises:
         InvalidRequest: the grammar does not compile (the message says why).
     """
 
-    def __init__(self, vocab: GuidanceVocab, grammar: str) -> None:
+    def __init__(self, vocab: GuidanceVocab, grammar: str, *, watch: CallWatch | None = None) -> None:
         import llguidance
 
         self.vocab = vocab
         self.matcher = llguidance.LLMatcher(vocab.tokenizer, grammar, log_level=0)
         if self.matcher.is_error():
             raise InvalidRequest(f"The output grammar cannot be used: {self.matcher.get_error()}.", param="tools")
+        self.watch = watch
+        self.active = watch is None
 
     def allowed(self) -> np.ndarray:
         """A boolean mask ``[n_vocab]`` of the tokens that keep the output valid."""
@@ -183,13 +205,28 @@ class GrammarMatcher:
         return mask
 
     def consume(self, token: int) -> None:
-        """Record the sampled ``token`` (one the mask allowed)."""
-        self.matcher.consume_token(int(token))
+        """Record the sampled ``token`` (one the mask allowed, while the grammar is active)."""
+        if self.active:
+            self.matcher.consume_token(int(token))
+            return
+        if self.watch is None:  # the call opened in a way the grammar could not take: free from there
+            return
+        opened = self.watch.feed(self.vocab.text_of(int(token)))
+        if opened is None:
+            return
+        self.watch = None
+        try:
+            tokens = self.vocab.encode_special(opened.decode("utf-8"))
+        except UnicodeDecodeError:  # the opening's token ends inside a character
+            return
+        if tokens and self.matcher.validate_tokens(tokens) == len(tokens):
+            self.matcher.consume_tokens(tokens)
+            self.active = True
 
     @property
     def done(self) -> bool:
         """True once the grammar is complete (only an end-of-generation token may follow)."""
-        return self.matcher.is_stopped() or self.matcher.is_error()
+        return self.active and (self.matcher.is_stopped() or self.matcher.is_error())
 
 
 __all__ = ["GuidanceVocab", "GrammarMatcher", "vocab_for", "grammar_for", "matcher_for"]

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.errors import InvalidRequest
-from engine.tools.constraint import ToolCallConstraint, tool_call_constraint
+from engine.tools.call_watch import CallWatch
+from engine.tools.constraint import ToolCallConstraint, strict_call_constraint, tool_call_constraint
 from engine.tools.reasoning import THINK_TAGS, strip_reasoning, template_thinks
 from engine.tools.spec import ToolSpec
 
@@ -28,7 +29,8 @@ class RenderedChat:
     """A chat request rendered to a prompt, and how to read the model's answer to it.
 
     ``tools`` are the tools the answer may call (empty: do not look for calls); ``constraint`` is set
-    when the answer must be a call; ``thinking_started`` when the prompt itself opened the thinking
+    when the answer must be a call; ``strict_calls`` when a call the model chooses to make must follow the
+    strict tools' schemas from its opening on (:meth:`call_watch`); ``thinking_started`` when the prompt itself opened the thinking
     section. ``literal`` holds the character spans of ``prompt`` where messages or tools wrote a special token's
     text: they are tokenized as plain text (:func:`engine.literal_text.encode_marked`).
     """
@@ -40,6 +42,14 @@ class RenderedChat:
     think_tags: tuple[str, str] = THINK_TAGS[0]
     thinking_started: bool = False
     literal: tuple[tuple[int, int], ...] = ()
+    strict_calls: ToolCallConstraint | None = None
+
+    def call_watch(self) -> CallWatch | None:
+        """A fresh watch for where a strict call opens in the answer, or None when no call is held to a schema
+        from its opening (``strict_calls`` is not set)."""
+        if self.strict_calls is None:
+            return None
+        return CallWatch(self.strict_calls.trigger, self.think_tags, thinking=self.thinking_started)
 
 
 def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
@@ -167,6 +177,7 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
         marked = template.render_marked(messages, add_generation_prompt=True, **extra)
     prompt = marked.text
     constraint = tool_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls)
+    strict_calls = strict_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls)
     return RenderedChat(
         prompt=prompt,
         tool_format=fmt,
@@ -175,6 +186,7 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
         think_tags=tags,
         thinking_started=prompt.rstrip().endswith(tags[0]),
         literal=marked.literal,
+        strict_calls=strict_calls,
     )
 
 

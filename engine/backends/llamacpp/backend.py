@@ -167,7 +167,9 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             return None
         if any(t < 0 for t in prompt):  # a picture's placeholders: the draft model cannot see it
             return None
-        grammar = request.response_format.type != "text" or (rendered is not None and rendered.constraint is not None)
+        grammar = request.response_format.type != "text" or (
+            rendered is not None and (rendered.constraint is not None or rendered.strict_calls is not None)
+        )
         return self.draft.drafter(prompt, options, request.params, plain=plain_sampling(request.params, grammar=grammar))
 
     def not_loaded(self) -> RuntimeError:
@@ -261,11 +263,15 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             draft=self._drafter,
         )
         rendered = stream.rendered
+        watch = None
         if rendered is not None and rendered.constraint is not None:
             grammar = tool_call_grammar(rendered.constraint)
         else:
             grammar = grammar_for(request.response_format)
-        sampler = SequenceSampler(model, request.params, grammar, mask_budget=self._mask_budget)
+            if grammar is None and rendered is not None and rendered.strict_calls is not None:
+                # a call the model chooses to make follows the strict tools' schemas from its opening on
+                grammar, watch = tool_call_grammar(rendered.strict_calls), rendered.call_watch()
+        sampler = SequenceSampler(model, request.params, grammar, watch=watch, mask_budget=self._mask_budget)
         seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
             loop.submit(seq)

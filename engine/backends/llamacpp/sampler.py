@@ -16,6 +16,7 @@ from engine.backends.llamacpp.gbnf import schema_to_gbnf
 from engine.backends.llamacpp.model import GGUFModel
 from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, RequestCancelled
 from engine.schema_limits import check_schema
+from engine.tools.call_watch import CallWatch
 from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
@@ -60,7 +61,7 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
         InvalidRequest: a tool's parameter schema cannot be turned into a grammar (the message names it).
     """
     schema = constraint.call_schema()
-    check_schema(schema, param="tools", what="The schema of the forced tool call")
+    check_schema(schema, param="tools", what="The schema of the tool call")
     try:
         body = schema_to_gbnf(schema)
     except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
@@ -71,8 +72,11 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
         ) from exc
     # the call object becomes rule `tool-call`; `root` wraps it in the family's markup
     body = re.sub(r"^root\s*::=", "tool-call ::=", body, count=1, flags=re.M)
+    opening = _gbnf_literal(constraint.prefix) if constraint.prefix and not constraint.wraps_list else ""
+    if constraint.trigger:  # what the model opened the call with: at most one space or newline after it
+        opening = f"{_gbnf_literal(constraint.trigger)} [ \\n]?"
     one = " ".join(
-        p for p in (_gbnf_literal(constraint.prefix) if constraint.prefix and not constraint.wraps_list else "",
+        p for p in (opening,
                     "tool-call",
                     _gbnf_literal(constraint.suffix) if constraint.suffix and not constraint.wraps_list else "") if p
     )  # fmt: skip
@@ -116,11 +120,20 @@ class SequenceSampler:
         model: The model whose vocabulary the chain samples from.
         params: The request's sampling parameters.
         grammar: Optional GBNF the output must follow.
+        watch: With ``grammar``: the output follows it only from where this watch says a tool call opens (the
+            text from the opening on is given to the grammar then); before that, and if the opening is one the
+            grammar cannot take, the output is free.
         mask_budget: Seconds one draw may spend masking the vocabulary with the grammar.
     """
 
     def __init__(
-        self, model: GGUFModel, params: SamplingParams, grammar: str | None = None, *, mask_budget: float = MASK_BUDGET
+        self,
+        model: GGUFModel,
+        params: SamplingParams,
+        grammar: str | None = None,
+        *,
+        watch: CallWatch | None = None,
+        mask_budget: float = MASK_BUDGET,
     ) -> None:
         self.model = model
         self.params = params
@@ -148,12 +161,18 @@ class SequenceSampler:
         # than a small model's decode step, so `sample` draws first and checks only the drawn token
         # (as llama.cpp's own common sampler does), masking the whole vocabulary only when it is refused.
         self.grammar = None
+        self._watch: CallWatch | None = None
+        self._dormant: llama_cpp.llama_sampler_p | None = None  # a grammar waiting for its watch to see a call open
         self._complete: int | None = None  # the end token, once the grammar allows nothing else
         if grammar is not None:
-            self.grammar = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
-            if not self.grammar:
+            compiled = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+            if not compiled:
                 self.close()
                 raise InvalidRequest("The output grammar could not be parsed; check the JSON schema.", "response_format")
+            if watch is None:
+                self.grammar = compiled
+            else:
+                self._dormant, self._watch = compiled, watch
             self._cells = (llama_cpp.llama_token_data * model.n_vocab)()
             self._view = np.ctypeslib.as_array(self._cells)
             self._ids = np.arange(model.n_vocab, dtype=np.int32)
@@ -212,13 +231,18 @@ class SequenceSampler:
         """
         grammar = self.grammar
         if grammar is None and not self._argmax:
-            return int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+            token = int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+            if self._watch is not None:
+                self._observe(token)
+            return token
         if self._complete is not None:  # accepting an end token leaves a complete grammar as it was
             return self._complete
         started = time.perf_counter()
         logits = self._logits(ctx, index)
         token = self._greedy(logits) if self._argmax else self._draw(logits, mask=None)
         if grammar is None:
+            if self._watch is not None:
+                self._observe(token)
             return token
         if not self._allowed(grammar, token, float(logits[token])):
             self._budget = _Budget(started, self.mask_budget, cancelled)
@@ -226,6 +250,30 @@ class SequenceSampler:
         llama_cpp.llama_sampler_accept(grammar, token)
         llama_cpp.llama_sampler_accept(self.chain, token)
         return token
+
+    def _observe(self, token: int) -> None:
+        """Show the watch a freely drawn token; where a call opens, start the grammar on the text from the
+        opening on (its tokens as the tokenizer reads them), or leave the output free if it cannot take them."""
+        assert self._watch is not None and self._dormant is not None
+        opened = self._watch.feed(self.model.piece(token, special=True))
+        if opened is None:
+            return
+        grammar, self._watch, self._dormant = self._dormant, None, None
+        try:
+            tokens = self.model.tokenize(opened.decode("utf-8"), parse_special=True)
+        except UnicodeDecodeError:  # the opening's token ends inside a character: no tokens to give the grammar
+            tokens = []
+        if tokens and all(self._offer(grammar, t) for t in tokens):
+            self.grammar = grammar
+        else:
+            llama_cpp.llama_sampler_free(grammar)
+
+    def _offer(self, grammar: llama_cpp.llama_sampler_p, token: int) -> bool:
+        """Accept ``token`` into ``grammar`` if it allows it (llama.cpp aborts on a token its grammar refuses)."""
+        if not self._allowed(grammar, token, 0.0):
+            return False
+        llama_cpp.llama_sampler_accept(grammar, token)
+        return True
 
     def logits(self, ctx: llama_cpp.llama_context_p, index: int) -> np.ndarray:
         """The raw logits at batch row ``index`` (valid until the next decode)."""
@@ -340,7 +388,8 @@ class SequenceSampler:
         if not self._freed:
             self._freed = True
             llama_cpp.llama_sampler_free(self.chain)
-        grammar = getattr(self, "grammar", None)
-        if grammar:
-            llama_cpp.llama_sampler_free(grammar)
-            self.grammar = None
+        for name in ("grammar", "_dormant"):
+            grammar = getattr(self, name, None)
+            if grammar:
+                llama_cpp.llama_sampler_free(grammar)
+                setattr(self, name, None)

@@ -103,7 +103,7 @@ class TokenSampler:
     def sample(self, logits: mx.array, generated: Sequence[int]) -> int:
         """The next token, given this step's logits ``[n_vocab]`` and the tokens generated so far."""
         logits = self._processed(logits.astype(mx.float32), generated)
-        if self.matcher is not None:  # tokens that would leave the grammar are never drawn
+        if self.matcher is not None and self.matcher.active:  # tokens that would leave the grammar are never drawn
             allowed = self.matcher.allowed()[: logits.shape[-1]]
             keep = mx.zeros(logits.shape, dtype=mx.bool_)
             keep[: allowed.shape[0]] = mx.array(allowed)

@@ -190,7 +190,8 @@ class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
         for token in dict(request.params.logit_bias):
             if not 0 <= token < vocab:
                 raise InvalidRequest(f"logit_bias names token {token}, which this model does not have.", "logit_bias")
-        if stream.rendered is not None and stream.rendered.constraint is not None or request.response_format.type != "text":
+        rendered = stream.rendered
+        if rendered is not None and (rendered.constraint or rendered.strict_calls) or request.response_format.type != "text":
             # a grammar that cannot be built is refused here, as the engine would (the matcher is built again there)
             matcher_for(stream.rendered, request, self._require()[0].tokenizer, vocab)
         drafter, stream.drafter = stream.drafter, None  # it drafts where the engine steps

@@ -222,6 +222,8 @@ def sample(
         _penalize(logits, rows, histories)
     constrained = [(i, r.matcher) for i, r in enumerate(rows) if r.matcher is not None]
     for i, matcher in constrained:  # tokens that would leave the grammar are never drawn
+        if not matcher.active:  # waiting for a tool call to open: free until then
+            continue
         allowed = torch.from_numpy(matcher.allowed()[: logits.shape[1]]).to(dev)
         logits[i, : allowed.shape[0]].masked_fill_(~allowed, -float("inf"))
         logits[i, allowed.shape[0] :] = -float("inf")

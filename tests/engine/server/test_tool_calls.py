@@ -222,3 +222,25 @@ def test_a_forced_call_cut_short_by_max_tokens_is_a_call_with_partial_arguments_
                                          "options": {"temperature": 0, "num_predict": 8}})  # fmt: skip
     assert ollama["done_reason"] == "length" and "<tool_call>" not in ollama["message"]["content"]
     assert [c["function"]["name"] for c in ollama["message"].get("tool_calls") or ()] in ([], ["get_weather"])
+
+
+def test_a_call_the_model_chooses_to_make_follows_a_strict_tools_schema_in_every_dialect(server):
+    """``strict: true`` under ``tool_choice: auto``: the model writes freely, and a call it opens is held to the
+    tool's schema (the starter copies the call it is shown, without the required "unit")."""
+    copy = [{"role": "user", "content": 'Repeat after me exactly: <tool_call>\n{"name": "get_weather", '
+                                        '"arguments": {"city": "Paris"}}\n</tool_call>'}]  # fmt: skip
+    strict = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}}]
+    r = client(server).chat.completions.create(model=MODEL, messages=copy, tools=strict, temperature=0, max_tokens=80)
+    (call,) = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert assert_valid_call(call)["city"] == "Paris"
+    resp = _post(server, "/v1/responses", {"model": MODEL, "input": copy, "temperature": 0, "max_output_tokens": 80,
+                                           "tools": [{"type": "function", **strict[0]["function"]}]})  # fmt: skip
+    (item,) = [o for o in resp["output"] if o["type"] == "function_call"]
+    jsonschema.validate(json.loads(item["arguments"]), WEATHER)
+    msg = _post(server, "/v1/messages", {"model": MODEL, "messages": copy, "temperature": 0, "max_tokens": 80,
+                                         "tools": [{"name": "get_weather", "description": "Weather in a city.",
+                                                    "input_schema": WEATHER, "strict": True}]})  # fmt: skip
+    (use,) = [b for b in msg["content"] if b["type"] == "tool_use"]
+    assert msg["stop_reason"] == "tool_use"
+    jsonschema.validate(use["input"], WEATHER)
