@@ -44,7 +44,8 @@ class SamplingParams:
     ``temperature == 0`` means greedy decoding. ``top_k == 0`` disables top-k,
     ``top_p == 1`` and ``min_p == 0`` disable those filters, penalties of 0 (1 for
     ``repetition_penalty``) are off. ``logprobs`` is None for none, else how many
-    alternatives to report beside the chosen token (0..20).
+    alternatives to report beside the chosen token (0..20); ``prompt_logprobs`` the same for each token of
+    the prompt after the first (what the model gives it, read in order).
     """
 
     temperature: float = 1.0
@@ -61,6 +62,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None
     ignore_eos: bool = False
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         _check_range("temperature", self.temperature, 0.0, 2.0)
@@ -81,6 +83,11 @@ class SamplingParams:
             not isinstance(self.logprobs, int) or isinstance(self.logprobs, bool) or not 0 <= self.logprobs <= 20
         ):
             raise InvalidRequest("'top_logprobs' must be a whole number from 0 to 20.", param="top_logprobs")
+        if self.prompt_logprobs is not None and (
+            not isinstance(self.prompt_logprobs, int) or isinstance(self.prompt_logprobs, bool)
+            or not 0 <= self.prompt_logprobs <= 20
+        ):  # fmt: skip
+            raise InvalidRequest("'prompt_logprobs' must be a whole number from 0 to 20.", param="prompt_logprobs")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop) if isinstance(self.stop, (list, tuple)) else None
         if stop is None or any(not isinstance(s, str) for s in stop):
             raise InvalidRequest("'stop' must be a string or a list of strings.", param="stop")
@@ -160,11 +167,13 @@ class ResponseFormat:
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """What to generate: chat ``messages`` or a raw ``prompt`` (exactly one), for ``model``."""
+    """What to generate: chat ``messages`` or a raw ``prompt`` (exactly one), for ``model``. A raw prompt may
+    be given as token ids (``prompt_ids``, with ``prompt`` their text or ""), read as they are."""
 
     model: str
     messages: tuple[ChatMessage, ...] | None = None
     prompt: str | None = None
+    prompt_ids: tuple[int, ...] | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -193,6 +202,8 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
             raise InvalidRequest("Give either chat messages or a prompt, not both or neither.")
+        if self.prompt_ids is not None and self.prompt is None:
+            raise InvalidRequest("Token ids are a raw prompt; give them without chat messages.", param="prompt")
         if self.messages is not None:
             msgs = tuple(self.messages)
             if not msgs:
@@ -207,11 +218,12 @@ class GenerationRequest:
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprob:
-    """The chosen token's log-probability and the best alternatives at that position."""
+    """The chosen token's log-probability and the best alternatives at that position (a prompt's first token has
+    neither: nothing comes before it)."""
 
     token: str
     token_id: int
-    logprob: float
+    logprob: float | None
     bytes: tuple[int, ...]
     top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
 
@@ -242,6 +254,8 @@ class GenerationChunk:
     time_to_first_token: float | None = None
     tokens_per_second: float | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    # On the first chunk of a request that asked for them: each prompt token with its log-probability, in order.
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()
     error: str | None = None
     # Set by engine.tools on chat streams: the thinking in this piece (kept out of ``text``), pieces of
     # tool calls, and on the final chunk every call and the number of thinking tokens.

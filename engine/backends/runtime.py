@@ -22,7 +22,7 @@ from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.tools import ChatStreamParser, RenderedChat
 from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
 
-__all__ = ["DraftFactory", "RequestStream", "StreamChunks", "refuse_media"]
+__all__ = ["DraftFactory", "RequestStream", "StreamChunks", "given_tokens", "refuse_media"]
 
 #: A backend's draft model, for a request: (request, its rendered chat, its prompt's tokens, the options) -> its
 #: drafter, or None where the draft model cannot draft for it (prompt lookup then does).
@@ -39,6 +39,19 @@ def refuse_media(request: GenerationRequest, why: str) -> None:
     if media:
         what = "images" if media[0].kind == "image" else "audio"
         raise InvalidRequest(f"This backend cannot read {what}: {why}", param=media[0].where or "messages")
+
+
+def given_tokens(ids: tuple[int, ...], n_vocab: int) -> list[int]:
+    """A prompt given as token ids, each checked against the vocabulary.
+
+    Raises:
+        InvalidRequest: an id is not a token of the model.
+    """
+    for t in ids:
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < n_vocab:
+            raise InvalidRequest(f"The prompt holds token id {t!r}, which this model does not have (it has ids 0 to "
+                                 f"{n_vocab - 1}).", param="prompt")  # fmt: skip
+    return list(ids)
 
 
 def keeps_plain_answer(speculative: SpeculativeOptions, request: GenerationRequest) -> bool:
@@ -69,7 +82,7 @@ class RequestStream:
     __slots__ = (
         "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
         "finished", "t_submit", "t_first", "rendered", "drafter", "draft_tokens", "accepted_draft_tokens", "_piece",
-        "_is_eog", "_held",
+        "_is_eog", "_held", "prompt_logprobs",
     )  # fmt: skip
 
     def __init__(
@@ -100,6 +113,13 @@ class RequestStream:
         self._piece = piece
         self._is_eog = is_eog
         self._held: list[GenerationChunk] | None = None
+        # The prompt's tokens with their log-probabilities, as the backend computes them (for a request that asks):
+        # they go out with the first chunk.
+        self.prompt_logprobs: list[TokenLogprob] | None = [] if request.params.prompt_logprobs is not None else None
+
+    def _take_prompt_logprobs(self) -> tuple[TokenLogprob, ...]:
+        out, self.prompt_logprobs = self.prompt_logprobs, None
+        return tuple(out) if out else ()
 
     @classmethod
     def open(
@@ -131,6 +151,9 @@ class RequestStream:
             InvalidRequest: the prompt is empty.
             ContextLengthExceeded: the prompt does not fit the context.
         """
+        if request.params.prompt_logprobs is not None and not getattr(backend, "scores_prompts", False):
+            raise InvalidRequest("This model's backend does not give a prompt's log-probabilities (echo with logprobs); "
+                                 "run it on llama.cpp (a GGUF model), or leave echo or logprobs out.", param="echo")  # fmt: skip
         rendered = backend.render_request(request)
         prompt = backend.prompt_tokens(request, rendered)
         if not prompt and rendered is None:  # a raw prompt with no tokens starts a document, as OpenAI's does
@@ -153,6 +176,9 @@ class RequestStream:
                 if drafter is None:  # a picture's placeholder ids (negative) are no tokens to draft
                     drafter = Drafter([*predicted, *(t for t in prompt if t >= 0)], options)
         stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)
+        if stream.prompt_logprobs is not None and prompt[0] >= 0:  # the first token: nothing before it gives it odds
+            first = piece(prompt[0])
+            stream.prompt_logprobs.append(TokenLogprob(first.decode("utf-8", errors="replace"), prompt[0], None, tuple(first)))
         return stream, prompt
 
     @property
@@ -215,7 +241,8 @@ class RequestStream:
         hit = False
         if self.stops is not None:
             text, hit = self.stops.feed(text)
-        self._put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs))
+        self._put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs,
+                                  prompt_logprobs=self._take_prompt_logprobs() if self.prompt_logprobs is not None else ()))  # fmt: skip
         if hit:
             self.finish("stop")
         elif params.max_tokens is not None and len(self.generated) >= params.max_tokens:
@@ -257,6 +284,7 @@ class RequestStream:
                 stop_sequence=self.stops.matched if self.stops is not None else None,
                 draft_tokens=self.draft_tokens,
                 accepted_draft_tokens=self.accepted_draft_tokens,
+                prompt_logprobs=self._take_prompt_logprobs() if error is None else (),
             )
         )
 

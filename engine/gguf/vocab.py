@@ -22,7 +22,7 @@ from typing import Any, Literal
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from engine.chat_template import ChatTemplate
-from engine.errors import ModelLoadError
+from engine.errors import InvalidRequest, ModelLoadError
 from engine.literal_text import SpecialTexts, encode_marked
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,27 @@ class Vocabulary:
 
     def decode(self, tokens: Iterable[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def encode_text(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """``text``'s ids as llama-server's ``/tokenize`` gives them: BOS first where the model wants it and
+        ``add_special``, special tokens' texts read as those tokens where ``parse_special``."""
+        ids = self.encode(text, parse_special=parse_special)
+        if add_special and self.add_bos and self.bos_id is not None:
+            ids.insert(0, self.bos_id)
+        return ids
+
+    def token_bytes(self, tokens: Iterable[int]) -> list[bytes]:
+        """Each token's bytes, control tokens spelled out.
+
+        Raises:
+            InvalidRequest: an id is not in the vocabulary.
+        """
+        out = []
+        for t in tokens:
+            if not 0 <= t < self.n_vocab:
+                raise InvalidRequest(f"Token {t} is not in this model's vocabulary (ids 0 to {self.n_vocab - 1}).", param="tokens")
+            out.append(self.token_text(t).encode() if t in self.special_ids else self.piece(t))
+        return out
 
 
 # -- from a GGUF file's metadata ---------------------------------------------------------------

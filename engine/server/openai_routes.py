@@ -8,13 +8,15 @@ import json
 import struct
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.remote.routing import is_local, pass_through
-from engine.server import chat_tools, docs_chat, media, remote_routes, targets
+from engine.server import chat_tools, docs_chat, media, remote_routes, targets, tokenize_routes
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
 from engine.server.generation import Generation
@@ -218,9 +220,30 @@ def _completion_logprobs(items: list[TokenLogprob], start_offset: int) -> dict:
     return {
         "tokens": [lp.token for lp in items],
         "token_logprobs": [lp.logprob for lp in items],
-        "top_logprobs": [{t: v for t, v, _ in lp.top} for lp in items],
+        # a prompt's first token has neither (null), as OpenAI gives it
+        "top_logprobs": [{t: v for t, v, _ in lp.top} if lp.logprob is not None else None for lp in items],
         "text_offset": offsets,
     }
+
+
+def _prompts(prompt: str | list[Any]) -> list[str | tuple[int, ...]]:
+    """A completion's prompts: texts, or token ids (one list of them, or several).
+
+    Raises:
+        InvalidRequest: the prompt is an empty list, mixes texts and ids, or holds an empty list of ids.
+    """
+    if isinstance(prompt, str):
+        return [prompt]
+    given: list[Any] = list(prompt)
+    whole = lambda p: isinstance(p, int) and not isinstance(p, bool)  # noqa: E731
+    if given and all(isinstance(p, str) for p in given):
+        return given
+    if given and all(whole(p) for p in given):
+        return [tuple(given)]
+    if given and all(isinstance(p, list) and p and all(whole(t) for t in p) for p in given):
+        return [tuple(p) for p in given]
+    raise InvalidRequest("'prompt' must be a text, a list of texts, a list of token ids or a list of such lists, none of them empty.",
+                         param="prompt")  # fmt: skip
 
 
 def _sse(payload: dict | str) -> bytes:
@@ -254,6 +277,7 @@ async def _collect(gen: Generation, n_choices: int):
     finals: list[GenerationChunk | None] = [None] * n_choices
     async for index, chunk in gen.chunks(watch_client=True):
         texts[index] += chunk.text
+        logprobs[index].extend(chunk.prompt_logprobs)  # the prompt's (echo with logprobs) lead the answer's
         if chunk.reasoning:
             gen.reasoning[index] = gen.reasoning.get(index, "") + chunk.reasoning
         logprobs[index].extend(chunk.logprobs)
@@ -422,19 +446,20 @@ async def completions(request: Request, body: CompletionBody):
     n = _check_n(request, body.n)
     if body.prompt is None:  # OpenAI's default: generate from the start of a document
         body.prompt = ""
-    given = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
-    prompts = [p for p in given if isinstance(p, str)]
-    if not prompts or len(prompts) != len(given):
-        raise InvalidRequest("'prompt' must be text or a non-empty list of texts; token ids are not taken.", param="prompt")
+    prompts = _prompts(body.prompt)
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise InvalidRequest("'logprobs' must be a whole number from 0 to 20.", param="logprobs")
     fmt = _response_format(body.response_format)
     group = uuid.uuid4().hex  # every prompt's choices, scheduled as one request against others
+    # echo with logprobs: the prompt's own tokens come first, each with its log-probability, as OpenAI gives them
+    scored = body.logprobs if body.echo else None
     reqs = [
         GenerationRequest(
             model=body.model,
-            prompt=p,
-            params=_params(body, max_tokens=body.max_tokens if body.max_tokens is not None else 16, logprobs=body.logprobs, index=j),
+            prompt=p if isinstance(p, str) else "",
+            prompt_ids=None if isinstance(p, str) else p,
+            params=replace(_params(body, max_tokens=body.max_tokens if body.max_tokens is not None else 16,
+                                   logprobs=body.logprobs, index=j), prompt_logprobs=scored),  # fmt: skip
             unset=body.unset_sampling(body.max_tokens),
             response_format=fmt,
             speculative=body.speculative,
@@ -445,24 +470,31 @@ async def completions(request: Request, body: CompletionBody):
     ]
     gen = Generation(request, body.model, reqs, target=target, keep_alive=request_keep_alive(body.keep_alive), n=n)
     await gen.start()
+    if body.echo:  # a prompt of token ids echoes as their text
+        texts = [p for p in prompts if isinstance(p, str)]
+        if len(texts) < len(prompts):
+            codec = tokenize_routes.codec_of(gen.lm)
+            texts = [p if isinstance(p, str) else b"".join(await asyncio.to_thread(codec.token_bytes, p)).decode(
+                "utf-8", errors="replace") for p in prompts]  # fmt: skip
+        sources = texts
+    else:
+        sources = [""] * len(prompts)
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _streaming(_completion_events(gen, cid, body, prompts, include_usage, n=n))
+        return _streaming(_completion_events(gen, cid, body, sources, include_usage, n=n))
     texts, lps, finals = await _collect(gen, len(reqs))
     prompt_total, cached_total = _prompt_totals(finals, n)
     completion_total = sum(f.completion_tokens for f in finals if f)
     choices = []
     for i, text in enumerate(texts):
-        source = prompts[i // n]
-        full = source + text if body.echo else text
+        source = sources[i // n]
         choices.append(
             {
                 "index": i,
-                "text": full,
-                "logprobs": _completion_logprobs(lps[i], len(source) if body.echo else 0)
-                if body.logprobs is not None
-                else None,
+                "text": source + text,
+                # with echo the prompt's tokens lead the list, from the text's start
+                "logprobs": _completion_logprobs(lps[i], 0) if body.logprobs is not None else None,
                 "finish_reason": _finish_reason(finals[i]),
             }
         )
@@ -478,19 +510,28 @@ async def completions(request: Request, body: CompletionBody):
 
 
 async def _completion_events(
-    gen: Generation, cid: str, body: CompletionBody, prompts: list[str], include_usage: bool, *, n: int
+    gen: Generation, cid: str, body: CompletionBody, sources: list[str], include_usage: bool, *, n: int
 ):
+    """The streamed completion: with ``echo`` each choice's prompt text first (``sources``), with the prompt's
+    tokens and their log-probabilities when ``logprobs`` is asked for (they come with the choice's first chunk)."""
     base = {"id": cid, "object": "text_completion", "created": gen.created, "model": gen.served_name}
     base["system_fingerprint"] = gen.fingerprint
     finals: list[GenerationChunk | None] = [None] * len(gen.requests)
     offsets = [0] * len(gen.requests)
+    echo_due = [False] * len(gen.requests)
     if body.echo:
         for i in range(len(gen.requests)):
-            source = prompts[i // n]
-            yield _sse({**base, "choices": [{"index": i, "text": source, "logprobs": None, "finish_reason": None}]})
-            offsets[i] = len(source)
+            offsets[i] = len(sources[i // n])
+            if body.logprobs is None:
+                yield _sse({**base, "choices": [{"index": i, "text": sources[i // n], "logprobs": None, "finish_reason": None}]})
+            else:
+                echo_due[i] = True
     text_event = _TextEvents(lambda index, text: {**base, "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": None}]})
     async for index, chunk in gen.chunks():
+        if echo_due[index] and chunk.finish_reason != "error":
+            echo_due[index] = False
+            lp = _completion_logprobs(list(chunk.prompt_logprobs), 0)
+            yield _sse({**base, "choices": [{"index": index, "text": sources[index // n], "logprobs": lp, "finish_reason": None}]})
         if chunk.finish_reason == "error":
             yield _sse(stream_error_body(gen.failure(index, chunk)))
             finals[index] = chunk

@@ -108,13 +108,15 @@ _TEXT: JsonDict = {"type": "string", "minLength": 1}
 _TEXTS: JsonDict = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1}]}
 
 
-_PROMPTS: JsonDict = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+_IDS: JsonDict = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_PROMPTS: JsonDict = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}, _IDS,
+                                {"type": "array", "items": _IDS, "minItems": 1}]}  # fmt: skip
 
 
 class CompletionBody(_Sampling):
-    # Token-id prompts are in OpenAI's spec; they are refused with a clear message (docs/api.md), and left out of
-    # the OpenAPI document. An empty prompt (null is one) starts from the model's start of a document, as OpenAI's.
-    prompt: str | list[str] | list[int] | list[list[int]] | None = Field(json_schema_extra=_PROMPTS)
+    # Text, texts, token ids or lists of them, as OpenAI takes them (ids are read as the model's own tokens). An
+    # empty prompt (null is one) starts from the model's start of a document, as OpenAI's.
+    prompt: str | list[Any] | None = Field(json_schema_extra=_PROMPTS)  # its shapes are checked where it is read
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: StrictBool | None = False
     suffix: str | None = None

@@ -72,7 +72,7 @@ async def acquire_local(request: Request, name: str | None, what: str):
     return await asyncio.to_thread(request.app.state.manager.acquire, target.name)
 
 
-def _codec(lm) -> TokenCodec:
+def codec_of(lm) -> TokenCodec:
     if not isinstance(lm.backend, TokenCodec):
         raise InvalidRequest(
             f"Model '{lm.model.name}' runs on the {lm.backend_name} backend, which has no /tokenize; use a GGUF model.",
@@ -94,7 +94,7 @@ async def tokenize(request: Request, body: TokenizeBody) -> dict:
     lm = await acquire_local(request, body.model, "Tokenizing")
 
     def count() -> tuple[list[int], list[bytes] | None]:  # off the event loop: a long text takes a while
-        codec = _codec(lm)
+        codec = codec_of(lm)
         tokens = codec.encode(body.content, add_special=body.add_special, parse_special=body.parse_special)
         return tokens, codec.token_bytes(tokens) if body.with_pieces else None
 
@@ -112,10 +112,10 @@ async def detokenize(request: Request, body: DetokenizeBody) -> dict:
     manager = request.app.state.manager
     lm = await acquire_local(request, body.model, "Detokenizing")
     try:
-        data = b"".join(await asyncio.to_thread(_codec(lm).token_bytes, body.tokens))
+        data = b"".join(await asyncio.to_thread(codec_of(lm).token_bytes, body.tokens))
     finally:
         manager.release(lm)
     return {"content": data.decode("utf-8", errors="replace")}
 
 
-__all__ = ["router", "acquire_local", "model_or_default"]
+__all__ = ["router", "acquire_local", "codec_of", "model_or_default"]

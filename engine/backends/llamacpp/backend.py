@@ -26,7 +26,7 @@ from engine.backends.llamacpp.ranking import Ranker
 from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.sequence import Sequence as Seq
-from engine.backends.runtime import RequestStream
+from engine.backends.runtime import RequestStream, given_tokens
 from engine.backends.speculative import DRAFT, DraftSource, SpeculativeOptions
 from engine.backends.speculative_sampling import plain_sampling
 from engine.chat_template import ChatTemplateTooCostly
@@ -57,6 +57,9 @@ def default_threads() -> int:
 
 class LlamaCppBackend(BackendFacade[DecodeLoop]):
     """GGUF models through llama.cpp, with continuous batching and prefix reuse."""
+
+    #: It gives a prompt's own log-probabilities (``SamplingParams.prompt_logprobs``: echo with logprobs).
+    scores_prompts = True
 
     name = "llamacpp"
 
@@ -220,6 +223,8 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         """The token ids the request's prompt (or rendered chat) is decoded from."""
         model, _ = self._require()
+        if request.prompt_ids is not None:
+            return given_tokens(request.prompt_ids, model.n_vocab)
         if request.prompt is not None:
             return model.tokenize_prompt(request.prompt)
         rendered = rendered or render_request(model.chat_template, request, architecture=model.architecture)

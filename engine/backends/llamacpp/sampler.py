@@ -362,12 +362,13 @@ class SequenceSampler:
         llama_cpp.llama_sampler_apply(grammar, ctypes.byref(one))  # pyright: ignore[reportArgumentType]
         return self._one[0].logit != -math.inf
 
-    def logprobs(self, ctx: llama_cpp.llama_context_p, index: int, token: int) -> TokenLogprob:
-        """The chosen token's log-probability and the top alternatives, from the raw logits."""
+    def logprobs(self, ctx: llama_cpp.llama_context_p, index: int, token: int, *, n_top: int | None = None) -> TokenLogprob:
+        """The chosen token's log-probability and the top alternatives (the request's ``logprobs``, or ``n_top``
+        of them), from the raw logits."""
         logits = self._logits(ctx, index).astype(np.float64)
         m = logits.max()
         lse = m + math.log(np.exp(logits - m).sum())
-        n_top = self.params.logprobs or 0
+        n_top = (self.params.logprobs if n_top is None else n_top) or 0
         top: list[tuple[str, float, tuple[int, ...]]] = []
         if n_top:
             idx = np.argpartition(-logits, n_top)[:n_top]

@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 # row (it reads every weight once either way); past it the step is bound by compute, and drafts that many
 # streams would check cost more than the steps they save.
 DRAFT_BATCH_ROWS = 16
+# Rows a step computes of a prompt whose every token's log-probability is asked for (echo with logprobs): each
+# row's logits cost the output layer (the vocabulary times the width), and the context keeps room for them all
+# (a 150k-token vocabulary: 600 KB a row). The other streams' steps wait on no more than these.
+SCORED_ROWS = 16
 
 
 @dataclass(slots=True)
@@ -332,20 +336,36 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     self._prefill_media(seq, media[start])
                     continue
                 end = min(len(seq.prompt), (start // block + 1) * block, *(s for s in media if s > start))
-                if budget < self.prefill_chunk and end - start > budget:
+                scored = seq.stream.prompt_logprobs is not None
+                if scored:  # every row's logits: a row costs the model's output layer too, so a few rows a step
+                    end = min(end, start + SCORED_ROWS)
+                if budget < self.prefill_chunk and (end - start > budget or scored):
                     return
                 last = end == len(seq.prompt)
                 slot = seq.placed
                 p0 = seq.pos(start)  # a text block never holds a picture: its positions run on from the first
-                self._decode([(seq.prompt[i], p0 + i - start, slot.seq_id, last and i == end - 1) for i in range(start, end)])
+                if scored:
+                    self._prefill_scored(seq, start, end, p0)
+                else:
+                    self._decode([(seq.prompt[i], p0 + i - start, slot.seq_id, last and i == end - 1) for i in range(start, end)])
                 slot.tokens.extend(seq.prompt[start:end])
                 seq.n_past = end
-                budget -= end - start
+                budget -= self.prefill_chunk if scored else end - start
                 if last:
                     seq.status = SeqStatus.DECODE
                     self._advance(seq, end - start - 1)
             if budget <= 0:
                 break
+
+    def _prefill_scored(self, seq: Sequence, start: int, end: int, p0: int) -> None:
+        """Compute prompt tokens ``start`` to ``end`` with every row's logits, each token's log-probability
+        taken from the row before it."""
+        scores = seq.stream.prompt_logprobs
+        assert scores is not None
+        prompt = seq.prompt
+        self._decode([(prompt[i], p0 + i - start, seq.placed.seq_id, True) for i in range(start, end)])
+        for i in range(start, min(end, len(prompt) - 1)):
+            scores.append(seq.sampler.logprobs(self.ctx, i - start, prompt[i + 1], n_top=seq.params.prompt_logprobs))
 
     def _schedule(self) -> StepPlan | None:
         """This step's decode rows: a row of each decoding sequence that owes no sampling time (one sequence of each

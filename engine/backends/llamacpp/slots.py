@@ -78,6 +78,8 @@ class SlotTable:
         # on some CPUs (AVX2) a token computed alone sums differently in the last bits from one computed beside
         # others, enough to flip a greedy near-tie: so the same prompt again gets the same answer as the first time.
         limit = seq.cut(max(0, len(seq.prompt) - UNCACHED_TAIL))
+        if seq.stream.prompt_logprobs is not None:  # each prompt token's logits are wanted: none is read from a cache
+            limit = 0
         best, best_key = None, (0, False)
         ahead, ahead_n = None, 0
         for slot in self.slots:

@@ -17,7 +17,7 @@ from engine.backends.mlx import loader
 from engine.backends.mlx.runner import GenerationLoop
 from engine.backends.mlx.runner import Sequence as Seq
 from engine.backends.mlx.sampler import TokenSampler
-from engine.backends.runtime import RequestStream, refuse_media
+from engine.backends.runtime import RequestStream, given_tokens, refuse_media
 from engine.backends.speculative import SpeculativeOptions
 from engine.errors import EmbeddingsUnsupported
 from engine.tools import RenderedChat, render_request
@@ -121,9 +121,23 @@ class MLXBackend(BackendFacade[GenerationLoop]):
             return None
         return render_request(loaded.vocab.chat_template, request, architecture=loaded.architecture)
 
+    def encode(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """``text``'s token ids (``/tokenize``)."""
+        return self._require()[0].vocab.encode_text(text, add_special=add_special, parse_special=parse_special)
+
+    def token_bytes(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes, control tokens spelled out (``/detokenize``).
+
+        Raises:
+            InvalidRequest: an id is not in the vocabulary.
+        """
+        return self._require()[0].vocab.token_bytes(tokens)
+
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         """The token ids the request's prompt (or rendered chat) is computed from."""
         loaded, _ = self._require()
+        if request.prompt_ids is not None:
+            return given_tokens(request.prompt_ids, loaded.vocab.n_vocab)
         if request.prompt is not None:
             return loaded.vocab.encode_prompt(request.prompt)
         rendered = rendered or render_request(loaded.vocab.chat_template, request, architecture=loaded.architecture)

@@ -16,7 +16,7 @@ from engine.backends.paged.loader import Checkpoint, read_checkpoint
 from engine.backends.paged.sampler import RequestSampler
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
-from engine.backends.runtime import RequestStream, refuse_media
+from engine.backends.runtime import RequestStream, given_tokens, refuse_media
 from engine.backends.speculative import DraftSource, SpeculativeOptions
 from engine.chat_template import ChatTemplate
 from engine.errors import EmbeddingsUnsupported, InvalidRequest, ModelLoadError
@@ -145,9 +145,23 @@ class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
             return None
         return render_request(self._loaded_template(), request, architecture=facts.model_type)
 
+    def encode(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """``text``'s token ids (``/tokenize``)."""
+        return self._require()[0].tokenizer.encode_text(text, add_special=add_special, parse_special=parse_special)
+
+    def token_bytes(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes, control tokens spelled out (``/detokenize``).
+
+        Raises:
+            InvalidRequest: an id is not in the vocabulary.
+        """
+        return self._require()[0].tokenizer.token_bytes(tokens)
+
     def prompt_tokens(self, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
         ck, facts = self._require()
         tok = ck.tokenizer
+        if request.prompt_ids is not None:
+            return given_tokens(request.prompt_ids, tok.n_vocab)
         if request.prompt is not None:
             return tok.encode_prompt(request.prompt)
         rendered = rendered or render_request(self._loaded_template(), request, architecture=facts.model_type)

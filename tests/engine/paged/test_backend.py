@@ -80,6 +80,18 @@ def test_a_logit_bias_outside_the_vocabulary_is_refused_with_a_clear_error(paged
         paged_backend.stream(GenerationRequest(model="s", prompt="hi", params=SamplingParams(logit_bias={10**7: 1.0})))
 
 
+def test_prompt_logprobs_are_refused_with_what_to_do_and_token_prompts_are_read(paged_backend, llama_backend):
+    with pytest.raises(InvalidRequest, match="llama.cpp"):
+        paged_backend.stream(GenerationRequest(model="s", prompt="hi", params=SamplingParams(prompt_logprobs=1)))
+    # a prompt of token ids is read as those tokens; /tokenize and /detokenize read the same vocabulary
+    ids = tuple(llama_backend.encode("The sky is", add_special=False, parse_special=True))
+    assert paged_backend.encode("The sky is", add_special=False, parse_special=True) == list(ids)
+    assert b"".join(paged_backend.token_bytes(ids)) == b"The sky is"
+    by_ids = paged_backend.stream(GenerationRequest(model="s", prompt="", prompt_ids=ids, params=SamplingParams(temperature=0, max_tokens=4)))
+    by_text = paged_backend.stream(GenerationRequest(model="s", prompt="The sky is", params=SamplingParams(temperature=0, max_tokens=4)))
+    assert [c.text for c in by_ids] == [c.text for c in by_text]
+
+
 def test_the_engine_thread_loads_the_model_and_load_errors_reach_the_caller(tmp_path, monkeypatch):
     """torch's CPU ops run on an OpenMP team per calling thread: the engine thread that runs the model
     also loads it, so a process with one model has one team (a second slows every decode step)."""

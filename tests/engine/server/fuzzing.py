@@ -178,7 +178,8 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     comp["logit_bias"] = _token_bias()
     comp["max_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
     schemas["CreateCompletionRequest"]["required"] = ["model", "prompt", "max_tokens"]
-    # Refused: prompts as token ids (Hearth takes text). An empty prompt (null is one) starts a document.
+    # Text prompts: token ids name the model's own vocabulary (tested apart, in test_prompt_logprobs.py). An empty
+    # prompt (null is one) starts a document.
     text = {"type": "string", "minLength": 1}
     comp["prompt"] = {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}}]}
 
