@@ -24,6 +24,7 @@ tens of milliseconds (benchmarks/schema_limits.py measures each):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -207,10 +208,12 @@ _SYNTAX_ERRORS = ("bad character range", "missing ), unterminated subpattern", "
                   "nothing to repeat", "multiple repeat")  # fmt: skip
 
 
+# A back-reference (\1 to \9, \k<name>, (?P=name)) after any even run of backslashes.
+_BACK_REFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[1-9]|k<)|\(\?P=")
+
+
 def _syntax_error(pattern: str) -> str | None:
     """What makes ``pattern`` no regular expression in any dialect (a range from z to a, an unclosed group), or None."""
-    import re
-
     try:
         re.compile(pattern)
     except re.error as exc:
@@ -237,6 +240,9 @@ def check_pattern(pattern: str, *, param: str, what: str = "The output's JSON sc
     broken = _syntax_error(pattern)
     if broken is not None:
         raise InvalidRequest(f"{what} has the pattern {pattern!r}, which is no regular expression ({broken}); fix it.", param)
+    if _BACK_REFERENCE.search(pattern):
+        raise InvalidRequest(f"{what} has the pattern {pattern!r}, whose back-reference no grammar can hold (it is no "
+                             "regular language); match the text without it.", param)  # fmt: skip
     shape = pattern_shape(pattern)
     if shape.repetition > MAX_REPETITION:
         raise SchemaTooComplex(

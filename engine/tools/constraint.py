@@ -122,17 +122,66 @@ def _object_schema(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def call_schema(tools: Sequence[ToolSpec], arguments_key: str = "arguments") -> dict[str, Any]:
-    """A JSON schema accepting a call to any of ``tools`` with arguments valid for that tool."""
-    options = [
-        {
+    """A JSON schema accepting a call to any of ``tools`` with arguments valid for that tool.
+
+    A tool whose parameters refer to parts of themselves (``$ref``: ``#/$defs/...``, ``#/definitions/...``,
+    ``#`` for the whole, as a nested pydantic model writes them) keeps them at the call schema's root, where
+    those references resolve: its parameters become ``$defs`` entries of their own, named for the tool.
+    """
+    defs: dict[str, Any] = {}
+    options = []
+    for i, t in enumerate(tools):
+        params = _object_schema(t.parameters)
+        if _has_ref(params):
+            params = _hoisted(params, f"tool{i}", defs)
+        options.append({
             "type": "object",
-            "properties": {"name": {"const": t.name}, arguments_key: _object_schema(t.parameters)},
+            "properties": {"name": {"const": t.name}, arguments_key: params},
             "required": ["name", arguments_key],
             "additionalProperties": False,
-        }
-        for t in tools
-    ]
-    return options[0] if len(options) == 1 else {"anyOf": options}
+        })  # fmt: skip
+    out = options[0] if len(options) == 1 else {"anyOf": options}
+    if defs:
+        out = {**out, "$defs": defs}
+    return out
+
+
+def _has_ref(node: Any) -> bool:
+    if isinstance(node, Mapping):
+        return "$ref" in node or any(_has_ref(v) for k, v in node.items() if k not in ("const", "enum", "default", "examples"))
+    if isinstance(node, list):
+        return any(_has_ref(v) for v in node)
+    return False
+
+
+def _hoisted(params: dict[str, Any], name: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """``params`` (one tool's parameters) moved to ``defs[name]``, its own definitions to ``defs[name + "-" + key]``,
+    and every local reference in them pointed there; returns the reference to put where the parameters were."""
+    own = {**(params.get("definitions") or {}), **(params.get("$defs") or {})}
+
+    def point(ref: str) -> str:
+        for prefix in ("#/$defs/", "#/definitions/"):
+            if ref.startswith(prefix):
+                key, _, rest = ref[len(prefix) :].partition("/")
+                return f"#/$defs/{name}-{key}" + (f"/{rest}" if rest else "")
+        if ref == "#" or ref.startswith("#/"):
+            return f"#/$defs/{name}" + ref[1:]
+        return ref  # not local: left for the grammar compiler to refuse
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {k: (point(v) if k == "$ref" and isinstance(v, str)
+                        else v if k in ("const", "enum", "default", "examples") else rewrite(v))
+                    for k, v in node.items()}  # fmt: skip
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    body = {k: v for k, v in params.items() if k not in ("$defs", "definitions")}
+    defs[name] = rewrite(body)
+    for key, sub in own.items():
+        defs[f"{name}-{key}"] = rewrite(sub)
+    return {"$ref": f"#/$defs/{name}"}
 
 
 def tool_call_constraint(

@@ -187,15 +187,20 @@ class ToolCallParser:
         fmt: The family: ``hermes``, ``llama3``, ``mistral`` or ``generic``.
         tool_names: The offered tools; a call naming another is kept as text (None accepts any name).
         forced: The tool the request forces the answer to call (a call cut before its name calls it).
+        bare: Whether a JSON answer on its own may be a call, in the families that write calls so (not where a
+            response format asked for JSON: the answer is then that JSON).
 
     ``feed`` and ``finish`` return :class:`ParsedOutput`; ``calls`` holds every call so far.
     """
 
-    def __init__(self, fmt: str = "generic", tool_names: Collection[str] | None = None, *, forced: str | None = None) -> None:
+    def __init__(
+        self, fmt: str = "generic", tool_names: Collection[str] | None = None, *, forced: str | None = None, bare: bool = True
+    ) -> None:
         if fmt not in FAMILIES:
             raise ValueError(f"unknown tool-call format {fmt!r}")
         self.fmt = fmt
         self.family = FAMILIES[fmt]
+        self.bare = bare and self.family.bare_json  # whether a JSON answer alone may be a call
         self.names = set(tool_names) if tool_names is not None else None
         self.calls: list[ToolCall] = []
         self._buf = ""  # text not yet decided
@@ -259,7 +264,7 @@ class ToolCallParser:
                 if any(stripped.startswith(m) for m in fam.start):
                     self._state = "text"
                     continue
-                if fam.bare_json and stripped[:1] in ("{", "["):
+                if self.bare and stripped[:1] in ("{", "["):
                     self._state = "bare"
                     continue
                 self._state = "text"

@@ -43,6 +43,7 @@ class RenderedChat:
     thinking_started: bool = False
     literal: tuple[tuple[int, int], ...] = ()
     strict_calls: ToolCallConstraint | None = None
+    bare_calls: bool = True  # False: a JSON answer is the answer (a response format asked for it), never a bare call
 
     def call_watch(self) -> CallWatch | None:
         """A fresh watch for where a strict call opens in the answer, or None when no call is held to a schema
@@ -187,6 +188,7 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
         thinking_started=prompt.rstrip().endswith(tags[0]),
         literal=marked.literal,
         strict_calls=strict_calls,
+        bare_calls=request.response_format.type == "text",
     )
 
 

@@ -36,7 +36,11 @@ class ChatOutputParser:
         self.splitter = ReasoningSplitter(rendered.think_tags, started=rendered.thinking_started)
         names = [t.name for t in rendered.tools]
         forced = rendered.constraint.tools if rendered.constraint is not None else ()
-        self.tools = ToolCallParser(rendered.tool_format, names, forced=forced[0].name if len(forced) == 1 else None) if names else None
+        self.tools = (
+            ToolCallParser(rendered.tool_format, names, forced=forced[0].name if len(forced) == 1 else None, bare=rendered.bare_calls)
+            if names
+            else None
+        )
 
     @property
     def thinking(self) -> bool:

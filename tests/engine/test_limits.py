@@ -224,6 +224,19 @@ def test_a_pattern_that_is_no_regular_expression_is_a_400_naming_it(pattern):
     assert not isinstance(refused.value, SchemaTooComplex) and refused.value.param == "response_format"
 
 
+@pytest.mark.parametrize("pattern", [r"^(a)\1$", r"(?P<x>a)(?P=x)", r"(?<x>a)\k<x>", r"a\\\2"])
+def test_a_back_reference_is_a_400_naming_the_tool_it_is_in(pattern):
+    from engine.tools import parse_tool_choice, parse_tools
+    from engine.tools.constraint import tool_call_constraint
+
+    tools = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}}}}])  # fmt: skip
+    with pytest.raises(InvalidRequest, match="back-reference") as refused:
+        tool_call_constraint("hermes", tools, parse_tool_choice("required", tools))
+    assert refused.value.param == "tools" and "'pick'" in str(refused.value)
+    check_schema({"type": "string", "pattern": r"\\1 and \\2"}, param="response_format")  # escaped backslashes: text
+
+
 @pytest.mark.parametrize("pattern", [r"^\p{L}+$", r"(?<year>[0-9]{4})", r"^\d{3}-\d{4}$", "[]", r"\cJ"])
 def test_ecma_syntax_python_lacks_is_left_to_the_grammar_compilers(pattern):
     check_schema({"type": "string", "pattern": pattern}, param="response_format")

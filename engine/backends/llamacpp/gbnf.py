@@ -25,9 +25,19 @@ def schema_to_gbnf(schema: Mapping[str, Any]) -> str:
     Raises:
         Exception: the converter's own (bare exceptions, assertion errors) for what it cannot read.
     """
-    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+    from llama_cpp.llama_grammar import RESERVED_NAMES, BuiltinRule, SchemaConverter
 
     class TrieEnums(SchemaConverter):
+        def _add_primitive(self, name, rule):  # noqa: ANN001, ANN202 - the base class's signature
+            if name == "char":  # the base lets a raw line break or other control character into a string: no JSON
+                rule = BuiltinRule(_JSON_CHAR, [])
+            return super()._add_primitive(name, rule)
+
+        def _add_rule(self, name, rule):  # noqa: ANN001, ANN202 - the base class's signature
+            if name == "dot":  # a pattern's ".": any character a JSON string holds as it is
+                rule = _JSON_CHAR.split(" | ", 1)[0]
+            return super()._add_rule(name, rule)
+
         def _format_literal(self, literal):  # noqa: ANN001, ANN202 - the base class's signature
             # The base escapes quotes but not backslashes, so a constant or property name written by
             # json.dumps ("\u0000") came out as a GBNF escape (a NUL no token can write: llama.cpp then
@@ -38,6 +48,10 @@ def schema_to_gbnf(schema: Mapping[str, Any]) -> str:
             return super()._visit_pattern(gbnf_pattern(pattern), name)
 
         def visit(self, schema, name):  # noqa: ANN001 - the base class's signature
+            bounded = _bounded_number(schema)
+            if bounded is not None:
+                rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+                return self._add_rule(rule_name, f"({bounded}) space")
             if _plain_enum(schema):
                 rule_name = name + "-" if name in RESERVED_NAMES else name or "root"  # as the converter names it
                 body = enum_rule(schema["enum"], lambda suffix, rule: self._add_rule(f"{rule_name}-{suffix}", rule))
@@ -48,6 +62,216 @@ def schema_to_gbnf(schema: Mapping[str, Any]) -> str:
     resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "stdin")
     converter.visit(resolved, "")
     return converter.format_grammar()
+
+
+# A character of a JSON string: anything but a quote, a backslash or a control character, or an escape.
+_JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+
+
+# -- numbers between bounds ----------------------------------------------------------------------------------
+#
+# The converter writes "integer" and "number" alike whatever their minimum and maximum. Here a bounded one is a
+# rule that matches exactly the decimal texts between its bounds: an integer part of up to MAX_DIGITS digits
+# (as the converter's), a fraction of up to MAX_DIGITS digits, no exponent (any value between bounds can be
+# written without one). Digit strings between two of the same length are written the usual way: the shared
+# first digits, then a digit above the low one's with anything after it, and so on.
+
+MAX_DIGITS = 16
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _bounded_number(schema: Any) -> str | None:
+    """The GBNF (without the trailing space) of a bounded integer or number schema, else None.
+
+    Raises:
+        ValueError: no value lies between the bounds.
+    """
+    if not isinstance(schema, Mapping) or schema.get("type") not in ("integer", "number"):
+        return None
+    if not any(isinstance(schema.get(k), (int, float)) and not isinstance(schema.get(k), bool) for k in _BOUNDS):
+        return None
+    if any(k in schema for k in ("enum", "const", "$ref", "anyOf", "oneOf", "allOf")):
+        return None
+    from decimal import Decimal
+
+    def bound(key: str, exclusive_key: str) -> tuple[Decimal | None, bool]:
+        value, exclusive = schema.get(key), schema.get(exclusive_key)
+        if isinstance(exclusive, (int, float)) and not isinstance(exclusive, bool):
+            other = Decimal(str(exclusive))
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                return other, True
+            mine = Decimal(str(value))  # both: the tighter wins (the exclusive one on a tie)
+            if key == "minimum":
+                return (other, True) if other >= mine else (mine, False)
+            return (other, True) if other <= mine else (mine, False)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return Decimal(str(value)), exclusive is True  # draft 4: a boolean beside the bound
+        return None, False
+
+    lo, lo_ex = bound("minimum", "exclusiveMinimum")
+    hi, hi_ex = bound("maximum", "exclusiveMaximum")
+    limit = Decimal(10) ** MAX_DIGITS - 1
+    if schema["type"] == "integer":
+        import math
+
+        a = None if lo is None else (math.floor(lo) + 1 if lo_ex else math.ceil(lo))
+        b = None if hi is None else (math.ceil(hi) - 1 if hi_ex else math.floor(hi))
+        a = None if a is not None and a < -limit else a
+        b = None if b is not None and b > limit else b
+        if a is not None and b is not None and a > b:
+            raise ValueError(f"no integer lies between the bounds of {json.dumps(dict(schema))}")
+        return _integers(a, b)
+    if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex))):
+        raise ValueError(f"no number lies between the bounds of {json.dumps(dict(schema))}")
+    return _numbers(lo, lo_ex, hi, hi_ex)
+
+
+def _group(expr: str) -> str:
+    return f"({expr})" if " | " in expr else expr
+
+
+def _seq(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def _digits(lo: int, hi: int) -> str:
+    return f'"{lo}"' if lo == hi else f"[{lo}-{hi}]"
+
+
+def _any(n_min: int, n_max: int) -> str:
+    """``n_min`` to ``n_max`` digits."""
+    if n_max <= 0:
+        return ""
+    return "[0-9]" if n_min == n_max == 1 else f"[0-9]{{{n_min},{n_max}}}" if n_min != n_max else f"[0-9]{{{n_min}}}"
+
+
+def _between(x: str, y: str) -> str:
+    """Digit strings of ``len(x)`` from ``x`` to ``y`` (same length, ``x <= y``)."""
+    if not x:
+        return ""
+    if x == y:
+        return gbnf_literal(x)
+    if x[0] == y[0]:
+        return _seq(gbnf_literal(x[0]), _group(_between(x[1:], y[1:])))
+    n = len(x) - 1
+    alts = [_seq(gbnf_literal(x[0]), _group(_between(x[1:], "9" * n)))]
+    if int(x[0]) + 1 <= int(y[0]) - 1:
+        alts.append(_seq(_digits(int(x[0]) + 1, int(y[0]) - 1), _any(n, n)))
+    alts.append(_seq(gbnf_literal(y[0]), _group(_between("0" * n, y[1:]))))
+    return " | ".join(alts)
+
+
+def _naturals(a: int, b: int | None) -> str:
+    """The texts of the whole numbers from ``a >= 0`` to ``b`` (None: as long as MAX_DIGITS digits allow)."""
+    alts = []
+    last = len(str(b)) if b is not None else MAX_DIGITS
+    for n in range(len(str(a)), last + 1):
+        low = str(a) if n == len(str(a)) else "1" + "0" * (n - 1)
+        high = str(b) if b is not None and n == last else "9" * n
+        if int(low) <= int(high):
+            alts.append(_between(low, high))
+    return " | ".join(_group(x) for x in alts)
+
+
+def _integers(a: int | None, b: int | None) -> str:
+    alts = []
+    if a is None or a < 0:  # the negatives, by their size
+        alts.append(_seq('"-"', _group(_naturals(max(1, -b) if b is not None and b < 0 else 1, None if a is None else -a))))
+    if b is None or b >= 0:
+        alts.append(_naturals(max(0, a or 0), b))
+    return " | ".join(_group(x) for x in alts)
+
+
+# Fractions: the digits after the point, read as 0.<digits>, against a bound's own digits (without trailing zeros).
+# A bound is FREE once the digits so far settle it, DEAD where none can meet it, else (its digits left, strict).
+FREE: tuple[str, bool] = ("free", False)
+_ANY_FRACTION = _any(1, MAX_DIGITS)
+
+
+def _fraction(lower: tuple[str, bool], upper: tuple[str, bool] | None) -> tuple[str, bool]:
+    """(the non-empty fraction digits with 0.lower <= 0.D <= 0.upper, each end strict where its flag says; whether
+    no fraction at all, 0, is one). ``upper`` None: no upper bound."""
+    if lower == ("", False):
+        lower = FREE
+    empty = lower == FREE and (upper is None or upper != ("", True))
+    return _digits_after(lower, upper, 0), empty
+
+
+def _digits_after(lower: tuple[str, bool], upper: tuple[str, bool] | None, depth: int) -> str:
+    if depth >= MAX_DIGITS or upper == ("", True):  # no digits left, or below 0 strictly: none
+        return ""
+    if lower == FREE and (upper is None or upper == FREE):
+        return _any(1, MAX_DIGITS - depth)
+    if lower == FREE and upper == ("", False):  # at most 0.000...: zeros
+        return '"0"{1,' + str(MAX_DIGITS - depth) + "}"
+    # an empty strict lower bound: above 0.000..., a digit at a time; an empty upper one: 0.000... (zeros)
+    low = 0 if lower == FREE else int(lower[0][0]) if lower[0] else 0
+    high = 9 if upper is None or upper == FREE else int(upper[0][0]) if upper[0] else 0
+    groups: dict[tuple, list[int]] = {}
+    for d in range(low, high + 1):
+        nl = FREE if lower == FREE or d > low else ((lower[0][1:], lower[1]) if lower[0] else ("", True))
+        if nl == ("", False):
+            nl = FREE
+        nu = None if upper is None else FREE if upper == FREE or d < high else (upper[0][1:], upper[1])
+        groups.setdefault((nl, nu), []).append(d)
+    alts = []
+    for (nl, nu), digits in groups.items():
+        head = _digits(digits[0], digits[-1])
+        tail = _digits_after(nl, nu, depth + 1)
+        stop = nl == FREE and nu != ("", True)  # the digits may end here
+        if tail:
+            alts.append(_seq(head, f"({tail})?" if stop else _group(tail)))
+        elif stop:
+            alts.append(head)
+    return " | ".join(alts)
+
+
+def _with_fraction(whole: str, fraction: tuple[str, bool]) -> str:
+    digits, bare = fraction
+    if not digits:
+        return whole if bare else ""
+    return _seq(whole, f'("." {_group(digits)})' + ("?" if bare else ""))
+
+
+def _magnitudes(lo, lo_ex: bool, hi, hi_ex: bool) -> str:  # noqa: ANN001 - Decimals or None
+    """The texts of the numbers from ``lo >= 0`` to ``hi`` (None: unbounded), each end excluded where said."""
+    import math
+
+    def parts(x) -> tuple[int, str]:  # noqa: ANN001
+        whole = math.floor(x)
+        return whole, format(x - whole, "f")[2:].rstrip("0") if x != whole else ""
+
+    a, fa = parts(lo)
+    low = (fa, lo_ex) if (fa or lo_ex) else FREE
+    if hi is not None and math.floor(hi) >= 10**MAX_DIGITS:
+        hi = None
+    alts = []
+    if hi is not None and math.floor(hi) == a:
+        alts.append(_with_fraction(gbnf_literal(str(a)), _fraction(low, (parts(hi)[1], hi_ex))))
+    else:
+        alts.append(_with_fraction(gbnf_literal(str(a)), _fraction(low, None)))
+        top = None if hi is None else math.floor(hi) - 1
+        if top is None or top >= a + 1:
+            alts.append(_with_fraction(_group(_naturals(a + 1, top)), (_ANY_FRACTION, True)))
+        if hi is not None:
+            b, fb = parts(hi)
+            alts.append(_with_fraction(gbnf_literal(str(b)), _fraction(FREE, (fb, hi_ex))))
+    return " | ".join(_group(x) for x in alts if x)
+
+
+def _numbers(lo, lo_ex: bool, hi, hi_ex: bool) -> str:  # noqa: ANN001 - Decimals or None
+    from decimal import Decimal
+
+    zero = Decimal(0)
+    alts = []
+    if lo is None or lo < 0:  # negatives by their size: from -hi (or 0) to -lo
+        small, small_ex = (-hi, hi_ex) if hi is not None and hi <= 0 else (zero, False)
+        alts.append(_seq('"-"', _group(_magnitudes(small, small_ex, None if lo is None else -lo, lo_ex))))
+    if hi is None or hi >= 0:
+        start, start_ex = (lo, lo_ex) if lo is not None and lo >= 0 else (zero, False)
+        if not (hi is not None and hi == 0 and hi_ex):
+            alts.append(_magnitudes(start, start_ex, hi, hi_ex))
+    return " | ".join(_group(x) for x in alts if x)
 
 
 def _plain_enum(schema: Any) -> bool:

@@ -167,6 +167,26 @@ def test_a_cut_call_that_names_no_offered_tool_is_dropped_and_plain_text_stays_t
     assert (a.content + b.content).startswith("<tool_call>") and parser.calls == []
 
 
+def test_a_json_answer_a_response_format_asked_for_is_never_a_bare_call(llama_backend):
+    parser = ToolCallParser("generic", ["get_weather"], bare=False)
+    a, b = parser.feed('{ "answer": "'), parser.finish(cut=True)
+    assert a.content + b.content == '{ "answer": "' and parser.calls == []
+    parser = ToolCallParser("generic", ["get_weather"], bare=False)  # whole: the answer's JSON too
+    a, b = parser.feed('{"name": "get_weather", "arguments": {}}'), parser.finish()
+    assert json.loads(a.content + b.content) == {"name": "get_weather", "arguments": {}} and parser.calls == []
+    # through a backend: the answer cut by max_tokens is the JSON written so far, with a tool offered beside it
+    from engine.tools import parse_tools
+    from engine.types import ChatMessage, GenerationRequest, ResponseFormat, SamplingParams
+
+    req = GenerationRequest(model="s", messages=(ChatMessage("user", "Describe Paris in detail as JSON."),),
+                            tools=parse_tools([{"type": "function", "function": {"name": "get_weather"}}]),
+                            response_format=ResponseFormat(type="json_schema", schema={
+                                "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}),
+                            params=SamplingParams(temperature=0, max_tokens=8))  # fmt: skip
+    chunks = list(llama_backend.stream(req))
+    assert not chunks[-1].tool_calls and "".join(c.text for c in chunks).lstrip().startswith("{")
+
+
 def test_close_partial_json_closes_what_was_open():
     from engine.tools.spec import close_partial_json
 

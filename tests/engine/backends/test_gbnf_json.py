@@ -1,0 +1,139 @@
+"""The llama.cpp grammars of JSON schemas hold what the schema says, checked with llama.cpp's own grammar engine
+token by token: numbers between their bounds, strings with no raw control characters, references that resolve
+inside a tool call."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import random
+import re
+from decimal import Decimal
+
+import jsonschema
+import pytest
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+from engine.backends.llamacpp.gbnf import schema_to_gbnf  # noqa: E402
+from engine.backends.llamacpp.model import GGUFModel  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model(starter_path):
+    return GGUFModel(starter_path)
+
+
+def accepts(model: GGUFModel, grammar: str, text: str) -> bool:
+    """Whether llama.cpp's grammar engine takes ``text`` whole (a token per character) and may end there."""
+    g = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+    assert g, grammar
+
+    def allowed(token: int) -> bool:
+        cell = (llama_cpp.llama_token_data * 1)()
+        cell[0].id, cell[0].logit, cell[0].p = token, 0.0, 0.0
+        llama_cpp.llama_sampler_apply(g, ctypes.byref(llama_cpp.llama_token_data_array(cell, 1, -1, False)))
+        return cell[0].logit != float("-inf")
+
+    try:
+        for ch in text:
+            [token] = model.tokenize(ch, parse_special=False)
+            if not allowed(token):
+                return False
+            llama_cpp.llama_sampler_accept(g, token)
+        return allowed(model.eos_id)
+    finally:
+        llama_cpp.llama_sampler_free(g)
+
+
+NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+
+
+def within(schema: dict, text: str) -> bool:
+    """Whether ``text`` (a canonical JSON number: no -0, an integer without a fraction) is valid for ``schema``."""
+    if not NUMBER.fullmatch(text) or text.startswith("-0"):
+        return False
+    if schema["type"] == "integer" and "." in text:
+        return False
+    try:
+        jsonschema.validate(json.loads(text), schema)
+    except jsonschema.ValidationError:
+        return False
+    return True
+
+
+def _numbers(rng: random.Random, around: list[Decimal]) -> list[str]:
+    out = []
+    for base in around:
+        for step in (Decimal("0"), Decimal("0.001"), Decimal("0.1"), Decimal("0.5"), Decimal("1"), Decimal("7")):
+            for v in (base + step, base - step):
+                out += [format(v.normalize(), "f"), format(v.quantize(Decimal("0.01")), "f")]
+    out += [str(rng.randint(-200, 200)) for _ in range(10)] + [f"{rng.uniform(-50, 50):.3f}" for _ in range(10)]
+    return [t for t in dict.fromkeys(out) if not t.startswith("-0")]
+
+
+BOUNDED = [
+    {"type": "integer", "minimum": 3, "maximum": 5},
+    {"type": "integer", "minimum": -12, "maximum": 130},
+    {"type": "integer", "exclusiveMinimum": 0},
+    {"type": "integer", "maximum": -7},
+    {"type": "integer", "minimum": 2.5, "exclusiveMaximum": 9.5},
+    {"type": "number", "minimum": 0, "maximum": 1},
+    {"type": "number", "exclusiveMinimum": 0},
+    {"type": "number", "minimum": -2.5, "maximum": 3.25},
+    {"type": "number", "exclusiveMinimum": 1.5, "exclusiveMaximum": 2},
+    {"type": "number", "minimum": -90, "maximum": 90},
+    {"type": "number", "minimum": 0.05, "maximum": 0.25},
+    {"type": "number", "exclusiveMaximum": 0},
+    {"type": "number", "minimum": -1, "exclusiveMinimum": -1.5, "maximum": 10, "exclusiveMaximum": 10},
+]
+
+
+@pytest.mark.parametrize("schema", BOUNDED, ids=lambda s: json.dumps(s))
+def test_a_bounded_number_takes_exactly_the_values_between_its_bounds(model, schema):
+    grammar = schema_to_gbnf(schema)
+    bounds = [Decimal(str(v)) for k, v in schema.items() if k != "type"]
+    rng = random.Random(json.dumps(schema))
+    wrong = [t for t in _numbers(rng, bounds) if accepts(model, grammar, t) != within(schema, t)]
+    assert not wrong, grammar
+
+
+def test_bounds_no_value_meets_are_refused():
+    for schema in ({"type": "integer", "minimum": 3, "maximum": 2.5}, {"type": "number", "exclusiveMinimum": 1, "maximum": 1}):
+        with pytest.raises(ValueError, match="lies between"):
+            schema_to_gbnf(schema)
+
+
+def test_a_string_holds_no_raw_line_break_or_control_character(model):
+    for schema in ({"type": "string"}, {"type": "string", "maxLength": 10}, {"type": "string", "pattern": "^a.c$"}):
+        grammar = schema_to_gbnf(schema)
+        assert accepts(model, grammar, '"abc"')
+        assert not accepts(model, grammar, '"a\nc"') and not accepts(model, grammar, '"a\tc"')
+        if "pattern" not in schema:  # an escaped line break is JSON (a pattern's "." is one written character)
+            assert accepts(model, grammar, '"a\\nc"')
+
+
+def test_a_tool_whose_parameters_refer_to_their_own_definitions_is_enforced(llama_backend):
+    from engine.tools import parse_tool_choice, parse_tools
+    from engine.types import ChatMessage, GenerationRequest, SamplingParams
+
+    # what a nested pydantic model writes: $defs, and a reference to the whole
+    params = {
+        "type": "object",
+        "$defs": {"Unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                  "Place": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                            "required": ["city"], "additionalProperties": False}},
+        "properties": {"place": {"$ref": "#/$defs/Place"}, "unit": {"$ref": "#/$defs/Unit"}},
+        "required": ["place", "unit"],
+        "additionalProperties": False,
+    }  # fmt: skip
+    tools = parse_tools([{"type": "function", "function": {"name": "get_weather", "parameters": params}},
+                         {"type": "function", "function": {"name": "nest", "parameters": {"type": "object", "properties": {
+                             "child": {"$ref": "#"}}}}}])  # fmt: skip
+    req = GenerationRequest(model="s", messages=(ChatMessage("user", "What is the weather in Oslo?"),), tools=tools,
+                            tool_choice=parse_tool_choice({"type": "function", "function": {"name": "get_weather"}}, tools),
+                            params=SamplingParams(temperature=0, max_tokens=60))  # fmt: skip
+    final = list(llama_backend.stream(req))[-1]
+    (call,) = final.tool_calls
+    assert final.finish_reason == "tool_calls" and call.name == "get_weather"
+    jsonschema.validate(json.loads(call.arguments), params)
