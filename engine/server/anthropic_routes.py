@@ -258,7 +258,12 @@ def _usage(final: GenerationChunk) -> dict:
 
 def _tool_use(call: ToolCall) -> dict:
     args = call.arguments_object
-    return {"type": "tool_use", "id": call.id, "name": call.name, "input": args if isinstance(args, dict) else {}}
+    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": args if isinstance(args, dict) else {}}
+
+
+def tool_use_id(call_id: str) -> str:
+    """A call's id as Anthropic writes one (``toolu_``...)."""
+    return "toolu_" + call_id.removeprefix("call_")
 
 
 @router.post("/messages")
@@ -331,7 +336,7 @@ class _Blocks:
             out.append(self.delta({"type": "text_delta", "text": chunk.text}))
         for d in chunk.tool_call_deltas:
             if d.id is not None:
-                out += self.open("tool_use", {"type": "tool_use", "id": d.id, "name": d.name, "input": {}})
+                out += self.open("tool_use", {"type": "tool_use", "id": tool_use_id(d.id), "name": d.name, "input": {}})
                 self.calls[d.index] = self.index
             if d.arguments and self.calls.get(d.index) == self.index:
                 out.append(self.delta({"type": "input_json_delta", "partial_json": d.arguments}))

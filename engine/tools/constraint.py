@@ -190,7 +190,7 @@ def tool_call_constraint(
     """The constraint for a request, or None when the model may answer freely (``auto``/``none``)."""
     if choice is None or not choice.forced or not tools:
         return None
-    allowed = tuple(t for t in tools if choice.mode == "required" or t.name == choice.name)
+    allowed = choice.callable(tools)
     for t in allowed:  # a forced call is a grammar: refuse parameters that would make it explode
         check_schema(t.parameters, param="tools", what=f"The parameters of tool '{t.name}'")
     prefix, suffix, sep, key = _MARKUP.get(fmt, _MARKUP["generic"])
@@ -222,7 +222,11 @@ def strict_call_constraint(
     Raises:
         SchemaTooComplex: a strict tool's parameters are over a bound of engine.schema_limits.
     """
-    if (choice is not None and choice.mode != "auto") or not any(t.strict for t in tools):
+    if choice is not None:
+        if choice.mode != "auto":
+            return None
+        tools = choice.callable(tools)
+    if not any(t.strict for t in tools):
         return None
     fmt = fmt if fmt in _MARKUP else "generic"
     if fmt not in _TRIGGERED:

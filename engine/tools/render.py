@@ -182,7 +182,7 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
     return RenderedChat(
         prompt=prompt,
         tool_format=fmt,
-        tools=offered,
+        tools=choice.callable(offered) if choice is not None else offered,  # a call to another is read as text
         constraint=constraint,
         think_tags=tags,
         thinking_started=prompt.rstrip().endswith(tags[0]),

@@ -39,10 +39,20 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToolChoice:
-    """Whether the model may, must or must not call a tool (``function``: this one, by ``name``)."""
+    """Whether the model may, must or must not call a tool (``function``: this one, by ``name``); ``allowed``: the
+    tools it may call, of those offered (OpenAI's ``allowed_tools``; None: any)."""
 
     mode: ToolChoiceMode = "auto"
     name: str | None = None
+    allowed: tuple[str, ...] | None = None
+
+    def callable(self, tools: Sequence[ToolSpec]) -> tuple[ToolSpec, ...]:
+        """The offered ``tools`` this choice lets the model call."""
+        if self.mode == "none":
+            return ()
+        if self.mode == "function":
+            return tuple(t for t in tools if t.name == self.name)
+        return tuple(tools) if self.allowed is None else tuple(t for t in tools if t.name in self.allowed)
 
     @property
     def forced(self) -> bool:
@@ -147,7 +157,8 @@ def parse_tools(items: Sequence[Any] | None) -> tuple[ToolSpec, ...]:
 
 
 def parse_tool_choice(value: Any, tools: Sequence[ToolSpec]) -> ToolChoice:
-    """``auto`` / ``none`` / ``required`` or ``{"type": "function", "function": {"name": ...}}``.
+    """``auto`` / ``none`` / ``required``, ``{"type": "function", "function": {"name": ...}}``, or
+    ``{"type": "allowed_tools", ...}``.
 
     Raises:
         InvalidRequest: the value is not one of those, names an unknown tool, or forces a call with no tools.
@@ -160,6 +171,8 @@ def parse_tool_choice(value: Any, tools: Sequence[ToolSpec]) -> ToolChoice:
                 f"'tool_choice' must be auto, none, required or a function, got '{value}'.", param="tool_choice"
             )
         choice = ToolChoice(value)  # type: ignore[arg-type]
+    elif isinstance(value, Mapping) and value.get("type") == "allowed_tools":
+        choice = _allowed_tools(value, tools)
     elif isinstance(value, Mapping):
         fn = value.get("function", value)
         name = fn.get("name") if isinstance(fn, Mapping) else None
@@ -173,6 +186,32 @@ def parse_tool_choice(value: Any, tools: Sequence[ToolSpec]) -> ToolChoice:
     if choice.forced and not tools:
         raise InvalidRequest("'tool_choice' asks for a tool call but the request has no tools.", param="tool_choice")
     return choice
+
+
+def _allowed_tools(value: Mapping[str, Any], tools: Sequence[ToolSpec]) -> ToolChoice:
+    """OpenAI's ``{"type": "allowed_tools", ...}``: chat completions nest ``mode`` and ``tools`` under
+    ``allowed_tools``, Responses gives them beside ``type``.
+
+    Raises:
+        InvalidRequest: the mode is not auto or required, or a tool is missing or not among the tools.
+    """
+    spec = value.get("allowed_tools", value)
+    spec = spec if isinstance(spec, Mapping) else {}
+    mode = spec.get("mode", "auto")
+    if mode not in ("auto", "required"):
+        raise InvalidRequest("'tool_choice.allowed_tools.mode' must be auto or required.", param="tool_choice")
+    items = spec.get("tools")
+    if not isinstance(items, list) or not items:
+        raise InvalidRequest("'tool_choice.allowed_tools.tools' must list the tools the model may call.", param="tool_choice")
+    known = {t.name for t in tools}
+    names = []
+    for item in items:
+        fn = item.get("function", item) if isinstance(item, Mapping) else None
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if not isinstance(name, str) or name not in known:
+            raise InvalidRequest(f"'tool_choice.allowed_tools' names {name!r}, which is not among the tools.", param="tool_choice")
+        names.append(name)
+    return ToolChoice(mode, allowed=tuple(dict.fromkeys(names)))  # type: ignore[arg-type]
 
 
 def parse_tool_calls(items: Sequence[Any] | None) -> tuple[ToolCall, ...]:

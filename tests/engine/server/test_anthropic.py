@@ -100,14 +100,14 @@ def test_tool_choice_any_forces_a_tool_use_whose_input_fits_the_schema(claude):
                                  **greedy)  # fmt: skip
     assert msg.stop_reason == "tool_use"
     (use,) = [b for b in msg.content if b.type == "tool_use"]
-    assert use.name == "get_weather" and use.id
+    assert use.name == "get_weather" and use.id.startswith("toolu_")  # Anthropic's own form of id
     jsonschema.validate(use.input, WEATHER["input_schema"])
 
     with claude.messages.stream(model=MODEL, max_tokens=60, messages=ASK, tools=[WEATHER],
                                 tool_choice={"type": "tool", "name": "get_weather"}, **greedy) as stream:  # fmt: skip
         final = stream.get_final_message()
     (streamed,) = [b for b in final.content if b.type == "tool_use"]
-    assert final.stop_reason == "tool_use" and streamed.name == "get_weather"
+    assert final.stop_reason == "tool_use" and streamed.name == "get_weather" and streamed.id.startswith("toolu_")
     jsonschema.validate(streamed.input, WEATHER["input_schema"])  # assembled from input_json_delta pieces
 
     none = claude.messages.create(model=MODEL, max_tokens=4, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"}, **GREEDY)

@@ -244,3 +244,20 @@ def test_a_call_the_model_chooses_to_make_follows_a_strict_tools_schema_in_every
     (use,) = [b for b in msg["content"] if b["type"] == "tool_use"]
     assert msg["stop_reason"] == "tool_use"
     jsonschema.validate(use["input"], WEATHER)
+
+
+def test_allowed_tools_narrow_the_calls_in_both_of_openais_shapes(server):
+    """OpenAI's ``allowed_tools``: every tool stays in the prompt, the call is one of the allowed."""
+    only_add = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "add"}}]}}
+    chat = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": only_add,
+                                                  "temperature": 0, "max_tokens": 60})  # fmt: skip
+    assert [c["function"]["name"] for c in chat["choices"][0]["message"]["tool_calls"]] == ["add"]
+    resp = _post(server, "/v1/responses", {"model": MODEL, "input": ASK[0]["content"], "temperature": 0, "max_output_tokens": 60,
+                                           "tools": [{"type": "function", **t["function"]} for t in TOOLS],
+                                           "tool_choice": {"type": "allowed_tools", "mode": "required",
+                                                           "tools": [{"type": "function", "name": "add"}]}})  # fmt: skip
+    assert [o["name"] for o in resp["output"] if o["type"] == "function_call"] == ["add"]
+    bad = httpx.post(f"{server.root}/v1/chat/completions", headers=server.headers, timeout=60, json={
+        "model": MODEL, "messages": ASK, "tools": TOOLS,
+        "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "nope"}}]}}})  # fmt: skip
+    assert bad.status_code == 400 and "'nope'" in bad.json()["error"]["message"]
