@@ -100,11 +100,15 @@ class LLMEngine:
         if batch.host_rows is not None:  # set when every sampled row takes the batched path: a token each
             tokens = self.runner.sample(batch).tolist()
             self.runner.rows.count_draws(batch.host_rows)
+            if self.runner.rows.watching:
+                self._watch_calls(seqs, tokens)
             verified = None
             sampled: dict[int, int | list[int]] = {s.seq_id: t for s, t in zip(seqs, tokens, strict=True)}
         else:
             verified, tokens = self._verify(batch, seqs), []
             sampled = {v.seq.seq_id: v.tokens for v in verified}
+            if self.runner.rows.watching:
+                self._watch_calls(seqs, None)
         if len(running) == 1 and len(output.scheduled) == 1 and output.scheduled[0].num_tokens == 1:
             self.row_cost.add(output.num_batched_tokens, time.perf_counter() - t0)  # one sequence's decode
         self.scheduler.postprocess(output, sampled)
@@ -113,6 +117,22 @@ class LLMEngine:
         if verified is None:
             return StepOutputs(seqs, tokens, [s.num_tokens for s in seqs])
         return self._columns(verified)
+
+    def _watch_calls(self, seqs: list[Sequence], tokens: list[int] | None) -> None:
+        """Where a request's grammar waits for a tool call to open: show it each token sampled batched (``tokens``;
+        None: the step sampled each row with its request's sampler, which did). One whose call opened samples
+        with its grammar from the next step on; one whose call opened in a way the grammar cannot take, freely."""
+        rows = self.runner.rows
+        for i, seq in enumerate(seqs):
+            if seq.seq_id not in rows.watching:
+                continue
+            matcher = seq.owner.sampler.matcher
+            if tokens is not None:
+                matcher.consume(tokens[i])
+            if matcher.active:
+                rows.constrain(seq)
+            elif matcher.watch is None:
+                rows.watching.discard(seq.seq_id)
 
     def _columns(self, verified: list[Verified]) -> StepOutputs:
         """The step's outputs from each sequence's verified tokens (a draft's kept tokens, then the sampled one)."""

@@ -47,6 +47,8 @@ class SequenceRows:
         self.mirror = device.type == "cuda" if mirror is None else mirror
         self.end_ids = tuple(sorted(set(end_ids)))
         self.end_ids_dev = torch.tensor(self.end_ids, dtype=torch.int64, device=device)
+        # sequences sampled batched whose grammar waits for a tool call to open (each token is shown to its watch)
+        self.watching: set[int] = set()
         self._allocate(capacity, max_blocks)
 
     def _allocate(self, capacity: int, max_blocks: int) -> None:
@@ -101,8 +103,18 @@ class SequenceRows:
                 self._write(r, table, filled[r])
         return np.array(rs, np.int32)
 
+    def constrain(self, seq: Sequence) -> None:
+        """``seq``'s grammar holds from now on (a tool call opened): it samples with its request's sampler, which
+        takes the draw count its row kept."""
+        r = self._row.get(seq.seq_id)
+        self.watching.discard(seq.seq_id)
+        if r is not None and self.batched[r]:
+            seq.owner.sampler.draws = int(self.draws[r])
+            self.batched[r] = False
+
     def release(self, seq: Sequence) -> None:
         """Free ``seq``'s row (it finished or was cancelled)."""
+        self.watching.discard(seq.seq_id)
         r = self._row.pop(seq.seq_id, None)
         if r is not None:
             sampler = getattr(seq.owner, "sampler", None)
@@ -190,8 +202,11 @@ class SequenceRows:
             return
         banned = sampler.banned
         self.ban_eos[r] = self.columns[r, 8] = bool(banned)
-        self.batched[r] = not (sampler.bias or sampler.has_penalties or sampler.matcher is not None
+        matcher = sampler.matcher  # one waiting for a tool call to open masks nothing yet
+        self.batched[r] = not (sampler.bias or sampler.has_penalties or (matcher is not None and matcher.active)
                                or p.logprobs is not None or (banned and banned != self.end_ids))  # fmt: skip
+        if matcher is not None and not matcher.active and self.batched[r]:
+            self.watching.add(seq.seq_id)
 
 
 class _Regrown(Exception):
