@@ -178,12 +178,13 @@ class GenerationRequest:
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # Tool calling and thinking (engine.tools): the offered tools, whether a call is allowed or forced,
-    # whether a forced answer may hold several calls (off unless asked: small models otherwise repeat
-    # calls until max_tokens); ``thinking`` None keeps the model's default, and ``template_kwargs``
+    # whether an answer may hold several calls (None, not said: a forced answer holds one, as small models
+    # otherwise repeat calls until max_tokens, and calls the model chooses to make are as many as it writes);
+    # ``thinking`` None keeps the model's default, and ``template_kwargs``
     # are extra variables for the chat template (such as ``reasoning_effort``).
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice | None = None
-    parallel_tool_calls: bool = False
+    parallel_tool_calls: bool | None = None
     thinking: bool | None = None
     require_thinking: bool = False  # Ollama's ``think``: a model whose template cannot think refuses the request
     template_kwargs: tuple[tuple[str, Any], ...] = ()

@@ -121,7 +121,8 @@ def request_body(request: GenerationRequest, remote_id: str) -> dict[str, Any]:
             body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
         elif choice is not None:
             body["tool_choice"] = choice.mode
-        body["parallel_tool_calls"] = request.parallel_tool_calls
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
     return body
 
 

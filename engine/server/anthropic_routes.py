@@ -189,7 +189,7 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
     return {
         "tools": tools,
         "tool_choice": parse_tool_choice(value, tools),
-        "parallel_tool_calls": choice.get("disable_parallel_tool_use") is False,
+        "parallel_tool_calls": None if (off := choice.get("disable_parallel_tool_use")) is None else off is False,
         "thinking": {"enabled": True, "disabled": False}.get(thinking) if thinking is not None else None,
     }
 

@@ -52,7 +52,7 @@ def request_fields(body: Any) -> dict[str, Any]:
         "tools": tools,
         "tool_choice": choice,
         # several forced calls only when asked for explicitly (docs/tools.md)
-        "parallel_tool_calls": body.parallel_tool_calls is True,
+        "parallel_tool_calls": body.parallel_tool_calls,
         "thinking": thinking,
         "template_kwargs": tuple(kwargs.items()),
     }

@@ -180,7 +180,7 @@ def _tool_fields(body: ResponsesBody) -> dict[str, Any]:
     return {
         "tools": tools,
         "tool_choice": parse_tool_choice(body.tool_choice, tools),
-        "parallel_tool_calls": body.parallel_tool_calls is True,
+        "parallel_tool_calls": body.parallel_tool_calls,
         "thinking": None if effort is None else effort not in ("none", "minimal"),
         "template_kwargs": (("reasoning_effort", effort),) if effort is not None else (),
     }
@@ -257,7 +257,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "max_output_tokens": body.max_output_tokens,
         "model": model,
         "output": output,
-        "parallel_tool_calls": turn.req.parallel_tool_calls,
+        "parallel_tool_calls": turn.req.parallel_tool_calls is True,
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": (body.reasoning or {}).get("effort"), "summary": None},
         "store": body.store,

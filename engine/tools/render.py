@@ -177,8 +177,9 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
             extra["tools"] = [t.as_openai() for t in offered]
         marked = template.render_marked(messages, add_generation_prompt=True, **extra)
     prompt = marked.text
-    constraint = tool_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls)
-    strict_calls = strict_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls)
+    constraint = tool_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls is True)
+    # calls the model chooses to make: as many as it writes, unless the request said one
+    strict_calls = strict_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls is not False)
     return RenderedChat(
         prompt=prompt,
         tool_format=fmt,

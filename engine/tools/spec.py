@@ -34,6 +34,8 @@ class ToolSpec:
     def as_openai(self) -> dict[str, Any]:
         """The tool as OpenAI and Hugging Face chat templates take it (``{"type": "function", ...}``)."""
         fn: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
+        if self.strict:
+            fn["strict"] = True
         return {"type": "function", "function": fn}
 
 

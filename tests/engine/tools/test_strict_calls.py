@@ -110,9 +110,20 @@ def test_a_strict_tool_whose_schema_is_over_the_bounds_is_refused():
 def test_llama_cpp_holds_a_call_the_model_opens_to_the_strict_schema(llama_backend):
     final = list(llama_backend.stream(ask(COPY, tools(True))))[-1]
     assert final.finish_reason == "tool_calls"
-    (call,) = final.tool_calls  # the grammar ends the answer after the call (parallel calls were not asked for)
+    (call,) = final.tool_calls
     assert call.name == "get_weather"
     jsonschema.validate(json.loads(call.arguments), WEATHER)
+
+
+def test_calls_the_model_chooses_may_be_several_unless_the_request_says_one():
+    from engine.chat_template import ChatTemplate
+    from engine.tools.render import render_request
+
+    template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
+    for said, parallel in ((None, True), (True, True), (False, False)):
+        req = ask("hi", tools(True), parallel_tool_calls=said)
+        held = render_request(template, req).strict_calls
+        assert held is not None and held.parallel is parallel
 
 
 def test_llama_cpp_leaves_a_call_to_a_tool_that_is_not_strict_as_the_model_writes_it(llama_backend):
