@@ -8,6 +8,13 @@ Every message is one sentence a person can act on. Each type carries how the HTT
 from __future__ import annotations
 
 
+def why(exc: BaseException, limit: int = 160) -> str:
+    """A library's error as part of a sentence: its first line, cut at ``limit`` characters (a grammar compiler's
+    message can hold the whole schema)."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 class HearthError(Exception):
     """Base class for every error Hearth reports to a user.
 
@@ -130,13 +137,16 @@ class SchemaTooComplex(InvalidRequest):
 
 
 class GrammarTooSlow(HearthError):
-    """Masking the vocabulary with a request's grammar took longer than one step may; the request ends."""
+    """Checking a token against a request's grammar (or masking the vocabulary with it) took longer than one step
+    may; the request ends. The schema is at fault: a 400."""
+
+    code = "schema_too_complex"
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         super().__init__(
-            f"The output grammar took over {seconds:g} s to check one token, so the request was stopped; "
-            "simplify the JSON schema (fewer nested repetitions in its patterns)."
+            f"The output grammar took over {seconds:g} s to check one token, so the request was stopped; simplify "
+            "the JSON schema (fewer alternatives that start alike, nested repetitions or references to itself)."
         )
 
 
@@ -155,7 +165,9 @@ class AdminKeyRequired(HearthError):
 
 class GrammarDeadEnd(HearthError):
     """A request's grammar allows no token of the model where the output is (llama.cpp would abort the process
-    if a refused token were accepted); the request ends."""
+    if a refused token were accepted); the request ends. The schema is at fault: a 400."""
+
+    code = "invalid_value"
 
     def __init__(self) -> None:
         super().__init__(
@@ -401,6 +413,7 @@ class ProviderNotFound(HearthError):
 
 __all__ = [
     "HearthError",
+    "why",
     "ModelNotFound",
     "ModelLoadError",
     "AmbiguousModel",

@@ -94,6 +94,10 @@ class _SchemaWalk:
         self.root, self.param, self.what = root, param, what
         self.counts = 0  # see MAX_COUNTS_TOTAL
         self.enum_values = 0
+        self.path: list[Mapping[str, Any]] = []  # the sub-schemas from the root to the one being visited
+        self.on_path: dict[int, int] = {}  # id of a sub-schema on the path -> its place there
+        self.followed: set[tuple[int, int]] = set()  # (referenced sub-schema, alternatives open) already visited
+        self.counting = True  # off while a reference is followed: its sub-schema's counts are added where it is defined
 
     def refuse(self, sentence: str) -> SchemaTooComplex:
         return SchemaTooComplex(f"{self.what} {sentence}", self.param)
@@ -104,11 +108,23 @@ class _SchemaWalk:
             return
         if depth > MAX_SCHEMA_DEPTH:
             raise self.refuse(f"nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it.")
-        self._counts(node)
-        if isinstance(node.get("pattern"), str):
-            self.counts += check_pattern(node["pattern"], param=self.param, what=self.what)
-        if "enum" in node:
-            self._enum(node["enum"])
+        if id(node) in self.on_path:
+            return
+        self.on_path[id(node)] = len(self.path)
+        self.path.append(node)
+        try:
+            self._visit(node, depth, open_alternatives)
+        finally:
+            self.path.pop()
+            del self.on_path[id(node)]
+
+    def _visit(self, node: Mapping[str, Any], depth: int, open_alternatives: int) -> None:
+        if self.counting:
+            self._counts(node)
+            if isinstance(node.get("pattern"), str):
+                self.counts += check_pattern(node["pattern"], param=self.param, what=self.what)
+            if "enum" in node:
+                self._enum(node["enum"])
         self._properties(node)
         here = open_alternatives
         for key in (*_ALTERNATIVE_KEYS, "type"):
@@ -120,6 +136,18 @@ class _SchemaWalk:
                 f"offers {here} alternatives at one place (anyOf, oneOf and type lists, nested ones multiplied), "
                 f"over the limit of {MAX_ALTERNATIVES}; use an enum or fewer alternatives."
             )
+        ref = node.get("$ref")
+        target = _ref_target(self.root, ref) if isinstance(ref, str) else None
+        if target is not None:  # a reference is read where it is: its alternatives open here
+            if id(target) in self.on_path:
+                self._check_cycle(self.path[self.on_path[id(target)] :])
+            elif (id(target), here) not in self.followed:
+                self.followed.add((id(target), here))
+                counting, self.counting = self.counting, False
+                try:
+                    self.visit(target, depth + 1, here)
+                finally:
+                    self.counting = counting
         for key in _ALTERNATIVE_KEYS:  # an alternative starts where its list does
             for child in _list(node.get(key)):
                 self.visit(child, depth + 1, here)
@@ -130,13 +158,31 @@ class _SchemaWalk:
             sub = node.get(key)
             if isinstance(sub, Mapping):
                 for name, child in sub.items():
-                    if key == "patternProperties":
+                    if key == "patternProperties" and self.counting:
                         self.counts += check_pattern(str(name), param=self.param, what=self.what)
                     self.visit(child, depth + 1, 1)
         for key in _ONE_KEYS:
             sub = node.get(key)
             for child in sub if isinstance(sub, list) else (sub,):
                 self.visit(child, depth + 1, 1)
+
+    def _check_cycle(self, cycle: list[Mapping[str, Any]]) -> None:
+        """Refuse a schema that refers to itself through two alternatives that start alike: each level of nesting
+        keeps both open (the grammar cannot tell them apart yet), so what it tracks doubles with the depth."""
+        on_cycle = {id(n) for n in cycle}
+        for node in cycle:
+            for key in _ALTERNATIVE_KEYS:
+                options = node.get(key)
+                if not isinstance(options, list) or len(options) < 2:
+                    continue
+                back = [o for o in options if _refers_to(self.root, o, on_cycle)]
+                firsts = [_first_chars(self.root, o, set()) for o in back]
+                if any(firsts[i] & firsts[j] for i in range(len(firsts)) for j in range(i)):
+                    raise self.refuse(
+                        f"refers to itself through {key} alternatives that can start alike, so what its grammar tracks "
+                        "multiplies with each level of nesting; give the alternatives different types, or drop the "
+                        "self-reference."
+                    )
 
     def _counts(self, node: Mapping[str, Any]) -> None:
         for pair in COUNT_PAIRS:
@@ -186,6 +232,78 @@ class _SchemaWalk:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _refers_to(root: Mapping[str, Any], node: Any, targets: set[int]) -> bool:
+    """Whether ``node`` is one of ``targets`` (ids of sub-schemas) or holds a reference to one."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if isinstance(n, list):
+            todo.extend(n)
+            continue
+        if not isinstance(n, Mapping) or id(n) in seen:
+            continue
+        seen.add(id(n))
+        if id(n) in targets:
+            return True
+        ref = n.get("$ref")
+        target = _ref_target(root, ref) if isinstance(ref, str) else None
+        if target is not None and id(target) in targets:
+            return True
+        todo.extend(v for k, v in n.items() if k not in ("const", "enum", "default", "examples"))
+    return False
+
+
+def _ref_target(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
+    """The sub-schema of ``root`` a local ``$ref`` (``#`` or ``#/...``) points at, else None."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None
+    target: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        target = target.get(part) if isinstance(target, Mapping) else None
+    return target if isinstance(target, Mapping) else None
+
+
+# The characters a JSON value of each type starts with (no whitespace: the grammars write none before a value).
+_STARTS = {"object": "{", "array": "[", "string": '"', "number": "-0123456789", "integer": "-0123456789",
+           "boolean": "tf", "null": "n"}  # fmt: skip
+_ANY_START = frozenset("".join(_STARTS.values()))
+
+
+def _first_chars(root: Mapping[str, Any], node: Any, seen: set[int]) -> frozenset[str]:
+    """The characters a value valid for ``node`` can start with (all of them where that is not known)."""
+    if not isinstance(node, Mapping):
+        return frozenset() if node is False else _ANY_START
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        target = _ref_target(root, ref)
+        if target is None or id(target) in seen:
+            return _ANY_START
+        return _first_chars(root, target, seen | {id(target)})
+    if "const" in node:
+        return frozenset(json.dumps(node["const"])[:1])
+    if isinstance(node.get("enum"), list):
+        return frozenset(json.dumps(v)[:1] for v in node["enum"])
+    kind = node.get("type")
+    if isinstance(kind, str):
+        return frozenset(_STARTS.get(kind, _ANY_START))
+    if isinstance(kind, list):
+        return frozenset("".join(_STARTS.get(k, "".join(_ANY_START)) for k in kind if isinstance(k, str)))
+    alternatives = [*_list(node.get("anyOf")), *_list(node.get("oneOf"))]
+    if alternatives:
+        return frozenset().union(*(_first_chars(root, a, seen) for a in alternatives))
+    parts = _list(node.get("allOf"))
+    if parts:
+        return frozenset.intersection(*(_first_chars(root, p, seen) for p in parts))
+    if any(k in node for k in ("properties", "additionalProperties", "required", "patternProperties")):
+        return frozenset("{")
+    if any(k in node for k in ("items", "prefixItems", "minItems", "maxItems")):
+        return frozenset("[")
+    return _ANY_START
 
 
 def _resolved(root: Mapping[str, Any], node: Any) -> Mapping[str, Any]:

@@ -255,6 +255,8 @@ class GenerationChunk:
     time_to_first_token: float | None = None
     tokens_per_second: float | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    # With an ``error``: its code where the request itself is at fault (``schema_too_complex``: a 400), else None.
+    error_code: str | None = None
     # On the first chunk of a request that asked for them: each prompt token with its log-probability, in order.
     prompt_logprobs: tuple[TokenLogprob, ...] = ()
     error: str | None = None

@@ -253,8 +253,9 @@ class RequestStream:
             return False
         return True
 
-    def finish(self, reason: FinishReason, *, error: str | None = None) -> None:
-        """End the stream with ``reason``: what is held back is flushed unless it was cut short."""
+    def finish(self, reason: FinishReason, *, error: str | None = None, code: str | None = None) -> None:
+        """End the stream with ``reason``: what is held back is flushed unless it was cut short. ``code``: with an
+        ``error`` the request itself caused (its schema), that error's code."""
         if self.finished:
             return
         self.finished = True
@@ -281,6 +282,7 @@ class RequestStream:
                 time_to_first_token=(self.t_first - self.t_submit) if self.t_first is not None else None,
                 tokens_per_second=tps,
                 error=error,
+                error_code=code if error is not None else None,
                 stop_sequence=self.stops.matched if self.stops is not None else None,
                 draft_tokens=self.draft_tokens,
                 accepted_draft_tokens=self.accepted_draft_tokens,

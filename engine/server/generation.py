@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from engine import __version__
-from engine.errors import ContextLengthExceeded, HearthError
+from engine.errors import ContextLengthExceeded, HearthError, InvalidRequest, SchemaTooComplex
 from engine.server import docs_chat, ollama_load, request_caps, targets
 from engine.server.access import holds_admin
 from engine.server.errors import GenerationFailed
@@ -140,6 +140,10 @@ class Generation:
         exc = self.failures.get(index)
         if isinstance(exc, HearthError):
             return exc
+        if chunk.error and chunk.error_code == SchemaTooComplex.code:  # the request's schema: a 400
+            return SchemaTooComplex(chunk.error)
+        if chunk.error and chunk.error_code == InvalidRequest.code:
+            return InvalidRequest(chunk.error)
         return GenerationFailed(chunk.error or "Generation failed; see the worker log.")
 
     async def _cancel_when_client_leaves(self) -> None:

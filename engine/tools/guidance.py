@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import InvalidRequest
+from engine.errors import InvalidRequest, why
 from engine.schema_limits import check_schema
 from engine.tools.call_watch import CallWatch
 from engine.tools.constraint import (
@@ -139,7 +139,7 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
         return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
     except Exception as exc:  # llguidance raises ValueError-like errors for unsupported schemas
         raise InvalidRequest(
-            f"The JSON schema cannot be enforced ({exc}); simplify it or use json_object.", param="response_format"
+            f"The JSON schema cannot be enforced ({why(exc)}); simplify it or use json_object.", param="response_format"
         ) from exc
 
 

@@ -13,8 +13,10 @@ forever, and at the usual limit of 1,024 open files a thousand of them locked ev
   (a client could take one for its next request's), and one idle between requests by uvicorn's keep-alive
   timeout;
 - past :func:`connection_cap` open connections, a new one closes the one that has waited longest without a
-  request in progress (idle, or still sending its head), or is itself answered 503 when every connection is
-  serving a request.
+  request in progress (idle, or still sending its head), else the one that has been sending a request's body
+  longest (for over :data:`BODY_GRACE_SECONDS`: a body trickled a byte at a time held its connection for as
+  long as the bytes kept coming, and 4,200 of them locked every client out), or is itself answered 503 when
+  every connection is serving a request.
 
 :func:`raise_open_file_limit` lifts the soft limit on open files to the hard one (as Go's runtime does), so the
 cap rarely has to act.
@@ -29,6 +31,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = [
+    "BODY_GRACE_SECONDS",
     "HEAD_SECONDS",
     "MAX_HEAD_BYTES",
     "HearthHttpProtocol",
@@ -44,6 +47,8 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_SECONDS = 30.0
 #: Most open connections at any limit on open files: far beyond what local clients open.
 MOST_CONNECTIONS = 4096
+#: Seconds a request's body may take before, with the connections at the cap, a new connection closes it.
+BODY_GRACE_SECONDS = 1.0
 #: Seconds a connection refused for its head still reads (and drops) what the client sends before it closes.
 LINGER_SECONDS = 2.0
 #: The soft limit on open files is raised to at most this many.
@@ -143,10 +148,14 @@ class HearthHttpProtocol(HttpToolsProtocol):
         waiting = _waiting(self.server_state)
         if len(self.connections) > self._cap():
             oldest = next(iter(waiting), None)
-            if oldest is None:  # every connection is serving a request: refuse this one
-                self._refuse(TOO_MANY_CONNECTIONS)
-                return
-            oldest._close_waiting()
+            if oldest is not None:
+                oldest._close_waiting()
+            else:
+                slowest = next(iter(_in_body(self.server_state).items()), None)
+                if slowest is None or self.loop.time() - slowest[1] < BODY_GRACE_SECONDS:
+                    self._refuse(TOO_MANY_CONNECTIONS)  # every connection is serving a request: refuse this one
+                    return
+                slowest[0]._close_in_body()
         waiting[self] = None
         self._arm_head_timer()
 
@@ -181,9 +190,11 @@ class HearthHttpProtocol(HttpToolsProtocol):
         self._heads_done += 1
         self._cancel_head_timer()
         _waiting(self.server_state).pop(self, None)
+        _in_body(self.server_state)[self] = self.loop.time()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        _in_body(self.server_state).pop(self, None)
         super().on_message_complete()
         self._in_head = True
 
@@ -197,6 +208,7 @@ class HearthHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         _waiting(self.server_state).pop(self, None)
+        _in_body(self.server_state).pop(self, None)
         super().connection_lost(exc)
 
     # -- the head's deadline and the way out ------------------------------------------------------
@@ -247,6 +259,19 @@ class HearthHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         _waiting(self.server_state).pop(self, None)
         self.transport.close()
+
+    def _close_in_body(self) -> None:
+        """Close a connection whose request's body is still coming (to make room): its request ends unread."""
+        _in_body(self.server_state).pop(self, None)
+        self.transport.close()
+
+
+def _in_body(server_state) -> dict[HearthHttpProtocol, float]:
+    """The server's connections whose request's body is still coming, with when their head ended, oldest first."""
+    in_body = getattr(server_state, "hearth_in_body", None)
+    if in_body is None:
+        in_body = server_state.hearth_in_body = {}
+    return in_body
 
 
 def _waiting(server_state) -> dict[HearthHttpProtocol, None]:

@@ -240,3 +240,38 @@ def test_a_back_reference_is_a_400_naming_the_tool_it_is_in(pattern):
 @pytest.mark.parametrize("pattern", [r"^\p{L}+$", r"(?<year>[0-9]{4})", r"^\d{3}-\d{4}$", "[]", r"\cJ"])
 def test_ecma_syntax_python_lacks_is_left_to_the_grammar_compilers(pattern):
     check_schema({"type": "string", "pattern": pattern}, param="response_format")
+
+
+def _recursive(alternatives: list) -> dict:
+    return {"type": "object", "$defs": {"L": {"anyOf": alternatives}}, "properties": {"x": {"$ref": "#/$defs/L"}}}
+
+
+def test_a_schema_that_refers_to_itself_through_alternatives_that_start_alike_is_refused():
+    # each "[" keeps both alternatives open, so llama.cpp's parse stacks doubled with every level (a stall)
+    nested = {"type": "array", "items": {"$ref": "#/$defs/L"}, "minItems": 1}
+    with pytest.raises(SchemaTooComplex, match="refers to itself"):
+        check_schema(_recursive([nested, nested]), param="tools")
+    objects = {"type": "object", "properties": {"a": {"$ref": "#/$defs/L"}}}
+    with pytest.raises(SchemaTooComplex, match="refers to itself"):  # two objects: both start with "{"
+        check_schema(_recursive([objects, {"type": "object", "properties": {"b": {"$ref": "#/$defs/L"}}}]), param="tools")
+    # alternatives told apart by their first character, alike ones of which at most one refers back, and
+    # self-references with none: fine
+    check_schema(_recursive([nested, {"type": "string"}]), param="tools")
+    check_schema(_recursive([{"type": "number"}, nested, {"type": "integer"}, {"type": "array", "items": {"type": "string"}}]), param="tools")
+    node = {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]},
+                                             "kids": {"type": "array", "items": {"$ref": "#/$defs/N"}}}}  # fmt: skip
+    check_schema({"type": "object", "$defs": {"N": node}, "properties": {"root": {"$ref": "#/$defs/N"}}}, param="tools")
+    check_schema({"type": "object", "properties": {"child": {"$ref": "#"}, "name": {"type": "string"}}}, param="tools")
+
+
+def test_alternatives_reached_through_references_multiply_as_nested_ones_do():
+    defs: dict = {"D0": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}
+    for i in range(1, 8):
+        defs[f"D{i}"] = {"anyOf": [{"$ref": f"#/$defs/D{i - 1}"}, {"$ref": f"#/$defs/D{i - 1}"}]}
+    with pytest.raises(SchemaTooComplex, match="alternatives at one place"):
+        check_schema({"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/D7"}}}, param="tools")
+    # a definition used in many places is counted once, where it is defined
+    enum = {"type": "string", "enum": [f"v{i}" for i in range(600)]}
+    props = {f"p{i}": {"$ref": "#/$defs/E"} for i in range(20)}
+    check_schema({"type": "object", "$defs": {"E": enum}, "properties": props}, param="tools")
+

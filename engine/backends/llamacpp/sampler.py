@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.backends.llamacpp.gbnf import schema_to_gbnf
 from engine.backends.llamacpp.model import GGUFModel
-from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, RequestCancelled
+from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, RequestCancelled, why
 from engine.schema_limits import check_schema
 from engine.tools.call_watch import CallWatch
 from engine.tools.constraint import ToolCallConstraint, known_keywords
@@ -43,7 +43,7 @@ def grammar_for(response_format: ResponseFormat) -> str | None:
             return schema_to_gbnf(known_keywords(schema))
         except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
             raise InvalidRequest(
-                f"The JSON schema cannot be enforced ({exc}); simplify it or use json_object.",
+                f"The JSON schema cannot be enforced ({why(exc)}); simplify it or use json_object.",
                 param="response_format",
             ) from exc
     return None
@@ -67,7 +67,7 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
     except Exception as exc:  # the converter raises bare Exceptions for unsupported schemas
         names = ", ".join(t.name for t in constraint.tools)
         raise InvalidRequest(
-            f"The parameters of tool(s) {names} cannot be enforced as a grammar ({exc}); simplify the schema.",
+            f"The parameters of tool(s) {names} cannot be enforced as a grammar ({why(exc)}); simplify the schema.",
             param="tools",
         ) from exc
     # the call object becomes rule `tool-call`; `root` wraps it in the family's markup
@@ -249,6 +249,10 @@ class SequenceSampler:
             token = self._draw_allowed(logits, grammar)
         llama_cpp.llama_sampler_accept(grammar, token)
         llama_cpp.llama_sampler_accept(self.chain, token)
+        # A check or an accept is one llama.cpp call, which nothing interrupts: one that ran past the budget means
+        # the grammar's parse states have multiplied (they grow with each step from there), so the request ends.
+        if time.perf_counter() - started > self.mask_budget:
+            raise GrammarTooSlow(self.mask_budget)
         return token
 
     def _observe(self, token: int) -> None:

@@ -497,7 +497,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             return
         except (GrammarTooSlow, GrammarDeadEnd) as exc:  # this request's grammar only: the others go on
             log.warning("request %s: %s", seq.request_id, exc)
-            self._finish(seq, "error", error=str(exc))
+            self._finish(seq, "error", error=str(exc), code=exc.code)
             return
         lp: tuple[TokenLogprob, ...] = ()
         if seq.params.logprobs is not None:
@@ -510,10 +510,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         else:
             seq.pending = token
 
-    def _finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:
+    def _finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None, code: str | None = None) -> None:
         if seq.status is not SeqStatus.FINISHED:
             self._release(seq)
-            seq.stream.finish(reason, error=error)
+            seq.stream.finish(reason, error=error, code=code)
 
     def _release(self, seq: Sequence) -> None:
         """Free a finished sequence's slot (its tokens stay there as a cached prefix) and sampler."""

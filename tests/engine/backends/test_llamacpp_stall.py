@@ -43,7 +43,15 @@ def test_a_grammar_past_its_step_budget_ends_its_request_with_an_error_and_the_o
     final = list(tiny_budget_backend.stream(constrained))[-1]
     other.join(timeout=60)
     assert final.finish_reason == "error"
-    assert final.error and "schema" in final.error
+    assert final.error and "schema" in final.error and final.error_code == "schema_too_complex"
+    # the request's own schema is at fault: a 400 through the port, not a server error
+    from types import SimpleNamespace
+
+    from engine.errors import SchemaTooComplex
+    from engine.server.generation import Generation
+
+    failure = Generation.failure(SimpleNamespace(failures={}), 0, final)  # type: ignore[arg-type]
+    assert isinstance(failure, SchemaTooComplex) and failure.status == 400
     assert box and box[0][-1].finish_reason == "length" and box[0][-1].completion_tokens == 8
 
 

@@ -240,6 +240,42 @@ def test_past_the_cap_with_every_connection_serving_a_new_one_is_a_503(server):
         s.close()
 
 
+def test_past_the_cap_a_new_connection_closes_the_longest_trickling_body(server):
+    """Bodies sent a byte at a time, each in time for the body's deadline, hold no more than the cap: past it a
+    new client closes the one that has been sending longest (after the body's grace), and is served."""
+    from engine.worker.connections import BODY_GRACE_SECONDS
+
+    slow = [server.connect() for _ in range(CAP)]
+    for s in slow:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: text/plain\r\ncontent-length: 1000\r\n\r\nx")
+    stop = threading.Event()
+
+    def trickle() -> None:  # a byte to each every 0.2 s: within the 0.5 s a body may pause
+        while not stop.wait(0.2):
+            for s in slow:
+                try:
+                    s.sendall(b"x")
+                except OSError:
+                    pass
+
+    feeder = threading.Thread(target=trickle, daemon=True)
+    feeder.start()
+    try:
+        time.sleep(BODY_GRACE_SECONDS + 0.3)
+        with server.connect() as s:
+            s.sendall(_request())
+            assert s.response()[0] == 200
+        assert slow[0].closed()  # the one that had been sending longest made room
+        with server.connect() as s:  # and again, for the next client
+            s.sendall(_request())
+            assert s.response()[0] == 200
+    finally:
+        stop.set()
+        feeder.join(5)
+        for s in slow:
+            s.close()
+
+
 def test_the_cap_leaves_room_for_the_workers_own_files():
     assert connection_cap(1024) == 768
     assert connection_cap(256) == 192
