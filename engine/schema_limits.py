@@ -98,6 +98,7 @@ class _SchemaWalk:
         self.on_path: dict[int, int] = {}  # id of a sub-schema on the path -> its place there
         self.followed: set[tuple[int, int]] = set()  # (referenced sub-schema, alternatives open) already visited
         self.counting = True  # off while a reference is followed: its sub-schema's counts are added where it is defined
+        self.first_memo: dict[int, frozenset[str] | None] = {}  # see _first_chars
 
     def refuse(self, sentence: str) -> SchemaTooComplex:
         return SchemaTooComplex(f"{self.what} {sentence}", self.param)
@@ -176,7 +177,7 @@ class _SchemaWalk:
                 if not isinstance(options, list) or len(options) < 2:
                     continue
                 back = [o for o in options if _refers_to(self.root, o, on_cycle)]
-                firsts = [_first_chars(self.root, o, set()) for o in back]
+                firsts = [_first_chars(self.root, o, self.first_memo) for o in back]
                 if any(firsts[i] & firsts[j] for i in range(len(firsts)) for j in range(i)):
                     raise self.refuse(
                         f"refers to itself through {key} alternatives that can start alike, so what its grammar tracks "
@@ -249,8 +250,8 @@ def _refers_to(root: Mapping[str, Any], node: Any, targets: set[int]) -> bool:
             return True
         ref = n.get("$ref")
         target = _ref_target(root, ref) if isinstance(ref, str) else None
-        if target is not None and id(target) in targets:
-            return True
+        if target is not None:  # what it refers to, and what that refers to in turn
+            todo.append(target)
         todo.extend(v for k, v in n.items() if k not in ("const", "enum", "default", "examples"))
     return False
 
@@ -274,16 +275,27 @@ _STARTS = {"object": "{", "array": "[", "string": '"', "number": "-0123456789", 
 _ANY_START = frozenset("".join(_STARTS.values()))
 
 
-def _first_chars(root: Mapping[str, Any], node: Any, seen: set[int]) -> frozenset[str]:
-    """The characters a value valid for ``node`` can start with (all of them where that is not known)."""
+def _first_chars(root: Mapping[str, Any], node: Any, memo: dict[int, frozenset[str] | None]) -> frozenset[str]:
+    """The characters a value valid for ``node`` can start with (all of them where that is not known). ``memo``
+    holds each sub-schema's answer (None while it is being worked out: a reference back to it could start with
+    anything), so a schema of shared parts costs one look at each."""
     if not isinstance(node, Mapping):
         return frozenset() if node is False else _ANY_START
+    key = id(node)
+    if key in memo:
+        known = memo[key]
+        return _ANY_START if known is None else known
+    memo[key] = None
+    out = _first_chars_of(root, node, memo)
+    memo[key] = out
+    return out
+
+
+def _first_chars_of(root: Mapping[str, Any], node: Mapping[str, Any], memo: dict[int, frozenset[str] | None]) -> frozenset[str]:
     ref = node.get("$ref")
     if isinstance(ref, str):
         target = _ref_target(root, ref)
-        if target is None or id(target) in seen:
-            return _ANY_START
-        return _first_chars(root, target, seen | {id(target)})
+        return _ANY_START if target is None else _first_chars(root, target, memo)
     if "const" in node:
         return frozenset(json.dumps(node["const"])[:1])
     if isinstance(node.get("enum"), list):
@@ -295,10 +307,10 @@ def _first_chars(root: Mapping[str, Any], node: Any, seen: set[int]) -> frozense
         return frozenset("".join(_STARTS.get(k, "".join(_ANY_START)) for k in kind if isinstance(k, str)))
     alternatives = [*_list(node.get("anyOf")), *_list(node.get("oneOf"))]
     if alternatives:
-        return frozenset().union(*(_first_chars(root, a, seen) for a in alternatives))
+        return frozenset().union(*(_first_chars(root, a, memo) for a in alternatives))
     parts = _list(node.get("allOf"))
     if parts:
-        return frozenset.intersection(*(_first_chars(root, p, seen) for p in parts))
+        return frozenset.intersection(*(_first_chars(root, p, memo) for p in parts))
     if any(k in node for k in ("properties", "additionalProperties", "required", "patternProperties")):
         return frozenset("{")
     if any(k in node for k in ("items", "prefixItems", "minItems", "maxItems")):

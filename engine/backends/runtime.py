@@ -231,6 +231,11 @@ class RequestStream:
             self.t_first = time.perf_counter()
         params = self.params
         if (self._is_eog(token) and not params.ignore_eos) or token in params.stop_token_ids:
+            if logprobs and params.prompt_logprobs is not None:
+                # a scored prompt (echo with logprobs) lists the token that ended the answer too, as an
+                # evaluation harness reads it: the prompt's tokens, then one more
+                self._put(GenerationChunk(logprobs=logprobs, prompt_logprobs=self._take_prompt_logprobs()
+                                          if self.prompt_logprobs is not None else ()))  # fmt: skip
             self.finish("stop")
             return True
         self.generated.append(token)

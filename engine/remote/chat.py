@@ -119,6 +119,9 @@ def request_body(request: GenerationRequest, remote_id: str) -> dict[str, Any]:
         choice = request.tool_choice
         if choice is not None and choice.mode == "function":
             body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        elif choice is not None and choice.allowed is not None:
+            body["tool_choice"] = {"type": "allowed_tools", "allowed_tools": {
+                "mode": choice.mode, "tools": [{"type": "function", "function": {"name": n}} for n in choice.allowed]}}  # fmt: skip
         elif choice is not None:
             body["tool_choice"] = choice.mode
         if request.parallel_tool_calls is not None:

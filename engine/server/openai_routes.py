@@ -235,13 +235,14 @@ def _prompts(prompt: str | list[Any]) -> list[str | tuple[int, ...]]:
     if isinstance(prompt, str):
         return [prompt]
     given: list[Any] = list(prompt)
-    whole = lambda p: isinstance(p, int) and not isinstance(p, bool)  # noqa: E731
+    # a whole number as JSON may write it (6370.0 is one, as JSON Schema's integer says)
+    whole = lambda p: not isinstance(p, bool) and (isinstance(p, int) or (isinstance(p, float) and p.is_integer()))  # noqa: E731
     if given and all(isinstance(p, str) for p in given):
         return given
     if given and all(whole(p) for p in given):
-        return [tuple(given)]
+        return [tuple(int(t) for t in given)]
     if given and all(isinstance(p, list) and p and all(whole(t) for t in p) for p in given):
-        return [tuple(p) for p in given]
+        return [tuple(int(t) for t in p) for p in given]
     raise InvalidRequest("'prompt' must be a text, a list of texts, a list of token ids or a list of such lists, none of them empty.",
                          param="prompt")  # fmt: skip
 

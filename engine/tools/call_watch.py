@@ -19,7 +19,7 @@ class CallWatch:
         thinking: Whether the answer starts inside the thinking (the prompt opened it).
     """
 
-    __slots__ = ("trigger", "open", "close", "thinking", "tail", "keep", "fired")
+    __slots__ = ("trigger", "open", "close", "thinking", "tail", "keep", "fired", "recent", "opened_tokens", "lead")
 
     def __init__(self, trigger: str, think_tags: tuple[str, str] | None = None, *, thinking: bool = False) -> None:
         if not trigger:
@@ -30,14 +30,21 @@ class CallWatch:
         self.keep = max(len(self.trigger), len(self.open), len(self.close)) - 1
         self.tail = b""
         self.fired = False
+        self.recent: list[tuple[int, bytes]] = []  # the tokens whose text holds the tail (and this one), oldest first
+        # Once fired: the tokens from the one the opening starts in, and that token's text before the opening.
+        self.opened_tokens: list[int] = []
+        self.lead = b""
 
-    def feed(self, piece: bytes) -> bytes | None:
-        """Take one token's text; the text from the call's opening through this token once it is written, else None.
+    def feed(self, piece: bytes, token: int = -1) -> bytes | None:
+        """Take one token (its text, and its id); the text from the call's opening through this token once it is
+        written, else None. The tokens that wrote it are then :attr:`opened_tokens`, the first of which may hold
+        :attr:`lead`, text before the opening.
 
         After that the watch is spent: it answers None.
         """
         if self.fired:
             return None
+        self.recent.append((token, piece))
         buf = self.tail + piece
         at = 0
         while True:
@@ -53,11 +60,25 @@ class CallWatch:
                 self.thinking, at = True, think + len(self.open)
                 continue
             if call >= 0:
-                self.fired, self.tail = True, b""
+                self._opened(len(buf) - call)
+                self.fired, self.tail, self.recent = True, b"", []
                 return buf[call:]
             break
         self.tail = buf[max(at, len(buf) - self.keep) :] if self.keep else b""
+        held = sum(len(p) for _, p in self.recent)
+        while self.recent and held - len(self.recent[0][1]) >= len(self.tail):  # wholly before the tail
+            held -= len(self.recent.pop(0)[1])
         return None
+
+    def _opened(self, n: int) -> None:
+        """Find the tokens that wrote the last ``n`` bytes: the first of them may start before those bytes."""
+        total = 0
+        for i in range(len(self.recent) - 1, -1, -1):
+            total += len(self.recent[i][1])
+            if total >= n:
+                self.opened_tokens = [t for t, _ in self.recent[i:]]
+                self.lead = self.recent[i][1][: total - n]
+                return
 
 
 __all__ = ["CallWatch"]

@@ -15,12 +15,16 @@ thinking, and from there the call follows the schemas (:class:`engine.tools.call
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engine.errors import InvalidRequest
 from engine.limits import check_schema
 from engine.tools.spec import ToolChoice, ToolSpec
+
+log = logging.getLogger(__name__)
 
 # The markup the constrained output is written in, per family: (prefix, suffix, separator, arguments key).
 # llama3 and mistral use their bare-JSON forms: their markers are control tokens that a text grammar
@@ -216,11 +220,10 @@ def strict_call_constraint(
     """For ``tool_choice: auto`` with a ``strict`` tool among ``tools``: the constraint a call the model chooses
     to make is held to, from the moment it opens one (:attr:`ToolCallConstraint.trigger`). The model may
     still answer in text; a call names one of the tools, and a strict tool's arguments follow its schema (a
-    tool that is not strict takes any JSON object). None for another choice, no strict tool, or a family
-    whose calls open with a control token or no marker at all.
-
-    Raises:
-        SchemaTooComplex: a strict tool's parameters are over a bound of engine.schema_limits.
+    tool that is not strict takes any JSON object). None for another choice, no strict tool, a family whose
+    calls open with a control token or no marker at all, or a strict tool whose parameters are over a bound of
+    engine.schema_limits: the answer is then free, as without ``strict`` (the request asked for no call, so it
+    is not refused for one that could not be held).
     """
     if choice is not None:
         if choice.mode != "auto":
@@ -231,9 +234,13 @@ def strict_call_constraint(
     fmt = fmt if fmt in _MARKUP else "generic"
     if fmt not in _TRIGGERED:
         return None
-    for t in tools:
-        if t.strict:
-            check_schema(t.parameters, param="tools", what=f"The parameters of tool '{t.name}'")
+    try:
+        for t in tools:
+            if t.strict:
+                check_schema(t.parameters, param="tools", what=f"The parameters of tool '{t.name}'")
+    except InvalidRequest as exc:
+        log.info("a strict tool's call is left free: %s", exc)
+        return None
     free = {"type": "object", "additionalProperties": True}
     held = tuple(t if t.strict else replace(t, parameters=free) for t in tools)
     prefix, suffix, sep, key = _MARKUP[fmt]

@@ -42,7 +42,6 @@ class GuidanceVocab:
         eos_ids: Tokens that end a generation (allowed once the grammar is complete).
         encode: The model's tokenizer, text to ids.
         n_logits: Width of the model's logits, when it exceeds the vocabulary.
-        encode_special: The tokenizer reading special tokens' texts as those tokens (``encode`` if not given).
     """
 
     def __init__(
@@ -54,13 +53,11 @@ class GuidanceVocab:
         eos_ids: Sequence[int],
         encode: Callable[[str], list[int]],
         n_logits: int | None = None,
-        encode_special: Callable[[str], list[int]] | None = None,
     ) -> None:
         import llguidance
 
         special = set(special)
         self._pieces, self._special, self._special_text = pieces, frozenset(special), special_text
-        self.encode_special = encode_special or encode
         tokens = [b"\xff" + special_text(i).encode() if i in special else bytes(p) for i, p in enumerate(pieces)]
         eos = [int(e) for e in eos_ids if 0 <= int(e) < len(tokens)]
 
@@ -105,7 +102,6 @@ def vocab_for(vocabulary: Any, n_logits: int | None = None) -> GuidanceVocab:
             eos_ids=sorted(vocabulary.eog_ids),
             encode=lambda text: vocabulary.encode(text, parse_special=False),
             n_logits=n_logits,
-            encode_special=lambda text: vocabulary.encode(text, parse_special=True),
         )
         _vocabs.clear()  # one model per backend process: keep the latest only
         _vocabs[id(vocabulary)] = (vocabulary, vocab)
@@ -169,8 +165,13 @@ def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | No
             "Constrained output needs the llguidance package; install it with `pip install llguidance`.",
             param="tools" if constraint is not None else "response_format",
         ) from exc
-    grammar = grammar_for(constraint, request.response_format)
-    return GrammarMatcher(vocab_for(vocabulary, n_logits), grammar, watch=watch) if grammar else None
+    try:
+        grammar = grammar_for(constraint, request.response_format)
+        return GrammarMatcher(vocab_for(vocabulary, n_logits), grammar, watch=watch) if grammar else None
+    except InvalidRequest:
+        if watch is None:
+            raise
+        return None  # a strict tool's call is left free where it makes no grammar: the request asked for no call
 
 
 class GrammarMatcher:
@@ -188,6 +189,7 @@ class GrammarMatcher:
         import llguidance
 
         self.vocab = vocab
+        self.grammar = grammar
         self.matcher = llguidance.LLMatcher(vocab.tokenizer, grammar, log_level=0)
         if self.matcher.is_error():
             raise InvalidRequest(f"The output grammar cannot be used: {self.matcher.get_error()}.", param="tools")
@@ -211,14 +213,25 @@ class GrammarMatcher:
             return
         if self.watch is None:  # the call opened in a way the grammar could not take: free from there
             return
-        opened = self.watch.feed(self.vocab.text_of(int(token)))
-        if opened is None:
+        watch = self.watch
+        if watch.feed(self.vocab.text_of(int(token)), int(token)) is None:
             return
         self.watch = None
-        try:
-            tokens = self.vocab.encode_special(opened.decode("utf-8"))
-        except UnicodeDecodeError:  # the opening's token ends inside a character
-            return
+        if watch.lead:  # the opening's token wrote text before it: the grammar takes that first
+            import llguidance
+
+            try:
+                lead = watch.lead.decode("utf-8")
+            except UnicodeDecodeError:  # a character cut by the token's start
+                return
+            if not self.grammar.startswith("start:"):
+                return
+            led = f"start: {json.dumps(lead)} call_start\ncall_start:{self.grammar[len('start:') :]}"
+            matcher = llguidance.LLMatcher(self.vocab.tokenizer, led, log_level=0)
+            if matcher.is_error():
+                return
+            self.matcher = matcher
+        tokens = watch.opened_tokens
         if tokens and self.matcher.validate_tokens(tokens) == len(tokens):
             self.matcher.consume_tokens(tokens)
             self.active = True

@@ -189,7 +189,8 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
         thinking_started=prompt.rstrip().endswith(tags[0]),
         literal=marked.literal,
         strict_calls=strict_calls,
-        bare_calls=request.response_format.type == "text",
+        # a forced call's grammar wins over a response format: its bare JSON (llama3, mistral) is the call
+        bare_calls=request.response_format.type == "text" or constraint is not None,
     )
 
 

@@ -274,9 +274,19 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         else:
             grammar = grammar_for(request.response_format)
             if grammar is None and rendered is not None and rendered.strict_calls is not None:
-                # a call the model chooses to make follows the strict tools' schemas from its opening on
-                grammar, watch = tool_call_grammar(rendered.strict_calls), rendered.call_watch()
-        sampler = SequenceSampler(model, request.params, grammar, watch=watch, mask_budget=self._mask_budget)
+                # a call the model chooses to make follows the strict tools' schemas from its opening on (where
+                # they make a grammar: the request asked for no call, so it is not refused for one)
+                try:
+                    grammar, watch = tool_call_grammar(rendered.strict_calls), rendered.call_watch()
+                except InvalidRequest as exc:
+                    log.info("request %s: a strict tool's call is left free: %s", request.request_id, exc)
+        try:
+            sampler = SequenceSampler(model, request.params, grammar, watch=watch, mask_budget=self._mask_budget)
+        except InvalidRequest:
+            if watch is None:
+                raise
+            log.info("request %s: a strict tool's call is left free: its grammar does not parse", request.request_id)
+            sampler = SequenceSampler(model, request.params, None, mask_budget=self._mask_budget)
         seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
             loop.submit(seq)

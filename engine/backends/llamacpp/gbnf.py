@@ -118,12 +118,15 @@ def _bounded_number(schema: Any) -> str | None:
         b = None if hi is None else (math.ceil(hi) - 1 if hi_ex else math.floor(hi))
         a = None if a is not None and a < -limit else a
         b = None if b is not None and b > limit else b
-        if a is not None and b is not None and a > b:
-            raise ValueError(f"no integer lies between the bounds of {json.dumps(dict(schema))}")
+        if (a is not None and b is not None and a > b) or (a is not None and a > limit) or (b is not None and b < -limit):
+            raise ValueError(f"no integer of at most {MAX_DIGITS} digits lies between the bounds of {json.dumps(dict(schema))}")
         return _integers(a, b)
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex))):
         raise ValueError(f"no number lies between the bounds of {json.dumps(dict(schema))}")
-    return _numbers(lo, lo_ex, hi, hi_ex)
+    out = _numbers(lo, lo_ex, hi, hi_ex) if (lo is None or lo < limit) and (hi is None or hi > -limit) else ""
+    if not any(c.isdigit() for c in out):  # beyond what MAX_DIGITS digits (whole or fraction) can write
+        raise ValueError(f"no number of at most {MAX_DIGITS} digits lies between the bounds of {json.dumps(dict(schema))}")
+    return out
 
 
 def _group(expr: str) -> str:
@@ -146,11 +149,14 @@ def _any(n_min: int, n_max: int) -> str:
 
 
 def _between(x: str, y: str) -> str:
-    """Digit strings of ``len(x)`` from ``x`` to ``y`` (same length, ``x <= y``)."""
+    """Digit strings of ``len(x)`` from ``x`` to ``y`` (same length, ``x <= y``): a rule as long as the digits (each
+    level splits off at most one end that is not every digit string)."""
     if not x:
         return ""
     if x == y:
         return gbnf_literal(x)
+    if set(x) == {"0"} and set(y) == {"9"}:
+        return _any(len(x), len(x))
     if x[0] == y[0]:
         return _seq(gbnf_literal(x[0]), _group(_between(x[1:], y[1:])))
     n = len(x) - 1
@@ -163,14 +169,18 @@ def _between(x: str, y: str) -> str:
 
 def _naturals(a: int, b: int | None) -> str:
     """The texts of the whole numbers from ``a >= 0`` to ``b`` (None: as long as MAX_DIGITS digits allow)."""
-    alts = []
-    last = len(str(b)) if b is not None else MAX_DIGITS
-    for n in range(len(str(a)), last + 1):
-        low = str(a) if n == len(str(a)) else "1" + "0" * (n - 1)
-        high = str(b) if b is not None and n == last else "9" * n
-        if int(low) <= int(high):
-            alts.append(_between(low, high))
-    return " | ".join(_group(x) for x in alts)
+    first, last = len(str(a)), len(str(b)) if b is not None else MAX_DIGITS
+    if first > last:
+        return ""
+    if first == last:
+        return _between(str(a), str(b) if b is not None else "9" * last)
+    alts = [_between(str(a), "9" * first)]
+    if last - first >= 2 or b is None:  # every length between: no leading zero, any digits after
+        top = last if b is None else last - 1
+        alts.append(_seq("[1-9]", _any(first, top - 1)))
+    if b is not None:
+        alts.append(_between("1" + "0" * (last - 1), str(b)))
+    return " | ".join(_group(x) for x in alts if x)
 
 
 def _integers(a: int | None, b: int | None) -> str:
@@ -228,6 +238,8 @@ def _digits_after(lower: tuple[str, bool], upper: tuple[str, bool] | None, depth
 
 def _with_fraction(whole: str, fraction: tuple[str, bool]) -> str:
     digits, bare = fraction
+    if not whole:
+        return ""
     if not digits:
         return whole if bare else ""
     return _seq(whole, f'("." {_group(digits)})' + ("?" if bare else ""))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import llama_cpp
 import numpy as np
 
-from engine.backends.llamacpp.gbnf import schema_to_gbnf
+from engine.backends.llamacpp.gbnf import gbnf_literal, schema_to_gbnf
 from engine.backends.llamacpp.model import GGUFModel
 from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, RequestCancelled, why
 from engine.schema_limits import check_schema
@@ -163,6 +163,7 @@ class SequenceSampler:
         self.grammar = None
         self._watch: CallWatch | None = None
         self._dormant: llama_cpp.llama_sampler_p | None = None  # a grammar waiting for its watch to see a call open
+        self._grammar_text = ""
         self._complete: int | None = None  # the end token, once the grammar allows nothing else
         if grammar is not None:
             compiled = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
@@ -172,7 +173,7 @@ class SequenceSampler:
             if watch is None:
                 self.grammar = compiled
             else:
-                self._dormant, self._watch = compiled, watch
+                self._dormant, self._watch, self._grammar_text = compiled, watch, grammar
             self._cells = (llama_cpp.llama_token_data * model.n_vocab)()
             self._view = np.ctypeslib.as_array(self._cells)
             self._ids = np.arange(model.n_vocab, dtype=np.int32)
@@ -244,33 +245,48 @@ class SequenceSampler:
             if self._watch is not None:
                 self._observe(token)
             return token
+        checked = time.perf_counter()
         if not self._allowed(grammar, token, float(logits[token])):
             self._budget = _Budget(started, self.mask_budget, cancelled)
             token = self._draw_allowed(logits, grammar)
         llama_cpp.llama_sampler_accept(grammar, token)
         llama_cpp.llama_sampler_accept(self.chain, token)
-        # A check or an accept is one llama.cpp call, which nothing interrupts: one that ran past the budget means
-        # the grammar's parse states have multiplied (they grow with each step from there), so the request ends.
-        if time.perf_counter() - started > self.mask_budget:
+        # A check or an accept is one llama.cpp call, which nothing interrupts: the grammar's work on this token
+        # past the budget means its parse states have multiplied (they grow with each step from there): it ends.
+        if time.perf_counter() - checked > self.mask_budget:
             raise GrammarTooSlow(self.mask_budget)
         return token
 
     def _observe(self, token: int) -> None:
-        """Show the watch a freely drawn token; where a call opens, start the grammar on the text from the
-        opening on (its tokens as the tokenizer reads them), or leave the output free if it cannot take them."""
-        assert self._watch is not None and self._dormant is not None
-        opened = self._watch.feed(self.model.piece(token, special=True))
-        if opened is None:
+        """Show the watch a freely drawn token; where a call opens, start the grammar on the tokens that wrote the
+        opening (the first may begin with text before it, which the grammar is then given to take first), or leave
+        the output free if it cannot take them."""
+        watch, grammar = self._watch, self._dormant
+        assert watch is not None and grammar is not None
+        if watch.feed(self.model.piece(token, special=True), token) is None:
             return
-        grammar, self._watch, self._dormant = self._dormant, None, None
-        try:
-            tokens = self.model.tokenize(opened.decode("utf-8"), parse_special=True)
-        except UnicodeDecodeError:  # the opening's token ends inside a character: no tokens to give the grammar
-            tokens = []
-        if tokens and all(self._offer(grammar, t) for t in tokens):
+        self._watch = self._dormant = None
+        if watch.lead:
+            llama_cpp.llama_sampler_free(grammar)
+            grammar = self._led(watch.lead)
+            if grammar is None:
+                return
+        if all(self._offer(grammar, t) for t in watch.opened_tokens):
             self.grammar = grammar
         else:
             llama_cpp.llama_sampler_free(grammar)
+
+    def _led(self, lead: bytes) -> llama_cpp.llama_sampler_p | None:
+        """The grammar with ``lead`` (text the opening's token wrote before it) to take first, or None."""
+        try:
+            text = lead.decode("utf-8")
+        except UnicodeDecodeError:  # a character cut by the token's start: nothing a grammar literal can name
+            return None
+        source = self._grammar_text
+        if not source.startswith("root ::="):
+            return None
+        source = f"root ::= {gbnf_literal(text)} call-root\ncall-root ::={source[len('root ::=') :]}"
+        return llama_cpp.llama_sampler_init_grammar(self.model.vocab, source.encode(), b"root") or None
 
     def _offer(self, grammar: llama_cpp.llama_sampler_p, token: int) -> bool:
         """Accept ``token`` into ``grammar`` if it allows it (llama.cpp aborts on a token its grammar refuses)."""

@@ -197,6 +197,9 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     return doc
 
 
+STARTER_VOCAB = 49152  # SmolLM2's vocabulary
+
+
 def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
     """The server's own OpenAPI document for its OpenAI endpoints, narrowed the same way."""
     doc = copy.deepcopy(spec)
@@ -221,6 +224,10 @@ def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
     schemas["ChatMessageBody"]["properties"].pop("tool_calls", None)
     comp = schemas["CompletionBody"]
     comp["properties"]["max_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
+    # token ids: the starter's own (an id past its vocabulary is a 400 that names it, tested apart)
+    ids = {"type": "array", "minItems": 1, "maxItems": 64, "items": {"type": "integer", "minimum": 0, "maximum": STARTER_VOCAB - 1}}
+    comp["properties"]["prompt"] = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                                              ids, {"type": "array", "minItems": 1, "maxItems": 4, "items": ids}]}  # fmt: skip
     comp["required"] = [*comp["required"], "max_tokens"]
     for param in doc["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
         if param["name"] == "model_id":

@@ -93,3 +93,20 @@ def test_streamed_echo_with_logprobs_sends_the_prompts_tokens_with_its_text(serv
         assert mine[0]["logprobs"]["token_logprobs"][0] is None
         answer = [lp for c in mine[1:] for lp in c["logprobs"]["token_logprobs"]]
         assert len(answer) == 2 and mine[1]["logprobs"]["text_offset"][0] == len(TEXT)
+
+
+def test_a_scored_prompt_whose_answer_ends_at_once_still_lists_one_token_after_the_prompt(server):
+    """lm-evaluation-harness reads ``token_logprobs[ctxlen:-1]``: the answer's one token must be there even when it is
+    the end of text, or the last prompt token's score is cut off."""
+    ids = _ids(server, TEXT)
+    eos = 2  # SmolLM2's <|im_end|>, its end of generation
+    body = _post(server, {"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": True,
+                          "logit_bias": {str(eos): 100}}).json()  # fmt: skip
+    lp = body["choices"][0]["logprobs"]
+    assert body["choices"][0]["finish_reason"] == "stop" and len(lp["token_logprobs"]) == len(ids) + 1
+    assert lp["tokens"][-1] == "" and lp["token_logprobs"][-1] <= 0  # the end of text (its odds before the bias)
+    plain = _post(server, {"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": True}).json()
+    assert plain["choices"][0]["logprobs"]["token_logprobs"][:-1] == pytest.approx(lp["token_logprobs"][:-1], abs=1e-6)
+    floats = _post(server, {"prompt": [float(t) for t in ids], "max_tokens": 1, "temperature": 0, "echo": True}).json()
+    assert floats["choices"][0]["text"].startswith(TEXT)  # 6370.0 is a whole number, as JSON Schema's integer says
+

@@ -93,15 +93,21 @@ def test_a_tool_that_is_not_strict_beside_a_strict_one_takes_any_object():
             jsonschema.validate(bad, schema)
 
 
-def test_a_strict_tool_whose_schema_is_over_the_bounds_is_refused():
+def test_a_strict_tool_whose_schema_makes_no_grammar_leaves_the_call_free_and_a_forced_one_is_refused(llama_backend):
     deep: dict = {"type": "object", "properties": {}}
     node = deep
     for _ in range(200):
         node["properties"]["x"] = {"type": "object", "properties": {}}
         node = node["properties"]["x"]
     offered = parse_tools([{"type": "function", "function": {"name": "deep", "parameters": deep, "strict": True}}])
-    with pytest.raises(SchemaTooComplex):
-        strict_call_constraint("hermes", offered, parse_tool_choice("auto", offered))
+    assert strict_call_constraint("hermes", offered, parse_tool_choice("auto", offered)) is None
+    with pytest.raises(SchemaTooComplex):  # a call the request forces must be held
+        tool_call_constraint("hermes", offered, parse_tool_choice("required", offered))
+    # over no bound, but no grammar the converter can write (a lookahead): answered, the call free
+    lookahead = {"type": "object", "properties": {"pw": {"type": "string", "pattern": "^(?=.*[A-Z]).{8,}$"}}}
+    odd = parse_tools([{"type": "function", "function": {"name": "login", "parameters": lookahead, "strict": True}}])
+    chunks = list(llama_backend.stream(ask("Hi, how are you?", odd, max_tokens=8)))
+    assert chunks[-1].finish_reason in ("stop", "length") and chunks[-1].error is None
 
 
 # -- llama.cpp ------------------------------------------------------------------------------------------
