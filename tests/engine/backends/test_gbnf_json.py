@@ -99,9 +99,18 @@ def test_a_bounded_number_takes_exactly_the_values_between_its_bounds(model, sch
 
 
 def test_bounds_no_value_meets_are_refused():
-    for schema in ({"type": "integer", "minimum": 3, "maximum": 2.5}, {"type": "number", "exclusiveMinimum": 1, "maximum": 1}):
+    for schema in ({"type": "integer", "minimum": 3, "maximum": 2.5}, {"type": "number", "exclusiveMinimum": 1, "maximum": 1},
+                   {"type": "integer", "minimum": 1e300}, {"type": "integer", "maximum": -1e20}, {"type": "number", "minimum": 1e20},
+                   {"type": "number", "minimum": 1e-20, "maximum": 1e-19}):  # fmt: skip
         with pytest.raises(ValueError, match="lies between"):
             schema_to_gbnf(schema)
+
+
+@pytest.mark.parametrize("schema", [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 100},
+                                    {"type": "number", "exclusiveMinimum": 0}, {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                                    {"type": "number", "minimum": -1e15, "maximum": 1e15}])  # fmt: skip
+def test_a_bounded_numbers_grammar_grows_with_its_digits_not_their_values(schema):
+    assert len(schema_to_gbnf(schema)) < 2000
 
 
 def test_a_string_holds_no_raw_line_break_or_control_character(model):

@@ -248,3 +248,17 @@ def test_a_request_waiting_for_a_call_to_open_keeps_the_batched_sampling_path(st
     finally:
         backend.close()
 
+
+def test_a_forced_calls_bare_json_is_a_call_beside_a_response_format_and_a_free_answers_json_is_not():
+    from engine.chat_template import ChatTemplate
+    from engine.tools.render import render_request
+    from engine.types import ResponseFormat
+
+    template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
+    offered = tools(False)
+    forced = GenerationRequest(model="s", messages=(ChatMessage("user", "hi"),), tools=offered,
+                               tool_choice=parse_tool_choice("required", offered), response_format=ResponseFormat(type="json_object"))  # fmt: skip
+    assert render_request(template, forced).bare_calls
+    free = GenerationRequest(model="s", messages=(ChatMessage("user", "hi"),), tools=offered, response_format=ResponseFormat(type="json_object"))
+    assert not render_request(template, free).bare_calls
+
