@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,6 +63,11 @@ class ToolCallConstraint:
     def call_schema(self) -> dict[str, Any]:
         """The JSON schema of one call object (name first, then the arguments)."""
         return call_schema(self.tools, self.arguments_key)
+
+    def relaxed(self, names: Collection[str]) -> ToolCallConstraint:
+        """This constraint with the tools ``names`` taking any JSON object (a strict schema no grammar can hold)."""
+        return replace(self, tools=tuple(replace(t, parameters=FREE_ARGUMENTS, strict=False) if t.name in names else t
+                                         for t in self.tools))  # fmt: skip
 
 
 # The keywords JSON Schema defines (validation, applicators, annotations). Others are to be ignored, as
@@ -214,35 +219,41 @@ def tool_call_constraint(
 _TRIGGERED = ("hermes", "generic")
 
 
+#: The arguments of a tool a call is not held to the schema of: any JSON object.
+FREE_ARGUMENTS: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
 def strict_call_constraint(
     fmt: str, tools: Sequence[ToolSpec], choice: ToolChoice | None, *, parallel: bool = False
 ) -> ToolCallConstraint | None:
-    """For ``tool_choice: auto`` with a ``strict`` tool among ``tools``: the constraint a call the model chooses
-    to make is held to, from the moment it opens one (:attr:`ToolCallConstraint.trigger`). The model may
-    still answer in text; a call names one of the tools, and a strict tool's arguments follow its schema (a
-    tool that is not strict takes any JSON object). None for another choice, no strict tool, a family whose
-    calls open with a control token or no marker at all, or a strict tool whose parameters are over a bound of
-    engine.schema_limits: the answer is then free, as without ``strict`` (the request asked for no call, so it
-    is not refused for one that could not be held).
+    """For ``tool_choice: auto`` with a ``strict`` tool among ``tools``, or ``allowed_tools`` naming some: the
+    constraint a call the model chooses to make is held to, from the moment it opens one
+    (:attr:`ToolCallConstraint.trigger`). The model may still answer in text; a call names one of the tools it
+    may call, and a strict tool's arguments follow its schema (another tool's are any JSON object, as are those
+    of a strict tool whose parameters are over a bound of engine.schema_limits: the request asked for no call, so
+    it is not refused for one that cannot be held). None for another choice, nothing to hold, or a family whose
+    calls open with a control token or no marker at all.
     """
+    narrowed = False
     if choice is not None:
         if choice.mode != "auto":
             return None
+        narrowed = choice.allowed is not None
         tools = choice.callable(tools)
-    if not any(t.strict for t in tools):
+    if not tools or not (narrowed or any(t.strict for t in tools)):
         return None
     fmt = fmt if fmt in _MARKUP else "generic"
     if fmt not in _TRIGGERED:
         return None
-    try:
-        for t in tools:
-            if t.strict:
+    loose = set()
+    for t in tools:
+        if t.strict:
+            try:
                 check_schema(t.parameters, param="tools", what=f"The parameters of tool '{t.name}'")
-    except InvalidRequest as exc:
-        log.info("a strict tool's call is left free: %s", exc)
-        return None
-    free = {"type": "object", "additionalProperties": True}
-    held = tuple(t if t.strict else replace(t, parameters=free) for t in tools)
+            except InvalidRequest as exc:
+                log.info("a call of strict tool %r is left free: %s", t.name, exc)
+                loose.add(t.name)
+    held = tuple(t if t.strict and t.name not in loose else replace(t, parameters=FREE_ARGUMENTS, strict=False) for t in tools)
     prefix, suffix, sep, key = _MARKUP[fmt]
     return ToolCallConstraint(fmt=fmt, tools=held, parallel=parallel, prefix=prefix, suffix=suffix, separator=sep,
                               arguments_key=key, trigger=prefix.rstrip())  # fmt: skip
@@ -275,6 +286,6 @@ def to_lark(constraint: ToolCallConstraint) -> str:
 
 
 __all__ = [
-    "ToolCallConstraint", "call_schema", "tool_call_constraint", "strict_call_constraint", "to_lark", "GUIDANCE_JSON_OPTIONS", "closed_objects",
+    "FREE_ARGUMENTS", "ToolCallConstraint", "call_schema", "tool_call_constraint", "strict_call_constraint", "to_lark", "GUIDANCE_JSON_OPTIONS", "closed_objects",
     "known_keywords",
 ]  # fmt: skip

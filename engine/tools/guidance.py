@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidRequest, why
@@ -165,13 +166,28 @@ def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | No
             "Constrained output needs the llguidance package; install it with `pip install llguidance`.",
             param="tools" if constraint is not None else "response_format",
         ) from exc
-    try:
+    vocab = vocab_for(vocabulary, n_logits)
+    if watch is None or constraint is None:
         grammar = grammar_for(constraint, request.response_format)
-        return GrammarMatcher(vocab_for(vocabulary, n_logits), grammar, watch=watch) if grammar else None
+        return GrammarMatcher(vocab, grammar) if grammar else None
+    # calls the model chooses to make: a strict tool whose schema makes no grammar takes any JSON object (the
+    # request asked for no call, so it is not refused for one); the others stay held
+    try:
+        return GrammarMatcher(vocab, grammar_for(constraint, None) or "", watch=watch)
     except InvalidRequest:
-        if watch is None:
-            raise
-        return None  # a strict tool's call is left free where it makes no grammar: the request asked for no call
+        loose = [t.name for t in constraint.tools if t.strict and not _compiles(vocab, replace(constraint, tools=(t,)))]
+        try:
+            return GrammarMatcher(vocab, grammar_for(constraint.relaxed(loose), None) or "", watch=watch) if loose else None
+        except InvalidRequest:
+            return None
+
+
+def _compiles(vocab: GuidanceVocab, constraint: ToolCallConstraint) -> bool:
+    try:
+        GrammarMatcher(vocab, grammar_for(constraint, None) or "")
+    except InvalidRequest:
+        return False
+    return True
 
 
 class GrammarMatcher:

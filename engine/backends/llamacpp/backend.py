@@ -23,7 +23,12 @@ from engine.backends.llamacpp.media import Projector, literal_rewrites
 from engine.backends.llamacpp.model import GGUFModel, check_gguf_file
 from engine.backends.llamacpp.overrides import RopeScaling
 from engine.backends.llamacpp.ranking import Ranker
-from engine.backends.llamacpp.sampler import SequenceSampler, grammar_for, tool_call_grammar
+from engine.backends.llamacpp.sampler import (
+    SequenceSampler,
+    grammar_for,
+    strict_call_grammar,
+    tool_call_grammar,
+)
 from engine.backends.llamacpp.scheduler import DecodeLoop
 from engine.backends.llamacpp.sequence import Sequence as Seq
 from engine.backends.runtime import RequestStream, given_tokens
@@ -277,7 +282,7 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
                 # a call the model chooses to make follows the strict tools' schemas from its opening on (where
                 # they make a grammar: the request asked for no call, so it is not refused for one)
                 try:
-                    grammar, watch = tool_call_grammar(rendered.strict_calls), rendered.call_watch()
+                    grammar, watch = strict_call_grammar(rendered.strict_calls), rendered.call_watch()
                 except InvalidRequest as exc:
                     log.info("request %s: a strict tool's call is left free: %s", request.request_id, exc)
         try:

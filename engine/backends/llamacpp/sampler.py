@@ -8,6 +8,7 @@ import math
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import llama_cpp
 import numpy as np
@@ -84,6 +85,30 @@ def tool_call_grammar(constraint: ToolCallConstraint) -> str:
     if constraint.wraps_list:
         many = f"{_gbnf_literal(constraint.prefix)} {many} {_gbnf_literal(constraint.suffix)}"
     return f"root ::= {many}\n{body}"
+
+
+def strict_call_grammar(constraint: ToolCallConstraint) -> str:
+    """GBNF for calls a model chooses to make (:func:`engine.tools.constraint.strict_call_constraint`): a strict tool
+    whose schema makes no grammar takes any JSON object, the others stay held.
+
+    Raises:
+        InvalidRequest: no grammar even so.
+    """
+    try:
+        return tool_call_grammar(constraint)
+    except InvalidRequest:
+        loose = [t.name for t in constraint.tools if t.strict and not _makes_grammar(replace(constraint, tools=(t,)))]
+        if not loose:
+            raise
+        return tool_call_grammar(constraint.relaxed(loose))
+
+
+def _makes_grammar(constraint: ToolCallConstraint) -> bool:
+    try:
+        tool_call_grammar(constraint)
+    except InvalidRequest:
+        return False
+    return True
 
 
 # How many of the highest-logit tokens a refused greedy draw offers the grammar before it masks the vocabulary.

@@ -100,7 +100,9 @@ def test_a_strict_tool_whose_schema_makes_no_grammar_leaves_the_call_free_and_a_
         node["properties"]["x"] = {"type": "object", "properties": {}}
         node = node["properties"]["x"]
     offered = parse_tools([{"type": "function", "function": {"name": "deep", "parameters": deep, "strict": True}}])
-    assert strict_call_constraint("hermes", offered, parse_tool_choice("auto", offered)) is None
+    held = strict_call_constraint("hermes", offered, parse_tool_choice("auto", offered))
+    assert held is not None and [(t.name, t.strict, dict(t.parameters)) for t in held.tools] == [
+        ("deep", False, {"type": "object", "additionalProperties": True})]  # its name held, its arguments free
     with pytest.raises(SchemaTooComplex):  # a call the request forces must be held
         tool_call_constraint("hermes", offered, parse_tool_choice("required", offered))
     # over no bound, but no grammar the converter can write (a lookahead): answered, the call free
@@ -261,4 +263,27 @@ def test_a_forced_calls_bare_json_is_a_call_beside_a_response_format_and_a_free_
     assert render_request(template, forced).bare_calls
     free = GenerationRequest(model="s", messages=(ChatMessage("user", "hi"),), tools=offered, response_format=ResponseFormat(type="json_object"))
     assert not render_request(template, free).bare_calls
+
+
+def test_a_strict_tool_no_grammar_can_hold_leaves_the_others_held(llama_backend, paged):
+    odd = {"type": "function", "function": {"name": "set_password", "strict": True, "parameters": {
+        "type": "object", "properties": {"password": {"type": "string", "pattern": "^(?=.*[A-Z]).{8,}$"}},
+        "required": ["password"], "additionalProperties": False}}}  # fmt: skip
+    for backend in (llama_backend, paged):
+        final = list(backend.stream(ask(COPY, tools(True, odd))))[-1]
+        (call,) = final.tool_calls
+        assert call.name == "get_weather"
+        jsonschema.validate(json.loads(call.arguments), WEATHER)
+
+
+def test_allowed_tools_under_auto_hold_a_call_to_the_tools_listed(llama_backend):
+    time_tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+    offered = tools(False, time_tool)
+    choice = parse_tool_choice({"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "get_time"}}]}}, offered)  # fmt: skip
+    req = GenerationRequest(model="s", messages=(ChatMessage("user", COPY),), tools=offered, tool_choice=choice,
+                            params=SamplingParams(temperature=0, max_tokens=80))  # fmt: skip
+    chunks = list(llama_backend.stream(req))
+    assert [c.name for c in chunks[-1].tool_calls] == ["get_time"]  # the model named get_weather; the grammar did not
+    assert "<tool_call>" not in "".join(c.text for c in chunks)
 
