@@ -325,11 +325,7 @@ def _resolved(root: Mapping[str, Any], node: Any) -> Mapping[str, Any]:
     ref = node.get("$ref")
     if not isinstance(ref, str) or not ref.startswith("#/"):
         return node
-    target: Any = root
-    for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        target = target.get(part) if isinstance(target, Mapping) else None
-    return target if isinstance(target, Mapping) else {}
+    return _ref_target(root, ref) or {}
 
 
 # Python's words for the mistakes JSON Schema's regular expressions (ECMA-262) refuse too; its other errors can be
