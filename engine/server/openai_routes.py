@@ -272,18 +272,22 @@ class _TextEvents:
         return parts[0] + json.dumps(text, ensure_ascii=False).encode() + parts[1]
 
 
-async def _collect(gen: Generation, n_choices: int):
+async def _collect(gen: Generation, n_choices: int, *, answer: bool = True):
+    """Every choice's text, log-probabilities and last chunk; without ``answer``, only the prompt's scores
+    (completions' echo with ``max_tokens`` 0)."""
     texts = [""] * n_choices
     logprobs: list[list[TokenLogprob]] = [[] for _ in range(n_choices)]
     finals: list[GenerationChunk | None] = [None] * n_choices
     async for index, chunk in gen.chunks(watch_client=True):
-        texts[index] += chunk.text
         logprobs[index].extend(chunk.prompt_logprobs)  # the prompt's (echo with logprobs) lead the answer's
+        if chunk.finish_reason is not None:
+            finals[index] = chunk
+        if not answer:
+            continue
+        texts[index] += chunk.text
         if chunk.reasoning:
             gen.reasoning[index] = gen.reasoning.get(index, "") + chunk.reasoning
         logprobs[index].extend(chunk.logprobs)
-        if chunk.finish_reason is not None:
-            finals[index] = chunk
     for index, f in enumerate(finals):
         if f is not None and f.finish_reason == "error":
             raise gen.failure(index, f)
@@ -450,16 +454,21 @@ async def completions(request: Request, body: CompletionBody):
     prompts = _prompts(body.prompt)
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise InvalidRequest("'logprobs' must be a whole number from 0 to 20.", param="logprobs")
+    if body.max_tokens == 0 and not body.echo:
+        raise InvalidRequest("'max_tokens' must be at least 1; 0 is only for 'echo', to return (and score) the prompt alone.",
+                             param="max_tokens")  # fmt: skip
     fmt = _response_format(body.response_format)
     group = uuid.uuid4().hex  # every prompt's choices, scheduled as one request against others
     # echo with logprobs: the prompt's own tokens come first, each with its log-probability, as OpenAI gives them
     scored = body.logprobs if body.echo else None
+    # echo with max_tokens 0: the prompt alone (its scores read from one step, whose token is not given)
+    prompt_only = body.max_tokens == 0
     reqs = [
         GenerationRequest(
             model=body.model,
             prompt=p if isinstance(p, str) else "",
             prompt_ids=None if isinstance(p, str) else p,
-            params=replace(_params(body, max_tokens=body.max_tokens if body.max_tokens is not None else 16,
+            params=replace(_params(body, max_tokens=1 if prompt_only else body.max_tokens if body.max_tokens is not None else 16,
                                    logprobs=body.logprobs, index=j), prompt_logprobs=scored),  # fmt: skip
             unset=body.unset_sampling(body.max_tokens),
             response_format=fmt,
@@ -483,10 +492,10 @@ async def completions(request: Request, body: CompletionBody):
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _streaming(_completion_events(gen, cid, body, sources, include_usage, n=n))
-    texts, lps, finals = await _collect(gen, len(reqs))
+        return _streaming(_completion_events(gen, cid, body, sources, include_usage, n=n, prompt_only=prompt_only))
+    texts, lps, finals = await _collect(gen, len(reqs), answer=not prompt_only)
     prompt_total, cached_total = _prompt_totals(finals, n)
-    completion_total = sum(f.completion_tokens for f in finals if f)
+    completion_total = 0 if prompt_only else sum(f.completion_tokens for f in finals if f)
     choices = []
     for i, text in enumerate(texts):
         source = sources[i // n]
@@ -496,7 +505,7 @@ async def completions(request: Request, body: CompletionBody):
                 "text": source + text,
                 # with echo the prompt's tokens lead the list, from the text's start
                 "logprobs": _completion_logprobs(lps[i], 0) if body.logprobs is not None else None,
-                "finish_reason": _finish_reason(finals[i]),
+                "finish_reason": "length" if prompt_only else _finish_reason(finals[i]),
             }
         )
     return {
@@ -511,10 +520,12 @@ async def completions(request: Request, body: CompletionBody):
 
 
 async def _completion_events(
-    gen: Generation, cid: str, body: CompletionBody, sources: list[str], include_usage: bool, *, n: int
-):
+    gen: Generation, cid: str, body: CompletionBody, sources: list[str], include_usage: bool, *, n: int,
+    prompt_only: bool = False,
+):  # fmt: skip
     """The streamed completion: with ``echo`` each choice's prompt text first (``sources``), with the prompt's
-    tokens and their log-probabilities when ``logprobs`` is asked for (they come with the choice's first chunk)."""
+    tokens and their log-probabilities when ``logprobs`` is asked for (they come with the choice's first chunk);
+    ``prompt_only`` (``max_tokens`` 0) leaves the answer's token out."""
     base = {"id": cid, "object": "text_completion", "created": gen.created, "model": gen.served_name}
     base["system_fingerprint"] = gen.fingerprint
     finals: list[GenerationChunk | None] = [None] * len(gen.requests)
@@ -537,6 +548,11 @@ async def _completion_events(
             yield _sse(stream_error_body(gen.failure(index, chunk)))
             finals[index] = chunk
             continue
+        if prompt_only:
+            if chunk.finish_reason is not None:
+                finals[index] = chunk
+                yield _sse({**base, "choices": [{"index": index, "text": "", "logprobs": None, "finish_reason": "length"}]})
+            continue
         if body.logprobs is None and chunk.finish_reason is None:  # a piece of text: the common event
             if chunk.text:
                 yield text_event(index, chunk.text)
@@ -549,7 +565,7 @@ async def _completion_events(
         if chunk.finish_reason is not None:
             finals[index] = chunk
     if include_usage:
-        _, completion, _ = _totals(finals)
+        completion = 0 if prompt_only else _totals(finals)[1]
         prompt, cached = _prompt_totals(finals, n)
         yield _sse({**base, "choices": [], "usage": _usage(prompt, completion, cached, finals=finals)})
     yield b"data: [DONE]\n\n"

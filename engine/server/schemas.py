@@ -117,6 +117,8 @@ class CompletionBody(_Sampling):
     # Text, texts, token ids or lists of them, as OpenAI takes them (ids are read as the model's own tokens). An
     # empty prompt (null is one) starts from the model's start of a document, as OpenAI's.
     prompt: str | list[Any] | None = Field(json_schema_extra=_PROMPTS)  # its shapes are checked where it is read
+    # 0 with `echo`: the prompt alone, scored with `logprobs` (the route refuses 0 without echo)
+    max_tokens: int | None = Field(None, ge=0)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: StrictBool | None = False
     suffix: str | None = None

@@ -110,3 +110,30 @@ def test_a_scored_prompt_whose_answer_ends_at_once_still_lists_one_token_after_t
     floats = _post(server, {"prompt": [float(t) for t in ids], "max_tokens": 1, "temperature": 0, "echo": True}).json()
     assert floats["choices"][0]["text"].startswith(TEXT)  # 6370.0 is a whole number, as JSON Schema's integer says
 
+
+
+def test_echo_with_no_tokens_scores_the_prompt_alone(server):
+    """``max_tokens: 0`` with ``echo``: OpenAI's legacy way to score a text; the prompt comes back with its scores
+    and nothing after it, streamed or not; without ``echo`` it is a 400 saying so."""
+    ids = _ids(server, TEXT)
+    r = server.client().with_options(timeout=600).completions.create(
+        model=MODEL, prompt=TEXT, max_tokens=0, temperature=0, logprobs=1, echo=True
+    )
+    choice = r.choices[0]
+    assert choice.text == TEXT and choice.finish_reason == "length"
+    assert len(choice.logprobs.tokens) == len(ids) and "".join(choice.logprobs.tokens) == TEXT
+    assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 0
+    longer = _post(server, {"prompt": TEXT, "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": True}).json()
+    assert choice.logprobs.token_logprobs == longer["choices"][0]["logprobs"]["token_logprobs"][: len(ids)]
+    body = {"model": MODEL, "prompt": TEXT, "max_tokens": 0, "logprobs": 0, "echo": True, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    with httpx.stream("POST", f"{server.root}/v1/completions", json=body, headers=server.headers, timeout=600) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    texts = "".join(c["text"] for e in events for c in e["choices"])
+    assert texts == TEXT and events[-1]["usage"]["completion_tokens"] == 0
+    assert [c["finish_reason"] for e in events for c in e["choices"]][-1] == "length"
+    plain = _post(server, {"prompt": TEXT, "max_tokens": 0, "echo": True}).json()
+    assert plain["choices"][0]["text"] == TEXT and plain["choices"][0]["logprobs"] is None
+    refused = _post(server, {"prompt": TEXT, "max_tokens": 0})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_tokens"
+    assert "echo" in refused.json()["error"]["message"]
