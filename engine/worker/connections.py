@@ -141,7 +141,7 @@ class HearthHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._in_head = True  # between requests or inside a head: not serving one
         self._head_bytes = 0
-        self._heads_done = 0
+        self._head_tail = b""  # the last bytes of the head so far: its blank line may straddle two chunks
         self._head_timer = None
         self._dropping = False  # answered and closing: what still arrives is read and dropped
         self._head_begun = False  # a byte of the next request's head has come
@@ -171,13 +171,16 @@ class HearthHttpProtocol(HttpToolsProtocol):
         counted = self._in_head
         if counted and self._head_timer is None:
             self._arm_head_timer()  # a new request's head begins on a kept-alive connection
-        heads = self._heads_done
-        super().data_received(data)
-        # only what was head from end to end is counted: a chunk that finished a head may carry a body after it
-        if counted and self._in_head and self._heads_done == heads and not self.transport.is_closing():
-            self._head_bytes += len(data)
+        if counted:
+            # the head's bytes in this chunk: up to the blank line that ends it (a body may follow in the same chunk)
+            tail = self._head_tail
+            end = (tail + data).find(b"\r\n\r\n") if tail else data.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else end + 4 - len(tail)
             if self._head_bytes > self.max_head_bytes:
                 self._answer_and_close(head_too_large(self.max_head_bytes))
+                return
+            self._head_tail = data[-3:] if end < 0 else b""
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -187,7 +190,7 @@ class HearthHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_begun = False
         self._head_bytes = 0
-        self._heads_done += 1
+        self._head_tail = b""
         self._cancel_head_timer()
         _waiting(self.server_state).pop(self, None)
         _in_body(self.server_state)[self] = self.loop.time()

@@ -171,6 +171,24 @@ def test_a_head_past_the_limit_is_a_431_and_the_connection_closes(server, what):
         assert s.closed()
 
 
+@pytest.mark.parametrize("split", [None, -2, -100, -1500])
+def test_a_head_past_the_limit_is_a_431_also_where_its_last_chunk_ends_it(server, split):
+    """Every byte of a head counts, those of the chunk that ends it too (its blank line may straddle two chunks):
+    a head a little past the limit, sent in one write or with its end in a second, is refused unread."""
+    whole = _request(body=b"x" * 100, headers=f"x-fill: {'a' * (HEAD + 500)}\r\n")
+    with server.connect() as s:
+        if split is None:
+            s.sendall(whole)
+        else:
+            s.sendall(whole[: split - 100])
+            time.sleep(0.05)  # two reads on the server's side
+            s.sendall(whole[split - 100 :])
+        assert s.response()[0] == 431 and s.closed()
+    with server.connect() as s:  # the same head within the limit is served
+        s.sendall(_request(body=b"x" * (HEAD * 4), headers=f"x-fill: {'a' * (HEAD - 300)}\r\n"))
+        assert json.loads(s.response()[2]) == {"size": HEAD * 4}
+
+
 def test_a_head_that_does_not_arrive_in_time_is_a_408_and_the_connection_closes(server):
     with server.connect() as s:
         s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # half a head, and then silence
