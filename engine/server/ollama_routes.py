@@ -15,6 +15,7 @@ import math
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +29,7 @@ from engine.remote.providers import LOCAL_MODEL_HOSTS
 from engine.remote.routing import is_local
 from engine.server import media, targets
 from engine.server.api_models import Body
-from engine.server.dialect import DialectRun, error_route, ollama_error
+from engine.server.dialect import DialectRun, count_prompt_tokens, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.ollama_load import apply_load_options, check_keep_alive, set_keep_alive
@@ -76,6 +77,8 @@ class _Generate(Body):
 class ChatBody(_Generate):
     messages: list[dict[str, Any]] = []
     tools: list[dict[str, Any]] | None = None
+    # Ollama's: a conversation longer than the context leaves out its oldest messages (false: a 400 instead)
+    truncate: StrictBool = True
 
 
 class GenerateBody(_Generate):
@@ -321,6 +324,48 @@ async def _run(
     return run
 
 
+async def _run_fitted(
+    request: Request, req: GenerationRequest, keep: float | None, model: targets.Target, documents: DocumentsAsked | None
+) -> DialectRun:
+    """:func:`_run`, with a conversation too long for the context cut as Ollama cuts it: its oldest messages are
+    left out (the system messages before them kept, the last message always) until the rest fits with a quarter
+    of the context (or ``num_predict``, if less) left for the answer. A last message too long on its own stays
+    the 400 it was.
+
+    Raises:
+        ContextLengthExceeded: the last message (with the system messages) does not fit the context.
+    """
+    try:
+        return await _run(request, req, keep, model, documents)
+    except ContextLengthExceeded as exc:
+        messages = req.messages or ()
+        if len(messages) < 2:
+            raise
+        n_ctx, most = exc.n_ctx, req.params.max_tokens
+        limit = n_ctx - max(1, min(most or n_ctx, n_ctx // 4))
+
+        def cut(i: int) -> GenerationRequest:
+            kept = tuple(m for m in messages[:i] if m.role == "system") + tuple(messages[i:])
+            return replace(req, messages=kept)
+
+        async def fits(i: int, within: int) -> bool:
+            return await count_prompt_tokens(request, cut(i)) <= within
+
+        last = len(messages) - 1
+        if not await fits(last, limit):
+            if not await fits(last, n_ctx - 1):
+                raise
+            return await _run(request, cut(last), keep, model, documents)
+        lo, hi = 1, last  # the fewest messages left out: cut(hi) fits, cut(lo - 1) does not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if await fits(mid, limit):
+                hi = mid
+            else:
+                lo = mid + 1
+        return await _run(request, cut(hi), keep, model, documents)
+
+
 def _line(payload: dict) -> bytes:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
@@ -345,9 +390,9 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
 
 async def _answer(
     request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece, model: targets.Target,
-    documents: DocumentsAsked | None = None,
+    documents: DocumentsAsked | None = None, *, truncate: bool = False,
 ):  # fmt: skip
-    run = await _run(request, req, keep, model, documents)
+    run = await (_run_fitted if truncate else _run)(request, req, keep, model, documents)
     if stream:
         return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
     text, reasoning, final = await run.collect()
@@ -386,7 +431,7 @@ async def chat(request: Request, body: ChatBody):
         speculative=body.speculative,
         **_tool_fields(body.tools, body.think),
     )
-    return await _answer(request, req, keep, body.stream, _chat_piece, found, documents_asked(body))
+    return await _answer(request, req, keep, body.stream, _chat_piece, found, documents_asked(body), truncate=body.truncate)
 
 
 @router.post("/generate")

@@ -292,3 +292,28 @@ def test_with_a_key_ollamas_clients_send_it_as_a_bearer_token(server):
     assert refused.status_code == 401 and set(refused.json()) == {"error"}
     keyed = ollama.Client(host=server.root, headers={"Authorization": f"Bearer {server.api_key}"})
     assert MODEL in [m.model for m in keyed.list().models]
+
+
+def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_messages_as_ollama_does(client, ollama_server):
+    """Open WebUI and other Ollama clients send the whole chat each turn and rely on Ollama cutting it: the oldest
+    messages go (system messages stay, the last always), leaving a quarter of the context (1,024) for the answer, or
+    ``num_predict`` tokens if fewer."""
+    system = {"role": "system", "content": "You are a helpful assistant who answers briefly."}
+    turns = []
+    for i in range(40):
+        turns.append({"role": "user", "content": f"Tell me fact number {i} about the sea, the tides and the moon."})
+        turns.append({"role": "assistant", "content": f"Fact {i}: the moon's pull raises the tides twice a day, everywhere."})
+    messages = [system, *turns, QUESTION[0]]
+    r = client.chat(model=MODEL, messages=messages, options=GREEDY)
+    assert r.done and 950 < r.prompt_eval_count <= 1024 - 8  # as many of the latest messages as fit
+    roomy = client.chat(model=MODEL, messages=messages, options={**GREEDY, "num_predict": 300})
+    assert 700 < roomy.prompt_eval_count <= 1024 - 256
+    streamed = list(client.chat(model=MODEL, messages=messages, options=GREEDY, stream=True))
+    assert streamed[-1].prompt_eval_count == r.prompt_eval_count
+    # the same request with truncate off, or a last message too long by itself, is the 400 it was
+    body = {"model": MODEL, "messages": messages, "stream": False, "truncate": False, "options": GREEDY}
+    refused = httpx.post(ollama_server.root + "/api/chat", json=body, timeout=600)
+    assert refused.status_code == 400 and "context" in refused.json()["error"]
+    with pytest.raises(ollama.ResponseError) as too_long:
+        client.chat(model=MODEL, messages=[system, {"role": "user", "content": "sea " * 1500}], options=GREEDY)
+    assert too_long.value.status_code == 400
