@@ -132,6 +132,10 @@ def install_error_handlers(app: FastAPI) -> None:
         info = error_info(exc)  # no route (404) or no such method (405): in the shape of the path's dialect
         if exc.status_code == 404 and exc.detail == "Not Found":  # no route: OpenAI's words for it
             info = replace(info, message=f"Invalid URL ({request.method} {request.url.path}): Hearth has no such endpoint.")
+        elif exc.status_code == 405 and exc.detail == "Method Not Allowed":  # the path is served, not with this method
+            allowed = (exc.headers or {}).get("Allow", "")
+            info = replace(info, message=f"Invalid method ({request.method} {request.url.path}): this endpoint takes "
+                                         f"{allowed or 'other methods'}; send one of those.")  # fmt: skip
         shaped = error_body_for_path(request.url.path, info.status, info.message)
         return info.response() if shaped is None else JSONResponse(shaped, status_code=info.status, headers=info.headers)
 

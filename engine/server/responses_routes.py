@@ -26,7 +26,7 @@ from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
 from engine.server import media
 from engine.server.api_models import Body, KeepAlive
-from engine.server.dialect import DialectRun
+from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
@@ -257,7 +257,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "max_output_tokens": body.max_output_tokens,
         "model": model,
         "output": output,
-        "parallel_tool_calls": turn.req.parallel_tool_calls is True,
+        "parallel_tool_calls": turn.req.parallel_tool_calls is not False,  # left out: several calls, as OpenAI's default
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": (body.reasoning or {}).get("effort"), "summary": None},
         "store": body.store,
@@ -430,6 +430,14 @@ async def _events(request: Request, run: DialectRun, turn: _Turn) -> AsyncIterat
         yield event
     done = _finish(request, turn, run.model_name, s.items, "".join(texts), "".join(thoughts), final)
     yield s.emit("response.completed" if done["status"] == "completed" else "response.incomplete", response=done)
+
+
+@router.post("/responses/input_tokens")
+async def count_input_tokens(request: Request, body: ResponsesBody) -> dict:
+    """How many tokens a response's input would take on its model (instructions, earlier turns, tools and
+    pictures), rendered as :func:`create_response` renders it; nothing is generated or stored."""
+    turn = await asyncio.to_thread(_turn, request, body)
+    return {"object": "response.input_tokens", "input_tokens": await count_prompt_tokens(request, turn.req)}
 
 
 @router.get("/responses/{rid}")

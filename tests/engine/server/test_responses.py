@@ -250,3 +250,21 @@ def test_a_whole_answers_items_are_the_streamed_ones_and_the_limit_cuts_the_last
     call = ToolCall(name="f", arguments='{"a": 1')
     assert shape("", "", "length", [call]) == [("function_call", "incomplete")]
     assert shape("", "Thinking", "tool_calls", [call]) == [("reasoning", "completed"), ("function_call", "completed")]
+
+
+def test_input_tokens_counts_what_create_would_read(server):
+    """``client.responses.input_tokens.count``: the input as a response would render it, with nothing stored."""
+    client = sdk(server)
+    asked = {"model": MODEL, "input": "Name three colours.", "instructions": "Be brief."}
+    counted = client.responses.input_tokens.count(**asked)
+    assert counted.object == "response.input_tokens"
+    made = client.responses.create(**asked, max_output_tokens=2, temperature=0, store=False)
+    assert counted.input_tokens == made.usage.input_tokens and made.parallel_tool_calls is True  # OpenAI's default
+    later = client.responses.input_tokens.count(model=MODEL, input="And three more?", instructions="Be brief.",
+                                                previous_response_id=client.responses.create(**asked, max_output_tokens=2).id)  # fmt: skip
+    assert later.input_tokens > counted.input_tokens
+    wrong = httpx.put(f"{server.base_url}/responses/input_tokens", json=asked, headers=server.headers, timeout=60)
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["message"] == (
+        "Invalid method (PUT /v1/responses/input_tokens): this endpoint takes POST; send one of those."
+    )
