@@ -29,6 +29,7 @@ class ModelInfo:
     path: str = ""
     vision: bool = False  # takes pictures (a projector with a vision encoder is loaded)
     audio: bool = False  # takes sounds
+    gpu_share: float = 0.0  # the share of the weights in GPU memory (0 on the CPU, 1 all on a GPU or Apple's unified memory)
 
 
 @dataclass(frozen=True, slots=True)

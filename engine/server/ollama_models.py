@@ -142,14 +142,15 @@ async def ps(request: Request) -> dict:
             else datetime.fromtimestamp(wall_minus_mono + lm.last_used, UTC) + timedelta(seconds=ttl)
         )
         try:
-            n_ctx = lm.backend.info.n_ctx
+            info = lm.backend.info
+            n_ctx, gpu_share = info.n_ctx, info.gpu_share
         except Exception:  # a backend mid-close
-            n_ctx = None
+            n_ctx, gpu_share = None, 0.0
         out.append(
             {
                 **_entry(lm.model),
                 "size": lm.size_estimate,
-                "size_vram": 0 if lm.backend_name != "paged" else lm.size_estimate,
+                "size_vram": round(lm.size_estimate * gpu_share),  # `ollama ps` shows "100% CPU" from it
                 "expires_at": _iso(expires),
                 "context_length": n_ctx,
             }

@@ -203,6 +203,8 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             path=str(model.path),
             vision=self.projector is not None and self.projector.vision,
             audio=self.projector is not None and self.projector.audio,
+            gpu_share=0.0 if self.plan is None or not self.plan.total_layers
+            else min(1.0, self.plan.gpu_layers / self.plan.total_layers),
         )
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:

@@ -100,6 +100,7 @@ class MLXBackend(BackendFacade[GenerationLoop]):
             architecture=loaded.architecture,
             parameters=loaded.n_params,
             path=str(loaded.path),
+            gpu_share=1.0,  # Apple's unified memory, as Ollama counts it on a Mac
         )
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:

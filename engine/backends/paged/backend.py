@@ -126,7 +126,7 @@ class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
             name=spec.name, backend=self.name, n_ctx=facts.n_ctx,
             n_ctx_train=facts.n_ctx_train, vocab_size=facts.vocab_size,
             has_chat_template=not self._loaded_template().is_fallback, architecture=facts.model_type,
-            parameters=facts.num_parameters, path=str(spec.path),
+            parameters=facts.num_parameters, path=str(spec.path), gpu_share=0.0 if facts.device == "cpu" else 1.0,
         )  # fmt: skip
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:

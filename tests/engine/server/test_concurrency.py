@@ -285,5 +285,7 @@ def test_a_burst_of_as_many_clients_as_slots_is_never_refused_in_any_dialect_and
         assert again.status_code == 200 and again.json()["usage"]["completion_tokens"] == 4
         stats = httpx.get(f"{s.root}/api/stats", headers=s.headers).json()["models"][MODEL]
         assert stats["engine_restarts"] == 1 and stats["engine_process"] != engine["engine_process"]
+        shown = httpx.get(f"{s.root}/api/ps", headers=s.headers).json()["models"][0]
+        assert shown["size"] > 0 and shown["size_vram"] == 0  # on this CPU: `ollama ps` would say 100% CPU
     finally:
         s.stop()

@@ -81,6 +81,7 @@ def test_list_show_and_ps(client):
     client.generate(model=MODEL, prompt="")  # an empty prompt loads the model
     running = client.ps().models
     assert [m.model for m in running] == [MODEL] and running[0].context_length == 1024
+    assert running[0].size > 0 and running[0].size_vram == 0  # nothing on a GPU here
 
 
 @pytest.mark.parametrize("think", [True, "high"])
