@@ -153,9 +153,12 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
             elif kind == "image" and m.role == "user":
                 pictures.append(_image(block, where, allow_remote))
                 texts.append(MEDIA_MARKER)
+            elif kind == "document" and _document_text(block) is not None:
+                texts.append(_document_text(block) or "")
             elif kind in ("image", "document"):
                 raise InvalidRequest(
-                    f"{where} is an {kind} block; Hearth's models here read text only, send it as text.", param="messages"
+                    f"{where} is an {kind} block that is not text; Hearth's models here read text only, send it as text.",
+                    param="messages",
                 )
             else:
                 raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support here.", param="messages")
@@ -166,6 +169,27 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
     if not out or all(m.role == "system" for m in out):
         raise InvalidRequest("'messages' must hold at least one message.", param="messages")
     return tuple(out)
+
+
+def _document_text(block: dict) -> str | None:
+    """A ``document`` block given as text (a ``text`` source, or a ``content`` source of text blocks) as the prompt
+    reads it: its title and context, then the text; None for any other source (a PDF, a file id)."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        body = source["data"]
+    elif source.get("type") == "content" and isinstance(source.get("content"), str):
+        body = source["content"]
+    elif source.get("type") == "content" and isinstance(source.get("content"), list):
+        parts = source["content"]
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in parts):
+            return None
+        body = "\n\n".join(p["text"] for p in parts)
+    else:
+        return None
+    head = [str(block[k]) for k in ("title", "context") if isinstance(block.get(k), str) and block[k]]
+    return "\n\n".join([*head, body])
 
 
 def _tools(body: CountTokensBody) -> dict[str, Any]:

@@ -189,3 +189,22 @@ def test_an_endpoint_hearth_lacks_answers_in_anthropics_shape(claude):
     body = missing.value.body
     assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
     assert body["error"]["message"] == "Invalid URL (GET /v1/messages/batches): Hearth has no such endpoint."
+
+
+def test_a_text_document_block_is_read_as_its_text_and_a_pdf_is_a_400_saying_so(claude, server):
+    """Anthropic's ``document`` block with a ``text`` or ``content`` source: its title, context and text in the
+    prompt, as the same words sent as text."""
+    fact = "The lighthouse on Harrow Point was painted green in 1931."
+    as_text = claude.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "Harbour notes\n\n" + fact}, {"type": "text", "text": "What colour is the lighthouse?"}]}])  # fmt: skip
+    for source in ({"type": "text", "media_type": "text/plain", "data": fact},
+                   {"type": "content", "content": [{"type": "text", "text": fact}]}):  # fmt: skip
+        doc = {"type": "document", "source": source, "title": "Harbour notes"}
+        asked = [{"role": "user", "content": [doc, {"type": "text", "text": "What colour is the lighthouse?"}]}]
+        assert claude.messages.count_tokens(model=MODEL, messages=asked).input_tokens == as_text.input_tokens
+        answer = claude.messages.create(model=MODEL, max_tokens=4, messages=asked, **GREEDY)
+        assert answer.usage.output_tokens > 0
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+    r = httpx.post(f"{server.root}/v1/messages", json={"model": MODEL, "max_tokens": 4, "messages": [
+        {"role": "user", "content": [pdf]}]}, headers={"x-api-key": server.api_key}, timeout=60)  # fmt: skip
+    assert r.status_code == 400 and "document block that is not text" in r.json()["error"]["message"]
