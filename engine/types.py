@@ -236,6 +236,15 @@ class TokenLogprob:
         p = piece(token)
         return cls(token=p.decode("utf-8", errors="replace"), token_id=token, logprob=chosen, bytes=tuple(p), top=top)
 
+    def as_openai(self) -> dict:
+        """OpenAI's shape of it (chat completions' ``logprobs.content`` items, the Responses API's ``logprobs``)."""
+        return {
+            "token": self.token,
+            "logprob": self.logprob,
+            "bytes": list(self.bytes),
+            "top_logprobs": [{"token": t, "logprob": v, "bytes": list(b)} for t, v, b in self.top],
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationChunk:

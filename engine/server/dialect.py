@@ -21,7 +21,7 @@ from engine.server import targets
 from engine.server.docs_chat import DocumentsAsked, attach
 from engine.server.errors import error_info
 from engine.server.generation import Generation
-from engine.types import GenerationChunk, GenerationRequest
+from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 
 ANTHROPIC_PREFIX = "/v1/messages"
 OLLAMA_PATHS = frozenset(
@@ -108,6 +108,7 @@ class DialectRun:
         self.t0 = time.perf_counter()
         self.load_seconds = 0.0
         self.first_token_at: float | None = None
+        self.text_logprobs: list[TokenLogprob] = []  # the answer text's tokens (collect), when the request asked
 
     async def start(self, *, time_load: bool = False) -> DialectRun:
         """Load the model if needed (timed when ``time_load``) and start generating.
@@ -153,6 +154,8 @@ class DialectRun:
         thoughts: list[str] = []
         final = GenerationChunk(finish_reason="stop")
         async for chunk in self.chunks(watch_client=True):
+            if chunk.text and chunk.logprobs:
+                self.text_logprobs.extend(chunk.logprobs)
             parts.append(chunk.text)
             thoughts.append(chunk.reasoning)
             if chunk.finish_reason is not None:

@@ -198,18 +198,7 @@ def _usage(
 
 
 def _chat_logprobs(items: list[TokenLogprob]) -> dict:
-    return {
-        "content": [
-            {
-                "token": lp.token,
-                "logprob": lp.logprob,
-                "bytes": list(lp.bytes),
-                "top_logprobs": [{"token": t, "logprob": v, "bytes": list(b)} for t, v, b in lp.top],
-            }
-            for lp in items
-        ],
-        "refusal": None,
-    }
+    return {"content": [lp.as_openai() for lp in items], "refusal": None}
 
 
 def _completion_logprobs(items: list[TokenLogprob], start_offset: int) -> dict:

@@ -65,6 +65,12 @@ class ResponsesBody(Body):
     user: str | None = None
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
     keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
+    include: list[str] | None = None  # "message.output_text.logprobs": the answer's tokens with their log-probabilities
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+#: What ``include`` may ask for that Hearth gives; the rest (OpenAI's hosted tools' results) is never made here.
+LOGPROBS = "message.output_text.logprobs"
 
 
 def _store(request: Request) -> ResponseStore:
@@ -222,6 +228,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
         max_tokens=body.max_output_tokens,
+        logprobs=(body.top_logprobs or 0) if LOGPROBS in (body.include or ()) else None,
     )
     system = (ChatMessage("system", body.instructions),) if body.instructions else ()
     req = GenerationRequest(
@@ -277,14 +284,16 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
     return attach(out, turn.grounding)
 
 
-def _text_part(text: str) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _text_part(text: str, logprobs: list[dict] | None = None) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def _item(kind: str, iid: str, status: str, *, text: str = "", call: ToolCall | None = None, started: bool = True) -> dict:
+def _item(kind: str, iid: str, status: str, *, text: str = "", call: ToolCall | None = None, started: bool = True,
+          logprobs: list[dict] | None = None) -> dict:  # fmt: skip
     """An output item: ``message``, ``reasoning`` or ``function_call`` (``started``: with its content part)."""
     if kind == "message":
-        return {"id": iid, "type": "message", "status": status, "role": "assistant", "content": [_text_part(text)] if started else []}
+        content = [_text_part(text, logprobs)] if started else []
+        return {"id": iid, "type": "message", "status": status, "role": "assistant", "content": content}
     if kind == "reasoning":
         return {"id": iid, "type": "reasoning", "status": status, "summary": [],
                 "content": [{"type": "reasoning_text", "text": text}] if started else []}  # fmt: skip
@@ -316,15 +325,17 @@ async def create_response(request: Request, body: ResponsesBody):
             _events(request, run, turn), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
     text, reasoning, final = await run.collect()
-    return _finish(request, turn, run.model_name, _output(text, reasoning, final), text, reasoning, final)
+    logprobs = [lp.as_openai() for lp in run.text_logprobs]
+    return _finish(request, turn, run.model_name, _output(text, reasoning, final, logprobs), text, reasoning, final)
 
 
-def _output(text: str, reasoning: str, final: GenerationChunk) -> list[dict]:
+def _output(text: str, reasoning: str, final: GenerationChunk, logprobs: list[dict] | None = None) -> list[dict]:
     """A whole answer's output items, as the streamed answer builds them: its thinking, its message (an empty one
-    only when the answer is nothing else), its calls; the last is the one a token limit cut."""
+    only when the answer is nothing else) with its tokens' ``logprobs`` when asked for, its calls; the last is the
+    one a token limit cut."""
     output = [_item("reasoning", _new_id("reasoning"), "completed", text=reasoning)] if reasoning else []
     if text or not (final.tool_calls or reasoning):
-        output.append(_item("message", _new_id("message"), "completed", text=text))
+        output.append(_item("message", _new_id("message"), "completed", text=text, logprobs=logprobs))
     output += [_item("function_call", _new_id("function_call"), "completed", call=c) for c in final.tool_calls]
     if final.finish_reason == "length":
         output[-1]["status"] = "incomplete"
@@ -339,6 +350,7 @@ class _Stream:
         self.items: list[dict] = []  # every item as it stands (the open one last)
         self.kind: str | None = None
         self.text = ""
+        self.logprobs: list[dict] = []  # the open message's tokens, when the request asked for them
         self.calls: dict[int, ToolCall] = {}  # tool call index -> the call so far
 
     def emit(self, kind: str, **fields: Any) -> bytes:
@@ -356,9 +368,10 @@ class _Stream:
         item, where = self.items[-1], {"item_id": self.items[-1]["id"], "output_index": self.index}
         out = []
         if self.kind == "message":
-            out.append(self.emit("response.output_text.done", **where, content_index=0, text=self.text, logprobs=[]))
-            out.append(self.emit("response.content_part.done", **where, content_index=0, part=_text_part(self.text)))
-            item.update(content=[_text_part(self.text)], status=status)
+            out.append(self.emit("response.output_text.done", **where, content_index=0, text=self.text, logprobs=self.logprobs))
+            part = _text_part(self.text, self.logprobs)
+            out.append(self.emit("response.content_part.done", **where, content_index=0, part=part))
+            item.update(content=[part], status=status)
         elif self.kind == "reasoning":
             out.append(self.emit("response.reasoning_text.done", **where, content_index=0, text=self.text))
             item.update(content=[{"type": "reasoning_text", "text": self.text}], status=status)
@@ -366,7 +379,7 @@ class _Stream:
             out.append(self.emit("response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"]))
             item["status"] = status
         out.append(self.emit("response.output_item.done", output_index=self.index, item=item))
-        self.kind, self.text = None, ""
+        self.kind, self.text, self.logprobs = None, "", []
         return out
 
     def open(self, kind: str, call: ToolCall | None = None) -> list[bytes]:
@@ -389,7 +402,9 @@ class _Stream:
             self.text += piece
             where = {"item_id": self.items[-1]["id"], "output_index": self.index, "content_index": 0}
             if kind == "message":
-                out.append(self.emit("response.output_text.delta", **where, delta=piece, logprobs=[]))
+                logprobs = [lp.as_openai() for lp in chunk.logprobs]
+                self.logprobs += logprobs
+                out.append(self.emit("response.output_text.delta", **where, delta=piece, logprobs=logprobs))
             else:
                 out.append(self.emit("response.reasoning_text.delta", **where, delta=piece))
         for d in chunk.tool_call_deltas:

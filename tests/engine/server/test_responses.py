@@ -268,3 +268,25 @@ def test_input_tokens_counts_what_create_would_read(server):
     assert wrong.json()["error"]["message"] == (
         "Invalid method (PUT /v1/responses/input_tokens): this endpoint takes POST; send one of those."
     )
+
+
+def test_logprobs_come_with_the_text_when_include_asks_for_them(server, openai_schemas):
+    """``include=["message.output_text.logprobs"]`` with ``top_logprobs``: every token of the answer with its
+    log-probability, in the output text and in each streamed delta, the same as chat completions gives."""
+    asked = {"model": MODEL, "input": "Name three colours.", "max_output_tokens": 6, "temperature": 0,
+             "include": ["message.output_text.logprobs", "reasoning.encrypted_content"], "top_logprobs": 2}  # fmt: skip
+    raw = httpx.post(f"{server.base_url}/responses", json=asked, headers=server.headers, timeout=300).json()
+    openai_schemas("Response", raw)
+    part = raw["output"][0]["content"][0]
+    assert "".join(lp["token"] for lp in part["logprobs"]) == part["text"] and len(part["logprobs"]) == 6
+    assert all(lp["logprob"] <= 0 and len(lp["top_logprobs"]) == 2 for lp in part["logprobs"])
+    chat = httpx.post(f"{server.base_url}/chat/completions", headers=server.headers, timeout=300, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 6,
+        "temperature": 0, "logprobs": True, "top_logprobs": 2}).json()  # fmt: skip
+    assert [lp["token"] for lp in chat["choices"][0]["logprobs"]["content"]] == [lp["token"] for lp in part["logprobs"]]
+    events = raw_events(server, asked)
+    deltas = [lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert [lp["token"] for lp in deltas] == [lp["token"] for lp in done["logprobs"]] == [lp["token"] for lp in part["logprobs"]]
+    plain = sdk(server).responses.create(model=MODEL, input="Name three colours.", max_output_tokens=4, temperature=0)
+    assert plain.output[0].content[0].logprobs == []  # not asked for
