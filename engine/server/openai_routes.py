@@ -568,9 +568,13 @@ async def embeddings(request: Request, body: EmbeddingBody):
     given = [body.input] if isinstance(body.input, str) else list(body.input)
     texts = [t for t in given if isinstance(t, str) and t]
     if not texts or len(texts) != len(given):
+        ids = bool(given) and all(isinstance(t, int) or (isinstance(t, list) and t) for t in given)
         raise InvalidRequest(
-            "'input' must be a non-empty text or a list of non-empty texts; token ids are not taken.", param="input"
-        )
+            "'input' must be a non-empty text or a list of non-empty texts"
+            + ("; token ids (another tokenizer's, as LangChain's OpenAIEmbeddings sends by default) are not taken: send "
+               "the texts (with LangChain, check_embedding_ctx_length=False)." if ids else "."),
+            param="input",
+        )  # fmt: skip
     check_inputs(texts)
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, target.name)

@@ -205,6 +205,12 @@ def test_embeddings_validate(server, openai_schemas):
     assert len(raw["data"]) == 2 and len(raw["data"][0]["embedding"]) > 100
     resp = server.client().embeddings.create(model=MODEL, input="hello")
     assert abs(sum(x * x for x in resp.data[0].embedding) - 1.0) < 1e-3
+    # token ids (LangChain's OpenAIEmbeddings sends tiktoken's by default): a 400 that says how to send texts
+    for ids in ([[504, 3575]], [504, 3575]):
+        r = httpx.post(f"{server.base_url}/embeddings", json={"model": MODEL, "input": ids}, headers=server.headers, timeout=60)
+        assert r.status_code == 400 and "check_embedding_ctx_length=False" in r.json()["error"]["message"]
+    r = httpx.post(f"{server.base_url}/embeddings", json={"model": MODEL, "input": ["a", ""]}, headers=server.headers, timeout=60)
+    assert r.json()["error"]["message"] == "'input' must be a non-empty text or a list of non-empty texts."
 
 
 @pytest.mark.parametrize(
