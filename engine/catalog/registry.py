@@ -91,6 +91,17 @@ class LocalModel:
     origin_info: Mapping[str, object] | None = None
 
     @property
+    def since(self) -> datetime | None:
+        """When the model came: its registration, else (a model served from a path) its file's or folder's last
+        change; None when neither can be read."""
+        if self.added_at is not None:
+            return self.added_at if self.added_at.tzinfo is not None else self.added_at.replace(tzinfo=UTC)
+        try:
+            return datetime.fromtimestamp(self.path.stat().st_mtime, UTC)
+        except OSError:
+            return None
+
+    @property
     def chat_template(self) -> str | None:
         """A chat template that replaces the file's own: an Ollama model's translated template."""
         info = self.origin_info or {}

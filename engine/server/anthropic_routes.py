@@ -416,7 +416,7 @@ async def count_tokens(request: Request, body: CountTokensBody) -> dict:
 
 
 def _model(m) -> dict:
-    created = m.added_at or datetime.fromtimestamp(0, UTC)
+    created = m.since or datetime.fromtimestamp(0, UTC)
     if created.tzinfo is None:
         created = created.replace(tzinfo=UTC)
     return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created.isoformat().replace("+00:00", "Z")}

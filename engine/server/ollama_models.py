@@ -89,7 +89,7 @@ def _entry(m) -> dict:
     return {
         "name": m.name,
         "model": m.name,
-        "modified_at": _iso(m.added_at),
+        "modified_at": _iso(m.since),
         "size": m.size_bytes,
         "digest": _digest(m),
         "details": _details(m),
@@ -215,7 +215,7 @@ async def show(request: Request, body: ModelBody) -> dict:
         "details": _details(m),
         "model_info": info,
         "capabilities": capabilities(m, template),
-        "modified_at": _iso(m.added_at),
+        "modified_at": _iso(m.since),
     }
 
 

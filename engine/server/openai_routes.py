@@ -315,7 +315,7 @@ def _model_entry(m) -> dict:
     return {
         "id": m.name,
         "object": "model",
-        "created": int(m.added_at.timestamp()) if m.added_at else 0,
+        "created": int(m.since.timestamp()) if m.since else 0,
         "owned_by": (m.repo.split("/")[0] if m.repo else "local"),
         "capabilities": media.capabilities(m.mmproj),  # "vision", "audio": what it takes besides text
     }

@@ -54,3 +54,22 @@ def test_a_change_by_another_registry_or_another_process_is_seen_at_the_next_loo
         worker.close()
         other.close()
 
+
+
+def test_a_model_says_since_when_it_is_here_registered_or_served_from_a_path(tmp_path):
+    from datetime import UTC, datetime
+
+    from engine.catalog.registry import LocalModel
+
+    registry = ModelRegistry(tmp_path)
+    try:
+        registered = registry.get(STARTER_NAME)
+        assert registered is not None and registered.since is not None and registered.since.tzinfo is not None
+        assert abs((registered.since - datetime.now(UTC)).total_seconds()) < 600  # registered just now
+    finally:
+        registry.engine.dispose()
+    folder = tmp_path / "a-model"
+    folder.mkdir()
+    served = LocalModel(name="a-model", path=folder, format="safetensors", source="path", size_bytes=0)
+    assert served.since == datetime.fromtimestamp(folder.stat().st_mtime, UTC)  # /v1/models' created, /api/tags' modified_at
+    assert LocalModel(name="gone", path=tmp_path / "gone", format="gguf", source="path", size_bytes=0).since is None
