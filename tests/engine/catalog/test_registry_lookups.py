@@ -67,7 +67,7 @@ def test_a_model_says_since_when_it_is_here_registered_or_served_from_a_path(tmp
         assert registered is not None and registered.since is not None and registered.since.tzinfo is not None
         assert abs((registered.since - datetime.now(UTC)).total_seconds()) < 600  # registered just now
     finally:
-        registry.engine.dispose()
+        registry.close()
     folder = tmp_path / "a-model"
     folder.mkdir()
     served = LocalModel(name="a-model", path=folder, format="safetensors", source="path", size_bytes=0)
