@@ -72,6 +72,12 @@ class _Generate(Body):
     keep_alive: float | str | None = None
     think: bool | str | None = None
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
+    logprobs: StrictBool = False  # each line's tokens with their log-probabilities (Ollama 0.12.11's)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    def sampling(self) -> SamplingParams:
+        """:func:`params` from ``options``, with the log-probabilities asked for."""
+        return replace(params(self.options), logprobs=(self.top_logprobs or 0) if self.logprobs else None)
 
 
 class ChatBody(_Generate):
@@ -379,7 +385,10 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
             yield _line(ollama_error(*run.failure_message(chunk)))
             return
         if chunk.text or chunk.reasoning:
-            yield _line({"model": run.model_name, "created_at": now_iso(), **piece(chunk.text, chunk.reasoning), "done": False})
+            line = {"model": run.model_name, "created_at": now_iso(), **piece(chunk.text, chunk.reasoning), "done": False}
+            if run.req.params.logprobs is not None and chunk.text:
+                line["logprobs"] = [lp.as_openai() for lp in chunk.logprobs]
+            yield _line(line)
         if chunk.finish_reason is not None:
             final = chunk
     if final.tool_calls:  # Ollama sends each call whole, in a line before the last
@@ -398,6 +407,8 @@ async def _answer(
     text, reasoning, final = await run.collect()
     await _keep(request, keep)
     body = piece(text, reasoning, final.tool_calls)
+    if req.params.logprobs is not None:
+        body["logprobs"] = [lp.as_openai() for lp in run.text_logprobs]
     return run.with_sources({"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final)})
 
 
@@ -425,7 +436,7 @@ async def chat(request: Request, body: ChatBody):
     req = GenerationRequest(
         model=found.name,
         messages=await asyncio.to_thread(_chat_messages, body.messages),  # pictures are read off the event loop
-        params=params(body.options),
+        params=body.sampling(),
         unset=unset(body.options),
         response_format=response_format(body.format),
         speculative=body.speculative,
@@ -446,7 +457,7 @@ async def generate(request: Request, body: GenerateBody):
     if not body.prompt:
         return await _load_or_unload(request, found, keep, "response")
     common = {
-        "model": found.name, "params": params(body.options), "response_format": response_format(body.format),
+        "model": found.name, "params": body.sampling(), "response_format": response_format(body.format),
         "speculative": body.speculative, "unset": unset(body.options),
     }  # fmt: skip
     if body.raw:

@@ -318,3 +318,15 @@ def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_messages_a
     with pytest.raises(ollama.ResponseError) as too_long:
         client.chat(model=MODEL, messages=[system, {"role": "user", "content": "sea " * 1500}], options=GREEDY)
     assert too_long.value.status_code == 400
+
+
+def test_logprobs_come_with_each_lines_tokens_as_ollama_gives_them(client):
+    """``logprobs`` and ``top_logprobs`` (Ollama 0.12.11's): every token of the answer with its log-probability,
+    streamed with its line or whole at the end; the same tokens the text is made of."""
+    whole = client.chat(model=MODEL, messages=QUESTION, options=GREEDY, logprobs=True, top_logprobs=2)
+    assert "".join(lp.token for lp in whole.logprobs) == whole.message.content and len(whole.logprobs) == 8
+    assert all(lp.logprob <= 0 and len(lp.top_logprobs) == 2 for lp in whole.logprobs)
+    lines = list(client.generate(model=MODEL, prompt="Name three colours.", options=GREEDY, logprobs=True, stream=True))
+    tokens = [lp.token for line in lines for lp in (line.logprobs or ())]
+    assert "".join(tokens) == "".join(line.response for line in lines) and len(tokens) == 8
+    assert client.chat(model=MODEL, messages=QUESTION, options=GREEDY).logprobs is None  # not asked for
