@@ -55,13 +55,15 @@ def read_gguf_metadata(path: Path) -> ModelMetadata:
     """
     from engine.catalog.gguf_header import read_gguf_file
 
-    with path.open("rb") as f:
-        if f.read(4) != b"GGUF":
-            raise ModelLoadError(str(path), "it is not a GGUF file.")
     try:
+        with path.open("rb") as f:
+            if f.read(4) != b"GGUF":
+                raise ModelLoadError(str(path), "it is not a GGUF file.")
         kv, params = read_gguf_file(path)
     except (ValueError, struct.error) as exc:
         raise ModelLoadError(str(path), f"its GGUF file is damaged ({exc}); download or copy it again.") from exc
+    except OSError as exc:
+        raise ModelLoadError(str(path), f"it cannot be read ({exc.strerror or exc}); check the file.") from exc
     arch = kv.get("general.architecture")
     arch = arch if isinstance(arch, str) else None
 
@@ -159,4 +161,6 @@ def read_model_metadata(path: Path) -> ModelMetadata:
         raise ModelLoadError(str(path), "the path does not exist.")
     if path.is_dir():
         return read_config_metadata(path)
+    if not path.is_file():  # a pipe or a device: opening one can wait forever, or read without end
+        raise ModelLoadError(str(path), "it is not a regular file (a pipe or a device); give a .gguf file or a model folder.")
     return read_gguf_metadata(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -91,6 +92,8 @@ def scan_sources(sources: list[str]) -> tuple[dict[str, FileState], list[FileFai
             for path in _walk(root):
                 if document_kind(path) is not None:
                     _add(found, path)
+        elif root.exists():
+            missing.append(FileFailure(source, "it is not a file or a folder (a pipe or a device); remove it."))
         else:
             missing.append(FileFailure(source, "it no longer exists; remove it or put it back."))
     return found, missing
@@ -108,6 +111,8 @@ def _add(found: dict[str, FileState], path: Path) -> None:
     try:
         st = path.stat()
     except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:  # a pipe or a device never ends (or waits); empty: no text
         return
     key = str(path.resolve())
     found[key] = FileState(key, st.st_mtime, st.st_size)

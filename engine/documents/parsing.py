@@ -28,6 +28,9 @@ SUPPORTED = MARKDOWN | HTML | TEXT | SOURCE | WORD | PDF
 NAMED_TEXT = {"readme", "license", "copying", "makefile", "dockerfile", "changelog", "notes"}
 # Bigger files are listed as failed rather than read: an index is for reading material, not dumps.
 MAX_FILE_BYTES = 64 * 1024 * 1024
+# The most XML a Word file may unpack to (a book of a thousand pages holds a few MiB): a file of a few hundred KiB
+# can unpack to gigabytes, and python-docx holds every paragraph of it in memory.
+MAX_DOCX_XML_BYTES = 16 * 1024 * 1024
 
 
 def document_kind(path: Path) -> str | None:
@@ -196,8 +199,15 @@ def _html(path: Path) -> tuple[list[Section], str | None]:
 
 
 def _docx(path: Path) -> tuple[list[Section], str | None]:
+    import zipfile
+
     import docx
 
+    with zipfile.ZipFile(path) as zf:  # each part's size as the archive declares it: no part reads past its own
+        xml = sum(i.file_size for i in zf.infolist() if i.filename.lower().endswith((".xml", ".rels")))
+    if xml > MAX_DOCX_XML_BYTES:
+        raise DocumentParseError(str(path), f"its text unpacks to more than {MAX_DOCX_XML_BYTES // (1024 * 1024)} MiB; "
+                                            "split it into smaller files.")  # fmt: skip
     document = docx.Document(str(path))
     sections: list[Section] = []
     path_stack: list[tuple[int, str]] = []

@@ -89,3 +89,15 @@ def test_import_a_local_gguf_and_refuse_a_bad_path(api, starter_path):
     bad = api.post("/api/models/import", json={"path": "/nope/model.gguf"})
     assert bad.status_code == 400
     assert "/nope/model.gguf" in bad.json()["error"]["message"]
+
+
+def test_importing_a_pipe_or_an_unreadable_file_is_a_400_not_a_wait(api, tmp_path):
+    """Opening a named pipe waits for a writer forever (and held one of the worker's shared threads); a file the
+    system cannot read (/proc/self/mem) raised past the route."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe.gguf")
+    for path, words in ((tmp_path / "pipe.gguf", "not a regular file"), ("/dev/zero", "not a regular file"),
+                        ("/proc/self/mem", "cannot be read")):  # fmt: skip
+        r = api.post("/api/models/import", json={"path": str(path), "name": "x"})
+        assert r.status_code == 400 and words in r.json()["error"]["message"], r.text

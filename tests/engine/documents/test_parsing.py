@@ -83,3 +83,41 @@ def test_chunks_stay_within_a_section_and_a_size():
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
     # cut at sentence ends: no chunk starts in the middle of a sentence
     assert all(c.text.startswith(("Sentence", "A last", "Short")) for c in chunks)
+
+
+def test_a_word_file_that_unpacks_to_too_much_text_is_refused_before_it_is_read(tmp_path: Path):
+    """A few hundred KiB of .docx can unpack to gigabytes of XML (a zip bomb): refused from the archive's own sizes."""
+    import zipfile
+
+    import docx
+
+    from engine.documents.parsing import MAX_DOCX_XML_BYTES
+
+    d = docx.Document()
+    d.add_paragraph("A real paragraph.")
+    d.save(str(tmp_path / "small.docx"))
+    with zipfile.ZipFile(tmp_path / "small.docx") as src, zipfile.ZipFile(tmp_path / "bomb.docx", "w", zipfile.ZIP_DEFLATED) as out:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "word/document.xml":  # the same document with a million empty paragraphs
+                data = data.replace(b"</w:body>", b"<w:p/>" * (MAX_DOCX_XML_BYTES // 6 + 1) + b"</w:body>")
+            out.writestr(item, data)
+    assert (tmp_path / "bomb.docx").stat().st_size < 200_000
+    with pytest.raises(DocumentParseError, match="unpacks to more than 16 MiB"):
+        parse_file(tmp_path / "bomb.docx")
+    assert parse_file(tmp_path / "small.docx").sections[0].text == "A real paragraph."
+
+
+def test_a_collection_skips_pipes_and_devices_that_would_never_end(tmp_path: Path):
+    import os
+
+    from engine.documents.indexer import scan_sources
+
+    (tmp_path / "notes.txt").write_text("Real notes.")
+    (tmp_path / "empty.txt").write_text("")
+    os.mkfifo(tmp_path / "pipe.txt")
+    os.symlink("/dev/zero", tmp_path / "zero.txt")
+    found, failed = scan_sources([str(tmp_path)])
+    assert [Path(p).name for p in found] == ["notes.txt"] and not failed
+    found, failed = scan_sources([str(tmp_path / "pipe.txt"), str(tmp_path / "zero.txt")])
+    assert not found and [f.reason for f in failed] == ["it is not a file or a folder (a pipe or a device); remove it."] * 2
