@@ -171,8 +171,9 @@ def route_access(method: str, path: str) -> Access:
 def host_name(value: str) -> str:
     """The name in a ``Host`` header, lower case, without port or brackets: ``[::1]:8765`` -> ``::1``.
 
-    A bracketed address followed by anything but a port (``[::1].evil.example``) is no address: it is
-    returned whole, so that no allowlist matches it.
+    A bracketed address followed by anything but a port (``[::1].evil.example``), or a name followed by anything
+    but a port (``127.0.0.1:80@evil.example``, ``localhost:abc``), is no host: it is returned whole, so that no
+    allowlist matches it.
     """
     value = value.strip().lower()
     if value.startswith("["):
@@ -182,7 +183,10 @@ def host_name(value: str) -> str:
             return value[1:end]
         return value
     if value.count(":") == 1:
-        value = value.split(":", 1)[0]
+        name, port = value.split(":", 1)
+        if not port.isdigit():
+            return value
+        value = name
     return value.rstrip(".")
 
 
@@ -232,10 +236,12 @@ class OriginAllowlist:
             return True
         try:
             parts = urlsplit(origin)
-            hostname = parts.hostname
         except ValueError:
             return False
-        return parts.scheme in ("http", "https") and hostname is not None and is_loopback_host(hostname)
+        if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc or parts.path or parts.query:
+            return False
+        # the host as a Host header's is read (urlsplit takes "[::1].evil.example" for ::1, "127.0.0.1:80.evil" for 127.0.0.1)
+        return is_loopback_host(host_name(parts.netloc))
 
 
 class KeyCheck(Enum):

@@ -236,7 +236,8 @@ def test_loopback_hosts_are_answered(client, host):
 
 @pytest.mark.parametrize(
     "host",
-    ["[::1].attacker.example", f"[::1].attacker.example:{PORT}", "[::1]x", "[127.0.0.1]:80:80", "localhost.attacker.example"],
+    ["[::1].attacker.example", f"[::1].attacker.example:{PORT}", "[::1]x", "[127.0.0.1]:80:80", "localhost.attacker.example",
+     f"127.0.0.1:{PORT}@attacker.example", "localhost:abc", "localhost:"],  # fmt: skip
 )
 def test_hosts_that_only_begin_as_loopback_are_refused(client, host):
     r = client.get("/v1/models", headers={"Host": host})
@@ -258,6 +259,10 @@ def test_pages_served_from_this_machine_are_answered(client, origin):
         "file://",
         "http://127.0.0.1.attacker.example:3000",
         "ftp://localhost",
+        "http://[::1].attacker.example",
+        "http://127.0.0.1:80.attacker.example",
+        "http://attacker.example@localhost",
+        "http://localhost:abc",
     ],
 )
 def test_other_origins_are_refused(client, origin):
