@@ -1,7 +1,8 @@
 """Continuous batching over one llama.cpp context with several sequence slots.
 
 One thread owns the context. Each step computes chunks of waiting prompts (under a
-per-step token budget, each in calls of its own), then decodes one batch holding the next
+per-step token budget, each in calls of its own; while other sequences decode, a long prompt's
+blocks take at most :data:`PREFILL_SHARE` of the time), then decodes one batch holding the next
 token of every running sequence, those whose prompts it has just finished included; every
 sequence samples with its own sampler chain and streams its text.
 
@@ -50,6 +51,11 @@ DRAFT_BATCH_ROWS = 16
 # row's logits cost the output layer (the vocabulary times the width), and the context keeps room for them all
 # (a 150k-token vocabulary: 600 KB a row). The other streams' steps wait on no more than these.
 SCORED_ROWS = 16
+#: While other sequences decode, a prompt with more than one block left computes its blocks for at most this many
+#: seconds per second of decoding (half the time at 1.0): a block deep in a long prompt takes over a second on a
+#: small CPU, and every stream's next token waited on one block a step (a 3,700-token prompt made an 8-token answer
+#: beside it take 10 s).
+PREFILL_SHARE = 1.0
 
 
 @dataclass(slots=True)
@@ -132,6 +138,10 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         self.stats_accepted_tokens = 0
         self.stats_paused = 0  # sequences that gave their slot to another request (engine.backends.fair_share)
         self._steps = 0  # decode steps run
+        # Seconds of prompt blocks the decoding streams are still owed (<= 0; see PREFILL_SHARE); with none decoding,
+        # at most the last block's: a stream that starts decoding is owed the block that ran while it waited
+        self._prefill_credit = 0.0
+        self._last_block = 0.0
         self.row_cost = RowCost()  # what a drafted row adds to a step, measured
         self.calls = CallQueue(self._cond)  # embeddings and reranking, between two steps
         self.team = ComputeTeam(self.ctx, n_threads, adapt=adapt_threads, cpu_sample=cpu_sample, projector=projector)
@@ -308,6 +318,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         if plan is None:
             return
         seconds = self._decode_rows(plan)
+        self._prefill_credit = min(0.0, self._prefill_credit + seconds * PREFILL_SHARE)
         self._postprocess(plan, seconds)
 
     def _prefill(self) -> None:
@@ -322,18 +333,27 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         # short question that comes while a long document is read gets its first token at once, not after the
         # document's last block.
         prefilling = [s for s in self._running if s.status is SeqStatus.PREFILL]
+        # Streams that decode wait on this step's blocks: a prompt with more than a block left takes its share of
+        # the time (PREFILL_SHARE), and a prompt that ends within a block (a chat's new question) goes at once.
+        waited_on = any(s.status is SeqStatus.DECODE for s in self._running)
+        if not waited_on:
+            self._prefill_credit = max(self._prefill_credit, -self._last_block)
         for seq in sorted(prefilling, key=lambda s: prompt_order(self._steps, s.admitted_step, len(s.prompt) - s.n_past)):
             if seq.copy_from is not None and not self.slots.prefix_ready(seq, seq.copy_from):
                 continue
             media = seq.media
             while budget > 0 and seq.status is SeqStatus.PREFILL and not seq.cancelled:
                 start = seq.n_past
+                if waited_on and self._prefill_credit < 0 and len(seq.prompt) - start > block:
+                    break
+                t0 = time.perf_counter()
                 if start in media:
                     if media_done:
                         break
                     media_done = True
                     budget -= media[start].n_tokens
                     self._prefill_media(seq, media[start])
+                    self._charge(time.perf_counter() - t0)
                     continue
                 end = min(len(seq.prompt), (start // block + 1) * block, *(s for s in media if s > start))
                 scored = seq.stream.prompt_logprobs is not None
@@ -350,12 +370,18 @@ class DecodeLoop(AdmissionQueue[Sequence]):
                     self._decode([(seq.prompt[i], p0 + i - start, slot.seq_id, last and i == end - 1) for i in range(start, end)])
                 slot.tokens.extend(seq.prompt[start:end])
                 seq.n_past = end
+                self._charge(time.perf_counter() - t0)
                 budget -= self.prefill_chunk if scored else end - start
                 if last:
                     seq.status = SeqStatus.DECODE
                     self._advance(seq, end - start - 1)
             if budget <= 0:
                 break
+
+    def _charge(self, seconds: float) -> None:
+        """A prompt block (or picture) took ``seconds``: the decoding streams are owed them (PREFILL_SHARE)."""
+        self._last_block = seconds
+        self._prefill_credit -= seconds
 
     def _prefill_scored(self, seq: Sequence, start: int, end: int, p0: int) -> None:
         """Compute prompt tokens ``start`` to ``end`` with every row's logits, each token's log-probability

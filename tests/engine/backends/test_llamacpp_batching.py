@@ -254,6 +254,38 @@ def test_a_steps_prompt_tokens_stay_within_the_budget(starter_path, monkeypatch)
     assert all(len(blocks) <= 1 or sum(blocks) <= 256 for blocks in steps), steps
 
 
+def test_a_long_prompt_takes_its_blocks_between_runs_of_the_streams_decodes(starter_path, monkeypatch):
+    """While a stream decodes, a prompt with more than one block left computes a block only once the stream has
+    decoded for as long as the last block took (scheduler.PREFILL_SHARE): a block deep in a long prompt takes a
+    second on a small CPU, and the stream's every token waited on one (an 8-token answer beside a 3,700-token
+    prompt took 10 s)."""
+    from engine.backends.llamacpp.scheduler import DecodeLoop
+
+    calls: list[str] = []
+    decode = DecodeLoop._decode
+    monkeypatch.setattr(DecodeLoop, "_decode",
+                        lambda self, items: calls.append("decode" if all(i[3] for i in items) else "block") or decode(self, items))  # fmt: skip
+    backend = LlamaCppBackend()
+    # blocks of 64 tokens: a prompt of 400-odd is six of them
+    backend.load(ModelSpec(name="starter", path=starter_path), LoadOptions(n_ctx=2048, n_seq_max=2, n_batch=64))
+    try:
+        long_prompt = " ".join(f"Fact {i}: the number {i} comes after {i - 1}." for i in range(1, 35))
+        stream_req = request(PROMPTS[0], max_tokens=1500)
+        running = backend.stream(stream_req)
+        next(c for c in running if c.token_ids)  # it decodes
+        calls.clear()
+        answer = [t for c in backend.stream(request(long_prompt, max_tokens=2)) for t in c.token_ids]
+        seen = list(calls)
+        backend.cancel(stream_req.request_id)
+        list(running)
+    finally:
+        backend.close()
+    assert len(answer) == 2 and seen.count("block") >= 4
+    # the stream decodes between any two of the blocks (the last, which ends the prompt, goes when it comes)
+    gaps = "".join("b" if c == "block" else "d" for c in seen).strip("d").split("b")
+    assert all(len(gap) >= 3 for gap in gaps[1:-2]), gaps
+
+
 def test_conversations_that_share_a_system_prompt_each_keep_their_own_slot(starter_path):
     # One after another, eight chats with one system prompt: each takes a slot of its own, with the shared
     # beginning copied from another slot, so when all eight come back at once none computes its prompt again.
