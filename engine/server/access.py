@@ -60,6 +60,7 @@ _INFERENCE_ROUTES = (
     ("POST", "/v1/completions"),
     ("POST", "/v1/embeddings"),
     ("POST", "/v1/responses"),
+    ("POST", "/v1/responses/input_tokens"),
     ("GET", "/v1/responses/{rid}"),
     ("DELETE", "/v1/responses/{rid}"),
     ("GET", "/v1/responses/{rid}/input_items"),
