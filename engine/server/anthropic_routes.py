@@ -228,8 +228,8 @@ def _format(body: CountTokensBody) -> ResponseFormat:
 
 
 def _params(body: MessagesBody) -> SamplingParams:
-    if body.max_tokens < 1:
-        raise InvalidRequest("'max_tokens' must be at least 1.", param="max_tokens")
+    if body.max_tokens < 0:
+        raise InvalidRequest("'max_tokens' must be at least 1 (or 0, to read the prompt into the cache only).", param="max_tokens")
     if body.temperature is not None and not 0.0 <= body.temperature <= 1.0:
         raise InvalidRequest("'temperature' must be between 0 and 1.", param="temperature")
     return SamplingParams(
@@ -237,7 +237,7 @@ def _params(body: MessagesBody) -> SamplingParams:
         top_p=1.0 if body.top_p is None else body.top_p,
         top_k=body.top_k or 0,
         stop=tuple(body.stop_sequences or ()),
-        max_tokens=body.max_tokens,
+        max_tokens=body.max_tokens or 1,  # 0: the prompt is read (and cached), its one token not given
         ignore_eos=body.ignore_eos,
     )
 
@@ -271,10 +271,10 @@ def _stop_reason(final: GenerationChunk) -> tuple[str, str | None]:
     return "end_turn", None
 
 
-def _usage(final: GenerationChunk) -> dict:
+def _usage(final: GenerationChunk, *, warm: bool = False) -> dict:
     return {
         "input_tokens": final.prompt_tokens - final.cached_tokens,
-        "output_tokens": final.completion_tokens,
+        "output_tokens": 0 if warm else final.completion_tokens,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": final.cached_tokens,
     }
@@ -297,16 +297,20 @@ async def create_message(request: Request, body: MessagesBody):
     keep = request_keep_alive(body.keep_alive)
     run = await DialectRun(request, req, documents=docs_chat.documents_asked(body), keep_alive=keep).start()
     mid = f"msg_{uuid.uuid4().hex}"
+    warm = body.max_tokens == 0  # Anthropic's pre-warming of the prompt cache: no answer
     if body.stream:
         return StreamingResponse(
-            _events(run, mid), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
+            _events(run, mid, warm=warm), media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )  # fmt: skip
     text, thinking, final = await run.collect()
     content: list[dict] = [{"type": "thinking", "thinking": thinking, "signature": ""}] if thinking else []
     if text or not final.tool_calls:
         content.append({"type": "text", "text": text})
     content += [_tool_use(c) for c in final.tool_calls]
     stop_reason, stop_sequence = _stop_reason(final)
+    if warm:
+        content, stop_reason, stop_sequence = [], "max_tokens", None
     message = {
         "id": mid,
         "type": "message",
@@ -315,7 +319,7 @@ async def create_message(request: Request, body: MessagesBody):
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        "usage": _usage(final),
+        "usage": _usage(final, warm=warm),
     }
     return run.with_sources(message)
 
@@ -367,7 +371,8 @@ class _Blocks:
         return out
 
 
-async def _events(run: DialectRun, mid: str) -> AsyncIterator[bytes]:
+async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIterator[bytes]:
+    """Anthropic's events for the answer; ``warm`` (``max_tokens`` 0): the prompt read, no content blocks."""
     chunks = run.chunks()
     try:
         input_tokens = await run.prompt_tokens()
@@ -392,20 +397,20 @@ async def _events(run: DialectRun, mid: str) -> AsyncIterator[bytes]:
         if chunk.finish_reason == "error":
             yield _event("error", anthropic_error(*run.failure_message(chunk)))
             return
-        for event in blocks.feed(chunk):
-            yield event
         if chunk.finish_reason is not None:
             final = chunk
-    if blocks.index < 0:  # an empty answer is still one (empty) text block
+        if warm:
+            continue
+        for event in blocks.feed(chunk):
+            yield event
+    if blocks.index < 0 and not warm:  # an empty answer is still one (empty) text block
         for event in blocks.open("text", {"type": "text", "text": ""}):
             yield event
     for event in blocks.close():
         yield event
-    stop_reason, stop_sequence = _stop_reason(final)
-    yield _event(
-        "message_delta",
-        {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence}, "usage": _usage(final)},
-    )
+    stop_reason, stop_sequence = ("max_tokens", None) if warm else _stop_reason(final)
+    delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": _usage(final, warm=warm)})
     yield _event("message_stop", {"type": "message_stop"})
 
 

@@ -156,7 +156,7 @@ def test_x_api_key_is_required_and_refusals_are_anthropic_shaped(server):
         ({"model": MODEL, "messages": QUESTION}, 400, "invalid_request_error"),  # max_tokens is required
         ({"model": MODEL, "max_tokens": 4, "messages": "hello"}, 400, "invalid_request_error"),
         ({"model": MODEL, "max_tokens": 4, "messages": QUESTION, "temperature": 1.5}, 400, "invalid_request_error"),
-        ({"model": MODEL, "max_tokens": 0, "messages": QUESTION}, 400, "invalid_request_error"),
+        ({"model": MODEL, "max_tokens": -1, "messages": QUESTION}, 400, "invalid_request_error"),
         ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "tool", "content": "x"}]}, 400, "invalid_request_error"),
         ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, 400, "invalid_request_error"),
         ({"model": "no-such-model", "max_tokens": 4, "messages": QUESTION}, 404, "not_found_error"),
@@ -208,3 +208,18 @@ def test_a_text_document_block_is_read_as_its_text_and_a_pdf_is_a_400_saying_so(
     r = httpx.post(f"{server.root}/v1/messages", json={"model": MODEL, "max_tokens": 4, "messages": [
         {"role": "user", "content": [pdf]}]}, headers={"x-api-key": server.api_key}, timeout=60)  # fmt: skip
     assert r.status_code == 400 and "document block that is not text" in r.json()["error"]["message"]
+
+
+def test_max_tokens_0_reads_the_prompt_into_the_cache_and_answers_nothing(claude, server):
+    """Anthropic's pre-warming: ``max_tokens: 0`` gives no content, and the same prompt next reads from the cache."""
+    system = "You are a careful assistant for a harbour office. " * 12
+    asked = [{"role": "user", "content": "Which boats leave at dawn?"}]
+    warm = claude.messages.create(model=MODEL, max_tokens=0, system=system, messages=asked)
+    assert warm.content == [] and warm.stop_reason == "max_tokens" and warm.usage.output_tokens == 0
+    assert warm.usage.input_tokens + warm.usage.cache_read_input_tokens > 100
+    answer = claude.messages.create(model=MODEL, max_tokens=4, system=system, messages=asked, **GREEDY)
+    assert answer.usage.cache_read_input_tokens > 100 and answer.content
+    body = {"model": MODEL, "max_tokens": 0, "system": system, "messages": asked, "stream": True}
+    with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=300) as r:
+        kinds = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+    assert kinds == ["message_start", "ping", "message_delta", "message_stop"]
