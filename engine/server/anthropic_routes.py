@@ -386,7 +386,8 @@ async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIter
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 0},
+        # the whole prompt: which of it the cache holds is known once it is read, in message_delta's usage
+        "usage": {"input_tokens": input_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }
     # a grounded answer's sources come with the message, before its text
     yield _event("message_start", {"type": "message_start", "message": run.with_sources(message)})
