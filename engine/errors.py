@@ -35,6 +35,18 @@ class HearthError(Exception):
     param: str | None = None
     retry_after: float | None = None
 
+    def __reduce__(self):
+        # Pickled as its message and attributes, whatever its own __init__ takes: an error crosses from the paged
+        # engine's process (pickle calls a class with its args, and ModelLoadError(path, reason) got one of them).
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuilt(cls: type[HearthError], args: tuple, state: dict) -> HearthError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
+
 
 class ModelNotFound(HearthError):
     """No local model has the requested name."""

@@ -81,6 +81,9 @@ def start_preload(manager: ModelManager, models: Sequence[str], *, mmproj: Path 
                 except HearthError as exc:
                     log.error("could not load %s: %s", name, exc)
                     manager.preload_errors[name] = str(exc)
+                except Exception as exc:  # a fault of Hearth's own: the next models still load, and it is shown
+                    log.exception("could not load %s", name)
+                    manager.preload_errors[name] = f"Could not load {name}: {type(exc).__name__}: {exc}; see the worker log."
         finally:
             manager.preloaded.set()
 

@@ -19,7 +19,7 @@ from engine.backends.paged.load_plan import paged_load_plan
 from engine.backends.paged.loader import Checkpoint, read_checkpoint
 from engine.backends.paged.memory import checked_kv_blocks
 from engine.backends.paged.model_runner import ModelRunner
-from engine.backends.paged.models import build_model, model_module
+from engine.backends.paged.models import build_model, model_args
 from engine.backends.paged.ops import ForwardOps, TorchOps
 from engine.errors import BackendUnavailable, ModelLoadError
 from engine.fit.plan import LoadPlan
@@ -112,7 +112,7 @@ def start_engine(path: Path, options: LoadOptions) -> LoadedEngine:
     if device.type == "cpu" and options.n_threads:
         torch.set_num_threads(options.n_threads)  # process-wide: torch has one intra-op pool
     ckpt = read_checkpoint(path)
-    args = model_module(ckpt.config.get("model_type", ""), path=str(path)).ModelArgs.from_dict(ckpt.config)
+    args = model_args(ckpt.config, path=str(path))
     # The block pool, the context and a refusal come from the memory model, before any weight is read.
     plan = paged_load_plan(path, options, config=config, model_args=args, device_type=device.type,
                            dtype_bytes=dtype.itemsize)  # fmt: skip

@@ -101,3 +101,31 @@ def test_missing_weights_are_a_load_error_naming_them(tmp_path):
     partial = [(n, t) for n, t in ckpt.weights() if "layers.1.mlp" not in n]
     with pytest.raises(ModelLoadError, match="layers.1.mlp"):
         build_model(ckpt.config, partial, dtype=torch.float32, device=torch.device("cpu"), path=str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [({"hidden_act": "gelu_pytorch_tanh"}, "activation 'gelu_pytorch_tanh'"),
+     ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}, "RoPE scaling 'dynamic'"),
+     ({"model_type": "gemma2"}, "model type 'gemma2'")],  # fmt: skip
+)
+def test_a_model_the_engine_would_compute_otherwise_is_refused_saying_what_to_run_it_on(tmp_path, change, words):
+    """An activation or a RoPE scaling the decoder does not compute ran with SiLU's or plain RoPE's numbers."""
+    make_checkpoint(tmp_path, "LlamaConfig", {})
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, **change}))
+    ckpt = read_checkpoint(tmp_path)
+    with pytest.raises(ModelLoadError, match=words) as err:
+        build_model(ckpt.config, ckpt.weights(), dtype=torch.float32, device=torch.device("cpu"), path=str(tmp_path))
+    assert str(tmp_path) in str(err.value) and str(err.value).endswith("run a GGUF of it on the llama.cpp backend.")
+
+
+def test_a_qwen_window_the_config_does_not_use_does_not_cap_the_context():
+    from engine.backends.paged.models import model_args
+
+    for family in ("qwen2", "qwen3"):
+        unused = model_args({**BASE, "model_type": family, "sliding_window": 32, "use_sliding_window": False}, path="m")
+        used = model_args({**BASE, "model_type": family, "sliding_window": 32, "use_sliding_window": True}, path="m")
+        assert unused.sliding_window is None and used.sliding_window == 32
+    mistral = model_args({**BASE, "model_type": "mistral", "sliding_window": 32}, path="m")
+    assert mistral.sliding_window == 32  # Mistral's window is its own

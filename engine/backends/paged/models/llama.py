@@ -46,6 +46,8 @@ class ModelArgs:
         names = {f.name for f in dataclasses.fields(cls)} - {"rope"}
         values = {k: v for k, v in config.items() if k in names}
         values["rope"] = rope_parameters(config)
+        if "use_sliding_window" in names and not config.get("use_sliding_window"):
+            values["sliding_window"] = None  # Qwen2's and Qwen3's configs carry a window they use only when this is set
         return cls(**values)
 
     @property
