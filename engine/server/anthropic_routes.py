@@ -122,8 +122,11 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
         out.append(ChatMessage("system", system))
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
     for i, m in enumerate(body.messages):
+        if m.role == "system":  # Claude Code's reminders between turns: a system message where it stands
+            out.append(ChatMessage("system", _text_of(m.content, f"messages[{i}]")))
+            continue
         if m.role not in ("user", "assistant"):
-            raise InvalidRequest(f"messages[{i}].role must be 'user' or 'assistant', got '{m.role}'.", param="messages")
+            raise InvalidRequest(f"messages[{i}].role must be 'user', 'assistant' or 'system', got '{m.role}'.", param="messages")
         if isinstance(m.content, str):
             out.append(ChatMessage(m.role, m.content))
             continue

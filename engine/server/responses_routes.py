@@ -13,8 +13,9 @@ import asyncio
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -126,7 +127,11 @@ def _input_items(body: ResponsesBody) -> list[dict]:
     return [dict(item) for item in body.input]
 
 
-def _input_messages(items: list[dict], earlier: tuple[ChatMessage, ...], allow_remote: bool = False) -> list[ChatMessage]:
+def _input_messages(
+    items: list[dict], earlier: tuple[ChatMessage, ...], allow_remote: bool = False,
+    shown: dict[tuple[str, str], str] | None = None,
+) -> list[ChatMessage]:  # fmt: skip
+    """The input items as messages; ``shown``: the name the model sees for a namespaced tool's (namespace, name)."""
     out: list[ChatMessage] = []
     names = {c.id: c.name for m in earlier for c in m.tool_calls}  # call ids -> function names
     for i, item in enumerate(items):
@@ -144,6 +149,8 @@ def _input_messages(items: list[dict], earlier: tuple[ChatMessage, ...], allow_r
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
                 raise InvalidRequest(f"{where} is a function_call without 'call_id' and 'name'.", param="input")
             args = item.get("arguments") or "{}"
+            if isinstance(item.get("namespace"), str):
+                name = (shown or {}).get((item["namespace"], name), name)
             call = ToolCall(name=name, arguments=args if isinstance(args, str) else json.dumps(args), id=call_id)
             names[call_id] = name
             last = out[-1] if out else None
@@ -178,8 +185,50 @@ def _format(text: dict[str, Any] | None) -> ResponseFormat:
     raise InvalidRequest("text.format.type must be text, json_object or json_schema.", param="text.format")
 
 
+def _flat_tools(tools: list[dict[str, Any]] | None) -> tuple[list[Any] | None, dict[str, tuple[str, str]]]:
+    """The request's tools with each ``namespace`` tool's own tools among them (Codex groups its MCP servers' tools
+    so), and where each of those came from: the name the model sees -> (namespace, the tool's name). The model
+    sees a tool by its own name, or as ``namespace__name`` where two tools share one.
+
+    Raises:
+        InvalidRequest: a namespace without a name or a list of tools.
+    """
+    if not tools or not any(isinstance(t, dict) and t.get("type") == "namespace" for t in tools):
+        return tools, {}
+    flat: list[Any] = []
+    grouped: list[tuple[str, Any]] = []
+    for i, tool in enumerate(tools):
+        if not (isinstance(tool, dict) and tool.get("type") == "namespace"):
+            flat.append(tool)
+            continue
+        name, members = tool.get("name"), tool.get("tools")
+        if not isinstance(name, str) or not name or not isinstance(members, list):
+            raise InvalidRequest(f"tools[{i}] is a namespace without a 'name' and a list of 'tools'.", param="tools")
+        grouped += [(name, member) for member in members]
+    own = lambda t: t.get("name") if isinstance(t, dict) else None  # noqa: E731
+    counts = Counter(own(t) for t in [*flat, *(m for _, m in grouped)])
+    origin: dict[str, tuple[str, str]] = {}
+    for namespace, member in grouped:
+        name = own(member)
+        if not isinstance(name, str) or not name:
+            flat.append(member)  # parse_tools names what is wrong with it
+            continue
+        shown = name if counts[name] == 1 else f"{namespace}__{name}"
+        flat.append({**member, "name": shown})
+        origin[shown] = (namespace, name)
+    return flat, origin
+
+
+def _placed(item: dict, origin: dict[str, tuple[str, str]]) -> dict:
+    """A ``function_call`` output item named as its tool is in the request: its namespace and own name."""
+    found = origin.get(item.get("name", ""))
+    if found is not None:
+        item["namespace"], item["name"] = found
+    return item
+
+
 def _tool_fields(body: ResponsesBody) -> dict[str, Any]:
-    tools = parse_tools(body.tools)
+    tools = parse_tools(_flat_tools(body.tools)[0])
     effort = (body.reasoning or {}).get("effort")
     if effort is not None and effort not in _EFFORTS:
         raise InvalidRequest(f"'reasoning.effort' must be one of {', '.join(_EFFORTS)}.", param="reasoning.effort")
@@ -203,6 +252,7 @@ class _Turn:
     input_items: list[dict]
     created_at: int
     grounding: Grounding | None = None  # the documents the answer is grounded in, once retrieved
+    origin: dict[str, tuple[str, str]] = field(default_factory=dict)  # namespaced tools (_flat_tools)
 
 
 def _turn(request: Request, body: ResponsesBody) -> _Turn:
@@ -213,7 +263,9 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     for item in items:
         item.setdefault("type", "message")
         item.setdefault("id", f"{'msg' if item['type'] == 'message' else 'item'}_{uuid.uuid4().hex}")
-    history = earlier + tuple(_input_messages(items, earlier, request.app.state.settings.allow_image_urls))
+    origin = _flat_tools(body.tools)[1]
+    shown = {place: name for name, place in origin.items()}
+    history = earlier + tuple(_input_messages(items, earlier, request.app.state.settings.allow_image_urls, shown))
     for item in items:  # kept as input_items lists them: a message's text as a part, as OpenAI's do
         if item["type"] == "message" and isinstance(item.get("content"), str):
             said = item["content"]
@@ -236,7 +288,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         unset=left_unset({"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}),
         speculative=body.speculative, **_tool_fields(body),
     )  # fmt: skip
-    return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()))
+    return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()), origin=origin)
 
 
 def _usage(final: GenerationChunk) -> dict:
@@ -326,7 +378,8 @@ async def create_response(request: Request, body: ResponsesBody):
         )
     text, reasoning, final = await run.collect()
     logprobs = [lp.as_openai() for lp in run.text_logprobs]
-    return _finish(request, turn, run.model_name, _output(text, reasoning, final, logprobs), text, reasoning, final)
+    output = [_placed(item, turn.origin) for item in _output(text, reasoning, final, logprobs)]
+    return _finish(request, turn, run.model_name, output, text, reasoning, final)
 
 
 def _output(text: str, reasoning: str, final: GenerationChunk, logprobs: list[dict] | None = None) -> list[dict]:
@@ -345,7 +398,8 @@ def _output(text: str, reasoning: str, final: GenerationChunk, logprobs: list[di
 class _Stream:
     """The streamed output items, one open at a time, and the events that build them."""
 
-    def __init__(self) -> None:
+    def __init__(self, origin: dict[str, tuple[str, str]] | None = None) -> None:
+        self.origin = origin or {}  # namespaced tools (_flat_tools)
         self.seq = 0
         self.items: list[dict] = []  # every item as it stands (the open one last)
         self.kind: str | None = None
@@ -384,7 +438,7 @@ class _Stream:
 
     def open(self, kind: str, call: ToolCall | None = None) -> list[bytes]:
         out = self.close()
-        item = _item(kind, _new_id(kind), "in_progress", call=call, started=False)
+        item = _placed(_item(kind, _new_id(kind), "in_progress", call=call, started=False), self.origin)
         self.items.append(item)
         self.kind = kind
         out.append(self.emit("response.output_item.added", output_index=self.index, item=dict(item)))
@@ -419,7 +473,7 @@ class _Stream:
 
 
 async def _events(request: Request, run: DialectRun, turn: _Turn) -> AsyncIterator[bytes]:
-    s = _Stream()
+    s = _Stream(turn.origin)
     chunks = run.chunks()
     pending = _response(turn, run.model_name, status="in_progress", output=[], final=None)
     yield s.emit("response.created", response=pending)

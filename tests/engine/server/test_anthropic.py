@@ -223,3 +223,14 @@ def test_max_tokens_0_reads_the_prompt_into_the_cache_and_answers_nothing(claude
     with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=300) as r:
         kinds = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
     assert kinds == ["message_start", "ping", "message_delta", "message_stop"]
+
+
+def test_a_system_message_between_turns_is_read_where_it_stands(claude):
+    """Claude Code sends reminders as ``{"role": "system"}`` messages after the user's: read as system messages there
+    (every such request was a 400)."""
+    asked = [{"role": "user", "content": "Name three colours."},
+             {"role": "system", "content": [{"type": "text", "text": "Answer in one short line."}]}]  # fmt: skip
+    msg = claude.messages.create(model=MODEL, max_tokens=4, messages=asked, **GREEDY)
+    assert msg.content and msg.usage.output_tokens > 0
+    plain = claude.messages.count_tokens(model=MODEL, messages=asked[:1]).input_tokens
+    assert claude.messages.count_tokens(model=MODEL, messages=asked).input_tokens > plain

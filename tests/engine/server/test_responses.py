@@ -290,3 +290,30 @@ def test_logprobs_come_with_the_text_when_include_asks_for_them(server, openai_s
     assert [lp["token"] for lp in deltas] == [lp["token"] for lp in done["logprobs"]] == [lp["token"] for lp in part["logprobs"]]
     plain = sdk(server).responses.create(model=MODEL, input="Name three colours.", max_output_tokens=4, temperature=0)
     assert plain.output[0].content[0].logprobs == []  # not asked for
+
+
+def test_a_namespace_of_tools_is_offered_and_its_calls_name_it(server, openai_schemas):
+    """Codex groups its MCP servers' tools in ``namespace`` tools: each of them is offered to the model, and a call
+    comes back with its own name and its namespace (streamed too), then goes back in as input."""
+    weather = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+    tools = [{"type": "namespace", "name": "forecast", "description": "Weather tools.", "tools": [weather]}]
+    asked = {"model": MODEL, "input": "What is the weather in Paris?", "tools": tools, "tool_choice": "required",
+             "max_output_tokens": 40, "temperature": 0}  # fmt: skip
+    raw = httpx.post(f"{server.base_url}/responses", json=asked, headers=server.headers, timeout=300).json()
+    call = next(item for item in raw["output"] if item["type"] == "function_call")
+    assert (call["name"], call["namespace"]) == ("get_weather", "forecast") and "city" in json.loads(call["arguments"])
+    events = raw_events(server, asked)
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
+    assert [(c["name"], c["namespace"]) for c in done] == [("get_weather", "forecast")]
+    back = {**asked, "tool_choice": "none", "max_output_tokens": 8, "input": [
+        {"type": "message", "role": "user", "content": "What is the weather in Paris?"},
+        {"type": "function_call", "call_id": call["call_id"], "name": "get_weather", "namespace": "forecast", "arguments": call["arguments"]},
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "Sunny, 21 C."}]}  # fmt: skip
+    answer = httpx.post(f"{server.base_url}/responses", json=back, headers=server.headers, timeout=300)
+    assert answer.status_code == 200 and answer.json()["output"][0]["type"] == "message"
+    # the same tool in two namespaces: the model sees each by a name of its own
+    twice = [*tools, {"type": "namespace", "name": "almanac", "description": "More.", "tools": [weather]}]
+    both = httpx.post(f"{server.base_url}/responses", json={**asked, "tools": twice}, headers=server.headers, timeout=300).json()
+    call = next(item for item in both["output"] if item["type"] == "function_call")
+    assert call["name"] == "get_weather" and call["namespace"] in ("forecast", "almanac")
