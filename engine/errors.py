@@ -95,7 +95,7 @@ class ContextLengthExceeded(HearthError):
         super().__init__(
             message
             or f"The prompt is {prompt_tokens} tokens but this model's context holds {n_ctx}; "
-            f"shorten the {what} or load the model with a larger context."
+            f"shorten the {what} or load the model with a larger context (hearth serve --ctx N)."
         )
 
 

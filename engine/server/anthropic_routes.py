@@ -25,6 +25,7 @@ from engine.remote.routing import is_local
 from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
+from engine.server.streaming import ticks
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -397,7 +398,10 @@ async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIter
     yield _event("ping", {"type": "ping"})
     blocks = _Blocks()
     final = GenerationChunk(finish_reason="stop")
-    async for chunk in chunks:
+    async for chunk in ticks(chunks):
+        if chunk is None:  # the prompt is still being read: Anthropic's keep-alive
+            yield _event("ping", {"type": "ping"})
+            continue
         if chunk.finish_reason == "error":
             yield _event("error", anthropic_error(*run.failure_message(chunk)))
             return

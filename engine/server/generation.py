@@ -38,6 +38,15 @@ def prompt_param(path: str) -> str:
     return "messages"
 
 
+def _overflow_words(path: str, exc: ContextLengthExceeded) -> str | None:
+    """A too-long prompt's message in the words the path's clients read (None: Hearth's own): Anthropic's, which
+    Claude Code matches to compact a conversation."""
+    if path.startswith("/v1/messages"):
+        return (f"prompt is too long: {exc.prompt_tokens} tokens > {exc.n_ctx} maximum; shorten the conversation or load "
+                "the model with a larger context (hearth serve --ctx N).")  # fmt: skip
+    return None
+
+
 class Generation:
     """One request's choices, running on a local model or a remote provider's (``target``, resolved
     already, or resolved from ``model_name`` at the start), with metrics recorded as chunks arrive."""
@@ -96,7 +105,8 @@ class Generation:
             self.streams = await open_streams(served, self.requests)
         except ContextLengthExceeded as exc:
             served.release()
-            raise ContextLengthExceeded(exc.prompt_tokens, exc.n_ctx, param=prompt_param(self.http.url.path)) from None
+            raise ContextLengthExceeded(exc.prompt_tokens, exc.n_ctx, param=prompt_param(self.http.url.path),
+                                        message=_overflow_words(self.http.url.path, exc)) from None  # fmt: skip
         except BaseException:
             served.release()
             raise

@@ -28,6 +28,7 @@ from engine.server.schemas import (
     ResponseFormatBody,
     _Sampling,
 )
+from engine.server.streaming import KEEPALIVE, ticks
 from engine.types import (
     MEDIA_MARKER,
     ChatMessage,
@@ -407,7 +408,11 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
     for i in range(n):  # the first chunk carries a grounded answer's sources, before any text
         yield event(i, {"role": "assistant", "content": ""}, extra=docs_chat.attach({}, gen.grounding) if i == 0 else None)
     finals: list[GenerationChunk | None] = [None] * n
-    async for index, chunk in gen.chunks():
+    async for item in ticks(gen.chunks()):
+        if item is None:  # the prompt is still being read
+            yield KEEPALIVE
+            continue
+        index, chunk = item
         if chunk.finish_reason == "error":
             yield _sse(stream_error_body(gen.failure(index, chunk)))
             finals[index] = chunk
@@ -528,7 +533,11 @@ async def _completion_events(
             else:
                 echo_due[i] = True
     text_event = _TextEvents(lambda index, text: {**base, "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": None}]})
-    async for index, chunk in gen.chunks():
+    async for item in ticks(gen.chunks()):
+        if item is None:  # the prompt is still being read
+            yield KEEPALIVE
+            continue
+        index, chunk = item
         if echo_due[index] and chunk.finish_reason != "error":
             echo_due[index] = False
             lp = _completion_logprobs(list(chunk.prompt_logprobs), 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections import Counter
@@ -30,6 +31,7 @@ from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
+from engine.server.streaming import KEEPALIVE, ticks
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -43,6 +45,7 @@ from engine.types import (
 from engine.validation import request_keep_alive
 
 router = APIRouter(prefix="/v1")
+log = logging.getLogger(__name__)
 
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
@@ -185,19 +188,31 @@ def _format(text: dict[str, Any] | None) -> ResponseFormat:
     raise InvalidRequest("text.format.type must be text, json_object or json_schema.", param="text.format")
 
 
+def _hosted(tool: Any) -> bool:
+    """A tool OpenAI runs (``web_search``, ``file_search``, ``code_interpreter``, ``mcp``, ...), or one with output
+    items of its own (``local_shell``, ``apply_patch``): none of them is a tool a local model can be given."""
+    return isinstance(tool, dict) and tool.get("type", "function") not in ("function", "namespace", "custom")
+
+
 def _flat_tools(tools: list[dict[str, Any]] | None) -> tuple[list[Any] | None, dict[str, tuple[str, str]]]:
-    """The request's tools with each ``namespace`` tool's own tools among them (Codex groups its MCP servers' tools
-    so), and where each of those came from: the name the model sees -> (namespace, the tool's name). The model
-    sees a tool by its own name, or as ``namespace__name`` where two tools share one.
+    """The request's tools, with each ``namespace`` tool's own tools among them (Codex groups its MCP servers' tools
+    so) and OpenAI's hosted tools left out (Codex sends ``web_search`` with every request); and where each
+    namespaced tool came from: the name the model sees -> (namespace, the tool's name). The model sees a tool by
+    its own name, or as ``namespace__name`` where two tools share one.
 
     Raises:
         InvalidRequest: a namespace without a name or a list of tools.
     """
-    if not tools or not any(isinstance(t, dict) and t.get("type") == "namespace" for t in tools):
+    if not tools or not any(isinstance(t, dict) and (t.get("type") == "namespace" or _hosted(t)) for t in tools):
         return tools, {}
     flat: list[Any] = []
     grouped: list[tuple[str, Any]] = []
+    left_out = [t.get("type") for t in tools if _hosted(t)]
+    if left_out:
+        log.info("left out tools OpenAI runs, which no local model can: %s", ", ".join(map(str, left_out)))
     for i, tool in enumerate(tools):
+        if _hosted(tool):
+            continue
         if not (isinstance(tool, dict) and tool.get("type") == "namespace"):
             flat.append(tool)
             continue
@@ -480,7 +495,10 @@ async def _events(request: Request, run: DialectRun, turn: _Turn) -> AsyncIterat
     yield s.emit("response.in_progress", response=pending)
     texts, thoughts = [], []
     final = GenerationChunk(finish_reason="stop")
-    async for chunk in chunks:
+    async for chunk in ticks(chunks):
+        if chunk is None:  # the prompt is still being read
+            yield KEEPALIVE
+            continue
         if chunk.finish_reason == "error":
             _, message = run.failure_message(chunk)
             failed = {**pending, "status": "failed", "error": {"code": "server_error", "message": message}}

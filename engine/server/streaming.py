@@ -13,10 +13,11 @@ and the server builds and writes one. A reader that keeps up gets one chunk a to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from engine.backends.delivery import waker_for
 from engine.backends.runtime import StreamChunks
@@ -59,6 +60,38 @@ def coalesce(chunks: list[GenerationChunk]) -> list[GenerationChunk]:
         else:
             out.append(chunk)
     return out
+
+
+#: Seconds a stream waits for its first token before it sends a keep-alive (and then every as many): a long prompt
+#: read on a CPU takes minutes, and Claude Code and Codex give up on a stream silent for five.
+KEEPALIVE_SECONDS = 15.0
+
+#: A server-sent events comment: every SSE reader skips it, and the connection is seen to be alive.
+KEEPALIVE = b": keep-alive\n\n"
+
+_T = TypeVar("_T")
+
+
+async def ticks(items: AsyncIterator[_T], seconds: float = KEEPALIVE_SECONDS) -> AsyncIterator[_T | None]:
+    """``items``, with None every ``seconds`` until the first comes (the stream's keep-alives while its prompt is
+    read); from the first on, the items as they come, with nothing between (no task per item)."""
+    it = aiter(items)
+    first = asyncio.ensure_future(anext(it))
+    try:
+        while not (await asyncio.wait({first}, timeout=seconds))[0]:
+            yield None
+    finally:
+        if not first.done():  # the client went away while the prompt was read
+            first.cancel()
+            with contextlib.suppress(BaseException):
+                await first
+    try:
+        item = first.result()
+    except StopAsyncIteration:
+        return
+    yield item
+    async for item in it:
+        yield item
 
 
 async def open_streams(backend: Streamer, requests: Sequence[GenerationRequest]) -> list[Iterator[GenerationChunk]]:

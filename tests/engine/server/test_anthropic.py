@@ -234,3 +234,15 @@ def test_a_system_message_between_turns_is_read_where_it_stands(claude):
     assert msg.content and msg.usage.output_tokens > 0
     plain = claude.messages.count_tokens(model=MODEL, messages=asked[:1]).input_tokens
     assert claude.messages.count_tokens(model=MODEL, messages=asked).input_tokens > plain
+
+
+def test_a_prompt_past_the_context_is_refused_in_the_words_claude_code_reads(server):
+    """Claude Code finds an overflow (to compact the conversation) by Anthropic's words for it."""
+    import re
+
+    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "sea " * 3000}]}
+    r = httpx.post(f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key}, timeout=300)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    message = r.json()["error"]["message"]
+    found = re.search(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)", message)  # Claude Code's own pattern
+    assert found and int(found.group(1)) > int(found.group(2)) == 2048 and "--ctx" in message

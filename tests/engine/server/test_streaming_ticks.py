@@ -1,0 +1,58 @@
+"""Keep-alives while a stream's prompt is read (engine.server.streaming.ticks): a long prompt on a CPU takes
+minutes, and Claude Code and Codex give up on a stream silent for five."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.server.streaming import ticks
+
+
+def test_ticks_come_until_the_first_item_and_then_the_items_alone():
+    async def slow_start():
+        await asyncio.sleep(0.35)
+        for i in range(3):
+            yield i
+            await asyncio.sleep(0.15)  # gaps after the first: no ticks in them
+
+    async def run():
+        return [item async for item in ticks(slow_start(), 0.1)]
+
+    got = asyncio.run(run())
+    assert got[-3:] == [0, 1, 2] and set(got[:-3]) == {None} and 2 <= len(got) - 3 <= 4
+
+
+def test_a_client_that_leaves_before_the_first_item_ends_the_stream_it_waited_on():
+    closed = []
+
+    async def never():
+        try:
+            await asyncio.sleep(60)
+            yield 1
+        finally:
+            closed.append(True)
+
+    async def run():
+        stream = ticks(never(), 0.05)
+        assert await anext(stream) is None  # a keep-alive, then the client goes
+        await stream.aclose()
+
+    asyncio.run(run())
+    assert closed == [True]
+
+
+def test_an_error_before_the_first_item_reaches_the_reader():
+    async def failing():
+        await asyncio.sleep(0.01)
+        raise RuntimeError("the engine stopped")
+        yield  # pragma: no cover
+
+    async def run():
+        return [item async for item in ticks(failing(), 1.0)]
+
+    try:
+        asyncio.run(run())
+    except RuntimeError as exc:
+        assert str(exc) == "the engine stopped"
+    else:
+        raise AssertionError("the error was lost")
