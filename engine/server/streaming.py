@@ -63,7 +63,7 @@ def coalesce(chunks: list[GenerationChunk]) -> list[GenerationChunk]:
 
 
 #: Seconds a stream waits for its first token before it sends a keep-alive (and then every as many): a long prompt
-#: read on a CPU takes minutes, and Claude Code and Codex give up on a stream silent for five.
+#: read on a CPU takes minutes, and proxies and clients' byte watchdogs give up on a silent connection (nginx: 60 s).
 KEEPALIVE_SECONDS = 15.0
 
 #: A server-sent events comment: every SSE reader skips it, and the connection is seen to be alive.

@@ -1,5 +1,5 @@
 """Keep-alives while a stream's prompt is read (engine.server.streaming.ticks): a long prompt on a CPU takes
-minutes, and Claude Code and Codex give up on a stream silent for five."""
+minutes, and proxies and clients' byte watchdogs give up on a silent connection."""
 
 from __future__ import annotations
 
