@@ -242,8 +242,9 @@ def _placed(item: dict, origin: dict[str, tuple[str, str]]) -> dict:
     return item
 
 
-def _tool_fields(body: ResponsesBody) -> dict[str, Any]:
-    tools = parse_tools(_flat_tools(body.tools)[0])
+def _tool_fields(body: ResponsesBody, flat: list[Any] | None) -> dict[str, Any]:
+    """The request's tools (``flat``: as :func:`_flat_tools` gave them), tool choice and thinking switch."""
+    tools = parse_tools(flat)
     effort = (body.reasoning or {}).get("effort")
     if effort is not None and effort not in _EFFORTS:
         raise InvalidRequest(f"'reasoning.effort' must be one of {', '.join(_EFFORTS)}.", param="reasoning.effort")
@@ -278,7 +279,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     for item in items:
         item.setdefault("type", "message")
         item.setdefault("id", f"{'msg' if item['type'] == 'message' else 'item'}_{uuid.uuid4().hex}")
-    origin = _flat_tools(body.tools)[1]
+    flat, origin = _flat_tools(body.tools)
     shown = {place: name for name, place in origin.items()}
     history = earlier + tuple(_input_messages(items, earlier, request.app.state.settings.allow_image_urls, shown))
     for item in items:  # kept as input_items lists them: a message's text as a part, as OpenAI's do
@@ -301,7 +302,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     req = GenerationRequest(
         model=body.model, messages=system + history, params=params, response_format=_format(body.text),
         unset=left_unset({"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}),
-        speculative=body.speculative, **_tool_fields(body),
+        speculative=body.speculative, **_tool_fields(body, flat),
     )  # fmt: skip
     return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()), origin=origin)
 
