@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import InvalidRequest
+from engine.infill import Infill
 from engine.limits import check_schema, check_stops
 
 if TYPE_CHECKING:  # engine.tools imports this module; only annotations refer back to it
@@ -174,6 +175,9 @@ class GenerationRequest:
     messages: tuple[ChatMessage, ...] | None = None
     prompt: str | None = None
     prompt_ids: tuple[int, ...] | None = None
+    # Fill in the middle (engine.infill): the code before and after the gap; ``prompt`` is then text typed at
+    # the gap (usually ""), and the backend builds the prompt from its vocabulary's markers.
+    infill: Infill | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -205,6 +209,9 @@ class GenerationRequest:
             raise InvalidRequest("Give either chat messages or a prompt, not both or neither.")
         if self.prompt_ids is not None and self.prompt is None:
             raise InvalidRequest("Token ids are a raw prompt; give them without chat messages.", param="prompt")
+        if self.infill is not None and (self.prompt is None or self.prompt_ids is not None):
+            raise InvalidRequest("Fill in the middle takes text before and after the gap, not chat messages or token ids.",
+                                 param="prompt")  # fmt: skip
         if self.messages is not None:
             msgs = tuple(self.messages)
             if not msgs:

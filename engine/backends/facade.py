@@ -5,9 +5,12 @@ to the loop's, and what it frees beside the loop."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from engine.backends.base import BackendStats, ModelInfo, ModelSpec
+from engine.infill import FimTokens, infill_tokens, no_infill
+from engine.types import GenerationRequest
 
 
 class RequestLoop(Protocol):
@@ -52,6 +55,21 @@ class BackendFacade(Generic[L]):
     def _model_info(self, spec: ModelSpec) -> ModelInfo:
         """The loaded model's facts (``spec``: what was asked to load)."""
         raise NotImplementedError
+
+    def _infill_tokens(self, request: GenerationRequest, fim: FimTokens | None, encode: Callable[[str], list[int]],
+                       bos: int | None) -> list[int]:  # fmt: skip
+        """The prompt of a fill-in-the-middle ``request`` (engine.infill) in the loaded model's vocabulary: its
+        markers ``fim``, ``encode`` reading text as text, and the ``bos`` it starts with (None: none).
+
+        Raises:
+            InvalidRequest: the vocabulary has no markers.
+        """
+        if request.infill is None:
+            raise ValueError("not a fill-in-the-middle request")
+        if fim is None:
+            raise no_infill(self.spec.name if self.spec is not None else request.model)
+        return infill_tokens(request.infill, request.prompt or "", fim=fim, encode=encode, bos=bos,
+                             n_ctx=self.info.n_ctx, max_tokens=request.params.max_tokens)  # fmt: skip
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

@@ -23,6 +23,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 
 from engine.chat_template import ChatTemplate
 from engine.errors import InvalidRequest, ModelLoadError
+from engine.infill import FIM_KEYS, FimTokens
 from engine.literal_text import SpecialTexts, encode_marked
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class Vocabulary:
         special_ids: Control tokens, which stream as no text.
         piece_style: How token texts map to bytes.
         chat_template: The model's chat template source, or None for ChatML.
+        fim_meta: A GGUF's declared fill-in-the-middle marker ids (``tokenizer.ggml.fim_*``), if any.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class Vocabulary:
         special_ids: Iterable[int],
         piece_style: PieceStyle,
         chat_template: str | None = None,
+        fim_meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.bos_id = bos_id
@@ -124,6 +127,7 @@ class Vocabulary:
         # thread's call reads, and tokenizing needs no lock
         self._literal: Tokenizer | None = None
         self._literal_lock = threading.Lock()
+        self.fim = FimTokens.find(tokenizer.token_to_id, self.n_vocab, fim_meta)
 
     @property
     def vocab_size(self) -> int:
@@ -261,6 +265,7 @@ def vocabulary_from_gguf(path: Path | str, meta: Mapping[str, Any]) -> Vocabular
         special_ids=control,
         piece_style=style,
         chat_template=str(template) if template else None,
+        fim_meta={k: _int(meta.get(k)) for keys in FIM_KEYS.values() for k in keys if meta.get(k) is not None},
     )
 
 

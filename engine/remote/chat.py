@@ -92,7 +92,10 @@ def request_body(request: GenerationRequest, remote_id: str) -> dict[str, Any]:
     so a strict server (OpenAI's own) sees no field it does not know."""
     p = request.params
     body: dict[str, Any] = {"model": remote_id, "stream": True, "stream_options": {"include_usage": True}}
-    if request.messages is None:
+    if request.infill is not None:  # OpenAI's completion suffix: the provider builds its own prompt
+        body["prompt"] = request.infill.prefix + (request.prompt or "")
+        body["suffix"] = request.infill.suffix
+    elif request.messages is None:
         body["prompt"] = request.prompt or ""
     else:
         body["messages"] = [_message(m) for m in request.messages]

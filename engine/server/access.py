@@ -89,6 +89,9 @@ _INFERENCE_ROUTES = (
     ("POST", "/rerank"),
     ("POST", "/tokenize"),
     ("POST", "/detokenize"),
+    # llama-server's own completions: a raw prompt, and fill in the middle
+    ("POST", "/completion"),
+    ("POST", "/infill"),
     # What is loaded and how busy it is (no paths, nothing changed)
     ("GET", "/api/stats"),
     ("GET", "/metrics"),

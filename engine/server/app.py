@@ -18,6 +18,7 @@ from engine.server import (
     anthropic_routes,
     catalog_routes,
     folder_routes,
+    llama_routes,
     log_routes,
     ollama_models,
     ollama_routes,
@@ -69,6 +70,7 @@ def create_app(
     app.include_router(remote_routes.router)
     app.include_router(rerank_routes.router)
     app.include_router(tokenize_routes.router)
+    app.include_router(llama_routes.router)
     from engine.server import docs_routes  # /api/docs: document collections
 
     app.include_router(docs_routes.router)

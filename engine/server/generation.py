@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import TYPE_CHECKING
 
 from fastapi import Request
@@ -164,7 +164,7 @@ class Generation:
         for req in self.requests:
             self.served.cancel(req.request_id)
 
-    async def chunks(self, *, watch_client: bool = False) -> AsyncIterator[tuple[int, GenerationChunk]]:
+    async def chunks(self, *, watch_client: bool = False) -> AsyncGenerator[tuple[int, GenerationChunk]]:
         """The choices' chunks as they arrive. ``watch_client`` (for a non-streamed answer, whose
         HTTP response is not being written yet) cancels the generation when the client disconnects."""
         metrics = self.app.state.metrics

@@ -20,6 +20,7 @@ from pydantic import StrictBool
 
 from engine import __version__
 from engine.errors import DownloadError, HearthError, InvalidRequest
+from engine.infill import file_has_markers
 from engine.remote.client import RemoteModel
 from engine.server import remote_routes
 from engine.server.api_models import Body
@@ -177,7 +178,8 @@ def model_header(m) -> dict[str, Any]:
 
 def capabilities(m, template: str) -> list[str]:
     """What an Ollama client may ask of the model: every chat model calls tools (through its own
-    template's format, else Hearth's generic one; docs/tools.md); thinking where its template has it."""
+    template's format, else Hearth's generic one; docs/tools.md); thinking where its template has it; insert
+    (fill in the middle) where its vocabulary has the markers (engine.infill)."""
     from engine.tools.reasoning import template_thinks
 
     if not m.has_chat_template and m.format == "gguf" and not template:
@@ -185,6 +187,8 @@ def capabilities(m, template: str) -> list[str]:
     caps = ["completion", "tools"]
     if template_thinks(template):
         caps.append("thinking")
+    if file_has_markers(Path(m.path)):  # fill in the middle: /api/generate's suffix
+        caps.append("insert")
     from engine.server.media import capabilities as media_capabilities
 
     return caps + media_capabilities(m.mmproj)  # "vision", "audio" with a projector
@@ -214,7 +218,7 @@ async def show(request: Request, body: ModelBody) -> dict:
         "template": template,
         "details": _details(m),
         "model_info": info,
-        "capabilities": capabilities(m, template),
+        "capabilities": await asyncio.to_thread(capabilities, m, template),  # reads the vocabulary's bytes
         "modified_at": _iso(m.since),
     }
 

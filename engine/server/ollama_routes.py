@@ -24,6 +24,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field, StrictBool
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
+from engine.infill import Infill
 from engine.model_defaults import left_unset
 from engine.remote.providers import LOCAL_MODEL_HOSTS
 from engine.remote.routing import is_local
@@ -460,7 +461,12 @@ async def generate(request: Request, body: GenerateBody):
         "model": found.name, "params": body.sampling(), "response_format": response_format(body.format),
         "speculative": body.speculative, "unset": unset(body.options),
     }  # fmt: skip
-    if body.raw:
+    if body.suffix:  # insert: the code model fills in between the prompt and the suffix (engine.infill)
+        if pictures:
+            raise InvalidRequest("'images' cannot go with 'suffix': fill in the middle reads text only; drop one.",
+                                 param="images")  # fmt: skip
+        req = GenerationRequest(prompt="", infill=Infill(body.prompt, body.suffix), **common)
+    elif body.raw:
         req = GenerationRequest(prompt=body.prompt, **common)
     else:
         system = (ChatMessage("system", body.system),) if body.system else ()

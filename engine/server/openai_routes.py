@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.infill import Infill
 from engine.remote.routing import is_local, pass_through
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets, tokenize_routes
 from engine.server.embeddings import check_inputs, embed_for_client
@@ -451,6 +452,12 @@ async def completions(request: Request, body: CompletionBody):
     if body.max_tokens == 0 and not body.echo:
         raise InvalidRequest("'max_tokens' must be at least 1; 0 is only for 'echo', to return (and score) the prompt alone.",
                              param="max_tokens")  # fmt: skip
+    if body.suffix and body.echo:
+        raise InvalidRequest("'echo' cannot go with 'suffix': the answer goes between the prompt and the suffix; drop one.",
+                             param="echo")  # fmt: skip
+    if body.suffix and not all(isinstance(p, str) for p in prompts):
+        raise InvalidRequest("'suffix' fills in between text and text; give 'prompt' as text, not token ids.",
+                             param="suffix")  # fmt: skip
     fmt = _response_format(body.response_format)
     group = uuid.uuid4().hex  # every prompt's choices, scheduled as one request against others
     # echo with logprobs: the prompt's own tokens come first, each with its log-probability, as OpenAI gives them
@@ -460,8 +467,10 @@ async def completions(request: Request, body: CompletionBody):
     reqs = [
         GenerationRequest(
             model=body.model,
-            prompt=p if isinstance(p, str) else "",
+            prompt="" if body.suffix else p if isinstance(p, str) else "",
             prompt_ids=None if isinstance(p, str) else p,
+            # a suffix: the code model fills in between the prompt and it (engine.infill)
+            infill=Infill(p, body.suffix) if body.suffix and isinstance(p, str) else None,
             params=replace(_params(body, max_tokens=1 if prompt_only else body.max_tokens if body.max_tokens is not None else 16,
                                    logprobs=body.logprobs, index=j), prompt_logprobs=scored),  # fmt: skip
             unset=body.unset_sampling(body.max_tokens),

@@ -232,6 +232,9 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         model, _ = self._require()
         if request.prompt_ids is not None:
             return given_tokens(request.prompt_ids, model.n_vocab)
+        if request.infill is not None:
+            return self._infill_tokens(request, model.fim, lambda text: model.tokenize(text, parse_special=False),
+                                       model.bos_id if model.add_bos and model.bos_id >= 0 else None)  # fmt: skip
         if request.prompt is not None:
             return model.tokenize_prompt(request.prompt)
         rendered = rendered or render_request(model.chat_template, request, architecture=model.architecture)

@@ -15,6 +15,7 @@ import llama_cpp
 from engine.backends.llamacpp.overrides import cpu_moe_overrides
 from engine.chat_template import ChatTemplate
 from engine.errors import ModelLoadError
+from engine.infill import FimTokens
 from engine.literal_text import SpecialTexts, encode_marked, special_pieces
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,14 @@ class GGUFModel:
     @cached_property
     def add_bos(self) -> bool:
         return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    @cached_property
+    def fim(self) -> FimTokens | None:
+        """The fill-in-the-middle markers llama.cpp found in the vocabulary (None: it has no prefix, suffix and middle)."""
+        ids = {kind: int(getattr(llama_cpp, f"llama_vocab_fim_{kind}")(self.vocab)) for kind in ("pre", "suf", "mid", "pad", "rep", "sep")}
+        if min(ids["pre"], ids["suf"], ids["mid"]) < 0:
+            return None
+        return FimTokens(**{kind: (i if i >= 0 else None) for kind, i in ids.items()})  # pyright: ignore[reportArgumentType]
 
     def token_text(self, token: int) -> str:
         return self.piece(token, special=True).decode("utf-8", errors="replace")

@@ -139,6 +139,10 @@ class MLXBackend(BackendFacade[GenerationLoop]):
         loaded, _ = self._require()
         if request.prompt_ids is not None:
             return given_tokens(request.prompt_ids, loaded.vocab.n_vocab)
+        if request.infill is not None:
+            vocab = loaded.vocab
+            return self._infill_tokens(request, vocab.fim, lambda text: vocab.encode(text, parse_special=False),
+                                       vocab.bos_id if vocab.add_bos else None)  # fmt: skip
         if request.prompt is not None:
             return loaded.vocab.encode_prompt(request.prompt)
         rendered = rendered or render_request(loaded.vocab.chat_template, request, architecture=loaded.architecture)

@@ -162,6 +162,9 @@ class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
         tok = ck.tokenizer
         if request.prompt_ids is not None:
             return given_tokens(request.prompt_ids, tok.n_vocab)
+        if request.infill is not None:
+            return self._infill_tokens(request, tok.fim, lambda text: tok.encode(text, parse_special=False),
+                                       tok.bos_id if tok.add_bos else None)  # fmt: skip
         if request.prompt is not None:
             return tok.encode_prompt(request.prompt)
         rendered = rendered or render_request(self._loaded_template(), request, architecture=facts.model_type)

@@ -178,6 +178,9 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     comp["logit_bias"] = _token_bias()
     comp["max_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
     schemas["CreateCompletionRequest"]["required"] = ["model", "prompt", "max_tokens"]
+    # Refused with a 400 that names the model: a suffix (the starter has no fill-in-the-middle markers; a code
+    # model's are tested in test_infill.py).
+    comp.pop("suffix", None)
     # Text prompts: token ids name the model's own vocabulary (tested apart, in test_prompt_logprobs.py). An empty
     # prompt (null is one) starts a document.
     text = {"type": "string", "minLength": 1}
@@ -229,6 +232,7 @@ def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
     comp["properties"]["prompt"] = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}},
                                               ids, {"type": "array", "minItems": 1, "maxItems": 4, "items": ids}]}  # fmt: skip
     comp["required"] = [*comp["required"], "max_tokens"]
+    comp["properties"].pop("suffix")  # refused on the starter, which has no fill-in-the-middle markers (test_infill.py)
     for param in doc["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
         if param["name"] == "model_id":
             param["schema"] = pinned

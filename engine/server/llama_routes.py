@@ -1,0 +1,257 @@
+"""llama-server's own completion endpoints: ``POST /completion`` (a raw prompt) and ``POST /infill`` (fill in
+the middle: ``input_prefix``, ``input_suffix``, other files as ``input_extra``, engine.infill), in its body and
+answer shapes, for the editors' completion plugins (llama.vscode, llama.vim) and other clients of llama-server.
+
+The answer is llama-server's: ``content``, ``stop``, ``stop_type`` (``eos``, ``word``, ``limit``),
+``stopping_word``, ``tokens_predicted``, ``tokens_evaluated``, ``tokens_cached``, ``timings`` (``prompt_n``,
+``prompt_ms``, ``predicted_n``, ``predicted_ms`` and their rates), ``generation_settings``; streamed, one
+``data:`` event per piece (``stop`` false) and the whole answer's figures last. ``n_predict`` 0 reads the prompt
+into the cache and answers nothing (a plugin warms the cache with the files around the cursor so). What
+llama-server stops a completion for besides the token limit holds here: ``t_max_predict_ms`` (once a line is
+written, generation ends when that long has passed since its first token) and ``n_indent`` (a new line indented
+less ends it, cut at its first character). Without ``model``, the loaded model used most recently answers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from engine.errors import InvalidRequest
+from engine.infill import Infill
+from engine.server.errors import ERROR_RESPONSES, stream_error_body
+from engine.server.generation import Generation
+from engine.server.tokenize_routes import model_or_default
+from engine.types import GenerationChunk, GenerationRequest, SamplingParams
+
+router = APIRouter(responses=ERROR_RESPONSES)
+
+# llama-server's sampling defaults, for a client that relies on them
+DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+MAX_TEXT_CHARS = 4_000_000  # a field's text (a long source file is well within)
+
+
+class ExtraFile(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    filename: str = Field("", max_length=4096)
+
+
+class NativeBody(BaseModel):
+    """llama-server's completion fields Hearth reads; the rest (``cache_prompt``, ``samplers``, ``id_slot``,
+    ``t_max_prompt_ms``...) are accepted and left: the prompt cache is always on."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    prompt: str | list[int] | None = None
+    n_predict: int | None = Field(None, ge=-1)
+    max_tokens: int | None = Field(None, ge=-1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, ge=0, le=1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repeat_penalty: float | None = Field(None, ge=0.01, le=10)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: int | None = None
+    stop: list[str] | None = None
+    ignore_eos: StrictBool = False
+    n_probs: int = Field(0, ge=0, le=20)
+    stream: StrictBool = False
+    t_max_predict_ms: int = Field(0, ge=0)
+    n_indent: int = Field(0, ge=0)
+    return_tokens: StrictBool = False
+
+
+class InfillBody(NativeBody):
+    input_prefix: str = Field(max_length=MAX_TEXT_CHARS)
+    input_suffix: str = Field(max_length=MAX_TEXT_CHARS)
+    input_extra: list[ExtraFile] = Field(default_factory=list, max_length=1024)
+
+
+def _params(body: NativeBody) -> SamplingParams:
+    n = body.n_predict if body.n_predict is not None else body.max_tokens
+    pick = lambda name: DEFAULTS[name] if getattr(body, name) is None else getattr(body, name)  # noqa: E731
+    return SamplingParams(
+        temperature=pick("temperature"), top_k=pick("top_k"), top_p=pick("top_p"), min_p=pick("min_p"),
+        repetition_penalty=body.repeat_penalty or 1.0, presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0, seed=None if body.seed is None or body.seed < 0 else body.seed,
+        stop=tuple(body.stop or ()), max_tokens=1 if n == 0 else None if n is None or n < 0 else n,
+        ignore_eos=body.ignore_eos, logprobs=body.n_probs or None,
+    )  # fmt: skip
+
+
+class _Limits:
+    """llama-server's ends besides the token limit, on the text as it comes: ``t_max_predict_ms`` once a line
+    is written, and ``n_indent`` (a new line indented less ends the answer at its first character)."""
+
+    def __init__(self, body: NativeBody) -> None:
+        self.ms = body.t_max_predict_ms
+        self.indent = body.n_indent
+        self.text = ""
+        self.first_at: float | None = None
+
+    def take(self, piece: str, now: float) -> tuple[str, bool]:
+        """The part of ``piece`` to give, and whether the answer ends with it."""
+        if self.first_at is None and piece:
+            self.first_at = now
+        start = len(self.text)
+        self.text += piece
+        if self.indent > 0 and "\n" in self.text:
+            line = self.text.rfind("\n") + 1
+            pos = line
+            while pos < len(self.text) and self.text[pos] in " \t":
+                pos += 1
+            if pos < len(self.text) and pos - line < self.indent:
+                self.text = self.text[:pos]
+                return self.text[start:], True
+        timed_out = self.ms > 0 and "\n" in self.text and self.first_at is not None and (now - self.first_at) * 1000 > self.ms
+        return piece, timed_out
+
+
+def _probabilities(chunk: GenerationChunk) -> list[dict[str, Any]]:
+    """The chunk's tokens as llama-server's ``completion_probabilities`` (the alternatives' ids are not known)."""
+    return [
+        {"id": lp.token_id, "token": lp.token, "bytes": list(lp.bytes), "logprob": lp.logprob,
+         "top_logprobs": [{"token": t, "logprob": p, "bytes": list(b)} for t, p, b in lp.top]}  # fmt: skip
+        for lp in chunk.logprobs
+    ]
+
+
+def _stop_type(final: GenerationChunk | None, limited: bool) -> str:
+    if limited or (final is not None and final.finish_reason == "length"):
+        return "limit"
+    if final is not None and final.stop_sequence:
+        return "word"
+    return "eos" if final is not None and final.finish_reason == "stop" else "none"
+
+
+async def _run(request: Request, body: NativeBody, req: GenerationRequest, warm: bool):
+    name = await model_or_default(request, body.model)
+    gen = Generation(request, name, [replace(req, model=name)])
+    await gen.start()
+    answer = _answer(gen, body, warm)
+    if body.stream:
+        return StreamingResponse(answer, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
+    last: dict[str, Any] = {}
+    content = []
+    probs: list[dict[str, Any]] = []
+    tokens: list[int] = []
+    try:
+        async for event in answer:
+            if "error" in event:
+                raise gen.failure(0, event["error"])
+            content.append(event["content"])
+            probs += event.get("completion_probabilities", [])
+            tokens += event["tokens"]
+            last = event
+    finally:
+        await answer.aclose()
+    out = {**last, "content": "".join(content), "tokens": tokens if body.return_tokens else []}
+    if body.n_probs:
+        out["completion_probabilities"] = probs
+    return out
+
+
+async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerator[Any]:
+    """The answer's events: dicts, or (streamed) their ``data:`` lines; an error ends it with its body."""
+    streamed = body.stream
+    limits = _Limits(body)
+    final: GenerationChunk | None = None
+    limited = False  # ended by t_max_predict_ms or n_indent: cancelled, its last chunk awaited for the figures
+    predicted = 0
+    t0 = time.perf_counter()
+    first_at: float | None = None
+    chunks = gen.chunks(watch_client=not streamed)
+    try:
+        async for _, chunk in chunks:
+            now = time.perf_counter()
+            if chunk.finish_reason == "error" and not limited:
+                if streamed:
+                    yield f"data: {json.dumps(stream_error_body(gen.failure(0, chunk)))}\n\n".encode()
+                else:
+                    yield {"error": chunk}
+                return
+            if chunk.token_ids and first_at is None:
+                first_at = now
+            if chunk.finish_reason is not None:
+                final = chunk
+            if warm or limited:
+                continue
+            text, stop = limits.take(chunk.text, now)
+            predicted += len(chunk.token_ids)
+            if text or chunk.token_ids:
+                event = {"index": 0, "content": text, "tokens": list(chunk.token_ids), "stop": False, "id_slot": -1,
+                         "tokens_predicted": predicted}  # fmt: skip
+                if body.n_probs:
+                    event["completion_probabilities"] = _probabilities(chunk)
+                yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode() if streamed else event
+            if stop and final is None:
+                limited = True
+                for r in gen.requests:
+                    gen.served.cancel(r.request_id)
+    finally:
+        await chunks.aclose()
+    end = time.perf_counter()
+    prompt_tokens = final.prompt_tokens if final is not None else 0
+    cached = final.cached_tokens if final is not None else 0
+    n = 0 if warm else (final.completion_tokens if final is not None and not limited else predicted)
+    prompt_ms = ((first_at or end) - t0) * 1000
+    predicted_ms = (end - first_at) * 1000 if first_at is not None and not warm else 0.0
+    params = gen.requests[0].params
+    figures = {
+        "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True, "model": gen.served_name,
+        "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": cached,
+        "stop_type": "limit" if warm else _stop_type(final, limited),
+        "stopping_word": (final.stop_sequence or "") if final is not None else "",
+        "has_new_line": "\n" in limits.text, "truncated": False,
+        "generation_settings": {"n_predict": -1 if params.max_tokens is None else 0 if warm else params.max_tokens,
+                                "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
+                                "min_p": params.min_p, "seed": params.seed, "stop": list(params.stop),
+                                "n_probs": body.n_probs, "ignore_eos": params.ignore_eos, "model": gen.served_name},
+        "timings": {
+            "prompt_n": prompt_tokens - cached, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / max(1, prompt_tokens - cached),
+            "prompt_per_second": (prompt_tokens - cached) / (prompt_ms / 1000) if prompt_ms > 0 else 0.0,
+            "predicted_n": n, "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / n if n else 0.0,
+            "predicted_per_second": n / (predicted_ms / 1000) if n and predicted_ms > 0 else 0.0,
+        },
+    }  # fmt: skip
+    yield f"data: {json.dumps(figures, ensure_ascii=False)}\n\n".encode() if streamed else figures
+
+
+def _request(body: NativeBody, *, prompt: str, infill: Infill | None = None, ids: tuple[int, ...] | None = None) -> GenerationRequest:
+    return GenerationRequest(model=body.model or "", prompt=prompt, prompt_ids=ids, infill=infill, params=_params(body))
+
+
+@router.post("/completion")
+async def completion(request: Request, body: NativeBody):
+    prompt = body.prompt if body.prompt is not None else ""
+    if isinstance(prompt, list):
+        req = _request(body, prompt="", ids=tuple(prompt))
+    else:
+        req = _request(body, prompt=prompt)
+    return await _run(request, body, req, warm=(body.n_predict if body.n_predict is not None else body.max_tokens) == 0)
+
+
+@router.post("/infill")
+async def infill(request: Request, body: InfillBody):
+    if isinstance(body.prompt, list):
+        raise InvalidRequest("'prompt' of /infill is text typed at the gap; give it as a string.", param="prompt")
+    extra = tuple((f.filename, f.text) for f in body.input_extra)
+    req = _request(body, prompt=body.prompt or "", infill=Infill(body.input_prefix, body.input_suffix, extra, project=True))
+    return await _run(request, body, req, warm=(body.n_predict if body.n_predict is not None else body.max_tokens) == 0)
+
+
+__all__ = ["router"]
