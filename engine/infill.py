@@ -13,7 +13,8 @@ else the tokens' texts), so one request gives one prompt on any backend:
 (the repository part only where the vocabulary has those markers and the request gives other files; without
 ``FIM_SEP`` each file follows a ``--- snippet ---`` line). The code's text is read as text: a marker written in
 a file is not a control token. Long texts are cut where they matter least, as llama-server cuts them: the
-prefix keeps its end, the suffix its start, and the other files what the context has left.
+prefix keeps its end, the suffix its start, and the other files what the context has left. Unlike llama-server,
+BOS (where the model takes one) opens the prompt, before the other files, and the typed text is read as text.
 """
 
 from __future__ import annotations
@@ -55,9 +56,12 @@ BATCH = 2048
 REPO_NAME = "myproject\n"
 #: What stands before each other file where the vocabulary has no FIM_SEP.
 SNIPPET = "\n\n--- snippet ---\n\n"
-#: The name of a file given without one, and of the file being completed.
+#: The name of a file given without one (llama-server's), and of the file being completed.
 DEFAULT_FILENAME = "tmp"
 CURRENT_FILENAME = "filename"
+#: Characters read of a long prefix's end (a suffix's start) per token kept: a text of megabytes is not
+#: tokenized whole for the 1,536 tokens it gives (a cut that gives too few is read whole after all).
+CHARS_PER_TOKEN = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +117,17 @@ def file_has_markers(path: Path) -> bool:
     try:
         if path.is_dir():
             data = b"".join((path / n).read_bytes() for n in ("tokenizer.json", "tokenizer_config.json") if (path / n).is_file())
-            spell = lambda text: json.dumps(text).encode()  # noqa: E731 - a JSON string, quotes and all
+            spell = lambda text: json.dumps(text, ensure_ascii=False).encode()  # noqa: E731 - a JSON string, quotes and all
         else:
             with open(path, "rb") as f:
                 data = f.read(HEADER_BYTES)
             spell = lambda text: struct.pack("<Q", len(text.encode())) + text.encode()  # noqa: E731 - a GGUF string
     except OSError:
         return False
+    escaped = lambda text: json.dumps(text).encode()  # noqa: E731 - as a writer that escapes non-ASCII spells it
     return all(
-        any(key.encode() in data for key in FIM_KEYS[kind]) or any(spell(t) in data for t in FIM_TEXTS[kind])
+        any(key.encode() in data for key in FIM_KEYS[kind])
+        or any(spell(t) in data or (path.is_dir() and escaped(t) in data) for t in FIM_TEXTS[kind])
         for kind in ("pre", "suf", "mid")
     )
 
@@ -130,10 +136,33 @@ def no_infill(model: str) -> InvalidRequest:
     """The refusal for a model without the markers (Ollama's words first: "does not support insert")."""
     return InvalidRequest(
         f"Model '{model}' does not support insert (fill in the middle): its vocabulary has no prefix, suffix and "
-        "middle markers; use a code model trained for it, such as Qwen2.5-Coder, CodeLlama, StarCoder2 or "
-        "DeepSeek-Coder.",
+        "middle markers; name a code model trained for it in 'model', such as Qwen2.5-Coder, CodeLlama, StarCoder2 "
+        "or DeepSeek-Coder.",
         param="suffix",
     )
+
+
+def _tail(text: str, n: int, encode: Callable[[str], list[int]]) -> list[int]:
+    """The last ``n`` tokens of ``text``, read from its end only when that gives them with room to spare (the
+    tokens at a cut may differ from the whole text's: they are left well outside the ``n``)."""
+    if n <= 0 or not text:
+        return []
+    if len(text) > (n + 64) * CHARS_PER_TOKEN:
+        ids = encode(text[-(n + 64) * CHARS_PER_TOKEN :])
+        if len(ids) >= n + 64:
+            return ids[-n:]
+    return encode(text)[-n:]
+
+
+def _head(text: str, n: int, encode: Callable[[str], list[int]]) -> list[int]:
+    """The first ``n`` tokens of ``text``, read from its start only (as :func:`_tail`)."""
+    if n <= 0 or not text:
+        return []
+    if len(text) > (n + 64) * CHARS_PER_TOKEN:
+        ids = encode(text[: (n + 64) * CHARS_PER_TOKEN])
+        if len(ids) >= n + 64:
+            return ids[:n]
+    return encode(text)[:n]
 
 
 def infill_tokens(
@@ -144,31 +173,33 @@ def infill_tokens(
     encode: Callable[[str], list[int]],
     bos: int | None,
     n_ctx: int,
-    max_tokens: int | None,
 ) -> list[int]:
     """The token ids of the infill prompt (see the module). ``encode`` reads text as text (no control tokens,
-    no BOS); ``prompt`` is text typed at the gap, after the prefix.
+    no BOS); ``prompt`` is text typed at the gap, after the prefix (read as text too).
 
-    As llama-server cuts them: the prefix keeps its last three quarters of a batch of ``BATCH`` tokens, the suffix
-    its first quarter less the typed text; other files fill what the context has left after the answer's
-    ``max_tokens`` (at most half the context), the nearest kept."""
+    A quarter of the context is left to the answer. The prefix keeps its last three quarters of a budget of
+    ``BATCH`` tokens (less on a small context), the suffix its first quarter less 2 and the typed text, as
+    llama-server cuts them; the other files fill the rest of the context whatever the prefix's and suffix's
+    lengths, the nearest to the gap kept, so that the prompt's start (the files) stays the same from one
+    keystroke to the next and is read from the prefix cache."""
     head = [bos] if bos is not None else []
     typed = encode(prompt) if prompt else []
-    batch = max(0, min(BATCH, n_ctx - min(max_tokens or 0, n_ctx // 2) - len(head) - 3 - len(typed)))
-    prefix = encode(infill.prefix)[-(3 * (batch // 4)) :] if infill.prefix and batch >= 4 else []
-    suffix = encode(infill.suffix)[: max(0, batch // 4 - 2 - len(typed))] if infill.suffix else []
+    fixed = len(head) + 3
+    batch = max(0, min(BATCH, n_ctx - n_ctx // 4 - fixed))
+    take_prefix, take_suffix = 3 * (batch // 4), max(0, batch // 4 - 2 - len(typed))
+    prefix = _tail(infill.prefix, take_prefix, encode)
+    suffix = _head(infill.suffix, take_suffix, encode)
     extra: list[int] = []
     if infill.extra or infill.project:
         if fim.rep is not None:
             extra += [fim.rep, *encode(REPO_NAME)]
         for filename, text in infill.extra:
-            extra += [fim.sep, *encode((filename or DEFAULT_FILENAME) + "\n")] if fim.sep is not None else encode(SNIPPET)
+            extra += [fim.sep, *encode(filename + "\n")] if fim.sep is not None else encode(SNIPPET)
             extra += encode(text) if text else []
         if fim.sep is not None:
             extra += [fim.sep, *encode(CURRENT_FILENAME + "\n")]
-    used = len(head) + 3 + len(typed) + len(prefix) + len(suffix)
-    left = max(0, n_ctx - min(max_tokens or 0, n_ctx // 2) - used)
-    extra = extra[len(extra) - left :] if left < len(extra) else extra  # the files nearest the gap stay
+    room = max(0, n_ctx - n_ctx // 4 - fixed - batch)
+    extra = extra[len(extra) - room :] if room < len(extra) else extra  # the files nearest the gap stay
     return [*head, *extra, fim.pre, *prefix, *typed, fim.suf, *suffix, fim.mid]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -217,29 +218,17 @@ class StopMatcher:
 
 
 class Utf8Decoder:
-    """Turns token byte pieces into text, holding back incomplete multi-byte characters."""
+    """Turns token byte pieces into text, holding back a character whose bytes are still coming; a byte that can
+    start or continue none is U+FFFD at once (one stray byte must not hold back the text after it)."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, piece: bytes) -> str:
-        self._buf += piece
-        for cut in range(len(self._buf), max(len(self._buf) - 4, -1), -1):
-            try:
-                text = self._buf[:cut].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            self._buf = self._buf[cut:]
-            if len(self._buf) >= 4:  # not a character in the making: give up on it
-                text += self._buf.decode("utf-8", errors="replace")
-                self._buf = b""
-            return text
-        return ""
+        return self._decoder.decode(piece)
 
     def flush(self) -> str:
-        out = self._buf.decode("utf-8", errors="replace")
-        self._buf = b""
-        return out
+        return self._decoder.decode(b"", final=True)
 
 
 __all__ = [

@@ -68,8 +68,7 @@ class BackendFacade(Generic[L]):
             raise ValueError("not a fill-in-the-middle request")
         if fim is None:
             raise no_infill(self.spec.name if self.spec is not None else request.model)
-        return infill_tokens(request.infill, request.prompt or "", fim=fim, encode=encode, bos=bos,
-                             n_ctx=self.info.n_ctx, max_tokens=request.params.max_tokens)  # fmt: skip
+        return infill_tokens(request.infill, request.prompt or "", fim=fim, encode=encode, bos=bos, n_ctx=self.info.n_ctx)
 
     def cancel(self, request_id: str) -> None:
         if self.loop is not None:

@@ -33,7 +33,7 @@ def prompt_param(path: str) -> str:
     """The body field that holds the prompt at ``path``: what a too-long prompt's error names as its ``param``."""
     if path.endswith("/responses"):
         return "input"
-    if path.endswith("/api/generate") or (path.endswith("/completions") and not path.endswith("/chat/completions")):
+    if path.endswith(("/api/generate", "/completion", "/infill")) or (path.endswith("/completions") and not path.endswith("/chat/completions")):
         return "prompt"
     return "messages"
 

@@ -14,10 +14,13 @@ less ends it, cut at its first character). Without ``model``, the loaded model u
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,7 +28,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine.errors import InvalidRequest
-from engine.infill import Infill
+from engine.infill import DEFAULT_FILENAME, Infill, file_has_markers
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
 from engine.server.generation import Generation
 from engine.server.tokenize_routes import model_or_default
@@ -36,13 +39,14 @@ router = APIRouter(responses=ERROR_RESPONSES)
 # llama-server's sampling defaults, for a client that relies on them
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 MAX_TEXT_CHARS = 4_000_000  # a field's text (a long source file is well within)
+RANDOM_SEED = 0xFFFFFFFF  # llama-server's seed for "a random one"
 
 
 class ExtraFile(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     text: str = Field(max_length=MAX_TEXT_CHARS)
-    filename: str = Field("", max_length=4096)
+    filename: str | None = Field(None, max_length=4096)
 
 
 class NativeBody(BaseModel):
@@ -52,7 +56,8 @@ class NativeBody(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
-    prompt: str | list[int] | None = None
+    # text, or (/completion) the model's token ids: checked where it is read, with a sentence that says so
+    prompt: Any = Field(None, json_schema_extra={"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]})
     n_predict: int | None = Field(None, ge=-1)
     max_tokens: int | None = Field(None, ge=-1)
     temperature: float | None = Field(None, ge=0, le=2)
@@ -91,14 +96,18 @@ def _params(body: NativeBody) -> SamplingParams:
 
 
 class _Limits:
-    """llama-server's ends besides the token limit, on the text as it comes: ``t_max_predict_ms`` once a line
-    is written, and ``n_indent`` (a new line indented less ends the answer at its first character)."""
+    """llama-server's ends besides the token limit, on the text as it comes: ``n_indent`` (a line, once its
+    first character other than a space or tab comes, indented less than that ends the answer there; a blank line
+    too) and ``t_max_predict_ms`` (a piece with a newline ends it once that long has passed since the first
+    token, so the answer ends with whole lines)."""
 
     def __init__(self, body: NativeBody) -> None:
         self.ms = body.t_max_predict_ms
         self.indent = body.n_indent
         self.text = ""
         self.first_at: float | None = None
+        self.line: int | None = None  # where the line whose indentation is not known yet starts
+        self.scan = 0  # where to look for the next newline
 
     def take(self, piece: str, now: float) -> tuple[str, bool]:
         """The part of ``piece`` to give, and whether the answer ends with it."""
@@ -106,15 +115,22 @@ class _Limits:
             self.first_at = now
         start = len(self.text)
         self.text += piece
-        if self.indent > 0 and "\n" in self.text:
-            line = self.text.rfind("\n") + 1
-            pos = line
+        while self.indent > 0:
+            if self.line is None:
+                nl = self.text.find("\n", self.scan)
+                if nl < 0:
+                    break
+                self.line = self.scan = nl + 1
+            pos = self.line
             while pos < len(self.text) and self.text[pos] in " \t":
                 pos += 1
-            if pos < len(self.text) and pos - line < self.indent:
+            if pos == len(self.text):  # its first character is still to come
+                break
+            if pos - self.line < self.indent:
                 self.text = self.text[:pos]
                 return self.text[start:], True
-        timed_out = self.ms > 0 and "\n" in self.text and self.first_at is not None and (now - self.first_at) * 1000 > self.ms
+            self.line = None
+        timed_out = self.ms > 0 and "\n" in piece and self.first_at is not None and (now - self.first_at) * 1000 > self.ms
         return piece, timed_out
 
 
@@ -135,8 +151,7 @@ def _stop_type(final: GenerationChunk | None, limited: bool) -> str:
     return "eos" if final is not None and final.finish_reason == "stop" else "none"
 
 
-async def _run(request: Request, body: NativeBody, req: GenerationRequest, warm: bool):
-    name = await model_or_default(request, body.model)
+async def _run(request: Request, body: NativeBody, name: str, req: GenerationRequest, warm: bool):
     gen = Generation(request, name, [replace(req, model=name)])
     await gen.start()
     answer = _answer(gen, body, warm)
@@ -170,7 +185,6 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
     final: GenerationChunk | None = None
     limited = False  # ended by t_max_predict_ms or n_indent: cancelled, its last chunk awaited for the figures
     predicted = 0
-    t0 = time.perf_counter()
     first_at: float | None = None
     chunks = gen.chunks(watch_client=not streamed)
     try:
@@ -206,21 +220,21 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
     prompt_tokens = final.prompt_tokens if final is not None else 0
     cached = final.cached_tokens if final is not None else 0
     n = 0 if warm else (final.completion_tokens if final is not None and not limited else predicted)
-    prompt_ms = ((first_at or end) - t0) * 1000
+    prompt_ms = ((first_at or end) - gen.t0) * 1000  # from the request's start: its prompt was sent before this
     predicted_ms = (end - first_at) * 1000 if first_at is not None and not warm else 0.0
     params = gen.requests[0].params
     figures = {
         "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True, "model": gen.served_name,
-        "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": cached,
+        "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens + n,  # what the slot's cache holds after
         "stop_type": "limit" if warm else _stop_type(final, limited),
         "stopping_word": (final.stop_sequence or "") if final is not None else "",
         "has_new_line": "\n" in limits.text, "truncated": False,
         "generation_settings": {"n_predict": -1 if params.max_tokens is None else 0 if warm else params.max_tokens,
                                 "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
-                                "min_p": params.min_p, "seed": params.seed, "stop": list(params.stop),
+                                "min_p": params.min_p, "seed": RANDOM_SEED if params.seed is None else params.seed, "stop": list(params.stop),
                                 "n_probs": body.n_probs, "ignore_eos": params.ignore_eos, "model": gen.served_name},
         "timings": {
-            "prompt_n": prompt_tokens - cached, "prompt_ms": prompt_ms,
+            "cache_n": cached, "prompt_n": prompt_tokens - cached, "prompt_ms": prompt_ms,
             "prompt_per_token_ms": prompt_ms / max(1, prompt_tokens - cached),
             "prompt_per_second": (prompt_tokens - cached) / (prompt_ms / 1000) if prompt_ms > 0 else 0.0,
             "predicted_n": n, "predicted_ms": predicted_ms,
@@ -237,21 +251,61 @@ def _request(body: NativeBody, *, prompt: str, infill: Infill | None = None, ids
 
 @router.post("/completion")
 async def completion(request: Request, body: NativeBody):
-    prompt = body.prompt if body.prompt is not None else ""
-    if isinstance(prompt, list):
+    prompt = "" if body.prompt is None else body.prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         req = _request(body, prompt="", ids=tuple(prompt))
-    else:
+    elif isinstance(prompt, str):
         req = _request(body, prompt=prompt)
-    return await _run(request, body, req, warm=(body.n_predict if body.n_predict is not None else body.max_tokens) == 0)
+    else:
+        raise InvalidRequest("'prompt' must be text or a list of the model's token ids.", param="prompt")
+    name = await model_or_default(request, body.model)
+    return await _run(request, body, name, req, warm=_warm(body))
 
 
 @router.post("/infill")
 async def infill(request: Request, body: InfillBody):
-    if isinstance(body.prompt, list):
-        raise InvalidRequest("'prompt' of /infill is text typed at the gap; give it as a string.", param="prompt")
-    extra = tuple((f.filename, f.text) for f in body.input_extra)
+    if body.prompt is not None and not isinstance(body.prompt, str):
+        raise InvalidRequest("'prompt' of /infill is text typed at the cursor; give it as a string.", param="prompt")
+    extra = tuple((DEFAULT_FILENAME if f.filename is None else f.filename, f.text) for f in body.input_extra)
     req = _request(body, prompt=body.prompt or "", infill=Infill(body.input_prefix, body.input_suffix, extra, project=True))
-    return await _run(request, body, req, warm=(body.n_predict if body.n_predict is not None else body.max_tokens) == 0)
+    name = body.model or await _code_model(request)
+    try:
+        return await _run(request, body, name, req, warm=_warm(body))
+    except InvalidRequest as exc:
+        if exc.param == "suffix":  # a model without the markers: this body's field
+            exc.param = "model"
+        raise
+
+
+def _warm(body: NativeBody) -> bool:
+    return (body.n_predict if body.n_predict is not None else body.max_tokens) == 0
+
+
+async def _code_model(request: Request) -> str:
+    """The model an /infill without ``model`` means (an editor's plugin names none): of the loaded models, the one
+    used most recently that can fill in the middle, else the one used most recently (which then says it cannot)."""
+    manager = request.app.state.manager
+    if not manager.preloaded.is_set():
+        await asyncio.to_thread(manager.preloaded.wait)
+    loaded = sorted(manager.loaded(), key=lambda lm: lm.last_used, reverse=True)
+    for lm in loaded:
+        if await asyncio.to_thread(_has_markers, Path(lm.model.path)):
+            return lm.model.name
+    return await model_or_default(request, None)
+
+
+@lru_cache(maxsize=64)
+def _markers_of(path: Path, size: int, mtime: float) -> bool:
+    return file_has_markers(path)
+
+
+def _has_markers(path: Path) -> bool:
+    """:func:`file_has_markers`, read once per version of the file (a plugin asks at every keystroke)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return _markers_of(path, st.st_size, st.st_mtime)
 
 
 __all__ = ["router"]

@@ -182,12 +182,13 @@ def capabilities(m, template: str) -> list[str]:
     (fill in the middle) where its vocabulary has the markers (engine.infill)."""
     from engine.tools.reasoning import template_thinks
 
+    insert = file_has_markers(Path(m.path))  # fill in the middle: /api/generate's suffix
     if not m.has_chat_template and m.format == "gguf" and not template:
-        return ["embedding"]
+        return ["completion", "insert"] if insert else ["embedding"]  # a base code model has no chat template
     caps = ["completion", "tools"]
     if template_thinks(template):
         caps.append("thinking")
-    if file_has_markers(Path(m.path)):  # fill in the middle: /api/generate's suffix
+    if insert:
         caps.append("insert")
     from engine.server.media import capabilities as media_capabilities
 

@@ -455,7 +455,7 @@ async def generate(request: Request, body: GenerateBody):
         raise InvalidRequest("'images' cannot go with 'raw': the prompt has no place for them; drop 'raw'.", param="images")
     pictures = await asyncio.to_thread(_images, body.images, "images") if body.images else ()
     await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
-    if not body.prompt:
+    if not body.prompt and not body.suffix:  # a suffix alone: the cursor at the file's start, still filled
         return await _load_or_unload(request, found, keep, "response")
     common = {
         "model": found.name, "params": body.sampling(), "response_format": response_format(body.format),

@@ -41,3 +41,10 @@ def test_utf8_decoder_holds_incomplete_characters():
     data = "héllo 🌍".encode()
     out = "".join(d.feed(data[i : i + 1]) for i in range(len(data))) + d.flush()
     assert out == "héllo 🌍"
+
+
+def test_a_stray_byte_is_replaced_at_once_and_holds_back_nothing_after_it():
+    d = Utf8Decoder()
+    assert [d.feed(p) for p in (b"a", b"\xc3", b"Collection", b" Arr")] == ["a", "", "\ufffdCollection", " Arr"]
+    assert d.feed(b"\xf0\x9f") == "" and d.feed(b"\x8c\x8d") == "\U0001f30d" and d.flush() == ""
+    assert d.feed(b"\xe2\x82") == "" and d.flush() == "\ufffd"

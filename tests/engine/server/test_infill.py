@@ -24,41 +24,46 @@ def chars(text: str) -> list[int]:
 
 
 def test_the_prompt_is_prefix_suffix_middle_with_the_typed_text_after_the_prefix():
-    ids = infill_tokens(Infill("ab", "cd"), "x", fim=FIM, encode=chars, bos=None, n_ctx=100, max_tokens=10)
+    ids = infill_tokens(Infill("ab", "cd"), "x", fim=FIM, encode=chars, bos=None, n_ctx=100)
     assert ids == [FIM.pre, *chars("abx"), FIM.suf, *chars("cd"), FIM.mid]
-    with_bos = infill_tokens(Infill("ab", ""), "", fim=FIM, encode=chars, bos=7, n_ctx=100, max_tokens=10)
+    with_bos = infill_tokens(Infill("ab", ""), "", fim=FIM, encode=chars, bos=7, n_ctx=100)
     assert with_bos == [7, FIM.pre, *chars("ab"), FIM.suf, FIM.mid]
 
 
 def test_other_files_come_first_in_the_repository_frame_and_without_a_separator_as_snippets():
-    files = (("util.py", "X"), ("", "Y"))
-    ids = infill_tokens(Infill("a", "b", files), "", fim=FIM, encode=chars, bos=None, n_ctx=200, max_tokens=0)
+    files = (("util.py", "X"), ("tmp", "Y"))
+    ids = infill_tokens(Infill("a", "b", files), "", fim=FIM, encode=chars, bos=None, n_ctx=4096)
     frame = [FIM.rep, *chars("myproject\n"), FIM.sep, *chars("util.py\nX"), FIM.sep, *chars("tmp\nY"),
              FIM.sep, *chars("filename\n")]  # fmt: skip
     assert ids == [*frame, FIM.pre, *chars("a"), FIM.suf, *chars("b"), FIM.mid]
     # llama-server's /infill opens with the frame even without other files
-    assert infill_tokens(Infill("a", "b", project=True), "", fim=FIM, encode=chars, bos=None, n_ctx=200, max_tokens=0)[:11] == [
+    assert infill_tokens(Infill("a", "b", project=True), "", fim=FIM, encode=chars, bos=None, n_ctx=4096)[:11] == [
         FIM.rep, *chars("myproject\n")]  # fmt: skip
     plain = FimTokens(pre=-1, suf=-2, mid=-3)
-    ids = infill_tokens(Infill("a", "b", (("f", "Z"),)), "", fim=plain, encode=chars, bos=None, n_ctx=200, max_tokens=0)
+    ids = infill_tokens(Infill("a", "b", (("f", "Z"),)), "", fim=plain, encode=chars, bos=None, n_ctx=4096)
     assert ids == [*chars("\n\n--- snippet ---\n\nZ"), plain.pre, *chars("a"), plain.suf, *chars("b"), plain.mid]
 
 
 def test_long_texts_are_cut_as_llama_server_cuts_them_the_gap_kept():
     prefix, suffix = "p" * 5000 + "P", "S" + "s" * 5000
-    ids = infill_tokens(Infill(prefix, suffix), "", fim=FIM, encode=chars, bos=None, n_ctx=32768, max_tokens=100)
+    ids = infill_tokens(Infill(prefix, suffix), "", fim=FIM, encode=chars, bos=None, n_ctx=32768)
     pre, suf = ids.index(FIM.pre), ids.index(FIM.suf)
     assert ids[suf - 1] == ord("P") and suf - pre - 1 == 1536  # the prefix's end, three quarters of 2,048
     assert ids[suf + 1] == ord("S") and len(ids) - suf - 2 == 510  # the suffix's start, a quarter less 2
-    # a small context: the answer keeps its max_tokens (at most half), the rest is shared the same way
-    ids = infill_tokens(Infill(prefix, suffix, (("f", "E" * 900),)), "", fim=FIM, encode=chars, bos=None, n_ctx=512,
-                        max_tokens=1000)  # fmt: skip
-    assert len(ids) <= 256 and ids[-1] == FIM.mid
+    typed = infill_tokens(Infill(prefix, suffix), "xy", fim=FIM, encode=chars, bos=None, n_ctx=32768)
+    assert len(typed) - typed.index(FIM.suf) - 2 == 508  # the typed text comes out of the suffix's share
+    # a small context: a quarter is left to the answer, the rest shared the same way; no room for other files
+    ids = infill_tokens(Infill(prefix, suffix, (("f", "E" * 900),)), "", fim=FIM, encode=chars, bos=None, n_ctx=512)
+    assert len(ids) <= 384 and ids[0] == FIM.pre and ids[-1] == FIM.mid
     assert ids[ids.index(FIM.suf) - 1] == ord("P") and ids[ids.index(FIM.suf) + 1] == ord("S")
-    # the other files fill what is left, the nearest to the gap kept
-    ids = infill_tokens(Infill("a", "b", (("f", "E" * 900),)), "", fim=FIM, encode=chars, bos=None, n_ctx=512, max_tokens=6)
-    pre = ids.index(FIM.pre)
-    assert len(ids) == 506 and ids[0] == ord("E") and ids[pre - 10 : pre] == [FIM.sep, *chars("filename\n")]
+    # the other files fill the rest of a larger one, the nearest to the gap kept, whatever the prefix's length:
+    # the prompt's start stays the same from one keystroke to the next (the prefix cache reads it)
+    files = (("f", "E" * 2000),)
+    short = infill_tokens(Infill("a", "b", files), "", fim=FIM, encode=chars, bos=None, n_ctx=4096)
+    pre = short.index(FIM.pre)
+    assert pre == 4096 - 1024 - 3 - 2048 and short[0] == ord("E") and short[pre - 10 : pre] == [FIM.sep, *chars("filename\n")]
+    longer = infill_tokens(Infill("a" * 700, "b", files), "x", fim=FIM, encode=chars, bos=None, n_ctx=4096)
+    assert longer[:pre] == short[:pre] and len(longer) < 4096 - 1024
 
 
 def test_markers_are_found_by_declared_id_then_by_text_as_llama_cpp_finds_them():
@@ -96,7 +101,7 @@ def coder_home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def coder_server(coder_home):
-    s = Server("--ctx", "1024", "--parallel", "2", env={"HEARTH_HOME": str(coder_home)})
+    s = Server("--ctx", "4096", "--parallel", "2", env={"HEARTH_HOME": str(coder_home)})
     yield s
     s.stop()
 
@@ -177,9 +182,10 @@ def test_llama_servers_infill_opens_with_the_repository_frame_and_answers_in_its
     fresh = {**body, "input_prefix": "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "}
     warm = _post(coder_server, "/infill", {**fresh, "n_predict": 0}).json()
     assert warm["content"] == "" and warm["tokens_predicted"] == 0 and warm["tokens_evaluated"] > len(ids)
-    assert warm["tokens_cached"] < len(frame) + 4  # only the frame was read before
+    assert warm["timings"]["cache_n"] < len(frame) + 4  # only the frame was read before
     after = _post(coder_server, "/infill", fresh).json()
-    assert after["tokens_cached"] > len(frame) + 16 and after["tokens_predicted"] == 10
+    assert after["timings"]["cache_n"] > len(frame) + 16 and after["tokens_predicted"] == 10
+    assert after["tokens_cached"] == after["tokens_evaluated"] + 10  # what the cache holds after, as llama-server's
 
 
 def test_llama_servers_completion_takes_text_or_token_ids(coder_server):
@@ -201,14 +207,23 @@ def test_llama_servers_completion_takes_text_or_token_ids(coder_server):
 def test_llama_servers_time_and_indent_limits_end_the_answer():
     from engine.server.llama_routes import InfillBody, _Limits
 
-    limits = _Limits(InfillBody(input_prefix="", input_suffix="", n_indent=4))
-    assert limits.take("    x = 1\n", 0.0) == ("    x = 1\n", False)
-    assert limits.take("      y", 0.1) == ("      y", False)  # indented enough: goes on
-    assert limits.take("\n  z", 0.2) == ("\n  ", True)  # a line indented less: cut at its first character
-    timed = _Limits(InfillBody(input_prefix="", input_suffix="", t_max_predict_ms=100))
+    def limits(**kw) -> _Limits:
+        return _Limits(InfillBody(input_prefix="", input_suffix="", **kw))
+
+    indent = limits(n_indent=4)
+    assert indent.take("    x = 1\n", 0.0) == ("    x = 1\n", False)
+    assert indent.take("  ", 0.1) == ("  ", False)  # its first character is still to come
+    assert indent.take("    y", 0.2) == ("    y", False)  # indented enough: goes on
+    assert indent.take("\n  z", 0.3) == ("\n  ", True)  # a line indented less: cut at its first character
+    several = limits(n_indent=4)  # several lines in one piece (a reader that fell behind): each is checked
+    assert several.take("    a\nx\n    b", 0.0) == ("    a\n", True)
+    blank = limits(n_indent=4)  # a blank line ends it too, as llama-server's
+    assert blank.take("    a\n\n    b", 0.0) == ("    a\n", True)
+    timed = limits(t_max_predict_ms=100)
     assert timed.take("a", 1.0) == ("a", False)
-    assert timed.take("b", 1.5) == ("b", False)  # no line written yet: no limit
-    assert timed.take("\nc", 1.6) == ("\nc", True)
+    assert timed.take("b\nc", 1.05) == ("b\nc", False)  # within the time
+    assert timed.take("d", 1.5) == ("d", False)  # past it, but mid-line: the answer ends with whole lines
+    assert timed.take("e\n", 1.6) == ("e\n", True)
 
 
 def test_the_paged_and_mlx_vocabulary_builds_llama_cpps_prompt():
@@ -226,12 +241,19 @@ def test_the_paged_and_mlx_vocabulary_builds_llama_cpps_prompt():
         assert vocab.fim == model.fim and vocab.fim is not None
         for infill in [Infill(PREFIX + "'<|fim_middle|>'", SUFFIX), Infill("", "x", (("a.py", "<|file_sep|>"),), project=True)]:
             ours = infill_tokens(infill, "pr", fim=vocab.fim, encode=lambda t: vocab.encode(t, parse_special=False),
-                                 bos=None, n_ctx=512, max_tokens=16)  # fmt: skip
+                                 bos=None, n_ctx=4096)  # fmt: skip
             theirs = infill_tokens(infill, "pr", fim=model.fim, encode=lambda t: model.tokenize(t, parse_special=False),
-                                   bos=None, n_ctx=512, max_tokens=16)  # fmt: skip
+                                   bos=None, n_ctx=4096)  # fmt: skip
             assert ours == theirs
+        # a long file is read from the end that is kept: the same tokens as the whole file's
+        source = "".join(f"def f{i}(x):\n    return x * {i} + len('{'y' * (i % 7)}')\n\n" for i in range(3000))
+        encode = lambda t: vocab.encode(t, parse_special=False)  # noqa: E731
+        ids = infill_tokens(Infill(source, source), "", fim=vocab.fim, encode=encode, bos=None, n_ctx=32768)
+        pre, suf = ids.index(vocab.fim.pre), ids.index(vocab.fim.suf)
+        assert ids[pre + 1 : suf] == encode(source)[-1536:] and ids[suf + 1 : -1] == encode(source)[:510]
     finally:
         model.close()
+
 
 
 def test_ollama_lists_insert_for_a_model_with_the_markers(coder_server):
@@ -249,3 +271,15 @@ def test_a_folder_models_markers_are_read_from_its_tokenizer_files(tmp_path):
     assert file_has_markers(tmp_path)
     (tmp_path / "tokenizer.json").write_text(__import__("json").dumps({"added_tokens": added[:2]}))
     assert not file_has_markers(tmp_path) and not file_has_markers(tmp_path / "missing.gguf")
+
+
+def test_an_infill_without_a_model_goes_to_the_code_model_after_a_chat(coder_server):
+    assert _post(coder_server, "/infill", {"model": CODER, "input_prefix": "a", "input_suffix": "b", "n_predict": 1}).status_code == 200
+    chat = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    assert _post(coder_server, "/v1/chat/completions", chat).status_code == 200  # the chat model is the latest used now
+    out = _post(coder_server, "/infill", {"input_prefix": "def f(", "input_suffix": "):\n", "n_predict": 2}).json()
+    assert out["model"] == CODER and out["tokens_predicted"] == 2
+    # Ollama's suffix with an empty prompt (the cursor at the file's start) is still filled in
+    top = _post(coder_server, "/api/generate", {"model": CODER, "prompt": "", "suffix": "import os\n", "stream": False,
+                                                "options": {"temperature": 0, "num_predict": 3}}).json()  # fmt: skip
+    assert top["done_reason"] != "load" and top["eval_count"] == 3
