@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from fastapi import Request
 
+from engine.errors import InvalidRequest
 from engine.limits import check_embedding_inputs
 
 T = TypeVar("T")
@@ -61,4 +63,23 @@ async def embed_for_client(
     return await for_client(request, lambda cancelled: backend.embed(texts, cancelled=cancelled, truncate=truncate))
 
 
-__all__ = ["check_inputs", "embed_for_client", "for_client"]
+def shorten(vec: list[float], dims: int | None, model: str) -> list[float]:
+    """The vector cut to its first ``dims`` values and normalised again (Matryoshka embeddings), as Ollama and
+    OpenAI do (``dimensions``); None leaves it whole.
+
+    Raises:
+        InvalidRequest: ``dims`` is not from 1 to the vector's size.
+    """
+    if dims is None:
+        return vec
+    if not 1 <= dims <= len(vec):
+        raise InvalidRequest(
+            f"Model '{model}' makes {len(vec)}-dimensional embeddings; set 'dimensions' from 1 to {len(vec)}.",
+            param="dimensions",
+        )
+    cut = vec[:dims]
+    norm = math.sqrt(sum(v * v for v in cut)) or 1.0
+    return [v / norm for v in cut]
+
+
+__all__ = ["check_inputs", "embed_for_client", "for_client", "shorten"]

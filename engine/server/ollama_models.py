@@ -297,6 +297,20 @@ def _ended(status) -> bool:
     return status.state.value in ("completed", "failed", "cancelled", "paused")
 
 
+async def _installed(request: Request, name: str) -> bool:
+    """Whether ``name`` is a local model Hearth serves now (its file there), as Ollama answers a pull of a model it has."""
+    try:
+        m = await resolve(request, name)
+    except HearthError:
+        return False
+    return Path(m.path).exists()
+
+
+async def _have_lines() -> AsyncIterator[dict]:
+    yield {"status": "pulling manifest"}
+    yield {"status": "success"}
+
+
 async def _pull_lines(request: Request, repo: str, variant: str | None) -> AsyncIterator[dict]:
     """Ollama's progress objects for a download, ending with ``{"status": "success"}``.
 
@@ -345,8 +359,11 @@ def _line(payload: dict) -> bytes:
 
 @router.post("/pull")
 async def pull(request: Request, body: PullBody):
-    repo, variant = pull_target(body.target)
-    lines = _pull_lines(request, repo, variant)
+    if await _installed(request, body.target):  # a model Hearth has (as /api/tags names it): nothing to fetch
+        lines = _have_lines()
+    else:
+        repo, variant = pull_target(body.target)
+        lines = _pull_lines(request, repo, variant)
     first = [await anext(lines)]
     first.append(await anext(lines))  # the listing is fetched here: a missing repo is an HTTP error, not a line
     if not body.stream:

@@ -32,7 +32,7 @@ from engine.server import media, targets
 from engine.server.api_models import Body
 from engine.server.dialect import DialectRun, count_prompt_tokens, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
-from engine.server.embeddings import check_inputs, embed_for_client
+from engine.server.embeddings import check_inputs, embed_for_client, shorten
 from engine.server.ollama_load import apply_load_options, check_keep_alive, set_keep_alive
 from engine.tools import ToolCall, parse_tools
 from engine.types import (
@@ -475,24 +475,6 @@ async def generate(request: Request, body: GenerateBody):
     return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body))
 
 
-def _shorten(vec: list[float], dims: int | None, model: str) -> list[float]:
-    """The vector cut to its first ``dims`` values and normalised again (Matryoshka embeddings), as Ollama does.
-
-    Raises:
-        InvalidRequest: ``dims`` is not from 1 to the vector's size.
-    """
-    if dims is None:
-        return vec
-    if not 1 <= dims <= len(vec):
-        raise InvalidRequest(
-            f"Model '{model}' makes {len(vec)}-dimensional embeddings; set 'dimensions' from 1 to {len(vec)}.",
-            param="dimensions",
-        )
-    cut = vec[:dims]
-    norm = math.sqrt(sum(v * v for v in cut)) or 1.0
-    return [v / norm for v in cut]
-
-
 async def _embed(
     request: Request, name: str, texts: list[str], keep: float | None, *, truncate: bool = True
 ) -> tuple[str, list, int, float]:
@@ -530,7 +512,7 @@ async def embed(request: Request, body: EmbedBody) -> dict:
     name, vectors, n_tokens, load = await _embed(request, body.model, texts, keep, truncate=body.truncate)
     return {
         "model": name,
-        "embeddings": [_shorten(v, body.dimensions, name) for v in vectors],
+        "embeddings": [shorten(v, body.dimensions, name) for v in vectors],
         "total_duration": int((time.perf_counter() - t0) * 1e9),
         "load_duration": int(load * 1e9),
         "prompt_eval_count": n_tokens,

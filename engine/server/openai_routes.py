@@ -18,7 +18,7 @@ from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.infill import Infill
 from engine.remote.routing import is_local, pass_through
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets, tokenize_routes
-from engine.server.embeddings import check_inputs, embed_for_client
+from engine.server.embeddings import check_inputs, embed_for_client, shorten
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
 from engine.server.generation import Generation
 from engine.server.schemas import (
@@ -606,12 +606,7 @@ async def embeddings(request: Request, body: EmbeddingBody):
         ) from exc  # fmt: skip
     finally:
         manager.release(lm)
-    size = len(vectors[0]) if vectors else 0
-    if body.dimensions is not None and body.dimensions != size:
-        raise InvalidRequest(
-            f"Model '{lm.model.name}' makes {size}-dimensional embeddings; leave out 'dimensions' or set it to {size}.",
-            param="dimensions",
-        )
+    vectors = [shorten(v, body.dimensions, lm.model.name) for v in vectors]  # `dimensions`: Matryoshka's cut
     data = []
     for i, vec in enumerate(vectors):
         value = (

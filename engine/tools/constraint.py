@@ -141,8 +141,8 @@ def call_schema(tools: Sequence[ToolSpec], arguments_key: str = "arguments") -> 
     options = []
     for i, t in enumerate(tools):
         params = _object_schema(t.parameters)
-        if _has_ref(params):
-            params = _hoisted(params, f"tool{i}", defs)
+        if has_ref(params):
+            params = hoisted(params, f"tool{i}", defs)
         options.append({
             "type": "object",
             "properties": {"name": {"const": t.name}, arguments_key: params},
@@ -155,15 +155,15 @@ def call_schema(tools: Sequence[ToolSpec], arguments_key: str = "arguments") -> 
     return out
 
 
-def _has_ref(node: Any) -> bool:
+def has_ref(node: Any) -> bool:
     if isinstance(node, Mapping):
-        return "$ref" in node or any(_has_ref(v) for k, v in node.items() if k not in ("const", "enum", "default", "examples"))
+        return "$ref" in node or any(has_ref(v) for k, v in node.items() if k not in ("const", "enum", "default", "examples"))
     if isinstance(node, list):
-        return any(_has_ref(v) for v in node)
+        return any(has_ref(v) for v in node)
     return False
 
 
-def _hoisted(params: dict[str, Any], name: str, defs: dict[str, Any]) -> dict[str, Any]:
+def hoisted(params: dict[str, Any], name: str, defs: dict[str, Any]) -> dict[str, Any]:
     """``params`` (one tool's parameters) moved to ``defs[name]``, its own definitions to ``defs[name + "-" + key]``,
     and every local reference in them pointed there; returns the reference to put where the parameters were."""
     own = {**(params.get("definitions") or {}), **(params.get("$defs") or {})}

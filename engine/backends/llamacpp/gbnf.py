@@ -59,9 +59,105 @@ def schema_to_gbnf(schema: Mapping[str, Any]) -> str:
             return super().visit(schema, name)
 
     converter = TrieEnums(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-    resolved = converter.resolve_refs(json.loads(json.dumps(schema)), "stdin")
+    resolved = converter.resolve_refs(json.loads(json.dumps(converter_ready(schema))), "stdin")
     converter.visit(resolved, "")
     return converter.format_grammar()
+
+
+# -- what the converter reads otherwise than JSON Schema -------------------------------------------------------
+#
+# Valid schemas that llama-cpp-python's converter refuses or misreads, each written as an equal schema it reads:
+# - a boolean schema (``"items": true``, a property ``false``): it expects an object everywhere;
+# - a schema without validation keywords (``{}``, ``{"description": ...}``: any value): it refuses the second and
+#   reads the first as an object (``items: {}``, as pydantic writes ``list[Any]``, failed on ``prefixItems``);
+# - ``allOf`` with one member beside annotations (pydantic v1's ``{"allOf": [{"$ref": ...}], "description": ...}``):
+#   it merges only members' properties, so an enum or string member came out as ``{}``;
+# - a reference at the root (``{"$ref": "#/$defs/P", "$defs": ...}``) or to the whole schema (``"#"``, a recursive
+#   model): it resolves neither. The schema's definitions move to ``$defs`` (engine.tools.constraint.hoisted) and
+#   the root takes the referenced definition's place.
+
+_ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "readOnly", "writeOnly",
+    "deprecated", "contentMediaType", "contentEncoding", "nullable",
+})  # fmt: skip
+#: A schema the converter reads as any JSON value (its own rule for one).
+ANY_VALUE: dict[str, Any] = {"type": "value"}
+
+
+def converter_ready(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` as the converter reads it right (see above); the same values valid."""
+    from engine.tools.constraint import has_ref, hoisted
+
+    out = _ready(schema, root=True)
+    if not isinstance(out, dict):  # the root `false`: nothing is valid; the closest the converter holds
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+    if has_ref(out) and (_refers_to_root(out) or "$ref" in out):
+        defs: dict[str, Any] = {}
+        body = hoisted(out, "schema", defs)
+        seen: set[str] = set()  # definitions that only refer on, perhaps in a circle (no schema: refused later)
+        while set(body) == {"$ref"} and body["$ref"].startswith("#/$defs/") and body["$ref"][8:] in defs:
+            if body["$ref"] in seen:
+                raise ValueError(f"the references from {body['$ref']} lead only to each other")
+            seen.add(body["$ref"])
+            body = defs[body["$ref"][8:]]
+        out = {**body, "$defs": defs}
+    return out
+
+
+def _refers_to_root(node: Any) -> bool:
+    if isinstance(node, Mapping):
+        return node.get("$ref") == "#" or any(_refers_to_root(v) for k, v in node.items() if k not in ("const", "enum"))
+    if isinstance(node, list):
+        return any(_refers_to_root(v) for v in node)
+    return False
+
+
+def _ready(node: Any, *, root: bool = False) -> Any:
+    """One (sub)schema made ready; None for ``false`` (no value is valid)."""
+    if node is True:
+        return dict(ANY_VALUE)
+    if node is False:
+        return None
+    if not isinstance(node, Mapping):
+        return node
+    out = dict(node)
+    if isinstance(out.get("properties"), Mapping):
+        props, required = {}, list(out.get("required") or [])
+        for name, sub in out["properties"].items():
+            ready = _ready(sub)
+            if ready is None:  # the property must not be there
+                required = [r for r in required if r != name]
+                continue
+            props[name] = ready
+        out["properties"] = props
+        if "required" in out:
+            out["required"] = required
+    if "items" in out:
+        if out["items"] is False:  # no item is valid: an empty array
+            out["items"], out["maxItems"] = dict(ANY_VALUE), 0
+        elif isinstance(out["items"], list):
+            out["items"] = [_ready(s) or dict(ANY_VALUE) for s in out["items"]]
+        else:
+            out["items"] = _ready(out["items"])
+    if isinstance(out.get("prefixItems"), list):
+        out["prefixItems"] = [_ready(s) or dict(ANY_VALUE) for s in out["prefixItems"]]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(out.get(key), list):
+            kept = [r for r in (_ready(s) for s in out[key]) if r is not None]
+            out[key] = kept or out[key]
+    if isinstance(out.get("additionalProperties"), Mapping):
+        out["additionalProperties"] = _ready(out["additionalProperties"])
+    for key in ("$defs", "definitions"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = {name: _ready(sub) or dict(ANY_VALUE) for name, sub in out[key].items()}
+    rest = {k: v for k, v in out.items() if k not in _ANNOTATIONS}
+    if isinstance(out.get("allOf"), list) and len(out["allOf"]) == 1 and set(rest) == {"allOf"}:
+        member = out["allOf"][0]
+        if isinstance(member, Mapping):
+            return {**{k: v for k, v in out.items() if k != "allOf"}, **member}
+    if not rest and not root:  # no validation keyword: any value
+        return {**out, **ANY_VALUE}
+    return out
 
 
 # A character of a JSON string: anything but a quote, a backslash or a control character, or an escape.

@@ -146,3 +146,49 @@ def test_a_tool_whose_parameters_refer_to_their_own_definitions_is_enforced(llam
     (call,) = final.tool_calls
     assert final.finish_reason == "tool_calls" and call.name == "get_weather"
     jsonschema.validate(json.loads(call.arguments), params)
+
+
+# Valid schemas llama-cpp-python's converter refused or misread (engine.backends.llamacpp.gbnf.converter_ready), as
+# pydantic, LangChain and hand-written tool schemas write them: (schema, texts valid for it, texts not).
+_CONVERTER_CASES = {
+    "list[Any]": ({"type": "object", "properties": {"values": {"type": "array", "items": {}}}, "required": ["values"]},
+                  ['{"values":[1,"a",{"b":null},[true]]}', '{"values":[]}'], ['{"values":5}', '{"values":[1,]}']),
+    "a recursive model (#)": ({"type": "object", "properties": {"name": {"type": "string"}, "friends": {"type": "array", "items": {"$ref": "#"}}},
+                               "required": ["name", "friends"]},
+                              ['{"name":"a","friends":[{"name":"b","friends":[]}]}'], ['{"name":"a","friends":[{"name":1,"friends":[]}]}']),
+    "a root reference": ({"$defs": {"A": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                                    "P": {"type": "object", "properties": {"addr": {"$ref": "#/$defs/A"}}, "required": ["addr"]}},
+                          "$ref": "#/$defs/P"}, ['{"addr":{"city":"x"}}'], ['{"addr":{"city":1}}', '{"addr":{}}']),
+    "a recursive root reference": ({"$defs": {"P": {"type": "object", "properties": {"name": {"type": "string"}, "kids": {
+        "type": "array", "items": {"$ref": "#/$defs/P"}}}, "required": ["name", "kids"]}}, "$ref": "#/$defs/P"},
+                                   ['{"name":"a","kids":[{"name":"b","kids":[]}]}'], ['{"name":"a","kids":[{"kids":[]}]}']),
+    "boolean schemas": ({"type": "object", "properties": {"v": True, "w": {"type": "array", "items": True}, "x": False},
+                         "required": ["v", "w"]}, ['{"v":[1],"w":[{"a":1},2]}', '{"v":null,"w":[]}'], ['{"v":1,"w":[],"x":1}']),
+    "allOf with one reference": ({"type": "object", "$defs": {"C": {"enum": ["a", "b"]}},
+                                  "properties": {"c": {"allOf": [{"$ref": "#/$defs/C"}], "description": "d"}}, "required": ["c"]},
+                                 ['{"c":"a"}'], ['{"c":{}}', '{"c":"z"}']),
+    "a property of any value": ({"type": "object", "properties": {"x": {"description": "anything"}}, "required": ["x"]},
+                                ['{"x":"s"}', '{"x":[1]}', '{"x":null}', '{"x":{"y":2}}'], ['{"y":1}']),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(_CONVERTER_CASES))
+def test_schemas_the_converter_misread_hold_what_they_say(model, case):
+    schema, valid, invalid = _CONVERTER_CASES[case]
+    grammar = schema_to_gbnf(schema)
+    for text in valid:
+        jsonschema.validate(json.loads(text), schema)  # the cases themselves are right
+        assert accepts(model, grammar, text), (case, text)
+    for text in invalid:
+        assert not accepts(model, grammar, text), (case, text)
+
+
+def test_references_that_lead_only_to_each_other_are_refused_at_once():
+    from engine.backends.llamacpp.sampler import grammar_for
+    from engine.errors import InvalidRequest
+    from engine.types import ResponseFormat
+
+    for schema in ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+                   {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}):  # fmt: skip
+        with pytest.raises(InvalidRequest, match="lead only to each other"):
+            grammar_for(ResponseFormat(type="json_schema", schema=schema))

@@ -189,7 +189,7 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     emb = schemas["CreateEmbeddingRequest"]["properties"]
     emb["model"] = pinned
     # OpenAI's own text: an input "cannot be an empty string". Refused: token ids, and `dimensions`
-    # other than the model's own size.
+    # outside 1 to the model's own size (tested apart).
     emb["input"] = {"oneOf": [text, {"type": "array", "minItems": 1, "maxItems": MAX_ITEMS, "items": text}]}
     emb.pop("dimensions")
 
@@ -217,7 +217,7 @@ def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
             props["logit_bias"] = _token_bias()
         # The tool and thinking fields are documented loosely here (engine.tools checks them, naming
         # the bad tool); they are fuzzed through OpenAI's spec, which says what they take.
-        # `dimensions` is refused unless it is the model's own size.
+        # `dimensions` is refused outside 1 to the model's own size (its vectors' size: tested apart).
         for key in ("tools", "tool_choice", "reasoning_effort", "chat_template_kwargs", "dimensions"):
             props.pop(key, None)
     chat = schemas["ChatCompletionBody"]

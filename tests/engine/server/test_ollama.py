@@ -244,6 +244,9 @@ def test_pull_of_what_the_hub_lacks_is_an_ollama_error(client):
     with pytest.raises(ollama.ResponseError) as err:
         client.pull("llama3.2")  # an Ollama library name, not a Hub repo
     assert err.value.status_code == 400 and "owner/repo" in err.value.error
+    # a model Hearth has, by the name /api/tags lists (a script's "make sure it is there"): nothing to fetch
+    assert client.pull(MODEL).status == "success" and client.pull(f"{MODEL}:latest").status == "success"
+    assert [p.status for p in client.pull(MODEL, stream=True)] == ["pulling manifest", "success"]
 
 
 def test_the_ollama_port_serves_the_same_api(ollama_server):

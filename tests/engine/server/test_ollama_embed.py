@@ -77,3 +77,14 @@ def test_a_lone_surrogate_is_embedded_not_a_server_error(small_server):
     assert r.status_code == 200, r.text
     same = httpx.post(f"{small_server.root}/api/embed", json={"model": MODEL, "input": "red \ufffd car"}, headers=headers)
     assert r.json()["embeddings"] == same.json()["embeddings"]
+
+
+def test_openais_dimensions_cut_the_same_way(small_server, client):
+    import openai
+
+    oai = openai.OpenAI(base_url=small_server.base_url, api_key=small_server.api_key or "none", max_retries=0)
+    short = oai.embeddings.create(model=MODEL, input="a blue car", dimensions=32).data[0].embedding
+    assert short == pytest.approx(client.embed(model=MODEL, input="a blue car", dimensions=32).embeddings[0], abs=1e-6)
+    with pytest.raises(openai.BadRequestError) as err:
+        oai.embeddings.create(model=MODEL, input="a blue car", dimensions=100_000)
+    assert err.value.body["param"] == "dimensions" and "set 'dimensions' from 1 to" in err.value.body["message"]
