@@ -23,6 +23,7 @@ import json
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from engine.errors import InvalidRequest
@@ -113,7 +114,17 @@ HEADER_BYTES = 32 << 20
 
 def file_has_markers(path: Path) -> bool:
     """Whether the model at ``path`` (a GGUF file, or a folder with tokenizer.json) has the prefix, suffix and
-    middle markers, read from its bytes without building its vocabulary (Ollama's ``insert`` capability)."""
+    middle markers, read from its bytes without building its vocabulary (Ollama's ``insert`` capability); read
+    once per version of the file (``/api/show`` and an editor's ``/infill`` ask often)."""
+    try:
+        st = (path / "tokenizer.json").stat() if path.is_dir() and (path / "tokenizer.json").exists() else path.stat()
+    except OSError:
+        return False
+    return _read_markers(path, st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=128)
+def _read_markers(path: Path, size: int, mtime_ns: int) -> bool:
     try:
         if path.is_dir():
             data = b"".join((path / n).read_bytes() for n in ("tokenizer.json", "tokenizer_config.json") if (path / n).is_file())

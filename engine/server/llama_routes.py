@@ -19,7 +19,6 @@ import json
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -289,23 +288,9 @@ async def _code_model(request: Request) -> str:
         await asyncio.to_thread(manager.preloaded.wait)
     loaded = sorted(manager.loaded(), key=lambda lm: lm.last_used, reverse=True)
     for lm in loaded:
-        if await asyncio.to_thread(_has_markers, Path(lm.model.path)):
+        if await asyncio.to_thread(file_has_markers, Path(lm.model.path)):
             return lm.model.name
     return await model_or_default(request, None)
-
-
-@lru_cache(maxsize=64)
-def _markers_of(path: Path, size: int, mtime: float) -> bool:
-    return file_has_markers(path)
-
-
-def _has_markers(path: Path) -> bool:
-    """:func:`file_has_markers`, read once per version of the file (a plugin asks at every keystroke)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return False
-    return _markers_of(path, st.st_size, st.st_mtime)
 
 
 __all__ = ["router"]
