@@ -274,7 +274,9 @@ def every_operation_env(home: Path, hub_url: str) -> dict[str, str]:
 
 
 # Fields that make a model generate, bounded (a case must stay quick) wherever they appear.
-_GENERATION_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict")
+_GENERATION_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict", "n_predict")
+# Of them, those whose absence means "until the context ends" (llama-server's /completion and /infill): required.
+_UNBOUNDED_WHEN_LEFT_OUT = ("n_predict",)
 
 
 def _schema_with(doc: dict, ref_or_schema: dict) -> dict:
@@ -379,6 +381,8 @@ def every_operation_spec(spec: dict, *, docs_folder: str, remote_url: str, hub_r
             for key in _GENERATION_LIMITS:
                 if key in props:
                     props[key] = _bounded_int(1, MAX_TOKENS)
+                    if key in _UNBOUNDED_WHEN_LEFT_OUT:
+                        node["required"] = sorted({*node.get("required", []), key})
     for node in _nodes(_request_schemas(doc)):
         props = node.get("properties")
         if isinstance(props, dict):
