@@ -10,8 +10,9 @@ else the tokens' texts), so one request gives one prompt on any backend:
     [BOS] [FIM_REP] myproject\\n ([FIM_SEP] filename\\n text)... [FIM_SEP] filename\\n
     [FIM_PRE] prefix prompt [FIM_SUF] suffix [FIM_MID]
 
-(the repository part only where the vocabulary has those markers and the request gives other files; without
-``FIM_SEP`` each file follows a ``--- snippet ---`` line). The code's text is read as text: a marker written in
+(the repository part only where the vocabulary has those markers, and where the request gives other files or is
+llama-server's ``/infill``, which always opens with it; without ``FIM_SEP`` each file follows a
+``--- snippet ---`` line). The code's text is read as text: a marker written in
 a file is not a control token. Long texts are cut where they matter least, as llama-server cuts them: the
 prefix keeps its end, the suffix its start, and the other files what the context has left. Unlike llama-server,
 BOS (where the model takes one) opens the prompt, before the other files, and the typed text is read as text.
@@ -129,10 +130,12 @@ def _read_markers(path: Path, size: int, mtime_ns: int) -> bool:
         if path.is_dir():
             data = b"".join((path / n).read_bytes() for n in ("tokenizer.json", "tokenizer_config.json") if (path / n).is_file())
             spell = lambda text: json.dumps(text, ensure_ascii=False).encode()  # noqa: E731 - a JSON string, quotes and all
-        else:
+        elif path.is_file():  # a regular file: a pipe or device put in its place is never read
             with open(path, "rb") as f:
                 data = f.read(HEADER_BYTES)
             spell = lambda text: struct.pack("<Q", len(text.encode())) + text.encode()  # noqa: E731 - a GGUF string
+        else:
+            return False
     except OSError:
         return False
     escaped = lambda text: json.dumps(text).encode()  # noqa: E731 - as a writer that escapes non-ASCII spells it

@@ -7,9 +7,10 @@ The answer is llama-server's: ``content``, ``stop``, ``stop_type`` (``eos``, ``w
 ``prompt_ms``, ``predicted_n``, ``predicted_ms`` and their rates), ``generation_settings``; streamed, one
 ``data:`` event per piece (``stop`` false) and the whole answer's figures last. ``n_predict`` 0 reads the prompt
 into the cache and answers nothing (a plugin warms the cache with the files around the cursor so). What
-llama-server stops a completion for besides the token limit holds here: ``t_max_predict_ms`` (once a line is
-written, generation ends when that long has passed since its first token) and ``n_indent`` (a new line indented
-less ends it, cut at its first character). Without ``model``, the loaded model used most recently answers.
+llama-server stops a completion for besides the token limit holds here: ``t_max_predict_ms`` (a piece with a
+newline ends the answer once that long has passed since its first token) and ``n_indent`` (a line indented less
+ends it, cut at its first character). Without ``model``, ``/completion`` goes to the loaded model used most
+recently, ``/infill`` to the loaded model used most recently that can fill in the middle.
 """
 
 from __future__ import annotations
