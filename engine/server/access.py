@@ -92,6 +92,7 @@ _INFERENCE_ROUTES = (
     # llama-server's own completions: a raw prompt, and fill in the middle
     ("POST", "/completion"),
     ("POST", "/infill"),
+    ("GET", "/props"),
     # What is loaded and how busy it is (no paths, nothing changed)
     ("GET", "/api/stats"),
     ("GET", "/metrics"),

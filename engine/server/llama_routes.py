@@ -1,6 +1,6 @@
 """llama-server's own completion endpoints: ``POST /completion`` (a raw prompt) and ``POST /infill`` (fill in
 the middle: ``input_prefix``, ``input_suffix``, other files as ``input_extra``, engine.infill), in its body and
-answer shapes, for the editors' completion plugins (llama.vscode, llama.vim) and other clients of llama-server.
+answer shapes, with ``GET /props`` (the model's context, slots and chat template), for the editors' completion plugins (llama.vscode, llama.vim) and other clients of llama-server.
 
 The answer is llama-server's: ``content``, ``stop``, ``stop_type`` (``eos``, ``word``, ``limit``),
 ``stopping_word``, ``tokens_predicted``, ``tokens_evaluated``, ``tokens_cached``, ``timings`` (``prompt_n``,
@@ -27,11 +27,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from engine import __version__
 from engine.errors import InvalidRequest
 from engine.infill import DEFAULT_FILENAME, Infill, file_has_markers
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
 from engine.server.generation import Generation
-from engine.server.tokenize_routes import model_or_default
+from engine.server.ollama_models import model_header
+from engine.server.tokenize_routes import acquire_local, model_or_default
 from engine.types import GenerationChunk, GenerationRequest, SamplingParams
 
 router = APIRouter(responses=ERROR_RESPONSES)
@@ -279,6 +281,33 @@ async def infill(request: Request, body: InfillBody):
 
 def _warm(body: NativeBody) -> bool:
     return (body.n_predict if body.n_predict is not None else body.max_tokens) == 0
+
+
+@router.get("/props")
+async def props(request: Request, model: str | None = None) -> dict:
+    """llama-server's ``GET /props``: the model's context per slot, its slots, its chat template and what it takes
+    (clients such as SillyTavern size their prompts from it); ``model`` names one (Hearth serves several), else the
+    loaded model used most recently."""
+    manager = request.app.state.manager
+    lm = await acquire_local(request, model, "Reading a model's properties")
+    try:
+        info = lm.backend.info
+        stats = lm.backend.stats()
+        header = await asyncio.to_thread(model_header, lm.model)
+    finally:
+        manager.release(lm)
+    template = header.get("tokenizer.chat_template") or header.get("chat_template") or ""
+    defaults = {**DEFAULTS, "n_predict": -1, "seed": RANDOM_SEED, "stop": [], "n_probs": 0, "ignore_eos": False}
+    return {
+        "default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": info.n_ctx, "speculative": False,
+                                        "is_processing": False, "params": defaults},  # fmt: skip
+        "total_slots": stats.slots if stats is not None else 1,
+        "model_alias": lm.model.name,
+        "model_path": lm.model.name,  # the file's path is for the admin key (/api/models)
+        "chat_template": template if isinstance(template, str) else "",
+        "modalities": {"vision": info.vision, "audio": info.audio},
+        "build_info": f"hearth {__version__}",
+    }
 
 
 async def _code_model(request: Request) -> str:

@@ -283,3 +283,14 @@ def test_an_infill_without_a_model_goes_to_the_code_model_after_a_chat(coder_ser
     top = _post(coder_server, "/api/generate", {"model": CODER, "prompt": "", "suffix": "import os\n", "stream": False,
                                                 "options": {"temperature": 0, "num_predict": 3}}).json()  # fmt: skip
     assert top["done_reason"] != "load" and top["eval_count"] == 3
+
+
+def test_llama_servers_props_give_the_context_slots_and_template(coder_server):
+    r = httpx.get(f"{coder_server.root}/props", params={"model": CODER}, headers=coder_server.headers, timeout=60)
+    assert r.status_code == 200, r.text
+    props = r.json()
+    assert props["default_generation_settings"]["n_ctx"] == 4096 and props["total_slots"] == 2
+    assert props["model_alias"] == CODER and props["modalities"] == {"vision": False, "audio": False}
+    assert "<|im_start|>" in props["chat_template"]  # SmolLM2's, carried into the code model's GGUF
+    missing = httpx.get(f"{coder_server.root}/props", params={"model": "no-such-model"}, headers=coder_server.headers)
+    assert missing.status_code == 404
