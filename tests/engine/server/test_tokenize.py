@@ -68,6 +68,8 @@ def test_detokenize_is_llama_cpps_and_round_trips(server, vocab):
 
 
 def test_the_model_defaults_to_the_loaded_one_and_bad_ids_are_400s(server, vocab):
+    # the session's server is shared: its idle timer or a test elsewhere may have unloaded the model since
+    assert _post(server, "/tokenize", {"model": MODEL, "content": "x"}).status_code == 200
     tokens = _post(server, "/tokenize", {"content": "Hi there"}).json()["tokens"]
     assert tokens == vocab.tokenize(b"Hi there", add_bos=False, special=True)
     assert _post(server, "/detokenize", {"tokens": tokens}).json() == {"content": "Hi there"}
