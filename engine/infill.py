@@ -156,27 +156,18 @@ def no_infill(model: str) -> InvalidRequest:
     )
 
 
-def _tail(text: str, n: int, encode: Callable[[str], list[int]]) -> list[int]:
-    """The last ``n`` tokens of ``text``, read from its end only when that gives them with room to spare (the
-    tokens at a cut may differ from the whole text's: they are left well outside the ``n``)."""
+def _cut(text: str, n: int, encode: Callable[[str], list[int]], *, end: bool) -> list[int]:
+    """The last (``end``) or first ``n`` tokens of ``text``, read from that end only when that gives them with
+    room to spare (the tokens at a cut may differ from the whole text's: they are left well outside the ``n``)."""
     if n <= 0 or not text:
         return []
-    if len(text) > (n + 64) * CHARS_PER_TOKEN:
-        ids = encode(text[-(n + 64) * CHARS_PER_TOKEN :])
+    reach = (n + 64) * CHARS_PER_TOKEN
+    if len(text) > reach:
+        ids = encode(text[-reach:] if end else text[:reach])
         if len(ids) >= n + 64:
-            return ids[-n:]
-    return encode(text)[-n:]
-
-
-def _head(text: str, n: int, encode: Callable[[str], list[int]]) -> list[int]:
-    """The first ``n`` tokens of ``text``, read from its start only (as :func:`_tail`)."""
-    if n <= 0 or not text:
-        return []
-    if len(text) > (n + 64) * CHARS_PER_TOKEN:
-        ids = encode(text[: (n + 64) * CHARS_PER_TOKEN])
-        if len(ids) >= n + 64:
-            return ids[:n]
-    return encode(text)[:n]
+            return ids[-n:] if end else ids[:n]
+    ids = encode(text)
+    return ids[-n:] if end else ids[:n]
 
 
 def infill_tokens(
@@ -201,8 +192,8 @@ def infill_tokens(
     fixed = len(head) + 3
     batch = max(0, min(BATCH, n_ctx - n_ctx // 4 - fixed))
     take_prefix, take_suffix = 3 * (batch // 4), max(0, batch // 4 - 2 - len(typed))
-    prefix = _tail(infill.prefix, take_prefix, encode)
-    suffix = _head(infill.suffix, take_suffix, encode)
+    prefix = _cut(infill.prefix, take_prefix, encode, end=True)
+    suffix = _cut(infill.suffix, take_suffix, encode, end=False)
     extra: list[int] = []
     if infill.extra or infill.project:
         if fim.rep is not None:
