@@ -178,6 +178,9 @@ class GenerationRequest:
     # Fill in the middle (engine.infill): the code before and after the gap; ``prompt`` is then text typed at
     # the gap (usually ""), and the backend builds the prompt from its vocabulary's markers.
     infill: Infill | None = None
+    # Ollama's ``context``: the token ids of an earlier exchange (its prompt and answer, as a response gave
+    # them) that this chat's rendered prompt continues, read as they are (engine.backends.runtime.prompt_ids).
+    context: tuple[int, ...] = ()
     params: SamplingParams = field(default_factory=SamplingParams)
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -217,6 +220,13 @@ class GenerationRequest:
             if not msgs:
                 raise InvalidRequest("'messages' must hold at least one message.", param="messages")
             object.__setattr__(self, "messages", msgs)
+        if self.context:
+            if self.messages is None:
+                raise InvalidRequest("'context' continues a chat; it cannot go with a raw prompt or a suffix.",
+                                     param="context")  # fmt: skip
+            if self.media:
+                raise InvalidRequest("'context' cannot go with images; send the conversation as messages to /api/chat "
+                                     "instead.", param="context")  # fmt: skip
 
     @property
     def media(self) -> tuple[MediaInput, ...]:

@@ -22,7 +22,7 @@ from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.tools import ChatStreamParser, RenderedChat
 from engine.types import FinishReason, GenerationChunk, GenerationRequest, TokenLogprob
 
-__all__ = ["DraftFactory", "RequestStream", "StreamChunks", "given_tokens", "refuse_media"]
+__all__ = ["DraftFactory", "RequestStream", "StreamChunks", "given_tokens", "prompt_ids", "refuse_media"]
 
 #: A backend's draft model, for a request: (request, its rendered chat, its prompt's tokens, the options) -> its
 #: drafter, or None where the draft model cannot draft for it (prompt lookup then does).
@@ -64,6 +64,29 @@ def keeps_plain_answer(speculative: SpeculativeOptions, request: GenerationReque
     OpenAI ``prediction``); ``ngram`` and ``draft:MODEL`` draft them when chosen.
     """
     return speculative.mode == "auto" and request.params.greedy and not (request.speculative or request.prediction)
+
+
+def prompt_ids(backend: Backend, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
+    """The token ids ``request`` is computed from: its prompt's (``backend.prompt_tokens``), after the earlier
+    exchange it continues when it has one (``request.context``, Ollama's: the ids a response gave, kept as they
+    are, so the model reads its own earlier answer token for token and the prefix cache holds it). A BOS the
+    backend opens every prompt with is left out there: the earlier exchange opened the document already.
+
+    Raises:
+        InvalidRequest: an id of ``request.context`` is not in the model's vocabulary.
+    """
+    prompt = backend.prompt_tokens(request, rendered)
+    if not request.context:
+        return prompt
+    try:
+        earlier = backend.prompt_tokens(GenerationRequest(model=request.model, prompt="", prompt_ids=request.context))
+    except InvalidRequest:
+        raise InvalidRequest("'context' holds a token id this model does not have; send the context this model's "
+                             "last response gave, or leave it out.", param="context") from None  # fmt: skip
+    added = backend.prompt_tokens(GenerationRequest(model=request.model, prompt=""))  # the BOS a prompt is given
+    if added and prompt[:1] == added[:1] == earlier[:1]:
+        prompt = prompt[1:]
+    return [*earlier, *prompt]
 
 
 class RequestStream:
@@ -155,7 +178,7 @@ class RequestStream:
             raise InvalidRequest("This model's backend does not give a prompt's log-probabilities (echo with logprobs); "
                                  "run it on llama.cpp (a GGUF model), or leave echo or logprobs out.", param="echo")  # fmt: skip
         rendered = backend.render_request(request)
-        prompt = backend.prompt_tokens(request, rendered)
+        prompt = prompt_ids(backend, request, rendered)
         if not prompt and rendered is None:  # a raw prompt with no tokens starts a document, as OpenAI's does
             prompt = backend.document_start()
         if not prompt:

@@ -61,6 +61,8 @@ _OPTIONS = {  # Ollama's option -> SamplingParams field
 }
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 # A keep_alive longer than this (ten years) is forever: the expiry of a longer one overflows a date.
+# The most token ids /api/generate's ``context`` takes (more than any model's context holds).
+MAX_CONTEXT_IDS = 1 << 21
 KEEP_ALIVE_FOREVER_AFTER = 10 * 365 * 86_400.0
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -94,7 +96,8 @@ class GenerateBody(_Generate):
     raw: StrictBool = False
     suffix: str | None = None
     template: str | None = None
-    context: list[int] | None = None
+    # the ids of the exchange a response gave, continued by this prompt (a chat's prompt only: not raw, no suffix)
+    context: list[int] | None = Field(default=None, max_length=MAX_CONTEXT_IDS)
     images: list[str] | None = None
 
 
@@ -377,8 +380,27 @@ def _line(payload: dict) -> bytes:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
+def _prompt_ids(run: DialectRun) -> asyncio.Task[list[int]] | None:
+    """The prompt's token ids, counted beside the generation, for a /api/generate answer's ``context`` (None: the
+    answer gives none)."""
+    if run.answer_ids is None:
+        return None
+    task = asyncio.create_task(asyncio.to_thread(run.gen.served.prompt_tokens, run.gen.requests[0]))
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # an answer that failed first never asks
+    return task
+
+
+async def _context(run: DialectRun, prompt: asyncio.Task[list[int]] | None) -> dict:
+    """Ollama's ``context``: the ids of the prompt and the answer, which a later /api/generate sends back to go
+    on from them (``GenerationRequest.context``)."""
+    if prompt is None or run.answer_ids is None:
+        return {}
+    return {"context": [*await prompt, *run.answer_ids]}
+
+
 async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -> AsyncIterator[bytes]:
     final = GenerationChunk(finish_reason="stop")
+    prompt = _prompt_ids(run)
     if run.gen.grounding is not None:  # a grounded answer's sources, in a line before its text
         yield _line(run.with_sources({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": False}))
     async for chunk in run.chunks():
@@ -394,23 +416,31 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
             final = chunk
     if final.tool_calls:  # Ollama sends each call whole, in a line before the last
         yield _line({"model": run.model_name, "created_at": now_iso(), **piece("", "", final.tool_calls), "done": False})
-    yield _line({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final)})
+    context = await _context(run, prompt)
+    yield _line({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final),
+                 **context})  # fmt: skip
     await _keep(request, keep)
 
 
 async def _answer(
     request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece, model: targets.Target,
-    documents: DocumentsAsked | None = None, *, truncate: bool = False,
+    documents: DocumentsAsked | None = None, *, truncate: bool = False, context: bool = False,
 ):  # fmt: skip
+    """The answer to ``req``, streamed in lines or whole; ``context``: with the ids of its prompt and answer."""
     run = await (_run_fitted if truncate else _run)(request, req, keep, model, documents)
+    if context:
+        run.answer_ids = []
     if stream:
         return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
+    prompt = _prompt_ids(run)
     text, reasoning, final = await run.collect()
-    await _keep(request, keep)
     body = piece(text, reasoning, final.tool_calls)
     if req.params.logprobs is not None:
         body["logprobs"] = [lp.as_openai() for lp in run.text_logprobs]
-    return run.with_sources({"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final)})
+    body = {"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final),
+            **await _context(run, prompt)}  # fmt: skip
+    await _keep(request, keep)
+    return run.with_sources(body)
 
 
 def _chat_piece(text: str, reasoning: str = "", calls=()) -> dict:
@@ -466,13 +496,19 @@ async def generate(request: Request, body: GenerateBody):
             raise InvalidRequest("'images' cannot go with 'suffix': fill in the middle reads text only; drop one.",
                                  param="images")  # fmt: skip
         req = GenerationRequest(prompt="", infill=Infill(body.prompt, body.suffix), **common)
-    elif body.raw:
+    elif body.raw:  # as in Ollama, a raw prompt neither takes nor gives a context
         req = GenerationRequest(prompt=body.prompt, **common)
     else:
+        earlier = tuple(body.context or ())
+        if earlier and not is_local(found):
+            raise InvalidRequest(f"'context' holds token ids of a local model; model '{found.name}' runs at a "
+                                 "provider: send the conversation as messages to /api/chat instead.", param="context")  # fmt: skip
         system = (ChatMessage("system", body.system),) if body.system else ()
         user = ChatMessage("user", MEDIA_MARKER * len(pictures) + body.prompt, media=pictures)
-        req = GenerationRequest(messages=(*system, user), **common, **_tool_fields(None, body.think))
-    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body))
+        req = GenerationRequest(messages=(*system, user), context=earlier, **common, **_tool_fields(None, body.think))
+    # the answer's context: a local model's, without pictures (their positions in the prompt hold no token ids)
+    context = req.messages is not None and is_local(found) and not pictures
+    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body), context=context)
 
 
 async def _embed(

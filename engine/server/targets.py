@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from engine.backends.runtime import prompt_ids
 from engine.model_defaults import ModelDefaults
 from engine.remote import routing
 from engine.remote.chat import RemoteChat
@@ -85,7 +86,7 @@ class LocalServed(Served):
         self._local.backend.cancel(request_id)
 
     def prompt_tokens(self, request: GenerationRequest) -> list[int]:
-        return self._local.backend.prompt_tokens(request)
+        return prompt_ids(self._local.backend, request)
 
     def release(self) -> None:
         self.manager.release(self._local)

@@ -1,7 +1,7 @@
 import pytest
 
 from engine.errors import InvalidRequest
-from engine.types import ChatMessage, GenerationRequest, SamplingParams, as_messages
+from engine.types import ChatMessage, GenerationRequest, MediaInput, SamplingParams, as_messages
 
 
 @pytest.mark.parametrize(
@@ -40,6 +40,18 @@ def test_request_needs_exactly_one_of_messages_or_prompt():
         GenerationRequest(model="m", prompt="x", messages=(ChatMessage("user", "x"),))
     with pytest.raises(InvalidRequest):
         GenerationRequest(model="m", messages=())
+
+
+def test_a_context_continues_chat_messages_only():
+    user = ChatMessage("user", "x")
+    assert GenerationRequest(model="m", messages=(user,), context=(1, 2)).context == (1, 2)
+    for bad in ({"prompt": "x"}, {"prompt": "", "prompt_ids": (3,)}):
+        with pytest.raises(InvalidRequest) as exc:
+            GenerationRequest(model="m", context=(1,), **bad)
+        assert exc.value.param == "context"
+    picture = ChatMessage("user", "x", media=(MediaInput("image", b"png"),))
+    with pytest.raises(InvalidRequest, match="images"):
+        GenerationRequest(model="m", messages=(picture,), context=(1,))
 
 
 def test_as_messages_flattens_text_parts_and_checks_roles():

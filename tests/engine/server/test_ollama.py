@@ -135,6 +135,30 @@ def test_generate_with_system_raw_stop_and_seed(client):
     assert a == client.generate(model=MODEL, prompt="Tell me a story.", options=seeded).response
 
 
+def test_generate_context_continues_an_exchange_token_for_token(client, ollama_server):
+    """Ollama's ``context``: an answer gives its prompt's and its own token ids; sent back, the next prompt goes on
+    from them as they are (the model reads its earlier answer token for token), as the same ids sent raw would."""
+    first = client.generate(model=MODEL, prompt="My name is Ada.", options=GREEDY)
+    ctx = list(first.context or [])
+    assert len(ctx) == first.prompt_eval_count + first.eval_count
+    tail = httpx.post(f"{ollama_server.root}/detokenize", json={"model": MODEL, "tokens": ctx[first.prompt_eval_count :]})
+    assert tail.json()["content"] == first.response
+    alone = client.generate(model=MODEL, prompt="What is my name?", options=GREEDY)
+    second = client.generate(model=MODEL, prompt="What is my name?", context=ctx, options=GREEDY)
+    assert second.prompt_eval_count == len(ctx) + alone.prompt_eval_count  # this model's prompts open with no BOS
+    assert list(second.context or [])[: second.prompt_eval_count] == ctx + list(alone.context or [])[: alone.prompt_eval_count]
+    lines = list(client.generate(model=MODEL, prompt="What is my name?", context=ctx, options=GREEDY, stream=True))
+    assert "".join(x.response for x in lines) == second.response and lines[-1].context == second.context
+    assert all(x.context is None for x in lines[:-1])
+    same = httpx.post(f"{ollama_server.root}/v1/completions", timeout=120, json={
+        "model": MODEL, "prompt": list(second.context or [])[: second.prompt_eval_count], "max_tokens": 8, "temperature": 0})  # fmt: skip
+    assert same.json()["choices"][0]["text"] == second.response
+    assert client.generate(model=MODEL, prompt="Hi", raw=True, context=ctx, options=GREEDY).context is None  # as Ollama
+    with pytest.raises(ollama.ResponseError) as bad:
+        client.generate(model=MODEL, prompt="Hi", context=[10**9], options=GREEDY)
+    assert bad.value.status_code == 400 and "'context'" in str(bad.value)
+
+
 def test_format_json_goes_through_the_grammar(client):
     import json
 
