@@ -225,12 +225,16 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
     prompt_ms = ((first_at or end) - gen.t0) * 1000  # from the request's start: its prompt was sent before this
     predicted_ms = (end - first_at) * 1000 if first_at is not None and not warm else 0.0
     params = gen.requests[0].params
+    lm = gen.served.lm
+    # llama-server's: the answer ran into the end of the slot's context (not its n_predict)
+    truncated = (final is not None and final.finish_reason == "length" and not warm and lm is not None
+                 and prompt_tokens + n + 1 >= lm.backend.info.n_ctx)  # fmt: skip
     figures = {
         "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True, "model": gen.served_name,
         "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens + n,  # what the slot's cache holds after
         "stop_type": "limit" if warm else _stop_type(final, limited),
         "stopping_word": (final.stop_sequence or "") if final is not None else "",
-        "has_new_line": "\n" in limits.text, "truncated": False,
+        "has_new_line": "\n" in limits.text, "truncated": truncated,
         "generation_settings": {"n_predict": -1 if params.max_tokens is None else 0 if warm else params.max_tokens,
                                 "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
                                 "min_p": params.min_p, "seed": RANDOM_SEED if params.seed is None else params.seed, "stop": list(params.stop),

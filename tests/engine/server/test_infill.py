@@ -198,6 +198,11 @@ def test_llama_servers_completion_takes_text_or_token_ids(coder_server):
                                                  "return_tokens": True, "n_probs": 2}).json()  # fmt: skip
     assert by_ids["content"] == out["content"] and len(by_ids["tokens"]) == 8
     assert len(by_ids["completion_probabilities"]) == 8 and len(by_ids["completion_probabilities"][0]["top_logprobs"]) == 2
+    assert by_ids["truncated"] is False  # n_predict ended it
+    full = _post(coder_server, "/completion", {"model": CODER, "prompt": ids * (4090 // len(ids)), "temperature": 0,
+                                               "ignore_eos": True}).json()  # fmt: skip
+    assert full["truncated"] is True and full["stop_type"] == "limit"  # the slot's context (4,096) ended it
+    assert full["tokens_evaluated"] + full["tokens_predicted"] >= 4095
     r = _post(coder_server, "/infill", {"model": "smollm2-135m-instruct", "input_prefix": "a", "input_suffix": "b"})
     assert r.status_code == 400 and "does not support insert" in r.json()["error"]["message"]
     r = _post(coder_server, "/infill", {"model": CODER, "input_prefix": "a"})
