@@ -406,8 +406,11 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
         return _sse({**base, "choices": [choice], **(extra or {})})
 
     text_event = _TextEvents(lambda index, text: {**base, "choices": [{"index": index, "delta": {"content": text}, "finish_reason": None}]})
+    # An answer that must be a call opens with no content, as OpenAI's does (the AI SDK opens a text part on "").
+    choice = gen.requests[0].tool_choice
+    opening = None if gen.requests[0].tools and choice is not None and choice.mode in ("required", "function") else ""
     for i in range(n):  # the first chunk carries a grounded answer's sources, before any text
-        yield event(i, {"role": "assistant", "content": ""}, extra=docs_chat.attach({}, gen.grounding) if i == 0 else None)
+        yield event(i, {"role": "assistant", "content": opening}, extra=docs_chat.attach({}, gen.grounding) if i == 0 else None)
     finals: list[GenerationChunk | None] = [None] * n
     async for item in ticks(gen.chunks()):
         if item is None:  # the prompt is still being read

@@ -274,7 +274,14 @@ class _Turn:
 def _turn(request: Request, body: ResponsesBody) -> _Turn:
     earlier: tuple[ChatMessage, ...] = ()
     if body.previous_response_id:
-        earlier = _found(request, body.previous_response_id).conversation
+        stored = _store(request).get(body.previous_response_id)
+        if stored is None:  # OpenAI's 400 and code: a client that knows it sends the whole conversation instead
+            exc = InvalidRequest(f"Previous response with id '{body.previous_response_id}' not found (responses are kept "
+                                 "in memory until the worker restarts, and not with store: false); send the whole "
+                                 "conversation instead.", param="previous_response_id")  # fmt: skip
+            exc.code = "previous_response_not_found"
+            raise exc
+        earlier = stored.conversation
     items = _input_items(body)
     for item in items:
         item.setdefault("type", "message")

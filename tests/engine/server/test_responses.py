@@ -181,8 +181,9 @@ def test_store_false_keeps_nothing(server):
     assert resp.store is False
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(resp.id)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError) as missing:  # OpenAI's 400 and code for a response it does not have
         client.responses.create(model=MODEL, input="Again", previous_response_id=resp.id, max_output_tokens=4)
+    assert missing.value.code == "previous_response_not_found"
 
 
 def test_store_is_bounded():
@@ -220,7 +221,7 @@ def test_json_schema_format(server):
         ({"model": MODEL, "input": "hi", "max_output_tokens": 0}, 400),
         ({"model": MODEL, "input": "hi", "text": {"format": {"type": "yaml"}}}, 400),
         ({"model": MODEL, "input": "hi", "temperature": 5}, 400),
-        ({"model": MODEL, "input": "hi", "previous_response_id": "resp_missing"}, 404),
+        ({"model": MODEL, "input": "hi", "previous_response_id": "resp_missing"}, 400),  # OpenAI's, with its code
         ({"model": "no-such-model", "input": "hi"}, 404),
         ({"input": "hi"}, 400),
         ({"model": MODEL, "input": "hi", "tools": [{"type": "custom", "name": "apply_patch"}]}, 400),
@@ -234,6 +235,9 @@ def test_bad_requests_get_openai_errors_never_a_500(server, body, status):
     r = httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=300)
     assert r.status_code == status, r.text
     assert r.json()["error"]["message"].endswith(".")
+    if "previous_response_id" in body:  # a client resends the whole conversation on this code
+        assert r.json()["error"]["code"] == "previous_response_not_found"
+        assert r.json()["error"]["param"] == "previous_response_id"
 
 
 def test_a_whole_answers_items_are_the_streamed_ones_and_the_limit_cuts_the_last():

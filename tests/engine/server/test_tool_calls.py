@@ -71,6 +71,8 @@ def test_named_function_streamed_assembles_with_the_client_helper(server, openai
     assert all(p.id is None and p.function.name is None for p in pieces[1:])
     assert json.loads("".join(p.function.arguments or "" for p in pieces)) == json.loads(call.function.arguments)
     assert not any(c.choices and c.choices[0].delta.content for c in chunks)  # no markup leaks as text
+    first = chunks[0].choices[0].delta  # a call it must be: no content at all, as OpenAI opens it (no empty text part)
+    assert first.role == "assistant" and first.content is None and "content" in first.model_fields_set
     assert chunks[-1].usage.completion_tokens > 3
 
 
