@@ -205,6 +205,7 @@ class Generation:
                 finished_record(
                     model=self.served_name, path=self.http.url.path, status=status, t0=self.t0,
                     first_token_at=first_token_at, prompt_tokens=tokens[0], completion_tokens=tokens[1],
+                    request_id=getattr(self.http.state, "request_id", ""),
                 )
             )  # fmt: skip
             self.served.release()

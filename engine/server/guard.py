@@ -182,7 +182,7 @@ class PageCORS(CORSMiddleware):
         from engine.server.request_caps import MAX_TOKENS_CAP_HEADER
 
         super().__init__(app, allow_origins=("*",) if "*" in settings.cors_origins else (), allow_methods=("*",),
-                         allow_headers=("*",), expose_headers=("Retry-After", MAX_TOKENS_CAP_HEADER),
+                         allow_headers=("*",), expose_headers=("Retry-After", MAX_TOKENS_CAP_HEADER, "X-Request-Id", "Request-Id"),
                          allow_private_network=True)  # fmt: skip
         self.origins = OriginAllowlist(settings.cors_origins)
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Records a subscriber may fall behind by before new ones are dropped for it.
 SUBSCRIBER_QUEUE = 256
@@ -46,6 +49,7 @@ class RequestRecord:
         ttft_ms: Milliseconds from its arrival to its first token; None when none came.
         tokens_per_second: Generated tokens per second after the first; None for fewer than two.
         duration_ms: Milliseconds from its arrival to its end.
+        request_id: The id its response named in ``x-request-id`` (:class:`RequestIds`).
     """
 
     time: float
@@ -58,6 +62,7 @@ class RequestRecord:
     ttft_ms: float | None
     tokens_per_second: float | None
     duration_ms: float
+    request_id: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -145,7 +150,7 @@ class RequestLog:
 
 def finished_record(
     *, model: str, path: str, status: str, t0: float, first_token_at: float | None, prompt_tokens: int,
-    completion_tokens: int, now: float | None = None,
+    completion_tokens: int, now: float | None = None, request_id: str = "",
 ) -> RequestRecord:
     """The record of a generation that arrived at ``t0`` and ends now (``time.perf_counter`` clock)."""
     end = time.perf_counter() if now is None else now
@@ -156,8 +161,33 @@ def finished_record(
         time=time.time(), model=model, dialect=dialect_of(path), path=path, status=status,
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         ttft_ms=None if first_token_at is None else round((first_token_at - t0) * 1000, 1),
-        tokens_per_second=rate, duration_ms=round((end - t0) * 1000, 1),
+        tokens_per_second=rate, duration_ms=round((end - t0) * 1000, 1), request_id=request_id,
     )  # fmt: skip
 
 
-__all__ = ["DIALECTS", "LogSubscriber", "RequestLog", "RequestRecord", "dialect_of", "finished_record"]
+class RequestIds:
+    """Pure ASGI: every response names its request's id, ``req_`` and 32 hex digits, in ``x-request-id`` (OpenAI's
+    header) and ``request-id`` (Anthropic's), where the SDKs read it (``_request_id``, ``requestID``); the request
+    log's record carries the same id (Starlette's ``request.state.request_id``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = f"req_{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = rid
+        value = rid.encode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", value),
+                                                  (b"request-id", value)]}  # fmt: skip
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+__all__ = ["DIALECTS", "LogSubscriber", "RequestIds", "RequestLog", "RequestRecord", "dialect_of", "finished_record"]

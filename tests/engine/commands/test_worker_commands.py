@@ -119,9 +119,10 @@ def test_log_stream_shows_each_chat_with_model_dialect_tokens_and_timings(daemon
         import openai
 
         client = openai.OpenAI(base_url=info["base_url"], api_key="none", max_retries=0, timeout=120)
-        answer = client.chat.completions.create(
+        raw = client.chat.completions.with_raw_response.create(
             model=MODEL, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, temperature=0
         )
+        answer = raw.parse()
         ollama = httpx.post(
             f"{info['url']}/api/chat", timeout=120,
             json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "stream": False,
@@ -136,6 +137,8 @@ def test_log_stream_shows_each_chat_with_model_dialect_tokens_and_timings(daemon
     first, second = (json.loads(line) for line in out.splitlines())
     assert first["model"] == MODEL and first["dialect"] == "openai" and first["status"] == "ok"
     assert first["path"] == "/v1/chat/completions"
+    # the id the response named, where the SDK reads it (OpenAI's header; Anthropic's too)
+    assert first["request_id"] == answer._request_id == raw.headers["request-id"] and first["request_id"].startswith("req_")
     assert first["prompt_tokens"] == answer.usage.prompt_tokens
     assert first["completion_tokens"] == answer.usage.completion_tokens == 8
     assert first["ttft_ms"] > 0 and first["tokens_per_second"] > 0 and first["dropped"] == 0

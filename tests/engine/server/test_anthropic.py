@@ -21,6 +21,7 @@ def claude(server):
 def test_create_answers_with_text_and_usage_that_count_tokens_agrees_with(claude):
     msg = claude.messages.create(model=MODEL, max_tokens=12, messages=QUESTION, **GREEDY, system="Be brief.")
     assert msg.type == "message" and msg.role == "assistant" and msg.id.startswith("msg_")
+    assert msg._request_id and msg._request_id.startswith("req_")  # Anthropic's request-id header
     assert msg.model == MODEL
     assert [b.type for b in msg.content] == ["text"] and msg.content[0].text
     assert msg.stop_reason in ("end_turn", "max_tokens")
