@@ -34,7 +34,7 @@ from engine.server.dialect import DialectRun, count_prompt_tokens, error_route, 
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client, shorten
 from engine.server.ollama_load import apply_load_options, check_keep_alive, set_keep_alive
-from engine.tools import ToolCall, parse_tools
+from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
     ChatMessage,
@@ -86,6 +86,8 @@ class _Generate(Body):
 class ChatBody(_Generate):
     messages: list[dict[str, Any]] = []
     tools: list[dict[str, Any]] | None = None
+    # Not Ollama's (its model decides): OpenAI's, which the AI SDK's Ollama provider sends to force a call
+    tool_choice: str | dict[str, Any] | None = None
     # Ollama's: a conversation longer than the context leaves out its oldest messages (false: a 400 instead)
     truncate: StrictBool = True
 
@@ -269,11 +271,13 @@ def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
     return tuple(out)
 
 
-def _tool_fields(tools: list[dict[str, Any]] | None, think: bool | str | None) -> dict[str, Any]:
+def _tool_fields(tools: list[dict[str, Any]] | None, think: bool | str | None, choice: Any = None) -> dict[str, Any]:
     if think is not None and not isinstance(think, bool) and think not in ("low", "medium", "high"):
         raise InvalidRequest("'think' must be true, false, or low, medium or high.", param="think")
+    specs = parse_tools(tools)
     return {
-        "tools": parse_tools(tools),
+        "tools": specs,
+        "tool_choice": None if choice is None else parse_tool_choice(choice, specs),
         "thinking": think if isinstance(think, bool) else (None if think is None else True),
         "require_thinking": bool(think),  # as Ollama: a model that cannot think refuses, so a client can fall back
         "template_kwargs": (("reasoning_effort", think),) if isinstance(think, str) else (),
@@ -471,7 +475,7 @@ async def chat(request: Request, body: ChatBody):
         unset=unset(body.options),
         response_format=response_format(body.format),
         speculative=body.speculative,
-        **_tool_fields(body.tools, body.think),
+        **_tool_fields(body.tools, body.think, body.tool_choice),
     )
     return await _answer(request, req, keep, body.stream, _chat_piece, found, documents_asked(body), truncate=body.truncate)
 

@@ -168,6 +168,26 @@ def test_format_json_goes_through_the_grammar(client):
     assert json.loads(r.message.content)["colour"] in ("red", "blue")
 
 
+def test_chat_takes_openais_tool_choice_to_force_a_call(ollama_server):
+    """Not Ollama's (its model decides): the AI SDK's Ollama provider sends OpenAI's ``tool_choice`` to force one."""
+    import json
+
+    weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                              "required": ["city"]}}}  # fmt: skip
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": [weather],
+            "tool_choice": {"type": "function", "name": "get_weather"}, "options": {"temperature": 0, "num_predict": 40}}  # fmt: skip
+    whole = httpx.post(f"{ollama_server.root}/api/chat", json={**body, "stream": False}, timeout=300).json()
+    call = whole["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather" and isinstance(call["arguments"]["city"], str)
+    with httpx.stream("POST", f"{ollama_server.root}/api/chat", json={**body, "tool_choice": "required"}, timeout=300) as r:
+        lines = [json.loads(x) for x in r.iter_lines() if x]
+    calls = [c for x in lines for c in x["message"].get("tool_calls") or ()]
+    assert [c["function"]["name"] for c in calls] == ["get_weather"] and lines[-1]["done"]
+    bad = httpx.post(f"{ollama_server.root}/api/chat", json={**body, "tool_choice": {"type": "function", "name": "nope"}})
+    assert bad.status_code == 400 and "tool_choice" in bad.json()["error"]
+
+
 def test_tools_and_a_tool_result_turn(client):
     def get_weather(city: str) -> str:
         """The weather in a city.
