@@ -59,10 +59,15 @@ _OPTIONS = {  # Ollama's option -> SamplingParams field
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
 }
+# Sampling fields some clients send beside ``options`` (the AI SDK's Ollama provider sends ``temperature``,
+# ``top_p`` and ``max_output_tokens`` there; Ollama ignores them): used where ``options`` leaves them out.
+_LOOSE_OPTIONS = {name: name for name in ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
+                                          "frequency_penalty")} | {"max_output_tokens": "num_predict",
+                                                                   "max_tokens": "num_predict"}  # fmt: skip
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-# A keep_alive longer than this (ten years) is forever: the expiry of a longer one overflows a date.
 # The most token ids /api/generate's ``context`` takes (more than any model's context holds).
 MAX_CONTEXT_IDS = 1 << 21
+# A keep_alive longer than this (ten years) is forever: the expiry of a longer one overflows a date.
 KEEP_ALIVE_FOREVER_AFTER = 10 * 365 * 86_400.0
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -78,9 +83,17 @@ class _Generate(Body):
     logprobs: StrictBool = False  # each line's tokens with their log-probabilities (Ollama 0.12.11's)
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
+    def sampling_options(self) -> dict[str, Any] | None:
+        """``options``, with the sampling fields sent beside it (:data:`_LOOSE_OPTIONS`) where it leaves them out."""
+        extra = self.model_extra or {}
+        loose = {option: extra[name] for name, option in _LOOSE_OPTIONS.items() if extra.get(name) is not None}
+        if not loose or not isinstance(self.options, dict | None):
+            return self.options
+        return {**loose, **(self.options or {})}
+
     def sampling(self) -> SamplingParams:
-        """:func:`params` from ``options``, with the log-probabilities asked for."""
-        return replace(params(self.options), logprobs=(self.top_logprobs or 0) if self.logprobs else None)
+        """:func:`params` from :meth:`sampling_options`, with the log-probabilities asked for."""
+        return replace(params(self.sampling_options()), logprobs=(self.top_logprobs or 0) if self.logprobs else None)
 
 
 class ChatBody(_Generate):
@@ -472,7 +485,7 @@ async def chat(request: Request, body: ChatBody):
         model=found.name,
         messages=await asyncio.to_thread(_chat_messages, body.messages),  # pictures are read off the event loop
         params=body.sampling(),
-        unset=unset(body.options),
+        unset=unset(body.sampling_options()),
         response_format=response_format(body.format),
         speculative=body.speculative,
         **_tool_fields(body.tools, body.think, body.tool_choice),
@@ -493,7 +506,7 @@ async def generate(request: Request, body: GenerateBody):
         return await _load_or_unload(request, found, keep, "response")
     common = {
         "model": found.name, "params": body.sampling(), "response_format": response_format(body.format),
-        "speculative": body.speculative, "unset": unset(body.options),
+        "speculative": body.speculative, "unset": unset(body.sampling_options()),
     }  # fmt: skip
     if body.suffix:  # insert: the code model fills in between the prompt and the suffix (engine.infill)
         if pictures:

@@ -188,6 +188,19 @@ def test_chat_takes_openais_tool_choice_to_force_a_call(ollama_server):
     assert bad.status_code == 400 and "tool_choice" in bad.json()["error"]
 
 
+def test_sampling_fields_sent_beside_options_are_used_where_options_leave_them_out(ollama_server):
+    """The AI SDK's Ollama provider sends ``temperature``, ``top_p`` and ``max_output_tokens`` beside ``options``."""
+    ask = {"model": MODEL, "messages": QUESTION, "stream": False}
+    plain = httpx.post(f"{ollama_server.root}/api/chat", timeout=300,
+                       json={**ask, "options": {"temperature": 0, "num_predict": 5}}).json()  # fmt: skip
+    loose = httpx.post(f"{ollama_server.root}/api/chat", timeout=300,
+                       json={**ask, "temperature": 0, "top_p": 1, "max_output_tokens": 5}).json()  # fmt: skip
+    assert loose["eval_count"] == 5 and loose["message"]["content"] == plain["message"]["content"]
+    inner = httpx.post(f"{ollama_server.root}/api/chat", timeout=300,
+                       json={**ask, "max_output_tokens": 5, "options": {"temperature": 0, "num_predict": 3}}).json()  # fmt: skip
+    assert inner["eval_count"] == 3  # options win
+
+
 def test_tools_and_a_tool_result_turn(client):
     def get_weather(city: str) -> str:
         """The weather in a city.
