@@ -33,8 +33,7 @@ from engine.server import (
 from engine.server.errors import install_error_handlers
 from engine.server.guard import PageCORS, RequestGuard
 from engine.server.metrics import ServerMetrics
-from engine.server.request_caps import ReportCaps
-from engine.server.request_log import RequestIds
+from engine.server.response_headers import ResponseHeaders
 from engine.settings import ServerSettings
 
 
@@ -87,7 +86,6 @@ def create_app(
         return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     app.add_middleware(PageCORS, settings=settings)  # loopback pages and --cors-origin: the guard's list
-    app.add_middleware(ReportCaps)  # a capped max_tokens named in the response's headers
     app.add_middleware(RequestGuard, settings=settings)  # before CORS and every route
-    app.add_middleware(RequestIds)  # outermost: a refusal names its request's id too
+    app.add_middleware(ResponseHeaders)  # outermost: a refusal names its request's id too
     return app

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.errors import InvalidRequest
 from engine.types import GenerationRequest
@@ -48,27 +47,9 @@ def cap_max_tokens(http: Request, requests: list[GenerationRequest], n_ctx: int)
     return out
 
 
-class ReportCaps:
-    """Pure ASGI: adds :data:`MAX_TOKENS_CAP_HEADER` to a response whose request's ``max_tokens`` was capped
-    (streamed responses too: their headers go once the generation has started)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        state = scope.setdefault("state", {})  # Starlette's request.state writes here
-
-        async def send_with_cap(message: Message) -> None:
-            cap = state.get(_STATE_KEY)
-            if message["type"] == "http.response.start" and cap is not None:
-                headers = [*message.get("headers", ()), (MAX_TOKENS_CAP_HEADER.lower().encode(), str(cap).encode())]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_cap)
+def noted_cap(state: dict) -> int | None:
+    """The context a request's ``max_tokens`` was lowered to, from its ASGI scope's ``state`` (None: it was not)."""
+    return state.get(_STATE_KEY)
 
 
-__all__ = ["MAX_TOKENS_CAP_HEADER", "ReportCaps", "cap_max_tokens", "check_choices"]
+__all__ = ["MAX_TOKENS_CAP_HEADER", "cap_max_tokens", "check_choices", "noted_cap"]

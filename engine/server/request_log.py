@@ -10,10 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Records a subscriber may fall behind by before new ones are dropped for it.
 SUBSCRIBER_QUEUE = 256
@@ -49,7 +46,7 @@ class RequestRecord:
         ttft_ms: Milliseconds from its arrival to its first token; None when none came.
         tokens_per_second: Generated tokens per second after the first; None for fewer than two.
         duration_ms: Milliseconds from its arrival to its end.
-        request_id: The id its response named in ``x-request-id`` (:class:`RequestIds`).
+        request_id: The id its response named in ``x-request-id`` (engine.server.response_headers).
     """
 
     time: float
@@ -165,29 +162,4 @@ def finished_record(
     )  # fmt: skip
 
 
-class RequestIds:
-    """Pure ASGI: every response names its request's id, ``req_`` and 32 hex digits, in ``x-request-id`` (OpenAI's
-    header) and ``request-id`` (Anthropic's), where the SDKs read it (``_request_id``, ``requestID``); the request
-    log's record carries the same id (Starlette's ``request.state.request_id``)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rid = f"req_{uuid.uuid4().hex}"
-        scope.setdefault("state", {})["request_id"] = rid
-        value = rid.encode()
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", value),
-                                                  (b"request-id", value)]}  # fmt: skip
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
-
-
-__all__ = ["DIALECTS", "LogSubscriber", "RequestIds", "RequestLog", "RequestRecord", "dialect_of", "finished_record"]
+__all__ = ["DIALECTS", "LogSubscriber", "RequestLog", "RequestRecord", "dialect_of", "finished_record"]
