@@ -115,6 +115,9 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     if first.get("type") == "json_invalid":
         return "The request body is not valid JSON; send a JSON object.", None
+    if not loc and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
+        # a JSON list or string, or a body sent as a form's or as text (curl -d without a JSON content type)
+        return "The request body must be a JSON object, sent with the header Content-Type: application/json.", None
     msg = first.get("msg", "is invalid")
     where = f"'{param}'" if param else "The request body"
     return f"{where}: {msg}.", param

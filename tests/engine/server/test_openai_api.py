@@ -277,6 +277,14 @@ def test_malformed_bodies_never_give_500(server, raw):
     assert httpx.get(f"{server.root}/health").status_code == 200
 
 
+def test_a_body_that_is_no_json_object_is_told_what_to_send(server):
+    body = b'{"model": "x", "messages": [{"role": "user", "content": "hi"}]}'
+    for raw, headers in ((body, {}), (body, {"content-type": "text/plain"}), (b"[1]", {"content-type": "application/json"})):
+        r = httpx.post(f"{server.base_url}/chat/completions", content=raw, headers={**server.headers, **headers})
+        assert r.status_code == 400 and r.json()["error"]["message"] == (
+            "The request body must be a JSON object, sent with the header Content-Type: application/json.")
+
+
 def test_oversized_body_is_refused(server):
     r = httpx.post(
         f"{server.base_url}/chat/completions",
