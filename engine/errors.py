@@ -109,6 +109,18 @@ class InvalidRequest(HearthError):
         super().__init__(message)
 
 
+class PreviousResponseNotFound(InvalidRequest):
+    """A Responses request's ``previous_response_id`` names a response Hearth does not hold: OpenAI's 400 and code,
+    on which a client sends the whole conversation instead."""
+
+    code = "previous_response_not_found"
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"Previous response with id '{response_id}' not found (responses are kept in memory until "
+                         "the worker restarts, and not with store: false); send the whole conversation instead.",
+                         param="previous_response_id")  # fmt: skip
+
+
 class DraftModelUnusable(InvalidRequest):
     """The draft model named for speculative decoding cannot draft for this model (another vocabulary, or a
     file that would not load); the message says why and what to use instead."""
@@ -431,6 +443,7 @@ __all__ = [
     "AmbiguousModel",
     "ContextLengthExceeded",
     "InvalidRequest",
+    "PreviousResponseNotFound",
     "AdminKeyRequired",
     "EmbeddingsUnsupported",
     "SchemaTooComplex",

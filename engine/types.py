@@ -181,6 +181,7 @@ class GenerationRequest:
     # Ollama's ``context``: the token ids of an earlier exchange (its prompt and answer, as a response gave
     # them) that this chat's rendered prompt continues, read as they are (engine.backends.runtime.prompt_ids).
     context: tuple[int, ...] = ()
+    return_context: bool = False  # the final chunk gives the prompt's and the answer's ids (GenerationChunk.context)
     params: SamplingParams = field(default_factory=SamplingParams)
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -293,6 +294,9 @@ class GenerationChunk:
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning_tokens: int = 0
     stop_sequence: str | None = None
+    # On the final chunk of a request with ``return_context``: the prompt's token ids and the answer's, up to a
+    # stop string (Ollama's ``context``).
+    context: tuple[int, ...] = ()
     # On the final chunk: tokens drafted by speculative decoding, and how many of them were kept.
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0

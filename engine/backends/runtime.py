@@ -11,6 +11,7 @@ request is over, and it ends a request early (cancelled, failed, unloaded) with
 
 from __future__ import annotations
 
+import codecs
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -74,7 +75,10 @@ def prompt_ids(backend: Backend, request: GenerationRequest, rendered: RenderedC
 
     Raises:
         InvalidRequest: an id of ``request.context`` is not in the model's vocabulary.
+        ContextLengthExceeded: ``request.context`` alone fills the context (refused before its ids are read).
     """
+    if request.context and len(request.context) >= (n_ctx := backend.info.n_ctx):
+        raise ContextLengthExceeded(len(request.context), n_ctx, param="context")
     prompt = backend.prompt_tokens(request, rendered)
     if not request.context:
         return prompt
@@ -105,7 +109,7 @@ class RequestStream:
     __slots__ = (
         "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
         "finished", "t_submit", "t_first", "rendered", "drafter", "draft_tokens", "accepted_draft_tokens", "_piece",
-        "_is_eog", "_held", "prompt_logprobs",
+        "_is_eog", "_held", "prompt_logprobs", "context_prompt", "_shown",
     )  # fmt: skip
 
     def __init__(
@@ -136,6 +140,9 @@ class RequestStream:
         self._piece = piece
         self._is_eog = is_eog
         self._held: list[GenerationChunk] | None = None
+        # A request with ``return_context``: its prompt's ids, and the characters of answer text sent so far.
+        self.context_prompt: tuple[int, ...] | None = None
+        self._shown = 0
         # The prompt's tokens with their log-probabilities, as the backend computes them (for a request that asks):
         # they go out with the first chunk.
         self.prompt_logprobs: list[TokenLogprob] | None = [] if request.params.prompt_logprobs is not None else None
@@ -199,6 +206,8 @@ class RequestStream:
                 if drafter is None:  # a picture's placeholder ids (negative) are no tokens to draft
                     drafter = Drafter([*predicted, *(t for t in prompt if t >= 0)], options)
         stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)
+        if request.return_context and not request.media:  # a picture's placeholder ids are no tokens to give back
+            stream.context_prompt = tuple(prompt)
         if stream.prompt_logprobs is not None and prompt[0] >= 0:  # the first token: nothing before it gives it odds
             first = piece(prompt[0])
             stream.prompt_logprobs.append(TokenLogprob(first.decode("utf-8", errors="replace"), prompt[0], None, tuple(first)))
@@ -269,6 +278,8 @@ class RequestStream:
         hit = False
         if self.stops is not None:
             text, hit = self.stops.feed(text)
+        if self.context_prompt is not None:
+            self._shown += len(text)
         self._put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs,
                                   prompt_logprobs=self._take_prompt_logprobs() if self.prompt_logprobs is not None else ()))  # fmt: skip
         if hit:
@@ -295,6 +306,7 @@ class RequestStream:
             if self.stops is not None:
                 text, hit = self.stops.feed(tail)
                 tail = text if hit else text + self.stops.flush()
+        self._shown += len(tail)
         end = time.perf_counter()
         n_gen = len(self.generated)
         tps = None
@@ -315,8 +327,24 @@ class RequestStream:
                 draft_tokens=self.draft_tokens,
                 accepted_draft_tokens=self.accepted_draft_tokens,
                 prompt_logprobs=self._take_prompt_logprobs() if error is None else (),
+                context=self._context() if self.context_prompt is not None and error is None else (),
             )
         )
+
+    def _context(self) -> tuple[int, ...]:
+        """Ollama's ``context``: the prompt's ids and the answer's; after a stop string, the answer's up to the last
+        token wholly in the text sent (as Ollama's, made from the prompt and the answer's text)."""
+        prompt, answer = self.context_prompt or (), self.generated
+        if self.stops is not None and self.stops.matched is not None:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            chars = kept = 0
+            for token in answer:
+                chars += len(decoder.decode(self._piece(token)))
+                if chars > self._shown:
+                    break
+                kept += 1
+            answer = answer[:kept]
+        return (*prompt, *answer)
 
     def chunks(self, cancel: Callable[[], None]) -> StreamChunks:
         """The request's chunks as they come, a rendered chat's parsed into text, reasoning and tool calls;

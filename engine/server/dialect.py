@@ -109,7 +109,6 @@ class DialectRun:
         self.load_seconds = 0.0
         self.first_token_at: float | None = None
         self.text_logprobs: list[TokenLogprob] = []  # the answer text's tokens (collect), when the request asked
-        self.answer_ids: list[int] | None = None  # set to a list: the answer's token ids are kept in it as they come
 
     async def start(self, *, time_load: bool = False) -> DialectRun:
         """Load the model if needed (timed when ``time_load``) and start generating.
@@ -141,11 +140,8 @@ class DialectRun:
         """The generation's chunks; a failed generation ends with a chunk whose finish_reason is "error".
         ``watch_client``: cancel it if the client disconnects first (a non-streamed answer)."""
         async for _, chunk in self.gen.chunks(watch_client=watch_client):
-            if chunk.token_ids:
-                if self.first_token_at is None:
-                    self.first_token_at = time.perf_counter()
-                if self.answer_ids is not None:
-                    self.answer_ids.extend(chunk.token_ids)
+            if chunk.token_ids and self.first_token_at is None:
+                self.first_token_at = time.perf_counter()
             yield chunk
 
     async def collect(self) -> tuple[str, str, GenerationChunk]:

@@ -147,5 +147,10 @@ def install_error_handlers(app: FastAPI) -> None:
         return response_for(exc)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        return response_for(exc)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # answered outside the middleware that names every response's request id (Starlette's outermost layer)
+        response = response_for(exc)
+        rid = getattr(request.state, "request_id", None)
+        if rid is not None:
+            response.headers["x-request-id"] = response.headers["request-id"] = rid
+        return response

@@ -225,10 +225,10 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
     prompt_ms = ((first_at or end) - gen.t0) * 1000  # from the request's start: its prompt was sent before this
     predicted_ms = (end - first_at) * 1000 if first_at is not None and not warm else 0.0
     params = gen.requests[0].params
-    lm = gen.served.lm
-    # llama-server's: the answer ran into the end of the slot's context (not its n_predict)
-    truncated = (final is not None and final.finish_reason == "length" and not warm and lm is not None
-                 and prompt_tokens + n + 1 >= lm.backend.info.n_ctx)  # fmt: skip
+    # llama-server's: the answer ran into the end of the slot's context, not its n_predict (a max_tokens over the
+    # context was lowered to the context itself: engine.server.request_caps)
+    truncated = (final is not None and final.finish_reason == "length" and not warm and not limited
+                 and (params.max_tokens is None or n < params.max_tokens))  # fmt: skip
     figures = {
         "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True, "model": gen.served_name,
         "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens + n,  # what the slot's cache holds after

@@ -89,7 +89,7 @@ class _Generate(Body):
         loose = {option: extra[name] for name, option in _LOOSE_OPTIONS.items() if extra.get(name) is not None}
         if not loose or not isinstance(self.options, dict | None):
             return self.options
-        return {**loose, **(self.options or {})}
+        return {**loose, **{k: v for k, v in (self.options or {}).items() if v is not None}}
 
     def sampling(self) -> SamplingParams:
         """:func:`params` from :meth:`sampling_options`, with the log-probabilities asked for."""
@@ -397,27 +397,14 @@ def _line(payload: dict) -> bytes:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-def _prompt_ids(run: DialectRun) -> asyncio.Task[list[int]] | None:
-    """The prompt's token ids, counted beside the generation, for a /api/generate answer's ``context`` (None: the
-    answer gives none)."""
-    if run.answer_ids is None:
-        return None
-    task = asyncio.create_task(asyncio.to_thread(run.gen.served.prompt_tokens, run.gen.requests[0]))
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # an answer that failed first never asks
-    return task
-
-
-async def _context(run: DialectRun, prompt: asyncio.Task[list[int]] | None) -> dict:
-    """Ollama's ``context``: the ids of the prompt and the answer, which a later /api/generate sends back to go
-    on from them (``GenerationRequest.context``)."""
-    if prompt is None or run.answer_ids is None:
-        return {}
-    return {"context": [*await prompt, *run.answer_ids]}
+def _context(final: GenerationChunk) -> dict:
+    """Ollama's ``context`` on an answer's last line: the ids of its prompt and answer, which a later /api/generate
+    sends back to go on from them (``GenerationRequest.context``); none where the request gives none."""
+    return {"context": list(final.context)} if final.context else {}
 
 
 async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -> AsyncIterator[bytes]:
     final = GenerationChunk(finish_reason="stop")
-    prompt = _prompt_ids(run)
     if run.gen.grounding is not None:  # a grounded answer's sources, in a line before its text
         yield _line(run.with_sources({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": False}))
     async for chunk in run.chunks():
@@ -433,31 +420,26 @@ async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -
             final = chunk
     if final.tool_calls:  # Ollama sends each call whole, in a line before the last
         yield _line({"model": run.model_name, "created_at": now_iso(), **piece("", "", final.tool_calls), "done": False})
-    context = await _context(run, prompt)
     yield _line({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final),
-                 **context})  # fmt: skip
+                 **_context(final)})  # fmt: skip
     await _keep(request, keep)
 
 
 async def _answer(
     request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece, model: targets.Target,
-    documents: DocumentsAsked | None = None, *, truncate: bool = False, context: bool = False,
+    documents: DocumentsAsked | None = None, *, truncate: bool = False,
 ):  # fmt: skip
-    """The answer to ``req``, streamed in lines or whole; ``context``: with the ids of its prompt and answer."""
+    """The answer to ``req``, streamed in lines or whole."""
     run = await (_run_fitted if truncate else _run)(request, req, keep, model, documents)
-    if context:
-        run.answer_ids = []
     if stream:
         return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
-    prompt = _prompt_ids(run)
     text, reasoning, final = await run.collect()
+    await _keep(request, keep)
     body = piece(text, reasoning, final.tool_calls)
     if req.params.logprobs is not None:
         body["logprobs"] = [lp.as_openai() for lp in run.text_logprobs]
-    body = {"model": run.model_name, "created_at": now_iso(), **body, "done": True, **_stats(run, final),
-            **await _context(run, prompt)}  # fmt: skip
-    await _keep(request, keep)
-    return run.with_sources(body)
+    return run.with_sources({"model": run.model_name, "created_at": now_iso(), **body, "done": True,
+                             **_stats(run, final), **_context(final)})  # fmt: skip
 
 
 def _chat_piece(text: str, reasoning: str = "", calls=()) -> dict:
@@ -522,10 +504,10 @@ async def generate(request: Request, body: GenerateBody):
                                  "provider: send the conversation as messages to /api/chat instead.", param="context")  # fmt: skip
         system = (ChatMessage("system", body.system),) if body.system else ()
         user = ChatMessage("user", MEDIA_MARKER * len(pictures) + body.prompt, media=pictures)
-        req = GenerationRequest(messages=(*system, user), context=earlier, **common, **_tool_fields(None, body.think))
-    # the answer's context: a local model's, without pictures (their positions in the prompt hold no token ids)
-    context = req.messages is not None and is_local(found) and not pictures
-    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body), context=context)
+        # the answer's context: a local model's (a provider's ids are not here)
+        req = GenerationRequest(messages=(*system, user), context=earlier, return_context=is_local(found), **common,
+                                **_tool_fields(None, body.think))  # fmt: skip
+    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body))
 
 
 async def _embed(

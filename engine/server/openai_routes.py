@@ -408,7 +408,7 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
     text_event = _TextEvents(lambda index, text: {**base, "choices": [{"index": index, "delta": {"content": text}, "finish_reason": None}]})
     # An answer that must be a call opens with no content, as OpenAI's does (the AI SDK opens a text part on "").
     choice = gen.requests[0].tool_choice
-    opening = None if gen.requests[0].tools and choice is not None and choice.mode in ("required", "function") else ""
+    opening = None if gen.requests[0].tools and choice is not None and choice.forced else ""
     for i in range(n):  # the first chunk carries a grounded answer's sources, before any text
         yield event(i, {"role": "assistant", "content": opening}, extra=docs_chat.attach({}, gen.grounding) if i == 0 else None)
     finals: list[GenerationChunk | None] = [None] * n

@@ -24,7 +24,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field, StrictBool
 from starlette.exceptions import HTTPException
 
-from engine.errors import InvalidRequest
+from engine.errors import InvalidRequest, PreviousResponseNotFound
 from engine.model_defaults import left_unset
 from engine.server import media
 from engine.server.api_models import Body, KeepAlive
@@ -275,12 +275,8 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     earlier: tuple[ChatMessage, ...] = ()
     if body.previous_response_id:
         stored = _store(request).get(body.previous_response_id)
-        if stored is None:  # OpenAI's 400 and code: a client that knows it sends the whole conversation instead
-            exc = InvalidRequest(f"Previous response with id '{body.previous_response_id}' not found (responses are kept "
-                                 "in memory until the worker restarts, and not with store: false); send the whole "
-                                 "conversation instead.", param="previous_response_id")  # fmt: skip
-            exc.code = "previous_response_not_found"
-            raise exc
+        if stored is None:
+            raise PreviousResponseNotFound(body.previous_response_id)
         earlier = stored.conversation
     items = _input_items(body)
     for item in items:

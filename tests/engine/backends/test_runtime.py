@@ -118,3 +118,51 @@ def test_drafted_tokens_count_as_accepted_only_once_they_are_part_of_the_answer(
     assert not s.push(1, kept_draft=True) and s.push(0, kept_draft=True)  # the end of the answer is not a token of it
     final = collect(s)[-1]
     assert (final.completion_tokens, final.draft_tokens, final.accepted_draft_tokens) == (1, 2, 1)
+
+
+class _Vocab:
+    """A backend's prompt_tokens over a toy vocabulary: a raw prompt is its characters' codes, after BOS (1) where
+    the backend adds one; token ids are checked against 100 ids."""
+
+    def __init__(self, bos: bool) -> None:
+        self.bos = bos
+        self.info = type("Info", (), {"n_ctx": 16})()
+
+    def prompt_tokens(self, request: GenerationRequest, rendered=None) -> list[int]:
+        if request.prompt_ids is not None:
+            if any(not 0 <= t < 100 for t in request.prompt_ids):
+                from engine.errors import InvalidRequest
+
+                raise InvalidRequest("no such token", param="prompt")
+            return list(request.prompt_ids)
+        text = request.prompt if request.prompt is not None else "".join(m.content for m in request.messages or ())
+        return ([1] if self.bos else []) + [ord(c) - 40 for c in text]
+
+
+def test_a_context_goes_before_the_prompt_and_a_bos_the_backend_adds_is_not_repeated():
+    import pytest
+
+    from engine.backends.runtime import prompt_ids
+    from engine.errors import ContextLengthExceeded, InvalidRequest
+    from engine.types import ChatMessage
+
+    ask = lambda context: GenerationRequest(model="m", messages=(ChatMessage("user", "PQ"),), context=context)  # noqa: E731
+    assert prompt_ids(_Vocab(bos=True), ask((1, 5, 6))) == [1, 5, 6, 40, 41]  # the earlier exchange opened with it
+    assert prompt_ids(_Vocab(bos=True), ask((5, 6))) == [5, 6, 1, 40, 41]  # one that did not: kept as it is
+    assert prompt_ids(_Vocab(bos=False), ask((1, 5))) == [1, 5, 40, 41]  # 1 is no BOS this backend adds
+    with pytest.raises(InvalidRequest) as bad:
+        prompt_ids(_Vocab(bos=False), ask((500,)))
+    assert bad.value.param == "context"
+    with pytest.raises(ContextLengthExceeded):  # refused before its ids are read
+        prompt_ids(_Vocab(bos=False), ask((7,) * 16))
+
+
+def test_the_context_of_an_answer_cut_by_a_stop_string_ends_with_the_text_sent():
+    req = GenerationRequest(model="m", prompt="p", params=SamplingParams(stop=("STOP",)), return_context=True)
+    s = RequestStream(req, piece=PIECES.__getitem__, is_eog={0}.__contains__, prompt_tokens=2)
+    s.context_prompt = (7, 8)
+    for t in (1, 2, 5, 6):
+        if s.push(t):
+            break
+    final = collect(s)[-1]
+    assert final.finish_reason == "stop" and final.context == (7, 8, 1, 2)  # " STOP" is not in "Hello" + " "

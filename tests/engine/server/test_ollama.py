@@ -154,6 +154,14 @@ def test_generate_context_continues_an_exchange_token_for_token(client, ollama_s
         "model": MODEL, "prompt": list(second.context or [])[: second.prompt_eval_count], "max_tokens": 8, "temperature": 0})  # fmt: skip
     assert same.json()["choices"][0]["text"] == second.response
     assert client.generate(model=MODEL, prompt="Hi", raw=True, context=ctx, options=GREEDY).context is None  # as Ollama
+    words = first.response.split()
+    if len(words) >= 2:  # a stop string's tokens stay out of the context, as its text stays out of the answer
+        cut = client.generate(model=MODEL, prompt="My name is Ada.", options={**GREEDY, "stop": [words[1]]})
+        tail = httpx.post(f"{ollama_server.root}/detokenize", json={"model": MODEL, "tokens": list(cut.context or [])[cut.prompt_eval_count :]})
+        assert cut.response and first.response.startswith(tail.json()["content"]) and cut.response.startswith(tail.json()["content"])
+    with pytest.raises(ollama.ResponseError) as full:  # the context alone fills the model's: refused before it is read
+        client.generate(model=MODEL, prompt="Hi", context=[1] * 1024, options=GREEDY)
+    assert full.value.status_code == 400 and "1024" in str(full.value)
     with pytest.raises(ollama.ResponseError) as bad:
         client.generate(model=MODEL, prompt="Hi", context=[10**9], options=GREEDY)
     assert bad.value.status_code == 400 and "'context'" in str(bad.value)
