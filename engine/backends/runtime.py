@@ -259,7 +259,8 @@ class RequestStream:
             kept_draft: Whether it is a drafted token the model agreed with. Only those that reach the
                 answer count as accepted: one after a stop string or the end of the answer does not.
         """
-        if self.t_first is None:
+        first = self.t_first is None
+        if first:
             self.t_first = time.perf_counter()
         params = self.params
         if (self._is_eog(token) and not params.ignore_eos) or token in params.stop_token_ids:
@@ -280,7 +281,8 @@ class RequestStream:
             text, hit = self.stops.feed(text)
         if self.context_prompt is not None:
             self._shown += len(text)
-        self._put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs,
+        # the first token's chunk says how much of the prompt the cache held (Anthropic's message_start gives it)
+        self._put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs, cached_tokens=self.cached_tokens if first else 0,
                                   prompt_logprobs=self._take_prompt_logprobs() if self.prompt_logprobs is not None else ()))  # fmt: skip
         if hit:
             self.finish("stop")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -376,12 +376,34 @@ class _Blocks:
 
 
 async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIterator[bytes]:
-    """Anthropic's events for the answer; ``warm`` (``max_tokens`` 0): the prompt read, no content blocks."""
-    chunks = run.chunks()
+    """Anthropic's events for the answer; ``warm`` (``max_tokens`` 0): the prompt read, no content blocks.
+
+    ``message_start`` waits for the first chunk, which says how much of the prompt the cache held (the first
+    token's, or the final one's), so that its usage splits the prompt as ``message_delta``'s does; until then a
+    comment every few seconds keeps the connection open while the prompt is read."""
+    chunks = ticks(run.chunks())
+    try:
+        async for event in _answer_events(run, mid, chunks, warm=warm):
+            yield event
+    finally:
+        await chunks.aclose()
+
+
+async def _answer_events(
+    run: DialectRun, mid: str, chunks: AsyncGenerator[GenerationChunk | None], *, warm: bool
+) -> AsyncIterator[bytes]:
     try:
         input_tokens = await run.prompt_tokens()
     except Exception:  # counted again by the engine, in message_delta
         input_tokens = 0
+    first: GenerationChunk | None = None
+    async for chunk in chunks:
+        if chunk is not None:
+            first = chunk
+            break
+        yield b": keep-alive\n\n"  # an SSE comment: no event may come before message_start
+    cached = first.cached_tokens if first is not None and first.finish_reason != "error" else 0
+    cached = min(cached, input_tokens)
     message = {
         "id": mid,
         "type": "message",
@@ -390,18 +412,23 @@ async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIter
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        # the whole prompt: which of it the cache holds is known once it is read, in message_delta's usage
-        "usage": {"input_tokens": input_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        "usage": {"input_tokens": input_tokens - cached, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                  "cache_read_input_tokens": cached},
     }
     # a grounded answer's sources come with the message, before its text
     yield _event("message_start", {"type": "message_start", "message": run.with_sources(message)})
     yield _event("ping", {"type": "ping"})
     blocks = _Blocks()
     final = GenerationChunk(finish_reason="stop")
-    async for chunk in ticks(chunks):
-        if chunk is None:  # the prompt is still being read: Anthropic's keep-alive
-            yield _event("ping", {"type": "ping"})
-            continue
+
+    async def rest() -> AsyncIterator[GenerationChunk]:
+        if first is not None:
+            yield first
+        async for chunk in chunks:
+            if chunk is not None:
+                yield chunk
+
+    async for chunk in rest():
         if chunk.finish_reason == "error":
             yield _event("error", anthropic_error(*run.failure_message(chunk)))
             return

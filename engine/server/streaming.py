@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
@@ -72,7 +72,7 @@ KEEPALIVE = b": keep-alive\n\n"
 _T = TypeVar("_T")
 
 
-async def ticks(items: AsyncIterator[_T], seconds: float = KEEPALIVE_SECONDS) -> AsyncIterator[_T | None]:
+async def ticks(items: AsyncIterator[_T], seconds: float = KEEPALIVE_SECONDS) -> AsyncGenerator[_T | None]:
     """``items``, with None every ``seconds`` until the first comes (the stream's keep-alives while its prompt is
     read); from the first on, the items as they come, with nothing between (no task per item)."""
     it = aiter(items)

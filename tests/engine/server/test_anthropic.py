@@ -57,6 +57,22 @@ def test_raw_event_sequence_is_anthropics(server):
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
 
 
+def test_message_start_splits_the_prompt_as_message_delta_does(server):
+    """Anthropic's message_start already names the prompt tokens read from the cache (clients take the input usage
+    from it); the same request twice: the second reads most of its prompt from the cache."""
+    import json
+
+    body = {"model": MODEL, "max_tokens": 3, "messages": QUESTION, "stream": True, "temperature": 0}
+    for _ in range(2):
+        with httpx.stream("POST", f"{server.root}/v1/messages", json=body, headers={"x-api-key": server.api_key},
+                          timeout=300) as r:  # fmt: skip
+            data = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    start = data[0]["message"]["usage"]
+    end = next(d for d in data if d["type"] == "message_delta")["usage"]
+    assert start["cache_read_input_tokens"] == end["cache_read_input_tokens"] > 0
+    assert start["input_tokens"] == end["input_tokens"]
+
+
 def test_stop_sequence_ends_the_answer_and_is_named(claude):
     plain = claude.messages.create(model=MODEL, max_tokens=16, messages=QUESTION, **GREEDY).content[0].text
     words = plain.split()
