@@ -380,7 +380,7 @@ async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIter
 
     ``message_start`` waits for the first chunk, which says how much of the prompt the cache held (the first
     token's, or the final one's), so that its usage splits the prompt as ``message_delta``'s does; until then a
-    comment every few seconds keeps the connection open while the prompt is read."""
+    comment every 15 s (``ticks``) keeps the connection open while the prompt is read."""
     chunks = ticks(run.chunks())
     try:
         async for event in _answer_events(run, mid, chunks, warm=warm):
