@@ -57,6 +57,13 @@ def running(server) -> int:
     return stats["models"][MODEL]["running"]
 
 
+def loaded(server) -> None:
+    """The starter loaded first (the session's server is shared: another file's test may have unloaded it), so that
+    the request under test is generating, not loading, when its client leaves."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    assert httpx.post(f"{server.base_url}/chat/completions", json=body, headers=server.headers, timeout=120).status_code == 200
+
+
 def test_disconnect_mid_stream_frees_its_place(server):
     body = {
         "model": MODEL,
@@ -65,6 +72,7 @@ def test_disconnect_mid_stream_frees_its_place(server):
         "ignore_eos": True,
         "stream": True,
     }
+    loaded(server)
     with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body, headers=server.headers, timeout=60) as r:
         lines = r.iter_lines()
         for _ in range(6):
@@ -92,6 +100,7 @@ def test_a_non_streamed_request_whose_client_leaves_is_cancelled(server, path):
         "max_tokens": 1500,
         "ignore_eos": True,
     }
+    loaded(server)
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server.base_url}{path}", json=body, headers=server.headers, timeout=httpx.Timeout(60, read=1.0))
     assert wait_idle(server) == 0
