@@ -37,6 +37,7 @@ import gc
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -966,7 +967,10 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {"env", *args.only.split(",")}
         stages = [s for s in stages if s.name in wanted]
     budget = args.budget if args.budget is not None else (570.0 if args.full else 300.0)
-    records = run_stages(stages, ctx, Recorder(out), budget_s=budget)
+    try:
+        records = run_stages(stages, ctx, Recorder(out), budget_s=budget)
+    finally:
+        shutil.rmtree(ctx.tmp, ignore_errors=True)  # the random checkpoints and the port stage's model
     return 0 if all(r["status"] == "ok" for r in records) else 1
 
 

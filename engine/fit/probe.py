@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import shutil
 import tempfile
 import threading
 import time
@@ -254,6 +256,35 @@ class _Probe:
         self.llm.close()
 
 
+PROBE_PREFIX = "hearth-probe-"
+STALE_PROBE_S = 3600.0  # a leftover folder without a process id in its name, after this long, is no one's
+
+
+def _probe_folder(parent: Path | None) -> Path:
+    """A fresh folder for this process's probe models under ``parent`` (the temporary folder by default), once the
+    ones that stopped processes left there are removed: a probe measures on a thread of its own, and a worker that
+    exits or is killed meanwhile ends it before its cleanup runs."""
+    import psutil
+
+    parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    for old in parent.glob(f"{PROBE_PREFIX}*"):
+        pid = old.name.removeprefix(PROBE_PREFIX).split("-", 1)[0]
+        try:
+            stale = not psutil.pid_exists(int(pid)) if pid.isdigit() else time.time() - old.stat().st_mtime > STALE_PROBE_S
+        except OSError:
+            continue
+        if stale and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{PROBE_PREFIX}{os.getpid()}-", dir=parent))
+
+
+def _forget(path: Path) -> None:
+    """Remove a probe model once llama.cpp has it open: it maps the file, which keeps its pages until it is closed, so
+    on POSIX no file is left behind however the process ends. Windows keeps an open file; the folder's removal gets it."""
+    if os.name != "nt":
+        path.unlink(missing_ok=True)
+
+
 def measure_kernels(
     *, threads: int, types: Sequence[str] = PROBE_TYPES, target_bytes: int = PROBE_BYTES, rounds: int = ROUNDS,
     rows: int = PROMPT_ROWS, prompt_width: int = PROMPT_WIDTH, folder: Path | None = None, bandwidth: float = math.inf,
@@ -274,53 +305,57 @@ def measure_kernels(
     import llama_cpp  # noqa: F401  (fail before writing anything)
 
     layers = 2
-    with tempfile.TemporaryDirectory(prefix="hearth-probe-", dir=folder) as tmp:
-        root = Path(tmp)
-        loaded: list[_Probe] = []
+    root = _probe_folder(folder)
+    loaded: list[_Probe] = []
 
-        def load(name: str, type_name: str, width: int, n: int) -> tuple[_Probe, int]:
-            size = write_probe_model(root / f"{name}.gguf", type_name, width=width, layers=n)
-            loaded.append(_Probe(root / f"{name}.gguf", rows=rows))
-            return loaded[-1], size
+    def load(name: str, type_name: str, width: int, n: int) -> tuple[_Probe, int]:
+        path = root / f"{name}.gguf"
+        size = write_probe_model(path, type_name, width=width, layers=n)
+        loaded.append(_Probe(path, rows=rows))
+        _forget(path)
+        return loaded[-1], size
 
-        try:
-            tiny = {n: load(f"tiny-{n}", "F16", 128, n)[0] for n in (1, 9)}  # what a token and a layer cost
-            # attention: a small model's token and prompt block with nothing, and with ATTENTION_DEPTH tokens, before
-            write_probe_model(root / "attention.gguf", "F16", width=ATTENTION_WIDTH, layers=layers, head_dim=64)
-            attention = _Probe(root / "attention.gguf", rows=rows, n_ctx=2 * depth)
-            loaded.append(attention)
-            real = _Probe(check, rows=rows) if check is not None else None
+    try:
+        tiny = {n: load(f"tiny-{n}", "F16", 128, n)[0] for n in (1, 9)}  # what a token and a layer cost
+        # attention: a small model's token and prompt block with nothing, and with ATTENTION_DEPTH tokens, before
+        write_probe_model(root / "attention.gguf", "F16", width=ATTENTION_WIDTH, layers=layers, head_dim=64)
+        attention = _Probe(root / "attention.gguf", rows=rows, n_ctx=2 * depth)
+        loaded.append(attention)
+        _forget(root / "attention.gguf")
+        real = _Probe(check, rows=rows) if check is not None else None
+        if real is not None:
+            loaded.append(real)
+        big = {t: load(f"{t}-decode", t, _width(t, target_bytes, layers), layers) for t in types}
+        small = {t: load(f"{t}-prompt", t, prompt_width, layers)[0] for t in types}
+        moe: dict[str, _Probe] = {}
+        for t in types:
+            write_probe_model(root / f"{t}-experts.gguf", t, width=prompt_width, layers=layers,
+                              experts=PROBE_EXPERTS, experts_used=PROBE_EXPERTS_USED)  # fmt: skip
+            moe[t] = _Probe(root / f"{t}-experts.gguf", rows=rows)
+            loaded.append(moe[t])
+            _forget(root / f"{t}-experts.gguf")
+        best: dict[str, float] = {}
+
+        def keep(key: str, seconds: float) -> None:
+            best[key] = min(best.get(key, math.inf), seconds)
+
+        for _ in range(rounds):  # round by round, so a disturbance falls on every type alike
+            for n, p in tiny.items():
+                keep(f"tiny{n}", p.decode())
+            keep("attn_decode0", attention.decode())
+            keep("attn_decode", attention.decode(depth=depth))
+            keep("attn_prompt0", attention.prompt())
+            keep("attn_prompt", attention.prompt(depth=depth))
             if real is not None:
-                loaded.append(real)
-            big = {t: load(f"{t}-decode", t, _width(t, target_bytes, layers), layers) for t in types}
-            small = {t: load(f"{t}-prompt", t, prompt_width, layers)[0] for t in types}
-            moe: dict[str, _Probe] = {}
+                keep("real", real.decode())
             for t in types:
-                write_probe_model(root / f"{t}-experts.gguf", t, width=prompt_width, layers=layers,
-                                  experts=PROBE_EXPERTS, experts_used=PROBE_EXPERTS_USED)  # fmt: skip
-                moe[t] = _Probe(root / f"{t}-experts.gguf", rows=rows)
-                loaded.append(moe[t])
-            best: dict[str, float] = {}
-
-            def keep(key: str, seconds: float) -> None:
-                best[key] = min(best.get(key, math.inf), seconds)
-
-            for _ in range(rounds):  # round by round, so a disturbance falls on every type alike
-                for n, p in tiny.items():
-                    keep(f"tiny{n}", p.decode())
-                keep("attn_decode0", attention.decode())
-                keep("attn_decode", attention.decode(depth=depth))
-                keep("attn_prompt0", attention.prompt())
-                keep("attn_prompt", attention.prompt(depth=depth))
-                if real is not None:
-                    keep("real", real.decode())
-                for t in types:
-                    keep(f"decode{t}", big[t][0].decode())
-                    keep(f"prompt{t}", small[t].prompt())
-                    keep(f"experts{t}", moe[t].prompt())
-        finally:
-            for p in loaded:
-                p.close()
+                keep(f"decode{t}", big[t][0].decode())
+                keep(f"prompt{t}", small[t].prompt())
+                keep(f"experts{t}", moe[t].prompt())
+    finally:
+        for p in loaded:
+            p.close()
+        shutil.rmtree(root, ignore_errors=True)
     layer_cost = max(0.0, (best["tiny9"] - best["tiny1"]) / 8)
     token_cost = max(0.0, best["tiny1"] - layer_cost)
     base = token_cost + layers * layer_cost

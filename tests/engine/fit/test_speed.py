@@ -207,6 +207,50 @@ def test_the_real_kernel_probe_measures_llamacpp(tmp_path) -> None:
     assert not list(tmp_path.iterdir())  # the probe models are gone
 
 
+
+def test_probe_folders_that_stopped_processes_left_are_removed(tmp_path) -> None:
+    """A worker killed while its probe ran leaves the folder behind; the next probe takes it away, not a running one's."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from engine.fit.probe import PROBE_PREFIX, STALE_PROBE_S, _probe_folder
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f"{PROBE_PREFIX}{int(ended.stdout)}-abc"
+    alive = tmp_path / f"{PROBE_PREFIX}{os.getppid()}-def"
+    old_style, recent = tmp_path / f"{PROBE_PREFIX}x1y2z3", tmp_path / f"{PROBE_PREFIX}q7w8e9"
+    for folder in (dead, alive, old_style, recent):
+        folder.mkdir()
+        (folder / "F16-decode.gguf").write_bytes(b"GGUF")
+    long_ago = time.time() - STALE_PROBE_S - 60
+    os.utime(old_style, (long_ago, long_ago))
+    other = tmp_path / "someone-elses"
+    other.mkdir()
+
+    mine = _probe_folder(tmp_path)
+    assert mine.name.startswith(f"{PROBE_PREFIX}{os.getpid()}-") and mine.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, recent.name, mine.name, other.name])
+
+
+def test_a_probe_model_leaves_no_file_while_it_is_measured(tmp_path) -> None:
+    """Its file goes once llama.cpp has mapped it: a process killed mid-probe leaves nothing on the disk (POSIX)."""
+    pytest.importorskip("llama_cpp")
+    import os
+
+    from engine.fit.probe import _forget, _Probe, write_probe_model
+
+    path = tmp_path / "F16-decode.gguf"
+    write_probe_model(path, "F16", width=128, layers=1)
+    probe = _Probe(path, rows=8)
+    try:
+        _forget(path)
+        assert path.exists() == (os.name == "nt")
+        assert probe.decode(tokens=2) > 0 and probe.prompt() > 0  # still measures from the mapped pages
+    finally:
+        probe.close()
+
 def test_hearth_fit_shows_the_speed_with_its_basis(starter_path) -> None:
     from engine.commands.fit import render
     from engine.fit.report import fit_model

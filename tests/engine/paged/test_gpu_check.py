@@ -34,11 +34,15 @@ def gpu_check():
 
 def test_dry_run_appends_a_json_line_per_stage_with_every_figure(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", f"{tmp_path}{os.sep}",
                            "--stream-interval", "5"],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (out,) = tmp_path.glob("gpu_check-*.jsonl")
+    assert not list(scratch.glob("gpu_check-*"))  # its checkpoints and the port stage's model are gone
     records = {r["stage"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert list(records) == STAGES and all(r["status"] == "ok" for r in records.values()), records
     env_record = records["env"]
@@ -69,7 +73,7 @@ def test_a_stage_that_raises_is_recorded_and_the_next_one_still_runs(gpu_check, 
     import torch
 
     ctx = gpu_check.Context(dry=True, device=torch.device("cpu"), dtype=torch.float32, shape=gpu_check.TINY,
-                            n_seqs=2, n_hf=1, lengths=(4, 8))  # fmt: skip
+                            n_seqs=2, n_hf=1, lengths=(4, 8), tmp=tmp_path)  # fmt: skip
 
     def broken(ctx):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -97,7 +101,7 @@ def test_stages_past_the_budget_are_skipped_and_say_so(gpu_check, tmp_path):
     import torch
 
     ctx = gpu_check.Context(dry=True, device=torch.device("cpu"), dtype=torch.float32, shape=gpu_check.TINY,
-                            n_seqs=2, n_hf=1, lengths=(4, 8))  # fmt: skip
+                            n_seqs=2, n_hf=1, lengths=(4, 8), tmp=tmp_path)  # fmt: skip
     recorder = gpu_check.Recorder(tmp_path / "run.jsonl")
     records = gpu_check.run_stages([gpu_check.Stage("late", lambda c: {}, 60)], ctx, recorder, budget_s=5)
     assert records[0]["status"] == "skipped" and "budget" in records[0]["reason"]
