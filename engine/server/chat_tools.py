@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from engine.chat_template import TEMPLATE_GLOBALS
 from engine.errors import InvalidRequest
-from engine.tools import parse_tool_choice, parse_tools
+from engine.tools import CustomInputStream, ToolCall, ToolSpec, custom_input, parse_tool_choice, parse_tools
 from engine.types import GenerationChunk
 
 # The names a chat template is rendered with from the request and the model (engine.chat_template,
@@ -58,12 +59,20 @@ def request_fields(body: Any) -> dict[str, Any]:
     }
 
 
-def message(text: str, reasoning: str, final: GenerationChunk | None) -> dict[str, Any]:
-    """The assistant ``message`` of a non-streamed choice (content null when it only called tools)."""
+def _call(call: ToolCall, custom: frozenset[str]) -> dict[str, Any]:
+    if call.name in custom:
+        return {"id": call.id, "type": "custom", "custom": {"name": call.name, "input": custom_input(call)}}
+    return call.as_openai()
+
+
+def message(text: str, reasoning: str, final: GenerationChunk | None, tools: Sequence[ToolSpec] = ()) -> dict[str, Any]:
+    """The assistant ``message`` of a non-streamed choice (content null when it only called tools); a call of one of
+    the custom ``tools`` is a ``custom`` call of its text."""
     calls = final.tool_calls if final is not None else ()
     out: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None, "refusal": None}
     if calls:
-        out["tool_calls"] = [c.as_openai() for c in calls]
+        custom = frozenset(t.name for t in tools if t.custom is not None)
+        out["tool_calls"] = [_call(c, custom) for c in calls]
     if reasoning:
         out["reasoning_content"] = reasoning
         out["reasoning"] = reasoning
@@ -77,21 +86,46 @@ def reasoning_delta(chunk: GenerationChunk) -> dict[str, Any] | None:
     return {"reasoning_content": chunk.reasoning, "reasoning": chunk.reasoning}
 
 
+class CallDeltas:
+    """One choice's tool-call pieces as OpenAI streams them (sent after its content): a function's arguments as the
+    model writes them, a custom tool's input as text, decoded from them as they come."""
+
+    def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
+        self.custom = frozenset(t.name for t in tools if t.custom is not None)
+        self.inputs: dict[int, CustomInputStream] = {}  # call index -> its custom input so far
+
+    def deltas(self, chunk: GenerationChunk) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for d in chunk.tool_call_deltas:
+            item: dict[str, Any] = {"index": d.index}
+            if d.id is not None and d.name in self.custom:
+                stream = self.inputs[d.index] = CustomInputStream()
+                item.update(id=d.id, type="custom", custom={"name": d.name, "input": stream.feed(d.arguments or "")})
+            elif d.id is not None:
+                item.update(id=d.id, type="function", function={"name": d.name, "arguments": d.arguments})
+            elif d.index in self.inputs:
+                text = self.inputs[d.index].feed(d.arguments or "")
+                if not text:
+                    continue
+                item["custom"] = {"input": text}
+            else:
+                item["function"] = {"arguments": d.arguments}
+            out.append({"tool_calls": [item]})
+        if chunk.finish_reason is not None:  # what the pieces held back (an input the model wrote in another shape)
+            for index, stream in self.inputs.items():
+                if index < len(chunk.tool_calls) and (rest := stream.rest(custom_input(chunk.tool_calls[index]))):
+                    out.append({"tool_calls": [{"index": index, "custom": {"input": rest}}]})
+            self.inputs = {}
+        return out
+
+
 def tool_call_deltas(chunk: GenerationChunk) -> list[dict[str, Any]]:
-    """The ``delta`` objects for a chunk's tool-call pieces (sent after its content), as OpenAI streams them."""
-    out: list[dict[str, Any]] = []
-    for d in chunk.tool_call_deltas:
-        item: dict[str, Any] = {"index": d.index}
-        if d.id is not None:
-            item.update(id=d.id, type="function", function={"name": d.name, "arguments": d.arguments})
-        else:
-            item["function"] = {"arguments": d.arguments}
-        out.append({"tool_calls": [item]})
-    return out
+    """The ``delta`` objects for a chunk's function-call pieces, where no custom tool was offered."""
+    return CallDeltas().deltas(chunk)
 
 
 def reasoning_tokens(finals: list[GenerationChunk | None]) -> int:
     return sum(f.reasoning_tokens for f in finals if f is not None)
 
 
-__all__ = ["request_fields", "message", "reasoning_delta", "tool_call_deltas", "reasoning_tokens"]
+__all__ = ["request_fields", "message", "reasoning_delta", "CallDeltas", "tool_call_deltas", "reasoning_tokens"]

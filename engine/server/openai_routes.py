@@ -380,7 +380,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         "choices": [
             {
                 "index": i,
-                "message": chat_tools.message(texts[i], gen.reasoning.get(i, ""), finals[i]),
+                "message": chat_tools.message(texts[i], gen.reasoning.get(i, ""), finals[i], gen.requests[0].tools),
                 "logprobs": _chat_logprobs(lps[i]) if logprobs is not None else None,
                 "finish_reason": _finish_reason(finals[i]),
             }
@@ -412,6 +412,7 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
     for i in range(n):  # the first chunk carries a grounded answer's sources, before any text
         yield event(i, {"role": "assistant", "content": opening}, extra=docs_chat.attach({}, gen.grounding) if i == 0 else None)
     finals: list[GenerationChunk | None] = [None] * n
+    calls = [chat_tools.CallDeltas(gen.requests[0].tools) for i in range(n)]
     async for item in ticks(gen.chunks()):
         if item is None:  # the prompt is still being read
             yield KEEPALIVE
@@ -429,7 +430,7 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
             yield event(index, {"content": chunk.text}, logprobs=lp)
         elif chunk.text:
             yield text_event(index, chunk.text)
-        for delta in chat_tools.tool_call_deltas(chunk):
+        for delta in calls[index].deltas(chunk):
             yield event(index, delta)
         if chunk.finish_reason is not None:
             finals[index] = chunk

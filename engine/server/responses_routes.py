@@ -32,7 +32,15 @@ from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.server.streaming import KEEPALIVE, ticks
-from engine.tools import ToolCall, parse_tool_choice, parse_tools
+from engine.tools import (
+    CustomInputStream,
+    ToolCall,
+    ToolSpec,
+    custom_call,
+    custom_input,
+    parse_tool_choice,
+    parse_tools,
+)
 from engine.types import (
     MEDIA_MARKER,
     ChatMessage,
@@ -130,6 +138,9 @@ def _input_items(body: ResponsesBody) -> list[dict]:
     return [dict(item) for item in body.input]
 
 
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")  # what the client's tools gave back
+
+
 def _input_messages(
     items: list[dict], earlier: tuple[ChatMessage, ...], allow_remote: bool = False,
     shown: dict[tuple[str, str], str] | None = None,
@@ -157,14 +168,27 @@ def _input_messages(
             call = ToolCall(name=name, arguments=args if isinstance(args, str) else json.dumps(args), id=call_id)
             names[call_id] = name
             last = out[-1] if out else None
-            if last is not None and last.role == "assistant" and i > 0 and items[i - 1].get("type", "message") != "function_call_output":
+            if last is not None and last.role == "assistant" and i > 0 and items[i - 1].get("type", "message") not in _OUTPUTS:
                 out[-1] = ChatMessage("assistant", last.content, tool_calls=(*last.tool_calls, call), reasoning=last.reasoning)
             else:
                 out.append(ChatMessage("assistant", "", tool_calls=(call,)))
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            name, call_id = item.get("name"), item.get("call_id")
+            if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"{where} is a custom_tool_call without 'call_id' and 'name'.", param="input")
+            if isinstance(item.get("namespace"), str):
+                name = (shown or {}).get((item["namespace"], name), name)
+            call = custom_call(name, item.get("input"), call_id)
+            names[call_id] = name
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant" and i > 0 and items[i - 1].get("type", "message") not in _OUTPUTS:
+                out[-1] = ChatMessage("assistant", last.content, tool_calls=(*last.tool_calls, call), reasoning=last.reasoning)
+            else:
+                out.append(ChatMessage("assistant", "", tool_calls=(call,)))
+        elif kind in _OUTPUTS:
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise InvalidRequest(f"{where} is a function_call_output without 'call_id'.", param="input")
+                raise InvalidRequest(f"{where} is a {kind} without 'call_id'.", param="input")
             out.append(ChatMessage("tool", _content_text(item.get("output", ""), where), tool_call_id=call_id, name=names.get(call_id)))
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
@@ -342,8 +366,8 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "temperature": turn.req.params.temperature,
         "text": {"format": fmt},
         "tool_choice": body.tool_choice or "auto",
-        "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": dict(t.parameters),
-                   "strict": t.strict} for t in turn.req.tools],  # fmt: skip
+        "tools": [dict(t.custom) if t.custom is not None else {"type": "function", "name": t.name, "description": t.description,
+                  "parameters": dict(t.parameters), "strict": t.strict} for t in turn.req.tools],  # fmt: skip
         "top_p": turn.req.params.top_p,
         "truncation": "disabled",
         "metadata": body.metadata or {},
@@ -361,7 +385,8 @@ def _text_part(text: str, logprobs: list[dict] | None = None) -> dict:
 
 def _item(kind: str, iid: str, status: str, *, text: str = "", call: ToolCall | None = None, started: bool = True,
           logprobs: list[dict] | None = None) -> dict:  # fmt: skip
-    """An output item: ``message``, ``reasoning`` or ``function_call`` (``started``: with its content part)."""
+    """An output item: ``message``, ``reasoning``, ``function_call`` or ``custom_tool_call`` (``started``: with its
+    content part)."""
     if kind == "message":
         content = [_text_part(text, logprobs)] if started else []
         return {"id": iid, "type": "message", "status": status, "role": "assistant", "content": content}
@@ -369,12 +394,20 @@ def _item(kind: str, iid: str, status: str, *, text: str = "", call: ToolCall | 
         return {"id": iid, "type": "reasoning", "status": status, "summary": [],
                 "content": [{"type": "reasoning_text", "text": text}] if started else []}  # fmt: skip
     call = call or ToolCall(name="")
+    if kind == "custom_tool_call":
+        return {"id": iid, "type": kind, "status": status, "call_id": call.id, "name": call.name,
+                "input": custom_input(call) if started else ""}  # fmt: skip
     return {"id": iid, "type": "function_call", "status": status, "call_id": call.id, "name": call.name,
             "arguments": call.arguments if started else ""}  # fmt: skip
 
 
 def _new_id(kind: str) -> str:
-    return {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind] + "_" + uuid.uuid4().hex
+    return {"message": "msg", "reasoning": "rs", "function_call": "fc", "custom_tool_call": "ctc"}[kind] + "_" + uuid.uuid4().hex
+
+
+def _call_kind(call_name: str | None, tools: tuple[ToolSpec, ...]) -> str:
+    """The output item a call of the tool ``call_name`` is: a custom tool's call of text, else a function call."""
+    return "custom_tool_call" if any(t.name == call_name and t.custom is not None for t in tools) else "function_call"
 
 
 def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text: str, reasoning: str, final: GenerationChunk) -> dict:
@@ -397,18 +430,22 @@ async def create_response(request: Request, body: ResponsesBody):
         )
     text, reasoning, final = await run.collect()
     logprobs = [lp.as_openai() for lp in run.text_logprobs]
-    output = [_placed(item, turn.origin) for item in _output(text, reasoning, final, logprobs)]
+    output = [_placed(item, turn.origin) for item in _output(text, reasoning, final, logprobs, turn.req.tools)]
     return _finish(request, turn, run.model_name, output, text, reasoning, final)
 
 
-def _output(text: str, reasoning: str, final: GenerationChunk, logprobs: list[dict] | None = None) -> list[dict]:
+def _output(
+    text: str, reasoning: str, final: GenerationChunk, logprobs: list[dict] | None = None, tools: tuple[ToolSpec, ...] = ()
+) -> list[dict]:
     """A whole answer's output items, as the streamed answer builds them: its thinking, its message (an empty one
     only when the answer is nothing else) with its tokens' ``logprobs`` when asked for, its calls; the last is the
     one a token limit cut."""
     output = [_item("reasoning", _new_id("reasoning"), "completed", text=reasoning)] if reasoning else []
     if text or not (final.tool_calls or reasoning):
         output.append(_item("message", _new_id("message"), "completed", text=text, logprobs=logprobs))
-    output += [_item("function_call", _new_id("function_call"), "completed", call=c) for c in final.tool_calls]
+    for c in final.tool_calls:
+        kind = _call_kind(c.name, tools)
+        output.append(_item(kind, _new_id(kind), "completed", call=c))
     if final.finish_reason == "length":
         output[-1]["status"] = "incomplete"
     return output
@@ -417,8 +454,10 @@ def _output(text: str, reasoning: str, final: GenerationChunk, logprobs: list[di
 class _Stream:
     """The streamed output items, one open at a time, and the events that build them."""
 
-    def __init__(self, origin: dict[str, tuple[str, str]] | None = None) -> None:
+    def __init__(self, origin: dict[str, tuple[str, str]] | None = None, tools: tuple[ToolSpec, ...] = ()) -> None:
         self.origin = origin or {}  # namespaced tools (_flat_tools)
+        self.tools = tools
+        self.input: CustomInputStream | None = None  # the open custom call's input, decoded from its arguments
         self.seq = 0
         self.items: list[dict] = []  # every item as it stands (the open one last)
         self.kind: str | None = None
@@ -448,11 +487,17 @@ class _Stream:
         elif self.kind == "reasoning":
             out.append(self.emit("response.reasoning_text.done", **where, content_index=0, text=self.text))
             item.update(content=[{"type": "reasoning_text", "text": self.text}], status=status)
+        elif self.kind == "custom_tool_call" and self.input is not None:
+            whole = custom_input(ToolCall(item["name"], self.input.raw))
+            if rest := self.input.rest(whole):
+                out.append(self.emit("response.custom_tool_call_input.delta", **where, delta=rest))
+            item.update(input=whole, status=status)
+            out.append(self.emit("response.custom_tool_call_input.done", **where, input=whole))
         else:
             out.append(self.emit("response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"]))
             item["status"] = status
         out.append(self.emit("response.output_item.done", output_index=self.index, item=item))
-        self.kind, self.text, self.logprobs = None, "", []
+        self.kind, self.text, self.logprobs, self.input = None, "", [], None
         return out
 
     def open(self, kind: str, call: ToolCall | None = None) -> list[bytes]:
@@ -483,8 +528,15 @@ class _Stream:
         for d in chunk.tool_call_deltas:
             if d.id is not None:
                 self.calls[d.index] = ToolCall(name=d.name or "", arguments="", id=d.id)
-                out += self.open("function_call", self.calls[d.index])
-            if d.arguments and self.kind == "function_call" and self.items[-1]["call_id"] == self.calls[d.index].id:
+                kind = _call_kind(d.name, self.tools)
+                out += self.open(kind, self.calls[d.index])
+                self.input = CustomInputStream() if kind == "custom_tool_call" else None
+            if d.arguments and self.input is not None and self.kind == "custom_tool_call" and self.items[-1]["call_id"] == self.calls[d.index].id:
+                if piece := self.input.feed(d.arguments):
+                    self.items[-1]["input"] += piece
+                    out.append(self.emit("response.custom_tool_call_input.delta", item_id=self.items[-1]["id"],
+                                         output_index=self.index, delta=piece))  # fmt: skip
+            elif d.arguments and self.kind == "function_call" and self.items[-1]["call_id"] == self.calls[d.index].id:
                 self.items[-1]["arguments"] += d.arguments
                 out.append(self.emit("response.function_call_arguments.delta", item_id=self.items[-1]["id"],
                                      output_index=self.index, delta=d.arguments))  # fmt: skip
@@ -492,7 +544,7 @@ class _Stream:
 
 
 async def _events(request: Request, run: DialectRun, turn: _Turn) -> AsyncIterator[bytes]:
-    s = _Stream(turn.origin)
+    s = _Stream(turn.origin, turn.req.tools)
     chunks = run.chunks()
     pending = _response(turn, run.model_name, status="in_progress", output=[], final=None)
     yield s.emit("response.created", response=pending)

@@ -3,7 +3,9 @@
 Public API (import from ``engine.tools``):
 
 Definitions (frozen dataclasses, :mod:`engine.tools.spec`)
-    ``ToolSpec(name, description, parameters, strict)`` — a function the model may call; ``as_openai()``.
+    ``ToolSpec(name, description, parameters, strict, custom)`` — a function the model may call; ``as_openai()``.
+    A custom (freeform) tool is offered as a function of one string, ``CUSTOM_INPUT``; ``custom_input(call)`` is the
+    text a call gives it, ``custom_call`` one sent back, ``CustomInputStream`` its text as the arguments stream in.
     ``ToolChoice(mode, name)`` — ``mode`` is ``auto | none | required | function``; ``forced``.
     ``ToolCall(name, arguments, id)`` — ``arguments`` is JSON text; ``arguments_object``; ``as_openai()``.
     ``parse_tools(items)``, ``parse_tool_choice(value, tools)``, ``parse_tool_calls(items)`` — from OpenAI's
@@ -47,9 +49,13 @@ from engine.tools.parsers import (
 from engine.tools.reasoning import THINK_TAGS, ReasoningPiece, ReasoningSplitter, split_reasoning
 from engine.tools.render import RenderedChat, detect_tool_format, generic_tools_prompt, render_request
 from engine.tools.spec import (
+    CUSTOM_INPUT,
+    CustomInputStream,
     ToolCall,
     ToolChoice,
     ToolSpec,
+    custom_call,
+    custom_input,
     new_call_id,
     parse_tool_calls,
     parse_tool_choice,
@@ -58,6 +64,10 @@ from engine.tools.spec import (
 from engine.tools.stream import ChatOutputParser, ChatStreamParser, OutputPiece, parse_stream
 
 __all__ = [
+    "CUSTOM_INPUT",
+    "CustomInputStream",
+    "custom_call",
+    "custom_input",
     "ToolSpec",
     "ToolChoice",
     "ToolCall",

@@ -7,6 +7,7 @@ dialects) shares them; nothing here knows about HTTP or a backend.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,14 +23,24 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
+#: The one argument a custom (freeform) tool is offered with: the model writes its text input as this string.
+CUSTOM_INPUT = "input"
+GRAMMAR_SYNTAXES = ("lark", "regex")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """One function the model may call: its name, what it does, and a JSON schema of its arguments."""
+    """One function the model may call: its name, what it does, and a JSON schema of its arguments.
+
+    ``custom``: for OpenAI's custom (freeform) tools, the tool as the request gave it, in the Responses shape
+    (``{"type": "custom", "name", "description", "format"}``); the model is offered it as a function of one string,
+    ``input``, whose description carries the format, and its calls go back as custom calls of that text."""
 
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False
+    custom: Mapping[str, Any] | None = None
 
     def as_openai(self) -> dict[str, Any]:
         """The tool as OpenAI and Hugging Face chat templates take it (``{"type": "function", ...}``)."""
@@ -87,6 +98,103 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
+def custom_input(call: ToolCall) -> str:
+    """The text a call of a custom tool gives it: the ``input`` the model wrote (its only argument, when it named it
+    otherwise), else the arguments as they are."""
+    args = call.arguments_object
+    if isinstance(args, Mapping):
+        value = args.get(CUSTOM_INPUT)
+        if value is None and len(args) == 1:
+            value = next(iter(args.values()))
+        if isinstance(value, str):
+            return value
+    return args if isinstance(args, str) else call.arguments
+
+
+def custom_call(name: str, text: Any, call_id: Any) -> ToolCall:
+    """A custom tool's call sent back in a conversation, as the model made it (``text``: its input)."""
+    return ToolCall(name=name, arguments=json.dumps({CUSTOM_INPUT: text if isinstance(text, str) else ""}, ensure_ascii=False),
+                    id=str(call_id) if call_id else new_call_id())  # fmt: skip
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"'}
+_INPUT_START = re.compile(r'\s*\{\s*"' + CUSTOM_INPUT + r'"\s*:\s*"')
+
+
+class CustomInputStream:
+    """A custom tool call's input as its arguments stream in (``{"input": "...`` JSON text, piece by piece): each
+    :meth:`feed` gives the text decoded since the last, in time linear in the whole."""
+
+    def __init__(self) -> None:
+        self.raw = ""
+        self.pos: int | None = None  # where the input string's next character is, once its opening quote is in
+        self.closed = False
+        self.sent = ""
+
+    def feed(self, piece: str) -> str:
+        self.raw += piece
+        if self.closed:
+            return ""
+        if self.pos is None:
+            found = _INPUT_START.match(self.raw)
+            if found is None:
+                return ""
+            self.pos = found.end()
+        raw, i, out = self.raw, self.pos, []
+        while i < len(raw):
+            ch = raw[i]
+            if ch == '"':
+                self.closed = True
+                i += 1
+                break
+            if ch != "\\":
+                out.append(ch)
+                i += 1
+                continue
+            if i + 1 >= len(raw):
+                break  # the escape's next character is still to come
+            if raw[i + 1] != "u":
+                out.append(_ESCAPES.get(raw[i + 1], raw[i + 1]))
+                i += 2
+                continue
+            decoded, used = _unicode_escape(raw, i)
+            if used == 0:
+                break
+            out.append(decoded)
+            i += used
+        self.pos = i
+        text = "".join(out)
+        self.sent += text
+        return text
+
+    def rest(self, whole: str) -> str:
+        """What of the call's whole input (:func:`custom_input`) is still to send, once its arguments are all in."""
+        return whole[len(self.sent) :] if whole.startswith(self.sent) else ""
+
+
+def _unicode_escape(raw: str, i: int) -> tuple[str, int]:
+    """The character of the ``\\uXXXX`` escape (a surrogate pair's two) at ``raw[i]`` and how many characters it
+    took; 0 while it is not all in. A malformed one is taken as it stands."""
+    if i + 6 > len(raw):
+        return "", 0
+    try:
+        code = int(raw[i + 2 : i + 6], 16)
+    except ValueError:
+        return raw[i : i + 2], 2
+    if 0xD800 <= code < 0xDC00:
+        if i + 12 > len(raw):
+            return "", 0
+        if raw[i + 6 : i + 8] == "\\u":
+            try:
+                low = int(raw[i + 8 : i + 12], 16)
+            except ValueError:
+                low = 0
+            if 0xDC00 <= low < 0xE000:
+                return chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)), 12
+        return "\ufffd", 6
+    return chr(code), 6
+
+
 def close_partial_json(text: str) -> str:
     """JSON cut off mid-way, closed where it stopped: an open string ended, a dangling key or comma dropped,
     the open arrays and objects closed (``{"city": "Par`` -> ``{"city": "Par"}``)."""
@@ -132,9 +240,9 @@ def parse_tools(items: Sequence[Any] | None) -> tuple[ToolSpec, ...]:
         if not isinstance(item, Mapping):
             raise InvalidRequest(f"{where} must be an object with 'type' and 'function'.", param="tools")
         kind = item.get("type", "function")
-        if kind != "function":
-            raise InvalidRequest(f"{where} has type '{kind}'; only 'function' tools are supported.", param="tools")
-        fn = item.get("function", item)
+        if kind not in ("function", "custom"):
+            raise InvalidRequest(f"{where} has type '{kind}'; only 'function' and 'custom' tools are supported.", param="tools")
+        fn = item.get(kind, item)
         if not isinstance(fn, Mapping):
             raise InvalidRequest(f"{where}.function must be an object.", param="tools")
         name = fn.get("name")
@@ -144,6 +252,9 @@ def parse_tools(items: Sequence[Any] | None) -> tuple[ToolSpec, ...]:
         if name in seen:
             raise InvalidRequest(f"{where} repeats a name; tool names must be unique.", param="tools")
         seen.add(name)
+        if kind == "custom":
+            out.append(_custom_tool(fn, name, where))
+            continue
         params = fn.get("parameters")
         if params is None:
             params = {"type": "object", "properties": {}}
@@ -156,6 +267,44 @@ def parse_tools(items: Sequence[Any] | None) -> tuple[ToolSpec, ...]:
             raise InvalidRequest(f"{where} has a description that is not text.", param="tools")
         out.append(ToolSpec(name=name, description=description, parameters=dict(params), strict=bool(fn.get("strict"))))
     return tuple(out)
+
+
+def _custom_tool(spec: Mapping[str, Any], name: str, where: str) -> ToolSpec:
+    """A custom tool (chat completions nest it under ``custom``, Responses give it flat): offered as a function of
+    one string, whose description says what the text must be.
+
+    Raises:
+        InvalidRequest: its description is not text, or its format is neither text nor a Lark or regex grammar.
+    """
+    description = spec.get("description") or ""
+    if not isinstance(description, str):
+        raise InvalidRequest(f"{where} has a description that is not text.", param="tools")
+    fmt = spec.get("format") or {"type": "text"}
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    said = "The tool's whole input, as plain text (not JSON)."
+    if kind == "grammar":
+        grammar = fmt.get("grammar", fmt)  # chat completions nest it, Responses give it flat
+        syntax = grammar.get("syntax") if isinstance(grammar, Mapping) else None
+        definition = grammar.get("definition") if isinstance(grammar, Mapping) else None
+        if syntax not in GRAMMAR_SYNTAXES or not isinstance(definition, str) or not definition.strip():
+            raise InvalidRequest(f"{where} has a grammar format without a 'definition' and a 'syntax' of lark or regex.",
+                                 param="tools")  # fmt: skip
+        fmt = {"type": "grammar", "syntax": syntax, "definition": definition}
+        said += f" It must match this {'Lark grammar' if syntax == 'lark' else 'regular expression'}:\n{definition}"
+    elif kind == "text":
+        fmt = {"type": "text"}
+    else:
+        raise InvalidRequest(f"{where} has a format of type {kind!r}; give text or grammar.", param="tools")
+    text: dict[str, Any] = {"type": "string", "description": said}
+    if fmt.get("syntax") == "regex":
+        try:
+            re.compile(fmt["definition"])
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise InvalidRequest(f"{where} has a regex grammar that is no regular expression ({exc}); fix it.", param="tools") from None  # its calls follow it, as a strict tool's arguments follow their schema
+        text["pattern"] = f"^({fmt['definition']})$"
+    parameters = {"type": "object", "properties": {CUSTOM_INPUT: text}, "required": [CUSTOM_INPUT], "additionalProperties": False}
+    echo = {"type": "custom", "name": name, "description": description, "format": fmt}
+    return ToolSpec(name=name, description=description, parameters=parameters, strict="pattern" in text, custom=echo)
 
 
 def parse_tool_choice(value: Any, tools: Sequence[ToolSpec]) -> ToolChoice:
@@ -176,7 +325,7 @@ def parse_tool_choice(value: Any, tools: Sequence[ToolSpec]) -> ToolChoice:
     elif isinstance(value, Mapping) and value.get("type") == "allowed_tools":
         choice = _allowed_tools(value, tools)
     elif isinstance(value, Mapping):
-        fn = value.get("function", value)
+        fn = value.get("function") or value.get("custom") or value  # chat completions nest the name, Responses not
         name = fn.get("name") if isinstance(fn, Mapping) else None
         if not isinstance(name, str) or not name:
             raise InvalidRequest("'tool_choice' names no function; give function.name.", param="tool_choice")
@@ -208,7 +357,7 @@ def _allowed_tools(value: Mapping[str, Any], tools: Sequence[ToolSpec]) -> ToolC
     known = {t.name for t in tools}
     names = []
     for item in items:
-        fn = item.get("function", item) if isinstance(item, Mapping) else None
+        fn = (item.get("function") or item.get("custom") or item) if isinstance(item, Mapping) else None
         name = fn.get("name") if isinstance(fn, Mapping) else None
         if not isinstance(name, str) or name not in known:
             raise InvalidRequest(f"'tool_choice.allowed_tools' names {name!r}, which is not among the tools.", param="tool_choice")
@@ -224,6 +373,10 @@ def parse_tool_calls(items: Sequence[Any] | None) -> tuple[ToolCall, ...]:
     """
     out = []
     for i, item in enumerate(items or ()):
+        custom = item.get("custom") if isinstance(item, Mapping) and item.get("type") == "custom" else None
+        if isinstance(custom, Mapping) and isinstance(custom.get("name"), str) and custom["name"]:
+            out.append(custom_call(custom["name"], custom.get("input"), item.get("id")))
+            continue
         fn = item.get("function") if isinstance(item, Mapping) else None
         name = fn.get("name") if isinstance(fn, Mapping) else None
         if not isinstance(fn, Mapping) or not isinstance(name, str) or not name:
@@ -239,6 +392,10 @@ def parse_tool_calls(items: Sequence[Any] | None) -> tuple[ToolCall, ...]:
 
 
 __all__ = [
+    "CUSTOM_INPUT",
+    "CustomInputStream",
+    "custom_call",
+    "custom_input",
     "close_partial_json",
     "ToolSpec",
     "ToolChoice",

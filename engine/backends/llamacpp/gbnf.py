@@ -414,6 +414,8 @@ _CONVERTER_ESCAPES = frozenset("[]()|{}*+?")  # outside a class the converter wr
 # the string or break it (a quote, a backslash, control characters) as well.
 _CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}
 _NOT_IN_A_STRING = '"\\\\\\x01-\\x1F'
+# A quote or a backslash the pattern matches is written escaped in the JSON string: GBNF's \\ and \" in turn.
+_JSON_ESCAPED = {'"': '\\\\\\"', "\\": "\\\\\\\\"}
 
 
 def gbnf_pattern(pattern: str) -> str:
@@ -428,7 +430,9 @@ def gbnf_pattern(pattern: str) -> str:
         if c == "\\" and i + 1 < len(pattern):
             e = pattern[i + 1]
             i += 2
-            if e in _GBNF_ESCAPES or (not in_class and e in _CONVERTER_ESCAPES):
+            if e in '"\\' and not in_class:  # a quote or a backslash: in a JSON string, its escape
+                out.append(_JSON_ESCAPED[e])
+            elif e in _GBNF_ESCAPES or (not in_class and e in _CONVERTER_ESCAPES):
                 out.append("\\" + e)
             elif e.lower() in _CLASSES and not (in_class and e.isupper()):
                 chars = _CLASSES[e.lower()]
@@ -437,6 +441,10 @@ def gbnf_pattern(pattern: str) -> str:
                 out.append(f"\\x{ord(e):02X}" if in_class else f"[\\x{ord(e):02X}]")
             else:
                 out.append("\\" + e)
+            continue
+        if c == '"' and not in_class:
+            out.append(_JSON_ESCAPED[c])
+            i += 1
             continue
         if c == "[" and not in_class:
             in_class = True

@@ -4,6 +4,7 @@ and every object validated against the Responses schemas of OpenAI's spec."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import jsonschema
@@ -24,6 +25,8 @@ EVENT_SCHEMAS = {
     "response.output_item.done": "ResponseOutputItemDoneEvent",
     "response.function_call_arguments.delta": "ResponseFunctionCallArgumentsDeltaEvent",
     "response.function_call_arguments.done": "ResponseFunctionCallArgumentsDoneEvent",
+    "response.custom_tool_call_input.delta": "ResponseCustomToolCallInputDeltaEvent",
+    "response.custom_tool_call_input.done": "ResponseCustomToolCallInputDoneEvent",
     "response.reasoning_text.delta": "ResponseReasoningTextDeltaEvent",
     "response.reasoning_text.done": "ResponseReasoningTextDoneEvent",
     "response.completed": "ResponseCompletedEvent",
@@ -224,7 +227,8 @@ def test_json_schema_format(server):
         ({"model": MODEL, "input": "hi", "previous_response_id": "resp_missing"}, 400),  # OpenAI's, with its code
         ({"model": "no-such-model", "input": "hi"}, 404),
         ({"input": "hi"}, 400),
-        ({"model": MODEL, "input": "hi", "tools": [{"type": "custom", "name": "apply_patch"}]}, 400),
+        ({"model": MODEL, "input": "hi", "tools": [{"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "regex"}}]}, 400),
+        ({"model": MODEL, "input": [{"type": "custom_tool_call", "name": "shell", "input": "ls"}]}, 400),
         ({"model": MODEL, "input": "hi", "tools": [{"type": "web_search"}], "tool_choice": "required"}, 400),
         ({"model": MODEL, "input": "hi", "tool_choice": "required"}, 400),
         ({"model": MODEL, "input": "hi", "reasoning": {"effort": "enormous"}}, 400),
@@ -325,3 +329,34 @@ def test_a_namespace_of_tools_is_offered_and_its_calls_name_it(server, openai_sc
     both = httpx.post(f"{server.base_url}/responses", json={**asked, "tools": twice}, headers=server.headers, timeout=300).json()
     call = next(item for item in both["output"] if item["type"] == "function_call")
     assert call["name"] == "get_weather" and call["namespace"] in ("forecast", "almanac")
+
+
+def test_a_custom_tool_is_called_with_text_and_its_output_goes_back_in(server, openai_schemas):
+    """Custom (freeform) tools, as Codex's apply_patch is one: the call carries text (streamed as input deltas), a
+    regular expression it must match is held to, and the call and its output go back in as input items."""
+    shell = {"type": "custom", "name": "shell", "description": "Run a shell command.",
+             "format": {"type": "grammar", "syntax": "regex", "definition": "ls( -[a-z]{1,3})?( [a-z]{1,8})?"}}  # fmt: skip
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    asked = {"model": MODEL, "input": "List the files here.", "tools": [shell, weather],
+             "tool_choice": {"type": "custom", "name": "shell"}, "max_output_tokens": 30, "temperature": 0}  # fmt: skip
+    resp = sdk(server).responses.create(**asked)
+    (call,) = resp.output
+    assert call.type == "custom_tool_call" and call.name == "shell" and call.id.startswith("ctc_")
+    assert re.fullmatch(shell["format"]["definition"], call.input), call.input
+    assert [t.type for t in resp.tools] == ["custom", "function"] and resp.tools[0].format.type == "grammar"
+    events = raw_events(server, asked)
+    for kind in dict.fromkeys(e["type"] for e in events):
+        openai_schemas(EVENT_SCHEMAS[kind], next(e for e in events if e["type"] == kind))
+    done = next(e for e in events if e["type"] == "response.custom_tool_call_input.done")
+    streamed = "".join(e["delta"] for e in events if e["type"] == "response.custom_tool_call_input.delta")
+    assert streamed == done["input"] == call.input
+    openai_schemas("CustomToolCall", events[-1]["response"]["output"][0])
+    back = {**asked, "tool_choice": "none", "max_output_tokens": 6, "input": [
+        {"type": "message", "role": "user", "content": "List the files here."},
+        {"type": "custom_tool_call", "call_id": call.call_id, "name": "shell", "input": call.input},
+        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "notes.txt"}]}  # fmt: skip
+    answer = sdk(server).responses.create(**back)
+    assert answer.output[0].type == "message"
+    follow = sdk(server).responses.create(model=MODEL, previous_response_id=resp.id, temperature=0, max_output_tokens=6,
+                                          input=[{"type": "custom_tool_call_output", "call_id": call.call_id, "output": "notes.txt"}])  # fmt: skip
+    assert follow.status in ("completed", "incomplete")

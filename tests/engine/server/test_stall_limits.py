@@ -184,7 +184,8 @@ def test_a_grammar_no_token_can_follow_ends_its_request_and_the_worker_lives(ser
 
 
 # bounded repetitions: an unbounded \S+ let a prompt the prefix cache had read otherwise write emoji to max_tokens
-@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"^[\w.]{1,8}@[\w-]{1,8}\.[a-z]{2,3}$", r"^\S{1,4}\s\W$"], ids=["phone", "email", "negations"])
+@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"^[\w.]{1,8}@[\w-]{1,8}\.[a-z]{2,3}$", r"^\S{1,4}\s\W$", r'^say "[a-z]{1,4}" \\ [a-z]{1,3}$'],
+                         ids=["phone", "email", "negations", "quotes"])  # fmt: skip
 def test_patterns_with_class_and_punctuation_escapes_are_enforced(server, pattern):
     """llama.cpp's parser knows no \\d, \\w or \\.: such patterns were refused as 'could not be parsed'."""
     import re

@@ -177,6 +177,33 @@ def test_thinking_and_calls_in_openai_shapes(openai_schemas):
     assert deltas[2]["tool_calls"][0] == {"index": 0, "function": {"arguments": call.arguments}}
 
 
+
+def test_a_custom_tool_in_chat_completions_is_called_with_text(server, openai_schemas):
+    """A custom tool's call is a ``custom`` call of its text, plain and streamed (deltas of ``custom.input``), and
+    goes back in an assistant message; a regular expression it must match is held to."""
+    import re
+
+    import openai
+
+    shell = {"type": "custom", "custom": {"name": "shell", "description": "Run a shell command.",
+             "format": {"type": "grammar", "grammar": {"syntax": "regex", "definition": "ls( -[a-z]{1,3})?"}}}}  # fmt: skip
+    client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
+    asked = {"model": MODEL, "messages": [{"role": "user", "content": "List the files here."}], "tools": [shell],
+             "tool_choice": {"type": "custom", "custom": {"name": "shell"}}, "temperature": 0, "max_tokens": 30}  # fmt: skip
+    done = client.chat.completions.create(**asked)
+    (call,) = done.choices[0].message.tool_calls
+    assert call.type == "custom" and call.custom.name == "shell" and re.fullmatch("ls( -[a-z]{1,3})?", call.custom.input)
+    openai_schemas("ChatCompletionMessageCustomToolCall", done.choices[0].message.model_dump(mode="json")["tool_calls"][0])
+    pieces = [c.choices[0].delta.model_dump() for c in client.chat.completions.create(**asked, stream=True) if c.choices]
+    calls = [t for p in pieces for t in p.get("tool_calls") or ()]
+    assert calls[0]["id"] and calls[0]["type"] == "custom" and calls[0]["custom"]["name"] == "shell"
+    assert "".join(t["custom"]["input"] for t in calls) == call.custom.input
+    back = asked["messages"] + [
+        {"role": "assistant", "tool_calls": [{"id": call.id, "type": "custom", "custom": {"name": "shell", "input": call.custom.input}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "notes.txt"}]  # fmt: skip
+    answer = client.chat.completions.create(**{**asked, "messages": back, "tool_choice": "none", "max_tokens": 6})
+    assert answer.choices[0].message.content
+
 FORCED = {"type": "function", "function": {"name": "get_weather"}}
 
 
