@@ -338,7 +338,7 @@ _SYNTAX_ERRORS = ("bad character range", "missing ), unterminated subpattern", "
 _BACK_REFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[1-9]|k<)|\(\?P=")
 
 
-def _syntax_error(pattern: str) -> str | None:
+def pattern_syntax_error(pattern: str) -> str | None:
     """What makes ``pattern`` no regular expression in any dialect (a range from z to a, an unclosed group), or None."""
     try:
         re.compile(pattern)
@@ -363,7 +363,7 @@ def check_pattern(pattern: str, *, param: str, what: str = "The output's JSON sc
             f"{what} has a pattern of {len(pattern)} characters, over the limit of {MAX_PATTERN_LENGTH}; shorten it.",
             param,
         )
-    broken = _syntax_error(pattern)
+    broken = pattern_syntax_error(pattern)
     if broken is not None:
         raise InvalidRequest(f"{what} has the pattern {pattern!r}, which is no regular expression ({broken}); fix it.", param)
     if _BACK_REFERENCE.search(pattern):
@@ -389,5 +389,5 @@ def check_pattern(pattern: str, *, param: str, what: str = "The output's JSON sc
 __all__ = [
     "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_PATTERN_LENGTH", "MAX_REPETITION", "MAX_EMPTY_REPEATS", "MAX_COUNT",
     "MAX_COUNTS_TOTAL", "MAX_PROPERTIES", "MAX_ALTERNATIVES", "MAX_ENUM_VALUES", "MAX_ENUM_BYTES", "COUNT_KEYS",
-    "check_schema", "check_pattern",
+    "check_schema", "check_pattern", "pattern_syntax_error",
 ]  # fmt: skip

@@ -297,10 +297,10 @@ def _custom_tool(spec: Mapping[str, Any], name: str, where: str) -> ToolSpec:
         raise InvalidRequest(f"{where} has a format of type {kind!r}; give text or grammar.", param="tools")
     text: dict[str, Any] = {"type": "string", "description": said}
     if fmt.get("syntax") == "regex":
-        try:
-            re.compile(fmt["definition"])
-        except (re.error, RecursionError, OverflowError) as exc:
-            raise InvalidRequest(f"{where} has a regex grammar that is no regular expression ({exc}); fix it.", param="tools") from None  # its calls follow it, as a strict tool's arguments follow their schema
+        from engine.schema_limits import pattern_syntax_error
+
+        if (broken := pattern_syntax_error(fmt["definition"])) is not None:  # other syntax is left to the grammar compilers
+            raise InvalidRequest(f"{where} has a regex grammar that is no regular expression ({broken}); fix it.", param="tools")  # its calls follow it, as a strict tool's arguments follow their schema
         text["pattern"] = f"^({fmt['definition']})$"
     parameters = {"type": "object", "properties": {CUSTOM_INPUT: text}, "required": [CUSTOM_INPUT], "additionalProperties": False}
     echo = {"type": "custom", "name": name, "description": description, "format": fmt}
