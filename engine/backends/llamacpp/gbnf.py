@@ -414,43 +414,148 @@ _CONVERTER_ESCAPES = frozenset("[]()|{}*+?")  # outside a class the converter wr
 # the string or break it (a quote, a backslash, control characters) as well.
 _CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}
 _NOT_IN_A_STRING = '"\\\\\\x01-\\x1F'
-# A quote or a backslash the pattern matches is written escaped in the JSON string: GBNF's \\ and \" in turn.
-_JSON_ESCAPED = {'"': '\\\\\\"', "\\": "\\\\\\\\"}
+_CONTROL_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
+_HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+_JSON_SHORT = {0x22: '"', 0x5C: "\\", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
+_JSON_SHORT_QUOTED = ('"', "\\")  # written as GBNF's escapes of them, which the converter copies as they are
+
+
+def _in_json(code: int) -> bool:
+    """Whether a JSON string holds the character as it is (not a quote, a backslash or a control character)."""
+    return code >= 0x20 and code not in (0x22, 0x5C)
+
+
+def _json_escaped(code: int) -> str:
+    """The pattern matching the JSON escape that writes the character (``\\"``, ``\\n``, ``\\u001f``): a backslash
+    (GBNF's ``\\\\``) and the escape's characters, each as the converter reads it."""
+    short = _JSON_SHORT.get(code)
+    tail = f"u{code:04x}" if short is None else short
+    return "\\\\" + ("\\" + tail if tail in _JSON_SHORT_QUOTED else tail)
+
+
+_ESCAPED_IN_JSON = (*range(0x20), 0x22, 0x5C)
+
+
+def _span(low: int, high: int) -> str:
+    return _char(low) if low == high else f"{_char(low)}-{_char(high)}"
+
+
+def _char(code: int) -> str:
+    """The character as a pattern's class member the converter and GBNF read alike."""
+    if code < 0x80 and chr(code).isalnum():
+        return chr(code)
+    return f"\\x{code:02X}" if code <= 0xFF else f"\\u{code:04X}" if code <= 0xFFFF else f"\\U{code:08X}"
+
+
+def _escaped_code(pattern: str, i: int) -> tuple[int | None, int]:
+    """The character the escape at ``pattern[i]`` (a backslash) stands for, and where the pattern goes on; None for
+    an escape that is no one character (``\\d``, ``\\b`` outside a class, ``\\p{L}``)."""
+    e = pattern[i + 1]
+    if e in _CONTROL_ESCAPES and (e != "0" or not pattern[i + 2 : i + 3].isdigit()):
+        return _CONTROL_ESCAPES[e], i + 2
+    if e in _HEX_DIGITS:
+        digits = pattern[i + 2 : i + 2 + _HEX_DIGITS[e]]
+        if len(digits) == _HEX_DIGITS[e] and all(c in "0123456789abcdefABCDEF" for c in digits):
+            return int(digits, 16), i + 2 + len(digits)
+        return None, i + 2
+    if not e.isalnum():
+        return ord(e), i + 2
+    return None, i + 2
+
+
+def _class(pattern: str, start: int) -> tuple[str, int] | None:
+    """The class at ``pattern[start]`` (``[``) as it matches in a JSON string, and where the pattern goes on; None
+    when it does not close. A negated class leaves out what would end the string or break it; a class holding a
+    quote, a backslash or a control character is a group with each one's JSON escape beside the rest."""
+    i = start + 1
+    negated = pattern[i : i + 1] == "^"
+    i += negated
+    members: list[str] = []
+    escaped: set[int] = set()
+    codes: list[tuple[int, int]] = []
+    first = True
+    while i < len(pattern) and (pattern[i] != "]" or first):
+        first = False
+        if pattern[i] == "\\" and i + 1 < len(pattern):
+            e = pattern[i + 1]
+            if e.lower() in _CLASSES and e.islower():
+                members.append(_CLASSES[e])
+                i += 2
+                continue
+            code, after = _escaped_code(pattern, i)
+            if code is None:
+                members.append(pattern[i:after])  # left for the converter or llama.cpp to read or refuse
+                i = after
+                continue
+        else:
+            code, after = ord(pattern[i]), i + 1
+        i = after
+        if pattern[i : i + 1] == "-" and i + 1 < len(pattern) and pattern[i + 1] != "]":
+            if pattern[i + 1] == "\\" and i + 2 < len(pattern):
+                high, after = _escaped_code(pattern, i + 1)
+            else:
+                high, after = ord(pattern[i + 1]), i + 2
+            if high is not None:
+                codes.append((code, high))
+                i = after
+                continue
+        codes.append((code, code))
+    if i >= len(pattern):
+        return None
+    if negated:  # what JSON escapes is left out with the rest of what would end or break the string
+        return f"[^{''.join(members)}{''.join(_span(low, high) for low, high in codes)}{_NOT_IN_A_STRING}]", i + 1
+    for low, high in codes:
+        run = low
+        for code in _ESCAPED_IN_JSON:  # the range less what JSON escapes, each of those an option of its own
+            if low <= code <= high:
+                if run < code:
+                    members.append(_span(run, code - 1))
+                run = code + 1
+                escaped.add(code)
+        if run <= high or low > high:  # a range from z to a: the converter's to refuse
+            members.append(_span(run, high))
+    if not escaped:
+        return f"[{''.join(members)}]", i + 1
+    options = ([f"[{''.join(members)}]"] if members else []) + [_json_escaped(c) for c in sorted(escaped)]
+    return "(" + "|".join(options) + ")", i + 1
 
 
 def gbnf_pattern(pattern: str) -> str:
-    """``pattern`` with the escapes GBNF cannot read rewritten as ones it can: ``\\d``, ``\\w`` and ``\\s`` (and
-    their negations outside a class) as classes, an escaped punctuation character as its ``\\xHH``. Other
-    escapes (``\\b``, back-references) are left for the converter or llama.cpp to refuse."""
+    """``pattern`` as it matches the text of a JSON string, with the escapes GBNF cannot read rewritten as ones it
+    can: ``\\d``, ``\\w`` and ``\\s`` (and their negations outside a class) as classes, an escaped punctuation
+    character as its ``\\xHH``; a quote, a backslash or a control character it matches (``\\n``, ``\\t``, a class
+    holding one) as its JSON escape. Other escapes (``\\b``, back-references) are left for the converter or
+    llama.cpp to refuse."""
     out: list[str] = []
-    in_class = False
     i = 0
     while i < len(pattern):
         c = pattern[i]
+        if c == "[":
+            found = _class(pattern, i)
+            if found is not None:
+                out.append(found[0])
+                i = found[1]
+                continue
         if c == "\\" and i + 1 < len(pattern):
             e = pattern[i + 1]
-            i += 2
-            if e in '"\\' and not in_class:  # a quote or a backslash: in a JSON string, its escape
-                out.append(_JSON_ESCAPED[e])
-            elif e in _GBNF_ESCAPES or (not in_class and e in _CONVERTER_ESCAPES):
-                out.append("\\" + e)
-            elif e.lower() in _CLASSES and not (in_class and e.isupper()):
+            code, after = _escaped_code(pattern, i)
+            if code is not None and not _in_json(code):
+                out.append(_json_escaped(code))
+            elif e in _GBNF_ESCAPES or e in _CONVERTER_ESCAPES:
+                out.append(pattern[i:after])
+            elif e.lower() in _CLASSES:
                 chars = _CLASSES[e.lower()]
-                out.append(chars if in_class else f"[^{chars}{_NOT_IN_A_STRING}]" if e.isupper() else f"[{chars}]")
-            elif not e.isalnum() and e.isascii():  # a class of one outside a class: the converter copies it whole
-                out.append(f"\\x{ord(e):02X}" if in_class else f"[\\x{ord(e):02X}]")
+                out.append(f"[^{chars}{_NOT_IN_A_STRING}]" if e.isupper() else f"[{chars}]")
+            elif code is not None and not e.isalnum():  # a class of one: the converter copies it whole
+                out.append(f"[{_char(code)}]")
             else:
-                out.append("\\" + e)
+                out.append(pattern[i:after])
+            i = after
             continue
-        if c == '"' and not in_class:
-            out.append(_JSON_ESCAPED[c])
-            i += 1
-            continue
-        if c == "[" and not in_class:
-            in_class = True
-        elif c == "]" and in_class and not (out and out[-1] in ("[", "[^")):
-            in_class = False
-        out.append(c)
+        if not _in_json(ord(c)):
+            out.append(_json_escaped(ord(c)))
+        else:
+            out.append(c)
         i += 1
     return "".join(out)
 

@@ -122,6 +122,29 @@ def test_a_string_holds_no_raw_line_break_or_control_character(model):
             assert accepts(model, grammar, '"a\\nc"')
 
 
+
+# A pattern matches a string's text, which JSON writes with escapes: a quote, a backslash, a line break or a tab the
+# pattern asks for (a custom tool's multi-line input) is its escape in the JSON, never a raw character that ends or
+# breaks the string. A negated class leaves all of those out (it is held to less than the pattern allows).
+TEXT_PATTERNS = [r'^say "[a-z]{1,3}" \\ [a-z]$', r"^[a-z]+\n\t[a-z]+$", r"^[ -~]{1,4}$", r'^[ \t"]{2}$', r"^\x41\x22\u0042$",
+                 "^a\nb$", r"^[\x00-\x1f]$", r"^[^\n]{1,3}$", r'^[^"a]$']  # fmt: skip
+TEXTS = ['say "hi" \\ x', 'say "hi" / x', "ab\n\tcd", "ab\ncd", 'a"\\b', "ab", "a\nb", '\t"', "  ", 'A"B', "\x01", "\x1f", " ",
+         '"', "\\", "~", "b", "a"]  # fmt: skip
+
+
+@pytest.mark.parametrize("pattern", TEXT_PATTERNS)
+def test_a_pattern_holds_the_text_of_the_string_its_escapes_included(model, pattern):
+    grammar = schema_to_gbnf({"type": "string", "pattern": pattern})
+    negated = "[^" in pattern
+    for text in TEXTS:
+        written = json.dumps(text)
+        taken, matches = accepts(model, grammar, written), bool(re.fullmatch(pattern, text))
+        assert taken <= matches, (text, grammar)  # what the grammar takes, the pattern matches
+        if not negated:
+            assert taken == matches, (text, grammar)
+    if negated:
+        assert accepts(model, grammar, json.dumps("b")) and not accepts(model, grammar, json.dumps("\n"))
+
 def test_a_tool_whose_parameters_refer_to_their_own_definitions_is_enforced(llama_backend):
     from engine.tools import parse_tool_choice, parse_tools
     from engine.types import ChatMessage, GenerationRequest, SamplingParams

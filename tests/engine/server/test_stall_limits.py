@@ -174,8 +174,9 @@ def test_escapes_in_constants_and_property_names_are_matched_as_written(server, 
 
 
 def test_a_grammar_no_token_can_follow_ends_its_request_and_the_worker_lives(server):
-    """A JSON string cannot hold a raw NUL, so no token can follow the opening quote: llama.cpp aborted the process."""
-    schema = {"type": "string", "pattern": "^\\u0000$"}
+    """A class of no character leaves no token to follow the opening quote (a raw NUL, which a JSON string cannot
+    hold, did the same): llama.cpp aborted the process."""
+    schema = {"type": "string", "pattern": "^[^\\x00-\\U0010FFFF]$"}
     r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "response_format": _openai_format(schema),
                                                 "max_tokens": 4, "temperature": 0})  # fmt: skip
     assert r.status_code == 400 and "allows no token" in _message(r), r.text  # the schema is at fault
@@ -184,8 +185,9 @@ def test_a_grammar_no_token_can_follow_ends_its_request_and_the_worker_lives(ser
 
 
 # bounded repetitions: an unbounded \S+ let a prompt the prefix cache had read otherwise write emoji to max_tokens
-@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"^[\w.]{1,8}@[\w-]{1,8}\.[a-z]{2,3}$", r"^\S{1,4}\s\W$", r'^say "[a-z]{1,4}" \\ [a-z]{1,3}$'],
-                         ids=["phone", "email", "negations", "quotes"])  # fmt: skip
+@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"^[\w.]{1,8}@[\w-]{1,8}\.[a-z]{2,3}$", r"^\S{1,4}\s\W$", r'^say "[a-z]{1,4}" \\ [a-z]{1,3}$',
+                                     r"^[a-z]{1,4}\n[ \t]{1,2}[a-z]{1,4}$", r'^say "[ -~]{1,6}"$'],
+                         ids=["phone", "email", "negations", "quotes", "lines", "printable"])  # fmt: skip
 def test_patterns_with_class_and_punctuation_escapes_are_enforced(server, pattern):
     """llama.cpp's parser knows no \\d, \\w or \\.: such patterns were refused as 'could not be parsed'."""
     import re
