@@ -27,7 +27,7 @@ def request_fields(body: Any) -> dict[str, Any]:
     Raises:
         InvalidRequest: a tool definition or the tool choice is malformed (the message names the tool).
     """
-    tools = parse_tools(body.tools)
+    tools = parse_tools(body.tools, custom=True)
     choice = parse_tool_choice(body.tool_choice, tools)
     kwargs: dict[str, Any] = dict(body.chat_template_kwargs or {})
     taken = sorted(RESERVED_TEMPLATE_NAMES.intersection(kwargs))

@@ -268,7 +268,7 @@ def _placed(item: dict, origin: dict[str, tuple[str, str]]) -> dict:
 
 def _tool_fields(body: ResponsesBody, flat: list[Any] | None) -> dict[str, Any]:
     """The request's tools (``flat``: as :func:`_flat_tools` gave them), tool choice and thinking switch."""
-    tools = parse_tools(flat)
+    tools = parse_tools(flat, custom=True)
     effort = (body.reasoning or {}).get("effort")
     if effort is not None and effort not in _EFFORTS:
         raise InvalidRequest(f"'reasoning.effort' must be one of {', '.join(_EFFORTS)}.", param="reasoning.effort")
@@ -532,8 +532,7 @@ class _Stream:
                 out += self.open(kind, self.calls[d.index])
                 self.input = CustomInputStream() if kind == "custom_tool_call" else None
             if d.arguments and self.input is not None and self.kind == "custom_tool_call" and self.items[-1]["call_id"] == self.calls[d.index].id:
-                if piece := self.input.feed(d.arguments):
-                    self.items[-1]["input"] += piece
+                if piece := self.input.feed(d.arguments):  # the item's whole input is set once it is done
                     out.append(self.emit("response.custom_tool_call_input.delta", item_id=self.items[-1]["id"],
                                          output_index=self.index, delta=piece))  # fmt: skip
             elif d.arguments and self.kind == "function_call" and self.items[-1]["call_id"] == self.calls[d.index].id:

@@ -100,15 +100,26 @@ class ToolCall:
 
 def custom_input(call: ToolCall) -> str:
     """The text a call of a custom tool gives it: the ``input`` the model wrote (its only argument, when it named it
-    otherwise), else the arguments as they are."""
-    args = call.arguments_object
+    otherwise; what it wrote of it, when the token limit or a malformed escape broke the JSON), else the arguments as
+    they are. A lone surrogate, which no text can carry, is U+FFFD."""
+    try:
+        args = json.loads(call.arguments)
+    except (ValueError, RecursionError):
+        args = None
     if isinstance(args, Mapping):
         value = args.get(CUSTOM_INPUT)
         if value is None and len(args) == 1:
             value = next(iter(args.values()))
         if isinstance(value, str):
-            return value
-    return args if isinstance(args, str) else call.arguments
+            return _SURROGATE.sub("\ufffd", value)
+    elif isinstance(args, str):
+        return _SURROGATE.sub("\ufffd", args)
+    elif args is None:  # read as the stream reads it, so that what was streamed and the whole agree
+        stream = CustomInputStream()
+        text = stream.feed(call.arguments)
+        if stream.opened:
+            return _SURROGATE.sub("\ufffd", text)
+    return _SURROGATE.sub("\ufffd", call.arguments)
 
 
 def custom_call(name: str, text: Any, call_id: Any) -> ToolCall:
@@ -119,80 +130,103 @@ def custom_call(name: str, text: Any, call_id: Any) -> ToolCall:
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"'}
 _INPUT_START = re.compile(r'\s*\{\s*"' + CUSTOM_INPUT + r'"\s*:\s*"')
+_HEAD_LIMIT = 256  # arguments that have opened no input string by then are in another shape
+_SPECIAL = re.compile(r'["\\]')
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class CustomInputStream:
     """A custom tool call's input as its arguments stream in (``{"input": "...`` JSON text, piece by piece): each
-    :meth:`feed` gives the text decoded since the last, in time linear in the whole."""
+    :meth:`feed` gives the text decoded since the last, in time linear in the whole (what is kept undecoded is at
+    most an escape cut in two, or the arguments' opening)."""
 
     def __init__(self) -> None:
-        self.raw = ""
-        self.pos: int | None = None  # where the input string's next character is, once its opening quote is in
+        self.pieces: list[str] = []
+        self.tail = ""  # not decoded yet: the arguments until the input string opens, then an escape cut in two
+        self.opened = False
         self.closed = False
-        self.sent = ""
+        self.sent: list[str] = []
+
+    @property
+    def raw(self) -> str:
+        """The arguments so far, as the model wrote them."""
+        return "".join(self.pieces)
 
     def feed(self, piece: str) -> str:
-        self.raw += piece
-        if self.closed:
+        self.pieces.append(piece)
+        if self.closed or (not self.opened and len(self.tail) > _HEAD_LIMIT):
             return ""
-        if self.pos is None:
-            found = _INPUT_START.match(self.raw)
+        text = self.tail + piece
+        if not self.opened:
+            found = _INPUT_START.match(text)
             if found is None:
+                self.tail = text
                 return ""
-            self.pos = found.end()
-        raw, i, out = self.raw, self.pos, []
-        while i < len(raw):
-            ch = raw[i]
-            if ch == '"':
-                self.closed = True
-                i += 1
-                break
-            if ch != "\\":
-                out.append(ch)
-                i += 1
-                continue
-            if i + 1 >= len(raw):
-                break  # the escape's next character is still to come
-            if raw[i + 1] != "u":
-                out.append(_ESCAPES.get(raw[i + 1], raw[i + 1]))
-                i += 2
-                continue
-            decoded, used = _unicode_escape(raw, i)
-            if used == 0:
-                break
-            out.append(decoded)
-            i += used
-        self.pos = i
-        text = "".join(out)
-        self.sent += text
-        return text
+            self.opened = True
+            text = text[found.end() :]
+        decoded, used, self.closed = _decode_string(text)
+        self.tail = "" if self.closed else text[used:]
+        self.sent.append(decoded)
+        return decoded
 
     def rest(self, whole: str) -> str:
         """What of the call's whole input (:func:`custom_input`) is still to send, once its arguments are all in."""
-        return whole[len(self.sent) :] if whole.startswith(self.sent) else ""
+        sent = "".join(self.sent)
+        return whole[len(sent) :] if whole.startswith(sent) else ""
 
 
-def _unicode_escape(raw: str, i: int) -> tuple[str, int]:
-    """The character of the ``\\uXXXX`` escape (a surrogate pair's two) at ``raw[i]`` and how many characters it
-    took; 0 while it is not all in. A malformed one is taken as it stands."""
-    if i + 6 > len(raw):
+def _decode_string(text: str) -> tuple[str, int, bool]:
+    """The JSON string's characters at the start of ``text`` (after its opening quote): what they decode to, how many
+    were read (an escape cut off at the end waits for the rest) and whether the closing quote came."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        found = _SPECIAL.search(text, i)
+        if found is None:
+            out.append(text[i:])
+            return "".join(out), n, False
+        out.append(text[i : found.start()])
+        i = found.start()
+        if text[i] == '"':
+            return "".join(out), i + 1, True
+        if i + 1 >= n:
+            break
+        if text[i + 1] != "u":
+            out.append(_ESCAPES.get(text[i + 1], text[i + 1]))  # an unknown escape: its character, as it stands
+            i += 2
+            continue
+        decoded, used = _unicode_escape(text, i)
+        if used == 0:
+            break
+        out.append(decoded)
+        i += used
+    return "".join(out), i, False
+
+
+def _unicode_escape(text: str, i: int) -> tuple[str, int]:
+    """The character of the ``\\uXXXX`` escape at ``text[i]`` (a surrogate pair's two) and how many characters it
+    took; 0 while it is not all in. A lone surrogate is U+FFFD; an escape without four hex digits is its ``u``."""
+    n = len(text)
+    if i + 6 > n:
         return "", 0
-    try:
-        code = int(raw[i + 2 : i + 6], 16)
-    except ValueError:
-        return raw[i : i + 2], 2
-    if 0xD800 <= code < 0xDC00:
-        if i + 12 > len(raw):
-            return "", 0
-        if raw[i + 6 : i + 8] == "\\u":
-            try:
-                low = int(raw[i + 8 : i + 12], 16)
-            except ValueError:
-                low = 0
-            if 0xDC00 <= low < 0xE000:
-                return chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)), 12
+    if not _HEX4.fullmatch(text, i + 2, i + 6):
+        return "u", 2
+    code = int(text[i + 2 : i + 6], 16)
+    if 0xDC00 <= code < 0xE000:
         return "\ufffd", 6
-    return chr(code), 6
+    if code < 0xD800 or code >= 0xE000:
+        return chr(code), 6
+    for end, expected in ((i + 7, "\\"), (i + 8, "u")):  # a high surrogate: its low one must follow
+        if end > n:
+            return "", 0
+        if text[end - 1] != expected:
+            return "\ufffd", 6
+    if i + 12 > n:
+        return "", 0
+    if _HEX4.fullmatch(text, i + 8, i + 12) and 0xDC00 <= (low := int(text[i + 8 : i + 12], 16)) < 0xE000:
+        return chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)), 12
+    return "\ufffd", 6
 
 
 def close_partial_json(text: str) -> str:
@@ -224,10 +258,11 @@ def close_partial_json(text: str) -> str:
     return out + "".join(reversed(stack))
 
 
-def parse_tools(items: Sequence[Any] | None) -> tuple[ToolSpec, ...]:
+def parse_tools(items: Sequence[Any] | None, *, custom: bool = False) -> tuple[ToolSpec, ...]:
     """Tool definitions from OpenAI's request shape (``{"type": "function", "function": {...}}``).
 
-    A flat ``{"name", "parameters"}`` (the Responses API's shape) is accepted too.
+    A flat ``{"name", "parameters"}`` (the Responses API's shape) is accepted too; with ``custom``, OpenAI's custom
+    (freeform) tools as well (APIs whose calls can come back as text).
 
     Raises:
         InvalidRequest: a tool has no name, is not a function, or its parameters are not an object schema;
@@ -240,8 +275,9 @@ def parse_tools(items: Sequence[Any] | None) -> tuple[ToolSpec, ...]:
         if not isinstance(item, Mapping):
             raise InvalidRequest(f"{where} must be an object with 'type' and 'function'.", param="tools")
         kind = item.get("type", "function")
-        if kind not in ("function", "custom"):
-            raise InvalidRequest(f"{where} has type '{kind}'; only 'function' and 'custom' tools are supported.", param="tools")
+        if kind not in ("function", "custom") or (kind == "custom" and not custom):
+            kinds = "'function' and 'custom' tools are" if custom else "'function' tools are"
+            raise InvalidRequest(f"{where} has type '{kind}'; only {kinds} supported.", param="tools")
         fn = item.get(kind, item)
         if not isinstance(fn, Mapping):
             raise InvalidRequest(f"{where}.function must be an object.", param="tools")

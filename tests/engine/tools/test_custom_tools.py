@@ -25,7 +25,7 @@ RESPONSES = {"type": "custom", "name": "apply_patch", "description": "Edit files
 
 
 def test_both_shapes_become_a_function_of_one_string_that_says_its_format():
-    shell, patch, plain = parse_tools([CHAT, RESPONSES, {"type": "custom", "name": "note"}])
+    shell, patch, plain = parse_tools([CHAT, RESPONSES, {"type": "custom", "name": "note"}], custom=True)
     for tool in (shell, patch, plain):
         assert tool.parameters["required"] == [CUSTOM_INPUT] and tool.parameters["properties"][CUSTOM_INPUT]["type"] == "string"
         assert tool.as_openai()["type"] == "function"  # how a chat template takes it
@@ -48,12 +48,12 @@ def test_both_shapes_become_a_function_of_one_string_that_says_its_format():
 )
 def test_a_format_hearth_cannot_read_is_a_400_naming_the_tool(fmt, said):
     with pytest.raises(InvalidRequest) as info:
-        parse_tools([{"type": "custom", "name": "shell", "format": fmt}])
+        parse_tools([{"type": "custom", "name": "shell", "format": fmt}], custom=True)
     assert "tools[0] ('shell')" in str(info.value) and said in str(info.value) and info.value.param == "tools"
 
 
 def test_a_choice_and_a_call_in_either_shape_name_the_tool():
-    tools = parse_tools([CHAT, RESPONSES])
+    tools = parse_tools([CHAT, RESPONSES], custom=True)
     assert parse_tool_choice({"type": "custom", "custom": {"name": "shell"}}, tools).name == "shell"  # chat completions
     assert parse_tool_choice({"type": "custom", "name": "apply_patch"}, tools).name == "apply_patch"  # Responses
     allowed = parse_tool_choice({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "shell"}]}, tools)
@@ -90,3 +90,41 @@ def test_what_the_stream_could_not_read_comes_with_the_whole_input():
     stream = CustomInputStream()
     assert stream.feed('{"input": "a\\u00') == "a"  # an escape waits for its digits
     assert stream.feed('e9b"}') == "éb"
+
+
+def test_apis_whose_calls_are_json_only_refuse_a_custom_tool():
+    """Ollama's and Anthropic's calls carry JSON arguments: a custom tool there is a 400, as before."""
+    with pytest.raises(InvalidRequest, match="only 'function' tools are supported"):
+        parse_tools([RESPONSES])
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        ('{"input": "a\\u-001b"}', "au-001b"),  # no four hex digits: the escape's letter, as other unknown ones
+        ('{"input": "a\\x41"}', "ax41"),
+        ('{"input": "\\udc00x"}', "\ufffdx"),  # a low surrogate alone
+        ('{"input": "x\\ud83d"}', "x\ufffd"),  # a high one before the closing quote
+        ('{"input": "\\ud83dx"}', "\ufffdx"),
+        ('{"input": "\\ud83d\\u0041"}', "\ufffdA"),
+        ('{"input": "two\nlines"}', "two\nlines"),  # a raw line break, which strict JSON refuses
+    ],
+)
+def test_a_malformed_string_streams_what_the_whole_input_says(raw, text):
+    """What was streamed and the whole input agree (a chat client has nothing else to correct it with), and neither
+    holds a lone surrogate, which no UTF-8 can encode."""
+    whole = custom_input(ToolCall("shell", raw))
+    assert whole == text
+    whole.encode("utf-8")
+    for size in (1, 3, len(raw)):
+        stream = CustomInputStream()
+        streamed = "".join(stream.feed(raw[i : i + size]) for i in range(0, len(raw), size))
+        assert streamed + stream.rest(whole) == whole, size
+
+
+def test_a_long_input_in_small_pieces_streams_whole():
+    text = "*** Begin Patch\n" + "+ a line with \"quotes\" and \\ and é\n" * 5000
+    raw = json.dumps({CUSTOM_INPUT: text})
+    stream = CustomInputStream()
+    assert "".join(stream.feed(raw[i : i + 3]) for i in range(0, len(raw), 3)) == text
+    assert stream.raw == raw and len(stream.tail) == 0

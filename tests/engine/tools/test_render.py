@@ -105,7 +105,7 @@ def test_thinking_switch_and_an_opened_thinking_section():
         ([{"type": "function", "function": {"description": "x"}}], "tools[0] has no function name"),
         ([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}], "tools[0] ('f')"),
         ([{"type": "function", "function": {"name": "f", "parameters": []}}], "not a JSON schema"),
-        ([{"type": "code_interpreter"}], "only 'function' and 'custom' tools"),
+        ([{"type": "code_interpreter"}], "only 'function' tools"),
         ([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}], "unique"),
     ],
 )
