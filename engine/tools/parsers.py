@@ -81,7 +81,7 @@ def _as_call(obj: Any, names: Collection[str] | None) -> tuple[str, str] | None:
             break
     if isinstance(args, str):  # some models write the arguments as JSON inside a string
         try:
-            args = json.loads(args) if args.strip() else {}
+            args = json.loads(args, strict=False) if args.strip() else {}
         except ValueError:
             return None
     if not isinstance(args, dict):
@@ -91,8 +91,10 @@ def _as_call(obj: Any, names: Collection[str] | None) -> tuple[str, str] | None:
 
 def parse_json_calls(text: str, names: Collection[str] | None = None) -> list[tuple[str, str]] | None:
     """Calls from text holding one or more JSON calls: an object, a list of objects, or several
-    objects separated by whitespace, ``;`` or ``,``. None unless all of the text is calls."""
-    decoder = json.JSONDecoder()
+    objects separated by whitespace, ``;`` or ``,``. None unless all of the text is calls. A raw line break or tab
+    inside a string (a model writing code into an argument) is taken as its character: the arguments are written
+    back as JSON with it escaped."""
+    decoder = json.JSONDecoder(strict=False)
     calls: list[tuple[str, str]] = []
     pos, n = 0, len(text)
     while True:

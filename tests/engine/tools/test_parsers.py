@@ -113,6 +113,18 @@ def test_broken_calls_come_back_as_text(fmt, text):
     assert content == text
 
 
+
+@pytest.mark.parametrize("fmt", ["hermes", "generic"])
+def test_a_raw_line_break_inside_an_argument_is_still_a_call(fmt):
+    """Small models write code into an argument with its line breaks as they are, which strict JSON refuses: the call
+    is kept, its arguments written back as JSON with them escaped."""
+    text = '<tool_call>{"name": "add", "arguments": {"a": "def f():\n\treturn 1"}}</tool_call>'
+    content, calls, _ = stream(fmt, chars(text))
+    assert content == "" and calls == [("add", {"a": "def f():\n\treturn 1"})]
+    _, (call,) = parse_tool_calls_text(fmt, text, NAMES)
+    assert "\n" not in call.arguments and json.loads(call.arguments) == {"a": "def f():\n\treturn 1"}
+
+
 def test_plain_text_passes_untouched_even_with_a_partial_marker_at_the_end():
     text = "Use <b>bold</b> and a < sign, then <tool"
     content, calls, _ = stream("hermes", [text[:10], text[10:]])
