@@ -20,7 +20,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.tools.spec import ToolCall, new_call_id
+from engine.tools.spec import ToolCall, new_call_id, without_surrogates
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a decoded string: a \u escape written alone
 
 ToolFormat = Literal["hermes", "llama3", "mistral", "generic"]
 TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "generic")
@@ -86,7 +88,8 @@ def _as_call(obj: Any, names: Collection[str] | None) -> tuple[str, str] | None:
             return None
     if not isinstance(args, dict):
         return None
-    return name, json.dumps(args, ensure_ascii=False)
+    text = json.dumps(args, ensure_ascii=False)
+    return name, json.dumps(without_surrogates(args), ensure_ascii=False) if _LONE_SURROGATE.search(text) else text
 
 
 def parse_json_calls(text: str, names: Collection[str] | None = None) -> list[tuple[str, str]] | None:

@@ -84,18 +84,30 @@ class ToolCall:
     @property
     def arguments_object(self) -> Any:
         """The arguments parsed from JSON; of a call cut short at the token limit, what of them was written
-        (the open strings and objects closed); the raw text when neither parses."""
-        try:
-            return json.loads(self.arguments)
-        except (TypeError, ValueError, RecursionError):  # nested past the interpreter's stack: the text as it is
-            pass
-        try:
-            return json.loads(close_partial_json(self.arguments))
-        except (TypeError, ValueError, RecursionError):
-            return self.arguments
+        (the open strings and objects closed); the raw text when neither parses. A lone surrogate a ``\\u`` escape
+        wrote, which no UTF-8 can carry, is U+FFFD."""
+        for text in (self.arguments, None):
+            try:
+                value = json.loads(self.arguments if text is not None else close_partial_json(self.arguments))
+            except (TypeError, ValueError, RecursionError):  # nested past the interpreter's stack: the text as it is
+                continue
+            return without_surrogates(value) if "\\u" in self.arguments else value
+        return self.arguments
 
     def as_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def without_surrogates(value: Any) -> Any:
+    """Decoded JSON with each lone surrogate (``"\\ud83d"`` alone), which no UTF-8 can carry, as U+FFFD: a response
+    holding one could not be sent."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {without_surrogates(k): without_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def custom_input(call: ToolCall) -> str:
@@ -428,6 +440,7 @@ def parse_tool_calls(items: Sequence[Any] | None) -> tuple[ToolCall, ...]:
 
 
 __all__ = [
+    "without_surrogates",
     "CUSTOM_INPUT",
     "CustomInputStream",
     "custom_call",

@@ -125,6 +125,17 @@ def test_a_raw_line_break_inside_an_argument_is_still_a_call(fmt):
     assert "\n" not in call.arguments and json.loads(call.arguments) == {"a": "def f():\n\treturn 1"}
 
 
+
+def test_a_lone_surrogate_escape_in_an_argument_is_u_fffd():
+    """``"\ud83d"`` alone decodes to a character no UTF-8 can carry: a response holding it could not be sent."""
+    from engine.tools import ToolCall
+
+    text = '<tool_call>{"name": "add", "arguments": {"a": "x\\ud83d \\ud83d\\ude00"}}</tool_call>'
+    _, (call,) = parse_tool_calls_text("hermes", text, NAMES)
+    assert json.loads(call.arguments) == {"a": "x\ufffd \U0001f600"}
+    call.arguments.encode("utf-8")
+    assert ToolCall("add", '{"a": "\\udc00", "b": ["\\ud800').arguments_object == {"a": "\ufffd", "b": ["\ufffd"]}
+
 def test_plain_text_passes_untouched_even_with_a_partial_marker_at_the_end():
     text = "Use <b>bold</b> and a < sign, then <tool"
     content, calls, _ = stream("hermes", [text[:10], text[10:]])
