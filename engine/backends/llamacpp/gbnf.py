@@ -13,6 +13,7 @@ The schema must already be within engine.schema_limits: this module builds, it d
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -434,6 +435,7 @@ def _json_escaped(code: int) -> str:
 
 
 _ESCAPED_IN_JSON = (*range(0x20), 0x22, 0x5C)
+_QUANTIFIER = re.compile(r"\{(?:\d+(?:,\d*)?|,\d*)\}")
 
 
 def _span(low: int, high: int) -> str:
@@ -552,8 +554,14 @@ def gbnf_pattern(pattern: str) -> str:
                 out.append(pattern[i:after])
             i = after
             continue
+        if c == "{" and (quantifier := _QUANTIFIER.match(pattern, i)):
+            out.append(quantifier.group())
+            i = quantifier.end()
+            continue
         if not _in_json(ord(c)):
             out.append(_json_escaped(ord(c)))
+        elif c in "]{}":  # a literal bracket (the converter looped on one, never advancing)
+            out.append(f"[{_char(ord(c))}]")
         else:
             out.append(c)
         i += 1

@@ -186,10 +186,11 @@ def test_a_grammar_no_token_can_follow_ends_its_request_and_the_worker_lives(ser
 
 # bounded repetitions: an unbounded \S+ let a prompt the prefix cache had read otherwise write emoji to max_tokens
 @pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"^[\w.]{1,8}@[\w-]{1,8}\.[a-z]{2,3}$", r"^\S{1,4}\s\W$", r'^say "[a-z]{1,4}" \\ [a-z]{1,3}$',
-                                     r"^[a-z]{1,4}\n[ \t]{1,2}[a-z]{1,4}$", r'^say "[ -~]{1,6}"$'],
-                         ids=["phone", "email", "negations", "quotes", "lines", "printable"])  # fmt: skip
+                                     r"^[a-z]{1,4}\n[ \t]{1,2}[a-z]{1,4}$", r'^say "[ -~]{1,6}"$', r"^[a-z]{1,3}]}$"],
+                         ids=["phone", "email", "negations", "quotes", "lines", "printable", "brackets"])  # fmt: skip
 def test_patterns_with_class_and_punctuation_escapes_are_enforced(server, pattern):
-    """llama.cpp's parser knows no \\d, \\w or \\.: such patterns were refused as 'could not be parsed'."""
+    """llama.cpp's parser knows no \\d, \\w or \\.: such patterns were refused as 'could not be parsed'. A bare ] or }
+    held the request forever (the converter looped without advancing)."""
     import re
 
     schema = {"type": "string", "pattern": pattern}
