@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -341,7 +342,9 @@ _BACK_REFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[1-9]|k<)|\(\?P=")
 def pattern_syntax_error(pattern: str) -> str | None:
     """What makes ``pattern`` no regular expression in any dialect (a range from z to a, an unclosed group), or None."""
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():  # "possible nested set" and the like: a client's pattern, not Hearth's code
+            warnings.simplefilter("ignore")
+            re.compile(pattern)
     except re.error as exc:
         return exc.msg if exc.msg.startswith(_SYNTAX_ERRORS) else None
     except (RecursionError, OverflowError, ValueError):
