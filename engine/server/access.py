@@ -63,6 +63,7 @@ _INFERENCE_ROUTES = (
     ("POST", "/v1/responses/input_tokens"),
     ("GET", "/v1/responses/{rid}"),
     ("DELETE", "/v1/responses/{rid}"),
+    ("POST", "/v1/responses/{rid}/cancel"),
     ("GET", "/v1/responses/{rid}/input_items"),
     # Anthropic
     ("POST", "/v1/messages"),

@@ -582,9 +582,68 @@ async def count_input_tokens(request: Request, body: ResponsesBody) -> dict:
     return {"object": "response.input_tokens", "input_tokens": await count_prompt_tokens(request, turn.req)}
 
 
-@router.get("/responses/{rid}")
-async def get_response(request: Request, rid: str) -> dict:
-    return _found(request, rid).response
+@router.get("/responses/{rid}", response_model=None)
+async def get_response(request: Request, rid: str, stream: bool = False, starting_after: int | None = None) -> dict | StreamingResponse:
+    """A stored response; with ``stream=true`` (the SDK's ``retrieve(id, stream=True)`` and ``responses.stream(
+    response_id=...)``) its events as a stream made them, after ``starting_after`` when given."""
+    response = _found(request, rid).response
+    if not stream:
+        return response
+    events = [e for e in _replay(response) if starting_after is None or e["sequence_number"] > starting_after]
+    body = (f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False, separators=(',', ':'))}\n\n".encode() for e in events)
+    return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _replay(response: dict) -> list[dict]:
+    """The events of a finished response, numbered as its stream numbered them: created and in progress, each output
+    item added, its content in one delta, done, and the response's last event. Every stored response is finished
+    (Hearth answers ``background`` requests at once), so this is the whole stream."""
+    out: list[dict] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        out.append({"type": kind, **fields, "sequence_number": len(out)})
+
+    pending = {**{k: v for k, v in response.items() if k != "usage"}, "status": "in_progress", "output": [],
+               "completed_at": None, "incomplete_details": None}  # fmt: skip
+    emit("response.created", response=pending)
+    emit("response.in_progress", response=pending)
+    items: list[dict[str, Any]] = list(response.get("output") or [])
+    for index, item in enumerate(items):
+        where = {"item_id": item.get("id"), "output_index": index}
+        kind = item.get("type")
+        if kind == "message":
+            part = next(iter(item.get("content") or ()), _text_part(""))
+            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+            emit("response.content_part.added", **where, content_index=0, part=_text_part(""))
+            emit("response.output_text.delta", **where, content_index=0, delta=part.get("text", ""), logprobs=part.get("logprobs", []))
+            emit("response.output_text.done", **where, content_index=0, text=part.get("text", ""), logprobs=part.get("logprobs", []))
+            emit("response.content_part.done", **where, content_index=0, part=part)
+        elif kind == "reasoning":
+            parts: list[dict[str, Any]] = list(item.get("content") or [])
+            text = "".join(c.get("text", "") for c in parts)
+            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+            emit("response.reasoning_text.delta", **where, content_index=0, delta=text)
+            emit("response.reasoning_text.done", **where, content_index=0, text=text)
+        elif kind == "function_call":
+            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
+            emit("response.function_call_arguments.delta", **where, delta=item.get("arguments", ""))
+            emit("response.function_call_arguments.done", **where, name=item.get("name"), arguments=item.get("arguments", ""))
+        elif kind == "custom_tool_call":
+            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "input": ""})
+            emit("response.custom_tool_call_input.delta", **where, delta=item.get("input", ""))
+            emit("response.custom_tool_call_input.done", **where, input=item.get("input", ""))
+        emit("response.output_item.done", output_index=index, item=item)
+    status = response.get("status")
+    emit("response.incomplete" if status == "incomplete" else "response.failed" if status == "failed" else "response.completed",
+         response=response)  # fmt: skip
+    return out
+
+
+@router.post("/responses/{rid}/cancel")
+async def cancel_response(request: Request, rid: str) -> dict:
+    _found(request, rid)
+    raise InvalidRequest(f"{rid} has finished: Hearth answers background requests at once, so there is nothing to cancel.",
+                         param="response_id")  # fmt: skip
 
 
 @router.delete("/responses/{rid}")

@@ -360,3 +360,24 @@ def test_a_custom_tool_is_called_with_text_and_its_output_goes_back_in(server, o
     follow = sdk(server).responses.create(model=MODEL, previous_response_id=resp.id, temperature=0, max_output_tokens=6,
                                           input=[{"type": "custom_tool_call_output", "call_id": call.call_id, "output": "notes.txt"}])  # fmt: skip
     assert follow.status in ("completed", "incomplete")
+
+
+def test_a_stored_response_streams_again_from_any_event(server, openai_schemas):
+    """``retrieve(id, stream=True)``: a stored response's events as its stream made them (every stored response is
+    finished), numbered the same, after ``starting_after`` when given; cancelling a finished one is a 400."""
+    asked = {"model": MODEL, "input": "Name three colours.", "max_output_tokens": 6, "temperature": 0}
+    live = raw_events(server, asked)
+    resp = sdk(server).responses.create(**asked)
+    with httpx.stream("GET", f"{server.base_url}/responses/{resp.id}?stream=true", headers=server.headers, timeout=300) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        replayed = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    for kind in dict.fromkeys(e["type"] for e in replayed):
+        openai_schemas(EVENT_SCHEMAS[kind], next(e for e in replayed if e["type"] == kind))
+    assert [e["sequence_number"] for e in replayed] == list(range(len(replayed)))
+    assert list(dict.fromkeys(e["type"] for e in replayed)) == list(dict.fromkeys(e["type"] for e in live))
+    assert "".join(e["delta"] for e in replayed if e["type"] == "response.output_text.delta") == resp.output_text
+    assert replayed[-1]["response"] == httpx.get(f"{server.base_url}/responses/{resp.id}", headers=server.headers).json()
+    later = list(sdk(server).responses.retrieve(resp.id, stream=True, starting_after=3))  # the SDK reads it too
+    assert [e.sequence_number for e in later] == list(range(4, len(replayed)))
+    with pytest.raises(openai.BadRequestError, match="nothing to cancel"):
+        sdk(server).responses.cancel(resp.id)
