@@ -158,27 +158,17 @@ def _input_messages(
             content = item.get("content")
             pictures = _images(content, where, allow_remote)
             out.append(ChatMessage("system" if role == "developer" else role, _content_text(content, where), media=pictures))
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             name, call_id = item.get("name"), item.get("call_id")
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
-                raise InvalidRequest(f"{where} is a function_call without 'call_id' and 'name'.", param="input")
-            args = item.get("arguments") or "{}"
+                raise InvalidRequest(f"{where} is a {kind} without 'call_id' and 'name'.", param="input")
             if isinstance(item.get("namespace"), str):
                 name = (shown or {}).get((item["namespace"], name), name)
-            call = ToolCall(name=name, arguments=args if isinstance(args, str) else json.dumps(args), id=call_id)
-            names[call_id] = name
-            last = out[-1] if out else None
-            if last is not None and last.role == "assistant" and i > 0 and items[i - 1].get("type", "message") not in _OUTPUTS:
-                out[-1] = ChatMessage("assistant", last.content, tool_calls=(*last.tool_calls, call), reasoning=last.reasoning)
+            if kind == "custom_tool_call":
+                call = custom_call(name, item.get("input"), call_id)
             else:
-                out.append(ChatMessage("assistant", "", tool_calls=(call,)))
-        elif kind == "custom_tool_call":
-            name, call_id = item.get("name"), item.get("call_id")
-            if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
-                raise InvalidRequest(f"{where} is a custom_tool_call without 'call_id' and 'name'.", param="input")
-            if isinstance(item.get("namespace"), str):
-                name = (shown or {}).get((item["namespace"], name), name)
-            call = custom_call(name, item.get("input"), call_id)
+                args = item.get("arguments") or "{}"
+                call = ToolCall(name=name, arguments=args if isinstance(args, str) else json.dumps(args), id=call_id)
             names[call_id] = name
             last = out[-1] if out else None
             if last is not None and last.role == "assistant" and i > 0 and items[i - 1].get("type", "message") not in _OUTPUTS:
