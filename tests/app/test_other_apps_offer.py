@@ -10,6 +10,7 @@ import pytest
 
 from tests.app.conftest import WORKER_ARGS, open_window, start_engine, theme  # noqa: F401 - theme is a fixture
 from tests.engine.catalog.other_apps_fixtures import ollama_store
+from tests.engine.fit.speed_figures import keep_figures
 
 OLLAMA_NAME = "smollm2:135m"
 
@@ -27,6 +28,7 @@ def offer_engine(qapp, tmp_path_factory, ollama_root: Path):
     from app.net.engine import EngineConfig
 
     home = tmp_path_factory.mktemp("offer-worker-home")
+    keep_figures(home)
     env = (("HEARTH_HOME", str(home)), ("OLLAMA_MODELS", str(ollama_root)))
     controller = start_engine(EngineConfig(extra_args=WORKER_ARGS, env=env), home / "worker.log")
     yield controller

@@ -14,6 +14,7 @@ from PySide6.QtGui import QImage
 
 from tests.app.conftest import ANSWER_TIMEOUT_MS, WORKER_ARGS, open_window, start_engine, theme  # noqa: F401
 from tests.app.helpers import bubbles, fresh_chat
+from tests.engine.fit.speed_figures import keep_figures
 from tests.engine.server import tiny_vision
 from tests.engine.server.vision_fixtures import VISION, checkerboard, gradient
 
@@ -24,6 +25,7 @@ def vision_engine(qapp, tmp_path_factory):
     from app.net.engine import EngineConfig
 
     home = tmp_path_factory.mktemp("pictures-worker-home")
+    keep_figures(home)
     config = EngineConfig(
         model=str(tiny_vision.MODEL_PATH),
         extra_args=(*WORKER_ARGS, "--mmproj", str(tiny_vision.MMPROJ_PATH)),

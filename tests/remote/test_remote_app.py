@@ -16,6 +16,7 @@ from tests.app.conftest import (  # theme is a fixture
     theme,  # noqa: F401 - a fixture
 )
 from tests.app.helpers import bubbles, fresh_chat, send_and_wait
+from tests.engine.fit.speed_figures import keep_figures
 from tests.remote.conftest import ALIAS, LLAMA_KEY, NO_KEYRING
 
 PUBLIC = f"cluster/{ALIAS}"
@@ -27,6 +28,7 @@ def remote_engine(qapp, tmp_path_factory):
     from app.net.engine import EngineConfig
 
     home = tmp_path_factory.mktemp("app-worker-home")
+    keep_figures(home)
     env = (("HEARTH_HOME", str(home)), *NO_KEYRING.items())
     controller = start_engine(EngineConfig(extra_args=WORKER_ARGS, env=env), home / "worker.log")
     yield controller

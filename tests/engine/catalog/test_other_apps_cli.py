@@ -13,6 +13,7 @@ import pytest
 
 from engine.cli import main
 from tests.engine.catalog.other_apps_fixtures import link, lmstudio_folder, ollama_store
+from tests.engine.fit.speed_figures import keep_figures
 
 LMS_NAME = "lmstudio-community/SmolLM2-135M-Instruct-GGUF:Q4_1"
 
@@ -29,6 +30,7 @@ def env(tmp_path: Path, starter_path: Path, monkeypatch) -> dict[str, str]:
     }  # fmt: skip
     for name, value in values.items():
         monkeypatch.setenv(name, value)
+    keep_figures(tmp_path / "hearth")
     for name in ("HF_HOME", "HEARTH_JAN_MODELS", "HEARTH_GPT4ALL_MODELS"):
         monkeypatch.delenv(name, raising=False)
     return dict(os.environ)
