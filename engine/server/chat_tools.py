@@ -119,13 +119,8 @@ class CallDeltas:
         return out
 
 
-def tool_call_deltas(chunk: GenerationChunk) -> list[dict[str, Any]]:
-    """The ``delta`` objects for a chunk's function-call pieces, where no custom tool was offered."""
-    return CallDeltas().deltas(chunk)
-
-
 def reasoning_tokens(finals: list[GenerationChunk | None]) -> int:
     return sum(f.reasoning_tokens for f in finals if f is not None)
 
 
-__all__ = ["request_fields", "message", "reasoning_delta", "CallDeltas", "tool_call_deltas", "reasoning_tokens"]
+__all__ = ["request_fields", "message", "reasoning_delta", "CallDeltas", "reasoning_tokens"]

@@ -22,8 +22,6 @@ from typing import Any, Literal
 
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a decoded string: a \u escape written alone
-
 ToolFormat = Literal["hermes", "llama3", "mistral", "generic"]
 TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "generic")
 
@@ -88,8 +86,7 @@ def _as_call(obj: Any, names: Collection[str] | None) -> tuple[str, str] | None:
             return None
     if not isinstance(args, dict):
         return None
-    text = json.dumps(args, ensure_ascii=False)
-    return name, json.dumps(without_surrogates(args), ensure_ascii=False) if _LONE_SURROGATE.search(text) else text
+    return name, json.dumps(without_surrogates(args), ensure_ascii=False)
 
 
 def parse_json_calls(text: str, names: Collection[str] | None = None) -> list[tuple[str, str]] | None:

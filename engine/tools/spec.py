@@ -118,20 +118,21 @@ def custom_input(call: ToolCall) -> str:
         args = json.loads(call.arguments)
     except (ValueError, RecursionError):
         args = None
+    text = call.arguments
     if isinstance(args, Mapping):
         value = args.get(CUSTOM_INPUT)
         if value is None and len(args) == 1:
             value = next(iter(args.values()))
         if isinstance(value, str):
-            return _SURROGATE.sub("\ufffd", value)
+            text = value
     elif isinstance(args, str):
-        return _SURROGATE.sub("\ufffd", args)
+        text = args
     elif args is None:  # read as the stream reads it, so that what was streamed and the whole agree
         stream = CustomInputStream()
-        text = stream.feed(call.arguments)
+        decoded = stream.feed(call.arguments)
         if stream.opened:
-            return _SURROGATE.sub("\ufffd", text)
-    return _SURROGATE.sub("\ufffd", call.arguments)
+            text = decoded
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def custom_call(name: str, text: Any, call_id: Any) -> ToolCall:

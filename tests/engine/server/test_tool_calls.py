@@ -168,7 +168,7 @@ def test_thinking_and_calls_in_openai_shapes(openai_schemas):
         reasoning="Hmm.",
         tool_call_deltas=(ToolCallDelta(0, id=call.id, name="add"), ToolCallDelta(0, arguments=call.arguments)),
     )
-    deltas = [chat_tools.reasoning_delta(piece), *chat_tools.tool_call_deltas(piece)]
+    deltas = [chat_tools.reasoning_delta(piece), *chat_tools.CallDeltas().deltas(piece)]
     for d in deltas:
         openai_schemas("ChatCompletionStreamResponseDelta", d)
     assert deltas[0] == {"reasoning_content": "Hmm.", "reasoning": "Hmm."}
