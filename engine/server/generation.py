@@ -18,7 +18,7 @@ from engine.server import docs_chat, ollama_load, request_caps, targets
 from engine.server.access import holds_admin
 from engine.server.errors import GenerationFailed
 from engine.server.request_log import finished_record
-from engine.server.streaming import merge_streams, open_streams
+from engine.server.streaming import close_quietly, merge_streams, open_streams
 from engine.types import GenerationChunk, GenerationRequest
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ class Generation:
         self.documents = documents  # the collections the prompt is grounded in (engine.server.docs_chat)
         self.grounding: docs_chat.Grounding | None = None
         self.t0 = time.perf_counter()
+        self._read = False  # chunks() has begun: it ends the generation (and releases the model) however it ends
 
     async def start(self) -> None:
         admin = holds_admin(self.http.scope)  # without the admin key: shared collections, files by name
@@ -164,9 +165,25 @@ class Generation:
         for req in self.requests:
             self.served.cancel(req.request_id)
 
+    def abandon(self) -> None:
+        """Give up a started generation whose chunks were never read (a background response cancelled before it
+        began): cancel its requests and release the model, as reading them to their end would. Once :meth:`chunks`
+        has begun, it does this itself."""
+        served = self._served
+        if self._read or served is None:
+            return
+        self._read = True
+        for req in self.requests:
+            served.cancel(req.request_id)
+        for it in self.streams:
+            close_quietly(it)
+        self.app.state.metrics.request_finished("cancelled")
+        served.release()
+
     async def chunks(self, *, watch_client: bool = False) -> AsyncGenerator[tuple[int, GenerationChunk]]:
         """The choices' chunks as they arrive. ``watch_client`` (for a non-streamed answer, whose
         HTTP response is not being written yet) cancels the generation when the client disconnects."""
+        self._read = True
         metrics = self.app.state.metrics
         last_token_at: dict[int, float] = {}
         status = "ok"

@@ -31,7 +31,7 @@ from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.responses_store import ResponseStore, StoredResponse
-from engine.server.streaming import KEEPALIVE, ticks
+from engine.server.streaming import KEEPALIVE, KEEPALIVE_SECONDS, ticks
 from engine.tools import (
     CustomInputStream,
     ToolCall,
@@ -72,6 +72,7 @@ class ResponsesBody(Body):
     reasoning: dict[str, Any] | None = None
     stream: StrictBool = False
     store: StrictBool = True
+    background: StrictBool = False
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -90,6 +91,13 @@ def _store(request: Request) -> ResponseStore:
     if getattr(state, "responses", None) is None:
         state.responses = ResponseStore()
     return state.responses
+
+
+def _live(request: Request) -> dict[str, _Live]:
+    state = request.app.state
+    if getattr(state, "live_responses", None) is None:
+        state.live_responses = {}
+    return state.live_responses
 
 
 def _found(request: Request, rid: str) -> StoredResponse:
@@ -286,9 +294,16 @@ class _Turn:
 
 
 def _turn(request: Request, body: ResponsesBody) -> _Turn:
+    if body.background and not body.store:
+        raise InvalidRequest("'background': true needs 'store': true, since a background response is read back by its id.",
+                             param="background")  # fmt: skip
     earlier: tuple[ChatMessage, ...] = ()
     if body.previous_response_id:
         stored = _store(request).get(body.previous_response_id)
+        if stored is None and body.previous_response_id in _live(request):
+            raise InvalidRequest(f"Response '{body.previous_response_id}' is still being generated in the background; wait "
+                                 "until its status is no longer queued or in_progress, then continue from it.",
+                                 param="previous_response_id")  # fmt: skip
         if stored is None:
             raise PreviousResponseNotFound(body.previous_response_id)
         earlier = stored.conversation
@@ -353,6 +368,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": (body.reasoning or {}).get("effort"), "summary": None},
         "store": body.store,
+        "background": body.background,
         "temperature": turn.req.params.temperature,
         "text": {"format": fmt},
         "tool_choice": body.tool_choice or "auto",
@@ -408,12 +424,104 @@ def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text:
     return response
 
 
+class _Live:
+    """A response generated in the background (``background: true``) while it runs: its events so far, numbered
+    as its stream numbers them. ``GET`` gives the response as it stands, ``GET ?stream=true`` its events and then
+    the rest as they come (:meth:`follow`), ``cancel`` ends it. Once it ends it is stored, events included, and
+    leaves the worker's list of running ones."""
+
+    def __init__(self, request: Request, run: DialectRun, turn: _Turn, created: dict) -> None:
+        self.request = request
+        self.run = run
+        self.turn = turn
+        self.created = created  # the response object as the request's answer gave it (queued)
+        self.stream = _Stream(turn.origin, turn.req.tools)
+        self.events: list[bytes] = []
+        self.status = "queued"
+        self.ended: dict | None = None  # the response once it has ended
+        self._changed = asyncio.Event()
+        # a task of its own (the client that asked may go away); _ended stores the response however the task ends,
+        # even cancelled before it began
+        self.task = asyncio.create_task(self._generate(), name=f"background {turn.rid}")
+        self.task.add_done_callback(self._ended)
+
+    async def _generate(self) -> None:
+        async for event in _events(self.request, self.run, self.turn, self.stream):
+            if event != KEEPALIVE:
+                self.status = "in_progress"
+                self.events.append(event)
+                self._changed.set()
+                self._changed = asyncio.Event()
+
+    def _ended(self, task: asyncio.Task) -> None:
+        turn, store = self.turn, _store(self.request)
+        self.run.gen.abandon()  # cancelled before it began: its generation was never read
+        stored = store.get(turn.rid)  # a finished answer was stored by _finish
+        conversation = stored.conversation if stored is not None else turn.history
+        if task.cancelled():  # POST .../cancel, DELETE, or the worker stopping
+            self.ended = {**self.snapshot(), "status": "cancelled"}
+            said = "".join(p.get("text", "") for item in self.ended["output"] if item.get("type") == "message"
+                           for p in item.get("content") or ())  # fmt: skip
+            conversation = turn.history + ((ChatMessage("assistant", said),) if said else ())
+        elif (exc := task.exception()) is not None:
+            log.error("the background response %s failed", turn.rid, exc_info=exc)
+            error = {"code": "server_error", "message": "Generation failed; see the worker log."}
+            self.ended = {**self.snapshot(), "status": "failed", "error": error}
+        else:  # finished, or failed as its last event says
+            self.ended = self.stream.last or {**self.snapshot(), "status": "failed"}
+        store.put(turn.rid, StoredResponse(self.ended, conversation, tuple(turn.input_items), tuple(self.events)))
+        _live(self.request).pop(turn.rid, None)
+        self._changed.set()
+
+    def snapshot(self) -> dict:
+        """The response as it stands: its items so far, the open one with its text so far."""
+        if self.ended is not None:
+            return self.ended
+        s = self.stream
+        output = [dict(item) for item in s.items]
+        if output and s.kind == "message":
+            output[-1]["content"] = [_text_part(s.text, s.logprobs)]
+        elif output and s.kind == "reasoning":
+            output[-1]["content"] = [{"type": "reasoning_text", "text": s.text}]
+        return {**self.created, "status": self.status, "output": output}
+
+    async def follow(self, after: int | None = None) -> AsyncIterator[bytes]:
+        """The events after sequence number ``after`` (all without it), then each as it comes, until the response
+        ends; a keep-alive while none comes. A reader that goes away leaves the response running."""
+        i = 0 if after is None else after + 1
+        while True:
+            while i < len(self.events):
+                yield self.events[i]
+                i += 1
+            if self.ended is not None:
+                return
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield KEEPALIVE
+
+    async def cancel(self) -> dict:
+        """End the generation; the response as it ended (cancelled, or finished if it was already)."""
+        if not self.task.done():
+            self.task.cancel()
+            await asyncio.wait({self.task})
+        await asyncio.sleep(0)  # (its done callback runs next)
+        return self.snapshot()
+
+
 @router.post("/responses")
 async def create_response(request: Request, body: ResponsesBody):
     turn = await asyncio.to_thread(_turn, request, body)  # pictures are read (and fetched) off the event loop
     keep = request_keep_alive(body.keep_alive)
     run = await DialectRun(request, turn.req, documents=documents_asked(body), keep_alive=keep).start()
     turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
+    if body.background:
+        live = _Live(request, run, turn, _response(turn, run.model_name, status="queued", output=[], final=None))
+        _live(request)[turn.rid] = live
+        if not body.stream:
+            return live.snapshot()
+        return StreamingResponse(live.follow(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if body.stream:
         return StreamingResponse(
             _events(request, run, turn), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -441,6 +549,9 @@ def _output(
     return output
 
 
+_LAST_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
 class _Stream:
     """The streamed output items, one open at a time, and the events that build them."""
 
@@ -454,10 +565,13 @@ class _Stream:
         self.text = ""
         self.logprobs: list[dict] = []  # the open message's tokens, when the request asked for them
         self.calls: dict[int, ToolCall] = {}  # tool call index -> the call so far
+        self.last: dict | None = None  # the response of the last event (completed, incomplete or failed)
 
     def emit(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, **fields, "sequence_number": self.seq}
         self.seq += 1
+        if kind in _LAST_EVENTS:
+            self.last = fields["response"]
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
     @property
@@ -532,8 +646,8 @@ class _Stream:
         return out
 
 
-async def _events(request: Request, run: DialectRun, turn: _Turn) -> AsyncIterator[bytes]:
-    s = _Stream(turn.origin, turn.req.tools)
+async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | None = None) -> AsyncIterator[bytes]:
+    s = s or _Stream(turn.origin, turn.req.tools)
     chunks = run.chunks()
     pending = _response(turn, run.model_name, status="in_progress", output=[], final=None)
     yield s.emit("response.created", response=pending)
@@ -574,20 +688,30 @@ async def count_input_tokens(request: Request, body: ResponsesBody) -> dict:
 
 @router.get("/responses/{rid}", response_model=None)
 async def get_response(request: Request, rid: str, stream: bool = False, starting_after: int | None = None) -> dict | StreamingResponse:
-    """A stored response; with ``stream=true`` (the SDK's ``retrieve(id, stream=True)`` and ``responses.stream(
-    response_id=...)``) its events as a stream made them, after ``starting_after`` when given."""
-    response = _found(request, rid).response
+    """A stored response, or a background one as it stands; with ``stream=true`` (the SDK's ``retrieve(id,
+    stream=True)`` and ``responses.stream(response_id=...)``) its events as its stream made them, after
+    ``starting_after`` when given, and a running one's further events as they come."""
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    live = _live(request).get(rid)
+    if live is not None:
+        if not stream:
+            return live.snapshot()
+        return StreamingResponse(live.follow(starting_after), media_type="text/event-stream", headers=headers)
+    stored = _found(request, rid)
     if not stream:
-        return response
-    events = [e for e in _replay(response) if starting_after is None or e["sequence_number"] > starting_after]
+        return stored.response
+    after = -1 if starting_after is None else starting_after
+    if stored.events:  # a background response: the very events its stream sent
+        return StreamingResponse(iter(stored.events[after + 1 :]), media_type="text/event-stream", headers=headers)
+    events = [e for e in _replay(stored.response) if e["sequence_number"] > after]
     body = (f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False, separators=(',', ':'))}\n\n".encode() for e in events)
-    return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 
 
 def _replay(response: dict) -> list[dict]:
     """The events of a finished response, numbered as its stream numbered them: created and in progress, each output
-    item added, its content in one delta, done, and the response's last event. Every stored response is finished
-    (Hearth answers ``background`` requests at once), so this is the whole stream."""
+    item added, its content in one delta, done, and the response's last event. Every stored response is finished,
+    so this is the whole stream."""
     out: list[dict] = []
 
     def emit(kind: str, **fields: Any) -> None:
@@ -631,13 +755,23 @@ def _replay(response: dict) -> list[dict]:
 
 @router.post("/responses/{rid}/cancel")
 async def cancel_response(request: Request, rid: str) -> dict:
-    _found(request, rid)
-    raise InvalidRequest(f"{rid} has finished: Hearth answers background requests at once, so there is nothing to cancel.",
-                         param="response_id")  # fmt: skip
+    """Stop a background response: it ends ``cancelled`` with what it had made. One that has ended already is
+    given back as it ended."""
+    live = _live(request).get(rid)
+    if live is not None:
+        return await live.cancel()
+    response = _found(request, rid).response
+    if not response.get("background"):
+        raise InvalidRequest(f"Only responses created with background: true can be cancelled, and {rid} was not; "
+                             "to stop a streamed answer, close its connection.", param="response_id")  # fmt: skip
+    return response
 
 
 @router.delete("/responses/{rid}")
 async def delete_response(request: Request, rid: str) -> dict:
+    live = _live(request).get(rid)
+    if live is not None:
+        await live.cancel()
     _found(request, rid)
     _store(request).delete(rid)
     return {"id": rid, "object": "response", "deleted": True}
@@ -649,7 +783,8 @@ async def input_items(request: Request, rid: str, order: str = "desc", limit: in
         raise InvalidRequest("'order' must be asc or desc.", param="order")
     if not 1 <= limit <= 100:
         raise InvalidRequest("'limit' must be a whole number from 1 to 100.", param="limit")
-    items = list(_found(request, rid).input_items)
+    live = _live(request).get(rid)
+    items = list(live.turn.input_items if live is not None else _found(request, rid).input_items)
     if order == "desc":
         items.reverse()
     if after is not None:  # the page after the item with this id

@@ -14,16 +14,18 @@ STORE_MAX_CHARS = 32_000_000
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    """A finished response, the conversation it ends (to continue from) and its input items."""
+    """A finished response, the conversation it ends (to continue from) and its input items; a background
+    response also keeps its stream's events, for a client that reads them again from where it left off."""
 
     response: dict
     conversation: tuple[ChatMessage, ...]
     input_items: tuple[dict, ...]
+    events: tuple[bytes, ...] = ()
 
     @property
     def chars(self) -> int:
         text = sum(len(m.content) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls) for m in self.conversation)
-        return text + len(str(self.response)) + len(str(self.input_items))
+        return text + len(str(self.response)) + len(str(self.input_items)) + sum(len(e) for e in self.events)
 
 
 class ResponseStore:

@@ -104,12 +104,12 @@ async def open_streams(backend: Streamer, requests: Sequence[GenerationRequest])
     except BaseException:
         for req, it in zip(requests, started, strict=False):
             backend.cancel(req.request_id)
-            _close_quietly(it)
+            close_quietly(it)
         raise
     return started
 
 
-def _close_quietly(it: Iterator[GenerationChunk]) -> None:
+def close_quietly(it: Iterator[GenerationChunk]) -> None:
     close = getattr(it, "close", None)
     if close is not None:
         try:

@@ -275,8 +275,9 @@ def every_operation_env(home: Path, hub_url: str) -> dict[str, str]:
 
 # Fields that make a model generate, bounded (a case must stay quick) wherever they appear.
 _GENERATION_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict", "n_predict")
-# Of them, those whose absence means "until the context ends" (llama-server's /completion and /infill): required.
-_UNBOUNDED_WHEN_LEFT_OUT = ("n_predict",)
+# Of them, those required: llama-server's (its absence means "until the context ends"), and Responses' (a background
+# response goes on generating after its request is answered, beside the cases that follow).
+_UNBOUNDED_WHEN_LEFT_OUT = ("n_predict", "max_output_tokens")
 
 
 def _schema_with(doc: dict, ref_or_schema: dict) -> dict:

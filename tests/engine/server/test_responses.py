@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import httpx
 import jsonschema
@@ -379,5 +380,59 @@ def test_a_stored_response_streams_again_from_any_event(server, openai_schemas):
     assert replayed[-1]["response"] == httpx.get(f"{server.base_url}/responses/{resp.id}", headers=server.headers).json()
     later = list(sdk(server).responses.retrieve(resp.id, stream=True, starting_after=3))  # the SDK reads it too
     assert [e.sequence_number for e in later] == list(range(4, len(replayed)))
-    with pytest.raises(openai.BadRequestError, match="nothing to cancel"):
+    with pytest.raises(openai.BadRequestError, match="Only responses created with background: true can be cancelled"):
         sdk(server).responses.cancel(resp.id)
+
+
+def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(server, openai_schemas):
+    """``background: true``: the answer comes at once (queued), the response is generated in the worker and read by
+    polling it or by streaming it, a stream that was dropped goes on from its last event, and ``cancel`` ends one."""
+    client = sdk(server)
+    asked = {"model": MODEL, "input": "Name three colours.", "max_output_tokens": 8, "temperature": 0}
+    raw = httpx.post(f"{server.base_url}/responses", json={**asked, "background": True}, headers=server.headers, timeout=300).json()
+    openai_schemas("Response", raw)
+    assert raw["status"] == "queued" and raw["background"] is True and raw["output"] == []
+    polled = client.responses.retrieve(raw["id"])
+    while polled.status in ("queued", "in_progress"):
+        polled = client.responses.retrieve(raw["id"])
+    assert polled.status in ("completed", "incomplete") and polled.background is True
+    assert polled.output_text == client.responses.create(**asked).output_text  # the same answer as in the foreground
+
+    # streamed in the background: the client leaves after four events and comes back for the rest
+    stream = client.responses.create(**asked, background=True, stream=True)
+    first = []
+    for event in stream:
+        first.append(event)
+        if len(first) == 4:
+            break
+    stream.close()
+    rid = first[0].response.id
+    rest = list(client.responses.retrieve(rid, stream=True, starting_after=first[-1].sequence_number))
+    assert [e.sequence_number for e in first + rest] == list(range(len(first) + len(rest)))
+    assert rest[-1].type in ("response.completed", "response.incomplete")
+    done = client.responses.retrieve(rid)
+    assert "".join(e.delta for e in first + rest if e.type == "response.output_text.delta") == done.output_text == polled.output_text
+    again = list(client.responses.retrieve(rid, stream=True))  # once it has ended: the very events it sent
+    assert [(e.type, e.sequence_number) for e in again] == [(e.type, e.sequence_number) for e in first + rest]
+    assert client.responses.cancel(rid).status == done.status  # it has ended: cancelling changes nothing
+
+    # a long one, cancelled: it ends with what it had made, and frees its slot
+    long = client.responses.create(model=MODEL, input="Write a long story about a cat.", max_output_tokens=2000, background=True)
+    with pytest.raises(openai.BadRequestError, match="still being generated"):
+        client.responses.create(model=MODEL, input="Go on.", previous_response_id=long.id, max_output_tokens=4)
+    cancelled = client.responses.cancel(long.id)
+    assert cancelled.status == "cancelled" and client.responses.retrieve(long.id).status == "cancelled"
+    assert client.responses.cancel(long.id).status == "cancelled"
+    openai_schemas("Response", httpx.get(f"{server.base_url}/responses/{long.id}", headers=server.headers).json())
+    deleted = client.responses.create(model=MODEL, input="Write a long story about a dog.", max_output_tokens=2000, background=True)
+    client.responses.delete(deleted.id)  # deleting a running one cancels it first
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(deleted.id)
+    deadline = time.monotonic() + 60  # the engine lets a sequence go at its next step; the model is released
+    while (stats := httpx.get(f"{server.root}/api/stats", headers=server.headers).json()["models"][MODEL])["running"] or stats["in_use"]:
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
+    assert stats["waiting"] == 0
+
+    with pytest.raises(openai.BadRequestError, match="needs 'store': true"):
+        client.responses.create(**asked, background=True, store=False)
