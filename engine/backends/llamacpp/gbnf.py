@@ -411,9 +411,12 @@ def gbnf_literal(text: str) -> str:
 # grammar, where any other is an error: \d and \. made "could not be parsed" of the commonest patterns).
 _GBNF_ESCAPES = frozenset('xuUtrn\\"[]')
 _CONVERTER_ESCAPES = frozenset("[]()|{}*+?")  # outside a class the converter writes these as literal characters
-# \s as a space: a raw tab or line break inside a JSON string is not JSON. A negation leaves out what would end
-# the string or break it (a quote, a backslash, control characters) as well.
-_CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}
+# A negation leaves out what would end the string or break it (a quote, a backslash, control characters) as well.
+_CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_"}
+# \s as JSON Schema's (ECMA-262) regular expressions read it: tab, line feed, vertical tab, form feed, carriage
+# return (each its JSON escape in the string), the space and Unicode's spaces.
+_WHITESPACE = ((0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
+               (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF))  # fmt: skip
 _NOT_IN_A_STRING = '"\\\\\\x01-\\x1F'
 _CONTROL_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
 _HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
@@ -480,8 +483,12 @@ def _class(pattern: str, start: int) -> tuple[str, int] | None:
         first = False
         if pattern[i] == "\\" and i + 1 < len(pattern):
             e = pattern[i + 1]
-            if e.lower() in _CLASSES and e.islower():
+            if e in _CLASSES:
                 members.append(_CLASSES[e])
+                i += 2
+                continue
+            if e == "s":
+                codes.extend(_WHITESPACE)
                 i += 2
                 continue
             code, after = _escaped_code(pattern, i)
@@ -548,6 +555,10 @@ def gbnf_pattern(pattern: str) -> str:
             elif e.lower() in _CLASSES:
                 chars = _CLASSES[e.lower()]
                 out.append(f"[^{chars}{_NOT_IN_A_STRING}]" if e.isupper() else f"[{chars}]")
+            elif e == "s":
+                out.append(_class("[\\s]", 0)[0])  # type: ignore[index] - it closes
+            elif e == "S":
+                out.append(f"[^{''.join(_span(low, high) for low, high in _WHITESPACE)}{_NOT_IN_A_STRING}]")
             elif code is not None and not e.isalnum():  # a class of one: the converter copies it whole
                 out.append(f"[{_char(code)}]")
             else:
