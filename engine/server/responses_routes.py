@@ -488,7 +488,7 @@ class _Live:
     async def follow(self, after: int | None = None) -> AsyncIterator[bytes]:
         """The events after sequence number ``after`` (all without it), then each as it comes, until the response
         ends; a keep-alive while none comes. A reader that goes away leaves the response running."""
-        i = 0 if after is None else after + 1
+        i = 0 if after is None else max(after + 1, 0)
         while True:
             while i < len(self.events):
                 yield self.events[i]
@@ -700,7 +700,7 @@ async def get_response(request: Request, rid: str, stream: bool = False, startin
     stored = _found(request, rid)
     if not stream:
         return stored.response
-    after = -1 if starting_after is None else starting_after
+    after = -1 if starting_after is None else max(starting_after, -1)
     if stored.events:  # a background response: the very events its stream sent
         return StreamingResponse(iter(stored.events[after + 1 :]), media_type="text/event-stream", headers=headers)
     events = [e for e in _replay(stored.response) if e["sequence_number"] > after]

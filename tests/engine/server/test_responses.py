@@ -414,6 +414,7 @@ def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(serve
     assert "".join(e.delta for e in first + rest if e.type == "response.output_text.delta") == done.output_text == polled.output_text
     again = list(client.responses.retrieve(rid, stream=True))  # once it has ended: the very events it sent
     assert [(e.type, e.sequence_number) for e in again] == [(e.type, e.sequence_number) for e in first + rest]
+    assert [e.sequence_number for e in client.responses.retrieve(rid, stream=True, starting_after=-5)] == list(range(len(again)))
     assert client.responses.cancel(rid).status == done.status  # it has ended: cancelling changes nothing
 
     # a long one, cancelled: it ends with what it had made, and frees its slot
