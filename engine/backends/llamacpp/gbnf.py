@@ -477,6 +477,7 @@ def _class(pattern: str, start: int) -> tuple[str, int] | None:
     i += negated
     members: list[str] = []
     escaped: set[int] = set()
+    others: list[str] = []  # \D, \W, \S: classes of their own
     codes: list[tuple[int, int]] = []
     first = True
     while i < len(pattern) and (pattern[i] != "]" or first):
@@ -489,6 +490,11 @@ def _class(pattern: str, start: int) -> tuple[str, int] | None:
                 continue
             if e == "s":
                 codes.extend(_WHITESPACE)
+                i += 2
+                continue
+            if e in "DWS" and not negated:  # ([\s\S]: any character) an option of its own, its escapes beside it
+                others.append(_negated_escape(e))
+                escaped.update(c for c in _ESCAPED_IN_JSON if not (e == "S" and 0x09 <= c <= 0x0D))
                 i += 2
                 continue
             code, after = _escaped_code(pattern, i)
@@ -523,10 +529,17 @@ def _class(pattern: str, start: int) -> tuple[str, int] | None:
                 escaped.add(code)
         if run <= high or low > high:  # a range from z to a: the converter's to refuse
             members.append(_span(run, high))
-    if not escaped:
+    if not escaped and not others:
         return f"[{''.join(members)}]", i + 1
-    options = ([f"[{''.join(members)}]"] if members else []) + [_json_escaped(c) for c in sorted(escaped)]
+    options = ([f"[{''.join(members)}]"] if members else []) + others + [_json_escaped(c) for c in sorted(escaped)]
     return "(" + "|".join(options) + ")", i + 1
+
+
+def _negated_escape(e: str) -> str:
+    """``\D``, ``\W`` or ``\S`` as a class of what a JSON string holds as it is."""
+    if e == "S":
+        return f"[^{''.join(_span(low, high) for low, high in _WHITESPACE)}{_NOT_IN_A_STRING}]"
+    return f"[^{_CLASSES[e.lower()]}{_NOT_IN_A_STRING}]"
 
 
 def gbnf_pattern(pattern: str) -> str:
@@ -552,13 +565,12 @@ def gbnf_pattern(pattern: str) -> str:
                 out.append(_json_escaped(code))
             elif e in _GBNF_ESCAPES or e in _CONVERTER_ESCAPES:
                 out.append(pattern[i:after])
-            elif e.lower() in _CLASSES:
-                chars = _CLASSES[e.lower()]
-                out.append(f"[^{chars}{_NOT_IN_A_STRING}]" if e.isupper() else f"[{chars}]")
+            elif e in _CLASSES:
+                out.append(f"[{_CLASSES[e]}]")
+            elif e in "DWS":
+                out.append(_negated_escape(e))
             elif e == "s":
                 out.append(_class("[\\s]", 0)[0])  # type: ignore[index] - it closes
-            elif e == "S":
-                out.append(f"[^{''.join(_span(low, high) for low, high in _WHITESPACE)}{_NOT_IN_A_STRING}]")
             elif code is not None and not e.isalnum():  # a class of one: the converter copies it whole
                 out.append(f"[{_char(code)}]")
             else:
