@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
@@ -20,17 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import Field, StrictBool
 from starlette.exceptions import HTTPException
 
-from engine.errors import InvalidRequest, PreviousResponseNotFound
+from engine.errors import InvalidRequest, Overloaded, PreviousResponseNotFound
 from engine.model_defaults import left_unset
 from engine.server import media
 from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
-from engine.server.responses_store import ResponseStore, StoredResponse
+from engine.server.responses_store import STORE_MAX_CHARS, ResponseStore, StoredResponse
 from engine.server.streaming import KEEPALIVE, KEEPALIVE_SECONDS, ticks
 from engine.tools import (
     CustomInputStream,
@@ -82,22 +83,31 @@ class ResponsesBody(Body):
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
 
+#: Background responses running at once, all clients together: each holds a slot or a place in its model's queue
+#: with no client to go away, so more are refused (429) until some end.
+MAX_BACKGROUND = 64
+
 #: What ``include`` may ask for that Hearth gives; the rest (OpenAI's hosted tools' results) is never made here.
 LOGPROBS = "message.output_text.logprobs"
 
 
+_STATE_LOCK = threading.Lock()  # the store is made by whichever thread asks first (_turn runs off the loop)
+
+
 def _store(request: Request) -> ResponseStore:
     state = request.app.state
-    if getattr(state, "responses", None) is None:
-        state.responses = ResponseStore()
-    return state.responses
+    with _STATE_LOCK:
+        if getattr(state, "responses", None) is None:
+            state.responses = ResponseStore()
+        return state.responses
 
 
 def _live(request: Request) -> dict[str, _Live]:
     state = request.app.state
-    if getattr(state, "live_responses", None) is None:
-        state.live_responses = {}
-    return state.live_responses
+    with _STATE_LOCK:
+        if getattr(state, "live_responses", None) is None:
+            state.live_responses = {}
+        return state.live_responses
 
 
 def _found(request: Request, rid: str) -> StoredResponse:
@@ -291,6 +301,7 @@ class _Turn:
     created_at: int
     grounding: Grounding | None = None  # the documents the answer is grounded in, once retrieved
     origin: dict[str, tuple[str, str]] = field(default_factory=dict)  # namespaced tools (_flat_tools)
+    answered: tuple[ChatMessage, ...] | None = None  # the conversation with the answer, once it is finished
 
 
 def _turn(request: Request, body: ResponsesBody) -> _Turn:
@@ -420,7 +431,8 @@ def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text:
     response = _response(turn, model, status="incomplete" if final.finish_reason == "length" else "completed", output=output, final=final)
     if turn.body.store:
         answer = ChatMessage("assistant", text, tool_calls=tuple(final.tool_calls), reasoning=reasoning or None)
-        _store(request).put(turn.rid, StoredResponse(response, turn.history + (answer,), tuple(turn.input_items)))
+        turn.answered = turn.history + (answer,)
+        _store(request).put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
     return response
 
 
@@ -454,24 +466,42 @@ class _Live:
                 self._changed = asyncio.Event()
 
     def _ended(self, task: asyncio.Task) -> None:
-        turn, store = self.turn, _store(self.request)
-        self.run.gen.abandon()  # cancelled before it began: its generation was never read
-        stored = store.get(turn.rid)  # a finished answer was stored by _finish
-        conversation = stored.conversation if stored is not None else turn.history
-        if task.cancelled():  # POST .../cancel, DELETE, or the worker stopping
-            self.ended = {**self.snapshot(), "status": "cancelled"}
-            said = "".join(p.get("text", "") for item in self.ended["output"] if item.get("type") == "message"
-                           for p in item.get("content") or ())  # fmt: skip
-            conversation = turn.history + ((ChatMessage("assistant", said),) if said else ())
-        elif (exc := task.exception()) is not None:
-            log.error("the background response %s failed", turn.rid, exc_info=exc)
-            error = {"code": "server_error", "message": "Generation failed; see the worker log."}
-            self.ended = {**self.snapshot(), "status": "failed", "error": error}
-        else:  # finished, or failed as its last event says
-            self.ended = self.stream.last or {**self.snapshot(), "status": "failed"}
-        store.put(turn.rid, StoredResponse(self.ended, conversation, tuple(turn.input_items), tuple(self.events)))
-        _live(self.request).pop(turn.rid, None)
-        self._changed.set()
+        turn = self.turn
+        try:
+            self.run.gen.abandon()  # cancelled before it began: its generation was never read
+            conversation = turn.answered or turn.history
+            if task.cancelled():  # POST .../cancel, DELETE, or the worker stopping
+                said = "".join(p.get("text", "") for item in self.snapshot()["output"] if item.get("type") == "message"
+                               for p in item.get("content") or ())  # fmt: skip
+                self._close_open("incomplete")
+                self.ended = {**self.snapshot(), "status": "cancelled"}
+                conversation = turn.history + ((ChatMessage("assistant", said),) if said else ())
+            elif (exc := task.exception()) is not None:
+                log.error("the background response %s failed", turn.rid, exc_info=exc)
+                self._close_open("incomplete")
+                error = {"code": "server_error", "message": "Generation failed; see the worker log."}
+                failed = {**self.snapshot(), "status": "failed", "error": error}
+                self.events.append(self.stream.emit("response.failed", response=failed))
+                self.ended = failed
+            else:  # finished, or failed as its last event says
+                self.ended = self.stream.last or {**self.snapshot(), "status": "failed"}
+            events = tuple(self.events)
+            if sum(len(e) for e in events) > STORE_MAX_CHARS // 8:  # kept whole, they would push the others out
+                events = ()
+            _store(self.request).put(turn.rid, StoredResponse(self.ended, conversation, tuple(turn.input_items), events))
+        except Exception:  # the response still ends, and its readers with it
+            log.exception("the background response %s could not be stored", turn.rid)
+            if self.ended is None:
+                self.ended = {**self.created, "status": "failed", "error": {"code": "server_error",
+                              "message": "Generation failed; see the worker log."}}  # fmt: skip
+        finally:
+            _live(self.request).pop(turn.rid, None)
+            self._changed.set()
+
+    def _close_open(self, status: str) -> None:
+        """The open item's closing events, as a stream cut short ends it."""
+        for event in self.stream.close(status):
+            self.events.append(event)
 
     def snapshot(self) -> dict:
         """The response as it stands: its items so far, the open one with its text so far."""
@@ -513,6 +543,9 @@ class _Live:
 @router.post("/responses")
 async def create_response(request: Request, body: ResponsesBody):
     turn = await asyncio.to_thread(_turn, request, body)  # pictures are read (and fetched) off the event loop
+    if body.background and len(_live(request)) >= MAX_BACKGROUND:
+        raise Overloaded(f"{MAX_BACKGROUND} background responses are already running; wait for one to end, or cancel one, "
+                         "and try again.", retry_after=5.0)  # fmt: skip
     keep = request_keep_alive(body.keep_alive)
     run = await DialectRun(request, turn.req, documents=documents_asked(body), keep_alive=keep).start()
     turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
@@ -702,10 +735,11 @@ async def get_response(request: Request, rid: str, stream: bool = False, startin
         return stored.response
     after = -1 if starting_after is None else max(starting_after, -1)
     if stored.events:  # a background response: the very events its stream sent
-        return StreamingResponse(iter(stored.events[after + 1 :]), media_type="text/event-stream", headers=headers)
-    events = [e for e in _replay(stored.response) if e["sequence_number"] > after]
-    body = (f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False, separators=(',', ':'))}\n\n".encode() for e in events)
-    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+        body = b"".join(stored.events[after + 1 :])
+    else:
+        events = [e for e in _replay(stored.response) if e["sequence_number"] > after]
+        body = b"".join(f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False, separators=(',', ':'))}\n\n".encode() for e in events)
+    return Response(body, media_type="text/event-stream", headers=headers)
 
 
 def _replay(response: dict) -> list[dict]:
@@ -748,8 +782,8 @@ def _replay(response: dict) -> list[dict]:
             emit("response.custom_tool_call_input.done", **where, input=item.get("input", ""))
         emit("response.output_item.done", output_index=index, item=item)
     status = response.get("status")
-    emit("response.incomplete" if status == "incomplete" else "response.failed" if status == "failed" else "response.completed",
-         response=response)  # fmt: skip
+    if status != "cancelled":  # (a cancelled stream ends with its last item)
+        emit({"incomplete": "response.incomplete", "failed": "response.failed"}.get(status, "response.completed"), response=response)
     return out
 
 

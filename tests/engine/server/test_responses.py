@@ -421,9 +421,15 @@ def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(serve
     long = client.responses.create(model=MODEL, input="Write a long story about a cat.", max_output_tokens=2000, background=True)
     with pytest.raises(openai.BadRequestError, match="still being generated"):
         client.responses.create(model=MODEL, input="Go on.", previous_response_id=long.id, max_output_tokens=4)
+    while not client.responses.retrieve(long.id).output_text:  # polled as it runs: its text so far
+        time.sleep(0.05)
     cancelled = client.responses.cancel(long.id)
     assert cancelled.status == "cancelled" and client.responses.retrieve(long.id).status == "cancelled"
+    assert cancelled.output_text and cancelled.output[-1].status == "incomplete"
     assert client.responses.cancel(long.id).status == "cancelled"
+    told = list(client.responses.retrieve(long.id, stream=True))  # its stream ends with its open item closed
+    assert told[0].type == "response.created" and told[-1].type == "response.output_item.done"
+    assert told[-1].item.status == "incomplete" and [e.sequence_number for e in told] == list(range(len(told)))
     openai_schemas("Response", httpx.get(f"{server.base_url}/responses/{long.id}", headers=server.headers).json())
     deleted = client.responses.create(model=MODEL, input="Write a long story about a dog.", max_output_tokens=2000, background=True)
     client.responses.delete(deleted.id)  # deleting a running one cancels it first
