@@ -720,7 +720,7 @@ async def count_input_tokens(request: Request, body: ResponsesBody) -> dict:
 
 
 @router.get("/responses/{rid}", response_model=None)
-async def get_response(request: Request, rid: str, stream: bool = False, starting_after: int | None = None) -> dict | StreamingResponse:
+async def get_response(request: Request, rid: str, stream: bool = False, starting_after: int | None = None) -> dict | Response:
     """A stored response, or a background one as it stands; with ``stream=true`` (the SDK's ``retrieve(id,
     stream=True)`` and ``responses.stream(response_id=...)``) its events as its stream made them, after
     ``starting_after`` when given, and a running one's further events as they come."""
@@ -783,7 +783,8 @@ def _replay(response: dict) -> list[dict]:
         emit("response.output_item.done", output_index=index, item=item)
     status = response.get("status")
     if status != "cancelled":  # (a cancelled stream ends with its last item)
-        emit({"incomplete": "response.incomplete", "failed": "response.failed"}.get(status, "response.completed"), response=response)
+        last = {"incomplete": "response.incomplete", "failed": "response.failed"}.get(str(status), "response.completed")
+        emit(last, response=response)
     return out
 
 

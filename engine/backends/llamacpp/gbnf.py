@@ -536,7 +536,7 @@ def _class(pattern: str, start: int) -> tuple[str, int] | None:
 
 
 def _negated_escape(e: str) -> str:
-    """``\D``, ``\W`` or ``\S`` as a class of what a JSON string holds as it is."""
+    """``\\D``, ``\\W`` or ``\\S`` as a class of what a JSON string holds as it is."""
     if e == "S":
         return f"[^{''.join(_span(low, high) for low, high in _WHITESPACE)}{_NOT_IN_A_STRING}]"
     return f"[^{_CLASSES[e.lower()]}{_NOT_IN_A_STRING}]"
