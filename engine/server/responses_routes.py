@@ -683,7 +683,8 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
     s = s or _Stream(turn.origin, turn.req.tools)
     chunks = run.chunks()
     pending = _response(turn, run.model_name, status="in_progress", output=[], final=None)
-    yield s.emit("response.created", response=pending)
+    # a background response was answered queued: its stream says so first
+    yield s.emit("response.created", response={**pending, "status": "queued"} if turn.body.background else pending)
     yield s.emit("response.in_progress", response=pending)
     texts, thoughts = [], []
     final = GenerationChunk(finish_reason="stop")

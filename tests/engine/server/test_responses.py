@@ -407,6 +407,7 @@ def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(serve
             break
     stream.close()
     rid = first[0].response.id
+    assert [(e.type, e.response.status) for e in first[:2]] == [("response.created", "queued"), ("response.in_progress", "in_progress")]
     rest = list(client.responses.retrieve(rid, stream=True, starting_after=first[-1].sequence_number))
     assert [e.sequence_number for e in first + rest] == list(range(len(first) + len(rest)))
     assert rest[-1].type in ("response.completed", "response.incomplete")
