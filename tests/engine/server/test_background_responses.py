@@ -1,0 +1,64 @@
+"""A background response (``background: true`` on ``POST /v1/responses``) cancelled before its task began: it still
+ends ``cancelled``, stored, and gives its generation up (its sequence and the model are freed), as one cancelled
+while it runs does (tests/engine/server/test_responses.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from starlette.requests import Request
+
+MODEL = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    from engine.backends import LoadOptions
+    from engine.catalog.registry import ModelRegistry
+    from engine.pool import ModelManager
+    from engine.server import ServerSettings, create_app
+
+    registry = ModelRegistry(tmp_path_factory.mktemp("home"))
+    manager = ModelManager(registry, options=LoadOptions(n_ctx=512, n_seq_max=2, n_threads=1))
+    yield create_app(ServerSettings(), manager)
+    manager.close()
+    registry.close()
+
+
+def _request(app) -> Request:
+    scope = {"type": "http", "app": app, "method": "POST", "path": "/v1/responses", "root_path": "", "headers": [],
+             "query_string": b"", "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 50000), "scheme": "http",
+             "state": {}}  # fmt: skip
+    return Request(scope)
+
+
+def _stats(app) -> dict:
+    return app.state.manager.stats().get(MODEL, {})
+
+
+def test_a_background_response_cancelled_before_it_began_gives_its_generation_up(app):
+    from engine.server.dialect import DialectRun
+    from engine.server.responses_routes import ResponsesBody, _Live, _live, _response, _store, _turn
+
+    async def scenario() -> dict:
+        request = _request(app)
+        body = ResponsesBody(model=MODEL, input="Write a long story about a cat.", max_output_tokens=400, background=True)
+        turn = _turn(request, body)
+        run = await DialectRun(request, turn.req).start()
+        live = _Live(request, run, turn, _response(turn, run.model_name, status="queued", output=[], final=None))
+        _live(request)[turn.rid] = live
+        live.task.cancel()  # before the loop ever ran it
+        await asyncio.wait({live.task})
+        await asyncio.sleep(0)
+        assert turn.rid not in _live(request)
+        return _store(request).get(turn.rid).response
+
+    ended = asyncio.run(scenario())
+    assert ended["status"] == "cancelled" and ended["output"] == [] and ended["background"] is True
+    deadline = time.monotonic() + 60  # its sequence goes at the engine's next step; the model is no longer held
+    while (stats := _stats(app)).get("running") or stats.get("in_use"):
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
+    assert stats.get("generated_tokens", 0) < 400
