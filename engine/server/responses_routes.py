@@ -10,6 +10,7 @@ chat completions answers them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import threading
@@ -17,7 +18,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -28,10 +29,10 @@ from starlette.exceptions import HTTPException
 from engine.errors import InvalidRequest, Overloaded, PreviousResponseNotFound
 from engine.model_defaults import left_unset
 from engine.server import media
-from engine.server.api_models import Body, KeepAlive
+from engine.server.api_models import KeepAlive, NullAsDefaultBody
 from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
-from engine.server.responses_store import STORE_MAX_CHARS, ResponseStore, StoredResponse
+from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.server.streaming import KEEPALIVE, KEEPALIVE_SECONDS, ticks
 from engine.tools import (
     CustomInputStream,
@@ -59,9 +60,9 @@ log = logging.getLogger(__name__)
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
-class ResponsesBody(Body):
+class ResponsesBody(NullAsDefaultBody):
     model: str = Field(min_length=1)
-    input: str | list[dict[str, Any]] = ""
+    input: str | list[dict[str, Any]] | None = ""
     instructions: str | None = None
     max_output_tokens: int | None = None
     temperature: float | None = None
@@ -71,9 +72,9 @@ class ResponsesBody(Body):
     parallel_tool_calls: StrictBool | None = None
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
-    stream: StrictBool = False
-    store: StrictBool = True
-    background: StrictBool = False
+    stream: StrictBool | None = False  # (null: the default, as OpenAI's spec allows for these three)
+    store: StrictBool | None = True
+    background: StrictBool | None = False
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -84,8 +85,58 @@ class ResponsesBody(Body):
 
 
 #: Background responses running at once, all clients together: each holds a slot or a place in its model's queue
-#: with no client to go away, so more are refused (429) until some end.
-MAX_BACKGROUND = 64
+#: with no client to go away, so more are refused (429) until some end, and the queue keeps room for the others.
+MAX_BACKGROUND = 16
+
+#: Characters of a streamed response's events kept for reading it again from an event (about 4,000 tokens' events,
+#: fewer with log-probabilities); past them the oldest go, and it can be read again only whole.
+EVENTS_KEPT = 4_000_000
+
+
+class _EventLog:
+    """A stream's events as it sends them (keep-alives aside), numbered from 0, the oldest dropped past
+    :data:`EVENTS_KEPT` characters."""
+
+    def __init__(self) -> None:
+        self._events: collections.deque[bytes] = collections.deque()
+        self.first = 0  # the number of the oldest event kept
+        self._chars = 0
+
+    def add(self, event: bytes) -> None:
+        self._events.append(event)
+        self._chars += len(event)
+        while self._chars > EVENTS_KEPT and len(self._events) > 1:
+            self._chars -= len(self._events.popleft())
+            self.first += 1
+
+    def __len__(self) -> int:  # the number the next event will have
+        return self.first + len(self._events)
+
+    def __getitem__(self, number: int) -> bytes:
+        return self._events[number - self.first]
+
+    def whole(self) -> tuple[bytes, ...] | None:
+        """Every event, or None once some were dropped."""
+        return tuple(self._events) if self.first == 0 else None
+
+
+def _keep_events(request: Request, rid: str, log: _EventLog) -> None:
+    """Store a finished streamed response's events with it (it was stored as it finished), or say they were lost."""
+    store = _store(request)
+    stored = store.get(rid)
+    if stored is not None:
+        events = log.whole()
+        store.put(rid, replace(stored, events=events or (), events_lost=events is None))
+
+
+async def _recorded(request: Request, turn: _Turn, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A streamed response's events as they go, then kept with it once it is stored."""
+    log = _EventLog()
+    async for event in events:
+        if event != KEEPALIVE:
+            log.add(event)
+        yield event
+    _keep_events(request, turn.rid, log)
 
 #: What ``include`` may ask for that Hearth gives; the rest (OpenAI's hosted tools' results) is never made here.
 LOGPROBS = "message.output_text.logprobs"
@@ -108,6 +159,15 @@ def _live(request: Request) -> dict[str, _Live]:
         if getattr(state, "live_responses", None) is None:
             state.live_responses = {}
         return state.live_responses
+
+
+def _starting(request: Request) -> set[str]:
+    """The background responses taken and not yet running (their model loads, their prompt is queued)."""
+    state = request.app.state
+    with _STATE_LOCK:
+        if getattr(state, "background_starting", None) is None:
+            state.background_starting = set()
+        return state.background_starting
 
 
 def _found(request: Request, rid: str) -> StoredResponse:
@@ -153,7 +213,7 @@ def _images(content: Any, where: str, allow_remote: bool) -> tuple[MediaInput, .
 def _input_items(body: ResponsesBody) -> list[dict]:
     if isinstance(body.input, str):
         return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": body.input}]}] if body.input else []
-    return [dict(item) for item in body.input]
+    return [dict(item) for item in body.input or ()]
 
 
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # what the client's tools gave back
@@ -448,7 +508,7 @@ class _Live:
         self.turn = turn
         self.created = created  # the response object as the request's answer gave it (queued)
         self.stream = _Stream(turn.origin, turn.req.tools)
-        self.events: list[bytes] = []
+        self.events = _EventLog()
         self.status = "queued"
         self.ended: dict | None = None  # the response once it has ended
         self._changed = asyncio.Event()
@@ -460,8 +520,9 @@ class _Live:
     async def _generate(self) -> None:
         async for event in _events(self.request, self.run, self.turn, self.stream):
             if event != KEEPALIVE:
-                self.status = "in_progress"
-                self.events.append(event)
+                if len(self.events):  # past response.created (queued): in progress
+                    self.status = "in_progress"
+                self.events.add(event)
                 self._changed.set()
                 self._changed = asyncio.Event()
 
@@ -481,14 +542,13 @@ class _Live:
                 self._close_open("incomplete")
                 error = {"code": "server_error", "message": "Generation failed; see the worker log."}
                 failed = {**self.snapshot(), "status": "failed", "error": error}
-                self.events.append(self.stream.emit("response.failed", response=failed))
+                self.events.add(self.stream.emit("response.failed", response=failed))
                 self.ended = failed
             else:  # finished, or failed as its last event says
                 self.ended = self.stream.last or {**self.snapshot(), "status": "failed"}
-            events = tuple(self.events)
-            if sum(len(e) for e in events) > STORE_MAX_CHARS // 8:  # kept whole, they would push the others out
-                events = ()
-            _store(self.request).put(turn.rid, StoredResponse(self.ended, conversation, tuple(turn.input_items), events))
+            events = self.events.whole()
+            _store(self.request).put(turn.rid, StoredResponse(self.ended, conversation, tuple(turn.input_items), events or (),
+                                                              events_lost=events is None))  # fmt: skip
         except Exception:  # the response still ends, and its readers with it
             log.exception("the background response %s could not be stored", turn.rid)
             if self.ended is None:
@@ -501,7 +561,7 @@ class _Live:
     def _close_open(self, status: str) -> None:
         """The open item's closing events, as a stream cut short ends it."""
         for event in self.stream.close(status):
-            self.events.append(event)
+            self.events.add(event)
 
     def snapshot(self) -> dict:
         """The response as it stands: its items so far, the open one with its text so far."""
@@ -517,9 +577,11 @@ class _Live:
 
     async def follow(self, after: int | None = None) -> AsyncIterator[bytes]:
         """The events after sequence number ``after`` (all without it), then each as it comes, until the response
-        ends; a keep-alive while none comes. A reader that goes away leaves the response running."""
+        ends; a keep-alive while none comes. A reader that goes away leaves the response running; one that falls
+        behind by more than the events kept goes on from the oldest kept."""
         i = 0 if after is None else max(after + 1, 0)
         while True:
+            i = max(i, self.events.first)
             while i < len(self.events):
                 yield self.events[i]
                 i += 1
@@ -543,11 +605,17 @@ class _Live:
 @router.post("/responses")
 async def create_response(request: Request, body: ResponsesBody):
     turn = await asyncio.to_thread(_turn, request, body)  # pictures are read (and fetched) off the event loop
-    if body.background and len(_live(request)) >= MAX_BACKGROUND:
-        raise Overloaded(f"{MAX_BACKGROUND} background responses are already running; wait for one to end, or cancel one, "
-                         "and try again.", retry_after=5.0)  # fmt: skip
     keep = request_keep_alive(body.keep_alive)
-    run = await DialectRun(request, turn.req, documents=documents_asked(body), keep_alive=keep).start()
+    starting = _starting(request)
+    if body.background:
+        if len(_live(request)) + len(starting) >= MAX_BACKGROUND:
+            raise Overloaded(f"{MAX_BACKGROUND} background responses are already running; wait for one to end, or cancel "
+                             "one, and try again.", retry_after=5.0)  # fmt: skip
+        starting.add(turn.rid)  # counted from now: requests arriving while this one starts see it
+    try:
+        run = await DialectRun(request, turn.req, documents=documents_asked(body), keep_alive=keep).start()
+    finally:
+        starting.discard(turn.rid)
     turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
     if body.background:
         live = _Live(request, run, turn, _response(turn, run.model_name, status="queued", output=[], final=None))
@@ -557,7 +625,8 @@ async def create_response(request: Request, body: ResponsesBody):
         return StreamingResponse(live.follow(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if body.stream:
         return StreamingResponse(
-            _events(request, run, turn), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+            _recorded(request, turn, _events(request, run, turn)), media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
     text, reasoning, final = await run.collect()
     logprobs = [lp.as_openai() for lp in run.text_logprobs]
@@ -683,15 +752,20 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
     s = s or _Stream(turn.origin, turn.req.tools)
     chunks = run.chunks()
     pending = _response(turn, run.model_name, status="in_progress", output=[], final=None)
-    # a background response was answered queued: its stream says so first
-    yield s.emit("response.created", response={**pending, "status": "queued"} if turn.body.background else pending)
-    yield s.emit("response.in_progress", response=pending)
+    # a background response was answered queued, and stays so until its generation gives its first chunk
+    queued = turn.body.background
+    yield s.emit("response.created", response={**pending, "status": "queued"} if queued else pending)
+    if not queued:
+        yield s.emit("response.in_progress", response=pending)
     texts, thoughts = [], []
     final = GenerationChunk(finish_reason="stop")
     async for chunk in ticks(chunks):
         if chunk is None:  # the prompt is still being read
             yield KEEPALIVE
             continue
+        if queued:
+            queued = False
+            yield s.emit("response.in_progress", response=pending)
         if chunk.finish_reason == "error":
             _, message = run.failure_message(chunk)
             failed = {**pending, "status": "failed", "error": {"code": "server_error", "message": message}}
@@ -730,17 +804,27 @@ async def get_response(request: Request, rid: str, stream: bool = False, startin
     if live is not None:
         if not stream:
             return live.snapshot()
+        if starting_after is not None and starting_after + 1 < live.events.first:
+            raise _not_kept(rid, live.events.first)
         return StreamingResponse(live.follow(starting_after), media_type="text/event-stream", headers=headers)
     stored = _found(request, rid)
     if not stream:
         return stored.response
     after = -1 if starting_after is None else max(starting_after, -1)
+    if stored.events_lost and after >= 0:
+        raise _not_kept(rid, None)
     if stored.events:  # a background response: the very events its stream sent
         body = b"".join(stored.events[after + 1 :])
     else:
         events = [e for e in _replay(stored.response) if e["sequence_number"] > after]
         body = b"".join(f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False, separators=(',', ':'))}\n\n".encode() for e in events)
     return Response(body, media_type="text/event-stream", headers=headers)
+
+
+def _not_kept(rid: str, first: int | None) -> InvalidRequest:
+    kept = f"from event {first} on" if first is not None else "only whole"
+    return InvalidRequest(f"{rid} streamed more than Hearth keeps to read again ({EVENTS_KEPT:,} characters of events): it "
+                          f"can be read {kept}; GET it without stream for the whole response.", param="starting_after")  # fmt: skip
 
 
 def _replay(response: dict) -> list[dict]:

@@ -15,12 +15,13 @@ STORE_MAX_CHARS = 32_000_000
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
     """A finished response, the conversation it ends (to continue from) and its input items; a background
-    response also keeps its stream's events, for a client that reads them again from where it left off."""
+    streamed response also keeps its stream's events, for a client that reads them again from where it left off."""
 
     response: dict
     conversation: tuple[ChatMessage, ...]
     input_items: tuple[dict, ...]
     events: tuple[bytes, ...] = ()
+    events_lost: bool = False  # streamed, but its events were too many to keep: it replays only whole
 
     @property
     def chars(self) -> int:

@@ -62,3 +62,16 @@ def test_a_background_response_cancelled_before_it_began_gives_its_generation_up
         assert time.monotonic() < deadline, stats
         time.sleep(0.05)
     assert stats.get("generated_tokens", 0) < 400
+
+
+def test_events_past_what_is_kept_go_oldest_first(monkeypatch):
+    from engine.server import responses_routes
+
+    monkeypatch.setattr(responses_routes, "EVENTS_KEPT", 100)
+    log = responses_routes._EventLog()
+    for n in range(10):
+        log.add(b"%02d" % n * 15)  # 30 bytes each
+    assert len(log) == 10 and log.first == 7 and log[9] == b"09" * 15 and log.whole() is None
+    log = responses_routes._EventLog()
+    log.add(b"x" * 500)  # one event over the bound is still kept
+    assert log.whole() == (b"x" * 500,)

@@ -382,6 +382,11 @@ def test_a_stored_response_streams_again_from_any_event(server, openai_schemas):
     assert [e.sequence_number for e in later] == list(range(4, len(replayed)))
     with pytest.raises(openai.BadRequestError, match="Only responses created with background: true can be cancelled"):
         sdk(server).responses.cancel(resp.id)
+    # a streamed response reads again from any of its own events, numbered as they went
+    streamed = live[0]["response"]["id"]
+    url = f"{server.base_url}/responses/{streamed}?stream=true&starting_after=4"
+    again = [json.loads(line[6:]) for line in httpx.get(url, headers=server.headers).text.splitlines() if line.startswith("data: ")]
+    assert again == live[5:]
 
 
 def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(server, openai_schemas):
@@ -444,3 +449,6 @@ def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(serve
 
     with pytest.raises(openai.BadRequestError, match="needs 'store': true"):
         client.responses.create(**asked, background=True, store=False)
+    nulls = {**asked, "background": None, "store": None, "stream": None}  # null: each one's default, as OpenAI's spec says
+    plain = httpx.post(f"{server.base_url}/responses", json=nulls, headers=server.headers, timeout=300).json()
+    assert plain["status"] in ("completed", "incomplete") and plain["background"] is False and plain["store"] is True
