@@ -452,3 +452,31 @@ def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(serve
     nulls = {**asked, "background": None, "store": None, "stream": None}  # null: each one's default, as OpenAI's spec says
     plain = httpx.post(f"{server.base_url}/responses", json=nulls, headers=server.headers, timeout=300).json()
     assert plain["status"] in ("completed", "incomplete") and plain["background"] is False and plain["store"] is True
+
+
+def test_a_burst_of_background_responses_is_held_to_the_cap(server):
+    """Background responses count from the moment they are taken: of a burst of 24 at once, 16 run and the rest are
+    told to wait (a 429 that says why), however the requests interleave while their models start."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine.server.responses_routes import MAX_BACKGROUND
+
+    body = {"model": MODEL, "input": "Write a long story about the sea.", "max_output_tokens": 2000, "background": True}
+
+    def create(_):
+        return httpx.post(f"{server.base_url}/responses", json=body, headers=server.headers, timeout=300)
+
+    with ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(create, range(24)))
+    taken = [a.json()["id"] for a in answers if a.status_code == 200]
+    refused = [a for a in answers if a.status_code != 200]
+    try:
+        assert len(taken) == MAX_BACKGROUND == 16
+        assert all(a.status_code == 429 and "background responses are already running" in a.text for a in refused)
+    finally:
+        for rid in taken:
+            httpx.post(f"{server.base_url}/responses/{rid}/cancel", headers=server.headers, timeout=60)
+    deadline = time.monotonic() + 60
+    while (stats := httpx.get(f"{server.root}/api/stats", headers=server.headers).json()["models"][MODEL])["running"] or stats["waiting"]:
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
