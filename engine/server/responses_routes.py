@@ -120,23 +120,24 @@ class _EventLog:
         return tuple(self._events) if self.first == 0 else None
 
 
-def _keep_events(request: Request, rid: str, log: _EventLog) -> None:
+def _keep_events(request: Request, rid: str, sent: _EventLog) -> None:
     """Store a finished streamed response's events with it (it was stored as it finished), or say they were lost."""
     store = _store(request)
     stored = store.get(rid)
     if stored is not None:
-        events = log.whole()
+        events = sent.whole()
         store.put(rid, replace(stored, events=events or (), events_lost=events is None))
 
 
 async def _recorded(request: Request, turn: _Turn, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """A streamed response's events as they go, then kept with it once it is stored."""
-    log = _EventLog()
+    sent = _EventLog()
     async for event in events:
         if event != KEEPALIVE:
-            log.add(event)
+            sent.add(event)
         yield event
-    _keep_events(request, turn.rid, log)
+    _keep_events(request, turn.rid, sent)
+
 
 #: What ``include`` may ask for that Hearth gives; the rest (OpenAI's hosted tools' results) is never made here.
 LOGPROBS = "message.output_text.logprobs"
