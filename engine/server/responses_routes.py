@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -143,32 +143,30 @@ async def _recorded(request: Request, turn: _Turn, events: AsyncIterator[bytes])
 LOGPROBS = "message.output_text.logprobs"
 
 
-_STATE_LOCK = threading.Lock()  # the store is made by whichever thread asks first (_turn runs off the loop)
+_STATE_LOCK = threading.Lock()  # made by whichever thread asks first (_turn runs off the loop)
+
+
+def _app_state(request: Request, name: str, make: Callable[[], Any]) -> Any:
+    """The app's ``name``, made once by ``make``."""
+    state = request.app.state
+    with _STATE_LOCK:
+        if getattr(state, name, None) is None:
+            setattr(state, name, make())
+        return getattr(state, name)
 
 
 def _store(request: Request) -> ResponseStore:
-    state = request.app.state
-    with _STATE_LOCK:
-        if getattr(state, "responses", None) is None:
-            state.responses = ResponseStore()
-        return state.responses
+    return _app_state(request, "responses", ResponseStore)
 
 
 def _live(request: Request) -> dict[str, _Live]:
-    state = request.app.state
-    with _STATE_LOCK:
-        if getattr(state, "live_responses", None) is None:
-            state.live_responses = {}
-        return state.live_responses
+    """The background responses running, by id."""
+    return _app_state(request, "live_responses", dict)
 
 
 def _starting(request: Request) -> set[str]:
     """The background responses taken and not yet running (their model loads, their prompt is queued)."""
-    state = request.app.state
-    with _STATE_LOCK:
-        if getattr(state, "background_starting", None) is None:
-            state.background_starting = set()
-        return state.background_starting
+    return _app_state(request, "background_starting", set)
 
 
 def _found(request: Request, rid: str) -> StoredResponse:

@@ -14,8 +14,8 @@ STORE_MAX_CHARS = 32_000_000
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    """A finished response, the conversation it ends (to continue from) and its input items; a background
-    streamed response also keeps its stream's events, for a client that reads them again from where it left off."""
+    """A finished response, the conversation it ends (to continue from) and its input items; a streamed
+    response also keeps its stream's events, for a client that reads them again from where it left off."""
 
     response: dict
     conversation: tuple[ChatMessage, ...]
