@@ -487,7 +487,7 @@ def _call_kind(call_name: str | None, tools: tuple[ToolSpec, ...]) -> str:
 
 
 def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text: str, reasoning: str, final: GenerationChunk) -> dict:
-    response = _response(turn, model, status="incomplete" if final.finish_reason == "length" else "completed", output=output, final=final)
+    response = _response(turn, model, status=_status(final), output=output, final=final)
     if turn.body.store:
         answer = ChatMessage("assistant", text, tool_calls=tuple(final.tool_calls), reasoning=reasoning or None)
         turn.answered = turn.history + (answer,)
@@ -645,9 +645,15 @@ def _output(
     for c in final.tool_calls:
         kind = _call_kind(c.name, tools)
         output.append(_item(kind, _new_id(kind), "completed", call=c))
-    if final.finish_reason == "length":
+    if _status(final) != "completed":
         output[-1]["status"] = "incomplete"
     return output
+
+
+def _status(final: GenerationChunk) -> str:
+    """A finished answer's status: ``incomplete`` when a token limit cut it, ``cancelled`` when the worker gave it
+    up (its client went, or the worker is stopping), else ``completed``."""
+    return {"length": "incomplete", "cancelled": "cancelled"}.get(str(final.finish_reason), "completed")
 
 
 _LAST_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -779,10 +785,13 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
     if not s.items:  # an empty answer is still one (empty) message
         for event in s.open("message"):
             yield event
-    for event in s.close("incomplete" if final.finish_reason == "length" else "completed"):
+    for event in s.close("completed" if _status(final) == "completed" else "incomplete"):
         yield event
     done = _finish(request, turn, run.model_name, s.items, "".join(texts), "".join(thoughts), final)
-    yield s.emit("response.completed" if done["status"] == "completed" else "response.incomplete", response=done)
+    if done["status"] == "cancelled":  # as a cancelled background stream, it ends with its last item
+        s.last = done
+    else:
+        yield s.emit("response.completed" if done["status"] == "completed" else "response.incomplete", response=done)
 
 
 @router.post("/responses/input_tokens")

@@ -75,3 +75,51 @@ def test_events_past_what_is_kept_go_oldest_first(monkeypatch):
     log = responses_routes._EventLog()
     log.add(b"x" * 500)  # one event over the bound is still kept
     assert log.whole() == (b"x" * 500,)
+
+
+@pytest.mark.parametrize(("stream", "background"), [(False, False), (True, False), (False, True)])
+def test_a_response_the_worker_gives_up_ends_cancelled_not_completed(app, stream, background):
+    """A model unloaded under a running response (or the worker stopping) ends it ``cancelled`` with what it had
+    made, its last item ``incomplete``; a stream ends with that item and no ``response.completed``."""
+    import json
+    import threading
+
+    import httpx
+
+    body = {"model": MODEL, "input": "Write a long story about a cat.", "max_output_tokens": 400, "temperature": 0,
+            "stream": stream, "background": background}  # fmt: skip
+
+    def unload_once_generating() -> None:
+        deadline = time.monotonic() + 60
+        while not _stats(app).get("generated_tokens"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        app.state.manager.unload(MODEL)
+
+    async def scenario() -> tuple[httpx.Response, dict]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            unloader = threading.Thread(target=unload_once_generating)
+            app.state.manager.unload(MODEL)  # generated_tokens counts from this load
+            unloader.start()
+            answer = await client.post("/v1/responses", json=body, timeout=120)
+            rid = answer.json()["id"] if not stream else None
+            while background and (await client.get(f"/v1/responses/{rid}")).json()["status"] in ("queued", "in_progress"):
+                await asyncio.sleep(0.05)
+            unloader.join()
+            if stream:
+                events = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: ")]
+                rid = events[0]["response"]["id"]
+            stored = (await client.get(f"/v1/responses/{rid}")).json()
+            return answer, stored
+
+    answer, stored = asyncio.run(scenario())
+    assert answer.status_code == 200, answer.text
+    assert stored["status"] == "cancelled" and stored["completed_at"] is None and stored["incomplete_details"] is None
+    assert stored["output"] and stored["output"][-1]["status"] == "incomplete"
+    assert stored["usage"]["output_tokens"] < 400
+    if stream:
+        kinds = [line[7:] for line in answer.text.splitlines() if line.startswith("event: ")]
+        assert kinds[-1] == "response.output_item.done" and "response.completed" not in kinds
+    elif not background:
+        assert answer.json()["status"] == "cancelled"

@@ -424,7 +424,8 @@ def test_a_background_response_runs_on_and_is_polled_resumed_and_cancelled(serve
     assert client.responses.cancel(rid).status == done.status  # it has ended: cancelling changes nothing
 
     # a long one, cancelled: it ends with what it had made, and frees its slot
-    long = client.responses.create(model=MODEL, input="Write a long story about a cat.", max_output_tokens=2000, background=True)
+    long = client.responses.create(model=MODEL, input="Write a long story about a cat.", max_output_tokens=2000, temperature=0,
+                                   background=True)  # (greedy, it runs to its limit)
     with pytest.raises(openai.BadRequestError, match="still being generated"):
         client.responses.create(model=MODEL, input="Go on.", previous_response_id=long.id, max_output_tokens=4)
     while not client.responses.retrieve(long.id).output_text:  # polled as it runs: its text so far
