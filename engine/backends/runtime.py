@@ -366,8 +366,12 @@ class _Reader:
         self.done = False
 
     def parsed(self, chunk: GenerationChunk) -> GenerationChunk:
-        if self.parser is not None:
-            chunk = self.parser.feed(chunk)
+        parser = self.parser
+        if parser is not None:
+            ending = parser.ending
+            chunk = parser.feed(chunk)
+            if parser.ending and not ending and chunk.finish_reason is None:
+                self.cancel()  # the answer ended (a repeated call): its final chunk comes with the counts
         if chunk.finish_reason is not None:
             self.done = True
         return chunk

@@ -171,6 +171,16 @@ def partial_call(body: str, names: Collection[str] | None, fallback: str | None)
     return name, args[:end]
 
 
+def _same_arguments(a: str, b: str) -> bool:
+    """Whether two calls' arguments are the same: equal as JSON (key order and spacing aside), else as text."""
+    if a == b:
+        return True
+    try:
+        return json.loads(a) == json.loads(b)
+    except (ValueError, RecursionError):
+        return False
+
+
 def _held_prefix(buf: str, markers: tuple[str, ...]) -> int:
     """Length of the longest end of ``buf`` that could begin one of ``markers``."""
     hold = 0
@@ -211,6 +221,7 @@ class ToolCallParser:
         self._space = ""  # whitespace after a call, shown only if more text follows
         self._cut = False  # the answer ended at the token limit: a call being written is a call cut short
         self._forced = forced
+        self.repeated = False  # a call repeated one made before it: the answer ends there (see _emit_calls)
 
     # -- feeding --------------------------------------------------------------------------------
     def feed(self, text: str) -> ParsedOutput:
@@ -247,6 +258,13 @@ class ToolCallParser:
 
     def _emit_calls(self, calls: list[tuple[str, str]], deltas: list[ToolCallDelta]) -> None:
         for name, args in calls:
+            if any(c.name == name and _same_arguments(c.arguments, args) for c in self.calls):
+                # A call the answer already made, made again: a model held to calls (a forced choice's grammar
+                # that allows another) can write the same ones until its token limit, and a client would run
+                # the tool twice for one result. The answer ends with the calls before it.
+                self.repeated = True
+                self._buf = ""
+                return
             call = ToolCall(name=name, arguments=args, id=new_call_id())
             index = len(self.calls)
             self.calls.append(call)
@@ -256,7 +274,7 @@ class ToolCallParser:
 
     def _advance(self, content: list[str], deltas: list[ToolCallDelta], *, final: bool) -> None:
         fam = self.family
-        while True:
+        while not self.repeated:
             if self._state == "start":
                 stripped = self._buf.lstrip()
                 if not stripped and not final:

@@ -51,6 +51,11 @@ class ChatOutputParser:
         return self.splitter.undecided
 
     @property
+    def repeated(self) -> bool:
+        """Whether the answer made a call it had made already: it ends with the calls before that one."""
+        return self.tools is not None and self.tools.repeated
+
+    @property
     def calls(self) -> list[ToolCall]:
         return list(self.tools.calls) if self.tools is not None else []
 
@@ -77,11 +82,19 @@ class ChatStreamParser:
     every call in ``tool_calls`` (and ``finish_reason`` ``tool_calls`` when the answer stopped after making
     some; ``length`` with a call cut short, its arguments as written) and the count of thinking tokens.
 
+    An answer that makes a call it made already ends there (:attr:`ending` turns true: its reader cancels the
+    generation): nothing after it is given, and its final chunk says ``tool_calls``, however the generation ended.
+
     Args:
         rendered: The rendered request (its tool format, tools and thinking tags).
     """
 
     __slots__ = ("parser", "reasoning_tokens", "pending")
+
+    @property
+    def ending(self) -> bool:
+        """Whether the answer has ended before its generation did (it repeated a call)."""
+        return self.parser.repeated
 
     def __init__(self, rendered: RenderedChat) -> None:
         self.parser = ChatOutputParser(rendered)
@@ -90,6 +103,8 @@ class ChatStreamParser:
 
     def feed(self, chunk: GenerationChunk) -> GenerationChunk:
         parser = self.parser
+        if parser.repeated:  # the answer has ended: what the generation still makes is not part of it
+            chunk = replace(chunk, text="", logprobs=())
         thinking_before = parser.thinking
         piece = parser.feed(chunk.text)
         n = len(chunk.token_ids)
@@ -107,7 +122,7 @@ class ChatStreamParser:
         tail = parser.finish(cut=chunk.finish_reason == "length")  # a call cut short is still a call
         calls = tuple(parser.calls)
         finish = chunk.finish_reason
-        if calls and finish == "stop":
+        if calls and (finish == "stop" or (parser.repeated and finish in ("length", "cancelled"))):
             finish = "tool_calls"
         return replace(
             chunk,

@@ -290,3 +290,32 @@ def test_allowed_tools_narrow_the_calls_in_both_of_openais_shapes(server):
         "model": MODEL, "messages": ASK, "tools": TOOLS,
         "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "nope"}}]}}})  # fmt: skip
     assert bad.status_code == 400 and "'nope'" in bad.json()["error"]["message"]
+
+
+def test_forced_parallel_calls_end_where_the_model_repeats_one_in_every_dialect(server):
+    """A forced choice with parallel calls: the grammar allows another call after each, and the small model, which
+    prefers a line break to its end of turn there, writes the same calls again. The answer ends at the first repeat,
+    with the calls before it (each once) and ``tool_calls``, not at the token limit with duplicates."""
+    weather = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+    time_in = {"type": "function", "function": {"name": "get_time", "description": "Current time in a timezone.", "parameters": {
+        "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}  # fmt: skip
+    ask = [{"role": "user", "content": "Weather in Paris and time in UTC?"}]
+    body = {"model": MODEL, "messages": ask, "tools": [weather, time_in], "tool_choice": "required",
+            "parallel_tool_calls": True, "temperature": 0, "max_tokens": 200}  # fmt: skip
+    chat = _post(server, "/v1/chat/completions", body)
+    (choice,) = chat["choices"]
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in choice["message"]["tool_calls"]]
+    assert choice["finish_reason"] == "tool_calls" and chat["usage"]["completion_tokens"] < 200
+    assert len(calls) >= 2 and len({json.dumps(c, sort_keys=True) for c in calls}) == len(calls)
+    with client(server).chat.completions.stream(**body, stream_options={"include_usage": True}) as stream:
+        final = stream.get_final_completion()
+    streamed = [(c.function.name, json.loads(c.function.arguments)) for c in final.choices[0].message.tool_calls]
+    assert streamed == calls and final.choices[0].finish_reason == "tool_calls"
+    assert final.usage is not None and final.usage.completion_tokens == chat["usage"]["completion_tokens"]
+    anthropic_tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                        "input_schema": t["function"]["parameters"]} for t in (weather, time_in)]  # fmt: skip
+    msg = _post(server, "/v1/messages", {"model": MODEL, "messages": ask, "tools": anthropic_tools, "temperature": 0,
+                                         "tool_choice": {"type": "any", "disable_parallel_tool_use": False},
+                                         "max_tokens": 200})  # fmt: skip
+    assert msg["stop_reason"] == "tool_use" and [(b["name"], b["input"]) for b in msg["content"]] == calls

@@ -50,3 +50,35 @@ def test_thinking_then_a_tool_call_ends_with_finish_reason_tool_calls():
     assert final.finish_reason == "tool_calls"
     assert [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", "{}")]
     assert sum(len(c.tool_call_deltas) for c in out) == 2
+
+
+def test_an_answer_that_repeats_a_call_ends_before_it():
+    """The repeated call, and all after it, is left out; the answer says ``tool_calls`` however the generation
+    ended (its reader cancels it, see engine.backends.runtime), with the generation's counts."""
+    from engine.tools import ChatStreamParser
+
+    req = GenerationRequest(
+        model="m",
+        messages=as_messages([{"role": "user", "content": "Weather and sum?"}]),
+        tools=parse_tools([{"type": "function", "function": {"name": "get_weather"}}, {"type": "function", "function": {"name": "add"}}]),
+    )
+    rendered = render_request(ChatTemplate(HERMES), req)
+    one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    two = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
+    again = '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>\nand some text'
+    for ending in ("length", "cancelled", "stop"):
+        parser = ChatStreamParser(rendered)
+        text = one + two + again
+        out = [parser.feed(GenerationChunk(text=text[i : i + 5], token_ids=(1,))) for i in range(0, len(text), 5)]
+        assert parser.ending
+        out.append(parser.feed(GenerationChunk(text="more", token_ids=(1,))))
+        out.append(parser.feed(GenerationChunk(finish_reason=ending, completion_tokens=40, prompt_tokens=5)))
+        final = out[-1]
+        assert final.finish_reason == "tool_calls" and final.completion_tokens == 40
+        assert [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", '{"city": "Paris"}'), ("add", '{"a": 1, "b": 2}')]
+        assert "".join(c.text for c in out) == "" and {d.index for c in out for d in c.tool_call_deltas} == {0, 1}
+    other = ChatStreamParser(rendered)  # the same tool with other arguments is another call
+    text = one + one.replace("Paris", "Lyon")
+    [other.feed(GenerationChunk(text=text[i : i + 5], token_ids=(1,))) for i in range(0, len(text), 5)]
+    assert not other.ending
+    assert len(other.feed(GenerationChunk(finish_reason="stop")).tool_calls) == 2
