@@ -1,6 +1,7 @@
 """Ollama's model endpoints: ``GET /api/version``, ``/api/tags``, ``/api/ps``, ``POST /api/show``,
 ``/api/pull`` (a Hub download through the catalog, with Ollama's progress lines) and
-``DELETE /api/delete``. Models carry the names Hearth shows everywhere (``:latest`` tolerated).
+``DELETE /api/delete``. Models are listed as Ollama lists them, with a tag (``:latest`` where Hearth's name has
+none); either form names them.
 """
 
 from __future__ import annotations
@@ -86,10 +87,16 @@ def _details(m) -> dict:
     }
 
 
+def tagged(name: str) -> str:
+    """A model's name as Ollama lists one, ``NAME:TAG``: an untagged name gets ``:latest`` (clients match the
+    names they are given against ``/api/tags`` so, and Hearth takes either form)."""
+    return name if ":" in name.rpartition("/")[2] else f"{name}:latest"
+
+
 def _entry(m) -> dict:
     return {
-        "name": m.name,
-        "model": m.name,
+        "name": tagged(m.name),
+        "model": tagged(m.name),
         "modified_at": _iso(m.since),
         "size": m.size_bytes,
         "digest": _digest(m),
@@ -114,8 +121,8 @@ async def version() -> dict:
 def _remote_entry(m: RemoteModel) -> dict:
     """A remote provider's model as Ollama lists one (no size or family here: the provider has them)."""
     return {
-        "name": m.id,
-        "model": m.id,
+        "name": tagged(m.id),
+        "model": tagged(m.id),
         "modified_at": _iso(datetime.fromtimestamp(m.created, UTC) if m.created else None),
         "size": 0,
         "digest": hashlib.sha256(m.id.encode()).hexdigest(),

@@ -326,7 +326,7 @@ async def _keep(request: Request, keep: float | None) -> None:
         await asyncio.to_thread(request.app.state.manager.reap_idle)
 
 
-async def _load_or_unload(request: Request, model: targets.Target, keep: float | None, key: str) -> dict:
+async def _load_or_unload(request: Request, model: targets.Target, keep: float | None, key: str, asked: str) -> dict:
     """An empty prompt or conversation: load the model (or unload it with ``keep_alive: 0``); a remote
     model has nothing to load here."""
     manager = request.app.state.manager
@@ -338,7 +338,7 @@ async def _load_or_unload(request: Request, model: targets.Target, keep: float |
         if keep == 0:
             await asyncio.to_thread(manager.reap_idle)
             reason = "unload"
-    body = {"model": model.name, "created_at": now_iso(), key: "", "done": True, "done_reason": reason}
+    body = {"model": asked, "created_at": now_iso(), key: "", "done": True, "done_reason": reason}
     return body if key == "response" else {**body, "message": {"role": "assistant", "content": ""}}
 
 
@@ -403,42 +403,42 @@ def _context(final: GenerationChunk) -> dict:
     return {"context": list(final.context)} if final.context else {}
 
 
-async def _lines(request: Request, run: DialectRun, keep: float | None, piece) -> AsyncIterator[bytes]:
+async def _lines(request: Request, run: DialectRun, keep: float | None, piece, asked: str) -> AsyncIterator[bytes]:
     final = GenerationChunk(finish_reason="stop")
     if run.gen.grounding is not None:  # a grounded answer's sources, in a line before its text
-        yield _line(run.with_sources({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": False}))
+        yield _line(run.with_sources({"model": asked, "created_at": now_iso(), **piece(""), "done": False}))
     async for chunk in run.chunks():
         if chunk.finish_reason == "error":
             yield _line(ollama_error(*run.failure_message(chunk)))
             return
         if chunk.text or chunk.reasoning:
-            line = {"model": run.model_name, "created_at": now_iso(), **piece(chunk.text, chunk.reasoning), "done": False}
+            line = {"model": asked, "created_at": now_iso(), **piece(chunk.text, chunk.reasoning), "done": False}
             if run.req.params.logprobs is not None and chunk.text:
                 line["logprobs"] = [lp.as_openai() for lp in chunk.logprobs]
             yield _line(line)
         if chunk.finish_reason is not None:
             final = chunk
     if final.tool_calls:  # Ollama sends each call whole, in a line before the last
-        yield _line({"model": run.model_name, "created_at": now_iso(), **piece("", "", final.tool_calls), "done": False})
-    yield _line({"model": run.model_name, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final),
+        yield _line({"model": asked, "created_at": now_iso(), **piece("", "", final.tool_calls), "done": False})
+    yield _line({"model": asked, "created_at": now_iso(), **piece(""), "done": True, **_stats(run, final),
                  **_context(final)})  # fmt: skip
     await _keep(request, keep)
 
 
 async def _answer(
     request: Request, req: GenerationRequest, keep: float | None, stream: bool, piece, model: targets.Target,
-    documents: DocumentsAsked | None = None, *, truncate: bool = False,
+    documents: DocumentsAsked | None = None, *, asked: str, truncate: bool = False,
 ):  # fmt: skip
-    """The answer to ``req``, streamed in lines or whole."""
+    """The answer to ``req``, streamed in lines or whole; its ``model`` is the name as ``asked`` (as Ollama's)."""
     run = await (_run_fitted if truncate else _run)(request, req, keep, model, documents)
     if stream:
-        return StreamingResponse(_lines(request, run, keep, piece), media_type=NDJSON)
+        return StreamingResponse(_lines(request, run, keep, piece, asked), media_type=NDJSON)
     text, reasoning, final = await run.collect()
     await _keep(request, keep)
     body = piece(text, reasoning, final.tool_calls)
     if req.params.logprobs is not None:
         body["logprobs"] = [lp.as_openai() for lp in run.text_logprobs]
-    return run.with_sources({"model": run.model_name, "created_at": now_iso(), **body, "done": True,
+    return run.with_sources({"model": asked, "created_at": now_iso(), **body, "done": True,
                              **_stats(run, final), **_context(final)})  # fmt: skip
 
 
@@ -462,7 +462,7 @@ async def chat(request: Request, body: ChatBody):
     check_keep_alive(request, found, keep)
     await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
     if not body.messages:
-        return await _load_or_unload(request, found, keep, "message")
+        return await _load_or_unload(request, found, keep, "message", body.model)
     req = GenerationRequest(
         model=found.name,
         messages=await asyncio.to_thread(_chat_messages, body.messages),  # pictures are read off the event loop
@@ -472,7 +472,8 @@ async def chat(request: Request, body: ChatBody):
         speculative=body.speculative,
         **_tool_fields(body.tools, body.think, body.tool_choice),
     )
-    return await _answer(request, req, keep, body.stream, _chat_piece, found, documents_asked(body), truncate=body.truncate)
+    return await _answer(request, req, keep, body.stream, _chat_piece, found, documents_asked(body), asked=body.model,
+                         truncate=body.truncate)
 
 
 @router.post("/generate")
@@ -485,7 +486,7 @@ async def generate(request: Request, body: GenerateBody):
     pictures = await asyncio.to_thread(_images, body.images, "images") if body.images else ()
     await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
     if not body.prompt and not body.suffix:  # a suffix alone: the cursor at the file's start, still filled
-        return await _load_or_unload(request, found, keep, "response")
+        return await _load_or_unload(request, found, keep, "response", body.model)
     common = {
         "model": found.name, "params": body.sampling(), "response_format": response_format(body.format),
         "speculative": body.speculative, "unset": unset(body.sampling_options()),
@@ -507,7 +508,7 @@ async def generate(request: Request, body: GenerateBody):
         # the answer's context: a local model's (a provider's ids are not here)
         req = GenerationRequest(messages=(*system, user), context=earlier, return_context=is_local(found), **common,
                                 **_tool_fields(None, body.think))  # fmt: skip
-    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body))
+    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body), asked=body.model)
 
 
 async def _embed(
@@ -546,7 +547,7 @@ async def embed(request: Request, body: EmbedBody) -> dict:
     keep = keep_alive_seconds(body.keep_alive)
     name, vectors, n_tokens, load = await _embed(request, body.model, texts, keep, truncate=body.truncate)
     return {
-        "model": name,
+        "model": body.model,  # as asked, as Ollama's
         "embeddings": [shorten(v, body.dimensions, name) for v in vectors],
         "total_duration": int((time.perf_counter() - t0) * 1e9),
         "load_duration": int(load * 1e9),

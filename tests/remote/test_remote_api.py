@@ -502,7 +502,7 @@ def test_a_remote_model_through_the_ollama_client(local, direct_answer, kind, st
     text = "".join(p.message.content if kind == "chat" else p.response for p in parts)
     assert text == direct_answer and parts[-1].done
     assert all(p.model == LLAMA_MODEL for p in parts)
-    assert LLAMA_MODEL in [m.model for m in client.list().models]  # Ollama's apps pick models from /api/tags
+    assert f"{LLAMA_MODEL}:latest" in [m.model for m in client.list().models]  # Ollama's apps pick models from /api/tags
 
 
 def test_a_remote_models_failure_keeps_its_status_in_another_dialect(local, llama_server):

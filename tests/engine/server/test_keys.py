@@ -278,7 +278,7 @@ def test_windows_binds_the_port_for_the_worker_alone():
 def _ps(client: TestClient) -> dict:
     r = client.get("/api/ps", headers=bearer(ADMIN_KEY))
     assert r.status_code == 200, r.text
-    return {m["name"]: m for m in r.json()["models"]}
+    return {m["name"].removesuffix(":latest"): m for m in r.json()["models"]}
 
 
 def test_an_inference_key_cannot_reload_or_unload_the_model_for_everyone(split):

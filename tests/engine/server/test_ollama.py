@@ -72,15 +72,19 @@ def test_the_root_answers_get_and_head_as_ollama_does(ollama_server):
 
 def test_list_show_and_ps(client):
     names = [m.model for m in client.list().models]
-    assert MODEL in names
+    assert f"{MODEL}:latest" in names  # as Ollama lists models: LangChain's ChatOllama checks its name against them
     shown = client.show(MODEL + ":latest")  # Ollama's clients add :latest to untagged names
     assert shown.details.format == "gguf" and shown.details.family == "llama" and shown.details.quantization_level
     assert {"completion", "tools"} <= set(shown.capabilities) and "thinking" not in shown.capabilities
     assert shown.modelinfo["general.architecture"] == "llama" and shown.modelinfo["general.parameter_count"] > 1e8
     assert "<|im_start|>" in shown.template
-    client.generate(model=MODEL, prompt="")  # an empty prompt loads the model
+    assert client.generate(model=MODEL, prompt="").model == MODEL  # an empty prompt loads the model
     running = client.ps().models
-    assert [m.model for m in running] == [MODEL] and running[0].context_length == 1024
+    assert [m.model for m in running] == [f"{MODEL}:latest"] and running[0].context_length == 1024
+    for asked in (MODEL, f"{MODEL}:latest"):  # an answer names the model as it was asked for, as Ollama's
+        assert client.chat(model=asked, messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2}).model == asked
+        assert {line.model for line in client.generate(model=asked, prompt="Hi", options={"num_predict": 2}, stream=True)} == {asked}
+        assert client.embed(model=asked, input="Hi").model == asked
     assert running[0].size > 0 and running[0].size_vram == 0  # nothing on a GPU here
 
 
@@ -316,7 +320,7 @@ def test_pull_of_what_the_hub_lacks_is_an_ollama_error(client):
 
 def test_the_ollama_port_serves_the_same_api(ollama_server):
     other = ollama.Client(host=f"http://127.0.0.1:{ollama_server.ollama_port}", timeout=300)
-    assert MODEL in [m.model for m in other.list().models]
+    assert f"{MODEL}:latest" in [m.model for m in other.list().models]
     assert httpx.get(f"http://127.0.0.1:{ollama_server.ollama_port}/api/version").json()["version"]
     assert httpx.get(f"http://127.0.0.1:{ollama_server.ollama_port}/").status_code == 200
 
@@ -360,7 +364,7 @@ def test_with_a_key_ollamas_clients_send_it_as_a_bearer_token(server):
     refused = httpx.get(f"{server.root}/api/tags")
     assert refused.status_code == 401 and set(refused.json()) == {"error"}
     keyed = ollama.Client(host=server.root, headers={"Authorization": f"Bearer {server.api_key}"})
-    assert MODEL in [m.model for m in keyed.list().models]
+    assert f"{MODEL}:latest" in [m.model for m in keyed.list().models]
 
 
 def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_messages_as_ollama_does(client, ollama_server):
