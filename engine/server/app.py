@@ -6,6 +6,8 @@ so tests and the worker can build as many apps as they like.
 
 from __future__ import annotations
 
+import os
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
@@ -75,11 +77,15 @@ def create_app(
 
     app.include_router(docs_routes.router)
 
+    # The launch this worker is (its supervisor's mark): a supervisor waiting for its worker's health tells it
+    # from another program answering on the same port.
+    instance = {"instance": mark} if (mark := os.environ.get("HEARTH_INSTANCE")) else {}
+
     @app.get("/health")
     async def health(request: Request):
         if not request.app.state.manager.preloaded.is_set():  # llama-server's answer while its model loads
-            return JSONResponse({"status": "loading"}, status_code=503)
-        return {"status": "ok", "version": __version__}
+            return JSONResponse({"status": "loading", **instance}, status_code=503)
+        return {"status": "ok", "version": __version__, **instance}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request):

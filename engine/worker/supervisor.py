@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 from engine.errors import HearthError
-from engine.worker.net import free_port, local_url
+from engine.worker.net import bind_socket, free_port, local_url
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,15 @@ class WorkerEvent:
     exit_code: int | None = None
     restart_in: float | None = None
     log_tail: tuple[str, ...] = ()
+
+
+def _instance(answer: httpx.Response) -> str | None:
+    """The launch mark a /health answer gives, if it is a worker's."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return None
+    return body.get("instance") if isinstance(body, dict) else None
 
 
 def hearth_command() -> list[str]:
@@ -121,6 +130,7 @@ class WorkerSupervisor:
         self._ready_at = 0.0
         self._log_offset = 0
         self._proc: subprocess.Popen | None = None
+        self._instance = ""  # the mark of the launch running now (its /health's "instance")
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._monitor: threading.Thread | None = None
@@ -156,7 +166,8 @@ class WorkerSupervisor:
         cmd = [*hearth_command(), "serve", "--host", self.host, "--port", str(self.port), *self.extra_args]
         if self.model:
             cmd += ["--model", self.model]
-        env = {**os.environ, **self.env, "HEARTH_PARENT_PID": str(os.getpid())}
+        self._instance = secrets.token_hex(8)  # what this launch's /health says, and no other program's
+        env = {**os.environ, **self.env, "HEARTH_PARENT_PID": str(os.getpid()), "HEARTH_INSTANCE": self._instance}
         # Keys go in the environment, not on the command line, where `ps` would show them; none of the shell's.
         for name, key in (("HEARTH_API_KEY", self.api_key), ("HEARTH_ADMIN_KEY", self.admin_key)):
             if key:
@@ -184,7 +195,8 @@ class WorkerSupervisor:
                 if proc is None or proc.poll() is not None:
                     return False
                 try:
-                    if client.get(url).status_code == 200:
+                    answer = client.get(url)
+                    if answer.status_code == 200 and _instance(answer) == self._instance:
                         return True
                 except httpx.TransportError:
                     pass
@@ -198,6 +210,13 @@ class WorkerSupervisor:
             WorkerStartError: it exited or did not become healthy in time.
         """
         self._stopping.clear()
+        if self.requested_port:  # taken by another program: say so, rather than start a worker that cannot listen
+            try:
+                bind_socket(self.host, self.requested_port).close()
+            except OSError as exc:
+                raise WorkerStartError(
+                    f"Port {self.requested_port} is in use by another program; choose another port and try again."
+                ) from exc
         with self._lock:
             self._spawn()
         if not self._wait_healthy(self.startup_timeout):

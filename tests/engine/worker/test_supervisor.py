@@ -51,3 +51,58 @@ def test_a_crash_loop_backs_off_on_uptime_and_stops_with_the_last_log_lines(tmp_
         assert sup.gave_up and not sup.is_running and sup.restarts == 4
     finally:
         sup.stop()
+
+
+class _Foreign:
+    """Another program's HTTP server on a loopback port, answering /health with ``body``."""
+
+    def __init__(self, body: bytes) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(self.server.body)))  # type: ignore[attr-defined]
+                self.end_headers()
+                self.wfile.write(self.server.body)  # type: ignore[attr-defined]
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.body = body  # type: ignore[attr-defined]
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_port_another_program_holds_is_refused_in_one_sentence_and_its_health_is_never_the_workers(tmp_path):
+    """A port in use: the start fails at once, saying so, with no worker started (the app showed another server's
+    figures as its own). And a health answer is the worker's only when it carries its launch's mark."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    from engine.worker.supervisor import WorkerStartError
+
+    foreign = _Foreign(b'{"status": "ok"}')
+    try:
+        sup = WorkerSupervisor(port=foreign.port, env={"HEARTH_HOME": str(tmp_path / "home")}, startup_timeout=5)
+        with pytest.raises(WorkerStartError, match=f"Port {foreign.port} is in use by another program; choose another"):
+            sup.start()
+        assert sup.pid is None and not sup.is_running
+        sup.port, sup._instance = foreign.port, "a1b2"  # a launch waiting while the other program answers
+        sup._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            assert not sup._wait_healthy(1.0)
+            foreign.server.body = b'{"status": "ok", "instance": "a1b2"}'  # type: ignore[attr-defined]
+            assert sup._wait_healthy(5.0)
+        finally:
+            sup._kill()
+    finally:
+        foreign.close()
