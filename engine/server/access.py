@@ -49,7 +49,7 @@ class Access(Enum):
     ADMIN = "admin"
 
 
-_OPEN_ROUTES = (("GET", "/health"),)
+_OPEN_ROUTES = (("GET", "/health"), ("GET", "/v1/health"))  # the second: llama-server's other path
 
 # Generation in every dialect, and what a client of a dialect reads to use it.
 _INFERENCE_ROUTES = (
@@ -94,6 +94,9 @@ _INFERENCE_ROUTES = (
     ("POST", "/completion"),
     ("POST", "/infill"),
     ("GET", "/props"),
+    ("POST", "/apply-template"),
+    ("POST", "/embedding"),
+    ("POST", "/embeddings"),
     # What is loaded and how busy it is (no paths, nothing changed)
     ("GET", "/api/stats"),
     ("GET", "/metrics"),

@@ -87,6 +87,8 @@ def create_app(
             return JSONResponse({"status": "loading", **instance}, status_code=503)
         return {"status": "ok", "version": __version__, **instance}
 
+    app.add_api_route("/v1/health", health, methods=["GET"], include_in_schema=False)  # llama-server answers both
+
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request):
         return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -65,6 +65,19 @@ def _as_json(request: Request) -> Request:
     return Request({**request.scope, "headers": [*headers, (b"content-type", b"application/json")]}, request.receive)
 
 
+class JsonBodyRoute(APIRoute):
+    """A route that reads its body as JSON whatever its content type says, as llama-server reads every body
+    (``curl -d`` without a JSON content type sends a form's); its errors are the app's."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def as_json(request: Request) -> Response:
+            return await handler(_as_json(request))
+
+        return as_json
+
+
 def error_route(shape: Callable[[int, str], dict], *, json_body: bool = False) -> type[APIRoute]:
     """A route class whose handlers answer every error, bad bodies included, in ``shape``
     (and, with ``json_body``, read every body as JSON)."""
@@ -192,6 +205,7 @@ __all__ = [
     "ollama_error",
     "error_body_for_path",
     "error_route",
+    "JsonBodyRoute",
     "DialectRun",
     "count_prompt_tokens",
 ]

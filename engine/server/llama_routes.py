@@ -28,15 +28,20 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine import __version__
-from engine.errors import InvalidRequest
+from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.infill import DEFAULT_FILENAME, Infill, file_has_markers
+from engine.server import chat_tools
+from engine.server.dialect import JsonBodyRoute
+from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
 from engine.server.generation import Generation
 from engine.server.ollama_models import model_header
+from engine.server.openai_routes import chat_messages
+from engine.server.schemas import ChatCompletionBody
 from engine.server.tokenize_routes import acquire_local, model_or_default
 from engine.types import GenerationChunk, GenerationRequest, SamplingParams
 
-router = APIRouter(responses=ERROR_RESPONSES)
+router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)  # llama-server reads any body as JSON
 
 # llama-server's sampling defaults, for a client that relies on them
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
@@ -312,6 +317,60 @@ async def props(request: Request, model: str | None = None) -> dict:
         "modalities": {"vision": info.vision, "audio": info.audio},
         "build_info": f"hearth {__version__}",
     }
+
+
+class TemplateBody(ChatCompletionBody):
+    """``/apply-template``'s body: a chat completion's messages and tools; ``model`` optional, as on the other
+    routes of llama-server's."""
+
+    model: str | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
+
+
+@router.post("/apply-template")
+async def apply_template(request: Request, body: TemplateBody) -> dict:
+    """llama-server's ``POST /apply-template``: the prompt a chat's messages (with its tools and thinking switch)
+    make in the model's chat template, as a generation would render them; nothing is generated."""
+    name = await model_or_default(request, body.model)
+    messages = await asyncio.to_thread(chat_messages, body.messages, allow_remote=False)
+    req = GenerationRequest(model=name, messages=messages, **chat_tools.request_fields(body))
+    lm = await acquire_local(request, name, "Applying a chat template")
+    try:
+        rendered = await asyncio.to_thread(lm.backend.render_request, req)
+    finally:
+        request.app.state.manager.release(lm)
+    return {"prompt": rendered.prompt if rendered is not None else ""}
+
+
+class NativeEmbeddingBody(BaseModel):
+    """llama-server's ``/embedding`` body: ``content`` (or ``input``), a text or a list of texts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    content: str | list[str] | None = None
+    input: str | list[str] | None = None
+
+
+@router.post("/embedding")
+@router.post("/embeddings", operation_id="embeddings_native")
+async def embedding(request: Request, body: NativeEmbeddingBody) -> list[dict]:
+    """llama-server's ``POST /embedding``: ``[{"index", "embedding": [vector]}]``, one per text, each vector pooled and
+    normalised as ``/v1/embeddings`` gives it."""
+    given = body.content if body.content is not None else body.input
+    texts = [given] if isinstance(given, str) else list(given or ())
+    if not texts or not all(texts):
+        raise InvalidRequest("'content' must be a non-empty text or a list of non-empty texts.", param="content")
+    check_inputs(texts)
+    lm = await acquire_local(request, body.model, "Embedding")
+    try:
+        vectors, _ = await embed_for_client(request, lm.backend, texts)
+    except ContextLengthExceeded as exc:
+        raise ContextLengthExceeded(exc.prompt_tokens, exc.n_ctx, param="content",
+                                    message=f"A text is {exc.prompt_tokens} tokens but model '{lm.model.name}' takes at most "
+                                    f"{exc.n_ctx}; shorten it or split it.") from exc  # fmt: skip
+    finally:
+        request.app.state.manager.release(lm)
+    return [{"index": i, "embedding": [vec]} for i, vec in enumerate(vectors)]
 
 
 async def _code_model(request: Request) -> str:

@@ -131,7 +131,7 @@ def _refuse_unreadable(model: str, body: ChatCompletionBody, capabilities: list[
         raise InvalidRequest(f"Model '{model}' cannot {what}; send the message as text only.", param="messages")
 
 
-def _chat_messages(messages: list[ChatMessageBody], *, allow_remote: bool) -> tuple[ChatMessage, ...]:
+def chat_messages(messages: list[ChatMessageBody], *, allow_remote: bool) -> tuple[ChatMessage, ...]:
     """The chat's messages, each ``image_url`` and ``input_audio`` part read (engine.server.media) and put at a
     media marker in the text."""
     items = _message_dicts(messages)
@@ -342,7 +342,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     local = is_local(target)
     _refuse_unreadable(target.name, body, media.capabilities(target.mmproj) if local else ["vision", "audio"])  # a provider decides
     allow_remote = request.app.state.settings.allow_image_urls
-    messages = await asyncio.to_thread(_chat_messages, body.messages, allow_remote=allow_remote)
+    messages = await asyncio.to_thread(chat_messages, body.messages, allow_remote=allow_remote)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     fmt = _response_format(body.response_format)

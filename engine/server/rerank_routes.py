@@ -18,10 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from engine.backends.capabilities import Reranks
 from engine.errors import RerankUnsupported
 from engine.limits import check_rerank_documents
+from engine.server.dialect import JsonBodyRoute
 from engine.server.embeddings import for_client
 from engine.server.tokenize_routes import acquire_local
 
-router = APIRouter()
+router = APIRouter(route_class=JsonBodyRoute)  # llama-server reads any body as JSON
 
 
 class RerankDocument(BaseModel):

@@ -17,8 +17,9 @@ from engine.backends.capabilities import TokenCodec
 from engine.errors import InvalidRequest
 from engine.remote.routing import is_local
 from engine.server import targets
+from engine.server.dialect import JsonBodyRoute
 
-router = APIRouter()
+router = APIRouter(route_class=JsonBodyRoute)  # llama-server reads any body as JSON
 
 # The longest text /tokenize takes (llama.cpp's tokenizer needs a buffer as long as its output).
 MAX_CONTENT_CHARS = 1_000_000

@@ -90,3 +90,23 @@ def test_answers_equal_llama_servers(server, starter_path):
         theirs = [httpx.post(f"{url}{path}", json=body, timeout=60).json() for path, body in bodies]
     ours = [_post(server, path, {"model": MODEL, **body}).json() for path, body in bodies]
     assert ours == theirs
+
+
+def test_llama_servers_other_routes_read_any_body_as_json(server):
+    """As llama-server: a body is read as JSON whatever its content type (``curl -d`` sends a form's); its second
+    health path; the prompt a chat makes in the model's template; pooled embeddings in its own shape."""
+    form = {**server.headers, "Content-Type": "application/x-www-form-urlencoded"}
+    sent = httpx.post(f"{server.root}/tokenize", content=f'{{"model": "{MODEL}", "content": "Hello"}}', headers=form, timeout=60)
+    assert sent.status_code == 200 and sent.json() == _post(server, "/tokenize", {"model": MODEL, "content": "Hello"}).json()
+    assert httpx.get(f"{server.root}/v1/health", timeout=30).json()["status"] == "ok"  # open, as /health
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    prompt = _post(server, "/apply-template", {"model": MODEL, "messages": messages}).json()["prompt"]
+    assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    texts = ["a llama", "東京"]
+    native = httpx.post(f"{server.root}/embedding", content=f'{{"model": "{MODEL}", "content": ["a llama", "東京"]}}',
+                        headers=form, timeout=120).json()  # fmt: skip
+    openai = httpx.post(f"{server.base_url}/embeddings", json={"model": MODEL, "input": texts}, headers=server.headers,
+                        timeout=120).json()  # fmt: skip
+    assert [(e["index"], e["embedding"]) for e in native] == [(d["index"], [d["embedding"]]) for d in openai["data"]]
+    refused = _post(server, "/embedding", {"model": MODEL, "content": ""})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "content"
