@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 from pydantic import Field, StrictBool
 from starlette.routing import Match
 
@@ -25,6 +24,7 @@ from engine.remote.routing import is_local
 from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
+from engine.server.generation import streamed
 from engine.server.streaming import ticks
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
@@ -303,10 +303,7 @@ async def create_message(request: Request, body: MessagesBody):
     mid = f"msg_{uuid.uuid4().hex}"
     warm = body.max_tokens == 0  # Anthropic's pre-warming of the prompt cache: no answer
     if body.stream:
-        return StreamingResponse(
-            _events(run, mid, warm=warm), media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )  # fmt: skip
+        return streamed(run.gen, _events(run, mid, warm=warm))
     text, thinking, final = await run.collect()
     content: list[dict] = [{"type": "thinking", "thinking": thinking, "signature": ""}] if thinking else []
     if text or not final.tool_calls:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from fastapi import Request
+from starlette.background import BackgroundTask
+from starlette.responses import StreamingResponse
 
 from engine import __version__
 from engine.errors import ContextLengthExceeded, HearthError, InvalidRequest, SchemaTooComplex
@@ -228,4 +230,25 @@ class Generation:
             self.served.release()
 
 
-__all__ = ["CLIENT_POLL_SECONDS", "Generation"]
+#: The headers of a streamed answer: not cached, not held back by a proxy.
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def streamed(gen: Generation, body: AsyncIterator[bytes], media_type: str = "text/event-stream") -> StreamingResponse:
+    """``gen``'s answer streamed as ``body``. However the response ends, its client gone before the body's first
+    byte included (the body then never runs, nor its ``finally``), a generation whose chunks were never read is
+    given up (:meth:`Generation.abandon`): its sequences cancelled and the model released. Chunks that were read
+    end the generation themselves."""
+    return StreamingResponse(_abandoning(gen, body), media_type=media_type, background=BackgroundTask(gen.abandon),
+                             headers=STREAM_HEADERS if media_type == "text/event-stream" else None)  # fmt: skip
+
+
+async def _abandoning(gen: Generation, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        async for item in body:
+            yield item
+    finally:
+        gen.abandon()
+
+
+__all__ = ["CLIENT_POLL_SECONDS", "STREAM_HEADERS", "Generation", "streamed"]

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from engine import __version__
@@ -34,7 +33,7 @@ from engine.server import chat_tools
 from engine.server.dialect import JsonBodyRoute
 from engine.server.embeddings import check_inputs, embed_for_client
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
-from engine.server.generation import Generation
+from engine.server.generation import Generation, streamed
 from engine.server.ollama_models import model_header
 from engine.server.openai_routes import chat_messages
 from engine.server.schemas import ChatCompletionBody
@@ -163,8 +162,7 @@ async def _run(request: Request, body: NativeBody, name: str, req: GenerationReq
     await gen.start()
     answer = _answer(gen, body, warm)
     if body.stream:
-        return StreamingResponse(answer, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
+        return streamed(gen, answer)
     last: dict[str, Any] = {}
     content = []
     probs: list[dict[str, Any]] = []

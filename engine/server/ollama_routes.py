@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 from pydantic import Field, StrictBool
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
@@ -33,6 +32,7 @@ from engine.server.api_models import Body
 from engine.server.dialect import DialectRun, count_prompt_tokens, error_route, ollama_error
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client, shorten
+from engine.server.generation import streamed
 from engine.server.ollama_load import apply_load_options, check_keep_alive, set_keep_alive
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
@@ -432,7 +432,7 @@ async def _answer(
     """The answer to ``req``, streamed in lines or whole; its ``model`` is the name as ``asked`` (as Ollama's)."""
     run = await (_run_fitted if truncate else _run)(request, req, keep, model, documents)
     if stream:
-        return StreamingResponse(_lines(request, run, keep, piece, asked), media_type=NDJSON)
+        return streamed(run.gen, _lines(request, run, keep, piece, asked), media_type=NDJSON)
     text, reasoning, final = await run.collect()
     await _keep(request, keep)
     body = piece(text, reasoning, final.tool_calls)

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.infill import Infill
@@ -20,7 +20,7 @@ from engine.remote.routing import is_local, pass_through
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets, tokenize_routes
 from engine.server.embeddings import check_inputs, embed_for_client, shorten
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
-from engine.server.generation import Generation
+from engine.server.generation import Generation, streamed
 from engine.server.schemas import (
     ChatCompletionBody,
     ChatMessageBody,
@@ -298,12 +298,6 @@ def _prompt_totals(finals: list[GenerationChunk | None], n: int) -> tuple[int, i
     return sum(f.prompt_tokens for f in firsts), sum(f.cached_tokens for f in firsts)
 
 
-def _streaming(body_iter: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(
-        body_iter, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
-
-
 @router.get("/models")
 async def list_models(request: Request) -> dict:
     manager = request.app.state.manager
@@ -368,7 +362,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _streaming(_chat_events(gen, cid, n, include_usage))
+        return streamed(gen, _chat_events(gen, cid, n, include_usage))
     texts, lps, finals = await _collect(gen, n)
     prompt, completion, cached = _totals(finals)
     answer = {
@@ -499,7 +493,7 @@ async def completions(request: Request, body: CompletionBody):
     cid = f"cmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _streaming(_completion_events(gen, cid, body, sources, include_usage, n=n, prompt_only=prompt_only))
+        return streamed(gen, _completion_events(gen, cid, body, sources, include_usage, n=n, prompt_only=prompt_only))
     texts, lps, finals = await _collect(gen, len(reqs), answer=not prompt_only)
     prompt_total, cached_total = _prompt_totals(finals, n)
     completion_total = 0 if prompt_only else sum(f.completion_tokens for f in finals if f)

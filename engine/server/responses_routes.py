@@ -32,6 +32,7 @@ from engine.server import media
 from engine.server.api_models import KeepAlive, NullAsDefaultBody
 from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
+from engine.server.generation import streamed
 from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.server.streaming import KEEPALIVE, KEEPALIVE_SECONDS, ticks
 from engine.tools import (
@@ -623,10 +624,7 @@ async def create_response(request: Request, body: ResponsesBody):
             return live.snapshot()
         return StreamingResponse(live.follow(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if body.stream:
-        return StreamingResponse(
-            _recorded(request, turn, _events(request, run, turn)), media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
+        return streamed(run.gen, _recorded(request, turn, _events(request, run, turn)))
     text, reasoning, final = await run.collect()
     logprobs = [lp.as_openai() for lp in run.text_logprobs]
     output = [_placed(item, turn.origin) for item in _output(text, reasoning, final, logprobs, turn.req.tools)]

@@ -76,22 +76,27 @@ async def ticks(items: AsyncIterator[_T], seconds: float = KEEPALIVE_SECONDS) ->
     """``items``, with None every ``seconds`` until the first comes (the stream's keep-alives while its prompt is
     read); from the first on, the items as they come, with nothing between (no task per item)."""
     it = aiter(items)
-    first = asyncio.ensure_future(anext(it))
     try:
-        while not (await asyncio.wait({first}, timeout=seconds))[0]:
-            yield None
-    finally:
-        if not first.done():  # the client went away while the prompt was read
-            first.cancel()
-            with contextlib.suppress(BaseException):
-                await first
-    try:
-        item = first.result()
-    except StopAsyncIteration:
-        return
-    yield item
-    async for item in it:
+        first = asyncio.ensure_future(anext(it))
+        try:
+            while not (await asyncio.wait({first}, timeout=seconds))[0]:
+                yield None
+        finally:
+            if not first.done():  # the client went away while the prompt was read
+                first.cancel()
+                with contextlib.suppress(BaseException):
+                    await first
+        try:
+            item = first.result()
+        except StopAsyncIteration:
+            return
         yield item
+        async for item in it:
+            yield item
+    finally:  # closed early: ``items`` is closed now, not whenever it is collected
+        if (close := getattr(it, "aclose", None)) is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 async def open_streams(backend: Streamer, requests: Sequence[GenerationRequest]) -> list[Iterator[GenerationChunk]]:

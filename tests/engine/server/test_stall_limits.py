@@ -4,6 +4,8 @@ in every dialect that takes it (docs/api.md, "Limits")."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import httpx
 import pytest
@@ -240,7 +242,6 @@ def test_a_max_tokens_within_the_context_is_not_reported(small_server):
 
 def test_an_endless_header_is_a_431_and_the_worker_answers_the_next_client(server):
     """One connection sending a header that never ends grew the worker by its size and slowed every other client."""
-    import socket
 
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nx-endless: ")
@@ -258,3 +259,34 @@ def test_an_endless_header_is_a_431_and_the_worker_answers_the_next_client(serve
     assert answer.startswith(b"HTTP/1.1 431 ")
     assert b"The request's headers are larger than 64 KiB; send fewer or shorter headers." in answer
     assert httpx.get(f"{server.root}/health", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/messages", {"model": MODEL, "max_tokens": 2000, "stream": True, "messages": HELLO}),
+        ("/v1/messages", {"model": MODEL, "max_tokens": 0, "stream": True, "messages": HELLO}),
+        ("/v1/chat/completions", {"model": MODEL, "max_tokens": 2000, "stream": True, "messages": HELLO}),
+        ("/v1/responses", {"model": MODEL, "max_output_tokens": 2000, "stream": True, "input": "Hello"}),
+        ("/api/chat", {"model": MODEL, "messages": HELLO, "options": {"num_predict": 2000}}),
+        ("/completion", {"model": MODEL, "prompt": "Hello", "n_predict": 2000, "stream": True}),
+    ],
+    ids=["messages", "messages-warm", "chat", "responses", "ollama-chat", "llama-completion"],
+)  # fmt: skip
+def test_a_stream_whose_client_leaves_at_once_gives_its_slot_and_the_model_back(server, path, body):
+    """A client that sends a streamed request and closes before reading a byte: the generation is cancelled and the
+    model released, whatever the route was awaiting when the client went (messages read the prompt's size first)."""
+    data = json.dumps(body).encode()
+    auth = "".join(f"{k}: {v}\r\n" for k, v in server.headers.items())
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}"
+                      f"Content-Length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        stats = httpx.get(f"{server.root}/api/stats", headers=server.headers, timeout=30).json()
+        held = [m["in_use"] for m in stats["loaded"] if m["name"] == MODEL]
+        if stats["requests_in_flight"] == 0 and not any(held) and not stats["models"].get(MODEL, {}).get("running"):
+            break
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.1)
