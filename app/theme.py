@@ -84,6 +84,7 @@ QToolButton:hover {{ background: {c.raised}; color: {c.text}; }}
 #CodeBlock {{ background: {c.code_bg}; border: 1px solid {c.border}; border-radius: 10px; }}
 #CodeHeader {{ background: {c.code_header}; border-top-left-radius: 10px; border-top-right-radius: 10px; }}
 #CodeHeader QToolButton {{ font-size: 9pt; padding: 2px 6px; }}
+#CodeScroll, #CodeScroll > QWidget, #CodeScroll QLabel {{ background: transparent; }}
 #Muted, QLabel[muted="true"] {{ color: {c.muted}; }}
 #Notice {{ color: {c.muted}; background: {c.raised}; border-radius: 8px; padding: 4px 10px; }}
 #Banner {{ background: {c.warning_bg}; border-bottom: 1px solid {c.border}; }}
@@ -106,7 +107,9 @@ QTabBar::tab {{ background: transparent; padding: 8px 14px; color: {c.muted}; bo
 QTabBar::tab:selected {{ color: {c.text}; border-bottom: 2px solid {c.accent}; font-weight: 600; }}
 QScrollBar:vertical {{ background: transparent; width: 10px; margin: 0; }}
 QScrollBar::handle:vertical {{ background: {c.border}; border-radius: 5px; min-height: 30px; }}
-QScrollBar::add-line, QScrollBar::sub-line {{ height: 0; }}
+QScrollBar:horizontal {{ background: transparent; height: 10px; margin: 0; }}
+QScrollBar::handle:horizontal {{ background: {c.border}; border-radius: 5px; min-width: 30px; }}
+QScrollBar::add-line, QScrollBar::sub-line {{ height: 0; width: 0; }}
 QMenu {{ background: {c.surface}; border: 1px solid {c.border}; padding: 4px; }}
 QMenu::item {{ padding: 6px 18px; border-radius: 6px; }}
 QMenu::item:selected {{ background: {c.raised}; }}

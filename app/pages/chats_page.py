@@ -9,7 +9,6 @@ from typing import Protocol
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -37,7 +36,7 @@ from app.widgets.chat_sidebar import ChatSidebar
 from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
 from app.widgets.confirm import confirm
-from app.widgets.elided_label import ElidedLabel
+from app.widgets.elided_label import ElidedCombo, ElidedLabel
 from app.widgets.split_column import SplitColumn
 
 log = logging.getLogger(__name__)
@@ -49,6 +48,58 @@ class AttachmentSource(Protocol):
     def pending(self, chat_id: int) -> tuple[ImageRef, ...]: ...
 
     def sent(self, chat_id: int) -> None: ...
+
+
+class ChatHeader(QFrame):
+    """The chat's title and its controls on one row; when the row is too narrow for both, the title goes on a
+    row of its own above the controls (elided there as well) and the controls stay whole."""
+
+    TITLE_ROOM = 160  # the least width for the title beside the controls
+
+    def __init__(self, title: QWidget, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ChatHeader")
+        self.title = title
+        self.stacked = False
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(20, 10, 12, 10)
+        outer.setSpacing(6)
+        self.row = QHBoxLayout()  # the controls (and the title, while it fits beside them)
+        self.row.setContentsMargins(0, 0, 0, 0)
+        self.row.setSpacing(6)
+        self.row.addWidget(title, 1)
+        outer.addLayout(self.row)
+
+    def controls_width(self) -> int:
+        """The least width of the controls row without the title."""
+        items = [self.row.itemAt(i) for i in range(self.row.count())]
+        shown = [it for it in items if it.widget() is not self.title and not it.isEmpty()]
+        return sum(it.minimumSize().width() for it in shown) + self.row.spacing() * max(0, len(shown) - 1)
+
+    def arrange(self) -> None:
+        """Title beside the controls, or above them, for the width the header has now."""
+        margins = self.layout().contentsMargins()
+        room = self.width() - margins.left() - margins.right()
+        stacked = room < self.controls_width() + self.row.spacing() + self.TITLE_ROOM
+        if stacked == self.stacked:
+            return
+        self.stacked = stacked
+        self.row.removeWidget(self.title)
+        if stacked:
+            self.layout().insertWidget(0, self.title)
+            self.row.insertStretch(0, 1)  # the controls stay at the right
+        else:
+            self.row.takeAt(0)  # the stretch
+            self.row.insertWidget(0, self.title, 1)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.arrange()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """As narrow as the controls: the title can always go above them."""
+        margins = self.layout().contentsMargins()
+        return QSize(self.controls_width() + margins.left() + margins.right(), super().minimumSizeHint().height())
 
 
 class ChatsPage(QWidget):
@@ -114,17 +165,14 @@ class ChatsPage(QWidget):
             self.new_chat()
 
     def _header(self) -> QWidget:
-        header = QFrame()
-        header.setObjectName("ChatHeader")
-        row = QHBoxLayout(header)
-        self._header_row = row
-        row.setContentsMargins(20, 10, 12, 10)
         self.title = ElidedLabel()
         self.title.setObjectName("ChatTitle")
-        row.addWidget(self.title, 1)
-        self.model_combo = QComboBox()
+        header = ChatHeader(self.title)
+        self.header = header
+        row = header.row
+        self._header_row = row
+        self.model_combo = ElidedCombo(240, 80)
         self.model_combo.setObjectName("modelCombo")
-        self.model_combo.setMinimumWidth(240)
         self.model_combo.setToolTip("The model this chat talks to")
         row.addWidget(self.model_combo)
         self.split_button = QToolButton()

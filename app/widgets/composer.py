@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QMimeData, QObject, QSize, Qt, Signal
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.icons import icon
 from app.theme import ThemeColors
@@ -61,7 +70,8 @@ class Composer(QWidget):
         outer.setSpacing(4)
         self.frame = QFrame()
         self.frame.setObjectName("Composer")
-        self.frame.setMaximumWidth(860)
+        self.frame.setMaximumWidth(860)  # as wide as the chat's column, and narrower with it
+        self.frame.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         frame_column = QVBoxLayout(self.frame)
         frame_column.setContentsMargins(10, 8, 8, 8)
         frame_column.setSpacing(4)
@@ -92,6 +102,7 @@ class Composer(QWidget):
         self.hint = QLabel("Enter to send · Shift+Enter for a new line")
         self.hint.setObjectName("Muted")
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setWordWrap(True)
         outer.addWidget(self.hint)
         self._resize_input()
         self._update_button()
@@ -99,10 +110,6 @@ class Composer(QWidget):
     def add_attachment(self, widget: QWidget) -> None:
         """A feature's widget above the text box (it shows and hides itself)."""
         self.attachments.addWidget(widget)
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
-        self.frame.setFixedWidth(min(860, max(200, self.width() - 48)))
-        super().resizeEvent(event)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
         if watched is self.input and event.type() == QEvent.Type.KeyPress:

@@ -51,7 +51,7 @@ def highlight_code(code: str, language: str, style: str) -> str:
 
 def code_html(code: str, language: str, colors: ThemeColors) -> str:
     body = highlight_code(code, language.lower(), colors.pygments_style) if code.strip() else ""
-    return f'<pre style="margin:0; white-space:pre-wrap; font-family:{MONO}; font-size:9.5pt;">{body}</pre>'
+    return f'<pre style="margin:0; white-space:pre; font-family:{MONO}; font-size:9.5pt;">{body}</pre>'
 
 
 def _style(body: str, c: ThemeColors) -> str:

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextDocumentFragment
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.icons import icon
 from app.theme import ThemeColors
@@ -24,6 +33,38 @@ def _label(rich: bool = True) -> QLabel:
     label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     label.linkActivated.connect(lambda href: QDesktopServices.openUrl(QUrl(href)))
     return label
+
+
+class CodeScroll(QScrollArea):
+    """The code of a code block, unwrapped: a line wider than the block scrolls sideways inside it, and the
+    block never asks the chat column for more width than the column has. Its height is the code's, plus the
+    scroll bar when one shows."""
+
+    def __init__(self, code: QLabel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("CodeScroll")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setWidgetResizable(True)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.setWidget(code)
+
+    def _height(self, width: int) -> int:
+        code = self.widget().sizeHint()
+        bar = self.horizontalScrollBar().sizeHint().height() if code.width() > width else 0
+        return code.height() + bar
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(self.widget().sizeHint().width(), self._height(self.width()))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(40, self._height(self.width()))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if self.height() != self._height(self.width()):
+            self.updateGeometry()  # the scroll bar came or went
 
 
 class CodeBlock(QFrame):
@@ -54,8 +95,11 @@ class CodeBlock(QFrame):
         row.addWidget(self.copy_button)
         column.addWidget(header)
         self.code = _label()
+        self.code.setWordWrap(False)
+        self.code.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.code.setContentsMargins(12, 8, 12, 10)
-        column.addWidget(self.code)
+        self.scroll = CodeScroll(self.code)
+        column.addWidget(self.scroll)
         self.set_colors(colors)
         self.set_block(block)
 
@@ -63,6 +107,7 @@ class CodeBlock(QFrame):
         self.block = block
         self.language.setText(block.language or "code")
         self.code.setText(block.html)
+        self.scroll.updateGeometry()
 
     def set_colors(self, colors: ThemeColors) -> None:
         self.copy_button.setIcon(icon("copy", colors.muted))

@@ -177,6 +177,7 @@ class MessageBubble(QWidget):
         footer.setSpacing(2)
         self.stats = QLabel()
         self.stats.setObjectName("Muted")
+        self.stats.setWordWrap(True)  # in a narrow column the numbers wrap; the buttons beside them stay in view
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.hide()

@@ -6,12 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.store.images import ImageRef
 from app.store.records import AnswerSteps
 from app.theme import ThemeColors
 from app.widgets.chat_view import ChatView
+from app.widgets.elided_label import ElidedCombo
 
 
 class SplitColumn(QFrame):
@@ -31,10 +32,9 @@ class SplitColumn(QFrame):
         label = QLabel("Side by side with")
         label.setObjectName("Muted")
         row.addWidget(label)
-        self.model_combo = QComboBox()
+        self.model_combo = ElidedCombo(200, 90)
         self.model_combo.setObjectName("splitModelCombo")
         self.model_combo.setToolTip("The second model: each message goes to both")
-        self.model_combo.setMinimumWidth(200)
         self.model_combo.activated.connect(lambda i: self.model_chosen.emit(self.model_combo.itemData(i) or ""))
         row.addWidget(self.model_combo, 1)
         column.addLayout(row)

@@ -1,0 +1,94 @@
+"""The chat page in a narrow column: messages re-wrap to the width there is, code scrolls sideways inside its
+block, and the header keeps its controls whole (the title goes above them). No worker: nothing is answered."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QWidget
+
+from app.chat.conversation_model import ConversationModel
+from app.main_window import MainWindow
+from app.net.engine import EngineController
+from app.store import AnswerStats, ChatStore
+from app.theme import LIGHT
+from app.widgets.chat_view import ChatView
+
+CODE = "```python\ndef quicksort_helper(arr, left, right):\n    return quicksort_helper(arr, left, right) + [x for x in range(100000000)]\n```"  # fmt: skip
+ANSWER = f"Here it is:\n\n{CODE}\n\nThe `quicksort` function takes a list of integers and sorts it with the helper."
+STATS = AnswerStats(model="m", tokens=499, tokens_per_second=63.7, ttft=2.8, finish_reason="cancelled")
+
+
+@pytest.fixture
+def chat_store(tmp_path):
+    store = ChatStore(tmp_path)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def idle_window(qtbot, chat_store, theme):
+    """The app's window over an engine that was never started."""
+    engine = EngineController()
+    window = MainWindow(store=chat_store, engine=engine, theme=theme)
+    qtbot.addWidget(window, before_close_func=lambda _closing, _held=window: None)
+    window.show()
+    qtbot.waitExposed(window)
+    yield window
+    engine.deleteLater()
+
+
+def _chat(store: ChatStore) -> int:
+    chat = store.create_chat()
+    store.add_message(chat.id, "user", "Write quicksort in Python, please, and explain how it works.")
+    store.add_message(chat.id, "assistant", ANSWER, STATS)
+    return chat.id
+
+
+def _settle(qtbot) -> None:
+    qtbot.wait(50)  # the layouts run from the event loop
+
+
+def _inside(widget: QWidget, outer: QWidget) -> bool:
+    """Whether ``widget`` lies wholly within ``outer``'s width."""
+    left = widget.mapTo(outer, widget.rect().topLeft()).x()
+    return left >= 0 and left + widget.width() <= outer.width()
+
+
+def test_a_narrow_column_rewraps_the_messages_and_code_scrolls_inside_its_block(qtbot, chat_store):
+    chat_id = _chat(chat_store)
+    view = ChatView(LIGHT)
+    qtbot.addWidget(view)
+    view.set_model(ConversationModel(chat_id, chat_store.messages(chat_id)))
+    view.resize(320, 600)
+    view.show()
+    _settle(qtbot)
+    assert view.widget().width() <= view.viewport().width()  # nothing wider than what shows
+    answer = view.bubbles[1]
+    for part in (answer.body, answer.stats, answer.copy_button, answer.fork_button):
+        assert _inside(part, view.viewport()), part
+    (block,) = answer.body.code_blocks()
+    assert _inside(block, view.viewport())
+    assert block.scroll.horizontalScrollBar().maximum() > 0  # the long line scrolls, inside the block
+    assert block.scroll.height() >= block.code.height()  # every line of the code shows
+
+
+def test_the_header_keeps_its_controls_whole_beside_open_panels(qtbot, idle_window, chat_store):
+    page = idle_window.chats
+    page.open_chat(_chat(chat_store))
+    page.rename_chat(page.chat_id, "Write quicksort in Python, please, and explain how it works")
+    idle_window.resize(1024, 700)
+    page.settings_button.setChecked(True)
+    _settle(qtbot)
+    header = page.model_combo.parentWidget()
+    controls = [page.model_combo, page.split_button, page.export_button, page.settings_button]
+    for control in controls:
+        assert _inside(control, header), control
+    edges = sorted((c.mapTo(header, c.rect().topLeft()).x(), c.width()) for c in controls)
+    assert all(left + width <= after for (left, width), (after, _w) in zip(edges, edges[1:], strict=False))  # none overlaps
+    assert page.title.isVisible() and page.title.width() >= 100
+    assert _inside(page.composer.frame, page.composer)
+    assert page.view.widget().width() <= page.view.viewport().width()
+
+    page.settings_button.setChecked(False)  # room again: the title goes back beside the controls
+    _settle(qtbot)
+    assert page.title.geometry().center().y() == page.model_combo.geometry().center().y()
