@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import html
+import re
+import unicodedata
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
@@ -20,6 +22,61 @@ from pygments.util import ClassNotFound
 from app.theme import ThemeColors
 
 MONO = "'DejaVu Sans Mono','Menlo','Consolas',monospace"
+ZWSP = "\u200b"  # a break opportunity that shows nothing
+LONG_RUN = 30  # a run of text without spaces longer than this can break between any two characters
+_TAG = re.compile(r"(<[^>]*>)")
+_UNIT = re.compile(r"&#?\w+;|.", re.DOTALL)  # a character of HTML text: an entity counts as one
+_JOINERS = {"\u200d", "\u034f"}  # zero-width joiner, combining grapheme joiner
+
+
+def _keeps_together(before: str, after: str) -> bool:
+    """Whether no break may go between these two characters (a mark on its letter, a joined emoji)."""
+    return (unicodedata.category(after) in ("Mn", "Me", "Mc", "Sk") or "\ufe00" <= after <= "\ufe0f"
+            or "\U0001f3fb" <= after <= "\U0001f3ff" or before in _JOINERS or after in _JOINERS)  # fmt: skip
+
+
+def _break_units(units: list[str]) -> str:
+    """The units joined, with a break opportunity inside each run of more than LONG_RUN non-space units."""
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) > LONG_RUN:
+            out.append(run[0])
+            for before, after in zip(run, run[1:], strict=False):
+                out.append(after if _keeps_together(before[-1], after[0]) else ZWSP + after)
+        else:
+            out.extend(run)
+        run.clear()
+
+    for unit in units:
+        if unit.isspace() or (len(unit) > 1 and unit.startswith("<")):  # a space or a tag ends a run
+            flush()
+            out.append(unit)
+        else:
+            run.append(unit)
+    flush()
+    return "".join(out)
+
+
+def breakable_text(text: str) -> str:
+    """``text`` (plain) with a zero-width space between the characters of each run too long for a line
+    (a long URL, a hash), so that word wrap can break it anywhere instead of cutting it off."""
+    return _break_units(list(text))
+
+
+def breakable_html(body: str) -> str:
+    """:func:`breakable_text` on the text of ``body`` (HTML), never inside a tag or its attributes (an href)
+    and never inside an entity."""
+    units: list[str] = []
+    for part in _TAG.split(body):
+        units.extend([part] if part.startswith("<") else _UNIT.findall(part))
+    return _break_units(units)
+
+
+def strip_breaks(text: str) -> str:
+    """``text`` without the break opportunities :func:`breakable_text` added (what a copy should hold)."""
+    return text.replace(ZWSP, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,5 +144,5 @@ def render_blocks(text: str, colors: ThemeColors) -> list[MarkdownBlock]:
             code = first.content.rstrip("\n")
             blocks.append(MarkdownBlock("code", code_html(code, language, colors), code=code, language=language))
         else:
-            blocks.append(MarkdownBlock("text", _style(md.renderer.render(group, md.options, {}), colors)))
+            blocks.append(MarkdownBlock("text", breakable_html(_style(md.renderer.render(group, md.options, {}), colors))))
     return blocks

@@ -8,11 +8,22 @@ so a streaming answer re-lays out only its last block.
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextDocumentFragment
+from PySide6.QtGui import (
+    QClipboard,
+    QContextMenuEvent,
+    QDesktopServices,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QMouseEvent,
+    QTextDocumentFragment,
+)
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QScrollArea,
     QSizePolicy,
     QToolButton,
@@ -22,11 +33,38 @@ from PySide6.QtWidgets import (
 
 from app.icons import icon
 from app.theme import ThemeColors
-from app.widgets.markdown import MarkdownBlock, render_blocks
+from app.widgets.markdown import ZWSP, MarkdownBlock, render_blocks, strip_breaks
+
+
+class TextLabel(QLabel):
+    """A selectable label whose text may hold break opportunities (``ZWSP``, see :func:`breakable_text`); what
+    it copies (Ctrl+C, its context menu, the X11 selection) is the text without them."""
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        super().keyPressEvent(event)
+        if event.matches(QKeySequence.StandardKey.Copy):
+            self.clean_clipboard()
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802 - Qt override
+        super().contextMenuEvent(event)
+        menu = QApplication.activePopupWidget()  # the standard menu, shown now (it copies once clicked)
+        if isinstance(menu, QMenu):
+            menu.triggered.connect(lambda _action: self.clean_clipboard())
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt override
+        super().mouseReleaseEvent(event)
+        self.clean_clipboard(QClipboard.Mode.Selection)
+
+    @staticmethod
+    def clean_clipboard(mode: QClipboard.Mode = QClipboard.Mode.Clipboard) -> None:
+        clipboard = QGuiApplication.clipboard()
+        text = clipboard.text(mode)
+        if ZWSP in text:
+            clipboard.setText(strip_breaks(text), mode)
 
 
 def _label(rich: bool = True) -> QLabel:
-    label = QLabel()
+    label = TextLabel()
     label.setWordWrap(True)
     label.setTextFormat(Qt.TextFormat.RichText if rich else Qt.TextFormat.PlainText)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse)
@@ -135,7 +173,7 @@ class MarkdownView(QWidget):
     def text(self) -> str:
         """What the blocks show, as plain text."""
         return "\n".join(
-            w.block.code if isinstance(w, CodeBlock) else QTextDocumentFragment.fromHtml(w.text()).toPlainText().strip()
+            w.block.code if isinstance(w, CodeBlock) else strip_breaks(QTextDocumentFragment.fromHtml(w.text()).toPlainText().strip())
             for w in self.blocks
         )
 

@@ -30,7 +30,8 @@ from app.icons import icon
 from app.store.images import ImageRef
 from app.store.records import AnswerStats, MessageRecord
 from app.theme import ThemeColors
-from app.widgets.markdown_view import MarkdownView
+from app.widgets.markdown import breakable_text
+from app.widgets.markdown_view import MarkdownView, TextLabel
 
 CURSOR = " ▍"
 THUMB = 96  # a message's picture thumbnails, in pixels
@@ -141,7 +142,7 @@ class MessageBubble(QWidget):
             row.addStretch()
             inner.addLayout(row)
         if user:
-            self.body = QLabel()
+            self.body = TextLabel()
             self.body.setWordWrap(True)
             self.body.setTextFormat(Qt.TextFormat.PlainText)
             self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -261,7 +262,7 @@ class MessageBubble(QWidget):
         self.message = message
         self.streaming = streaming
         if message.role == "user":
-            self.body.setText(message.content)
+            self.body.setText(breakable_text(message.content))
         else:
             self.body.set_markdown(message.content + CURSOR if streaming else message.content)
         stats = message.stats
