@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -116,6 +117,7 @@ class ChatsPage(QWidget):
         self.chat_id: int | None = None
         self._split_id: int | None = None  # side by side: the second column's chat
         self._attachment_sources: list[AttachmentSource] = []
+        self._drafts: dict[int, str] = {}  # chat id -> what was typed there and not sent (the chat on screen's is in the composer)
         self.engine_ready = False
         self.list_model = ChatListModel(self)
         self.sidebar = ChatSidebar(self.list_model, colors)
@@ -287,6 +289,8 @@ class ChatsPage(QWidget):
             return
         if self.chat_id is not None and self.chat_id != chat_id:
             self.settings_panel.apply_now()  # pending edits belong to the chat being left
+        if self.chat_id != chat_id:
+            self._swap_draft(chat_id)
         self.chat_id = chat_id
         self.view.set_model(self.controller.conversation(chat_id))
         self.title.setText(chat.title)
@@ -297,6 +301,16 @@ class ChatsPage(QWidget):
         self._update_answering()
         self.sidebar.select_chat(chat_id)
         self.chat_opened.emit(chat_id)
+
+    def _swap_draft(self, chat_id: int) -> None:
+        """Keep the unsent text of the chat being left, and show the one of ``chat_id`` (none for a new chat)."""
+        text = self.composer.input.toPlainText()
+        if self.chat_id is not None and text:
+            self._drafts[self.chat_id] = text
+        elif self.chat_id is not None:
+            self._drafts.pop(self.chat_id, None)
+        self.composer.input.setPlainText(self._drafts.pop(chat_id, ""))
+        self.composer.input.moveCursor(QTextCursor.MoveOperation.End)
 
     def fork_chat(self, message_id: int) -> None:
         """Open a new chat with this one's conversation up to ``message_id``."""
@@ -322,6 +336,7 @@ class ChatsPage(QWidget):
         self.controller.delete(chat_id)
 
     def _chat_deleted(self, chat_id: int) -> None:
+        self._drafts.pop(chat_id, None)
         if chat_id == self.chat_id:  # the next chat of the list shows, or a new one
             self.chat_id = None
             rest = self.controller.chats()

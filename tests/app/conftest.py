@@ -88,6 +88,27 @@ def window(qtbot, store, engine, theme):
     qtbot.waitUntil(lambda: not win.controller.answering_chats(), timeout=10_000)
 
 
+@pytest.fixture
+def chat_store(tmp_path):
+    """A store of chats of the test's own."""
+    from app.store import ChatStore
+
+    chats = ChatStore(tmp_path)
+    yield chats
+    chats.close()
+
+
+@pytest.fixture
+def idle_window(qtbot, chat_store, theme):
+    """The app's window over its own store and an engine that was never started (nothing is answered)."""
+    from app.net.engine import EngineController
+
+    engine = EngineController()
+    window = open_window(qtbot, chat_store, engine, theme)
+    yield window
+    engine.deleteLater()
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """Say why the test of the window on a real X server did not run (it needs system packages)."""
     for report in terminalreporter.stats.get("skipped", []):

@@ -3,12 +3,9 @@ block, and the header keeps its controls whole (the title goes above them). No w
 
 from __future__ import annotations
 
-import pytest
 from PySide6.QtWidgets import QWidget
 
 from app.chat.conversation_model import ConversationModel
-from app.main_window import MainWindow
-from app.net.engine import EngineController
 from app.store import AnswerStats, ChatStore
 from app.theme import LIGHT
 from app.widgets.chat_view import ChatView
@@ -16,25 +13,6 @@ from app.widgets.chat_view import ChatView
 CODE = "```python\ndef quicksort_helper(arr, left, right):\n    return quicksort_helper(arr, left, right) + [x for x in range(100000000)]\n```"  # fmt: skip
 ANSWER = f"Here it is:\n\n{CODE}\n\nThe `quicksort` function takes a list of integers and sorts it with the helper."
 STATS = AnswerStats(model="m", tokens=499, tokens_per_second=63.7, ttft=2.8, finish_reason="cancelled")
-
-
-@pytest.fixture
-def chat_store(tmp_path):
-    store = ChatStore(tmp_path)
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def idle_window(qtbot, chat_store, theme):
-    """The app's window over an engine that was never started."""
-    engine = EngineController()
-    window = MainWindow(store=chat_store, engine=engine, theme=theme)
-    qtbot.addWidget(window, before_close_func=lambda _closing, _held=window: None)
-    window.show()
-    qtbot.waitExposed(window)
-    yield window
-    engine.deleteLater()
 
 
 def _chat(store: ChatStore) -> int:
