@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication
 from app.chat.answer_run import AnswerOutcome
 from app.main_window import MainWindow
 from app.net.engine import EngineState
+from app.units import counted
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class SmokeReport:
             lines.append(f"longest gap of the same timer before sending, idle (machine's own jitter): {self.idle_stall_ms:.1f} ms")
         if self.tokens:
             tps = f" at {self.tokens_per_second:.1f} tokens/s" if self.tokens_per_second else ""
-            lines.append(f"answer: {self.tokens} tokens{tps}")
+            lines.append(f"answer: {counted(self.tokens, 'token')}{tps}")
         if self.screenshot:
             lines.append(f"screenshot: {self.screenshot}")
         if self.error:

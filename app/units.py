@@ -36,5 +36,10 @@ def human_count(n: int | None) -> str:
     return str(n)
 
 
+def counted(n: int, noun: str, nouns: str = "") -> str:
+    """``n`` and the noun, singular for one: "1 token", "2 tokens" (``nouns``, when not just noun + "s")."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def human_rate(bytes_per_second: float) -> str:
     return f"{human_bytes(bytes_per_second)}/s" if bytes_per_second else "—"

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.agent.service import AgentService
+from app.units import counted
 from engine.agent import McpConfigError, McpServerConfig, McpServerFailed
 
 
@@ -324,7 +325,7 @@ class McpServersDialog(QDialog):
             return
         config = self.agent.servers.get(name)
         off = config.disabled_tools if config else frozenset()
-        self.status.setText(f"{name}: {len(tools)} tools")
+        self.status.setText(f"{name}: {counted(len(tools), 'tool')}")
         self.tools.blockSignals(True)
         for tool, description in tools:
             item = QListWidgetItem(f"{tool} — {description[:120]}")

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.store.records import AnswerSteps
+from app.units import counted
 from engine.agent import Decision
 
 CARD_PREVIEW_CHARS = 300
@@ -73,7 +74,7 @@ class ThinkingSection(QFrame):
         self.setVisible(bool(steps.reasoning))
         self.body.setText(steps.reasoning.strip())
         took = f" for {steps.thinking_seconds:.1f} s" if steps.thinking_seconds else ""
-        tokens = f" · {steps.thinking_tokens} tokens" if steps.thinking_tokens else ""
+        tokens = f" · {counted(steps.thinking_tokens, 'token')}" if steps.thinking_tokens else ""
         if steps.thinking_done:
             self.toggle.setText(f"{'▾' if self.toggle.isChecked() else '▸'} Thought{took}{tokens}")
             if not self._done:  # the answer began: fold, unless the user opened it

@@ -37,6 +37,7 @@ from app.net.api import HearthApi
 from app.net.types import ApiError
 from app.pages.chats_page import ChatsPage
 from app.store.records import DocSource
+from app.units import counted
 from engine.server.api_models import DocCollection as CollectionAnswer
 from engine.server.api_models import HearthRequest
 
@@ -69,7 +70,7 @@ class DocCollection:
 
     @property
     def summary(self) -> str:
-        text = f"{self.name} — {self.files} files, {self.chunks} chunks"
+        text = f"{self.name} — {counted(self.files, 'file')}, {counted(self.chunks, 'chunk')}"
         if self.indexing:
             text += f", indexing ({self.phase}{', paused' if self.paused else ''})"
         elif self.embedded < self.chunks:

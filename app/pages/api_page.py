@@ -32,6 +32,7 @@ from app.pages.hardware_page import card
 from app.store.records import AppSettings
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors
+from app.units import counted
 from app.widgets.toggle import ToggleSwitch
 
 POLL_MS = 1000
@@ -326,7 +327,7 @@ class ApiPage(QWidget):
         if self._last is not None and now > self._last[0]:
             rate = max(0, s.generated_tokens - self._last[1]) / (now - self._last[0])
         self._last = (now, s.generated_tokens)
-        self.live.setText(f"<b>{s.requests_in_flight}</b> requests in flight · <b>{rate:.1f}</b> tokens/s now")
+        self.live.setText(f"<b>{s.requests_in_flight}</b> {'request' if s.requests_in_flight == 1 else 'requests'} in flight · <b>{rate:.1f}</b> tokens/s now")
         if s.models:
             names = ", ".join(f"{m.name} ({m.backend}, {m.running} running, {m.waiting} waiting)" for m in s.models)
             self.loaded.setText(f"Loaded: {names}")
@@ -338,4 +339,4 @@ class ApiPage(QWidget):
         if self.edited() != self.settings:
             return  # the status line is telling about unapplied changes
         ttft = f" · mean first token {m.mean_ttft * 1000:.0f} ms" if m.mean_ttft is not None else ""
-        self.status.setText(f"{self._shared_text()} {int(m.requests_total)} requests served{ttft}.")
+        self.status.setText(f"{self._shared_text()} {counted(int(m.requests_total), 'request')} served{ttft}.")

@@ -41,7 +41,7 @@ from app.net.catalog_types import (
 from app.net.types import ApiError
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors
-from app.units import human_bytes, human_count
+from app.units import counted, human_bytes, human_count
 
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 FORMATS = (("Any format", ""), ("GGUF", "gguf"), ("MLX", "mlx"), ("Safetensors", "safetensors"))
@@ -274,7 +274,7 @@ class HubPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, r.repo)
             item.setSizeHint(QSize(300, 52))
             self.results.addItem(item)
-        self.message.emit(f"{len(repos)} models found." if repos else "Nothing found; try other words.", False)
+        self.message.emit(f"{counted(len(repos), 'model')} found." if repos else "Nothing found; try other words.", False)
 
     # -- variants -----------------------------------------------------------------------------
     def show_variants(self, repo: str) -> None:

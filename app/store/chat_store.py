@@ -46,6 +46,7 @@ from app.store.row_mapping import (
 )
 from app.store.schema import ChatRow, MessageRow, utcnow
 from app.store.tree import MessageTree, Node
+from app.units import counted
 from engine.paths import private_file
 
 log = logging.getLogger(__name__)
@@ -162,9 +163,9 @@ class ChatStore(BranchingStore):
             copied = Copied(0, 0, False)
         log.error("%s was damaged (%s); kept as %s, %d chats recovered", self.path, reason, kept, copied.chats)
         recovered = (
-            f"all {copied.chats} chats were recovered from it"
+            f"all {counted(copied.chats, 'chat')} were recovered from it"
             if copied.complete
-            else f"{copied.chats} chats and {copied.messages} messages could be recovered from it, the rest may be lost"
+            else f"{counted(copied.chats, 'chat')} and {counted(copied.messages, 'message')} could be recovered from it, the rest may be lost"
         )
         self.problem = (
             f"The chat database was damaged, so Hearth started a new one and kept the damaged file as {kept}; "

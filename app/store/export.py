@@ -13,6 +13,7 @@ from dataclasses import asdict
 
 from app.store.images import ImageRef
 from app.store.records import AnswerSteps, ChatRecord, MessageRecord
+from app.units import counted
 
 EXPORT_VERSION = 2  # 2: every branch, messages with id and parent_id
 
@@ -21,7 +22,7 @@ def _stats_line(message: MessageRecord) -> str:
     s = message.stats
     if s is None or not s.tokens:
         return ""
-    parts = [f"{s.tokens} tokens"]
+    parts = [counted(s.tokens, "token")]
     if s.tokens_per_second:
         parts.append(f"{s.tokens_per_second:.1f} tokens/s")
     if s.ttft is not None:

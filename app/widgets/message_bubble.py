@@ -30,6 +30,7 @@ from app.icons import icon
 from app.store.images import ImageRef
 from app.store.records import AnswerStats, MessageRecord
 from app.theme import ThemeColors
+from app.units import counted
 from app.widgets.markdown import breakable_text
 from app.widgets.markdown_view import MarkdownView, TextLabel
 
@@ -47,7 +48,7 @@ def stats_text(stats: AnswerStats | None, streaming: bool) -> str:
     if stats.tokens_per_second:
         parts.append(f"{stats.tokens_per_second:.1f} tok/s")
     if stats.tokens:
-        parts.append(f"{stats.tokens} tokens")
+        parts.append(counted(stats.tokens, "token"))
         if stats.accepted_draft_tokens:
             parts.append(f"{round(100 * stats.accepted_draft_tokens / stats.tokens)}% drafted")
     if stats.ttft is not None:

@@ -47,7 +47,7 @@ def test_sharing_the_api_lets_an_openai_client_in(qtbot, window, engine):
         fresh_chat(window, max_tokens=8)
         assert send_and_wait(qtbot, window, "Hello again.").error is None
         window.nav.select(3)  # live numbers are polled while the page is shown
-        qtbot.waitUntil(lambda: "requests in flight" in page.live.text() and "requests served" in page.status.text(), timeout=10_000)
+        qtbot.waitUntil(lambda: " in flight" in page.live.text() and " served" in page.status.text(), timeout=10_000)
         assert f"{STARTER_NAME} (llamacpp" in page.loaded.text()
     finally:
         window.choose_theme(theme)
