@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -49,6 +49,11 @@ class AttachmentSource(Protocol):
     def pending(self, chat_id: int) -> tuple[ImageRef, ...]: ...
 
     def sent(self, chat_id: int) -> None: ...
+
+
+def _keys(shortcut: QShortcut) -> str:
+    """A shortcut's keys as this platform writes them (Ctrl+N, ⌘N)."""
+    return shortcut.key().toString(QKeySequence.SequenceFormat.NativeText)
 
 
 class ChatHeader(QFrame):
@@ -159,6 +164,7 @@ class ChatsPage(QWidget):
         row.addWidget(self.settings_panel)
         self._row = row
         self._connect()
+        self._shortcuts()
         self.refresh_list()
         chats = self.controller.chats()
         if chats:
@@ -229,6 +235,26 @@ class ChatsPage(QWidget):
         self.export_button.setIcon(icon("export", self.colors.muted))
         self.split_button.setIcon(icon("split", self.colors.muted))
         self.settings_button.setIcon(icon("settings", self.colors.muted))
+
+    def _shortcuts(self) -> None:
+        """Ctrl+N: a new chat; Ctrl+F: the search box of the chat list (both while this page shows); Esc: stop the
+        answer in progress (while the focus is on this page). The tooltips say so."""
+        window = Qt.ShortcutContext.WindowShortcut  # a hidden page's shortcuts are off
+        self.new_shortcut = QShortcut(QKeySequence(QKeySequence.StandardKey.New), self, self.new_chat, context=window)
+        self.find_shortcut = QShortcut(QKeySequence(QKeySequence.StandardKey.Find), self, self.focus_search, context=window)
+        self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self._stop_key,
+                                       context=Qt.ShortcutContext.WidgetWithChildrenShortcut)  # fmt: skip
+        self.sidebar.new_button.setToolTip(f"New chat ({_keys(self.new_shortcut)})")
+        self.sidebar.search.setToolTip(f"Search chats ({_keys(self.find_shortcut)})")
+        self.composer.stop_keys = _keys(self.stop_shortcut)
+
+    def focus_search(self) -> None:
+        self.sidebar.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.sidebar.search.selectAll()
+
+    def _stop_key(self) -> None:
+        if self.composer.answering:
+            self.stop()
 
     def _connect(self) -> None:
         c = self.controller

@@ -64,6 +64,7 @@ class Composer(QWidget):
         super().__init__(parent)
         self.colors = colors
         self.answering = False
+        self.stop_keys = ""  # the keys that stop an answer too, for the Stop button's tooltip
         self.engine_ready = False
         outer = QVBoxLayout(self)
         outer.setContentsMargins(24, 4, 24, 12)
@@ -143,7 +144,7 @@ class Composer(QWidget):
     def _update_button(self) -> None:
         if self.answering:
             self.button.setIcon(icon("stop", self.colors.accent_text))
-            self.button.setToolTip("Stop the answer")
+            self.button.setToolTip(f"Stop the answer ({self.stop_keys})" if self.stop_keys else "Stop the answer")
             self.button.setEnabled(True)
         else:
             self.button.setIcon(icon("send", self.colors.accent_text))
