@@ -11,7 +11,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -72,7 +71,6 @@ class Composer(QWidget):
         self.frame = QFrame()
         self.frame.setObjectName("Composer")
         self.frame.setMaximumWidth(860)  # as wide as the chat's column, and narrower with it
-        self.frame.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         frame_column = QVBoxLayout(self.frame)
         frame_column.setContentsMargins(10, 8, 8, 8)
         frame_column.setSpacing(4)
@@ -99,7 +97,11 @@ class Composer(QWidget):
         self.button.setIconSize(QSize(18, 18))
         self.button.clicked.connect(self._clicked)
         row.addWidget(self.button, 0, Qt.AlignmentFlag.AlignBottom)
-        outer.addWidget(self.frame, 0, Qt.AlignmentFlag.AlignHCenter)
+        centered = QHBoxLayout()  # as the chat view centres its column
+        centered.addStretch(0)
+        centered.addWidget(self.frame, 1)
+        centered.addStretch(0)
+        outer.addLayout(centered)
         self.hint = QLabel("Enter to send · Shift+Enter for a new line")
         self.hint.setObjectName("Muted")
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)

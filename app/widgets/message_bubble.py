@@ -70,6 +70,20 @@ def _tool(name: str, tip: str, colors: ThemeColors, object_name: str) -> QToolBu
     return button
 
 
+class StatsLabel(QLabel):
+    """The numbers under an answer: on one line where it fits, wrapped where the column is narrow."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("Muted")
+        self.setWordWrap(True)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        margins = self.contentsMargins()
+        width = self.fontMetrics().horizontalAdvance(self.text()) + margins.left() + margins.right() + 2
+        return QSize(width, super().sizeHint().height())
+
+
 class PictureDialog(QDialog):
     """A picture of a message at full size (scrolled when larger than the screen)."""
 
@@ -177,9 +191,7 @@ class MessageBubble(QWidget):
 
         footer = QHBoxLayout()
         footer.setSpacing(2)
-        self.stats = QLabel()
-        self.stats.setObjectName("Muted")
-        self.stats.setWordWrap(True)  # in a narrow column the numbers wrap; the buttons beside them stay in view
+        self.stats = StatsLabel()  # in a narrow column the numbers wrap; the buttons beside them stay in view
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.hide()

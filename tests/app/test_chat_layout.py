@@ -48,6 +48,9 @@ def test_a_narrow_column_rewraps_the_messages_and_code_scrolls_inside_its_block(
     assert _inside(block, view.viewport())
     assert block.scroll.horizontalScrollBar().maximum() > 0  # the long line scrolls, inside the block
     assert block.scroll.height() >= block.code.height()  # every line of the code shows
+    view.resize(900, 600)  # room again: the numbers under the answer take one line
+    _settle(qtbot)
+    assert answer.stats.height() < 2 * answer.stats.fontMetrics().lineSpacing()
 
 
 def test_the_header_keeps_its_controls_whole_beside_open_panels(qtbot, idle_window, chat_store):
@@ -70,3 +73,4 @@ def test_the_header_keeps_its_controls_whole_beside_open_panels(qtbot, idle_wind
     page.settings_button.setChecked(False)  # room again: the title goes back beside the controls
     _settle(qtbot)
     assert page.title.geometry().center().y() == page.model_combo.geometry().center().y()
+    assert page.composer.frame.width() == min(860, page.composer.width() - 48)  # as wide as the column
