@@ -46,6 +46,7 @@ class BackendStats:
         prompt_tokens: Their prompt tokens.
         generated_tokens: Tokens generated since the model loaded.
         prefix_cache_tokens: Prompt tokens served from a cached prefix instead of computed.
+        max_waiting: Most requests queued beyond the slots before new ones are refused (None: not known).
         details: The backend's own figures (blocks, device, load plan, ...).
     """
 
@@ -57,6 +58,7 @@ class BackendStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     prefix_cache_tokens: int = 0
+    max_waiting: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -70,7 +72,7 @@ class BackendStats:
             "n_ctx_per_sequence": self.n_ctx_per_sequence, "requests": self.requests,
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
             "prefix_cache_tokens": self.prefix_cache_tokens, "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
-            **self.details,
+            **({"max_waiting": self.max_waiting} if self.max_waiting is not None else {}), **self.details,
         }  # fmt: skip
 
 

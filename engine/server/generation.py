@@ -125,6 +125,8 @@ class Generation:
         stats = lm.backend.stats()
         if stats is not None:
             request_caps.check_choices(self.n, slots=stats.slots, model=self.served_name)
+            request_caps.check_sequences(len(self.requests), slots=stats.slots, max_waiting=stats.max_waiting,
+                                         model=self.served_name, param=prompt_param(self.http.url.path))  # fmt: skip
         self.requests = request_caps.cap_max_tokens(self.http, self.requests, lm.backend.info.n_ctx)
 
     @property

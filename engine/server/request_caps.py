@@ -34,6 +34,21 @@ def check_choices(n: int, *, slots: int, model: str) -> None:
         )
 
 
+def check_sequences(count: int, *, slots: int, max_waiting: int | None, model: str, param: str) -> None:
+    """Refuse a request of more sequences (its prompts times its choices) than ``model`` runs and queues together:
+    they could never all be taken, and each try would fill the queue ahead of every other client.
+
+    Raises:
+        InvalidRequest: ``count`` is over the slots and the queue.
+    """
+    if max_waiting is not None and count > (most := slots + max_waiting):
+        raise InvalidRequest(
+            f"This request asks for {count} answers (its prompts times 'n') but model '{model}' takes at most {most} "
+            f"at once ({slots} generating, {max_waiting} waiting); send fewer prompts in each request.",
+            param=param,
+        )
+
+
 def cap_max_tokens(http: Request, requests: list[GenerationRequest], n_ctx: int) -> list[GenerationRequest]:
     """``requests`` with a ``max_tokens`` over the context ``n_ctx`` lowered to it, noted for the response's
     :data:`MAX_TOKENS_CAP_HEADER` (an answer never runs past the context: its length ends it there)."""
@@ -52,4 +67,4 @@ def noted_cap(state: dict) -> int | None:
     return state.get(_STATE_KEY)
 
 
-__all__ = ["MAX_TOKENS_CAP_HEADER", "cap_max_tokens", "check_choices", "noted_cap"]
+__all__ = ["MAX_TOKENS_CAP_HEADER", "cap_max_tokens", "check_choices", "check_sequences", "noted_cap"]

@@ -155,6 +155,7 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             waiting = len(self._waiting)
         return BackendStats(
             running=running, waiting=waiting, slots=self.n_seq_max, n_ctx_per_sequence=self.n_ctx_seq,
+            max_waiting=self.max_waiting,
             requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
             generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.slots.cached_tokens,
             details={

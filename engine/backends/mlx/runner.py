@@ -127,7 +127,7 @@ class GenerationLoop(AdmissionQueue[Sequence]):
             running = 1 if self._running is not None else 0
             waiting = len(self._waiting)
         return BackendStats(
-            running=running, waiting=waiting, slots=1, n_ctx_per_sequence=self.n_ctx,
+            running=running, waiting=waiting, slots=1, n_ctx_per_sequence=self.n_ctx, max_waiting=self.max_waiting,
             requests=self.stats_requests, prompt_tokens=self.stats_prompt_tokens,
             generated_tokens=self.stats_generated_tokens, prefix_cache_tokens=self.stats_cached_tokens,
             details={"draft_tokens": self.stats_draft_tokens, "accepted_draft_tokens": self.stats_accepted_tokens},

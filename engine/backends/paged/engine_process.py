@@ -176,7 +176,8 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
         running = min(in_flight, self.max_running)
         if out is None:
             out = BackendStats(running=running, waiting=in_flight - running, slots=self.max_running, n_ctx_per_sequence=self.n_ctx)
-        out = replace(out, running=running, waiting=in_flight - running, details=dict(out.details), **counts)
+        out = replace(out, running=running, waiting=in_flight - running, max_waiting=self.max_waiting,
+                      details=dict(out.details), **counts)  # fmt: skip
         out.details.update(device=self.facts.device, load_plan=self.facts.load_plan, engine_process=self._proc.pid,
                            engine_restarts=self.restarts)  # fmt: skip
         return out

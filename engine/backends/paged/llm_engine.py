@@ -167,6 +167,7 @@ class LLMEngine:
         return BackendStats(
             running=len(self.scheduler.running), waiting=len(self.scheduler.waiting) + waiting,
             slots=self.config.max_num_seqs, n_ctx_per_sequence=self.config.max_model_len,
+            max_waiting=self.config.max_waiting,
             requests=requests, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens,
             prefix_cache_tokens=bm.num_hit_tokens,
             details={

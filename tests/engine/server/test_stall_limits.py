@@ -216,6 +216,20 @@ def test_more_choices_than_the_models_slots_is_a_400_naming_the_limit(small_serv
     assert r.status_code == 200 and len(r.json()["choices"]) == 2
 
 
+def test_more_prompts_than_the_model_runs_and_queues_is_a_400_and_leaves_the_queue_to_others(small_server):
+    # Prompts times n past the slots and the queue could never all be taken: each try filled the queue (every other
+    # client got a 429) and then gave back a 429 that said the queue was full, on an idle server, forever.
+    assert _post(small_server, "/v1/completions", {"model": MODEL, "prompt": "Hi", "max_tokens": 1}).status_code == 200
+    stats = httpx.get(f"{small_server.root}/api/stats", headers=small_server.headers, timeout=30).json()["models"][MODEL]
+    most = stats["slots"] + stats["max_waiting"]
+    r = _post(small_server, "/v1/completions", {"model": MODEL, "prompt": ["Hi"] * (most // 2 + 1), "n": 2, "max_tokens": 1})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "prompt" and f"takes at most {most} at once" in _message(r)
+    stats = httpx.get(f"{small_server.root}/api/stats", headers=small_server.headers, timeout=30).json()["models"][MODEL]
+    assert stats["waiting"] == 0 and stats["running"] == 0
+    assert _post(small_server, "/v1/completions", {"model": MODEL, "prompt": "Hi", "max_tokens": 1}).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [
