@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
@@ -38,7 +39,7 @@ from engine.server.ollama_models import model_header
 from engine.server.openai_routes import chat_messages
 from engine.server.schemas import ChatCompletionBody
 from engine.server.tokenize_routes import acquire_local, model_or_default
-from engine.types import GenerationChunk, GenerationRequest, SamplingParams
+from engine.types import GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)  # llama-server reads any body as JSON
 
@@ -46,6 +47,7 @@ router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)  # llam
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 MAX_TEXT_CHARS = 4_000_000  # a field's text (a long source file is well within)
 RANDOM_SEED = 0xFFFFFFFF  # llama-server's seed for "a random one"
+BIAS_BOUND = 100.0  # a logit bias's bound, as the other dialects take it
 
 
 class ExtraFile(BaseModel):
@@ -57,7 +59,8 @@ class ExtraFile(BaseModel):
 
 class NativeBody(BaseModel):
     """llama-server's completion fields Hearth reads; the rest (``cache_prompt``, ``samplers``, ``id_slot``,
-    ``t_max_prompt_ms``...) are accepted and left: the prompt cache is always on."""
+    ``t_max_prompt_ms``...) are accepted and left: the prompt cache is always on. A GBNF ``grammar`` is refused
+    (a 400 that says to give ``json_schema``), not left."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -81,6 +84,11 @@ class NativeBody(BaseModel):
     t_max_predict_ms: int = Field(0, ge=0)
     n_indent: int = Field(0, ge=0)
     return_tokens: StrictBool = False
+    # constrained output, as llama-server takes it: a JSON schema (or response_format), and biases by token id
+    json_schema: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logit_bias: Any = None
+    grammar: str | None = None
 
 
 class InfillBody(NativeBody):
@@ -255,7 +263,66 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
 
 
 def _request(body: NativeBody, *, prompt: str, infill: Infill | None = None, ids: tuple[int, ...] | None = None) -> GenerationRequest:
-    return GenerationRequest(model=body.model or "", prompt=prompt, prompt_ids=ids, infill=infill, params=_params(body))
+    params = replace(_params(body), logit_bias=_logit_bias(body.logit_bias))
+    return GenerationRequest(model=body.model or "", prompt=prompt, prompt_ids=ids, infill=infill, params=params,
+                             response_format=_format(body))  # fmt: skip
+
+
+def _format(body: NativeBody) -> ResponseFormat:
+    """The output's constraint: ``json_schema``, else ``response_format`` (``json_object``, with a ``schema`` or
+    not, or ``json_schema`` with its ``json_schema.schema``), as llama-server reads them.
+
+    Raises:
+        InvalidRequest: a GBNF ``grammar`` (not taken here), or a format of another type.
+    """
+    if body.grammar:
+        raise InvalidRequest("'grammar' (GBNF) is not taken here; describe the output with 'json_schema' instead.",
+                             param="grammar")  # fmt: skip
+    if body.json_schema is not None:
+        return ResponseFormat(type="json_schema", schema=body.json_schema)
+    rf = body.response_format
+    if rf is None or rf.get("type", "text") == "text":
+        return ResponseFormat()
+    if rf.get("type") not in ("json_object", "json_schema"):
+        raise InvalidRequest("'response_format' must be of type text, json_object or json_schema.", param="response_format")
+    schema = rf.get("schema")
+    if schema is None and isinstance(rf.get("json_schema"), dict):
+        schema = rf["json_schema"].get("schema")
+    if schema is None:
+        return ResponseFormat(type="json_object")
+    if not isinstance(schema, dict):
+        raise InvalidRequest("'response_format' holds a schema that is not a JSON object.", param="response_format")
+    return ResponseFormat(type="json_schema", schema=schema)
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """llama-server's ``logit_bias``: ``[[id, bias], ...]`` or ``{"id": bias}``, a bias of ``false`` banning the
+    token; a bias is held to +-:data:`BIAS_BOUND` (OpenAI's bounds: -100 bans a token, 100 all but forces it).
+
+    Raises:
+        InvalidRequest: another shape, a token given as text, or a bias that is not a finite number.
+    """
+    if value is None:
+        return ()
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list):
+        pairs = None
+    out: list[tuple[int, float]] = []
+    for pair in pairs or ():
+        token, bias = pair if isinstance(pair, (list, tuple)) and len(pair) == 2 else (None, None)
+        if isinstance(token, str) and token.lstrip("-").isdigit():
+            token = int(token)
+        if bias is False:
+            bias = -BIAS_BOUND
+        if (not isinstance(token, int) or isinstance(token, bool) or not isinstance(bias, (int, float))
+                or isinstance(bias, bool) or not math.isfinite(bias)):  # fmt: skip
+            pairs = None
+            break
+        out.append((token, max(-BIAS_BOUND, min(BIAS_BOUND, float(bias)))))
+    if pairs is None:
+        raise InvalidRequest("'logit_bias' must pair token ids (/tokenize gives them) with numbers, or false to ban "
+                             "a token: [[15043, -1.5], [2, false]].", param="logit_bias")  # fmt: skip
+    return tuple(out)
 
 
 @router.post("/completion")

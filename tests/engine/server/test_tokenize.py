@@ -110,3 +110,24 @@ def test_llama_servers_other_routes_read_any_body_as_json(server):
     assert [(e["index"], e["embedding"]) for e in native] == [(d["index"], [d["embedding"]]) for d in openai["data"]]
     refused = _post(server, "/embedding", {"model": MODEL, "content": ""})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "content"
+
+
+def test_llama_servers_completion_follows_a_json_schema_and_token_biases(server):
+    """``/completion`` as llama-server reads it: ``json_schema`` (or ``response_format``) holds the text to the
+    schema, ``logit_bias`` pairs ids with biases (``false`` bans one); a GBNF ``grammar`` is refused, not left."""
+    import json
+
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}}, "required": ["answer"]}
+    ask = {"model": MODEL, "prompt": "Is the sky blue? Answer in JSON:", "n_predict": 40, "temperature": 0}
+    for constraint in ({"json_schema": schema}, {"response_format": {"type": "json_object", "schema": schema}},
+                       {"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}):  # fmt: skip
+        out = _post(server, "/completion", {**ask, **constraint}).json()
+        assert json.loads(out["content"])["answer"] in ("yes", "no"), out["content"]
+    free = _post(server, "/completion", {**ask, "n_predict": 1, "return_tokens": True}).json()["tokens"]
+    for bias in ([[free[0], False]], {str(free[0]): -1000}):
+        banned = _post(server, "/completion", {**ask, "n_predict": 1, "return_tokens": True, "logit_bias": bias}).json()
+        assert banned["tokens"] and banned["tokens"][0] != free[0]
+    for wrong, param in (({"grammar": 'root ::= "yes"'}, "grammar"), ({"logit_bias": [["yes", 1]]}, "logit_bias"),
+                         ({"logit_bias": [[1, "high"]]}, "logit_bias")):  # fmt: skip
+        r = _post(server, "/completion", {**ask, **wrong})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
