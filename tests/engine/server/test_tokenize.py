@@ -85,7 +85,10 @@ def test_the_model_defaults_to_the_loaded_one_and_bad_ids_are_400s(server, vocab
 @needs_llama_server
 def test_answers_equal_llama_servers(server, starter_path):
     bodies = [("/tokenize", {"content": TEXT, "with_pieces": True}), ("/tokenize", {"content": TEXT, "add_special": True}),
-              ("/tokenize", {"content": TEXT, "parse_special": False}), ("/detokenize", {"tokens": [19556, 15107, 116, 243]})]  # fmt: skip
+              ("/tokenize", {"content": TEXT, "parse_special": False}), ("/detokenize", {"tokens": [19556, 15107, 116, 243]}),
+              ("/apply-template", {"messages": [{"role": "user", "content": TEXT}]}),
+              ("/apply-template", {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                                                {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]})]  # fmt: skip
     with llama_server(starter_path, "-c", "512") as url:
         theirs = [httpx.post(f"{url}{path}", json=body, timeout=60).json() for path, body in bodies]
     ours = [_post(server, path, {"model": MODEL, **body}).json() for path, body in bodies]
