@@ -241,16 +241,23 @@ def streamed(gen: Generation, body: AsyncIterator[bytes], media_type: str = "tex
     byte included (the body then never runs, nor its ``finally``), a generation whose chunks were never read is
     given up (:meth:`Generation.abandon`): its sequences cancelled and the model released. Chunks that were read
     end the generation themselves."""
-    return StreamingResponse(_abandoning(gen, body), media_type=media_type, background=BackgroundTask(gen.abandon),
-                             headers=STREAM_HEADERS if media_type == "text/event-stream" else None)  # fmt: skip
+    return _GenerationStream(gen, body, media_type)
 
 
-async def _abandoning(gen: Generation, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    try:
-        async for item in body:
-            yield item
-    finally:
-        gen.abandon()
+class _GenerationStream(StreamingResponse):
+    """A streamed answer that gives its generation up once the response ends, if its chunks were never read: when
+    the body's streaming ends however it ends, and, should it never have begun (cancelled at once), after it."""
+
+    def __init__(self, gen: Generation, body: AsyncIterator[bytes], media_type: str) -> None:
+        super().__init__(body, media_type=media_type, background=BackgroundTask(gen.abandon),
+                         headers=STREAM_HEADERS if media_type == "text/event-stream" else None)  # fmt: skip
+        self.gen = gen
+
+    async def stream_response(self, send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            self.gen.abandon()
 
 
 __all__ = ["CLIENT_POLL_SECONDS", "STREAM_HEADERS", "Generation", "streamed"]
