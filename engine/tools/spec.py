@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.errors import InvalidRequest
+from engine.literal_text import MAX_TEMPLATE_DEPTH
 
 ToolChoiceMode = Literal["auto", "none", "required", "function"]
 
@@ -271,6 +272,18 @@ def close_partial_json(text: str) -> str:
     return out + "".join(reversed(stack))
 
 
+def _deeper_than(value: Any, most: int) -> bool:
+    """Whether ``value`` (objects and arrays) nests more than ``most`` levels deep, found without recursion."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (Mapping, list, tuple)):
+            if depth >= most:
+                return True
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, Mapping) else node))
+    return False
+
+
 def parse_tools(items: Sequence[Any] | None, *, custom: bool = False) -> tuple[ToolSpec, ...]:
     """Tool definitions from OpenAI's request shape (``{"type": "function", "function": {...}}``).
 
@@ -311,6 +324,9 @@ def parse_tools(items: Sequence[Any] | None, *, custom: bool = False) -> tuple[T
             raise InvalidRequest(
                 f"{where} has parameters that are not a JSON schema of type 'object'.", param="tools"
             )
+        if _deeper_than(params, MAX_TEMPLATE_DEPTH):  # as any value the chat template is given
+            raise InvalidRequest(f"{where} has parameters nested more than {MAX_TEMPLATE_DEPTH} levels deep; send a "
+                                 "flatter schema.", param="tools")  # fmt: skip
         description = fn.get("description") or ""
         if not isinstance(description, str):
             raise InvalidRequest(f"{where} has a description that is not text.", param="tools")

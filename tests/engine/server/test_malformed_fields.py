@@ -118,6 +118,9 @@ def test_deep_nesting_and_lone_surrogates_are_answered_or_refused_never_a_server
          "context_length_exceeded"),
         ({"model": MODEL, "max_tokens": 2, "messages": hi, "chat_template_kwargs": {"deep": json.loads("[" * 900 + "]" * 900)}},
          "invalid_value"),
+        ({"model": MODEL, "max_tokens": 2, "messages": hi, "tools": [{"type": "function", "function": {"name": "f",
+          "parameters": {"type": "object", "properties": {"x": json.loads('{"items":' * 900 + "{}" + "}" * 900)}}}}]},
+         "invalid_value"),  # read 55 s as a prompt before: refused at once, as the doc says
     ]  # fmt: skip
     for body, code in cases:
         r = httpx.post(f"{server.root}/v1/chat/completions", json=body, headers=server.headers, timeout=120)
