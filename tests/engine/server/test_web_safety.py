@@ -215,7 +215,7 @@ def test_the_official_clients_are_answered(app):
 
     chat, generated, names = asyncio.run(run())
     assert chat and generated
-    assert MODEL in names
+    assert f"{MODEL}:latest" in names
 
 
 @pytest.mark.parametrize(
