@@ -140,13 +140,19 @@ class ChatController(QObject):
         self.chat_copied.emit(chat_id, companion.id)
         return companion
 
-    def end_split(self, chat_id: int) -> None:
-        """Close the chat's second column (its answer stops); its conversation stays, as a chat of the list."""
+    def end_split(self, chat_id: int) -> ChatRecord | None:
+        """Close the chat's second column (its answer stops). A column that was sent a message stays, as a
+        chat of the list named after its model, and is returned; one that was not is deleted."""
         companion = self.store.split_companion(chat_id)
-        if companion is not None:
-            self.stop(companion.id)
-        self.store.end_split(chat_id)
+        if companion is None:
+            return None
+        self.stop(companion.id)
+        kept = self.store.end_split(chat_id)
+        if kept is None:
+            self._conversations.pop(companion.id, None)
+            self.chat_deleted.emit(companion.id)
         self.chats_changed.emit()
+        return kept
 
     def match_split(self, chat_id: int) -> None:
         """The chat's second column takes the chat's settings again, with its own model (before each message)."""

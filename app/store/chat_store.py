@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, delete, event, or_, select, update
@@ -273,7 +274,8 @@ class ChatStore(BranchingStore):
 
     def start_split(self, chat_id: int, model: str) -> ChatRecord:
         """Split the chat side by side with ``model``: its column holds a copy of the conversation shown,
-        and the chat's settings with that model.
+        and the chat's settings with that model. The copied messages are stamped 0 on the active path, so
+        every message the column is sent later (stamped 1 and up) tells that it was used.
 
         Raises:
             KeyError: no such chat.
@@ -286,15 +288,29 @@ class ChatStore(BranchingStore):
         with self.session() as s, s.begin():
             row = s.get(ChatRow, companion.id)
             row.split_of, row.model, row.title = chat_id, model, f"{chat.title} — {model}"[:200]
+            s.execute(update(MessageRow).where(MessageRow.chat_id == companion.id).values(active_seq=0))
         return self.get_chat(companion.id)
 
     def end_split(self, chat_id: int) -> ChatRecord | None:
-        """Close the chat's second column; its conversation stays, as a chat of its own in the list."""
+        """Close the chat's second column. A column that was sent no message is deleted (None is returned);
+        one that was stays as a chat of its own in the list, titled with its model first (the titles of the
+        two differ where the list cuts them short) and listed just below the chat."""
         companion = self.split_companion(chat_id)
         if companion is None:
             return None
         with self.session() as s, s.begin():
-            s.get(ChatRow, companion.id).split_of = None
+            used = s.scalars(
+                select(MessageRow.id).where(MessageRow.chat_id == companion.id, MessageRow.active_seq > 0).limit(1)
+            ).first()
+            if used is not None:
+                row, chat = s.get(ChatRow, companion.id), s.get(ChatRow, chat_id)
+                row.split_of = None
+                row.title = f"{row.model}: {chat.title}"[:200]
+                if row.updated_at >= chat.updated_at:  # the chat, not its column, opens first at the next launch
+                    row.updated_at = chat.updated_at - timedelta(microseconds=1)
+        if used is None:
+            self.delete_chat(companion.id)
+            return None
         return self.get_chat(companion.id)
 
     # -- messages -----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Side by side in the chat store: the second model's column is a companion chat, hidden from the list,
-holding a copy of the conversation shown; unsplit it becomes a chat of its own; deleted with its chat."""
+holding a copy of the conversation shown; unsplit it becomes a chat of its own (named after its model, below
+the chat) when it was sent a message, and goes when it was not; deleted with its chat."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def test_split_keeps_a_companion_with_the_conversation_and_the_second_model(tmp_
         store = ChatStore(tmp_path)  # kept across a restart
         assert store.split_companion(chat.id).id == companion.id
 
-        # unsplit: the column's conversation stays, as a chat of its own
+        # unsplit after a message: the column's conversation stays, as a chat of its own
+        store.add_message(chat.id, "user", "And you?")
+        store.add_message(companion.id, "user", "And you?")
         store.end_split(chat.id)
         assert store.split_companion(chat.id) is None
         assert sorted(c.id for c in store.list_chats()) == sorted([chat.id, companion.id])
@@ -33,5 +36,39 @@ def test_split_keeps_a_companion_with_the_conversation_and_the_second_model(tmp_
         store.delete_chat(chat.id)
         assert store.get_chat(again.id) is None and store.messages(again.id) == []
         assert store.get_chat(companion.id) is not None  # the earlier, unsplit one is a chat of its own
+    finally:
+        store.close()
+
+
+def test_a_column_sent_no_message_goes_and_one_sent_a_message_is_named_after_its_model(tmp_path):
+    store = ChatStore(tmp_path)
+    try:
+        chat = store.create_chat(ChatSettings(model="local"))
+        store.add_message(chat.id, "user", "Hello")
+        store.add_message(chat.id, "assistant", "Hi!", AnswerStats(model="local"))
+        unused = store.start_split(chat.id, "local")
+        assert store.end_split(chat.id) is None  # opened and closed: no copy is left behind
+        assert [c.id for c in store.list_chats()] == [chat.id]
+        assert store.get_chat(unused.id) is None and store.messages(unused.id) == []
+
+        used = store.start_split(chat.id, "other")
+        store.add_message(chat.id, "user", "Again")
+        store.add_message(used.id, "user", "Again")  # the column is sent the message after the chat
+        store.add_message(used.id, "assistant", "Sure", AnswerStats(model="other"))
+        kept = store.end_split(chat.id)
+        assert kept is not None and kept.id == used.id and kept.split_of is None
+        assert kept.title == "other: Hello"
+        assert [c.id for c in store.list_chats()] == [chat.id, used.id]  # the chat still opens first at launch
+    finally:
+        store.close()
+
+
+def test_a_column_of_an_empty_chat_is_kept_once_it_was_sent_a_message(tmp_path):
+    store = ChatStore(tmp_path)
+    try:
+        chat = store.create_chat(ChatSettings(model="local"))
+        companion = store.start_split(chat.id, "other")
+        store.add_message(companion.id, "user", "Hello")
+        assert store.end_split(chat.id).id == companion.id
     finally:
         store.close()
