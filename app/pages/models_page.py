@@ -65,14 +65,21 @@ class ModelsPage(QWidget):
         self.import_button.clicked.connect(self.choose_import)
         header.addWidget(self.import_button)
         column.addLayout(header)
+        # The status line keeps its line when empty (a message does not push the tabs down); each tab has its
+        # own message, shown while that tab is.
         self.message = QLabel()
         self.message.setObjectName("Muted")
         self.message.setWordWrap(True)
-        self.message.hide()
+        self.message.setText('<span style="color:gray;">Ag</span>')  # a line as the messages are written
+        self.message.ensurePolished()
+        self.message.setMinimumHeight(self.message.sizeHint().height())
+        self.message.setText("")
+        self._messages: dict[QWidget, tuple[str, bool]] = {}
         column.addWidget(self.message)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self._local_tab(), "On this computer")
+        self.local_tab = self._local_tab()
+        self.tabs.addTab(self.local_tab, "On this computer")
         self.hub = HubPanel(api, colors, settings=settings)
         self.tabs.addTab(self.hub, "Discover")
         self.downloads = DownloadsPanel(api, colors)
@@ -81,12 +88,13 @@ class ModelsPage(QWidget):
         self.tabs.addTab(self.remote, "Remote providers")
         column.addWidget(self.tabs, 1)
         self.hub.download_started.connect(lambda _d: (self.downloads.refresh(), self.tabs.setCurrentWidget(self.downloads)))
-        self.hub.message.connect(self.show_message)
+        self.hub.message.connect(lambda text, error: self.show_message(text, error, tab=self.hub))
         self.downloads.model_arrived.connect(lambda _name: self.models.refresh())
-        self.downloads.message.connect(self.show_message)
-        self.remote.message.connect(self.show_message)
-        self.models.changed.connect(self.table.set_models)
-        self.models.failed.connect(lambda e: self.show_message(e.message, error=True))
+        self.downloads.message.connect(lambda text, error: self.show_message(text, error, tab=self.downloads))
+        self.remote.message.connect(lambda text, error: self.show_message(text, error, tab=self.remote))
+        self.tabs.currentChanged.connect(lambda _index: self._show_tab_message())
+        self.models.changed.connect(self.set_models)
+        self.models.failed.connect(lambda e: self.show_message(e.message, error=True, tab=self.local_tab))
         self.set_colors(colors)
 
     def _local_tab(self) -> QWidget:
@@ -107,6 +115,8 @@ class ModelsPage(QWidget):
         self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.view.horizontalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignLeft)
         self.view.verticalHeader().setDefaultSectionSize(34)
+        self.view.selectionModel().selectionChanged.connect(self._selection_changed)
+        self._keeping_selection = False
         column.addWidget(self.view, 1)
         buttons = QHBoxLayout()
         hint = QLabel("Drop a .gguf file here to add it.")
@@ -127,9 +137,10 @@ class ModelsPage(QWidget):
         self.unload_button.clicked.connect(lambda: self._on_selected(self.unload))
         self.delete_button.clicked.connect(lambda: self._on_selected(self.confirm_delete))
         column.addLayout(buttons)
+        self._update_buttons()
         self.folders = ModelFoldersSection(self.api)
         self.folders.changed.connect(self.models.refresh)
-        self.folders.message.connect(self.show_message)
+        self.folders.message.connect(lambda text, error: self.show_message(text, error, tab=tab))
         column.addWidget(self.folders)
         return tab
 
@@ -139,10 +150,19 @@ class ModelsPage(QWidget):
         self.hub.set_colors(colors)
         self.downloads.set_colors(colors)
 
-    def show_message(self, text: str, error: bool = False) -> None:
+    def show_message(self, text: str, error: bool = False, *, tab: QWidget | None = None) -> None:
+        """Say ``text`` on the status line for ``tab`` (by default the tab shown); it shows while that tab does."""
+        self._messages[tab or self.tabs.currentWidget()] = (text, error)
+        self._show_tab_message()
+
+    def _say(self, text: str, error: bool = False) -> None:
+        """A message about the models on this computer (their tab's)."""
+        self.show_message(text, error, tab=self.local_tab)
+
+    def _show_tab_message(self) -> None:
+        text, error = self._messages.get(self.tabs.currentWidget(), ("", False))
         color = self.colors.error_text if error else self.colors.muted
         self.message.setText(f'<span style="color:{color};">{text}</span>' if text else "")
-        self.message.setVisible(bool(text))
 
     # -- engine facts -------------------------------------------------------------------------
     def engine_ready(self) -> None:
@@ -162,34 +182,63 @@ class ModelsPage(QWidget):
         self.table.set_backends(by_model={m.name: m.backend for m in stats.models if m.backend})
 
     # -- actions on the selected model --------------------------------------------------------
+    def set_models(self, models: list[ModelInfo]) -> None:
+        """Show ``models``; the model selected stays selected (and its message stays) when it is still there."""
+        chosen = self.selected()
+        self._keeping_selection = True
+        try:
+            self.table.set_models(models)
+            names = self.table.names()
+            if chosen is not None and chosen.name in names:
+                self.view.selectRow(names.index(chosen.name))
+        finally:
+            self._keeping_selection = False
+        self._update_buttons()
+
     def selected(self) -> ModelInfo | None:
         rows = self.view.selectionModel().selectedRows() if self.view.selectionModel() else []
         return self.table.model_at(rows[0].row()) if rows else None
 
+    def _selection_changed(self) -> None:
+        if not self._keeping_selection:  # a message about the model selected before is stale now
+            self.show_message("", tab=self.local_tab)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        """The actions on the selected model: none without one; Load for a model not loaded, Unload for one loaded."""
+        model = self.selected()
+        self.settings_button.setEnabled(model is not None)
+        self.delete_button.setEnabled(model is not None)
+        self.load_button.setEnabled(model is not None and model.state == "not-loaded")
+        self.unload_button.setEnabled(model is not None and model.state != "not-loaded")
+        hint = "" if model is not None else "Select a model in the list first"
+        for button in (self.load_button, self.settings_button, self.unload_button, self.delete_button):
+            button.setToolTip(hint)
+
     def _on_selected(self, action) -> None:
         model = self.selected()
         if model is None:
-            self.show_message("Select a model in the list first.")
+            self._say("Select a model in the list first.")
             return
         action(model)
 
     def load(self, model: ModelInfo) -> None:
-        self.show_message(f"Loading {model.name}…")
+        self._say(f"Loading {model.name}…")
         call = self.api.load_model(model.name)
-        call.succeeded.connect(lambda r: (self.show_message(f"{model.name} is loaded ({r.backend}, {r.n_ctx:,} tokens of context)."), self.engine_ready()))
-        call.failed.connect(lambda e: self.show_message(e.message, error=True))
+        call.succeeded.connect(lambda r: (self._say(f"{model.name} is loaded ({r.backend}, {r.n_ctx:,} tokens of context)."), self.engine_ready()))
+        call.failed.connect(lambda e: self._say(e.message, error=True))
 
     def open_settings(self, model: ModelInfo) -> ModelSettingsDialog:
         """The load settings of ``model``, with its fit plan; saving them is said on the page."""
         dialog = ModelSettingsDialog(self.api, model.name, self)
-        dialog.saved.connect(lambda a: self.show_message(f"Saved; every load of {a.name} takes these settings from now on."))
+        dialog.saved.connect(lambda a: self._say(f"Saved; every load of {a.name} takes these settings from now on."))
         dialog.open()
         return dialog
 
     def unload(self, model: ModelInfo) -> None:
         call = self.api.unload_model(model.name)
-        call.succeeded.connect(lambda _r: (self.show_message(f"{model.name} is unloaded; its memory is free."), self.models.refresh()))
-        call.failed.connect(lambda e: self.show_message(e.message, error=True))
+        call.succeeded.connect(lambda _r: (self._say(f"{model.name} is unloaded; its memory is free."), self.models.refresh()))
+        call.failed.connect(lambda e: self._say(e.message, error=True))
 
     def confirm_delete(self, model: ModelInfo) -> None:
         if model.origin:
@@ -213,8 +262,8 @@ class ModelsPage(QWidget):
     def delete(self, model: ModelInfo) -> None:
         call = self.api.delete_model(model.name)
         done = f"{{}} is removed from Hearth; {model.origin_label} keeps its files." if model.origin else "{} is deleted."
-        call.succeeded.connect(lambda name: (self.show_message(done.format(name)), self.models.refresh()))
-        call.failed.connect(lambda e: self.show_message(e.message, error=True))
+        call.succeeded.connect(lambda name: (self._say(done.format(name)), self.models.refresh()))
+        call.failed.connect(lambda e: self._say(e.message, error=True))
 
     # -- importing ----------------------------------------------------------------------------
     def choose_import(self) -> None:
@@ -223,13 +272,15 @@ class ModelsPage(QWidget):
             self.import_file(path)
 
     def import_file(self, path: str) -> None:
-        self.show_message(f"Importing {path}…")
+        """Import the GGUF at ``path``; the models on this computer show, where it arrives."""
+        self.tabs.setCurrentWidget(self.local_tab)
+        self._say(f"Importing {path}…")
         call = self.api.import_model(path)
-        call.succeeded.connect(lambda m: (self.show_message(f"{m.name} is ready to use."), self.models.refresh()))
+        call.succeeded.connect(lambda m: (self._say(f"{m.name} is ready to use."), self.models.refresh()))
         call.failed.connect(self._import_failed)
 
     def _import_failed(self, error: ApiError) -> None:
-        self.show_message(error.message, error=True)
+        self._say(error.message, error=True)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
         if any(u.toLocalFile().lower().endswith(".gguf") for u in event.mimeData().urls()):

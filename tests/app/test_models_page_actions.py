@@ -1,0 +1,61 @@
+"""The Models page's actions on the selected model, and its status line, without a worker: the buttons follow
+the selection, a message does not move the page, and each tab shows its own message."""
+
+from __future__ import annotations
+
+from app.net.types import ModelInfo
+
+
+def _page(idle_window):
+    idle_window.nav.select(1)
+    page = idle_window.models_page
+    page.models.changed.emit([ModelInfo(name="loaded-one", state="loaded"), ModelInfo(name="on-disk")])
+    return page
+
+
+def _enabled(page) -> dict[str, bool]:
+    buttons = {"load": page.load_button, "settings": page.settings_button, "unload": page.unload_button,
+               "delete": page.delete_button}  # fmt: skip
+    return {name: b.isEnabled() for name, b in buttons.items()}
+
+
+def test_the_buttons_wait_for_a_selection_and_follow_its_state(idle_window):
+    page = _page(idle_window)
+    assert _enabled(page) == {"load": False, "settings": False, "unload": False, "delete": False}
+
+    page.view.selectRow(1)
+    assert _enabled(page) == {"load": True, "settings": True, "unload": False, "delete": True}
+    page.view.selectRow(0)
+    assert _enabled(page) == {"load": False, "settings": True, "unload": True, "delete": True}
+
+    page.models.changed.emit([ModelInfo(name="loaded-one"), ModelInfo(name="on-disk")])  # unloaded meanwhile
+    assert page.selected().name == "loaded-one"  # still selected after the list came again
+    assert _enabled(page) == {"load": True, "settings": True, "unload": False, "delete": True}
+
+
+def test_a_message_does_not_move_the_tabs_and_goes_when_another_model_is_selected(qtbot, idle_window):
+    page = _page(idle_window)
+    qtbot.waitUntil(lambda: page.tabs.isVisible())
+    top = page.tabs.geometry().top()
+    page.view.selectRow(0)
+    page.show_message("loaded-one is unloaded; its memory is free.")
+    page.layout().activate()
+    assert page.tabs.geometry().top() == top
+    assert "unloaded" in page.message.text()
+
+    page.view.selectRow(1)
+    assert page.message.text() == ""
+
+
+def test_each_tab_shows_its_own_message(idle_window):
+    page = _page(idle_window)
+    hub_down = "Could not reach the model hub at huggingface.co; check your internet connection and try again."
+    page.hub.message.emit(hub_down, True)
+    assert page.message.text() == ""  # said on Discover, not on the models of this computer
+    page.tabs.setCurrentWidget(page.hub)
+    assert "Could not reach the model hub" in page.message.text()
+    for other in (page.downloads, page.remote, page.local_tab):
+        page.tabs.setCurrentWidget(other)
+        assert page.message.text() == ""
+    page.tabs.setCurrentWidget(page.hub)
+    assert "Could not reach the model hub" in page.message.text()
