@@ -38,12 +38,18 @@ CURSOR = " ▍"
 THUMB = 96  # a message's picture thumbnails, in pixels
 
 
-def stats_text(stats: AnswerStats | None, streaming: bool) -> str:
-    """The line under an answer: its numbers, or what happened to it."""
+STOPPED_EMPTY = "Stopped before any answer"
+
+
+def stats_text(stats: AnswerStats | None, streaming: bool, content: str | None = None) -> str:
+    """The line under an answer: its numbers, or what happened to it (``content``: the answer's text, when
+    known, says whether it was stopped before anything came)."""
     if streaming:
         return "Generating…"
     if stats is None:
         return ""
+    if stats.finish_reason == "cancelled" and content == "" and not stats.tokens:
+        return STOPPED_EMPTY
     parts = []
     if stats.tokens_per_second:
         parts.append(f"{stats.tokens_per_second:.1f} tok/s")
@@ -131,6 +137,7 @@ class MessageBubble(QWidget):
         self.picture_path = picture_path  # where a picture of the message is kept
         self.picture_dialog: PictureDialog | None = None
         self.streaming = False
+        self._last = False
         self._build()
 
     def _build(self) -> None:
@@ -279,7 +286,7 @@ class MessageBubble(QWidget):
         else:
             self.body.set_markdown(message.content + CURSOR if streaming else message.content)
         stats = message.stats
-        self.stats.setText(stats_text(stats, streaming))
+        self.stats.setText(stats_text(stats, streaming, message.content))
         dropped = stats.dropped_messages if stats else 0
         self.notice.setVisible(bool(dropped))
         if dropped:
@@ -289,7 +296,15 @@ class MessageBubble(QWidget):
         self.error.setVisible(failed)
         if failed:
             self.error.setText(f'<span style="color:{self.colors.error_text};">{stats.error or "The answer failed."}</span>')
-        self.copy_button.setEnabled(not streaming)
+        self._show_tools()
+
+    def _show_tools(self) -> None:
+        """An answer that is still streaming has no copy, regenerate or fork yet; one with no text no copy."""
+        if self.message.role == "user":
+            return
+        self.copy_button.setVisible(not self.streaming and bool(self.message.content))
+        self.fork_button.setVisible(not self.streaming)
+        self.regenerate_button.setVisible(self.message.role == "assistant" and self._last and not self.streaming)
 
     def show_steps(self, steps) -> None:
         """An answer's thinking and tool-call cards (app.agent.steps.AnswerSteps, or None)."""
@@ -304,8 +319,9 @@ class MessageBubble(QWidget):
         self.next_branch.setEnabled(index < count)
 
     def set_last(self, last: bool) -> None:
-        """Only the last answer can be regenerated."""
-        self.regenerate_button.setVisible(self.message.role == "assistant" and last)
+        """Only the last answer can be regenerated (once it has ended)."""
+        self._last = last
+        self._show_tools()
 
     def set_actions_enabled(self, enabled: bool) -> None:
         self.regenerate_button.setEnabled(enabled and not self.streaming)
