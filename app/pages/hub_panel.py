@@ -47,6 +47,23 @@ SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently u
 FORMATS = (("Any format", ""), ("GGUF", "gguf"), ("MLX", "mlx"), ("Safetensors", "safetensors"))
 VARIANT_COLUMNS = ("Variant", "Format", "Size", "On this machine", "", "")
 PICK_ROLE = Qt.ItemDataRole.UserRole + 1  # a recommended row's RecommendedModel
+PICK_TEXT = "Pick a model to see its variants."
+
+
+def because(what: str, error: ApiError) -> str:
+    """One sentence: ``what`` went wrong, then the worker's reason (``"X could not be listed: could not reach
+    the model hub…"``)."""
+    reason = error.message.strip()
+    if reason[:1].isupper() and not reason[1:2].isupper():  # "Could not…" goes on as "could not…"; "HF_…" stays
+        reason = reason[0].lower() + reason[1:]
+    return f"{what}: {reason}" if reason.endswith(".") else f"{what}: {reason}."
+
+
+def _note_instead(note: QLabel, view: QWidget, text: str) -> None:
+    """An empty list or table says why in ``note``, in its place; without ``text`` the view shows again."""
+    note.setText(text)
+    note.setVisible(bool(text))
+    view.setVisible(not text)
 
 
 class HubPanel(QWidget):
@@ -65,6 +82,7 @@ class HubPanel(QWidget):
         self.showing_picks = True
         self._asking_picks = False
         self._asked_hub = False
+        self._asked_repo: str | None = None  # the repo whose variants were asked for last ("" after a search)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 12, 0, 0)
         column.setSpacing(10)
@@ -104,10 +122,13 @@ class HubPanel(QWidget):
         self.results.setFixedWidth(330)
         self.results.currentItemChanged.connect(self._picked)
         left.addWidget(self.results, 1)
+        self.results_note = self._note()
+        self.results_note.setFixedWidth(330)
+        left.addWidget(self.results_note, 1)
         body.addLayout(left)
         right = QVBoxLayout()
         top = QHBoxLayout()
-        self.repo_title = QLabel("Pick a model to see its variants.")
+        self.repo_title = QLabel(PICK_TEXT)
         self.repo_title.setObjectName("SectionTitle")
         top.addWidget(self.repo_title, 1)
         top.addWidget(QLabel("Context"))
@@ -143,8 +164,21 @@ class HubPanel(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(38)
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         right.addWidget(self.table, 1)
+        self.variants_note = self._note()
+        right.addWidget(self.variants_note, 1)
         body.addLayout(right, 1)
         column.addLayout(body, 1)
+
+    @staticmethod
+    def _note() -> QLabel:
+        """A sentence in place of an empty list or table (hidden until one is said)."""
+        note = QLabel()
+        note.setObjectName("Muted")
+        note.setWordWrap(True)
+        note.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        note.setContentsMargins(4, 8, 4, 8)
+        note.hide()
+        return note
 
     def _min_speed_changed(self) -> None:
         if self.settings is not None:
@@ -161,7 +195,10 @@ class HubPanel(QWidget):
 
     def _fail(self, error: ApiError) -> None:
         self.search_button.setEnabled(True)
-        self.message.emit(error.message, True)
+        if self.showing_picks:  # the picks were asked for again meanwhile
+            return
+        self.message.emit("", False)  # the empty results say why
+        _note_instead(self.results_note, self.results, because("The Hub could not be searched", error))
 
     def _picked(self, item: QListWidgetItem | None, _previous: QListWidgetItem | None) -> None:
         repo = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
@@ -207,11 +244,14 @@ class HubPanel(QWidget):
             self.message.emit(error.message, False)
         else:
             self.message.emit(error.message, True)
+            if self.showing_picks and self.picks is None:
+                _note_instead(self.results_note, self.results, because("The recommended models could not be listed", error))
 
     def show_picks(self) -> None:
         """List the recommended models, grouped by use (fetched first if not here yet)."""
         self.showing_picks = True
         self.list_title.setText("Recommended for this computer")
+        _note_instead(self.results_note, self.results, "")
         if self.picks is None:
             if not self._asking_picks:
                 self.load_picks(live=False)
@@ -254,10 +294,13 @@ class HubPanel(QWidget):
     def search(self) -> None:
         self.search_button.setEnabled(False)
         self.message.emit("Searching the Hub…", False)
-        # the results take the list's place (the Recommended button brings the picks back)
+        # the results take the list's place (the Recommended button brings the picks back); the model shown
+        # before goes, with any answer about it still to come
         self.showing_picks = False
         self.list_title.setText("Search results")
         self.results.clear()
+        _note_instead(self.results_note, self.results, "")
+        self._clear_variants()
         call = self.api.hub_search(self.query.text().strip(), sort=self.sort.currentData(), fmt=self.format.currentData())
         call.succeeded.connect(self._results)
         call.failed.connect(self._fail)
@@ -274,23 +317,55 @@ class HubPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, r.repo)
             item.setSizeHint(QSize(300, 52))
             self.results.addItem(item)
-        self.message.emit(f"{counted(len(repos), 'model')} found." if repos else "Nothing found; try other words.", False)
+        if repos:
+            self.message.emit(f"{counted(len(repos), 'model')} found.", False)
+        else:
+            self.message.emit("", False)
+            words = self.query.text().strip()
+            matching = f" match “{words}”" if words else ""
+            _note_instead(self.results_note, self.results, f"No models on the Hub{matching}; try other words or another format.")
 
     # -- variants -----------------------------------------------------------------------------
+    def _clear_variants(self) -> None:
+        self.variants = None
+        self._asked_repo = ""
+        self.repo_title.setText(PICK_TEXT)
+        self.recommendation.setText("")
+        self.table.setRowCount(0)
+        _note_instead(self.variants_note, self.table, "")
+
     def show_variants(self, repo: str) -> None:
+        self._asked_repo = repo
         self.repo_title.setText(repo)
         self.recommendation.setText("Asking the advisor…")
         self.table.setRowCount(0)
+        _note_instead(self.variants_note, self.table, "")
         call = self.api.hub_variants(repo, ctx=self.ctx.value(), min_speed=self.min_speed.value())
         call.succeeded.connect(self._variants)
-        call.failed.connect(lambda e: (self.recommendation.setText(""), self.message.emit(e.message, True)))
+        call.failed.connect(lambda e: self._variants_failed(repo, e))
+
+    def _variants_failed(self, repo: str, error: ApiError) -> None:
+        if repo != self._asked_repo:  # another model (or a search) took its place meanwhile
+            return
+        self.recommendation.setText("")
+        _note_instead(self.variants_note, self.table, because(f"The files of {repo} are not listed", error))
 
     def fit_color(self, fit: str) -> str:
         c = self.colors
         return {"gpu": c.success, "partial": c.accent, "cpu": c.muted, "none": c.error_text}.get(fit, c.muted)
 
     def _variants(self, listing: VariantList) -> None:
+        if self._asked_repo is not None and listing.repo != self._asked_repo:
+            return  # an answer about a model no longer shown
         self.variants = listing
+        self.repo_title.setText(listing.repo)
+        if not listing.variants:
+            self.recommendation.setText("")
+            _note_instead(self.variants_note, self.table,
+                          f"{listing.repo} has no model files Hearth can run (GGUF, MLX or safetensors).")  # fmt: skip
+            self.table.setRowCount(0)
+            return
+        _note_instead(self.variants_note, self.table, "")
         self.recommendation.setText(
             f"Recommended: <b>{listing.recommended}</b> — {listing.reason}" if listing.recommended else "No variant fits this machine well."
         )
