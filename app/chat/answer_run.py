@@ -4,7 +4,8 @@ The run fits the history, builds the request, lets the controller's preparers ad
 what its producer (a plain stream or the agent loop) says into one :class:`AnswerSteps` record
 (thinking, tool calls, notices, what the preparers added) and the answer's text and sources. The
 answer's row exists in the store from the start and is rewritten every half second, so if the app or
-the worker dies the answer is kept up to that point.
+the worker dies the answer is kept up to that point. When the worker's model list says the chat's model is
+not loaded yet, the answer says "Loading <model>…" until something of it arrives.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from app.chat.conversation_model import ConversationModel
 from app.chat.preparers import AnswerRequest, RequestPreparer
 from app.chat.producer import AnswerProducer, ChatRequestBody, ProducerEnd, StreamProducer
 from app.net.api import HearthApi
-from app.net.types import ApiError, StatsSnapshot
+from app.net.types import ApiError, ModelInfo, StatsSnapshot
 from app.store.chat_store import ChatStore
 from app.store.records import AnswerStats, AnswerSteps, ChatRecord, DocSource, MessageRecord
 
@@ -101,6 +102,7 @@ class AnswerRun(QObject):
         self._t0 = time.perf_counter()
         p.start(request.body)
         self._save_timer.start()
+        self._watch_loading()
         if not self.steps.empty:
             self.steps_changed.emit(self.answer.id)
 
@@ -137,6 +139,27 @@ class AnswerRun(QObject):
             preparer.prepare(request)
         return request
 
+    def _watch_loading(self) -> None:
+        """Ask the worker whether the chat's model is loaded (a remote provider's model is not on its list)."""
+        call = self.api.models()
+        call.succeeded.connect(self._models_known)
+        call.failed.connect(lambda e: log.info("could not tell whether the model is loaded: %s", e.message))
+
+    def _models_known(self, models: list[ModelInfo]) -> None:
+        name = self.chat.settings.model
+        info = next((m for m in models if m.name == name), None)
+        if info is None or info.state == "loaded" or self._done or self._started:
+            return
+        self.conversation.set_waiting(self.answer.id, f"Loading {name}…")
+
+    @property
+    def _started(self) -> bool:
+        """Whether anything of the answer arrived (text, thinking, a tool call or a notice)."""
+        return self._t_first is not None or self._t_think is not None or bool(self.steps.calls or self.steps.notices)
+
+    def _arrived(self) -> None:
+        self.conversation.set_waiting(self.answer.id, "")
+
     def stop(self) -> None:
         """Stop generating; the text and the steps so far are kept (finish reason ``cancelled``)."""
         if self.producer is not None and not self._done:
@@ -146,6 +169,7 @@ class AnswerRun(QObject):
     def _on_reasoning(self, text: str) -> None:
         if self._t_think is None:
             self._t_think = time.perf_counter()
+            self._arrived()
         self.steps.reasoning += text
         self.steps.thinking_tokens += 1
         self.steps.thinking_seconds = time.perf_counter() - self._t_think
@@ -158,11 +182,13 @@ class AnswerRun(QObject):
             self.steps_changed.emit(self.answer.id)
         if self._t_first is None:
             self._t_first = time.perf_counter()
+            self._arrived()
         self.text += text
         self._dirty = True
         self.conversation.replace(replace(self.answer, content=self.text), streaming=True)
 
     def _on_call(self, call: dict) -> None:
+        self._arrived()
         self.steps.upsert_call(call)
         self.steps_changed.emit(self.answer.id)
 
@@ -172,6 +198,7 @@ class AnswerRun(QObject):
         self.steps_changed.emit(self.answer.id)
 
     def _on_notice(self, text: str) -> None:
+        self._arrived()
         self.steps.notices.append(text)
         self._dirty = True
         self.steps_changed.emit(self.answer.id)

@@ -1,7 +1,8 @@
 """ConversationModel: a Qt list model over one chat's messages.
 
 A streaming answer changes one row through :meth:`replace` (``dataChanged`` for that row),
-never a model reset; the chat view re-renders only that bubble.
+never a model reset; the chat view re-renders only that bubble. Until its first token, a streaming
+answer may say what it waits for (:meth:`set_waiting`: its model being loaded).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class ConversationModel(QAbstractListModel):
         self.chat_id = chat_id
         self._messages = list(messages)
         self._streaming: set[int] = set()
+        self._waiting: dict[int, str] = {}  # streaming answer id -> what it waits for ("Loading qwen3…")
         self._branches = dict(branches or {})  # message id -> (its position, how many) among its siblings
 
     # -- Qt model interface -------------------------------------------------------------------
@@ -63,6 +65,10 @@ class ConversationModel(QAbstractListModel):
     def is_streaming(self, message_id: int) -> bool:
         return message_id in self._streaming
 
+    def waiting_text(self, message_id: int) -> str:
+        """What a streaming answer waits for before its first token ("" when nothing in particular)."""
+        return self._waiting.get(message_id, "") if message_id in self._streaming else ""
+
     def branch_of(self, message_id: int) -> tuple[int, int]:
         """``(2, 3)``: the message is the second of three versions (edits or regenerations)."""
         return self._branches.get(message_id, (1, 1))
@@ -89,8 +95,22 @@ class ConversationModel(QAbstractListModel):
             self._streaming.add(message.id)
         elif streaming is False:
             self._streaming.discard(message.id)
+            self._waiting.pop(message.id, None)
         index = self.index(row)
         self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole, MessageRole, StreamingRole])
+
+    def set_waiting(self, message_id: int, text: str) -> None:
+        """Say what the streaming answer ``message_id`` waits for ("" once it no longer waits)."""
+        if text == self._waiting.get(message_id, "") or (text and message_id not in self._streaming):
+            return
+        if text:
+            self._waiting[message_id] = text
+        else:
+            self._waiting.pop(message_id, None)
+        row = self.row_of(message_id)
+        if row >= 0:
+            index = self.index(row)
+            self.dataChanged.emit(index, index, [StreamingRole])
 
     def set_branches(self, branches: dict[int, tuple[int, int]]) -> None:
         """New branch positions (a version was added): the rows whose position changed say so."""
@@ -105,6 +125,7 @@ class ConversationModel(QAbstractListModel):
         self.beginResetModel()
         self._messages = list(messages)
         self._streaming.clear()
+        self._waiting.clear()
         self._branches = dict(branches)
         self.endResetModel()
 
@@ -115,5 +136,6 @@ class ConversationModel(QAbstractListModel):
         self.beginRemoveRows(QModelIndex(), row, len(self._messages) - 1)
         for m in self._messages[row:]:
             self._streaming.discard(m.id)
+            self._waiting.pop(m.id, None)
         del self._messages[row:]
         self.endRemoveRows()

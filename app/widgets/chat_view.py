@@ -115,7 +115,7 @@ class ChatView(QScrollArea):
     def _make(self, row: int) -> MessageBubble:
         message = self.model.message(row)
         bubble = MessageBubble(message, self.colors, self.column, picture_path=self.picture_path)
-        bubble.show_message(message, streaming=self.model.is_streaming(message.id))
+        bubble.show_message(message, streaming=self.model.is_streaming(message.id), waiting=self.model.waiting_text(message.id))
         if self.steps_source is not None and message.role == "assistant":
             bubble.show_steps(self.steps_source(message.id))
         bubble.set_branch(*self.model.branch_of(message.id))
@@ -156,7 +156,8 @@ class ChatView(QScrollArea):
         for row in sorted(self._dirty):
             if row < len(self.bubbles):
                 message = self.model.message(row)
-                self.bubbles[row].show_message(message, streaming=self.model.is_streaming(message.id))
+                self.bubbles[row].show_message(message, streaming=self.model.is_streaming(message.id),
+                                               waiting=self.model.waiting_text(message.id))  # fmt: skip
                 self.bubbles[row].set_branch(*self.model.branch_of(message.id))
         self._dirty.clear()
         self._after_change()

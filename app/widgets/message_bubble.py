@@ -41,11 +41,11 @@ THUMB = 96  # a message's picture thumbnails, in pixels
 STOPPED_EMPTY = "Stopped before any answer"
 
 
-def stats_text(stats: AnswerStats | None, streaming: bool, content: str | None = None) -> str:
+def stats_text(stats: AnswerStats | None, streaming: bool, content: str | None = None, waiting: str = "") -> str:
     """The line under an answer: its numbers, or what happened to it (``content``: the answer's text, when
-    known, says whether it was stopped before anything came)."""
+    known, says whether it was stopped before anything came); while it streams, what it waits for, if anything."""
     if streaming:
-        return "Generating…"
+        return waiting or "Generating…"
     if stats is None:
         return ""
     if stats.finish_reason == "cancelled" and content == "" and not stats.tokens:
@@ -137,6 +137,7 @@ class MessageBubble(QWidget):
         self.picture_path = picture_path  # where a picture of the message is kept
         self.picture_dialog: PictureDialog | None = None
         self.streaming = False
+        self.waiting = ""
         self._last = False
         self._build()
 
@@ -278,15 +279,17 @@ class MessageBubble(QWidget):
         return dialog
 
     # -- showing ------------------------------------------------------------------------------
-    def show_message(self, message: MessageRecord, *, streaming: bool) -> None:
+    def show_message(self, message: MessageRecord, *, streaming: bool, waiting: str = "") -> None:
+        """Show ``message``; a streaming one says ``waiting`` (its model loading) in place of "Generating…"."""
         self.message = message
         self.streaming = streaming
+        self.waiting = waiting
         if message.role == "user":
             self.body.setText(breakable_text(message.content))
         else:
             self.body.set_markdown(message.content + CURSOR if streaming else message.content)
         stats = message.stats
-        self.stats.setText(stats_text(stats, streaming, message.content))
+        self.stats.setText(stats_text(stats, streaming, message.content, waiting))
         dropped = stats.dropped_messages if stats else 0
         self.notice.setVisible(bool(dropped))
         if dropped:
@@ -337,7 +340,7 @@ class MessageBubble(QWidget):
             button.setIcon(icon(name, colors.muted))
         if isinstance(self.body, MarkdownView):
             self.body.set_colors(colors)
-        self.show_message(self.message, streaming=self.streaming)
+        self.show_message(self.message, streaming=self.streaming, waiting=self.waiting)
 
     # -- editing ------------------------------------------------------------------------------
     def set_editing(self, editing: bool) -> None:
