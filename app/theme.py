@@ -75,6 +75,7 @@ QPushButton:disabled {{ color: {c.muted}; }}
 QPushButton[primary="true"] {{ background: {c.accent}; color: {c.accent_text}; border: 1px solid {c.accent}; font-weight: 600; }}
 QPushButton[primary="true"]:disabled {{ background: {c.raised}; color: {c.muted}; border-color: {c.border}; }}
 QPushButton[danger="true"] {{ color: {c.error_text}; }}
+QPushButton[danger="true"]:disabled {{ color: {c.muted}; }}
 QToolButton {{ background: transparent; border: none; border-radius: 6px; padding: 4px; color: {c.muted}; }}
 QToolButton:hover {{ background: {c.raised}; color: {c.text}; }}
 #Composer {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 14px; }}

@@ -59,3 +59,20 @@ def test_each_tab_shows_its_own_message(idle_window):
         assert page.message.text() == ""
     page.tabs.setCurrentWidget(page.hub)
     assert "Could not reach the model hub" in page.message.text()
+
+
+def _shows_color(button, color: str) -> bool:
+    from PySide6.QtGui import QColor
+
+    image = button.grab().toImage()
+    wanted = QColor(color).rgb()
+    return any(image.pixel(x, y) == wanted for x in range(image.width()) for y in range(image.height()))
+
+
+def test_delete_looks_disabled_while_it_is(qtbot, idle_window):
+    page = _page(idle_window)
+    qtbot.waitUntil(lambda: page.delete_button.isVisible())
+    error = idle_window.theme.colors.error_text
+    assert not page.delete_button.isEnabled() and not _shows_color(page.delete_button, error)
+    page.view.selectRow(0)
+    assert page.delete_button.isEnabled() and _shows_color(page.delete_button, error)
