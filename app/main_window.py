@@ -6,7 +6,7 @@ import logging
 from dataclasses import replace
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QStackedWidget, QVBoxLayout, QWidget
 
 from app.agent.service import AgentService
@@ -33,17 +33,35 @@ from app.widgets.nav_rail import NavRail
 log = logging.getLogger(__name__)
 
 CRASH_TEXT = "The engine stopped; restarting…"
+FRAME = (16, 40)  # room left for a window manager's frame around the window (width, height)
 
 
 class MainWindow(QMainWindow):
     """The app's window over a store and a running (or starting) engine; owns neither."""
 
+    SIZE = (1280, 820)  # the first size, on a screen with room for it
+    MINIMUM = (900, 600)
+
+    def _fit_to_screen(self) -> None:
+        """The first size and the least, each held to the screen's room (a 1024 x 700 screen, a large scale), so the
+        window never opens wider or taller than the screen; centred on it."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        room = screen.availableGeometry() if screen is not None else None
+        if room is None or room.width() <= 0 or room.height() <= 0:
+            self.resize(*self.SIZE)
+            self.setMinimumSize(*self.MINIMUM)
+            return
+        fits_w, fits_h = room.width() - FRAME[0], room.height() - FRAME[1]  # the frame's title bar and borders too
+        self.setMinimumSize(min(self.MINIMUM[0], fits_w), min(self.MINIMUM[1], fits_h))
+        width, height = min(self.SIZE[0], fits_w), min(self.SIZE[1], fits_h)
+        self.resize(width, height)
+        self.move(room.x() + (room.width() - width) // 2, room.y() + (room.height() - height - FRAME[1]) // 2)
+
     def __init__(self, *, store: ChatStore, engine: EngineController, theme: ThemeManager) -> None:
         super().__init__()
         self.setWindowTitle("Hearth")
         self.setWindowIcon(app_icon())
-        self.resize(1280, 820)
-        self.setMinimumSize(900, 600)
+        self._fit_to_screen()
         self.store = store
         self.engine = engine
         self.theme = theme
