@@ -245,6 +245,7 @@ class TokenLogprob:
     logprob: float | None
     bytes: tuple[int, ...]
     top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
+    top_ids: tuple[int, ...] = ()  # the alternatives' token ids, in ``top``'s order
 
     @classmethod
     def of(cls, piece: Callable[[int], bytes], token: int, chosen: float, ids: Sequence[int], values: Sequence[float]) -> TokenLogprob:
@@ -252,7 +253,8 @@ class TokenLogprob:
         from ``piece`` (a token's bytes)."""
         top = tuple((piece(t).decode("utf-8", errors="replace"), v, tuple(piece(t))) for t, v in zip(ids, values, strict=True))
         p = piece(token)
-        return cls(token=p.decode("utf-8", errors="replace"), token_id=token, logprob=chosen, bytes=tuple(p), top=top)
+        return cls(token=p.decode("utf-8", errors="replace"), token_id=token, logprob=chosen, bytes=tuple(p), top=top,
+                   top_ids=tuple(int(t) for t in ids))  # fmt: skip
 
     def as_openai(self) -> dict:
         """OpenAI's shape of it (chat completions' ``logprobs.content`` items, the Responses API's ``logprobs``)."""

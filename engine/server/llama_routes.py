@@ -149,10 +149,11 @@ class _Limits:
 
 
 def _probabilities(chunk: GenerationChunk) -> list[dict[str, Any]]:
-    """The chunk's tokens as llama-server's ``completion_probabilities`` (the alternatives' ids are not known)."""
+    """The chunk's tokens as llama-server's ``completion_probabilities``, each alternative with its id."""
     return [
         {"id": lp.token_id, "token": lp.token, "bytes": list(lp.bytes), "logprob": lp.logprob,
-         "top_logprobs": [{"token": t, "logprob": p, "bytes": list(b)} for t, p, b in lp.top]}  # fmt: skip
+         "top_logprobs": [{"id": i, "token": t, "logprob": p, "bytes": list(b)}
+                          for i, (t, p, b) in zip(lp.top_ids or (None,) * len(lp.top), lp.top, strict=True)]}  # fmt: skip
         for lp in chunk.logprobs
     ]
 

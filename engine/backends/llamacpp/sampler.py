@@ -415,9 +415,11 @@ class SequenceSampler:
         lse = m + math.log(np.exp(logits - m).sum())
         n_top = (self.params.logprobs if n_top is None else n_top) or 0
         top: list[tuple[str, float, tuple[int, ...]]] = []
+        ids: tuple[int, ...] = ()
         if n_top:
             idx = np.argpartition(-logits, n_top)[:n_top]
             idx = idx[np.argsort(-logits[idx])]
+            ids = tuple(int(t) for t in idx)
             for t in idx:
                 piece = self.model.piece(int(t))
                 top.append((piece.decode("utf-8", errors="replace"), float(logits[t] - lse), tuple(piece)))
@@ -428,6 +430,7 @@ class SequenceSampler:
             logprob=float(logits[token] - lse),
             bytes=tuple(piece),
             top=tuple(top),
+            top_ids=ids,
         )
 
     def close(self) -> None:

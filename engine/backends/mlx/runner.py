@@ -298,6 +298,7 @@ class GenerationLoop(AdmissionQueue[Sequence]):
             logprob=float(values[token]),
             bytes=tuple(piece),
             top=tuple(top),
+            top_ids=tuple(int(t) for t in top_ids),
         )
 
     def _finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:

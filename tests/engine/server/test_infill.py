@@ -198,6 +198,9 @@ def test_llama_servers_completion_takes_text_or_token_ids(coder_server):
                                                  "return_tokens": True, "n_probs": 2}).json()  # fmt: skip
     assert by_ids["content"] == out["content"] and len(by_ids["tokens"]) == 8
     assert len(by_ids["completion_probabilities"]) == 8 and len(by_ids["completion_probabilities"][0]["top_logprobs"]) == 2
+    for step, token in zip(by_ids["completion_probabilities"], by_ids["tokens"], strict=True):  # greedy: the best is it
+        best = step["top_logprobs"][0]
+        assert best["id"] == step["id"] == token and best["token"] == step["token"]
     assert by_ids["truncated"] is False  # n_predict ended it
     full = _post(coder_server, "/completion", {"model": CODER, "prompt": ids * (4090 // len(ids)), "temperature": 0,
                                                "ignore_eos": True}).json()  # fmt: skip
