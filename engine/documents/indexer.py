@@ -7,6 +7,7 @@ as a file's chunks are written; vectors follow in a second phase that can be pau
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -80,18 +81,20 @@ class FileState:
 
 
 def scan_sources(sources: list[str]) -> tuple[dict[str, FileState], list[FileFailure]]:
-    """Every indexable file under the sources (a named file is taken whatever its kind), and the
-    sources that are missing."""
+    """Every indexable file under the sources (a named file is taken whatever its kind), and the sources that are
+    missing or files that cannot be taken (a name that is not UTF-8). A link to a file outside its folder, or to a
+    hidden one, is left out: indexing a folder reads what is in it."""
     found: dict[str, FileState] = {}
     missing: list[FileFailure] = []
     for source in sources:
         root = Path(source)
         if root.is_file():
-            _add(found, root)
+            _add(found, missing, root)
         elif root.is_dir():
+            inside = root.resolve()
             for path in _walk(root):
-                if document_kind(path) is not None:
-                    _add(found, path)
+                if document_kind(path) is not None and _stays_inside(path, inside):
+                    _add(found, missing, path)
         elif root.exists():
             missing.append(FileFailure(source, "it is not a file or a folder (a pipe or a device); remove it."))
         else:
@@ -107,7 +110,19 @@ def _walk(root: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def _add(found: dict[str, FileState], path: Path) -> None:
+def _stays_inside(path: Path, inside: Path) -> bool:
+    """Whether ``path`` (found in the folder ``inside``) is a file of that folder: not a link to one elsewhere (the
+    walk does not follow linked folders), or to a hidden one such as a key or a credentials file."""
+    if not path.is_symlink():
+        return True
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # a broken link, a loop
+        return False
+    return target.is_relative_to(inside) and not any(part.startswith(".") for part in target.relative_to(inside).parts)
+
+
+def _add(found: dict[str, FileState], failed: list[FileFailure], path: Path) -> None:
     try:
         st = path.stat()
     except OSError:
@@ -115,12 +130,32 @@ def _add(found: dict[str, FileState], path: Path) -> None:
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0:  # a pipe or a device never ends (or waits); empty: no text
         return
     key = str(path.resolve())
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are no UTF-8 in its name: it could not be stored, nor shown
+        shown = os.fsencode(key).decode("utf-8", "replace")  # shown with U+FFFD for what is not UTF-8
+        failed.append(FileFailure(shown, "its name is not valid UTF-8; rename it to index it."))
+        return
     found[key] = FileState(key, st.st_mtime, st.st_size)
 
 
+def _under(path: str, roots: list[str]) -> bool:
+    """Whether ``path`` is one of ``roots`` or inside one."""
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
 def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    """The file's SHA-256.
+
+    Raises:
+        OSError: it cannot be read, or is no longer a regular file (a pipe put in its place would be waited on
+            for ever: it is opened without waiting, and refused).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        digest = hashlib.sha256()
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -175,8 +210,12 @@ class Indexer:
     def _sync_files(self, coll: Collection, state: _RunState, started: float) -> None:
         found, missing = scan_sources(self.index.sources(coll))
         known = self.index.files(coll)
+        # A source that is not there now (a drive unplugged, a share unmounted, a folder moved away for a moment)
+        # keeps its files' passages until it is back, or removed from the collection: nothing is parsed again.
+        away = [f.path for f in missing if not os.path.lexists(f.path)]
         for gone in sorted(set(known) - set(found)):
-            self.index.remove_file(coll, gone)
+            if not _under(gone, away):
+                self.index.remove_file(coll, gone)
         state.files_total = len(found)
         state.failed.extend(missing)
         for path, fs in sorted(found.items()):

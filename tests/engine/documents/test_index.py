@@ -157,3 +157,58 @@ def test_collection_names_are_checked(index):
         index.create("../etc", "m")
     with pytest.raises(InvalidRequest):
         index.create("", "m")
+
+
+def test_a_file_whose_name_is_not_utf8_is_listed_and_the_rest_index(index, corpus: Path):
+    """One such name stopped the whole run (its path could not be stored), the files after it never read."""
+    os.rename(corpus / "library.txt", os.fsencode(corpus) + b"/caf\xe9-library.txt")
+    (corpus / "zz-after.txt").write_text("Zebras graze after the bad name.")
+    progress = _add(index, corpus)
+    assert progress.phase == "done"
+    reasons = {Path(f.path).name: f.reason for f in progress.failed}
+    assert reasons["caf\ufffd-library.txt"] == "its name is not valid UTF-8; rename it to index it."
+    assert name_of(_top(index, "zebras graze")[0]) == "zz-after.txt"
+
+
+def test_a_source_that_is_away_for_a_while_keeps_its_passages(index, corpus: Path):
+    """A folder moved away (an unplugged drive, an unmounted share) lost its whole index at the next run, and was
+    parsed and embedded again from nothing when it came back."""
+    _add(index, corpus)
+    before = index.info("home")
+    ids = {path: record.id for path, record in index.files(index.get("home")).items()}
+    away = corpus.with_name("docs-away")
+    corpus.rename(away)
+    progress = Indexer(index).run("home")
+    assert [f.reason for f in progress.failed] == ["it no longer exists; remove it or put it back."]
+    assert index.info("home").chunks == before.chunks and name_of(_top(index, "aphids whitefly")[0]) == "garden.md"
+    away.rename(corpus)
+    progress = Indexer(index).run("home")
+    assert progress.chunks == 0 and index.info("home").chunks == before.chunks  # nothing parsed again
+    assert {path: record.id for path, record in index.files(index.get("home")).items()} == ids
+
+
+def test_links_out_of_the_folder_or_to_hidden_files_are_not_read(index, corpus: Path, tmp_path: Path):
+    outside = tmp_path / "outside"
+    (outside / ".ssh").mkdir(parents=True)
+    (outside / "secret.txt").write_text("wombat secret 5521")
+    (outside / ".ssh" / "notes.txt").write_text("narwhal 7781")
+    (corpus / "hidden").mkdir()
+    (corpus / ".private").mkdir()
+    (corpus / ".private" / "keys.txt").write_text("quokka 3319")
+    (corpus / "secret.txt").symlink_to(outside / "secret.txt")
+    (corpus / "notes.txt").symlink_to(outside / ".ssh" / "notes.txt")
+    (corpus / "keys.txt").symlink_to(corpus / ".private" / "keys.txt")
+    (corpus / "hidden" / "again.txt").symlink_to(corpus / "library.txt")  # inside: taken (as the file it names)
+    progress = _add(index, corpus)
+    assert [Path(f.path).name for f in progress.failed] == ["broken.pdf"]  # nothing about the links either
+    assert _top(index, "wombat") == [] and _top(index, "narwhal") == [] and _top(index, "quokka") == []
+    assert index.info("home").files == 4
+
+
+def test_a_pipe_put_in_a_files_place_is_refused_not_waited_on(tmp_path: Path):
+    from engine.documents.indexer import file_sha256
+
+    fifo = tmp_path / "c.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        file_sha256(str(fifo))
