@@ -37,14 +37,34 @@ def _pieces(text: str, max_chars: int) -> list[str]:
             out.append(para)
             continue
         for sentence in _SENTENCE_END.split(para):
-            while len(sentence) > max_chars:
-                cut = sentence.rfind(" ", 0, max_chars)
-                cut = cut if cut > max_chars // 2 else max_chars
-                out.append(sentence[:cut].strip())
-                sentence = sentence[cut:].strip()
-            if sentence:
-                out.append(sentence)
+            out.extend(_cut(sentence, max_chars))
     return out
+
+
+def _cut(sentence: str, max_chars: int) -> list[str]:
+    """A sentence in pieces of at most ``max_chars`` characters, cut at the last space of each window.
+
+    Each piece is sliced from its start position in the sentence, so a sentence of any length is read once;
+    the rest of the sentence is never copied after each cut.
+    """
+    pieces: list[str] = []
+    start, end = 0, len(sentence)
+    while start < end:
+        while start < end and sentence[start].isspace():
+            start += 1
+        if end - start <= max_chars:
+            piece = sentence[start:end].strip()
+            if piece:
+                pieces.append(piece)
+            break
+        window = sentence[start : start + max_chars]
+        cut = window.rfind(" ")
+        cut = cut if cut > max_chars // 2 else max_chars
+        piece = window[:cut].strip()
+        if piece:
+            pieces.append(piece)
+        start += cut
+    return pieces
 
 
 def _pack(pieces: list[str], max_chars: int) -> list[str]:

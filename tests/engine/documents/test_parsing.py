@@ -121,3 +121,29 @@ def test_a_collection_skips_pipes_and_devices_that_would_never_end(tmp_path: Pat
     assert [Path(p).name for p in found] == ["notes.txt"] and not failed
     found, failed = scan_sources([str(tmp_path / "pipe.txt"), str(tmp_path / "zero.txt")])
     assert not found and [f.reason for f in failed] == ["it is not a file or a folder (a pipe or a device); remove it."] * 2
+
+
+def test_a_long_paragraph_without_sentence_ends_is_cut_in_one_pass():
+    """Cutting a long run of words reads it once: no cut copies the rest of the paragraph.
+
+    The string methods the chunker calls are watched, and the characters of the strings they are called on are
+    summed; copying the rest of the text after each cut makes that sum grow with the square of the length.
+    """
+    import sys
+
+    text = "word " * 40_000  # 200,000 characters, no sentence ends
+    touched = 0
+
+    def watch(frame, event, arg):
+        nonlocal touched
+        if event == "c_call" and isinstance(getattr(arg, "__self__", None), str):
+            touched += len(arg.__self__)
+
+    sys.setprofile(watch)
+    try:
+        chunks = chunk_sections([Section(text)], max_chars=1000)
+    finally:
+        sys.setprofile(None)
+    assert all(len(c.text) <= 1000 for c in chunks)
+    assert " ".join(c.text.replace("\n\n", " ") for c in chunks) == text.strip()
+    assert touched < 10 * len(text)
