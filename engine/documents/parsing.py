@@ -7,6 +7,7 @@ is a list of sections that keep the page or heading path every passage came from
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.documents.errors import DocumentParseError, UnsupportedDocument
@@ -199,16 +200,24 @@ def _html(path: Path) -> tuple[list[Section], str | None]:
 
 
 def _docx(path: Path) -> tuple[list[Section], str | None]:
+    import io
     import zipfile
 
     import docx
 
     with zipfile.ZipFile(path) as zf:  # each part's size as the archive declares it: no part reads past its own
-        xml = sum(i.file_size for i in zf.infolist() if i.filename.lower().endswith((".xml", ".rels")))
+        xml = sum(i.file_size for i in zf.infolist() if _docx_is_xml(i.filename))
     if xml > MAX_DOCX_XML_BYTES:
-        raise DocumentParseError(str(path), f"its text unpacks to more than {MAX_DOCX_XML_BYTES // (1024 * 1024)} MiB; "
-                                            "split it into smaller files.")  # fmt: skip
-    document = docx.Document(str(path))
+        raise DocumentParseError(str(path), _DOCX_TOO_BIG)
+    # The declared sizes can lie, so the parts are inflated again here under the same bound, and python-docx reads
+    # this copy of them rather than the file.
+    parts = _unzip_bounded(path, _docx_is_xml, MAX_DOCX_XML_BYTES, _DOCX_TOO_BIG)
+    package = io.BytesIO()
+    with zipfile.ZipFile(package, "w", zipfile.ZIP_STORED) as out:
+        for name, data in parts.items():
+            out.writestr(name, data)
+    package.seek(0)
+    document = docx.Document(package)
     sections: list[Section] = []
     path_stack: list[tuple[int, str]] = []
     heading: str | None = None
@@ -232,10 +241,71 @@ def _docx(path: Path) -> tuple[list[Section], str | None]:
     if body:
         sections.append(Section("\n\n".join(body), heading=heading))
     for table in document.tables:
-        rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in table.rows]
+        rows = _docx_table_rows(table._tbl)
         if rows:
             sections.append(Section("\n".join(rows), heading=heading))
     return sections, title
+
+
+_DOCX_TOO_BIG = f"its text unpacks to more than {MAX_DOCX_XML_BYTES // (1024 * 1024)} MiB; split it into smaller files."
+
+
+def _docx_is_xml(name: str) -> bool:
+    return name.lower().endswith((".xml", ".rels"))
+
+
+def _docx_table_rows(tbl) -> list[str]:
+    """A Word table's rows as text, its cells joined by " | ", each cell as the file writes it.
+
+    The ``w:tc`` elements of each ``w:tr`` are read directly, so each cell gives its text once: a cell that spans
+    many grid columns (``w:gridSpan``) is not repeated for each column, and a cell that continues the merged cell
+    above it (``w:vMerge``) gives its own (empty) text instead of a search up the rows for the cell it continues.
+    A table thus gives one entry per cell element, and its text is no larger than the XML it came from.
+    """
+    from docx.oxml.ns import qn
+
+    rows = []
+    for tr in tbl.iterchildren(qn("w:tr")):
+        cells = ["\n".join(p.text for p in tc.iterchildren(qn("w:p"))).strip() for tc in tr.iterchildren(qn("w:tc"))]
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return rows
+
+
+# Zip members are inflated this many bytes at a time, so one read never holds more than this of a member.
+_ZIP_BLOCK = 64 * 1024
+
+
+def _unzip_bounded(path: Path, wanted: Callable[[str], bool], limit: int, reason: str) -> dict[str, bytes]:
+    """Every member of the zip archive at ``path``, the ones ``wanted`` accepts inflated, the others left empty.
+
+    The wanted members are inflated a block at a time and reading stops once they add up to more than ``limit``
+    bytes, whatever sizes the archive declares: a member that claims a few bytes and inflates to gigabytes costs
+    no more memory than ``limit``. The other members (pictures, fonts) are not inflated at all.
+
+    Raises:
+        DocumentParseError: the wanted members unpack to more than ``limit`` bytes, with ``reason``.
+    """
+    import zipfile
+
+    parts: dict[str, bytes] = {}
+    total = 0
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            if not wanted(info.filename):
+                parts[info.filename] = b""
+                continue
+            blocks = []
+            with zf.open(info) as member:
+                while block := member.read(_ZIP_BLOCK):
+                    total += len(block)
+                    if total > limit:
+                        raise DocumentParseError(str(path), reason)
+                    blocks.append(block)
+            parts[info.filename] = b"".join(blocks)
+    return parts
 
 
 def _docx_heading_level(style: str) -> int | None:

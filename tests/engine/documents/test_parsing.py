@@ -147,3 +147,105 @@ def test_a_long_paragraph_without_sentence_ends_is_cut_in_one_pass():
     assert all(len(c.text) <= 1000 for c in chunks)
     assert " ".join(c.text.replace("\n\n", " ") for c in chunks) == text.strip()
     assert touched < 10 * len(text)
+
+
+_W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+
+def _word_file(path: Path, body: str) -> Path:
+    """A minimal .docx whose document body is ``body`` (WordprocessingML), written with zipfile."""
+    import zipfile
+
+    types = (
+        '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        '<Default Extension="xml" ContentType="application/xml"/>'
+        '<Override PartName="/word/document.xml" ContentType='
+        '"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>'
+    )
+    rels = (
+        '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        '<Relationship Id="rId1" Target="word/document.xml" Type='
+        '"http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument"/></Relationships>'
+    )
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", types)
+        z.writestr("_rels/.rels", rels)
+        z.writestr("word/document.xml", f"<w:document {_W}><w:body>{body}</w:body></w:document>")
+    return path
+
+
+def _p(text: str) -> str:
+    return f"<w:p><w:r><w:t>{text}</w:t></w:r></w:p>"
+
+
+def _table_text(path: Path) -> str:
+    return parse_file(path).sections[-1].text
+
+
+def test_a_word_cell_spanning_many_columns_gives_its_text_once(tmp_path: Path):
+    """A cell's gridSpan is a number in the file: a 1 KB file can claim a cell two billion columns wide."""
+
+    def spanning(name: str, columns: int) -> Path:
+        cell = f'<w:tc><w:tcPr><w:gridSpan w:val="{columns}"/></w:tcPr>{_p("cell text")}</w:tc>'
+        return _word_file(tmp_path / name, _p("Intro.") + f"<w:tbl><w:tr>{cell}<w:tc>{_p('next')}</w:tc></w:tr></w:tbl>")
+
+    assert _table_text(spanning("five.docx", 5)) == "cell text | next"
+    assert _table_text(spanning("huge.docx", 2**31 - 1)) == "cell text | next"
+
+
+def test_a_word_cell_merged_down_the_rows_is_read_once(tmp_path: Path):
+    """A vMerge continuation cell has no text of its own; it is not resolved to the cell it continues."""
+
+    def merged(name: str, rows: int) -> Path:
+        first = f'<w:tr><w:tc><w:tcPr><w:vMerge w:val="restart"/></w:tcPr>{_p("merged")}</w:tc><w:tc>{_p("r0")}</w:tc></w:tr>'
+        rest = "".join(
+            f"<w:tr><w:tc><w:tcPr><w:vMerge/></w:tcPr><w:p/></w:tc><w:tc>{_p(f'r{i}')}</w:tc></w:tr>" for i in range(1, rows)
+        )
+        return _word_file(tmp_path / name, _p("Intro.") + f"<w:tbl>{first}{rest}</w:tbl>")
+
+    assert _table_text(merged("three.docx", 3)) == "merged | r0\n | r1\n | r2"
+    text = _table_text(merged("long.docx", 5000))  # one merged cell down 5,000 rows
+    assert text.count("merged") == 1 and text.endswith(" | r4999")
+
+
+def test_a_word_part_that_inflates_past_its_declared_size_is_read_in_bounded_memory(tmp_path: Path):
+    """A zip member's headers can declare 100 bytes for a stream that inflates to 64 MiB: the member is read in
+    blocks that stop at the declared size, so the file is refused without inflating the whole stream."""
+    import struct
+    import tracemalloc
+    import zipfile
+    import zlib
+
+    from engine.documents.parsing import MAX_DOCX_XML_BYTES
+
+    head = f"<w:document {_W}><w:body>".encode()
+    block = b"<w:p/>" * (1024 * 1024 // 6)
+    packed = zlib.compressobj(1, zlib.DEFLATED, -15)
+    stream = packed.compress(head) + b"".join(packed.compress(block) for _ in range(64)) + packed.flush()
+    declared = (head + block)[:100]  # the size and CRC the headers declare hold for the stream's first 100 bytes
+    with zipfile.ZipFile(_word_file(tmp_path / "small.docx", "")) as src:
+        members = [(i.filename, i.compress_type, src.read(i)) for i in src.infolist() if i.filename != "word/document.xml"]
+    local, central = b"", b""
+    for name, method, data in [(n, zipfile.ZIP_STORED, d) for n, _, d in members] + [("word/document.xml", 8, b"")]:
+        body, size = (stream, len(declared)) if name == "word/document.xml" else (data, len(data))
+        crc = zlib.crc32(declared if name == "word/document.xml" else data)
+        fields = (method, 0, 0, crc, len(body), size, len(name))
+        central += struct.pack("<4s4H2H3I5H2I", b"PK\x01\x02", 20, 20, 0, *fields, 0, 0, 0, 0, 0, len(local))
+        central += name.encode()
+        local += struct.pack("<4s3H2H3I2H", b"PK\x03\x04", 20, 0, *fields, 0) + name.encode() + body
+    end = struct.pack("<4s4H2IH", b"PK\x05\x06", 0, 0, len(members) + 1, len(members) + 1, len(central), len(local), 0)
+    path = tmp_path / "lying.docx"
+    path.write_bytes(local + central + end)
+    with zipfile.ZipFile(path) as z:
+        assert z.getinfo("word/document.xml").file_size == 100
+        assert z.read("word/document.xml") == declared
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(DocumentParseError):
+            parse_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX_DOCX_XML_BYTES
