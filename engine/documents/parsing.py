@@ -32,6 +32,12 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 # The most XML a Word file may unpack to (a book of a thousand pages holds a few MiB): a file of a few hundred KiB
 # can unpack to gigabytes, and python-docx holds every paragraph of it in memory.
 MAX_DOCX_XML_BYTES = 16 * 1024 * 1024
+# The most text one file may give: a long novel is about 3 million characters and a 3,000-page manual about
+# 10 million, so no book or manual comes near 32 million (32,000 chunks to embed). A file of a few KiB can still
+# claim more (a PDF whose pages all draw the same long content stream), and such a file is refused at this bound.
+MAX_TEXT_CHARS = 32_000_000
+# The most pages one PDF may have: thicker reference manuals stop at a few thousand pages.
+MAX_PDF_PAGES = 10_000
 
 
 def document_kind(path: Path) -> str | None:
@@ -55,9 +61,13 @@ def document_kind(path: Path) -> str | None:
 def parse_file(path: Path) -> ParsedDocument:
     """Read ``path`` into sections that keep its pages and headings.
 
+    A file is read whole or not at all: one that gives more than ``MAX_TEXT_CHARS`` characters of text, or a PDF
+    of more than ``MAX_PDF_PAGES`` pages, is refused with a reason rather than indexed in part, and reading stops
+    as soon as the bound is passed.
+
     Raises:
         UnsupportedDocument: Hearth does not index this kind of file.
-        DocumentParseError: the file is unreadable, corrupt, encrypted or holds no text.
+        DocumentParseError: the file is unreadable, corrupt, encrypted, too large or holds no text.
     """
     kind = document_kind(path)
     if kind is None:
@@ -78,11 +88,18 @@ def parse_file(path: Path) -> ParsedDocument:
     except Exception as exc:  # a library's own error for a malformed file: the file is the problem
         log.info("could not parse %s", path, exc_info=True)
         raise DocumentParseError(str(path), f"it is not a readable {kind} file ({type(exc).__name__}: {exc}).") from exc
+    _check_text_budget(path, sum(len(s.text) for s in sections))
     sections = tuple(s for s in sections if s.text.strip())
     if not sections:
         hint = " (a scanned PDF needs OCR first)" if kind == "pdf" else ""
         raise DocumentParseError(str(path), f"it holds no text{hint}.")
     return ParsedDocument(path=str(path), kind=kind, sections=sections, title=title)
+
+
+def _check_text_budget(path: Path, chars: int) -> None:
+    if chars > MAX_TEXT_CHARS:
+        reason = f"it holds more than {MAX_TEXT_CHARS:,} characters of text; split it into smaller files."
+        raise DocumentParseError(str(path), reason)
 
 
 def _read_text(path: Path) -> str:
@@ -115,10 +132,22 @@ def _pdf(path: Path) -> tuple[list[Section], str | None]:
                 reader.decrypt("")
             except Exception as exc:
                 raise DocumentParseError(str(path), "it is encrypted; save an unprotected copy.") from exc
+        if len(reader.pages) > MAX_PDF_PAGES:
+            raise DocumentParseError(str(path), f"it has more than {MAX_PDF_PAGES:,} pages; split it into smaller files.")
         sections = []
+        seen: set[tuple[int, int]] = set()  # pages already read, by object number and generation
+        chars = 0
         for number, page in enumerate(reader.pages, start=1):
-            text = page.extract_text() or ""
-            sections.append(Section(_pdf_paragraphs(text), page=number))
+            # A page tree may list one page object many times; a real document never does, so it is read once.
+            ref = page.indirect_reference
+            if ref is not None:
+                if (ref.idnum, ref.generation) in seen:
+                    continue
+                seen.add((ref.idnum, ref.generation))
+            text = _pdf_paragraphs(page.extract_text() or "")
+            chars += len(text)
+            _check_text_budget(path, chars)
+            sections.append(Section(text, page=number))
         title = None
         meta = reader.metadata
         if meta is not None and meta.title:

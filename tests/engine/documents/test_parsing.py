@@ -249,3 +249,69 @@ def test_a_word_part_that_inflates_past_its_declared_size_is_read_in_bounded_mem
     finally:
         tracemalloc.stop()
     assert peak < MAX_DOCX_XML_BYTES
+
+
+def _pdf_file(path: Path, kids: list[int], pages: int) -> Path:
+    """A PDF of ``pages`` page objects (object 10 onwards), each with its own line of text, whose page tree lists
+    them in the order ``kids`` gives (indexes into the pages, repeats allowed), written by hand."""
+    objects = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % (10 + k) for k in kids), len(kids)),
+        3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    }
+    for n in range(pages):
+        content = b"BT /F1 12 Tf 72 700 Td (Page %d talks about the boiler.) Tj ET" % n
+        objects[1000 + n] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content)
+        objects[10 + n] = (
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+            b"/Contents %d 0 R >>" % (1000 + n)
+        )
+    out, offsets = b"%PDF-1.7\n", {}
+    for number in sorted(objects):
+        offsets[number] = len(out)
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, objects[number])
+    size = max(objects) + 1
+    xref = len(out)
+    out += b"xref\n0 %d\n" % size
+    out += b"".join(b"%010d 00000 n \n" % offsets[n] if n in offsets else b"0000000000 65535 f \n" for n in range(size))
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref)
+    path.write_bytes(out)
+    return path
+
+
+def test_a_pdf_page_listed_many_times_in_the_page_tree_is_read_once(tmp_path: Path):
+    doc = parse_file(_pdf_file(tmp_path / "repeats.pdf", [0] * 100 + [1], pages=2))
+    assert [(s.page, s.text) for s in doc.sections] == [
+        (1, "Page 0 talks about the boiler."),
+        (101, "Page 1 talks about the boiler."),
+    ]
+
+
+def test_a_file_past_the_text_budget_is_refused_and_reading_stops_there(tmp_path: Path, monkeypatch):
+    from pypdf import PageObject
+
+    import engine.documents.parsing as parsing
+
+    monkeypatch.setattr(parsing, "MAX_TEXT_CHARS", 100)
+    read = []
+    extract = PageObject.extract_text
+    monkeypatch.setattr(PageObject, "extract_text", lambda page, *a, **k: read.append(page) or extract(page, *a, **k))
+    with pytest.raises(DocumentParseError) as err:  # each page gives 30 characters: the fourth is one too many
+        parse_file(_pdf_file(tmp_path / "long.pdf", list(range(20)), pages=20))
+    assert err.value.reason == "it holds more than 100 characters of text; split it into smaller files."
+    assert len(read) == 4
+    (tmp_path / "long.txt").write_text("word " * 21)
+    with pytest.raises(DocumentParseError, match="more than 100 characters"):
+        parse_file(tmp_path / "long.txt")
+    (tmp_path / "short.txt").write_text("word " * 20)
+    assert parse_file(tmp_path / "short.txt").sections[0].text == "word " * 20
+
+
+def test_a_pdf_of_too_many_pages_is_refused_before_its_pages_are_read(tmp_path: Path, monkeypatch):
+    import engine.documents.parsing as parsing
+
+    monkeypatch.setattr(parsing, "MAX_PDF_PAGES", 5)
+    with pytest.raises(DocumentParseError) as err:
+        parse_file(_pdf_file(tmp_path / "thick.pdf", list(range(6)), pages=6))
+    assert err.value.reason == "it has more than 5 pages; split it into smaller files."
+    assert len(parse_file(_pdf_file(tmp_path / "thin.pdf", list(range(5)), pages=5)).sections) == 5
