@@ -32,6 +32,10 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 # The most XML a Word file may unpack to (a book of a thousand pages holds a few MiB): a file of a few hundred KiB
 # can unpack to gigabytes, and python-docx holds every paragraph of it in memory.
 MAX_DOCX_XML_BYTES = 16 * 1024 * 1024
+# The largest HTML or Markdown file read: their parsers keep an object for every tag and every Markdown token,
+# about 200 times the file's size at worst (when this was set, a 4 MB file of "<p>a</p>" peaked at 770 MB and a
+# 12 MB one at 5.6 GB; 4 MB of "a\n\n" Markdown at 750 MB). A long web page or README is well under 4 MiB.
+MAX_MARKUP_BYTES = 4 * 1024 * 1024
 # The most text one file may give: a long novel is about 3 million characters and a 3,000-page manual about
 # 10 million, so no book or manual comes near 32 million (32,000 chunks to embed). A file of a few KiB can still
 # claim more (a PDF whose pages all draw the same long content stream), and such a file is refused at this bound.
@@ -78,6 +82,10 @@ def parse_file(path: Path) -> ParsedDocument:
         raise DocumentParseError(str(path), f"it cannot be opened ({exc.strerror or exc}).") from exc
     if size > MAX_FILE_BYTES:
         raise DocumentParseError(str(path), f"it is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB.")
+    if kind in ("markdown", "html") and size > MAX_MARKUP_BYTES:
+        limit = MAX_MARKUP_BYTES // (1024 * 1024)
+        reason = f"it is larger than {limit} MiB, the most Hearth reads of an HTML or Markdown file."
+        raise DocumentParseError(str(path), reason)
     reader = {"pdf": _pdf, "markdown": _markdown_file, "html": _html, "docx": _docx}.get(kind, _text)
     try:
         sections, title = reader(path)
@@ -224,6 +232,8 @@ def _html(path: Path) -> tuple[list[Section], str | None]:
     for tag in soup(["script", "style", "noscript", "template", "head", "nav"]):
         tag.decompose()
     markdown = MarkdownConverter(heading_style="ATX", strip=["img"]).convert_soup(soup)
+    soup.decompose()  # the tree is let go before the Markdown is parsed, so the two are not held at once
+    del soup
     sections, md_title = markdown_sections(markdown)
     return sections, title or md_title
 

@@ -315,3 +315,16 @@ def test_a_pdf_of_too_many_pages_is_refused_before_its_pages_are_read(tmp_path: 
         parse_file(_pdf_file(tmp_path / "thick.pdf", list(range(6)), pages=6))
     assert err.value.reason == "it has more than 5 pages; split it into smaller files."
     assert len(parse_file(_pdf_file(tmp_path / "thin.pdf", list(range(5)), pages=5)).sections) == 5
+
+
+def test_html_and_markdown_past_their_own_size_cap_are_refused(tmp_path: Path):
+    """Their parsers hold an object per tag and per token, hundreds of times the file's size; plain text is not capped."""
+    from engine.documents.parsing import MAX_MARKUP_BYTES
+
+    for name in ("page.html", "notes.md", "notes.txt"):
+        (tmp_path / name).write_bytes(b"Tea. " * (MAX_MARKUP_BYTES // 5 + 1))
+    for name in ("page.html", "notes.md"):
+        with pytest.raises(DocumentParseError) as err:
+            parse_file(tmp_path / name)
+        assert err.value.reason == "it is larger than 4 MiB, the most Hearth reads of an HTML or Markdown file."
+    assert parse_file(tmp_path / "notes.txt").sections[0].text.startswith("Tea. Tea.")
