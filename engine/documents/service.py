@@ -121,6 +121,19 @@ class DocumentService:
         self.watcher = FolderWatcher(index, self.on_change, interval=watch_interval) if watch else None
         if self.watcher is not None:
             self.watcher.start()
+            self._resume()
+
+    def _resume(self) -> None:
+        """Go on with the collections a stopped worker left half indexed: passages still without vectors, or
+        sources with no file read yet (it was stopped while reading them)."""
+        for name in self.index.names():
+            try:
+                coll = self.index.get(name)
+                if self.index.count_pending(coll) or (self.index.sources(coll) and not self.index.files(coll)):
+                    log.info("collection %s was left half indexed; indexing it again", name)
+                    self.start(name)
+            except Exception:  # one collection's trouble leaves the others to go on
+                log.exception("could not resume indexing %s", name)
 
     def embedder(self, model: str) -> Embedder | None:
         if self._factory is None:

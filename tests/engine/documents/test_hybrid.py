@@ -129,3 +129,22 @@ def test_auto_search_falls_back_to_keywords_when_the_model_cannot_embed(service,
     assert mode == "keyword" and name_of(hits[0]) == "manual.pdf"
     with pytest.raises(ModelNotFound):
         search(service.index, coll, "thermostat", k=3, embed_query=broken, mode="hybrid")
+
+
+def test_a_worker_goes_on_with_a_collection_left_half_indexed(index, corpus, embedder):
+    """A worker stopped while embedding (or reading) left passages without vectors; the next one, from its first
+    documents request, indexes them again by itself (they waited for a change of the files before)."""
+
+
+    index.create("home", "all-MiniLM-L6-v2")
+    index.add_sources("home", [corpus])
+    Indexer(index).run("home")  # keywords only: as a worker killed before the vectors
+    assert index.count_pending(index.get("home")) > 0
+    svc = DocumentService(index, lambda model: embedder, watch=True, watch_interval=60)
+    try:
+        job = svc.job("home")
+        assert job is not None and job.join(120)
+        assert index.count_pending(index.get("home")) == 0 and svc.progress("home").phase == "done"
+    finally:
+        svc._embedders.clear()  # the session's embedder is closed by its fixture
+        svc.close()
