@@ -218,6 +218,7 @@ class Indexer:
                 self.index.remove_file(coll, gone)
         state.files_total = len(found)
         state.failed.extend(missing)
+        self._emit(state, "parsing", started)  # how many there are, before the first (maybe slow) is read
         for path, fs in sorted(found.items()):
             self.control.checkpoint(lambda: self._emit(state, "parsing", started))
             record = known.get(path)

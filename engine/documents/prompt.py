@@ -48,7 +48,7 @@ class Source:
     def label(self) -> str:
         """ "[2] manual.pdf, page 3" """
         name = Path(self.path).name
-        return f"[{self.number}] {name}" + (f", {self.place}" if self.place else "")
+        return _one_line(f"[{self.number}] {name}" + (f", {self.place}" if self.place else ""))
 
     @property
     def uri(self) -> str:
@@ -123,8 +123,14 @@ def build_context(
 
 
 def _block(number: int, hit: SearchHit) -> str:
-    where = Path(hit.path).name + (f", {hit.place}" if hit.place else "")
+    where = _one_line(Path(hit.path).name + (f", {hit.place}" if hit.place else ""))
     return f"[{number}] ({where})\n{hit.text}"
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its line breaks and other control characters as spaces: a file's name or heading that holds
+    one cannot start a line of its own in the prompt (a line that reads as another source's marker)."""
+    return "".join(" " if ch < " " or "\x7f" <= ch <= "\x9f" or ch in "\u2028\u2029" else ch for ch in text)
 
 
 def cited(answer: str, sources: Sequence[Source]) -> list[Source]:

@@ -75,6 +75,8 @@ def test_an_edit_an_addition_and_a_deletion_are_reindexed(index, corpus: Path):
     assert "library.txt" not in {Path(p).name for p in index.files(index.get("home"))}
     assert index.info("home").chunks == before - 1 + 1  # library.txt's one chunk gone, bees.md's come
     assert seen[0].phase == "scanning" and seen[-1].phase == "done"
+    # before the first file is read, the progress says how many there are (it said 0 while a slow one was read)
+    assert (seen[1].phase, seen[1].files_done, seen[1].files_total) == ("parsing", 0, 5)
 
 
 def test_a_touched_but_unchanged_file_is_not_parsed_again(index, corpus: Path):
