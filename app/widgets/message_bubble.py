@@ -39,6 +39,8 @@ THUMB = 96  # a message's picture thumbnails, in pixels
 
 
 STOPPED_EMPTY = "Stopped before any answer"
+DRAFTED_TIP = ("Drafted: the share of the answer's tokens guessed ahead (speculative decoding) and kept because the "
+               "model agreed. The answer is the one the model gives without it; it only came faster.")  # fmt: skip
 
 
 def stats_text(stats: AnswerStats | None, streaming: bool, content: str | None = None, waiting: str = "") -> str:
@@ -290,6 +292,7 @@ class MessageBubble(QWidget):
             self.body.set_markdown(message.content + CURSOR if streaming else message.content)
         stats = message.stats
         self.stats.setText(stats_text(stats, streaming, message.content, waiting))
+        self.stats.setToolTip(DRAFTED_TIP if stats is not None and stats.accepted_draft_tokens and not streaming else "")
         dropped = stats.dropped_messages if stats else 0
         self.notice.setVisible(bool(dropped))
         if dropped:

@@ -38,4 +38,5 @@ def test_an_answer_says_as_much_as_the_worker_drafted_for_it(qtbot, window, stor
     assert 0 <= stats.accepted_draft_tokens <= accepted_drafts(engine) - before  # the app's other requests (a title) too
     assert ("% drafted" in bubbles(window)[-1].stats.text()) == (stats.accepted_draft_tokens > 0)
     assert bubbles(window)[-1].stats.text() == stats_text(stats, False)
+    assert ("guessed ahead" in bubbles(window)[-1].stats.toolTip()) == (stats.accepted_draft_tokens > 0)  # says what it is
     assert store.messages(chat_id)[-1].stats.accepted_draft_tokens == stats.accepted_draft_tokens
