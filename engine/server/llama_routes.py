@@ -305,11 +305,12 @@ def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
     """
     if value is None:
         return ()
-    pairs = list(value.items()) if isinstance(value, dict) else value
-    if not isinstance(pairs, list):
-        pairs = None
+    wrong = InvalidRequest("'logit_bias' must pair token ids (/tokenize gives them) with numbers, or false to ban a "
+                           "token: [[15043, -1.5], [2, false]].", param="logit_bias")  # fmt: skip
+    if not isinstance(value, (dict, list)):
+        raise wrong
     out: list[tuple[int, float]] = []
-    for pair in pairs or ():
+    for pair in value.items() if isinstance(value, dict) else value:
         token, bias = pair if isinstance(pair, (list, tuple)) and len(pair) == 2 else (None, None)
         if isinstance(token, str) and token.lstrip("-").isdigit():
             token = int(token)
@@ -317,12 +318,8 @@ def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
             bias = -BIAS_BOUND
         if (not isinstance(token, int) or isinstance(token, bool) or not isinstance(bias, (int, float))
                 or isinstance(bias, bool) or not math.isfinite(bias)):  # fmt: skip
-            pairs = None
-            break
+            raise wrong
         out.append((token, max(-BIAS_BOUND, min(BIAS_BOUND, float(bias)))))
-    if pairs is None:
-        raise InvalidRequest("'logit_bias' must pair token ids (/tokenize gives them) with numbers, or false to ban "
-                             "a token: [[15043, -1.5], [2, false]].", param="logit_bias")  # fmt: skip
     return tuple(out)
 
 
