@@ -322,7 +322,7 @@ class ChatsPage(QWidget):
         self.title.setText(chat.title)
         self.settings_panel.set_settings(chat.settings)
         self._fill_models(chat.settings.model)
-        self._set_empty_text(chat.settings.model)
+        self._show_model(chat.settings.model)
         self._show_split(self.controller.split_companion(chat_id))
         self._update_answering()
         self.sidebar.select_chat(chat_id)
@@ -534,10 +534,17 @@ class ChatsPage(QWidget):
         chat = self.controller.chat(self.chat_id) if self.chat_id is not None else None
         if chat is not None:
             self._fill_models(chat.settings.model)
-            self._set_empty_text(chat.settings.model)
+            self._show_model(chat.settings.model)
         companion = self.controller.chat(self._split_id) if self._split_id is not None else None
         if companion is not None:
             self.split_column.fill_models(self._model_choices(), companion.settings.model)
+
+    def _show_model(self, model: str) -> None:
+        """What depends on the chat's model: the empty chat's line, and the thinking switch where it can think."""
+        info = self.models.get(model)
+        # only a local model whose chat template thinks is offered the switch (a provider's model says nothing)
+        self.settings_panel.set_thinking_offered(info is not None and "thinking" in info.capabilities)
+        self._set_empty_text(model)
 
     def _set_empty_text(self, model: str) -> None:
         provider = self.models.provider_of(model)
@@ -555,7 +562,7 @@ class ChatsPage(QWidget):
         settings = replace(chat.settings, model=name)
         self.controller.update_settings(self.chat_id, settings)
         self.settings_panel.set_settings(settings)
-        self._set_empty_text(name)
+        self._show_model(name)
         self.main_column_label.setText(f"This chat's model: {name}")
         self.chat_model_changed.emit(self.chat_id, name)
 

@@ -57,6 +57,7 @@ class ChatSettingsPanel(QFrame):
         self.thinking.setObjectName("thinkingSwitch")
         self.thinking.setToolTip("Off: models that can answer without thinking do (their chat template says so)")
         self.thinking.toggled.connect(self._switched)
+        self.thinking.hide()  # until the chat's model is known to think (set_thinking_offered)
         column.addWidget(self.thinking)
         policy_title = QLabel("Long chats")
         policy_title.setObjectName("SectionTitle")
@@ -115,6 +116,10 @@ class ChatSettingsPanel(QFrame):
         self.seed.setText("" if settings.sampling.seed is None else str(settings.sampling.seed))
         self.thinking.setChecked(settings.thinking is not False)
         self._loading = False
+
+    def set_thinking_offered(self, offered: bool) -> None:
+        """Show the thinking switch only for a model that can think; the chat's choice is kept either way."""
+        self.thinking.setVisible(offered)
 
     def current(self) -> ChatSettings:
         seed_text = self.seed.text().strip()

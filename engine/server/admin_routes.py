@@ -60,25 +60,31 @@ def _model_entry(m, state: str) -> dict:
 
 
 def _capabilities(m) -> list[str]:
-    """What the model takes in besides text (``vision``, ``audio``: a projector paired with it)."""
+    """``thinking`` where its chat template can think, and what the model takes in besides text (``vision``,
+    ``audio``: a projector paired with it)."""
     from engine.server.media import capabilities
+    from engine.server.model_template import model_thinks
 
+    thinks = ["thinking"] if model_thinks(m) else []
     try:
-        return capabilities(m.mmproj)
+        return thinks + capabilities(m.mmproj)
     except (OSError, ValueError):  # a projector that cannot be read is said when the model loads
-        return []
+        return thinks
 
 
 @router.get("/models", response_model=ModelList)
 async def models(request: Request) -> dict:
     from engine.catalog.model_folders import sync_folders
     from engine.catalog.other_apps_sync import refresh
+    from engine.server.model_template import model_thinks
 
     manager = request.app.state.manager
     # models the other apps pulled or deleted since the last listing appear or go (no restart, no watcher)
     await asyncio.to_thread(refresh, manager.registry)
     await asyncio.to_thread(sync_folders, manager.registry)  # and the model folders' (none of an offline one)
     local = await asyncio.to_thread(manager.available)
+    # a model's template is read from its file once per version of the file: off the event loop
+    await asyncio.to_thread(lambda: [model_thinks(m) for m in local])
     return {"models": [_model_entry(m, manager.state(m.name)) for m in local]}
 
 

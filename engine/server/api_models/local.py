@@ -31,7 +31,7 @@ class ModelInfo(Answer):
     origin: str | None = None  # another app's model, read in place: ollama | lmstudio | jan | gpt4all | hf-cache
     origin_label: str | None = None  # "Ollama", "LM Studio"...
     mmproj: str | None = None
-    capabilities: list[str] = []  # what it takes in besides text: "vision", "audio"
+    capabilities: list[str] = []  # "thinking" (its template can think); what it takes in besides text: "vision", "audio"
     defaults: dict[str, Any] | None = None  # an Ollama model's parameters and system prompt
     template_source: str | None = None
 
