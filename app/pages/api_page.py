@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
@@ -33,6 +33,7 @@ from app.store.records import AppSettings
 from app.store.settings_store import SettingsStore
 from app.theme import ThemeColors
 from app.units import counted
+from app.widgets.example_box import ExampleBox
 from app.widgets.toggle import ToggleSwitch
 
 POLL_MS = 1000
@@ -159,9 +160,6 @@ class ApiPage(QWidget):
         grid.setColumnStretch(1, 1)
         col.addLayout(grid)
         col.addWidget(self.lan)
-        self.warning = QLabel()
-        self.warning.setWordWrap(True)
-        col.addWidget(self.warning)
         row = QHBoxLayout()
         self.status = QLabel()
         self.status.setObjectName("Muted")
@@ -172,6 +170,10 @@ class ApiPage(QWidget):
         self.apply_button.clicked.connect(self.apply)
         row.addWidget(self.apply_button)
         col.addLayout(row)
+        # below Apply: the warning comes and goes as sharing is switched, and Apply stays under the pointer
+        self.warning = QLabel()
+        self.warning.setWordWrap(True)
+        col.addWidget(self.warning)
         for signal in (self.expose.toggled, self.lan.toggled, self.key.textChanged, self.port.valueChanged, self.cors.textChanged):
             signal.connect(self._refresh_texts)
         return frame
@@ -188,11 +190,8 @@ class ApiPage(QWidget):
         copy_url.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.current_base_url()))
         row.addWidget(copy_url)
         col.addLayout(row)
-        self.curl = QPlainTextEdit()
+        self.curl = ExampleBox(96)
         self.curl.setObjectName("curlExample")
-        self.curl.setReadOnly(True)
-        self.curl.setFont(QFont("DejaVu Sans Mono", 9))
-        self.curl.setFixedHeight(96)
         col.addWidget(self.curl)
         copy_curl = QPushButton("Copy curl example")
         copy_curl.setObjectName("copyCurl")
@@ -211,11 +210,8 @@ class ApiPage(QWidget):
             title = QLabel()
             title.setWordWrap(True)
             title.setObjectName(f"dialectTitle{i}")
-            example = QPlainTextEdit()
+            example = ExampleBox(80)
             example.setObjectName(f"dialectExample{i}")
-            example.setReadOnly(True)
-            example.setFont(QFont("DejaVu Sans Mono", 9))
-            example.setFixedHeight(80)
             copy = QPushButton("Copy example")
             copy.setObjectName(f"copyDialect{i}")
             copy.clicked.connect(lambda _=False, box=example: QGuiApplication.clipboard().setText(box.toPlainText()))

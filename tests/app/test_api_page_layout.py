@@ -1,0 +1,61 @@
+"""The Local API page stays put under the pointer: switching sharing on leaves Apply where it was, and the
+wheel over an example box scrolls the page (the box scrolls itself only once clicked into)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication, QScrollArea
+
+
+def wheel_down(widget) -> None:
+    """One notch of the mouse wheel over the middle of ``widget``, as Qt delivers it (to the box's viewport)."""
+    target = widget.viewport() if hasattr(widget, "viewport") else widget
+    local = QPointF(target.rect().center())
+    event = QWheelEvent(
+        local, QPointF(target.mapToGlobal(local.toPoint())), QPoint(0, 0), QPoint(0, -120),
+        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False,
+    )  # fmt: skip
+    QApplication.sendEvent(target, event)
+
+
+def test_switching_sharing_on_leaves_apply_under_the_pointer(qtbot, window):
+    page = window.api_page
+    window.nav.select(3)
+    qtbot.waitExposed(page)
+    assert not page.expose.isChecked() and not page.key.text()
+    before = page.apply_button.mapTo(page, QPoint(0, 0))
+
+    qtbot.mouseClick(page.expose, Qt.MouseButton.LeftButton)
+    qtbot.wait(50)  # the layout settles
+
+    # the warning ("Without a key, any app on this computer...") came, and Apply did not move for it
+    assert page.expose.isChecked() and page.warning.isVisible()
+    assert page.apply_button.isEnabled()
+    assert page.apply_button.mapTo(page, QPoint(0, 0)) == before
+    page.load(page.settings)  # not applied: the switch goes back
+
+
+def test_the_wheel_over_an_example_scrolls_the_page_until_the_box_is_clicked(qtbot, window):
+    page = window.api_page
+    window.nav.select(3)
+    window.resize(1000, 600)  # shorter than the page: it scrolls
+    qtbot.waitExposed(page)
+    scroll = page.findChild(QScrollArea)
+    bar = scroll.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=5_000)
+    bar.setValue(bar.maximum() // 3)
+    _title, box, _copy = page.dialects[0]
+    scroll.ensureWidgetVisible(box)
+    box.setPlainText("\n".join(f"line {i}" for i in range(40)))  # a box that could scroll itself
+    start = bar.value()
+
+    wheel_down(box)
+    assert bar.value() > start and box.verticalScrollBar().value() == 0
+
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus, timeout=2_000)
+    start = bar.value()
+    wheel_down(box)
+    assert box.verticalScrollBar().value() > 0 and bar.value() == start
+    page.load(page.settings)
