@@ -31,6 +31,11 @@ from app.agent.service import AgentService
 from app.units import counted
 from engine.agent import McpConfigError, McpServerConfig, McpServerFailed
 
+EMPTY_TEXT = (
+    "No tools yet. Add an MCP server, or import an mcp.json (Claude Desktop's, Cursor's), to let the model "
+    "call its tools in chats."
+)
+
 
 def _pairs(text: str, sep: str) -> tuple[tuple[str, str], ...]:
     out = []
@@ -135,6 +140,11 @@ class McpServersDialog(QDialog):
         self.chat_tools = chat_tools
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("MCP servers — checked ones are used in this chat:"))
+        self.empty = QLabel(EMPTY_TEXT)  # until a server is added: what to do first
+        self.empty.setObjectName("mcpEmpty")
+        self.empty.setProperty("muted", True)
+        self.empty.setWordWrap(True)
+        layout.addWidget(self.empty)
         self.servers = QListWidget()
         self.servers.setObjectName("mcpServerList")
         layout.addWidget(self.servers)
@@ -175,6 +185,8 @@ class McpServersDialog(QDialog):
         self.revoke_button.clicked.connect(self.revoke_selected)
         self.servers.itemChanged.connect(self._server_checked)
         self.servers.currentItemChanged.connect(lambda *_a: self._show_failure())
+        self.servers.currentItemChanged.connect(lambda *_a: self._update_actions())
+        self.always.currentItemChanged.connect(lambda *_a: self._update_actions())
         self.tools.itemChanged.connect(self._tool_checked)
         self.tool_first.toggled.connect(
             lambda on: self.chat_tools.set_tool_first(self.chat_id, on) if self.chat_id is not None else None
@@ -206,6 +218,15 @@ class McpServersDialog(QDialog):
             self.tool_first.blockSignals(True)
             self.tool_first.setChecked(self.chat_tools.tool_first(self.chat_id))
             self.tool_first.blockSignals(False)
+        self.empty.setVisible(self.servers.count() == 0)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        """List tools and Remove act on the selected server, Revoke on the selected always-allowed tool."""
+        server = self.servers.currentItem() is not None
+        self.tools_button.setEnabled(server)
+        self.remove_button.setEnabled(server)
+        self.revoke_button.setEnabled(self.always.currentItem() is not None)
 
     def server_names(self) -> list[str]:
         return [self.servers.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.servers.count())]

@@ -44,6 +44,7 @@ from engine.server.api_models import HearthRequest
 log = logging.getLogger(__name__)
 
 POLL_MS = 1000
+EMPTY_TEXT = "No documents yet. Add a folder to search its documents in chats."
 _CITE = re.compile(r"\[(\d{1,3})\]")
 
 
@@ -91,9 +92,15 @@ class DocsPanel(QFrame):
         self.setMaximumWidth(380)
         col = QVBoxLayout(self)
         col.addWidget(QLabel("<b>Documents</b> — checked collections answer this chat"))
+        self.empty = QLabel(EMPTY_TEXT)  # until there is a collection: what to do first
+        self.empty.setObjectName("docsEmpty")
+        self.empty.setProperty("muted", True)
+        self.empty.setWordWrap(True)
+        col.addWidget(self.empty)
         self.collections = QListWidget()
         self.collections.setObjectName("docsCollections")
         self.collections.itemChanged.connect(self._item_changed)
+        self.collections.currentItemChanged.connect(lambda *_a: self._update_actions())
         col.addWidget(self.collections, 1)
         buttons = QHBoxLayout()
         self.add_button = QPushButton("Add folder…")
@@ -104,6 +111,8 @@ class DocsPanel(QFrame):
         self.cancel_button.clicked.connect(lambda: self.ui.control("cancel"))
         for b in (self.add_button, self.pause_button, self.cancel_button):
             buttons.addWidget(b)
+        self.pause_button.setEnabled(False)  # they act on a collection being indexed
+        self.cancel_button.setEnabled(False)
         col.addLayout(buttons)
         self.status = QLabel("")
         self.status.setWordWrap(True)
@@ -115,6 +124,7 @@ class DocsPanel(QFrame):
         self.sources.itemActivated.connect(self._open_source)
         col.addWidget(self.sources, 1)
         self._filling = False
+        self._shown: list[DocCollection] = []
 
     def show_collections(self, collections: list[DocCollection], attached: set[str]) -> None:
         self._filling = True
@@ -131,9 +141,18 @@ class DocsPanel(QFrame):
             if c.name == current:
                 self.collections.setCurrentItem(item)
         self._filling = False
-        busy = any(c.indexing for c in collections)
+        self._shown = list(collections)
+        self.empty.setVisible(not collections)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        """Pause and Cancel act on the selected collection (the first where none is): only while it is indexed."""
+        name = self.selected_name()
+        selected = next((c for c in self._shown if c.name == name), None)
+        busy = selected is not None and selected.indexing
         self.pause_button.setEnabled(busy)
         self.cancel_button.setEnabled(busy)
+        self.pause_button.setText("Resume" if busy and selected.paused else "Pause")
 
     def selected_name(self) -> str | None:
         item = self.collections.currentItem() or (self.collections.item(0) if self.collections.count() else None)
