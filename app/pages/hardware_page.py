@@ -20,6 +20,7 @@ from app.net.api import HearthApi
 from app.net.catalog_types import FitFacts, HardwareReport
 from app.net.local_models import LocalModels
 from app.net.types import ApiError, ModelInfo
+from app.pages.machine_summary import machine_summary
 from app.theme import ThemeColors
 from app.units import human_bytes
 from app.widgets.memory_bar import MemoryBar, MemoryNeed, estimate_memory
@@ -73,6 +74,11 @@ class HardwarePage(QWidget):
         self.message.setWordWrap(True)
         column.addWidget(self.message)
         facts_card, facts_col = card("This computer")
+        self.summary = QLabel()  # what it runs well: from the worker's labels of the recommended models
+        self.summary.setObjectName("machineSummary")
+        self.summary.setWordWrap(True)
+        self.summary.hide()
+        facts_col.addWidget(self.summary)
         self.facts_grid = QGridLayout()
         self.facts_grid.setHorizontalSpacing(24)
         self.facts_grid.setVerticalSpacing(6)
@@ -123,6 +129,13 @@ class HardwarePage(QWidget):
         call = self.api.hardware()
         call.succeeded.connect(self._facts)
         call.failed.connect(self._failed)
+        # Discover's labels, without the hub: the fit plan and the speed model for this machine
+        labels = self.api.hub_recommended(live=False)
+        labels.succeeded.connect(lambda listing: self._show_summary(machine_summary(listing)))
+
+    def _show_summary(self, text: str) -> None:
+        self.summary.setText(f"<b>{text}</b>")
+        self.summary.show()
 
     def _failed(self, error: ApiError) -> None:
         self.message.setText(error.message)
@@ -230,5 +243,14 @@ class HardwarePage(QWidget):
         verdict = f"Loads as {fit.summary}." if fit.fits else "Will not fit this way."
         self.bar_legend.setText(
             f"<b>{verdict}</b> Weights {human_bytes(fit.weights)} · KV cache {human_bytes(fit.kv_cache)} · "
-            f"buffers and runtime {human_bytes(fit.overhead)}<br>{fit.reason}"
+            f"buffers and runtime {human_bytes(fit.overhead)}<br>{_why(fit)}"
         )
+
+
+def _why(fit: FitFacts) -> str:
+    """The plan's reason without the plan it begins with (``16 slots of 4,096 tokens...: ``), said just above."""
+    for said in (f"{fit.summary}: ", f"{fit.summary}. "):
+        if fit.reason.startswith(said):
+            rest = fit.reason.removeprefix(said)
+            return rest[:1].upper() + rest[1:]
+    return fit.reason

@@ -103,6 +103,7 @@ class RecommendedModel(Answer):
     category: str
     description: str = ""
     parameters: int | None = None
+    experts: int | None = None  # a mixture of experts' experts per layer (None: a dense model)
     suggested: str | None = None  # None: no variant fits here
     variant: str = ""  # the suggested variant, else the smallest
     size_bytes: int = 0
