@@ -288,3 +288,10 @@ def test_a_probe_that_breaks_leaves_the_list_without_speeds(open_api, monkeypatc
     r = open_api(f"http://127.0.0.1:{free_port()}", detect_hardware()).get("/api/hub/recommended", params={"live": "false"})
     assert r.status_code == 200, r.text
     assert all(m["speed"] == "" for m in r.json()["models"])  # judged by fit alone, as before any figures
+
+
+def test_a_mixture_of_experts_says_so_where_a_dense_model_says_nothing():
+    """The Hardware page's "runs models up to about N B parameters well" leaves out a mixture of experts."""
+    models = {m["repo"]: m for m in recommend(load_picks(), machine(ram_gb=32)).to_dict()["models"]}
+    assert models["unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF"]["experts"] == 128
+    assert models["bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"]["experts"] is None
