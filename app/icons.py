@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QRectF, QSize, Qt
+from PySide6.QtCore import QByteArray, QRectF, QSize, QStandardPaths, Qt
 from PySide6.QtGui import QIcon, QPainter, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 
@@ -65,6 +65,24 @@ def icon(name: str, color: str = "#6a7084") -> QIcon:
     for size in SIZES:
         result.addPixmap(_render(svg, size))
     return result
+
+
+@functools.cache
+def icon_file(name: str, color: str) -> str:
+    """A file of the icon ``name`` drawn in ``color``, for a style sheet's ``url()`` (which reads only files),
+    in the user's cache folder; written once per colour.
+
+    Raises:
+        OSError: the cache folder cannot be written.
+    """
+    cache = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericCacheLocation)
+    folder = Path(cache or Path.home() / ".cache") / "hearth" / "icons"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{color.lstrip('#')}.svg"
+    svg = _svg(name).replace("currentColor", color)
+    if not path.is_file() or path.read_text(encoding="utf-8") != svg:
+        path.write_text(svg, encoding="utf-8")
+    return path.as_posix()
 
 
 @functools.cache

@@ -12,6 +12,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
+from app.icons import icon_file
+
 
 @dataclass(frozen=True, slots=True)
 class ThemeColors:
@@ -67,7 +69,9 @@ QLineEdit, QPlainTextEdit, QTextEdit, QSpinBox, QDoubleSpinBox, QComboBox {{
     background: {c.surface}; border: 1px solid {c.border}; border-radius: 8px; padding: 6px 8px;
     selection-background-color: {c.accent}; selection-color: {c.accent_text}; }}
 QLineEdit:focus, QPlainTextEdit:focus, QSpinBox:focus, QDoubleSpinBox:focus, QComboBox:focus {{ border-color: {c.accent}; }}
-QComboBox::drop-down {{ border: none; width: 20px; }}
+QComboBox {{ padding-right: 26px; }}
+QComboBox::drop-down {{ subcontrol-origin: padding; subcontrol-position: center right; border: none; width: 22px; }}
+QComboBox::down-arrow {{ image: url("{icon_file("chevron-down", c.muted)}"); width: 12px; height: 12px; }}
 QComboBox QAbstractItemView {{ background: {c.surface}; border: 1px solid {c.border}; selection-background-color: {c.raised}; }}
 QPushButton {{ background: {c.raised}; border: 1px solid {c.border}; border-radius: 8px; padding: 6px 14px; }}
 QPushButton:hover {{ border-color: {c.accent}; }}
@@ -104,6 +108,7 @@ QProgressBar {{ background: {c.raised}; border: none; border-radius: 5px; height
 QProgressBar::chunk {{ background: {c.accent}; border-radius: 5px; }}
 QAbstractSpinBox::up-button, QAbstractSpinBox::down-button {{ width: 0px; border: none; }}
 QTabWidget::pane {{ border: none; }}
+QTabBar {{ qproperty-drawBase: 0; }}
 QTabBar::tab {{ background: transparent; padding: 8px 14px; color: {c.muted}; border-bottom: 2px solid transparent; }}
 QTabBar::tab:selected {{ color: {c.text}; border-bottom: 2px solid {c.accent}; font-weight: 600; }}
 QScrollBar:vertical {{ background: transparent; width: 10px; margin: 0; }}
