@@ -191,7 +191,7 @@ async def import_model(request: Request, body: ImportBody) -> dict:
         model = await asyncio.to_thread(register_import, registry, user_path(body.path), name=body.name, mmproj=mmproj)
     except ModelLoadError as exc:  # a path the user gave: their input, not a server fault
         raise InvalidRequest(str(exc), param="path") from exc
-    return _model_entry(model, "not-loaded")
+    return await asyncio.to_thread(_model_entry, model, "not-loaded")  # reads the file's chat template
 
 
 # Plain deletions answer {"deleted": NAME} only: the other fields are for another app's model.
