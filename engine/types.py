@@ -196,6 +196,9 @@ class GenerationRequest:
     thinking: bool | None = None
     require_thinking: bool = False  # Ollama's ``think``: a model whose template cannot think refuses the request
     template_kwargs: tuple[tuple[str, Any], ...] = ()
+    # The last message is an assistant's answer to go on with (vLLM's ``continue_final_message``): the prompt
+    # ends inside it, where its text ends, and what is generated is the rest of the same answer.
+    continue_final: bool = False
     # Speculative decoding (engine.backends.speculative): None follows the server's setting, False turns it
     # off for this request, True turns prompt lookup on; ``prediction`` is text the answer is expected to
     # repeat (OpenAI's Predicted Outputs), drafted from first.
@@ -221,6 +224,9 @@ class GenerationRequest:
             if not msgs:
                 raise InvalidRequest("'messages' must hold at least one message.", param="messages")
             object.__setattr__(self, "messages", msgs)
+        if self.continue_final and (self.messages is None or self.messages[-1].role != "assistant"):
+            raise InvalidRequest("'continue_final_message' goes on with an answer: the last message must be the "
+                                 "assistant's.", param="continue_final_message")  # fmt: skip
         if self.context:
             if self.messages is None:
                 raise InvalidRequest("'context' continues a chat; it cannot go with a raw prompt or a suffix.",

@@ -56,6 +56,7 @@ def request_fields(body: Any) -> dict[str, Any]:
         "parallel_tool_calls": body.parallel_tool_calls,
         "thinking": thinking,
         "template_kwargs": tuple(kwargs.items()),
+        "continue_final": body.continue_final_message,
     }
 
 

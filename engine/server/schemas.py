@@ -101,6 +101,7 @@ class ChatCompletionBody(_Sampling):
     parallel_tool_calls: StrictBool | None = None
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    continue_final_message: StrictBool = False  # vLLM's: go on with the last message, the assistant's answer
     prediction: PredictionBody | None = None
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.errors import InvalidRequest
+from engine.literal_text import MarkedPrompt
 from engine.tools.call_watch import CallWatch
 from engine.tools.constraint import ToolCallConstraint, strict_call_constraint, tool_call_constraint
 from engine.tools.reasoning import THINK_TAGS, strip_reasoning, template_thinks
@@ -152,6 +153,24 @@ def _named_results(messages: tuple) -> tuple:
     return tuple(out)
 
 
+def _cut_after(marked: MarkedPrompt, answer: str) -> MarkedPrompt:
+    """``marked`` up to where the last message, the answer going on, ends (what its template closes it with,
+    such as an end-of-turn token, left out).
+
+    Raises:
+        InvalidRequest: the template does not write the answer's text as it is (it cannot be continued).
+    """
+    text = marked.text
+    for needle in (answer, answer.strip()):  # as it is, or as a template that trims it writes it
+        at = text.rfind(needle)
+        if at >= 0:
+            end = at + len(needle)
+            literal = tuple((a, min(b, end)) for a, b in marked.literal if a < end)
+            return MarkedPrompt(text[:end], literal)
+    raise InvalidRequest("The model's chat template rewrites the last answer, so it cannot be continued; "
+                         "send it without 'continue_final_message'.", param="continue_final_message")  # fmt: skip
+
+
 def render_request(template: ChatTemplate, request: GenerationRequest, *, architecture: str = "") -> RenderedChat:
     """Render ``request.messages`` with its tools and thinking switch through ``template``.
 
@@ -165,17 +184,25 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
     offered = request.tools if (choice is None or choice.mode != "none") else ()
     fmt = detect_tool_format(template, architecture)
     messages = _named_results(_history(tuple(request.messages or ()), template, tags))
+    # Going on with an answer: rendered as a finished turn, then cut where its text ends. An empty one is
+    # the assistant's turn not begun, which the generation prompt begins.
+    going_on = messages[-1].content if request.continue_final and messages[-1].content.strip() else None
+    if request.continue_final and going_on is None:
+        messages = messages[:-1]
+    opening = going_on is None
     extra = dict(request.template_kwargs)
     if request.thinking is not None:
         extra.setdefault("enable_thinking", request.thinking)
     if fmt == "generic" and not template.knows_tools:
         forced = None if choice is None or not choice.forced else (choice.name or "required")
         block = generic_tools_prompt(offered, forced=forced) if offered else None
-        marked = template.render_marked(_generic_messages(messages, block), add_generation_prompt=True, **extra)
+        marked = template.render_marked(_generic_messages(messages, block), add_generation_prompt=opening, **extra)
     else:
         if offered:
             extra["tools"] = [t.as_openai() for t in offered]
-        marked = template.render_marked(messages, add_generation_prompt=True, **extra)
+        marked = template.render_marked(messages, add_generation_prompt=opening, **extra)
+    if going_on is not None:
+        marked = _cut_after(marked, going_on)
     prompt = marked.text
     constraint = tool_call_constraint(fmt, offered, choice, parallel=request.parallel_tool_calls is True)
     # calls the model chooses to make: as many as it writes, unless the request said one

@@ -126,3 +126,25 @@ def test_thinking_required_of_a_template_that_cannot_think_is_refused():
     with pytest.raises(InvalidRequest, match="does not support thinking"):
         render_request(ChatTemplate(PLAIN), request(require_thinking=True))
     assert render_request(ChatTemplate(PLAIN), request(thinking=True)).prompt  # only Ollama's `think` requires it
+
+
+def test_continuing_the_final_answer_ends_the_prompt_inside_it():
+    """vLLM's ``continue_final_message``: the prompt stops where the answer's text stops, with no end of turn and no
+    new assistant turn, so the model goes on with the same answer."""
+    partial = as_messages([{"role": "user", "content": "Count to ten."}, {"role": "assistant", "content": "One, two, three,"}])
+    going_on = render_request(ChatTemplate(PLAIN), GenerationRequest(model="m", messages=partial, continue_final=True))
+    assert going_on.prompt == "<|im_start|>user\nCount to ten.<|im_end|>\n<|im_start|>assistant\nOne, two, three,"
+    # a template that trims the answer still ends where the answer's words end
+    trimming = PLAIN.replace("{{ m.content }}", "{{ m.content | trim }}")
+    spaced = as_messages([*partial[:1], {"role": "assistant", "content": "One, two, three, "}])
+    rendered = render_request(ChatTemplate(trimming), GenerationRequest(model="m", messages=spaced, continue_final=True))
+    assert rendered.prompt.endswith("assistant\nOne, two, three,")
+    # an empty answer is one not begun: the assistant's turn opens
+    empty = as_messages([*partial[:1], {"role": "assistant", "content": ""}])
+    opened = render_request(ChatTemplate(PLAIN), GenerationRequest(model="m", messages=empty, continue_final=True))
+    assert opened.prompt == "<|im_start|>user\nCount to ten.<|im_end|>\n<|im_start|>assistant\n"
+    with pytest.raises(InvalidRequest, match="the last message must be the assistant's"):
+        GenerationRequest(model="m", messages=partial[:1], continue_final=True)
+    rewriting = PLAIN.replace("{{ m.content }}", "{{ m.content | upper }}")
+    with pytest.raises(InvalidRequest, match="cannot be continued"):
+        render_request(ChatTemplate(rewriting), GenerationRequest(model="m", messages=partial, continue_final=True))
