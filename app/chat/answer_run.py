@@ -61,6 +61,7 @@ class AnswerRun(QObject):
         history: list[MessageRecord],
         context_length: int,
         preparers: Sequence[RequestPreparer] = (),
+        continuing: bool = False,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -73,7 +74,11 @@ class AnswerRun(QObject):
         self.context_length = context_length
         self.preparers = tuple(preparers)
         self.fit: ContextFit | None = None
-        self.text = ""
+        # Going on with ``answer`` (the last of ``history``, cut off at its token limit): its text and tokens so far
+        self.continuing = continuing
+        self.text = answer.content if continuing else ""
+        self._earlier_chars = len(self.text)
+        self._earlier_tokens = (answer.stats.tokens or 0) if continuing and answer.stats else 0
         self.steps = AnswerSteps()  # thinking, tool calls, notices: shown above the answer, kept with it
         self.sources: tuple[DocSource, ...] = ()
         self.producer: AnswerProducer | None = None
@@ -98,7 +103,9 @@ class AnswerRun(QObject):
     def start(self) -> None:
         request = self._request()
         self.steps.added = list(request.added)
-        p = self.attach(request.producer() if request.producer is not None else StreamProducer(self.api))
+        # the same answer goes on as a plain stream (the agent loop starts answers, it does not continue them)
+        chosen = request.producer if request.producer is not None and not self.continuing else None
+        p = self.attach(chosen() if chosen is not None else StreamProducer(self.api))
         self._t0 = time.perf_counter()
         p.start(request.body)
         self._save_timer.start()
@@ -132,8 +139,9 @@ class AnswerRun(QObject):
             reasoning=self.store.reasoning_texts(self.chat.id),
         )
         self.answer = replace(self.answer, stats=AnswerStats(model=settings.model, dropped_messages=self.fit.dropped))
-        self.conversation.replace(self.answer, streaming=True)
+        self.conversation.replace(replace(self.answer, content=self.text), streaming=True)
         body = ChatRequestBody.for_chat(settings, list(self.fit.messages))
+        body.continue_final_message = self.continuing
         request = AnswerRequest(chat=self.chat, body=body, records=self.fit.records)
         for preparer in self.preparers:
             preparer.prepare(request)
@@ -212,11 +220,13 @@ class AnswerRun(QObject):
     # -- measuring and saving -------------------------------------------------------------------
     def _stats(self, finish_reason: str | None, tokens: int | None = None, error: str | None = None) -> AnswerStats:
         now = time.perf_counter()
+        written = self.text[self._earlier_chars :]  # this run's text (all of it, unless going on with an answer)
         if tokens is None:  # while it streams: about four characters a token
-            tokens = max(1, len(self.text) // CHARS_PER_TOKEN) if self.text else 0
+            tokens = max(1, len(written) // CHARS_PER_TOKEN) if written else 0
         ttft = (self._t_first - self._t0) if self._t_first is not None else None
         tps = tokens / max(now - self._t_first, 1e-3) if self._t_first is not None and tokens > 1 else None
-        return replace(self.answer.stats, tokens=tokens, ttft=ttft, tokens_per_second=tps, finish_reason=finish_reason, error=error)
+        return replace(self.answer.stats, tokens=self._earlier_tokens + tokens, ttft=ttft, tokens_per_second=tps,
+                       finish_reason=finish_reason, error=error)  # fmt: skip
 
     def _save_partial(self) -> None:
         if self._dirty and not self._done:

@@ -237,6 +237,16 @@ class ChatController(QObject):
         self._answer(chat_id, answer=answer)
         return True
 
+    def continue_answer(self, chat_id: int) -> bool:
+        """Let the last answer, cut off at its token limit, go on: the model continues the same message (the
+        worker's ``continue_final_message``), and what it writes is added to it. False when there is none."""
+        model = self.conversation(chat_id)
+        last = model.last_answer()
+        if last is None or self.is_answering(chat_id) or last.stats is None or last.stats.finish_reason != "length":
+            return False
+        self._answer(chat_id, answer=last, continuing=True)
+        return True
+
     def edit_and_resend(self, chat_id: int, message_id: int, text: str) -> bool:
         """Ask an edited question as a new branch beside the original (which keeps its answers)."""
         model = self.conversation(chat_id)
@@ -263,8 +273,9 @@ class ChatController(QObject):
 
 
     # -- running answers ----------------------------------------------------------------------
-    def _answer(self, chat_id: int, *, answer: MessageRecord | None = None) -> None:
-        """Answer the conversation's last question in ``answer`` (a new version's row), or in a new message."""
+    def _answer(self, chat_id: int, *, answer: MessageRecord | None = None, continuing: bool = False) -> None:
+        """Answer the conversation's last question in ``answer`` (a new version's row), or in a new message; or,
+        ``continuing``, go on with ``answer``, the conversation's last message."""
         chat = self.store.get_chat(chat_id)
         if chat is None:
             return
@@ -272,8 +283,11 @@ class ChatController(QObject):
         history = model.messages()
         if answer is None:
             answer = self.store.add_message(chat_id, "assistant", "", AnswerStats(model=chat.settings.model))
-        model.append(answer, streaming=True)
-        model.set_branches(self.store.branch_counts(chat_id))
+        if continuing:
+            model.replace(answer, streaming=True)
+        else:
+            model.append(answer, streaming=True)
+            model.set_branches(self.store.branch_counts(chat_id))
         run = AnswerRun(
             api=self.api,
             store=self.store,
@@ -283,6 +297,7 @@ class ChatController(QObject):
             history=history,
             context_length=self.context_length(chat.settings.model),
             preparers=self._preparers,
+            continuing=continuing,
             parent=self,
         )
         run.finished.connect(self._on_run_finished)

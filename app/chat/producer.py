@@ -33,6 +33,7 @@ class ChatRequestBody:
     seed: int | None = None
     enable_thinking: bool | None = None  # None: the model's default (the template's ``enable_thinking``)
     hearth: HearthRequest | None = None  # the document collections the worker answers from (None: none)
+    continue_final_message: bool = False  # the last message is the answer going on (cut off at its token limit)
 
     @classmethod
     def for_chat(cls, settings: ChatSettings, messages: list[dict]) -> ChatRequestBody:
@@ -49,6 +50,8 @@ class ChatRequestBody:
             params["seed"] = self.seed
         if self.enable_thinking is not None:
             params["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
+        if self.continue_final_message:
+            params["continue_final_message"] = True
         if self.hearth is not None:  # as the worker reads it: what differs from its defaults
             params["hearth"] = self.hearth.model_dump(exclude_defaults=True)
         return params

@@ -29,6 +29,7 @@ COLUMN_WIDTH = 860
 class ChatView(QScrollArea):
     edit_submitted = Signal(int, str)
     regenerate_clicked = Signal()
+    continue_clicked = Signal()  # the last answer, cut off at its token limit, is to go on
     branch_requested = Signal(int, int)  # message id, step (-1 or +1)
     fork_requested = Signal(int)  # message id
 
@@ -121,6 +122,7 @@ class ChatView(QScrollArea):
         bubble.set_branch(*self.model.branch_of(message.id))
         bubble.edit_submitted.connect(self.edit_submitted)
         bubble.regenerate_clicked.connect(self.regenerate_clicked)
+        bubble.continue_clicked.connect(self.continue_clicked)
         bubble.branch_step.connect(self.branch_requested)
         bubble.fork_clicked.connect(self.fork_requested)
         return bubble

@@ -122,6 +122,7 @@ class MessageBubble(QWidget):
 
     edit_submitted = Signal(int, str)  # message id, new text
     regenerate_clicked = Signal()
+    continue_clicked = Signal()  # the last answer, cut off at its token limit, is to go on
     branch_step = Signal(int, int)  # message id, -1 (the version before) or +1 (the one after)
     fork_clicked = Signal(int)  # message id: a new chat up to here
 
@@ -211,6 +212,11 @@ class MessageBubble(QWidget):
         self.edit_button.clicked.connect(lambda: self.set_editing(True))
         self.regenerate_button = _tool("regenerate", "Answer again", self.colors, "regenerateButton")
         self.regenerate_button.clicked.connect(self.regenerate_clicked)
+        self.continue_button = QPushButton("Continue")
+        self.continue_button.setObjectName("continueButton")
+        self.continue_button.setToolTip("The answer stopped at its token limit: let the model go on with it")
+        self.continue_button.clicked.connect(self.continue_clicked)
+        self.continue_button.hide()
         self.fork_button = _tool("fork", "Fork chat from here: a new chat with the conversation up to this message",
                                  self.colors, "forkButton")  # fmt: skip
         self.fork_button.clicked.connect(lambda: self.fork_clicked.emit(self.message.id))
@@ -249,6 +255,8 @@ class MessageBubble(QWidget):
             footer.addWidget(self.copy_button)
             footer.addWidget(self.regenerate_button)
             footer.addWidget(self.fork_button)
+            footer.addSpacing(8)
+            footer.addWidget(self.continue_button)
             footer.addStretch()
             self.edit_button.hide()
         column.addWidget(self.error)
@@ -311,6 +319,8 @@ class MessageBubble(QWidget):
         self.copy_button.setVisible(not self.streaming and bool(self.message.content))
         self.fork_button.setVisible(not self.streaming)
         self.regenerate_button.setVisible(self.message.role == "assistant" and self._last and not self.streaming)
+        cut_off = self.message.stats is not None and self.message.stats.finish_reason == "length"
+        self.continue_button.setVisible(self.message.role == "assistant" and self._last and not self.streaming and cut_off)
 
     def show_steps(self, steps) -> None:
         """An answer's thinking and tool-call cards (app.agent.steps.AnswerSteps, or None)."""
@@ -331,6 +341,7 @@ class MessageBubble(QWidget):
 
     def set_actions_enabled(self, enabled: bool) -> None:
         self.regenerate_button.setEnabled(enabled and not self.streaming)
+        self.continue_button.setEnabled(enabled and not self.streaming)
         self.edit_button.setEnabled(enabled)
         self.branch.setEnabled(enabled)
         self.fork_button.setEnabled(enabled and not self.streaming)
