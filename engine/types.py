@@ -310,6 +310,17 @@ class GenerationChunk:
     accepted_draft_tokens: int = 0
 
 
+def answer_begun(messages: Sequence[ChatMessage] | None) -> bool:
+    """Whether a chat ends with an answer begun: the last message the assistant's, with text and no tool calls.
+
+    Anthropic's Messages and Ollama's chat go on with such an answer (a "prefill": ``{`` to start a JSON object,
+    or an answer cut off at its token limit) rather than starting another after it."""
+    if not messages:
+        return False
+    last = messages[-1]
+    return last.role == "assistant" and bool(last.content.strip()) and not last.tool_calls
+
+
 def as_messages(items: Sequence[Mapping[str, Any] | ChatMessage]) -> tuple[ChatMessage, ...]:
     """Build chat messages from ``{"role", "content"}`` mappings (text parts are joined)."""
     out = []
@@ -360,6 +371,7 @@ class ModelSpec:
 
 
 __all__ = [
+    "answer_begun",
     "MEDIA_MARKER",
     "MediaInput",
     "MediaKind",

@@ -35,6 +35,7 @@ from engine.types import (
     MediaInput,
     ResponseFormat,
     SamplingParams,
+    answer_begun,
 )
 from engine.validation import request_keep_alive
 
@@ -254,9 +255,11 @@ def _unset(body: CountTokensBody) -> frozenset[str]:
 
 
 def _request(body: CountTokensBody, params: SamplingParams | None = None, allow_remote: bool = False) -> GenerationRequest:
+    messages = _messages(body, allow_remote)
     return GenerationRequest(
         model=body.model,
-        messages=_messages(body, allow_remote),
+        messages=messages,
+        continue_final=answer_begun(messages),  # a last assistant turn is the answer's start, as Claude goes on with it
         params=params or SamplingParams(),
         unset=_unset(body),
         response_format=_format(body),

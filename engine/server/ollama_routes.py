@@ -43,6 +43,7 @@ from engine.types import (
     MediaInput,
     ResponseFormat,
     SamplingParams,
+    answer_begun,
 )
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
@@ -463,9 +464,11 @@ async def chat(request: Request, body: ChatBody):
     await apply_load_options(request, found, body.options)  # num_ctx, num_gpu...: reloaded with them
     if not body.messages:
         return await _load_or_unload(request, found, keep, "message", body.model)
+    messages = await asyncio.to_thread(_chat_messages, body.messages)  # pictures are read off the event loop
     req = GenerationRequest(
         model=found.name,
-        messages=await asyncio.to_thread(_chat_messages, body.messages),  # pictures are read off the event loop
+        messages=messages,
+        continue_final=answer_begun(messages),  # a last assistant turn is gone on with, as Ollama does
         params=body.sampling(),
         unset=unset(body.sampling_options()),
         response_format=response_format(body.format),

@@ -263,3 +263,18 @@ def test_a_prompt_past_the_context_is_refused_in_the_words_claude_code_reads(ser
     message = r.json()["error"]["message"]
     found = re.search(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)", message)  # Claude Code's own pattern
     assert found and int(found.group(1)) > int(found.group(2)) == 2048 and "--ctx" in message
+
+
+def test_a_last_assistant_turn_is_gone_on_with_as_claude_does(claude):
+    story = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
+    whole = claude.messages.create(model=MODEL, max_tokens=16, messages=story, **GREEDY)
+    first = claude.messages.create(model=MODEL, max_tokens=8, messages=story, **GREEDY)
+    assert first.stop_reason == "max_tokens"
+    begun = first.content[0].text
+    went_on = claude.messages.create(
+        model=MODEL, max_tokens=8, messages=[*story, {"role": "assistant", "content": begun}], **GREEDY
+    )
+    # the answer holds only what follows the prefill, and reads on from it as the uncut answer does: no new turn
+    assert begun + went_on.content[0].text == whole.content[0].text
+    counted = claude.messages.count_tokens(model=MODEL, messages=[*story, {"role": "assistant", "content": begun}])
+    assert went_on.usage.input_tokens + (went_on.usage.cache_read_input_tokens or 0) == counted.input_tokens

@@ -402,3 +402,11 @@ def test_logprobs_come_with_each_lines_tokens_as_ollama_gives_them(client):
     tokens = [lp.token for line in lines for lp in (line.logprobs or ())]
     assert "".join(tokens) == "".join(line.response for line in lines) and len(tokens) == 8
     assert client.chat(model=MODEL, messages=QUESTION, options=GREEDY).logprobs is None  # not asked for
+
+
+def test_a_last_assistant_message_is_gone_on_with_as_ollama_does(client):
+    story = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
+    whole = client.chat(model=MODEL, messages=story, options={**GREEDY, "num_predict": 16}).message.content
+    begun = client.chat(model=MODEL, messages=story, options=GREEDY).message.content
+    went_on = client.chat(model=MODEL, messages=[*story, {"role": "assistant", "content": begun}], options=GREEDY)
+    assert went_on.message.role == "assistant" and begun + went_on.message.content == whole
