@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -109,7 +110,7 @@ class RequestStream:
     __slots__ = (
         "request", "params", "out", "decoder", "stops", "generated", "prompt_tokens", "cached_tokens",
         "finished", "t_submit", "t_first", "rendered", "drafter", "draft_tokens", "accepted_draft_tokens", "_piece",
-        "_is_eog", "_held", "prompt_logprobs", "context_prompt", "_shown",
+        "_is_eog", "_held", "prompt_logprobs", "context_prompt", "_shown", "_decoded", "_unshown",
     )  # fmt: skip
 
     def __init__(
@@ -140,9 +141,13 @@ class RequestStream:
         self._piece = piece
         self._is_eog = is_eog
         self._held: list[GenerationChunk] | None = None
-        # A request with ``return_context``: its prompt's ids, and the characters of answer text sent so far.
+        # A request with ``return_context``: its prompt's ids.
         self.context_prompt: tuple[int, ...] | None = None
-        self._shown = 0
+        self._shown = 0  # characters of answer text sent so far
+        self._decoded = 0  # characters of answer text decoded so far (sent, or held back as a stop string's start)
+        # Tokens' log-probabilities waiting for their text, each with where its text starts in the decoded answer: a
+        # token's go out with its first character, so that those of a stop string's tokens never do.
+        self._unshown: deque[tuple[int, tuple[TokenLogprob, ...]]] = deque()
         # The prompt's tokens with their log-probabilities, as the backend computes them (for a request that asks):
         # they go out with the first chunk.
         self.prompt_logprobs: list[TokenLogprob] | None = [] if request.params.prompt_logprobs is not None else None
@@ -267,6 +272,8 @@ class RequestStream:
             if logprobs and params.prompt_logprobs is not None:
                 # a scored prompt (echo with logprobs) lists the token that ended the answer too, as an
                 # evaluation harness reads it: the prompt's tokens, then one more
+                # (after those of earlier tokens with no text of their own)
+                logprobs = self._shown_logprobs(self._decoded + 1) + logprobs
                 self._put(GenerationChunk(logprobs=logprobs, prompt_logprobs=self._take_prompt_logprobs()
                                           if self.prompt_logprobs is not None else ()))  # fmt: skip
             self.finish("stop")
@@ -276,11 +283,15 @@ class RequestStream:
         if self.drafter is not None:
             self.drafter.push(token)
         text = self.decoder.feed(self._piece(token))
+        if logprobs:
+            self._unshown.append((self._decoded, logprobs))
+        self._decoded += len(text)
         hit = False
         if self.stops is not None:
             text, hit = self.stops.feed(text)
-        if self.context_prompt is not None:
-            self._shown += len(text)
+        self._shown += len(text)
+        if self._unshown:
+            logprobs = self._shown_logprobs(self._shown)
         # the first token's chunk says how much of the prompt the cache held (Anthropic's message_start gives it)
         self._put(GenerationChunk(text=text, token_ids=(token,), logprobs=logprobs, cached_tokens=self.cached_tokens if first else 0,
                                   prompt_logprobs=self._take_prompt_logprobs() if self.prompt_logprobs is not None else ()))  # fmt: skip
@@ -309,6 +320,10 @@ class RequestStream:
                 text, hit = self.stops.feed(tail)
                 tail = text if hit else text + self.stops.flush()
         self._shown += len(tail)
+        logprobs: tuple[TokenLogprob, ...] = ()
+        if reason in ("stop", "length") and error is None and self._unshown:
+            cut = self.stops is not None and self.stops.matched is not None  # else every token is part of the answer
+            logprobs = self._shown_logprobs(self._shown if cut else self._decoded + 1)
         end = time.perf_counter()
         n_gen = len(self.generated)
         tps = None
@@ -317,6 +332,7 @@ class RequestStream:
         self._put(
             GenerationChunk(
                 text=tail,
+                logprobs=logprobs,
                 finish_reason=reason,
                 prompt_tokens=self.prompt_tokens,
                 completion_tokens=n_gen,
@@ -332,6 +348,14 @@ class RequestStream:
                 context=self._context() if self.context_prompt is not None and error is None else (),
             )
         )
+
+    def _shown_logprobs(self, shown: int) -> tuple[TokenLogprob, ...]:
+        """The log-probabilities of the waiting tokens whose text starts before character ``shown``, taken."""
+        out: list[TokenLogprob] = []
+        unshown = self._unshown
+        while unshown and unshown[0][0] < shown:
+            out += unshown.popleft()[1]
+        return tuple(out)
 
     def _context(self) -> tuple[int, ...]:
         """Ollama's ``context``: the prompt's ids and the answer's; after a stop string, the answer's up to the last

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.backends.runtime import RequestStream
-from engine.types import GenerationRequest, SamplingParams
+from engine.types import GenerationRequest, SamplingParams, TokenLogprob
 
 # token id -> bytes: "é" is split over two tokens, 9 is a control token, 0 ends the generation
 PIECES = {1: b"Hel", 2: b"lo", 3: b" w\xc3", 4: b"\xa9rld", 5: b" STOP", 6: b"!", 9: b"", 0: b""}
@@ -50,6 +50,33 @@ def test_held_back_text_is_flushed_when_the_stream_ends_without_a_match():
     s.push(6)  # "!" may start "!!": held back
     s.finish("length")
     assert "".join(c.text for c in collect(s)) == "Hel!"
+
+
+def _lp(token: int) -> tuple[TokenLogprob, ...]:
+    return (TokenLogprob(PIECES[token].decode(errors="replace"), token, -1.0, tuple(PIECES[token])),)
+
+
+def test_log_probabilities_go_out_with_their_tokens_text_and_a_stop_strings_never():
+    """As OpenAI's and llama-server's: an answer's log-probabilities are those of the tokens of its text. A token
+    whose text the stop string holds back waits with it, and is dropped when the string matches."""
+    s = stream(stop=["!STOP", "wé"], logprobs=0)
+    for t in (1, 6):  # "!" may start "!STOP": held back, its log-probability too
+        s.push(t, logprobs=_lp(t))
+    s.push(2, logprobs=_lp(2))  # "!lo" matches neither: the held "!" goes out, with its token's log-probability
+    sent = [(c.text, [lp.token_id for lp in c.logprobs]) for c in collect(s)]
+    assert sent == [("Hel", [1]), ("", []), ("!lo", [6, 2])]
+    s.push(3, logprobs=_lp(3))  # " w" and half of "é": " " goes out, "w" may start "wé"
+    assert s.push(4, logprobs=_lp(4)) is True  # "wé" matched: token 3 began with " ", token 4's text is all cut
+    chunks = collect(s)
+    assert "".join(c.text for c in chunks) == " " and [lp.token_id for c in chunks for lp in c.logprobs] == [3]
+    assert chunks[-1].stop_sequence == "wé" and chunks[-1].completion_tokens == 5
+
+    s = stream(logprobs=0)  # no stop string: "é"'s first half comes with " w", a control token's with the end
+    for t in (3, 4, 9):
+        s.push(t, logprobs=_lp(t))
+    s.finish("length")
+    sent = [(c.text, [lp.token_id for lp in c.logprobs]) for c in collect(s)]
+    assert sent == [(" w", [3]), ("érld", [4]), ("", []), ("", [9])]
 
 
 def test_max_tokens_and_a_full_context_end_with_length():

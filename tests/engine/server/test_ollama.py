@@ -410,3 +410,15 @@ def test_a_last_assistant_message_is_gone_on_with_as_ollama_does(client):
     begun = client.chat(model=MODEL, messages=story, options=GREEDY).message.content
     went_on = client.chat(model=MODEL, messages=[*story, {"role": "assistant", "content": begun}], options=GREEDY)
     assert went_on.message.role == "assistant" and begun + went_on.message.content == whole
+
+
+def test_a_character_made_of_several_tokens_keeps_every_tokens_logprob(client):
+    """An emoji is four bytes, one token each: each token's log-probability comes with the line of its character
+    (none was dropped for coming with no text of its own)."""
+    emoji = [{"role": "user", "content": "Write three emoji"}]
+    options = {"temperature": 0, "num_predict": 12}
+    whole = client.chat(model=MODEL, messages=emoji, options=options, logprobs=True)
+    assert any(len(ch.encode()) > 1 for ch in whole.message.content)  # the starter writes 🌟 byte by byte
+    assert len(whole.logprobs) == whole.eval_count == 12
+    lines = list(client.chat(model=MODEL, messages=emoji, options=options, logprobs=True, stream=True))
+    assert sum(len(line.logprobs or ()) for line in lines) == 12

@@ -493,3 +493,31 @@ def test_openai_spec_is_read_from_the_repository():
     root = Path(__file__).resolve().parents[3]
     assert SPEC.is_relative_to(root) and SPEC.is_file()
     assert (SPEC.parent / "LICENSE").read_text().startswith("The MIT License")
+
+
+def test_logprobs_are_those_of_the_answers_text_never_of_a_stop_string(server):
+    """An answer cut by a stop string lists the log-probabilities of its text's tokens, not of the tokens that
+    made the stop string (they are not in the answer): joined, the tokens are the text, streamed or not."""
+    client = server.client()
+    count = [{"role": "user", "content": "Count from 1 to 10."}]
+    whole = client.chat.completions.create(model=MODEL, messages=count, max_tokens=30, temperature=0)
+    whole = whole.choices[0].message.content
+    stop = whole[len(whole) // 2 :][:2]  # two characters from the middle: a stop string inside the answer
+    cut = whole[: whole.index(stop)]
+    asked = {"model": MODEL, "messages": count, "max_tokens": 30, "temperature": 0, "stop": [stop], "logprobs": True}
+    plain = client.chat.completions.create(**asked).choices[0]
+    assert plain.finish_reason == "stop" and plain.message.content == cut
+    assert "".join(t.token for t in plain.logprobs.content) == cut
+    text, tokens = "", ""
+    for chunk in client.chat.completions.create(**asked, stream=True):
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            tokens += "".join(t.token for t in (choice.logprobs.content or ())) if choice.logprobs else ""
+    assert text == tokens == cut
+
+    prompt = "1, 2, 3,"
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0).choices[0].text
+    stop = whole[len(whole) // 2 :][:2]
+    choice = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0, stop=[stop], logprobs=1)
+    choice = choice.choices[0]
+    assert choice.text == whole[: whole.index(stop)] == "".join(choice.logprobs.tokens)
