@@ -199,6 +199,8 @@ class ToolCallParser:
         fmt: The family: ``hermes``, ``llama3``, ``mistral`` or ``generic``.
         tool_names: The offered tools; a call naming another is kept as text (None accepts any name).
         forced: The tool the request forces the answer to call (a call cut before its name calls it).
+        calls_only: Whether the answer must be calls (a forced tool choice's grammar): an opening marker cut
+            short by the token limit is a call's markup, never text.
         bare: Whether a JSON answer on its own may be a call, in the families that write calls so (not where a
             response format asked for JSON: the answer is then that JSON).
 
@@ -206,7 +208,8 @@ class ToolCallParser:
     """
 
     def __init__(
-        self, fmt: str = "generic", tool_names: Collection[str] | None = None, *, forced: str | None = None, bare: bool = True
+        self, fmt: str = "generic", tool_names: Collection[str] | None = None, *, forced: str | None = None, bare: bool = True,
+        calls_only: bool = False,
     ) -> None:
         if fmt not in FAMILIES:
             raise ValueError(f"unknown tool-call format {fmt!r}")
@@ -221,6 +224,7 @@ class ToolCallParser:
         self._space = ""  # whitespace after a call, shown only if more text follows
         self._cut = False  # the answer ended at the token limit: a call being written is a call cut short
         self._forced = forced
+        self._calls_only = calls_only or forced is not None
         self.repeated = False  # a call repeated one made before it: the answer ends there (see _emit_calls)
 
     # -- feeding --------------------------------------------------------------------------------
@@ -309,6 +313,15 @@ class ToolCallParser:
                     if i != -1 and (first == -1 or i < first):
                         first, marker = i, m
                 if first == -1:
+                    if final and self._cut and self._calls_only and (opened := _held_prefix(self._buf, fam.start)):
+                        # the limit fell inside the opening marker: a call cut before its name (the forced one)
+                        before, self._buf = self._buf[: len(self._buf) - opened], ""
+                        if before.strip():
+                            self._emit_text(before, content)
+                        cut = partial_call("", self.names, self._fallback_name())
+                        if cut is not None:
+                            self._emit_calls([cut], deltas)
+                        return
                     hold = 0 if final else _held_prefix(self._buf, fam.start)
                     self._emit_text(self._buf[: len(self._buf) - hold], content)
                     self._buf = self._buf[len(self._buf) - hold :]

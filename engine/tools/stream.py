@@ -37,7 +37,8 @@ class ChatOutputParser:
         names = [t.name for t in rendered.tools]
         forced = rendered.constraint.tools if rendered.constraint is not None else ()
         self.tools = (
-            ToolCallParser(rendered.tool_format, names, forced=forced[0].name if len(forced) == 1 else None, bare=rendered.bare_calls)
+            ToolCallParser(rendered.tool_format, names, forced=forced[0].name if len(forced) == 1 else None,
+                           bare=rendered.bare_calls, calls_only=bool(forced))
             if names
             else None
         )

@@ -253,6 +253,25 @@ def test_a_forced_call_cut_short_by_max_tokens_is_a_call_with_partial_arguments_
     assert [c["function"]["name"] for c in ollama["message"].get("tool_calls") or ()] in ([], ["get_weather"])
 
 
+def test_a_forced_call_cut_inside_its_opening_marker_is_the_call_not_the_markers_text(server):
+    """Cut by max_tokens before its markup's opening tag is whole (``<tool_call>`` is several tokens), a forced
+    answer is still the forced call, with no arguments yet: never the tag's first characters as text."""
+    import anthropic
+
+    chat = client(server).chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice=FORCED,
+                                                  temperature=0, max_tokens=2)  # fmt: skip
+    (choice,) = chat.choices
+    assert choice.finish_reason == "length" and not choice.message.content
+    assert [(c.function.name, c.function.arguments) for c in choice.message.tool_calls] == [("get_weather", "")]
+    claude = anthropic.Anthropic(base_url=server.root, api_key=server.api_key, max_retries=0, timeout=600)
+    anthropic_tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    with claude.messages.stream(model=MODEL, messages=ASK, tools=anthropic_tools, max_tokens=2,
+                                tool_choice={"type": "tool", "name": "get_weather"}) as stream:  # fmt: skip
+        message = stream.get_final_message()
+    assert message.stop_reason == "max_tokens"
+    assert [(b.type, b.name, b.input) for b in message.content] == [("tool_use", "get_weather", {})]
+
+
 def test_a_call_the_model_chooses_to_make_follows_a_strict_tools_schema_in_every_dialect(server):
     """``strict: true`` under ``tool_choice: auto``: the model writes freely, and a call it opens is held to the
     tool's schema (the starter copies the call it is shown, without the required "unit")."""

@@ -178,6 +178,21 @@ def test_a_call_cut_short_at_the_token_limit_is_a_call_with_what_was_written(fmt
     assert "".join(d.arguments for d in a.tool_calls + b.tool_calls) == arguments
 
 
+@pytest.mark.parametrize("text", ["<tool", "\n<tool_call", "<"])
+def test_a_forced_call_cut_inside_its_opening_marker_is_that_call_never_the_markers_text(text):
+    """A forced choice's answer is calls: cut by the token limit before its opening marker was whole, it is the
+    forced call with no arguments yet (OpenAI's partial call), or nothing when no one tool is forced."""
+    parser = ToolCallParser("hermes", ["get_weather", "add"], forced="add")
+    a, b = parser.feed(text), parser.finish(cut=True)
+    assert a.content + b.content == "" and [(c.name, c.arguments) for c in parser.calls] == [("add", "")]
+    parser = ToolCallParser("hermes", ["get_weather", "add"], calls_only=True)  # required: any of two
+    a, b = parser.feed(text), parser.finish(cut=True)
+    assert a.content + b.content == "" and parser.calls == []
+    parser = ToolCallParser("hermes", ["get_weather", "add"])  # auto: the answer's own text stays text
+    a, b = parser.feed("a " + text), parser.finish(cut=True)
+    assert a.content + b.content == "a " + text and parser.calls == []
+
+
 def test_a_cut_call_that_names_no_offered_tool_is_dropped_and_plain_text_stays_text():
     parser = ToolCallParser("hermes", ["get_weather", "add"])
     a, b = parser.feed('Let me check. <tool_call>{"na'), parser.finish(cut=True)
