@@ -30,6 +30,7 @@ from engine.server.schemas import (
     _Sampling,
 )
 from engine.server.streaming import KEEPALIVE, ticks
+from engine.tools.spec import new_call_id
 from engine.types import (
     MEDIA_MARKER,
     ChatMessage,
@@ -164,11 +165,26 @@ def chat_messages(messages: list[ChatMessageBody], *, allow_remote: bool) -> tup
 
 
 def _message_dicts(messages: list[ChatMessageBody]) -> list[dict]:
+    """The messages as the engine reads them: OpenAI's deprecated ``function_call`` of an assistant message is its
+    tool call, and a ``function`` message (that call's result) a tool message answering it."""
     out = []
-    for m in messages:
+    called: dict[str, str] = {}  # a function's name -> the id given to its last call
+    for i, m in enumerate(messages):
         item = m.model_dump()
+        call = item.pop("function_call")
+        if call is not None and item["role"] == "assistant" and not item["tool_calls"]:
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
+                raise InvalidRequest(f"messages[{i}].function_call must be an object with the function's 'name' "
+                                     "and its 'arguments' (JSON text).", param=f"messages[{i}].function_call")  # fmt: skip
+            arguments = call.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+            called[call["name"]] = call_id = new_call_id()
+            item["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": arguments}}]
         if item["role"] == "function":  # OpenAI's deprecated function result is a tool message
             item["role"] = "tool"
+            if item["tool_call_id"] is None and item["name"] in called:
+                item["tool_call_id"] = called[item["name"]]
         out.append(item)
     return out
 

@@ -73,6 +73,7 @@ class ChatMessageBody(NullAsDefaultBody):
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    function_call: Any = None  # OpenAI's deprecated call (``{"name", "arguments"}``): read as a tool call
     tool_call_id: str | None = None
     reasoning_content: str | None = None
 

@@ -272,6 +272,22 @@ def test_a_forced_call_cut_inside_its_opening_marker_is_the_call_not_the_markers
     assert [(b.type, b.name, b.input) for b in message.content] == [("tool_use", "get_weather", {})]
 
 
+def test_a_deprecated_function_call_in_the_history_is_read_as_the_tool_call_it_was(server):
+    """A conversation from a client of OpenAI's deprecated functions (an assistant ``function_call``, then a
+    ``function`` message with its result) reads as the same conversation told with tool calls: the call is in
+    the prompt, not an empty assistant turn."""
+    arguments = '{"city": "Paris", "unit": "c"}'
+    legacy = [*ASK, {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": arguments}},
+              {"role": "function", "name": "get_weather", "content": "Sunny, 21 C."}]  # fmt: skip
+    tools = [*ASK, {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments}}]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C."}]  # fmt: skip
+    answers = [client(server).chat.completions.create(model=MODEL, messages=m, tools=TOOLS, temperature=0, max_tokens=8)
+               for m in (legacy, tools)]  # fmt: skip
+    assert answers[0].usage.prompt_tokens == answers[1].usage.prompt_tokens
+    assert answers[0].choices[0].message.content == answers[1].choices[0].message.content
+
+
 def test_a_call_the_model_chooses_to_make_follows_a_strict_tools_schema_in_every_dialect(server):
     """``strict: true`` under ``tool_choice: auto``: the model writes freely, and a call it opens is held to the
     tool's schema (the starter copies the call it is shown, without the required "unit")."""
