@@ -27,8 +27,12 @@ def request_fields(body: Any) -> dict[str, Any]:
     Raises:
         InvalidRequest: a tool definition or the tool choice is malformed (the message names the tool).
     """
-    tools = parse_tools(body.tools, custom=True)
-    choice = parse_tool_choice(body.tool_choice, tools)
+    tools_in, choice_in, parallel = body.tools, body.tool_choice, body.parallel_tool_calls
+    if getattr(body, "legacy_functions", False):  # OpenAI's deprecated functions: one call at most
+        tools_in = [{"type": "function", "function": f} for f in body.functions]
+        choice_in, parallel = _legacy_choice(body.function_call), False
+    tools = parse_tools(tools_in, custom=True)
+    choice = parse_tool_choice(choice_in, tools)
     kwargs: dict[str, Any] = dict(body.chat_template_kwargs or {})
     taken = sorted(RESERVED_TEMPLATE_NAMES.intersection(kwargs))
     if taken:
@@ -53,11 +57,36 @@ def request_fields(body: Any) -> dict[str, Any]:
         "tools": tools,
         "tool_choice": choice,
         # several forced calls only when asked for explicitly (docs/tools.md)
-        "parallel_tool_calls": body.parallel_tool_calls,
+        "parallel_tool_calls": parallel,
         "thinking": thinking,
         "template_kwargs": tuple(kwargs.items()),
         "continue_final": body.continue_final_message,
     }
+
+
+def _legacy_choice(function_call: Any) -> Any:
+    """The ``tool_choice`` a deprecated ``function_call`` (``none``, ``auto`` or ``{"name": ...}``) stands for."""
+    if function_call is None or function_call in ("none", "auto"):
+        return function_call
+    if isinstance(function_call, dict) and isinstance(function_call.get("name"), str):
+        return {"type": "function", "function": {"name": function_call["name"]}}
+    raise InvalidRequest("'function_call' must be \"none\", \"auto\" or {\"name\": \"FUNCTION\"}.", param="function_call")
+
+
+def legacy_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat ``message`` in the deprecated functions' shape: its (first) call as ``function_call``."""
+    calls = message.pop("tool_calls", None)
+    if calls:
+        message["function_call"] = dict(calls[0]["function"])
+    return message
+
+
+def legacy_delta(delta: dict[str, Any]) -> dict[str, Any] | None:
+    """A streamed tool-call ``delta`` in the deprecated functions' shape (None: a later call's, left out)."""
+    (item,) = delta["tool_calls"]
+    if item["index"] != 0 or "function" not in item:
+        return None
+    return {"function_call": dict(item["function"])}
 
 
 def _call(call: ToolCall, custom: frozenset[str]) -> dict[str, Any]:
@@ -124,4 +153,4 @@ def reasoning_tokens(finals: list[GenerationChunk | None]) -> int:
     return sum(f.reasoning_tokens for f in finals if f is not None)
 
 
-__all__ = ["request_fields", "message", "reasoning_delta", "CallDeltas", "reasoning_tokens"]
+__all__ = ["request_fields", "message", "legacy_message", "legacy_delta", "reasoning_delta", "CallDeltas", "reasoning_tokens"]

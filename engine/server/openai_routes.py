@@ -103,6 +103,15 @@ def _check_n(request: Request, n: int | None) -> int:
     return n
 
 
+def _same(x: Any) -> Any:
+    return x
+
+
+def _legacy_finish(reason: str) -> str:
+    """The finish_reason of an answer to OpenAI's deprecated functions: ``function_call`` where it called one."""
+    return "function_call" if reason == "tool_calls" else reason
+
+
 def _finish_reason(final: GenerationChunk | None) -> str:
     """The OpenAI finish_reason of a choice's last chunk."""
     return FINISH.get(final.finish_reason or "stop", "stop") if final is not None else "stop"
@@ -180,7 +189,8 @@ def _message_dicts(messages: list[ChatMessageBody]) -> list[dict]:
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
             called[call["name"]] = call_id = new_call_id()
-            item["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": arguments}}]
+            function = {"name": call["name"], "arguments": arguments}
+            item["tool_calls"] = [{"id": call_id, "type": "function", "function": function}]
         if item["role"] == "function":  # OpenAI's deprecated function result is a tool message
             item["role"] = "tool"
             if item["tool_call_id"] is None and item["name"] in called:
@@ -378,9 +388,11 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return streamed(gen, _chat_events(gen, cid, n, include_usage))
+        return streamed(gen, _chat_events(gen, cid, n, include_usage, legacy=body.legacy_functions))
     texts, lps, finals = await _collect(gen, n)
     prompt, completion, cached = _totals(finals)
+    message, finish = (chat_tools.legacy_message, _legacy_finish) if body.legacy_functions else (_same, _same)
+    tools = gen.requests[0].tools
     answer = {
         "id": cid,
         "object": "chat.completion",
@@ -390,9 +402,9 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         "choices": [
             {
                 "index": i,
-                "message": chat_tools.message(texts[i], gen.reasoning.get(i, ""), finals[i], gen.requests[0].tools),
+                "message": message(chat_tools.message(texts[i], gen.reasoning.get(i, ""), finals[i], tools)),
                 "logprobs": _chat_logprobs(lps[i]) if logprobs is not None else None,
-                "finish_reason": _finish_reason(finals[i]),
+                "finish_reason": finish(_finish_reason(finals[i])),
             }
             for i in range(n)
         ],
@@ -401,7 +413,10 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     return docs_chat.attach(answer, gen.grounding)
 
 
-async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -> AsyncIterator[bytes]:
+async def _chat_events(
+    gen: Generation, cid: str, n: int, include_usage: bool, *, legacy: bool = False
+) -> AsyncIterator[bytes]:
+    """A chat completion's chunks; ``legacy``: a call in the deprecated functions' shape (``function_call``)."""
     base = {"id": cid, "object": "chat.completion.chunk", "created": gen.created, "model": gen.served_name}
     base["system_fingerprint"] = gen.fingerprint
     if include_usage:
@@ -441,10 +456,13 @@ async def _chat_events(gen: Generation, cid: str, n: int, include_usage: bool) -
         elif chunk.text:
             yield text_event(index, chunk.text)
         for delta in calls[index].deltas(chunk):
+            if legacy and (delta := chat_tools.legacy_delta(delta)) is None:
+                continue
             yield event(index, delta)
         if chunk.finish_reason is not None:
             finals[index] = chunk
-            yield event(index, {}, FINISH.get(chunk.finish_reason, "stop"))
+            reason = FINISH.get(chunk.finish_reason, "stop")
+            yield event(index, {}, _legacy_finish(reason) if legacy else reason)
     if include_usage:
         prompt, completion, cached = _totals(finals)
         usage = _usage(prompt, completion, cached, chat_tools.reasoning_tokens(finals), finals)

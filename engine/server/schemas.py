@@ -100,10 +100,19 @@ class ChatCompletionBody(_Sampling):
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: StrictBool | None = None
+    # OpenAI's deprecated functions (without tools): read as function tools, answered in their own shape
+    functions: list[Any] | None = None
+    function_call: str | dict[str, Any] | None = None
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     continue_final_message: StrictBool = False  # vLLM's: go on with the last message, the assistant's answer
     prediction: PredictionBody | None = None
+
+    @property
+    def legacy_functions(self) -> bool:
+        """Whether the request offers OpenAI's deprecated ``functions`` (and no ``tools``): the answer's call is then
+        a message's ``function_call``, with finish_reason ``function_call``."""
+        return bool(self.functions) and not self.tools
 
 
 _TEXT: JsonDict = {"type": "string", "minLength": 1}

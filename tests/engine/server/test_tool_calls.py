@@ -288,6 +288,29 @@ def test_a_deprecated_function_call_in_the_history_is_read_as_the_tool_call_it_w
     assert answers[0].choices[0].message.content == answers[1].choices[0].message.content
 
 
+def test_openais_deprecated_functions_are_called_and_answered_in_their_own_shape(server):
+    """``functions`` with ``function_call`` (no ``tools``), as clients written before tools send them: the
+    answer's call is the message's ``function_call`` and finish_reason is ``function_call``, streamed or not."""
+    functions = [t["function"] for t in TOOLS]
+    asked = {"model": MODEL, "messages": ASK, "functions": functions, "function_call": {"name": "get_weather"},
+             "temperature": 0, "max_tokens": 60}  # fmt: skip
+    (choice,) = client(server).chat.completions.create(**asked).choices
+    assert choice.finish_reason == "function_call" and choice.message.tool_calls is None
+    assert choice.message.function_call.name == "get_weather" and choice.message.content is None
+    jsonschema.validate(json.loads(choice.message.function_call.arguments), WEATHER)
+    name, arguments, finish = None, "", None
+    for chunk in client(server).chat.completions.create(**asked, stream=True):
+        delta = chunk.choices[0].delta
+        assert delta.tool_calls is None
+        if delta.function_call is not None:
+            name = name or delta.function_call.name
+            arguments += delta.function_call.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert (name, arguments, finish) == ("get_weather", choice.message.function_call.arguments, "function_call")
+    (choice,) = client(server).chat.completions.create(**{**asked, "function_call": "none", "max_tokens": 4}).choices
+    assert choice.message.function_call is None and choice.message.content and choice.finish_reason == "length"
+
+
 def test_a_call_the_model_chooses_to_make_follows_a_strict_tools_schema_in_every_dialect(server):
     """``strict: true`` under ``tool_choice: auto``: the model writes freely, and a call it opens is held to the
     tool's schema (the starter copies the call it is shown, without the required "unit")."""
