@@ -446,6 +446,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "tools": [dict(t.custom) if t.custom is not None else {"type": "function", "name": t.name, "description": t.description,
                   "parameters": dict(t.parameters), "strict": t.strict} for t in turn.req.tools],  # fmt: skip
         "top_p": turn.req.params.top_p,
+        "top_logprobs": body.top_logprobs,
         "truncation": "disabled",
         "metadata": body.metadata or {},
     }

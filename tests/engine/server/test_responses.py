@@ -287,6 +287,7 @@ def test_logprobs_come_with_the_text_when_include_asks_for_them(server, openai_s
              "include": ["message.output_text.logprobs", "reasoning.encrypted_content"], "top_logprobs": 2}  # fmt: skip
     raw = httpx.post(f"{server.base_url}/responses", json=asked, headers=server.headers, timeout=300).json()
     openai_schemas("Response", raw)
+    assert raw["top_logprobs"] == 2  # echoed, as OpenAI's response is
     part = raw["output"][0]["content"][0]
     assert "".join(lp["token"] for lp in part["logprobs"]) == part["text"] and len(part["logprobs"]) == 6
     assert all(lp["logprob"] <= 0 and len(lp["top_logprobs"]) == 2 for lp in part["logprobs"])
@@ -299,7 +300,7 @@ def test_logprobs_come_with_the_text_when_include_asks_for_them(server, openai_s
     done = next(e for e in events if e["type"] == "response.output_text.done")
     assert [lp["token"] for lp in deltas] == [lp["token"] for lp in done["logprobs"]] == [lp["token"] for lp in part["logprobs"]]
     plain = sdk(server).responses.create(model=MODEL, input="Name three colours.", max_output_tokens=4, temperature=0)
-    assert plain.output[0].content[0].logprobs == []  # not asked for
+    assert plain.output[0].content[0].logprobs == [] and plain.top_logprobs is None  # not asked for
 
 
 def test_a_namespace_of_tools_is_offered_and_its_calls_name_it(server, openai_schemas):
