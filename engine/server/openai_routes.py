@@ -178,13 +178,11 @@ def _message_dicts(messages: list[ChatMessageBody]) -> list[dict]:
     tool call, and a ``function`` message (that call's result) a tool message answering it."""
     out = []
     called: dict[str, str] = {}  # a function's name -> the id given to its last call
-    for i, m in enumerate(messages):
+    for m in messages:
         item = m.model_dump()
         call = item.pop("function_call")
-        if call is not None and item["role"] == "assistant" and not item["tool_calls"]:
-            if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
-                raise InvalidRequest(f"messages[{i}].function_call must be an object with the function's 'name' "
-                                     "and its 'arguments' (JSON text).", param=f"messages[{i}].function_call")  # fmt: skip
+        named = isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"]
+        if named and item["role"] == "assistant" and not item["tool_calls"]:  # one naming no function: left out
             arguments = call.get("arguments")
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)

@@ -157,10 +157,12 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     # (tests/engine/server/test_tool_calls.py forces calls); generated here: `auto` and `none`.
     props["tools"]["items"] = {"$ref": "#/components/schemas/ChatCompletionTool"}
     props["tool_choice"] = {"anyOf": [{"type": "string", "enum": ["auto", "none"]}, {"type": "null"}]}
+    props["function_call"] = {"type": "string", "enum": ["auto", "none"]}  # the deprecated functions' tool_choice
     schemas["ChatCompletionMessageToolCalls"]["items"] = {"$ref": "#/components/schemas/ChatCompletionMessageToolCall"}
     # A function's name is "a-z, A-Z, 0-9, or underscores and dashes, at most 64" in the spec's own words.
     name = {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}
     schemas["FunctionObject"]["properties"]["name"] = name
+    schemas["ChatCompletionFunctions"]["properties"]["name"] = name
     schemas["ChatCompletionMessageToolCall"]["properties"]["function"]["properties"]["name"] = name
     schemas["ChatCompletionNamedToolChoice"]["properties"]["function"]["properties"]["name"] = name
     # Not taken yet (engine.server.chat_tools knows none to high): reasoning_effort xhigh and max.
@@ -218,7 +220,8 @@ def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
         # The tool and thinking fields are documented loosely here (engine.tools checks them, naming
         # the bad tool); they are fuzzed through OpenAI's spec, which says what they take.
         # `dimensions` is refused outside 1 to the model's own size (its vectors' size: tested apart).
-        for key in ("tools", "tool_choice", "reasoning_effort", "chat_template_kwargs", "dimensions"):
+        for key in ("tools", "tool_choice", "functions", "function_call", "reasoning_effort", "chat_template_kwargs",
+                    "dimensions"):
             props.pop(key, None)
     chat = schemas["ChatCompletionBody"]
     chat["properties"]["max_tokens"] = _bounded_int(1, MAX_TOKENS)
