@@ -172,7 +172,8 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
             out.append(ChatMessage(m.role, "".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None,
                                    media=tuple(pictures)))
     if not out or all(m.role == "system" for m in out):
-        raise InvalidRequest("'messages' must hold at least one message.", param="messages")
+        raise InvalidRequest("'messages' must hold at least one user or assistant message (a system prompt alone "
+                             "has nothing to answer).", param="messages")  # fmt: skip
     return tuple(out)
 
 
