@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 
 from engine.remote.routing import is_local
 from engine.server import targets
+from engine.server.answers import AnswerRoute
 from engine.server.docs_chat import DocumentsAsked, attach
 from engine.server.errors import error_info
 from engine.server.generation import Generation
@@ -65,7 +66,7 @@ def _as_json(request: Request) -> Request:
     return Request({**request.scope, "headers": [*headers, (b"content-type", b"application/json")]}, request.receive)
 
 
-class JsonBodyRoute(APIRoute):
+class JsonBodyRoute(AnswerRoute):
     """A route that reads its body as JSON whatever its content type says, as llama-server reads every body
     (``curl -d`` without a JSON content type sends a form's); its errors are the app's."""
 
@@ -82,7 +83,7 @@ def error_route(shape: Callable[[int, str], dict], *, json_body: bool = False) -
     """A route class whose handlers answer every error, bad bodies included, in ``shape``
     (and, with ``json_body``, read every body as JSON)."""
 
-    class ShapedRoute(APIRoute):
+    class ShapedRoute(AnswerRoute):
         def get_route_handler(self):
             handler = super().get_route_handler()
 

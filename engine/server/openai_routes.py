@@ -18,6 +18,7 @@ from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.infill import Infill
 from engine.remote.routing import is_local, pass_through
 from engine.server import chat_tools, docs_chat, media, remote_routes, targets, tokenize_routes
+from engine.server.answers import AnswerRoute
 from engine.server.embeddings import check_inputs, embed_for_client, shorten
 from engine.server.errors import ERROR_RESPONSES, stream_error_body
 from engine.server.generation import Generation, streamed
@@ -44,7 +45,7 @@ from engine.types import (
 )
 from engine.validation import request_keep_alive
 
-router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, route_class=AnswerRoute)
 
 # With `stream`, a 200 is a stream of server-sent events (OpenAI's chunks, then `data: [DONE]`).
 _STREAMED: dict[int | str, dict] = {

@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException
 from engine.errors import InvalidRequest, Overloaded, PreviousResponseNotFound
 from engine.model_defaults import left_unset
 from engine.server import media
+from engine.server.answers import AnswerRoute
 from engine.server.api_models import KeepAlive, NullAsDefaultBody
 from engine.server.dialect import DialectRun, count_prompt_tokens
 from engine.server.docs_chat import Grounding, attach, documents_asked
@@ -55,7 +56,7 @@ from engine.types import (
 )
 from engine.validation import request_keep_alive
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=AnswerRoute)
 log = logging.getLogger(__name__)
 
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
