@@ -7,6 +7,10 @@ attending to the ones before it through the embedding context's KV cache, exactl
 (the mean of every position's last hidden state) is summed here slice by slice. An encoder (BERT and kin) attends
 both ways, so llama.cpp computes its input in one call; its context (512 tokens for all-MiniLM) bounds what that
 call costs.
+
+Short texts go in together: up to :data:`MAX_PACKED_TEXTS` of them in one call, each a sequence of its own (its
+tokens attend only to each other, as alone), as llama-server packs its slots' inputs. A list of thousands of short
+texts (a search index's passages, a classifier's sentences) costs tens of calls, not thousands.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from itertools import accumulate, chain
 
 import llama_cpp
 import numpy as np
@@ -25,12 +30,17 @@ from engine.errors import ContextLengthExceeded, RequestCancelled
 
 # Seconds of embedding done on the decode thread between two decode steps (at least one slice each time).
 EMBED_SLICE_SECONDS = 0.02
+# Seconds of one call of short texts packed together while nothing generates: what a chat that comes in meanwhile
+# waits at most before its prompt is read; longer than a slice between steps, as each call costs its own overhead.
+EMBED_IDLE_CALL_SECONDS = 0.1
 # Tokens of one long text computed in one llama.cpp call: sized from the measured rate to take about
 # EMBED_SLICE_SECONDS, within these bounds (the most is the size of the loop's own prompt blocks on the CPU).
 # The least is small because a chat that comes in waits for the slice under way: on a busy 2-core machine a
 # token took 20-40 ms, so slices of 16 made a chat beside a long input 2.3-4.5 times as slow as alone.
 MIN_SLICE_TOKENS = 4
 MAX_SLICE_TOKENS = 256
+# Most texts computed together in one call, each a sequence of the embedding context (whose KV cells they share).
+MAX_PACKED_TEXTS = 64
 
 
 class Embedder:
@@ -40,12 +50,17 @@ class Embedder:
         model: The loaded model.
         loop: Its decode loop (its thread owns llama.cpp's compute threads; embedding uses as many).
         max_slice_tokens: Most tokens of a text in one llama.cpp call (a causal model's).
+        idle_call_seconds: About how long one call takes while nothing generates.
     """
 
-    def __init__(self, model: GGUFModel, loop: DecodeLoop, *, max_slice_tokens: int = MAX_SLICE_TOKENS) -> None:
+    def __init__(
+        self, model: GGUFModel, loop: DecodeLoop, *, max_slice_tokens: int = MAX_SLICE_TOKENS,
+        idle_call_seconds: float = EMBED_IDLE_CALL_SECONDS,
+    ) -> None:  # fmt: skip
         self.model = model
         self.loop = loop
         self.max_slice_tokens = max(1, max_slice_tokens)
+        self.idle_call_seconds = idle_call_seconds
         self.slices = 0  # llama.cpp calls made, for the tests of how they interleave with decode steps
         self._ctx = None
         self._mem = None
@@ -104,7 +119,9 @@ class Embedder:
             n_ctx = self.loop.n_ctx_seq
             params = llama_cpp.llama_context_default_params()
             params.n_ctx = params.n_batch = params.n_ubatch = n_ctx  # an encoder's input in one batch
-            params.n_seq_max = 1
+            # sequences for short texts packed in one call, sharing the context's cells (a long text has all of them)
+            params.n_seq_max = MAX_PACKED_TEXTS
+            params.kv_unified = True
             params.embeddings = True
             # Every position's hidden state, pooled here: llama.cpp's own mean covers only one call's tokens.
             params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
@@ -120,9 +137,34 @@ class Embedder:
         # A model that attends both ways (an encoder, or a decoder made bidirectional) sees its input in one call.
         return bool(self._mem) and bool(llama_cpp.llama_get_causal_attn(self._ctx))
 
+    def _sized(self, seconds: float = EMBED_SLICE_SECONDS) -> int:
+        """Tokens one call computes in about ``seconds``, at the last call's rate."""
+        return max(MIN_SLICE_TOKENS, int(self._rate * seconds) if self._rate > 0 else 2 * MIN_SLICE_TOKENS)
+
+    def _seconds(self) -> float:
+        """What one call may take: a slice while requests generate, else an idle call."""
+        return EMBED_SLICE_SECONDS if self.loop.generating else self.idle_call_seconds
+
     def _slice_tokens(self) -> int:
-        sized = int(self._rate * EMBED_SLICE_SECONDS) if self._rate > 0 else 2 * MIN_SLICE_TOKENS
-        return max(1, min(self.max_slice_tokens, max(MIN_SLICE_TOKENS, sized)))
+        """Tokens of a long text in one call."""
+        return max(1, min(self.max_slice_tokens, self._sized(self._seconds())))
+
+    def _budget(self) -> int:
+        """Tokens of whole texts in one call."""
+        return min(self.loop.n_ctx_seq, self._sized(self._seconds()))
+
+    def _pack(self, job: _Job) -> list[list[int]]:
+        """The texts from the current one on that go in one call: at most :data:`MAX_PACKED_TEXTS`, together about a
+        call's worth of tokens (the first whole, whatever its length), within the context."""
+        budget = self._budget()
+        texts = [job.inputs[job.index]]
+        total = len(texts[0])
+        for tokens in job.inputs[job.index + 1 : job.index + MAX_PACKED_TEXTS]:
+            if total + len(tokens) > budget:
+                break
+            texts.append(tokens)
+            total += len(tokens)
+        return texts
 
     def _run(self, job: _Job, causal: bool) -> None:
         """Work on ``job`` for about :data:`EMBED_SLICE_SECONDS` (one slice at least)."""
@@ -136,24 +178,33 @@ class Embedder:
             first = False
             tokens = job.inputs[job.index]
             start = job.offset
-            end = min(len(tokens), start + self._slice_tokens()) if causal else len(tokens)
             if start == 0 and self._mem:
                 llama_cpp.llama_memory_clear(self._mem, True)
             t1 = time.perf_counter()
-            job.add(self._decode(ctx, tokens[start:end], start), end)
-            if causal and end - start >= MIN_SLICE_TOKENS:
-                self._rate = (end - start) / max(time.perf_counter() - t1, 1e-6)
+            if start == 0 and (len(tokens) <= max(self._slice_tokens(), self._budget()) or not causal):
+                texts = self._pack(job)  # whole texts, the current one first
+                for text, hidden_sum in zip(texts, self._decode_texts(ctx, texts), strict=True):
+                    job.add(hidden_sum, len(text))
+                n = sum(len(t) for t in texts)
+            else:  # a long text of a causal model: its next tokens, after the ones in the KV cache
+                end = min(len(tokens), start + self._slice_tokens())
+                job.add(self._decode_texts(ctx, [tokens[start:end]], start)[0], end)
+                n = end - start
+            if n >= MIN_SLICE_TOKENS:
+                self._rate = n / max(time.perf_counter() - t1, 1e-6)
 
-    def _decode(self, ctx: llama_cpp.llama_context_p, tokens: list[int], pos: int) -> np.ndarray:
-        """The sum of the last hidden states of ``tokens`` (at positions from ``pos``), after the ones before them."""
-        n = len(tokens)
+    def _decode_texts(self, ctx: llama_cpp.llama_context_p, texts: list[list[int]], pos: int = 0) -> list[np.ndarray]:
+        """For each of ``texts`` (each its own sequence, at positions from ``pos``, after the tokens before them in
+        the KV cache), the sum of its tokens' last hidden states, in one call."""
+        n = sum(len(t) for t in texts)
         with scratch_batch(n) as batch:
-            fill_batch(batch, run_rows(tokens, pos))
+            fill_batch(batch, chain.from_iterable(run_rows(t, pos, seq_id=k) for k, t in enumerate(texts)))
             if llama_cpp.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed while embedding")
             self.slices += 1
-            ptr = llama_cpp.llama_get_embeddings(ctx)
-            return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd)).sum(axis=0, dtype=np.float64)
+            hidden = np.ctypeslib.as_array(llama_cpp.llama_get_embeddings(ctx), shape=(n, self.model.n_embd))
+            ends = list(accumulate(len(t) for t in texts))
+            return [hidden[e - len(t) : e].sum(axis=0, dtype=np.float64) for t, e in zip(texts, ends, strict=True)]
 
     def close(self) -> None:
         if self._ctx is not None:
@@ -191,4 +242,4 @@ class _Job:
         self.offset = 0
 
 
-__all__ = ["EMBED_SLICE_SECONDS", "Embedder"]
+__all__ = ["EMBED_SLICE_SECONDS", "MAX_PACKED_TEXTS", "Embedder"]

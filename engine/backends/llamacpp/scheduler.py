@@ -167,6 +167,11 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         )  # fmt: skip
 
     @property
+    def generating(self) -> bool:
+        """Whether requests are generating (for the calls the loop runs between its steps, on its thread)."""
+        return bool(self._running)
+
+    @property
     def n_threads(self) -> int:
         """The threads the loop computes on now (other compute on its thread should use as many)."""
         return self.team.policy.threads

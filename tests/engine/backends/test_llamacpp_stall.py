@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.backends.base import LlamaCppOptions, LoadOptions, ModelSpec
@@ -238,3 +239,23 @@ def test_a_chat_gets_a_slot_from_a_request_whose_choices_hold_them_all_and_the_c
     ids = [[t for c in a for t in c.token_ids] for a in answers]
     assert all(a[-1].finish_reason == "length" and a[-1].completion_tokens == 48 for a in answers)
     assert all(i == ids[0] for i in ids), "a choice that gave up its slot went on differently"
+
+
+def test_short_texts_go_in_together_and_each_embeds_as_it_does_alone(llama_backend):
+    """Many short texts (a search index's passages) are packed into few llama.cpp calls, each text its own
+    sequence: every vector is the one the text gets alone, in the order given."""
+    from engine.backends.llamacpp.embedding import Embedder
+
+    texts = [f"note {i}: the {'river' if i % 2 else 'mountain'} is {i * 7} metres away" for i in range(48)]
+    alone = [llama_backend.embed([t])[0][0] for t in texts[:6]]
+    # calls as long as a slow machine's: packs as large as a fast one makes of these texts in a tenth of a second
+    embedder = Embedder(llama_backend.model, llama_backend.loop, idle_call_seconds=30.0)
+    try:
+        vectors, n_tokens = embedder.embed(texts)
+    finally:
+        embedder.close()
+    assert len(vectors) == len(texts) and n_tokens > len(texts)
+    assert embedder.slices <= 4, f"{embedder.slices} calls for {len(texts)} short texts"
+    for i, vec in enumerate(alone):
+        assert float(np.dot(vec, vectors[i])) > 0.9999, i
+    assert float(np.dot(vectors[0], vectors[1])) < 0.9999  # different texts, different vectors

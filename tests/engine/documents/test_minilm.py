@@ -71,3 +71,12 @@ def test_a_passage_longer_than_the_model_takes_is_embedded_by_its_beginning(embe
         assert sum(a * b for a, b in zip(long_vec, short_vec, strict=True)) > 0.5  # the same code, repeated
     finally:
         long_embedder.close()
+
+
+def test_sentences_embedded_together_are_each_what_they_are_alone(embedder):
+    """The encoder reads short texts packed into one call, each its own sequence (attending both ways within it
+    only): the vectors are those of each text alone."""
+    together = embedder.embed(SENTENCES)
+    for sentence, vec in zip(SENTENCES, together, strict=True):
+        alone = embedder.embed([sentence])[0]
+        assert sum(a * b for a, b in zip(alone, vec, strict=True)) > 0.9999, sentence
