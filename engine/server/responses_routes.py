@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -128,7 +128,7 @@ def _keep_events(request: Request, rid: str, sent: _EventLog) -> None:
     stored = store.get(rid)
     if stored is not None:
         events = sent.whole()
-        store.put(rid, replace(stored, events=events or (), events_lost=events is None))
+        store.put(rid, stored.with_events(events or (), lost=events is None))
 
 
 async def _recorded(request: Request, turn: _Turn, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -785,13 +785,16 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
     if not s.items:  # an empty answer is still one (empty) message
         for event in s.open("message"):
             yield event
-    for event in s.close("completed" if _status(final) == "completed" else "incomplete"):
+    # The closing events (and the last, the whole response) hold the whole answer, with every token's log-probabilities
+    # when asked for: written into JSON off the event loop, where the other streams go on meanwhile.
+    for event in await asyncio.to_thread(s.close, "completed" if _status(final) == "completed" else "incomplete"):
         yield event
     done = _finish(request, turn, run.model_name, s.items, "".join(texts), "".join(thoughts), final)
     if done["status"] == "cancelled":  # as a cancelled background stream, it ends with its last item
         s.last = done
     else:
-        yield s.emit("response.completed" if done["status"] == "completed" else "response.incomplete", response=done)
+        kind = "response.completed" if done["status"] == "completed" else "response.incomplete"
+        yield await asyncio.to_thread(s.emit, kind, response=done)
 
 
 @router.post("/responses/input_tokens")

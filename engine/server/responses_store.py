@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.types import ChatMessage
 
@@ -22,11 +22,22 @@ class StoredResponse:
     input_items: tuple[dict, ...]
     events: tuple[bytes, ...] = ()
     events_lost: bool = False  # streamed, but its events were too many to keep: it replays only whole
+    # Its size in characters, counted once (a response with every token's log-probabilities takes tens of
+    # milliseconds to count, on the event loop): the store adds it, and takes it away when it goes.
+    chars: int = field(default=-1, compare=False)
 
-    @property
-    def chars(self) -> int:
+    def __post_init__(self) -> None:
+        if self.chars < 0:
+            object.__setattr__(self, "chars", self._count())
+
+    def _count(self) -> int:
         text = sum(len(m.content) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls) for m in self.conversation)
         return text + len(str(self.response)) + len(str(self.input_items)) + sum(len(e) for e in self.events)
+
+    def with_events(self, events: tuple[bytes, ...], *, lost: bool) -> StoredResponse:
+        """This response with its stream's ``events`` kept (none, and ``lost``, when they were too many)."""
+        chars = self.chars - sum(len(e) for e in self.events) + sum(len(e) for e in events)
+        return StoredResponse(self.response, self.conversation, self.input_items, events, lost, chars)
 
 
 class ResponseStore:

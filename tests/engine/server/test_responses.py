@@ -202,6 +202,24 @@ def test_store_is_bounded():
     assert len(store) == 0  # one answer larger than the whole budget is not kept either
 
 
+def test_a_stored_responses_events_count_toward_the_bound_once_kept():
+    from engine.server.responses_store import ResponseStore, StoredResponse
+    from engine.types import ChatMessage
+
+    store = ResponseStore(max_responses=10, max_chars=10_000)
+    plain = StoredResponse({"id": "resp_1", "output": ["y" * 3_000]}, (ChatMessage("user", "hi"),), ())
+    store.put("resp_1", plain)
+    with_events = plain.with_events((b"e" * 4_000, b"f" * 2_000), lost=False)
+    # counted as a response built with its events is, without counting the response again
+    assert with_events.chars == StoredResponse(plain.response, plain.conversation, (), with_events.events).chars
+    store.put("resp_1", with_events)
+    assert store.get("resp_1") is with_events and store.get("resp_1").events_lost is False
+    store.put("resp_2", StoredResponse({}, (ChatMessage("user", "x" * 2_000),), ()))
+    assert store.get("resp_1") is None and store.get("resp_2") is not None  # 9,000 + 2,000 characters: over the bound
+    lost = plain.with_events((), lost=True)
+    assert lost.events_lost and lost.chars == plain.chars
+
+
 def test_json_schema_format(server):
     schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "blue"]}},
               "required": ["colour"], "additionalProperties": False}  # fmt: skip
