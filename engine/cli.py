@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `hearth models | head`: the reader has what it wanted; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor at exit, when stdout is flushed
+        return 141  # as a shell reports a command SIGPIPE stopped
 
 
 if __name__ == "__main__":

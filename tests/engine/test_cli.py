@@ -142,3 +142,12 @@ def test_a_broken_model_file_is_one_line_not_a_traceback(tmp_path):
     assert out.returncode != 0
     assert "Traceback" not in out.stderr
     assert str(bad) in out.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_141():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `hearth show ... | head -1`, where head has already gone
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "show", "smollm2-135m-instruct"], stdout=write_end,
+                          stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")  # no traceback, no "Exception ignored"
