@@ -81,3 +81,10 @@ def test_a_mistyped_option_is_refused_by_its_command_with_the_option_meant(capsy
         err = capsys.readouterr().err.splitlines()
         assert err[0].startswith(f"usage: hearth {argv[0]}")  # the command's own usage, not `hearth`'s
         assert err[-1] == said
+
+
+def test_pull_of_a_model_already_here_says_so_and_succeeds(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    assert main(["pull", MODEL]) == 0  # as `ollama pull` of a model it has; no hub is asked
+    out = capsys.readouterr().out
+    assert out.startswith(f"{MODEL} is already on this machine (") and f"`hearth chat -m {MODEL}`" in out
