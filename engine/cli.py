@@ -54,14 +54,40 @@ def _default_command(parser: argparse.ArgumentParser) -> list[str]:
     return ["chat"]
 
 
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)command's own parser that ``args`` came through: `hearth daemon up`'s, not `hearth`'s."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else ()):
+            return parser
+        parser = subs[0].choices[name]
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; what the command does not know is refused by that command's parser, with its usage and
+    the option meant where one is close (``--temprature``: did you mean --temperature?)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        import difflib
+
+        own = _innermost(parser, args)
+        message = f"unrecognized arguments: {' '.join(unknown)}"
+        flags = [a for a in unknown if a.startswith("--")]
+        known = [o for a in own._actions for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(flags[0].split("=", 1)[0], known, n=1) if flags else []
+        own.error(f"{message} (did you mean {close[0]}?)" if close else message)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     from engine.errors import HearthError
 
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
-        args = parser.parse_args([*argv, *_default_command(parser)])
+        args = _parse(parser, [*argv, *_default_command(parser)])
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -73,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `hearth models | head`: the reader has what it wanted; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor at exit, when stdout is flushed
+        return 141  # as a shell reports a command SIGPIPE stopped
 
 
 if __name__ == "__main__":

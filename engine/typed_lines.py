@@ -1,4 +1,5 @@
-"""What a person types at a terminal conversation's ``> `` prompt: one reader for `hearth chat` and its MCP mode."""
+"""What a person types at a terminal conversation's ``> `` prompt, or what is piped in instead: one reader for
+`hearth chat` and its MCP mode."""
 
 from __future__ import annotations
 
@@ -23,4 +24,13 @@ def typed_lines(greeting: str) -> Iterator[str]:
             yield line
 
 
-__all__ = ["typed_lines"]
+def piped_message() -> str | None:
+    """Standard input read whole, as one message, where it is not a terminal (``echo hi | hearth chat``,
+    ``hearth chat < notes.txt``, as ``ollama run`` takes it); None at a terminal, where the conversation is typed.
+    An empty one is ``""``."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    return sys.stdin.read().strip()
+
+
+__all__ = ["piped_message", "typed_lines"]

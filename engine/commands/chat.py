@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engine import validation as valid
 from engine.commands.load_flags import add_flag
+
+if TYPE_CHECKING:
+    from engine.commands.chat_reply import Reply
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "when none runs, as `ollama run` does), so the chat shares the loaded model and shows in `hearth ps` and "
         "`hearth log stream`. --local, --backend, --quantization, --docs and --mcp run it in this process.",
     )  # fmt: skip
-    p.add_argument("prompt", nargs="?", help="answer this one message and exit (omit for a conversation)")
+    p.add_argument("prompt", nargs="?", help="answer this one message and exit (omit for a conversation; what is "
+                   "piped to standard input is one message too)")
     p.add_argument("--model", "-m", help="model name (default: the starter model)")
     p.add_argument("--local", action="store_true",
                    help="run the model in this process, not in the worker of this data folder (the daemon's, "
@@ -54,8 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _answer(backend, model_name: str, history: list, params, show_stats: bool) -> str:
+def _answer(backend, model_name: str, history: list, params, show_stats: bool) -> Reply:
     from engine.commands.chat_images import chat_messages
+    from engine.commands.chat_reply import Reply
     from engine.types import GenerationRequest
 
     request = GenerationRequest(model=model_name, messages=chat_messages(history), params=params)
@@ -63,6 +69,7 @@ def _answer(backend, model_name: str, history: list, params, show_stats: bool) -
     parts: list[str] = []
     last = None
     thinking = False
+    stopped = False
     try:
         for chunk in stream:
             if chunk.reasoning:  # thinking, dimmed, before the answer (docs/tools.md)
@@ -85,14 +92,16 @@ def _answer(backend, model_name: str, history: list, params, show_stats: bool) -
     except KeyboardInterrupt:
         stream.close()  # cancels the generation; the conversation goes on
         sys.stdout.write(" [stopped]")
+        stopped = True
     sys.stdout.write("\n")
-    if last is not None and last.finish_reason == "error":
+    failed = last is not None and last.finish_reason == "error"
+    if failed:
         print(f"hearth: {last.error}", file=sys.stderr)
     if show_stats and last is not None and last.finish_reason:
         ttft = f"{last.time_to_first_token * 1000:.0f} ms" if last.time_to_first_token is not None else "-"
         tps = f"{last.tokens_per_second:.1f}" if last.tokens_per_second else "-"
         print(f"[{last.completion_tokens} tokens, {tps} tokens/s, first token {ttft}]", file=sys.stderr)
-    return "".join(parts)
+    return Reply("".join(parts), stopped=stopped, failed=failed)
 
 
 def _dim(text: str) -> str:
@@ -136,6 +145,14 @@ def run(args: argparse.Namespace) -> int:
     params = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens
     )
+    if args.prompt is None:  # piped in, it is one message to answer, as a prompt given here is
+        from engine.typed_lines import piped_message
+
+        args.prompt = piped_message()
+        if args.prompt == "":
+            print('hearth: Nothing came on standard input to answer; pipe a message in, give one '
+                  '(`hearth chat "Hello"`), or run `hearth chat` at a terminal to type.', file=sys.stderr)  # fmt: skip
+            return 2
     if args.quantization and args.backend != "paged":
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
         return 2
@@ -181,8 +198,9 @@ def run(args: argparse.Namespace) -> int:
         backend.close()
 
 
-def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], str], name: str, images: list, docs=None) -> int:
-    """One answer to ``args.prompt``, or a conversation on the terminal; ``ask`` streams each answer."""
+def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name: str, images: list, docs=None) -> int:
+    """One answer to ``args.prompt`` (exiting 130 when Ctrl-C stopped it, 1 when it failed), or a conversation on
+    the terminal; ``ask`` streams each answer."""
     from engine.commands.chat_images import user_message
 
     history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
@@ -192,8 +210,8 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], str], name: 
         history.append(user_message(args.prompt, images))
         reply = ask(history)
         if docs is not None:
-            docs.print_sources(reply)
-        return 0
+            docs.print_sources(reply.text)
+        return reply.exit_code
     from engine.typed_lines import typed_lines
 
     for line in typed_lines(f"Chatting with {name}."):
@@ -203,7 +221,7 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], str], name: 
         history.append(user_message(line, images))
         images = []  # the pictures go with the first message, and stay in the conversation
         reply = ask(history)
-        history.append({"role": "assistant", "content": reply})
+        history.append({"role": "assistant", "content": reply.text})
         if docs is not None:
-            docs.print_sources(reply)
+            docs.print_sources(reply.text)
     return 0

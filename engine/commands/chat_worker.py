@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from engine.commands.chat_reply import Reply
 from engine.commands.worker_client import WorkerClient
 
 if TYPE_CHECKING:
@@ -65,9 +66,9 @@ class WorkerChat:
             body["ctx"] = ctx
         self.client.request("POST", "/api/models/load", body=body, timeout=600.0)
 
-    def answer(self, history: Sequence[dict[str, Any]], *, show_stats: bool) -> str:
-        """Stream the answer to ``history`` to stdout and return its text (Ctrl-C stops it: the worker cancels
-        the generation when the stream closes).
+    def answer(self, history: Sequence[dict[str, Any]], *, show_stats: bool) -> Reply:
+        """Stream the answer to ``history`` to stdout and return it (Ctrl-C stops it: the worker cancels the
+        generation when the stream closes; an error the stream ends with is said on stderr).
 
         Raises:
             HearthError: the worker refused the request (an unknown model, a model that cannot chat, ...).
@@ -92,7 +93,7 @@ class WorkerChat:
                     if "error" in event:
                         sys.stdout.write("\n")
                         print(f"hearth: {event['error'].get('message', event['error'])}", file=sys.stderr)
-                        return "".join(parts)
+                        return Reply("".join(parts), failed=True)
                     usage = event.get("usage") or usage
                     for choice in event.get("choices") or ():
                         delta = choice.get("delta") or {}
@@ -108,13 +109,14 @@ class WorkerChat:
                             sys.stdout.write(delta["content"])
                         sys.stdout.flush()
         except KeyboardInterrupt:
-            sys.stdout.write(" [stopped]")  # leaving the block closed the stream: the worker cancelled it
+            sys.stdout.write(" [stopped]\n")  # leaving the block closed the stream: the worker cancelled it
+            return Reply("".join(parts), stopped=True)
         except httpx.HTTPError as exc:
             raise self.client.unreachable(exc) from exc
         sys.stdout.write("\n")
         if show_stats and usage:
             _print_stats(usage, started, first)
-        return "".join(parts)
+        return Reply("".join(parts))
 
 
 def _events(r: httpx.Response):

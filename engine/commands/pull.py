@@ -94,6 +94,16 @@ def run(args: argparse.Namespace) -> int:
     from engine.errors import DownloadError, InvalidRequest
     from engine.hardware import detect_hardware
 
+    if "/" not in args.model:  # not a repo: a local name (`ollama pull NAME` of a model it has) is there already
+        from engine.errors import ModelNotFound
+
+        try:
+            local = ModelRegistry().resolve(args.model)
+        except ModelNotFound:
+            local = None
+        if local is not None:
+            print(f"{local.name} is already on this machine ({local.path}); chat with it: `hearth chat -m {local.name}`.")
+            return 0
     repo, wanted = split_spec(args.model)
     hub = HubClient()
     listing = hub.repo(repo, revision=args.revision)

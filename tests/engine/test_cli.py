@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import pty
+import select
+import signal
 import subprocess
 import sys
+import time
 
 
 def hearth(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -19,17 +24,83 @@ def test_chat_one_shot_prints_an_answer_and_exits_zero():
     assert "Traceback" not in out.stderr
 
 
+def _read_until(fd: int, marker: bytes, seen: bytearray, timeout: float = 120) -> None:
+    """Read the terminal ``fd`` into ``seen`` until ``marker`` has come after what was there."""
+    start, deadline = len(seen), time.monotonic() + timeout
+    while marker not in seen[start:]:
+        assert time.monotonic() < deadline, bytes(seen)
+        if select.select([fd], [], [], 0.5)[0]:
+            seen += os.read(fd, 4096)
+
+
 def test_chat_on_the_terminal_answers_each_typed_line_and_leaves_at_the_end_of_input():
+    main_fd, term = pty.openpty()  # a real terminal: what is typed there is a conversation
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "chat", "--local", "--temperature", "0", "--max-tokens", "8"],
+        stdin=term, stdout=term, stderr=term,
+    )  # fmt: skip
+    os.close(term)
+    seen = bytearray()
+    try:
+        _read_until(main_fd, b"> ", seen)
+        for line in (b"Name a colour.\n", b"\n", b"   \n", b"Name a fruit.\n"):
+            os.write(main_fd, line)
+            _read_until(main_fd, b"> ", seen)
+        os.write(main_fd, b"\x04")  # Ctrl-D
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(main_fd)
+    said = bytes(seen).replace(b"\r\n", b"\n")
+    assert proc.returncode == 0, said
+    greeting, *turns = said.split(b"> ")
+    assert greeting.startswith(b"Chatting with") and b"Ctrl-D leaves." in greeting
+    assert len(turns) == 5  # a prompt for each line, blank ones too, and the last before Ctrl-D
+    answered = [t for t in turns if t.strip() and t.split(b"\n", 1)[1].strip()]
+    assert [t.split(b"\n", 1)[0] for t in answered] == [b"Name a colour.", b"Name a fruit."]  # the blank lines not
+    assert b"Traceback" not in said
+
+
+def test_piped_input_is_one_message_answered_with_no_prompts_in_the_output():
     out = subprocess.run(
         [sys.executable, "-m", "engine.cli", "chat", "--local", "--temperature", "0", "--max-tokens", "8"],
-        input="Name a colour.\n\n   \nName a fruit.\n", capture_output=True, text=True, timeout=120,
+        input="Name a colour.\nName a fruit.\n", capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "Chatting with" in out.stderr and "Ctrl-D leaves." in out.stderr
-    assert out.stdout.count("> ") >= 5  # a prompt for each line, blank ones too, and the last at the end of input
-    answers = [part for part in out.stdout.split("> ") if part.strip()]
-    assert len(answers) == 2, out.stdout  # the two questions answered, the blank lines not
-    assert "Traceback" not in out.stderr
+    assert out.stdout.strip() and "> " not in out.stdout  # the answer alone, as `echo hi | ollama run` prints it
+    assert out.stdout.count("\n") == 1  # one answer to both lines
+    assert "Chatting with" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_empty_piped_input_is_one_sentence_and_exit_2():
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--local"], input="\n  \n",
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        'hearth: Nothing came on standard input to answer; pipe a message in, give one (`hearth chat "Hello"`), '
+        "or run `hearth chat` at a terminal to type."
+    ]
+
+
+def test_ctrl_c_in_a_one_shot_answer_stops_it_and_exits_130():
+    # As from a terminal: Ctrl-C is Python's to handle even where this test runs with SIGINT ignored
+    foreground = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); from engine.cli import main; sys.exit(main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", foreground, "chat", "--local", "-t", "0", "--max-tokens", "4000",
+         "Write a very long story about a dragon."],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        first = os.read(proc.stdout.fileno(), 64)  # the answer has begun
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert first.strip()
+    assert proc.returncode == 130, err  # a cut answer is not a success for a script
+    assert rest.endswith(b" [stopped]\n") and b"Traceback" not in err
 
 
 def test_typed_lines_skip_blank_ones_start_a_new_line_on_ctrl_c_and_end_on_ctrl_d(monkeypatch, capsys):
@@ -71,3 +142,12 @@ def test_a_broken_model_file_is_one_line_not_a_traceback(tmp_path):
     assert out.returncode != 0
     assert "Traceback" not in out.stderr
     assert str(bad) in out.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_141():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `hearth show ... | head -1`, where head has already gone
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "show", "smollm2-135m-instruct"], stdout=write_end,
+                          stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")  # no traceback, no "Exception ignored"

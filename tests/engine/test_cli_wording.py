@@ -65,3 +65,26 @@ def test_chat_with_a_reranker_says_what_it_is_for_and_llama_cpps_warnings_stay_i
     assert main(["show", "tiny-reranker", "--json"]) == 0
     shown = json.loads(capfd.readouterr().out)
     assert shown["capabilities"] == ["embedding"] and shown["architecture"] == "bert"
+
+
+def test_a_mistyped_option_is_refused_by_its_command_with_the_option_meant(capsys):
+    import pytest
+
+    for argv, said in [
+        (["chat", "--temprature", "0", "hi"], "hearth chat: error: unrecognized arguments: --temprature hi (did you mean --temperature?)"),
+        (["daemon", "status", "--jsn"], "hearth daemon status: error: unrecognized arguments: --jsn (did you mean --json?)"),
+        (["models", "extra"], "hearth models: error: unrecognized arguments: extra"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith(f"usage: hearth {argv[0]}")  # the command's own usage, not `hearth`'s
+        assert err[-1] == said
+
+
+def test_pull_of_a_model_already_here_says_so_and_succeeds(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    assert main(["pull", MODEL]) == 0  # as `ollama pull` of a model it has; no hub is asked
+    out = capsys.readouterr().out
+    assert out.startswith(f"{MODEL} is already on this machine (") and f"`hearth chat -m {MODEL}`" in out

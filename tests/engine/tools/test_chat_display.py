@@ -23,7 +23,7 @@ def test_thinking_comes_before_the_answer_and_is_not_part_of_it(capsys):
         GenerationChunk(text="It is "), GenerationChunk(text="4.", finish_reason="stop"),
     ])  # fmt: skip
     reply = _answer(model, "m", [{"role": "user", "content": "2+2?"}], SamplingParams(), False)
-    assert reply == "It is 4."
+    assert reply.text == "It is 4." and reply.exit_code == 0
     assert capsys.readouterr().out == "The user wants a sum.\nIt is 4.\n"
 
 
@@ -33,3 +33,38 @@ def test_tool_calls_are_shown_apart_from_the_text(capsys):
                                                                             tool_calls=(call,))])  # fmt: skip
     _answer(model, "m", [{"role": "user", "content": "Weather?"}], SamplingParams(), False)
     assert capsys.readouterr().out == 'Checking.\n\u2192 get_weather({"city": "Paris"})\n'
+
+
+class InterruptedModel:
+    """Streams one piece, then Ctrl-C arrives (as it does in the middle of an answer)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def stream(self, request):
+        model = self
+
+        class Stream:
+            def __iter__(self):
+                yield GenerationChunk(text="Once upon")
+                raise KeyboardInterrupt
+
+            def close(self):
+                model.closed = True
+
+        return Stream()
+
+
+def test_ctrl_c_stops_the_answer_and_a_one_shot_chat_exits_130(capsys):
+    model = InterruptedModel()
+    reply = _answer(model, "m", [{"role": "user", "content": "A story."}], SamplingParams(), False)
+    assert model.closed  # the generation was cancelled
+    assert (reply.text, reply.stopped, reply.exit_code) == ("Once upon", True, 130)
+    assert capsys.readouterr().out == "Once upon [stopped]\n"
+
+
+def test_an_answer_that_ends_in_an_error_says_so_and_a_one_shot_chat_exits_1(capsys):
+    model = ScriptedModel([GenerationChunk(text="Part"), GenerationChunk(finish_reason="error", error="the model broke")])
+    reply = _answer(model, "m", [{"role": "user", "content": "Hi"}], SamplingParams(), False)
+    assert (reply.text, reply.failed, reply.exit_code) == ("Part", True, 1)
+    assert capsys.readouterr().err == "hearth: the model broke\n"
