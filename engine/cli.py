@@ -59,7 +59,7 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     while True:
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         name = getattr(args, subs[0].dest, None) if subs else None
-        if name not in (subs[0].choices if subs else ()):
+        if not subs or not isinstance(name, str) or name not in subs[0].choices:
             return parser
         parser = subs[0].choices[name]
 

@@ -95,7 +95,7 @@ def _answer(backend, model_name: str, history: list, params, show_stats: bool) -
         stopped = True
     sys.stdout.write("\n")
     failed = last is not None and last.finish_reason == "error"
-    if failed:
+    if last is not None and failed:
         print(f"hearth: {last.error}", file=sys.stderr)
     if show_stats and last is not None and last.finish_reason:
         ttft = f"{last.time_to_first_token * 1000:.0f} ms" if last.time_to_first_token is not None else "-"
