@@ -10,10 +10,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.documents.errors import DocumentParseError, UnsupportedDocument
+from engine.documents.errors import DocumentParseError, IndexCancelled, UnsupportedDocument
 from engine.documents.types import ParsedDocument, Section
 
 log = logging.getLogger(__name__)
+
+# Called between pages and blocks of a file: waits while the run is paused, raises IndexCancelled once cancelled.
+Checkpoint = Callable[[], None]
 
 MARKDOWN = {".md", ".markdown", ".mdown", ".mkd", ".rst"}
 HTML = {".html", ".htm", ".xhtml"}
@@ -62,14 +65,16 @@ def document_kind(path: Path) -> str | None:
     return None
 
 
-def parse_file(path: Path) -> ParsedDocument:
+def parse_file(path: Path, *, checkpoint: Checkpoint | None = None) -> ParsedDocument:
     """Read ``path`` into sections that keep its pages and headings.
 
     A file is read whole or not at all: one that gives more than ``MAX_TEXT_CHARS`` characters of text, or a PDF
     of more than ``MAX_PDF_PAGES`` pages, is refused with a reason rather than indexed in part, and reading stops
-    as soon as the bound is passed.
+    as soon as the bound is passed. ``checkpoint`` is called between pages (a PDF), paragraphs (a Word file) and
+    stages (HTML), so a run's cancel or pause takes effect inside a long file, not after it.
 
     Raises:
+        IndexCancelled: ``checkpoint`` raised it (the run was cancelled while the file was read).
         UnsupportedDocument: Hearth does not index this kind of file.
         DocumentParseError: the file is unreadable, corrupt, encrypted, too large or holds no text.
     """
@@ -88,8 +93,8 @@ def parse_file(path: Path) -> ParsedDocument:
         raise DocumentParseError(str(path), reason)
     reader = {"pdf": _pdf, "markdown": _markdown_file, "html": _html, "docx": _docx}.get(kind, _text)
     try:
-        sections, title = reader(path)
-    except DocumentParseError:
+        sections, title = reader(path, checkpoint or _no_checkpoint)
+    except (DocumentParseError, IndexCancelled):
         raise
     except OSError as exc:
         raise DocumentParseError(str(path), f"it cannot be opened ({exc.strerror or exc}).") from exc
@@ -102,6 +107,10 @@ def parse_file(path: Path) -> ParsedDocument:
         hint = " (a scanned PDF needs OCR first)" if kind == "pdf" else ""
         raise DocumentParseError(str(path), f"it holds no text{hint}.")
     return ParsedDocument(path=str(path), kind=kind, sections=sections, title=title)
+
+
+def _no_checkpoint() -> None:
+    pass
 
 
 def _check_text_budget(path: Path, chars: int) -> None:
@@ -122,11 +131,11 @@ def _read_text(path: Path) -> str:
     return data.decode("latin-1")
 
 
-def _text(path: Path) -> tuple[list[Section], str | None]:
+def _text(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     return [Section(_read_text(path))], None
 
 
-def _pdf(path: Path) -> tuple[list[Section], str | None]:
+def _pdf(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 
@@ -146,6 +155,7 @@ def _pdf(path: Path) -> tuple[list[Section], str | None]:
         seen: set[tuple[int, int]] = set()  # pages already read, by object number and generation
         chars = 0
         for number, page in enumerate(reader.pages, start=1):
+            checkpoint()  # a page takes a few milliseconds; ten thousand of them, most of a minute
             # A page tree may list one page object many times; a real document never does, so it is read once.
             ref = page.indirect_reference
             if ref is not None:
@@ -186,7 +196,7 @@ def _pdf_paragraphs(text: str) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _markdown_file(path: Path) -> tuple[list[Section], str | None]:
+def _markdown_file(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     return markdown_sections(_read_text(path))
 
 
@@ -223,22 +233,24 @@ def markdown_sections(source: str) -> tuple[list[Section], str | None]:
     return sections, title
 
 
-def _html(path: Path) -> tuple[list[Section], str | None]:
+def _html(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     from bs4 import BeautifulSoup
     from markdownify import MarkdownConverter
 
     soup = BeautifulSoup(_read_text(path), "html.parser")
+    checkpoint()  # each stage of a large page takes seconds, and none of them can be stopped inside
     title = soup.title.get_text(strip=True) if soup.title else None
     for tag in soup(["script", "style", "noscript", "template", "head", "nav"]):
         tag.decompose()
     markdown = MarkdownConverter(heading_style="ATX", strip=["img"]).convert_soup(soup)
     soup.decompose()  # the tree is let go before the Markdown is parsed, so the two are not held at once
     del soup
+    checkpoint()
     sections, md_title = markdown_sections(markdown)
     return sections, title or md_title
 
 
-def _docx(path: Path) -> tuple[list[Section], str | None]:
+def _docx(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     import io
     import zipfile
 
@@ -262,7 +274,10 @@ def _docx(path: Path) -> tuple[list[Section], str | None]:
     heading: str | None = None
     body: list[str] = []
     title = document.core_properties.title or None
-    for para in document.paragraphs:
+    checkpoint()
+    for number, para in enumerate(document.paragraphs):
+        if number % 256 == 0:
+            checkpoint()
         style = (para.style.name or "") if para.style is not None else ""
         text = para.text.strip()
         level = _docx_heading_level(style)
@@ -280,6 +295,7 @@ def _docx(path: Path) -> tuple[list[Section], str | None]:
     if body:
         sections.append(Section("\n\n".join(body), heading=heading))
     for table in document.tables:
+        checkpoint()
         rows = _docx_table_rows(table._tbl)
         if rows:
             sections.append(Section("\n".join(rows), heading=heading))

@@ -214,3 +214,67 @@ def test_a_pipe_put_in_a_files_place_is_refused_not_waited_on(tmp_path: Path):
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
         file_sha256(str(fifo))
+
+
+class _ControlAt(IndexControl):
+    """A run's real control that the run itself pauses or cancels at its ``at``-th checkpoint, i.e. part way into
+    a long file (one checkpoint a page), and that counts the checkpoints passed (pages read) after that."""
+
+    def __init__(self, action: str, at: int) -> None:
+        super().__init__()
+        self.action, self.at, self.calls = action, at, 0
+
+    def checkpoint(self, on_pause=None) -> None:
+        self.calls += 1
+        if self.calls == self.at:
+            getattr(self, self.action)()
+        super().checkpoint(on_pause)
+
+
+def test_cancel_inside_a_long_pdf_stops_its_reading_and_keeps_the_index_as_it_was(index, tmp_path: Path):
+    """Cancel was checked only between files: a 10,000-page PDF was read to its end (about 8 s here) after Cancel,
+    and removing its collection waited for it."""
+    from tests.engine.documents.conftest import write_long_pdf
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    write_long_pdf(root / "long.pdf", 1, text="An old short edition about puffins.")
+    _add(index, root)
+    write_long_pdf(root / "long.pdf", 3000)
+    _bump(root / "long.pdf")
+    control = _ControlAt("cancel", at=100)
+    progress = Indexer(index, control=control).run("home")
+    assert progress.phase == "cancelled"
+    assert control.calls < 150  # of 3,000 pages, reading stopped at the first page after Cancel
+    # the file's old passages stay, and none of the new edition's was written
+    assert name_of(_top(index, "puffins")[0]) == "long.pdf"
+    assert _top(index, "kestrel") == []
+    assert Indexer(index).run("home").phase == "done"
+    assert index.info("home").chunks >= 3000 and _top(index, "puffins") == []
+
+
+def test_pause_inside_a_long_pdf_holds_its_reading_until_resumed(index, tmp_path: Path):
+    import threading
+
+    from tests.engine.documents.conftest import write_long_pdf
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    write_long_pdf(root / "long.pdf", 2000)
+    index.create("home", "all-MiniLM-L6-v2")
+    index.add_sources("home", [root])
+    control = _ControlAt("pause", at=100)
+    seen, result = [], {}
+    thread = threading.Thread(target=lambda: result.update(p=Indexer(index, control=control, on_progress=seen.append).run("home")))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not any(p.paused for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any(p.paused for p in seen) and thread.is_alive()
+    held = control.calls
+    time.sleep(0.3)
+    assert control.calls == held < 2000  # no page read while paused
+    control.resume()
+    thread.join(60)
+    assert result["p"].phase == "done"
+    assert _top(index, "kestrel 2000")[0].page == 2000  # the whole file, read on from where it was paused
