@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.documents.archives import open_zip, unzip_bounded
 from engine.documents.errors import DocumentParseError, IndexCancelled, UnsupportedDocument
 from engine.documents.types import ParsedDocument, Section
 
@@ -256,13 +257,13 @@ def _docx(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None
 
     import docx
 
-    with zipfile.ZipFile(path) as zf:  # each part's size as the archive declares it: no part reads past its own
+    with open_zip(path) as zf:  # each part's size as the archive declares it: no part reads past its own
         xml = sum(i.file_size for i in zf.infolist() if _docx_is_xml(i.filename))
     if xml > MAX_DOCX_XML_BYTES:
         raise DocumentParseError(str(path), _DOCX_TOO_BIG)
     # The declared sizes can lie, so the parts are inflated again here under the same bound, and python-docx reads
     # this copy of them rather than the file.
-    parts = _unzip_bounded(path, _docx_is_xml, MAX_DOCX_XML_BYTES, _DOCX_TOO_BIG)
+    parts = unzip_bounded(path, _docx_is_xml, MAX_DOCX_XML_BYTES, _DOCX_TOO_BIG)
     package = io.BytesIO()
     with zipfile.ZipFile(package, "w", zipfile.ZIP_STORED) as out:
         for name, data in parts.items():
@@ -325,42 +326,6 @@ def _docx_table_rows(tbl) -> list[str]:
         if any(cells):
             rows.append(" | ".join(cells))
     return rows
-
-
-# Zip members are inflated this many bytes at a time, so one read never holds more than this of a member.
-_ZIP_BLOCK = 64 * 1024
-
-
-def _unzip_bounded(path: Path, wanted: Callable[[str], bool], limit: int, reason: str) -> dict[str, bytes]:
-    """Every member of the zip archive at ``path``, the ones ``wanted`` accepts inflated, the others left empty.
-
-    The wanted members are inflated a block at a time and reading stops once they add up to more than ``limit``
-    bytes, whatever sizes the archive declares: a member that claims a few bytes and inflates to gigabytes costs
-    no more memory than ``limit``. The other members (pictures, fonts) are not inflated at all.
-
-    Raises:
-        DocumentParseError: the wanted members unpack to more than ``limit`` bytes, with ``reason``.
-    """
-    import zipfile
-
-    parts: dict[str, bytes] = {}
-    total = 0
-    with zipfile.ZipFile(path) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            if not wanted(info.filename):
-                parts[info.filename] = b""
-                continue
-            blocks = []
-            with zf.open(info) as member:
-                while block := member.read(_ZIP_BLOCK):
-                    total += len(block)
-                    if total > limit:
-                        raise DocumentParseError(str(path), reason)
-                    blocks.append(block)
-            parts[info.filename] = b"".join(blocks)
-    return parts
 
 
 def _docx_heading_level(style: str) -> int | None:

@@ -328,3 +328,43 @@ def test_html_and_markdown_past_their_own_size_cap_are_refused(tmp_path: Path):
             parse_file(tmp_path / name)
         assert err.value.reason == "it is larger than 4 MiB, the most Hearth reads of an HTML or Markdown file."
     assert parse_file(tmp_path / "notes.txt").sections[0].text.startswith("Tea. Tea.")
+
+
+def _word_file_with_parts(path: Path, extra: int) -> Path:
+    """A real Word file (python-docx) with ``extra`` more tiny parts in its zip."""
+    import zipfile
+
+    import docx
+
+    d = docx.Document()
+    d.add_paragraph("The otter holt is under the willow.")
+    d.save(str(path))
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as z:
+        for i in range(extra):
+            z.writestr(f"extra/part{i}.xml", b"<a/>")
+    return path
+
+
+def test_a_zip_of_too_many_parts_is_refused_from_its_directory_before_it_is_read(tmp_path: Path, index):
+    """A 60 MB zip of 600,000 empty members took 24 s and 1 GB before any part was looked at."""
+    from engine.documents import Indexer
+    from engine.documents.archives import MAX_ZIP_MEMBERS, TOO_MANY_MEMBERS
+
+    assert parse_file(_word_file_with_parts(tmp_path / "some.docx", 500)).sections[0].text.startswith("The otter")
+    many = _word_file_with_parts(tmp_path / "many.docx", MAX_ZIP_MEMBERS)
+    with pytest.raises(DocumentParseError) as err:
+        parse_file(many)
+    assert err.value.reason == TOO_MANY_MEMBERS
+    # a directory that declares fewer members than it lists is refused all the same
+    data = bytearray(many.read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    data[end + 8 : end + 12] = (100).to_bytes(2, "little") * 2
+    (tmp_path / "lying.docx").write_bytes(bytes(data))
+    with pytest.raises(DocumentParseError, match="more than 10,000 parts"):
+        parse_file(tmp_path / "lying.docx")
+    # the reason is the file's skip reason in its collection
+    index.create("home", "m")
+    index.add_sources("home", [tmp_path])
+    assert Indexer(index).run("home").phase == "done"
+    reasons = {Path(f.path).name: f.reason for f in index.info("home").failed}
+    assert reasons == {"many.docx": TOO_MANY_MEMBERS, "lying.docx": TOO_MANY_MEMBERS}
