@@ -278,3 +278,45 @@ def test_pause_inside_a_long_pdf_holds_its_reading_until_resumed(index, tmp_path
     thread.join(60)
     assert result["p"].phase == "done"
     assert _top(index, "kestrel 2000")[0].page == 2000  # the whole file, read on from where it was paused
+
+
+def _db_bytes(index) -> int:
+    return sum(p.stat().st_size for p in index.path.parent.glob(index.path.name + "*"))
+
+
+def _big_folder(tmp_path: Path) -> Path:
+    big = tmp_path / "big"
+    big.mkdir()
+    for n in range(4):  # about 8 MB of passages, each word its own keyword
+        (big / f"log{n}.txt").write_text("\n\n".join(f"entry {n}-{i} " + f"w{n}x{i} " * 60 for i in range(4000)))
+    return big
+
+
+def test_removing_a_collection_gives_its_space_back_to_the_disk(index, corpus: Path, tmp_path: Path):
+    """documents.db kept its size after a collection was removed: a removed 100 MB collection still took 100 MB."""
+    from engine.documents import DocumentService
+
+    svc = DocumentService(index, None, watch=False)
+    svc.add("home", [corpus])
+    svc.add("big", [_big_folder(tmp_path)])
+    assert svc.wait("home", 60).phase == "done" and svc.wait("big", 60).phase == "done"
+    index.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    before = _db_bytes(index)
+    svc.remove("big")
+    freed = svc.wait_reclaimed(60)
+    after = _db_bytes(index)
+    assert after < before / 3 and freed >= before - after
+    assert name_of(_top(index, "aphids whitefly")[0]) == "garden.md"  # the other collection is untouched
+
+
+def test_a_database_made_before_space_was_given_back_is_turned_over_once(index, tmp_path: Path):
+    index.create("big", "m")
+    index.add_sources("big", [_big_folder(tmp_path)])
+    Indexer(index).run("big")
+    index.conn.execute("PRAGMA auto_vacuum=NONE")  # as an older Hearth made it
+    index.conn.execute("VACUUM")
+    before = _db_bytes(index)
+    index.delete("big")
+    index.reclaim()
+    assert _db_bytes(index) < before / 3
+    assert index.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # the next removals go a step at a time
