@@ -243,7 +243,8 @@ class Indexer:
             return
         try:
             # checked between pages and blocks: a long file stops within moments of a cancel or pause
-            doc = parse_file(Path(fs.path), checkpoint=lambda: self.control.checkpoint(on_pause))
+            control = self.control
+            doc = parse_file(Path(fs.path), checkpoint=lambda: control.checkpoint(on_pause), paused=lambda: control.paused)
         except DocumentParseError as exc:
             self.index.fail_file(coll, fs.path, mtime=fs.mtime, size=fs.size, reason=exc.reason)
             state.failed.append(FileFailure(fs.path, exc.reason))

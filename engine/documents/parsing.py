@@ -12,12 +12,10 @@ from pathlib import Path
 
 from engine.documents.archives import open_zip, unzip_bounded
 from engine.documents.errors import DocumentParseError, IndexCancelled, UnsupportedDocument
+from engine.documents.turns import MARKUP_TURNS, Checkpoint
 from engine.documents.types import ParsedDocument, Section
 
 log = logging.getLogger(__name__)
-
-# Called between pages and blocks of a file: waits while the run is paused, raises IndexCancelled once cancelled.
-Checkpoint = Callable[[], None]
 
 MARKDOWN = {".md", ".markdown", ".mdown", ".mkd", ".rst"}
 HTML = {".html", ".htm", ".xhtml"}
@@ -66,13 +64,17 @@ def document_kind(path: Path) -> str | None:
     return None
 
 
-def parse_file(path: Path, *, checkpoint: Checkpoint | None = None) -> ParsedDocument:
+def parse_file(
+    path: Path, *, checkpoint: Checkpoint | None = None, paused: Callable[[], bool] | None = None
+) -> ParsedDocument:
     """Read ``path`` into sections that keep its pages and headings.
 
     A file is read whole or not at all: one that gives more than ``MAX_TEXT_CHARS`` characters of text, or a PDF
     of more than ``MAX_PDF_PAGES`` pages, is refused with a reason rather than indexed in part, and reading stops
     as soon as the bound is passed. ``checkpoint`` is called between pages (a PDF), paragraphs (a Word file) and
-    stages (HTML), so a run's cancel or pause takes effect inside a long file, not after it.
+    stages (HTML), so a run's cancel or pause takes effect inside a long file, not after it. A large HTML or
+    Markdown file waits for its turn (one at a time in the process, see ``engine.documents.turns``); ``paused``
+    says whether the run is paused, so that a paused file gives its turn up.
 
     Raises:
         IndexCancelled: ``checkpoint`` raised it (the run was cancelled while the file was read).
@@ -94,7 +96,11 @@ def parse_file(path: Path, *, checkpoint: Checkpoint | None = None) -> ParsedDoc
         raise DocumentParseError(str(path), reason)
     reader = {"pdf": _pdf, "markdown": _markdown_file, "html": _html, "docx": _docx}.get(kind, _text)
     try:
-        sections, title = reader(path, checkpoint or _no_checkpoint)
+        check = checkpoint or _no_checkpoint
+        if kind in ("markdown", "html"):
+            sections, title = MARKUP_TURNS.read(size, lambda c: reader(path, c), check, paused or _not_paused)
+        else:
+            sections, title = reader(path, check)
     except (DocumentParseError, IndexCancelled):
         raise
     except OSError as exc:
@@ -112,6 +118,10 @@ def parse_file(path: Path, *, checkpoint: Checkpoint | None = None) -> ParsedDoc
 
 def _no_checkpoint() -> None:
     pass
+
+
+def _not_paused() -> bool:
+    return False
 
 
 def _check_text_budget(path: Path, chars: int) -> None:
@@ -198,7 +208,9 @@ def _pdf_paragraphs(text: str) -> str:
 
 
 def _markdown_file(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
-    return markdown_sections(_read_text(path))
+    source = _read_text(path)
+    checkpoint()
+    return markdown_sections(source)
 
 
 def markdown_sections(source: str) -> tuple[list[Section], str | None]:

@@ -368,3 +368,72 @@ def test_a_zip_of_too_many_parts_is_refused_from_its_directory_before_it_is_read
     assert Indexer(index).run("home").phase == "done"
     reasons = {Path(f.path).name: f.reason for f in index.info("home").failed}
     assert reasons == {"many.docx": TOO_MANY_MEMBERS, "lying.docx": TOO_MANY_MEMBERS}
+
+
+def _large_page(path: Path) -> Path:
+    from engine.documents.turns import LARGE_MARKUP_BYTES
+
+    paragraph = "<p>" + "The otter holt is under the willow. " * 300 + "</p>\n"
+    path.write_text("<h1>River notes</h1>\n" + paragraph * (LARGE_MARKUP_BYTES // len(paragraph) + 2))
+    return path
+
+
+def test_large_html_files_are_parsed_one_at_a_time_and_a_waiting_one_can_be_cancelled(tmp_path: Path):
+    """Each collection parses in its own thread: four 2 MiB pages at once peaked at 1.5 GB (465 MB one at a time)."""
+    import threading
+
+    from engine.documents.errors import IndexCancelled
+
+    first, second = _large_page(tmp_path / "first.html"), _large_page(tmp_path / "second.html")
+    holding, go_on = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the first file holds its turn until told to go on
+        holding.set()
+        go_on.wait(30)
+
+    checks = []
+
+    def cancel_after_waiting() -> None:  # the second file's run: cancelled after it has waited a while
+        checks.append(1)
+        if len(checks) == 5:
+            raise IndexCancelled()
+
+    results: dict[str, object] = {}
+
+    def read(name: str, path: Path, checkpoint) -> None:
+        try:
+            results[name] = parse_file(path, checkpoint=checkpoint)
+        except IndexCancelled:
+            results[name] = "cancelled"
+
+    reading = threading.Thread(target=read, args=("first", first, hold))
+    reading.start()
+    assert holding.wait(30)
+    waiting = threading.Thread(target=read, args=("second", second, cancel_after_waiting))
+    waiting.start()
+    waiting.join(30)
+    assert results["second"] == "cancelled"  # it waited for the turn, and its run's cancel was heard meanwhile
+    go_on.set()
+    reading.join(30)
+    assert results["first"].sections[0].heading == "River notes"
+
+
+def test_a_large_html_file_paused_in_its_turn_gives_the_turn_up(tmp_path: Path):
+    import threading
+
+    from engine.documents import IndexControl
+
+    first, second = _large_page(tmp_path / "first.html"), _large_page(tmp_path / "second.html")
+    control = IndexControl()
+    control.pause()
+    results = {}
+    paused = threading.Thread(
+        target=lambda: results.update(first=parse_file(first, checkpoint=control.checkpoint, paused=lambda: control.paused))
+    )
+    paused.start()
+    # another collection's large file is read while the first one's run stays paused
+    assert parse_file(second).sections[0].heading == "River notes"
+    assert paused.is_alive() and "first" not in results
+    control.resume()
+    paused.join(30)
+    assert results["first"].sections[0].heading == "River notes"  # read again from its start after the pause
