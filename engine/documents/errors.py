@@ -34,5 +34,9 @@ class UnsupportedDocument(DocumentParseError):
     """A file whose kind Hearth does not index."""
 
 
+class IndexCancelled(Exception):
+    """The indexing run was cancelled; what was written before the file being read stays, and none of that file."""
+
+
 class EmbeddingModelError(HearthError):
     """The embedding model could not be set up or does not make embeddings."""

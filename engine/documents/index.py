@@ -22,6 +22,8 @@ from engine.documents.types import Chunk, CollectionInfo, FileFailure
 from engine.documents.vectors import VectorCache, new_version
 
 _NAME = re.compile(r"^[\w][\w .\-]{0,63}$")
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental
+_RECLAIM_STEP_PAGES = 1024  # 4 MiB of 4 KiB pages: each step holds the write lock for a moment
 T = TypeVar("T")
 
 
@@ -161,6 +163,29 @@ class DocumentIndex:
             conn.execute("DELETE FROM chunks WHERE collection_id = ?", (coll.id,))
             conn.execute("DELETE FROM collections WHERE id = ?", (coll.id,))
             self.vectors.changed(coll.id)
+
+    def reclaim(self, should_stop: Callable[[], bool] = lambda: False) -> int:
+        """Give the space that deleted rows left in the database file back to the file system; the bytes freed.
+
+        The free pages are dropped a few MiB at a time, each step a transaction of its own, so searches and
+        other collections' indexing go on between steps; ``should_stop`` is asked before each. A database made
+        before this was done is turned over once by a full VACUUM (its time is that of copying what it keeps).
+        """
+        conn = self.conn
+        before = self._file_bytes()
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            conn.execute("VACUUM")
+        else:
+            while conn.execute("PRAGMA freelist_count").fetchone()[0] and not should_stop():
+                # each row the pragma gives is a page moved; it stops early unless all are read
+                conn.execute(f"PRAGMA incremental_vacuum({_RECLAIM_STEP_PAGES})").fetchall()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # the file is cut at a checkpoint
+        return before - self._file_bytes()
+
+    def _file_bytes(self) -> int:
+        paths = [self.path, self.path.with_name(self.path.name + "-wal")]
+        return sum(p.stat().st_size for p in paths if p.exists())
 
     def set_model(self, name: str, model: str) -> Collection:
         """Give ``name`` another embedding model: its vectors are dropped, to be made again."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from engine.documents.chunking import DEFAULT_MAX_CHARS, chunk_sections
 from engine.documents.embedding import Embedder, passage_text
-from engine.documents.errors import DocumentParseError
+from engine.documents.errors import DocumentParseError, IndexCancelled
 from engine.documents.index import Collection, DocumentIndex
 from engine.documents.parsing import document_kind, parse_file
 from engine.documents.types import FileFailure, IndexProgress
@@ -29,10 +29,6 @@ log = logging.getLogger(__name__)
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", "build", "dist"}
 EMBED_BATCH = 16
-
-
-class IndexCancelled(Exception):
-    """The run was cancelled; what was written so far stays."""
 
 
 @dataclass
@@ -227,11 +223,14 @@ class Indexer:
                     state.failed.append(FileFailure(path, record.error or "it could not be read."))
                 state.files_done += 1
                 continue
-            self._index_file(coll, fs, record, state)
+            self._index_file(coll, fs, record, state, started)
             state.files_done += 1
             self._emit(state, "parsing", started)
 
-    def _index_file(self, coll: Collection, fs: FileState, record, state: _RunState) -> None:
+    def _index_file(self, coll: Collection, fs: FileState, record, state: _RunState, started: float) -> None:
+        def on_pause() -> None:
+            self._emit(state, "parsing", started)
+
         try:
             sha = file_sha256(fs.path)
         except OSError as exc:
@@ -243,7 +242,9 @@ class Indexer:
             self.index.touch_file(record.id, fs.mtime, fs.size)  # touched, not changed
             return
         try:
-            doc = parse_file(Path(fs.path))
+            # checked between pages and blocks: a long file stops within moments of a cancel or pause
+            control = self.control
+            doc = parse_file(Path(fs.path), checkpoint=lambda: control.checkpoint(on_pause), paused=lambda: control.paused)
         except DocumentParseError as exc:
             self.index.fail_file(coll, fs.path, mtime=fs.mtime, size=fs.size, reason=exc.reason)
             state.failed.append(FileFailure(fs.path, exc.reason))

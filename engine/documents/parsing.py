@@ -10,7 +10,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.documents.errors import DocumentParseError, UnsupportedDocument
+from engine.documents.archives import open_zip, unzip_bounded
+from engine.documents.errors import DocumentParseError, IndexCancelled, UnsupportedDocument
+from engine.documents.turns import MARKUP_TURNS, Checkpoint
 from engine.documents.types import ParsedDocument, Section
 
 log = logging.getLogger(__name__)
@@ -62,14 +64,20 @@ def document_kind(path: Path) -> str | None:
     return None
 
 
-def parse_file(path: Path) -> ParsedDocument:
+def parse_file(
+    path: Path, *, checkpoint: Checkpoint | None = None, paused: Callable[[], bool] | None = None
+) -> ParsedDocument:
     """Read ``path`` into sections that keep its pages and headings.
 
     A file is read whole or not at all: one that gives more than ``MAX_TEXT_CHARS`` characters of text, or a PDF
     of more than ``MAX_PDF_PAGES`` pages, is refused with a reason rather than indexed in part, and reading stops
-    as soon as the bound is passed.
+    as soon as the bound is passed. ``checkpoint`` is called between pages (a PDF), paragraphs (a Word file) and
+    stages (HTML), so a run's cancel or pause takes effect inside a long file, not after it. A large HTML or
+    Markdown file waits for its turn (one at a time in the process, see ``engine.documents.turns``); ``paused``
+    says whether the run is paused, so that a paused file gives its turn up.
 
     Raises:
+        IndexCancelled: ``checkpoint`` raised it (the run was cancelled while the file was read).
         UnsupportedDocument: Hearth does not index this kind of file.
         DocumentParseError: the file is unreadable, corrupt, encrypted, too large or holds no text.
     """
@@ -88,8 +96,12 @@ def parse_file(path: Path) -> ParsedDocument:
         raise DocumentParseError(str(path), reason)
     reader = {"pdf": _pdf, "markdown": _markdown_file, "html": _html, "docx": _docx}.get(kind, _text)
     try:
-        sections, title = reader(path)
-    except DocumentParseError:
+        check = checkpoint or _no_checkpoint
+        if kind in ("markdown", "html"):
+            sections, title = MARKUP_TURNS.read(size, lambda c: reader(path, c), check, paused or _not_paused)
+        else:
+            sections, title = reader(path, check)
+    except (DocumentParseError, IndexCancelled):
         raise
     except OSError as exc:
         raise DocumentParseError(str(path), f"it cannot be opened ({exc.strerror or exc}).") from exc
@@ -102,6 +114,14 @@ def parse_file(path: Path) -> ParsedDocument:
         hint = " (a scanned PDF needs OCR first)" if kind == "pdf" else ""
         raise DocumentParseError(str(path), f"it holds no text{hint}.")
     return ParsedDocument(path=str(path), kind=kind, sections=sections, title=title)
+
+
+def _no_checkpoint() -> None:
+    pass
+
+
+def _not_paused() -> bool:
+    return False
 
 
 def _check_text_budget(path: Path, chars: int) -> None:
@@ -122,11 +142,11 @@ def _read_text(path: Path) -> str:
     return data.decode("latin-1")
 
 
-def _text(path: Path) -> tuple[list[Section], str | None]:
+def _text(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     return [Section(_read_text(path))], None
 
 
-def _pdf(path: Path) -> tuple[list[Section], str | None]:
+def _pdf(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 
@@ -146,6 +166,7 @@ def _pdf(path: Path) -> tuple[list[Section], str | None]:
         seen: set[tuple[int, int]] = set()  # pages already read, by object number and generation
         chars = 0
         for number, page in enumerate(reader.pages, start=1):
+            checkpoint()  # a page takes a few milliseconds; ten thousand of them, most of a minute
             # A page tree may list one page object many times; a real document never does, so it is read once.
             ref = page.indirect_reference
             if ref is not None:
@@ -186,8 +207,10 @@ def _pdf_paragraphs(text: str) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _markdown_file(path: Path) -> tuple[list[Section], str | None]:
-    return markdown_sections(_read_text(path))
+def _markdown_file(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
+    source = _read_text(path)
+    checkpoint()
+    return markdown_sections(source)
 
 
 def markdown_sections(source: str) -> tuple[list[Section], str | None]:
@@ -223,34 +246,36 @@ def markdown_sections(source: str) -> tuple[list[Section], str | None]:
     return sections, title
 
 
-def _html(path: Path) -> tuple[list[Section], str | None]:
+def _html(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     from bs4 import BeautifulSoup
     from markdownify import MarkdownConverter
 
     soup = BeautifulSoup(_read_text(path), "html.parser")
+    checkpoint()  # each stage of a large page takes seconds, and none of them can be stopped inside
     title = soup.title.get_text(strip=True) if soup.title else None
     for tag in soup(["script", "style", "noscript", "template", "head", "nav"]):
         tag.decompose()
     markdown = MarkdownConverter(heading_style="ATX", strip=["img"]).convert_soup(soup)
     soup.decompose()  # the tree is let go before the Markdown is parsed, so the two are not held at once
     del soup
+    checkpoint()
     sections, md_title = markdown_sections(markdown)
     return sections, title or md_title
 
 
-def _docx(path: Path) -> tuple[list[Section], str | None]:
+def _docx(path: Path, checkpoint: Checkpoint) -> tuple[list[Section], str | None]:
     import io
     import zipfile
 
     import docx
 
-    with zipfile.ZipFile(path) as zf:  # each part's size as the archive declares it: no part reads past its own
+    with open_zip(path) as zf:  # each part's size as the archive declares it: no part reads past its own
         xml = sum(i.file_size for i in zf.infolist() if _docx_is_xml(i.filename))
     if xml > MAX_DOCX_XML_BYTES:
         raise DocumentParseError(str(path), _DOCX_TOO_BIG)
     # The declared sizes can lie, so the parts are inflated again here under the same bound, and python-docx reads
     # this copy of them rather than the file.
-    parts = _unzip_bounded(path, _docx_is_xml, MAX_DOCX_XML_BYTES, _DOCX_TOO_BIG)
+    parts = unzip_bounded(path, _docx_is_xml, MAX_DOCX_XML_BYTES, _DOCX_TOO_BIG)
     package = io.BytesIO()
     with zipfile.ZipFile(package, "w", zipfile.ZIP_STORED) as out:
         for name, data in parts.items():
@@ -262,7 +287,10 @@ def _docx(path: Path) -> tuple[list[Section], str | None]:
     heading: str | None = None
     body: list[str] = []
     title = document.core_properties.title or None
-    for para in document.paragraphs:
+    checkpoint()
+    for number, para in enumerate(document.paragraphs):
+        if number % 256 == 0:
+            checkpoint()
         style = (para.style.name or "") if para.style is not None else ""
         text = para.text.strip()
         level = _docx_heading_level(style)
@@ -280,6 +308,7 @@ def _docx(path: Path) -> tuple[list[Section], str | None]:
     if body:
         sections.append(Section("\n\n".join(body), heading=heading))
     for table in document.tables:
+        checkpoint()
         rows = _docx_table_rows(table._tbl)
         if rows:
             sections.append(Section("\n".join(rows), heading=heading))
@@ -309,42 +338,6 @@ def _docx_table_rows(tbl) -> list[str]:
         if any(cells):
             rows.append(" | ".join(cells))
     return rows
-
-
-# Zip members are inflated this many bytes at a time, so one read never holds more than this of a member.
-_ZIP_BLOCK = 64 * 1024
-
-
-def _unzip_bounded(path: Path, wanted: Callable[[str], bool], limit: int, reason: str) -> dict[str, bytes]:
-    """Every member of the zip archive at ``path``, the ones ``wanted`` accepts inflated, the others left empty.
-
-    The wanted members are inflated a block at a time and reading stops once they add up to more than ``limit``
-    bytes, whatever sizes the archive declares: a member that claims a few bytes and inflates to gigabytes costs
-    no more memory than ``limit``. The other members (pictures, fonts) are not inflated at all.
-
-    Raises:
-        DocumentParseError: the wanted members unpack to more than ``limit`` bytes, with ``reason``.
-    """
-    import zipfile
-
-    parts: dict[str, bytes] = {}
-    total = 0
-    with zipfile.ZipFile(path) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            if not wanted(info.filename):
-                parts[info.filename] = b""
-                continue
-            blocks = []
-            with zf.open(info) as member:
-                while block := member.read(_ZIP_BLOCK):
-                    total += len(block)
-                    if total > limit:
-                        raise DocumentParseError(str(path), reason)
-                    blocks.append(block)
-            parts[info.filename] = b"".join(blocks)
-    return parts
 
 
 def _docx_heading_level(style: str) -> int | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
@@ -118,6 +119,8 @@ class DocumentService:
         self._embedders: dict[str, Embedder] = {}
         self._jobs: dict[str, IndexJob] = {}
         self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._reclaiming: Future[int] | None = None
         self.watcher = FolderWatcher(index, self.on_change, interval=watch_interval) if watch else None
         if self.watcher is not None:
             self.watcher.start()
@@ -181,6 +184,25 @@ class DocumentService:
             job.control.cancel()
             job.join(30)
         self.index.delete(name)
+        # its space goes back to the disk in the background: the removal answers at once, and the file is cut a
+        # few MiB at a time while searches and other collections' indexing go on
+        self._reclaiming = self.index.run_aside(self._reclaim_space)
+
+    def _reclaim_space(self) -> int:
+        try:
+            return self.index.reclaim(self._closing.is_set)
+        except Exception:  # the collection is gone all the same; the space is taken back after the next removal
+            log.exception("could not give the space of a removed collection back to the disk")
+            return 0
+
+    def wait_reclaimed(self, timeout: float | None = None) -> int:
+        """Wait for the space of the last removed collection to be given back; the bytes freed (0 if none).
+
+        Raises:
+            TimeoutError: it took longer than ``timeout`` seconds.
+        """
+        reclaiming = self._reclaiming
+        return reclaiming.result(timeout) if reclaiming is not None else 0
 
     def set_model(self, name: str, model: str) -> CollectionInfo:
         """Use ``model`` for ``name``'s vectors: they are made again from the start."""
@@ -331,6 +353,9 @@ class DocumentService:
         return passages if used <= budget_tokens * 0.9 else None
 
     def close(self) -> None:
+        self._closing.set()
+        if self._reclaiming is not None:  # it stops at its next step, before the connections close under it
+            self._reclaiming.result()
         if self.watcher is not None:
             self.watcher.close()
         for job in list(self._jobs.values()):

@@ -94,3 +94,31 @@ def embedder():
 
 def name_of(hit) -> str:
     return Path(hit.path).name
+
+
+def write_long_pdf(path: Path, pages: int, text: str = "Page {n} of the long manual about kestrel {n}.") -> Path:
+    """A PDF of ``pages`` pages, each its own page object and content stream with one line of ``text`` (``{n}``:
+    its number), written directly: fpdf takes about 15 ms a page, and a test needs thousands of them."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"", b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    kids = []
+    for n in range(1, pages + 1):
+        line = text.format(n=n).encode("latin-1")
+        stream = b"BT /F1 12 Tf 72 720 Td (" + line + b") Tj ET"
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
+            b" /Contents %d 0 R >>" % len(objects)
+        )
+        kids.append(b"%d 0 R" % len(objects))
+    objects[1] = b"<< /Type /Pages /Count %d /Kids [%s] >>" % (pages, b" ".join(kids))
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    path.write_bytes(bytes(out))
+    return path

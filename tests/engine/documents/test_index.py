@@ -214,3 +214,109 @@ def test_a_pipe_put_in_a_files_place_is_refused_not_waited_on(tmp_path: Path):
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
         file_sha256(str(fifo))
+
+
+class _ControlAt(IndexControl):
+    """A run's real control that the run itself pauses or cancels at its ``at``-th checkpoint, i.e. part way into
+    a long file (one checkpoint a page), and that counts the checkpoints passed (pages read) after that."""
+
+    def __init__(self, action: str, at: int) -> None:
+        super().__init__()
+        self.action, self.at, self.calls = action, at, 0
+
+    def checkpoint(self, on_pause=None) -> None:
+        self.calls += 1
+        if self.calls == self.at:
+            getattr(self, self.action)()
+        super().checkpoint(on_pause)
+
+
+def test_cancel_inside_a_long_pdf_stops_its_reading_and_keeps_the_index_as_it_was(index, tmp_path: Path):
+    """Cancel was checked only between files: a 10,000-page PDF was read to its end (about 8 s here) after Cancel,
+    and removing its collection waited for it."""
+    from tests.engine.documents.conftest import write_long_pdf
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    write_long_pdf(root / "long.pdf", 1, text="An old short edition about puffins.")
+    _add(index, root)
+    write_long_pdf(root / "long.pdf", 3000)
+    _bump(root / "long.pdf")
+    control = _ControlAt("cancel", at=100)
+    progress = Indexer(index, control=control).run("home")
+    assert progress.phase == "cancelled"
+    assert control.calls < 150  # of 3,000 pages, reading stopped at the first page after Cancel
+    # the file's old passages stay, and none of the new edition's was written
+    assert name_of(_top(index, "puffins")[0]) == "long.pdf"
+    assert _top(index, "kestrel") == []
+    assert Indexer(index).run("home").phase == "done"
+    assert index.info("home").chunks >= 3000 and _top(index, "puffins") == []
+
+
+def test_pause_inside_a_long_pdf_holds_its_reading_until_resumed(index, tmp_path: Path):
+    import threading
+
+    from tests.engine.documents.conftest import write_long_pdf
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    write_long_pdf(root / "long.pdf", 2000)
+    index.create("home", "all-MiniLM-L6-v2")
+    index.add_sources("home", [root])
+    control = _ControlAt("pause", at=100)
+    seen, result = [], {}
+    thread = threading.Thread(target=lambda: result.update(p=Indexer(index, control=control, on_progress=seen.append).run("home")))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not any(p.paused for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any(p.paused for p in seen) and thread.is_alive()
+    held = control.calls
+    time.sleep(0.3)
+    assert control.calls == held < 2000  # no page read while paused
+    control.resume()
+    thread.join(60)
+    assert result["p"].phase == "done"
+    assert _top(index, "kestrel 2000")[0].page == 2000  # the whole file, read on from where it was paused
+
+
+def _db_bytes(index) -> int:
+    return sum(p.stat().st_size for p in index.path.parent.glob(index.path.name + "*"))
+
+
+def _big_folder(tmp_path: Path) -> Path:
+    big = tmp_path / "big"
+    big.mkdir()
+    for n in range(4):  # about 8 MB of passages, each word its own keyword
+        (big / f"log{n}.txt").write_text("\n\n".join(f"entry {n}-{i} " + f"w{n}x{i} " * 60 for i in range(4000)))
+    return big
+
+
+def test_removing_a_collection_gives_its_space_back_to_the_disk(index, corpus: Path, tmp_path: Path):
+    """documents.db kept its size after a collection was removed: a removed 100 MB collection still took 100 MB."""
+    from engine.documents import DocumentService
+
+    svc = DocumentService(index, None, watch=False)
+    svc.add("home", [corpus])
+    svc.add("big", [_big_folder(tmp_path)])
+    assert svc.wait("home", 60).phase == "done" and svc.wait("big", 60).phase == "done"
+    index.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    before = _db_bytes(index)
+    svc.remove("big")
+    freed = svc.wait_reclaimed(60)
+    after = _db_bytes(index)
+    assert after < before / 3 and freed >= before - after
+    assert name_of(_top(index, "aphids whitefly")[0]) == "garden.md"  # the other collection is untouched
+
+
+def test_a_database_made_before_space_was_given_back_is_turned_over_once(index, tmp_path: Path):
+    index.create("big", "m")
+    index.add_sources("big", [_big_folder(tmp_path)])
+    Indexer(index).run("big")
+    index.conn.execute("PRAGMA auto_vacuum=NONE")  # as an older Hearth made it
+    index.conn.execute("VACUUM")
+    before = _db_bytes(index)
+    index.delete("big")
+    index.reclaim()
+    assert _db_bytes(index) < before / 3
+    assert index.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # the next removals go a step at a time

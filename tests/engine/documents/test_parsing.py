@@ -328,3 +328,112 @@ def test_html_and_markdown_past_their_own_size_cap_are_refused(tmp_path: Path):
             parse_file(tmp_path / name)
         assert err.value.reason == "it is larger than 4 MiB, the most Hearth reads of an HTML or Markdown file."
     assert parse_file(tmp_path / "notes.txt").sections[0].text.startswith("Tea. Tea.")
+
+
+def _word_file_with_parts(path: Path, extra: int) -> Path:
+    """A real Word file (python-docx) with ``extra`` more tiny parts in its zip."""
+    import zipfile
+
+    import docx
+
+    d = docx.Document()
+    d.add_paragraph("The otter holt is under the willow.")
+    d.save(str(path))
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as z:
+        for i in range(extra):
+            z.writestr(f"extra/part{i}.xml", b"<a/>")
+    return path
+
+
+def test_a_zip_of_too_many_parts_is_refused_from_its_directory_before_it_is_read(tmp_path: Path, index):
+    """A 60 MB zip of 600,000 empty members took 24 s and 1 GB before any part was looked at."""
+    from engine.documents import Indexer
+    from engine.documents.archives import MAX_ZIP_MEMBERS, TOO_MANY_MEMBERS
+
+    assert parse_file(_word_file_with_parts(tmp_path / "some.docx", 500)).sections[0].text.startswith("The otter")
+    many = _word_file_with_parts(tmp_path / "many.docx", MAX_ZIP_MEMBERS)
+    with pytest.raises(DocumentParseError) as err:
+        parse_file(many)
+    assert err.value.reason == TOO_MANY_MEMBERS
+    # a directory that declares fewer members than it lists is refused all the same
+    data = bytearray(many.read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    data[end + 8 : end + 12] = (100).to_bytes(2, "little") * 2
+    (tmp_path / "lying.docx").write_bytes(bytes(data))
+    with pytest.raises(DocumentParseError, match="more than 10,000 parts"):
+        parse_file(tmp_path / "lying.docx")
+    # the reason is the file's skip reason in its collection
+    index.create("home", "m")
+    index.add_sources("home", [tmp_path])
+    assert Indexer(index).run("home").phase == "done"
+    reasons = {Path(f.path).name: f.reason for f in index.info("home").failed}
+    assert reasons == {"many.docx": TOO_MANY_MEMBERS, "lying.docx": TOO_MANY_MEMBERS}
+
+
+def _large_page(path: Path) -> Path:
+    from engine.documents.turns import LARGE_MARKUP_BYTES
+
+    paragraph = "<p>" + "The otter holt is under the willow. " * 300 + "</p>\n"
+    path.write_text("<h1>River notes</h1>\n" + paragraph * (LARGE_MARKUP_BYTES // len(paragraph) + 2))
+    return path
+
+
+def test_large_html_files_are_parsed_one_at_a_time_and_a_waiting_one_can_be_cancelled(tmp_path: Path):
+    """Each collection parses in its own thread: four 2 MiB pages at once peaked at 1.5 GB (465 MB one at a time)."""
+    import threading
+
+    from engine.documents.errors import IndexCancelled
+
+    first, second = _large_page(tmp_path / "first.html"), _large_page(tmp_path / "second.html")
+    holding, go_on = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the first file holds its turn until told to go on
+        holding.set()
+        go_on.wait(30)
+
+    checks = []
+
+    def cancel_after_waiting() -> None:  # the second file's run: cancelled after it has waited a while
+        checks.append(1)
+        if len(checks) == 5:
+            raise IndexCancelled()
+
+    results: dict[str, object] = {}
+
+    def read(name: str, path: Path, checkpoint) -> None:
+        try:
+            results[name] = parse_file(path, checkpoint=checkpoint)
+        except IndexCancelled:
+            results[name] = "cancelled"
+
+    reading = threading.Thread(target=read, args=("first", first, hold))
+    reading.start()
+    assert holding.wait(30)
+    waiting = threading.Thread(target=read, args=("second", second, cancel_after_waiting))
+    waiting.start()
+    waiting.join(30)
+    assert results["second"] == "cancelled"  # it waited for the turn, and its run's cancel was heard meanwhile
+    go_on.set()
+    reading.join(30)
+    assert results["first"].sections[0].heading == "River notes"
+
+
+def test_a_large_html_file_paused_in_its_turn_gives_the_turn_up(tmp_path: Path):
+    import threading
+
+    from engine.documents import IndexControl
+
+    first, second = _large_page(tmp_path / "first.html"), _large_page(tmp_path / "second.html")
+    control = IndexControl()
+    control.pause()
+    results = {}
+    paused = threading.Thread(
+        target=lambda: results.update(first=parse_file(first, checkpoint=control.checkpoint, paused=lambda: control.paused))
+    )
+    paused.start()
+    # another collection's large file is read while the first one's run stays paused
+    assert parse_file(second).sections[0].heading == "River notes"
+    assert paused.is_alive() and "first" not in results
+    control.resume()
+    paused.join(30)
+    assert results["first"].sections[0].heading == "River notes"  # read again from its start after the pause
