@@ -6,11 +6,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
+#: What leaves a conversation typed at the prompt, as in ``ollama run``.
+LEAVE = frozenset({"/bye", "/exit", "/quit"})
+HELP = "/bye leaves (also /exit, /quit, Ctrl-D); Ctrl-C stops an answer; /? or /help shows this."
+
 
 def typed_lines(greeting: str) -> Iterator[str]:
     """The lines a person types at ``> `` after ``greeting`` (on stderr), blank ones left out: Ctrl-C at the prompt
-    starts a new line, Ctrl-D ends. (Ctrl-C during an answer is the caller's: it stops that answer.)"""
-    print(f"{greeting} Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
+    starts a new line, Ctrl-D or ``/bye`` ends, ``/help`` says so. (Ctrl-C during an answer is the caller's: it stops
+    that answer.)"""
+    print(f"{greeting} Ctrl-C stops an answer, /bye or Ctrl-D leaves.", file=sys.stderr)
     while True:
         try:
             line = input("> ")
@@ -19,6 +24,12 @@ def typed_lines(greeting: str) -> Iterator[str]:
             return
         except KeyboardInterrupt:
             print(file=sys.stderr)
+            continue
+        word = line.strip().lower()
+        if word in LEAVE:
+            return
+        if word in ("/?", "/help"):
+            print(HELP, file=sys.stderr)
             continue
         if line.strip():
             yield line

@@ -122,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
     from engine.fit.report import fit_model
     from engine.hardware import detect_hardware
 
+    if "/" not in args.model or args.model.startswith(("/", ".", "~")):  # not a hub repo: a model here, or none
+        from engine.catalog.registry import resolve_model
+
+        resolve_model(args.model)  # an unknown name is said at once, before this machine's speed is measured
     hardware = detect_hardware()
     machine = None if args.no_speed else measured_speed(hardware, refresh=args.measure)
     report = fit_model(args.model, hardware, n_ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv_type,

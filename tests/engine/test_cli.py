@@ -116,7 +116,16 @@ def test_typed_lines_skip_blank_ones_start_a_new_line_on_ctrl_c_and_end_on_ctrl_
 
     monkeypatch.setattr("builtins.input", fake_input)
     assert list(typed_lines("Chatting with m.")) == ["hello", "again"]
-    assert capsys.readouterr().err.startswith("Chatting with m. Ctrl-C stops an answer, Ctrl-D leaves.\n")
+    assert capsys.readouterr().err.startswith("Chatting with m. Ctrl-C stops an answer, /bye or Ctrl-D leaves.\n")
+
+
+def test_typed_bye_leaves_the_conversation_and_help_says_how(monkeypatch, capsys):
+    from engine.typed_lines import typed_lines
+
+    typed = iter(["hello", "/help", "/bye", "never read"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(typed))
+    assert list(typed_lines("Chatting with m.")) == ["hello"]  # as `ollama run` leaves on /bye
+    assert "/bye leaves" in capsys.readouterr().err
 
 
 def test_missing_model_is_one_line_naming_it_and_non_zero():

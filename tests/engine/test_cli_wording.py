@@ -88,3 +88,13 @@ def test_pull_of_a_model_already_here_says_so_and_succeeds(tmp_path, monkeypatch
     assert main(["pull", MODEL]) == 0  # as `ollama pull` of a model it has; no hub is asked
     out = capsys.readouterr().out
     assert out.startswith(f"{MODEL} is already on this machine (") and f"`hearth chat -m {MODEL}`" in out
+
+
+def test_fit_of_an_unknown_name_says_so_before_this_machine_is_measured(tmp_path, monkeypatch, capsys):
+    from engine.fit.probe import CACHE_NAME
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))  # a fresh data folder: no speed figures yet
+    assert main(["fit", "no-such-model"]) == 1
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and "Measuring" not in err
+    assert not list(tmp_path.rglob(CACHE_NAME))  # nothing was measured (it takes seconds) for a name that is not here
