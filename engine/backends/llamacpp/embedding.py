@@ -181,7 +181,7 @@ class Embedder:
             if start == 0 and self._mem:
                 llama_cpp.llama_memory_clear(self._mem, True)
             t1 = time.perf_counter()
-            if start == 0 and (len(tokens) <= max(self._slice_tokens(), self._budget()) or not causal):
+            if start == 0 and (len(tokens) <= self._budget() or not causal):  # whole: within a call's tokens
                 texts = self._pack(job)  # whole texts, the current one first
                 for text, hidden_sum in zip(texts, self._decode_texts(ctx, texts), strict=True):
                     job.add(hidden_sum, len(text))
