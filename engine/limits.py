@@ -38,6 +38,25 @@ MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own limit
 MAX_RERANK_DOCUMENTS = 2048  # as many as embeddings' inputs: each is scored with the query
 
 
+MAX_GRAMMAR_CHARS = 65_536  # a grammar's text (GBNF, Lark or a regular expression), as MAX_SCHEMA_BYTES bounds a schema
+MAX_CHOICES = 1_000  # the texts of a choice, as MAX_ENUM_VALUES bounds an enum's values
+
+
+def check_grammar(grammar: object, *, param: str) -> None:
+    """A grammar is non-empty text within :data:`MAX_GRAMMAR_CHARS` (what it says is checked where it is compiled,
+    by llguidance, which bounds its own nesting and work).
+
+    Raises:
+        InvalidRequest: it is not text, is empty, or is over the limit.
+    """
+    if not isinstance(grammar, str) or not grammar.strip():
+        raise InvalidRequest(f"'{param}' must be the grammar's text.", param=param)
+    if len(grammar) > MAX_GRAMMAR_CHARS:
+        raise InvalidRequest(
+            f"'{param}' is {len(grammar)} characters, over the limit of {MAX_GRAMMAR_CHARS}; simplify the grammar.", param=param
+        )
+
+
 def check_stops(stops: Sequence[str]) -> None:
     """Refuse a stop list longer than :data:`MAX_STOP_SEQUENCES` or with a stop over :data:`MAX_STOP_LENGTH`.
 
@@ -98,9 +117,12 @@ __all__ = [
     "MAX_ALTERNATIVES",
     "MAX_ENUM_VALUES",
     "MAX_ENUM_BYTES",
+    "MAX_GRAMMAR_CHARS",
+    "MAX_CHOICES",
     "PatternShape",
     "pattern_shape",
     "check_stops",
+    "check_grammar",
     "check_embedding_inputs",
     "check_rerank_documents",
     "check_schema",

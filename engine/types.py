@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import InvalidRequest
 from engine.infill import Infill
-from engine.limits import check_schema, check_stops
+from engine.limits import MAX_CHOICES, check_grammar, check_schema, check_stops
 
 if TYPE_CHECKING:  # engine.tools imports this module; only annotations refer back to it
     from engine.tools.parsers import ToolCallDelta
@@ -156,14 +156,32 @@ class ChatMessage:
 
 @dataclass(frozen=True, slots=True)
 class ResponseFormat:
-    """Constrained output: ``json_object`` (any JSON object) or ``json_schema`` (this schema)."""
+    """Constrained output: ``json_object`` (any JSON object), ``json_schema`` (this schema), or ``grammar``: the
+    output matches ``grammar``, written in ``syntax`` (GBNF as llama.cpp takes it, Lark as llguidance takes it, or
+    a regular expression). ``param`` is the request field it came from, which an error names."""
 
-    type: Literal["text", "json_object", "json_schema"] = "text"
+    type: Literal["text", "json_object", "json_schema", "grammar"] = "text"
     schema: Mapping[str, Any] | None = None
+    grammar: str | None = None
+    syntax: Literal["gbnf", "lark", "regex"] = "gbnf"
+    param: str = "response_format"
 
     def __post_init__(self) -> None:
         if self.type == "json_schema":
-            check_schema(self.schema, param="response_format")
+            check_schema(self.schema, param=self.param)
+        elif self.type == "grammar":
+            check_grammar(self.grammar, param=self.param)
+
+    @classmethod
+    def choice(cls, options: Any, *, param: str) -> ResponseFormat:
+        """Output that is exactly one of ``options`` (texts), as vLLM's ``choice``."""
+        if not isinstance(options, Sequence) or isinstance(options, str) or not options:
+            raise InvalidRequest(f"'{param}' must be a list of texts, the answer being one of them.", param=param)
+        if len(options) > MAX_CHOICES or not all(isinstance(o, str) and o for o in options):
+            raise InvalidRequest(f"'{param}' must list 1 to {MAX_CHOICES} texts, none of them empty.", param=param)
+        import json
+
+        return cls(type="grammar", grammar="start: " + " | ".join(json.dumps(o) for o in options), syntax="lark", param=param)
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,9 @@ def request_body(request: GenerationRequest, remote_id: str) -> dict[str, Any]:
         body["response_format"] = {"type": "json_object"}
     elif fmt.type == "json_schema":
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": dict(fmt.schema or {})}}
+    elif fmt.type == "grammar":
+        raise InvalidRequest(f"A grammar ('{fmt.param}') holds the output of local models only; ask a local model, "
+                             "or describe the output with a JSON schema.", param=fmt.param)  # fmt: skip
     if request.tools and request.messages is not None:
         body["tools"] = [t.as_openai() for t in request.tools]
         choice = request.tool_choice

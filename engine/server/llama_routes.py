@@ -59,8 +59,7 @@ class ExtraFile(BaseModel):
 
 class NativeBody(BaseModel):
     """llama-server's completion fields Hearth reads; the rest (``cache_prompt``, ``samplers``, ``id_slot``,
-    ``t_max_prompt_ms``...) are accepted and left: the prompt cache is always on. A GBNF ``grammar`` is refused
-    (a 400 that says to give ``json_schema``), not left."""
+    ``t_max_prompt_ms``...) are accepted and left: the prompt cache is always on. A GBNF ``grammar`` is enforced."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -273,12 +272,15 @@ def _format(body: NativeBody) -> ResponseFormat:
     """The output's constraint: ``json_schema``, else ``response_format`` (``json_object``, with a ``schema`` or
     not, or ``json_schema`` with its ``json_schema.schema``), as llama-server reads them.
 
+    A GBNF ``grammar`` is read by llguidance (engine.tools.guidance.user_grammar), never by llama.cpp's parser.
+
     Raises:
-        InvalidRequest: a GBNF ``grammar`` (not taken here), or a format of another type.
+        InvalidRequest: a format of another type, or more than one of them.
     """
     if body.grammar:
-        raise InvalidRequest("'grammar' (GBNF) is not taken here; describe the output with 'json_schema' instead.",
-                             param="grammar")  # fmt: skip
+        if body.json_schema is not None:
+            raise InvalidRequest("Give 'grammar' or 'json_schema', not both.", param="grammar")
+        return ResponseFormat(type="grammar", grammar=body.grammar, syntax="gbnf", param="grammar")
     if body.json_schema is not None:
         return ResponseFormat(type="json_schema", schema=body.json_schema)
     rf = body.response_format

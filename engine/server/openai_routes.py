@@ -27,10 +27,10 @@ from engine.server.schemas import (
     ChatMessageBody,
     CompletionBody,
     EmbeddingBody,
-    ResponseFormatBody,
     _Sampling,
 )
 from engine.server.streaming import KEEPALIVE, ticks
+from engine.server.structured import requested_format
 from engine.tools.spec import new_call_id
 from engine.types import (
     MEDIA_MARKER,
@@ -38,7 +38,6 @@ from engine.types import (
     GenerationChunk,
     GenerationRequest,
     MediaInput,
-    ResponseFormat,
     SamplingParams,
     TokenLogprob,
     as_messages,
@@ -83,16 +82,6 @@ def _token_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
         raise InvalidRequest(
             "'logit_bias' must map token ids to numbers between -100 and 100.", param="logit_bias"
         ) from exc
-
-
-def _response_format(rf: ResponseFormatBody | None) -> ResponseFormat:
-    if rf is None or rf.type == "text":
-        return ResponseFormat()
-    if rf.type == "json_object":
-        return ResponseFormat(type="json_object")
-    if rf.json_schema is None or rf.json_schema.schema_ is None:
-        return ResponseFormat(type="json_object")  # a json_schema format without a schema: any object
-    return ResponseFormat(type="json_schema", schema=rf.json_schema.schema_)
 
 
 def _check_n(request: Request, n: int | None) -> int:
@@ -364,7 +353,7 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     messages = await asyncio.to_thread(chat_messages, body.messages, allow_remote=allow_remote)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    fmt = _response_format(body.response_format)
+    fmt = requested_format(body)
     tool_fields = chat_tools.request_fields(body)
     group = uuid.uuid4().hex  # the choices are scheduled as one request against others
     reqs = [
@@ -489,7 +478,7 @@ async def completions(request: Request, body: CompletionBody):
     if body.suffix and not all(isinstance(p, str) for p in prompts):
         raise InvalidRequest("'suffix' fills in between text and text; give 'prompt' as text, not token ids.",
                              param="suffix")  # fmt: skip
-    fmt = _response_format(body.response_format)
+    fmt = requested_format(body)
     group = uuid.uuid4().hex  # every prompt's choices, scheduled as one request against others
     # echo with logprobs: the prompt's own tokens come first, each with its log-probability, as OpenAI gives them
     scored = body.logprobs if body.echo else None

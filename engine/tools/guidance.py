@@ -124,6 +124,8 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
         return to_lark(constraint)
     if response_format is None or response_format.type == "text":
         return None
+    if response_format.type == "grammar":
+        return user_grammar(response_format)
     if response_format.type == "json_schema":
         if response_format.schema is not None and not isinstance(response_format.schema, Mapping):
             raise InvalidRequest("The JSON schema must be a JSON object; send one, or use json_object.", param="response_format")
@@ -138,6 +140,40 @@ def grammar_for(constraint: ToolCallConstraint | None, response_format: Response
         raise InvalidRequest(
             f"The JSON schema cannot be enforced ({why(exc)}); simplify it or use json_object.", param="response_format"
         ) from exc
+
+
+def user_grammar(response_format: ResponseFormat) -> str:
+    """The llguidance grammar of a request's own grammar (``response_format.type`` ``grammar``): GBNF converted to
+    Lark, Lark as it is, a regular expression as its one rule; checked by llguidance's compiler, which bounds the
+    grammar's nesting (GBNF goes to no native parser: llama.cpp's recurses without a bound).
+
+    Raises:
+        InvalidRequest: the grammar cannot be read (the message says where), or llguidance is not installed.
+    """
+    param, text = response_format.param, response_format.grammar or ""
+    try:
+        import llguidance
+        from llguidance.gbnf_to_lark import gbnf_to_lark
+    except ImportError as exc:
+        raise InvalidRequest(
+            "Grammar-constrained output needs the llguidance package; install it with `pip install llguidance`.", param=param
+        ) from exc
+    if response_format.syntax == "regex":
+        grammar = llguidance.grammar_from("regex", text)
+    elif response_format.syntax == "gbnf":
+        try:
+            grammar = gbnf_to_lark(text)
+        except RecursionError:
+            raise InvalidRequest(f"The GBNF grammar in '{param}' nests too deeply; flatten it.", param=param) from None
+        except Exception as exc:  # the converter's GbnfToLarkError, and whatever a malformed grammar trips
+            raise InvalidRequest(f"The GBNF grammar in '{param}' cannot be read ({why(exc)}); fix it.", param=param) from exc
+    else:
+        grammar = text
+    error = llguidance.LLMatcher.validate_grammar(grammar)
+    if error:
+        kind = {"gbnf": "GBNF grammar", "lark": "Lark grammar", "regex": "regular expression"}[response_format.syntax]
+        raise InvalidRequest(f"The {kind} in '{param}' cannot be used ({why(Exception(error))}); fix it.", param=param)
+    return grammar
 
 
 def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | None = None) -> GrammarMatcher | None:
@@ -201,14 +237,14 @@ class GrammarMatcher:
         InvalidRequest: the grammar does not compile (the message says why).
     """
 
-    def __init__(self, vocab: GuidanceVocab, grammar: str, *, watch: CallWatch | None = None) -> None:
+    def __init__(self, vocab: GuidanceVocab, grammar: str, *, watch: CallWatch | None = None, param: str = "tools") -> None:
         import llguidance
 
         self.vocab = vocab
         self.grammar = grammar
         self.matcher = llguidance.LLMatcher(vocab.tokenizer, grammar, log_level=0)
         if self.matcher.is_error():
-            raise InvalidRequest(f"The output grammar cannot be used: {self.matcher.get_error()}.", param="tools")
+            raise InvalidRequest(f"The output grammar cannot be used: {self.matcher.get_error()}.", param=param)
         self.watch = watch
         self.active = watch is None
 
@@ -258,4 +294,4 @@ class GrammarMatcher:
         return self.active and (self.matcher.is_stopped() or self.matcher.is_error())
 
 
-__all__ = ["GuidanceVocab", "GrammarMatcher", "vocab_for", "grammar_for", "matcher_for"]
+__all__ = ["GuidanceVocab", "GrammarMatcher", "vocab_for", "grammar_for", "user_grammar", "matcher_for"]

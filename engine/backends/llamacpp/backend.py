@@ -26,6 +26,7 @@ from engine.backends.llamacpp.ranking import Ranker
 from engine.backends.llamacpp.sampler import (
     SequenceSampler,
     grammar_for,
+    guide_for,
     strict_call_grammar,
     tool_call_grammar,
 )
@@ -278,9 +279,11 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             draft=self._drafter,
         )
         rendered = stream.rendered
-        watch = None
+        watch = guide = None
         if rendered is not None and rendered.constraint is not None:
             grammar = tool_call_grammar(rendered.constraint)
+        elif request.response_format.type == "grammar":
+            grammar, guide = None, guide_for(model, request.response_format)
         else:
             grammar = grammar_for(request.response_format)
             if grammar is None and rendered is not None and rendered.strict_calls is not None:
@@ -291,7 +294,7 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
                 except InvalidRequest as exc:
                     log.info("request %s: a strict tool's call is left free: %s", request.request_id, exc)
         try:
-            sampler = SequenceSampler(model, request.params, grammar, watch=watch, mask_budget=self._mask_budget)
+            sampler = SequenceSampler(model, request.params, grammar, guide=guide, watch=watch, mask_budget=self._mask_budget)
         except InvalidRequest:
             if watch is None:
                 raise

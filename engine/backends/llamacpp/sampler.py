@@ -7,8 +7,10 @@ import json
 import math
 import re
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
@@ -20,6 +22,9 @@ from engine.schema_limits import check_schema
 from engine.tools.call_watch import CallWatch
 from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
+
+if TYPE_CHECKING:
+    from engine.tools.guidance import GrammarMatcher
 
 # How many recent tokens the repetition/presence/frequency penalties look at.
 PENALTY_WINDOW = 1024
@@ -48,6 +53,45 @@ def grammar_for(response_format: ResponseFormat) -> str | None:
                 param="response_format",
             ) from exc
     return None
+
+
+class _GuidanceSource:
+    """A GGUF model's vocabulary as :func:`engine.tools.guidance.vocab_for` reads one."""
+
+    def __init__(self, model: GGUFModel) -> None:
+        self.model = model
+        self.n_vocab = model.n_vocab
+        control = int(llama_cpp.LLAMA_TOKEN_ATTR_CONTROL)
+        self.special_ids = {t for t in range(model.n_vocab) if int(llama_cpp.llama_vocab_get_attr(model.vocab, t)) & control}
+        self.eog_ids = {t for t in range(model.n_vocab) if model.is_eog(t)}
+
+    def piece(self, token: int) -> bytes:
+        return self.model.piece(token)
+
+    def token_text(self, token: int) -> str:
+        return self.model.token_text(token)
+
+    def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
+        return self.model.tokenize(text, parse_special=parse_special)
+
+
+_sources: weakref.WeakKeyDictionary[GGUFModel, _GuidanceSource] = weakref.WeakKeyDictionary()
+
+
+def guide_for(model: GGUFModel, response_format: ResponseFormat) -> GrammarMatcher:
+    """The llguidance matcher of a request's own grammar (``response_format.type`` ``grammar``). A grammar a
+    request writes is never given to llama.cpp's GBNF parser, which recurses without a bound: llguidance reads it.
+
+    Raises:
+        InvalidRequest: the grammar cannot be read, or llguidance is not installed.
+    """
+    from engine.tools.guidance import GrammarMatcher, user_grammar, vocab_for
+
+    grammar = user_grammar(response_format)
+    source = _sources.get(model)
+    if source is None:
+        source = _sources[model] = _GuidanceSource(model)
+    return GrammarMatcher(vocab_for(source, model.n_vocab), grammar, param=response_format.param)
 
 
 def _gbnf_literal(text: str) -> str:
@@ -145,6 +189,7 @@ class SequenceSampler:
         model: The model whose vocabulary the chain samples from.
         params: The request's sampling parameters.
         grammar: Optional GBNF the output must follow.
+        guide: Instead of ``grammar``: a request's own grammar, matched by llguidance (:func:`guide_for`).
         watch: With ``grammar``: the output follows it only from where this watch says a tool call opens (the
             text from the opening on is given to the grammar then); before that, and if the opening is one the
             grammar cannot take, the output is free.
@@ -157,6 +202,7 @@ class SequenceSampler:
         params: SamplingParams,
         grammar: str | None = None,
         *,
+        guide: GrammarMatcher | None = None,
         watch: CallWatch | None = None,
         mask_budget: float = MASK_BUDGET,
     ) -> None:
@@ -190,6 +236,11 @@ class SequenceSampler:
         self._dormant: llama_cpp.llama_sampler_p | None = None  # a grammar waiting for its watch to see a call open
         self._grammar_text = ""
         self._complete: int | None = None  # the end token, once the grammar allows nothing else
+        self.guide = guide
+        if guide is not None:
+            self._cells = (llama_cpp.llama_token_data * model.n_vocab)()
+            self._view = np.ctypeslib.as_array(self._cells)
+            self._ids = np.arange(model.n_vocab, dtype=np.int32)
         if grammar is not None:
             compiled = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
             if not compiled:
@@ -255,6 +306,8 @@ class SequenceSampler:
             GrammarDeadEnd: the grammar allows no token here.
             RequestCancelled: ``cancelled`` said so while the grammar was masking.
         """
+        if self.guide is not None:
+            return self._sample_guided(self.guide, ctx, index, cancelled)
         grammar = self.grammar
         if grammar is None and not self._argmax:
             token = int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
@@ -279,6 +332,35 @@ class SequenceSampler:
         # A check or an accept is one llama.cpp call, which nothing interrupts: the grammar's work on this token
         # past the budget means its parse states have multiplied (they grow with each step from there): it ends.
         if time.perf_counter() - checked > self.mask_budget:
+            raise GrammarTooSlow(self.mask_budget)
+        return token
+
+    def _sample_guided(
+        self, guide: GrammarMatcher, ctx: llama_cpp.llama_context_p, index: int, cancelled: Callable[[], bool] | None
+    ) -> int:
+        """:meth:`sample` under llguidance: the chain draws, the drawn token is checked, and only a refused draw
+        is drawn again from the vocabulary masked with what the grammar allows (the same distribution)."""
+        if self._complete is not None:
+            return self._complete
+        if guide.done:  # the grammar is complete: the generation ends here, as a complete GBNF grammar ends it
+            self._complete = guide.vocab.eos_ids[0] if guide.vocab.eos_ids else self.model.eos_id
+            return self._complete
+        if cancelled is not None and cancelled():
+            raise RequestCancelled()
+        started = time.perf_counter()
+        logits = self._logits(ctx, index)
+        token = self._greedy(logits) if self._argmax else self._draw(logits, mask=None)
+        if guide.matcher.validate_tokens([token]) != 1:
+            allowed = guide.allowed()[: len(logits)]
+            masked = np.where(allowed, logits, -np.inf).astype(np.float32)
+            if len(self._bias_ids):  # a token the biases ban is not allowed either
+                masked[self._bias_ids[self._bias_vals == -np.inf]] = -np.inf
+            if not np.isfinite(masked).any():
+                raise GrammarDeadEnd()
+            token = self._greedy(masked) if self._argmax else self._draw(masked, mask=None)
+        guide.consume(token)
+        llama_cpp.llama_sampler_accept(self.chain, token)
+        if time.perf_counter() - started > self.mask_budget:  # llguidance bounds its own work; this bounds the step
             raise GrammarTooSlow(self.mask_budget)
         return token
 

@@ -117,7 +117,8 @@ def test_llama_servers_other_routes_read_any_body_as_json(server):
 
 def test_llama_servers_completion_follows_a_json_schema_and_token_biases(server):
     """``/completion`` as llama-server reads it: ``json_schema`` (or ``response_format``) holds the text to the
-    schema, ``logit_bias`` pairs ids with biases (``false`` bans one); a GBNF ``grammar`` is refused, not left."""
+    schema, ``logit_bias`` pairs ids with biases (``false`` bans one); a GBNF ``grammar`` is
+    held (tests/engine/server/test_structured_output.py), or a 400 naming it when it cannot be read."""
     import json
 
     schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}}, "required": ["answer"]}
@@ -130,7 +131,7 @@ def test_llama_servers_completion_follows_a_json_schema_and_token_biases(server)
     for bias in ([[free[0], False]], {str(free[0]): -1000}):
         banned = _post(server, "/completion", {**ask, "n_predict": 1, "return_tokens": True, "logit_bias": bias}).json()
         assert banned["tokens"] and banned["tokens"][0] != free[0]
-    for wrong, param in (({"grammar": 'root ::= "yes"'}, "grammar"), ({"logit_bias": [["yes", 1]]}, "logit_bias"),
+    for wrong, param in (({"grammar": 'root ::= "yes'}, "grammar"), ({"logit_bias": [["yes", 1]]}, "logit_bias"),
                          ({"logit_bias": [[1, "high"]]}, "logit_bias")):  # fmt: skip
         r = _post(server, "/completion", {**ask, **wrong})
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -90,3 +90,22 @@ def test_json_schema_response_format_is_enforced(backend):
     chunks = list(backend.stream(req))
     assert chunks[-1].finish_reason == "stop"
     jsonschema.validate(json.loads("".join(c.text for c in chunks)), WEATHER)
+
+
+def test_a_requests_own_grammar_holds_the_text(backend):
+    """A request's own grammar (GBNF, a regular expression, a choice) holds the paged engine's and MLX's text, as
+    llama.cpp's (tests/engine/server/test_structured_output.py), all through llguidance."""
+    import re
+
+    for fmt, fits in (
+        (ResponseFormat(type="grammar", grammar='root ::= ("yes" | "no") "!"', syntax="gbnf", param="grammar"),
+         lambda t: t in ("yes!", "no!")),
+        (ResponseFormat(type="grammar", grammar=r"[0-9]{3}-[a-z]{2}", syntax="regex", param="guided_regex"),
+         lambda t: re.fullmatch(r"[0-9]{3}-[a-z]{2}", t)),
+        (ResponseFormat.choice(["Oslo", "Bergen"], param="guided_choice"), lambda t: t in ("Oslo", "Bergen")),
+    ):  # fmt: skip
+        req = GenerationRequest(model="starter", messages=ASK, params=SamplingParams(temperature=0.9, seed=3, max_tokens=24),
+                                response_format=fmt)  # fmt: skip
+        chunks = list(backend.stream(req))
+        text = "".join(c.text for c in chunks)
+        assert fits(text) and chunks[-1].finish_reason == "stop", (fmt.syntax, text)

@@ -1,0 +1,88 @@
+"""Structured output as vLLM's and llama-server's clients ask for it (docs/api.md, "Structured output"), through
+the real openai client against a real server on llama.cpp: choices, regular expressions, GBNF and Lark grammars,
+JSON schemas; malformed and hostile grammars are a 400 and the worker goes on."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import openai
+import pytest
+
+from tests.engine.server.conftest import MODEL
+
+pytestmark = pytest.mark.slow
+
+ASK = [{"role": "user", "content": "Is the sky blue? Answer."}]
+
+
+def _chat(server, temperature=0.0, **extra):
+    done = server.client().chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=40, temperature=temperature, seed=7, extra_body=extra
+    )
+    return done.choices[0]
+
+
+def test_vllm_choice_regex_and_json_hold_the_answer(server):
+    choice = _chat(server, 1.0, structured_outputs={"choice": ["yes", "no", "it depends"]})
+    assert choice.message.content in ("yes", "no", "it depends") and choice.finish_reason == "stop"
+    legacy = _chat(server, 1.0, guided_choice=["blue", "grey"])
+    assert legacy.message.content in ("blue", "grey")
+    pattern = r"(19|20)[0-9]{2}-[01][0-9]"
+    done = server.client().completions.create(model=MODEL, prompt="The date:", max_tokens=20, temperature=0.8, seed=1,
+                                              extra_body={"guided_regex": pattern})  # fmt: skip
+    assert re.fullmatch(pattern, done.choices[0].text), done.choices[0].text
+    schema = {"type": "object", "properties": {"blue": {"type": "boolean"}}, "required": ["blue"]}
+    for given in ({"structured_outputs": {"json": schema}}, {"guided_json": json.dumps(schema)}, {"json_schema": schema}):
+        answer = json.loads(_chat(server, **given).message.content)
+        assert isinstance(answer["blue"], bool), given
+
+
+def test_gbnf_and_lark_grammars_hold_a_streamed_answer(server):
+    gbnf = 'root ::= answer "."\nanswer ::= ("Yes" | "No") ", " [a-z ]{1,30}'
+    lark = 'start: ANSWER "."\nANSWER: ("Yes" | "No") ", " /[a-z ]{1,30}/'
+    for field, grammar in (("grammar", gbnf), ("structured_outputs", {"grammar": lark}), ("guided_grammar", gbnf)):
+        stream = server.client().chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, temperature=0,
+                                                         stream=True, extra_body={field: grammar})  # fmt: skip
+        chunks = list(stream)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert re.fullmatch(r"(Yes|No), [a-z ]{1,30}\.", text), (field, text)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+
+
+def test_llama_servers_completion_takes_a_gbnf_grammar(server):
+    done = httpx.post(f"{server.root}/completion", headers=server.headers, timeout=60, json={
+        "model": MODEL, "prompt": "Is the sky blue?", "n_predict": 20, "temperature": 0,
+        "grammar": 'root ::= ("yes" | "no") "."'}).json()  # fmt: skip
+    assert done["content"] in ("yes.", "no."), done
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"grammar": "root ::= ("}, "grammar"),  # malformed
+        ({"grammar": "root ::= " + "(" * 20_000 + '"a"' + ")" * 20_000}, "grammar"),  # crashed llama.cpp's parser
+        ({"guided_grammar": "start: " + "(" * 5_000 + '"a"' + ")" * 5_000}, "guided_grammar"),  # Lark, as deep
+        ({"grammar": "root ::= x"}, "grammar"),  # a rule never defined
+        ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs.regex"),
+        ({"guided_choice": []}, "guided_choice"),
+        ({"guided_choice": ["a", 3]}, "guided_choice"),
+        ({"structured_outputs": {"grammar": 'root ::= "a"', "regex": "a"}}, "structured_outputs.grammar"),  # two at once
+        ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "guided_regex"),
+        ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs"),
+        ({"grammar": "x" * 70_000}, "grammar"),  # over the bound
+    ],
+)
+def test_a_grammar_that_cannot_be_used_is_a_400_and_the_worker_goes_on(server, extra, param):
+    body = {"model": MODEL, "messages": ASK, "max_tokens": 4, **extra}
+    r = httpx.post(f"{server.base_url}/chat/completions", headers=server.headers, json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert r.json()["error"]["message"].endswith("."), r.text
+    assert httpx.get(f"{server.root}/health", timeout=10).status_code == 200
+
+
+def test_an_openai_client_gets_the_400_as_its_error(server):
+    with pytest.raises(openai.BadRequestError, match="GBNF"):
+        _chat(server, grammar="root ::= (")
