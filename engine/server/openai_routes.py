@@ -71,6 +71,7 @@ def _params(body: _Sampling, *, max_tokens: int | None, logprobs: int | None, in
         logit_bias=_token_bias(body.logit_bias),
         logprobs=logprobs,
         ignore_eos=bool(body.ignore_eos),
+        stop_token_ids=tuple(body.stop_token_ids or ()),
     )
 
 

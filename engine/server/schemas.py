@@ -51,6 +51,7 @@ class _Sampling(NullAsDefaultBody):
     stream_options: StreamOptions | None = None
     user: str | None = None
     ignore_eos: StrictBool | None = False
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=64)  # vLLM's: ids that end the answer
     # Speculative decoding (docs/api.md): false turns it off for this request, true turns prompt lookup on.
     speculative: StrictBool | None = None
     # Ollama's keep_alive, in every dialect: how long the model stays loaded after this request (0: unloaded then).

@@ -86,3 +86,19 @@ def test_a_grammar_that_cannot_be_used_is_a_400_and_the_worker_goes_on(server, e
 def test_an_openai_client_gets_the_400_as_its_error(server):
     with pytest.raises(openai.BadRequestError, match="GBNF"):
         _chat(server, grammar="root ::= (")
+
+
+def test_stop_token_ids_end_the_answer_at_the_token(server):
+    """vLLM's ``stop_token_ids``: the answer ends where the model writes one of them, without it."""
+    client = server.client()
+    free = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=12, temperature=0)
+    text = free.choices[0].text
+    ids = httpx.post(f"{server.root}/tokenize", headers=server.headers, json={"content": text}, timeout=30).json()["tokens"]
+    assert len(ids) >= 4, text
+    cut = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=12, temperature=0,
+                                    extra_body={"stop_token_ids": [ids[3]]})  # fmt: skip
+    assert cut.choices[0].finish_reason == "stop" and text.startswith(cut.choices[0].text)
+    assert len(cut.choices[0].text) < len(text) and cut.usage.completion_tokens == 3  # the stop token is left out
+    r = httpx.post(f"{server.base_url}/completions", headers=server.headers, timeout=30,
+                   json={"model": MODEL, "prompt": "x", "stop_token_ids": [-1]})  # fmt: skip
+    assert r.status_code == 400, r.text
