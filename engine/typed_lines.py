@@ -4,17 +4,19 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 #: What leaves a conversation typed at the prompt, as in ``ollama run``.
 LEAVE = frozenset({"/bye", "/exit", "/quit"})
-HELP = "/bye leaves (also /exit, /quit, Ctrl-D); Ctrl-C stops an answer; /? or /help shows this."
+HELP = ("/clear starts the conversation over; /bye leaves (also /exit, /quit, Ctrl-D); Ctrl-C stops an answer; "
+        "/? or /help shows this.")
 
 
-def typed_lines(greeting: str) -> Iterator[str]:
+def typed_lines(greeting: str, clear: Callable[[], None] | None = None) -> Iterator[str]:
     """The lines a person types at ``> `` after ``greeting`` (on stderr), blank ones left out: Ctrl-C at the prompt
-    starts a new line, Ctrl-D or ``/bye`` ends, ``/help`` says so. (Ctrl-C during an answer is the caller's: it stops
-    that answer.)"""
+    starts a new line, Ctrl-D or ``/bye`` ends, ``/clear`` calls ``clear`` (the caller forgets the conversation so
+    far, as ``ollama run``'s ``/clear``), ``/help`` says so; another ``/word`` is named as unknown, not sent. (Ctrl-C
+    during an answer is the caller's: it stops that answer.)"""
     print(f"{greeting} Ctrl-C stops an answer, /bye or Ctrl-D leaves.", file=sys.stderr)
     while True:
         try:
@@ -30,6 +32,14 @@ def typed_lines(greeting: str) -> Iterator[str]:
             return
         if word in ("/?", "/help"):
             print(HELP, file=sys.stderr)
+            continue
+        if word == "/clear" and clear is not None:
+            clear()
+            print("The conversation starts over.", file=sys.stderr)
+            continue
+        if line.startswith("/") and len(word.split()) == 1 and word[1:].isalpha():
+            print(f"Unknown command {line.strip()}; /help lists them (begin with a space to send it as text).",
+                  file=sys.stderr)  # fmt: skip
             continue
         if line.strip():
             yield line

@@ -197,7 +197,11 @@ def run_agent_chat(args: Any, options) -> int:
         if args.prompt is not None:
             answer(args.prompt)
             return 0
-        for line in typed_lines(f"Chatting with {model_name} and MCP tools."):
+        def clear() -> None:
+            nonlocal history
+            history = [{"role": "system", "content": args.system}] if args.system else []
+
+        for line in typed_lines(f"Chatting with {model_name} and MCP tools.", clear):
             answer(line)
         return 0
     finally:

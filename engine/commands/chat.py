@@ -214,7 +214,10 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name
         return reply.exit_code
     from engine.typed_lines import typed_lines
 
-    for line in typed_lines(f"Chatting with {name}."):
+    def clear() -> None:
+        history[:] = [m for m in history[:1] if m["role"] == "system"]
+
+    for line in typed_lines(f"Chatting with {name}.", clear):
         if docs is not None:  # each question brings its own sources
             system = {"role": "system", "content": docs.system(line, args.system)}
             history = [system, *(m for m in history if m["role"] != "system")]

@@ -43,7 +43,7 @@ def test_chat_on_the_terminal_answers_each_typed_line_and_leaves_at_the_end_of_i
     seen = bytearray()
     try:
         _read_until(main_fd, b"> ", seen)
-        for line in (b"Name a colour.\n", b"\n", b"   \n", b"Name a fruit.\n"):
+        for line in (b"Name a colour.\n", b"\n", b"   \n", b"Name a fruit.\n", b"/clear\n", b"/colour\n", b"Name a fruit.\n"):
             os.write(main_fd, line)
             _read_until(main_fd, b"> ", seen)
         os.write(main_fd, b"\x04")  # Ctrl-D
@@ -56,9 +56,15 @@ def test_chat_on_the_terminal_answers_each_typed_line_and_leaves_at_the_end_of_i
     assert proc.returncode == 0, said
     greeting, *turns = said.split(b"> ")
     assert greeting.startswith(b"Chatting with") and b"Ctrl-D leaves." in greeting
-    assert len(turns) == 5  # a prompt for each line, blank ones too, and the last before Ctrl-D
+    assert len(turns) == 8  # a prompt for each line, blank ones too, and the last before Ctrl-D
     answered = [t for t in turns if t.strip() and t.split(b"\n", 1)[1].strip()]
-    assert [t.split(b"\n", 1)[0] for t in answered] == [b"Name a colour.", b"Name a fruit."]  # the blank lines not
+    assert [t.split(b"\n", 1)[0] for t in answered] == [  # the blank lines not; /clear and /colour said what they did
+        b"Name a colour.", b"Name a fruit.", b"/clear", b"/colour", b"Name a fruit."]  # fmt: skip
+    assert answered[2].split(b"\n")[1] == b"The conversation starts over."
+    assert answered[3].split(b"\n")[1].startswith(b"Unknown command /colour;")
+    # after /clear the question is asked of no history: the answer it gets alone, not the one after the colour
+    alone = hearth("chat", "--local", "--temperature", "0", "--max-tokens", "8", "Name a fruit.").stdout.strip()
+    assert answered[4].split(b"\n", 1)[1].strip().decode() == alone != answered[1].split(b"\n", 1)[1].strip().decode()
     assert b"Traceback" not in said
 
 
