@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import re
 import time
@@ -45,6 +46,8 @@ from engine.types import (
     SamplingParams,
     answer_begun,
 )
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
 
@@ -102,7 +105,8 @@ class ChatBody(_Generate):
     tools: list[dict[str, Any]] | None = None
     # Not Ollama's (its model decides): OpenAI's, which the AI SDK's Ollama provider sends to force a call
     tool_choice: str | dict[str, Any] | None = None
-    # Ollama's: a conversation longer than the context leaves out its oldest messages (false: a 400 instead)
+    # Ollama's: a conversation longer than the context leaves out its oldest messages, and a last message longer
+    # than the context its beginning (false: a 400 instead)
     truncate: StrictBool = True
 
 
@@ -115,6 +119,7 @@ class GenerateBody(_Generate):
     # the ids of the exchange a response gave, continued by this prompt (a chat's prompt only: not raw, no suffix)
     context: list[int] | None = Field(default=None, max_length=MAX_CONTEXT_IDS)
     images: list[str] | None = None
+    truncate: StrictBool = True  # Ollama's: a prompt longer than the context loses its beginning (false: a 400)
 
 
 class EmbedBody(Body):
@@ -357,20 +362,20 @@ async def _run_fitted(
 ) -> DialectRun:
     """:func:`_run`, with a conversation too long for the context cut as Ollama cuts it: its oldest messages are
     left out (the system messages before them kept, the last message always) until the rest fits with a quarter
-    of the context (or ``num_predict``, if less) left for the answer. A last message too long on its own stays
-    the 400 it was.
+    of the context (or ``num_predict``, if less) left for the answer. A last message too long on its own loses its
+    beginning (:func:`_cut_last_message`), as Ollama's runner keeps a prompt's end.
 
     Raises:
-        ContextLengthExceeded: the last message (with the system messages) does not fit the context.
+        ContextLengthExceeded: the last message cannot be cut (it holds a picture), or the rest does not fit.
     """
     try:
         return await _run(request, req, keep, model, documents)
     except ContextLengthExceeded as exc:
         messages = req.messages or ()
-        if len(messages) < 2:
-            raise
         n_ctx, most = exc.n_ctx, req.params.max_tokens
         limit = n_ctx - max(1, min(most or n_ctx, n_ctx // 4))
+        if len(messages) < 2:
+            return await _run(request, await _cut_last_message(request, req, limit, exc), keep, model, documents)
 
         def cut(i: int) -> GenerationRequest:
             kept = tuple(m for m in messages[:i] if m.role == "system") + tuple(messages[i:])
@@ -382,7 +387,7 @@ async def _run_fitted(
         last = len(messages) - 1
         if not await fits(last, limit):
             if not await fits(last, n_ctx - 1):
-                raise
+                return await _run(request, await _cut_last_message(request, cut(last), limit, exc), keep, model, documents)
             return await _run(request, cut(last), keep, model, documents)
         lo, hi = 1, last  # the fewest messages left out: cut(hi) fits, cut(lo - 1) does not
         while lo < hi:
@@ -392,6 +397,45 @@ async def _run_fitted(
             else:
                 lo = mid + 1
         return await _run(request, cut(hi), keep, model, documents)
+
+
+async def _cut_last_message(
+    request: Request, req: GenerationRequest, limit: int, exc: ContextLengthExceeded
+) -> GenerationRequest:
+    """``req`` with its last message's beginning left out, so that the prompt takes at most ``limit`` tokens: what
+    Ollama's runner does to a prompt over the context ("truncating input prompt"), which keeps the end, where a
+    question about a pasted text usually is. The cut falls at a space where one is near.
+
+    Raises:
+        ContextLengthExceeded: ``exc``, where the message holds a picture or a sound (no text cut can shorten those),
+            the request goes on from a ``context``, or the rest of the prompt does not fit alone.
+    """
+    messages = req.messages or ()
+    last = messages[-1] if messages else None
+    if last is None or last.media or MEDIA_MARKER in last.content or req.context or not last.content:
+        raise exc
+
+    def keeping(n: int) -> GenerationRequest:
+        text = last.content[len(last.content) - n :] if n else ""
+        if n and n < len(last.content):
+            space = text.find(" ", 0, 64)
+            text = text[space + 1 :] if space >= 0 else text
+        return replace(req, messages=(*messages[:-1], replace(last, content=text)))
+
+    bare = await count_prompt_tokens(request, keeping(0))
+    if bare >= limit:
+        raise exc
+    whole = await count_prompt_tokens(request, req)
+    per_char = max(1e-6, (whole - bare) / len(last.content))
+    n = min(len(last.content), int((limit - bare) / per_char))
+    for _ in range(12):  # tokens per character vary along a text: a few tries, each a tenth shorter
+        cut = keeping(n)
+        if n <= 0 or await count_prompt_tokens(request, cut) <= limit:
+            log.info("a %d-token prompt was cut to fit %d tokens of the context: its last message lost its first %d "
+                     "characters", whole, limit, len(last.content) - n)  # fmt: skip
+            return cut
+        n = int(n * 0.9)
+    raise exc
 
 
 def _line(payload: dict) -> bytes:
@@ -511,7 +555,8 @@ async def generate(request: Request, body: GenerateBody):
         # the answer's context: a local model's (a provider's ids are not here)
         req = GenerationRequest(messages=(*system, user), context=earlier, return_context=is_local(found), **common,
                                 **_tool_fields(None, body.think))  # fmt: skip
-    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body), asked=body.model)
+    return await _answer(request, req, keep, body.stream, _generate_piece, found, documents_asked(body), asked=body.model,
+                         truncate=body.truncate and req.messages is not None)
 
 
 async def _embed(

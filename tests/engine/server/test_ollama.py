@@ -383,13 +383,30 @@ def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_messages_a
     assert 700 < roomy.prompt_eval_count <= 1024 - 256
     streamed = list(client.chat(model=MODEL, messages=messages, options=GREEDY, stream=True))
     assert streamed[-1].prompt_eval_count == r.prompt_eval_count
-    # the same request with truncate off, or a last message too long by itself, is the 400 it was
+    # the same request with truncate off is the 400 it was
     body = {"model": MODEL, "messages": messages, "stream": False, "truncate": False, "options": GREEDY}
     refused = httpx.post(ollama_server.root + "/api/chat", json=body, timeout=600)
     assert refused.status_code == 400 and "context" in refused.json()["error"]
-    with pytest.raises(ollama.ResponseError) as too_long:
-        client.chat(model=MODEL, messages=[system, {"role": "user", "content": "sea " * 1500}], options=GREEDY)
-    assert too_long.value.status_code == 400
+
+
+def test_a_last_message_longer_than_the_context_loses_its_beginning_as_ollamas_runner_cuts_it(client, ollama_server):
+    """A pasted text longer than the context is answered, as Ollama answers it: the prompt keeps its end (the
+    question after the text) within the context, room left for the answer; ``truncate`` false is a 400."""
+    system = {"role": "system", "content": "You are a helpful assistant who answers briefly."}
+    end = " ".join(f"Line {i}: the tide comes in." for i in range(100)) + "\nWhich line came last? Answer with its number."
+    answers = []
+    for start in ("red blue " * 300, "blue red " * 300):  # lost either way: the answers are the same
+        r = client.chat(model=MODEL, messages=[system, {"role": "user", "content": start + end}], options=GREEDY)
+        assert r.done and 900 < r.prompt_eval_count <= 1024 - 8, r.prompt_eval_count  # room left for num_predict
+        answers.append((r.prompt_eval_count, r.message.content))
+    assert answers[0] == answers[1]
+    said = client.generate(model=MODEL, prompt="red blue " * 300 + end, options=GREEDY)
+    assert said.done and 900 < said.prompt_eval_count <= 1024 - 8
+    for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "sea " * 1500}]}),
+                       ("/api/generate", {"prompt": "sea " * 1500})):  # fmt: skip
+        refused = httpx.post(ollama_server.root + path, json={"model": MODEL, "stream": False, "truncate": False,
+                                                              "options": GREEDY, **body}, timeout=120)  # fmt: skip
+        assert refused.status_code == 400 and "context" in refused.json()["error"], path
 
 
 def test_logprobs_come_with_each_lines_tokens_as_ollama_gives_them(client):
