@@ -193,7 +193,11 @@ class GrammarDeadEnd(HearthError):
 
     code = "invalid_value"
 
-    def __init__(self) -> None:
+    def __init__(self, reason: str | None = None) -> None:
+        if reason is not None:  # a request's own grammar, which llguidance gave up on (its words)
+            super().__init__(f"The output grammar could not go on ({reason}), so the request was stopped; simplify the "
+                             "grammar, or make sure some text matches it.")  # fmt: skip
+            return
         super().__init__(
             "The output grammar allows no token of this model at this point, so the request was stopped; change the "
             "JSON schema (it asks for text no token can write, such as a NUL character)."

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import InvalidRequest
 from engine.infill import Infill
-from engine.limits import MAX_CHOICES, check_grammar, check_schema, check_stops
+from engine.limits import MAX_CHOICES, MAX_GRAMMAR_CHARS, check_grammar, check_schema, check_stops
 
 if TYPE_CHECKING:  # engine.tools imports this module; only annotations refer back to it
     from engine.tools.parsers import ToolCallDelta
@@ -179,6 +179,9 @@ class ResponseFormat:
             raise InvalidRequest(f"'{param}' must be a list of texts, the answer being one of them.", param=param)
         if len(options) > MAX_CHOICES or not all(isinstance(o, str) and o for o in options):
             raise InvalidRequest(f"'{param}' must list 1 to {MAX_CHOICES} texts, none of them empty.", param=param)
+        if sum(len(o) for o in options) > MAX_GRAMMAR_CHARS // 2:
+            raise InvalidRequest(f"The texts of '{param}' come to over {MAX_GRAMMAR_CHARS // 2:,} characters; shorten "
+                                 "them.", param=param)  # fmt: skip
         import json
 
         return cls(type="grammar", grammar="start: " + " | ".join(json.dumps(o) for o in options), syntax="lark", param=param)

@@ -278,8 +278,8 @@ def _format(body: NativeBody) -> ResponseFormat:
         InvalidRequest: a format of another type, or more than one of them.
     """
     if body.grammar:
-        if body.json_schema is not None:
-            raise InvalidRequest("Give 'grammar' or 'json_schema', not both.", param="grammar")
+        if body.json_schema is not None or (body.response_format or {}).get("type", "text") != "text":
+            raise InvalidRequest("Give one of 'grammar', 'json_schema' and 'response_format', not several.", param="grammar")
         return ResponseFormat(type="grammar", grammar=body.grammar, syntax="gbnf", param="grammar")
     if body.json_schema is not None:
         return ResponseFormat(type="json_schema", schema=body.json_schema)

@@ -426,16 +426,22 @@ async def _cut_last_message(
     if bare >= limit:
         raise exc
     whole = await count_prompt_tokens(request, req)
+    # A first guess from the whole text's tokens per character; then, as the end may be denser or sparser than the
+    # whole (code or CJK after prose), the most characters that fit: growing a quarter at a time while they fit,
+    # then halving between what fits and what does not, to within a line or so.
     per_char = max(1e-6, (whole - bare) / len(last.content))
-    n = min(len(last.content), int((limit - bare) / per_char))
-    for _ in range(12):  # tokens per character vary along a text: a few tries, each a tenth shorter
-        cut = keeping(n)
-        if n <= 0 or await count_prompt_tokens(request, cut) <= limit:
-            log.info("a %d-token prompt was cut to fit %d tokens of the context: its last message lost its first %d "
-                     "characters", whole, limit, len(last.content) - n)  # fmt: skip
-            return cut
-        n = int(n * 0.9)
-    raise exc
+    fit, over = 0, len(last.content)  # keeping(fit) fits (bare < limit); keeping(over) does not (the whole)
+    n = max(1, min(over - 1, int((limit - bare) / per_char)))
+    grow = True
+    while over - fit > max(16, fit // 50):
+        if await count_prompt_tokens(request, keeping(n)) <= limit:
+            fit = n
+        else:
+            over, grow = n, False
+        n = min(over - 1, n + max(16, n // 4)) if grow else (fit + over) // 2
+    log.info("a %d-token prompt was cut to fit %d tokens of the context: its last message lost its first %d "
+             "characters", whole, limit, len(last.content) - fit)  # fmt: skip
+    return keeping(fit)
 
 
 def _line(payload: dict) -> bytes:

@@ -356,6 +356,10 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     fmt = requested_format(body)
     tool_fields = chat_tools.request_fields(body)
+    forced = tool_fields["tool_choice"].mode in ("required", "function") and tool_fields["tools"]
+    if fmt.type == "grammar" and forced:  # the call's own grammar holds the answer: the request's would be left
+        raise InvalidRequest(f"'{fmt.param}' cannot hold an answer whose tool call 'tool_choice' forces; drop one.",
+                             param=fmt.param)  # fmt: skip
     group = uuid.uuid4().hex  # the choices are scheduled as one request against others
     reqs = [
         GenerationRequest(

@@ -9,6 +9,7 @@ OpenAI's ``response_format`` (text, a JSON object, a JSON schema); vLLM's ``stru
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from engine.errors import InvalidRequest
@@ -20,9 +21,12 @@ from engine.types import ResponseFormat
 _STRUCTURED_KEYS = ("json", "json_object", "regex", "choice", "grammar")
 
 
+_GBNF_RULE = re.compile(r"^[ \t]*[A-Za-z][\w-]*[ \t]*::=", re.MULTILINE)
+
+
 def grammar_syntax(text: str) -> str:
-    """GBNF (llama.cpp's, and the EBNF vLLM's xgrammar reads: rules written ``name ::= ...``), else Lark."""
-    return "gbnf" if "::=" in text else "lark"
+    """GBNF (llama.cpp's, and the EBNF vLLM's xgrammar reads: a line that starts ``name ::=``), else Lark."""
+    return "gbnf" if _GBNF_RULE.search(text) else "lark"
 
 
 def _grammar(text: Any, param: str) -> ResponseFormat:
@@ -69,6 +73,8 @@ def _vllm(value: Any) -> list[ResponseFormat]:
             continue
         param = f"structured_outputs.{key}"
         if key == "json_object":
+            if given is not True:
+                raise InvalidRequest(f"'{param}' must be true or false.", param=param)
             found.append(ResponseFormat(type="json_object", param=param))
         elif key == "json":
             found.append(_schema(given, param))
@@ -102,7 +108,9 @@ def requested_format(body: Any) -> ResponseFormat:
             found.append(read(extra[key], key))
     if extra.get("guided_choice") is not None:
         found.append(ResponseFormat.choice(extra["guided_choice"], param="guided_choice"))
-    if extra.get("guided_json_object") is True:
+    if (flag := extra.get("guided_json_object")) is not None and flag is not False:
+        if flag is not True:
+            raise InvalidRequest("'guided_json_object' must be true or false.", param="guided_json_object")
         found.append(ResponseFormat(type="json_object", param="guided_json_object"))
     if len(found) > 1:
         raise InvalidRequest(

@@ -11,12 +11,13 @@ Why llguidance over xgrammar: see docs/tools.md.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import InvalidRequest, why
+from engine.errors import GrammarDeadEnd, InvalidRequest, why
 from engine.schema_limits import check_schema
 from engine.tools.call_watch import CallWatch
 from engine.tools.constraint import (
@@ -87,6 +88,7 @@ class GuidanceVocab:
 
 _vocab_lock = threading.Lock()
 _vocabs: dict[int, tuple[Any, GuidanceVocab]] = {}
+MAX_VOCABS = 4  # built vocabularies kept (a large one takes a second to build)
 
 
 def vocab_for(vocabulary: Any, n_logits: int | None = None) -> GuidanceVocab:
@@ -104,7 +106,8 @@ def vocab_for(vocabulary: Any, n_logits: int | None = None) -> GuidanceVocab:
             encode=lambda text: vocabulary.encode(text, parse_special=False),
             n_logits=n_logits,
         )
-        _vocabs.clear()  # one model per backend process: keep the latest only
+        while len(_vocabs) >= MAX_VOCABS:  # the models a worker holds at once: the oldest goes
+            del _vocabs[next(iter(_vocabs))]
         _vocabs[id(vocabulary)] = (vocabulary, vocab)
         return vocab
 
@@ -172,8 +175,24 @@ def user_grammar(response_format: ResponseFormat) -> str:
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
         kind = {"gbnf": "GBNF grammar", "lark": "Lark grammar", "regex": "regular expression"}[response_format.syntax]
-        raise InvalidRequest(f"The {kind} in '{param}' cannot be used ({why(Exception(error))}); fix it.", param=param)
+        raise InvalidRequest(f"The {kind} in '{param}' cannot be used ({matcher_error(error)}); fix it.", param=param)
     return grammar
+
+
+def matcher_error(error: str) -> str:
+    """llguidance's error as part of a sentence: its first line, and the next where the first only leads to it
+    (``regex parse error:``, then what is wrong)."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    text = lines[0] if lines else "no text matches it from here"
+    if " " not in text:  # an internal name (NoExtensionBias: nothing the grammar allows can follow)
+        text = "no text matches it from here"
+    if text.endswith(":"):  # the reason is on a line of its own, after the text it quotes
+        reason = next((line for line in lines[1:] if line.lower().startswith("error:")), None)
+        if reason is not None:
+            text = f"{text} {reason[len('error:') :].strip()}"
+        elif len(lines) > 1 and not re.match(r"[\^|]|\d+ \|", lines[1]):
+            text = f"{text} {lines[1]}"
+    return why(Exception(text), limit=240)
 
 
 def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | None = None) -> GrammarMatcher | None:
@@ -248,15 +267,28 @@ class GrammarMatcher:
         self.watch = watch
         self.active = watch is None
 
-    def allowed(self) -> np.ndarray:
-        """A boolean mask ``[n_vocab]`` of the tokens that keep the output valid."""
+    def allowed(self, *, strict: bool = False) -> np.ndarray:
+        """A boolean mask ``[n_vocab]`` of the tokens that keep the output valid.
+
+        Raises:
+            GrammarDeadEnd: with ``strict``, where the matcher gave up (over one of llguidance's limits) or allows
+                nothing (a grammar no text matches); without, the mask then allows the end, so the answer ends.
+        """
         import numpy as np
 
         bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
         mask = np.unpackbits(bits, bitorder="little")[: self.vocab.n_vocab].astype(bool)
+        if strict and self.matcher.is_error():
+            raise GrammarDeadEnd(matcher_error(self.matcher.get_error()))
         if not mask.any():  # a matcher in error allows nothing: let the generation end
+            if strict:
+                raise GrammarDeadEnd("no text matches it from here")
             mask[self.vocab.eos_ids] = True
         return mask
+
+    def failure(self) -> GrammarDeadEnd | None:
+        """Why the matcher gave up, if it did."""
+        return GrammarDeadEnd(matcher_error(self.matcher.get_error())) if self.matcher.is_error() else None
 
     def consume(self, token: int) -> None:
         """Record the sampled ``token`` (one the mask allowed, while the grammar is active)."""

@@ -274,16 +274,18 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         """
         model, loop = self._require()
         self._refuse_generation(model)
+        # a request's own grammar, read before anything is opened for the request (it may be refused)
+        guide = guide_for(model, request.response_format) if request.response_format.type == "grammar" else None
         stream, prompt = RequestStream.open(
             self, request, n_ctx=loop.n_ctx_seq, piece=model.piece, is_eog=model.is_eog, speculative=self._speculative,
             draft=self._drafter,
         )
         rendered = stream.rendered
-        watch = guide = None
+        watch = None
         if rendered is not None and rendered.constraint is not None:
-            grammar = tool_call_grammar(rendered.constraint)
-        elif request.response_format.type == "grammar":
-            grammar, guide = None, guide_for(model, request.response_format)
+            grammar, guide = tool_call_grammar(rendered.constraint), None
+        elif guide is not None:
+            grammar = None
         else:
             grammar = grammar_for(request.response_format)
             if grammar is None and rendered is not None and rendered.strict_calls is not None:

@@ -342,6 +342,8 @@ class SequenceSampler:
         is drawn again from the vocabulary masked with what the grammar allows (the same distribution)."""
         if self._complete is not None:
             return self._complete
+        if (failed := guide.failure()) is not None:  # over one of llguidance's limits: the answer would not match
+            raise failed
         if guide.done:  # the grammar is complete: the generation ends here, as a complete GBNF grammar ends it
             self._complete = guide.vocab.eos_ids[0] if guide.vocab.eos_ids else self.model.eos_id
             return self._complete
@@ -351,7 +353,7 @@ class SequenceSampler:
         logits = self._logits(ctx, index)
         token = self._greedy(logits) if self._argmax else self._draw(logits, mask=None)
         if guide.matcher.validate_tokens([token]) != 1:
-            allowed = guide.allowed()[: len(logits)]
+            allowed = guide.allowed(strict=True)[: len(logits)]
             masked = np.where(allowed, logits, -np.inf).astype(np.float32)
             if len(self._bias_ids):  # a token the biases ban is not allowed either
                 masked[self._bias_ids[self._bias_vals == -np.inf]] = -np.inf
@@ -359,6 +361,8 @@ class SequenceSampler:
                 raise GrammarDeadEnd()
             token = self._greedy(masked) if self._argmax else self._draw(masked, mask=None)
         guide.consume(token)
+        if (failed := guide.failure()) is not None:
+            raise failed
         llama_cpp.llama_sampler_accept(self.chain, token)
         if time.perf_counter() - started > self.mask_budget:  # llguidance bounds its own work; this bounds the step
             raise GrammarTooSlow(self.mask_budget)

@@ -402,6 +402,9 @@ def test_a_last_message_longer_than_the_context_loses_its_beginning_as_ollamas_r
     assert answers[0] == answers[1]
     said = client.generate(model=MODEL, prompt="red blue " * 300 + end, options=GREEDY)
     assert said.done and 900 < said.prompt_eval_count <= 1024 - 8
+    dense = "The quick brown fox jumps over the lazy dog. " * 200 + "これは長い日本語の文章です。猫が窓の外を見ています。" * 60
+    said = client.generate(model=MODEL, prompt=dense, options=GREEDY)  # the end holds many more tokens a character
+    assert said.done and 900 < said.prompt_eval_count <= 1024 - 8
     for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "sea " * 1500}]}),
                        ("/api/generate", {"prompt": "sea " * 1500})):  # fmt: skip
         refused = httpx.post(ollama_server.root + path, json={"model": MODEL, "stream": False, "truncate": False,

@@ -73,6 +73,10 @@ def test_llama_servers_completion_takes_a_gbnf_grammar(server):
         ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "guided_regex"),
         ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs"),
         ({"grammar": "x" * 70_000}, "grammar"),  # over the bound
+        ({"guided_choice": ["x" * 40_000]}, "guided_choice"),
+        ({"guided_json_object": "yes"}, "guided_json_object"),
+        ({"guided_regex": "[0-9]", "tool_choice": "required", "tools": [{"type": "function", "function": {
+            "name": "f", "parameters": {"type": "object", "properties": {}}}}]}, "guided_regex"),  # fmt: skip
     ],
 )
 def test_a_grammar_that_cannot_be_used_is_a_400_and_the_worker_goes_on(server, extra, param):
@@ -86,6 +90,23 @@ def test_a_grammar_that_cannot_be_used_is_a_400_and_the_worker_goes_on(server, e
 def test_an_openai_client_gets_the_400_as_its_error(server):
     with pytest.raises(openai.BadRequestError, match="GBNF"):
         _chat(server, grammar="root ::= (")
+    with pytest.raises(openai.BadRequestError, match="backreferences are not supported"):  # the reason, not its lead
+        _chat(server, guided_regex=r"(a)\1")
+
+
+def test_a_grammar_llguidance_gives_up_on_mid_answer_ends_it_as_an_error_not_as_text_that_does_not_match(server):
+    """Over one of llguidance's limits after a few tokens (an Earley row of more than 2,000 items), the answer is
+    stopped with the reason, where it used to end "stop" with text the grammar does not hold."""
+    rules = "\n".join(f"T{i}: /[a-z]{{{i % 50 + 1}}}q{i}/" for i in range(2000))
+    grammar = "start: " + " | ".join(f"T{i}" for i in range(2000)) + "\n" + rules
+    with pytest.raises(openai.BadRequestError, match="could not go on"):
+        _chat(server, guided_grammar=grammar)
+    with pytest.raises(openai.BadRequestError, match=r"could not go on \(no text matches it from here\)"):
+        _chat(server, guided_regex="[^\\s\\S]")  # a grammar no text matches: stopped at the first token
+
+
+def test_a_lark_grammar_may_hold_gbnfs_rule_sign_in_a_literal(server):
+    assert _chat(server, grammar='start: "a ::= b"').message.content == "a ::= b"
 
 
 def test_stop_token_ids_end_the_answer_at_the_token(server):
