@@ -81,4 +81,37 @@ class CallWatch:
                 return
 
 
-__all__ = ["CallWatch"]
+class ThinkEndWatch:
+    """Watches an answer that starts inside its thinking (the prompt opened it) for the thinking's end: a grammar
+    (a response format, a forced call) holds the answer from there, and the thinking before it stays free, as
+    vLLM holds structured output only after the reasoning. It has :class:`CallWatch`'s interface: once fired it
+    gives no text and no tokens to start the grammar on (what the closing tag's token wrote after it is left free).
+
+    Args:
+        close: The tag that ends the thinking.
+    """
+
+    __slots__ = ("close", "tail", "fired", "opened_tokens", "lead")
+
+    def __init__(self, close: str) -> None:
+        if not close:
+            raise ValueError("a thinking watch needs the tag that ends the thinking")
+        self.close = close.encode()
+        self.tail = b""
+        self.fired = False
+        self.opened_tokens: list[int] = []
+        self.lead = b""
+
+    def feed(self, piece: bytes, token: int = -1) -> bytes | None:
+        """Take one token's text; ``b""`` once the thinking has ended (with this token), else None. Spent after."""
+        if self.fired:
+            return None
+        buf = self.tail + piece
+        if self.close in buf:
+            self.fired, self.tail = True, b""
+            return b""
+        self.tail = buf[-(len(self.close) - 1) :] if len(self.close) > 1 else b""
+        return None
+
+
+__all__ = ["CallWatch", "ThinkEndWatch"]

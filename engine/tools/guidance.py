@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import GrammarDeadEnd, InvalidRequest, why
 from engine.schema_limits import check_schema
-from engine.tools.call_watch import CallWatch
+from engine.tools.call_watch import CallWatch, ThinkEndWatch
 from engine.tools.constraint import (
     GUIDANCE_JSON_OPTIONS,
     ToolCallConstraint,
@@ -224,7 +224,10 @@ def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | No
     vocab = vocab_for(vocabulary, n_logits)
     if watch is None or constraint is None:
         grammar = grammar_for(constraint, request.response_format)
-        return GrammarMatcher(vocab, grammar) if grammar else None
+        # an answer that starts in its thinking: the grammar holds from the thinking's end
+        think = rendered.thinking_watch() if rendered is not None else None
+        param = "tools" if constraint is not None else request.response_format.param
+        return GrammarMatcher(vocab, grammar, watch=think, param=param) if grammar else None
     # calls the model chooses to make: a strict tool whose schema makes no grammar takes any JSON object (the
     # request asked for no call, so it is not refused for one); the others stay held
     try:
@@ -256,7 +259,9 @@ class GrammarMatcher:
         InvalidRequest: the grammar does not compile (the message says why).
     """
 
-    def __init__(self, vocab: GuidanceVocab, grammar: str, *, watch: CallWatch | None = None, param: str = "tools") -> None:
+    def __init__(
+        self, vocab: GuidanceVocab, grammar: str, *, watch: CallWatch | ThinkEndWatch | None = None, param: str = "tools"
+    ) -> None:
         import llguidance
 
         self.vocab = vocab
@@ -264,7 +269,7 @@ class GrammarMatcher:
         self.matcher = llguidance.LLMatcher(vocab.tokenizer, grammar, log_level=0)
         if self.matcher.is_error():
             raise InvalidRequest(f"The output grammar cannot be used: {self.matcher.get_error()}.", param=param)
-        self.watch = watch
+        self.watch: CallWatch | ThinkEndWatch | None = watch
         self.active = watch is None
 
     def allowed(self, *, strict: bool = False) -> np.ndarray:
@@ -285,6 +290,11 @@ class GrammarMatcher:
                 raise GrammarDeadEnd("no text matches it from here")
             mask[self.vocab.eos_ids] = True
         return mask
+
+    def wait_for(self, watch: ThinkEndWatch | None) -> None:
+        """Hold the output only from where ``watch`` fires (None: from the start, as built)."""
+        if watch is not None and self.active and self.watch is None:
+            self.watch, self.active = watch, False
 
     def failure(self) -> GrammarDeadEnd | None:
         """Why the matcher gave up, if it did."""
@@ -316,7 +326,10 @@ class GrammarMatcher:
                 return
             self.matcher = matcher
         tokens = watch.opened_tokens
-        if tokens and self.matcher.validate_tokens(tokens) == len(tokens):
+        if not tokens:  # the thinking ended (engine.tools.call_watch.ThinkEndWatch): the grammar holds from here
+            self.active = True
+            return
+        if self.matcher.validate_tokens(tokens) == len(tokens):
             self.matcher.consume_tokens(tokens)
             self.active = True
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import InvalidRequest
 from engine.literal_text import MarkedPrompt
-from engine.tools.call_watch import CallWatch
+from engine.tools.call_watch import CallWatch, ThinkEndWatch
 from engine.tools.constraint import ToolCallConstraint, strict_call_constraint, tool_call_constraint
 from engine.tools.reasoning import THINK_TAGS, strip_reasoning, template_thinks
 from engine.tools.spec import ToolSpec
@@ -52,6 +52,11 @@ class RenderedChat:
         if self.strict_calls is None:
             return None
         return CallWatch(self.strict_calls.trigger, self.think_tags, thinking=self.thinking_started)
+
+    def thinking_watch(self) -> ThinkEndWatch | None:
+        """Where the answer starts inside its thinking: a fresh watch for the thinking's end, from which a grammar
+        that holds the whole answer (a response format, a forced call) holds it; else None (it holds from the start)."""
+        return ThinkEndWatch(self.think_tags[1]) if self.thinking_started and self.think_tags[1] else None
 
 
 def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:

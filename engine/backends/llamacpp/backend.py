@@ -281,24 +281,29 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             draft=self._drafter,
         )
         rendered = stream.rendered
-        watch = None
+        # an answer that starts in its thinking: a grammar that holds the whole answer holds it from the thinking's end
+        think = rendered.thinking_watch() if rendered is not None else None
+        watch, strict = think, False
         if rendered is not None and rendered.constraint is not None:
             grammar, guide = tool_call_grammar(rendered.constraint), None
         elif guide is not None:
-            grammar = None
+            grammar, watch = None, None
+            guide.wait_for(think)
         else:
             grammar = grammar_for(request.response_format)
             if grammar is None and rendered is not None and rendered.strict_calls is not None:
                 # a call the model chooses to make follows the strict tools' schemas from its opening on (where
                 # they make a grammar: the request asked for no call, so it is not refused for one)
                 try:
-                    grammar, watch = strict_call_grammar(rendered.strict_calls), rendered.call_watch()
+                    grammar, watch, strict = strict_call_grammar(rendered.strict_calls), rendered.call_watch(), True
                 except InvalidRequest as exc:
                     log.info("request %s: a strict tool's call is left free: %s", request.request_id, exc)
+        if grammar is None:
+            watch = watch if strict else None
         try:
             sampler = SequenceSampler(model, request.params, grammar, guide=guide, watch=watch, mask_budget=self._mask_budget)
         except InvalidRequest:
-            if watch is None:
+            if not strict:
                 raise
             log.info("request %s: a strict tool's call is left free: its grammar does not parse", request.request_id)
             sampler = SequenceSampler(model, request.params, None, mask_budget=self._mask_budget)

@@ -19,7 +19,7 @@ from engine.backends.llamacpp.gbnf import gbnf_literal, schema_to_gbnf
 from engine.backends.llamacpp.model import GGUFModel
 from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, RequestCancelled, why
 from engine.schema_limits import check_schema
-from engine.tools.call_watch import CallWatch
+from engine.tools.call_watch import CallWatch, ThinkEndWatch
 from engine.tools.constraint import ToolCallConstraint, known_keywords
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
@@ -203,7 +203,7 @@ class SequenceSampler:
         grammar: str | None = None,
         *,
         guide: GrammarMatcher | None = None,
-        watch: CallWatch | None = None,
+        watch: CallWatch | ThinkEndWatch | None = None,
         mask_budget: float = MASK_BUDGET,
     ) -> None:
         self.model = model
@@ -232,7 +232,7 @@ class SequenceSampler:
         # than a small model's decode step, so `sample` draws first and checks only the drawn token
         # (as llama.cpp's own common sampler does), masking the whole vocabulary only when it is refused.
         self.grammar = None
-        self._watch: CallWatch | None = None
+        self._watch: CallWatch | ThinkEndWatch | None = None
         self._dormant: llama_cpp.llama_sampler_p | None = None  # a grammar waiting for its watch to see a call open
         self._grammar_text = ""
         self._complete: int | None = None  # the end token, once the grammar allows nothing else
@@ -344,6 +344,13 @@ class SequenceSampler:
             return self._complete
         if (failed := guide.failure()) is not None:  # over one of llguidance's limits: the answer would not match
             raise failed
+        if not guide.active:  # the answer's thinking, before the grammar holds: drawn freely, shown to its watch
+            if self._argmax:  # a greedy chain without penalties keeps no state: nothing to accept
+                token = self._greedy(self._logits(ctx, index))
+            else:
+                token = int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+            guide.consume(token)
+            return token
         if guide.done:  # the grammar is complete: the generation ends here, as a complete GBNF grammar ends it
             self._complete = guide.vocab.eos_ids[0] if guide.vocab.eos_ids else self.model.eos_id
             return self._complete

@@ -86,8 +86,9 @@ class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
             )  # fmt: skip
         self.checkpoint = ck
         self.spec = model
-        self.template = ChatTemplate(
-            ck.chat_template, bos_token=ck.bos_token, eos_token=ck.eos_token, specials=ck.tokenizer.special_texts
+        self.template = ChatTemplate(  # an Ollama model's translated template replaces the file's, as on llama.cpp
+            model.chat_template or ck.chat_template, bos_token=ck.bos_token, eos_token=ck.eos_token,
+            specials=ck.tokenizer.special_texts,
         )
         where = "its own process" if self.process else "a thread"
         log.info("loaded %s on %s (%s), the engine on %s", model.name, self.facts.device, self.facts.dtype, where)
