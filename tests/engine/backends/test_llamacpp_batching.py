@@ -62,17 +62,13 @@ def run_together(backend, reqs) -> list[list[int]]:
 
 
 def test_sixteen_at_once_match_each_alone(batched):
-    alone = [tokens(batched, request(p, max_tokens=24)) for p in PROMPTS]
-    together = run_together(batched, [request(p, max_tokens=24) for p in PROMPTS])
-    assert all(len(t) == 24 for t in together)
-    same = sum(a == b for x, y in zip(alone, together, strict=True) for a, b in zip(x, y, strict=True))
-    agreement = same / (24 * len(PROMPTS))
-    first_tokens_equal = sum(x[:16] == y[:16] for x, y in zip(alone, together, strict=True))
+    alone = [tokens(batched, request(p, max_tokens=16)) for p in PROMPTS]
+    together = run_together(batched, [request(p, max_tokens=16) for p in PROMPTS])
+    assert all(len(t) == 16 for t in together)
     # Decodes run one row per sequence and prompts in blocks of their own, so a request's numbers
     # do not depend on its neighbours: measured here, every token of every request equal, run
-    # after run. The bounds are the batching goal (95% of tokens, the first 16 of each exact).
-    assert agreement >= 0.95, agreement
-    assert first_tokens_equal == len(PROMPTS), first_tokens_equal
+    # after run. The batching goal is the first 16 tokens of each exact.
+    assert together == alone
 
 
 def test_seeds_hold_whatever_else_is_in_the_batch(batched):
@@ -109,10 +105,10 @@ def test_cancel_in_a_batch_leaves_the_others_intact(batched):
 
 def test_a_long_prompt_never_freezes_running_streams(batched):
     running = [request(p, max_tokens=48) for p in PROMPTS[:4]]
-    long_prompt = " ".join(f"Fact {i}: the number {i} comes after {i - 1}." for i in range(1, 125))
+    long_prompt = " ".join(f"Fact {i}: the number {i} comes after {i - 1}." for i in range(1, 75))
     long_req = GenerationRequest(model="starter", prompt=long_prompt, params=SamplingParams(temperature=0, max_tokens=4))
     n_long = len(batched.tokenize(long_prompt))
-    assert n_long > 1400
+    assert n_long > 4 * 256
     counts = [0] * len(running)
     marks: dict[str, list[int]] = {}
     started = threading.Event()
@@ -136,7 +132,8 @@ def test_a_long_prompt_never_freezes_running_streams(batched):
         t.start()
     for t in threads:
         t.join(600)
-    # Prefilling ~1,500 tokens takes half a dozen steps of 256; every running stream gets a token in each.
+    # Prefilling ~1,150 tokens takes five steps of 256 (a step of 256 takes a second or two on one core); every
+    # running stream gets a token in each.
     steps = n_long // 256
     for before, after in zip(marks["submit"], marks["first"], strict=True):
         assert after - before >= min(steps - 1, 48 - before), (before, after, steps)
