@@ -226,29 +226,20 @@ def test_the_llguidance_matcher_waits_for_the_opening(starter_path):
     assert not prose.active and prose.watch is None
 
 
-def test_a_request_waiting_for_a_call_to_open_keeps_the_batched_sampling_path(starter_path):
+def test_a_request_waiting_for_a_call_to_open_keeps_the_batched_sampling_path(paged_backend, monkeypatch):
     """Until its call opens, a strict request's rows are sampled with everyone else's in one batch (a grammar row
     would send the whole step down the per-request path); from the opening on, its grammar holds."""
-    pytest.importorskip("torch")
-    from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
-    from engine.backends.paged import PagedBackend
-
-    backend = PagedBackend()  # in this process: its runner can be watched
-    backend.load(ModelSpec(name="s", path=starter_path),
-                 LoadOptions(n_ctx=1024, n_seq_max=2, paged=PagedOptions(num_kv_blocks=128, device="cpu")))  # fmt: skip
-    try:
-        runner = backend._require_loop().loaded.engine.runner
-        batched = []
-        sample = runner.sample
-        runner.sample = lambda batch: batched.append(1) or sample(batch)
-        chunks = list(backend.stream(ask("Hi, how are you?", tools(True), max_tokens=12)))
-        assert not chunks[-1].tool_calls and len(batched) >= 10  # every decode step batched
-        final = list(backend.stream(ask(COPY, tools(True))))[-1]
-        (call,) = final.tool_calls
-        jsonschema.validate(json.loads(call.arguments), WEATHER)
-        assert not runner.rows.watching
-    finally:
-        backend.close()
+    backend = paged_backend  # the session's, in this process: its runner can be watched
+    runner = backend._require_loop().loaded.engine.runner
+    batched = []
+    sample = runner.sample
+    monkeypatch.setattr(runner, "sample", lambda batch: batched.append(1) or sample(batch))
+    chunks = list(backend.stream(ask("Hi, how are you?", tools(True), max_tokens=12)))
+    assert not chunks[-1].tool_calls and len(batched) >= 10  # every decode step batched
+    final = list(backend.stream(ask(COPY, tools(True))))[-1]
+    (call,) = final.tool_calls
+    jsonschema.validate(json.loads(call.arguments), WEATHER)
+    assert not runner.rows.watching
 
 
 def test_a_forced_calls_bare_json_is_a_call_beside_a_response_format_and_a_free_answers_json_is_not():
