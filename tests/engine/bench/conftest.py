@@ -40,7 +40,7 @@ class FakeOpenAIServer:
     ``SLOW_DELAY`` apart. ``finished`` counts the streams it completed."""
 
     SLOW_CHUNKS = 20
-    SLOW_DELAY = 0.1
+    SLOW_DELAY = 0.02  # a stream of 0.4 s: the Ctrl-C test waits for three of them, then stops the fourth
 
     def __init__(self) -> None:
         import uvicorn
