@@ -33,7 +33,7 @@ def backend(request):
 
 
 def test_answers_a_chat_prompt_and_ends_with_a_finish_reason(backend):
-    text, chunks = run(backend, temperature=0, max_tokens=24)
+    text, chunks = run(backend, temperature=0, max_tokens=8)
     assert text.strip()
     final = chunks[-1]
     assert final.finish_reason in ("stop", "length")

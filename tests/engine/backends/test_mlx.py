@@ -205,7 +205,7 @@ def test_mlx_quantized_folder_loads_and_answers(hf_starter_dir: Path, tmp_path: 
 
 def test_concurrent_callers_each_get_their_own_answer(mlx_backend):
     def ask(prompt: str) -> list[int]:
-        req = GenerationRequest(model="s", prompt=prompt, params=SamplingParams(temperature=0, max_tokens=6))
+        req = GenerationRequest(model="s", prompt=prompt, params=SamplingParams(temperature=0, max_tokens=4))
         return token_ids(mlx_backend, req)
 
     questions = ("Once upon a time", "1, 2, 3, 4,", "The capital of France is")
