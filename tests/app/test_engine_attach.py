@@ -15,8 +15,11 @@ def _ready(qtbot, engine, timeout_ms: int) -> None:
 
 
 def test_the_app_attaches_to_a_running_daemon_and_leaves_it_running(qtbot, tmp_path_factory, monkeypatch):
+    from app.net import engine as engine_module
     from app.net.engine import EngineConfig, EngineController
 
+    # the daemon's checks every 0.5 s, not 2: it is gone after two missed ones, a second after it stops, not four
+    monkeypatch.setattr(engine_module, "DAEMON_CHECK_SECONDS", 0.5)
     home = tmp_path_factory.mktemp("attach-home")
     info = daemon_up(home)
     monkeypatch.setenv("HEARTH_HOME", str(home))
