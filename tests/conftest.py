@@ -57,23 +57,36 @@ def whole_machine():
 
 # The files that take longest (their servers, models and subprocesses), slowest first: `make test` hands whole files
 # to its two processes in collection order, so these start first and the two processes end together. Measured with
-# `make test PYTEST_ARGS=--durations=0`; a file missing from the list simply keeps its place.
+# `make test PYTEST_ARGS=--durations=0`, or a file alone on one core (`taskset -c 0`), as each process runs; every
+# file of more than about 10 s is here, since one left to pytest-randomly's order can come last and run alone. A
+# file missing from the list simply keeps its place.
 SLOW_FILES = (
     "tests/engine/backends/test_mlx.py",
-    "tests/engine/bench/test_bench.py",
     "tests/engine/backends/test_conformance.py",
-    "tests/engine/paged/test_cli_paged.py",
     "tests/engine/backends/test_llamacpp_batching.py",
-    "tests/engine/paged/test_parity.py",
-    "tests/engine/documents/test_cli_api.py",
-    "tests/engine/worker/test_supervisor.py",
-    "tests/engine/server/test_fuzz.py",
-    "tests/app/test_api_page.py",
-    "tests/remote/test_remote_api.py",
-    "tests/remote/test_remote_app.py",
-    "tests/engine/commands/test_worker_commands.py",
     "tests/engine/server/test_concurrency.py",
+    "tests/engine/server/test_fuzz.py",
+    "tests/engine/backends/test_draft_model.py",
+    "tests/engine/commands/test_worker_commands.py",
+    "tests/engine/paged/test_gpu_check.py",
+    "tests/engine/server/test_tool_calls.py",
+    "tests/engine/backends/test_speculative.py",
+    "tests/engine/server/test_ollama.py",
+    "tests/remote/test_remote_api.py",
+    "tests/engine/paged/test_kernels.py",
+    "tests/engine/paged/test_parity.py",
+    "tests/engine/tools/test_strict_calls.py",
+    "tests/engine/paged/test_cli_paged.py",
+    "tests/engine/bench/test_bench.py",
+    "tests/engine/paged/test_backend.py",
+    "tests/app/test_agent.py",
     "tests/engine/server/test_docs_chat.py",
+    "tests/engine/documents/test_cli_api.py",
+    "tests/engine/server/test_speculative_settings.py",
+    "tests/engine/server/test_responses.py",
+    "tests/app/test_chat_window.py",
+    "tests/engine/worker/test_supervisor.py",
+    "tests/app/test_api_page.py",
     "tests/engine/catalog/test_vision_cli.py",
 )
 
