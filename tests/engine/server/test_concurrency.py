@@ -26,7 +26,7 @@ PROMPTS = [
 
 
 def ask(client, prompt: str, *, stream: bool) -> str:
-    kw = dict(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=32, temperature=0)
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=16, temperature=0)
     if not stream:
         return client.chat.completions.create(**kw).choices[0].message.content
     parts = []
