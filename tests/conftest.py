@@ -79,6 +79,7 @@ SLOW_FILES = (
     "tests/engine/paged/test_cli_paged.py",
     "tests/engine/bench/test_bench.py",
     "tests/engine/paged/test_backend.py",
+    "tests/engine/tools/test_thinking_grammar.py",
     "tests/app/test_agent.py",
     "tests/engine/server/test_docs_chat.py",
     "tests/engine/documents/test_cli_api.py",
