@@ -17,7 +17,7 @@ import contextlib
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import replace
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from engine.backends.delivery import waker_for
 from engine.backends.runtime import StreamChunks
@@ -146,14 +146,22 @@ async def merge_streams(
         message = str(exc) if isinstance(exc, HearthError) else f"Generation failed: {exc}."
         return GenerationChunk(finish_reason="error", error=message)
 
+    def post(item: tuple[int, Any]) -> bool:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop has closed (the server stopped): nobody reads the rest
+            return False
+        return True
+
     def pump(index: int, it: Iterator[GenerationChunk]) -> None:
         try:
             for chunk in it:
-                loop.call_soon_threadsafe(queue.put_nowait, (index, chunk))
+                if not post((index, chunk)):
+                    close_quietly(it)
+                    return
         except BaseException as exc:  # surfaced to the consumer as an error chunk
-            loop.call_soon_threadsafe(queue.put_nowait, (index, fail(index, exc)))
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, (index, _END))
+            post((index, fail(index, exc)))
+        post((index, _END))
 
     def ready(index: int, it: StreamChunks) -> None:  # on the loop, when the stream gained chunks
         if it.done:
