@@ -227,7 +227,13 @@ def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | No
         # an answer that starts in its thinking: the grammar holds from the thinking's end
         think = rendered.thinking_watch() if rendered is not None else None
         param = "tools" if constraint is not None else request.response_format.param
-        return GrammarMatcher(vocab, grammar, watch=think, param=param) if grammar else None
+        if not grammar:
+            return None
+        matcher = GrammarMatcher(vocab, grammar, watch=think, param=param)
+        # a request's own grammar that llguidance gives up on stops the answer with the reason, where a sampler
+        # can stop one request alone (engine.backends.mlx; the paged engine's batched step ends it instead)
+        matcher.strict = constraint is None and request.response_format.type == "grammar"
+        return matcher
     # calls the model chooses to make: a strict tool whose schema makes no grammar takes any JSON object (the
     # request asked for no call, so it is not refused for one); the others stay held
     try:
@@ -271,6 +277,7 @@ class GrammarMatcher:
             raise InvalidRequest(f"The output grammar cannot be used: {self.matcher.get_error()}.", param=param)
         self.watch: CallWatch | ThinkEndWatch | None = watch
         self.active = watch is None
+        self.strict = False  # a request's own grammar: see matcher_for
 
     def allowed(self, *, strict: bool = False) -> np.ndarray:
         """A boolean mask ``[n_vocab]`` of the tokens that keep the output valid.

@@ -32,6 +32,7 @@ from engine.backends.mlx.loader import LoadedModel
 from engine.backends.mlx.sampler import TokenSampler
 from engine.backends.runtime import RequestStream
 from engine.backends.speculative import RowCost
+from engine.errors import GrammarDeadEnd
 from engine.types import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,12 @@ class GenerationLoop(AdmissionQueue[Sequence]):
                     self._running = seq
                 try:
                     self._generate(seq)
+                except GrammarDeadEnd as exc:  # the request's own grammar, which llguidance gave up on: it alone ends
+                    self._cache = None  # the step's cells are in the cache, its token is not
+                    self._cache_tokens = []
+                    if not seq.stream.finished:
+                        self._release(seq)
+                        seq.stream.finish("error", error=str(exc), code=exc.code)
                 except Exception as exc:  # never let one request kill the thread
                     log.exception("MLX generation failed")
                     self._cache = None  # its state is unknown now

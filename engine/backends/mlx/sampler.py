@@ -104,7 +104,7 @@ class TokenSampler:
         """The next token, given this step's logits ``[n_vocab]`` and the tokens generated so far."""
         logits = self._processed(logits.astype(mx.float32), generated)
         if self.matcher is not None and self.matcher.active:  # tokens that would leave the grammar are never drawn
-            allowed = self.matcher.allowed()[: logits.shape[-1]]
+            allowed = self.matcher.allowed(strict=self.matcher.strict)[: logits.shape[-1]]
             keep = mx.zeros(logits.shape, dtype=mx.bool_)
             keep[: allowed.shape[0]] = mx.array(allowed)
             logits = mx.where(keep, logits, mx.array(-math.inf, dtype=logits.dtype))
