@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 
 #: What leaves a conversation typed at the prompt, as in ``ollama run``.
 LEAVE = frozenset({"/bye", "/exit", "/quit"})
+MAX_PIPED_CHARS = 8 << 20  # of text piped in beside a message: more than any model's context holds
 HELP = ("/clear starts the conversation over; /bye leaves (also /exit, /quit, Ctrl-D); Ctrl-C stops an answer; "
         "/? or /help shows this.")
 
@@ -54,4 +55,26 @@ def piped_message() -> str | None:
     return sys.stdin.read().strip()
 
 
-__all__ = ["piped_message", "typed_lines"]
+def piped_text(wait: float = 0.5) -> str | None:
+    """What standard input holds where it is a file or a pipe something is written to (``cat notes.txt | hearth
+    chat "Summarize"``, ``hearth chat "Summarize" < notes.txt``), read whole; None at a terminal, and where nothing
+    comes within ``wait`` seconds: a pipe held open and never written (a job runner's, ssh's) is left unread
+    rather than waited on for ever."""
+    import os
+    import select
+    import stat
+
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return None
+        if not stat.S_ISREG(mode) and not select.select([sys.stdin], [], [], wait)[0]:
+            return None
+        return sys.stdin.read(MAX_PIPED_CHARS).strip() or None
+    except (OSError, ValueError):  # no descriptor (an embedding host's stream), or one closed
+        return None
+
+
+__all__ = ["piped_message", "piped_text", "typed_lines"]

@@ -153,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
             print('hearth: Nothing came on standard input to answer; pipe a message in, give one '
                   '(`hearth chat "Hello"`), or run `hearth chat` at a terminal to type.', file=sys.stderr)  # fmt: skip
             return 2
+    else:  # a message given and text piped in: the text, then the message, as `cat f | ollama run m "..."` sends
+        from engine.typed_lines import piped_text
+
+        if (text := piped_text()) is not None:
+            args.prompt = f"{text}\n\n{args.prompt}"
     if args.quantization and args.backend != "paged":
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -166,3 +167,25 @@ def test_output_into_a_closed_pipe_ends_quietly_with_141():
                           stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
     os.close(write_end)
     assert (proc.returncode, proc.stderr) == (141, "")  # no traceback, no "Exception ignored"
+
+
+def test_text_piped_in_beside_a_message_comes_before_it_and_a_pipe_never_written_is_not_waited_on():
+    """``cat notes.txt | hearth chat "Summarize"`` sends the text, then the message, as ``ollama run`` does; a
+    standard input held open and never written (a job runner's) is left after a moment, not waited on."""
+    ask = [sys.executable, "-m", "engine.cli", "chat", "--local", "--temperature", "0", "--max-tokens", "8"]
+    piped = subprocess.run([*ask, "Name the fruit."], input="Bananas are yellow.", capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    together = hearth("chat", "--local", "--temperature", "0", "--max-tokens", "8", "Bananas are yellow.\n\nName the fruit.")
+    assert piped.returncode == 0 and piped.stdout == together.stdout, piped.stderr
+    held = subprocess.Popen([*ask, "Name the fruit."], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    stuck = threading.Timer(120, held.kill)  # a chat that waits on its input is killed, and fails below
+    stuck.start()
+    try:
+        out = held.stdout.read()  # to the chat's end, its standard input still open: never an end of input
+    finally:
+        stuck.cancel()
+        held.stdin.close()
+        held.wait(timeout=60)
+    alone = hearth("chat", "--local", "--temperature", "0", "--max-tokens", "8", "Name the fruit.")
+    assert held.returncode == 0 and out == alone.stdout
