@@ -69,7 +69,7 @@ def _vllm(value: Any) -> list[ResponseFormat]:
     found = []
     for key in _STRUCTURED_KEYS:
         given = value.get(key)
-        if given is None or given is False:
+        if given is None or given is False or given == "":  # left out, as clients that send every field leave them
             continue
         param = f"structured_outputs.{key}"
         if key == "json_object":
@@ -104,7 +104,7 @@ def requested_format(body: Any) -> ResponseFormat:
         "json_schema": _schema,
     }  # fmt: skip
     for key, read in legacy.items():
-        if extra.get(key) is not None:
+        if extra.get(key) is not None and extra[key] != "":  # "" is left out (llama.cpp's own pages send it unset)
             found.append(read(extra[key], key))
     if extra.get("guided_choice") is not None:
         found.append(ResponseFormat.choice(extra["guided_choice"], param="guided_choice"))

@@ -52,6 +52,11 @@ def test_gbnf_and_lark_grammars_hold_a_streamed_answer(server):
         assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
 
 
+def test_an_empty_grammar_is_no_grammar_as_clients_that_send_every_field_send_it(server):
+    free = _chat(server).message.content
+    assert _chat(server, grammar="", guided_regex="", structured_outputs={"grammar": "", "regex": None}).message.content == free
+
+
 def test_llama_servers_completion_takes_a_gbnf_grammar(server):
     done = httpx.post(f"{server.root}/completion", headers=server.headers, timeout=60, json={
         "model": MODEL, "prompt": "Is the sky blue?", "n_predict": 20, "temperature": 0,
