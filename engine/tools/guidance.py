@@ -246,6 +246,13 @@ def matcher_for(rendered: Any, request: Any, vocabulary: Any, n_logits: int | No
             return None
 
 
+def grammar_failure(sampler: Any) -> GrammarDeadEnd | None:
+    """Why a batched sampler's request's own grammar gave up, if it did: the paged engine then ends that request
+    with the reason, in place of the end token its step drew for it (the step itself samples on)."""
+    matcher = getattr(sampler, "matcher", None)
+    return matcher.failure() if matcher is not None and matcher.strict and matcher.active else None
+
+
 def _compiles(vocab: GuidanceVocab, constraint: ToolCallConstraint) -> bool:
     try:
         GrammarMatcher(vocab, grammar_for(constraint, None) or "")
@@ -278,6 +285,7 @@ class GrammarMatcher:
         self.watch: CallWatch | ThinkEndWatch | None = watch
         self.active = watch is None
         self.strict = False  # a request's own grammar: see matcher_for
+        self.refused = False  # a mask allowed nothing, and the end was allowed in its place
 
     def allowed(self, *, strict: bool = False) -> np.ndarray:
         """A boolean mask ``[n_vocab]`` of the tokens that keep the output valid.
@@ -295,6 +303,7 @@ class GrammarMatcher:
         if not mask.any():  # a matcher in error allows nothing: let the generation end
             if strict:
                 raise GrammarDeadEnd("no text matches it from here")
+            self.refused = True
             mask[self.vocab.eos_ids] = True
         return mask
 
@@ -304,8 +313,10 @@ class GrammarMatcher:
             self.watch, self.active = watch, False
 
     def failure(self) -> GrammarDeadEnd | None:
-        """Why the matcher gave up, if it did."""
-        return GrammarDeadEnd(matcher_error(self.matcher.get_error())) if self.matcher.is_error() else None
+        """Why the matcher gave up, if it did (or allowed no token, so that the end was drawn in its place)."""
+        if self.matcher.is_error():
+            return GrammarDeadEnd(matcher_error(self.matcher.get_error()))
+        return GrammarDeadEnd("no text matches it from here") if self.refused else None
 
     def consume(self, token: int) -> None:
         """Record the sampled ``token`` (one the mask allowed, while the grammar is active)."""
@@ -346,4 +357,4 @@ class GrammarMatcher:
         return self.active and (self.matcher.is_stopped() or self.matcher.is_error())
 
 
-__all__ = ["GuidanceVocab", "GrammarMatcher", "vocab_for", "grammar_for", "user_grammar", "matcher_for"]
+__all__ = ["GuidanceVocab", "GrammarMatcher", "vocab_for", "grammar_for", "grammar_failure", "user_grammar", "matcher_for"]

@@ -13,7 +13,7 @@ engine -> API:
     ``("ready", facts)`` or ``("failed", exception)`` once, after loading; then
     ``("step", tokens, ended, stats)`` with ``tokens`` a list of ``(request_id, token, logprobs, num_tokens,
     drafted, kept_draft, cached_tokens, last)`` (``last``: this process ended the request with it),
-    ``ended`` a list of ``(request_id, reason, error)`` and ``stats`` the engine's figures (BackendStats) at
+    ``ended`` a list of ``(request_id, reason, error, code)`` and ``stats`` the engine's figures (BackendStats) at
     most every ``STATS_EVERY`` seconds and when it runs out of work, else None; ``("stats", token,
     BackendStats)``.
 """
@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from engine.backends.speculative import DraftSource
+from engine.tools.guidance import grammar_failure
 from engine.types import GenerationRequest, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class EngineCore:
         self.wake = threading.Event()
         self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self.by_id: dict[str, Any] = {}  # request id -> Sequence
-        self.ended: list[tuple[str, str, str | None]] = []
+        self.ended: list[tuple[str, str, str | None, str | None]] = []
         self.stopping = False
         self.stats_at = 0.0  # when the engine's figures were last sent
 
@@ -200,6 +201,9 @@ class EngineCore:
             if seq.is_finished:  # a token verified after the one that ended the request
                 continue
             owner = seq.owner
+            if owner.sampler.matcher is not None and (failed := grammar_failure(owner.sampler)) is not None:
+                self._end(owner.request_id, "error", str(failed), failed.code)
+                continue
             last = owner.push(token, num_tokens, n_ctx)
             tokens.append((owner.request_id, token, logprobs, num_tokens, drafted, kept_draft, seq.num_cached_tokens, last))
             if last:
@@ -224,9 +228,9 @@ class EngineCore:
                 seq.owner.drafter.close()
         return seq
 
-    def _end(self, rid: str, reason: str, error: str | None = None) -> None:
+    def _end(self, rid: str, reason: str, error: str | None = None, code: str | None = None) -> None:
         if self._free(rid) is not None:
-            self.ended.append((rid, reason, error))
+            self.ended.append((rid, reason, error, code))
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -255,7 +259,7 @@ class EngineCore:
             sampler = RequestSampler(request.params, vocab_size=n_logits, eos_ids=sorted(tok.eog_ids), device=le.device,
                                      matcher=matcher_for(rendered, request, tok, n_logits))  # fmt: skip
         except Exception as exc:  # the API process checked what it could; a grammar that fails to build
-            self.ended.append((rid, "error", str(exc)))
+            self.ended.append((rid, "error", str(exc), None))
             return
         owner = CoreRequest(rid, sampler, drafter, request.params)
         seq = Sequence(prompt, request.params, block_size=le.config.block_size, request_id=rid, owner=owner)

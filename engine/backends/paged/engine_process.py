@@ -217,7 +217,7 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
     def _logprob(self, token: int, data: tuple[float, list[int], list[float]]) -> TokenLogprob:
         return TokenLogprob.of(self.tokenizer.piece, token, *data)
 
-    def _step(self, tokens: list[tuple], ended: list[tuple[str, str, str | None]]) -> None:
+    def _step(self, tokens: list[tuple], ended: list[tuple[str, str, str | None, str | None]]) -> None:
         """One step's tokens for every request, and the requests the engine ended: each stream's chunks, then
         one wake-up of each reader's event loop."""
         by_id = self._by_id
@@ -244,10 +244,10 @@ class EngineProcess(AdmissionQueue[PendingRequest]):
                     done.append(rid)
                     if not last:  # ended here (a stop string): the engine still holds it
                         freed.append(rid)
-            for rid, reason, error in ended:
+            for rid, reason, error, code in ended:
                 pending = by_id.get(rid)
                 if pending is not None:
-                    pending.stream.finish(reason, error=error)  # type: ignore[arg-type]
+                    pending.stream.finish(reason, error=error, code=code)  # type: ignore[arg-type]
                     done.append(rid)
         with self._cond:
             self.generated_tokens += generated

@@ -7,6 +7,7 @@ import threading
 from engine.backends.paged.llm_engine import LLMEngine, StepOutputs
 from engine.backends.paged.sequence import Sequence
 from engine.gguf.vocab import Vocabulary
+from engine.tools.guidance import grammar_failure
 from engine.types import FinishReason, TokenLogprob
 
 
@@ -39,6 +40,10 @@ class StreamWriter:
             if seq.is_finished or stream.finished:  # a token verified after the one that ended the request
                 continue
             stream.cached_tokens = seq.num_cached_tokens
+            if seq.owner.sampler.matcher is not None and (failed := grammar_failure(seq.owner.sampler)) is not None:
+                self._release(seq)  # its own grammar gave up: the end token drawn in its place is not the answer's
+                stream.finish("error", error=str(failed), code=failed.code)
+                continue
             if drafted:
                 stream.verifying(drafted)
             lp = (self._logprob(token, logprobs),) if logprobs is not None else ()
