@@ -287,7 +287,7 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         if rendered is not None and rendered.constraint is not None:
             grammar, guide = tool_call_grammar(rendered.constraint), None
         elif guide is not None:
-            grammar, watch = None, None
+            grammar = None
             guide.wait_for(think)
         else:
             grammar = grammar_for(request.response_format)
@@ -298,8 +298,8 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
                     grammar, watch, strict = strict_call_grammar(rendered.strict_calls), rendered.call_watch(), True
                 except InvalidRequest as exc:
                     log.info("request %s: a strict tool's call is left free: %s", request.request_id, exc)
-        if grammar is None:
-            watch = watch if strict else None
+        if grammar is None:  # no GBNF to wait (a guide waits for itself)
+            watch = None
         try:
             sampler = SequenceSampler(model, request.params, grammar, guide=guide, watch=watch, mask_budget=self._mask_budget)
         except InvalidRequest:
