@@ -108,9 +108,9 @@ class Vocabulary:
         self.tokenizer = tokenizer
         self.bos_id = bos_id
         self.eos_id = eos_id
-        self.eog_ids = frozenset(eog_ids)
+        self.eog_ids, shown = _harmony_markers(tokenizer, set(eog_ids))
         self.add_bos = add_bos and bos_id is not None
-        self.special_ids = frozenset(special_ids)
+        self.special_ids = frozenset(special_ids) - shown
         self.piece_style = piece_style
         self.n_vocab = tokenizer.get_vocab_size(with_added_tokens=True)
         # what `encode` reads as tokens only when parsing special texts: the special added tokens
@@ -271,6 +271,23 @@ def vocabulary_from_gguf(path: Path | str, meta: Mapping[str, Any]) -> Vocabular
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+#: gpt-oss's harmony markers: control tokens its answers are written with, shown as text (as llama.cpp shows
+#: them) for engine.tools.harmony to read.
+HARMONY_MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+
+
+def _harmony_markers(tokenizer: Tokenizer, eog: set[int]) -> tuple[frozenset[int], frozenset[int]]:
+    """The end-of-generation ids and the control tokens shown as text. In a harmony vocabulary (``<|return|>``,
+    ``<|call|>`` and ``<|end|>`` all ending generations) ``<|end|>`` only closes a message: the answer goes on
+    after its thinking, as llama.cpp has it."""
+    shown = {i for text in HARMONY_MARKERS if (i := tokenizer.token_to_id(text)) is not None}
+    done, call, end = (tokenizer.token_to_id(text) for text in ("<|return|>", "<|call|>", "<|end|>"))
+    if done in eog and call in eog and end is not None and end in eog:
+        eog.discard(end)
+        shown.add(end)
+    return frozenset(eog), frozenset(shown)
 
 
 def _eog_ids(tokens: Sequence[str], specials: Iterable[int], declared: Iterable[int | None]) -> set[int]:

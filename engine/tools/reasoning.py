@@ -105,8 +105,9 @@ class ReasoningSplitter:
 
 
 def template_thinks(source: str) -> bool:
-    """Whether a chat template (its source) can think: it has a thinking switch or writes a thinking tag."""
-    return "enable_thinking" in source or any(open_tag in source for open_tag, _ in THINK_TAGS)
+    """Whether a chat template (its source) can think: it has a thinking switch, writes a thinking tag, or
+    writes harmony's analysis channel (gpt-oss)."""
+    return "enable_thinking" in source or "<|channel|>" in source or any(t in source for t, _ in THINK_TAGS)
 
 
 def split_reasoning(text: str, tags: tuple[str, str] = THINK_TAGS[0], *, started: bool = False) -> ReasoningPiece:

@@ -17,6 +17,7 @@ from engine.errors import InvalidRequest
 from engine.literal_text import MarkedPrompt
 from engine.tools.call_watch import CallWatch, ThinkEndWatch
 from engine.tools.constraint import ToolCallConstraint, strict_call_constraint, tool_call_constraint
+from engine.tools.harmony import is_harmony_template
 from engine.tools.reasoning import THINK_TAGS, strip_reasoning, template_thinks
 from engine.tools.spec import ToolSpec
 
@@ -64,9 +65,11 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
 
     ``generic`` when the template knows no tools or uses markup Hearth does not recognise.
     """
+    src = template.source
+    if is_harmony_template(src):  # gpt-oss: calls, thinking and answer are messages of their own
+        return "harmony"
     if not template.knows_tools:
         return "generic"
-    src = template.source
     if "<tool_call>" in src:
         return "hermes"
     if "<|python_tag|>" in src or "ipython" in src:

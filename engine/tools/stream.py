@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from engine.tools.parsers import ToolCallDelta, ToolCallParser
+from engine.tools.harmony import HarmonySplitter
+from engine.tools.parsers import ParsedOutput, ToolCallDelta, ToolCallParser
 from engine.tools.reasoning import ReasoningSplitter
 from engine.tools.render import RenderedChat
 from engine.tools.spec import ToolCall
@@ -36,20 +37,24 @@ class ChatOutputParser:
         self.splitter = ReasoningSplitter(rendered.think_tags, started=rendered.thinking_started)
         names = [t.name for t in rendered.tools]
         forced = rendered.constraint.tools if rendered.constraint is not None else ()
+        # gpt-oss's channels: its thinking, answer and calls are messages of their own (a forced call's grammar
+        # still writes Hearth's generic markup, read from the answer below)
+        self.harmony = HarmonySplitter(names) if rendered.tool_format == "harmony" else None
+        fmt = "generic" if self.harmony is not None else rendered.tool_format
         self.tools = (
-            ToolCallParser(rendered.tool_format, names, forced=forced[0].name if len(forced) == 1 else None,
+            ToolCallParser(fmt, names, forced=forced[0].name if len(forced) == 1 else None,
                            bare=rendered.bare_calls, calls_only=bool(forced))
-            if names
+            if names and (self.harmony is None or forced)
             else None
-        )
+        )  # fmt: skip
 
     @property
     def thinking(self) -> bool:
-        return self.splitter.thinking
+        return self.harmony.thinking if self.harmony is not None else self.splitter.thinking
 
     @property
     def undecided(self) -> bool:
-        return self.splitter.undecided
+        return self.harmony.undecided if self.harmony is not None else self.splitter.undecided
 
     @property
     def repeated(self) -> bool:
@@ -58,23 +63,32 @@ class ChatOutputParser:
 
     @property
     def calls(self) -> list[ToolCall]:
-        return list(self.tools.calls) if self.tools is not None else []
+        made = self.harmony.calls if self.harmony is not None else []
+        return made + (list(self.tools.calls) if self.tools is not None else [])
 
     def feed(self, text: str) -> OutputPiece:
+        if self.harmony is not None:
+            return self._answer(*self.harmony.feed(text), final=False)
         return self._answer(self.splitter.feed(text), final=False)
 
     def finish(self, *, cut: bool = False) -> OutputPiece:
         """What is still held back at the end; ``cut``: the answer ended at the token limit."""
+        if self.harmony is not None:
+            return self._answer(*self.harmony.flush(cut=cut), final=True, cut=cut)
         return self._answer(self.splitter.flush(), final=True, cut=cut)
 
-    def _answer(self, piece, *, final: bool, cut: bool = False) -> OutputPiece:
+    def _answer(self, piece, calls: ParsedOutput | None = None, *, final: bool, cut: bool = False) -> OutputPiece:
+        """``piece`` (thinking and answer text) and ``calls`` (harmony's, with the answer text of its messages)
+        with tool calls taken out of the answer text."""
+        content = piece.content + (calls.content if calls is not None else "")
+        made = calls.tool_calls if calls is not None else ()
         if self.tools is None:
-            return OutputPiece(piece.reasoning, piece.content)
-        a = self.tools.feed(piece.content) if piece.content else None
+            return OutputPiece(piece.reasoning, content, made)
+        a = self.tools.feed(content) if content else None
         b = self.tools.finish(cut=cut) if final else None
-        content = (a.content if a else "") + (b.content if b else "")
-        deltas = (a.tool_calls if a else ()) + (b.tool_calls if b else ())
-        return OutputPiece(piece.reasoning, content, deltas)
+        text = (a.content if a else "") + (b.content if b else "")
+        deltas = made + (a.tool_calls if a else ()) + (b.tool_calls if b else ())
+        return OutputPiece(piece.reasoning, text, deltas)
 
 
 class ChatStreamParser:

@@ -45,15 +45,18 @@ def test_starter_vocabulary_tokenizes_as_llama_cpp(starter_path, starter_referen
     assert vocab.token_text(vocab.eos_id) == "<|im_end|>" and vocab.eos_id in vocab.eog_ids
 
 
-def write_starcoder_gguf(path) -> list[str]:
-    """A tiny Llama-shaped model whose vocabulary is byte-level BPE with starcoder's pre-tokenizer."""
+def write_starcoder_gguf(
+    path, specials: list[str] = SPECIALS, *, eos: int = 0, template: str | None = None, context: int = 128
+) -> list[str]:
+    """A tiny Llama-shaped model whose vocabulary is byte-level BPE with starcoder's pre-tokenizer: ``specials``
+    (control tokens) first, the first of them BOS, ``eos`` the id of EOS; ``template`` its chat template."""
     alphabet = sorted(byte_alphabet(), key=lambda c: byte_alphabet()[c])
-    tokens = [*SPECIALS, *alphabet, *(m.replace(" ", "") for m in MERGES)]
-    types = [3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS))
+    tokens = [*specials, *alphabet, *(m.replace(" ", "") for m in MERGES)]
+    types = [3] * len(specials) + [1] * (len(tokens) - len(specials))
     hidden, heads, layers = 32, 4, 1
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(layers)
-    w.add_context_length(128)
+    w.add_context_length(context)
     w.add_embedding_length(hidden)
     w.add_feed_forward_length(64)
     w.add_head_count(heads)
@@ -67,8 +70,10 @@ def write_starcoder_gguf(path) -> list[str]:
     w.add_token_types(types)
     w.add_token_merges(MERGES)
     w.add_bos_token_id(0)
-    w.add_eos_token_id(0)
+    w.add_eos_token_id(eos)
     w.add_add_bos_token(False)
+    if template is not None:
+        w.add_chat_template(template)
     rng = np.random.default_rng(0)
 
     def t(*shape):
