@@ -97,14 +97,34 @@ def _text_of(blocks: Any, where: str) -> str:
     return "".join(parts)  # as chat completions joins its text parts (and llama.cpp's server): one prompt for both
 
 
-def _tool_result(block: dict[str, Any], where: str, names: dict[str, str]) -> ChatMessage:
+def _tool_result(block: dict[str, Any], where: str, names: dict[str, str], allow_remote: bool) -> ChatMessage:
+    """A ``tool_result`` block as a tool message: its ``content`` a string or ``text``, ``image`` and text ``document``
+    blocks (a tool that reads a picture answers with one), each picture at a media marker in the text."""
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(f"{where} is a tool_result without 'tool_use_id'.", param="messages")
-    text = _text_of(block.get("content"), f"{where}.content")
+    content = block.get("content")
+    pictures: list[MediaInput] = []
+    if isinstance(content, list):
+        parts: list[str] = []
+        for j, part in enumerate(content):
+            at = f"{where}.content[{j}]"
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image":
+                pictures.append(_image(part, at, allow_remote))
+                parts.append(MEDIA_MARKER)
+            elif kind == "document" and (doc := _document_text(part)) is not None:
+                parts.append(doc)
+            elif kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                raise InvalidRequest(f"{at} must be a text block with 'text', an image or a text document.", param="messages")
+        text = "".join(parts)  # joined as a message's blocks are
+    else:
+        text = _text_of(content, f"{where}.content")
     if block.get("is_error"):
         text = f"Error: {text}"
-    return ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id))
+    return ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id), media=tuple(pictures))
 
 
 def _image(block: dict, where: str, allow_remote: bool) -> MediaInput:
@@ -154,7 +174,7 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
                 names[call_id] = name
                 calls.append(ToolCall(name=name, arguments=json.dumps(block.get("input") or {}, ensure_ascii=False), id=call_id))
             elif kind == "tool_result" and m.role == "user":
-                out.append(_tool_result(block, where, names))
+                out.append(_tool_result(block, where, names, allow_remote))
             elif kind == "image" and m.role == "user":
                 pictures.append(_image(block, where, allow_remote))
                 texts.append(MEDIA_MARKER)
