@@ -236,12 +236,31 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
     thinking = (body.thinking or {}).get("type")
     if thinking not in (None, "enabled", "disabled", "adaptive", "between_tools"):
         raise InvalidRequest("'thinking.type' must be enabled, disabled or adaptive.", param="thinking")
+    if thinking == "enabled":
+        _check_budget((body.thinking or {}).get("budget_tokens"), body.max_tokens if isinstance(body, MessagesBody) else None)
     return {
         "tools": tools,
         "tool_choice": parse_tool_choice(value, tools),
         "parallel_tool_calls": None if (off := choice.get("disable_parallel_tool_use")) is None else off is False,
         "thinking": {"enabled": True, "disabled": False}.get(thinking) if thinking is not None else None,
     }
+
+
+THINKING_BUDGET_MIN = 1024  # Anthropic's least thinking.budget_tokens
+
+
+def _check_budget(budget: Any, max_tokens: int | None) -> None:
+    """Refuse a ``thinking.budget_tokens`` Anthropic refuses: not a whole number of at least 1024, or not below
+    ``max_tokens`` (its thinking is part of the answer). Hearth's models think as long as they do within
+    ``max_tokens``; the budget itself is not enforced."""
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < THINKING_BUDGET_MIN:
+        raise InvalidRequest(f"'thinking.budget_tokens' must be a whole number of at least {THINKING_BUDGET_MIN}, "
+                             f"got {json.dumps(budget)}.", param="thinking.budget_tokens")  # fmt: skip
+    if max_tokens and budget >= max_tokens:  # 0: the prompt is only read, nothing thought
+        raise InvalidRequest(f"'max_tokens' ({max_tokens}) must be greater than 'thinking.budget_tokens' ({budget}).",
+                             param="max_tokens")  # fmt: skip
 
 
 def _format(body: CountTokensBody) -> ResponseFormat:
