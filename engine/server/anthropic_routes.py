@@ -97,14 +97,34 @@ def _text_of(blocks: Any, where: str) -> str:
     return "".join(parts)  # as chat completions joins its text parts (and llama.cpp's server): one prompt for both
 
 
-def _tool_result(block: dict[str, Any], where: str, names: dict[str, str]) -> ChatMessage:
+def _tool_result(block: dict[str, Any], where: str, names: dict[str, str], allow_remote: bool) -> ChatMessage:
+    """A ``tool_result`` block as a tool message: its ``content`` a string or ``text``, ``image`` and text ``document``
+    blocks (a tool that reads a picture answers with one), each picture at a media marker in the text."""
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(f"{where} is a tool_result without 'tool_use_id'.", param="messages")
-    text = _text_of(block.get("content"), f"{where}.content")
+    content = block.get("content")
+    pictures: list[MediaInput] = []
+    if isinstance(content, list):
+        parts: list[str] = []
+        for j, part in enumerate(content):
+            at = f"{where}.content[{j}]"
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image":
+                pictures.append(_image(part, at, allow_remote))
+                parts.append(MEDIA_MARKER)
+            elif kind == "document" and (doc := _document_text(part)) is not None:
+                parts.append(doc)
+            elif kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                raise InvalidRequest(f"{at} must be a text block with 'text', an image or a text document.", param="messages")
+        text = "".join(parts)  # joined as a message's blocks are
+    else:
+        text = _text_of(content, f"{where}.content")
     if block.get("is_error"):
         text = f"Error: {text}"
-    return ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id))
+    return ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id), media=tuple(pictures))
 
 
 def _image(block: dict, where: str, allow_remote: bool) -> MediaInput:
@@ -154,7 +174,7 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
                 names[call_id] = name
                 calls.append(ToolCall(name=name, arguments=json.dumps(block.get("input") or {}, ensure_ascii=False), id=call_id))
             elif kind == "tool_result" and m.role == "user":
-                out.append(_tool_result(block, where, names))
+                out.append(_tool_result(block, where, names, allow_remote))
             elif kind == "image" and m.role == "user":
                 pictures.append(_image(block, where, allow_remote))
                 texts.append(MEDIA_MARKER)
@@ -216,12 +236,31 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
     thinking = (body.thinking or {}).get("type")
     if thinking not in (None, "enabled", "disabled", "adaptive", "between_tools"):
         raise InvalidRequest("'thinking.type' must be enabled, disabled or adaptive.", param="thinking")
+    if thinking == "enabled":
+        _check_budget((body.thinking or {}).get("budget_tokens"), body.max_tokens if isinstance(body, MessagesBody) else None)
     return {
         "tools": tools,
         "tool_choice": parse_tool_choice(value, tools),
         "parallel_tool_calls": None if (off := choice.get("disable_parallel_tool_use")) is None else off is False,
         "thinking": {"enabled": True, "disabled": False}.get(thinking) if thinking is not None else None,
     }
+
+
+THINKING_BUDGET_MIN = 1024  # Anthropic's least thinking.budget_tokens
+
+
+def _check_budget(budget: Any, max_tokens: int | None) -> None:
+    """Refuse a ``thinking.budget_tokens`` Anthropic refuses: not a whole number of at least 1024, or not below
+    ``max_tokens`` (its thinking is part of the answer). Hearth's models think as long as they do within
+    ``max_tokens``; the budget itself is not enforced."""
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < THINKING_BUDGET_MIN:
+        raise InvalidRequest(f"'thinking.budget_tokens' must be a whole number of at least {THINKING_BUDGET_MIN}, "
+                             f"got {json.dumps(budget)}.", param="thinking.budget_tokens")  # fmt: skip
+    if max_tokens and budget >= max_tokens:  # 0: the prompt is only read, nothing thought
+        raise InvalidRequest(f"'max_tokens' ({max_tokens}) must be greater than 'thinking.budget_tokens' ({budget}).",
+                             param="max_tokens")  # fmt: skip
 
 
 def _format(body: CountTokensBody) -> ResponseFormat:

@@ -114,6 +114,29 @@ def test_anthropic_messages_answers_each_picture(vision_server, reference):
         assert msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0) > 32
 
 
+def test_anthropic_tool_result_holding_a_picture_is_read_as_chat_completions_reads_a_tool_picture(vision_server):
+    """A tool that reads a picture (Claude Code's Read of a PNG) answers with text and ``image`` blocks in its
+    ``tool_result``: the same prompt as chat completions' tool message with an image part (it was a 400)."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.png"}}
+    tool = {"name": "read", "description": "Read a file.", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(checkerboard())}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "a.png:"}, image]}
+    body = {"model": VISION, "max_tokens": 1, "temperature": 0, "tools": [tool], "messages": [
+        {"role": "user", "content": QUESTION}, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]}  # fmt: skip
+    r = httpx.post(f"{vision_server.root}/v1/messages", json=body, headers=vision_server.headers, timeout=120)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    chat = {"model": VISION, "max_tokens": 1, "temperature": 0, "tools": [{"type": "function", "function": {
+        "name": "read", "description": "Read a file.", "parameters": tool["input_schema"]}}], "messages": [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "toolu_1", "type": "function", "function": {
+            "name": "read", "arguments": '{"path": "a.png"}'}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": [
+            {"type": "text", "text": "a.png:"}, {"type": "image_url", "image_url": {"url": data_url(checkerboard())}}]}]}  # fmt: skip
+    same = httpx.post(f"{vision_server.root}/v1/chat/completions", json=chat, headers=vision_server.headers, timeout=120)
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] == same.json()["usage"]["prompt_tokens"] > 32
+
+
 def test_ollama_chat_and_generate_answer_each_picture(vision_server, reference):
     import ollama
 
