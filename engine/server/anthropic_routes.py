@@ -237,7 +237,7 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
     if thinking not in (None, "enabled", "disabled", "adaptive", "between_tools"):
         raise InvalidRequest("'thinking.type' must be enabled, disabled or adaptive.", param="thinking")
     if thinking == "enabled":
-        _check_budget((body.thinking or {}).get("budget_tokens"), body.max_tokens if isinstance(body, MessagesBody) else None)
+        _check_budget((body.thinking or {}).get("budget_tokens"))
     return {
         "tools": tools,
         "tool_choice": parse_tool_choice(value, tools),
@@ -246,21 +246,13 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
     }
 
 
-THINKING_BUDGET_MIN = 1024  # Anthropic's least thinking.budget_tokens
-
-
-def _check_budget(budget: Any, max_tokens: int | None) -> None:
-    """Refuse a ``thinking.budget_tokens`` Anthropic refuses: not a whole number of at least 1024, or not below
-    ``max_tokens`` (its thinking is part of the answer). Hearth's models think as long as they do within
-    ``max_tokens``; the budget itself is not enforced."""
-    if budget is None:
-        return
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < THINKING_BUDGET_MIN:
-        raise InvalidRequest(f"'thinking.budget_tokens' must be a whole number of at least {THINKING_BUDGET_MIN}, "
-                             f"got {json.dumps(budget)}.", param="thinking.budget_tokens")  # fmt: skip
-    if max_tokens and budget >= max_tokens:  # 0: the prompt is only read, nothing thought
-        raise InvalidRequest(f"'max_tokens' ({max_tokens}) must be greater than 'thinking.budget_tokens' ({budget}).",
-                             param="max_tokens")  # fmt: skip
+def _check_budget(budget: Any) -> None:
+    """Refuse a ``thinking.budget_tokens`` that is no count of tokens. Anthropic's own lower bound (1024) and its
+    rule that the budget be below ``max_tokens`` are not applied: a local model thinks as long as it does within
+    ``max_tokens``, and the budget itself is not enforced."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise InvalidRequest(f"'thinking.budget_tokens' must be a whole number of tokens, got {json.dumps(budget)}.",
+                             param="thinking.budget_tokens")  # fmt: skip
 
 
 def _format(body: CountTokensBody) -> ResponseFormat:
