@@ -128,6 +128,9 @@ def message_payload(m: ChatMessage) -> dict[str, Any]:
         out["name"] = m.name
     if m.reasoning is not None:
         out["reasoning_content"] = m.reasoning
+        if m.tool_calls and not m.content:
+            # gpt-oss's template reads the thinking that led to a call as `thinking` (and refuses it beside text)
+            out["thinking"] = m.reasoning
     return out
 
 

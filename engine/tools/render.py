@@ -137,8 +137,9 @@ def _generic_messages(messages: tuple[ChatMessage, ...], system_block: str | Non
 
 
 def _history(messages: tuple[ChatMessage, ...], template: ChatTemplate, tags: tuple[str, str]) -> tuple:
-    """Earlier assistant turns without their thinking, unless the template takes it as ``reasoning_content``."""
-    keep = "reasoning_content" in template.source
+    """Earlier assistant turns without their thinking, unless the template takes it as ``reasoning_content`` (or
+    harmony's ``thinking``, which gpt-oss's template shows for the calls of the turn going on)."""
+    keep = "reasoning_content" in template.source or is_harmony_template(template.source)
     out = []
     for m in messages:
         if m.role == "assistant":

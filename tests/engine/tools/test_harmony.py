@@ -123,3 +123,20 @@ def test_a_harmony_model_thinks_answers_and_calls_through_the_chat_pipeline(kind
     made = [c for chunk in call for c in chunk.tool_calls]
     assert [(c.name, c.arguments_object) for c in made] == [("get_weather", {"city": "Paris"})]
     assert call[-1].finish_reason == "tool_calls"
+
+
+def test_the_thinking_behind_an_earlier_call_goes_back_to_a_harmony_template_as_thinking():
+    from engine.chat_template import ChatTemplate
+    from engine.tools import render_request
+    from engine.tools.spec import ToolCall
+
+    # as gpt-oss's own: the thinking of a call shown from `thinking`, text and thinking together refused
+    source = ("{% for m in messages %}{% if m.thinking is defined %}{% if m.content %}{{ raise_exception('both') }}"
+              "{% endif %}<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}<|start|>{{ m.role }}"
+              "<|message|>{{ m.content }}<|end|>{% endfor %}<|start|>assistant")  # fmt: skip
+    call = ToolCall(name="get_weather", arguments='{"city": "Paris"}', id="c1")
+    history = (ChatMessage("user", "Weather?"), ChatMessage("assistant", "", tool_calls=(call,), reasoning="Need it."),
+               ChatMessage("tool", "sunny", tool_call_id="c1"), ChatMessage("assistant", "Sunny.", reasoning="Easy."),
+               ChatMessage("user", "Thanks"))  # fmt: skip
+    prompt = render_request(ChatTemplate(source), GenerationRequest(model="oss", messages=history, tools=TOOLS)).prompt
+    assert "<|channel|>analysis<|message|>Need it.<|end|>" in prompt and "Easy." not in prompt
