@@ -268,6 +268,8 @@ def _input_messages(
 
 def _format(text: dict[str, Any] | None) -> ResponseFormat:
     fmt = (text or {}).get("format") or {"type": "text"}
+    if not isinstance(fmt, dict):
+        raise InvalidRequest("text.format must be an object with a 'type': text, json_object or json_schema.", param="text.format")
     kind = fmt.get("type")
     if kind == "text":
         return ResponseFormat()

@@ -242,6 +242,7 @@ def test_json_schema_format(server):
         ({"model": MODEL, "input": ""}, 400),
         ({"model": MODEL, "input": "hi", "max_output_tokens": 0}, 400),
         ({"model": MODEL, "input": "hi", "text": {"format": {"type": "yaml"}}}, 400),
+        ({"model": MODEL, "input": "hi", "text": {"format": "json_object"}}, 400),
         ({"model": MODEL, "input": "hi", "temperature": 5}, 400),
         ({"model": MODEL, "input": "hi", "previous_response_id": "resp_missing"}, 400),  # OpenAI's, with its code
         ({"model": "no-such-model", "input": "hi"}, 404),
