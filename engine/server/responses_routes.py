@@ -258,7 +258,9 @@ def _input_messages(
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise InvalidRequest(f"{where} is a {kind} without 'call_id'.", param="input")
-            out.append(ChatMessage("tool", _content_text(item.get("output", ""), where), tool_call_id=call_id, name=names.get(call_id)))
+            output = item.get("output", "")
+            out.append(ChatMessage("tool", _content_text(output, where), tool_call_id=call_id, name=names.get(call_id),
+                                   media=_images(output, where, allow_remote)))  # fmt: skip
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
         else:

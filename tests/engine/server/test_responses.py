@@ -264,6 +264,17 @@ def test_bad_requests_get_openai_errors_never_a_500(server, body, status):
         assert r.json()["error"]["param"] == "previous_response_id"
 
 
+def test_a_picture_in_a_function_calls_output_is_read_not_dropped(server):
+    """A tool's output may hold a picture (Codex's view_image gives one back so): it goes to the model as a picture
+    in a message does, so a model without a projector refuses it instead of reading a marker as text."""
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="  # 1x1
+    picture = {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}
+    called = [{"type": "function_call", "call_id": "call_1", "name": "look", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "It:"}, picture]}]  # fmt: skip
+    with pytest.raises(openai.BadRequestError, match="cannot read images"):
+        sdk(server).responses.create(model=MODEL, input=called, max_output_tokens=4)  # pyright: ignore[reportArgumentType]
+
+
 def test_a_whole_answers_items_are_the_streamed_ones_and_the_limit_cuts_the_last():
     from engine.server.responses_routes import _output
     from engine.tools import ToolCall
