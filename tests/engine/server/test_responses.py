@@ -275,6 +275,23 @@ def test_a_picture_in_a_function_calls_output_is_read_not_dropped(server):
         sdk(server).responses.create(model=MODEL, input=called, max_output_tokens=4)  # pyright: ignore[reportArgumentType]
 
 
+def test_truncation_auto_leaves_out_the_oldest_items_that_do_not_fit(server):
+    """OpenAI's ``truncation: "auto"``: a conversation longer than the context loses items from its beginning (the
+    instructions kept); left disabled, it is a 400."""
+    items = [{"role": "user", "content": "word " * 2100}, {"role": "assistant", "content": "Noted."},
+             {"role": "user", "content": "Say hi."}]  # fmt: skip
+    asked = {"model": MODEL, "input": items, "instructions": "Be brief.", "max_output_tokens": 4, "temperature": 0}
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk(server).responses.create(**asked)
+    assert refused.value.code == "context_length_exceeded"
+    resp = sdk(server).responses.create(**asked, truncation="auto")
+    assert resp.truncation == "auto" and resp.status in ("completed", "incomplete")
+    assert resp.usage is not None and resp.usage.input_tokens < 100
+    assert sdk(server).responses.retrieve(resp.id).truncation == "auto"
+    with pytest.raises(openai.BadRequestError, match="truncation"):
+        sdk(server).responses.create(**{**asked, "input": "hi"}, truncation="sometimes")  # pyright: ignore[reportArgumentType]
+
+
 def test_a_whole_answers_items_are_the_streamed_ones_and_the_limit_cuts_the_last():
     from engine.server.responses_routes import _output
     from engine.tools import ToolCall
