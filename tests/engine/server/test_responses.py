@@ -233,6 +233,14 @@ def test_json_schema_format(server):
     jsonschema.validate(json.loads(resp.output_text), schema)
 
 
+def test_a_schema_that_cannot_be_enforced_is_a_400_naming_text_format(server):
+    """The error names the Responses field that holds the schema, not chat completions' response_format."""
+    bad = {"type": "json_schema", "name": "x", "schema": {"type": "nonsense"}}
+    r = httpx.post(f"{server.base_url}/responses", json={"model": MODEL, "input": "hi", "text": {"format": bad}},
+                   headers=server.headers, timeout=60)  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"]["param"] == "text.format", r.text
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [
