@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -201,6 +202,39 @@ async def count_prompt_tokens(request: Request, req: GenerationRequest) -> int:
         served.release()
 
 
+def prompt_room(n_ctx: int, max_tokens: int | None) -> int:
+    """The tokens a prompt cut to fit the context may take: the context less a quarter of it (or ``max_tokens``,
+    if less) left for the answer."""
+    return n_ctx - max(1, min(max_tokens or n_ctx, n_ctx // 4))
+
+
+async def without_oldest(request: Request, req: GenerationRequest, n_ctx: int) -> tuple[GenerationRequest, bool]:
+    """``req`` with the fewest of its oldest messages left out (the system messages before them kept, the last
+    message always) that bring its prompt within :func:`prompt_room`; and whether it fits the context at all (False:
+    not even the last message with the system messages does, and that is the request given back)."""
+    messages = req.messages or ()
+    limit = prompt_room(n_ctx, req.params.max_tokens)
+
+    def cut(i: int) -> GenerationRequest:
+        kept = tuple(m for m in messages[:i] if m.role == "system") + tuple(messages[i:])
+        return replace(req, messages=kept)
+
+    async def fits(i: int, within: int) -> bool:
+        return await count_prompt_tokens(request, cut(i)) <= within
+
+    last = len(messages) - 1
+    if not await fits(last, limit):
+        return cut(last), await fits(last, n_ctx - 1)
+    lo, hi = 1, last  # the fewest messages left out: cut(hi) fits, cut(lo - 1) does not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if await fits(mid, limit):
+            hi = mid
+        else:
+            lo = mid + 1
+    return cut(hi), True
+
+
 __all__ = [
     "anthropic_error",
     "ollama_error",
@@ -209,4 +243,6 @@ __all__ = [
     "JsonBodyRoute",
     "DialectRun",
     "count_prompt_tokens",
+    "prompt_room",
+    "without_oldest",
 ]

@@ -40,6 +40,16 @@ def prompt_param(path: str) -> str:
     return "messages"
 
 
+def format_param(path: str) -> str:
+    """The body field that asks for structured output at ``path``: what a schema's error names as its ``param``
+    (the engine names chat completions' ``response_format``)."""
+    if path.endswith("/responses"):
+        return "text.format"
+    if path.startswith("/api/"):
+        return "format"
+    return "response_format"
+
+
 def _overflow_words(path: str, exc: ContextLengthExceeded) -> str | None:
     """A too-long prompt's message in the words the path's clients read (None: Hearth's own): Anthropic's, which
     Claude Code matches to compact a conversation."""
@@ -110,6 +120,11 @@ class Generation:
             served.release()
             raise ContextLengthExceeded(exc.prompt_tokens, exc.n_ctx, param=prompt_param(self.http.url.path),
                                         message=_overflow_words(self.http.url.path, exc)) from None  # fmt: skip
+        except InvalidRequest as exc:
+            served.release()
+            if exc.param == "response_format":
+                exc.param = format_param(self.http.url.path)
+            raise
         except BaseException:
             served.release()
             raise

@@ -30,7 +30,14 @@ from engine.remote.providers import LOCAL_MODEL_HOSTS
 from engine.remote.routing import is_local
 from engine.server import media, targets
 from engine.server.api_models import Body
-from engine.server.dialect import DialectRun, count_prompt_tokens, error_route, ollama_error
+from engine.server.dialect import (
+    DialectRun,
+    count_prompt_tokens,
+    error_route,
+    ollama_error,
+    prompt_room,
+    without_oldest,
+)
 from engine.server.docs_chat import DocumentsAsked, documents_asked
 from engine.server.embeddings import check_inputs, embed_for_client, shorten
 from engine.server.generation import streamed
@@ -371,32 +378,13 @@ async def _run_fitted(
     try:
         return await _run(request, req, keep, model, documents)
     except ContextLengthExceeded as exc:
-        messages = req.messages or ()
-        n_ctx, most = exc.n_ctx, req.params.max_tokens
-        limit = n_ctx - max(1, min(most or n_ctx, n_ctx // 4))
-        if len(messages) < 2:
+        limit = prompt_room(exc.n_ctx, req.params.max_tokens)
+        if len(req.messages or ()) < 2:
             return await _run(request, await _cut_last_message(request, req, limit, exc), keep, model, documents)
-
-        def cut(i: int) -> GenerationRequest:
-            kept = tuple(m for m in messages[:i] if m.role == "system") + tuple(messages[i:])
-            return replace(req, messages=kept)
-
-        async def fits(i: int, within: int) -> bool:
-            return await count_prompt_tokens(request, cut(i)) <= within
-
-        last = len(messages) - 1
-        if not await fits(last, limit):
-            if not await fits(last, n_ctx - 1):
-                return await _run(request, await _cut_last_message(request, cut(last), limit, exc), keep, model, documents)
-            return await _run(request, cut(last), keep, model, documents)
-        lo, hi = 1, last  # the fewest messages left out: cut(hi) fits, cut(lo - 1) does not
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if await fits(mid, limit):
-                hi = mid
-            else:
-                lo = mid + 1
-        return await _run(request, cut(hi), keep, model, documents)
+        fitted, fits = await without_oldest(request, req, exc.n_ctx)
+        if not fits:
+            fitted = await _cut_last_message(request, fitted, limit, exc)
+        return await _run(request, fitted, keep, model, documents)
 
 
 async def _cut_last_message(

@@ -19,19 +19,19 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import Field, StrictBool
 from starlette.exceptions import HTTPException
 
-from engine.errors import InvalidRequest, Overloaded, PreviousResponseNotFound
+from engine.errors import ContextLengthExceeded, InvalidRequest, Overloaded, PreviousResponseNotFound
 from engine.model_defaults import left_unset
 from engine.server import media
 from engine.server.answers import AnswerRoute
 from engine.server.api_models import KeepAlive, NullAsDefaultBody
-from engine.server.dialect import DialectRun, count_prompt_tokens
+from engine.server.dialect import DialectRun, count_prompt_tokens, without_oldest
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.generation import streamed
 from engine.server.responses_store import ResponseStore, StoredResponse
@@ -79,6 +79,8 @@ class ResponsesBody(NullAsDefaultBody):
     background: StrictBool | None = False
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
+    # "auto": a conversation longer than the context loses its oldest items (the instructions kept), as OpenAI's does
+    truncation: Literal["auto", "disabled"] | None = "disabled"
     user: str | None = None
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
     keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
@@ -258,7 +260,9 @@ def _input_messages(
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise InvalidRequest(f"{where} is a {kind} without 'call_id'.", param="input")
-            out.append(ChatMessage("tool", _content_text(item.get("output", ""), where), tool_call_id=call_id, name=names.get(call_id)))
+            output = item.get("output", "")
+            out.append(ChatMessage("tool", _content_text(output, where), tool_call_id=call_id, name=names.get(call_id),
+                                   media=_images(output, where, allow_remote)))  # fmt: skip
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
         else:
@@ -268,6 +272,8 @@ def _input_messages(
 
 def _format(text: dict[str, Any] | None) -> ResponseFormat:
     fmt = (text or {}).get("format") or {"type": "text"}
+    if not isinstance(fmt, dict):
+        raise InvalidRequest("text.format must be an object with a 'type': text, json_object or json_schema.", param="text.format")
     kind = fmt.get("type")
     if kind == "text":
         return ResponseFormat()
@@ -448,7 +454,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
                   "parameters": dict(t.parameters), "strict": t.strict} for t in turn.req.tools],  # fmt: skip
         "top_p": turn.req.params.top_p,
         "top_logprobs": body.top_logprobs,
-        "truncation": "disabled",
+        "truncation": body.truncation,
         "metadata": body.metadata or {},
     }
     if final is not None:
@@ -615,7 +621,7 @@ async def create_response(request: Request, body: ResponsesBody):
                              "one, and try again.", retry_after=5.0)  # fmt: skip
         starting.add(turn.rid)  # counted from now: requests arriving while this one starts see it
     try:
-        run = await DialectRun(request, turn.req, documents=documents_asked(body), keep_alive=keep).start()
+        run = await _started(request, turn, keep)
     finally:
         starting.discard(turn.rid)
     turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
@@ -631,6 +637,28 @@ async def create_response(request: Request, body: ResponsesBody):
     logprobs = [lp.as_openai() for lp in run.text_logprobs]
     output = [_placed(item, turn.origin) for item in _output(text, reasoning, final, logprobs, turn.req.tools)]
     return _finish(request, turn, run.model_name, output, text, reasoning, final)
+
+
+async def _started(request: Request, turn: _Turn, keep: float | None) -> DialectRun:
+    """The turn's generation, started; with ``truncation: "auto"``, a conversation too long for the context without
+    its oldest items (:func:`without_oldest`), as OpenAI drops them.
+
+    Raises:
+        ContextLengthExceeded: the conversation is too long and truncation is disabled, or even its last item is.
+    """
+    documents = documents_asked(turn.body)
+    try:
+        return await DialectRun(request, turn.req, documents=documents, keep_alive=keep).start()
+    except ContextLengthExceeded as exc:
+        if turn.body.truncation != "auto" or len(turn.req.messages or ()) < 2:
+            raise
+        fitted, fits = await without_oldest(request, turn.req, exc.n_ctx)
+        if not fits:
+            raise
+        log.info("a %d-token conversation lost its %d oldest messages to fit the context", exc.prompt_tokens,
+                 len(turn.req.messages or ()) - len(fitted.messages or ()))  # fmt: skip
+        turn.req = fitted
+        return await DialectRun(request, fitted, documents=documents, keep_alive=keep).start()
 
 
 def _output(

@@ -233,6 +233,14 @@ def test_json_schema_format(server):
     jsonschema.validate(json.loads(resp.output_text), schema)
 
 
+def test_a_schema_that_cannot_be_enforced_is_a_400_naming_text_format(server):
+    """The error names the Responses field that holds the schema, not chat completions' response_format."""
+    bad = {"type": "json_schema", "name": "x", "schema": {"type": "nonsense"}}
+    r = httpx.post(f"{server.base_url}/responses", json={"model": MODEL, "input": "hi", "text": {"format": bad}},
+                   headers=server.headers, timeout=60)  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"]["param"] == "text.format", r.text
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [
@@ -242,6 +250,7 @@ def test_json_schema_format(server):
         ({"model": MODEL, "input": ""}, 400),
         ({"model": MODEL, "input": "hi", "max_output_tokens": 0}, 400),
         ({"model": MODEL, "input": "hi", "text": {"format": {"type": "yaml"}}}, 400),
+        ({"model": MODEL, "input": "hi", "text": {"format": "json_object"}}, 400),
         ({"model": MODEL, "input": "hi", "temperature": 5}, 400),
         ({"model": MODEL, "input": "hi", "previous_response_id": "resp_missing"}, 400),  # OpenAI's, with its code
         ({"model": "no-such-model", "input": "hi"}, 404),
@@ -261,6 +270,34 @@ def test_bad_requests_get_openai_errors_never_a_500(server, body, status):
     if "previous_response_id" in body:  # a client resends the whole conversation on this code
         assert r.json()["error"]["code"] == "previous_response_not_found"
         assert r.json()["error"]["param"] == "previous_response_id"
+
+
+def test_a_picture_in_a_function_calls_output_is_read_not_dropped(server):
+    """A tool's output may hold a picture (Codex's view_image gives one back so): it goes to the model as a picture
+    in a message does, so a model without a projector refuses it instead of reading a marker as text."""
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="  # 1x1
+    picture = {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}
+    called = [{"type": "function_call", "call_id": "call_1", "name": "look", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "It:"}, picture]}]  # fmt: skip
+    with pytest.raises(openai.BadRequestError, match="cannot read images"):
+        sdk(server).responses.create(model=MODEL, input=called, max_output_tokens=4)  # pyright: ignore[reportArgumentType]
+
+
+def test_truncation_auto_leaves_out_the_oldest_items_that_do_not_fit(server):
+    """OpenAI's ``truncation: "auto"``: a conversation longer than the context loses items from its beginning (the
+    instructions kept); left disabled, it is a 400."""
+    items = [{"role": "user", "content": "word " * 2100}, {"role": "assistant", "content": "Noted."},
+             {"role": "user", "content": "Say hi."}]  # fmt: skip
+    asked = {"model": MODEL, "input": items, "instructions": "Be brief.", "max_output_tokens": 4, "temperature": 0}
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk(server).responses.create(**asked)
+    assert refused.value.code == "context_length_exceeded"
+    resp = sdk(server).responses.create(**asked, truncation="auto")
+    assert resp.truncation == "auto" and resp.status in ("completed", "incomplete")
+    assert resp.usage is not None and resp.usage.input_tokens < 100
+    assert sdk(server).responses.retrieve(resp.id).truncation == "auto"
+    with pytest.raises(openai.BadRequestError, match="truncation"):
+        sdk(server).responses.create(**{**asked, "input": "hi"}, truncation="sometimes")  # pyright: ignore[reportArgumentType]
 
 
 def test_a_whole_answers_items_are_the_streamed_ones_and_the_limit_cuts_the_last():
