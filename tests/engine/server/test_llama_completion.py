@@ -1,0 +1,24 @@
+"""llama-server's ``POST /completion`` as its clients read it, on the starter model."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.engine.server.conftest import MODEL
+
+
+def _post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.root}{path}", json=body, headers=server.headers, timeout=120)
+
+
+def test_a_prompt_of_token_ids_and_texts_is_read_as_one_prompt(server):
+    """As llama-server's ``tokenize_mixed``: each text's tokens in its place, so ids and texts give the same
+    answer as the whole text."""
+    ask = {"model": MODEL, "n_predict": 6, "temperature": 0, "return_tokens": True}
+    ids = _post(server, "/tokenize", {"model": MODEL, "content": "The capital of France"}).json()["tokens"]
+    whole = _post(server, "/completion", {**ask, "prompt": "The capital of France is"}).json()
+    mixed = _post(server, "/completion", {**ask, "prompt": [*ids, " is"]}).json()
+    assert mixed["tokens_evaluated"] == whole["tokens_evaluated"]
+    assert (mixed["content"], mixed["tokens"]) == (whole["content"], whole["tokens"])
+    wrong = _post(server, "/completion", {**ask, "prompt": [*ids, {"text": " is"}]})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "prompt"
