@@ -242,7 +242,7 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
                  and (params.max_tokens is None or n < params.max_tokens))  # fmt: skip
     figures = {
         "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True, "model": gen.served_name,
-        "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens + n,  # what the slot's cache holds after
+        "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens + max(0, n - 1),  # the cache after: the last token drawn is never read
         "stop_type": "limit" if warm else _stop_type(final, limited),
         "stopping_word": (final.stop_sequence or "") if final is not None else "",
         "has_new_line": "\n" in limits.text, "truncated": truncated,

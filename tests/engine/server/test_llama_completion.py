@@ -22,3 +22,11 @@ def test_a_prompt_of_token_ids_and_texts_is_read_as_one_prompt(server):
     assert (mixed["content"], mixed["tokens"]) == (whole["content"], whole["tokens"])
     wrong = _post(server, "/completion", {**ask, "prompt": [*ids, {"text": " is"}]})
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "prompt"
+
+
+def test_the_answer_counts_the_cache_as_llama_server_does(server):
+    """``tokens_cached`` is what the slot's cache holds after: the prompt and every token drawn but the last,
+    which is never read (llama-server: 5 prompt tokens and 16 drawn leave 20)."""
+    out = _post(server, "/completion", {"model": MODEL, "prompt": "The capital of France is", "n_predict": 16,
+                                        "temperature": 0, "ignore_eos": True}).json()  # fmt: skip
+    assert (out["tokens_evaluated"], out["tokens_predicted"], out["tokens_cached"]) == (5, 16, 20)
