@@ -30,3 +30,12 @@ def test_the_answer_counts_the_cache_as_llama_server_does(server):
     out = _post(server, "/completion", {"model": MODEL, "prompt": "The capital of France is", "n_predict": 16,
                                         "temperature": 0, "ignore_eos": True}).json()  # fmt: skip
     assert (out["tokens_evaluated"], out["tokens_predicted"], out["tokens_cached"]) == (5, 16, 20)
+
+
+def test_the_model_list_is_at_llama_servers_other_path_too(server):
+    """llama-server lists its models at ``/models`` as at ``/v1/models``; a client of it asks either."""
+    listed = httpx.get(f"{server.root}/models", headers=server.headers, timeout=30)
+    assert listed.status_code == 200
+    assert listed.json() == httpx.get(f"{server.base_url}/models", headers=server.headers, timeout=30).json()
+    assert MODEL in [m["id"] for m in listed.json()["data"]]
+    assert httpx.get(f"{server.root}/models", timeout=30).status_code == 401  # a key needed, as for /v1/models
