@@ -97,6 +97,7 @@ _INFERENCE_ROUTES = (
     ("POST", "/apply-template"),
     ("POST", "/embedding"),
     ("POST", "/embeddings"),
+    ("GET", "/models"),
     # What is loaded and how busy it is (no paths, nothing changed)
     ("GET", "/api/stats"),
     ("GET", "/metrics"),

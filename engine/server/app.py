@@ -88,6 +88,8 @@ def create_app(
         return {"status": "ok", "version": __version__, **instance}
 
     app.add_api_route("/v1/health", health, methods=["GET"], include_in_schema=False)  # llama-server answers both
+    # llama-server's other path to the model list, in OpenAI's shape
+    app.add_api_route("/models", openai_routes.list_models, methods=["GET"], include_in_schema=False)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request):

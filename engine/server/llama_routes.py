@@ -38,7 +38,7 @@ from engine.server.generation import Generation, streamed
 from engine.server.ollama_models import model_header
 from engine.server.openai_routes import chat_messages
 from engine.server.schemas import ChatCompletionBody
-from engine.server.tokenize_routes import acquire_local, model_or_default
+from engine.server.tokenize_routes import acquire_local, codec_of, model_or_default
 from engine.types import GenerationChunk, GenerationRequest, ResponseFormat, SamplingParams
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)  # llama-server reads any body as JSON
@@ -242,7 +242,7 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
                  and (params.max_tokens is None or n < params.max_tokens))  # fmt: skip
     figures = {
         "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True, "model": gen.served_name,
-        "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens + n,  # what the slot's cache holds after
+        "tokens_predicted": n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens + max(0, n - 1),  # the cache after: the last token drawn is never read
         "stop_type": "limit" if warm else _stop_type(final, limited),
         "stopping_word": (final.stop_sequence or "") if final is not None else "",
         "has_new_line": "\n" in limits.text, "truncated": truncated,
@@ -328,14 +328,42 @@ def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
 @router.post("/completion")
 async def completion(request: Request, body: NativeBody):
     prompt = "" if body.prompt is None else body.prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    name = await model_or_default(request, body.model)
+    if isinstance(prompt, list) and prompt and all(_is_id(t) for t in prompt):
         req = _request(body, prompt="", ids=tuple(prompt))
+    elif isinstance(prompt, list) and prompt and all(_is_id(t) or isinstance(t, str) for t in prompt):
+        req = _request(body, prompt="", ids=await _mixed_ids(request, name, prompt))
     elif isinstance(prompt, str):
         req = _request(body, prompt=prompt)
     else:
-        raise InvalidRequest("'prompt' must be text or a list of the model's token ids.", param="prompt")
-    name = await model_or_default(request, body.model)
+        raise InvalidRequest("'prompt' must be text, a list of the model's token ids, or a list of both.", param="prompt")
     return await _run(request, body, name, req, warm=_warm(body))
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+async def _mixed_ids(request: Request, name: str, parts: list[int | str]) -> tuple[int, ...]:
+    """A prompt of token ids and texts, as llama-server reads one: each text's tokens in its place, special
+    tokens written in it parsed, the model's BOS (or other added tokens) only before a text that opens it.
+
+    Raises:
+        InvalidRequest: the model has no tokenizer of llama.cpp's (not a GGUF model).
+    """
+    lm = await acquire_local(request, name, "A prompt of token ids and texts")
+
+    def encode() -> tuple[int, ...]:
+        codec = codec_of(lm)
+        ids: list[int] = []
+        for i, part in enumerate(parts):
+            ids += [part] if isinstance(part, int) else codec.encode(part, add_special=i == 0, parse_special=True)
+        return tuple(ids)
+
+    try:
+        return await asyncio.to_thread(encode)
+    finally:
+        request.app.state.manager.release(lm)
 
 
 @router.post("/infill")

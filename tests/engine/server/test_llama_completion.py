@@ -1,0 +1,41 @@
+"""llama-server's ``POST /completion`` as its clients read it, on the starter model."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.engine.server.conftest import MODEL
+
+
+def _post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.root}{path}", json=body, headers=server.headers, timeout=120)
+
+
+def test_a_prompt_of_token_ids_and_texts_is_read_as_one_prompt(server):
+    """As llama-server's ``tokenize_mixed``: each text's tokens in its place, so ids and texts give the same
+    answer as the whole text."""
+    ask = {"model": MODEL, "n_predict": 6, "temperature": 0, "return_tokens": True}
+    ids = _post(server, "/tokenize", {"model": MODEL, "content": "The capital of France"}).json()["tokens"]
+    whole = _post(server, "/completion", {**ask, "prompt": "The capital of France is"}).json()
+    mixed = _post(server, "/completion", {**ask, "prompt": [*ids, " is"]}).json()
+    assert mixed["tokens_evaluated"] == whole["tokens_evaluated"]
+    assert (mixed["content"], mixed["tokens"]) == (whole["content"], whole["tokens"])
+    wrong = _post(server, "/completion", {**ask, "prompt": [*ids, {"text": " is"}]})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "prompt"
+
+
+def test_the_answer_counts_the_cache_as_llama_server_does(server):
+    """``tokens_cached`` is what the slot's cache holds after: the prompt and every token drawn but the last,
+    which is never read (llama-server: 5 prompt tokens and 16 drawn leave 20)."""
+    out = _post(server, "/completion", {"model": MODEL, "prompt": "The capital of France is", "n_predict": 16,
+                                        "temperature": 0, "ignore_eos": True}).json()  # fmt: skip
+    assert (out["tokens_evaluated"], out["tokens_predicted"], out["tokens_cached"]) == (5, 16, 20)
+
+
+def test_the_model_list_is_at_llama_servers_other_path_too(server):
+    """llama-server lists its models at ``/models`` as at ``/v1/models``; a client of it asks either."""
+    listed = httpx.get(f"{server.root}/models", headers=server.headers, timeout=30)
+    assert listed.status_code == 200
+    assert listed.json() == httpx.get(f"{server.base_url}/models", headers=server.headers, timeout=30).json()
+    assert MODEL in [m["id"] for m in listed.json()["data"]]
+    assert httpx.get(f"{server.root}/models", timeout=30).status_code == 401  # a key needed, as for /v1/models
