@@ -4,7 +4,7 @@ Another app's model may come with the settings its owner runs it with: an Ollama
 ``PARAMETER`` lines (its ``params`` layer) and its ``SYSTEM`` text, kept in the registry entry's
 ``origin_info["defaults"]``. Ollama's semantics are followed:
 
-- sampling (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``repeat_penalty``, ``presence_penalty``,
+- sampling (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``, ``presence_penalty``,
   ``frequency_penalty``, ``seed``, ``stop``, ``num_predict``) fills what the request left unset; a value
   the client sent, an explicit 0 included, is never replaced (a request's ``stop`` replaces the Modelfile's);
 - the system text becomes the first message of a chat that has no system message of its own (a raw
@@ -33,6 +33,7 @@ SAMPLING_PARAMETERS = {
     "top_k": "top_k",
     "min_p": "min_p",
     "repeat_penalty": "repetition_penalty",
+    "repeat_last_n": "penalty_last_n",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
     "seed": "seed",

@@ -47,6 +47,10 @@ class SamplingParams:
     ``repetition_penalty``) are off. ``logprobs`` is None for none, else how many
     alternatives to report beside the chosen token (0..20); ``prompt_logprobs`` the same for each token of
     the prompt after the first (what the model gives it, read in order).
+
+    ``penalty_last_n`` says which tokens the penalties read (:meth:`penalty_windows`): None as vLLM and OpenAI
+    read them (repetition: the prompt's and the answer's; presence and frequency: the answer's), N the last N of
+    prompt and answer for all three, as llama.cpp's ``repeat_last_n`` (-1: all of them, 0: none).
     """
 
     temperature: float = 1.0
@@ -64,6 +68,7 @@ class SamplingParams:
     logprobs: int | None = None
     ignore_eos: bool = False
     prompt_logprobs: int | None = None
+    penalty_last_n: int | None = None
 
     def __post_init__(self) -> None:
         _check_range("temperature", self.temperature, 0.0, 2.0)
@@ -78,6 +83,11 @@ class SamplingParams:
             not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1
         ):
             raise InvalidRequest("'max_tokens' must be a whole number of at least 1.", param="max_tokens")
+        if self.penalty_last_n is not None and (
+            not isinstance(self.penalty_last_n, int) or isinstance(self.penalty_last_n, bool) or self.penalty_last_n < -1
+        ):
+            raise InvalidRequest("'repeat_last_n' must be a whole number: how many recent tokens the penalties read "
+                                 "(0: none, -1: all).", param="repeat_last_n")  # fmt: skip
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
             raise InvalidRequest("'seed' must be a whole number.", param="seed")
         if self.logprobs is not None and (
@@ -110,6 +120,28 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether some penalty is on (and reads any token)."""
+        on = self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        return on and self.penalty_last_n != 0
+
+    def penalty_windows(self, prompt: Sequence[int], answer: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The tokens the repetition penalty reads, and those presence and frequency penalties count, of a sequence
+        whose ``prompt`` (placeholders of pictures, negative, left out) is followed by ``answer`` so far."""
+        last = self.penalty_last_n
+        if last == 0:
+            return [], []
+        answer = list(answer)
+        if last is None:
+            return [t for t in prompt if t >= 0] + answer, answer
+        if 0 < last <= len(answer):
+            tail = answer[-last:]
+        else:
+            text = [t for t in prompt if t >= 0]
+            tail = text + answer if last < 0 else text[max(0, len(text) - (last - len(answer))) :] + answer
+        return tail, tail
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,7 @@ class NativeBody(BaseModel):
     top_p: float | None = Field(None, ge=0, le=1)
     min_p: float | None = Field(None, ge=0, le=1)
     repeat_penalty: float | None = Field(None, ge=0.01, le=10)
+    repeat_last_n: int = Field(64, ge=-1)  # the penalties read the last 64 tokens of prompt and answer (-1: all)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     seed: int | None = None
@@ -104,7 +105,7 @@ def _params(body: NativeBody) -> SamplingParams:
         repetition_penalty=body.repeat_penalty or 1.0, presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0, seed=None if body.seed is None or body.seed < 0 else body.seed,
         stop=tuple(body.stop or ()), max_tokens=1 if n == 0 else None if n is None or n < 0 else n,
-        ignore_eos=body.ignore_eos, logprobs=body.n_probs or None,
+        ignore_eos=body.ignore_eos, logprobs=body.n_probs or None, penalty_last_n=body.repeat_last_n,
     )  # fmt: skip
 
 
@@ -249,6 +250,8 @@ async def _answer(gen: Generation, body: NativeBody, warm: bool) -> AsyncGenerat
         "generation_settings": {"n_predict": -1 if params.max_tokens is None else 0 if warm else params.max_tokens,
                                 "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
                                 "min_p": params.min_p, "seed": RANDOM_SEED if params.seed is None else params.seed, "stop": list(params.stop),
+                                "repeat_last_n": body.repeat_last_n, "repeat_penalty": params.repetition_penalty,
+                                "presence_penalty": params.presence_penalty, "frequency_penalty": params.frequency_penalty,
                                 "n_probs": body.n_probs, "ignore_eos": params.ignore_eos, "model": gen.served_name},
         "timings": {
             "cache_n": cached, "prompt_n": prompt_tokens - cached, "prompt_ms": prompt_ms,
@@ -399,7 +402,8 @@ async def props(request: Request, model: str | None = None) -> dict:
     finally:
         manager.release(lm)
     template = header.get("tokenizer.chat_template") or header.get("chat_template") or ""
-    defaults = {**DEFAULTS, "n_predict": -1, "seed": RANDOM_SEED, "stop": [], "n_probs": 0, "ignore_eos": False}
+    defaults = {**DEFAULTS, "n_predict": -1, "seed": RANDOM_SEED, "stop": [], "n_probs": 0, "ignore_eos": False,
+                "repeat_last_n": 64, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
     return {
         "default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": info.n_ctx, "speculative": False,
                                         "is_processing": False, "params": defaults},  # fmt: skip

@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
 
 NDJSON = "application/x-ndjson"
+#: Ollama's repeat_last_n: the penalties read the last 64 tokens of prompt and answer.
+REPEAT_LAST_N = 64
 _OPTIONS = {  # Ollama's option -> SamplingParams field
     "temperature": "temperature",
     "top_p": "top_p",
@@ -67,6 +69,7 @@ _OPTIONS = {  # Ollama's option -> SamplingParams field
     "seed": "seed",
     "stop": "stop",
     "repeat_penalty": "repetition_penalty",
+    "repeat_last_n": "penalty_last_n",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
 }
@@ -240,6 +243,7 @@ def params(options: dict[str, Any] | None) -> SamplingParams:
         raise InvalidRequest("'num_predict' must be a whole number (-1: no limit).", param="options.num_predict")
     if n is not None and n > 0:
         kwargs["max_tokens"] = n
+    kwargs.setdefault("penalty_last_n", REPEAT_LAST_N)  # a Modelfile's repeat_last_n still fills it (unset)
     return SamplingParams(**kwargs)
 
 

@@ -43,6 +43,8 @@ class _Sampling(NullAsDefaultBody):
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     repetition_penalty: float | None = Field(None, ge=0.01, le=10)
     repeat_penalty: float | None = Field(None, ge=0.01, le=10)
+    # llama-server's: the penalties read the last N tokens of prompt and answer (unset: vLLM's and OpenAI's reading)
+    repeat_last_n: int | None = Field(None, ge=-1)
     seed: int | None = None
     stop: str | list[str] | None = None
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(None, json_schema_extra=_TOKEN_IDS)
@@ -64,7 +66,7 @@ class _Sampling(NullAsDefaultBody):
         given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
                  "repetition_penalty": rep, "presence_penalty": self.presence_penalty,
                  "frequency_penalty": self.frequency_penalty, "seed": self.seed, "stop": self.stop,
-                 "max_tokens": max_tokens}  # fmt: skip
+                 "max_tokens": max_tokens, "penalty_last_n": self.repeat_last_n}  # fmt: skip
         return left_unset(given)
 
 

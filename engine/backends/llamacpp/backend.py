@@ -301,12 +301,14 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         if grammar is None:  # no GBNF to wait (a guide waits for itself)
             watch = None
         try:
-            sampler = SequenceSampler(model, request.params, grammar, guide=guide, watch=watch, mask_budget=self._mask_budget)
+            sampler = SequenceSampler(model, request.params, grammar, guide=guide, watch=watch, mask_budget=self._mask_budget,
+                                      prompt=prompt, n_ctx=loop.n_ctx_seq)  # fmt: skip
         except InvalidRequest:
             if not strict:
                 raise
             log.info("request %s: a strict tool's call is left free: its grammar does not parse", request.request_id)
-            sampler = SequenceSampler(model, request.params, None, mask_budget=self._mask_budget)
+            sampler = SequenceSampler(model, request.params, None, mask_budget=self._mask_budget, prompt=prompt,
+                                      n_ctx=loop.n_ctx_seq)  # fmt: skip
         seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
             loop.submit(seq)

@@ -8,7 +8,7 @@ import math
 import re
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -25,9 +25,6 @@ from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from engine.tools.guidance import GrammarMatcher
-
-# How many recent tokens the repetition/presence/frequency penalties look at.
-PENALTY_WINDOW = 1024
 
 
 def grammar_for(response_format: ResponseFormat) -> str | None:
@@ -205,6 +202,8 @@ class SequenceSampler:
         guide: GrammarMatcher | None = None,
         watch: CallWatch | ThinkEndWatch | None = None,
         mask_budget: float = MASK_BUDGET,
+        prompt: Sequence[int] = (),
+        n_ctx: int = 4096,
     ) -> None:
         self.model = model
         self.params = params
@@ -254,7 +253,7 @@ class SequenceSampler:
             self._view = np.ctypeslib.as_array(self._cells)
             self._ids = np.arange(model.n_vocab, dtype=np.int32)
             self._one = (llama_cpp.llama_token_data * 1)()
-        penalties = params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty
+        penalties = params.penalized
         # Without biases or penalties the chain ranks tokens by their raw logits, so a refused draw can
         # look for the best allowed tokens among the highest logits first (see `_draw_allowed`).
         self._ranked_by_logits = not bias and not penalties
@@ -264,15 +263,7 @@ class SequenceSampler:
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         if penalties:
-            add(
-                llama_cpp.llama_sampler_init_penalties(
-                    model.n_vocab,
-                    PENALTY_WINDOW,
-                    params.repetition_penalty,
-                    params.frequency_penalty,
-                    params.presence_penalty,
-                )
-            )
+            self._add_penalties(params, prompt, n_ctx)
         if params.greedy:
             add(llama_cpp.llama_sampler_init_greedy())
         else:
@@ -285,6 +276,27 @@ class SequenceSampler:
             add(llama_cpp.llama_sampler_init_temp(params.temperature))
             seed = params.seed if params.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED
             add(llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+
+    def _add_penalties(self, params: SamplingParams, prompt: Sequence[int], n_ctx: int) -> None:
+        """llama.cpp's penalties reading the tokens SamplingParams.penalty_windows names: primed with the prompt's
+        (as llama-server primes them), then fed each token of the answer as the chain accepts it."""
+        text = [t for t in prompt if t >= 0]  # a picture's placeholders are no tokens
+        n_vocab, last = self.model.n_vocab, params.penalty_last_n
+        rep, freq, present = params.repetition_penalty, params.frequency_penalty, params.presence_penalty
+        parts: list[tuple[int, float, float, float, Sequence[int]]] = []
+        if last is None:  # vLLM's: repetition over prompt and answer, presence and frequency over the answer
+            if rep != 1.0:
+                parts.append((n_ctx, rep, 0.0, 0.0, text))
+            if freq or present:
+                parts.append((n_ctx, 1.0, freq, present, ()))
+        else:  # llama.cpp's repeat_last_n: the last tokens of prompt and answer, for all three
+            window = n_ctx if last < 0 else last
+            parts.append((window, rep, freq, present, text[-window:]))
+        for window, r, f, p, primed in parts:
+            sampler = llama_cpp.llama_sampler_init_penalties(n_vocab, window, r, f, p)
+            llama_cpp.llama_sampler_chain_add(self.chain, sampler)
+            for token in primed:
+                llama_cpp.llama_sampler_accept(sampler, token)
 
     @staticmethod
     def _eog_ids(model: GGUFModel) -> list[int]:

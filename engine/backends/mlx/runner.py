@@ -248,7 +248,7 @@ class GenerationLoop(AdmissionQueue[Sequence]):
             kept, done = 0, False
             for j in range(len(draft) + 1):
                 row = logits[j]
-                token = seq.sampler.sample(row, seq.stream.generated)
+                token = seq.sampler.sample(row, seq.prompt, seq.stream.generated)
                 agreed = j < len(draft) and token == draft[j]
                 done = self._advance(seq, token, row, kept_draft=agreed, position=len(self._cache_tokens) - len(draft) + j)
                 if done or not agreed:

@@ -19,9 +19,6 @@ from engine.errors import InvalidRequest
 from engine.tools.guidance import GrammarMatcher
 from engine.types import SamplingParams
 
-# How many recent generated tokens the penalties look at (as in the llama.cpp backend).
-PENALTY_WINDOW = 1024
-
 
 class TokenSampler:
     """Chooses each next token of one request.
@@ -60,7 +57,7 @@ class TokenSampler:
         self._seed = params.seed % 2**64 if params.seed is not None else secrets.randbits(64)
         self._key: mx.array | None = None
 
-    def _processed(self, logits: mx.array, generated: Sequence[int]) -> mx.array:
+    def _processed(self, logits: mx.array, prompt: Sequence[int], generated: Sequence[int]) -> mx.array:
         p = self.params
         if self._bias_items:
             if self._bias is None:
@@ -71,16 +68,18 @@ class TokenSampler:
                     .add(mx.array(list(self._bias_items.values()), dtype=mx.float32))
                 )
             logits = logits + self._bias[: logits.shape[-1]]
-        if generated and (p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty):
-            counts = Counter(generated[-PENALTY_WINDOW:])
-            ids = mx.array(list(counts), dtype=mx.int32)
-            old = logits[ids]
-            new = old
-            if p.repetition_penalty != 1.0:
+        if p.penalized:  # each penalty on the tokens the request's parameters name (as every backend reads them)
+            repeated, counted = p.penalty_windows(prompt, generated)
+            if p.repetition_penalty != 1.0 and repeated:
+                ids = mx.array(sorted(set(repeated)), dtype=mx.int32)
+                old = logits[ids]
                 new = mx.where(old <= 0, old * p.repetition_penalty, old / p.repetition_penalty)
-            times = mx.array(list(counts.values()), dtype=mx.float32)
-            new = new - times * p.frequency_penalty - p.presence_penalty
-            logits = logits.at[ids].add(new - old)  # a new array: the raw logits stay as they were
+                logits = logits.at[ids].add(new - old)  # a new array: the raw logits stay as they were
+            if (p.presence_penalty or p.frequency_penalty) and counted:
+                counts = Counter(counted)
+                ids = mx.array(list(counts), dtype=mx.int32)
+                times = mx.array(list(counts.values()), dtype=mx.float32)
+                logits = logits.at[ids].add(-(times * p.frequency_penalty + p.presence_penalty))
         return logits
 
     def _filtered(self, logits: mx.array) -> mx.array:
@@ -100,9 +99,9 @@ class TokenSampler:
             logits = mx.where(logits >= logits.max() + math.log(p.min_p), logits, neg_inf)
         return logits
 
-    def sample(self, logits: mx.array, generated: Sequence[int]) -> int:
-        """The next token, given this step's logits ``[n_vocab]`` and the tokens generated so far."""
-        logits = self._processed(logits.astype(mx.float32), generated)
+    def sample(self, logits: mx.array, prompt: Sequence[int], generated: Sequence[int]) -> int:
+        """The next token, given this step's logits ``[n_vocab]``, the prompt's tokens and those generated so far."""
+        logits = self._processed(logits.astype(mx.float32), prompt, generated)
         if self.matcher is not None and self.matcher.active:  # tokens that would leave the grammar are never drawn
             allowed = self.matcher.allowed(strict=self.matcher.strict)[: logits.shape[-1]]
             keep = mx.zeros(logits.shape, dtype=mx.bool_)
@@ -135,4 +134,4 @@ class TokenSampler:
         return lp, [int(t) for t in cast(list[int], top[order].tolist())]  # tolist(): list-or-scalar; 1-D here
 
 
-__all__ = ["TokenSampler", "PENALTY_WINDOW"]
+__all__ = ["TokenSampler"]

@@ -53,8 +53,7 @@ class RequestSampler:
 
     @property
     def has_penalties(self) -> bool:
-        p = self.params
-        return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
+        return self.params.penalized
 
 
 _MASK32 = 0xFFFFFFFF
@@ -99,18 +98,20 @@ class SampleResult:
 
 
 def _penalize(logits: torch.Tensor, rows: list[RequestSampler], histories: list[tuple[list[int], int]]) -> None:
-    """In place. histories: per row (all token ids, number of prompt tokens)."""
+    """In place. histories: per row (all token ids, number of prompt tokens); each row's penalties read the tokens
+    its parameters name (SamplingParams.penalty_windows)."""
     n, vocab = logits.shape
     dev = logits.device
-    width = max(1, max(len(t) for t, _ in histories))
-    ids = torch.full((n, width), vocab, dtype=torch.int64)  # vocab = a padding column, dropped below
-    out_mask = torch.zeros(n, width)
-    for i, (tokens, n_prompt) in enumerate(histories):
-        ids[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
-        out_mask[i, n_prompt : len(tokens)] = 1.0
-    ids, out_mask = ids.to(dev), out_mask.to(dev)
-    counts = torch.zeros(n, vocab + 1, device=dev).scatter_add_(1, ids, out_mask)[:, :vocab]  # output-token counts
-    seen = torch.zeros(n, vocab + 1, dtype=torch.bool, device=dev).scatter_(1, ids, True)[:, :vocab]  # prompt or output
+    windows = [r.params.penalty_windows(t[:n_prompt], t[n_prompt:]) for r, (t, n_prompt) in zip(rows, histories, strict=True)]
+    width = max(1, max(max(len(a), len(b)) for a, b in windows))
+    seen_ids = torch.full((n, width), vocab, dtype=torch.int64)  # vocab = a padding column, dropped below
+    count_ids = torch.full((n, width), vocab, dtype=torch.int64)
+    for i, (repeated, counted) in enumerate(windows):
+        seen_ids[i, : len(repeated)] = torch.tensor(repeated, dtype=torch.int64)
+        count_ids[i, : len(counted)] = torch.tensor(counted, dtype=torch.int64)
+    seen_ids, count_ids = seen_ids.to(dev), count_ids.to(dev)
+    counts = torch.zeros(n, vocab + 1, device=dev).scatter_add_(1, count_ids, torch.ones(n, width, device=dev))[:, :vocab]
+    seen = torch.zeros(n, vocab + 1, dtype=torch.bool, device=dev).scatter_(1, seen_ids, True)[:, :vocab]
     rep = torch.tensor([r.params.repetition_penalty for r in rows], device=dev).unsqueeze(1)
     freq = torch.tensor([r.params.frequency_penalty for r in rows], device=dev).unsqueeze(1)
     pres = torch.tensor([r.params.presence_penalty for r in rows], device=dev).unsqueeze(1)

@@ -115,6 +115,18 @@ def test_repetition_penalty_changes_a_repetitive_answer(backend):
     assert plain.count(",") > penalised.count(",")  # a comma once said is penalised out of the answer
 
 
+def test_penalties_read_the_answer_or_the_last_tokens_of_prompt_and_answer(backend):
+    prompt = "x, y, x, y, x, y, x,"  # the plain answer's first token, " y", is in the prompt only
+    plain, _ = run(backend, prompt=prompt, temperature=0, max_tokens=1, ignore_eos=True)
+    assert plain == " y"
+    # presence and frequency read the answer only (OpenAI's and vLLM's): nothing yet
+    assert run(backend, prompt=prompt, temperature=0, max_tokens=1, presence_penalty=2.0, frequency_penalty=2.0)[0] == plain
+    # llama.cpp's repeat_last_n: the last tokens of the prompt too (as llama-server and Ollama read them)
+    assert run(backend, prompt=prompt, temperature=0, max_tokens=1, presence_penalty=2.0, frequency_penalty=2.0,
+               penalty_last_n=64)[0] != plain  # fmt: skip
+    assert run(backend, prompt=prompt, temperature=0, max_tokens=1, repetition_penalty=5.0, penalty_last_n=0)[0] == plain
+
+
 def test_cancel_mid_stream_finishes_with_cancelled(backend):
     req = GenerationRequest(
         model="starter", prompt="Once upon a time", params=SamplingParams(temperature=0, max_tokens=500, ignore_eos=True)

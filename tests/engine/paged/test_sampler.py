@@ -65,6 +65,10 @@ def test_penalties_push_down_tokens_already_used():
     prompt_only = ([1], 1)  # repetition counts the prompt; presence/frequency only the output
     assert sample(logits[None], [rs(temperature=0, repetition_penalty=1.1)], [prompt_only]).tokens == [2]
     assert sample(logits[None], [rs(temperature=0, presence_penalty=2.0)], [prompt_only]).tokens == [1]
+    # llama.cpp's repeat_last_n: all three read the last N tokens of prompt and output (0: none)
+    assert sample(logits[None], [rs(temperature=0, presence_penalty=2.0, penalty_last_n=64)], [prompt_only]).tokens == [2]
+    assert sample(logits[None], [rs(temperature=0, presence_penalty=2.0, penalty_last_n=1)], [([1, 5], 2)]).tokens == [1]
+    assert sample(logits[None], [rs(temperature=0, repetition_penalty=5.0, penalty_last_n=0)], [history]).tokens == [1]
 
 
 def test_penalised_and_plain_rows_in_one_batch_do_not_leak_into_each_other():

@@ -39,3 +39,27 @@ def test_the_model_list_is_at_llama_servers_other_path_too(server):
     assert listed.json() == httpx.get(f"{server.base_url}/models", headers=server.headers, timeout=30).json()
     assert MODEL in [m["id"] for m in listed.json()["data"]]
     assert httpx.get(f"{server.root}/models", timeout=30).status_code == 401  # a key needed, as for /v1/models
+
+
+def test_each_dialect_reads_the_penalties_as_its_peers_do(server):
+    """llama-server's /completion and Ollama read the last 64 tokens of prompt and answer (repeat_last_n), OpenAI's
+    routes the answer only unless repeat_last_n is given: the first token, " y", is in the prompt alone."""
+    prompt, pen = "x, y, x, y, x, y, x,", {"presence_penalty": 2.0, "frequency_penalty": 2.0}
+
+    def completion(**more) -> str:
+        return _post(server, "/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0, **pen, **more}).json()["content"]
+
+    def ollama(**more) -> str:
+        options = {"num_predict": 1, "temperature": 0, **pen, **more}
+        return _post(server, "/api/generate", {"model": MODEL, "prompt": prompt, "raw": True, "stream": False,
+                                               "options": options}).json()["response"]  # fmt: skip
+
+    def openai(**more) -> str:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 1, "temperature": 0, **pen, **more}
+        return _post(server, "/v1/completions", body).json()["choices"][0]["text"]
+
+    plain = completion(presence_penalty=0.0, frequency_penalty=0.0)
+    assert plain == " y"
+    assert completion() != plain and completion(repeat_last_n=0) == plain
+    assert ollama() != plain and ollama(repeat_last_n=0) == plain
+    assert openai() == plain and openai(repeat_last_n=64) != plain
