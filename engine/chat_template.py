@@ -17,6 +17,8 @@ from functools import cached_property
 from typing import Any
 
 import jinja2
+import jinja2.ext
+import jinja2.nodes
 from jinja2 import meta as jinja_meta
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
@@ -106,6 +108,10 @@ class _BudgetedSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
+def _template_dict(*args: Any, **kwargs: Any) -> dict:
+    return dict(*args, **kwargs)
+
+
 def _raise_exception(message: str) -> None:
     raise jinja2.TemplateError(message)
 
@@ -134,8 +140,31 @@ def message_payload(m: ChatMessage) -> dict[str, Any]:
     return out
 
 
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+def _tojson(
+    value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False, separators: Any = None
+) -> str:
+    """Hugging Face's ``tojson`` (no HTML escaping; its options); a filter's lazy result (``map``, ``select``) is
+    written as the list it gives."""
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys,
+                      separators=tuple(separators) if separators else None, default=_json_list)  # fmt: skip
+
+
+def _json_list(value: Any) -> list:
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _Generation(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``, which Hugging Face's templates mark the assistant's text with
+    (for training masks): rendered as its body."""
+
+    tags = {"generation"}  # noqa: RUF012 - jinja2's own class attribute
+
+    def parse(self, parser: Any) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
 
 
 class ChatTemplate:
@@ -165,8 +194,11 @@ class ChatTemplate:
 
     @cached_property
     def _env(self) -> ImmutableSandboxedEnvironment:
-        env = _BudgetedSandbox(trim_blocks=True, lstrip_blocks=True, loader=None)
+        # as Hugging Face renders templates: {% break %} and {% continue %}, {% generation %}, dict()
+        env = _BudgetedSandbox(trim_blocks=True, lstrip_blocks=True, loader=None,
+                               extensions=[jinja2.ext.loopcontrols, _Generation])  # fmt: skip
         env.filters["tojson"] = _tojson
+        env.globals["dict"] = _template_dict
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         env.globals["range"] = _budgeted_range
@@ -179,6 +211,17 @@ class ChatTemplate:
             return frozenset(jinja_meta.find_undeclared_variables(self._env.parse(self.source)))
         except jinja2.TemplateSyntaxError:
             return frozenset()
+
+    @cached_property
+    def takes_system(self) -> bool:
+        """Whether the template writes a system message (Gemma 2's refuses one, others drop it), found as llama.cpp
+        finds it: by rendering one."""
+        probe = "Hearth system probe 7f3a"
+        try:
+            text = self.render([ChatMessage("system", probe), ChatMessage("user", "Hello")], add_generation_prompt=True)
+        except (ChatTemplateError, InvalidRequest):
+            return False
+        return probe in text
 
     @property
     def knows_tools(self) -> bool:

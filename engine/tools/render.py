@@ -9,6 +9,7 @@ written as ``<tool_call>`` blocks and their results as ``<tool_response>`` block
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -162,6 +163,44 @@ def _named_results(messages: tuple) -> tuple:
     return tuple(out)
 
 
+def _nine_character_ids(messages: tuple) -> tuple:
+    """Every call's id as Mistral's templates require it, nine letters and digits (they refuse any other): each id
+    mapped to one, the same for a call and its result; a result that names no call (Ollama's) takes the next
+    call's in order."""
+
+    def nine(call_id: str) -> str:
+        return call_id if len(call_id) == 9 and call_id.isalnum() else hashlib.sha256(call_id.encode()).hexdigest()[:9]
+
+    waiting: list[str] = []
+    out = []
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            calls = tuple(replace(c, id=nine(c.id)) for c in m.tool_calls)
+            waiting = [c.id for c in calls]
+            m = replace(m, tool_calls=calls)
+        elif m.role == "tool":
+            call_id = nine(m.tool_call_id) if m.tool_call_id else (waiting[0] if waiting else nine(m.name or "result"))
+            if call_id in waiting:
+                waiting.remove(call_id)
+            m = replace(m, tool_call_id=call_id)
+        out.append(m)
+    return tuple(out)
+
+
+def _roles_it_takes(messages: list, template: ChatTemplate, *, harmony: bool) -> list:
+    """``messages`` in the roles ``template`` writes, as llama.cpp fits them: ``developer`` as ``system`` (but for
+    gpt-oss's, which has both), and where it takes no system message, the first one's text opening the next
+    message's (alone, it is left out)."""
+    if not harmony:
+        messages = [replace(m, role="system") if m.role == "developer" else m for m in messages]
+    if messages and messages[0].role == "system" and not template.takes_system:
+        first, rest = messages[0], messages[1:]
+        if rest:
+            rest = [replace(rest[0], content=f"{first.content}\n{rest[0].content}", media=first.media + rest[0].media), *rest[1:]]
+        messages = rest
+    return messages
+
+
 def _cut_after(marked: MarkedPrompt, answer: str) -> MarkedPrompt:
     """``marked`` up to where the last message, the answer going on, ends (what its template closes it with,
     such as an end-of-turn token, left out).
@@ -193,6 +232,8 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
     offered = request.tools if (choice is None or choice.mode != "none") else ()
     fmt = detect_tool_format(template, architecture)
     messages = _named_results(_history(tuple(request.messages or ()), template, tags))
+    if fmt == "mistral" or "length 9" in template.source:
+        messages = _nine_character_ids(messages)
     # Going on with an answer: rendered as a finished turn, then cut where its text ends. An empty one is
     # the assistant's turn not begun, which the generation prompt begins.
     going_on = messages[-1].content if request.continue_final and messages[-1].content.strip() else None
@@ -205,11 +246,13 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
     if fmt == "generic" and not template.knows_tools:
         forced = None if choice is None or not choice.forced else (choice.name or "required")
         block = generic_tools_prompt(offered, forced=forced) if offered else None
-        marked = template.render_marked(_generic_messages(messages, block), add_generation_prompt=opening, **extra)
+        listed = _roles_it_takes(_generic_messages(messages, block), template, harmony=False)
+        marked = template.render_marked(listed, add_generation_prompt=opening, **extra)
     else:
         if offered:
             extra["tools"] = [t.as_openai() for t in offered]
-        marked = template.render_marked(messages, add_generation_prompt=opening, **extra)
+        listed = _roles_it_takes(list(messages), template, harmony=fmt == "harmony")
+        marked = template.render_marked(listed, add_generation_prompt=opening, **extra)
     if going_on is not None:
         marked = _cut_after(marked, going_on)
     prompt = marked.text
