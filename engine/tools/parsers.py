@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -141,21 +141,71 @@ def _loads_or_none(text: str) -> Any:
         return None
 
 
-def parse_body(fmt: str, body: str, names: Collection[str] | None = None) -> list[tuple[str, str]] | None:
-    """The calls inside one call's markup (or a bare answer), or None when it does not parse."""
+def parse_body(
+    fmt: str, body: str, names: Collection[str] | None = None, schemas: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]] | None:
+    """The calls inside one call's markup (or a bare answer), or None when it does not parse. ``schemas``: each
+    tool's parameters schema, which types the values of a call written in XML."""
     if fmt == "mistral":
         return _parse_mistral(body, names)
+    if fmt != "llama3" and body.lstrip().startswith("<function="):
+        return _parse_xml_calls(body, names, schemas or {})
     return parse_json_calls(body.strip(), names)
+
+
+# Qwen3-Coder's calls (and others' after it): <function=NAME> then <parameter=KEY>\nVALUE\n</parameter> for each
+_XML_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|\Z)", re.S)
+_XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.S)
+
+
+def _parse_xml_calls(
+    body: str, names: Collection[str] | None, schemas: Mapping[str, Any], *, whole: bool = True
+) -> list[tuple[str, str]] | None:
+    """Calls written as ``<function=NAME>`` with a ``<parameter=KEY>`` for each argument, each value typed by the
+    tool's schema (text where it says string, else read as JSON where it parses); None unless the body is calls
+    (``whole``: every function closed)."""
+    calls: list[tuple[str, str]] = []
+    rest = body
+    for m in _XML_FUNCTION.finditer(body):
+        name = m.group(1).strip()
+        if (names is not None and name not in names) or (whole and not m.group(0).endswith("</function>")):
+            return None
+        props = (schemas.get(name) or {}).get("properties") if isinstance(schemas.get(name), Mapping) else None
+        args = {p.group(1).strip(): _xml_value(p.group(2), (props or {}).get(p.group(1).strip()))
+                for p in _XML_PARAMETER.finditer(m.group(2))}  # fmt: skip
+        calls.append((name, json.dumps(without_surrogates(args), ensure_ascii=False)))
+        rest = rest.replace(m.group(0), "", 1)
+    return calls if calls and not rest.strip() else None
+
+
+def _xml_value(text: str, schema: Any) -> Any:
+    """A parameter's value: its text less the line breaks around it, as text where its schema says string, else
+    the JSON it holds (a number, true, an object) where it parses."""
+    value = text.removeprefix("\n").removesuffix("\n")
+    kinds = schema.get("type") if isinstance(schema, Mapping) else None
+    if kinds == "string" or (isinstance(kinds, list) and "string" in kinds):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        lowered = value.strip().lower()
+        return {"true": True, "false": False}.get(lowered, value) if kinds == "boolean" else value
 
 
 _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS = re.compile(r'"(?:arguments|parameters|args|input)"\s*:\s*')
 
 
-def partial_call(body: str, names: Collection[str] | None, fallback: str | None) -> tuple[str, str] | None:
+def partial_call(
+    body: str, names: Collection[str] | None, fallback: str | None, schemas: Mapping[str, Any] | None = None
+) -> tuple[str, str] | None:
     """(name, the arguments' text so far) of a JSON call cut short by the token limit, as OpenAI returns such a
     call: its arguments as far as they were written. The name is the body's, else ``fallback`` (the one tool a
-    request offered or forced); None when neither names an offered tool."""
+    request offered or forced); None when neither names an offered tool. A call written in XML gives the
+    parameters written so far."""
+    if body.lstrip().startswith("<function="):
+        cut = _parse_xml_calls(body, names, schemas or {}, whole=False)
+        return cut[0] if cut else None
     m = _NAME.search(body)
     name = json.loads(f'"{m.group(1)}"') if m else fallback
     if not name or (names is not None and name not in names):
@@ -203,13 +253,14 @@ class ToolCallParser:
             short by the token limit is a call's markup, never text.
         bare: Whether a JSON answer on its own may be a call, in the families that write calls so (not where a
             response format asked for JSON: the answer is then that JSON).
+        schemas: Each offered tool's parameters schema, which types a call written in XML (Qwen3-Coder's).
 
     ``feed`` and ``finish`` return :class:`ParsedOutput`; ``calls`` holds every call so far.
     """
 
     def __init__(
         self, fmt: str = "generic", tool_names: Collection[str] | None = None, *, forced: str | None = None, bare: bool = True,
-        calls_only: bool = False,
+        calls_only: bool = False, schemas: Mapping[str, Any] | None = None,
     ) -> None:
         if fmt not in FAMILIES:
             raise ValueError(f"unknown tool-call format {fmt!r}")
@@ -217,6 +268,7 @@ class ToolCallParser:
         self.family = FAMILIES[fmt]
         self.bare = bare and self.family.bare_json  # whether a JSON answer alone may be a call
         self.names = set(tool_names) if tool_names is not None else None
+        self.schemas = dict(schemas or {})
         self.calls: list[ToolCall] = []
         self._buf = ""  # text not yet decided
         self._state = "start"  # start -> text | markup | bare
@@ -296,9 +348,9 @@ class ToolCallParser:
             if self._state == "bare":
                 if not final:
                     return
-                calls = parse_body(self.fmt, self._buf, self.names)
+                calls = parse_body(self.fmt, self._buf, self.names, self.schemas)
                 if calls is None and self._cut:
-                    cut = partial_call(self._buf, self.names, self._fallback_name())
+                    cut = partial_call(self._buf, self.names, self._fallback_name(), self.schemas)
                     calls = [cut] if cut is not None else None
                 if calls is None:
                     self._emit_text(self._buf, content)
@@ -345,9 +397,9 @@ class ToolCallParser:
                 body, rest, closing = self._buf, "", ""
             if self._cut and not closing and fam.end is not None:  # the limit fell inside the end marker
                 body = body[: len(body) - _held_prefix(body, (fam.end,))]
-            calls = parse_body(self.fmt, body, self.names)
+            calls = parse_body(self.fmt, body, self.names, self.schemas)
             if calls is None and self._cut and not closing:  # the limit fell inside the call's markup
-                cut = partial_call(body, self.names, self._fallback_name())
+                cut = partial_call(body, self.names, self._fallback_name(), self.schemas)
                 if cut is not None:
                     self._emit_calls([cut], deltas)
                 # else the markup is dropped: a call too short to name its tool is not an answer either

@@ -43,7 +43,8 @@ class ChatOutputParser:
         fmt = "generic" if self.harmony is not None else rendered.tool_format
         self.tools = (
             ToolCallParser(fmt, names, forced=forced[0].name if len(forced) == 1 else None,
-                           bare=rendered.bare_calls, calls_only=bool(forced))
+                           bare=rendered.bare_calls, calls_only=bool(forced),
+                           schemas={t.name: t.parameters for t in rendered.tools})
             if names and (self.harmony is None or forced)
             else None
         )  # fmt: skip

@@ -232,3 +232,24 @@ def test_close_partial_json_closes_what_was_open():
                            ('{"city": "Paris", "unit":', {"city": "Paris"}), ('{"a": [1, 2', {"a": [1, 2]}),
                            ('{"x": "a\\', {"x": "a"}), ('{"x": "a\\\\', {"x": "a\\"})):  # fmt: skip
         assert json.loads(close_partial_json(text)) == expected, text
+
+
+def test_a_call_written_in_xml_as_qwen3_coder_writes_them_typed_by_the_tools_schema():
+    """Qwen3-Coder's calls: <function=NAME> and a <parameter=KEY> for each argument, in <tool_call> (they were
+    shown as text); each value as the schema types it: text stays text, a number, an object, true."""
+    schemas = {"edit": {"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer"},
+                                                         "code": {"type": "string"}, "opts": {"type": "object"},
+                                                         "force": {"type": "boolean"}}}}  # fmt: skip
+    answer = ("I'll edit it.\n<tool_call>\n<function=edit>\n<parameter=path>\n007.py\n</parameter>\n<parameter=line>\n"
+              "12\n</parameter>\n<parameter=code>\ndef f():\n    return 1 < 3\n</parameter>\n<parameter=opts>\n{\"a\": [1]}\n"
+              "</parameter>\n<parameter=force>\nTrue\n</parameter>\n</function>\n</tool_call>")  # fmt: skip
+    want = {"path": "007.py", "line": 12, "code": "def f():\n    return 1 < 3", "opts": {"a": [1]}, "force": True}
+    for pieces in (chars(answer), [answer]):
+        p = ToolCallParser("hermes", ["edit"], schemas=schemas)
+        content = "".join(p.feed(piece).content for piece in pieces) + p.finish().content
+        assert content == "I'll edit it.\n" and [(c.name, json.loads(c.arguments)) for c in p.calls] == [("edit", want)]
+    # cut at the token limit inside a value: the parameters written so far
+    p = ToolCallParser("hermes", ["edit"], schemas=schemas)
+    p.feed(answer[: answer.index("def f")])
+    p.finish(cut=True)
+    assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("edit", {"path": "007.py", "line": 12, "code": ""})]
