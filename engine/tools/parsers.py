@@ -150,6 +150,8 @@ def parse_body(
         return _parse_mistral(body, names)
     if fmt != "llama3" and body.lstrip().startswith("<function="):
         return _parse_xml_calls(body, names, schemas or {})
+    if fmt != "llama3" and "<arg_key>" in body:
+        return _parse_arg_keys(body, names, schemas or {})
     return parse_json_calls(body.strip(), names)
 
 
@@ -176,6 +178,22 @@ def _parse_xml_calls(
         calls.append((name, json.dumps(without_surrogates(args), ensure_ascii=False)))
         rest = rest.replace(m.group(0), "", 1)
     return calls if calls and not rest.strip() else None
+
+
+# GLM 4.5-4.7's calls: NAME then <arg_key>KEY</arg_key><arg_value>VALUE</arg_value> for each argument
+_ARG_PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+
+
+def _parse_arg_keys(body: str, names: Collection[str] | None, schemas: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """A call written as GLM writes them: the tool's name, then a key and a value for each argument (typed as in
+    :func:`_parse_xml_calls`); None unless that is all the body holds."""
+    name, _, pairs = body.partition("<arg_key>")
+    name, pairs = name.strip(), "<arg_key>" + pairs
+    if not name or (names is not None and name not in names) or _ARG_PAIR.sub("", pairs).strip():
+        return None
+    props = (schemas.get(name) or {}).get("properties") if isinstance(schemas.get(name), Mapping) else None
+    args = {k.strip(): _xml_value(v, (props or {}).get(k.strip())) for k, v in _ARG_PAIR.findall(pairs)}
+    return [(name, json.dumps(without_surrogates(args), ensure_ascii=False))]
 
 
 def _xml_value(text: str, schema: Any) -> Any:

@@ -253,3 +253,11 @@ def test_a_call_written_in_xml_as_qwen3_coder_writes_them_typed_by_the_tools_sch
     p.feed(answer[: answer.index("def f")])
     p.finish(cut=True)
     assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("edit", {"path": "007.py", "line": 12, "code": ""})]
+
+
+def test_a_call_written_with_arg_keys_as_glm_writes_them():
+    schemas = {"add": {"type": "object", "properties": {"a": {"type": "integer"}, "note": {"type": "string"}}}}
+    answer = "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n<arg_key>note</arg_key><arg_value>42</arg_value>\n</tool_call>"
+    p = ToolCallParser("hermes", NAMES, schemas=schemas)
+    assert "".join(p.feed(c).content for c in chars(answer)) + p.finish().content == ""
+    assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("add", {"a": 1, "note": "42"})]
