@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.net.api import HearthApi
-from app.net.engine import EngineConfig, EngineController
+from app.net.engine import EngineConfig, EngineController, EngineState
 from app.net.types import Metrics, StatsSnapshot
 from app.pages.hardware_page import card
 from app.store.records import AppSettings
@@ -124,6 +124,8 @@ class ApiPage(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.poll)
+        self._restarting = False  # Apply restarted the engine and it has not said how that went yet
+        engine.state_changed.connect(self._on_engine_state)
         self.load(settings.load())
 
     # -- building -----------------------------------------------------------------------------
@@ -163,6 +165,7 @@ class ApiPage(QWidget):
         row = QHBoxLayout()
         self.status = QLabel()
         self.status.setObjectName("Muted")
+        self.status.setWordWrap(True)  # why a restart failed can be a sentence or two
         row.addWidget(self.status, 1)
         self.apply_button = QPushButton("Apply")
         self.apply_button.setObjectName("applyApi")
@@ -290,7 +293,19 @@ class ApiPage(QWidget):
         )
         self._refresh_texts()
         self.status.setText("Restarting the engine with the new settings…")
+        self._restarting = True
         self.applied.emit(new)
+
+    def _on_engine_state(self, state: EngineState) -> None:
+        """The status line follows the restart Apply began: shared once it is ready, why not where it failed."""
+        if not self._restarting or state.kind not in ("ready", "failed"):
+            return
+        self._restarting = False
+        if state.kind == "ready":
+            self._refresh_texts()
+            return
+        why = state.detail.splitlines()[0] if state.detail else "it stopped"
+        self.status.setText(f"The engine did not start with these settings: {why}")
 
     # -- live numbers -------------------------------------------------------------------------
     def set_colors(self, colors: ThemeColors) -> None:

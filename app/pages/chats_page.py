@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -163,6 +163,9 @@ class ChatsPage(QWidget):
         row.addLayout(center, 1)
         row.addWidget(self.settings_panel)
         self._row = row
+        self._center = center
+        self._side_panels: list[QWidget] = []
+        self._watch_side_panel(self.settings_panel)
         self._connect()
         self._shortcuts()
         self.refresh_list()
@@ -217,6 +220,27 @@ class ChatsPage(QWidget):
     def add_side_panel(self, widget: QWidget) -> None:
         """A feature's panel at the right of the chat (the feature shows and hides it)."""
         self._row.addWidget(widget)
+        self._watch_side_panel(widget)
+
+    def _watch_side_panel(self, panel: QWidget) -> None:
+        self._side_panels.append(panel)
+        panel.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched in self._side_panels and event.type() in (QEvent.Type.ShowToParent, QEvent.Type.HideToParent):
+            self._fit_chat_list()
+        return super().eventFilter(watched, event)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit_chat_list()
+
+    def _fit_chat_list(self) -> None:
+        """The chat list folds away while the side panels open beside the chat leave it too little room (a small
+        window or screen), so that the chat and the panels show whole; it comes back when they close."""
+        panels = sum(max(p.minimumWidth(), p.minimumSizeHint().width()) for p in self._side_panels if not p.isHidden())
+        room = self.width() - self._center.minimumSize().width() - panels
+        self.sidebar.setVisible(not panels or room >= self.sidebar.NARROWEST)
 
     def add_attachment(self, widget: QWidget) -> None:
         """A feature's control or attachments row in the composer, above the text box."""

@@ -89,7 +89,7 @@ class ModelsPage(QWidget):
         column.addWidget(self.tabs, 1)
         self.hub.download_started.connect(lambda _d: (self.downloads.refresh(), self.tabs.setCurrentWidget(self.downloads)))
         self.hub.message.connect(lambda text, error: self.show_message(text, error, tab=self.hub))
-        self.downloads.model_arrived.connect(lambda _name: self.models.refresh())
+        self.downloads.model_arrived.connect(lambda _name: self.files_changed())
         self.downloads.message.connect(lambda text, error: self.show_message(text, error, tab=self.downloads))
         self.remote.message.connect(lambda text, error: self.show_message(text, error, tab=self.remote))
         self.tabs.currentChanged.connect(lambda _index: self._show_tab_message())
@@ -262,8 +262,13 @@ class ModelsPage(QWidget):
     def delete(self, model: ModelInfo) -> None:
         call = self.api.delete_model(model.name)
         done = f"{{}} is removed from Hearth; {model.origin_label} keeps its files." if model.origin else "{} is deleted."
-        call.succeeded.connect(lambda name: (self._say(done.format(name)), self.models.refresh()))
+        call.succeeded.connect(lambda name: (self._say(done.format(name)), self.files_changed()))
         call.failed.connect(lambda e: self._say(e.message, error=True))
+
+    def files_changed(self) -> None:
+        """A model arrived on disk or left it: the models, and the count of each model folder, are listed again."""
+        self.models.refresh()
+        self.folders.refresh()
 
     # -- importing ----------------------------------------------------------------------------
     def choose_import(self) -> None:
@@ -276,7 +281,7 @@ class ModelsPage(QWidget):
         self.tabs.setCurrentWidget(self.local_tab)
         self._say(f"Importing {path}…")
         call = self.api.import_model(path)
-        call.succeeded.connect(lambda m: (self._say(f"{m.name} is ready to use."), self.models.refresh()))
+        call.succeeded.connect(lambda m: (self._say(f"{m.name} is ready to use."), self.files_changed()))
         call.failed.connect(self._import_failed)
 
     def _import_failed(self, error: ApiError) -> None:

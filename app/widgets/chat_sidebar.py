@@ -29,10 +29,15 @@ class ChatSidebar(QFrame):
     delete_requested = Signal(int)
     export_requested = Signal(int, str)  # chat id, "md" | "json"
 
+    WIDTH = 260
+    NARROWEST = 180
+
     def __init__(self, model: ChatListModel, colors: ThemeColors, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("Sidebar")
-        self.setFixedWidth(260)
+        # 260 wide where there is room; narrower (titles elide sooner) where side panels need it at the least window size
+        self.setMinimumWidth(self.NARROWEST)
+        self.setMaximumWidth(self.WIDTH)
         self.model = model
         column = QVBoxLayout(self)
         column.setContentsMargins(12, 14, 12, 12)
@@ -73,6 +78,9 @@ class ChatSidebar(QFrame):
         self._search_timer.timeout.connect(lambda: self.search_changed.emit(self.search.text()))
         self.search.textChanged.connect(lambda _t: self._search_timer.start())
         self.set_colors(colors)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(self.WIDTH, super().sizeHint().height())
 
     def set_colors(self, colors: ThemeColors) -> None:
         self.new_button.setIcon(icon("plus", colors.accent_text))

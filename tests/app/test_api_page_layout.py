@@ -68,3 +68,27 @@ def test_the_wheel_over_an_example_scrolls_the_page_until_the_box_is_clicked(qtb
     wheel_down(box)
     assert box.verticalScrollBar().value() > 0 and bar.value() == start
     page.load(page.settings)
+
+
+def test_the_status_line_says_why_an_applied_restart_failed(qtbot, idle_window, monkeypatch):
+    from app.net.engine import EngineState
+
+    page, engine = idle_window.api_page, idle_window.engine
+    monkeypatch.setattr(engine, "apply", lambda config: None)  # the restart itself is the engine's
+    page.port.setValue(8799)
+    page.apply_button.click()
+    assert page.status.text().startswith("Restarting the engine")
+
+    engine._set_state(EngineState("starting", "Starting the engine…"))
+    assert page.status.text().startswith("Restarting the engine")
+    engine._set_state(EngineState("failed", "Port 8799 is in use by another program; choose another port and try again.\nlast words"))
+    assert page.status.text() == (
+        "The engine did not start with these settings: Port 8799 is in use by another program; choose another port and try again."
+    )
+    assert not page.apply_button.isEnabled()  # until the port (or another field) is changed
+    page.port.setValue(8800)
+    assert page.apply_button.isEnabled() and page.status.text() == "Apply restarts the engine with these settings."
+
+    page.apply_button.click()
+    engine._set_state(EngineState("ready", "The engine is ready.", "http://127.0.0.1:8800"))
+    assert page.status.text() == "Not shared: only this app uses the engine."

@@ -74,3 +74,26 @@ def test_the_header_keeps_its_controls_whole_beside_open_panels(qtbot, idle_wind
     _settle(qtbot)
     assert page.title.geometry().center().y() == page.model_combo.geometry().center().y()
     assert page.composer.frame.width() == min(860, page.composer.width() - 48)  # as wide as the column
+
+
+def test_the_chat_settings_fit_the_window_at_its_least_size(qtbot, idle_window, chat_store):
+    page = idle_window.chats
+    page.open_chat(_chat(chat_store))
+    try:
+        # the least size on a large screen (the chat list narrows), and on a screen 800 wide (it folds away)
+        for width, chat_list in ((idle_window.MINIMUM[0], "narrower"), (784, "folded")):
+            idle_window.resize(width, 600)
+            page.settings_button.setChecked(True)
+            _settle(qtbot)
+            assert _inside(page.settings_panel, idle_window), width  # the panel's fields are not cut off at the window's edge
+            assert page.model_combo.width() >= page.model_combo.minimumSizeHint().width(), width  # the model's name shows
+            assert _inside(page.model_combo, page.header) and _inside(page.settings_button, page.header)
+            if chat_list == "narrower":
+                assert page.sidebar.isVisible() and page.sidebar.width() < page.sidebar.WIDTH
+            else:
+                assert not page.sidebar.isVisible()
+            page.settings_button.setChecked(False)  # closed, the chat list comes back whole
+            _settle(qtbot)
+            assert page.sidebar.isVisible() and page.sidebar.width() == page.sidebar.WIDTH
+    finally:
+        page.settings_button.setChecked(False)

@@ -76,3 +76,12 @@ def test_delete_looks_disabled_while_it_is(qtbot, idle_window):
     assert not page.delete_button.isEnabled() and not _shows_color(page.delete_button, error)
     page.view.selectRow(0)
     assert page.delete_button.isEnabled() and _shows_color(page.delete_button, error)
+
+
+def test_the_model_folders_count_again_when_a_download_arrives(idle_window, monkeypatch):
+    page = _page(idle_window)
+    asked = []
+    monkeypatch.setattr(page.folders, "refresh", lambda: asked.append("folders"))
+    monkeypatch.setattr(page.models, "refresh", lambda: asked.append("models"))
+    page.downloads.model_arrived.emit("TheOrg/Tiny-Llama-GGUF:Q2_K")
+    assert asked == ["models", "folders"]  # not "0 models" beside the folder the download went to
