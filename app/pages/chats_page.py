@@ -76,17 +76,20 @@ class ChatHeader(QFrame):
         self.row.addWidget(title, 1)
         outer.addLayout(self.row)
 
-    def controls_width(self) -> int:
-        """The least width of the controls row without the title."""
+    def controls_width(self, *, preferred: bool = False) -> int:
+        """The least width of the controls row without the title (``preferred``: the width they take when they
+        have room, as beside the title)."""
         items = [self.row.itemAt(i) for i in range(self.row.count())]
         shown = [it for it in items if it.widget() is not self.title and not it.isEmpty()]
-        return sum(it.minimumSize().width() for it in shown) + self.row.spacing() * max(0, len(shown) - 1)
+        widths = (max(it.sizeHint().width(), it.minimumSize().width()) if preferred else it.minimumSize().width() for it in shown)
+        return sum(widths) + self.row.spacing() * max(0, len(shown) - 1)
 
     def arrange(self) -> None:
         """Title beside the controls, or above them, for the width the header has now."""
         margins = self.layout().contentsMargins()
         room = self.width() - margins.left() - margins.right()
-        stacked = room < self.controls_width() + self.row.spacing() + self.TITLE_ROOM
+        # the controls as wide as they are drawn, not their least: at their least the title was squeezed to "This…"
+        stacked = room < self.controls_width(preferred=True) + self.row.spacing() + self.TITLE_ROOM
         if stacked == self.stacked:
             return
         self.stacked = stacked

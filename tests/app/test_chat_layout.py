@@ -97,3 +97,14 @@ def test_the_chat_settings_fit_the_window_at_its_least_size(qtbot, idle_window, 
             assert page.sidebar.isVisible() and page.sidebar.width() == page.sidebar.WIDTH
     finally:
         page.settings_button.setChecked(False)
+
+
+def test_the_title_is_never_squeezed_beside_the_controls(qtbot, idle_window, chat_store):
+    page = idle_window.chats
+    page.open_chat(_chat(chat_store))
+    page.rename_chat(page.chat_id, "Write quicksort in Python, please, and explain how it works")
+    for width in (idle_window.MINIMUM[0], 1100, 1500):  # beside the controls, or on a row of its own above them
+        idle_window.resize(width, 600)
+        _settle(qtbot)
+        assert page.title.width() >= page.header.TITLE_ROOM - 10, width  # was "This…" at the least size
+        assert _inside(page.model_combo, page.header) and _inside(page.settings_button, page.header)
