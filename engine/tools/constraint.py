@@ -216,7 +216,7 @@ def tool_call_constraint(
 
 # The families whose calls start with a text the model writes, where a call it chooses to make can be held
 # to the schemas from that text on (llama3 and mistral open theirs with control tokens or bare JSON, harmony
-# with a message header).
+# with a message header, deepseek with markers of its own that no grammar here writes).
 _TRIGGERED = ("hermes", "generic")
 
 
@@ -243,7 +243,6 @@ def strict_call_constraint(
         tools = choice.callable(tools)
     if not tools or not (narrowed or any(t.strict for t in tools)):
         return None
-    fmt = fmt if fmt in _MARKUP or fmt == "harmony" else "generic"
     if fmt not in _TRIGGERED:
         return None
     loose = set()

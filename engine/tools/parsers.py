@@ -22,8 +22,14 @@ from typing import Any, Literal
 
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
-ToolFormat = Literal["hermes", "llama3", "mistral", "generic"]
-TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "generic")
+ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "generic"]
+TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "generic")
+
+# DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
+# function<｜tool▁sep｜>NAME and its arguments in a ```json block (R1), or NAME<｜tool▁sep｜>ARGUMENTS (V3.1), then
+# <｜tool▁call▁end｜>; <｜tool▁calls▁end｜> closes them all.
+DEEPSEEK_CALLS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+_DEEPSEEK_CALL, _DEEPSEEK_SEP, _DEEPSEEK_CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,7 @@ FAMILIES: dict[str, _Family] = {
     "hermes": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=False),
     "llama3": _Family(start=("<|python_tag|>",), end=None, bare_json=True),
     "mistral": _Family(start=("[TOOL_CALLS]",), end=None, bare_json=True),
+    "deepseek": _Family(start=(DEEPSEEK_CALLS[0],), end=DEEPSEEK_CALLS[1], bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 
@@ -134,6 +141,28 @@ def _parse_mistral(text: str, names: Collection[str] | None) -> list[tuple[str, 
     return calls or None
 
 
+def _parse_deepseek(body: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
+    """The calls between DeepSeek's markers (see :data:`DEEPSEEK_CALLS`); None unless the body is calls."""
+    calls: list[tuple[str, str]] = []
+    for part in body.split(_DEEPSEEK_CALL):
+        part = part.split(_DEEPSEEK_CALL_END, 1)[0] if _DEEPSEEK_CALL_END in part else part
+        if not part.strip():
+            continue
+        if _DEEPSEEK_SEP not in part:
+            return None
+        left, right = part.split(_DEEPSEEK_SEP, 1)
+        fenced = re.match(r"\s*([^\n`]+?)\s*\n\s*```(?:json)?\s*\n?(.*?)\s*(?:```\s*)?$", right, re.S)
+        if left.strip() in ("function", "") and fenced:  # R1's: the type, then the name and a fenced block
+            name, args = fenced.group(1).strip(), fenced.group(2)
+        else:  # V3.1's: the name, then the arguments
+            name, args = left.strip(), right.strip()
+        parsed = parse_json_calls(json.dumps({"name": name, "arguments": _loads_or_none(args) or {}}), names)
+        if parsed is None:
+            return None
+        calls.extend(parsed)
+    return calls or None
+
+
 def _loads_or_none(text: str) -> Any:
     try:
         return json.loads(text)
@@ -148,6 +177,8 @@ def parse_body(
     tool's parameters schema, which types the values of a call written in XML."""
     if fmt == "mistral":
         return _parse_mistral(body, names)
+    if fmt == "deepseek":
+        return _parse_deepseek(body, names)
     if fmt != "llama3" and body.lstrip().startswith("<function="):
         return _parse_xml_calls(body, names, schemas or {})
     if fmt != "llama3" and "<arg_key>" in body:

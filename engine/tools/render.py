@@ -77,6 +77,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "llama3"
     if "[TOOL_CALLS]" in src:
         return "mistral"
+    if "tool▁calls▁begin" in src:
+        return "deepseek"
     if architecture.startswith("qwen"):
         return "hermes"
     return "generic"

@@ -37,10 +37,10 @@ class ChatOutputParser:
         self.splitter = ReasoningSplitter(rendered.think_tags, started=rendered.thinking_started)
         names = [t.name for t in rendered.tools]
         forced = rendered.constraint.tools if rendered.constraint is not None else ()
-        # gpt-oss's channels: its thinking, answer and calls are messages of their own (a forced call's grammar
-        # still writes Hearth's generic markup, read from the answer below)
+        # gpt-oss's channels: its thinking, answer and calls are messages of their own
         self.harmony = HarmonySplitter(names) if rendered.tool_format == "harmony" else None
-        fmt = "generic" if self.harmony is not None else rendered.tool_format
+        # a forced call is written in its grammar's markup (Hearth's generic one where the family's has no grammar)
+        fmt = rendered.constraint.fmt if rendered.constraint is not None else rendered.tool_format
         self.tools = (
             ToolCallParser(fmt, names, forced=forced[0].name if len(forced) == 1 else None,
                            bare=rendered.bare_calls, calls_only=bool(forced),
