@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
-ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "generic"]
-TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "generic")
+ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "generic"]
+TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "generic")
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
 # function<｜tool▁sep｜>NAME and its arguments in a ```json block (R1), or NAME<｜tool▁sep｜>ARGUMENTS (V3.1), then
@@ -66,6 +66,7 @@ FAMILIES: dict[str, _Family] = {
     "llama3": _Family(start=("<|python_tag|>",), end=None, bare_json=True),
     "mistral": _Family(start=("[TOOL_CALLS]",), end=None, bare_json=True),
     "deepseek": _Family(start=(DEEPSEEK_CALLS[0],), end=DEEPSEEK_CALLS[1], bare_json=False),
+    "gemma4": _Family(start=("<|tool_call>",), end="<tool_call|>", bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 
@@ -163,6 +164,63 @@ def _parse_deepseek(body: str, names: Collection[str] | None) -> list[tuple[str,
     return calls or None
 
 
+_GEMMA_QUOTE = '<|"|>'
+
+
+def _parse_gemma4(body: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
+    """A Gemma 4 call, ``call:NAME{key:value,...}``: keys bare, text between ``<|"|>`` marks, numbers, true, false,
+    null, lists and objects as in JSON; None unless that is all the body holds."""
+    text = body.strip()
+    if not text.startswith("call:") or "{" not in text:
+        return None
+    name, at = text[5 : text.index("{")].strip(), text.index("{")
+    try:
+        args, end = _gemma_value(text, at)
+    except (ValueError, IndexError):
+        return None
+    if text[end:].strip() or not isinstance(args, dict):
+        return None
+    return parse_json_calls(json.dumps({"name": name, "arguments": args}, ensure_ascii=False), names)
+
+
+def _gemma_value(s: str, i: int) -> tuple[Any, int]:
+    """The value that starts at ``s[i]`` (after spaces) and where it ends.
+
+    Raises:
+        ValueError: no value starts there.
+    """
+    while s[i].isspace():
+        i += 1
+    if s.startswith(_GEMMA_QUOTE, i):
+        end = s.index(_GEMMA_QUOTE, i + len(_GEMMA_QUOTE))
+        return s[i + len(_GEMMA_QUOTE) : end], end + len(_GEMMA_QUOTE)
+    if s[i] in "{[":
+        closing, out = ("}", {}) if s[i] == "{" else ("]", [])
+        i += 1
+        while True:
+            while s[i].isspace() or s[i] == ",":
+                i += 1
+            if s[i] == closing:
+                return out, i + 1
+            if isinstance(out, dict):
+                colon = s.index(":", i)
+                key, (value, i) = s[i:colon].strip().strip('"'), _gemma_value(s, colon + 1)
+                out[key] = value
+            else:
+                value, i = _gemma_value(s, i)
+                out.append(value)
+    j = i
+    while j < len(s) and s[j] not in ",}]":
+        j += 1
+    word = s[i:j].strip()
+    if not word:
+        raise ValueError("no value")
+    try:
+        return json.loads(word), j
+    except ValueError:
+        return word, j
+
+
 def _loads_or_none(text: str) -> Any:
     try:
         return json.loads(text)
@@ -179,6 +237,8 @@ def parse_body(
         return _parse_mistral(body, names)
     if fmt == "deepseek":
         return _parse_deepseek(body, names)
+    if fmt == "gemma4":
+        return _parse_gemma4(body, names)
     if fmt != "llama3" and body.lstrip().startswith("<function="):
         return _parse_xml_calls(body, names, schemas or {})
     if fmt != "llama3" and "<arg_key>" in body:

@@ -69,6 +69,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
     src = template.source
     if is_harmony_template(src):  # gpt-oss: calls, thinking and answer are messages of their own
         return "harmony"
+    if "<|tool_call>call:" in src:  # Gemma 4's
+        return "gemma4"
     if not template.knows_tools:
         return "generic"
     if "<tool_call>" in src:
@@ -85,7 +87,13 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
 
 
 def detect_think_tags(template: ChatTemplate) -> tuple[str, str]:
+    if "<|channel>thought" in template.source:  # Gemma 4's thinking channel
+        return GEMMA4_THINK_TAGS
     return THINK_TAGS[1] if "[THINK]" in template.source else THINK_TAGS[0]
+
+
+#: Gemma 4's thinking: a channel of its own, ``<|channel>thought\n...<channel|>``.
+GEMMA4_THINK_TAGS = ("<|channel>thought", "<channel|>")
 
 
 def generic_tools_prompt(tools: tuple[ToolSpec, ...], *, forced: str | None = None) -> str:

@@ -47,6 +47,10 @@ CASES = {
         '<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{"a": 1, "b": 2}\n```<｜tool▁call▁end｜>'
         "<｜tool▁calls▁end｜>",
     ),
+    "gemma4": (  # bare keys, text between <|"|> marks
+        '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>',
+        '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_call>call:add{a:1,b:2}<tool_call|>',
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
@@ -267,3 +271,27 @@ def test_a_call_written_with_arg_keys_as_glm_writes_them():
     p = ToolCallParser("hermes", NAMES, schemas=schemas)
     assert "".join(p.feed(c).content for c in chars(answer)) + p.finish().content == ""
     assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("add", {"a": 1, "note": "42"})]
+
+
+def test_gemma4_thinks_in_its_channel_and_writes_values_in_its_own_notation():
+    from engine.chat_template import ChatTemplate
+    from engine.tools import parse_tools, render_request
+    from engine.tools.stream import ChatOutputParser
+    from engine.types import ChatMessage, GenerationRequest
+
+    # as Gemma 4's template: calls written '<|tool_call>call:' + name, thinking in '<|channel>thought'
+    src = ("{% if tools %}{% endif %}{% for m in messages %}<|turn>{{ m.role }}\n{{ m.content }}<turn|>\n{% endfor %}"
+           "<|turn>model\n{% if not enable_thinking %}<|channel>thought\n<channel|>{% endif %}"
+           "{# '<|tool_call>call:' #}")  # fmt: skip
+    tools = parse_tools([{"type": "function", "function": {"name": "find", "parameters": {"type": "object"}}}])
+    req = GenerationRequest(model="m", messages=(ChatMessage("user", "Go"),), tools=tools, template_kwargs=(("enable_thinking", True),))
+    rendered = render_request(ChatTemplate(src), req)
+    assert (rendered.tool_format, rendered.think_tags) == ("gemma4", ("<|channel>thought", "<channel|>"))
+    out = ('<|channel>thought\nNeed a search.<channel|>Searching.<|tool_call>call:find{q:<|"|>a, "b"<|"|>,n:3,'
+           'opts:{deep:true,tags:[<|"|>x<|"|>,1]},none:null}<tool_call|>')  # fmt: skip
+    p = ChatOutputParser(rendered)
+    pieces = [p.feed(c) for c in out] + [p.finish()]
+    assert "".join(x.reasoning for x in pieces).strip() == "Need a search."
+    assert "".join(x.content for x in pieces) == "Searching."
+    want = {"q": 'a, "b"', "n": 3, "opts": {"deep": True, "tags": ["x", 1]}, "none": None}
+    assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("find", want)]
