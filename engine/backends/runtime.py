@@ -14,7 +14,7 @@ from __future__ import annotations
 import codecs
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from engine.backends.base import Backend, StopMatcher, Utf8Decoder
@@ -66,6 +66,23 @@ def keeps_plain_answer(speculative: SpeculativeOptions, request: GenerationReque
     OpenAI ``prediction``); ``ngram`` and ``draft:MODEL`` draft them when chosen.
     """
     return speculative.mode == "auto" and request.params.greedy and not (request.speculative or request.prediction)
+
+
+def _showing(piece: Callable[[int], bytes], backend: Backend, markers: Sequence[str]) -> Callable[[int], bytes]:
+    """``piece``, with each of ``markers`` that is one token of the model's written as its text (a control token's
+    piece is empty)."""
+    shown: dict[int, bytes] = {}
+    for text in markers:
+        ids = backend.tokenize(text, special=True)
+        if len(ids) == 1:
+            shown[ids[0]] = text.encode()
+    if not shown:
+        return piece
+
+    def show(token: int) -> bytes:
+        return shown.get(token) or piece(token)
+
+    return show
 
 
 def prompt_ids(backend: Backend, request: GenerationRequest, rendered: RenderedChat | None = None) -> list[int]:
@@ -210,6 +227,8 @@ class RequestStream:
                     drafter = draft(request, rendered, prompt, options)
                 if drafter is None:  # a picture's placeholder ids (negative) are no tokens to draft
                     drafter = Drafter([*predicted, *(t for t in prompt if t >= 0)], options)
+        if rendered is not None and rendered.markers:  # its markup shows, even where written with control tokens
+            piece = _showing(piece, backend, rendered.markers)
         stream = cls(request, piece=piece, is_eog=is_eog, prompt_tokens=len(prompt), rendered=rendered, drafter=drafter)
         if request.return_context and not request.media:  # a picture's placeholder ids are no tokens to give back
             stream.context_prompt = tuple(prompt)

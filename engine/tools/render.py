@@ -27,6 +27,20 @@ if TYPE_CHECKING:
     from engine.types import ChatMessage, GenerationRequest
 
 
+#: The texts each family's calls are written with, which some vocabularies hold as control tokens (Mistral's
+#: [TOOL_CALLS] and [ARGS], Magistral's [THINK]): the answer's text shows them, for its parser to read, as
+#: llama.cpp keeps its "preserved tokens". (Llama 3's <|python_tag|> stays hidden: its calls read as bare JSON.)
+CALL_MARKERS: dict[str, tuple[str, ...]] = {
+    "hermes": ("<tool_call>", "</tool_call>"),
+    "generic": ("<tool_call>", "</tool_call>"),
+    "mistral": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
+    "deepseek": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                 "<｜tool▁calls▁end｜>"),  # fmt: skip
+    "gemma4": ("<|tool_call>", "<tool_call|>", '<|"|>'),
+    "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedChat:
     """A chat request rendered to a prompt, and how to read the model's answer to it.
@@ -47,6 +61,15 @@ class RenderedChat:
     literal: tuple[tuple[int, int], ...] = ()
     strict_calls: ToolCallConstraint | None = None
     bare_calls: bool = True  # False: a JSON answer is the answer (a response format asked for it), never a bare call
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The texts of the answer's markup that its parser reads (thinking tags; the calls' markup where a call
+        may be made), to be shown in its text whatever kind of token the vocabulary holds them as."""
+        calls = CALL_MARKERS.get(self.tool_format, ()) if self.tools or self.tool_format == "harmony" else ()
+        forced = CALL_MARKERS.get(self.constraint.fmt, ()) if self.constraint is not None else ()
+        thinking = ("<|channel>", "<channel|>") if self.think_tags == GEMMA4_THINK_TAGS else self.think_tags
+        return tuple(dict.fromkeys(m for m in (*calls, *forced, *thinking) if m))
 
     def call_watch(self) -> CallWatch | None:
         """A fresh watch for where a strict call opens in the answer, or None when no call is held to a schema
