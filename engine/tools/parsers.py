@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
-ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "generic"]
-TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "generic")
+ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "generic"]
+TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "generic")
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
 # function<｜tool▁sep｜>NAME and its arguments in a ```json block (R1), or NAME<｜tool▁sep｜>ARGUMENTS (V3.1), then
@@ -67,6 +67,7 @@ FAMILIES: dict[str, _Family] = {
     "mistral": _Family(start=("[TOOL_CALLS]",), end=None, bare_json=True),
     "deepseek": _Family(start=(DEEPSEEK_CALLS[0],), end=DEEPSEEK_CALLS[1], bare_json=False),
     "gemma4": _Family(start=("<|tool_call>",), end="<tool_call|>", bare_json=False),
+    "granite": _Family(start=("<|tool_call|>",), end=None, bare_json=False),  # then a JSON list of calls
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 

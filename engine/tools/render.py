@@ -37,6 +37,7 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
     "deepseek": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
                  "<｜tool▁calls▁end｜>"),  # fmt: skip
     "gemma4": ("<|tool_call>", "<tool_call|>", '<|"|>'),
+    "granite": ("<|tool_call|>",),
     "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
 }
 
@@ -104,6 +105,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "mistral"
     if "tool▁calls▁begin" in src:
         return "deepseek"
+    if "<|tool_call|>" in src:  # Granite 3's
+        return "granite"
     if architecture.startswith("qwen"):
         return "hermes"
     return "generic"

@@ -51,6 +51,10 @@ CASES = {
         '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>',
         '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_call>call:add{a:1,b:2}<tool_call|>',
     ),
+    "granite": (  # Granite 3's: the marker, then a JSON list
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1, "b": 2}}]',
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
