@@ -14,6 +14,7 @@ own format for templates that know no tools: the hermes tags, or a bare JSON cal
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Collection, Mapping
@@ -22,8 +23,8 @@ from typing import Any, Literal
 
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
-ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "generic"]
-TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "generic")
+ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "generic"]
+TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "generic")
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
 # function<｜tool▁sep｜>NAME and its arguments in a ```json block (R1), or NAME<｜tool▁sep｜>ARGUMENTS (V3.1), then
@@ -68,6 +69,8 @@ FAMILIES: dict[str, _Family] = {
     "deepseek": _Family(start=(DEEPSEEK_CALLS[0],), end=DEEPSEEK_CALLS[1], bare_json=False),
     "gemma4": _Family(start=("<|tool_call>",), end="<tool_call|>", bare_json=False),
     "granite": _Family(start=("<|tool_call|>",), end=None, bare_json=False),  # then a JSON list of calls
+    # LFM2's: a Python list of calls with keyword arguments, [get_weather(city="Paris")]
+    "pythonic": _Family(start=("<|tool_call_start|>",), end="<|tool_call_end|>", bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 
@@ -165,6 +168,39 @@ def _parse_deepseek(body: str, names: Collection[str] | None) -> list[tuple[str,
     return calls or None
 
 
+_JSON_WORDS = {"true": True, "false": False, "null": None}
+
+
+def _parse_pythonic(body: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
+    """Calls written as Python: ``[name(key=value, ...), ...]`` (or one call alone), each value a literal (JSON's
+    true, false and null too). The text is parsed, never run; None unless it is all calls."""
+    try:
+        tree = ast.parse(body.strip(), mode="eval").body
+        calls: list[tuple[str, str]] = []
+        for node in tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]:
+            if not isinstance(node, ast.Call) or node.args or not isinstance(node.func, (ast.Name, ast.Attribute)):
+                return None
+            args = {kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg is not None}
+            call = parse_json_calls(json.dumps({"name": ast.unparse(node.func), "arguments": args}), names)
+            if call is None:
+                return None
+            calls.extend(call)
+        return calls or None
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return None
+
+
+def _literal(node: ast.expr) -> Any:
+    """A literal's value; JSON's true, false and null as Python's. Raises ValueError for anything else."""
+    if isinstance(node, ast.Name) and node.id in _JSON_WORDS:
+        return _JSON_WORDS[node.id]
+    if isinstance(node, ast.List):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_literal(k) if k is not None else None: _literal(v) for k, v in zip(node.keys, node.values, strict=True)}
+    return ast.literal_eval(node)
+
+
 _GEMMA_QUOTE = '<|"|>'
 
 
@@ -240,6 +276,8 @@ def parse_body(
         return _parse_deepseek(body, names)
     if fmt == "gemma4":
         return _parse_gemma4(body, names)
+    if fmt == "pythonic":
+        return _parse_pythonic(body, names)
     if fmt != "llama3" and body.lstrip().startswith("<function="):
         return _parse_xml_calls(body, names, schemas or {})
     if fmt != "llama3" and "<arg_key>" in body:

@@ -38,6 +38,7 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
                  "<｜tool▁calls▁end｜>"),  # fmt: skip
     "gemma4": ("<|tool_call>", "<tool_call|>", '<|"|>'),
     "granite": ("<|tool_call|>",),
+    "pythonic": ("<|tool_call_start|>", "<|tool_call_end|>"),
     "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
 }
 
@@ -107,6 +108,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "deepseek"
     if "<|tool_call|>" in src:  # Granite 3's
         return "granite"
+    if "<|tool_list_start|>" in src or "List of tools: [" in src:  # LFM2's
+        return "pythonic"
     if architecture.startswith("qwen"):
         return "hermes"
     return "generic"

@@ -55,6 +55,10 @@ CASES = {
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1, "b": 2}}]',
     ),
+    "pythonic": (  # LFM2's: Python calls with keyword arguments
+        '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
+        "<|tool_call_start|>[get_weather(city='Paris'), add(a=1, b=2)]<|tool_call_end|>",
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
@@ -299,3 +303,13 @@ def test_gemma4_thinks_in_its_channel_and_writes_values_in_its_own_notation():
     assert "".join(x.content for x in pieces) == "Searching."
     want = {"q": 'a, "b"', "n": 3, "opts": {"deep": True, "tags": ["x", 1]}, "none": None}
     assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("find", want)]
+
+
+def test_pythonic_calls_are_parsed_never_run():
+    p = ToolCallParser("pythonic", ["find"])
+    p.feed('<|tool_call_start|>[find(q="x", opts={"deep": true, "n": [1, null]})]<|tool_call_end|>')
+    p.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in p.calls] == [("find", {"q": "x", "opts": {"deep": True, "n": [1, None]}})]
+    for text in ("[find(q=__import__('os').system('x'))]", "[find(q=open('f'))]", "[find(*a)]", "find(" * 500):
+        p = ToolCallParser("pythonic", ["find"])
+        assert p.feed(f"<|tool_call_start|>{text}<|tool_call_end|>").content + p.finish().content and not p.calls
