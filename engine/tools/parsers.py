@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
-ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "generic"]
-TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "generic")
+ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "generic"]
+TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "generic")
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
 # function<｜tool▁sep｜>NAME and its arguments in a ```json block (R1), or NAME<｜tool▁sep｜>ARGUMENTS (V3.1), then
@@ -71,6 +71,8 @@ FAMILIES: dict[str, _Family] = {
     "granite": _Family(start=("<|tool_call|>",), end=None, bare_json=False),  # then a JSON list of calls
     # LFM2's: a Python list of calls with keyword arguments, [get_weather(city="Paris")]
     "pythonic": _Family(start=("<|tool_call_start|>",), end="<|tool_call_end|>", bare_json=False),
+    # Seed-OSS's: Qwen3-Coder's <function=NAME> body in tags of its own
+    "seed": _Family(start=("<seed:tool_call>",), end="</seed:tool_call>", bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 

@@ -39,6 +39,7 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
     "gemma4": ("<|tool_call>", "<tool_call|>", '<|"|>'),
     "granite": ("<|tool_call|>",),
     "pythonic": ("<|tool_call_start|>", "<|tool_call_end|>"),
+    "seed": ("<seed:tool_call>", "</seed:tool_call>"),
     "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
 }
 
@@ -110,6 +111,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "granite"
     if "<|tool_list_start|>" in src or "List of tools: [" in src:  # LFM2's
         return "pythonic"
+    if "<seed:tool_call>" in src:  # Seed-OSS's
+        return "seed"
     if architecture.startswith("qwen"):
         return "hermes"
     return "generic"
@@ -118,6 +121,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
 def detect_think_tags(template: ChatTemplate) -> tuple[str, str]:
     if "<|channel>thought" in template.source:  # Gemma 4's thinking channel
         return GEMMA4_THINK_TAGS
+    if "<seed:think>" in template.source:  # Seed-OSS's
+        return ("<seed:think>", "</seed:think>")
     return THINK_TAGS[1] if "[THINK]" in template.source else THINK_TAGS[0]
 
 

@@ -59,6 +59,11 @@ CASES = {
         '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>',
         "<|tool_call_start|>[get_weather(city='Paris'), add(a=1, b=2)]<|tool_call_end|>",
     ),
+    "seed": (  # Seed-OSS's: Qwen3-Coder's body in tags of its own
+        "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>",
+        "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>"
+        "<seed:tool_call>\n<function=add>\n<parameter=a>1</parameter>\n<parameter=b>2</parameter>\n</function>\n</seed:tool_call>",
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
