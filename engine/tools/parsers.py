@@ -23,8 +23,12 @@ from typing import Any, Literal
 
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
-ToolFormat = Literal["hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "generic"]
-TOOL_FORMATS: tuple[str, ...] = ("hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "generic")
+ToolFormat = Literal[
+    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "generic"
+]
+TOOL_FORMATS: tuple[str, ...] = (
+    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "generic"
+)
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
 # function<｜tool▁sep｜>NAME and its arguments in a ```json block (R1), or NAME<｜tool▁sep｜>ARGUMENTS (V3.1), then
@@ -73,6 +77,8 @@ FAMILIES: dict[str, _Family] = {
     "pythonic": _Family(start=("<|tool_call_start|>",), end="<|tool_call_end|>", bare_json=False),
     # Seed-OSS's: Qwen3-Coder's <function=NAME> body in tags of its own
     "seed": _Family(start=("<seed:tool_call>",), end="</seed:tool_call>", bare_json=False),
+    # Apertus's: a JSON list of {NAME: ARGUMENTS}
+    "apertus": _Family(start=("<|tools_prefix|>",), end="<|tools_suffix|>", bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 
@@ -167,6 +173,21 @@ def _parse_deepseek(body: str, names: Collection[str] | None) -> list[tuple[str,
         if parsed is None:
             return None
         calls.extend(parsed)
+    return calls or None
+
+
+def _parse_name_keyed(body: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
+    """Calls written as a JSON list of one-key objects, ``[{"NAME": {ARGUMENTS}}, ...]``; None unless it is that."""
+    items = _loads_or_none(body.strip())
+    calls: list[tuple[str, str]] = []
+    for item in items if isinstance(items, list) else [items]:
+        if not isinstance(item, dict) or len(item) != 1:
+            return None
+        ((name, args),) = item.items()
+        call = parse_json_calls(json.dumps({"name": name, "arguments": args}, ensure_ascii=False), names)
+        if call is None:
+            return None
+        calls.extend(call)
     return calls or None
 
 
@@ -280,6 +301,8 @@ def parse_body(
         return _parse_gemma4(body, names)
     if fmt == "pythonic":
         return _parse_pythonic(body, names)
+    if fmt == "apertus":
+        return _parse_name_keyed(body, names)
     if fmt != "llama3" and body.lstrip().startswith("<function="):
         return _parse_xml_calls(body, names, schemas or {})
     if fmt != "llama3" and "<arg_key>" in body:

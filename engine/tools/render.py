@@ -40,6 +40,7 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
     "granite": ("<|tool_call|>",),
     "pythonic": ("<|tool_call_start|>", "<|tool_call_end|>"),
     "seed": ("<seed:tool_call>", "</seed:tool_call>"),
+    "apertus": ("<|tools_prefix|>", "<|tools_suffix|>"),
     "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
 }
 
@@ -113,6 +114,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "pythonic"
     if "<seed:tool_call>" in src:  # Seed-OSS's
         return "seed"
+    if "<|tools_prefix|>" in src:  # Apertus's
+        return "apertus"
     if architecture.startswith("qwen"):
         return "hermes"
     return "generic"

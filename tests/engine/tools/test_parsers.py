@@ -64,6 +64,10 @@ CASES = {
         "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>"
         "<seed:tool_call>\n<function=add>\n<parameter=a>1</parameter>\n<parameter=b>2</parameter>\n</function>\n</seed:tool_call>",
     ),
+    "apertus": (  # a list of {NAME: ARGUMENTS}
+        '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
+        '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"add": {"a": 1, "b": 2}}]<|tools_suffix|>',
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
