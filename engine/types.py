@@ -69,6 +69,7 @@ class SamplingParams:
     ignore_eos: bool = False
     prompt_logprobs: int | None = None
     penalty_last_n: int | None = None
+    include_stop: bool = False  # the stop string that ends the answer is kept at its end (vLLM's include_stop_str_in_output)
 
     def __post_init__(self) -> None:
         _check_range("temperature", self.temperature, 0.0, 2.0)

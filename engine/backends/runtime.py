@@ -308,6 +308,8 @@ class RequestStream:
         hit = False
         if self.stops is not None:
             text, hit = self.stops.feed(text)
+            if hit and params.include_stop:  # vLLM's include_stop_str_in_output: the answer ends with it
+                text += self.stops.matched or ""
         self._shown += len(text)
         if self._unshown:
             logprobs = self._shown_logprobs(self._shown)
@@ -337,7 +339,7 @@ class RequestStream:
             tail = self.decoder.flush()
             if self.stops is not None:
                 text, hit = self.stops.feed(tail)
-                tail = text if hit else text + self.stops.flush()
+                tail = text + (self.stops.matched or "" if self.params.include_stop else "") if hit else text + self.stops.flush()
         self._shown += len(tail)
         logprobs: tuple[TokenLogprob, ...] = ()
         if reason in ("stop", "length") and error is None and self._unshown:

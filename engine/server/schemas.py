@@ -54,6 +54,7 @@ class _Sampling(NullAsDefaultBody):
     user: str | None = None
     ignore_eos: StrictBool | None = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=64)  # vLLM's: ids that end the answer
+    include_stop_str_in_output: StrictBool | None = False  # vLLM's: the stop string that ended the answer ends it
     # Speculative decoding (docs/api.md): false turns it off for this request, true turns prompt lookup on.
     speculative: StrictBool | None = None
     # Ollama's keep_alive, in every dialect: how long the model stays loaded after this request (0: unloaded then).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
 from tests.engine.server.conftest import MODEL
@@ -63,3 +65,17 @@ def test_each_dialect_reads_the_penalties_as_its_peers_do(server):
     assert completion() != plain and completion(repeat_last_n=0) == plain
     assert ollama() != plain and ollama(repeat_last_n=0) == plain
     assert openai() == plain and openai(repeat_last_n=64) != plain
+
+
+def test_include_stop_str_in_output_keeps_the_stop_string_that_ended_the_answer(server):
+    body = {"model": MODEL, "prompt": "1, 2, 3, 4, 5,", "max_tokens": 8, "temperature": 0, "stop": [","]}
+    plain = _post(server, "/v1/completions", body).json()["choices"][0]
+    kept = _post(server, "/v1/completions", {**body, "include_stop_str_in_output": True}).json()["choices"][0]
+    assert plain["finish_reason"] == kept["finish_reason"] == "stop"
+    assert plain["text"] == " 6" and kept["text"] == " 6,"
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Count: one, two, three"}], "max_tokens": 16,
+            "temperature": 0, "stop": [":"], "include_stop_str_in_output": True, "stream": True}  # fmt: skip
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", json=chat, headers=server.headers, timeout=120) as r:
+        events = [line for line in r.iter_lines() if line.startswith("data: {")]
+    text = "".join(json.loads(e[6:])["choices"][0]["delta"].get("content") or "" for e in events if json.loads(e[6:])["choices"])
+    assert text == "One:"  # streamed, as the whole answer: "One: 1\nTwo: 2..." without the stop
