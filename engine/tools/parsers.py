@@ -24,10 +24,10 @@ from typing import Any, Literal
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
 ToolFormat = Literal[
-    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "generic"
+    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "generic"
 ]
 TOOL_FORMATS: tuple[str, ...] = (
-    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "generic"
+    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "generic"
 )
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
@@ -79,6 +79,8 @@ FAMILIES: dict[str, _Family] = {
     "seed": _Family(start=("<seed:tool_call>",), end="</seed:tool_call>", bare_json=False),
     # Apertus's: a JSON list of {NAME: ARGUMENTS}
     "apertus": _Family(start=("<|tools_prefix|>",), end="<|tools_suffix|>", bare_json=False),
+    # Command R7B's and Command A's: a JSON list of {"tool_call_id", "tool_name", "parameters"}
+    "cohere": _Family(start=("<|START_ACTION|>",), end="<|END_ACTION|>", bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 
@@ -91,7 +93,7 @@ def _as_call(obj: Any, names: Collection[str] | None) -> tuple[str, str] | None:
         return None
     if isinstance(obj.get("function"), dict) and "name" not in obj:
         obj = obj["function"]
-    name = obj.get("name")
+    name = obj.get("name", obj.get("tool_name"))  # Cohere's calls name theirs "tool_name"
     if not isinstance(name, str) or not name or (names is not None and name not in names):
         return None
     args: Any = {}

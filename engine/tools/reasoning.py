@@ -106,8 +106,9 @@ class ReasoningSplitter:
 
 def template_thinks(source: str) -> bool:
     """Whether a chat template (its source) can think: it has a thinking switch, writes a thinking tag, or
-    writes harmony's analysis channel (gpt-oss) or Seed-OSS's thinking tag."""
-    return any(t in source for t in ("enable_thinking", "<|channel|>", "<seed:think>", *(t for t, _ in THINK_TAGS)))
+    writes harmony's analysis channel (gpt-oss), or Seed-OSS's or Cohere's thinking tag."""
+    return any(t in source for t in ("enable_thinking", "<|channel|>", "<seed:think>", "<|START_THINKING|>",
+                                     *(t for t, _ in THINK_TAGS)))  # fmt: skip
 
 
 def split_reasoning(text: str, tags: tuple[str, str] = THINK_TAGS[0], *, started: bool = False) -> ReasoningPiece:

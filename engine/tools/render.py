@@ -41,6 +41,7 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
     "pythonic": ("<|tool_call_start|>", "<|tool_call_end|>"),
     "seed": ("<seed:tool_call>", "</seed:tool_call>"),
     "apertus": ("<|tools_prefix|>", "<|tools_suffix|>"),
+    "cohere": ("<|START_ACTION|>", "<|END_ACTION|>"),
     "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
 }
 
@@ -116,6 +117,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "seed"
     if "<|tools_prefix|>" in src:  # Apertus's
         return "apertus"
+    if "<|START_ACTION|>" in src:  # Cohere's
+        return "cohere"
     if architecture.startswith("qwen"):
         return "hermes"
     return "generic"
@@ -126,6 +129,8 @@ def detect_think_tags(template: ChatTemplate) -> tuple[str, str]:
         return GEMMA4_THINK_TAGS
     if "<seed:think>" in template.source:  # Seed-OSS's
         return ("<seed:think>", "</seed:think>")
+    if "<|START_THINKING|>" in template.source:  # Cohere's
+        return ("<|START_THINKING|>", "<|END_THINKING|>")
     return THINK_TAGS[1] if "[THINK]" in template.source else THINK_TAGS[0]
 
 

@@ -68,6 +68,11 @@ CASES = {
         '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
         '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"add": {"a": 1, "b": 2}}]<|tools_suffix|>',
     ),
+    "cohere": (  # Command R7B's and A's
+        '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}]<|END_ACTION|>',
+        '<|START_ACTION|>[\n{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}},\n'
+        '{"tool_call_id": "1", "tool_name": "add", "parameters": {"a": 1, "b": 2}}\n]<|END_ACTION|>',
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
