@@ -24,10 +24,12 @@ from typing import Any, Literal
 from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
 ToolFormat = Literal[
-    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "generic"
+    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "minimax",
+    "minicpm", "generic",
 ]
 TOOL_FORMATS: tuple[str, ...] = (
-    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "generic"
+    "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "minimax",
+    "minicpm", "generic",
 )
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
@@ -81,6 +83,10 @@ FAMILIES: dict[str, _Family] = {
     "apertus": _Family(start=("<|tools_prefix|>",), end="<|tools_suffix|>", bare_json=False),
     # Command R7B's and Command A's: a JSON list of {"tool_call_id", "tool_name", "parameters"}
     "cohere": _Family(start=("<|START_ACTION|>",), end="<|END_ACTION|>", bare_json=False),
+    # MiniMax M2's: <invoke name="NAME"> with a <parameter name="KEY">VALUE</parameter> for each argument
+    "minimax": _Family(start=("<minimax:tool_call>",), end="</minimax:tool_call>", bare_json=False),
+    # MiniCPM 5's: <function name="NAME"> with a <param name="KEY">VALUE</param> for each (CDATA where it must)
+    "minicpm": _Family(start=("<function name=",), end="</function>", bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 
@@ -176,6 +182,31 @@ def _parse_deepseek(body: str, names: Collection[str] | None) -> list[tuple[str,
             return None
         calls.extend(parsed)
     return calls or None
+
+
+_NAMED_CALL = re.compile(r"""<(invoke|function)\s+name\s*=\s*["']([^"']+)["']\s*>(.*?)</\1>""", re.S)
+_NAMED_PARAMETER = re.compile(r"""<(parameter|param)\s+name\s*=\s*["']([^"']+)["']\s*>(.*?)</\1>""", re.S)
+_CDATA = re.compile(r"^\s*<!\[CDATA\[(.*)\]\]>\s*$", re.S)
+
+
+def _parse_named_elements(body: str, names: Collection[str] | None, schemas: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """Calls written as elements with a ``name`` attribute (``<invoke name=...>`` or ``<function name=...>``),
+    an argument in each ``<parameter name=...>`` or ``<param name=...>`` (its text in CDATA or not, typed as in
+    :func:`_parse_xml_calls`); None unless the body is calls."""
+    calls: list[tuple[str, str]] = []
+    for m in _NAMED_CALL.finditer(body):
+        name = m.group(2).strip()
+        if names is not None and name not in names:
+            return None
+        props = (schemas.get(name) or {}).get("properties") if isinstance(schemas.get(name), Mapping) else None
+        args = {}
+        for p in _NAMED_PARAMETER.finditer(m.group(3)):
+            key, raw = p.group(2).strip(), p.group(3)
+            cdata = _CDATA.match(raw)
+            kind = (props or {}).get(key)
+            args[key] = cdata.group(1) if cdata else _xml_value(raw.strip("\n"), kind)
+        calls.append((name, json.dumps(without_surrogates(args), ensure_ascii=False)))
+    return calls if calls and not _NAMED_CALL.sub("", body).strip() else None
 
 
 def _parse_name_keyed(body: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
@@ -305,6 +336,9 @@ def parse_body(
         return _parse_pythonic(body, names)
     if fmt == "apertus":
         return _parse_name_keyed(body, names)
+    if fmt in ("minimax", "minicpm"):
+        return _parse_named_elements(f"<function name={body}</function>" if fmt == "minicpm" else body, names,
+                                     schemas or {})  # fmt: skip
     if fmt != "llama3" and body.lstrip().startswith("<function="):
         return _parse_xml_calls(body, names, schemas or {})
     if fmt != "llama3" and "<arg_key>" in body:

@@ -42,6 +42,7 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
     "seed": ("<seed:tool_call>", "</seed:tool_call>"),
     "apertus": ("<|tools_prefix|>", "<|tools_suffix|>"),
     "cohere": ("<|START_ACTION|>", "<|END_ACTION|>"),
+    "minimax": ("<minimax:tool_call>", "</minimax:tool_call>"),
     "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
 }
 
@@ -119,6 +120,10 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "apertus"
     if "<|START_ACTION|>" in src:  # Cohere's
         return "cohere"
+    if "minimax:tool_call" in src:  # MiniMax M2's
+        return "minimax"
+    if '<function name="' in src and "<param name=" in src:  # MiniCPM 5's
+        return "minicpm"
     if architecture.startswith("qwen"):
         return "hermes"
     return "generic"

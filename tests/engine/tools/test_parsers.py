@@ -73,6 +73,16 @@ CASES = {
         '<|START_ACTION|>[\n{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}},\n'
         '{"tool_call_id": "1", "tool_name": "add", "parameters": {"a": 1, "b": 2}}\n]<|END_ACTION|>',
     ),
+    "minimax": (  # MiniMax M2's
+        '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n</minimax:tool_call>',
+        '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+        '<invoke name="add">\n<parameter name="a">1</parameter>\n<parameter name="b">2</parameter>\n</invoke>\n</minimax:tool_call>',
+    ),
+    "minicpm": (  # MiniCPM 5's, a value in CDATA
+        '<function name="get_weather"><param name="city"><![CDATA[Paris]]></param></function>',
+        '<function name="get_weather"><param name="city">Paris</param></function>\n'
+        '<function name="add"><param name="a">1</param><param name="b">2</param></function>',
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
