@@ -25,11 +25,11 @@ from engine.tools.spec import ToolCall, new_call_id, without_surrogates
 
 ToolFormat = Literal[
     "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "minimax",
-    "minicpm", "generic",
+    "minicpm", "kimi", "generic",
 ]
 TOOL_FORMATS: tuple[str, ...] = (
     "hermes", "llama3", "mistral", "deepseek", "gemma4", "granite", "pythonic", "seed", "apertus", "cohere", "minimax",
-    "minicpm", "generic",
+    "minicpm", "kimi", "generic",
 )
 
 # DeepSeek's markers (R1 and its distills, V3): <｜tool▁calls▁begin｜>, then for each call <｜tool▁call▁begin｜>
@@ -87,6 +87,8 @@ FAMILIES: dict[str, _Family] = {
     "minimax": _Family(start=("<minimax:tool_call>",), end="</minimax:tool_call>", bare_json=False),
     # MiniCPM 5's: <function name="NAME"> with a <param name="KEY">VALUE</param> for each (CDATA where it must)
     "minicpm": _Family(start=("<function name=",), end="</function>", bare_json=False),
+    # Kimi K2's: <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>{...}<|tool_call_end|> for each
+    "kimi": _Family(start=("<|tool_calls_section_begin|>",), end="<|tool_calls_section_end|>", bare_json=False),
     "generic": _Family(start=("<tool_call>",), end="</tool_call>", bare_json=True),
 }
 
@@ -207,6 +209,22 @@ def _parse_named_elements(body: str, names: Collection[str] | None, schemas: Map
             args[key] = cdata.group(1) if cdata else _xml_value(raw.strip("\n"), kind)
         calls.append((name, json.dumps(without_surrogates(args), ensure_ascii=False)))
     return calls if calls and not _NAMED_CALL.sub("", body).strip() else None
+
+
+def _parse_kimi(body: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
+    """Kimi K2's calls: each ``<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>ARGUMENTS
+    <|tool_call_end|>``; None unless the body is calls."""
+    calls: list[tuple[str, str]] = []
+    for part in body.split("<|tool_call_begin|>")[1:]:
+        head, sep, args = part.split("<|tool_call_end|>", 1)[0].partition("<|tool_call_argument_begin|>")
+        if not sep:
+            return None
+        name = head.strip().removeprefix("functions.").rsplit(":", 1)[0]
+        call = parse_json_calls(json.dumps({"name": name, "arguments": _loads_or_none(args) or {}}), names)
+        if call is None:
+            return None
+        calls.extend(call)
+    return calls or None
 
 
 def _parse_name_keyed(body: str, names: Collection[str] | None) -> list[tuple[str, str]] | None:
@@ -336,6 +354,8 @@ def parse_body(
         return _parse_pythonic(body, names)
     if fmt == "apertus":
         return _parse_name_keyed(body, names)
+    if fmt == "kimi":
+        return _parse_kimi(body, names)
     if fmt in ("minimax", "minicpm"):
         return _parse_named_elements(f"<function name={body}</function>" if fmt == "minicpm" else body, names,
                                      schemas or {})  # fmt: skip

@@ -43,6 +43,8 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
     "apertus": ("<|tools_prefix|>", "<|tools_suffix|>"),
     "cohere": ("<|START_ACTION|>", "<|END_ACTION|>"),
     "minimax": ("<minimax:tool_call>", "</minimax:tool_call>"),
+    "kimi": ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+             "<|tool_calls_section_end|>"),  # fmt: skip
     "harmony": ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"),
 }
 
@@ -122,6 +124,8 @@ def detect_tool_format(template: ChatTemplate, architecture: str = "") -> str:
         return "cohere"
     if "minimax:tool_call" in src:  # MiniMax M2's
         return "minimax"
+    if "<|tool_calls_section_begin|>" in src:  # Kimi K2's
+        return "kimi"
     if '<function name="' in src and "<param name=" in src:  # MiniCPM 5's
         return "minicpm"
     if architecture.startswith("qwen"):

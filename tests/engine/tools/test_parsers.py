@@ -83,6 +83,13 @@ CASES = {
         '<function name="get_weather"><param name="city">Paris</param></function>\n'
         '<function name="add"><param name="a">1</param><param name="b">2</param></function>',
     ),
+    "kimi": (  # Kimi K2's
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}'
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}'
+        '<|tool_call_end|><|tool_call_begin|>functions.add:1<|tool_call_argument_begin|>{"a": 1, "b": 2}<|tool_call_end|>'
+        "<|tool_calls_section_end|>",
+    ),
     "generic": (
         '{"name": "get_weather", "arguments": {"city": "Paris"}}',
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
