@@ -219,9 +219,10 @@ def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
             props["logit_bias"] = _token_bias()
         # The tool and thinking fields are documented loosely here (engine.tools checks them, naming
         # the bad tool); they are fuzzed through OpenAI's spec, which says what they take.
-        # `dimensions` is refused outside 1 to the model's own size (its vectors' size: tested apart).
+        # `dimensions` is refused outside 1 to the model's own size (its vectors' size: tested apart), and
+        # `continue_final_message` where the last message is not the assistant's (tests/engine/tools/test_render.py).
         for key in ("tools", "tool_choice", "functions", "function_call", "reasoning_effort", "chat_template_kwargs",
-                    "dimensions"):
+                    "dimensions", "continue_final_message"):
             props.pop(key, None)
     chat = schemas["ChatCompletionBody"]
     chat["properties"]["max_tokens"] = _bounded_int(1, MAX_TOKENS)
