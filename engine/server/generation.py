@@ -52,10 +52,16 @@ def format_param(path: str) -> str:
 
 def _overflow_words(path: str, exc: ContextLengthExceeded) -> str | None:
     """A too-long prompt's message in the words the path's clients read (None: Hearth's own): Anthropic's, which
-    Claude Code matches to compact a conversation."""
+    Claude Code matches to compact a conversation; OpenAI's on chat and text completions, which LiteLLM matches to
+    raise its ContextWindowExceededError (what its context-window fallbacks catch)."""
     if path.startswith("/v1/messages"):
         return (f"prompt is too long: {exc.prompt_tokens} tokens > {exc.n_ctx} maximum; shorten the conversation or load "
                 "the model with a larger context (hearth serve --ctx N).")  # fmt: skip
+    if path.endswith("/completions"):
+        what = "prompt" if prompt_param(path) == "prompt" else "messages"
+        return (f"This model's maximum context length is {exc.n_ctx} tokens. However, your {what} resulted in "
+                f"{exc.prompt_tokens} tokens; shorten the {'prompt' if what == 'prompt' else 'conversation'} or load the "
+                "model with a larger context (hearth serve --ctx N).")  # fmt: skip
     return None
 
 

@@ -243,6 +243,18 @@ def test_context_overflow_has_its_code(server):
     assert info.value.code == "context_length_exceeded"
 
 
+def test_an_overflow_on_completions_is_told_in_openais_words(server):
+    """LiteLLM (and others) tell a context overflow by OpenAI's words, "This model's maximum context length is",
+    into the error its context-window fallbacks catch; the openai SDK's message holds the body's message alone."""
+    long = "word " * 3000
+    asked = {"/chat/completions": {"messages": [{"role": "user", "content": long}]}, "/completions": {"prompt": long}}
+    for path, body in asked.items():
+        r = httpx.post(f"{server.base_url}{path}", json={"model": MODEL, "max_tokens": 4, **body}, headers=server.headers, timeout=60)
+        message = r.json()["error"]["message"]
+        assert r.status_code == 400 and message.startswith("This model's maximum context length is 2048 tokens."), message
+        assert "--ctx" in message
+
+
 def test_an_overflow_names_the_field_that_holds_the_prompt(server):
     """The SDK's error says which field to shorten: a completion's prompt, an embedding's or a response's input."""
     client = server.client()
