@@ -339,23 +339,21 @@ def _loads_or_none(text: str) -> Any:
         return None
 
 
+# The families whose calls' bodies have a notation of their own (the others hold JSON, or Qwen3-Coder's XML)
+_BODIES = {
+    "mistral": _parse_mistral, "deepseek": _parse_deepseek, "gemma4": _parse_gemma4, "pythonic": _parse_pythonic,
+    "apertus": _parse_name_keyed, "kimi": _parse_kimi,
+}  # fmt: skip
+
+
 def parse_body(
     fmt: str, body: str, names: Collection[str] | None = None, schemas: Mapping[str, Any] | None = None
 ) -> list[tuple[str, str]] | None:
     """The calls inside one call's markup (or a bare answer), or None when it does not parse. ``schemas``: each
     tool's parameters schema, which types the values of a call written in XML."""
-    if fmt == "mistral":
-        return _parse_mistral(body, names)
-    if fmt == "deepseek":
-        return _parse_deepseek(body, names)
-    if fmt == "gemma4":
-        return _parse_gemma4(body, names)
-    if fmt == "pythonic":
-        return _parse_pythonic(body, names)
-    if fmt == "apertus":
-        return _parse_name_keyed(body, names)
-    if fmt == "kimi":
-        return _parse_kimi(body, names)
+    parse = _BODIES.get(fmt)
+    if parse is not None:
+        return parse(body, names)
     if fmt in ("minimax", "minicpm"):
         return _parse_named_elements(f"<function name={body}</function>" if fmt == "minicpm" else body, names,
                                      schemas or {})  # fmt: skip

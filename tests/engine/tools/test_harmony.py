@@ -91,19 +91,10 @@ CALL = ('<|channel|>analysis<|message|>need it<|end|><|start|>assistant<|channel
 
 @pytest.mark.parametrize("kind", ["llama", "paged"])
 def test_a_harmony_model_thinks_answers_and_calls_through_the_chat_pipeline(kind, harmony_gguf):
-    from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
+    from engine.backends.base import ModelSpec
+    from tests.engine.tools.backends import load_backend
 
-    if kind == "llama":
-        from engine.backends.llamacpp import LlamaCppBackend
-
-        backend, options = LlamaCppBackend(), LoadOptions(n_ctx=512, n_seq_max=1)
-    else:
-        pytest.importorskip("torch")
-        from engine.backends.paged import PagedBackend
-
-        backend = PagedBackend()
-        options = LoadOptions(n_ctx=512, n_seq_max=1, paged=PagedOptions(num_kv_blocks=32, device="cpu"))
-    backend.load(ModelSpec(name="oss", path=harmony_gguf), options)
+    backend = load_backend(kind, ModelSpec(name="oss", path=harmony_gguf), n_ctx=512)
     results = []
     try:  # (the paged engine, slower here, is given the call only: its <|end|> is the one that could end it)
         for text, tools in ((ANSWER, ()), (CALL, TOOLS)) if kind == "llama" else ((CALL, TOOLS),):

@@ -31,19 +31,10 @@ def mistral_gguf(tmp_path_factory):
 
 @pytest.mark.parametrize("kind", ["llama", "paged"])
 def test_thinking_and_calls_written_with_control_tokens_are_read(kind, mistral_gguf):
-    from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
+    from engine.backends.base import ModelSpec
+    from tests.engine.tools.backends import load_backend
 
-    if kind == "llama":
-        from engine.backends.llamacpp import LlamaCppBackend
-
-        backend, options = LlamaCppBackend(), LoadOptions(n_ctx=256, n_seq_max=1)
-    else:
-        pytest.importorskip("torch")
-        from engine.backends.paged import PagedBackend
-
-        backend = PagedBackend()
-        options = LoadOptions(n_ctx=256, n_seq_max=1, paged=PagedOptions(num_kv_blocks=16, device="cpu"))
-    backend.load(ModelSpec(name="m", path=mistral_gguf), options)
+    backend = load_backend(kind, ModelSpec(name="m", path=mistral_gguf), n_ctx=256)
     try:
         req = GenerationRequest(model="m", messages=(ChatMessage("user", "hi"),), tools=TOOLS,
                                 params=SamplingParams(temperature=0, max_tokens=60),

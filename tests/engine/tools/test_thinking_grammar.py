@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backends.base import LoadOptions, ModelSpec, PagedOptions
+from engine.backends.base import ModelSpec
 from engine.tools import parse_tool_choice, parse_tools
 from engine.tools.call_watch import ThinkEndWatch
 from engine.types import ChatMessage, GenerationRequest, ResponseFormat, SamplingParams
+from tests.engine.tools.backends import load_backend
 
 # ChatML whose generation prompt opens the thinking, as DeepSeek-R1's distills and QwQ do
 THINKING = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -48,19 +49,7 @@ def test_a_matcher_waits_for_the_thinkings_end_then_holds_the_answer(starter_pat
 
 
 def _load(kind: str, path):
-    spec = ModelSpec(name="thinker", path=path, chat_template=THINKING)
-    if kind == "llama":
-        from engine.backends.llamacpp import LlamaCppBackend
-
-        backend, options = LlamaCppBackend(), LoadOptions(n_ctx=1024, n_seq_max=2)
-    else:
-        pytest.importorskip("torch")
-        from engine.backends.paged import PagedBackend
-
-        backend = PagedBackend()
-        options = LoadOptions(n_ctx=1024, n_seq_max=2, paged=PagedOptions(num_kv_blocks=64, device="cpu"))
-    backend.load(spec, options)
-    return backend
+    return load_backend(kind, ModelSpec(name="thinker", path=path, chat_template=THINKING), n_ctx=1024, n_seq=2)
 
 
 @pytest.mark.parametrize("kind", ["llama", "paged"])
