@@ -308,8 +308,8 @@ class RequestStream:
         hit = False
         if self.stops is not None:
             text, hit = self.stops.feed(text)
-            if hit and params.include_stop:  # vLLM's include_stop_str_in_output: the answer ends with it
-                text += self.stops.matched or ""
+            if hit:
+                text += self._kept_stop()
         self._shown += len(text)
         if self._unshown:
             logprobs = self._shown_logprobs(self._shown)
@@ -326,6 +326,11 @@ class RequestStream:
             return False
         return True
 
+    def _kept_stop(self) -> str:
+        """The stop string that ended the answer, where the request keeps it at the end (vLLM's
+        include_stop_str_in_output); else nothing."""
+        return (self.stops.matched or "") if self.params.include_stop and self.stops is not None else ""
+
     def finish(self, reason: FinishReason, *, error: str | None = None, code: str | None = None) -> None:
         """End the stream with ``reason``: what is held back is flushed unless it was cut short. ``code``: with an
         ``error`` the request itself caused (its schema), that error's code."""
@@ -339,7 +344,7 @@ class RequestStream:
             tail = self.decoder.flush()
             if self.stops is not None:
                 text, hit = self.stops.feed(tail)
-                tail = text + (self.stops.matched or "" if self.params.include_stop else "") if hit else text + self.stops.flush()
+                tail = text + (self._kept_stop() if hit else self.stops.flush())
         self._shown += len(tail)
         logprobs: tuple[TokenLogprob, ...] = ()
         if reason in ("stop", "length") and error is None and self._unshown:

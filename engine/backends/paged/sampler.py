@@ -102,7 +102,8 @@ def _penalize(logits: torch.Tensor, rows: list[RequestSampler], histories: list[
     its parameters name (SamplingParams.penalty_windows)."""
     n, vocab = logits.shape
     dev = logits.device
-    windows = [r.params.penalty_windows(t[:n_prompt], t[n_prompt:]) for r, (t, n_prompt) in zip(rows, histories, strict=True)]
+    windows = [r.params.penalty_windows(t[:n_prompt], t[n_prompt:]) if r.has_penalties else ([], [])
+               for r, (t, n_prompt) in zip(rows, histories, strict=True)]  # fmt: skip
     width = max(1, max(max(len(a), len(b)) for a, b in windows))
     seen_ids = torch.full((n, width), vocab, dtype=torch.int64)  # vocab = a padding column, dropped below
     count_ids = torch.full((n, width), vocab, dtype=torch.int64)
