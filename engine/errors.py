@@ -121,6 +121,19 @@ class PreviousResponseNotFound(InvalidRequest):
                          param="previous_response_id")  # fmt: skip
 
 
+class ConversationNotFound(HearthError):
+    """No conversation (``/v1/conversations``) has the id a request names: OpenAI's 404."""
+
+    status = 404
+    code = "conversation_not_found"
+    param = "conversation"
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"Conversation with id '{conversation_id}' not found (conversations are kept in memory until the "
+                         "worker restarts); create one with POST /v1/conversations.")  # fmt: skip
+
+
 class DraftModelUnusable(InvalidRequest):
     """The draft model named for speculative decoding cannot draft for this model (another vocabulary, or a
     file that would not load); the message says why and what to use instead."""
@@ -448,6 +461,7 @@ __all__ = [
     "ContextLengthExceeded",
     "InvalidRequest",
     "PreviousResponseNotFound",
+    "ConversationNotFound",
     "AdminKeyRequired",
     "EmbeddingsUnsupported",
     "SchemaTooComplex",

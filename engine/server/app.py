@@ -19,6 +19,7 @@ from engine.server import (
     admin_routes,
     anthropic_routes,
     catalog_routes,
+    conversation_routes,
     folder_routes,
     llama_routes,
     log_routes,
@@ -60,6 +61,7 @@ def create_app(
     app.include_router(openai_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(responses_routes.router)
+    app.include_router(conversation_routes.router)
     app.include_router(ollama_routes.router)
     app.include_router(ollama_models.router)
     app.include_router(ollama_models.root_router)

@@ -26,11 +26,18 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import Field, StrictBool
 from starlette.exceptions import HTTPException
 
-from engine.errors import ContextLengthExceeded, InvalidRequest, Overloaded, PreviousResponseNotFound
+from engine.errors import (
+    ContextLengthExceeded,
+    ConversationNotFound,
+    InvalidRequest,
+    Overloaded,
+    PreviousResponseNotFound,
+)
 from engine.model_defaults import left_unset
 from engine.server import media
 from engine.server.answers import AnswerRoute
 from engine.server.api_models import KeepAlive, NullAsDefaultBody
+from engine.server.conversation_store import ConversationFull, ConversationStore
 from engine.server.dialect import DialectRun, count_prompt_tokens, without_oldest
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.generation import streamed
@@ -85,6 +92,8 @@ class ResponsesBody(NullAsDefaultBody):
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
     keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
     include: list[str] | None = None  # "message.output_text.logprobs": the answer's tokens with their log-probabilities
+    conversation: str | dict[str, Any] | None = None  # a conversation's id (/v1/conversations), or {"id": ...}
+    prompt: dict[str, Any] | None = None  # OpenAI's stored prompts: refused, with a sentence saying why
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
 
@@ -163,6 +172,11 @@ def _store(request: Request) -> ResponseStore:
     return _app_state(request, "responses", ResponseStore)
 
 
+def conversations(request: Request) -> ConversationStore:
+    """The worker's conversations (/v1/conversations)."""
+    return _app_state(request, "conversations", ConversationStore)
+
+
 def _live(request: Request) -> dict[str, _Live]:
     """The background responses running, by id."""
     return _app_state(request, "live_responses", dict)
@@ -182,11 +196,11 @@ def _found(request: Request, rid: str) -> StoredResponse:
     return stored
 
 
-def _content_text(content: Any, where: str) -> str:
+def _content_text(content: Any, where: str, param: str = "input") -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise InvalidRequest(f"{where}.content must be text or a list of content parts.", param="input")
+        raise InvalidRequest(f"{where}.content must be text or a list of content parts.", param=param)
     parts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
@@ -195,20 +209,20 @@ def _content_text(content: Any, where: str) -> str:
         elif kind == "input_image":
             parts.append(MEDIA_MARKER)  # the picture itself: _images
         elif kind in ("input_file", "input_audio"):
-            raise InvalidRequest(f"{where}.content[{j}] is {kind}; Hearth's models here read text only.", param="input")
+            raise InvalidRequest(f"{where}.content[{j}] is {kind}; Hearth's models here read text only.", param=param)
         elif kind != "refusal":
-            raise InvalidRequest(f"{where}.content[{j}] has type '{kind}', which Hearth does not support.", param="input")
+            raise InvalidRequest(f"{where}.content[{j}] has type '{kind}', which Hearth does not support.", param=param)
     return "".join(parts)
 
 
-def _images(content: Any, where: str, allow_remote: bool) -> tuple[MediaInput, ...]:
+def _images(content: Any, where: str, allow_remote: bool, param: str = "input") -> tuple[MediaInput, ...]:
     """The ``input_image`` parts' pictures (``image_url``: a data: URL, or http(s) with --allow-image-urls)."""
     out = []
     for j, part in enumerate(content if isinstance(content, list) else ()):
         if isinstance(part, dict) and part.get("type") == "input_image":
             url = part.get("image_url")
             if not isinstance(url, str):
-                raise InvalidRequest(f"{where}.content[{j}] needs image_url (a data: URL); file_id is not supported.", param="input")
+                raise InvalidRequest(f"{where}.content[{j}] needs image_url (a data: URL); file_id is not supported.", param=param)
             out.append(media.image_from_url(url, f"{where}.content[{j}]", allow_remote=allow_remote))
     return tuple(out)
 
@@ -222,27 +236,30 @@ def _input_items(body: ResponsesBody) -> list[dict]:
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # what the client's tools gave back
 
 
-def _input_messages(
+def input_messages(
     items: list[dict], earlier: tuple[ChatMessage, ...], allow_remote: bool = False,
-    shown: dict[tuple[str, str], str] | None = None,
+    shown: dict[tuple[str, str], str] | None = None, param: str = "input",
 ) -> list[ChatMessage]:  # fmt: skip
-    """The input items as messages; ``shown``: the name the model sees for a namespaced tool's (namespace, name)."""
+    """The input items as messages; ``shown``: the name the model sees for a namespaced tool's (namespace, name);
+    ``param``: the field the items came in (its name in errors)."""
     out: list[ChatMessage] = []
     names = {c.id: c.name for m in earlier for c in m.tool_calls}  # call ids -> function names
     for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{param}[{i}] must be an item (an object with a type).", param=param)
         kind = item.get("type", "message")
-        where = f"input[{i}]"
+        where = f"{param}[{i}]"
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
-                raise InvalidRequest(f"{where}.role must be user, assistant, system or developer.", param="input")
+                raise InvalidRequest(f"{where}.role must be user, assistant, system or developer.", param=param)
             content = item.get("content")
-            pictures = _images(content, where, allow_remote)
-            out.append(ChatMessage("system" if role == "developer" else role, _content_text(content, where), media=pictures))
+            pictures = _images(content, where, allow_remote, param)
+            out.append(ChatMessage("system" if role == "developer" else role, _content_text(content, where, param), media=pictures))
         elif kind in ("function_call", "custom_tool_call"):
             name, call_id = item.get("name"), item.get("call_id")
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
-                raise InvalidRequest(f"{where} is a {kind} without 'call_id' and 'name'.", param="input")
+                raise InvalidRequest(f"{where} is a {kind} without 'call_id' and 'name'.", param=param)
             if isinstance(item.get("namespace"), str):
                 name = (shown or {}).get((item["namespace"], name), name)
             if kind == "custom_tool_call":
@@ -259,15 +276,53 @@ def _input_messages(
         elif kind in _OUTPUTS:
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise InvalidRequest(f"{where} is a {kind} without 'call_id'.", param="input")
+                raise InvalidRequest(f"{where} is a {kind} without 'call_id'.", param=param)
             output = item.get("output", "")
-            out.append(ChatMessage("tool", _content_text(output, where), tool_call_id=call_id, name=names.get(call_id),
-                                   media=_images(output, where, allow_remote)))  # fmt: skip
+            out.append(ChatMessage("tool", _content_text(output, where, param), tool_call_id=call_id, name=names.get(call_id),
+                                   media=_images(output, where, allow_remote, param)))  # fmt: skip
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
         else:
-            raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support.", param="input")
+            raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support.", param=param)
     return out
+
+
+def with_ids(items: list[dict]) -> list[dict]:
+    """Input items as they are stored and listed (in place): each with its id, a message's text as a part and its
+    status, as OpenAI's are."""
+    for item in items:
+        kind = item.setdefault("type", "message")
+        item.setdefault("id", _new_id(kind))
+        if kind == "message" and isinstance(item.get("content"), str):
+            said = item["content"]
+            item["content"] = [_text_part(said) if item.get("role") == "assistant" else {"type": "input_text", "text": said}]
+        if kind != "reasoning":
+            item.setdefault("status", "completed")
+    return items
+
+
+def page(items: list[dict], order: str, limit: int, after: str | None, owner: str) -> dict:
+    """A page of ``items`` (oldest first) as OpenAI lists them: ``order`` asc or desc, at most ``limit``, after the
+    item whose id is ``after``; ``owner`` names what holds them, in errors."""
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be asc or desc.", param="order")
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("'limit' must be a whole number from 1 to 100.", param="limit")
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:  # the page after the item with this id
+        ids = [item.get("id") for item in items]
+        if after not in ids:
+            raise InvalidRequest(f"'after' names no item of {owner}; give an id from an earlier page.", param="after")
+        items = items[ids.index(after) + 1 :]
+    data = items[:limit]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0].get("id") if data else None,
+        "last_id": data[-1].get("id") if data else None,
+        "has_more": len(items) > limit,
+    }
 
 
 def _format(text: dict[str, Any] | None) -> ResponseFormat:
@@ -369,6 +424,7 @@ class _Turn:
     grounding: Grounding | None = None  # the documents the answer is grounded in, once retrieved
     origin: dict[str, tuple[str, str]] = field(default_factory=dict)  # namespaced tools (_flat_tools)
     answered: tuple[ChatMessage, ...] | None = None  # the conversation with the answer, once it is finished
+    conversation: str | None = None  # the id of the conversation (/v1/conversations) it reads and adds to
 
 
 def _turn(request: Request, body: ResponsesBody) -> _Turn:
@@ -376,7 +432,19 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         raise InvalidRequest("'background': true needs 'store': true, since a background response is read back by its id.",
                              param="background")  # fmt: skip
     earlier: tuple[ChatMessage, ...] = ()
-    if body.previous_response_id:
+    conversation = _conversation_id(body)
+    if body.prompt is not None:
+        raise InvalidRequest("Stored prompts ('prompt') live on OpenAI's platform, not here; send their instructions "
+                             "and input in the request instead.", param="prompt")  # fmt: skip
+    if conversation is not None and body.previous_response_id:
+        raise InvalidRequest("'conversation' and 'previous_response_id' cannot be used together; give one of them.",
+                             param="conversation")  # fmt: skip
+    if conversation is not None:
+        kept = conversations(request).items(conversation)
+        if kept is None:
+            raise ConversationNotFound(conversation)
+        earlier = tuple(input_messages(kept, (), request.app.state.settings.allow_image_urls))
+    elif body.previous_response_id:
         stored = _store(request).get(body.previous_response_id)
         if stored is None and body.previous_response_id in _live(request):
             raise InvalidRequest(f"Response '{body.previous_response_id}' is still being generated in the background; wait "
@@ -385,19 +453,10 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         if stored is None:
             raise PreviousResponseNotFound(body.previous_response_id)
         earlier = stored.conversation
-    items = _input_items(body)
-    for item in items:
-        item.setdefault("type", "message")
-        item.setdefault("id", f"{'msg' if item['type'] == 'message' else 'item'}_{uuid.uuid4().hex}")
+    items = with_ids(_input_items(body))  # kept as input_items lists them
     flat, origin = _flat_tools(body.tools)
     shown = {place: name for name, place in origin.items()}
-    history = earlier + tuple(_input_messages(items, earlier, request.app.state.settings.allow_image_urls, shown))
-    for item in items:  # kept as input_items lists them: a message's text as a part, as OpenAI's do
-        if item["type"] == "message" and isinstance(item.get("content"), str):
-            said = item["content"]
-            item["content"] = [_text_part(said) if item.get("role") == "assistant" else {"type": "input_text", "text": said}]
-        if item["type"] == "message":
-            item.setdefault("status", "completed")
+    history = earlier + tuple(input_messages(items, earlier, request.app.state.settings.allow_image_urls, shown))
     if not history:
         raise InvalidRequest("'input' is empty; send some text or input items.", param="input")
     if body.max_output_tokens is not None and body.max_output_tokens < 1:
@@ -414,7 +473,8 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         unset=left_unset({"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}),
         speculative=body.speculative, **_tool_fields(body, flat),
     )  # fmt: skip
-    return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()), origin=origin)
+    return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()), origin=origin,
+                 conversation=conversation)
 
 
 def _usage(final: GenerationChunk) -> dict:
@@ -444,6 +504,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "output": output,
         "parallel_tool_calls": turn.req.parallel_tool_calls is not False,  # left out: several calls, as OpenAI's default
         "previous_response_id": body.previous_response_id,
+        "conversation": {"id": turn.conversation} if turn.conversation is not None else None,
         "reasoning": {"effort": (body.reasoning or {}).get("effort"), "summary": None},
         "store": body.store,
         "background": body.background,
@@ -486,8 +547,12 @@ def _item(kind: str, iid: str, status: str, *, text: str = "", call: ToolCall | 
             "arguments": call.arguments if started else ""}  # fmt: skip
 
 
+_ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "custom_tool_call": "ctc",
+                "function_call_output": "fco", "custom_tool_call_output": "ctco"}  # fmt: skip
+
+
 def _new_id(kind: str) -> str:
-    return {"message": "msg", "reasoning": "rs", "function_call": "fc", "custom_tool_call": "ctc"}[kind] + "_" + uuid.uuid4().hex
+    return _ID_PREFIXES.get(kind, "item") + "_" + uuid.uuid4().hex
 
 
 def _call_kind(call_name: str | None, tools: tuple[ToolSpec, ...]) -> str:
@@ -497,11 +562,33 @@ def _call_kind(call_name: str | None, tools: tuple[ToolSpec, ...]) -> str:
 
 def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text: str, reasoning: str, final: GenerationChunk) -> dict:
     response = _response(turn, model, status=_status(final), output=output, final=final)
+    if turn.conversation is not None and response["status"] != "cancelled":
+        _add_to_conversation(request, turn.conversation, [*turn.input_items, *output])
     if turn.body.store:
         answer = ChatMessage("assistant", text, tool_calls=tuple(final.tool_calls), reasoning=reasoning or None)
         turn.answered = turn.history + (answer,)
         _store(request).put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
     return response
+
+
+def _conversation_id(body: ResponsesBody) -> str | None:
+    """The id ``conversation`` gives (a string, or an object with its ``id``), or None."""
+    conv = body.conversation
+    if conv is None:
+        return None
+    cid = conv.get("id") if isinstance(conv, dict) else conv
+    if not isinstance(cid, str) or not cid:
+        raise InvalidRequest("'conversation' must be a conversation's id, or an object with its 'id'.", param="conversation")
+    return cid
+
+
+def _add_to_conversation(request: Request, cid: str, items: list[dict]) -> None:
+    """A finished response's input and output items, added to its conversation (unless it went meanwhile)."""
+    try:
+        if not conversations(request).add(cid, items):
+            log.info("conversation %s was deleted while a response to it was generated; its items were not added", cid)
+    except ConversationFull:
+        log.warning("conversation %s is full; a response's items were not added to it", cid)
 
 
 class _Live:
@@ -938,27 +1025,9 @@ async def delete_response(request: Request, rid: str) -> dict:
 
 @router.get("/responses/{rid}/input_items")
 async def input_items(request: Request, rid: str, order: str = "desc", limit: int = 20, after: str | None = None) -> dict:
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("'order' must be asc or desc.", param="order")
-    if not 1 <= limit <= 100:
-        raise InvalidRequest("'limit' must be a whole number from 1 to 100.", param="limit")
     live = _live(request).get(rid)
     items = list(live.turn.input_items if live is not None else _found(request, rid).input_items)
-    if order == "desc":
-        items.reverse()
-    if after is not None:  # the page after the item with this id
-        ids = [item.get("id") for item in items]
-        if after not in ids:
-            raise InvalidRequest(f"'after' names no input item of {rid}; give an id from an earlier page.", param="after")
-        items = items[ids.index(after) + 1 :]
-    page = items[:limit]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0].get("id") if page else None,
-        "last_id": page[-1].get("id") if page else None,
-        "has_more": len(items) > limit,
-    }
+    return page(items, order, limit, after, rid)
 
 
 __all__ = ["router"]
