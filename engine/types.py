@@ -70,6 +70,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     penalty_last_n: int | None = None
     include_stop: bool = False  # the stop string that ends the answer is kept at its end (vLLM's include_stop_str_in_output)
+    min_tokens: int = 0  # vLLM's: before this many tokens, no end of generation, stop token or stop string ends it
 
     def __post_init__(self) -> None:
         _check_range("temperature", self.temperature, 0.0, 2.0)
@@ -84,6 +85,11 @@ class SamplingParams:
             not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1
         ):
             raise InvalidRequest("'max_tokens' must be a whole number of at least 1.", param="max_tokens")
+        if not isinstance(self.min_tokens, int) or isinstance(self.min_tokens, bool) or self.min_tokens < 0:
+            raise InvalidRequest("'min_tokens' must be a whole number of 0 or more.", param="min_tokens")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise InvalidRequest(f"'min_tokens' ({self.min_tokens}) must not be more than 'max_tokens' ({self.max_tokens}).",
+                                 param="min_tokens")  # fmt: skip
         if self.penalty_last_n is not None and (
             not isinstance(self.penalty_last_n, int) or isinstance(self.penalty_last_n, bool) or self.penalty_last_n < -1
         ):
@@ -121,6 +127,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def holds_end(self, generated: int) -> bool:
+        """Whether the answer, ``generated`` tokens long so far, may not end yet (``min_tokens``): its next token is
+        drawn with the end-of-generation and stop tokens banned."""
+        return generated < self.min_tokens
 
     @property
     def penalized(self) -> bool:

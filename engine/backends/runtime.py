@@ -306,7 +306,7 @@ class RequestStream:
             self._unshown.append((self._decoded, logprobs))
         self._decoded += len(text)
         hit = False
-        if self.stops is not None:
+        if self.stops is not None and len(self.generated) > params.min_tokens:  # (none ends it before min_tokens)
             text, hit = self.stops.feed(text)
             if hit:
                 text += self._kept_stop()

@@ -32,6 +32,7 @@ def plain_sampling(params: SamplingParams, *, grammar: bool) -> bool:
         and not params.frequency_penalty
         and not params.logit_bias
         and not params.ignore_eos
+        and not params.min_tokens
     )
 
 

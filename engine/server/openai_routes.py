@@ -74,6 +74,7 @@ def _params(body: _Sampling, *, max_tokens: int | None, logprobs: int | None, in
         stop_token_ids=tuple(body.stop_token_ids or ()),
         penalty_last_n=body.repeat_last_n,
         include_stop=bool(body.include_stop_str_in_output),
+        min_tokens=body.min_tokens or 0,
     )
 
 

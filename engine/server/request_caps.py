@@ -56,7 +56,7 @@ def cap_max_tokens(http: Request, requests: list[GenerationRequest], n_ctx: int)
     for req in requests:
         asked = req.params.max_tokens
         if asked is not None and asked > n_ctx:
-            req = replace(req, params=replace(req.params, max_tokens=n_ctx))
+            req = replace(req, params=replace(req.params, max_tokens=n_ctx, min_tokens=min(req.params.min_tokens, n_ctx)))
             setattr(http.state, _STATE_KEY, n_ctx)
         out.append(req)
     return out

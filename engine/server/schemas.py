@@ -55,6 +55,7 @@ class _Sampling(NullAsDefaultBody):
     ignore_eos: StrictBool | None = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=64)  # vLLM's: ids that end the answer
     include_stop_str_in_output: StrictBool | None = False  # vLLM's: the stop string that ended the answer ends it
+    min_tokens: int | None = Field(0, ge=0)  # vLLM's: nothing ends the answer before this many tokens
     # Speculative decoding (docs/api.md): false turns it off for this request, true turns prompt lookup on.
     speculative: StrictBool | None = None
     # Ollama's keep_alive, in every dialect: how long the model stays loaded after this request (0: unloaded then).

@@ -18,12 +18,21 @@ from engine.types import ChatMessage, GenerationRequest, MediaInput, SamplingPar
         {"logit_bias": {"x": 1}},
         {"logit_bias": {"5": 500}},
         {"seed": "abc"},
+        {"min_tokens": -1},
+        {"min_tokens": True},
+        {"min_tokens": 5, "max_tokens": 4},
     ],
 )
 def test_bad_sampling_params_raise_invalid_request(kwargs):
     with pytest.raises(InvalidRequest) as info:
         SamplingParams(**kwargs)
     assert str(info.value).endswith(".")
+
+
+def test_min_tokens_holds_the_end_until_the_answer_is_that_long():
+    p = SamplingParams(min_tokens=3, max_tokens=3)
+    assert [p.holds_end(n) for n in range(5)] == [True, True, True, False, False]
+    assert not SamplingParams().holds_end(0)
 
 
 def test_sampling_params_normalise_stop_and_bias():

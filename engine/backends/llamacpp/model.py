@@ -11,6 +11,7 @@ from functools import cache, cached_property
 from pathlib import Path
 
 import llama_cpp
+import numpy as np
 
 from engine.backends.llamacpp.overrides import cpu_moe_overrides
 from engine.chat_template import ChatTemplate
@@ -242,6 +243,11 @@ class GGUFModel:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    @cached_property
+    def eog_ids(self) -> np.ndarray:
+        """Every end-of-generation token's id (read once, by the first request that bans them all)."""
+        return np.array([t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab, t)], dtype=np.int64)
 
     # -- text <-> tokens -------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:

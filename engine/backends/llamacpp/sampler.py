@@ -208,6 +208,7 @@ class SequenceSampler:
         self.model = model
         self.params = params
         self.mask_budget = mask_budget
+        self._ends: np.ndarray | None = None  # the tokens min_tokens bans (sample_holding_end), found on first use
         self._budget: _Budget | None = None  # the current draw's, while it masks
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         self.chain: llama_cpp.llama_sampler_p = chain
@@ -424,6 +425,23 @@ class SequenceSampler:
             return False
         llama_cpp.llama_sampler_accept(grammar, token)
         return True
+
+    def sample_holding_end(
+        self, ctx: llama_cpp.llama_context_p, index: int, *, cancelled: Callable[[], bool] | None = None
+    ) -> int:
+        """:meth:`sample` with every end-of-generation and stop token banned (an answer shorter than its
+        ``min_tokens``); the logits are left as they were, for the token's log-probabilities."""
+        ends = self._ends
+        if ends is None:
+            stops = np.array(self.params.stop_token_ids, dtype=np.int64)
+            ends = self._ends = np.union1d(self.model.eog_ids, stops[(stops >= 0) & (stops < self.model.n_vocab)])
+        logits = self._logits(ctx, index)
+        kept = logits[ends].copy()
+        logits[ends] = -np.inf
+        try:
+            return self.sample(ctx, index, cancelled=cancelled)
+        finally:
+            logits[ends] = kept
 
     def logits(self, ctx: llama_cpp.llama_context_p, index: int) -> np.ndarray:
         """The raw logits at batch row ``index`` (valid until the next decode)."""

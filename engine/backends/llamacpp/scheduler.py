@@ -522,7 +522,9 @@ class DecodeLoop(AdmissionQueue[Sequence]):
         """Take ``seq``'s next token from batch row ``row``: ``token`` where it was judged already, else its
         sampler's draw; ``drafted``: the token drafted for this position, if any (kept when it is the one taken)."""
         try:
-            if token is None:
+            if token is None and seq.params.holds_end(len(seq.stream.generated)):
+                token = seq.sampler.sample_holding_end(self.ctx, row, cancelled=lambda: seq.cancelled)
+            elif token is None:
                 token = seq.sampler.sample(self.ctx, row, cancelled=lambda: seq.cancelled)
         except RequestCancelled:
             self._finish(seq, "cancelled")

@@ -41,6 +41,7 @@ class TokenSampler:
         self.params = params
         self.matcher = matcher  # a grammar the output must follow (engine.tools.guidance)
         self.n_vocab = n_vocab
+        eog_ids = list(eog_ids)
         bias = dict(params.logit_bias)
         for tok in bias:
             if not 0 <= tok < n_vocab:
@@ -53,6 +54,9 @@ class TokenSampler:
                     bias[tok] = -math.inf
         self._bias_items = bias
         self._bias: mx.array | None = None
+        # min_tokens: every end-of-generation and stop token, banned while the answer is shorter
+        held = {*eog_ids, *params.stop_token_ids} if params.min_tokens else ()
+        self._held_ends = sorted(t for t in held if 0 <= t < n_vocab)
         # any whole number is a valid seed; MLX keys take 64 bits
         self._seed = params.seed % 2**64 if params.seed is not None else secrets.randbits(64)
         self._key: mx.array | None = None
@@ -80,6 +84,8 @@ class TokenSampler:
                 ids = mx.array(list(counts), dtype=mx.int32)
                 times = mx.array(list(counts.values()), dtype=mx.float32)
                 logits = logits.at[ids].add(-(times * p.frequency_penalty + p.presence_penalty))
+        if self._held_ends and p.holds_end(len(generated)):
+            logits = logits.at[mx.array(self._held_ends, dtype=mx.int32)].add(-math.inf)
         return logits
 
     def _filtered(self, logits: mx.array) -> mx.array:

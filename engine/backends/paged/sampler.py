@@ -50,6 +50,8 @@ class RequestSampler:
         self.draws = 0  # the noise of each draw is a hash of (seed, draws, token)
         # the tokens that end the request: a drafted token after one of them is never verified
         self.end_ids = frozenset(params.stop_token_ids) | frozenset(() if params.ignore_eos else eos_ids)
+        # min_tokens: every end-of-generation and stop token, banned while the answer is shorter
+        self.held_ends = tuple(sorted(t for t in {*eos_ids, *params.stop_token_ids} if 0 <= t < vocab_size)) if params.min_tokens else ()
 
     @property
     def has_penalties(self) -> bool:
@@ -213,6 +215,8 @@ def sample(
     logits = logits.clone()
     cols = [(i, t, b) for i, r in enumerate(rows) for t, b in r.bias.items()]
     cols += [(i, t, -float("inf")) for i, r in enumerate(rows) for t in r.banned]
+    cols += [(i, t, -float("inf")) for i, (r, (ids, n_prompt)) in enumerate(zip(rows, histories, strict=True))
+             if r.held_ends and r.params.holds_end(len(ids) - n_prompt) for t in r.held_ends]  # fmt: skip
     if cols:
         r_idx, t_idx, vals = zip(*cols, strict=True)
         logits.index_put_(

@@ -107,6 +107,28 @@ def test_stop_token_id_ends_the_answer_before_that_token(backend):
     assert [t for c in chunks for t in c.token_ids] == ids[:stop_at]
 
 
+def test_min_tokens_holds_the_end_stop_tokens_and_stop_strings_until_it_is_reached(backend):
+    # " purple", forced by its bias, is a stop token too: the answer ends at once, and with min_tokens after them
+    token = backend.tokenize(" purple")[0]
+    _, chunks = run(backend, temperature=0, max_tokens=8, logit_bias={token: 100}, stop_token_ids=(token,))
+    assert chunks[-1].finish_reason == "stop" and chunks[-1].completion_tokens == 0
+    _, chunks = run(backend, temperature=0, max_tokens=8, logit_bias={token: 100}, stop_token_ids=(token,), min_tokens=3)
+    ids = [t for c in chunks for t in c.token_ids]
+    assert chunks[-1].finish_reason == "stop" and len(ids) == 3 and token not in ids
+    # the model's own end of the answer waits too
+    short = (ChatMessage("user", "What colour is the sky? Answer in one word."),)
+    _, chunks = run(backend, messages=short, temperature=0, max_tokens=60)
+    natural = [t for c in chunks for t in c.token_ids]
+    assert chunks[-1].finish_reason == "stop" and len(natural) < 50
+    _, chunks = run(backend, messages=short, temperature=0, max_tokens=60, min_tokens=len(natural) + 5)
+    longer = [t for c in chunks for t in c.token_ids]
+    assert len(longer) >= len(natural) + 5 and longer[: len(natural)] == natural
+    # a stop string inside the first min_tokens does not end it (vLLM's reading): the whole answer comes
+    full, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=12, ignore_eos=True)
+    text, chunks = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=12, stop=[" 9"], min_tokens=8)
+    assert " 9" in full[:12] and text == full and chunks[-1].finish_reason == "length"
+
+
 def test_repetition_penalty_changes_a_repetitive_answer(backend):
     plain, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=8, ignore_eos=True)
     penalised, _ = run(

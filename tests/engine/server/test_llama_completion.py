@@ -67,6 +67,25 @@ def test_each_dialect_reads_the_penalties_as_its_peers_do(server):
     assert openai() == plain and openai(repeat_last_n=64) != plain
 
 
+def test_min_tokens_runs_the_answer_on_past_its_end_and_its_stop_strings(server):
+    client = server.client()
+    ask = [{"role": "user", "content": "What colour is the sky? Answer in one word."}]
+    short = client.chat.completions.create(model=MODEL, messages=ask, temperature=0, max_tokens=60)
+    assert short.choices[0].finish_reason == "stop" and short.usage is not None
+    n = short.usage.completion_tokens
+    longer = client.chat.completions.create(model=MODEL, messages=ask, temperature=0, max_tokens=60,
+                                            extra_body={"min_tokens": n + 5})  # fmt: skip
+    assert longer.usage is not None and longer.usage.completion_tokens >= n + 5
+    assert (longer.choices[0].message.content or "").startswith(short.choices[0].message.content or "")
+    body = {"model": MODEL, "prompt": "1, 2, 3, 4, 5,", "max_tokens": 8, "temperature": 0, "stop": [","]}
+    assert _post(server, "/v1/completions", body).json()["choices"][0]["text"] == " 6"
+    held = _post(server, "/v1/completions", {**body, "min_tokens": 3}).json()["choices"][0]
+    assert held["text"] == " 6, 7" and held["finish_reason"] == "stop"  # the first "," past 3 tokens ends it
+    for bad in ({"min_tokens": 9}, {"min_tokens": -1}, {"min_tokens": 20, "max_tokens": None}):
+        r = _post(server, "/v1/completions", {**body, **bad})
+        assert r.status_code == 400 and "min_tokens" in r.text, bad
+
+
 def test_include_stop_str_in_output_keeps_the_stop_string_that_ended_the_answer(server):
     body = {"model": MODEL, "prompt": "1, 2, 3, 4, 5,", "max_tokens": 8, "temperature": 0, "stop": [","]}
     plain = _post(server, "/v1/completions", body).json()["choices"][0]
