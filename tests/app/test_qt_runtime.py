@@ -19,4 +19,7 @@ def test_emitting_signals_keeps_the_bool_singletons_alive(qapp):
     for _ in range(500):
         emitter.changed.emit("token")
     after = sys.getrefcount(True), sys.getrefcount(False)
-    assert after == before, "this PySide6 build leaks bool references on emit; pin another version"
+    # the leak drops one reference an emit (500 here); a thread of another test in this process may still take or
+    # drop one or two meanwhile
+    drift = max(abs(a - b) for a, b in zip(after, before, strict=True))
+    assert drift < 50, f"this PySide6 build leaks bool references on emit ({before} -> {after}); pin another version"

@@ -224,6 +224,8 @@ def app_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dict:
         for key in ("tools", "tool_choice", "functions", "function_call", "reasoning_effort", "chat_template_kwargs",
                     "dimensions", "continue_final_message"):
             props.pop(key, None)
+        if "min_tokens" in props:  # above max_tokens it is a 400 naming it (tests/engine/server/test_llama_completion.py)
+            props["min_tokens"] = _bounded_int(0, 1)
     chat = schemas["ChatCompletionBody"]
     chat["properties"]["max_tokens"] = _bounded_int(1, MAX_TOKENS)
     chat["properties"]["max_completion_tokens"] = _bounded_int(1, MAX_TOKENS, nullable=False)
