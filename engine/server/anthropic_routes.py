@@ -23,7 +23,13 @@ from engine.model_defaults import left_unset
 from engine.remote.routing import is_local
 from engine.server import docs_chat, media, remote_routes, targets
 from engine.server.api_models import Body, KeepAlive
-from engine.server.dialect import DialectRun, anthropic_error, count_prompt_tokens, error_route
+from engine.server.dialect import (
+    ANTHROPIC_OVERLOADED,
+    DialectRun,
+    anthropic_error,
+    count_prompt_tokens,
+    error_route,
+)
 from engine.server.generation import streamed
 from engine.server.streaming import ticks
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
@@ -39,7 +45,7 @@ from engine.types import (
 )
 from engine.validation import request_keep_alive
 
-router = APIRouter(prefix="/v1", route_class=error_route(anthropic_error))
+router = APIRouter(prefix="/v1", route_class=error_route(anthropic_error, overloaded=ANTHROPIC_OVERLOADED))
 
 
 class _AnthropicModelsRoute(error_route(anthropic_error)):

@@ -17,6 +17,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
+from engine.errors import Overloaded
 from engine.remote.routing import is_local
 from engine.server import targets
 from engine.server.answers import AnswerRoute
@@ -40,7 +41,11 @@ _ANTHROPIC_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     503: "overloaded_error",
+    529: "overloaded_error",
 }
+
+#: Anthropic's status for a server too busy to take the request (its 429 is an account's rate limit).
+ANTHROPIC_OVERLOADED = 529
 
 
 def anthropic_error(status: int, message: str) -> dict:
@@ -80,9 +85,11 @@ class JsonBodyRoute(AnswerRoute):
         return as_json
 
 
-def error_route(shape: Callable[[int, str], dict], *, json_body: bool = False) -> type[APIRoute]:
-    """A route class whose handlers answer every error, bad bodies included, in ``shape``
-    (and, with ``json_body``, read every body as JSON)."""
+def error_route(
+    shape: Callable[[int, str], dict], *, json_body: bool = False, overloaded: int | None = None
+) -> type[APIRoute]:
+    """A route class whose handlers answer every error, bad bodies included, in ``shape`` (and, with ``json_body``,
+    read every body as JSON); ``overloaded``: the dialect's status for a full queue, where it is not 429."""
 
     class ShapedRoute(AnswerRoute):
         def get_route_handler(self):
@@ -93,7 +100,8 @@ def error_route(shape: Callable[[int, str], dict], *, json_body: bool = False) -
                     return await handler(_as_json(request) if json_body else request)
                 except Exception as exc:  # described by type in engine.server.errors
                     f = error_info(exc)
-                    return JSONResponse(shape(f.status, f.message), status_code=f.status, headers=f.headers)
+                    status = overloaded if overloaded is not None and f.code == Overloaded.code else f.status
+                    return JSONResponse(shape(status, f.message), status_code=status, headers=f.headers)
 
             return shaped
 

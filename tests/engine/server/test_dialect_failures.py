@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.engine.server.conftest import MODEL
 from tests.engine.server.test_generation_failure import DECODE_ERROR, failing  # noqa: F401 - the fixture
 
@@ -24,9 +26,14 @@ def test_anthropic_failures_are_api_errors_plain_and_streamed(failing):  # noqa:
     assert events[0] == "message_start" and events[-1] == "error" and "message_stop" not in events
     assert json.loads(lines[[i for i, line in enumerate(lines) if line == "event: error"][0] + 1][6:])["error"]["message"] == DECODE_ERROR
 
-    backend.mode = "overloaded"  # an engine error keeps its own status
+    backend.mode = "overloaded"  # a full queue: Anthropic's 529 (its 429 is an account's rate limit), with Retry-After
     r = client.post("/v1/messages", json=body)
-    assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
+    assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error" and r.headers["Retry-After"]
+    import anthropic
+
+    sdk = anthropic.Anthropic(api_key="x", base_url=str(client.base_url), http_client=client, max_retries=0)
+    with pytest.raises(anthropic.OverloadedError):
+        sdk.messages.create(model=MODEL, max_tokens=20, messages=ASK)
 
 
 def test_ollama_failures_are_error_lines(failing):  # noqa: F811
