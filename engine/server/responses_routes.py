@@ -92,8 +92,8 @@ class ResponsesBody(NullAsDefaultBody):
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
     keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
     include: list[str] | None = None  # "message.output_text.logprobs": the answer's tokens with their log-probabilities
-    conversation: str | dict[str, Any] | None = None  # a conversation's id (/v1/conversations), or {"id": ...}
-    prompt: dict[str, Any] | None = None  # OpenAI's stored prompts: refused, with a sentence saying why
+    conversation: Any = None  # a conversation's id (/v1/conversations), or {"id": ...}: checked by _conversation_id
+    prompt: Any = None  # OpenAI's stored prompts: refused, with a sentence saying why
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
 
@@ -196,22 +196,30 @@ def _found(request: Request, rid: str) -> StoredResponse:
     return stored
 
 
+_TEXT_PARTS = ("input_text", "output_text", "text", "reasoning_text")
+
+
 def _content_text(content: Any, where: str, param: str = "input") -> str:
+    """The text of an item's ``content`` (or a call output's ``output``), whose path in the request is ``where``."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise InvalidRequest(f"{where}.content must be text or a list of content parts.", param=param)
+        raise InvalidRequest(f"{where} must be text or a list of content parts.", param=param)
     parts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text", "reasoning_text") and isinstance(part.get("text"), str):
+        if kind in _TEXT_PARTS:
+            if not isinstance(part.get("text"), str):
+                raise InvalidRequest(f"{where}[{j}].text must be text.", param=param)
             parts.append(part["text"])
         elif kind == "input_image":
             parts.append(MEDIA_MARKER)  # the picture itself: _images
         elif kind in ("input_file", "input_audio"):
-            raise InvalidRequest(f"{where}.content[{j}] is {kind}; Hearth's models here read text only.", param=param)
+            raise InvalidRequest(f"{where}[{j}] is {kind}; Hearth's models here read text only.", param=param)
+        elif not isinstance(part, dict):
+            raise InvalidRequest(f"{where}[{j}] must be a content part (an object with a type).", param=param)
         elif kind != "refusal":
-            raise InvalidRequest(f"{where}.content[{j}] has type '{kind}', which Hearth does not support.", param=param)
+            raise InvalidRequest(f"{where}[{j}] has type '{kind}', which Hearth does not support.", param=param)
     return "".join(parts)
 
 
@@ -222,8 +230,8 @@ def _images(content: Any, where: str, allow_remote: bool, param: str = "input") 
         if isinstance(part, dict) and part.get("type") == "input_image":
             url = part.get("image_url")
             if not isinstance(url, str):
-                raise InvalidRequest(f"{where}.content[{j}] needs image_url (a data: URL); file_id is not supported.", param=param)
-            out.append(media.image_from_url(url, f"{where}.content[{j}]", allow_remote=allow_remote))
+                raise InvalidRequest(f"{where}[{j}] needs image_url (a data: URL); file_id is not supported.", param=param)
+            out.append(media.image_from_url(url, f"{where}[{j}]", allow_remote=allow_remote))
     return tuple(out)
 
 
@@ -249,13 +257,16 @@ def input_messages(
             raise InvalidRequest(f"{param}[{i}] must be an item (an object with a type).", param=param)
         kind = item.get("type", "message")
         where = f"{param}[{i}]"
+        if "id" in item and not isinstance(item["id"], str):
+            raise InvalidRequest(f"{where}.id must be text (an item's id), or left out.", param=param)
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
                 raise InvalidRequest(f"{where}.role must be user, assistant, system or developer.", param=param)
             content = item.get("content")
-            pictures = _images(content, where, allow_remote, param)
-            out.append(ChatMessage("system" if role == "developer" else role, _content_text(content, where, param), media=pictures))
+            pictures = _images(content, f"{where}.content", allow_remote, param)
+            text = _content_text(content, f"{where}.content", param)
+            out.append(ChatMessage("system" if role == "developer" else role, text, media=pictures))
         elif kind in ("function_call", "custom_tool_call"):
             name, call_id = item.get("name"), item.get("call_id")
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
@@ -278,8 +289,8 @@ def input_messages(
             if not isinstance(call_id, str) or not call_id:
                 raise InvalidRequest(f"{where} is a {kind} without 'call_id'.", param=param)
             output = item.get("output", "")
-            out.append(ChatMessage("tool", _content_text(output, where, param), tool_call_id=call_id, name=names.get(call_id),
-                                   media=_images(output, where, allow_remote, param)))  # fmt: skip
+            out.append(ChatMessage("tool", _content_text(output, f"{where}.output", param), tool_call_id=call_id,
+                                   name=names.get(call_id), media=_images(output, f"{where}.output", allow_remote, param)))  # fmt: skip
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
         else:
@@ -296,6 +307,8 @@ def with_ids(items: list[dict]) -> list[dict]:
         if kind == "message" and isinstance(item.get("content"), str):
             said = item["content"]
             item["content"] = [_text_part(said) if item.get("role") == "assistant" else {"type": "input_text", "text": said}]
+        if kind == "function_call" and not isinstance(item.get("arguments"), str):  # JSON text, as OpenAI's are
+            item["arguments"] = json.dumps(item.get("arguments") or {})
         if kind != "reasoning":
             item.setdefault("status", "completed")
     return items

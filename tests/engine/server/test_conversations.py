@@ -95,15 +95,21 @@ def test_what_cannot_be_done_with_a_conversation_is_one_clear_error(server):
     first = client.responses.create(model=MODEL, input="Hi.", max_output_tokens=2, temperature=0)
     with pytest.raises(openai.BadRequestError, match="cannot be used together"):
         client.responses.create(model=MODEL, conversation=conv.id, previous_response_id=first.id, input="Hi.", max_output_tokens=2)
-    r = httpx.post(f"{server.base_url}/responses", headers=server.headers, timeout=60,
-                   json={"model": MODEL, "prompt": {"id": "pmpt_123"}, "input": "Hi."})  # fmt: skip
-    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    for field, value in [("prompt", {"id": "pmpt_123"}), ("prompt", "pmpt_123"), ("conversation", 7), ("conversation", {})]:
+        r = httpx.post(f"{server.base_url}/responses", headers=server.headers, timeout=60,
+                       json={"model": MODEL, field: value, "input": "Hi."})  # fmt: skip
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+        assert r.json()["error"]["message"].startswith(("Stored prompts", "'conversation' must be"))
 
     too_many = [user(str(i)) for i in range(21)]
     with pytest.raises(openai.BadRequestError, match="At most 20 items"):
         client.conversations.items.create(conv.id, items=too_many)
     for bad, needle in [({"type": "message", "role": "robot", "content": "x"}, "items[0].role"),
-                        ({"type": "web_search_call"}, "items[0] has type"), ("text", "items[0] must be an item")]:  # fmt: skip
+                        ({"type": "web_search_call"}, "items[0] has type"), ("text", "items[0] must be an item"),
+                        ({**user("x"), "id": 5}, "items[0].id must be text"),
+                        ({"type": "message", "role": "user", "content": [{"type": "input_text", "text": 5}]},
+                         "items[0].content[0].text must be text"),
+                        ({"type": "function_call_output", "call_id": "c", "output": {"a": 1}}, "items[0].output must be")]:  # fmt: skip
         r = httpx.post(f"{server.base_url}/conversations/{conv.id}/items", headers=server.headers, json={"items": [bad]})
         assert r.status_code == 400 and needle in r.json()["error"]["message"] and r.json()["error"]["param"] == "items"
     r = httpx.post(f"{server.base_url}/conversations", headers=server.headers, json={"metadata": {str(i): "v" for i in range(17)}})
@@ -113,6 +119,10 @@ def test_what_cannot_be_done_with_a_conversation_is_one_clear_error(server):
     with pytest.raises(openai.NotFoundError, match="no item"):
         client.conversations.items.retrieve("msg_missing", conversation_id=conv.id)
     assert client.conversations.items.list(conv.id).data == []  # nothing refused was kept
+    # a call's arguments given as an object are kept as JSON text, as OpenAI's are
+    call = {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": {"a": 1}}
+    kept = client.conversations.items.create(conv.id, items=[call]).data[0]
+    assert kept.type == "function_call" and kept.arguments == '{"a": 1}' and kept.status == "completed"
 
 
 def test_the_openai_agents_sdk_keeps_its_turns_in_a_conversation(server):
