@@ -225,7 +225,6 @@ class DocumentsFeature(QObject):
         self.collections: list[DocCollection] = []
         self.panel = DocsPanel(self)
         self.panel.hide()
-        page.add_side_panel(self.panel)
         self.button = QToolButton()
         self.button.setObjectName("docsButton")
         self.button.setText("Docs")
@@ -233,6 +232,7 @@ class DocumentsFeature(QObject):
         self.button.setCheckable(True)
         self.button.setIconSize(QSize(18, 18))
         self.button.toggled.connect(self._toggled)
+        page.add_side_panel(self.panel, self.button)
         page.add_header_button(self.button)
         controller.add_preparer(DocumentsPreparer())
         controller.run_started.connect(self._run_started)

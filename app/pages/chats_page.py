@@ -10,6 +10,7 @@ from typing import Protocol
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -49,6 +50,11 @@ class AttachmentSource(Protocol):
     def pending(self, chat_id: int) -> tuple[ImageRef, ...]: ...
 
     def sent(self, chat_id: int) -> None: ...
+
+
+def _least_width(panel: QWidget) -> int:
+    """The least width a side panel takes beside the chat."""
+    return max(panel.minimumWidth(), panel.minimumSizeHint().width())
 
 
 def _keys(shortcut: QShortcut) -> str:
@@ -133,6 +139,7 @@ class ChatsPage(QWidget):
         self.composer = Composer(colors)
         self.settings_panel = ChatSettingsPanel()
         self.settings_panel.hide()
+        self._panel_toggles: dict[QWidget, QAbstractButton] = {}  # a side panel -> the button that opens it
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(0)
@@ -207,6 +214,7 @@ class ChatsPage(QWidget):
         self.settings_button.setCheckable(True)
         self.settings_button.setIconSize(QSize(18, 18))
         self.settings_button.toggled.connect(self.settings_panel.setVisible)
+        self._panel_toggles[self.settings_panel] = self.settings_button
         row.addWidget(self.settings_button)
         self._set_header_icons()
         return header
@@ -220,10 +228,13 @@ class ChatsPage(QWidget):
         """A feature's notice above the conversation (the feature shows and hides it)."""
         self._notices.addWidget(widget)
 
-    def add_side_panel(self, widget: QWidget) -> None:
-        """A feature's panel at the right of the chat (the feature shows and hides it)."""
+    def add_side_panel(self, widget: QWidget, toggle: QAbstractButton | None = None) -> None:
+        """A feature's panel at the right of the chat (the feature shows and hides it; ``toggle``: its checkable
+        button, which the page unchecks when it closes the panel to make room for another)."""
         self._row.addWidget(widget)
         self._watch_side_panel(widget)
+        if toggle is not None:
+            self._panel_toggles[widget] = toggle
 
     def _watch_side_panel(self, panel: QWidget) -> None:
         self._side_panels.append(panel)
@@ -231,6 +242,8 @@ class ChatsPage(QWidget):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
         if watched in self._side_panels and event.type() in (QEvent.Type.ShowToParent, QEvent.Type.HideToParent):
+            if event.type() == QEvent.Type.ShowToParent:
+                self._make_room_for(watched)
             self._fit_chat_list()
         return super().eventFilter(watched, event)
 
@@ -238,10 +251,23 @@ class ChatsPage(QWidget):
         super().resizeEvent(event)
         self._fit_chat_list()
 
+    def _make_room_for(self, opened: QWidget) -> None:
+        """Side panels that do not fit beside the chat together in the page's width (the chat list folded away):
+        the one opened last stays and the others close, so that the window keeps its size on a small screen."""
+        others = [p for p in self._side_panels if p is not opened and not p.isHidden()]
+        need = self._center.minimumSize().width() + sum(_least_width(p) for p in [opened, *others])
+        if not others or need <= self.width():
+            return
+        for panel in others:
+            toggle = self._panel_toggles.get(panel)
+            if toggle is not None and toggle.isChecked():
+                toggle.setChecked(False)  # (its handler hides the panel)
+            panel.hide()
+
     def _fit_chat_list(self) -> None:
         """The chat list folds away while the side panels open beside the chat leave it too little room (a small
         window or screen), so that the chat and the panels show whole; it comes back when they close."""
-        panels = sum(max(p.minimumWidth(), p.minimumSizeHint().width()) for p in self._side_panels if not p.isHidden())
+        panels = sum(_least_width(p) for p in self._side_panels if not p.isHidden())
         room = self.width() - self._center.minimumSize().width() - panels
         self.sidebar.setVisible(not panels or room >= self.sidebar.NARROWEST)
 

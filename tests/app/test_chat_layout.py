@@ -108,3 +108,30 @@ def test_the_title_is_never_squeezed_beside_the_controls(qtbot, idle_window, cha
         _settle(qtbot)
         assert page.title.width() >= page.header.TITLE_ROOM - 10, width  # was "This…" at the least size
         assert _inside(page.model_combo, page.header) and _inside(page.settings_button, page.header)
+
+
+def test_side_panels_that_do_not_fit_together_take_turns_and_the_window_keeps_its_size(qtbot, idle_window, chat_store):
+    page, docs = idle_window.chats, idle_window.docs
+    page.open_chat(_chat(chat_store))
+    try:
+        idle_window.resize(784, 600)  # a screen 800 wide: the settings or the documents, one at a time
+        _settle(qtbot)
+        page.settings_button.setChecked(True)
+        _settle(qtbot)
+        docs.button.setChecked(True)
+        _settle(qtbot)
+        assert docs.panel.isVisible() and not page.settings_panel.isVisible() and not page.settings_button.isChecked()
+        assert idle_window.width() == 784 and _inside(docs.panel, idle_window)
+        page.settings_button.setChecked(True)  # and back: the one opened last stays
+        _settle(qtbot)
+        assert page.settings_panel.isVisible() and not docs.panel.isVisible() and not docs.button.isChecked()
+        assert idle_window.width() == 784 and _inside(page.settings_panel, idle_window)
+        idle_window.resize(1400, 800)  # room for both beside the chat
+        _settle(qtbot)
+        docs.button.setChecked(True)
+        _settle(qtbot)
+        assert docs.panel.isVisible() and page.settings_panel.isVisible() and page.settings_button.isChecked()
+        assert _inside(docs.panel, idle_window) and _inside(page.settings_panel, idle_window)
+    finally:
+        docs.button.setChecked(False)
+        page.settings_button.setChecked(False)
