@@ -244,11 +244,14 @@ def _unicode_escape(text: str, i: int) -> tuple[str, int]:
 
 
 def close_partial_json(text: str) -> str:
-    """JSON cut off mid-way, closed where it stopped: an open string ended, a dangling key or comma dropped,
-    the open arrays and objects closed (``{"city": "Par`` -> ``{"city": "Par"}``)."""
+    """JSON cut off mid-way, closed where it stopped: an open string ended, a dangling key (cut in its name, or
+    written without its value) or comma dropped, the open arrays and objects closed (``{"city": "Par`` ->
+    ``{"city": "Par"}``, ``{"city": "Paris", "un`` -> ``{"city": "Paris"}``)."""
     stack: list[str] = []
     in_string = escaped = False
-    for ch in text:
+    key_at = -1  # where the key an object is waiting a value for begins (its opening quote), or -1
+    last = ""  # the last character outside strings, spaces aside
+    for i, ch in enumerate(text):
         if in_string:
             if escaped:
                 escaped = False
@@ -256,17 +259,28 @@ def close_partial_json(text: str) -> str:
                 escaped = True
             elif ch == '"':
                 in_string = False
-        elif ch == '"':
+            continue
+        if ch.isspace():
+            continue
+        if ch == '"':
             in_string = True
+            if stack and stack[-1] == "}" and last in "{,":
+                key_at = i
         elif ch in "{[":
             stack.append("}" if ch == "{" else "]")
         elif ch in "}]" and stack:
             stack.pop()
-    out = text + ('"' if in_string else "")
-    if escaped:
-        out = text[:-1] + '"'
-    out = out.rstrip()
-    out = out[:-1].rstrip() if out.endswith(",") else out
+        if ch in ":}]":
+            key_at = -1
+        last = ch
+    if key_at >= 0:  # a key and no value: dropped, with the comma before it
+        out = text[:key_at].rstrip().rstrip(",")
+    else:
+        out = text + ('"' if in_string else "")
+        if escaped:
+            out = text[:-1] + '"'
+        out = out.rstrip()
+        out = out[:-1].rstrip() if out.endswith(",") else out
     if out.endswith(":"):  # a key with no value yet: dropped with the key
         out = out[: out.rfind('"', 0, out.rfind('"'))].rstrip().rstrip(",")
     return out + "".join(reversed(stack))

@@ -9,6 +9,7 @@ import jsonschema
 import openai
 import pytest
 
+from engine.tools.spec import close_partial_json
 from tests.engine.server.conftest import MODEL
 
 QUESTION = [{"role": "user", "content": "Name three colours."}]
@@ -199,43 +200,8 @@ def test_json_schema_output_parses_and_validates(server):
         assert isinstance(json.loads(text), dict)
     else:  # the tiny model may nest objects until the limit (its greedy path turns on near ties, which the
         # batch it shares the server with moves): what the grammar holds is an object that is still open
-        assert obj.choices[0].finish_reason == "length" and isinstance(json.loads(_closed(text)), dict), text
+        assert obj.choices[0].finish_reason == "length" and isinstance(json.loads(close_partial_json(text)), dict), text
 
-
-def _closed(prefix: str) -> str:
-    """A JSON text cut short, closed: its open string ended, a key given a null value, a trailing ',' dropped or a
-    trailing ':' given null, its open brackets closed."""
-    stack: list[str] = []
-    in_string = escaped = key = False
-    last = ""  # the last character outside strings, spaces aside
-    for ch in prefix:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch.isspace():
-            continue
-        if ch == '"':
-            in_string, key = True, bool(stack) and stack[-1] == "}" and last in "{,"
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
-            stack.pop()
-        elif ch == ":":
-            key = False
-        last = ch
-    text = (prefix + ('"' if in_string else "")).rstrip()
-    if key:
-        text += ": null"
-    elif last == ",":
-        text = text[:-1]
-    elif last == ":":
-        text += " null"
-    return text + "".join(reversed(stack))
 
 
 def test_embeddings_validate(server, openai_schemas):

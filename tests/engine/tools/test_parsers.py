@@ -279,7 +279,11 @@ def test_close_partial_json_closes_what_was_open():
 
     for text, expected in (('{"city": "Par', {"city": "Par"}), ('{"city": "Paris", ', {"city": "Paris"}),
                            ('{"city": "Paris", "unit":', {"city": "Paris"}), ('{"a": [1, 2', {"a": [1, 2]}),
-                           ('{"x": "a\\', {"x": "a"}), ('{"x": "a\\\\', {"x": "a\\"})):  # fmt: skip
+                           ('{"x": "a\\', {"x": "a"}), ('{"x": "a\\\\', {"x": "a\\"}),
+                           # a key cut in its name, or written without its colon: dropped, as a key without its value
+                           ('{"city": "Paris", "un', {"city": "Paris"}), ('{"city": "Paris", "unit"', {"city": "Paris"}),
+                           ('{"a": {"b": "c"}, "d"', {"a": {"b": "c"}}), ('[{"a": 1}, {"b', [{"a": 1}, {}]),
+                           ('{"a": "b:c", "d', {"a": "b:c"})):  # fmt: skip
         assert json.loads(close_partial_json(text)) == expected, text
 
 
