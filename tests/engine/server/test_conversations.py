@@ -154,3 +154,32 @@ def test_the_store_is_bounded_the_least_recently_used_going_first():
     with pytest.raises(ConversationFull):
         store.add(c, [dict(big, id="msg_3")])  # one conversation alone past it is refused, not kept
     assert [i["id"] for i in store.items(c) or ()] == ["msg_2"]
+
+
+def test_the_openai_agents_sdk_keeps_a_session_in_a_conversations_items(server):
+    """OpenAIConversationsSession: the SDK keeps the turns itself, through the items routes (list, add, delete)."""
+    agents = pytest.importorskip("agents")
+    import asyncio
+
+    agents.set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
+    agent = agents.Agent(name="helper", instructions="Answer in one word.",
+                         model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
+                         model_settings=agents.ModelSettings(temperature=0, max_tokens=100))  # fmt: skip
+
+    cid = sdk(server).conversations.create().id
+
+    async def turns() -> tuple[list, list, dict | None]:
+        session = agents.OpenAIConversationsSession(conversation_id=cid, openai_client=client)
+        await agents.Runner.run(agent, "What colour is the sky?", session=session)
+        await agents.Runner.run(agent, "And the grass?", session=session)
+        before = await session.get_items()
+        popped = await session.pop_item()
+        after = await session.get_items()
+        await session.clear_session()
+        return before, after, popped
+
+    before, after, popped = asyncio.run(turns())
+    assert [i.get("role") for i in before] == ["user", "assistant", "user", "assistant"]
+    assert popped is not None and popped["role"] == "assistant" and len(after) == 3
+    assert httpx.get(f"{server.base_url}/conversations/{cid}", headers=server.headers).status_code == 404
