@@ -125,13 +125,19 @@ def test_what_cannot_be_done_with_a_conversation_is_one_clear_error(server):
     assert kept.type == "function_call" and kept.arguments == '{"a": 1}' and kept.status == "completed"
 
 
-def test_the_openai_agents_sdk_keeps_its_turns_in_a_conversation(server):
-    agents = pytest.importorskip("agents")
+def _one_word_agent(agents, server):
+    """An openai-agents Agent on the Responses API of ``server`` that answers in a word (greedy), and its client."""
     agents.set_tracing_disabled(True)
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
     agent = agents.Agent(name="helper", instructions="Answer in one word.",
                          model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
                          model_settings=agents.ModelSettings(temperature=0, max_tokens=100))  # fmt: skip
+    return agent, client
+
+
+def test_the_openai_agents_sdk_keeps_its_turns_in_a_conversation(server):
+    agents = pytest.importorskip("agents")
+    agent, _ = _one_word_agent(agents, server)
     conv = sdk(server).conversations.create()
     first = agents.Runner.run_sync(agent, "What colour is the sky?", conversation_id=conv.id)
     second = agents.Runner.run_sync(agent, "And the grass?", conversation_id=conv.id)
@@ -161,11 +167,7 @@ def test_the_openai_agents_sdk_keeps_a_session_in_a_conversations_items(server):
     agents = pytest.importorskip("agents")
     import asyncio
 
-    agents.set_tracing_disabled(True)
-    client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
-    agent = agents.Agent(name="helper", instructions="Answer in one word.",
-                         model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
-                         model_settings=agents.ModelSettings(temperature=0, max_tokens=100))  # fmt: skip
+    agent, client = _one_word_agent(agents, server)
 
     cid = sdk(server).conversations.create().id
 
