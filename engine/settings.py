@@ -43,6 +43,8 @@ class ServerSettings:
             client's behalf); off, such images are refused.
         stream_interval_ms: Least milliseconds between a streamed answer's events, each carrying the tokens
             made since the last (0: every token as it comes); its first text and its end go at once.
+        reasoning_budget: Tokens a model may think, for a request that gives no thinking budget of its own
+            (None: no cap; engine.tools.thinking_budget).
     """
 
     host: str = "127.0.0.1"
@@ -56,6 +58,7 @@ class ServerSettings:
     ollama_port: int | None = None
     allow_image_urls: bool = False
     stream_interval_ms: float = 0.0
+    reasoning_budget: int | None = None
 
     @property
     def is_loopback(self) -> bool:

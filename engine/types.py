@@ -71,6 +71,9 @@ class SamplingParams:
     penalty_last_n: int | None = None
     include_stop: bool = False  # the stop string that ends the answer is kept at its end (vLLM's include_stop_str_in_output)
     min_tokens: int = 0  # vLLM's: before this many tokens, no end of generation, stop token or stop string ends it
+    # tokens the model may think before its thinking is closed for it (engine.tools.thinking_budget); -1: no cap,
+    # None: the server's default (--reasoning-budget), else no cap
+    thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
         _check_range("temperature", self.temperature, 0.0, 2.0)
@@ -87,6 +90,10 @@ class SamplingParams:
             raise InvalidRequest("'max_tokens' must be a whole number of at least 1.", param="max_tokens")
         if not isinstance(self.min_tokens, int) or isinstance(self.min_tokens, bool) or self.min_tokens < 0:
             raise InvalidRequest("'min_tokens' must be a whole number of 0 or more.", param="min_tokens")
+        if self.thinking_budget is not None and (
+            not isinstance(self.thinking_budget, int) or isinstance(self.thinking_budget, bool) or self.thinking_budget < -1
+        ):
+            raise InvalidRequest("The thinking budget must be a whole number of tokens (-1: no cap).", param="thinking_budget")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise InvalidRequest(f"'min_tokens' ({self.min_tokens}) must not be more than 'max_tokens' ({self.max_tokens}).",
                                  param="min_tokens")  # fmt: skip

@@ -104,6 +104,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default 0: every token as it comes); with many streams at once, fewer events leave more of the CPU to "
         "the model. An answer's first text and its end go at once",
     )
+    p.add_argument(
+        "--reasoning-budget",
+        type=valid.cli_type(reasoning_budget),
+        default=None,
+        metavar="N",
+        help="tokens a model may think before its thinking is closed for it, for requests that give no budget of "
+        "their own (thinking_token_budget, thinking.budget_tokens); -1 (default): no cap, 0: close it at once",
+    )
     p.add_argument("--max-body", type=valid.whole(valid.BODY_BYTES), default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(
         "--ollama-port",
@@ -118,6 +126,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def idle_ttl(text: str) -> float | None:
     """``--idle-ttl``: seconds or a duration (``10m``), or ``never`` (None)."""
     return valid.keep_alive(text, name="idle_ttl")
+
+
+def reasoning_budget(text: str) -> int | None:
+    """``--reasoning-budget``: a number of tokens; -1 for no cap (None)."""
+    from engine.errors import InvalidRequest
+
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise InvalidRequest(f"--reasoning-budget must be -1 (no cap), 0 (no thinking) or a number of tokens, not '{text}'.")
+    return None if value < 0 else value
 
 
 def stream_interval(text: str) -> float:
@@ -192,6 +213,7 @@ def server_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         ollama_port=args.ollama_port,
         allow_image_urls=bool(getattr(args, "allow_image_urls", False)),
         stream_interval_ms=getattr(args, "stream_interval", 0.0),
+        reasoning_budget=getattr(args, "reasoning_budget", None),
     )
 
 

@@ -254,8 +254,9 @@ def _tools(body: CountTokensBody) -> dict[str, Any]:
 
 def _check_budget(budget: Any) -> None:
     """Refuse a ``thinking.budget_tokens`` that is no count of tokens. Anthropic's own lower bound (1024) and its
-    rule that the budget be below ``max_tokens`` are not applied: a local model thinks as long as it does within
-    ``max_tokens``, and the budget itself is not enforced."""
+    rule that the budget be below ``max_tokens`` are not applied: a small local budget is a fair request, and an
+    answer that reaches ``max_tokens`` first ends there as Claude's does. The budget is enforced: the thinking is
+    closed for the model once it has taken that many tokens (engine.tools.thinking_budget)."""
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
         raise InvalidRequest(f"'thinking.budget_tokens' must be a whole number of tokens, got {json.dumps(budget)}.",
                              param="thinking.budget_tokens")  # fmt: skip
@@ -275,6 +276,9 @@ def _params(body: MessagesBody) -> SamplingParams:
         raise InvalidRequest("'max_tokens' must be at least 1 (or 0, to read the prompt into the cache only).", param="max_tokens")
     if body.temperature is not None and not 0.0 <= body.temperature <= 1.0:
         raise InvalidRequest("'temperature' must be between 0 and 1.", param="temperature")
+    thinking = body.thinking if isinstance(body.thinking, dict) else {}
+    budget = thinking.get("budget_tokens") if thinking.get("type") == "enabled" else None
+    _check_budget(budget)
     return SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
@@ -282,6 +286,7 @@ def _params(body: MessagesBody) -> SamplingParams:
         stop=tuple(body.stop_sequences or ()),
         max_tokens=body.max_tokens or 1,  # 0: the prompt is read (and cached), its one token not given
         ignore_eos=body.ignore_eos,
+        thinking_budget=budget,
     )
 
 

@@ -149,6 +149,7 @@ class Generation:
             request_caps.check_sequences(len(self.requests), slots=stats.slots, max_waiting=stats.max_waiting,
                                          model=self.served_name, param=prompt_param(self.http.url.path))  # fmt: skip
         self.requests = request_caps.cap_max_tokens(self.http, self.requests, lm.backend.info.n_ctx)
+        self.requests = request_caps.default_thinking_budget(self.requests, self.app.state.settings.reasoning_budget)
 
     @property
     def served(self) -> Served:

@@ -368,7 +368,8 @@ async def chat_completions(request: Request, body: ChatCompletionBody):
         GenerationRequest(
             model=body.model,
             messages=messages,
-            params=_params(body, max_tokens=max_tokens, logprobs=logprobs, index=i),
+            params=replace(_params(body, max_tokens=max_tokens, logprobs=logprobs, index=i),
+                           thinking_budget=body.thinking_budget),
             unset=body.unset_sampling(max_tokens),
             response_format=fmt,
             speculative=body.speculative,

@@ -62,9 +62,18 @@ def cap_max_tokens(http: Request, requests: list[GenerationRequest], n_ctx: int)
     return out
 
 
+def default_thinking_budget(requests: list[GenerationRequest], budget: int | None) -> list[GenerationRequest]:
+    """``requests`` with the server's thinking budget (``--reasoning-budget``) where they give none of their own."""
+    if budget is None:
+        return requests
+    return [req if req.params.thinking_budget is not None else replace(req, params=replace(req.params, thinking_budget=budget))
+            for req in requests]  # fmt: skip
+
+
 def noted_cap(state: dict) -> int | None:
     """The context a request's ``max_tokens`` was lowered to, from its ASGI scope's ``state`` (None: it was not)."""
     return state.get(_STATE_KEY)
 
 
-__all__ = ["MAX_TOKENS_CAP_HEADER", "cap_max_tokens", "check_choices", "check_sequences", "noted_cap"]
+__all__ = ["MAX_TOKENS_CAP_HEADER", "cap_max_tokens", "check_choices", "check_sequences", "default_thinking_budget",
+           "noted_cap"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StrictBool
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 from pydantic.config import JsonDict
 
 from engine.model_defaults import left_unset
@@ -109,9 +109,17 @@ class ChatCompletionBody(_Sampling):
     functions: list[Any] | None = None
     function_call: str | dict[str, Any] | None = None
     reasoning_effort: str | None = None
+    # tokens the model may think before its thinking is closed for it: vLLM's name and llama-server's (-1: no cap)
+    thinking_token_budget: Annotated[StrictInt, Field(ge=-1)] | None = None
+    thinking_budget_tokens: Annotated[StrictInt, Field(ge=-1)] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     continue_final_message: StrictBool = False  # vLLM's: go on with the last message, the assistant's answer
     prediction: PredictionBody | None = None
+
+    @property
+    def thinking_budget(self) -> int | None:
+        """The thinking budget the request gives under either name (-1: no cap; None: it gives none)."""
+        return self.thinking_token_budget if self.thinking_token_budget is not None else self.thinking_budget_tokens
 
     @property
     def legacy_functions(self) -> bool:

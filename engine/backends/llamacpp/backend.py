@@ -44,6 +44,7 @@ from engine.errors import (
 )
 from engine.fit.plan import LoadPlan, prefill_block
 from engine.tools import RenderedChat, render_request
+from engine.tools.thinking_budget import thinking_budget_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -309,6 +310,8 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             log.info("request %s: a strict tool's call is left free: its grammar does not parse", request.request_id)
             sampler = SequenceSampler(model, request.params, None, mask_budget=self._mask_budget, prompt=prompt,
                                       n_ctx=loop.n_ctx_seq)  # fmt: skip
+        sampler.thinking = thinking_budget_for(rendered, request.params.thinking_budget, model.tokenize,
+                                               lambda t: model.piece(t, special=True))  # fmt: skip
         seq = Seq(stream=stream, prompt=prompt, sampler=sampler, n_ctx=loop.n_ctx_seq)
         try:
             loop.submit(seq)

@@ -21,6 +21,7 @@ from engine.errors import GrammarDeadEnd, GrammarTooSlow, InvalidRequest, Reques
 from engine.schema_limits import check_schema
 from engine.tools.call_watch import CallWatch, ThinkEndWatch
 from engine.tools.constraint import ToolCallConstraint, known_keywords
+from engine.tools.thinking_budget import ThinkingBudget
 from engine.types import ResponseFormat, SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
@@ -237,6 +238,7 @@ class SequenceSampler:
         self._grammar_text = ""
         self._complete: int | None = None  # the end token, once the grammar allows nothing else
         self.guide = guide
+        self.thinking: ThinkingBudget | None = None  # the request's thinking budget (set by the backend)
         if guide is not None:
             self._cells = (llama_cpp.llama_token_data * model.n_vocab)()
             self._view = np.ctypeslib.as_array(self._cells)
@@ -442,6 +444,20 @@ class SequenceSampler:
             return self.sample(ctx, index, cancelled=cancelled)
         finally:
             logits[ends] = kept
+
+    def sample_forced(
+        self, ctx: llama_cpp.llama_context_p, index: int, token: int, *, cancelled: Callable[[], bool] | None = None
+    ) -> int:
+        """:meth:`sample` with every token but ``token`` banned (the thinking budget closes the thinking), so that the
+        chain, its penalties and any grammar take it as drawn; the logits are left as they were."""
+        logits = self._logits(ctx, index)
+        kept = logits.copy()
+        logits.fill(-np.inf)
+        logits[token] = kept[token] if np.isfinite(kept[token]) else 0.0
+        try:
+            return self.sample(ctx, index, cancelled=cancelled)
+        finally:
+            logits[:] = kept
 
     def logits(self, ctx: llama_cpp.llama_context_p, index: int) -> np.ndarray:
         """The raw logits at batch row ``index`` (valid until the next decode)."""

@@ -521,8 +521,12 @@ class DecodeLoop(AdmissionQueue[Sequence]):
     def _advance(self, seq: Sequence, row: int, token: int | None = None, drafted: int | None = None) -> None:
         """Take ``seq``'s next token from batch row ``row``: ``token`` where it was judged already, else its
         sampler's draw; ``drafted``: the token drafted for this position, if any (kept when it is the one taken)."""
+        thinking = seq.sampler.thinking
+        forced = thinking.forced() if thinking is not None else None
         try:
-            if token is None and seq.params.holds_end(len(seq.stream.generated)):
+            if forced is not None:  # the thinking budget is spent: its closing tag's next token
+                token = seq.sampler.sample_forced(self.ctx, row, forced, cancelled=lambda: seq.cancelled)
+            elif token is None and seq.params.holds_end(len(seq.stream.generated)):
                 token = seq.sampler.sample_holding_end(self.ctx, row, cancelled=lambda: seq.cancelled)
             elif token is None:
                 token = seq.sampler.sample(self.ctx, row, cancelled=lambda: seq.cancelled)
@@ -533,6 +537,8 @@ class DecodeLoop(AdmissionQueue[Sequence]):
             log.warning("request %s: %s", seq.request_id, exc)
             self._finish(seq, "error", error=str(exc), code=exc.code)
             return
+        if thinking is not None:
+            thinking.feed(token)
         lp: tuple[TokenLogprob, ...] = ()
         if seq.params.logprobs is not None:
             lp = (seq.sampler.logprobs(self.ctx, row, token),)

@@ -22,6 +22,7 @@ from engine.backends.speculative import SpeculativeOptions
 from engine.errors import EmbeddingsUnsupported
 from engine.tools import RenderedChat, render_request
 from engine.tools.guidance import matcher_for
+from engine.tools.thinking_budget import thinking_budget_for
 from engine.types import ChatMessage, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,10 @@ class MLXBackend(BackendFacade[GenerationLoop]):
         if ignored:
             log.warning("the mlx backend ignores %s for request %s", ", ".join(ignored), request.request_id)
         matcher = matcher_for(stream.rendered, request, vocab, vocab.n_vocab)
-        seq = Seq(stream=stream, prompt=prompt, sampler=TokenSampler(request.params, vocab.n_vocab, vocab.eog_ids, matcher))
+        thinking = thinking_budget_for(stream.rendered, request.params.thinking_budget,
+                                       lambda text: vocab.encode(text, parse_special=True), vocab.piece)  # fmt: skip
+        seq = Seq(stream=stream, prompt=prompt,
+                  sampler=TokenSampler(request.params, vocab.n_vocab, vocab.eog_ids, matcher, thinking))  # fmt: skip
         loop.submit(seq)
         return stream.chunks(lambda: loop.cancel(request.request_id))
 

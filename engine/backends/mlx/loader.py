@@ -12,6 +12,7 @@ import mlx.nn as nn
 
 from engine.backends.base import ModelSpec
 from engine.backends.mlx.gguf import build_gguf_model
+from engine.chat_template import ChatTemplate
 from engine.errors import ModelLoadError
 from engine.gguf import Vocabulary, read_metadata, vocabulary_from_folder, vocabulary_from_gguf
 
@@ -147,11 +148,15 @@ def load(spec: ModelSpec) -> LoadedModel:
     path = Path(spec.path)
     if not path.exists():
         raise ModelLoadError(str(path), "nothing is there; check the path or pull the model again.")
-    if path.is_file():
-        if spec.format == "gguf" or path.suffix.lower() == ".gguf":
-            return load_gguf(path)
-        path = path.parent  # a file inside a model folder (config.json, a shard): load the folder
-    return load_folder(path)
+    if path.is_file() and (spec.format == "gguf" or path.suffix.lower() == ".gguf"):
+        loaded = load_gguf(path)
+    else:  # a folder, or a file inside one (config.json, a shard): the folder
+        loaded = load_folder(path.parent if path.is_file() else path)
+    if spec.chat_template:  # an Ollama model's translated template replaces the file's, as on the other backends
+        own = loaded.vocab.chat_template
+        loaded.vocab.chat_template = ChatTemplate(spec.chat_template, bos_token=own.bos_token, eos_token=own.eos_token,
+                                                  specials=own.specials)  # fmt: skip
+    return loaded
 
 
 __all__ = ["LoadedModel", "load", "load_gguf", "load_folder", "on_cpu", "count_parameters"]

@@ -17,6 +17,7 @@ import mlx.core as mx
 
 from engine.errors import InvalidRequest
 from engine.tools.guidance import GrammarMatcher
+from engine.tools.thinking_budget import ThinkingBudget
 from engine.types import SamplingParams
 
 
@@ -36,10 +37,16 @@ class TokenSampler:
     """
 
     def __init__(
-        self, params: SamplingParams, n_vocab: int, eog_ids: Iterable[int], matcher: GrammarMatcher | None = None
+        self,
+        params: SamplingParams,
+        n_vocab: int,
+        eog_ids: Iterable[int],
+        matcher: GrammarMatcher | None = None,
+        thinking: ThinkingBudget | None = None,
     ) -> None:
         self.params = params
         self.matcher = matcher  # a grammar the output must follow (engine.tools.guidance)
+        self.thinking = thinking  # the thinking budget (engine.tools.thinking_budget)
         self.n_vocab = n_vocab
         eog_ids = list(eog_ids)
         bias = dict(params.logit_bias)
@@ -107,6 +114,12 @@ class TokenSampler:
 
     def sample(self, logits: mx.array, prompt: Sequence[int], generated: Sequence[int]) -> int:
         """The next token, given this step's logits ``[n_vocab]``, the prompt's tokens and those generated so far."""
+        forced = self.thinking.forced() if self.thinking is not None else None
+        if forced is not None:  # a spent thinking budget: the closing tag's next token, whatever the logits
+            if self.matcher is not None:
+                self.matcher.consume(forced)
+            self.thinking.feed(forced)  # pyright: ignore[reportOptionalMemberAccess]
+            return forced
         logits = self._processed(logits.astype(mx.float32), prompt, generated)
         if self.matcher is not None and self.matcher.active:  # tokens that would leave the grammar are never drawn
             allowed = self.matcher.allowed(strict=self.matcher.strict)[: logits.shape[-1]]
@@ -116,6 +129,8 @@ class TokenSampler:
         token = self._draw(logits)
         if self.matcher is not None:
             self.matcher.consume(token)
+        if self.thinking is not None:
+            self.thinking.feed(token)
         return token
 
     def _draw(self, logits: mx.array) -> int:

@@ -13,7 +13,7 @@ from engine.backends.paged.engine_core import EngineFacts
 from engine.backends.paged.engine_loop import EngineLoop
 from engine.backends.paged.engine_process import EngineProcess, PendingRequest
 from engine.backends.paged.loader import Checkpoint, read_checkpoint
-from engine.backends.paged.sampler import RequestSampler
+from engine.backends.paged.sampler import RequestSampler, thinking_for
 from engine.backends.paged.sequence import Sequence as Seq
 from engine.backends.paged.startup import LoadedEngine, start_engine
 from engine.backends.runtime import RequestStream, given_tokens, refuse_media
@@ -194,7 +194,8 @@ class PagedBackend(BackendFacade[EngineLoop | EngineProcess]):
         n_logits = facts.vocab_size
         sampler = RequestSampler(request.params, vocab_size=n_logits,
                                  eos_ids=sorted(tok.eog_ids), device=le.device,
-                                 matcher=matcher_for(stream.rendered, request, tok, n_logits))  # fmt: skip
+                                 matcher=matcher_for(stream.rendered, request, tok, n_logits),
+                                 thinking=thinking_for(stream.rendered, request.params, tok))  # fmt: skip
         owner = RequestState(stream, sampler)
         seq = Seq(prompt, request.params, block_size=le.config.block_size, request_id=request.request_id, owner=owner)
         loop.submit(seq)

@@ -248,7 +248,7 @@ class EngineCore:
             self.stopping = True
 
     def _add(self, rid: str, prompt: list[int], request: GenerationRequest, rendered: Any, drafter: Any) -> None:
-        from engine.backends.paged.sampler import RequestSampler
+        from engine.backends.paged.sampler import RequestSampler, thinking_for
         from engine.backends.paged.sequence import Sequence
         from engine.tools.guidance import matcher_for
 
@@ -257,7 +257,8 @@ class EngineCore:
         n_logits = le.engine.runner.model.args.vocab_size
         try:
             sampler = RequestSampler(request.params, vocab_size=n_logits, eos_ids=sorted(tok.eog_ids), device=le.device,
-                                     matcher=matcher_for(rendered, request, tok, n_logits))  # fmt: skip
+                                     matcher=matcher_for(rendered, request, tok, n_logits),
+                                     thinking=thinking_for(rendered, request.params, tok))  # fmt: skip
         except Exception as exc:  # the API process checked what it could; a grammar that fails to build
             self.ended.append((rid, "error", str(exc), None))
             return

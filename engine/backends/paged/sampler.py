@@ -13,11 +13,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from engine.errors import InvalidRequest
 from engine.tools.guidance import GrammarMatcher
+from engine.tools.thinking_budget import ThinkingBudget, thinking_budget_for
 from engine.types import SamplingParams
 
 
@@ -36,9 +38,11 @@ class RequestSampler:
         eos_ids: Sequence[int],
         device: torch.device,
         matcher: GrammarMatcher | None = None,
+        thinking: ThinkingBudget | None = None,
     ) -> None:
         self.params = params
         self.matcher = matcher  # a grammar the output must follow (engine.tools.guidance)
+        self.thinking = thinking  # the thinking budget (engine.tools.thinking_budget): its rows sample one by one
         bias = dict(params.logit_bias)
         for tok in bias:
             if not 0 <= tok < vocab_size:
@@ -56,6 +60,12 @@ class RequestSampler:
     @property
     def has_penalties(self) -> bool:
         return self.params.penalized
+
+
+def thinking_for(rendered: Any, params: SamplingParams, tokenizer: Any) -> ThinkingBudget | None:
+    """A chat request's thinking budget on this engine's tokenizer (None where it asked for none)."""
+    return thinking_budget_for(rendered, params.thinking_budget, lambda text: tokenizer.encode(text, parse_special=True),
+                               tokenizer.piece)  # fmt: skip
 
 
 _MASK32 = 0xFFFFFFFF
@@ -233,6 +243,11 @@ def sample(
         allowed = torch.from_numpy(matcher.allowed()[: logits.shape[1]]).to(dev)
         logits[i, : allowed.shape[0]].masked_fill_(~allowed, -float("inf"))
         logits[i, allowed.shape[0] :] = -float("inf")
+    for i, r in enumerate(rows):  # a spent thinking budget: the closing tag's next token, whatever the logits
+        if r.thinking is not None and (forced := r.thinking.forced()) is not None:
+            kept = logits[i, forced].clone()
+            logits[i].fill_(-float("inf"))
+            logits[i, forced] = kept if bool(torch.isfinite(kept)) else 0.0
     greedy = [r.params.greedy for r in rows]
     tokens = logits.argmax(-1)
     if not all(greedy):
@@ -247,6 +262,9 @@ def sample(
     token_list = tokens.tolist()
     for i, matcher in constrained:
         matcher.consume(token_list[i])
+    for r, token in zip(rows, token_list, strict=True):
+        if r.thinking is not None:
+            r.thinking.feed(token)
     lps: list[tuple[float, list[int], list[float]] | None] = [None] * n
     want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
     if want:
@@ -260,4 +278,4 @@ def sample(
     return SampleResult(token_list, lps)
 
 
-__all__ = ["RequestSampler", "SampleResult", "SamplingBatch", "ban_ends", "filter_logits", "sample", "sample_batched"]
+__all__ = ["RequestSampler", "SampleResult", "SamplingBatch", "ban_ends", "filter_logits", "sample", "sample_batched", "thinking_for"]

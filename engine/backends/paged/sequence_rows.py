@@ -204,7 +204,8 @@ class SequenceRows:
         self.ban_eos[r] = self.columns[r, 8] = bool(banned)
         matcher = sampler.matcher  # one waiting for a tool call to open masks nothing yet
         self.batched[r] = not (sampler.bias or sampler.has_penalties or (matcher is not None and matcher.active)
-                               or p.logprobs is not None or (banned and banned != self.end_ids) or sampler.held_ends)  # fmt: skip
+                               or p.logprobs is not None or (banned and banned != self.end_ids) or sampler.held_ends
+                               or sampler.thinking is not None)  # fmt: skip
         if matcher is not None and not matcher.active and self.batched[r]:
             self.watching.add(seq.seq_id)
 
