@@ -113,6 +113,7 @@ MAX_TOKENS = WholeNumber("max_tokens", 1, MAX_CTX)
 COUNT = WholeNumber("count", 1, 1_000_000)
 QUEUE = WholeNumber("max_waiting", 0, 1_000_000)  # 0: no request waits beyond those that run
 SEED = WholeNumber("seed", 0, 2**32 - 1)
+REASONING_BUDGET = WholeNumber("reasoning_budget", 0, MAX_CTX)  # tokens of thinking (0: closed as it opens)
 BODY_BYTES = WholeNumber("max_body", 1024, 1 << 34)
 TEMPERATURE = Fraction("temperature", 0.0, 2.0)
 TOP_P = Fraction("top_p", 0.0, 1.0)

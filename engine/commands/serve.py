@@ -106,11 +106,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--reasoning-budget",
-        type=valid.cli_type(reasoning_budget),
+        type=valid.whole(valid.REASONING_BUDGET),
         default=None,
         metavar="N",
         help="tokens a model may think before its thinking is closed for it, for requests that give no budget of "
-        "their own (thinking_token_budget, thinking.budget_tokens); -1 (default): no cap, 0: close it at once",
+        "their own (thinking_token_budget, thinking.budget_tokens; -1 there: no cap); 0 closes it at once "
+        "(default: no cap)",
     )
     p.add_argument("--max-body", type=valid.whole(valid.BODY_BYTES), default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument(
@@ -126,19 +127,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def idle_ttl(text: str) -> float | None:
     """``--idle-ttl``: seconds or a duration (``10m``), or ``never`` (None)."""
     return valid.keep_alive(text, name="idle_ttl")
-
-
-def reasoning_budget(text: str) -> int | None:
-    """``--reasoning-budget``: a number of tokens; -1 for no cap (None)."""
-    from engine.errors import InvalidRequest
-
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = -2
-    if value < -1:
-        raise InvalidRequest(f"--reasoning-budget must be -1 (no cap), 0 (no thinking) or a number of tokens, not '{text}'.")
-    return None if value < 0 else value
 
 
 def stream_interval(text: str) -> float:
