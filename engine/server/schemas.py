@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt
+from pydantic import BaseModel, Field, StrictBool
 from pydantic.config import JsonDict
 
 from engine.model_defaults import left_unset
@@ -110,8 +110,8 @@ class ChatCompletionBody(_Sampling):
     function_call: str | dict[str, Any] | None = None
     reasoning_effort: str | None = None
     # tokens the model may think before its thinking is closed for it: vLLM's name and llama-server's (-1: no cap)
-    thinking_token_budget: Annotated[StrictInt, Field(ge=-1)] | None = None
-    thinking_budget_tokens: Annotated[StrictInt, Field(ge=-1)] | None = None
+    thinking_token_budget: int | None = Field(None, ge=-1)
+    thinking_budget_tokens: int | None = Field(None, ge=-1)
     chat_template_kwargs: dict[str, Any] | None = None
     continue_final_message: StrictBool = False  # vLLM's: go on with the last message, the assistant's answer
     prediction: PredictionBody | None = None

@@ -68,7 +68,7 @@ def test_anthropics_budget_tokens_is_enforced(thinker):
 
 @pytest.mark.parametrize(("path", "body", "param"), [
     ("/v1/chat/completions", {"thinking_token_budget": -2}, "thinking_token_budget"),
-    ("/v1/chat/completions", {"thinking_token_budget": True}, "thinking_token_budget"),
+    ("/v1/chat/completions", {"thinking_token_budget": 2.5}, "thinking_token_budget"),
     ("/v1/chat/completions", {"thinking_budget_tokens": "many"}, "thinking_budget_tokens"),
     ("/v1/messages", {"max_tokens": 8, "thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking.budget_tokens"),
 ])  # fmt: skip
