@@ -77,6 +77,27 @@ def test_a_budget_of_zero_closes_the_thinking_as_it_opens(vocabulary):
     assert taken == closing and forced_at == list(range(len(closing)))
 
 
+def test_a_closing_tag_that_is_one_control_token_is_forced_as_that_token_and_read_though_its_piece_is_empty(vocabulary):
+    # as Qwen3's </think> and Gemma 4's <channel|> are: two of the starter's control tokens stand in for such tags
+    rendered = RenderedChat(prompt="", think_tags=("<jupyter_code>", "<jupyter_output>"))
+    budget = _budget(vocabulary, 2, rendered)
+    (opening,) = vocabulary.encode("<jupyter_code>", parse_special=True)
+    (closing,) = vocabulary.encode("<jupyter_output>", parse_special=True)
+    assert vocabulary.piece(opening) == vocabulary.piece(closing) == b""
+    budget.feed(opening)  # the model opens it itself
+    words = vocabulary.encode(" a b c", parse_special=False)
+    for token in words[:2]:
+        assert budget.forced() is None
+        budget.feed(token)
+    assert budget.forced() == closing
+    budget.feed(closing)
+    assert not budget.pending and budget.forced() is None
+    early = _budget(vocabulary, 5, rendered)
+    for token in (opening, words[0], closing):  # the model's own closing token ends the count
+        early.feed(token)
+    assert not early.pending
+
+
 def test_gpt_oss_thinking_ends_by_switching_to_the_final_channel(vocabulary):
     rendered = RenderedChat(prompt="", tool_format="harmony")
     budget = _budget(vocabulary, 1, rendered)
