@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.catalog.other_apps import ORIGINS
     from engine.catalog.other_apps_sync import refresh
     from engine.catalog.registry import ModelRegistry
+    from engine.commands.show import model_capabilities
 
     registry = ModelRegistry()
     if args.scan:
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                         "origin_label": ORIGINS.get(m.origin) if m.origin else None,
                         "backend": choose_backend(m.format).backend,
                         "mmproj": str(m.mmproj) if m.mmproj else None,
-                        "capabilities": capabilities_of(m),
+                        "capabilities": model_capabilities(m),
                         **_origin_details(m),
                     }
                     for m in models

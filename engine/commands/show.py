@@ -22,19 +22,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def model_capabilities(m, kv: dict[str, Any] | None = None) -> list[str]:
+    """What the local model ``m`` can do besides complete text, as `hearth show` and `hearth models --json` say it:
+    ``tools``, ``thinking``, ``insert``, ``embedding``, ``vision``, ``audio`` (``kv``: its header, if read already)."""
+    from engine.commands.models import capabilities_of
+    from engine.server.ollama_models import capabilities, model_header
+
+    kv = model_header(m) if kv is None else kv
+    info = m.origin_info or {}
+    template = info.get("template") if info.get("template_source") == "ollama" else None
+    template = template or kv.get("tokenizer.chat_template") or kv.get("chat_template") or ""
+    caps = capabilities(m, template if isinstance(template, str) else "")
+    if kv.get(f"{m.architecture}.attention.causal") is False:  # an encoder: vectors or scores, never text
+        caps = ["embedding"]
+    return sorted(set(caps + capabilities_of(m)) - {"completion"})
+
+
 def describe(m, registry) -> dict[str, Any]:
     """Everything `hearth show` says of the local model ``m`` (``--json``'s stable keys)."""
     from engine.catalog.other_apps import ORIGINS
-    from engine.commands.models import capabilities_of
-    from engine.server.ollama_models import capabilities, model_header
+    from engine.server.ollama_models import model_header
 
     kv = model_header(m)
     info = m.origin_info or {}
     template = info.get("template") if info.get("template_source") == "ollama" else None
     template = template or kv.get("tokenizer.chat_template") or kv.get("chat_template") or None
-    caps = capabilities(m, template if isinstance(template, str) else "")
-    if kv.get(f"{m.architecture}.attention.causal") is False:  # an encoder: vectors or scores, never text
-        caps = ["embedding"]
     defaults = dict(info.get("defaults") or {}) if isinstance(info.get("defaults"), dict) else {}
     system = defaults.pop("system", None)
     saved = _saved_settings(registry, m.name)
@@ -46,7 +58,7 @@ def describe(m, registry) -> dict[str, Any]:
         "quantization": m.quantization,
         "format": m.format,
         "size_bytes": m.size_bytes,
-        "capabilities": sorted(set(caps + capabilities_of(m)) - {"completion"}),
+        "capabilities": model_capabilities(m, kv),
         "template": template if isinstance(template, str) else None,
         "template_source": info.get("template_source") or ("gguf" if template else None),
         "system": system if isinstance(system, str) else None,

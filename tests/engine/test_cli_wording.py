@@ -66,6 +66,9 @@ def test_chat_with_a_reranker_says_what_it_is_for_and_llama_cpps_warnings_stay_i
     assert main(["show", "tiny-reranker", "--json"]) == 0
     shown = json.loads(capfd.readouterr().out)
     assert shown["capabilities"] == ["embedding"] and shown["architecture"] == "bert"
+    assert main(["models", "--json"]) == 0  # the listing says what `show` says
+    listed = {m["name"]: m for m in json.loads(capfd.readouterr().out) if "path" in m}
+    assert listed["tiny-reranker"]["capabilities"] == ["embedding"]
 
 
 def test_a_mistyped_option_is_refused_by_its_command_with_the_option_meant(capsys):

@@ -37,7 +37,7 @@ def test_search_and_pull_show_and_fetch_the_projector_and_models_marks_it(env, t
     line = next(x for x in listed.stdout.splitlines() if x.startswith(f"{REPO}:Q8_0"))
     assert line.rstrip().endswith("[vision]")
     (entry,) = [m for m in json.loads(hearth(env, "models", "--json").stdout) if m["name"] == f"{REPO}:Q8_0"]
-    assert entry["capabilities"] == ["vision"] and entry["mmproj"] == str(folder / F16)
+    assert entry["capabilities"] == ["tools", "vision"] and entry["mmproj"] == str(folder / F16)  # as `hearth show` says
     refused = hearth(env, "pull", f"{REPO}:Q8_0", "--mmproj-variant", "Q4_0")
     assert "has no projector 'Q4_0'; choose one of: F16, BF16 (or none)" in one_clear_line(refused)
 
