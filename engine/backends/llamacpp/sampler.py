@@ -432,7 +432,10 @@ class SequenceSampler:
         self, ctx: llama_cpp.llama_context_p, index: int, *, cancelled: Callable[[], bool] | None = None
     ) -> int:
         """:meth:`sample` with every end-of-generation and stop token banned (an answer shorter than its
-        ``min_tokens``); the logits are left as they were, for the token's log-probabilities."""
+        ``min_tokens``); the logits are left as they were, for the token's log-probabilities. While a grammar holds
+        the output it decides where the answer ends (a complete JSON value ends it, as on the other backends)."""
+        if self.grammar is not None or (self.guide is not None and self.guide.active):
+            return self.sample(ctx, index, cancelled=cancelled)
         ends = self._ends
         if ends is None:
             stops = np.array(self.params.stop_token_ids, dtype=np.int64)

@@ -129,6 +129,19 @@ def test_min_tokens_holds_the_end_stop_tokens_and_stop_strings_until_it_is_reach
     assert " 9" in full[:12] and text == full and chunks[-1].finish_reason == "length"
 
 
+def test_a_grammar_that_completes_before_min_tokens_ends_the_answer_there(backend):
+    # the JSON value is whole after one token: the grammar, not min_tokens, says where the answer ends (llama.cpp
+    # drew whitespace past it with the end held, until its grammar allowed nothing and the request failed)
+    from engine.types import ResponseFormat
+
+    req = GenerationRequest(model="starter", messages=(ChatMessage("user", "Is the sky blue? Answer true or false."),),
+                            params=SamplingParams(temperature=0, max_tokens=30, min_tokens=10),
+                            response_format=ResponseFormat(type="json_schema", schema={"type": "boolean"}))  # fmt: skip
+    chunks = list(backend.stream(req))
+    text = "".join(c.text for c in chunks)
+    assert text in ("true", "false") and chunks[-1].finish_reason == "stop" and chunks[-1].error is None, chunks[-1]
+
+
 def test_repetition_penalty_changes_a_repetitive_answer(backend):
     plain, _ = run(backend, prompt="1, 2, 3, 4, 5, 6,", temperature=0, max_tokens=8, ignore_eos=True)
     penalised, _ = run(
