@@ -21,6 +21,10 @@ _HARMONY = ("<|channel|>analysis<|message|>", "<|end|>", "<|end|><|start|>assist
 class ThinkingBudget:
     """One request's thinking, counted in tokens, and the closing tag's tokens once the count reaches the budget.
 
+    The thinking is what :class:`~engine.tools.reasoning.ReasoningSplitter` reads as such: a section the prompt
+    opened, or one the answer opens with its first text; an answer that starts with anything else has none, and a
+    tag later in it is text.
+
     Args:
         budget: Tokens the thinking may take (0: closed at once, as soon as it opens).
         tags: The texts that open and close the thinking.
@@ -28,9 +32,11 @@ class ThinkingBudget:
         piece: A token's bytes.
         started: The prompt opened the thinking (the answer starts inside it).
         shown: Bytes of tokens whose piece is empty (control tokens that write the tags).
+        finish: The tokens that finish a closing tag of which the thinking's end already wrote the first bytes
+            (called with those bytes' count); None forces the whole ``closing`` then.
     """
 
-    __slots__ = ("budget", "open", "close", "closing", "piece", "shown", "inside", "spent", "queue", "done", "tail")
+    __slots__ = ("budget", "open", "close", "closing", "piece", "shown", "finish", "state", "spent", "queue", "text")
 
     def __init__(
         self,
@@ -41,65 +47,73 @@ class ThinkingBudget:
         *,
         started: bool = False,
         shown: dict[int, bytes] | None = None,
+        finish: Callable[[int], list[int]] | None = None,
     ) -> None:
         self.budget = max(0, int(budget))
         self.open, self.close = tags[0].encode(), tags[1].encode()
         self.closing = list(closing)
         self.piece = piece
         self.shown = shown or {}
-        self.inside = started
+        self.finish = finish
+        self.state = "thinking" if started else "start"  # then "done": closed, or never opened
         self.spent = 0
         self.queue: list[int] = []  # the closing tokens still to force
-        self.done = False  # the thinking closed (by the model or by force): nothing more to count
-        self.tail = b""
+        self.text = b""  # the answer's start while undecided; in the thinking, what may begin its closing tag
 
     @property
     def pending(self) -> bool:
-        """Whether the budget may still force a token (the thinking has not closed yet)."""
-        return not self.done
+        """Whether the budget may still force a token (the thinking has not closed, or may still open)."""
+        return self.state != "done"
 
     def forced(self) -> int | None:
         """The token the next step must take, or None for a free draw."""
-        if self.done or not self.inside:
+        if self.state != "thinking":
             return None
         if not self.queue and self.spent >= self.budget:
-            self.queue = list(self.closing)
+            begun = _begun(self.text, self.close)  # the thinking's end is its closing tag's first bytes
+            if begun and self.finish is not None:
+                self.queue = self.finish(begun) or list(self.closing)
+            else:
+                self.queue = list(self.closing)
         return self.queue[0] if self.queue else None
 
     def feed(self, token: int) -> None:
         """Record the token the request took for its next position."""
-        if self.done:
+        if self.state == "done":
             return
         if self.queue:  # a forced closing token (the sampler took the one forced)
-            if token == self.queue[0]:
-                self.queue.pop(0)
-            else:  # the forced token was not taken (a grammar refused it): no forcing from here
-                self.queue.clear()
+            taken = token == self.queue[0]
+            self.queue = self.queue[1:] if taken else []  # not taken (a grammar refused it): nothing more is forced
             if not self.queue:
-                self.done, self.inside, self.tail = True, False, b""
+                self.state, self.text = "done", b""
             return
-        text = self.tail + (self.shown.get(token) or self.piece(token))
-        if not self.inside:
-            at = text.find(self.open)
-            if at < 0:
-                self.tail = _keep(text, self.open)
-                return
-            self.inside, text = True, text[at + len(self.open) :]
-            if self.close in text:
-                self.done, self.inside, self.tail = True, False, b""
+        text = self.text + (self.shown.get(token) or self.piece(token))
+        if self.state == "start":
+            lead = text.lstrip()
+            if lead.startswith(self.open):
+                self.state, text = "thinking", lead[len(self.open) :]
+                if self.close in text:
+                    self.state, self.text = "done", b""
+                else:
+                    self.text = text[-(len(self.close) - 1) :] if len(self.close) > 1 else b""
+            elif lead and not self.open.startswith(lead):
+                self.state, self.text = "done", b""  # the answer starts with text: no thinking
             else:
-                self.tail = _keep(text, self.close)
+                self.text = text  # nothing yet, or the opening tag in the making
             return  # the token that opens the thinking is not counted
         if self.close in text:
-            self.done, self.inside, self.tail = True, False, b""
+            self.state, self.text = "done", b""
             return
         self.spent += 1
-        self.tail = _keep(text, self.close)
+        self.text = text[-(len(self.close) - 1) :] if len(self.close) > 1 else b""
 
 
-def _keep(text: bytes, tag: bytes) -> bytes:
-    """What of ``text`` may still be the start of ``tag``, split across the next token."""
-    return text[-(len(tag) - 1) :] if len(tag) > 1 else b""
+def _begun(text: bytes, tag: bytes) -> int:
+    """How many of ``tag``'s first bytes ``text`` ends with (0: none; never the whole tag)."""
+    for k in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:k]):
+            return k
+    return 0
 
 
 def thinking_budget_for(
@@ -128,11 +142,23 @@ def thinking_budget_for(
     if not closing:
         return None
     shown: dict[int, bytes] = {}  # a control token's piece is empty: the tags it writes are matched by its text
-    for part in {opening, close, forced, *_CONTROL.findall(opening + close + forced)}:
+    for part in {opening, close, forced, *_CONTROL.findall(opening + close + forced), *rendered.markers}:
         ids = encode(part)
         if len(ids) == 1 and not piece(ids[0]):
             shown[ids[0]] = part.encode()
-    return ThinkingBudget(budget, (opening, close), closing, piece, started=started, shown=shown)
+
+    def finish(begun: int) -> list[int]:  # the rest of a closing tag the thinking's last tokens began
+        rest = forced.encode()[begun:]
+        try:
+            return encode(rest.decode())
+        except UnicodeDecodeError:  # a character cut by the bytes begun
+            return []
+
+    # a tag written in several tokens can be begun by the thinking's last ones; one that is a token of its own
+    # cannot (text that looks like its start is text)
+    spelled = forced.startswith(close) and len(encode(close)) > 1
+    return ThinkingBudget(budget, (opening, close), closing, piece, started=started, shown=shown,
+                          finish=finish if spelled else None)  # fmt: skip
 
 
 __all__ = ["ThinkingBudget", "thinking_budget_for"]

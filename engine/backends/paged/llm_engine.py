@@ -109,6 +109,8 @@ class LLMEngine:
             sampled = {v.seq.seq_id: v.tokens for v in verified}
             if self.runner.rows.watching:
                 self._watch_calls(seqs, None)
+        if self.runner.rows.budgeted:
+            self._settle_budgets(seqs)
         if len(running) == 1 and len(output.scheduled) == 1 and output.scheduled[0].num_tokens == 1:
             self.row_cost.add(output.num_batched_tokens, time.perf_counter() - t0)  # one sequence's decode
         self.scheduler.postprocess(output, sampled)
@@ -117,6 +119,14 @@ class LLMEngine:
         if verified is None:
             return StepOutputs(seqs, tokens, [s.num_tokens for s in seqs])
         return self._columns(verified)
+
+    def _settle_budgets(self, seqs: list[Sequence]) -> None:
+        """Rows whose thinking budget can force nothing more (engine.tools.thinking_budget) go back to the batched
+        path."""
+        rows = self.runner.rows
+        for seq in seqs:
+            if seq.seq_id in rows.budgeted and not seq.owner.sampler.thinking.pending:
+                rows.settle(seq)
 
     def _watch_calls(self, seqs: list[Sequence], tokens: list[int] | None) -> None:
         """Where a request's grammar waits for a tool call to open: show it each token sampled batched (``tokens``;

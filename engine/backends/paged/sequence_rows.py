@@ -49,6 +49,8 @@ class SequenceRows:
         self.end_ids_dev = torch.tensor(self.end_ids, dtype=torch.int64, device=device)
         # sequences sampled batched whose grammar waits for a tool call to open (each token is shown to its watch)
         self.watching: set[int] = set()
+        # sequences whose thinking budget may still force a token: they sample one by one until it is settled
+        self.budgeted: set[int] = set()
         self._allocate(capacity, max_blocks)
 
     def _allocate(self, capacity: int, max_blocks: int) -> None:
@@ -112,9 +114,18 @@ class SequenceRows:
             seq.owner.sampler.draws = int(self.draws[r])
             self.batched[r] = False
 
+    def settle(self, seq: Sequence) -> None:
+        """``seq``'s thinking budget forces nothing more (its thinking closed, or the answer opened none): its row
+        samples as its other parameters allow from the next step on, with the draw count its sampler kept."""
+        self.budgeted.discard(seq.seq_id)
+        r = self._row.get(seq.seq_id)
+        if r is not None:
+            self._set_sampling(r, seq)
+
     def release(self, seq: Sequence) -> None:
         """Free ``seq``'s row (it finished or was cancelled)."""
         self.watching.discard(seq.seq_id)
+        self.budgeted.discard(seq.seq_id)
         r = self._row.pop(seq.seq_id, None)
         if r is not None:
             sampler = getattr(seq.owner, "sampler", None)
@@ -203,9 +214,12 @@ class SequenceRows:
         banned = sampler.banned
         self.ban_eos[r] = self.columns[r, 8] = bool(banned)
         matcher = sampler.matcher  # one waiting for a tool call to open masks nothing yet
+        thinking = sampler.thinking is not None and sampler.thinking.pending
+        if thinking:
+            self.budgeted.add(seq.seq_id)
         self.batched[r] = not (sampler.bias or sampler.has_penalties or (matcher is not None and matcher.active)
                                or p.logprobs is not None or (banned and banned != self.end_ids) or sampler.held_ends
-                               or sampler.thinking is not None)  # fmt: skip
+                               or thinking)  # fmt: skip
         if matcher is not None and not matcher.active and self.batched[r]:
             self.watching.add(seq.seq_id)
 

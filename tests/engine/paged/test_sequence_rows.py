@@ -3,6 +3,8 @@ the engine's output the same whichever path a step takes."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 
@@ -253,3 +255,36 @@ def test_ignore_eos_requests_sample_batched_and_inside_the_graphs_step_never_end
     greedy, drawn, free = results["batched"]
     assert free == plain.completion_token_ids and free[3] == end
     assert end not in greedy and end not in drawn and greedy != free
+
+
+def test_a_thinking_budget_samples_its_row_alone_until_the_thinking_closes_then_batched():
+    """A row whose thinking budget may still force a token samples with its request's sampler; once the closing tag
+    is forced it goes back to the batched path, and its tokens from there are what batched sampling gives."""
+    from engine.tools.thinking_budget import ThinkingBudget
+
+    model = tiny_model()
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    free = make_seq(prompt, SamplingParams(temperature=0, max_tokens=10))
+    drive(engine_for(model), [free])
+    close = next(t for t in range(VOCAB) if t not in free.completion_token_ids)  # a token greedy never draws here
+    params = SamplingParams(temperature=0, max_tokens=10, thinking_budget=3)
+    budget = ThinkingBudget(3, ("<t>", "</t>"), [close], lambda t: b"w", started=True, shown={close: b"</t>"})
+    sampler = RequestSampler(params, vocab_size=VOCAB, eos_ids=[], device=CPU, thinking=budget)
+    seq = Sequence(prompt, params, block_size=4, owner=SimpleNamespace(sampler=sampler, drafter=None))
+    other = make_seq(prompt[::-1], SamplingParams(temperature=0, max_tokens=10))
+    engine = engine_for(model, max_num_seqs=4)
+    seen: list[bool] = []
+    prepare = engine.runner.prepare
+    engine.runner.prepare = lambda scheduled, sample=False, eager=False: _noted(prepare(scheduled, sample=sample, eager=eager), seen)
+    budgeted, other_tokens = _generate(engine, [seq, other])
+    assert budgeted[:3] == free.completion_token_ids[:3] and budgeted[3] == close  # three thought, then the tag
+    assert not budget.pending and not engine.runner.rows.budgeted
+    assert seen[:4] == [False] * 4 and seen[-1]  # one by one while the tag may be forced, then batched
+    alone = make_seq(prompt[::-1], SamplingParams(temperature=0, max_tokens=10))
+    drive(engine_for(model), [alone])
+    assert other_tokens == alone.completion_token_ids  # the other request never noticed
+
+
+def _noted(batch, seen: list[bool]):
+    seen.append(batch.host_rows is not None)
+    return batch

@@ -61,13 +61,42 @@ def test_the_thinking_is_closed_after_its_budget_and_then_left_alone(vocabulary)
 def test_thinking_the_model_opens_itself_is_counted_from_its_tag_and_a_closed_one_is_not_cut(vocabulary):
     rendered = RenderedChat(prompt="", think_tags=("<think>", "</think>"))
     budget = _budget(vocabulary, 2, rendered)
-    taken, forced_at = _run(budget, vocabulary, "Sure <thi")
-    assert forced_at == [] and budget.pending  # not thinking yet, whatever it writes
+    _, forced_at = _run(budget, vocabulary, " <thi")
+    assert forced_at == [] and budget.pending  # the opening tag in the making, after a space
     _, forced_at = _run(budget, vocabulary, "nk>a b c")  # the tag split across tokens opens it
     assert forced_at and budget.spent == 2
     early = _budget(vocabulary, 50, rendered)
     _, forced_at = _run(early, vocabulary, "<think>short</think> answer " + "word " * 60)
     assert forced_at == [] and not early.pending  # it closed its thinking itself: nothing is forced, nothing after
+
+
+def test_an_answer_that_starts_with_text_has_no_thinking_and_a_tag_in_it_is_text(vocabulary):
+    # as the stream's parser reads it: thinking opens only as the answer's first text
+    budget = _budget(vocabulary, 0, RenderedChat(prompt="", think_tags=("<think>", "</think>")))
+    taken, forced_at = _run(budget, vocabulary, "Use re.sub(r'<think>.*?</think>', '', text)")
+    assert forced_at == [] and not budget.pending
+    assert vocabulary.decode(taken) == "Use re.sub(r'<think>.*?</think>', '', text)"
+
+
+def test_a_budget_spent_inside_the_models_own_closing_tag_finishes_that_tag(vocabulary):
+    budget = _budget(vocabulary, 2, RenderedChat(prompt="", think_tags=("<think>", "</think>")))
+    thought = vocabulary.encode("<think>a</think>b", parse_special=False)
+    assert vocabulary.decode(thought[:5]).endswith("a</")  # the budget runs out as the model begins its tag
+    taken, forced_at = _run(budget, vocabulary, "<think>a</think>b")
+    assert vocabulary.decode(taken).startswith("<think>a</think>") and forced_at, vocabulary.decode(taken)
+
+
+def test_an_opening_tag_that_begins_with_a_control_token_is_read_on_every_backend(vocabulary):
+    # Gemma 4's <|channel>thought: its first token is a control token whose piece is empty on the paged engine and
+    # MLX; the starter's <|im_start|> stands in for it
+    rendered = RenderedChat(prompt="", think_tags=("<|im_start|>thought", "<|im_end|>"))
+    budget = _budget(vocabulary, 1, rendered)
+    (control,) = vocabulary.encode("<|im_start|>", parse_special=True)
+    assert vocabulary.piece(control) == b""
+    budget.feed(control)
+    for token in vocabulary.encode("thought\nhmm, well", parse_special=False)[:2]:
+        budget.feed(token)
+    assert budget.forced() == vocabulary.encode("<|im_end|>", parse_special=True)[0]
 
 
 def test_a_budget_of_zero_closes_the_thinking_as_it_opens(vocabulary):
