@@ -61,6 +61,7 @@ _INFERENCE_ROUTES = (
     ("POST", "/v1/embeddings"),
     ("POST", "/v1/responses"),
     ("POST", "/v1/responses/input_tokens"),
+    ("POST", "/v1/responses/compact"),
     ("GET", "/v1/responses/{rid}"),
     ("DELETE", "/v1/responses/{rid}"),
     ("POST", "/v1/responses/{rid}/cancel"),

@@ -10,6 +10,8 @@ chat completions answers them.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import json
 import logging
@@ -293,9 +295,50 @@ def input_messages(
                                    name=names.get(call_id), media=_images(output, f"{where}.output", allow_remote, param)))  # fmt: skip
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
+        elif kind == "compaction":  # the earlier conversation, compacted (POST /v1/responses/compact)
+            out.append(ChatMessage("user", SUMMARY_LEAD + compacted_summary(item.get("encrypted_content"), where, param)))
         else:
             raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support.", param=param)
     return out
+
+
+# -- compaction: POST /v1/responses/compact ---------------------------------------------------------------------------
+#: How a compaction item's content starts: the summary follows in base64. The content is the client's to keep and
+#: give back, not a secret (OpenAI encrypts its own; one of those cannot be read here).
+COMPACTION_PREFIX = "hearth-compaction-v1:"
+#: What the model is asked for, after the conversation it compacts.
+COMPACT_ASK = (
+    "Write a summary of our conversation so far, to be read in place of it when we go on: what I asked for and why, "
+    "what was done and found (files, commands, results, errors, decisions), what is still to do, and anything the "
+    "next step needs word for word. Write only the summary."
+)
+#: How the summary reads when a later request gives the compaction item back.
+SUMMARY_LEAD = "A summary of our earlier conversation, which was compacted to save room:\n\n"
+#: The longest summary, in tokens.
+COMPACT_TOKENS = 4096
+
+
+def compaction_item(summary: str) -> dict:
+    """The output item that holds ``summary`` (:data:`COMPACTION_PREFIX`)."""
+    content = COMPACTION_PREFIX + base64.b64encode(summary.encode()).decode()
+    return {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": content}
+
+
+def compacted_summary(content: Any, where: str, param: str = "input") -> str:
+    """The summary a compaction item holds.
+
+    Raises:
+        InvalidRequest: the item is not one Hearth made (another server's, encrypted for it) or it was altered.
+    """
+    if not isinstance(content, str) or not content.startswith(COMPACTION_PREFIX):
+        raise InvalidRequest(f"{where} is a compaction item this server did not make (another server's is encrypted "
+                             "for it); compact the conversation here with POST /v1/responses/compact, or send its "
+                             "messages instead.", param=param)  # fmt: skip
+    try:
+        return base64.b64decode(content[len(COMPACTION_PREFIX) :], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"{where}.encrypted_content was changed and cannot be read; give it back as the "
+                             "compaction returned it.", param=param) from exc  # fmt: skip
 
 
 def with_ids(items: list[dict]) -> list[dict]:
@@ -931,6 +974,48 @@ async def count_input_tokens(request: Request, body: ResponsesBody) -> dict:
     pictures), rendered as :func:`create_response` renders it; nothing is generated or stored."""
     turn = await asyncio.to_thread(_turn, request, body)
     return {"object": "response.input_tokens", "input_tokens": await count_prompt_tokens(request, turn.req)}
+
+
+class CompactBody(NullAsDefaultBody):
+    model: str = Field(min_length=1)
+    input: str | list[dict[str, Any]] | None = ""
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
+    max_output_tokens: int | None = Field(None, ge=1)  # an extension: the summary's longest (COMPACT_TOKENS)
+
+
+@router.post("/responses/compact")
+async def compact_conversation(request: Request, body: CompactBody) -> dict:
+    """A conversation (``input``, after ``previous_response_id``'s) compacted, as OpenAI's endpoint does it: its user
+    messages, then one ``compaction`` item that holds a summary of it, written by the model. The list replaces the
+    conversation in the client's next request; there the item reads as the summary. A conversation longer than the
+    context is summarised from its newest messages that fit (the instructions kept)."""
+    asked = ResponsesBody.model_validate({"model": body.model, "input": body.input, "instructions": body.instructions,
+                                          "previous_response_id": body.previous_response_id, "store": False})  # fmt: skip
+    turn = await asyncio.to_thread(_turn, request, asked)
+    system = (ChatMessage("system", body.instructions),) if body.instructions else ()
+    req = GenerationRequest(model=body.model, messages=(*system, *turn.history, ChatMessage("user", COMPACT_ASK)),
+                            params=SamplingParams(max_tokens=body.max_output_tokens or COMPACT_TOKENS),
+                            unset=left_unset({"temperature": None, "top_p": None}))  # fmt: skip
+    keep = request_keep_alive(body.keep_alive)
+    try:
+        run = await DialectRun(request, req, keep_alive=keep).start()
+    except ContextLengthExceeded as exc:
+        fitted, fits = await without_oldest(request, req, exc.n_ctx)
+        if not fits:
+            raise
+        run = await DialectRun(request, fitted, keep_alive=keep).start()
+    text, reasoning, final = await run.collect()
+    summary = text.strip() or reasoning.strip()
+    if not summary:
+        raise InvalidRequest(f"Model '{run.model_name}' wrote no summary of the conversation; try again, or compact "
+                             "it with another model.", param="model")  # fmt: skip
+    users = [{"type": "message", "id": _new_id("message"), "status": "completed", "role": "user",
+              "content": [{"type": "input_text", "text": m.content.replace(MEDIA_MARKER, "")}]}
+             for m in turn.history if m.role == "user"]  # fmt: skip
+    return {"id": f"resp_{uuid.uuid4().hex}", "object": "response.compaction", "created_at": turn.created_at,
+            "output": [*users, compaction_item(summary)], "usage": _usage(final)}  # fmt: skip
 
 
 @router.get("/responses/{rid}", response_model=None)
