@@ -80,6 +80,7 @@ SLOW_FILES = (
     "tests/engine/bench/test_bench.py",
     "tests/engine/paged/test_backend.py",
     "tests/engine/tools/test_thinking_grammar.py",
+    "tests/engine/tools/test_thinking_budget.py",
     "tests/app/test_agent.py",
     "tests/engine/server/test_docs_chat.py",
     "tests/engine/documents/test_cli_api.py",
