@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-# gpt-oss's thinking is its analysis channel: it ends with <|end|>, and the answer is the final channel's message
 _CONTROL = re.compile(r"<\|[^|<>]{1,40}\|>")  # a control token's text, as harmony's <|end|>
+# gpt-oss's thinking is its analysis channel: it ends with <|end|>, and the answer is the final channel's message
 _HARMONY = ("<|channel|>analysis<|message|>", "<|end|>", "<|end|><|start|>assistant<|channel|>final<|message|>")
 
 
