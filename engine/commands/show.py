@@ -22,6 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _template(m, kv: dict[str, Any]) -> str | None:
+    """The chat template the model renders with: an Ollama model's translated one, else its file's (``kv``)."""
+    info = m.origin_info or {}
+    template = info.get("template") if info.get("template_source") == "ollama" else None
+    template = template or kv.get("tokenizer.chat_template") or kv.get("chat_template") or None
+    return template if isinstance(template, str) else None
+
+
 def model_capabilities(m, kv: dict[str, Any] | None = None) -> list[str]:
     """What the local model ``m`` can do besides complete text, as `hearth show` and `hearth models --json` say it:
     ``tools``, ``thinking``, ``insert``, ``embedding``, ``vision``, ``audio`` (``kv``: its header, if read already)."""
@@ -29,10 +37,7 @@ def model_capabilities(m, kv: dict[str, Any] | None = None) -> list[str]:
     from engine.server.ollama_models import capabilities, model_header
 
     kv = model_header(m) if kv is None else kv
-    info = m.origin_info or {}
-    template = info.get("template") if info.get("template_source") == "ollama" else None
-    template = template or kv.get("tokenizer.chat_template") or kv.get("chat_template") or ""
-    caps = capabilities(m, template if isinstance(template, str) else "")
+    caps = capabilities(m, _template(m, kv) or "")
     if kv.get(f"{m.architecture}.attention.causal") is False:  # an encoder: vectors or scores, never text
         caps = ["embedding"]
     return sorted(set(caps + capabilities_of(m)) - {"completion"})
@@ -45,8 +50,7 @@ def describe(m, registry) -> dict[str, Any]:
 
     kv = model_header(m)
     info = m.origin_info or {}
-    template = info.get("template") if info.get("template_source") == "ollama" else None
-    template = template or kv.get("tokenizer.chat_template") or kv.get("chat_template") or None
+    template = _template(m, kv)
     defaults = dict(info.get("defaults") or {}) if isinstance(info.get("defaults"), dict) else {}
     system = defaults.pop("system", None)
     saved = _saved_settings(registry, m.name)
@@ -59,7 +63,7 @@ def describe(m, registry) -> dict[str, Any]:
         "format": m.format,
         "size_bytes": m.size_bytes,
         "capabilities": model_capabilities(m, kv),
-        "template": template if isinstance(template, str) else None,
+        "template": template,
         "template_source": info.get("template_source") or ("gguf" if template else None),
         "system": system if isinstance(system, str) else None,
         "parameters_default": defaults,  # the owner's (an Ollama Modelfile's PARAMETER lines)
