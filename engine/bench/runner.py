@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.bench.client import RequestResult, send
+from engine.bench.client import ChatClient, RequestResult, send
 from engine.bench.servers import ServerInfo
 from engine.bench.stats import MemorySampler
 from engine.bench.workload import BenchRequest
@@ -140,22 +140,8 @@ class BenchRunner:
         self.warmups: dict[str, list[RequestResult]] = {}
         self.interrupted = False  # Ctrl-C: no request starts after it
 
-    def _client(self, server: ServerInfo):
-        import httpx
-        from openai import AsyncOpenAI
-
-        key = self.api_keys.get(server.label, self.api_key) or "none"
-        return AsyncOpenAI(
-            base_url=server.url,
-            api_key=key,
-            max_retries=0,  # a retry would hide a failure and bend the latency
-            # openai annotates httpx2's types only; it takes httpx's as well (checked at runtime).
-            timeout=httpx.Timeout(self.plan.timeout, connect=10.0),  # pyright: ignore[reportArgumentType]
-            http_client=httpx.AsyncClient(  # pyright: ignore[reportArgumentType]
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-                timeout=httpx.Timeout(self.plan.timeout, connect=10.0),
-            ),
-        )
+    def _client(self, server: ServerInfo) -> ChatClient:
+        return ChatClient(server.url, self.api_keys.get(server.label, self.api_key), self.plan.timeout)
 
     async def run(self) -> None:
         """Warm up every server, then run each level on each server in turn.
@@ -216,7 +202,7 @@ class BenchRunner:
             raise asyncio.CancelledError
 
     async def _send(
-        self, client, server: ServerInfo, request: BenchRequest, level_start: float
+        self, client: ChatClient, server: ServerInfo, request: BenchRequest, level_start: float
     ) -> RequestResult:
         return await send(
             client,

@@ -4,39 +4,34 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
+import aiohttp
 import pytest
 
 from engine.bench.client import send
 from engine.bench.workload import BenchRequest
 
 
-class _SwallowingCompletions:
-    """A chat-completions endpoint whose transport turns a cancellation into a connection error, as an HTTP
-    stack can when the cancel lands while it tears down a connection."""
+class _SwallowingClient:
+    """A chat client whose transport turns a cancellation into a connection error, as an HTTP stack can when
+    the cancel lands while it tears down a connection."""
 
     def __init__(self) -> None:
         self.started = asyncio.Event()
         self.calls = 0
 
-    async def create(self, **_: object):
+    async def events(self, body: dict):
         self.calls += 1
         self.started.set()
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError as exc:
-            raise httpx.ConnectError("connection closed") from exc
+            raise aiohttp.ClientConnectionError("connection closed") from exc
         raise AssertionError("not reached")
-
-
-class _Client:
-    def __init__(self) -> None:
-        self.chat = type("Chat", (), {})()
-        self.chat.completions = _SwallowingCompletions()
+        yield {}
 
 
 def test_a_cancelled_request_ends_the_run_even_when_its_transport_reports_an_error():
-    client = _Client()
+    client = _SwallowingClient()
     request = BenchRequest(messages=({"role": "user", "content": "hi"},), max_tokens=4)
 
     async def run_requests() -> None:
@@ -45,10 +40,10 @@ def test_a_cancelled_request_ends_the_run_even_when_its_transport_reports_an_err
 
     async def main() -> None:
         task = asyncio.create_task(run_requests())
-        await client.chat.completions.started.wait()
+        await client.started.wait()
         task.cancel()  # what asyncio.run does on Ctrl-C
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(main())
-    assert client.chat.completions.calls == 1  # no request was sent after the cancel
+    assert client.calls == 1  # no request was sent after the cancel
