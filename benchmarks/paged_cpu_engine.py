@@ -11,12 +11,15 @@ of uniform ``--lengths`` tokens, greedy, the end of text ignored, ``--streams`` 
   not know the model's end tokens), not on the batched path;
 - ``one padded attention``: a decode step attends every sequence padded to the batch's longest context, not in
   groups of similar length (``attention.GROUP_MIN_BATCH``);
-- ``none``: all three, as the engine stepped before any.
+- ``whole-batch race``: a sampled draw's noise computed for the whole batch at once in int64 (``race_noise``), not
+  a block of rows at a time in int32 (``sampler._race_cpu``); only ``--temperature`` above 0 draws;
+- ``none``: all four, as the engine stepped before any.
 
 Prints each variant's output tokens/s (median over rounds) and its ratio to ``none``.
 
     python benchmarks/paged_cpu_engine.py                      # 256 streams, lengths 50-300, 2 rounds
     python benchmarks/paged_cpu_engine.py --lengths 100 1024 --rounds 3
+    python benchmarks/paged_cpu_engine.py --temperature 0.8   # sampled: what the race costs
 """
 
 from __future__ import annotations
@@ -33,19 +36,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from port_common import TINY_LLAMA, InProcess, make_jobs, smollm2_tokenizer, write_random_checkpoint  # noqa: E402
 
-VARIANTS = ("now", "mapped buffers", "ignore_eos per request", "one padded attention", "none")
+VARIANTS = ("now", "mapped buffers", "ignore_eos per request", "one padded attention", "whole-batch race", "none")
 
 
 def _child(args) -> int:
     """One variant's run, in this process: prints its summary as JSON."""
     from engine.backends.base import LoadOptions
-    from engine.backends.paged import attention, heap, model_runner, sequence_rows
+    from engine.backends.paged import attention, heap, model_runner, sampler, sequence_rows
     from engine.backends.speculative import SpeculativeOptions
 
     if args.variant in ("mapped buffers", "none"):
         heap.keep_step_buffers = lambda *a, **k: False
     if args.variant in ("one padded attention", "none"):
         attention.GROUP_MIN_BATCH = 1 << 30
+    if args.variant in ("whole-batch race", "none"):
+        sampler._race_cpu = lambda probs, keys: (probs / sampler.race_noise(keys, probs.shape[1])).argmax(-1)
     if args.variant in ("ignore_eos per request", "none"):
         plain = sequence_rows.SequenceRows
 
@@ -58,7 +63,7 @@ def _child(args) -> int:
     work = args.work
     engine = InProcess(work / "tiny-random", options)
     jobs = make_jobs(work / "smollm2-tokenizer", args.streams, tuple(args.lengths), seed=args.seed)
-    print(json.dumps(engine.run(jobs, args.streams)), flush=True)
+    print(json.dumps(engine.run(jobs, args.streams, temperature=args.temperature)), flush=True)
     return 0
 
 
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="prompt words and output tokens, each uniform in LO-HI (default 50 300)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2, help="runs of every variant (default 2)")
     ap.add_argument("--ctx", type=int, default=4096, help="context per sequence (default 4096)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="sampled at this temperature (default 0: greedy)")
     ap.add_argument("--work", type=Path, default=None, help="folder for the model (default: a temporary one)")
     ap.add_argument("--variant", choices=VARIANTS, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -86,13 +92,15 @@ def main(argv: list[str] | None = None) -> int:
             order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
             for variant in order:
                 cmd = [sys.executable, __file__, "--variant", variant, "--seed", str(r), "--work", str(work),
-                       "--streams", str(args.streams), "--lengths", *map(str, args.lengths), "--ctx", str(args.ctx)]  # fmt: skip
+                       "--streams", str(args.streams), "--lengths", *map(str, args.lengths), "--ctx", str(args.ctx),
+                       "--temperature", str(args.temperature)]  # fmt: skip
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
                 result = json.loads(out)
                 speeds[variant].append(result["output_tokens_per_s"])
                 print(json.dumps({"round": r + 1, "variant": variant, **result}), flush=True)
         base = statistics.median(speeds["none"])
-        print(f"{args.streams} streams, lengths {args.lengths[0]}-{args.lengths[1]}, {args.rounds} rounds (medians):",
+        print(f"{args.streams} streams, lengths {args.lengths[0]}-{args.lengths[1]}, temperature {args.temperature:g}, "
+              f"{args.rounds} rounds (medians):",
               file=sys.stderr)  # fmt: skip
         for variant in VARIANTS:
             tps = statistics.median(speeds[variant])

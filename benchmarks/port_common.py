@@ -133,7 +133,8 @@ class InProcess:
         self.engine = self.loaded.engine
         freeze_loaded_objects()  # as the engine's own process does once loaded
 
-    def run(self, jobs: list[Job], concurrency: int) -> dict:
+    def run(self, jobs: list[Job], concurrency: int, *, temperature: float = 0.0) -> dict:
+        """Serve ``jobs``, ``concurrency`` at once, greedy (or sampled at ``temperature``, unseeded)."""
         from engine.backends.paged.sampler import RequestSampler
         from engine.backends.paged.sequence import Sequence
         from engine.types import SamplingParams
@@ -145,7 +146,7 @@ class InProcess:
         prompts = [tok.encode_prompt(j.prompt) for j in jobs]
 
         def new(i: int) -> Sequence:
-            params = SamplingParams(temperature=0.0, max_tokens=jobs[i].max_tokens, ignore_eos=True)
+            params = SamplingParams(temperature=temperature, max_tokens=jobs[i].max_tokens, ignore_eos=True)
             sampler = RequestSampler(params, vocab_size=vocab, eos_ids=sorted(tok.eog_ids), device=le.device)
             seq = Sequence(prompts[i], params, block_size=le.config.block_size, owner=SimpleNamespace(sampler=sampler, drafter=None))
             started[seq.seq_id] = time.perf_counter()

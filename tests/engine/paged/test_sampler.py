@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.backends.paged.sampler import RequestSampler, sample
+from engine.backends.paged import sampler as sampler_module
+from engine.backends.paged.sampler import RequestSampler, race_noise, sample
 from engine.errors import InvalidRequest
 from engine.types import SamplingParams
 
@@ -53,6 +54,20 @@ def test_a_seeded_request_draws_the_same_tokens_whatever_shares_the_batch():
     assert seq_alone == seq_batched and seq_alone[0] == alone[0]
     c = rs(temperature=1.0, seed=43)
     assert [sample(logits[2:3], [c], [([1], 1)]).tokens[0] for _ in range(30)] != seq_alone
+
+
+@pytest.mark.parametrize("rows", [1, 5, 37])
+def test_the_cpus_race_in_blocks_of_rows_draws_what_the_whole_batch_noise_draws(rows, monkeypatch):
+    monkeypatch.setattr(sampler_module, "RACE_BLOCK_ROWS", 16)  # 37 rows: two whole blocks and a part
+    g = torch.Generator().manual_seed(rows)
+    vocab = 3001
+    probs = torch.randn(rows, vocab, generator=g).mul(4).softmax(-1)
+    probs[:, ::5] = 0  # filtered-out tokens never win
+    keys = torch.randint(0, 1 << 32, (rows, 3), generator=g, dtype=torch.int64)
+    keys[0] = (1 << 32) - 1  # every bit of the seed's halves and of the draw count set
+    expected = (probs / race_noise(keys, vocab)).argmax(-1)
+    assert torch.equal(sampler_module._race(probs, keys), expected)  # the CPU path: int32 blocks
+    assert (expected % 5 != 0).all()
 
 
 def test_penalties_push_down_tokens_already_used():
