@@ -71,6 +71,11 @@ def thinking_for(rendered: Any, params: SamplingParams, tokenizer: Any) -> Think
 
 _MASK32 = 0xFFFFFFFF
 
+#: The least noise: the top hash (``h >> 8`` all ones) rounds ``u`` to 1 in float32, and ``-log(1)`` is -0.0, which
+#: would make a token of probability 0 a NaN that argmax takes, and one above 0 a loser; floored, the first never
+#: wins and the second does (the smallest noise), in torch and in the kernel alike.
+NOISE_FLOOR = float(torch.finfo(torch.float32).tiny)
+
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
     """A 32-bit integer hash on int64 tensors holding values below 2**32 (no product reaches 2**63)."""
@@ -88,7 +93,7 @@ def race_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     cols = torch.arange(vocab, device=keys.device, dtype=torch.int64)[None, :]
     h = _mix32(_mix32((s + cols) & _MASK32) ^ s)
     u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)
-    return -torch.log(u)
+    return (-torch.log(u)).clamp_min_(NOISE_FLOOR)
 
 
 #: Rows of the CPU's race computed at once: their noise (int32 and float32, [rows, vocab]) stays in the cache
@@ -113,6 +118,9 @@ def _race_cpu(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """:func:`race_noise`'s race with the same numbers, a block of rows at a time in int32: whole-batch int64
     passes take ten times as long on a CPU (most of a sampled decode step at 256 rows)."""
     rows, vocab = probs.shape
+    out = torch.empty(rows, dtype=torch.int64)
+    if not rows:
+        return out
     hi, lo, count = keys[:, 0:1], keys[:, 1:2], keys[:, 2:3]
     seeds = _mix32(_mix32(_mix32(hi) ^ lo) ^ count)  # [rows, 1], below 2**32
     seeds = torch.where(seeds >= 1 << 31, seeds - (1 << 32), seeds).to(torch.int32)  # the same 32 bits
@@ -120,13 +128,12 @@ def _race_cpu(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     block = min(RACE_BLOCK_ROWS, rows)
     bits, shifted = torch.empty(block, vocab, dtype=torch.int32), torch.empty(block, vocab, dtype=torch.int32)
     noise = torch.empty(block, vocab, dtype=torch.float32)
-    out = torch.empty(rows, dtype=torch.int64)
     for start in range(0, rows, block):
         n = min(block, rows - start)
         s, h, sh, e = seeds[start : start + n], bits[:n], shifted[:n], noise[:n]
         _mix32_bits_(_mix32_bits_(torch.add(cols, s, out=h), sh).bitwise_xor_(s), sh)  # (s + col) wraps as & MASK
         h.bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)
-        e.copy_(h).add_(0.5).mul_(1.0 / 16777216.0).log_().neg_()  # race_noise's order of float operations
+        e.copy_(h).add_(0.5).mul_(1.0 / 16777216.0).log_().neg_().clamp_min_(NOISE_FLOOR)  # race_noise's operations
         out[start : start + n] = torch.div(probs[start : start + n], e, out=e).argmax(-1)
     return out
 
@@ -140,8 +147,8 @@ def _race(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
             pass
         else:
             return race(probs.contiguous(), keys)
-    if probs.device.type == "cpu" and probs.dtype == torch.float32:
-        return _race_cpu(probs, keys)
+    if probs.device.type == "cpu":  # the reference divides in float32 whatever the probabilities' type
+        return _race_cpu(probs.float(), keys)
     return (probs / race_noise(keys, probs.shape[1])).argmax(-1)
 
 

@@ -70,6 +70,18 @@ def test_the_cpus_race_in_blocks_of_rows_draws_what_the_whole_batch_noise_draws(
     assert (expected % 5 != 0).all()
 
 
+def test_the_top_hash_neither_draws_a_token_of_probability_0_nor_loses_one_above_it():
+    # key (0, 19575, 0) hashes token 895 to the top value, where u rounds to 1 in float32 and -log(u) to -0.0
+    probs = torch.zeros(2, 1000)
+    probs[0, 3], probs[1, 3], probs[1, 895] = 1.0, 0.5, 0.5
+    keys = torch.tensor([[0, 19575, 0]] * 2)
+    assert race_noise(keys, 1000)[0, 895] > 0
+    assert sampler_module._race(probs, keys).tolist() == [3, 895]  # the CPU path
+    assert (probs / race_noise(keys, 1000)).argmax(-1).tolist() == [3, 895]  # the kernels' reference
+    assert sampler_module._race(probs.to(torch.bfloat16), keys).tolist() == [3, 895]
+    assert sampler_module._race(probs[:0], keys[:0]).tolist() == []
+
+
 def test_penalties_push_down_tokens_already_used():
     logits = torch.tensor([0.0, 3.0, 2.9, 0, 0, 0, 0, 0])
     history = ([5, 1, 1], 1)  # prompt [5]; output [1, 1]

@@ -159,6 +159,14 @@ def check_sampling(device, dtype) -> list[Check]:
         got = race(probs, keys)
         want = (probs / race_noise(keys, vocab)).argmax(-1)
         out.append((f"race {rows}x{vocab}", float((got != want).sum()), 0.0))
+    # the top hash: key (0, 19575, 0) makes token 895's u round to 1 (noise -0.0 before the floor); in row 0 that
+    # token has probability 0 and must not be drawn, in row 1 it has some and is (the least noise)
+    probs = torch.zeros(2, 1000, device=device)
+    probs[0, 3], probs[1, 3], probs[1, 895] = 1.0, 0.5, 0.5
+    keys = torch.tensor([[0, 19575, 0]] * 2, dtype=torch.int64, device=device)
+    want = torch.tensor([3, 895], device=device)
+    got, ref = race(probs, keys), (probs / race_noise(keys, 1000)).argmax(-1)
+    out.append(("race at the top hash", float((got != want).sum() + (ref != want).sum()), 0.0))
     return out
 
 

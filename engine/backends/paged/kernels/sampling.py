@@ -41,7 +41,8 @@ def _race_kernel(probs_ptr, keys_ptr, out_ptr, stride_p, vocab, BLOCK: tl.conste
         p = tl.load(probs_ptr + row * stride_p + cols, mask=mask, other=0.0)
         h = _mix32(_mix32(s + cols.to(tl.uint32)) ^ s)
         u = ((h >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
-        score = tl.where(mask, p / -tl.log(u), -1.0)
+        noise = tl.maximum(-tl.log(u), 1.1754943508222875e-38)  # sampler.NOISE_FLOOR (2**-126): u is 1 at the top hash
+        score = tl.where(mask, p / noise, -1.0)
         better = score > best  # strictly: the earlier token keeps a tie, as argmax does
         best = tl.where(better, score, best)
         best_i = tl.where(better, cols, best_i)
