@@ -62,13 +62,15 @@ class ChatClient:
         import aiohttp
 
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.proxy = proxy_for(self.url)
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),  # as many connections as the level keeps in flight
             # no limit on a whole answer (a long one at a low rate takes minutes); each read waits at most
             # ``timeout`` seconds, as a client would wait for a token
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout),
             headers={"Authorization": f"Bearer {api_key or 'none'}"},
-            trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as other clients take them
+            # the proxy is looked up once (proxy_for); the environment's netrc would clash with the key's header
+            trust_env=False,
         )
 
     async def events(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -80,11 +82,14 @@ class ChatClient:
             StreamError: an error event, or an answer that is not a stream of JSON events.
             aiohttp.ClientError, asyncio.TimeoutError: the connection failed or went silent.
         """
-        async with self.session.post(self.url, json=body) as resp:
+        async with self.session.post(self.url, json=body, proxy=self.proxy) as resp:
             if resp.status >= 400:
-                raise StatusError(resp.status, _error_message(await resp.content.read(MAX_ERROR_BYTES)))
+                text = b""
+                while len(text) < MAX_ERROR_BYTES and (piece := await resp.content.read(MAX_ERROR_BYTES - len(text))):
+                    text += piece
+                raise StatusError(resp.status, _error_message(text))
             kind = resp.headers.get("Content-Type", "")
-            if "text/event-stream" not in kind:
+            if "text/event-stream" not in kind.lower():
                 raise StreamError(f"the server answered with {kind or 'no content type'}, not a stream of events")
             buffer = b""
             data: list[bytes] = []  # the data lines of the event being read
@@ -105,18 +110,42 @@ class ChatClient:
                     if not data:
                         continue
                     text, data, size = b"\n".join(data), [], 0
-                    if text == b"[DONE]":
+                    if text.startswith(b"[DONE]"):
+                        # read to the end of the body, as a client does: a connection left mid-body is closed,
+                        # not kept for the next request
+                        async for _ in resp.content.iter_any():
+                            pass
                         return
-                    yield _event(text)
+                    if text:  # an event with empty data is not dispatched
+                        yield _event(text)
             # a last event without its blank line (or its newline): taken, where the standard would drop it
             last = buffer.rstrip(b"\r")
             if last.startswith(b"data:"):
                 data.append(_field_value(last))
-            if data and (text := b"\n".join(data)) != b"[DONE]":
+            if data and (text := b"\n".join(data)) and not text.startswith(b"[DONE]"):
                 yield _event(text)
 
     async def close(self) -> None:
         await self.session.close()
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, less NO_PROXY), as the
+    HTTP clients people use take it; never one for this machine's own addresses."""
+    import ipaddress
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if local or proxy_bypass(host):
+        return None
+    proxies = getproxies()
+    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 def _field_value(line: bytes) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from engine.bench.client import ChatClient, send
+from engine.bench.client import ChatClient, proxy_for, send
 from engine.bench.workload import BenchRequest
 
 REQUEST = BenchRequest(messages=({"role": "user", "content": "hi"},), max_tokens=3)
@@ -16,20 +16,30 @@ def chunk(content: str | None = None, finish: str | None = None, **more) -> dict
     return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]} | more
 
 
-async def answer(status: str, content_type: str, pieces: list[bytes]):
-    """Serve one raw HTTP answer (the body as ``pieces``, each its own write, then the connection closes) on a
-    free loopback port; the request each connection sent goes into the returned list."""
+async def answer(status: str, content_type: str, pieces: list[bytes], *, keep_alive: bool = False):
+    """Serve a raw HTTP answer (the body as ``pieces``, each its own write) on a free loopback port: the
+    connection closes after it, or with ``keep_alive`` the body is chunked and the connection waits for the next
+    request. Each request goes into the returned list, with the number of the connection it came on."""
     seen: list[dict] = []
+    connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
-        seen.append({"head": head.decode(), "body": json.loads(await reader.readexactly(length))})
-        writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nConnection: close\r\n\r\n".encode())
-        for piece in pieces:
-            writer.write(piece)
+        nonlocal connections
+        connections += 1
+        number = connections
+        while head := await reader.readuntil(b"\r\n\r\n") if not reader.at_eof() else b"":
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+            seen.append({"head": head.decode(), "body": json.loads(await reader.readexactly(length)), "connection": number})
+            framing = "Transfer-Encoding: chunked" if keep_alive else "Connection: close"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{framing}\r\n\r\n".encode())
+            for piece in pieces:
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if keep_alive else piece)
+                await writer.drain()
+                await asyncio.sleep(0.01)  # each piece its own read on the other side
+            if not keep_alive:
+                break
+            writer.write(b"0\r\n\r\n")
             await writer.drain()
-            await asyncio.sleep(0.01)  # each piece its own read on the other side
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -103,6 +113,35 @@ def test_refusals_error_events_and_answers_that_are_not_streams_are_each_named()
     cut = b"data: " + json.dumps(chunk("a")).encode() + b"\n\n"  # the connection closes before the end
     result, _ = run("200 OK", "text/event-stream", [cut])
     assert not result.ok and result.error == "the stream ended without a finish_reason"
+
+
+def test_answers_read_to_their_end_keep_their_connection_and_the_environment_names_the_proxy(tmp_path, monkeypatch):
+    # a netrc with a default entry (which would clash with the key's header), and a proxy this machine bypasses
+    (tmp_path / "netrc").write_text("default login someone password secret\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    stream = b"data: " + json.dumps(chunk("a", "stop")).encode() + b"\n\ndata: [DONE]\n\n"
+
+    async def main():
+        server, url, seen = await answer("200 OK", "text/event-stream", [stream[:9], stream[9:]], keep_alive=True)
+        client = ChatClient(url, "k", timeout=30)
+        try:
+            results = [await send(client, "m", REQUEST, level_start=0.0) for _ in range(3)]
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+        return results, seen
+
+    results, seen = asyncio.run(main())
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r["connection"] for r in seen] == [1, 1, 1]  # one connection, kept from answer to answer
+    assert proxy_for("http://127.0.0.1:8000/v1/chat/completions") is None
+    assert proxy_for("http://10.1.2.3:8000/v1/chat/completions") == "http://127.0.0.1:9"
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3")
+    assert proxy_for("http://10.1.2.3:8000/v1/chat/completions") is None
 
 
 def test_a_server_that_is_not_there_is_a_connection_error():
