@@ -71,6 +71,7 @@ class ChatClient:
             headers={"Authorization": f"Bearer {api_key or 'none'}"},
             # the proxy is looked up once (proxy_for); the environment's netrc would clash with the key's header
             trust_env=False,
+            trace_configs=[_reuse_trace()],
         )
 
     async def events(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -82,7 +83,21 @@ class ChatClient:
             StreamError: an error event, or an answer that is not a stream of JSON events.
             aiohttp.ClientError, asyncio.TimeoutError: the connection failed or went silent.
         """
-        async with self.session.post(self.url, json=body, proxy=self.proxy) as resp:
+        import aiohttp
+
+        for attempt in range(STALE_RETRIES + 1):
+            sent = {"reused": False}
+            try:
+                resp = await self.session.post(self.url, json=body, proxy=self.proxy, trace_request_ctx=sent)
+                break
+            except aiohttp.ClientConnectionError:
+                # a kept connection the server had closed (llama-server closes each after a stream, though its
+                # headers keep it alive): the request never reached it, and goes again, as curl and httpx send it
+                if not sent["reused"] or attempt == STALE_RETRIES:
+                    raise
+        else:
+            raise AssertionError("not reached: the last attempt returns or raises")
+        async with resp:
             if resp.status >= 400:
                 text = b""
                 while len(text) < MAX_ERROR_BYTES and (piece := await resp.content.read(MAX_ERROR_BYTES - len(text))):
@@ -127,6 +142,23 @@ class ChatClient:
 
     async def close(self) -> None:
         await self.session.close()
+
+
+#: Kept connections a request tries, each found closed by the server, before it fails.
+STALE_RETRIES = 8
+
+
+def _reuse_trace() -> Any:
+    """An aiohttp trace that marks a request's context (a dict) when it goes out on a kept connection."""
+    import aiohttp
+
+    async def reused(_session: Any, context: Any, _params: Any) -> None:
+        if isinstance(context.trace_request_ctx, dict):
+            context.trace_request_ctx["reused"] = True
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(reused)
+    return trace
 
 
 def proxy_for(url: str) -> str | None:

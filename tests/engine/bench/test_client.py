@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 from engine.bench.client import ChatClient, proxy_for, send
@@ -16,10 +17,12 @@ def chunk(content: str | None = None, finish: str | None = None, **more) -> dict
     return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]} | more
 
 
-async def answer(status: str, content_type: str, pieces: list[bytes], *, keep_alive: bool = False):
+async def answer(status: str, content_type: str, pieces: list[bytes], *, keep_alive: bool = False,
+                 close_kept: bool = False):
     """Serve a raw HTTP answer (the body as ``pieces``, each its own write) on a free loopback port: the
     connection closes after it, or with ``keep_alive`` the body is chunked and the connection waits for the next
-    request. Each request goes into the returned list, with the number of the connection it came on."""
+    request (``close_kept``: the server closes it as the next request comes, never answering it, as llama-server
+    does after a stream). Each answered request goes into the returned list, with the number of its connection."""
     seen: list[dict] = []
     connections = 0
 
@@ -40,6 +43,10 @@ async def answer(status: str, content_type: str, pieces: list[bytes], *, keep_al
                 break
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+            if close_kept:  # the next request on it is read and never answered
+                with contextlib.suppress(asyncio.IncompleteReadError):
+                    await reader.readuntil(b"\r\n\r\n")
+                break
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -124,20 +131,27 @@ def test_answers_read_to_their_end_keep_their_connection_and_the_environment_nam
     monkeypatch.delenv("no_proxy", raising=False)
     stream = b"data: " + json.dumps(chunk("a", "stop")).encode() + b"\n\ndata: [DONE]\n\n"
 
-    async def main():
-        server, url, seen = await answer("200 OK", "text/event-stream", [stream[:9], stream[9:]], keep_alive=True)
+    async def main(close_kept: bool):
+        server, url, seen = await answer("200 OK", "text/event-stream", [stream[:9], stream[9:]], keep_alive=True,
+                                         close_kept=close_kept)  # fmt: skip
         client = ChatClient(url, "k", timeout=30)
         try:
-            results = [await send(client, "m", REQUEST, level_start=0.0) for _ in range(3)]
+            results = []
+            for _ in range(3):
+                results.append(await send(client, "m", REQUEST, level_start=0.0))
         finally:
             await client.close()
             server.close()
             await server.wait_closed()
         return results, seen
 
-    results, seen = asyncio.run(main())
+    results, seen = asyncio.run(main(close_kept=False))
     assert all(r.ok for r in results), [r.error for r in results]
     assert [r["connection"] for r in seen] == [1, 1, 1]  # one connection, kept from answer to answer
+    # a server that closes the connections it said it would keep: each request goes again on a new one
+    results, seen = asyncio.run(main(close_kept=True))
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r["connection"] for r in seen] == [1, 2, 3]
     assert proxy_for("http://127.0.0.1:8000/v1/chat/completions") is None
     assert proxy_for("http://10.1.2.3:8000/v1/chat/completions") == "http://127.0.0.1:9"
     monkeypatch.setenv("NO_PROXY", "10.1.2.3")
