@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from port_common import TINY_LLAMA, Served, make_jobs, smollm2_tokenizer, write_random_checkpoint  # noqa: E402
+from port_common import Served, make_jobs, tiny_model  # noqa: E402
 
 #: Greedy, with the newlines banned: the random model's greedy answer is otherwise a newline over and over, which a
 #: chat answer holds back as leading space and sends as one chunk at the end; banned, it is a word over and
@@ -92,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = {"sdk": through_sdk, "hearth": through_hearth}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        tokenizer = smollm2_tokenizer(work / "smollm2-tokenizer")
-        model = work / "tiny-random"
-        if not (model / "config.json").is_file():
-            write_random_checkpoint(model, tokenizer, shape=TINY_LLAMA)
+        tokenizer, model = tiny_model(work)
         served = Served(model, ["--parallel", str(args.streams), "--ctx", "4096", "--speculative", "off"],
                         log=work / "serve.log")  # fmt: skip
         runs: dict[str, list[dict]] = {name: [] for name in sides}

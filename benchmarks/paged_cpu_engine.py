@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from port_common import TINY_LLAMA, InProcess, make_jobs, smollm2_tokenizer, write_random_checkpoint  # noqa: E402
+from port_common import InProcess, make_jobs, tiny_model  # noqa: E402
 
 VARIANTS = ("now", "mapped buffers", "ignore_eos per request", "one padded attention", "whole-batch race", "none")
 
@@ -84,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        tokenizer = smollm2_tokenizer(work / "smollm2-tokenizer")
-        if not (work / "tiny-random" / "config.json").is_file():
-            write_random_checkpoint(work / "tiny-random", tokenizer, shape=TINY_LLAMA)
+        tiny_model(work)
         speeds: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for r in range(args.rounds):
             order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from port_common import TINY_LLAMA, InProcess, Served, make_jobs, smollm2_tokenizer, write_random_checkpoint  # noqa: E402
+from port_common import InProcess, Served, make_jobs, tiny_model  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,10 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        tokenizer = smollm2_tokenizer(work / "smollm2-tokenizer")
-        model = work / "tiny-random"
-        if not (model / "config.json").is_file():
-            write_random_checkpoint(model, tokenizer, shape=TINY_LLAMA)
+        tokenizer, model = tiny_model(work)
         flags = ["--parallel", str(args.streams), "--ctx", str(args.ctx), "--speculative", "off",
                  "--stream-interval", f"{args.stream_interval:g}"]  # fmt: skip
         options = LoadOptions(n_ctx=args.ctx, n_seq_max=args.streams, speculative=SpeculativeOptions.parse("off"))

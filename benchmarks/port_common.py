@@ -91,6 +91,16 @@ def write_random_checkpoint(folder: Path, tokenizer: Path, *, shape: dict, model
     return folder
 
 
+def tiny_model(work: Path) -> tuple[Path, Path]:
+    """The CPU benchmarks' model in ``work`` (SmolLM2's tokenizer and a random checkpoint of :data:`TINY_LLAMA`'s
+    shape), written once: (tokenizer folder, model folder)."""
+    tokenizer = smollm2_tokenizer(work / "smollm2-tokenizer")
+    model = work / "tiny-random"
+    if not (model / "config.json").is_file():
+        write_random_checkpoint(model, tokenizer, shape=TINY_LLAMA)
+    return tokenizer, model
+
+
 def make_jobs(tokenizer: Path, n: int, lengths: tuple[int, int], *, seed: int = 0, words: int | None = None) -> list[Job]:
     """``n`` jobs: prompts of uniform(lengths) words (each one token of the vocabulary), uniform(lengths) output
     tokens. ``words``: the prompts' words drawn apart from their lengths, from this seed (the same ``seed`` and
