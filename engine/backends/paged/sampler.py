@@ -147,8 +147,8 @@ def _race(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
             pass
         else:
             return race(probs.contiguous(), keys)
-    if probs.device.type == "cpu":  # the reference divides in float32 whatever the probabilities' type
-        return _race_cpu(probs.float(), keys)
+    if probs.device.type == "cpu" and probs.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return _race_cpu(probs.float(), keys)  # the reference divides these in float32 too
     return (probs / race_noise(keys, probs.shape[1])).argmax(-1)
 
 
