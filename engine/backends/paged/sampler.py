@@ -4,9 +4,8 @@ Order: logit bias (and the EOS ban of ``ignore_eos``), repetition/presence/frequ
 greedy pick or temperature, then top-k, top-p and min-p, then a draw. The draw is an exponential
 race whose noise is a hash of (the request's seed, its draw count, the token), computed for the
 whole batch at once (one Triton launch on CUDA; on a CPU a block of rows at a time, the same numbers), so a
-seeded request gives the same tokens
-whatever else shares the batch. Logprobs are taken from
-the model's raw distribution, as the OpenAI API reports them.
+seeded request gives the same tokens whatever else shares the batch. Logprobs are taken from the model's raw
+distribution, as the OpenAI API reports them.
 """
 
 from __future__ import annotations
