@@ -10,8 +10,6 @@ chat completions answers them.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import collections
 import json
 import logging
@@ -20,7 +18,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -31,17 +29,19 @@ from starlette.exceptions import HTTPException
 from engine.errors import (
     ContextLengthExceeded,
     ConversationNotFound,
+    HearthError,
     InvalidRequest,
     Overloaded,
     PreviousResponseNotFound,
 )
 from engine.model_defaults import left_unset
-from engine.server import media
+from engine.server import compaction, media
 from engine.server.answers import AnswerRoute
 from engine.server.api_models import KeepAlive, NullAsDefaultBody
 from engine.server.conversation_store import ConversationFull, ConversationStore
 from engine.server.dialect import DialectRun, count_prompt_tokens, without_oldest
 from engine.server.docs_chat import Grounding, attach, documents_asked
+from engine.server.errors import error_info
 from engine.server.generation import streamed
 from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.server.streaming import KEEPALIVE, KEEPALIVE_SECONDS, ticks
@@ -97,6 +97,9 @@ class ResponsesBody(NullAsDefaultBody):
     conversation: Any = None  # a conversation's id (/v1/conversations), or {"id": ...}: checked by _conversation_id
     prompt: Any = None  # OpenAI's stored prompts: refused, with a sentence saying why
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    # [{"type": "compaction", "compact_threshold": N}]: a conversation past N tokens (or the context) is compacted
+    # first, and the compaction item comes first in the output (engine.server.compaction)
+    context_management: Any = None
 
 
 #: Background responses running at once, all clients together: each holds a slot or a place in its model's queue
@@ -295,50 +298,14 @@ def input_messages(
                                    name=names.get(call_id), media=_images(output, f"{where}.output", allow_remote, param)))  # fmt: skip
         elif kind == "reasoning":
             continue  # earlier turns' reasoning is not sent back to the model
-        elif kind == "compaction":  # the earlier conversation, compacted (POST /v1/responses/compact)
-            out.append(ChatMessage("user", SUMMARY_LEAD + compacted_summary(item.get("encrypted_content"), where, param)))
+        elif kind == "compaction":  # the earlier conversation, compacted (engine.server.compaction)
+            held = compaction.read(item.get("encrypted_content"), where, param)
+            if held.users is not None:  # a server-side item stands for everything before it but the system messages
+                out = [m for m in out if m.role == "system"]
+            out += held.messages()
         else:
             raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support.", param=param)
     return out
-
-
-# -- compaction: POST /v1/responses/compact ---------------------------------------------------------------------------
-#: How a compaction item's content starts: the summary follows in base64. The content is the client's to keep and
-#: give back, not a secret (OpenAI encrypts its own; one of those cannot be read here).
-COMPACTION_PREFIX = "hearth-compaction-v1:"
-#: What the model is asked for, after the conversation it compacts.
-COMPACT_ASK = (
-    "Write a summary of our conversation so far, to be read in place of it when we go on: what I asked for and why, "
-    "what was done and found (files, commands, results, errors, decisions), what is still to do, and anything the "
-    "next step needs word for word. Write only the summary."
-)
-#: How the summary reads when a later request gives the compaction item back.
-SUMMARY_LEAD = "A summary of our earlier conversation, which was compacted to save room:\n\n"
-#: The longest summary, in tokens.
-COMPACT_TOKENS = 4096
-
-
-def compaction_item(summary: str) -> dict:
-    """The output item that holds ``summary`` (:data:`COMPACTION_PREFIX`)."""
-    content = COMPACTION_PREFIX + base64.b64encode(summary.encode()).decode()
-    return {"type": "compaction", "id": f"cmp_{uuid.uuid4().hex}", "encrypted_content": content}
-
-
-def compacted_summary(content: Any, where: str, param: str = "input") -> str:
-    """The summary a compaction item holds.
-
-    Raises:
-        InvalidRequest: the item is not one Hearth made (another server's, encrypted for it) or it was altered.
-    """
-    if not isinstance(content, str) or not content.startswith(COMPACTION_PREFIX):
-        raise InvalidRequest(f"{where} is a compaction item this server did not make (another server's is encrypted "
-                             "for it); compact the conversation here with POST /v1/responses/compact, or send its "
-                             "messages instead.", param=param)  # fmt: skip
-    try:
-        return base64.b64decode(content[len(COMPACTION_PREFIX) :], validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"{where}.encrypted_content was changed and cannot be read; give it back as the "
-                             "compaction returned it.", param=param) from exc  # fmt: skip
 
 
 def with_ids(items: list[dict]) -> list[dict]:
@@ -481,6 +448,12 @@ class _Turn:
     origin: dict[str, tuple[str, str]] = field(default_factory=dict)  # namespaced tools (_flat_tools)
     answered: tuple[ChatMessage, ...] | None = None  # the conversation with the answer, once it is finished
     conversation: str | None = None  # the id of the conversation (/v1/conversations) it reads and adds to
+    keep: float | None = None  # the request's keep_alive, for each generation it starts
+    compact: bool = False  # context_management turned server-side compaction on
+    compact_at: int | None = None  # its threshold in tokens (None: only a conversation that does not fit is compacted)
+    summarizing: bool = False  # its first generation is the summary of its conversation (the answer's comes after)
+    compacted: dict | None = None  # the compaction output item, once the summary is written
+    compaction_final: GenerationChunk | None = None  # the summary's last chunk: its tokens count in the usage
 
 
 def _turn(request: Request, body: ResponsesBody) -> _Turn:
@@ -489,6 +462,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
                              param="background")  # fmt: skip
     earlier: tuple[ChatMessage, ...] = ()
     conversation = _conversation_id(body)
+    compact, compact_at = compaction.threshold(body.context_management)
     if body.prompt is not None:
         raise InvalidRequest("Stored prompts ('prompt') live on OpenAI's platform, not here; send their instructions "
                              "and input in the request instead.", param="prompt")  # fmt: skip
@@ -510,6 +484,8 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
             raise PreviousResponseNotFound(body.previous_response_id)
         earlier = stored.conversation
     items = with_ids(_input_items(body))  # kept as input_items lists them
+    if compaction.replaces_earlier(items):  # the earlier turns are in the input's compaction item
+        earlier = tuple(m for m in earlier if m.role == "system")
     flat, origin = _flat_tools(body.tools)
     shown = {place: name for name, place in origin.items()}
     history = earlier + tuple(input_messages(items, earlier, request.app.state.settings.allow_image_urls, shown))
@@ -530,16 +506,20 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         speculative=body.speculative, **_tool_fields(body, flat),
     )  # fmt: skip
     return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()), origin=origin,
-                 conversation=conversation)
+                 conversation=conversation, keep=request_keep_alive(body.keep_alive), compact=compact,
+                 compact_at=compact_at)  # fmt: skip
 
 
-def _usage(final: GenerationChunk) -> dict:
+def _usage(*finals: GenerationChunk | None) -> dict:
+    """The tokens of the generations that made a response (a server-side compaction's summary and the answer)."""
+    done = [f for f in finals if f is not None]
+    read, written = sum(f.prompt_tokens for f in done), sum(f.completion_tokens for f in done)
     return {
-        "input_tokens": final.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": final.cached_tokens, "cache_write_tokens": 0},
-        "output_tokens": final.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": final.reasoning_tokens},
-        "total_tokens": final.prompt_tokens + final.completion_tokens,
+        "input_tokens": read,
+        "input_tokens_details": {"cached_tokens": sum(f.cached_tokens for f in done), "cache_write_tokens": 0},
+        "output_tokens": written,
+        "output_tokens_details": {"reasoning_tokens": sum(f.reasoning_tokens for f in done)},
+        "total_tokens": read + written,
     }
 
 
@@ -575,7 +555,7 @@ def _response(turn: _Turn, model: str, *, status: str, output: list[dict], final
         "metadata": body.metadata or {},
     }
     if final is not None:
-        out["usage"] = _usage(final)
+        out["usage"] = _usage(turn.compaction_final, final)
     if body.user is not None:
         out["user"] = body.user
     return attach(out, turn.grounding)
@@ -686,7 +666,9 @@ class _Live:
                 said = "".join(p.get("text", "") for item in self.snapshot()["output"] if item.get("type") == "message"
                                for p in item.get("content") or ())  # fmt: skip
                 self._close_open("incomplete")
-                self.ended = {**self.snapshot(), "status": "cancelled"}
+                ended = self.snapshot()  # a compaction cut short is left out: its summary was never finished
+                output = [x for x in ended["output"] if x.get("type") != "compaction" or x.get("encrypted_content")]
+                self.ended = {**ended, "status": "cancelled", "output": output}
                 conversation = turn.history + ((ChatMessage("assistant", said),) if said else ())
             elif (exc := task.exception()) is not None:
                 log.error("the background response %s failed", turn.rid, exc_info=exc)
@@ -756,7 +738,6 @@ class _Live:
 @router.post("/responses")
 async def create_response(request: Request, body: ResponsesBody):
     turn = await asyncio.to_thread(_turn, request, body)  # pictures are read (and fetched) off the event loop
-    keep = request_keep_alive(body.keep_alive)
     starting = _starting(request)
     if body.background:
         if len(_live(request)) + len(starting) >= MAX_BACKGROUND:
@@ -764,7 +745,7 @@ async def create_response(request: Request, body: ResponsesBody):
                              "one, and try again.", retry_after=5.0)  # fmt: skip
         starting.add(turn.rid)  # counted from now: requests arriving while this one starts see it
     try:
-        run = await _started(request, turn, keep)
+        run = await _first_started(request, turn)
     finally:
         starting.discard(turn.rid)
     turn.grounding = run.gen.grounding  # its sources come with every response object, response.created's first
@@ -776,10 +757,78 @@ async def create_response(request: Request, body: ResponsesBody):
         return StreamingResponse(live.follow(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if body.stream:
         return streamed(run.gen, _recorded(request, turn, _events(request, run, turn)))
+    if turn.summarizing:
+        text, reasoning, final = await run.collect()
+        run = await _compacted(request, turn, text.strip() or reasoning.strip(), final, run.model_name)
     text, reasoning, final = await run.collect()
     logprobs = [lp.as_openai() for lp in run.text_logprobs]
     output = [_placed(item, turn.origin) for item in _output(text, reasoning, final, logprobs, turn.req.tools)]
-    return _finish(request, turn, run.model_name, output, text, reasoning, final)
+    return _finish(request, turn, run.model_name, [*filter(None, [turn.compacted]), *output], text, reasoning, final)
+
+
+async def _first_started(request: Request, turn: _Turn) -> DialectRun:
+    """The turn's first generation, started: the answer's, or with server-side compaction on (``context_management``)
+    and a conversation past its threshold or the context, the summary of it (``turn.summarizing``; the answer's
+    generation starts once it is written, :func:`_compacted`). Compaction comes before ``truncation``'s cut."""
+    if not (turn.compact and compaction.compactable(turn.history)):
+        return await _started(request, turn, turn.keep)
+    longest = compaction.summary_tokens(turn.compact_at)
+    if turn.compact_at is None or await _input_tokens(request, turn) <= turn.compact_at:
+        try:
+            return await DialectRun(request, turn.req, documents=documents_asked(turn.body), keep_alive=turn.keep).start()
+        except ContextLengthExceeded as exc:  # compacted to fit: the summary within a quarter of the context
+            longest = min(longest, max(compaction.MIN_TOKENS, exc.n_ctx // 4))
+    turn.summarizing = True
+    system = (ChatMessage("system", turn.body.instructions),) if turn.body.instructions else ()
+    return await _summary_started(request, turn.body.model, system, turn.history, longest, turn.keep)
+
+
+async def _input_tokens(request: Request, turn: _Turn) -> int:
+    """The turn's prompt in tokens; 0 on a remote model, whose provider's tokenizer is not here (its conversation is
+    sent as it is)."""
+    try:
+        return await count_prompt_tokens(request, turn.req)
+    except InvalidRequest:
+        return 0
+
+
+async def _summary_started(request: Request, model: str, system: tuple[ChatMessage, ...], history: tuple[ChatMessage, ...],
+                           max_tokens: int, keep: float | None) -> DialectRun:  # fmt: skip
+    """The model's summary of ``history`` (:data:`compaction.ASK` after it), started; a conversation longer than the
+    context is summarised from its newest messages that fit (the system messages kept)."""
+    req = GenerationRequest(model=model, messages=(*system, *history, ChatMessage("user", compaction.ASK)),
+                            params=SamplingParams(max_tokens=max_tokens),
+                            unset=left_unset({"temperature": None, "top_p": None}))  # fmt: skip
+    try:
+        return await DialectRun(request, req, keep_alive=keep).start()
+    except ContextLengthExceeded as exc:
+        fitted, fits = await without_oldest(request, req, exc.n_ctx)
+        if not fits:
+            raise
+        return await DialectRun(request, fitted, keep_alive=keep).start()
+
+
+async def _compacted(request: Request, turn: _Turn, summary: str, final: GenerationChunk, model: str,
+                     item_id: str | None = None) -> DialectRun:  # fmt: skip
+    """The turn's conversation replaced by its compaction (its user messages and ``summary``; ``turn.compacted``, the
+    output item, with ``item_id`` where its stream has given it one), and the answer's generation started on it.
+
+    Raises:
+        InvalidRequest: the model wrote no summary. ContextLengthExceeded and the rest, as :func:`_started` does.
+    """
+    if not summary:
+        raise InvalidRequest(f"Model '{model}' wrote no summary of the conversation to compact it; try again, or "
+                             "leave context_management out.", param="context_management")  # fmt: skip
+    users = compaction.user_texts(turn.history)
+    turn.compacted = {**compaction.item(summary, users), **({"id": item_id} if item_id else {})}
+    turn.compaction_final = final
+    turn.history = (*(m for m in turn.history if m.role == "system"), *compaction.Compacted(summary, tuple(users)).messages())
+    system = (ChatMessage("system", turn.body.instructions),) if turn.body.instructions else ()
+    turn.req = replace(turn.req, messages=(*system, *turn.history))
+    turn.summarizing = False
+    run = await _started(request, turn, turn.keep)
+    turn.grounding = run.gen.grounding
+    return run
 
 
 async def _started(request: Request, turn: _Turn, keep: float | None) -> DialectRun:
@@ -926,16 +975,65 @@ class _Stream:
 
 async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | None = None) -> AsyncIterator[bytes]:
     s = s or _Stream(turn.origin, turn.req.tools)
-    chunks = run.chunks()
     pending = _response(turn, run.model_name, status="in_progress", output=[], final=None)
     # a background response was answered queued, and stays so until its generation gives its first chunk
-    queued = turn.body.background
+    queued = bool(turn.body.background)
     yield s.emit("response.created", response={**pending, "status": "queued"} if queued else pending)
     if not queued:
         yield s.emit("response.in_progress", response=pending)
+    first = run
+    if turn.summarizing:  # server-side compaction: its item first, then the answer on the compacted conversation
+        item = {"id": f"cmp_{uuid.uuid4().hex}", "type": "compaction", "encrypted_content": ""}
+        said, thought = [], []
+        final = GenerationChunk(finish_reason="stop")
+        async for chunk in ticks(run.chunks()):
+            if chunk is None:
+                yield KEEPALIVE
+                continue
+            if queued:
+                queued = False
+                yield s.emit("response.in_progress", response=pending)
+            if not s.items:  # the item, once its generation has begun (a background response is in progress then)
+                s.items.append(item)
+                yield s.emit("response.output_item.added", output_index=s.index, item=dict(item))
+            if chunk.finish_reason == "error":
+                _, message = run.failure_message(chunk)
+                yield s.emit("response.failed", response={**pending, "status": "failed",
+                             "error": {"code": "server_error", "message": message}})  # fmt: skip
+                return
+            said.append(chunk.text)
+            thought.append(chunk.reasoning)
+            if chunk.text or chunk.reasoning:
+                yield s.emit("response.compaction.compacting", item_id=item["id"], output_index=s.index)
+            if chunk.finish_reason is not None:
+                final = chunk
+        try:
+            run = await _compacted(request, turn, "".join(said).strip() or "".join(thought).strip(), final,
+                                   run.model_name, item["id"])  # fmt: skip
+        except HearthError as exc:
+            f = error_info(exc)
+            yield s.emit("response.failed", response={**pending, "status": "failed",
+                         "error": {"code": f.code or "server_error", "message": f.message}})  # fmt: skip
+            return
+        assert turn.compacted is not None
+        if not s.items:  # (a generation ends with a chunk: this is only for one that gave none)
+            s.items.append(item)
+            yield s.emit("response.output_item.added", output_index=s.index, item=dict(item))
+        item.update(turn.compacted)
+        yield s.emit("response.output_item.done", output_index=s.index, item=dict(item))
+    try:
+        async for event in _answer_events(request, run, turn, s, pending, queued):
+            yield event
+    finally:
+        if run is not first:  # started here: given up if its chunks were never read (the client went first)
+            run.gen.abandon()
+
+
+async def _answer_events(request: Request, run: DialectRun, turn: _Turn, s: _Stream, pending: dict, queued: bool) -> AsyncIterator[bytes]:
+    """The answer's events, from its first output item to the last event, which holds the whole response."""
     texts, thoughts = [], []
     final = GenerationChunk(finish_reason="stop")
-    async for chunk in ticks(chunks):
+    async for chunk in ticks(run.chunks()):
         if chunk is None:  # the prompt is still being read
             yield KEEPALIVE
             continue
@@ -953,7 +1051,7 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
             yield event
         if chunk.finish_reason is not None:
             final = chunk
-    if not s.items:  # an empty answer is still one (empty) message
+    if not any(item["type"] != "compaction" for item in s.items):  # an empty answer is still one (empty) message
         for event in s.open("message"):
             yield event
     # The closing events (and the last, the whole response) hold the whole answer, with every token's log-probabilities
@@ -982,7 +1080,7 @@ class CompactBody(NullAsDefaultBody):
     instructions: str | None = None
     previous_response_id: str | None = None
     keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
-    max_output_tokens: int | None = Field(None, ge=1)  # an extension: the summary's longest (COMPACT_TOKENS)
+    max_output_tokens: int | None = Field(None, ge=1)  # an extension: the summary's longest (compaction.MAX_TOKENS)
 
 
 @router.post("/responses/compact")
@@ -995,27 +1093,17 @@ async def compact_conversation(request: Request, body: CompactBody) -> dict:
                                           "previous_response_id": body.previous_response_id, "store": False})  # fmt: skip
     turn = await asyncio.to_thread(_turn, request, asked)
     system = (ChatMessage("system", body.instructions),) if body.instructions else ()
-    req = GenerationRequest(model=body.model, messages=(*system, *turn.history, ChatMessage("user", COMPACT_ASK)),
-                            params=SamplingParams(max_tokens=body.max_output_tokens or COMPACT_TOKENS),
-                            unset=left_unset({"temperature": None, "top_p": None}))  # fmt: skip
-    keep = request_keep_alive(body.keep_alive)
-    try:
-        run = await DialectRun(request, req, keep_alive=keep).start()
-    except ContextLengthExceeded as exc:
-        fitted, fits = await without_oldest(request, req, exc.n_ctx)
-        if not fits:
-            raise
-        run = await DialectRun(request, fitted, keep_alive=keep).start()
+    run = await _summary_started(request, body.model, system, turn.history, body.max_output_tokens or compaction.MAX_TOKENS,
+                                 request_keep_alive(body.keep_alive))  # fmt: skip
     text, reasoning, final = await run.collect()
     summary = text.strip() or reasoning.strip()
     if not summary:
         raise InvalidRequest(f"Model '{run.model_name}' wrote no summary of the conversation; try again, or compact "
                              "it with another model.", param="model")  # fmt: skip
     users = [{"type": "message", "id": _new_id("message"), "status": "completed", "role": "user",
-              "content": [{"type": "input_text", "text": m.content.replace(MEDIA_MARKER, "")}]}
-             for m in turn.history if m.role == "user"]  # fmt: skip
+              "content": [{"type": "input_text", "text": said}]} for said in compaction.user_texts(turn.history)]  # fmt: skip
     return {"id": f"resp_{uuid.uuid4().hex}", "object": "response.compaction", "created_at": turn.created_at,
-            "output": [*users, compaction_item(summary)], "usage": _usage(final)}  # fmt: skip
+            "output": [*users, compaction.item(summary)], "usage": _usage(final)}  # fmt: skip
 
 
 @router.get("/responses/{rid}", response_model=None)
@@ -1089,6 +1177,9 @@ def _replay(response: dict) -> list[dict]:
             emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "input": ""})
             emit("response.custom_tool_call_input.delta", **where, delta=item.get("input", ""))
             emit("response.custom_tool_call_input.done", **where, input=item.get("input", ""))
+        elif kind == "compaction":
+            emit("response.output_item.added", output_index=index, item={**item, "encrypted_content": ""})
+            emit("response.compaction.compacting", **where)
         emit("response.output_item.done", output_index=index, item=item)
     status = response.get("status")
     if status != "cancelled":  # (a cancelled stream ends with its last item)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 
 import openai
 import pytest
 
-from engine.server.responses_routes import COMPACTION_PREFIX
+from engine.server import compaction
+from engine.server.compaction import PREFIX as COMPACTION_PREFIX
+from engine.server.compaction import WHOLE_PREFIX
 from tests.engine.server.conftest import MODEL
 
 HISTORY = [
@@ -70,3 +73,97 @@ def test_a_compaction_item_hearth_did_not_make_is_one_clear_error(server, conten
     item = {"type": "compaction", "id": "cmp_x", "encrypted_content": content}
     with pytest.raises(openai.BadRequestError, match=re.escape(said)):
         _client(server).responses.create(model=MODEL, input=[HISTORY[0], item], max_output_tokens=4)
+
+
+# -- server-side compaction: context_management on POST /v1/responses ------------------------------------------------
+
+#: A threshold the conversation above is past (about 80 tokens rendered); its summary is then at most 32 tokens.
+COMPACT_AT = [{"type": "compaction", "compact_threshold": 40}]
+
+
+def _dumped(response) -> list[dict]:
+    return [o.model_dump(exclude_none=True) for o in response.output]
+
+
+def test_a_conversation_past_the_threshold_is_compacted_first_and_the_next_turns_read_only_what_follows(server, openai_schemas):
+    client = _client(server)
+    reply = client.responses.with_raw_response.create(model=MODEL, input=HISTORY, temperature=0, max_output_tokens=8,
+                                                      context_management=COMPACT_AT)  # fmt: skip
+    openai_schemas("Response", reply.http_response.json())
+    first = reply.parse()
+    assert [o.type for o in first.output] == ["compaction", "message"] and first.output_text.strip()
+    item = first.output[0]
+    assert item.id.startswith("cmp_") and item.encrypted_content.startswith(WHOLE_PREFIX)
+    held = compaction.read(item.encrypted_content, "item")
+    assert held.users == (HISTORY[0]["content"], HISTORY[2]["content"]) and held.summary.strip()
+    # the usage counts the summary's generation and the answer's
+    assert first.usage.output_tokens > 8 and first.usage.total_tokens == first.usage.input_tokens + first.usage.output_tokens
+
+    # the client appends the output and goes on: what came before the item is in it, and is read no more
+    later = [*HISTORY, *_dumped(first), {"role": "user", "content": "What is my name?"}]
+    count = client.responses.input_tokens.count
+    assert count(model=MODEL, input=later).input_tokens == count(model=MODEL, input=later[len(HISTORY):]).input_tokens
+    assert count(model=MODEL, input=later).input_tokens > count(model=MODEL, input=later[len(HISTORY) + 1:]).input_tokens
+    # under the threshold: nothing is compacted
+    below = client.responses.create(model=MODEL, input=later, temperature=0, max_output_tokens=4,
+                                    context_management=[{"type": "compaction", "compact_threshold": 100_000}])  # fmt: skip
+    assert [o.type for o in below.output] == ["message"]
+    # previous_response_id goes on from the compacted conversation, as the stored response holds it
+    chained = count(model=MODEL, previous_response_id=first.id, input="What is my name?").input_tokens
+    assert chained == count(model=MODEL, input=[item.model_dump(exclude_none=True), first.output[1].model_dump(exclude_none=True),
+                                                {"role": "user", "content": "What is my name?"}]).input_tokens  # fmt: skip
+
+
+def test_a_streamed_compaction_comes_first_in_the_stream_and_in_a_background_response(server):
+    client = _client(server)
+    with client.responses.stream(model=MODEL, input=HISTORY, temperature=0, max_output_tokens=4,
+                                 context_management=COMPACT_AT) as stream:  # fmt: skip
+        events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert events[2].item.type == "compaction" and events[2].output_index == 0
+    done = kinds.index("response.output_item.done")
+    assert set(kinds[3:done]) == {"response.compaction.compacting"}
+    assert events[done].item.encrypted_content.startswith(WHOLE_PREFIX) and events[done].item.id == events[2].item.id
+    assert events[done + 1].type == "response.output_item.added" and events[done + 1].output_index == 1
+    last = events[-1].response
+    assert kinds[-1] in ("response.completed", "response.incomplete") and [o.type for o in last.output] == ["compaction", "message"]
+    stored = client.responses.retrieve(last.id)
+    assert _dumped(stored) == _dumped(last)
+
+    background = client.responses.create(model=MODEL, input=HISTORY, temperature=0, max_output_tokens=4, background=True,
+                                         context_management=COMPACT_AT)  # fmt: skip
+    for _ in range(600):
+        if background.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.1)
+        background = client.responses.retrieve(background.id)
+    assert [o.type for o in background.output] == ["compaction", "message"]
+    replayed = [e.type for e in client.responses.retrieve(background.id, stream=True)]  # as its stream went
+    done = replayed.index("response.output_item.done")
+    assert replayed[1:3] == ["response.in_progress", "response.output_item.added"]
+    assert set(replayed[3:done]) == {"response.compaction.compacting"}
+
+
+def test_a_conversation_longer_than_the_context_is_compacted_to_fit_where_compaction_is_on(server):
+    client = _client(server)
+    long_answer = "The seed tray sits under the roof and the perch runs along the front. " * 160  # over 2,048 tokens
+    history = [HISTORY[0], {"role": "assistant", "content": long_answer}, {"role": "user", "content": "And the roof?"}]
+    with pytest.raises(openai.BadRequestError, match="context"):
+        client.responses.create(model=MODEL, input=history, max_output_tokens=4)
+    fitted = client.responses.create(model=MODEL, input=history, temperature=0, max_output_tokens=4,
+                                     context_management=[{"type": "compaction"}])  # fmt: skip
+    assert [o.type for o in fitted.output] == ["compaction", "message"]
+    # the summary stays within a quarter of the context
+    assert compaction.read(fitted.output[0].encrypted_content, "item").users == (HISTORY[0]["content"], "And the roof?")
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("compaction", "'context_management' must be a list"),
+    ([{"type": "truncation"}], "context_management[0] must have type 'compaction'"),
+    ([{"type": "compaction", "compact_threshold": 0}], "context_management[0].compact_threshold must be a whole number"),
+    ([{"type": "compaction", "compact_threshold": "1000"}], "context_management[0].compact_threshold must be a whole number"),
+])  # fmt: skip
+def test_context_management_that_is_not_compaction_is_one_clear_error(server, value, said):
+    with pytest.raises(openai.BadRequestError, match=re.escape(said)):
+        _client(server).responses.create(model=MODEL, input="Hi", max_output_tokens=4, context_management=value)
