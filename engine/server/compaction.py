@@ -139,10 +139,11 @@ def threshold(value: Any) -> tuple[bool, int | None]:
     return on, least
 
 
-def summary_tokens(compact_at: int | None) -> int:
-    """The longest server-side summary: half the threshold it is written to get under (within MIN_TOKENS and
-    MAX_TOKENS)."""
-    return MAX_TOKENS if compact_at is None else max(MIN_TOKENS, min(MAX_TOKENS, compact_at // 2))
+def summary_tokens(compact_at: int | None, n_ctx: int | None = None) -> int:
+    """The longest summary written to compact a conversation: half the threshold it is to get under, a quarter of the
+    model's context, and MAX_TOKENS, whichever is least (but at least MIN_TOKENS)."""
+    bounds = [MAX_TOKENS, *([compact_at // 2] if compact_at else []), *([n_ctx // 4] if n_ctx else [])]
+    return max(MIN_TOKENS, min(bounds))
 
 
 __all__ = [

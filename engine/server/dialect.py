@@ -210,6 +210,26 @@ async def count_prompt_tokens(request: Request, req: GenerationRequest) -> int:
         served.release()
 
 
+async def context_of(request: Request, req: GenerationRequest, *, count: bool = True) -> tuple[int | None, int | None]:
+    """``req``'s prompt in tokens (when ``count``), rendered as a generation would render it, and the most tokens one
+    request may hold on its model; each None on a remote model (its tokenizer and its context are the provider's).
+
+    Raises:
+        ModelNotFound: no such model.
+    """
+    served = await targets.acquire(request, req.model)
+    try:
+        lm = served.lm
+        if lm is None:
+            return None, None
+        stats = await asyncio.to_thread(lm.backend.stats)
+        n_ctx = stats.n_ctx_per_sequence if stats is not None else None
+        tokens = len(await asyncio.to_thread(served.prompt_tokens, served.with_defaults(req))) if count else None
+        return tokens, n_ctx
+    finally:
+        served.release()
+
+
 def prompt_room(n_ctx: int, max_tokens: int | None) -> int:
     """The tokens a prompt cut to fit the context may take: the context less a quarter of it (or ``max_tokens``,
     if less) left for the answer."""
@@ -245,6 +265,7 @@ async def without_oldest(request: Request, req: GenerationRequest, n_ctx: int) -
 
 __all__ = [
     "anthropic_error",
+    "context_of",
     "ollama_error",
     "error_body_for_path",
     "error_route",

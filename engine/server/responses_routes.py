@@ -39,7 +39,7 @@ from engine.server import compaction, media
 from engine.server.answers import AnswerRoute
 from engine.server.api_models import KeepAlive, NullAsDefaultBody
 from engine.server.conversation_store import ConversationFull, ConversationStore
-from engine.server.dialect import DialectRun, count_prompt_tokens, without_oldest
+from engine.server.dialect import DialectRun, context_of, count_prompt_tokens, without_oldest
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.errors import error_info
 from engine.server.generation import streamed
@@ -452,6 +452,7 @@ class _Turn:
     compact: bool = False  # context_management turned server-side compaction on
     compact_at: int | None = None  # its threshold in tokens (None: only a conversation that does not fit is compacted)
     summarizing: bool = False  # its first generation is the summary of its conversation (the answer's comes after)
+    trigger: bool = False  # a compaction_trigger ended the input: the compaction is the whole output, with no answer
     compacted: dict | None = None  # the compaction output item, once the summary is written
     compaction_final: GenerationChunk | None = None  # the summary's last chunk: its tokens count in the usage
 
@@ -484,6 +485,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
             raise PreviousResponseNotFound(body.previous_response_id)
         earlier = stored.conversation
     items = with_ids(_input_items(body))  # kept as input_items lists them
+    trigger = _compaction_trigger(items)
     if compaction.replaces_earlier(items):  # the earlier turns are in the input's compaction item
         earlier = tuple(m for m in earlier if m.role == "system")
     flat, origin = _flat_tools(body.tools)
@@ -507,7 +509,23 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
     )  # fmt: skip
     return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()), origin=origin,
                  conversation=conversation, keep=request_keep_alive(body.keep_alive), compact=compact,
-                 compact_at=compact_at)  # fmt: skip
+                 compact_at=compact_at, trigger=trigger)  # fmt: skip
+
+
+def _compaction_trigger(items: list[dict]) -> bool:
+    """Whether the input ends with a ``compaction_trigger`` item (taken out of ``items``: the conversation before it
+    is compacted now, and the compaction item is the response's whole output, as newer Codex compacts a session).
+
+    Raises:
+        InvalidRequest: a trigger that is not the last item.
+    """
+    at = [i for i, item in enumerate(items) if isinstance(item, dict) and item.get("type") == "compaction_trigger"]
+    if not at:
+        return False
+    if at != [len(items) - 1]:
+        raise InvalidRequest(f"input[{at[0]}] is a compaction_trigger, which must be the last input item.", param="input")
+    items.pop()
+    return True
 
 
 def _usage(*finals: GenerationChunk | None) -> dict:
@@ -759,7 +777,10 @@ async def create_response(request: Request, body: ResponsesBody):
         return streamed(run.gen, _recorded(request, turn, _events(request, run, turn)))
     if turn.summarizing:
         text, reasoning, final = await run.collect()
-        run = await _compacted(request, turn, text.strip() or reasoning.strip(), final, run.model_name)
+        model = run.model_name
+        if (answer := await _compacted(request, turn, text.strip() or reasoning.strip(), final, model)) is None:
+            return _finish_compaction(request, turn, model)
+        run = answer
     text, reasoning, final = await run.collect()
     logprobs = [lp.as_openai() for lp in run.text_logprobs]
     output = [_placed(item, turn.origin) for item in _output(text, reasoning, final, logprobs, turn.req.tools)]
@@ -767,29 +788,30 @@ async def create_response(request: Request, body: ResponsesBody):
 
 
 async def _first_started(request: Request, turn: _Turn) -> DialectRun:
-    """The turn's first generation, started: the answer's, or with server-side compaction on (``context_management``)
-    and a conversation past its threshold or the context, the summary of it (``turn.summarizing``; the answer's
-    generation starts once it is written, :func:`_compacted`). Compaction comes before ``truncation``'s cut."""
-    if not (turn.compact and compaction.compactable(turn.history)):
+    """The turn's first generation, started: the answer's, or the summary of its conversation (``turn.summarizing``;
+    the answer's generation starts once it is written, :func:`_compacted`) where a compaction_trigger ends the input,
+    or where server-side compaction is on (``context_management``) and the conversation is past its threshold or the
+    context. Compaction comes before ``truncation``'s cut."""
+    if not (turn.trigger or (turn.compact and compaction.compactable(turn.history))):
         return await _started(request, turn, turn.keep)
-    longest = compaction.summary_tokens(turn.compact_at)
-    if turn.compact_at is None or await _input_tokens(request, turn) <= turn.compact_at:
+    # (a remote model's prompt is not counted here: its tokenizer is the provider's, and it is sent as it is)
+    tokens, n_ctx = await context_of(request, turn.req, count=turn.compact_at is not None and not turn.trigger)
+    longest = compaction.summary_tokens(turn.compact_at, n_ctx)
+    if turn.trigger and turn.body.max_output_tokens is not None:  # the compaction is the output max_output_tokens bounds
+        longest = min(longest, turn.body.max_output_tokens)
+    if not turn.trigger and (tokens is None or turn.compact_at is None or tokens <= turn.compact_at):
         try:
             return await DialectRun(request, turn.req, documents=documents_asked(turn.body), keep_alive=turn.keep).start()
-        except ContextLengthExceeded as exc:  # compacted to fit: the summary within a quarter of the context
-            longest = min(longest, max(compaction.MIN_TOKENS, exc.n_ctx // 4))
+        except ContextLengthExceeded as exc:
+            longest = compaction.summary_tokens(turn.compact_at, exc.n_ctx)
+    return await _summary_of(request, turn, longest)
+
+
+async def _summary_of(request: Request, turn: _Turn, longest: int) -> DialectRun:
+    """The summary of the turn's conversation, started (``turn.summarizing``)."""
     turn.summarizing = True
     system = (ChatMessage("system", turn.body.instructions),) if turn.body.instructions else ()
     return await _summary_started(request, turn.body.model, system, turn.history, longest, turn.keep)
-
-
-async def _input_tokens(request: Request, turn: _Turn) -> int:
-    """The turn's prompt in tokens; 0 on a remote model, whose provider's tokenizer is not here (its conversation is
-    sent as it is)."""
-    try:
-        return await count_prompt_tokens(request, turn.req)
-    except InvalidRequest:
-        return 0
 
 
 async def _summary_started(request: Request, model: str, system: tuple[ChatMessage, ...], history: tuple[ChatMessage, ...],
@@ -809,16 +831,17 @@ async def _summary_started(request: Request, model: str, system: tuple[ChatMessa
 
 
 async def _compacted(request: Request, turn: _Turn, summary: str, final: GenerationChunk, model: str,
-                     item_id: str | None = None) -> DialectRun:  # fmt: skip
+                     item_id: str | None = None) -> DialectRun | None:  # fmt: skip
     """The turn's conversation replaced by its compaction (its user messages and ``summary``; ``turn.compacted``, the
-    output item, with ``item_id`` where its stream has given it one), and the answer's generation started on it.
+    output item, with ``item_id`` where its stream has given it one), and the answer's generation started on it;
+    None for a compaction_trigger, whose output the item is alone.
 
     Raises:
         InvalidRequest: the model wrote no summary. ContextLengthExceeded and the rest, as :func:`_started` does.
     """
     if not summary:
-        raise InvalidRequest(f"Model '{model}' wrote no summary of the conversation to compact it; try again, or "
-                             "leave context_management out.", param="context_management")  # fmt: skip
+        raise InvalidRequest(f"Model '{model}' wrote no summary of the conversation to compact it; try again.",
+                             param="input" if turn.trigger else "context_management")  # fmt: skip
     users = compaction.user_texts(turn.history)
     turn.compacted = {**compaction.item(summary, users), **({"id": item_id} if item_id else {})}
     turn.compaction_final = final
@@ -826,9 +849,25 @@ async def _compacted(request: Request, turn: _Turn, summary: str, final: Generat
     system = (ChatMessage("system", turn.body.instructions),) if turn.body.instructions else ()
     turn.req = replace(turn.req, messages=(*system, *turn.history))
     turn.summarizing = False
+    if turn.trigger:
+        return None
     run = await _started(request, turn, turn.keep)
     turn.grounding = run.gen.grounding
     return run
+
+
+def _finish_compaction(request: Request, turn: _Turn, model: str) -> dict:
+    """A compaction_trigger's response, finished: the compaction item its whole output, its usage the summary's;
+    stored, it goes on from the compacted conversation."""
+    assert turn.compacted is not None and turn.compaction_final is not None
+    final, turn.compaction_final = turn.compaction_final, None  # counted once, as the response's own generation
+    response = _response(turn, model, status="completed", output=[turn.compacted], final=final)
+    if turn.conversation is not None:
+        _add_to_conversation(request, turn.conversation, [*turn.input_items, turn.compacted])
+    if turn.body.store:
+        turn.answered = turn.history
+        _store(request).put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
+    return response
 
 
 async def _started(request: Request, turn: _Turn, keep: float | None) -> DialectRun:
@@ -1007,9 +1046,10 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
                 yield s.emit("response.compaction.compacting", item_id=item["id"], output_index=s.index)
             if chunk.finish_reason is not None:
                 final = chunk
+        model = run.model_name
         try:
-            run = await _compacted(request, turn, "".join(said).strip() or "".join(thought).strip(), final,
-                                   run.model_name, item["id"])  # fmt: skip
+            answer = await _compacted(request, turn, "".join(said).strip() or "".join(thought).strip(), final, model,
+                                      item["id"])  # fmt: skip
         except HearthError as exc:
             f = error_info(exc)
             yield s.emit("response.failed", response={**pending, "status": "failed",
@@ -1021,6 +1061,10 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
             yield s.emit("response.output_item.added", output_index=s.index, item=dict(item))
         item.update(turn.compacted)
         yield s.emit("response.output_item.done", output_index=s.index, item=dict(item))
+        if answer is None:  # a compaction_trigger's: the item is the whole output
+            yield s.emit("response.completed", response=_finish_compaction(request, turn, model))
+            return
+        run = answer
     try:
         async for event in _answer_events(request, run, turn, s, pending, queued):
             yield event

@@ -167,3 +167,34 @@ def test_a_conversation_longer_than_the_context_is_compacted_to_fit_where_compac
 def test_context_management_that_is_not_compaction_is_one_clear_error(server, value, said):
     with pytest.raises(openai.BadRequestError, match=re.escape(said)):
         _client(server).responses.create(model=MODEL, input="Hi", max_output_tokens=4, context_management=value)
+
+
+# -- compaction_trigger: the last input item asks for the compaction alone, as newer Codex compacts a session ------------
+
+
+def test_a_compaction_trigger_gives_one_compaction_item_and_the_stored_response_goes_on_from_it(server):
+    client = _client(server)
+    trigger = [*HISTORY, {"type": "compaction_trigger"}]
+    with client.responses.stream(model=MODEL, input=trigger, temperature=0, max_output_tokens=24, store=False,
+                                 instructions="You are a woodworking helper.") as stream:  # fmt: skip
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [e.type for e in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[-2:] == ["response.output_item.done", "response.completed"]
+    assert set(kinds[3:-2]) == {"response.compaction.compacting"}
+    assert [o.type for o in final.output] == ["compaction"] and final.status == "completed"
+    held = compaction.read(final.output[0].encrypted_content, "item")
+    assert held.users == (HISTORY[0]["content"], HISTORY[2]["content"]) and held.summary.strip()
+    assert 0 < final.usage.output_tokens <= 24  # max_output_tokens bounds the summary, the whole output here
+
+    stored = client.responses.create(model=MODEL, input=trigger, temperature=0, max_output_tokens=24)
+    assert [o.type for o in stored.output] == ["compaction"]
+    assert [i.type for i in client.responses.input_items.list(stored.id).data] == ["message"] * 3  # the trigger is not kept
+    count = client.responses.input_tokens.count
+    go_on = {"role": "user", "content": "And the roof?"}
+    chained = count(model=MODEL, previous_response_id=stored.id, input=[go_on]).input_tokens
+    assert chained == count(model=MODEL, input=[stored.output[0].model_dump(exclude_none=True), go_on]).input_tokens
+
+    with pytest.raises(openai.BadRequestError, match=re.escape("input[0] is a compaction_trigger, which must be the last")):
+        client.responses.create(model=MODEL, input=[{"type": "compaction_trigger"}, *HISTORY], max_output_tokens=4)
