@@ -7,8 +7,8 @@ Hearth's own, a prefix and base64 (not a secret: OpenAI encrypts its own, and on
 
 - ``/compact``'s item (:data:`PREFIX`) holds the summary alone: its output is the conversation's user messages and
   then the item, and the client gives that list back in place of the conversation.
-- A server-side item (:data:`WHOLE_PREFIX`) stands for the whole conversation before it: the user messages and
-  the summary are in it. The client appends it to its input with the rest of the output, as OpenAI's guide says,
+- A server-side item (:data:`WHOLE_PREFIX`) stands for the whole conversation before it: its newest user messages
+  (:func:`newest_within`) and the summary are in it. The client appends it to its input with the rest of the output, as OpenAI's guide says,
   and everything before it but the system messages is left out from then on (OpenAI: "the latest compaction item
   carries the necessary context"; dropping the items before it only makes the request smaller).
 """
@@ -106,6 +106,24 @@ def user_texts(history: tuple[ChatMessage, ...] | list[ChatMessage]) -> list[str
     return [m.content.replace(MEDIA_MARKER, "") for m in history if m.role == "user" and not is_summary(m)]
 
 
+#: Characters a token is taken to hold where the user messages kept whole are measured (few: English has about 4).
+CHARS_PER_TOKEN = 3
+
+
+def newest_within(texts: list[str], tokens: int) -> list[str]:
+    """The newest of ``texts`` that fit in about ``tokens`` together (the newest always), in their order: the user
+    messages a server-side compaction keeps whole. The older ones are in the summary only, so a conversation whose
+    user messages alone pass the threshold still gets under it."""
+    kept: list[str] = []
+    room = tokens * CHARS_PER_TOKEN
+    for text in reversed(texts):
+        if kept and len(text) > room:
+            break
+        kept.append(text)
+        room -= len(text)
+    return kept[::-1]
+
+
 def compactable(history: tuple[ChatMessage, ...] | list[ChatMessage]) -> bool:
     """Whether compacting ``history`` can make it shorter: the user messages are kept, so it needs something else."""
     return any(m.role != "system" and (m.role != "user" or is_summary(m)) for m in history)
@@ -146,6 +164,12 @@ def summary_tokens(compact_at: int | None, n_ctx: int | None = None) -> int:
     return max(MIN_TOKENS, min(bounds))
 
 
+def users_tokens(compact_at: int | None, n_ctx: int | None = None) -> int:
+    """The tokens of user messages a server-side compaction keeps whole: a quarter of the threshold (or of the
+    context, without one), at least MIN_TOKENS."""
+    return max(MIN_TOKENS, (compact_at or n_ctx or 4 * MAX_TOKENS) // 4)
+
+
 __all__ = [
     "ASK",
     "MAX_TOKENS",
@@ -156,10 +180,12 @@ __all__ = [
     "Compacted",
     "compactable",
     "is_summary",
+    "newest_within",
     "item",
     "read",
     "replaces_earlier",
     "summary_tokens",
     "threshold",
     "user_texts",
+    "users_tokens",
 ]

@@ -29,10 +29,10 @@ from starlette.exceptions import HTTPException
 from engine.errors import (
     ContextLengthExceeded,
     ConversationNotFound,
-    HearthError,
     InvalidRequest,
     Overloaded,
     PreviousResponseNotFound,
+    RequestCancelled,
 )
 from engine.model_defaults import left_unset
 from engine.server import compaction, media
@@ -453,6 +453,7 @@ class _Turn:
     compact_at: int | None = None  # its threshold in tokens (None: only a conversation that does not fit is compacted)
     summarizing: bool = False  # its first generation is the summary of its conversation (the answer's comes after)
     trigger: bool = False  # a compaction_trigger ended the input: the compaction is the whole output, with no answer
+    users_room: int = compaction.MAX_TOKENS  # the tokens of user messages a compaction keeps whole (the newest)
     compacted: dict | None = None  # the compaction output item, once the summary is written
     compaction_final: GenerationChunk | None = None  # the summary's last chunk: its tokens count in the usage
 
@@ -797,6 +798,7 @@ async def _first_started(request: Request, turn: _Turn) -> DialectRun:
     # (a remote model's prompt is not counted here: its tokenizer is the provider's, and it is sent as it is)
     tokens, n_ctx = await context_of(request, turn.req, count=turn.compact_at is not None and not turn.trigger)
     longest = compaction.summary_tokens(turn.compact_at, n_ctx)
+    turn.users_room = compaction.users_tokens(turn.compact_at, n_ctx)
     if turn.trigger and turn.body.max_output_tokens is not None:  # the compaction is the output max_output_tokens bounds
         longest = min(longest, turn.body.max_output_tokens)
     if not turn.trigger and (tokens is None or turn.compact_at is None or tokens <= turn.compact_at):
@@ -804,6 +806,7 @@ async def _first_started(request: Request, turn: _Turn) -> DialectRun:
             return await DialectRun(request, turn.req, documents=documents_asked(turn.body), keep_alive=turn.keep).start()
         except ContextLengthExceeded as exc:
             longest = compaction.summary_tokens(turn.compact_at, exc.n_ctx)
+            turn.users_room = compaction.users_tokens(turn.compact_at, exc.n_ctx)
     return await _summary_of(request, turn, longest)
 
 
@@ -839,10 +842,12 @@ async def _compacted(request: Request, turn: _Turn, summary: str, final: Generat
     Raises:
         InvalidRequest: the model wrote no summary. ContextLengthExceeded and the rest, as :func:`_started` does.
     """
+    if final.finish_reason == "cancelled":  # its client went, or the worker gave it up: nothing is compacted
+        raise RequestCancelled()
     if not summary:
         raise InvalidRequest(f"Model '{model}' wrote no summary of the conversation to compact it; try again.",
                              param="input" if turn.trigger else "context_management")  # fmt: skip
-    users = compaction.user_texts(turn.history)
+    users = compaction.newest_within(compaction.user_texts(turn.history), turn.users_room)
     turn.compacted = {**compaction.item(summary, users), **({"id": item_id} if item_id else {})}
     turn.compaction_final = final
     turn.history = (*(m for m in turn.history if m.role == "system"), *compaction.Compacted(summary, tuple(users)).messages())
@@ -861,7 +866,8 @@ def _finish_compaction(request: Request, turn: _Turn, model: str) -> dict:
     stored, it goes on from the compacted conversation."""
     assert turn.compacted is not None and turn.compaction_final is not None
     final, turn.compaction_final = turn.compaction_final, None  # counted once, as the response's own generation
-    response = _response(turn, model, status="completed", output=[turn.compacted], final=final)
+    cut = turn.body.max_output_tokens is not None and final.completion_tokens >= turn.body.max_output_tokens
+    response = _response(turn, model, status="incomplete" if cut else "completed", output=[turn.compacted], final=final)
     if turn.conversation is not None:
         _add_to_conversation(request, turn.conversation, [*turn.input_items, turn.compacted])
     if turn.body.store:
@@ -1020,7 +1026,6 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
     yield s.emit("response.created", response={**pending, "status": "queued"} if queued else pending)
     if not queued:
         yield s.emit("response.in_progress", response=pending)
-    first = run
     if turn.summarizing:  # server-side compaction: its item first, then the answer on the compacted conversation
         item = {"id": f"cmp_{uuid.uuid4().hex}", "type": "compaction", "encrypted_content": ""}
         said, thought = [], []
@@ -1050,27 +1055,31 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
         try:
             answer = await _compacted(request, turn, "".join(said).strip() or "".join(thought).strip(), final, model,
                                       item["id"])  # fmt: skip
-        except HearthError as exc:
+        except Exception as exc:  # the response has begun: its failure is its last event
             f = error_info(exc)
             yield s.emit("response.failed", response={**pending, "status": "failed",
                          "error": {"code": f.code or "server_error", "message": f.message}})  # fmt: skip
             return
-        assert turn.compacted is not None
-        if not s.items:  # (a generation ends with a chunk: this is only for one that gave none)
-            s.items.append(item)
-            yield s.emit("response.output_item.added", output_index=s.index, item=dict(item))
-        item.update(turn.compacted)
-        yield s.emit("response.output_item.done", output_index=s.index, item=dict(item))
-        if answer is None:  # a compaction_trigger's: the item is the whole output
-            yield s.emit("response.completed", response=_finish_compaction(request, turn, model))
-            return
-        run = answer
-    try:
-        async for event in _answer_events(request, run, turn, s, pending, queued):
-            yield event
-    finally:
-        if run is not first:  # started here: given up if its chunks were never read (the client went first)
-            run.gen.abandon()
+        try:
+            assert turn.compacted is not None
+            if not s.items:  # (a generation ends with a chunk: this is only for one that gave none)
+                s.items.append(item)
+                yield s.emit("response.output_item.added", output_index=s.index, item=dict(item))
+            item.update(turn.compacted)
+            yield s.emit("response.output_item.done", output_index=s.index, item=dict(item))
+            if answer is None:  # a compaction_trigger's: the item is the whole output
+                done = _finish_compaction(request, turn, model)
+                kind = "response.completed" if done["status"] == "completed" else "response.incomplete"
+                yield s.emit(kind, response=done)
+                return
+            async for event in _answer_events(request, answer, turn, s, pending, queued):
+                yield event
+        finally:  # started here: given up if its chunks were never read (the client went first)
+            if answer is not None:
+                answer.gen.abandon()
+        return
+    async for event in _answer_events(request, run, turn, s, pending, queued):
+        yield event
 
 
 async def _answer_events(request: Request, run: DialectRun, turn: _Turn, s: _Stream, pending: dict, queued: bool) -> AsyncIterator[bytes]:

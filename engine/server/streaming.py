@@ -105,13 +105,31 @@ async def open_streams(backend: Streamer, requests: Sequence[GenerationRequest])
     started: list[Iterator[GenerationChunk]] = []
     try:
         for req in requests:
-            started.append(await asyncio.to_thread(backend.stream, req))
+            started.append(await _opened(backend, req))
     except BaseException:
         for req, it in zip(requests, started, strict=False):
             backend.cancel(req.request_id)
             close_quietly(it)
         raise
     return started
+
+
+async def _opened(backend: Streamer, req: GenerationRequest) -> Iterator[GenerationChunk]:
+    """``backend.stream(req)``, called in a thread. Cancelled meanwhile (its client went, or its background response
+    was cancelled), the thread still opens the stream: it is closed and its request cancelled once it is open, so no
+    sequence goes on generating for nobody."""
+    opening = asyncio.ensure_future(asyncio.to_thread(backend.stream, req))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+
+        def undo(done: asyncio.Future[Iterator[GenerationChunk]]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                backend.cancel(req.request_id)
+                close_quietly(done.result())
+
+        opening.add_done_callback(undo)
+        raise
 
 
 def close_quietly(it: Iterator[GenerationChunk]) -> None:

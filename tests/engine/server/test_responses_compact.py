@@ -178,15 +178,17 @@ def test_a_compaction_trigger_gives_one_compaction_item_and_the_stored_response_
     with client.responses.stream(model=MODEL, input=trigger, temperature=0, max_output_tokens=24, store=False,
                                  instructions="You are a woodworking helper.") as stream:  # fmt: skip
         events = list(stream)
-        final = stream.get_final_response()
     kinds = [e.type for e in events]
     assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
-    assert kinds[-2:] == ["response.output_item.done", "response.completed"]
-    assert set(kinds[3:-2]) == {"response.compaction.compacting"}
-    assert [o.type for o in final.output] == ["compaction"] and final.status == "completed"
+    assert kinds[-2] == "response.output_item.done" and set(kinds[3:-2]) == {"response.compaction.compacting"}
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["compaction"]
     held = compaction.read(final.output[0].encrypted_content, "item")
     assert held.users == (HISTORY[0]["content"], HISTORY[2]["content"]) and held.summary.strip()
-    assert 0 < final.usage.output_tokens <= 24  # max_output_tokens bounds the summary, the whole output here
+    # max_output_tokens bounds the summary, the whole output here; a summary it cut says so, as an answer would
+    assert final.usage is not None and 0 < final.usage.output_tokens <= 24
+    cut = final.usage.output_tokens == 24
+    assert (kinds[-1], final.status) == (("response.incomplete", "incomplete") if cut else ("response.completed", "completed"))
 
     stored = client.responses.create(model=MODEL, input=trigger, temperature=0, max_output_tokens=24)
     assert [o.type for o in stored.output] == ["compaction"]
@@ -198,3 +200,12 @@ def test_a_compaction_trigger_gives_one_compaction_item_and_the_stored_response_
 
     with pytest.raises(openai.BadRequestError, match=re.escape("input[0] is a compaction_trigger, which must be the last")):
         client.responses.create(model=MODEL, input=[{"type": "compaction_trigger"}, *HISTORY], max_output_tokens=4)
+
+
+def test_a_compaction_keeps_the_newest_user_messages_that_fit_and_the_newest_always():
+    texts = ["a" * 30, "b" * 30, "c" * 30, "d" * 300]
+    assert compaction.newest_within(texts, 10) == ["d" * 300]  # the newest, even past the room
+    assert compaction.newest_within(texts[:3], 20) == ["b" * 30, "c" * 30]  # 60 characters fit, 90 do not
+    assert compaction.newest_within(texts[:3], 1000) == texts[:3]
+    assert compaction.users_tokens(100_000) == 25_000 and compaction.users_tokens(None, 2048) == 512
+    assert compaction.summary_tokens(100_000, 8192) == 2048 and compaction.summary_tokens(40) == compaction.MIN_TOKENS

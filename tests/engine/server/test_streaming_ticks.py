@@ -56,3 +56,52 @@ def test_an_error_before_the_first_item_reaches_the_reader():
         assert str(exc) == "the engine stopped"
     else:
         raise AssertionError("the error was lost")
+
+
+def test_a_request_cancelled_while_its_stream_opens_is_cancelled_and_closed_once_it_is_open():
+    """A client that goes (or a background response cancelled) while the backend opens its stream in a thread: the
+    thread still opens it, and it is cancelled and closed then, not left generating for nobody."""
+    import threading
+
+    from engine.server.streaming import open_streams
+    from engine.types import GenerationRequest
+
+    opening, events = threading.Event(), []
+
+    class Backend:
+        def stream(self, request):
+            opening.set()
+            time_to_open.wait(5)
+
+            class Chunks:
+                def __iter__(self):
+                    return self
+
+                def __next__(self):
+                    raise StopIteration
+
+                def close(self):
+                    events.append("closed")
+
+            return Chunks()
+
+        def cancel(self, request_id):
+            events.append(("cancel", request_id))
+
+    time_to_open = threading.Event()
+    req = GenerationRequest(model="m", prompt="hi")
+
+    async def run():
+        task = asyncio.ensure_future(open_streams(Backend(), [req]))
+        await asyncio.to_thread(opening.wait, 5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert events == []  # the stream is not open yet
+        time_to_open.set()
+        for _ in range(100):
+            if events:
+                break
+            await asyncio.sleep(0.02)
+
+    asyncio.run(run())
+    assert events == [("cancel", req.request_id), "closed"]
