@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,7 +22,7 @@ from starlette.routing import Match
 from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
 from engine.remote.routing import is_local
-from engine.server import docs_chat, media, remote_routes, targets
+from engine.server import context_edits, docs_chat, media, remote_routes, targets
 from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import (
     ANTHROPIC_OVERLOADED,
@@ -75,6 +76,7 @@ class CountTokensBody(Body):
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
     output_config: dict[str, Any] | None = None
+    context_management: Any = None  # the context-management beta's edits (engine.server.context_edits)
 
 
 class MessagesBody(CountTokensBody):
@@ -343,13 +345,18 @@ def tool_use_id(call_id: str) -> str:
 @router.post("/messages")
 async def create_message(request: Request, body: MessagesBody):
     allow_remote = request.app.state.settings.allow_image_urls  # images are read (and fetched) off the event loop
+    edits = context_edits.parse(body.context_management)
     req = await asyncio.to_thread(_request, body, _params(body), allow_remote)
     keep = request_keep_alive(body.keep_alive)
+    context: dict | None = None
+    if edits:
+        req, applied = await context_edits.apply(req, edits, partial(_tokens_or_none, request))
+        context = {"applied_edits": applied}
     run = await DialectRun(request, req, documents=docs_chat.documents_asked(body), keep_alive=keep).start()
     mid = f"msg_{uuid.uuid4().hex}"
     warm = body.max_tokens == 0  # Anthropic's pre-warming of the prompt cache: no answer
     if body.stream:
-        return streamed(run.gen, _events(run, mid, warm=warm))
+        return streamed(run.gen, _events(run, mid, warm=warm, context=context))
     text, thinking, final = await run.collect()
     content: list[dict] = [{"type": "thinking", "thinking": thinking, "signature": ""}] if thinking else []
     if text or not final.tool_calls:
@@ -368,7 +375,17 @@ async def create_message(request: Request, body: MessagesBody):
         "stop_sequence": stop_sequence,
         "usage": _usage(final, warm=warm),
     }
+    if context is not None:
+        message["context_management"] = context
     return run.with_sources(message)
+
+
+async def _tokens_or_none(request: Request, req: GenerationRequest) -> int | None:
+    """``req``'s prompt in tokens; None on a remote model, whose tokenizer is the provider's."""
+    try:
+        return await count_prompt_tokens(request, req)
+    except InvalidRequest:
+        return None
 
 
 def _event(name: str, payload: dict) -> bytes:
@@ -418,7 +435,7 @@ class _Blocks:
         return out
 
 
-async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIterator[bytes]:
+async def _events(run: DialectRun, mid: str, *, warm: bool = False, context: dict | None = None) -> AsyncIterator[bytes]:
     """Anthropic's events for the answer; ``warm`` (``max_tokens`` 0): the prompt read, no content blocks.
 
     ``message_start`` waits for the first chunk, which says how much of the prompt the cache held (the first
@@ -426,14 +443,14 @@ async def _events(run: DialectRun, mid: str, *, warm: bool = False) -> AsyncIter
     comment every 15 s (``ticks``) keeps the connection open while the prompt is read."""
     chunks = ticks(run.chunks())
     try:
-        async for event in _answer_events(run, mid, chunks, warm=warm):
+        async for event in _answer_events(run, mid, chunks, warm=warm, context=context):
             yield event
     finally:
         await chunks.aclose()
 
 
 async def _answer_events(
-    run: DialectRun, mid: str, chunks: AsyncGenerator[GenerationChunk | None], *, warm: bool
+    run: DialectRun, mid: str, chunks: AsyncGenerator[GenerationChunk | None], *, warm: bool, context: dict | None = None
 ) -> AsyncIterator[bytes]:
     try:
         input_tokens = await run.prompt_tokens()
@@ -488,14 +505,21 @@ async def _answer_events(
         yield event
     stop_reason, stop_sequence = ("max_tokens", None) if warm else _stop_reason(final)
     delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": _usage(final, warm=warm)})
+    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": _usage(final, warm=warm),
+                                   **({"context_management": context} if context is not None else {})})  # fmt: skip
     yield _event("message_stop", {"type": "message_stop"})
 
 
 @router.post("/messages/count_tokens")
 async def count_tokens(request: Request, body: CountTokensBody) -> dict:
+    edits = context_edits.parse(body.context_management)
     req = await asyncio.to_thread(_request, body, None, request.app.state.settings.allow_image_urls)
-    return {"input_tokens": await count_prompt_tokens(request, req)}
+    tokens = await count_prompt_tokens(request, req)
+    if not edits:
+        return {"input_tokens": tokens}
+    edited, _ = await context_edits.apply(req, edits, partial(_tokens_or_none, request))
+    after = tokens if edited is req else await count_prompt_tokens(request, edited)
+    return {"input_tokens": after, "context_management": {"original_input_tokens": tokens}}
 
 
 def _model(m) -> dict:

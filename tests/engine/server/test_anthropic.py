@@ -304,3 +304,51 @@ def test_a_system_message_alone_is_a_400_that_says_a_user_message_is_missing(cla
     with pytest.raises(anthropic.BadRequestError) as caught:
         claude.messages.create(model=MODEL, max_tokens=4, messages=[{"role": "system", "content": "Be brief."}])
     assert "user or assistant message" in str(caught.value)
+
+
+def test_context_editing_clears_old_tool_results_and_thinking_and_says_what_it_cleared(claude, server):
+    """The context-management beta's edits, made before the model reads the conversation: all but the newest tool
+    use's results (and inputs) become a note, older turns' thinking goes, and the answer says what was cleared."""
+    tool = {"name": "read_file", "description": "Read a file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    turns: list = [{"role": "user", "content": "Read the four files and tell me what they say."}]
+    for i in range(4):
+        turns.append({"role": "assistant", "content": [{"type": "thinking", "thinking": f"File {i} next.", "signature": ""},
+                      {"type": "tool_use", "id": f"toolu_{i}", "name": "read_file", "input": {"path": f"f{i}.txt"}}]})  # fmt: skip
+        turns.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                                   "content": f"File {i}: " + "the tide comes in and goes out. " * 12}]})  # fmt: skip
+    edits = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 2},
+                        "keep": {"type": "tool_uses", "value": 1}, "clear_tool_inputs": True},
+                       {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}},
+                       {"type": "compact_20260112"}]}  # fmt: skip
+    beta = {"context_management": edits, "betas": ["context-management-2025-06-27"], "tools": [tool]}
+    whole = claude.messages.count_tokens(model=MODEL, messages=turns, tools=[tool]).input_tokens
+    counted = claude.beta.messages.count_tokens(model=MODEL, messages=turns, **beta)
+    assert counted.context_management is not None and counted.context_management.original_input_tokens == whole
+    assert counted.input_tokens < whole - 3 * 60  # three results of about 80 tokens each are a short note now
+
+    msg = claude.beta.messages.create(model=MODEL, max_tokens=4, messages=turns, **beta, **GREEDY)
+    assert msg.context_management is not None
+    cleared, thinking = msg.context_management.applied_edits
+    assert (cleared.type, cleared.cleared_tool_uses) == ("clear_tool_uses_20250919", 3)
+    assert cleared.cleared_input_tokens == whole - counted.input_tokens - thinking.cleared_input_tokens
+    assert (thinking.type, thinking.cleared_thinking_turns) == ("clear_thinking_20251015", 3)
+    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == counted.input_tokens
+    with claude.beta.messages.stream(model=MODEL, max_tokens=4, messages=turns, **beta, **GREEDY) as stream:
+        deltas = [e.context_management for e in stream if e.type == "message_delta"]
+    assert deltas == [msg.context_management]
+
+    by_size = claude.beta.messages.create(model=MODEL, max_tokens=1, messages=turns, tools=[tool], **GREEDY, context_management={
+        "edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": whole - 1}}]})  # fmt: skip
+    assert by_size.context_management is not None and by_size.context_management.applied_edits[0].cleared_tool_uses == 1
+    # nothing is cleared below the trigger (100,000 tokens when left out), or where less than clear_at_least would be
+    for edit in ({}, {"trigger": {"type": "input_tokens", "value": whole}}, {"trigger": {"type": "tool_uses", "value": 4}},
+                 {"trigger": {"type": "tool_uses", "value": 2}, "clear_at_least": {"type": "input_tokens", "value": 100_000}}):  # fmt: skip
+        kept = claude.beta.messages.create(model=MODEL, max_tokens=1, messages=turns, tools=[tool], **GREEDY,
+                                           context_management={"edits": [{"type": "clear_tool_uses_20250919", **edit}]})  # fmt: skip
+        assert kept.context_management is not None and kept.context_management.applied_edits == []
+        assert kept.usage.input_tokens + kept.usage.cache_read_input_tokens == whole
+    refused = httpx.post(server.root + "/v1/messages", headers={"x-api-key": server.api_key}, timeout=60, json={
+        "model": MODEL, "max_tokens": 4, "messages": turns[:1], "context_management": {"edits": [{"type": "shrink"}]}})  # fmt: skip
+    assert refused.status_code == 400 and refused.json()["error"]["message"] == (
+        "context_management.edits[0] has type 'shrink', which Hearth does not know; use clear_tool_uses_20250919 or "
+        "clear_thinking_20251015, or leave it out.")  # fmt: skip
