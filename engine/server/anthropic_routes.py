@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -350,7 +349,7 @@ async def create_message(request: Request, body: MessagesBody):
     keep = request_keep_alive(body.keep_alive)
     context: dict | None = None
     if edits:
-        req, applied = await context_edits.apply(req, edits, partial(_tokens_or_none, request))
+        req, applied = await context_edits.apply(req, edits, await _counter(request, body.model))
         context = {"applied_edits": applied}
     run = await DialectRun(request, req, documents=docs_chat.documents_asked(body), keep_alive=keep).start()
     mid = f"msg_{uuid.uuid4().hex}"
@@ -380,12 +379,26 @@ async def create_message(request: Request, body: MessagesBody):
     return run.with_sources(message)
 
 
-async def _tokens_or_none(request: Request, req: GenerationRequest) -> int | None:
-    """``req``'s prompt in tokens; None on a remote model, whose tokenizer is the provider's."""
-    try:
-        return await count_prompt_tokens(request, req)
-    except InvalidRequest:
-        return None
+async def _counter(request: Request, model: str) -> Callable[[GenerationRequest], Awaitable[int | None]]:
+    """How context edits count a prompt on ``model``: each request rendered and counted once; on a remote model not
+    at all (None: its tokenizer is the provider's, so a trigger in tokens is never reached there)."""
+    if not is_local(await targets.resolve(request, model)):
+
+        async def uncounted(req: GenerationRequest) -> int | None:
+            return None
+
+        return uncounted
+    counted: dict[int, tuple[GenerationRequest, int]] = {}
+
+    async def count(req: GenerationRequest) -> int | None:
+        hit = counted.get(id(req))
+        if hit is not None and hit[0] is req:
+            return hit[1]
+        n = await count_prompt_tokens(request, req)
+        counted[id(req)] = (req, n)
+        return n
+
+    return count
 
 
 def _event(name: str, payload: dict) -> bytes:
@@ -514,11 +527,14 @@ async def _answer_events(
 async def count_tokens(request: Request, body: CountTokensBody) -> dict:
     edits = context_edits.parse(body.context_management)
     req = await asyncio.to_thread(_request, body, None, request.app.state.settings.allow_image_urls)
-    tokens = await count_prompt_tokens(request, req)
     if not edits:
-        return {"input_tokens": tokens}
-    edited, _ = await context_edits.apply(req, edits, partial(_tokens_or_none, request))
-    after = tokens if edited is req else await count_prompt_tokens(request, edited)
+        return {"input_tokens": await count_prompt_tokens(request, req)}
+    count = await _counter(request, body.model)
+    tokens = await count(req)
+    edited, _ = await context_edits.apply(req, edits, count)
+    after = await count(edited)
+    if tokens is None or after is None:  # a remote model: its tokenizer is the provider's
+        return {"input_tokens": await count_prompt_tokens(request, edited)}
     return {"input_tokens": after, "context_management": {"original_input_tokens": tokens}}
 
 

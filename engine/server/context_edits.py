@@ -91,8 +91,11 @@ def parse(value: Any) -> list[Edit]:
             if trigger is not None:
                 if isinstance(trigger, dict) and trigger.get("type") == "tool_uses":
                     tokens, uses = None, _count(trigger, f"{where}.trigger", "tool_uses")
-                else:
+                elif isinstance(trigger, dict) and trigger.get("type") == "input_tokens":
                     tokens = _count(trigger, f"{where}.trigger", "input_tokens")
+                else:
+                    raise InvalidRequest(f"{where}.trigger must be {{\"type\": \"input_tokens\", \"value\": N}} or "
+                                         "{\"type\": \"tool_uses\", \"value\": N}.", param="context_management")  # fmt: skip
             keep = edit.get("keep")
             least = edit.get("clear_at_least")
             inputs = edit.get("clear_tool_inputs")
@@ -112,30 +115,42 @@ def parse(value: Any) -> list[Edit]:
                 edits.append(ClearThinking())
             elif keep == "all" or (isinstance(keep, dict) and keep.get("type") == "all"):
                 edits.append(ClearThinking(keep=None))
-            else:
+            elif isinstance(keep, dict) and keep.get("type") == "thinking_turns":
                 edits.append(ClearThinking(keep=_count(keep, f"{where}.keep", "thinking_turns")))
+            else:
+                raise InvalidRequest(f"{where}.keep must be {{\"type\": \"thinking_turns\", \"value\": N}} or \"all\".",
+                                     param="context_management")  # fmt: skip
         elif kind != COMPACT:
-            raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not know; use {CLEAR_TOOL_USES} or "
-                                 f"{CLEAR_THINKING}, or leave it out.", param="context_management")  # fmt: skip
+            said = f"has type '{kind}', which Hearth does not know" if isinstance(kind, str) else "has no type"
+            raise InvalidRequest(f"{where} {said}; use {CLEAR_TOOL_USES} or {CLEAR_THINKING}, or leave it out.",
+                                 param="context_management")  # fmt: skip
     return edits
 
 
 def _cleared_tool_uses(messages: tuple[ChatMessage, ...], edit: ClearToolUses) -> tuple[tuple[ChatMessage, ...], int]:
     """``messages`` with the results (and inputs, where asked) of all but the newest ``edit.keep`` tool uses cleared,
-    and how many were."""
-    calls = [(i, c) for i, m in enumerate(messages) if m.role == "assistant" for c in m.tool_calls]
-    kept = {c.id for _, c in calls[len(calls) - edit.keep :]} if edit.keep else set()
-    cleared = [c for _, c in calls if c.id not in kept and c.name not in edit.exclude]
-    ids = {c.id for c in cleared}
-    inputs = {c.id for c in cleared if edit.inputs is True or (isinstance(edit.inputs, frozenset) and c.name in edit.inputs)}
-    out: list[ChatMessage] = []
-    for m in messages:
-        if m.role == "tool" and m.tool_call_id in ids and (m.content != CLEARED or m.media):
-            m = replace(m, content=CLEARED, media=())
-        elif m.role == "assistant" and any(c.id in inputs for c in m.tool_calls):
-            m = replace(m, tool_calls=tuple(replace(c, arguments="{}") if c.id in inputs else c for c in m.tool_calls))
-        out.append(m)
-    return tuple(out), len(cleared)
+    and how many uses were changed. Uses are told apart by where they stand (a client may number its ids per
+    answer); a result answers the latest use of its id before it."""
+    uses = [(i, j) for i, m in enumerate(messages) if m.role == "assistant" for j in range(len(m.tool_calls))]
+    kept = set(uses[len(uses) - edit.keep :]) if edit.keep else set()
+    cleared = {(i, j) for i, j in uses if (i, j) not in kept and messages[i].tool_calls[j].name not in edit.exclude}
+    out = list(messages)
+    changed: set[tuple[int, int]] = set()
+    latest: dict[str | None, tuple[int, int]] = {}  # a call id -> the latest use of it so far
+    for i, m in enumerate(messages):
+        if m.role == "assistant":
+            calls = list(m.tool_calls)
+            for j, c in enumerate(calls):
+                latest[c.id] = (i, j)
+                inputs = edit.inputs is True or (isinstance(edit.inputs, frozenset) and c.name in edit.inputs)
+                if (i, j) in cleared and inputs and c.arguments != "{}":
+                    calls[j] = replace(c, arguments="{}")
+                    changed.add((i, j))
+            out[i] = replace(m, tool_calls=tuple(calls)) if calls != list(m.tool_calls) else m
+        elif m.role == "tool" and (use := latest.get(m.tool_call_id)) in cleared and (m.content != CLEARED or m.media):
+            out[i] = replace(m, content=CLEARED, media=())
+            changed.add(use)
+    return tuple(out), len(changed)
 
 
 def _cleared_thinking(messages: tuple[ChatMessage, ...], keep: int) -> tuple[tuple[ChatMessage, ...], int]:
