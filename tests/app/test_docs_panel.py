@@ -43,7 +43,7 @@ def test_attach_ask_sources_and_open_a_citation(qtbot, window, tmp_path: Path):
     assert "1 failed" in item.text() and "broken.pdf" in item.toolTip()
     # a folder added from a chat is attached to it (once the add's answer is in: a poll of the collections can
     # show the small folder indexed before it, on a busy machine)
-    qtbot.waitUntil(lambda: panel.collections.item(0).checkState() == Qt.CheckState.Checked, timeout=30_000)
+    qtbot.waitUntil(lambda: panel.collections.item(0).checkState() == Qt.CheckState.Checked, timeout=240_000)
     assert ui.button.text() == "Docs (1)"
 
     chat_id = window.chats.chat_id
