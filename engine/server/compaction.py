@@ -158,9 +158,9 @@ def threshold(value: Any) -> tuple[bool, int | None]:
 
 
 def summary_tokens(compact_at: int | None, n_ctx: int | None = None) -> int:
-    """The longest summary written to compact a conversation: half the threshold it is to get under, a quarter of the
+    """The longest summary written to compact a conversation: half the threshold it is to get under, an eighth of the
     model's context, and MAX_TOKENS, whichever is least (but at least MIN_TOKENS)."""
-    bounds = [MAX_TOKENS, *([compact_at // 2] if compact_at else []), *([n_ctx // 4] if n_ctx else [])]
+    bounds = [MAX_TOKENS, *([compact_at // 2] if compact_at else []), *([n_ctx // 8] if n_ctx else [])]
     return max(MIN_TOKENS, min(bounds))
 
 

@@ -326,27 +326,28 @@ def test_context_editing_clears_old_tool_results_and_thinking_and_says_what_it_c
     assert counted.context_management is not None and counted.context_management.original_input_tokens == whole
     assert counted.input_tokens < whole - 3 * 60  # three results of about 80 tokens each are a short note now
 
-    msg = claude.beta.messages.create(model=MODEL, max_tokens=4, messages=turns, **beta, **GREEDY)
+    msg = claude.beta.messages.create(model=MODEL, max_tokens=1, messages=turns, **beta, **GREEDY)
     assert msg.context_management is not None
     cleared, thinking = msg.context_management.applied_edits
     assert (cleared.type, cleared.cleared_tool_uses) == ("clear_tool_uses_20250919", 3)
     assert cleared.cleared_input_tokens == whole - counted.input_tokens - thinking.cleared_input_tokens
     assert (thinking.type, thinking.cleared_thinking_turns) == ("clear_thinking_20251015", 3)
     assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == counted.input_tokens
-    with claude.beta.messages.stream(model=MODEL, max_tokens=4, messages=turns, **beta, **GREEDY) as stream:
+    with claude.beta.messages.stream(model=MODEL, max_tokens=1, messages=turns, **beta, **GREEDY) as stream:
         deltas = [e.context_management for e in stream if e.type == "message_delta"]
     assert deltas == [msg.context_management]
 
-    by_size = claude.beta.messages.create(model=MODEL, max_tokens=1, messages=turns, tools=[tool], **GREEDY, context_management={
-        "edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": whole - 1}}]})  # fmt: skip
-    assert by_size.context_management is not None and by_size.context_management.applied_edits[0].cleared_tool_uses == 1
+    def edited(edit: dict) -> int:  # the prompt's tokens with one clear_tool_uses edit made
+        got = claude.beta.messages.count_tokens(model=MODEL, messages=turns, tools=[tool], betas=beta["betas"],
+                                                context_management={"edits": [{"type": "clear_tool_uses_20250919", **edit}]})  # fmt: skip
+        assert got.context_management is not None and got.context_management.original_input_tokens == whole
+        return got.input_tokens
+
+    assert edited({"trigger": {"type": "input_tokens", "value": whole - 1}}) < whole  # past it: all but the 3 newest
     # nothing is cleared below the trigger (100,000 tokens when left out), or where less than clear_at_least would be
     for edit in ({}, {"trigger": {"type": "input_tokens", "value": whole}}, {"trigger": {"type": "tool_uses", "value": 4}},
                  {"trigger": {"type": "tool_uses", "value": 2}, "clear_at_least": {"type": "input_tokens", "value": 100_000}}):  # fmt: skip
-        kept = claude.beta.messages.create(model=MODEL, max_tokens=1, messages=turns, tools=[tool], **GREEDY,
-                                           context_management={"edits": [{"type": "clear_tool_uses_20250919", **edit}]})  # fmt: skip
-        assert kept.context_management is not None and kept.context_management.applied_edits == []
-        assert kept.usage.input_tokens + kept.usage.cache_read_input_tokens == whole
+        assert edited(edit) == whole, edit
     refused = httpx.post(server.root + "/v1/messages", headers={"x-api-key": server.api_key}, timeout=60, json={
         "model": MODEL, "max_tokens": 4, "messages": turns[:1], "context_management": {"edits": [{"type": "shrink"}]}})  # fmt: skip
     assert refused.status_code == 400 and refused.json()["error"]["message"] == (

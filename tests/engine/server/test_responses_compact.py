@@ -154,7 +154,7 @@ def test_a_conversation_longer_than_the_context_is_compacted_to_fit_where_compac
     fitted = client.responses.create(model=MODEL, input=history, temperature=0, max_output_tokens=4,
                                      context_management=[{"type": "compaction"}])  # fmt: skip
     assert [o.type for o in fitted.output] == ["compaction", "message"]
-    # the summary stays within a quarter of the context
+    # the summary stays within an eighth of the context
     assert compaction.read(fitted.output[0].encrypted_content, "item").users == (HISTORY[0]["content"], "And the roof?")
 
 
@@ -208,4 +208,4 @@ def test_a_compaction_keeps_the_newest_user_messages_that_fit_and_the_newest_alw
     assert compaction.newest_within(texts[:3], 20) == ["b" * 30, "c" * 30]  # 60 characters fit, 90 do not
     assert compaction.newest_within(texts[:3], 1000) == texts[:3]
     assert compaction.users_tokens(100_000) == 25_000 and compaction.users_tokens(None, 2048) == 512
-    assert compaction.summary_tokens(100_000, 8192) == 2048 and compaction.summary_tokens(40) == compaction.MIN_TOKENS
+    assert compaction.summary_tokens(100_000, 8192) == 1024 and compaction.summary_tokens(40) == compaction.MIN_TOKENS
