@@ -205,7 +205,7 @@ class HearthApi(ApiClient):
     def add_collection(self, name: str, paths: list[str]) -> ApiCall:
         """DocCollection (indexing starts; its progress says how far it got)"""
         return self.post("/api/docs/collections", sent(AddBody(name=name, paths=paths)), DocCollection.model_validate,
-                         timeout_ms=LOAD_TIMEOUT_MS)  # (its folder is read first: on a busy machine, past 30 s)
+                         timeout_ms=LOAD_TIMEOUT_MS)  # (on a busy machine its answer can come after 30 s)
 
     def collection_action(self, name: str, action: str) -> ApiCall:
         """ProgressAnswer (``action``: pause | resume | cancel the collection's indexing)"""
