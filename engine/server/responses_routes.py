@@ -502,15 +502,19 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
         max_tokens=body.max_output_tokens,
         logprobs=(body.top_logprobs or 0) if LOGPROBS in (body.include or ()) else None,
     )
-    system = (ChatMessage("system", body.instructions),) if body.instructions else ()
     req = GenerationRequest(
-        model=body.model, messages=system + history, params=params, response_format=_format(body.text),
+        model=body.model, messages=_system(body.instructions) + history, params=params, response_format=_format(body.text),
         unset=left_unset({"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}),
         speculative=body.speculative, **_tool_fields(body, flat),
     )  # fmt: skip
     return _Turn(body, f"resp_{uuid.uuid4().hex}", req, history, items, int(time.time()), origin=origin,
                  conversation=conversation, keep=request_keep_alive(body.keep_alive), compact=compact,
                  compact_at=compact_at, trigger=trigger)  # fmt: skip
+
+
+def _system(instructions: str | None) -> tuple[ChatMessage, ...]:
+    """A request's ``instructions`` as its system message (none without them)."""
+    return (ChatMessage("system", instructions),) if instructions else ()
 
 
 def _compaction_trigger(items: list[dict]) -> bool:
@@ -813,8 +817,7 @@ async def _first_started(request: Request, turn: _Turn) -> DialectRun:
 async def _summary_of(request: Request, turn: _Turn, longest: int) -> DialectRun:
     """The summary of the turn's conversation, started (``turn.summarizing``)."""
     turn.summarizing = True
-    system = (ChatMessage("system", turn.body.instructions),) if turn.body.instructions else ()
-    return await _summary_started(request, turn.body.model, system, turn.history, longest, turn.keep)
+    return await _summary_started(request, turn.body.model, _system(turn.body.instructions), turn.history, longest, turn.keep)
 
 
 async def _summary_started(request: Request, model: str, system: tuple[ChatMessage, ...], history: tuple[ChatMessage, ...],
@@ -851,8 +854,7 @@ async def _compacted(request: Request, turn: _Turn, summary: str, final: Generat
     turn.compacted = {**compaction.item(summary, users), **({"id": item_id} if item_id else {})}
     turn.compaction_final = final
     turn.history = (*(m for m in turn.history if m.role == "system"), *compaction.Compacted(summary, tuple(users)).messages())
-    system = (ChatMessage("system", turn.body.instructions),) if turn.body.instructions else ()
-    turn.req = replace(turn.req, messages=(*system, *turn.history))
+    turn.req = replace(turn.req, messages=(*_system(turn.body.instructions), *turn.history))
     turn.summarizing = False
     if turn.trigger:
         return None
@@ -1041,9 +1043,7 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
                 s.items.append(item)
                 yield s.emit("response.output_item.added", output_index=s.index, item=dict(item))
             if chunk.finish_reason == "error":
-                _, message = run.failure_message(chunk)
-                yield s.emit("response.failed", response={**pending, "status": "failed",
-                             "error": {"code": "server_error", "message": message}})  # fmt: skip
+                yield _failed(s, pending, run.failure_message(chunk)[1])
                 return
             said.append(chunk.text)
             thought.append(chunk.reasoning)
@@ -1057,8 +1057,7 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
                                       item["id"])  # fmt: skip
         except Exception as exc:  # the response has begun: its failure is its last event
             f = error_info(exc)
-            yield s.emit("response.failed", response={**pending, "status": "failed",
-                         "error": {"code": f.code or "server_error", "message": f.message}})  # fmt: skip
+            yield _failed(s, pending, f.message, f.code or "server_error")
             return
         try:
             assert turn.compacted is not None
@@ -1082,6 +1081,11 @@ async def _events(request: Request, run: DialectRun, turn: _Turn, s: _Stream | N
         yield event
 
 
+def _failed(s: _Stream, pending: dict, message: str, code: str = "server_error") -> bytes:
+    """A stream's last event when its generation fails after the response began."""
+    return s.emit("response.failed", response={**pending, "status": "failed", "error": {"code": code, "message": message}})
+
+
 async def _answer_events(request: Request, run: DialectRun, turn: _Turn, s: _Stream, pending: dict, queued: bool) -> AsyncIterator[bytes]:
     """The answer's events, from its first output item to the last event, which holds the whole response."""
     texts, thoughts = [], []
@@ -1094,9 +1098,7 @@ async def _answer_events(request: Request, run: DialectRun, turn: _Turn, s: _Str
             queued = False
             yield s.emit("response.in_progress", response=pending)
         if chunk.finish_reason == "error":
-            _, message = run.failure_message(chunk)
-            failed = {**pending, "status": "failed", "error": {"code": "server_error", "message": message}}
-            yield s.emit("response.failed", response=failed)
+            yield _failed(s, pending, run.failure_message(chunk)[1])
             return
         texts.append(chunk.text)
         thoughts.append(chunk.reasoning)
@@ -1145,8 +1147,7 @@ async def compact_conversation(request: Request, body: CompactBody) -> dict:
     asked = ResponsesBody.model_validate({"model": body.model, "input": body.input, "instructions": body.instructions,
                                           "previous_response_id": body.previous_response_id, "store": False})  # fmt: skip
     turn = await asyncio.to_thread(_turn, request, asked)
-    system = (ChatMessage("system", body.instructions),) if body.instructions else ()
-    run = await _summary_started(request, body.model, system, turn.history, body.max_output_tokens or compaction.MAX_TOKENS,
+    run = await _summary_started(request, body.model, _system(body.instructions), turn.history, body.max_output_tokens or compaction.MAX_TOKENS,
                                  request_keep_alive(body.keep_alive))  # fmt: skip
     text, reasoning, final = await run.collect()
     summary = text.strip() or reasoning.strip()
