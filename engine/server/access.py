@@ -60,6 +60,7 @@ _INFERENCE_ROUTES = (
     ("POST", "/v1/completions"),
     ("POST", "/v1/embeddings"),
     ("POST", "/v1/responses"),
+    ("WEBSOCKET", "/v1/responses"),  # its WebSocket mode (engine.server.responses_socket)
     ("POST", "/v1/responses/input_tokens"),
     ("POST", "/v1/responses/compact"),
     ("GET", "/v1/responses/{rid}"),

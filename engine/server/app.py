@@ -30,6 +30,7 @@ from engine.server import (
     remote_routes,
     rerank_routes,
     responses_routes,
+    responses_socket,
     settings_routes,
     tokenize_routes,
 )
@@ -61,6 +62,7 @@ def create_app(
     app.include_router(openai_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(responses_routes.router)
+    app.include_router(responses_socket.router)  # WebSocket /v1/responses
     app.include_router(conversation_routes.router)
     app.include_router(ollama_routes.router)
     app.include_router(ollama_models.router)

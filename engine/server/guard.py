@@ -207,9 +207,9 @@ class RequestGuard:
         self.keys = KeyRing(settings)
         self.max_body = settings.max_body_bytes
 
-    async def _reject(self, send, refusal: Refusal, path: str, origin: bytes | None = None) -> None:
+    async def _reject(self, send, refusal: Refusal, path: str, origin: bytes | None = None, kind: str = "http") -> None:
         """The refusal's answer; to a page the guard lets in (a wrong key, a body too large), with CORS's header,
-        so the page can read why."""
+        so the page can read why. ``kind`` "websocket": the answer to a WebSocket's opening handshake."""
         cors = [(b"access-control-allow-origin", origin), (b"vary", b"Origin")] if origin is not None else []
         shaped = error_body_for_path(path, refusal.status, refusal.message)
         body = json.dumps(
@@ -218,7 +218,7 @@ class RequestGuard:
         encoded = body.encode()
         await send(
             {
-                "type": "http.response.start",
+                "type": "http.response.start" if kind == "http" else "websocket.http.response.start",
                 "status": refusal.status,
                 "headers": [
                     (b"content-type", b"application/json"),
@@ -228,7 +228,17 @@ class RequestGuard:
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": encoded})
+        await send({"type": "http.response.body" if kind == "http" else "websocket.http.response.body", "body": encoded})
+
+    async def _refuse_socket(self, scope, receive, send, refusal: Refusal) -> None:
+        """A WebSocket refused before it opens: the refusal over HTTP where the server can answer so (uvicorn can),
+        else a plain refusal of the handshake (403)."""
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if "websocket.http.response" in (scope.get("extensions") or {}):
+            await self._reject(send, refusal, scope["path"], self._page(scope, refusal), kind="websocket")
+        else:
+            await send({"type": "websocket.close", "code": 1008})
 
     def _page(self, scope, refusal: Refusal) -> bytes | None:
         """The ``Origin`` of a page this refusal may be read by: one the guard lets in, refused for another reason."""
@@ -260,7 +270,7 @@ class RequestGuard:
         for origin in origins:
             if not self.origins.allows(origin.decode("latin-1")):
                 return origin_refusal(origin)
-        method = scope.get("method", "GET")
+        method = "WEBSOCKET" if scope["type"] == "websocket" else scope.get("method", "GET")
         if method == "OPTIONS" and preflight and origins:  # a CORS preflight carries no key; CORS answers it
             return None
         tokens = [t for t in tokens if t]
@@ -276,6 +286,11 @@ class RequestGuard:
         return None
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket":  # its opening handshake is checked as a request is; its messages, by the route
+            refusal = self.refusal(scope)
+            if refusal is not None:
+                return await self._refuse_socket(scope, receive, send, refusal)
+            return await self.app(scope, receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refusal = self.refusal(scope)

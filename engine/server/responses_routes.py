@@ -42,7 +42,7 @@ from engine.server.conversation_store import ConversationFull, ConversationStore
 from engine.server.dialect import DialectRun, context_of, count_prompt_tokens, without_oldest
 from engine.server.docs_chat import Grounding, attach, documents_asked
 from engine.server.errors import error_info
-from engine.server.generation import streamed
+from engine.server.generation import Generation, streamed
 from engine.server.responses_store import ResponseStore, StoredResponse
 from engine.server.streaming import KEEPALIVE, KEEPALIVE_SECONDS, ticks
 from engine.tools import (
@@ -199,6 +199,29 @@ def _found(request: Request, rid: str) -> StoredResponse:
             404, f"No stored response has id '{rid}'; responses are kept in memory until the worker restarts (not with store: false)."
         )
     return stored
+
+
+#: The scope key of a WebSocket connection's own responses (:mod:`engine.server.responses_socket`): those it made with
+#: ``store: false``, kept for the connection alone so that its next ``response.create`` continues from them.
+SOCKET_RESPONSES = "hearth.socket_responses"
+
+
+def _kept(request: Request, rid: str) -> StoredResponse | None:
+    """The response ``rid`` to continue from: the connection's own (a WebSocket's), else the stored one."""
+    own: ResponseStore | None = request.scope.get(SOCKET_RESPONSES)
+    found = own.get(rid) if own is not None else None
+    return found if found is not None else _store(request).get(rid)
+
+
+def _keep(request: Request, turn: _Turn, response: dict) -> None:
+    """A finished ``response`` and its conversation (``turn.answered``) kept to continue from: in the store with
+    ``store: true``, else for its WebSocket connection alone (a plain request's is not kept)."""
+    assert turn.answered is not None
+    own: ResponseStore | None = request.scope.get(SOCKET_RESPONSES)
+    if turn.body.store:
+        _store(request).put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
+    elif own is not None:
+        own.put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
 
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "reasoning_text")
@@ -477,7 +500,7 @@ def _turn(request: Request, body: ResponsesBody) -> _Turn:
             raise ConversationNotFound(conversation)
         earlier = tuple(input_messages(kept, (), request.app.state.settings.allow_image_urls))
     elif body.previous_response_id:
-        stored = _store(request).get(body.previous_response_id)
+        stored = _kept(request, body.previous_response_id)
         if stored is None and body.previous_response_id in _live(request):
             raise InvalidRequest(f"Response '{body.previous_response_id}' is still being generated in the background; wait "
                                  "until its status is no longer queued or in_progress, then continue from it.",
@@ -623,10 +646,9 @@ def _finish(request: Request, turn: _Turn, model: str, output: list[dict], text:
     response = _response(turn, model, status=_status(final), output=output, final=final)
     if turn.conversation is not None and response["status"] != "cancelled":
         _add_to_conversation(request, turn.conversation, [*turn.input_items, *output])
-    if turn.body.store:
-        answer = ChatMessage("assistant", text, tool_calls=tuple(final.tool_calls), reasoning=reasoning or None)
-        turn.answered = turn.history + (answer,)
-        _store(request).put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
+    answer = ChatMessage("assistant", text, tool_calls=tuple(final.tool_calls), reasoning=reasoning or None)
+    turn.answered = turn.history + (answer,)
+    _keep(request, turn, response)
     return response
 
 
@@ -792,6 +814,44 @@ async def create_response(request: Request, body: ResponsesBody):
     return _finish(request, turn, run.model_name, [*filter(None, [turn.compacted]), *output], text, reasoning, final)
 
 
+async def socket_events(request: Request, body: ResponsesBody) -> tuple[Generation, AsyncIterator[bytes]]:
+    """A response to ``body`` started, and its events as a stream of it sends them, for a WebSocket connection's
+    ``response.create`` (:mod:`engine.server.responses_socket`; ``background`` is for it to refuse). The caller gives
+    the generation up (:meth:`Generation.abandon`) once it stops reading the events, however it stops.
+
+    Raises:
+        HearthError: as ``POST /v1/responses`` answers it before its first event.
+    """
+    turn = await asyncio.to_thread(_turn, request, body)
+    run = await _first_started(request, turn)
+    turn.grounding = run.gen.grounding
+    events = _events(request, run, turn)
+    return run.gen, (_recorded(request, turn, events) if body.store else events)
+
+
+async def prepared_events(request: Request, body: ResponsesBody) -> AsyncIterator[bytes]:
+    """A WebSocket's ``response.create`` with ``generate: false``: the turn kept to continue from, with no answer
+    (``response.created``, then ``response.completed`` with no output). Its prompt is read by the model, loaded for it
+    if it was not, so that the next turn's prompt, which begins with it, is read from the model's cache.
+
+    Raises:
+        HearthError: as ``POST /v1/responses`` answers it.
+    """
+    turn = await asyncio.to_thread(_turn, request, body)
+    turn.req = replace(turn.req, params=replace(turn.req.params, max_tokens=1))
+    run = await _started(request, turn, turn.keep)
+    _, _, final = await run.collect()
+    final = replace(final, completion_tokens=0, reasoning_tokens=0)  # the one token read it, and is not kept
+    s = _Stream(turn.origin, turn.req.tools)
+    yield s.emit("response.created", response=_response(turn, run.model_name, status="in_progress", output=[], final=None))
+    response = _response(turn, run.model_name, status="completed", output=[], final=final)
+    if turn.conversation is not None:
+        _add_to_conversation(request, turn.conversation, list(turn.input_items))
+    turn.answered = turn.history
+    _keep(request, turn, response)
+    yield s.emit("response.completed", response=response)
+
+
 async def _first_started(request: Request, turn: _Turn) -> DialectRun:
     """The turn's first generation, started: the answer's, or the summary of its conversation (``turn.summarizing``;
     the answer's generation starts once it is written, :func:`_compacted`) where a compaction_trigger ends the input,
@@ -872,9 +932,8 @@ def _finish_compaction(request: Request, turn: _Turn, model: str) -> dict:
     response = _response(turn, model, status="incomplete" if cut else "completed", output=[turn.compacted], final=final)
     if turn.conversation is not None:
         _add_to_conversation(request, turn.conversation, [*turn.input_items, turn.compacted])
-    if turn.body.store:
-        turn.answered = turn.history
-        _store(request).put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
+    turn.answered = turn.history
+    _keep(request, turn, response)
     return response
 
 

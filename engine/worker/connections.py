@@ -34,6 +34,7 @@ __all__ = [
     "BODY_GRACE_SECONDS",
     "HEAD_SECONDS",
     "MAX_HEAD_BYTES",
+    "WS_MAX_BYTES",
     "HearthHttpProtocol",
     "connection_cap",
     "protocol_with",
@@ -51,6 +52,8 @@ MOST_CONNECTIONS = 4096
 BODY_GRACE_SECONDS = 1.0
 #: Seconds a connection refused for its head still reads (and drops) what the client sends before it closes.
 LINGER_SECONDS = 2.0
+#: Bytes a WebSocket frame may hold before its connection is closed (1009); --max-body above it raises it.
+WS_MAX_BYTES = 16 * 1024 * 1024
 #: The soft limit on open files is raised to at most this many.
 OPEN_FILES_WANTED = 65536
 
@@ -208,6 +211,14 @@ class HearthHttpProtocol(HttpToolsProtocol):
             waiting.pop(self, None)
             waiting[self] = None  # the newest to wait
 
+    def handle_websocket_upgrade(self) -> None:
+        # the connection is the WebSocket protocol's from now on: it leaves this protocol's books (a WebSocket is
+        # never closed to make room; engine.server.responses_socket bounds how many are open)
+        self._cancel_head_timer()
+        _waiting(self.server_state).pop(self, None)
+        _in_body(self.server_state).pop(self, None)
+        super().handle_websocket_upgrade()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         _waiting(self.server_state).pop(self, None)
@@ -297,5 +308,9 @@ def server_config(app, *, protocol: type[HearthHttpProtocol] = HearthHttpProtoco
     """A uvicorn ``Config`` for ``app`` on the bounded protocol (``options``: uvicorn's own)."""
     import uvicorn
 
-    options = {"log_level": "warning", "lifespan": "off", "access_log": False, "ws": "none", **options}
+    # WebSockets (the Responses API's WebSocket mode) on websockets' sans-I/O protocol, uncompressed (the peer is on
+    # this machine: compressing each token's frame costs CPU and saves nothing); a frame past ``ws_max_size`` closes
+    # its connection (1009), a smaller one past the body limit is answered with an error by the route
+    options = {"log_level": "warning", "lifespan": "off", "access_log": False, "ws": "websockets-sansio",
+               "ws_per_message_deflate": False, "ws_max_size": WS_MAX_BYTES, **options}  # fmt: skip
     return uvicorn.Config(app, http=protocol, **options)

@@ -101,7 +101,7 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
             passed in, so that the worker and the server never import each other.
         announce: Where the listening address is written.
     """
-    from engine.worker.connections import raise_open_file_limit, server_config
+    from engine.worker.connections import WS_MAX_BYTES, raise_open_file_limit, server_config
 
     limit_malloc_arenas()  # before the worker starts its threads
     raise_open_file_limit()  # connections, model files and databases: the usual soft limit is 1,024
@@ -155,7 +155,8 @@ def run_worker(config: WorkerConfig, *, app_factory: AppFactory, announce=print)
     keep_objects_frozen()
     start_preload(manager, config.models, mmproj=config.mmproj)
 
-    server = _Server(server_config(app, timeout_graceful_shutdown=10), manager=manager)
+    ws_max = max(WS_MAX_BYTES, settings.max_body_bytes + 64 * 1024)  # a frame past --max-body is answered, not cut
+    server = _Server(server_config(app, timeout_graceful_shutdown=10, ws_max_size=ws_max), manager=manager)
     _exit_with_parent(server)
     announce(f"Hearth API listening on {base_url(settings.host, port)}")
     if len(sockets) > 1:

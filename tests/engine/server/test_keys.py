@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from fastapi.routing import APIWebSocketRoute
 from fastapi.testclient import TestClient
+from starlette.routing import WebSocketRoute
 
 from engine.server import ServerSettings, create_app
 from engine.server.access import ROUTE_ACCESS, Access, route_access
@@ -66,6 +68,9 @@ def app_routes(manager) -> set[tuple[str, str]]:
     app = create_app(ServerSettings(), manager)
     routes = set()
     for route in iter_route_contexts(app.routes):
+        if isinstance(getattr(route, "route", route), WebSocketRoute | APIWebSocketRoute):  # a method of its own
+            routes.add(("WEBSOCKET", route.path))
+            continue
         assert route.path and route.methods, f"{route!r} has no path or methods to classify"
         for method in route.methods:
             routes.add((method, route.path))
