@@ -56,15 +56,22 @@ MAX_SOCKETS = 128
 MAX_QUEUED = 32
 #: Responses made with ``store: false`` a connection keeps to continue from (the newest), and their characters.
 KEPT = 8
-KEPT_CHARS = 16_000_000
+KEPT_CHARS = 2_000_000
+#: Seconds a connection with nothing under way stays open without an event from its client (its pings aside).
+IDLE_SECONDS = 3600.0
 
 
 def _parsed(data: bytes) -> Any:
-    return json.loads(mend_surrogates(data))
+    return json.loads(mend_surrogates(data).decode())  # (a frame of bytes that is not UTF-8: a ValueError too)
 
 
 class _Closed(Exception):
     """The client closed the connection."""
+
+
+#: What a lane runs: a response to make (its body, and whether to generate), or the error that answers a
+#: ``response.create`` refused before it ran, sent in its turn.
+_Item = tuple[ResponsesBody, bool] | ErrorInfo
 
 
 class _Connection:
@@ -74,18 +81,29 @@ class _Connection:
         self.ws = ws
         self.settings = ws.app.state.settings
         self.own = ResponseStore(KEPT, KEPT_CHARS)
-        self.lanes: dict[str | None, asyncio.Queue[tuple[ResponsesBody, bool]]] = {}
+        self.lanes: dict[str | None, asyncio.Queue[_Item]] = {}
         self.tasks: set[asyncio.Task] = set()
-        self.queued = 0  # responses asked for and not yet ended
+        self.queued = 0  # response.create events taken and not yet ended (running, or waiting in their lanes)
         self.gone = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.last = self.loop.time()  # when an event last came, or a response last ended
 
     async def serve(self) -> None:
-        """Read the client's events until it closes; then end the responses under way."""
+        """Read the client's events until it closes, or until it has been idle :data:`IDLE_SECONDS` with nothing
+        under way; then end the responses under way."""
         try:
             while True:
-                message = await self.ws.receive()
+                wait = IDLE_SECONDS if self.queued else max(1.0, self.last + IDLE_SECONDS - self.loop.time())
+                try:
+                    message = await asyncio.wait_for(self.ws.receive(), wait)
+                except TimeoutError:
+                    if self.queued or self.loop.time() - self.last < IDLE_SECONDS:
+                        continue
+                    await self.ws.close(code=1000, reason="idle")  # the client opens another when it needs one
+                    return
                 if message["type"] == "websocket.disconnect":
                     return
+                self.last = self.loop.time()
                 raw = message.get("text")
                 data = raw.encode() if isinstance(raw, str) else message.get("bytes") or b""
                 await self._read(data)
@@ -113,7 +131,7 @@ class _Connection:
         try:
             event = await asyncio.to_thread(_parsed, data) if big else _parsed(data)
         except (ValueError, RecursionError):
-            await self._error(ErrorInfo(400, "The event is not valid JSON; send a JSON object such as "
+            await self._error(ErrorInfo(400, "The event is not valid JSON in UTF-8; send a JSON object such as "
                                              '{"type": "response.create", ...}.', code="invalid_json"))  # fmt: skip
             return
         kind = event.get("type") if isinstance(event, dict) else None
@@ -132,35 +150,42 @@ class _Connection:
             await self._error(ErrorInfo(400, "'stream_id' must be a string of 1 to 256 characters.", code="invalid_value",
                                         param="stream_id"))  # fmt: skip
             return
-        for name in ("type", "stream", "stream_options"):  # a stream is what the socket sends anyway
-            event.pop(name, None)
-        generate = event.pop("generate", True)
-        if generate is not True and generate is not False and generate is not None:
-            await self._error(ErrorInfo(400, "'generate' must be true or false.", code="invalid_value", param="generate"), lane)
-            return
-        if event.get("background"):
-            await self._error(ErrorInfo(400, "'background' is not supported over a WebSocket; leave it out (the socket "
-                                             "streams every response), or create the response with POST /v1/responses.",
-                                        code="invalid_value", param="background"), lane)  # fmt: skip
-            return
-        if self.queued >= MAX_QUEUED:
+        if self.queued >= MAX_QUEUED:  # answered at once, the one refusal that is: it takes no place in the lane
             await self._error(error_info(Overloaded(f"{MAX_QUEUED} responses are already under way on this connection; "
                                                     "wait for one to end, or open another connection.", retry_after=1.0)),
                               lane)  # fmt: skip
             return
+        self._enqueue(lane, await self._item(event, big))
+
+    async def _item(self, event: dict[str, Any], big: bool) -> _Item:
+        """What a ``response.create`` asks its lane to run: the response, or the error that refuses it."""
+        for name in ("type", "stream", "stream_options"):  # a stream is what the socket sends anyway
+            event.pop(name, None)
+        generate = event.pop("generate", True)
+        if generate is not True and generate is not False and generate is not None:
+            return ErrorInfo(400, "'generate' must be true or false.", code="invalid_value", param="generate")
+        cache = event.get("prompt_cache_options")
+        if isinstance(cache, dict) and cache.get("prewarm") is True:  # it overrides generate, as OpenAI's does
+            generate = False
+        if event.get("background"):
+            return ErrorInfo(400, "'background' is not supported over a WebSocket; leave it out (the socket streams "
+                                  "every response), or create the response with POST /v1/responses.",
+                             code="invalid_value", param="background")  # fmt: skip
         try:
             body = await asyncio.to_thread(ResponsesBody.model_validate, event) if big else ResponsesBody.model_validate(event)
         except ValidationError as exc:
-            await self._error(error_info(RequestValidationError(exc.errors())), lane)
-            return
+            return error_info(RequestValidationError(exc.errors()))
+        return body, generate is not False
+
+    def _enqueue(self, lane: str | None, item: _Item) -> None:
         self.queued += 1
         queue = self.lanes.get(lane)
         if queue is None:
             queue = self.lanes[lane] = asyncio.Queue()
-            task = asyncio.create_task(self._lane(lane, queue), name=f"responses socket lane {lane}")
+            task = asyncio.create_task(self._lane(lane, queue), name=f"responses socket lane {lane!r}")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        queue.put_nowait((body, generate is not False))
+        queue.put_nowait(item)
 
     async def _steer_refused(self, event: dict[str, Any]) -> None:
         said = {"input": event.get("input"), "previous_response_id": event.get("previous_response_id")}
@@ -170,18 +195,23 @@ class _Connection:
                                                "in the next response.create, with previous_response_id."}})  # fmt: skip
 
     # -- the responses ----------------------------------------------------------------------------------------
-    async def _lane(self, lane: str | None, queue: asyncio.Queue[tuple[ResponsesBody, bool]]) -> None:
-        """Run a lane's responses in order, until none waits (the lane then ends; a later one starts it again)."""
+    async def _lane(self, lane: str | None, queue: asyncio.Queue[_Item]) -> None:
+        """Run a lane's items in order, until none waits (the lane then ends; a later one starts it again)."""
         try:
             while not queue.empty():
-                body, generate = queue.get_nowait()
+                item = queue.get_nowait()
                 try:
-                    await self._respond(body, generate, lane)
+                    if isinstance(item, ErrorInfo):
+                        await self._error(item, lane)
+                    else:
+                        await self._respond(*item, lane)
                 finally:
                     self.queued -= 1
+                    self.last = self.loop.time()
         except _Closed:  # the client went: the connection's reader ends the rest
             pass
         finally:
+            self.queued -= queue.qsize()  # (cancelled: those never run)
             if self.lanes.get(lane) is queue:
                 del self.lanes[lane]
 

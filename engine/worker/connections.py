@@ -95,6 +95,15 @@ TOO_MANY_CONNECTIONS = _error(
 )
 
 
+UPGRADE_WHILE_BUSY = _error(
+    400,
+    "Bad Request",
+    "A WebSocket upgrade came on a connection whose earlier request is still being answered; open the WebSocket on a "
+    "connection of its own.",
+    "upgrade_while_busy",
+)
+
+
 def open_file_limit() -> int | None:
     """The soft limit on this process's open files (None where there is none to read)."""
     try:
@@ -212,6 +221,9 @@ class HearthHttpProtocol(HttpToolsProtocol):
             waiting[self] = None  # the newest to wait
 
     def handle_websocket_upgrade(self) -> None:
+        if self._serving() or self.pipeline:  # behind a request still answered: the upgrade would take its connection
+            self._answer_and_close(UPGRADE_WHILE_BUSY)  # over, and that request would never see its client leave
+            return
         # the connection is the WebSocket protocol's from now on: it leaves this protocol's books (a WebSocket is
         # never closed to make room; engine.server.responses_socket bounds how many are open)
         self._cancel_head_timer()
@@ -307,10 +319,12 @@ def protocol_with(**bounds: Any) -> type[HearthHttpProtocol]:
 def server_config(app, *, protocol: type[HearthHttpProtocol] = HearthHttpProtocol, **options: Any):
     """A uvicorn ``Config`` for ``app`` on the bounded protocol (``options``: uvicorn's own)."""
     import uvicorn
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-    # WebSockets (the Responses API's WebSocket mode) on websockets' sans-I/O protocol, uncompressed (the peer is on
-    # this machine: compressing each token's frame costs CPU and saves nothing); a frame past ``ws_max_size`` closes
-    # its connection (1009), a smaller one past the body limit is answered with an error by the route
-    options = {"log_level": "warning", "lifespan": "off", "access_log": False, "ws": "websockets-sansio",
+    # WebSockets (the Responses API's WebSocket mode) on websockets' sans-I/O protocol (the class, not its name: a
+    # bundle finds what is imported), uncompressed (the peer is on this machine: compressing each token's frame costs
+    # CPU and saves nothing); a frame past ``ws_max_size`` closes its connection (1009), a smaller one past the body
+    # limit is answered with an error by the route
+    options = {"log_level": "warning", "lifespan": "off", "access_log": False, "ws": WebSocketsSansIOProtocol,
                "ws_per_message_deflate": False, "ws_max_size": WS_MAX_BYTES, **options}  # fmt: skip
     return uvicorn.Config(app, http=protocol, **options)

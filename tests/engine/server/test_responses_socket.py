@@ -86,17 +86,23 @@ def test_lanes_run_at_once_each_event_names_its_lane_and_a_connection_survives_i
         ws.send(json.dumps({"type": "response.steer", "previous_response_id": "resp_1", "input": "faster"}))
         steer = json.loads(ws.recv(timeout=30))
         assert steer["type"] == "response.steer.failed" and steer["error"]["code"] == "steering_not_supported"
-        # two lanes at once, then a second response in the first lane, which waits for the first's end
+        ws.send('{"type": "response.create", "stream_id": "L\xed\xa0\x80"}'.encode("latin-1"))  # not UTF-8
+        assert json.loads(ws.recv(timeout=30))["error"]["code"] == "invalid_json"
+        # two lanes at once, then a second response in the first lane, which waits for the first's end, and an
+        # error in its turn between them
         _create(ws, input="Say hello.", stream_id="a")
         _create(ws, input="Say goodbye.", stream_id="b")
+        _create(ws, input="Say hi.", stream_id="a", background=True)
         _create(ws, input="Say thanks.", stream_id="a")
         events: dict[str, list[dict]] = {"a": [], "b": []}
         ends = 0
-        while ends < 3:
+        while ends < 4:
             event = json.loads(ws.recv(timeout=300))
             events[event["stream_id"]].append(event)
             ends += event["type"] in ENDS
-    a_ids = [e["response"]["id"] for e in events["a"] if e["type"] in ("response.created", *ENDS)]
+    a_ends = [e["type"] for e in events["a"] if e["type"] in ("response.created", *ENDS)]
+    assert a_ends[0] == a_ends[3] == "response.created" and a_ends[2] == "error", a_ends  # each in its turn
+    a_ids = [e["response"]["id"] for e in events["a"] if e["type"] in ("response.created", *ENDS) and "response" in e]
     assert len(a_ids) == 4 and a_ids[0] == a_ids[1] and a_ids[2] == a_ids[3] != a_ids[0]  # one after the other
     assert [e["type"] for e in events["b"]][-1] in ("response.completed", "response.incomplete")
 
@@ -112,6 +118,32 @@ def test_generate_false_prepares_a_turn_that_the_next_continues_from(server):
         answer = _until_end(ws)[-1]
         assert answer["type"] in ("response.completed", "response.incomplete"), answer
         assert answer["response"]["output"][0]["type"] == "message"
+
+
+def test_prewarm_prepares_without_an_answer_as_generate_false_does(server):
+    with _socket(server) as ws:
+        _create(ws, input=ASK, store=False, prompt_cache_options={"prewarm": True})
+        assert [e["type"] for e in _until_end(ws)] == ["response.created", "response.completed"]
+
+
+def test_an_upgrade_behind_a_request_still_answered_is_refused_and_that_request_ends(server):
+    import socket
+
+    body = json.dumps({"model": MODEL, "input": "Count to 300.", "max_output_tokens": 600, "stream": True})
+    post = (f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {server.api_key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}")  # fmt: skip
+    upgrade = (f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {server.api_key}\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+               "Sec-WebSocket-Version: 13\r\n\r\n")  # fmt: skip
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(post.encode())
+        got = b""
+        while b"output_text.delta" not in got:
+            got += sock.recv(65536)
+        sock.sendall(upgrade.encode())
+        while chunk := sock.recv(65536):  # the server closes the connection
+            got += chunk
+    assert b"101 Switching Protocols" not in got
 
 
 def test_the_gate_checks_the_key_and_the_origin_before_the_socket_opens(server):
