@@ -173,16 +173,25 @@ def test_a_connection_that_closes_gives_up_its_generation_and_the_request_log_sa
     assert record["request_id"].startswith("req_")
 
 
-def test_the_agents_sdk_runs_an_agent_over_the_socket(server):
+def test_the_agents_sdk_runs_a_tool_and_answers_over_the_socket(server):
     agents = pytest.importorskip("agents")
     agents.set_tracing_disabled(True)
+    seen: list[int] = []
+
+    @agents.function_tool
+    def add(a: int, b: int) -> int:
+        """Add two whole numbers."""
+        seen.append(a + b)
+        return a + b
 
     async def run() -> str:
         async with agents.responses_websocket_session(api_key=server.api_key, base_url=server.base_url) as session:
-            agent = agents.Agent(name="helper", instructions="Answer in one word.", model=MODEL,
-                                 model_settings=agents.ModelSettings(temperature=0, max_tokens=16))  # fmt: skip
-            result = await session.run(agent, "What colour is the sky?")
+            agent = agents.Agent(name="calculator", instructions="Use the add tool to add numbers, then say the result.",
+                                 tools=[add], model=MODEL,
+                                 model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=200))  # fmt: skip
+            result = await session.run(agent, "What is 2 plus 3?", max_turns=4)
             return result.final_output
 
     said = asyncio.run(run())
+    assert len(seen) == 1  # the call came over the socket, and its output went back over it to the answer
     assert isinstance(said, str) and said.strip()
