@@ -21,7 +21,7 @@ from starlette.routing import Match
 from engine.errors import InvalidRequest
 from engine.model_defaults import left_unset
 from engine.remote.routing import is_local
-from engine.server import context_edits, docs_chat, media, remote_routes, targets
+from engine.server import compaction, context_edits, docs_chat, media, remote_routes, targets
 from engine.server.api_models import Body, KeepAlive
 from engine.server.dialect import (
     ANTHROPIC_OVERLOADED,
@@ -163,10 +163,22 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
         thoughts: list[str] = []
         calls: list[ToolCall] = []
         pictures: list[MediaInput] = []
+        compacted = False  # a compaction block in this message: what came before it is in its summary
         for j, block in enumerate(m.content):
             kind = block.get("type")
             where = f"messages[{i}].content[{j}]"
-            if kind == "text":
+            if kind == "compaction" and m.role == "assistant":
+                summary = block.get("content")
+                if summary is None:  # a compaction that failed: a no-op, as Anthropic treats it
+                    continue
+                if not isinstance(summary, str) or not summary.strip():
+                    raise InvalidRequest(f"{where} is a compaction block whose 'content' is not its summary; give the "
+                                         "block back as it came, or leave it out.", param="messages")  # fmt: skip
+                # Anthropic's compaction: the conversation before the block is read as its summary alone
+                out[:] = [x for x in out if x.role == "system"]
+                out.append(ChatMessage("user", compaction.SUMMARY_LEAD + summary))
+                texts, thoughts, calls, pictures, compacted = [], [], [], [], True
+            elif kind == "text":
                 if not isinstance(block.get("text"), str):
                     raise InvalidRequest(f"{where} is a text block without 'text'.", param="messages")
                 texts.append(block["text"])
@@ -194,6 +206,8 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
                 )
             else:
                 raise InvalidRequest(f"{where} has type '{kind}', which Hearth does not support here.", param="messages")
+        if compacted and not (texts or calls or thoughts):  # the block alone: its summary stands for the turn
+            continue
         if texts or calls or m.role == "assistant" or not any(b.get("type") == "tool_result" for b in m.content):
             # Blocks joined as chat completions joins its parts, so a conversation is the same prompt in every dialect.
             out.append(ChatMessage(m.role, "".join(texts), tool_calls=tuple(calls), reasoning="".join(thoughts) or None,

@@ -8,7 +8,8 @@ left whole.
   ``clear_at_least``, nothing is cleared unless that many input tokens would be.
 - ``clear_thinking_20251015``: the thinking of all but the ``keep`` newest assistant turns that thought (1; ``"all"``
   keeps every one) is left out.
-- ``compact_20260112`` (Anthropic's server-side compaction) is not done: it is left alone, not refused.
+- ``compact_20260112`` (Anthropic's server-side compaction) is not done: it is left alone, not refused. The
+  ``compaction`` blocks such a compaction made elsewhere are read when given back (engine.server.anthropic_routes).
 
 A local model's context is small: clearing old tool results keeps a long agent loop within it. Each edit applied is
 reported as Anthropic reports it, ``{"applied_edits": [{"type", "cleared_tool_uses" | "cleared_thinking_turns",

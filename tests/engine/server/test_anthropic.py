@@ -353,3 +353,31 @@ def test_context_editing_clears_old_tool_results_and_thinking_and_says_what_it_c
     assert refused.status_code == 400 and refused.json()["error"]["message"] == (
         "context_management.edits[0] has type 'shrink', which Hearth does not know; use clear_tool_uses_20250919 or "
         "clear_thinking_20251015, or leave it out.")  # fmt: skip
+
+
+def test_a_compaction_block_stands_for_the_conversation_before_it(claude, server):
+    """Anthropic's compaction blocks (the compact-2026-01-12 beta) given back: what came before one is read as its
+    summary alone; one whose content is null (a compaction that failed) changes nothing."""
+    history = [{"role": "user", "content": "Tell me about otters. " * 40},
+               {"role": "assistant", "content": "Otters are playful swimmers. " * 40}]  # fmt: skip
+    ask = {"role": "user", "content": "And beavers?"}
+    block = {"type": "compaction", "content": "We talked about otters."}
+
+    def counted(messages: list[dict]) -> int:
+        r = httpx.post(f"{server.root}/v1/messages/count_tokens", headers=server.headers, timeout=60,
+                       json={"model": MODEL, "messages": messages})  # fmt: skip
+        assert r.status_code == 200, r.text
+        return r.json()["input_tokens"]
+
+    whole = counted([*history, ask])
+    compacted = counted([*history, {"role": "assistant", "content": [block]}, ask])
+    alone = counted([{"role": "user", "content": "A summary"}, ask])
+    assert compacted < whole // 4 and abs(compacted - alone) < 40
+    failed = counted([*history, {"role": "assistant", "content": [{"type": "compaction", "content": None}, {"type": "text", "text": "Yes."}]}, ask])
+    assert failed > whole  # nothing was dropped
+    answer = claude.messages.create(model=MODEL, max_tokens=4,
+                                    messages=[*history, {"role": "assistant", "content": [block, {"type": "text", "text": "Sure."}]}, ask])  # type: ignore[list-item]  # fmt: skip
+    assert answer.content[0].type == "text"
+    r = httpx.post(f"{server.root}/v1/messages/count_tokens", headers=server.headers, timeout=60,
+                   json={"model": MODEL, "messages": [{"role": "assistant", "content": [{"type": "compaction", "content": 5}]}, ask]})  # fmt: skip
+    assert r.status_code == 400 and "compaction block" in r.json()["error"]["message"]
