@@ -11,14 +11,16 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
 from pydantic import Field, StrictBool
 from starlette.routing import Match
 
-from engine.errors import InvalidRequest
+from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.model_defaults import left_unset
 from engine.remote.routing import is_local
 from engine.server import compaction, context_edits, docs_chat, media, remote_routes, targets
@@ -27,10 +29,11 @@ from engine.server.dialect import (
     ANTHROPIC_OVERLOADED,
     DialectRun,
     anthropic_error,
+    context_of,
     count_prompt_tokens,
     error_route,
 )
-from engine.server.generation import streamed
+from engine.server.generation import STREAM_HEADERS, streamed
 from engine.server.streaming import ticks
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
@@ -336,13 +339,18 @@ def _stop_reason(final: GenerationChunk) -> tuple[str, str | None]:
     return "end_turn", None
 
 
-def _usage(final: GenerationChunk, *, warm: bool = False) -> dict:
-    return {
+def _usage(final: GenerationChunk, *, warm: bool = False, compacted: _Compacted | None = None) -> dict:
+    """The answer's usage; after a compaction, with ``iterations``: the summary's, then the answer's (as Anthropic
+    reports them, the summary's tokens left out of the rest)."""
+    usage: dict[str, Any] = {
         "input_tokens": final.prompt_tokens - final.cached_tokens,
         "output_tokens": 0 if warm else final.completion_tokens,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": final.cached_tokens,
     }
+    if compacted is not None:
+        usage["iterations"] = [compacted.usage, {"type": "message", **usage}]
+    return usage
 
 
 def _tool_use(call: ToolCall) -> dict:
@@ -365,13 +373,26 @@ async def create_message(request: Request, body: MessagesBody):
     if edits:
         req, applied = await context_edits.apply(req, edits, await _counter(request, body.model))
         context = {"applied_edits": applied}
-    run = await DialectRun(request, req, documents=docs_chat.documents_asked(body), keep_alive=keep).start()
+    documents = docs_chat.documents_asked(body)
+    compact = context_edits.compaction_of(edits)
+    if compact is None:
+        run, compacted = await DialectRun(request, req, documents=documents, keep_alive=keep).start(), None
+    else:
+        run, compacted = await _compacted_start(request, body, req, compact, keep, documents)
     mid = f"msg_{uuid.uuid4().hex}"
+    if run is None:  # pause_after_compaction: the compaction block is the whole answer
+        assert compacted is not None
+        paused = _paused(mid, compacted, context)
+        if body.stream:
+            return StreamingResponse(_paused_events(paused), media_type="text/event-stream", headers=STREAM_HEADERS)
+        return paused
     warm = body.max_tokens == 0  # Anthropic's pre-warming of the prompt cache: no answer
     if body.stream:
-        return streamed(run.gen, _events(run, mid, warm=warm, context=context))
+        return streamed(run.gen, _events(run, mid, warm=warm, context=context, compacted=compacted))
     text, thinking, final = await run.collect()
-    content: list[dict] = [{"type": "thinking", "thinking": thinking, "signature": ""}] if thinking else []
+    content: list[dict] = [compacted.block()] if compacted is not None else []
+    if thinking:
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     if text or not final.tool_calls:
         content.append({"type": "text", "text": text})
     content += [_tool_use(c) for c in final.tool_calls]
@@ -386,11 +407,88 @@ async def create_message(request: Request, body: MessagesBody):
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        "usage": _usage(final, warm=warm),
+        "usage": _usage(final, warm=warm, compacted=compacted),
     }
     if context is not None:
         message["context_management"] = context
     return run.with_sources(message)
+
+
+@dataclass(frozen=True)
+class _Compacted:
+    """A conversation compacted before its answer (``compact_20260112``): the model's summary of it, the model, and
+    the summary's generation's usage (an iteration of its own, left out of the answer's)."""
+
+    summary: str
+    model: str
+    usage: dict
+
+    def block(self) -> dict:
+        return {"type": "compaction", "content": self.summary}
+
+
+async def _compacted_start(request: Request, body: MessagesBody, req: GenerationRequest, compact: context_edits.Compact,
+                           keep: float | None, documents: Any) -> tuple[DialectRun | None, _Compacted | None]:  # fmt: skip
+    """The answer's generation, started: on the conversation as it is while its prompt is under the compaction's
+    trigger and fits the context; past either (a local model's: a remote one's is sent as it is), on the model's
+    summary of it, then the last user turn whole. None in place of the generation with ``pause_after_compaction``."""
+    messages = req.messages or ()
+    tokens = await (await _counter(request, body.model))(req)
+    if tokens is None or not compaction.compactable(messages) or tokens < compact.trigger_tokens:
+        try:
+            return await DialectRun(request, req, documents=documents, keep_alive=keep).start(), None
+        except ContextLengthExceeded:
+            if tokens is None or not compaction.compactable(messages):
+                raise
+    _, n_ctx = await context_of(request, req, count=False)
+    ask = compaction.ASK + (f"\n\n{compact.instructions}" if compact.instructions else "")
+    longest = compaction.summary_tokens(compact.trigger_tokens, n_ctx)
+    summary_run = await compaction.summary_started(request, body.model, (), messages, longest, keep, ask)
+    text, thinking, final = await summary_run.collect()
+    summary = text.strip() or thinking.strip()
+    if not summary:
+        raise InvalidRequest(f"Model '{summary_run.model_name}' wrote no summary of the conversation to compact it; try "
+                             "again.", param="context_management")  # fmt: skip
+    compacted = _Compacted(summary, summary_run.model_name, {"type": "compaction", **_usage(final)})
+    if compact.pause:
+        return None, compacted
+    tail = _last_turn(messages)
+    head = messages[: len(messages) - len(tail)]
+    answer = replace(req, messages=(*(m for m in head if m.role == "system"),
+                                    ChatMessage("user", compaction.SUMMARY_LEAD + summary), *tail))  # fmt: skip
+    return await DialectRun(request, answer, documents=documents, keep_alive=keep).start(), compacted
+
+
+def _last_turn(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
+    """The conversation's last turn: from its last user message (not an earlier summary) to its end, the steps of an
+    agent's loop after it included."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user" and not compaction.is_summary(messages[i]):
+            return messages[i:]
+    return messages[-1:]
+
+
+def _paused(mid: str, compacted: _Compacted, context: dict | None) -> dict:
+    """The answer of a compaction with ``pause_after_compaction``: its block alone."""
+    nothing = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    message = {"id": mid, "type": "message", "role": "assistant", "model": compacted.model, "content": [compacted.block()],
+               "stop_reason": "compaction", "stop_sequence": None, "usage": {**nothing, "iterations": [compacted.usage]}}  # fmt: skip
+    if context is not None:
+        message["context_management"] = context
+    return message
+
+
+async def _paused_events(message: dict) -> AsyncIterator[bytes]:
+    start = {**message, "content": [], "stop_reason": None, "usage": {k: 0 for k in message["usage"] if k != "iterations"}}
+    yield _event("message_start", {"type": "message_start", "message": start})
+    blocks = _Blocks()
+    for event in blocks.compaction(message["content"][0]["content"]):
+        yield event
+    delta = {"type": "message_delta", "delta": {"stop_reason": "compaction", "stop_sequence": None}, "usage": message["usage"]}
+    if "context_management" in message:
+        delta["context_management"] = message["context_management"]
+    yield _event("message_delta", delta)
+    yield _event("message_stop", {"type": "message_stop"})
 
 
 async def _counter(request: Request, model: str) -> Callable[[GenerationRequest], Awaitable[int | None]]:
@@ -443,6 +541,12 @@ class _Blocks:
     def delta(self, delta: dict) -> bytes:
         return _event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
+    def compaction(self, summary: str) -> list[bytes]:
+        """A compaction block's events: its start, its whole summary in one delta, its end (as Anthropic streams it)."""
+        out = self.open("compaction", {"type": "compaction", "content": None})
+        out.append(self.delta({"type": "compaction_delta", "content": summary}))
+        return out + self.close()
+
     def feed(self, chunk: GenerationChunk) -> list[bytes]:
         out: list[bytes] = []
         if chunk.reasoning:
@@ -462,7 +566,8 @@ class _Blocks:
         return out
 
 
-async def _events(run: DialectRun, mid: str, *, warm: bool = False, context: dict | None = None) -> AsyncIterator[bytes]:
+async def _events(run: DialectRun, mid: str, *, warm: bool = False, context: dict | None = None,
+                  compacted: _Compacted | None = None) -> AsyncIterator[bytes]:  # fmt: skip
     """Anthropic's events for the answer; ``warm`` (``max_tokens`` 0): the prompt read, no content blocks.
 
     ``message_start`` waits for the first chunk, which says how much of the prompt the cache held (the first
@@ -470,14 +575,15 @@ async def _events(run: DialectRun, mid: str, *, warm: bool = False, context: dic
     comment every 15 s (``ticks``) keeps the connection open while the prompt is read."""
     chunks = ticks(run.chunks())
     try:
-        async for event in _answer_events(run, mid, chunks, warm=warm, context=context):
+        async for event in _answer_events(run, mid, chunks, warm=warm, context=context, compacted=compacted):
             yield event
     finally:
         await chunks.aclose()
 
 
 async def _answer_events(
-    run: DialectRun, mid: str, chunks: AsyncGenerator[GenerationChunk | None], *, warm: bool, context: dict | None = None
+    run: DialectRun, mid: str, chunks: AsyncGenerator[GenerationChunk | None], *, warm: bool, context: dict | None = None,
+    compacted: _Compacted | None = None,
 ) -> AsyncIterator[bytes]:
     try:
         input_tokens = await run.prompt_tokens()
@@ -506,6 +612,10 @@ async def _answer_events(
     yield _event("message_start", {"type": "message_start", "message": run.with_sources(message)})
     yield _event("ping", {"type": "ping"})
     blocks = _Blocks()
+    if compacted is not None:  # the compaction's block first, then the answer's
+        for event in blocks.compaction(compacted.summary):
+            yield event
+    first_block = blocks.index + 1
     final = GenerationChunk(finish_reason="stop")
 
     async def rest() -> AsyncIterator[GenerationChunk]:
@@ -525,14 +635,14 @@ async def _answer_events(
             continue
         for event in blocks.feed(chunk):
             yield event
-    if blocks.index < 0 and not warm:  # an empty answer is still one (empty) text block
+    if blocks.index < first_block and not warm:  # an empty answer is still one (empty) text block
         for event in blocks.open("text", {"type": "text", "text": ""}):
             yield event
     for event in blocks.close():
         yield event
     stop_reason, stop_sequence = ("max_tokens", None) if warm else _stop_reason(final)
     delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": _usage(final, warm=warm),
+    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": _usage(final, warm=warm, compacted=compacted),
                                    **({"context_management": context} if context is not None else {})})  # fmt: skip
     yield _event("message_stop", {"type": "message_stop"})
 

@@ -22,8 +22,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InvalidRequest
-from engine.types import MEDIA_MARKER, ChatMessage
+from starlette.requests import Request
+
+from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.model_defaults import left_unset
+from engine.server.dialect import DialectRun, without_oldest
+from engine.types import MEDIA_MARKER, ChatMessage, GenerationRequest, SamplingParams
 
 #: How ``/compact``'s item content starts: the summary follows in base64.
 PREFIX = "hearth-compaction-v1:"
@@ -157,6 +161,22 @@ def threshold(value: Any) -> tuple[bool, int | None]:
     return on, least
 
 
+async def summary_started(request: Request, model: str, system: tuple[ChatMessage, ...], history: tuple[ChatMessage, ...],
+                          max_tokens: int, keep: float | None, ask: str = ASK) -> DialectRun:  # fmt: skip
+    """The model's summary of ``history`` (``ask`` after it), started; a conversation longer than the context is
+    summarised from its newest messages that fit (the system messages kept)."""
+    req = GenerationRequest(model=model, messages=(*system, *history, ChatMessage("user", ask)),
+                            params=SamplingParams(max_tokens=max_tokens),
+                            unset=left_unset({"temperature": None, "top_p": None}))  # fmt: skip
+    try:
+        return await DialectRun(request, req, keep_alive=keep).start()
+    except ContextLengthExceeded as exc:
+        fitted, fits = await without_oldest(request, req, exc.n_ctx)
+        if not fits:
+            raise
+        return await DialectRun(request, fitted, keep_alive=keep).start()
+
+
 def summary_tokens(compact_at: int | None, n_ctx: int | None = None) -> int:
     """The longest summary written to compact a conversation: half the threshold it is to get under, an eighth of the
     model's context, and MAX_TOKENS, whichever is least (but at least MIN_TOKENS)."""
@@ -184,6 +204,7 @@ __all__ = [
     "item",
     "read",
     "replaces_earlier",
+    "summary_started",
     "summary_tokens",
     "threshold",
     "user_texts",

@@ -8,8 +8,10 @@ left whole.
   ``clear_at_least``, nothing is cleared unless that many input tokens would be.
 - ``clear_thinking_20251015``: the thinking of all but the ``keep`` newest assistant turns that thought (1; ``"all"``
   keeps every one) is left out.
-- ``compact_20260112`` (Anthropic's server-side compaction) is not done: it is left alone, not refused. The
-  ``compaction`` blocks such a compaction made elsewhere are read when given back (engine.server.anthropic_routes).
+- ``compact_20260112`` (Anthropic's server-side compaction): once the prompt passes ``trigger`` (150,000 input
+  tokens), or on a local model does not fit its context, the conversation is summarised first and the answer
+  begins with a ``compaction`` block holding the summary (engine.server.anthropic_routes); :func:`compaction_of`
+  gives it, and :func:`apply` leaves it to the route.
 
 A local model's context is small: clearing old tool results keeps a long agent loop within it. Each edit applied is
 reported as Anthropic reports it, ``{"applied_edits": [{"type", "cleared_tool_uses" | "cleared_thinking_turns",
@@ -27,9 +29,10 @@ from engine.types import ChatMessage, GenerationRequest
 
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"
-#: Anthropic's server-side compaction of a conversation (its own beta): not done here, and left alone rather than
-#: refused, so that a client that asks for it still gets its answer (the conversation is then read whole).
+#: Anthropic's server-side compaction of a conversation (its compact-2026-01-12 beta).
 COMPACT = "compact_20260112"
+#: Its default trigger, in input tokens.
+DEFAULT_COMPACT_TOKENS = 150_000
 #: What a cleared tool result reads as.
 CLEARED = "[This tool result was cleared to save room in the context.]"
 #: Anthropic's defaults: the prompt size that sets clearing off, and the tool uses kept.
@@ -52,7 +55,14 @@ class ClearThinking:
     keep: int | None = 1  # None: every turn's thinking is kept
 
 
-Edit = ClearToolUses | ClearThinking
+@dataclass(frozen=True)
+class Compact:
+    trigger_tokens: int = DEFAULT_COMPACT_TOKENS  # compact past this many input tokens (or when it does not fit)
+    pause: bool = False  # pause_after_compaction: the compaction block is the whole answer (stop_reason "compaction")
+    instructions: str | None = None  # more words for the summary's writer
+
+
+Edit = ClearToolUses | ClearThinking | Compact
 
 
 def _count(value: Any, where: str, kind: str) -> int:
@@ -121,9 +131,21 @@ def parse(value: Any) -> list[Edit]:
             else:
                 raise InvalidRequest(f"{where}.keep must be {{\"type\": \"thinking_turns\", \"value\": N}} or \"all\".",
                                      param="context_management")  # fmt: skip
-        elif kind != COMPACT:
+        elif kind == COMPACT:
+            assert isinstance(edit, dict)
+            trigger, pause, words = edit.get("trigger"), edit.get("pause_after_compaction"), edit.get("instructions")
+            if trigger is not None and not (isinstance(trigger, dict) and trigger.get("type") == "input_tokens"):
+                raise InvalidRequest(f"{where}.trigger must be {{\"type\": \"input_tokens\", \"value\": N}}.",
+                                     param="context_management")  # fmt: skip
+            tokens = DEFAULT_COMPACT_TOKENS if trigger is None else _count(trigger, f"{where}.trigger", "input_tokens")
+            if pause is not None and not isinstance(pause, bool):
+                raise InvalidRequest(f"{where}.pause_after_compaction must be true or false.", param="context_management")
+            if words is not None and not isinstance(words, str):
+                raise InvalidRequest(f"{where}.instructions must be text.", param="context_management")
+            edits.append(Compact(max(1, tokens), bool(pause), words or None))
+        else:
             said = f"has type '{kind}', which Hearth does not know" if isinstance(kind, str) else "has no type"
-            raise InvalidRequest(f"{where} {said}; use {CLEAR_TOOL_USES} or {CLEAR_THINKING}, or leave it out.",
+            raise InvalidRequest(f"{where} {said}; use {CLEAR_TOOL_USES}, {CLEAR_THINKING} or {COMPACT}, or leave it out.",
                                  param="context_management")  # fmt: skip
     return edits
 
@@ -160,6 +182,12 @@ def _cleared_thinking(messages: tuple[ChatMessage, ...], keep: int) -> tuple[tup
     return tuple(replace(m, reasoning=None) if i in drop else m for i, m in enumerate(messages)), len(drop)
 
 
+def compaction_of(edits: list[Edit]) -> Compact | None:
+    """The compaction ``edits`` ask for (the last, where several do), or None."""
+    found = [e for e in edits if isinstance(e, Compact)]
+    return found[-1] if found else None
+
+
 async def apply(req: GenerationRequest, edits: list[Edit], count: Callable[[GenerationRequest], Awaitable[int | None]]
                 ) -> tuple[GenerationRequest, list[dict]]:  # fmt: skip
     """``req`` with ``edits`` made to its messages, in order, and the edits applied as Anthropic reports them;
@@ -169,6 +197,8 @@ async def apply(req: GenerationRequest, edits: list[Edit], count: Callable[[Gene
     for edit in edits:
         messages = req.messages or ()
         before: int | None = None
+        if isinstance(edit, Compact):  # the route's, after the others (it needs the model to write the summary)
+            continue
         if isinstance(edit, ClearToolUses):
             if edit.trigger_uses is not None:
                 if sum(len(m.tool_calls) for m in messages if m.role == "assistant") <= edit.trigger_uses:

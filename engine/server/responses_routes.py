@@ -877,23 +877,7 @@ async def _first_started(request: Request, turn: _Turn) -> DialectRun:
 async def _summary_of(request: Request, turn: _Turn, longest: int) -> DialectRun:
     """The summary of the turn's conversation, started (``turn.summarizing``)."""
     turn.summarizing = True
-    return await _summary_started(request, turn.body.model, _system(turn.body.instructions), turn.history, longest, turn.keep)
-
-
-async def _summary_started(request: Request, model: str, system: tuple[ChatMessage, ...], history: tuple[ChatMessage, ...],
-                           max_tokens: int, keep: float | None) -> DialectRun:  # fmt: skip
-    """The model's summary of ``history`` (:data:`compaction.ASK` after it), started; a conversation longer than the
-    context is summarised from its newest messages that fit (the system messages kept)."""
-    req = GenerationRequest(model=model, messages=(*system, *history, ChatMessage("user", compaction.ASK)),
-                            params=SamplingParams(max_tokens=max_tokens),
-                            unset=left_unset({"temperature": None, "top_p": None}))  # fmt: skip
-    try:
-        return await DialectRun(request, req, keep_alive=keep).start()
-    except ContextLengthExceeded as exc:
-        fitted, fits = await without_oldest(request, req, exc.n_ctx)
-        if not fits:
-            raise
-        return await DialectRun(request, fitted, keep_alive=keep).start()
+    return await compaction.summary_started(request, turn.body.model, _system(turn.body.instructions), turn.history, longest, turn.keep)
 
 
 async def _compacted(request: Request, turn: _Turn, summary: str, final: GenerationChunk, model: str,
@@ -1206,7 +1190,7 @@ async def compact_conversation(request: Request, body: CompactBody) -> dict:
     asked = ResponsesBody.model_validate({"model": body.model, "input": body.input, "instructions": body.instructions,
                                           "previous_response_id": body.previous_response_id, "store": False})  # fmt: skip
     turn = await asyncio.to_thread(_turn, request, asked)
-    run = await _summary_started(request, body.model, _system(body.instructions), turn.history, body.max_output_tokens or compaction.MAX_TOKENS,
+    run = await compaction.summary_started(request, body.model, _system(body.instructions), turn.history, body.max_output_tokens or compaction.MAX_TOKENS,
                                  request_keep_alive(body.keep_alive))  # fmt: skip
     text, reasoning, final = await run.collect()
     summary = text.strip() or reasoning.strip()

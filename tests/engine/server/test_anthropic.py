@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx
 import pytest
@@ -351,8 +353,8 @@ def test_context_editing_clears_old_tool_results_and_thinking_and_says_what_it_c
     refused = httpx.post(server.root + "/v1/messages", headers={"x-api-key": server.api_key}, timeout=60, json={
         "model": MODEL, "max_tokens": 4, "messages": turns[:1], "context_management": {"edits": [{"type": "shrink"}]}})  # fmt: skip
     assert refused.status_code == 400 and refused.json()["error"]["message"] == (
-        "context_management.edits[0] has type 'shrink', which Hearth does not know; use clear_tool_uses_20250919 or "
-        "clear_thinking_20251015, or leave it out.")  # fmt: skip
+        "context_management.edits[0] has type 'shrink', which Hearth does not know; use clear_tool_uses_20250919, "
+        "clear_thinking_20251015 or compact_20260112, or leave it out.")  # fmt: skip
 
 
 def test_a_compaction_block_stands_for_the_conversation_before_it(claude, server):
@@ -381,3 +383,69 @@ def test_a_compaction_block_stands_for_the_conversation_before_it(claude, server
     r = httpx.post(f"{server.root}/v1/messages/count_tokens", headers=server.headers, timeout=60,
                    json={"model": MODEL, "messages": [{"role": "assistant", "content": [{"type": "compaction", "content": 5}]}, ask]})  # fmt: skip
     assert r.status_code == 400 and "compaction block" in r.json()["error"]["message"]
+
+
+def _compact(trigger: int | None = None, **more) -> dict:
+    edit = {"type": "compact_20260112", **({"trigger": {"type": "input_tokens", "value": trigger}} if trigger else {}), **more}
+    return {"edits": [edit]}
+
+
+OTTERS = [{"role": "user", "content": "Tell me about otters. " * 30},
+          {"role": "assistant", "content": "Otters are playful swimmers that hold hands. " * 20},
+          {"role": "user", "content": "And where do they live?"}]  # fmt: skip
+
+
+def test_compact_edit_summarises_a_conversation_past_its_trigger_and_the_block_goes_on_from_there(server):
+    """compact_20260112: past the trigger the answer begins with a compaction block holding the model's summary; given
+    back, the next request reads the summary in place of everything before it."""
+    body = {"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": OTTERS, "context_management": _compact(100)}
+    r = httpx.post(f"{server.root}/v1/messages", headers=server.headers, json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    message = r.json()
+    block = message["content"][0]
+    assert block["type"] == "compaction" and block["content"].strip() and message["content"][1]["type"] == "text"
+    compaction, answer = message["usage"]["iterations"]
+    assert compaction["type"] == "compaction" and compaction["output_tokens"] > 0 and answer["type"] == "message"
+    assert message["usage"]["input_tokens"] == answer["input_tokens"]  # the summary's tokens are its own iteration's
+    # streamed: the same block first, then the answer's blocks after it
+    with httpx.stream("POST", f"{server.root}/v1/messages", headers=server.headers, json={**body, "stream": True},
+                      timeout=300) as s:  # fmt: skip
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+    starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    assert starts[0] == "compaction" and starts[1] == "text"
+    delta = next(e for e in events if e["type"] == "content_block_delta")["delta"]
+    assert delta["type"] == "compaction_delta" and delta["content"].strip()  # (the summary is sampled as the model's defaults say)
+    assert next(e for e in events if e["type"] == "message_delta")["usage"]["iterations"][0]["type"] == "compaction"
+    # given back with the answer, it stands for the conversation before it
+    later = [*OTTERS, {"role": "assistant", "content": message["content"]}, {"role": "user", "content": "Thanks!"}]
+    r = httpx.post(f"{server.root}/v1/messages/count_tokens", headers=server.headers, json={"model": MODEL, "messages": later}, timeout=60)
+    whole = httpx.post(f"{server.root}/v1/messages/count_tokens", headers=server.headers, json={"model": MODEL, "messages": OTTERS}, timeout=60)
+    assert r.json()["input_tokens"] < whole.json()["input_tokens"] // 2
+
+
+def test_compact_edit_pauses_after_the_compaction_and_leaves_a_short_conversation_alone(server):
+    body = {"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": OTTERS,
+            "context_management": _compact(100, pause_after_compaction=True)}  # fmt: skip
+    paused = httpx.post(f"{server.root}/v1/messages", headers=server.headers, json=body, timeout=300).json()
+    assert paused["stop_reason"] == "compaction" and [b["type"] for b in paused["content"]] == ["compaction"]
+    body["context_management"] = _compact()  # 150,000 tokens: far past this conversation
+    whole = httpx.post(f"{server.root}/v1/messages", headers=server.headers, json=body, timeout=300).json()
+    assert [b["type"] for b in whole["content"]] == ["text"] and "iterations" not in whole["usage"]
+    body["context_management"] = {"edits": [{"type": "compact_20260112", "trigger": {"type": "tool_uses", "value": 3}}]}
+    r = httpx.post(f"{server.root}/v1/messages", headers=server.headers, json=body, timeout=60)
+    assert r.status_code == 400 and "input_tokens" in r.json()["error"]["message"]
+
+
+def test_compact_edit_compacts_a_conversation_longer_than_a_local_models_context(small_server):
+    """The default trigger (150,000 tokens) is far past a local model's context: a conversation that does not fit is
+    compacted as well, where without the edit it is refused."""
+    s = small_server  # a context of 512 tokens
+    long = [{"role": "user", "content": "Tell me about otters. " * 80},
+            {"role": "assistant", "content": "Otters are playful swimmers that hold hands. " * 40},
+            {"role": "user", "content": "And where do they live?"}]  # fmt: skip
+    body = {"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": long}
+    refused = httpx.post(f"{s.root}/v1/messages", headers=s.headers, json=body, timeout=300)
+    assert refused.status_code == 400 and "prompt is too long" in refused.json()["error"]["message"]
+    r = httpx.post(f"{s.root}/v1/messages", headers=s.headers, json={**body, "context_management": _compact()}, timeout=300)
+    assert r.status_code == 200, r.text
+    assert [b["type"] for b in r.json()["content"]][:2] == ["compaction", "text"]
