@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field, StrictBool
 from starlette.routing import Match
 
-from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.errors import ContextLengthExceeded, InvalidRequest, RequestCancelled
 from engine.model_defaults import left_unset
 from engine.remote.routing import is_local
 from engine.server import compaction, context_edits, docs_chat, media, remote_routes, targets
@@ -370,15 +370,17 @@ async def create_message(request: Request, body: MessagesBody):
     req = await asyncio.to_thread(_request, body, _params(body), allow_remote)
     keep = request_keep_alive(body.keep_alive)
     context: dict | None = None
+    count = None
     if edits:
-        req, applied = await context_edits.apply(req, edits, await _counter(request, body.model))
+        count = await _counter(request, body.model)
+        req, applied = await context_edits.apply(req, edits, count)
         context = {"applied_edits": applied}
     documents = docs_chat.documents_asked(body)
-    compact = context_edits.compaction_of(edits)
-    if compact is None:
+    compact = context_edits.compaction_of(edits) if body.max_tokens != 0 else None  # (a pre-warming reads, no more)
+    if compact is None or count is None:
         run, compacted = await DialectRun(request, req, documents=documents, keep_alive=keep).start(), None
     else:
-        run, compacted = await _compacted_start(request, body, req, compact, keep, documents)
+        run, compacted = await _compacted_start(request, body, req, compact, keep, documents, count)
     mid = f"msg_{uuid.uuid4().hex}"
     if run is None:  # pause_after_compaction: the compaction block is the whole answer
         assert compacted is not None
@@ -419,7 +421,7 @@ class _Compacted:
     """A conversation compacted before its answer (``compact_20260112``): the model's summary of it, the model, and
     the summary's generation's usage (an iteration of its own, left out of the answer's)."""
 
-    summary: str
+    summary: str | None  # None: the model wrote none (a failed compaction, whose block's content is null)
     model: str
     usage: dict
 
@@ -428,12 +430,19 @@ class _Compacted:
 
 
 async def _compacted_start(request: Request, body: MessagesBody, req: GenerationRequest, compact: context_edits.Compact,
-                           keep: float | None, documents: Any) -> tuple[DialectRun | None, _Compacted | None]:  # fmt: skip
+                           keep: float | None, documents: Any, count: Callable[[GenerationRequest], Awaitable[int | None]],
+                           ) -> tuple[DialectRun | None, _Compacted | None]:  # fmt: skip
     """The answer's generation, started: on the conversation as it is while its prompt is under the compaction's
     trigger and fits the context; past either (a local model's: a remote one's is sent as it is), on the model's
-    summary of it, then the last user turn whole. None in place of the generation with ``pause_after_compaction``."""
+    summary of it and its last step (:func:`_last_step`), or on the summary alone where those do not fit. None in place
+    of the generation with ``pause_after_compaction``; a summary the model left empty is a failed compaction (its
+    block's content null, as Anthropic's), and the answer is the conversation's own.
+
+    Raises:
+        RequestCancelled: the summary was cut short (its client went). ContextLengthExceeded, as without the edit.
+    """
     messages = req.messages or ()
-    tokens = await (await _counter(request, body.model))(req)
+    tokens = await count(req)
     if tokens is None or not compaction.compactable(messages) or tokens < compact.trigger_tokens:
         try:
             return await DialectRun(request, req, documents=documents, keep_alive=keep).start(), None
@@ -445,27 +454,36 @@ async def _compacted_start(request: Request, body: MessagesBody, req: Generation
     longest = compaction.summary_tokens(compact.trigger_tokens, n_ctx)
     summary_run = await compaction.summary_started(request, body.model, (), messages, longest, keep, ask)
     text, thinking, final = await summary_run.collect()
-    summary = text.strip() or thinking.strip()
-    if not summary:
-        raise InvalidRequest(f"Model '{summary_run.model_name}' wrote no summary of the conversation to compact it; try "
-                             "again.", param="context_management")  # fmt: skip
+    if final.finish_reason == "cancelled":  # its client went, or the worker gave it up: nothing is compacted
+        raise RequestCancelled()
+    summary = text.strip() or thinking.strip() or None
     compacted = _Compacted(summary, summary_run.model_name, {"type": "compaction", **_usage(final)})
     if compact.pause:
         return None, compacted
-    tail = _last_turn(messages)
-    head = messages[: len(messages) - len(tail)]
-    answer = replace(req, messages=(*(m for m in head if m.role == "system"),
-                                    ChatMessage("user", compaction.SUMMARY_LEAD + summary), *tail))  # fmt: skip
-    return await DialectRun(request, answer, documents=documents, keep_alive=keep).start(), compacted
+    if summary is None:
+        return await DialectRun(request, req, documents=documents, keep_alive=keep).start(), compacted
+    step = _last_step(messages)
+    system = tuple(m for m in messages[: len(messages) - len(step)] if m.role == "system")
+    read = ChatMessage("user", compaction.SUMMARY_LEAD + summary)
+    try:
+        answer = replace(req, messages=(*system, read, *step))
+        return await DialectRun(request, answer, documents=documents, keep_alive=keep).start(), compacted
+    except ContextLengthExceeded:  # the last step alone is too long: the summary holds it
+        answer = replace(req, messages=(*system, read))
+        return await DialectRun(request, answer, documents=documents, keep_alive=keep).start(), compacted
 
 
-def _last_turn(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
-    """The conversation's last turn: from its last user message (not an earlier summary) to its end, the steps of an
-    agent's loop after it included."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].role == "user" and not compaction.is_summary(messages[i]):
-            return messages[i:]
-    return messages[-1:]
+def _last_step(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
+    """What the answer reads after the summary: the conversation's trailing user, tool and system messages (a
+    question, or the results of the calls just made), with the assistant message whose calls those results answer."""
+    i = len(messages)
+    while i > 0 and messages[i - 1].role in ("user", "tool", "system") and not compaction.is_summary(messages[i - 1]):
+        i -= 1
+    if i > 0 and i < len(messages) and messages[i - 1].role == "assistant" and messages[i - 1].tool_calls:
+        i -= 1  # the calls, before their results
+    while i < len(messages) and messages[i].role == "tool":  # results whose calls are in the summary only
+        i += 1
+    return messages[i:]
 
 
 def _paused(mid: str, compacted: _Compacted, context: dict | None) -> dict:
@@ -541,10 +559,11 @@ class _Blocks:
     def delta(self, delta: dict) -> bytes:
         return _event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
-    def compaction(self, summary: str) -> list[bytes]:
+    def compaction(self, summary: str | None) -> list[bytes]:
         """A compaction block's events: its start, its whole summary in one delta, its end (as Anthropic streams it)."""
         out = self.open("compaction", {"type": "compaction", "content": None})
-        out.append(self.delta({"type": "compaction_delta", "content": summary}))
+        if summary is not None:
+            out.append(self.delta({"type": "compaction_delta", "content": summary}))
         return out + self.close()
 
     def feed(self, chunk: GenerationChunk) -> list[bytes]:

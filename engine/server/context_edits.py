@@ -228,4 +228,17 @@ async def apply(req: GenerationRequest, edits: list[Edit], count: Callable[[Gene
     return req, applied
 
 
-__all__ = ["CLEARED", "CLEAR_THINKING", "CLEAR_TOOL_USES", "ClearThinking", "ClearToolUses", "Edit", "apply", "parse"]
+__all__ = [
+    "CLEARED",
+    "CLEAR_THINKING",
+    "CLEAR_TOOL_USES",
+    "COMPACT",
+    "DEFAULT_COMPACT_TOKENS",
+    "ClearThinking",
+    "ClearToolUses",
+    "Compact",
+    "Edit",
+    "apply",
+    "compaction_of",
+    "parse",
+]

@@ -449,3 +449,23 @@ def test_compact_edit_compacts_a_conversation_longer_than_a_local_models_context
     r = httpx.post(f"{s.root}/v1/messages", headers=s.headers, json={**body, "context_management": _compact()}, timeout=300)
     assert r.status_code == 200, r.text
     assert [b["type"] for b in r.json()["content"]][:2] == ["compaction", "text"]
+
+
+def test_a_compacted_answer_reads_the_last_step_with_its_calls_and_never_a_result_without_its_call():
+    from engine.server.anthropic_routes import _last_step
+    from engine.server.compaction import SUMMARY_LEAD
+    from engine.tools import ToolCall
+    from engine.types import ChatMessage
+
+    ask, system = ChatMessage("user", "Fix the bug."), ChatMessage("system", "Be brief.")
+    call = ChatMessage("assistant", "", tool_calls=(ToolCall("read", "{}", id="a"),))
+    result = ChatMessage("tool", "x = 1", tool_call_id="a")
+    said = ChatMessage("assistant", "Done.")
+    # a question: itself; the results of the calls just made: those calls too, and a reminder after them
+    assert _last_step((system, ask, said, ChatMessage("user", "Thanks?"))) == (ChatMessage("user", "Thanks?"),)
+    assert _last_step((system, ask, call, result)) == (call, result)
+    assert _last_step((ask, call, result, system)) == (call, result, system)
+    # results whose call is in an earlier summary are left out (the summary holds them)
+    summary = ChatMessage("user", SUMMARY_LEAD + "We read a file.")
+    assert _last_step((system, summary, result)) == ()
+    assert _last_step((system, summary, result, ask)) == (ask,)
