@@ -8,6 +8,7 @@ comes back as content blocks, streamed with Anthropic's event sequence.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -33,8 +34,9 @@ from engine.server.dialect import (
     count_prompt_tokens,
     error_route,
 )
+from engine.server.errors import error_info
 from engine.server.generation import STREAM_HEADERS, streamed
-from engine.server.streaming import ticks
+from engine.server.streaming import KEEPALIVE_SECONDS, ticks
 from engine.tools import ToolCall, parse_tool_choice, parse_tools
 from engine.types import (
     MEDIA_MARKER,
@@ -377,11 +379,16 @@ async def create_message(request: Request, body: MessagesBody):
         context = {"applied_edits": applied}
     documents = docs_chat.documents_asked(body)
     compact = context_edits.compaction_of(edits) if body.max_tokens != 0 else None  # (a pre-warming reads, no more)
-    if compact is None or count is None:
-        run, compacted = await DialectRun(request, req, documents=documents, keep_alive=keep).start(), None
-    else:
-        run, compacted = await _compacted_start(request, body, req, compact, keep, documents, count)
     mid = f"msg_{uuid.uuid4().hex}"
+    compacted: _Compacted | None = None
+    if compact is None or count is None:
+        run = await DialectRun(request, req, documents=documents, keep_alive=keep).start()
+    elif (run := await _as_it_is(request, req, compact, keep, documents, count)) is None:
+        start = _compacted_start(request, body, req, compact, keep, documents)
+        if body.stream:  # the summary takes a while: the stream opens now, with keep-alives until the answer begins
+            return StreamingResponse(_compacting_events(start, mid, context), media_type="text/event-stream",
+                                     headers=STREAM_HEADERS)  # fmt: skip
+        run, compacted = await start
     if run is None:  # pause_after_compaction: the compaction block is the whole answer
         assert compacted is not None
         paused = _paused(mid, compacted, context)
@@ -429,26 +436,37 @@ class _Compacted:
         return {"type": "compaction", "content": self.summary}
 
 
-async def _compacted_start(request: Request, body: MessagesBody, req: GenerationRequest, compact: context_edits.Compact,
-                           keep: float | None, documents: Any, count: Callable[[GenerationRequest], Awaitable[int | None]],
-                           ) -> tuple[DialectRun | None, _Compacted | None]:  # fmt: skip
-    """The answer's generation, started: on the conversation as it is while its prompt is under the compaction's
-    trigger and fits the context; past either (a local model's: a remote one's is sent as it is), on the model's
-    summary of it and its last step (:func:`_last_step`), or on the summary alone where those do not fit. None in place
-    of the generation with ``pause_after_compaction``; a summary the model left empty is a failed compaction (its
-    block's content null, as Anthropic's), and the answer is the conversation's own.
+async def _as_it_is(request: Request, req: GenerationRequest, compact: context_edits.Compact, keep: float | None,
+                    documents: Any, count: Callable[[GenerationRequest], Awaitable[int | None]]) -> DialectRun | None:  # fmt: skip
+    """The answer's generation started on the conversation as it is, while its prompt is under the compaction's
+    trigger and fits the context (a remote model's is sent as it is: its tokens are not counted here); None where it
+    is to be compacted first (:func:`_compacted_start`).
 
     Raises:
-        RequestCancelled: the summary was cut short (its client went). ContextLengthExceeded, as without the edit.
+        ContextLengthExceeded: the conversation does not fit, and compacting cannot make it shorter.
     """
     messages = req.messages or ()
     tokens = await count(req)
     if tokens is None or not compaction.compactable(messages) or tokens < compact.trigger_tokens:
         try:
-            return await DialectRun(request, req, documents=documents, keep_alive=keep).start(), None
+            return await DialectRun(request, req, documents=documents, keep_alive=keep).start()
         except ContextLengthExceeded:
             if tokens is None or not compaction.compactable(messages):
                 raise
+    return None
+
+
+async def _compacted_start(request: Request, body: MessagesBody, req: GenerationRequest, compact: context_edits.Compact,
+                           keep: float | None, documents: Any) -> tuple[DialectRun | None, _Compacted]:  # fmt: skip
+    """The conversation compacted, and the answer's generation started on the model's summary of it and its last step
+    (:func:`_last_step`), or on the summary alone where those do not fit. None in place of the generation with
+    ``pause_after_compaction``; a summary the model left empty is a failed compaction (its block's content null, as
+    Anthropic's), and the answer is the conversation's own.
+
+    Raises:
+        RequestCancelled: the summary was cut short (its client went). ContextLengthExceeded, as without the edit.
+    """
+    messages = req.messages or ()
     _, n_ctx = await context_of(request, req, count=False)
     ask = compaction.ASK + (f"\n\n{compact.instructions}" if compact.instructions else "")
     longest = compaction.summary_tokens(compact.trigger_tokens, n_ctx)
@@ -471,6 +489,39 @@ async def _compacted_start(request: Request, body: MessagesBody, req: Generation
     except ContextLengthExceeded:  # the last step alone is too long: the summary holds it
         answer = replace(req, messages=(*system, read))
         return await DialectRun(request, answer, documents=documents, keep_alive=keep).start(), compacted
+
+
+async def _compacting_events(start: Awaitable[tuple[DialectRun | None, _Compacted]], mid: str,
+                             context: dict | None) -> AsyncIterator[bytes]:  # fmt: skip
+    """A streamed answer compacted first: the stream opens at once, with a keep-alive comment every 15 s while the
+    summary is written (a long conversation's takes minutes on a CPU), then the compaction block and the answer's
+    events; a failure before the answer began is the stream's error event."""
+    task = asyncio.ensure_future(start)
+    run: DialectRun | None = None
+    try:
+        try:
+            while not (await asyncio.wait({task}, timeout=KEEPALIVE_SECONDS))[0]:
+                yield b": keep-alive\n\n"  # an SSE comment: no event may come before message_start
+            run, compacted = task.result()
+        except Exception as exc:
+            info = error_info(exc)
+            yield _event("error", anthropic_error(info.status, info.message))
+            return
+        if run is None:
+            async for event in _paused_events(_paused(mid, compacted, context)):
+                yield event
+            return
+        async for event in _events(run, mid, context=context, compacted=compacted):
+            yield event
+    finally:  # the client went: the summary (or the answer it began) is given up
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if run is None and task.done() and not task.cancelled() and task.exception() is None:
+            run = task.result()[0]
+        if run is not None:
+            run.gen.abandon()
 
 
 def _last_step(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
