@@ -16,9 +16,9 @@ from tests.engine.server.conftest import API_KEY, MODEL, Server
 EXAMPLES = {"POST": 10, "GET": 3}
 SECONDS = 30
 AT_LEAST = 5
-# Every operation of the server's own document, for server errors only: about 170 cases (the long run is
+# Every operation of the server's own document, for server errors only: about 130 cases (the long run is
 # benchmarks/fuzz.py).
-EVERY_EXAMPLES = 4
+EVERY_EXAMPLES = 3
 EVERY_SECONDS = 10
 
 
