@@ -13,6 +13,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.engine.server.conftest import MODEL
+from tests.engine.server.test_tool_calls import adding_tool
 
 ASK = [{"role": "user", "content": "Name a colour."}]
 ENDS = ("response.completed", "response.incomplete", "response.failed", "error")
@@ -177,12 +178,7 @@ def test_the_agents_sdk_runs_a_tool_and_answers_over_the_socket(server):
     agents = pytest.importorskip("agents")
     agents.set_tracing_disabled(True)
     seen: list[int] = []
-
-    @agents.function_tool
-    def add(a: int, b: int) -> int:
-        """Add two whole numbers."""
-        seen.append(a + b)
-        return a + b
+    add = adding_tool(agents, seen)
 
     async def run() -> str:
         async with agents.responses_websocket_session(api_key=server.api_key, base_url=server.base_url) as session:

@@ -127,18 +127,25 @@ def test_bad_tool_definitions_are_a_400_naming_the_tool(server, tools, needle):
     assert needle in r.json()["error"]["message"]
 
 
-def test_openai_agents_sdk_runs_a_tool_and_answers(server):
-    agents = pytest.importorskip("agents")
-    import openai
-
-    agents.set_tracing_disabled(True)
-    seen: list[int] = []
+def adding_tool(agents, seen: list[int]):
+    """An openai-agents function tool that adds two whole numbers, each sum it gives appended to ``seen``."""
 
     @agents.function_tool
     def add(a: int, b: int) -> int:
         """Add two whole numbers."""
         seen.append(a + b)
         return a + b
+
+    return add
+
+
+def test_openai_agents_sdk_runs_a_tool_and_answers(server):
+    agents = pytest.importorskip("agents")
+    import openai
+
+    agents.set_tracing_disabled(True)
+    seen: list[int] = []
+    add = adding_tool(agents, seen)
 
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
     agent = agents.Agent(
