@@ -4,7 +4,7 @@ A client (the ``openai`` SDK's ``responses.connect()``, the Agents SDK's websock
 ``response.create`` events, each the body of ``POST /v1/responses`` with ``"type": "response.create"``, and reads
 every response's events as text frames: the events a streamed response sends, in the same order. ``stream`` is
 implied and ``background`` refused. The connection stays open through errors: a response that cannot start is
-answered ``{"type": "error", "status": N, "error": {...}}``, as OpenAI answers it.
+answered ``{"type": "error", "status": N, "error": {...}}``, as OpenAI answers it, in its lane's turn.
 
 - Responses sent without ``stream_id`` run one after another, in the order sent. Those with a ``stream_id`` run in a
   lane of their own (OpenAI's multiplexing): lanes run at once, each in order, and every event of a lane's response
@@ -12,8 +12,9 @@ answered ``{"type": "error", "status": N, "error": {...}}``, as OpenAI answers i
 - A response made with ``store: false`` is kept for the connection alone (its newest :data:`KEPT`), so the next
   ``response.create`` continues from it by ``previous_response_id`` and sends only the new items; ``store: true``
   keeps it in the worker's store, as over HTTP.
-- ``generate: false`` prepares a turn: its conversation is kept to continue from and its prompt read into the
-  model's cache, with no answer (``response.created``, then ``response.completed`` with no output).
+- ``generate: false`` (or ``prompt_cache_options.prewarm``) prepares a turn: its conversation is kept to continue
+  from and its prompt read into the model's cache, with no answer (``response.created``, then
+  ``response.completed`` with no output).
 - ``response.steer`` is answered ``response.steer.failed`` (``steering_not_supported``): a local model's answer is
   not steered while it is written.
 
