@@ -384,11 +384,13 @@ async def create_message(request: Request, body: MessagesBody):
     if compact is None or count is None:
         run = await DialectRun(request, req, documents=documents, keep_alive=keep).start()
     elif (run := await _as_it_is(request, req, compact, keep, documents, count)) is None:
-        start = _compacted_start(request, body, req, compact, keep, documents)
+        def start() -> Awaitable[tuple[DialectRun | None, _Compacted]]:
+            return _compacted_start(request, body, req, compact, keep, documents)
+
         if body.stream:  # the summary takes a while: the stream opens now, with keep-alives until the answer begins
             return StreamingResponse(_compacting_events(start, mid, context), media_type="text/event-stream",
                                      headers=STREAM_HEADERS)  # fmt: skip
-        run, compacted = await start
+        run, compacted = await start()
     if run is None:  # pause_after_compaction: the compaction block is the whole answer
         assert compacted is not None
         paused = _paused(mid, compacted, context)
@@ -491,12 +493,12 @@ async def _compacted_start(request: Request, body: MessagesBody, req: Generation
         return await DialectRun(request, answer, documents=documents, keep_alive=keep).start(), compacted
 
 
-async def _compacting_events(start: Awaitable[tuple[DialectRun | None, _Compacted]], mid: str,
+async def _compacting_events(start: Callable[[], Awaitable[tuple[DialectRun | None, _Compacted]]], mid: str,
                              context: dict | None) -> AsyncIterator[bytes]:  # fmt: skip
     """A streamed answer compacted first: the stream opens at once, with a keep-alive comment every 15 s while the
     summary is written (a long conversation's takes minutes on a CPU), then the compaction block and the answer's
     events; a failure before the answer began is the stream's error event."""
-    task = asyncio.ensure_future(start)
+    task = asyncio.ensure_future(start())  # (begun here: a client gone before the stream's first byte starts nothing)
     run: DialectRun | None = None
     try:
         try:
