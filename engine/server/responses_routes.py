@@ -217,11 +217,9 @@ def _keep(request: Request, turn: _Turn, response: dict) -> None:
     """A finished ``response`` and its conversation (``turn.answered``) kept to continue from: in the store with
     ``store: true``, else for its WebSocket connection alone (a plain request's is not kept)."""
     assert turn.answered is not None
-    own: ResponseStore | None = request.scope.get(SOCKET_RESPONSES)
-    if turn.body.store:
-        _store(request).put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
-    elif own is not None:
-        own.put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
+    kept: ResponseStore | None = _store(request) if turn.body.store else request.scope.get(SOCKET_RESPONSES)
+    if kept is not None:
+        kept.put(turn.rid, StoredResponse(response, turn.answered, tuple(turn.input_items)))
 
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "reasoning_text")
