@@ -223,6 +223,20 @@ class ChatTemplate:
             return False
         return probe in text
 
+    @cached_property
+    def alternates(self) -> bool:
+        """Whether the template refuses two user messages in a row ("roles must alternate", as Gemma's and Mistral's
+        do), found by rendering them: a conversation it is given then has such runs of one role joined."""
+        try:
+            self.render([ChatMessage("user", "Hello")], add_generation_prompt=True)
+        except (ChatTemplateError, InvalidRequest):
+            return False  # it refuses more than that: the request's own render says so
+        try:
+            self.render([ChatMessage("user", "Hello"), ChatMessage("user", "Hello again")], add_generation_prompt=True)
+        except (ChatTemplateError, InvalidRequest):
+            return True
+        return False
+
     @property
     def knows_tools(self) -> bool:
         """True when the template renders a ``tools`` list itself (as Hugging Face templates with tool support do)."""

@@ -251,7 +251,8 @@ def _nine_character_ids(messages: tuple) -> tuple:
 def _roles_it_takes(messages: list, template: ChatTemplate, *, harmony: bool) -> list:
     """``messages`` in the roles ``template`` writes, as llama.cpp fits them: ``developer`` as ``system`` (but for
     gpt-oss's, which has both), and where it takes no system message, the first one's text opening the next
-    message's (alone, it is left out)."""
+    message's (alone, it is left out); where it refuses two user messages in a row, each run of user messages (and
+    of plain assistant ones) joined into one."""
     if not harmony:
         messages = [replace(m, role="system") if m.role == "developer" else m for m in messages]
     if messages and messages[0].role == "system" and not template.takes_system:
@@ -259,7 +260,25 @@ def _roles_it_takes(messages: list, template: ChatTemplate, *, harmony: bool) ->
         if rest:
             rest = [replace(rest[0], content=f"{first.content}\n{rest[0].content}", media=first.media + rest[0].media), *rest[1:]]
         messages = rest
+    if template.alternates:
+        messages = _runs_joined(messages)
     return messages
+
+
+def _runs_joined(messages: list) -> list:
+    """``messages`` with each run of user messages joined into one, and each run of assistant messages without
+    tool calls (a compaction's summary before the next question, a client's context before its question)."""
+    out: list = []
+    for m in messages:
+        prev = out[-1] if out else None
+        joins = prev is not None and prev.role == m.role and (
+            m.role == "user" or (m.role == "assistant" and not prev.tool_calls and not m.tool_calls and not m.reasoning)
+        )
+        if joins:
+            out[-1] = replace(prev, content=f"{prev.content}\n\n{m.content}", media=prev.media + m.media)
+        else:
+            out.append(m)
+    return out
 
 
 def _cut_after(marked: MarkedPrompt, answer: str) -> MarkedPrompt:

@@ -148,3 +148,36 @@ def test_continuing_the_final_answer_ends_the_prompt_inside_it():
     rewriting = PLAIN.replace("{{ m.content }}", "{{ m.content | upper }}")
     with pytest.raises(InvalidRequest, match="cannot be continued"):
         render_request(ChatTemplate(rewriting), GenerationRequest(model="m", messages=partial, continue_final=True))
+
+
+# Gemma 2's template: no system role, and roles that must alternate
+GEMMA2 = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
+)
+
+
+def test_a_template_that_wants_alternating_roles_gets_runs_of_one_role_joined():
+    gemma, chatml = ChatTemplate(GEMMA2, bos_token="<bos>"), ChatTemplate(PLAIN)
+    assert gemma.alternates and not gemma.takes_system and not chatml.alternates
+    messages = as_messages([
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "A summary of what came before."},
+        {"role": "user", "content": "What next?"},
+        {"role": "assistant", "content": "First part."},
+        {"role": "assistant", "content": "Second part."},
+        {"role": "user", "content": "Thanks."},
+    ])  # fmt: skip
+    r = render_request(gemma, GenerationRequest(model="m", messages=messages))
+    assert r.prompt == (
+        "<bos><start_of_turn>user\nBe brief.\nA summary of what came before.\n\nWhat next?<end_of_turn>\n"
+        "<start_of_turn>model\nFirst part.\n\nSecond part.<end_of_turn>\n"
+        "<start_of_turn>user\nThanks.<end_of_turn>\n<start_of_turn>model\n"
+    )
+    # a template that takes them as they are gets each message as it was sent
+    r = render_request(chatml, GenerationRequest(model="m", messages=messages[1:3]))
+    assert r.prompt.count("<|im_start|>user\n") == 2
