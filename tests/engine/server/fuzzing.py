@@ -485,8 +485,13 @@ def response_checks(openai: OpenAISchemas) -> list[Callable]:
         if not data or data[-1] != "[DONE]":
             raise AssertionError("the stream does not end with data: [DONE]")
         chat = case.path.endswith("/chat/completions")
+        # an echoed prompt's first token has no log-probability: null, as OpenAI's legacy API and vLLM give it
+        echoed = not chat and isinstance(case.body, dict) and case.body.get("echo") is True
+        scored: set = set()  # the choices whose first log-probabilities were met
         for raw in data[:-1]:
             chunk = json.loads(raw)
+            if echoed and "error" not in chunk:
+                _first_echoed_filled(chunk, scored)
             try:
                 if "error" in chunk:
                     openai.validate("ErrorResponse", chunk)
@@ -502,6 +507,20 @@ def response_checks(openai: OpenAISchemas) -> list[Callable]:
         return True
 
     return [error_is_openai_shaped, stream_chunks_validate]
+
+
+def _first_echoed_filled(chunk: dict, scored: set) -> None:
+    """In place: the null log-probability of each choice's echoed first token given a number, for OpenAI's schema
+    (which types every entry a number); ``scored``: the choices already past their first log-probabilities."""
+    for c in chunk.get("choices") or ():
+        lp = c.get("logprobs") if isinstance(c, dict) else None
+        if not isinstance(lp, dict) or not lp.get("token_logprobs") or c.get("index") in scored:
+            continue
+        scored.add(c.get("index"))
+        if lp["token_logprobs"][0] is None:
+            lp["token_logprobs"][0] = 0.0
+        if lp.get("top_logprobs") and lp["top_logprobs"][0] is None:
+            lp["top_logprobs"][0] = {}
 
 
 def fuzz(

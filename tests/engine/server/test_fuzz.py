@@ -158,3 +158,23 @@ def test_fuzzed_json_schemas_never_kill_the_worker_and_each_is_answered_or_refus
     assert not findings.failures, findings.summary()
     assert findings.statuses.get(200) and findings.statuses.get(400), findings.summary()  # both sides were reached
     assert httpx.get(f"{server.root}/health", timeout=10).json()["status"] == "ok"
+
+
+def test_the_stream_check_takes_an_echoed_prompts_null_first_logprob_and_nothing_else(server, openai_spec):
+    """An echoed prompt's first token has no log-probability (null, as OpenAI's legacy API gives it), where OpenAI's
+    schema types each a number: the check reads it as OpenAI answers, for each choice, and still catches a null
+    further on."""
+    from types import SimpleNamespace
+
+    check = fuzzing.response_checks(fuzzing.OpenAISchemas(openai_spec))[1]
+    body = {"model": MODEL, "prompt": "Once upon", "echo": True, "logprobs": 2, "max_tokens": 2, "n": 2,
+            "temperature": 0, "stream": True}  # fmt: skip
+    r = httpx.post(f"{server.base_url}/completions", json=body, headers=server.headers, timeout=60)
+    assert r.status_code == 200 and '"token_logprobs":[null,' in r.text
+    case = SimpleNamespace(path="/v1/completions", body=body)
+    headers = {"content-type": [r.headers["content-type"]]}  # as schemathesis gives them
+    assert check(None, SimpleNamespace(status_code=200, headers=headers, text=r.text), case)
+    broken = SimpleNamespace(status_code=200, headers=headers,
+                             text=r.text.replace('"token_logprobs":[null,', '"token_logprobs":[0.0,null,', 1))  # fmt: skip
+    with pytest.raises(AssertionError, match="off OpenAI's schema"):
+        check(None, broken, case)
