@@ -241,10 +241,16 @@ class HostAllowlist:
         return self.any_address and _is_ip(name)
 
 
+#: The origins of apps installed on this machine, which no web site can send (Ollama lets them in by default too):
+#: Electron apps' own pages (``app://obsidian.md``, ``file://``), Tauri apps' and VS Code's webviews.
+APP_SCHEMES = frozenset(("app", "file", "tauri", "vscode-webview", "vscode-file"))
+
+
 class OriginAllowlist:
     """The ``Origin`` header values a request may carry (as Ollama's OLLAMA_ORIGINS): the ``--cors-origin``
-    list ("*" allows every origin) and pages served from this machine (http or https on a loopback name,
-    any port). ``null`` (sandboxed frames, ``file://`` pages) is refused unless "*" is listed."""
+    list ("*" allows every origin), pages served from this machine (http or https on a loopback name or
+    0.0.0.0, any port) and desktop apps' pages (:data:`APP_SCHEMES`). ``null`` (sandboxed frames, a browser's
+    ``file://`` pages) is refused unless "*" is listed."""
 
     def __init__(self, cors_origins: tuple[str, ...]) -> None:
         self.any = "*" in cors_origins
@@ -258,10 +264,13 @@ class OriginAllowlist:
             parts = urlsplit(origin)
         except ValueError:
             return False
+        if parts.scheme in APP_SCHEMES:
+            return True
         if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc or parts.path or parts.query:
             return False
         # the host as a Host header's is read (urlsplit takes "[::1].evil.example" for ::1, "127.0.0.1:80.evil" for 127.0.0.1)
-        return is_loopback_host(host_name(parts.netloc))
+        host = host_name(parts.netloc)
+        return is_loopback_host(host) or host == "0.0.0.0"
 
 
 class KeyCheck(Enum):

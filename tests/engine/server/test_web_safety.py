@@ -245,10 +245,15 @@ def test_hosts_that_only_begin_as_loopback_are_refused(client, host):
 
 
 @pytest.mark.parametrize(
-    "origin", ["http://localhost:3000", "https://127.0.0.1", "http://[::1]:5173", "http://localhost"]
-)
-def test_pages_served_from_this_machine_are_answered(client, origin):
+    "origin",
+    ["http://localhost:3000", "https://127.0.0.1", "http://[::1]:5173", "http://localhost", "http://0.0.0.0:8080",
+     # desktop apps' own pages, as Ollama lets them in: Obsidian's, an Electron app's file, Tauri's, VS Code's
+     "app://obsidian.md", "file://", "tauri://localhost", "vscode-webview://1f2e3d", "vscode-file://vscode-app"],
+)  # fmt: skip
+def test_pages_served_from_this_machine_and_desktop_apps_are_answered(client, origin):
     assert client.get("/api/version", headers={"Origin": origin}).status_code == 200
+    r = client.options("/v1/chat/completions", headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
+    assert r.headers.get("access-control-allow-origin") == origin
 
 
 @pytest.mark.parametrize(
@@ -256,7 +261,8 @@ def test_pages_served_from_this_machine_are_answered(client, origin):
     [
         "null",
         "http://localhost.attacker.example",
-        "file://",
+        "chrome-extension://abcdefghijklmnop",  # an extension, from a store: listed with --cors-origin, as in Ollama
+        "http://0.0.0.0.attacker.example",
         "http://127.0.0.1.attacker.example:3000",
         "ftp://localhost",
         "http://[::1].attacker.example",
