@@ -27,11 +27,11 @@ from engine.server.generation import Generation
 from engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 
 ANTHROPIC_PREFIX = "/v1/messages"
-OLLAMA_PATHS = frozenset(
-    f"/api/{p}"
-    for p in ("version", "tags", "show", "ps", "chat", "generate", "embed", "embeddings", "pull", "delete", "copy",
-              "create", "push")
-)
+#: The first segments of Hearth's own ``/api`` routes (the app's): their errors have OpenAI's shape. Every other
+#: ``/api`` path is Ollama's namespace, served or not (``/api/copy``, an endpoint of a newer Ollama), and answers
+#: in Ollama's: its clients read ``error`` as the message.
+HEARTH_API_SEGMENTS = frozenset(("docs", "downloads", "fit", "folders", "hardware", "hub", "log", "models",
+                                 "other-apps", "remotes", "stats", "worker"))  # fmt: skip
 
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
@@ -61,7 +61,7 @@ def error_body_for_path(path: str, status: int, message: str) -> dict | None:
     """The error body of the dialect that owns ``path`` (None: OpenAI's shape)."""
     if path.startswith(ANTHROPIC_PREFIX):
         return anthropic_error(status, message)
-    if path in OLLAMA_PATHS or path.startswith("/api/blobs/"):
+    if (path == "/api" or path.startswith("/api/")) and path[5:].split("/", 1)[0] not in HEARTH_API_SEGMENTS:
         return ollama_error(status, message)
     return None
 

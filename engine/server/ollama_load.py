@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 # Ollama's option -> the load setting it maps onto (llama.cpp takes each when the model loads)
 LOAD_OPTIONS = {"num_ctx": "n_ctx", "num_gpu": "n_gpu_layers", "num_thread": "n_threads", "num_batch": "n_batch"}
+# Ollama's own defaults for "the runtime decides", which its clients send as they are: layers as many as fit, threads
+# as the machine has
+_OLLAMA_AUTO = {"num_gpu": -1, "num_thread": 0}
 
 
 def load_settings(options: dict[str, Any] | None) -> ModelLoadSettings:
@@ -43,7 +46,7 @@ def load_settings(options: dict[str, Any] | None) -> ModelLoadSettings:
     given: dict[str, Any] = {}  # whole numbers, for the fields LOAD_OPTIONS names
     for name, field in LOAD_OPTIONS.items():
         value = options.get(name)
-        if value is None or (name == "num_gpu" and value == -1):  # -1: Ollama's "as many as fit"
+        if value is None or (type(value) is int and value == _OLLAMA_AUTO.get(name)):
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequest(f"'options.{name}' must be a whole number.", param=f"options.{name}")

@@ -24,7 +24,7 @@ from engine.errors import DownloadError, HearthError, InvalidRequest
 from engine.infill import file_has_markers
 from engine.remote.client import RemoteModel
 from engine.server import remote_routes
-from engine.server.api_models import Body
+from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import error_route, ollama_error
 from engine.server.errors import error_info
 from engine.server.ollama_routes import NDJSON, resolve
@@ -37,7 +37,7 @@ OLLAMA_API_VERSION = "0.12.0"
 _FOREVER = datetime(2318, 1, 1, tzinfo=UTC)  # what Ollama shows for a model kept loaded for good
 
 
-class ModelBody(Body):
+class ModelBody(NullLeftOutBody):
     model: str | None = None
     name: str | None = None  # Ollama's older spelling
     verbose: StrictBool = False

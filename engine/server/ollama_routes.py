@@ -29,7 +29,7 @@ from engine.model_defaults import left_unset
 from engine.remote.providers import LOCAL_MODEL_HOSTS
 from engine.remote.routing import is_local
 from engine.server import media, targets
-from engine.server.api_models import Body
+from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import (
     DialectRun,
     count_prompt_tokens,
@@ -86,7 +86,7 @@ KEEP_ALIVE_FOREVER_AFTER = 10 * 365 * 86_400.0
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-class _Generate(Body):
+class _Generate(NullLeftOutBody):
     model: str = Field(min_length=1)
     format: str | dict[str, Any] | None = None
     options: dict[str, Any] | None = None
@@ -132,7 +132,7 @@ class GenerateBody(_Generate):
     truncate: StrictBool = True  # Ollama's: a prompt longer than the context loses its beginning (false: a 400)
 
 
-class EmbedBody(Body):
+class EmbedBody(NullLeftOutBody):
     model: str = Field(min_length=1)
     input: str | list[str]
     truncate: StrictBool = True
@@ -141,7 +141,7 @@ class EmbedBody(Body):
     dimensions: int | None = None
 
 
-class EmbeddingsBody(Body):
+class EmbeddingsBody(NullLeftOutBody):
     model: str = Field(min_length=1)
     prompt: str
     options: dict[str, Any] | None = None

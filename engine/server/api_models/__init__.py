@@ -7,7 +7,14 @@ One name per fact: the worker's. The bases (:class:`Body`, :class:`NullAsDefault
 only (no FastAPI, no backend), so the app imports it at startup; the app imports this package, not its modules.
 """
 
-from engine.server.api_models.base import KEEP_ALIVE_PATTERN, Answer, Body, KeepAlive, NullAsDefaultBody
+from engine.server.api_models.base import (
+    KEEP_ALIVE_PATTERN,
+    Answer,
+    Body,
+    KeepAlive,
+    NullAsDefaultBody,
+    NullLeftOutBody,
+)
 from engine.server.api_models.catalog import (
     AcceptAnswer,
     AcceptBody,
@@ -85,7 +92,7 @@ from engine.server.api_models.settings import (
 )
 
 __all__ = [
-    "Answer", "Body", "NullAsDefaultBody", "KEEP_ALIVE_PATTERN", "KeepAlive",
+    "Answer", "Body", "NullAsDefaultBody", "NullLeftOutBody", "KEEP_ALIVE_PATTERN", "KeepAlive",
     "AcceptBody", "AddBody", "ContextBody", "DownloadBody", "FolderBody", "HearthRequest", "ImportBody", "LoadBody", "ModelBody",
     "ModelLoadBody", "ModelSettingsBody", "RemoteBody", "SearchBody", "SharedBody",
     "FolderList", "LoadSettings", "ModelFolder", "ModelSettingsAnswer",

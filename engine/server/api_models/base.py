@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, WithJsonSchema, model_validator
 
@@ -35,6 +35,18 @@ class NullAsDefaultBody(Body):
             if getattr(self, name) is None:
                 setattr(self, name, info.get_default(call_default_factory=True))
         return self
+
+
+class NullLeftOutBody(Body):
+    """A body whose explicit ``null`` is the field left out, as Ollama's Go decoder reads one (``"stream": null``
+    streams): its fields keep their types, so a ``null`` where a value is required is refused as a missing one."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_left_out(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(v is None for v in data.values()):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
 
 
 _DEFAULTED: dict[type, tuple] = {}

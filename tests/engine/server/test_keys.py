@@ -4,6 +4,7 @@ listen beyond loopback with no key at all."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -127,8 +128,11 @@ def test_an_inference_key_learns_nothing_about_paths_or_routes(split, starter_pa
         split.post("/api/models/load", json={"model": model}, headers=bearer(INFERENCE_KEY)).text
         for model in (str(starter_path), str(tmp_path / "missing.gguf"), "/etc/passwd")
     }
-    answers |= {split.post("/api/no/such/route", json={}, headers=bearer(INFERENCE_KEY)).text}
+    answers |= {split.post("/api/models/no/such/route", json={}, headers=bearer(INFERENCE_KEY)).text}
     assert len(answers) == 1  # the same 403, whatever exists
+    # a path in Ollama's part of /api: the same sentence, in Ollama's shape
+    other = split.post("/api/no/such/route", json={}, headers=bearer(INFERENCE_KEY))
+    assert other.status_code == 403 and other.json()["error"] == json.loads(answers.pop())["error"]["message"]
     # OPTIONS is no way around the key (only a browser's CORS preflight goes without one)
     probes = {split.options(path).status_code for path in ("/api/models/load", "/api/no/such/route", "/v1/models")}
     assert probes == {401}
@@ -433,3 +437,13 @@ def test_paths_no_file_can_have_are_a_400_in_one_sentence_on_the_admin_routes(sp
             assert message.endswith("; check the path.") and message.count(". ") == 0, message
             assert "Errno" not in message and len(message) < 300, message
     assert "long-paths" not in split.get("/api/docs/collections", headers=admin).text
+
+
+def test_hearths_own_api_segments_are_those_of_the_apps_routes(manager):
+    """Errors under /api answer in Ollama's shape except on Hearth's own routes (dialect.HEARTH_API_SEGMENTS)."""
+    from engine.server import ollama_models, ollama_routes
+    from engine.server.dialect import HEARTH_API_SEGMENTS
+
+    ollamas = {r.path.split("/")[2] for router in (ollama_routes.router, ollama_models.router) for r in router.routes}
+    own = {path.split("/")[2] for _, path in app_routes(manager) if path.startswith("/api/")} - ollamas
+    assert ollamas >= {"chat", "generate", "tags"} and own == HEARTH_API_SEGMENTS

@@ -440,3 +440,34 @@ def test_a_character_made_of_several_tokens_keeps_every_tokens_logprob(client):
     assert len(whole.logprobs) == whole.eval_count == 12
     lines = list(client.chat(model=MODEL, messages=emoji, options=options, logprobs=True, stream=True))
     assert sum(len(line.logprobs or ()) for line in lines) == 12
+
+
+def test_what_ollamas_go_decoder_reads_as_left_out_is_read_so_here(client, ollama_server):
+    # a JS client or a proxy that passes nulls on: Ollama's Go decoder leaves such a field at its default
+    root = ollama_server.root
+    nulls = {"stream": None, "truncate": None, "logprobs": None, "format": None, "think": None, "keep_alive": None}
+    r = httpx.post(f"{root}/api/chat", json={"model": MODEL, "messages": QUESTION, "options": GREEDY, **nulls}, timeout=120)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")  # streamed
+    assert r.text.strip().splitlines()[-1].startswith('{"model"') and '"done":true' in r.text
+    r = httpx.post(f"{root}/api/generate", json={"model": MODEL, "prompt": None, "raw": None, "stream": False}, timeout=120)
+    assert r.status_code == 200 and r.json()["done_reason"] == "load"
+    r = httpx.post(f"{root}/api/show", json={"model": MODEL, "verbose": None}, timeout=60)
+    assert r.status_code == 200 and "model_info" in r.json()
+    r = httpx.post(f"{root}/api/chat", json={"model": None, "messages": QUESTION}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"].startswith("'model'")  # required, and said so
+    # Ollama's default options as its clients send them whole: threads 0 and GPU layers -1 leave the runtime to
+    # decide (no reload, no refusal)
+    answer = client.chat(model=MODEL, messages=QUESTION, options={**GREEDY, "num_thread": 0, "num_gpu": -1})
+    assert answer.done and answer.message.content
+
+
+def test_any_path_under_api_that_is_not_hearths_own_answers_in_ollamas_shape(client, ollama_server):
+    for path in ("/api/me", "/api/chat/extra", "/api"):
+        r = httpx.get(ollama_server.root + path, timeout=10)
+        assert r.status_code in (404, 405) and isinstance(r.json()["error"], str), (path, r.text)
+    with pytest.raises(ollama.ResponseError) as missing:
+        client._request_raw("POST", "/api/experimental")  # a newer Ollama's endpoint, through the client
+    assert missing.value.status_code == 404 and isinstance(missing.value.error, str)
+    # Hearth's own routes keep OpenAI's shape, which the app reads
+    r = httpx.get(ollama_server.root + "/api/models/x/nothing-here", timeout=10)
+    assert r.status_code in (404, 405) and isinstance(r.json()["error"], dict)
