@@ -244,7 +244,15 @@ def params(options: dict[str, Any] | None) -> SamplingParams:
     if n is not None and n > 0:
         kwargs["max_tokens"] = n
     kwargs.setdefault("penalty_last_n", REPEAT_LAST_N)  # a Modelfile's repeat_last_n still fills it (unset)
-    return SamplingParams(**kwargs)
+    try:
+        return SamplingParams(**kwargs)
+    except InvalidRequest as exc:  # named as the client sent it: 'options.repeat_penalty', not the field it fills
+        field = exc.param or ""
+        name = next((k for k, v in _OPTIONS.items() if field in (k, v)), None)
+        if name is None:
+            raise
+        message = str(exc).replace(f"'{field}'", f"'options.{name}'", 1)
+        raise InvalidRequest(message, param=f"options.{name}") from None
 
 
 def unset(options: dict[str, Any] | None) -> frozenset[str]:

@@ -471,3 +471,10 @@ def test_any_path_under_api_that_is_not_hearths_own_answers_in_ollamas_shape(cli
     # Hearth's own routes keep OpenAI's shape, which the app reads
     r = httpx.get(ollama_server.root + "/api/models/x/nothing-here", timeout=10)
     assert r.status_code in (404, 405) and isinstance(r.json()["error"], dict)
+
+
+def test_an_option_out_of_range_is_named_as_the_client_sent_it(ollama_server):
+    for option, value in (("repeat_penalty", 0), ("repeat_last_n", -5), ("temperature", 9)):
+        r = httpx.post(f"{ollama_server.root}/api/generate", timeout=60,
+                       json={"model": MODEL, "prompt": "hi", "stream": False, "options": {option: value}})  # fmt: skip
+        assert r.status_code == 400 and r.json()["error"].startswith(f"'options.{option}' must be"), r.text
