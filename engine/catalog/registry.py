@@ -17,7 +17,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Boolean, DateTime, Engine, Integer, String, Text, create_engine, inspect, select, text
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Engine,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    func,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from engine.errors import AmbiguousModel, InvalidRequest, ModelLoadError, ModelNotFound
@@ -314,7 +326,9 @@ class ModelRegistry:
         return found
 
     def resolve(self, name: str) -> LocalModel:
-        """The model called ``name``: an exact name, or a repo with a single local variant.
+        """The model called ``name``: an exact name, or a repo with a single local variant; else the same in
+        another case, where one model alone matches so (``SmolLM2-135M-Instruct``: names are matched as Ollama
+        and the Hub match them).
 
         Raises:
             ModelNotFound: nothing local matches.
@@ -324,6 +338,13 @@ class ModelRegistry:
             return found
         with Session(self.engine) as s:
             rows = list(s.scalars(select(ModelRow).where(ModelRow.repo == name)))
+            if not rows:
+                folded = name.lower()
+                named = list(s.scalars(select(ModelRow).where(func.lower(ModelRow.name) == folded)))
+                rows = named or list(s.scalars(select(ModelRow).where(func.lower(ModelRow.repo) == folded)))
+                if len(named) > 1:
+                    names = ", ".join(sorted(r.name for r in named))
+                    raise AmbiguousModel(name, f"'{name}' matches several local models but for case; name one of: {names}.")
         if len(rows) == 1:
             return LocalModel.from_row(rows[0])
         if len(rows) > 1:

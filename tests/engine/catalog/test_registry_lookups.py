@@ -73,3 +73,26 @@ def test_a_model_says_since_when_it_is_here_registered_or_served_from_a_path(tmp
     served = LocalModel(name="a-model", path=folder, format="safetensors", source="path", size_bytes=0)
     assert served.since == datetime.fromtimestamp(folder.stat().st_mtime, UTC)  # /v1/models' created, /api/tags' modified_at
     assert LocalModel(name="gone", path=tmp_path / "gone", format="gguf", source="path", size_bytes=0).since is None
+
+
+def test_a_name_in_another_case_finds_the_one_model_it_matches(tmp_path):
+    import pytest
+
+    from engine.errors import AmbiguousModel, ModelNotFound
+    from engine.starter import STARTER_REPO
+
+    registry = ModelRegistry(tmp_path)
+    try:
+        starter = registry.resolve(STARTER_NAME)
+        assert registry.resolve(STARTER_NAME.upper()).name == starter.name  # as Ollama matches names
+        assert registry.resolve(STARTER_REPO.upper()).name == starter.name  # and the Hub its repos
+        with pytest.raises(ModelNotFound):
+            registry.resolve("no-such-model")
+        copy = tmp_path / "copy.gguf"
+        shutil.copyfile(starter_model_path(), copy)
+        registry.register(copy, name=STARTER_NAME.upper())
+        assert registry.resolve(STARTER_NAME.upper()).path == copy  # an exact name wins
+        with pytest.raises(AmbiguousModel, match="several local models but for case"):
+            registry.resolve(STARTER_NAME.title())
+    finally:
+        registry.close()
