@@ -356,7 +356,9 @@ async def _load_or_unload(request: Request, model: targets.Target, keep: float |
     model has nothing to load here."""
     manager = request.app.state.manager
     reason = "load"
-    if is_local(model):
+    if keep == 0 and is_local(model) and manager.state(model.name) == "not-loaded":
+        reason = "unload"  # `ollama stop` of a model not loaded: nothing to load first, as in Ollama
+    elif is_local(model):
         lm = await asyncio.to_thread(manager.acquire, model.name)
         set_keep_alive(request, lm, keep)
         manager.release(lm)

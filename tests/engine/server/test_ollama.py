@@ -259,6 +259,34 @@ def test_keep_alive_zero_unloads_after_the_answer(client):
     assert unloaded.done_reason == "unload" and client.ps().models == []
 
 
+
+def test_stopping_a_model_that_is_not_loaded_does_not_load_it_first(tmp_path):
+    # `ollama stop`: an empty prompt with keep_alive 0; a large model not loaded took its whole load, to be unloaded
+    from fastapi.testclient import TestClient
+
+    from engine.backends import LoadOptions
+    from engine.catalog.registry import ModelRegistry
+    from engine.pool import ModelManager
+    from engine.server import ServerSettings, create_app
+
+    registry = ModelRegistry(tmp_path)
+    manager = ModelManager(registry, options=LoadOptions(n_ctx=512, n_seq_max=1))
+    loads = []
+    real_load = manager.load
+    manager.load = lambda *a, **kw: loads.append(a) or real_load(*a, **kw)  # counted, still the real load
+    try:
+        with TestClient(create_app(ServerSettings(), manager), base_url="http://127.0.0.1:8765") as web:
+            for path, body in (("/api/generate", {"prompt": ""}), ("/api/chat", {"messages": []})):
+                r = web.post(path, json={"model": MODEL, "keep_alive": 0, "stream": False, **body})
+                assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
+            assert loads == [] and manager.loaded() == []
+            r = web.post("/api/generate", json={"model": MODEL, "prompt": "", "stream": False})
+            assert r.json()["done_reason"] == "load" and len(loads) == 1  # an empty prompt alone loads it, as before
+    finally:
+        manager.close()
+        registry.close()
+
+
 def _expires_in(ollama_server) -> float:
     r = httpx.get(f"{ollama_server.root}/api/ps")
     assert r.status_code == 200, r.text
