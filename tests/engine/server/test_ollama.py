@@ -259,7 +259,6 @@ def test_keep_alive_zero_unloads_after_the_answer(client):
     assert unloaded.done_reason == "unload" and client.ps().models == []
 
 
-
 def test_stopping_a_model_that_is_not_loaded_does_not_load_it_first(tmp_path):
     # `ollama stop`: an empty prompt with keep_alive 0; a large model not loaded took its whole load, to be unloaded
     from fastapi.testclient import TestClient
