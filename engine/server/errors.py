@@ -8,7 +8,9 @@ reads an error's message to classify it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -118,9 +120,42 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     if not loc and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         # a JSON list or string, or a body sent as a form's or as text (curl -d without a JSON content type)
         return "The request body must be a JSON object, sent with the header Content-Type: application/json.", None
+    union = _union_kinds(errors, loc)
+    if union is not None:  # a field of several types, none of which took the value: say which it takes
+        param = ".".join(loc[:-1])
+        return f"'{param}' must be {union}.", param
     msg = first.get("msg", "is invalid")
     where = f"'{param}'" if param else "The request body"
     return f"{where}: {msg}.", param
+
+
+# The kinds of value pydantic names a union's members by, in a request's words.
+_KINDS = {"float": "a number", "int": "a whole number", "str": "a string", "constrained-str": "a string",
+          "bool": "true or false", "list": "a list", "dict": "an object", "none": "null"}  # fmt: skip
+
+
+def _union_kinds(errors: Sequence[Any], loc: list[str]) -> str | None:
+    """"a number or a string" where the first error is a union's (its last place a member's kind, as
+    ``keep_alive.float``) and every error of that field is one member's; None otherwise."""
+    if len(loc) < 2:
+        return None
+    field = loc[:-1]
+    kinds: list[str] = []
+    for e in errors:
+        where = [str(p) for p in e.get("loc", ()) if p != "body"]
+        if where[: len(field)] != field:
+            continue
+        if len(where) != len(field) + 1:
+            return None  # an error inside a member: the first error's own words say more
+        tag = where[-1]
+        kind = _KINDS.get(tag.split("[", 1)[0]) or ("an object" if tag[:1].isupper() else None)
+        if kind is None:
+            return None
+        if kind not in kinds:
+            kinds.append(kind)
+    if len(kinds) < 2:
+        return None
+    return ", ".join(kinds[:-1]) + " or " + kinds[-1]
 
 
 def install_error_handlers(app: FastAPI) -> None:

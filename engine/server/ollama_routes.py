@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, StrictFloat
 
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.infill import Infill
@@ -91,7 +91,7 @@ class _Generate(NullLeftOutBody):
     format: str | dict[str, Any] | None = None
     options: dict[str, Any] | None = None
     stream: StrictBool = True
-    keep_alive: float | str | None = None
+    keep_alive: StrictFloat | str | None = None  # true is no duration
     think: bool | str | None = None
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
     logprobs: StrictBool = False  # each line's tokens with their log-probabilities (Ollama 0.12.11's)
@@ -137,7 +137,7 @@ class EmbedBody(NullLeftOutBody):
     input: str | list[str]
     truncate: StrictBool = True
     options: dict[str, Any] | None = None
-    keep_alive: float | str | None = None
+    keep_alive: StrictFloat | str | None = None  # true is no duration
     dimensions: int | None = None
 
 
@@ -145,7 +145,7 @@ class EmbeddingsBody(NullLeftOutBody):
     model: str = Field(min_length=1)
     prompt: str
     options: dict[str, Any] | None = None
-    keep_alive: float | str | None = None
+    keep_alive: StrictFloat | str | None = None  # true is no duration
 
 
 def now_iso() -> str:

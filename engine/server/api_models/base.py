@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, StrictFloat, WithJsonSchema, model_validator
 
 
 class Answer(BaseModel):
@@ -66,4 +66,4 @@ def _defaulted_fields(cls: type[BaseModel]) -> tuple:
 # Ollama's keep_alive (every dialect takes it): seconds (negative: never), a duration, or "never". The pattern
 # says what the server reads (engine.validation.request_keep_alive, whose sentence refuses anything else).
 KEEP_ALIVE_PATTERN = r"^\s*([Nn][Ee][Vv][Ee][Rr]|[0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+)\s*$"
-KeepAlive = float | Annotated[str, WithJsonSchema({"type": "string", "pattern": KEEP_ALIVE_PATTERN})] | None
+KeepAlive = StrictFloat | Annotated[str, WithJsonSchema({"type": "string", "pattern": KEEP_ALIVE_PATTERN})] | None

@@ -505,3 +505,13 @@ def test_an_option_out_of_range_is_named_as_the_client_sent_it(ollama_server):
         r = httpx.post(f"{ollama_server.root}/api/generate", timeout=60,
                        json={"model": MODEL, "prompt": "hi", "stream": False, "options": {option: value}})  # fmt: skip
         assert r.status_code == 400 and r.json()["error"].startswith(f"'options.{option}' must be"), r.text
+
+
+def test_a_value_of_no_type_a_field_takes_is_refused_saying_which_it_takes(ollama_server):
+    for path, body, said in (
+        ("/api/generate", {"prompt": "", "keep_alive": True}, "'keep_alive' must be a number or a string."),
+        ("/api/chat", {"messages": [], "keep_alive": [1]}, "'keep_alive' must be a number or a string."),
+        ("/api/embed", {"input": 5}, "'input' must be a string or a list."),
+    ):  # fmt: skip
+        r = httpx.post(f"{ollama_server.root}{path}", json={"model": MODEL, **body}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"] == said, r.text
