@@ -34,7 +34,8 @@ def _b64(data: str, where: str) -> bytes:
     except (binascii.Error, ValueError) as exc:
         raise InvalidRequest(f"{where} is not valid base64; send the file's bytes base64-encoded.", param=where) from exc
     if not raw:
-        raise InvalidRequest(f"{where} is empty; send the file's bytes base64-encoded.", param=where)
+        said = "is not valid base64" if data.strip() else "is empty"  # ("@@@" holds no base64 character at all)
+        raise InvalidRequest(f"{where} {said}; send the file's bytes base64-encoded.", param=where)
     if len(raw) > MAX_MEDIA_BYTES:
         raise InvalidRequest(f"{where} is larger than {MAX_MEDIA_BYTES // 2**20} MB; send a smaller file.", param=where)
     return raw

@@ -291,7 +291,11 @@ def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
         content = MEDIA_MARKER * len(pictures) + content  # as Ollama does: the pictures before the text
         role = str(m.get("role", ""))
         calls = []
-        for j, call in enumerate(m.get("tool_calls") or ()):
+        listed = m.get("tool_calls") or ()
+        if not isinstance(listed, list | tuple):
+            raise InvalidRequest(f"messages[{i}].tool_calls must be a list of calls, each with a 'function'.",
+                                 param="messages")  # fmt: skip
+        for j, call in enumerate(listed):
             fn = call.get("function") if isinstance(call, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
                 raise InvalidRequest(f"messages[{i}].tool_calls[{j}] has no function name.", param="messages")

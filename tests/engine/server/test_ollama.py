@@ -515,3 +515,10 @@ def test_a_value_of_no_type_a_field_takes_is_refused_saying_which_it_takes(ollam
     ):  # fmt: skip
         r = httpx.post(f"{ollama_server.root}{path}", json={"model": MODEL, **body}, timeout=60)
         assert r.status_code == 400 and r.json()["error"] == said, r.text
+
+
+def test_malformed_message_parts_are_refused_saying_what_is_wrong(ollama_server):
+    for message, said in (({"role": "assistant", "content": "", "tool_calls": "x"}, "messages[0].tool_calls must be a list"),
+                          ({"role": "user", "content": "hi", "images": ["@@@"]}, "messages[0].images[0] is not valid base64")):  # fmt: skip
+        r = httpx.post(f"{ollama_server.root}/api/chat", json={"model": MODEL, "messages": [message]}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"].startswith(said), r.text
