@@ -209,11 +209,11 @@ async def show(request: Request, body: ModelBody) -> dict:
     template = kv.get("tokenizer.chat_template") or kv.get("chat_template") or ""
     if not isinstance(template, str):
         template = ""
+    # as Ollama shows them: every key but the template (the header's arrays, the vocabulary's among them, as null)
     info = {
         k: v
         for k, v in kv.items()
-        if isinstance(v, (str, int, float, bool)) and k != "tokenizer.chat_template" and k != "chat_template"
-        and (body.verbose or not k.startswith("tokenizer."))
+        if (v is None or isinstance(v, (str, int, float, bool))) and k != "tokenizer.chat_template" and k != "chat_template"
     }
     info.setdefault("general.architecture", m.architecture or "")
     if m.parameters:

@@ -77,6 +77,9 @@ def test_list_show_and_ps(client):
     assert shown.details.format == "gguf" and shown.details.family == "llama" and shown.details.quantization_level
     assert {"completion", "tools"} <= set(shown.capabilities) and "thinking" not in shown.capabilities
     assert shown.modelinfo["general.architecture"] == "llama" and shown.modelinfo["general.parameter_count"] > 1e8
+    # as Ollama shows them: the tokenizer's scalars, its arrays as null, never the template (given apart)
+    assert shown.modelinfo["tokenizer.ggml.model"] == "gpt2" and shown.modelinfo["tokenizer.ggml.tokens"] is None
+    assert "tokenizer.chat_template" not in shown.modelinfo
     assert "<|im_start|>" in shown.template
     assert client.generate(model=MODEL, prompt="").model == MODEL  # an empty prompt loads the model
     running = client.ps().models
