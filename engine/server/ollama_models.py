@@ -33,7 +33,7 @@ router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_bod
 root_router = APIRouter(route_class=error_route(ollama_error, json_body=True))
 
 # The Ollama API level these endpoints follow; clients compare it against the features they need.
-OLLAMA_API_VERSION = "0.12.0"
+OLLAMA_API_VERSION = "0.12.11"
 _FOREVER = datetime(2318, 1, 1, tzinfo=UTC)  # what Ollama shows for a model kept loaded for good
 
 
