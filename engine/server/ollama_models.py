@@ -27,7 +27,8 @@ from engine.server import remote_routes
 from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import error_route, ollama_error
 from engine.server.errors import error_info
-from engine.server.ollama_routes import NDJSON, resolve
+from engine.server.ollama_routes import NDJSON, resolve, short_name
+from engine.starter import STARTER_NAME, STARTER_REPO
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
 root_router = APIRouter(route_class=error_route(ollama_error, json_body=True))
@@ -309,7 +310,11 @@ async def _installed(request: Request, name: str) -> bool:
     try:
         m = await resolve(request, name)
     except HearthError:
-        return False
+        if short_name(name).lower() not in (STARTER_NAME, STARTER_REPO.lower()):
+            return False
+        # the bundled starter, removed: registered again from the package, as a pull of it fetches it again
+        registry = request.app.state.manager.registry
+        return await asyncio.to_thread(registry.ensure_starter) is not None
     return Path(m.path).exists()
 
 

@@ -197,7 +197,7 @@ def _duration_seconds(value: str) -> float:
     return sign * sum(float(n) * _UNIT[u] for n, u in parts)
 
 
-def _short(name: str) -> str:
+def short_name(name: str) -> str:
     """Hearth's name for what an Ollama client wrote: without ``:latest`` and ``hf.co/``."""
     short = name
     for host in LOCAL_MODEL_HOSTS:
@@ -215,7 +215,7 @@ async def resolve(request: Request, name: str):
     try:
         return await asyncio.to_thread(manager.resolve, name)
     except ModelNotFound:
-        short = _short(name)
+        short = short_name(name)
         if short == name:
             raise
         return await asyncio.to_thread(manager.resolve, short)
@@ -228,7 +228,7 @@ async def target(request: Request, name: str) -> targets.Target:
     Raises:
         ModelNotFound: neither.
     """
-    short = _short(name)
+    short = short_name(name)
     return await targets.resolve(request, name, aliases=(short,) if short != name else ())
 
 
@@ -623,4 +623,4 @@ async def embeddings(request: Request, body: EmbeddingsBody) -> dict:
     return {"embedding": vectors[0]}
 
 
-__all__ = ["router", "resolve", "keep_alive_seconds", "params", "response_format", "now_iso"]
+__all__ = ["router", "resolve", "short_name", "keep_alive_seconds", "params", "response_format", "now_iso"]

@@ -525,3 +525,29 @@ def test_malformed_message_parts_are_refused_saying_what_is_wrong(ollama_server)
                           ({"role": "user", "content": "hi", "images": ["@@@"]}, "messages[0].images[0] is not valid base64")):  # fmt: skip
         r = httpx.post(f"{ollama_server.root}/api/chat", json={"model": MODEL, "messages": [message]}, timeout=60)
         assert r.status_code == 400 and r.json()["error"].startswith(said), r.text
+
+
+def test_the_starter_removed_is_pulled_back_from_the_package(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from engine.backends import LoadOptions
+    from engine.catalog.registry import ModelRegistry
+    from engine.pool import ModelManager
+    from engine.server import ServerSettings, create_app
+    from engine.starter import starter_model_path
+
+    registry = ModelRegistry(tmp_path)
+    manager = ModelManager(registry, options=LoadOptions(n_ctx=512, n_seq_max=1))
+    try:
+        with TestClient(create_app(ServerSettings(), manager), base_url="http://127.0.0.1:8765") as web:
+            assert web.request("DELETE", "/api/delete", json={"model": MODEL}).status_code == 200
+            assert starter_model_path().is_file()  # the package's file stays
+            assert f"{MODEL}:latest" not in [m["name"] for m in web.get("/api/tags").json()["models"]]
+            r = web.post("/api/pull", json={"model": MODEL, "stream": False})
+            assert r.status_code == 200 and r.json() == {"status": "success"}, r.text
+            assert f"{MODEL}:latest" in [m["name"] for m in web.get("/api/tags").json()["models"]]
+            r = web.post("/api/pull", json={"model": "no-such-model", "stream": False})
+            assert r.status_code == 400  # another name that is no repo is still refused
+    finally:
+        manager.close()
+        registry.close()
