@@ -325,10 +325,10 @@ class ModelRegistry:
         self._found[name] = (version, found)
         return found
 
-    def resolve(self, name: str) -> LocalModel:
-        """The model called ``name``: an exact name, or a repo with a single local variant; else the same in
-        another case, where one model alone matches so (``SmolLM2-135M-Instruct``: names are matched as Ollama
-        and the Hub match them).
+    def resolve(self, name: str, *, fold_case: bool = True) -> LocalModel:
+        """The model called ``name``: an exact name, or a repo with a single local variant; else (``fold_case``)
+        the same in another case, where one model alone matches so (``SmolLM2-135M-Instruct``: names are matched
+        as Ollama and the Hub match them).
 
         Raises:
             ModelNotFound: nothing local matches.
@@ -338,7 +338,7 @@ class ModelRegistry:
             return found
         with Session(self.engine) as s:
             rows = list(s.scalars(select(ModelRow).where(ModelRow.repo == name)))
-            if not rows:
+            if not rows and fold_case:
                 folded = name.lower()
                 named = list(s.scalars(select(ModelRow).where(func.lower(ModelRow.name) == folded)))
                 rows = named or list(s.scalars(select(ModelRow).where(func.lower(ModelRow.repo) == folded)))
@@ -394,7 +394,7 @@ def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> Lo
     if name is None:
         name = STARTER_NAME
     try:
-        return registry.resolve(name)
+        return registry.resolve(name, fold_case=False)  # a path beside a name in another case is that path
     except ModelNotFound:
         path = Path(name)
         try:
@@ -424,4 +424,4 @@ def resolve_model(name: str | None, registry: ModelRegistry | None = None) -> Lo
                 context_length=meta.context_length,
                 has_chat_template=meta.has_chat_template,
             )
-        raise
+        return registry.resolve(name)  # no such file: a name in another case, or ModelNotFound

@@ -96,3 +96,18 @@ def test_a_name_in_another_case_finds_the_one_model_it_matches(tmp_path):
             registry.resolve(STARTER_NAME.title())
     finally:
         registry.close()
+
+
+def test_a_folder_named_as_a_model_in_another_case_is_that_folder(tmp_path, monkeypatch):
+    # `hearth serve --model SmolLM2-135M-Instruct` beside a Hub download's folder of that name: the folder
+    from engine.catalog.registry import resolve_model
+
+    registry = ModelRegistry(tmp_path / "home")
+    try:
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "SmolLM2-135M-Instruct").mkdir()
+        assert resolve_model("SmolLM2-135M-Instruct", registry).source == "path"
+        if not (tmp_path / "SMOLLM2-135M-INSTRUCT").exists():  # a file system that tells case apart
+            assert resolve_model("SMOLLM2-135M-INSTRUCT", registry).name == STARTER_NAME  # no such folder: the name
+    finally:
+        registry.close()
