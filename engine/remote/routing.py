@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from engine.catalog.registry import LocalModel
 from engine.errors import ModelNotFound
-from engine.remote.providers import ProviderAccess
+from engine.remote.providers import LOCAL_MODEL_HOSTS, ProviderAccess
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -66,9 +66,9 @@ async def resolve(
     *,
     aliases: Sequence[str] = (),
 ) -> Target:
-    """The model ``name`` means: a registered local model (``name``, else one of ``aliases``, such as
-    Ollama's ``:latest`` spellings), else a provider's ``provider/model`` of ``remotes`` (None: local
-    models only, as for a request another Hearth forwarded here).
+    """The model ``name`` means: a registered local model (``name``, else one of ``aliases``, else ``name`` as
+    Ollama spells a local model, :func:`local_spelling`), else a provider's ``provider/model`` of ``remotes``
+    (None: local models only, as for a request another Hearth forwarded here).
 
     Raises:
         ModelNotFound: neither; a path is refused as any unknown name is (with the same message).
@@ -77,7 +77,8 @@ async def resolve(
         return await asyncio.to_thread(manager.resolve, name)
     except ModelNotFound as exc:
         local_error = exc
-    for alias in aliases:
+    spelled = local_spelling(name)
+    for alias in (*aliases, *([spelled] if spelled != name and spelled not in aliases else [])):
         try:
             return await asyncio.to_thread(manager.resolve, alias)
         except ModelNotFound:
@@ -88,4 +89,13 @@ async def resolve(
     return RemoteTarget(routed[0], routed[1], name)
 
 
-__all__ = ["RemoteTarget", "Target", "is_local", "pass_through", "resolve"]
+def local_spelling(name: str) -> str:
+    """Hearth's name for a local model as Ollama's clients write it (``/api/tags`` lists it so): without a
+    ``:latest`` tag and without an ``hf.co/`` host, which no provider may be named."""
+    short = name
+    for host in LOCAL_MODEL_HOSTS:
+        short = short.removeprefix(f"{host}/")
+    return short.removesuffix(":latest")
+
+
+__all__ = ["RemoteTarget", "Target", "is_local", "local_spelling", "pass_through", "resolve"]

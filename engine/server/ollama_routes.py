@@ -26,8 +26,7 @@ from pydantic import Field, StrictBool, StrictFloat
 from engine.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 from engine.infill import Infill
 from engine.model_defaults import left_unset
-from engine.remote.providers import LOCAL_MODEL_HOSTS
-from engine.remote.routing import is_local
+from engine.remote.routing import is_local, local_spelling
 from engine.server import media, targets
 from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import (
@@ -197,12 +196,7 @@ def _duration_seconds(value: str) -> float:
     return sign * sum(float(n) * _UNIT[u] for n, u in parts)
 
 
-def short_name(name: str) -> str:
-    """Hearth's name for what an Ollama client wrote: without ``:latest`` and ``hf.co/``."""
-    short = name
-    for host in LOCAL_MODEL_HOSTS:
-        short = short.removeprefix(f"{host}/")
-    return short.removesuffix(":latest")
+short_name = local_spelling  # Hearth's name for what an Ollama client wrote: without ``:latest`` and ``hf.co/``
 
 
 async def resolve(request: Request, name: str):
@@ -228,8 +222,7 @@ async def target(request: Request, name: str) -> targets.Target:
     Raises:
         ModelNotFound: neither.
     """
-    short = short_name(name)
-    return await targets.resolve(request, name, aliases=(short,) if short != name else ())
+    return await targets.resolve(request, name)  # (which reads Ollama's spellings of a local name in every dialect)
 
 
 def params(options: dict[str, Any] | None) -> SamplingParams:

@@ -551,3 +551,20 @@ def test_the_starter_removed_is_pulled_back_from_the_package(tmp_path):
     finally:
         manager.close()
         registry.close()
+
+
+def test_the_names_api_tags_lists_are_taken_in_every_dialect(ollama_server):
+    # a client that lists models with /api/tags (name:latest) and chats through /v1, as Open WebUI and LiteLLM do
+    root, tagged = ollama_server.root, f"{MODEL}:latest"
+    hi = [{"role": "user", "content": "Hi"}]
+    for path, body in (("/v1/chat/completions", {"messages": hi, "max_tokens": 2}),
+                       ("/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
+                       ("/v1/messages", {"messages": hi, "max_tokens": 2}),
+                       ("/v1/responses", {"input": "Hi", "max_output_tokens": 16}),
+                       ("/v1/embeddings", {"input": "Hi"})):  # fmt: skip
+        for name in (tagged, f"hf.co/{tagged}"):
+            r = httpx.post(f"{root}{path}", json={"model": name, "temperature": 0, **body}, timeout=120)
+            assert r.status_code == 200, (path, name, r.text)
+    assert httpx.get(f"{root}/v1/models/{tagged}", timeout=30).status_code == 200
+    r = httpx.post(f"{root}/v1/chat/completions", json={"model": "no-such:latest", "messages": hi}, timeout=30)
+    assert r.status_code == 404  # a tag on an unknown name is still unknown
