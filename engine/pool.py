@@ -171,7 +171,7 @@ class ModelManager:
         extra = {m.name: m for m in self._by_path.values() if m.name not in names}
         return models + list(extra.values())
 
-    def resolve(self, name: str, *, allow_paths: bool = False) -> LocalModel:
+    def resolve(self, name: str, *, allow_paths: bool = False, fold_case: bool = True) -> LocalModel:
         """The model called ``name``: registered, or opened earlier by path by the local user.
 
         Over HTTP only registered names are taken (``allow_paths`` false): a path is refused with the
@@ -179,7 +179,8 @@ class ModelManager:
         commands (``hearth serve --model PATH``) and the worker's own files pass ``allow_paths``.
 
         Raises:
-            ModelNotFound: nothing matches (a path, unless ``allow_paths``).
+            ModelNotFound: nothing matches (a path, unless ``allow_paths``); ``fold_case`` false: nothing matches
+                in this case.
         """
         known = self._by_path.get(name)
         if known is not None and (allow_paths or known.name == name):
@@ -188,7 +189,7 @@ class ModelManager:
                 return known
         if not allow_paths:
             try:
-                return self.registry.resolve(name)
+                return self.registry.resolve(name, fold_case=fold_case)
             except AmbiguousModel:
                 raise
             except ModelNotFound:

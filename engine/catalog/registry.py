@@ -359,7 +359,7 @@ class ModelRegistry:
         Raises:
             ModelNotFound: nothing local has that name.
         """
-        model = self.resolve(name)
+        model = self.resolve(name, fold_case=False)  # what is removed is named exactly
         with self._lock, Session(self.engine) as s:
             row = s.scalar(select(ModelRow).where(ModelRow.name == model.name))
             if row is not None:

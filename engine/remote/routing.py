@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from engine.catalog.registry import LocalModel
@@ -73,20 +74,24 @@ async def resolve(
     Raises:
         ModelNotFound: neither; a path is refused as any unknown name is (with the same message).
     """
-    try:
-        return await asyncio.to_thread(manager.resolve, name)
-    except ModelNotFound as exc:
-        local_error = exc
     spelled = local_spelling(name)
-    for alias in (*aliases, *([spelled] if spelled != name and spelled not in aliases else [])):
+    names = [name, *aliases, *([spelled] if spelled != name and spelled not in aliases else [])]
+    local_error: ModelNotFound | None = None
+    for each in names:  # as spelled, before any provider
         try:
-            return await asyncio.to_thread(manager.resolve, alias)
+            return await asyncio.to_thread(partial(manager.resolve, each, fold_case=False))
+        except ModelNotFound as exc:
+            local_error = local_error or exc
+    routed = await remotes.route(name) if remotes is not None else None
+    if routed is not None:
+        return RemoteTarget(routed[0], routed[1], name)
+    for each in names:  # in another case: the one local model that matches so
+        try:
+            return await asyncio.to_thread(manager.resolve, each)
         except ModelNotFound:
             continue
-    routed = await remotes.route(name) if remotes is not None else None
-    if routed is None:
-        raise local_error
-    return RemoteTarget(routed[0], routed[1], name)
+    assert local_error is not None
+    raise local_error
 
 
 def local_spelling(name: str) -> str:
@@ -94,8 +99,9 @@ def local_spelling(name: str) -> str:
     ``:latest`` tag and without an ``hf.co/`` host, which no provider may be named."""
     short = name
     for host in LOCAL_MODEL_HOSTS:
-        short = short.removeprefix(f"{host}/")
-    return short.removesuffix(":latest")
+        if short[: len(host) + 1].lower() == f"{host}/":
+            short = short[len(host) + 1 :]
+    return short[:-7] if short[-7:].lower() == ":latest" else short
 
 
 __all__ = ["RemoteTarget", "Target", "is_local", "local_spelling", "pass_through", "resolve"]

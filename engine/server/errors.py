@@ -130,8 +130,12 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 # The kinds of value pydantic names a union's members by, in a request's words.
-_KINDS = {"float": "a number", "int": "a whole number", "str": "a string", "constrained-str": "a string",
-          "bool": "true or false", "list": "a list", "dict": "an object", "none": "null"}  # fmt: skip
+_KINDS = {"float": "a number", "int": "a whole number", "str": "a string", "bool": "a boolean", "list": "a list",
+          "dict": "an object", "none": "null"}  # fmt: skip
+# The errors that say a value is of another type than a member takes (not that a value of its type is wrong).
+_TYPE_ERRORS = frozenset(("float_type", "float_parsing", "int_type", "int_parsing", "int_from_float", "string_type",
+                          "bool_type", "bool_parsing", "list_type", "dict_type", "none_required", "model_type",
+                          "model_attributes_type"))  # fmt: skip
 
 
 def _union_kinds(errors: Sequence[Any], loc: list[str]) -> str | None:
@@ -147,10 +151,13 @@ def _union_kinds(errors: Sequence[Any], loc: list[str]) -> str | None:
             continue
         if len(where) != len(field) + 1:
             return None  # an error inside a member: the first error's own words say more
-        tag = where[-1]
-        kind = _KINDS.get(tag.split("[", 1)[0]) or ("an object" if tag[:1].isupper() else None)
+        tag, kind_of_error = where[-1], e.get("type")
+        if kind_of_error not in _TYPE_ERRORS:
+            return None  # a value of the member's type, wrong otherwise (too long, out of range): its own words
+        model = kind_of_error in ("model_type", "model_attributes_type") and tag[:1].isupper()
+        kind = "an object" if model else _KINDS.get(tag.split("[", 1)[0])
         if kind is None:
-            return None
+            return None  # an object's key (logit_bias's), not a member's kind
         if kind not in kinds:
             kinds.append(kind)
     if len(kinds) < 2:

@@ -46,7 +46,8 @@ def load_settings(options: dict[str, Any] | None) -> ModelLoadSettings:
     given: dict[str, Any] = {}  # whole numbers, for the fields LOAD_OPTIONS names
     for name, field in LOAD_OPTIONS.items():
         value = options.get(name)
-        if value is None or (type(value) is int and value == _OLLAMA_AUTO.get(name)):
+        auto = _OLLAMA_AUTO.get(name)
+        if value is None or (auto is not None and isinstance(value, int | float) and not isinstance(value, bool) and value == auto):
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequest(f"'options.{name}' must be a whole number.", param=f"options.{name}")

@@ -210,11 +210,12 @@ async def show(request: Request, body: ModelBody) -> dict:
     template = kv.get("tokenizer.chat_template") or kv.get("chat_template") or ""
     if not isinstance(template, str):
         template = ""
-    # as Ollama shows them: every key but the template (the header's arrays, the vocabulary's among them, as null)
+    # as Ollama shows them: every key but the template, its arrays (the vocabulary's among them: Hearth does not read
+    # those, verbose or not) as null
     info = {
-        k: v
+        k: v if isinstance(v, (str, int, float, bool)) else None
         for k, v in kv.items()
-        if (v is None or isinstance(v, (str, int, float, bool))) and k != "tokenizer.chat_template" and k != "chat_template"
+        if k != "tokenizer.chat_template" and k != "chat_template"
     }
     info.setdefault("general.architecture", m.architecture or "")
     if m.parameters:

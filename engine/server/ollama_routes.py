@@ -106,7 +106,16 @@ class _Generate(NullLeftOutBody):
 
     def sampling(self) -> SamplingParams:
         """:func:`params` from :meth:`sampling_options`, with the log-probabilities asked for."""
-        return replace(params(self.sampling_options()), logprobs=(self.top_logprobs or 0) if self.logprobs else None)
+        try:
+            sampling = params(self.sampling_options())
+        except InvalidRequest as exc:  # a field sent beside options, not in them: named as sent
+            option = (exc.param or "").removeprefix("options.")
+            given = self.model_extra or {}
+            beside = next((n for n, o in _LOOSE_OPTIONS.items() if o == option and given.get(n) is not None), None)
+            if beside is None or option in (self.options if isinstance(self.options, dict) else {}):
+                raise
+            raise InvalidRequest(str(exc).replace(f"'options.{option}'", f"'{beside}'", 1), param=beside) from None
+        return replace(sampling, logprobs=(self.top_logprobs or 0) if self.logprobs else None)
 
 
 class ChatBody(_Generate):
@@ -284,7 +293,8 @@ def _chat_messages(items: list[dict[str, Any]]) -> tuple[ChatMessage, ...]:
         content = MEDIA_MARKER * len(pictures) + content  # as Ollama does: the pictures before the text
         role = str(m.get("role", ""))
         calls = []
-        listed = m.get("tool_calls") or ()
+        listed = m.get("tool_calls")
+        listed = () if listed is None else listed
         if not isinstance(listed, list | tuple):
             raise InvalidRequest(f"messages[{i}].tool_calls must be a list of calls, each with a 'function'.",
                                  param="messages")  # fmt: skip

@@ -94,6 +94,10 @@ def test_a_name_in_another_case_finds_the_one_model_it_matches(tmp_path):
         assert registry.resolve(STARTER_NAME.upper()).path == copy  # an exact name wins
         with pytest.raises(AmbiguousModel, match="several local models but for case"):
             registry.resolve(STARTER_NAME.title())
+        # what is removed is named exactly: another case (a model served from a path of that name) removes nothing
+        with pytest.raises(ModelNotFound):
+            registry.remove(STARTER_NAME.title())
+        assert {m.name for m in registry.list()} >= {STARTER_NAME, STARTER_NAME.upper()}
     finally:
         registry.close()
 

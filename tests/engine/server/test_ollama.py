@@ -489,6 +489,8 @@ def test_what_ollamas_go_decoder_reads_as_left_out_is_read_so_here(client, ollam
     # decide (no reload, no refusal)
     answer = client.chat(model=MODEL, messages=QUESTION, options={**GREEDY, "num_thread": 0, "num_gpu": -1})
     assert answer.done and answer.message.content
+    answer = client.chat(model=MODEL, messages=QUESTION, options={**GREEDY, "num_thread": 0.0, "num_gpu": -1.0})
+    assert answer.done  # as Go reads a whole number written with a point
 
 
 def test_any_path_under_api_that_is_not_hearths_own_answers_in_ollamas_shape(client, ollama_server):
@@ -508,6 +510,10 @@ def test_an_option_out_of_range_is_named_as_the_client_sent_it(ollama_server):
         r = httpx.post(f"{ollama_server.root}/api/generate", timeout=60,
                        json={"model": MODEL, "prompt": "hi", "stream": False, "options": {option: value}})  # fmt: skip
         assert r.status_code == 400 and r.json()["error"].startswith(f"'options.{option}' must be"), r.text
+    # one sent beside options (the AI SDK's way), as it was sent
+    r = httpx.post(f"{ollama_server.root}/api/generate", timeout=60,
+                   json={"model": MODEL, "prompt": "hi", "stream": False, "temperature": 9})  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"].startswith("'temperature' must be"), r.text
 
 
 def test_a_value_of_no_type_a_field_takes_is_refused_saying_which_it_takes(ollama_server):
@@ -515,13 +521,19 @@ def test_a_value_of_no_type_a_field_takes_is_refused_saying_which_it_takes(ollam
         ("/api/generate", {"prompt": "", "keep_alive": True}, "'keep_alive' must be a number or a string."),
         ("/api/chat", {"messages": [], "keep_alive": [1]}, "'keep_alive' must be a number or a string."),
         ("/api/embed", {"input": 5}, "'input' must be a string or a list."),
+        ("/api/chat", {"messages": [], "think": [1]}, "'think' must be a boolean or a string."),
     ):  # fmt: skip
         r = httpx.post(f"{ollama_server.root}{path}", json={"model": MODEL, **body}, timeout=60)
         assert r.status_code == 400 and r.json()["error"] == said, r.text
+    # an object's keys are no member's kinds: the value's own words ('logit_bias' is an object)
+    r = httpx.post(f"{ollama_server.root}/v1/chat/completions", timeout=60,
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"Foo": "x"}})  # fmt: skip
+    assert r.status_code == 400 and "must be an object" not in r.json()["error"]["message"], r.text
 
 
 def test_malformed_message_parts_are_refused_saying_what_is_wrong(ollama_server):
     for message, said in (({"role": "assistant", "content": "", "tool_calls": "x"}, "messages[0].tool_calls must be a list"),
+                          ({"role": "assistant", "content": "", "tool_calls": {}}, "messages[0].tool_calls must be a list"),
                           ({"role": "user", "content": "hi", "images": ["@@@"]}, "messages[0].images[0] is not valid base64")):  # fmt: skip
         r = httpx.post(f"{ollama_server.root}/api/chat", json={"model": MODEL, "messages": [message]}, timeout=60)
         assert r.status_code == 400 and r.json()["error"].startswith(said), r.text
@@ -562,7 +574,7 @@ def test_the_names_api_tags_lists_are_taken_in_every_dialect(ollama_server):
                        ("/v1/messages", {"messages": hi, "max_tokens": 2}),
                        ("/v1/responses", {"input": "Hi", "max_output_tokens": 16}),
                        ("/v1/embeddings", {"input": "Hi"})):  # fmt: skip
-        for name in (tagged, f"hf.co/{tagged}"):
+        for name in (tagged, f"hf.co/{tagged}", f"HF.CO/{MODEL}:LATEST"):
             r = httpx.post(f"{root}{path}", json={"model": name, "temperature": 0, **body}, timeout=120)
             assert r.status_code == 200, (path, name, r.text)
     assert httpx.get(f"{root}/v1/models/{tagged}", timeout=30).status_code == 200
