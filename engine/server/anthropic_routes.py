@@ -94,6 +94,29 @@ class MessagesBody(CountTokensBody):
     ignore_eos: StrictBool = False  # an extension, as in chat completions: generate to max_tokens
     speculative: StrictBool | None = None  # an extension, as in chat completions: false turns drafting off
     keep_alive: KeepAlive = None  # an extension, as in chat completions: Ollama's keep_alive
+    # the compact-2026-01-12 beta's compaction request: the conversation summarised now, the block alone the answer
+    compaction: dict[str, Any] | None = None
+
+
+def _compaction_asked(body: MessagesBody) -> context_edits.Compact | None:
+    """The top-level ``compaction`` (``{"type": "summarize", "instructions"?}``) as a compaction that pauses after
+    its block: the whole answer; None without one.
+
+    Raises:
+        InvalidRequest: another type, instructions that are not text, or beside ``context_management``.
+    """
+    asked = body.compaction
+    if asked is None:
+        return None
+    if asked.get("type") != "summarize":
+        raise InvalidRequest("'compaction.type' must be \"summarize\".", param="compaction.type")
+    instructions = asked.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest("'compaction.instructions' must be text.", param="compaction.instructions")
+    if body.context_management is not None:
+        raise InvalidRequest("'compaction' cannot be combined with 'context_management'; send one of them.",
+                             param="compaction")  # fmt: skip
+    return context_edits.Compact(pause=True, instructions=(instructions or "").strip() or None)
 
 
 def _text_of(blocks: Any, where: str) -> str:
@@ -368,6 +391,7 @@ def tool_use_id(call_id: str) -> str:
 @router.post("/messages")
 async def create_message(request: Request, body: MessagesBody):
     allow_remote = request.app.state.settings.allow_image_urls  # images are read (and fetched) off the event loop
+    asked = _compaction_asked(body)  # a compaction request: compacts now, whatever the conversation's length
     edits = context_edits.parse(body.context_management)
     req = await asyncio.to_thread(_request, body, _params(body), allow_remote)
     keep = request_keep_alive(body.keep_alive)
@@ -381,11 +405,17 @@ async def create_message(request: Request, body: MessagesBody):
     compact = context_edits.compaction_of(edits) if body.max_tokens != 0 else None  # (a pre-warming reads, no more)
     mid = f"msg_{uuid.uuid4().hex}"
     compacted: _Compacted | None = None
-    if compact is None or count is None:
+    if asked is not None:
+        compact, run = asked, None
+    elif compact is None or count is None:
         run = await DialectRun(request, req, documents=documents, keep_alive=keep).start()
-    elif (run := await _as_it_is(request, req, compact, keep, documents, count)) is None:
+    else:
+        run = await _as_it_is(request, req, compact, keep, documents, count)
+    if run is None and compact is not None:
+        compacting = compact
+
         def start() -> Awaitable[tuple[DialectRun | None, _Compacted]]:
-            return _compacted_start(request, body, req, compact, keep, documents)
+            return _compacted_start(request, body, req, compacting, keep, documents)
 
         if body.stream:  # the summary takes a while: the stream opens now, with keep-alives until the answer begins
             return StreamingResponse(_compacting_events(start, mid, context), media_type="text/event-stream",

@@ -436,6 +436,30 @@ def test_compact_edit_pauses_after_the_compaction_and_leaves_a_short_conversatio
     assert r.status_code == 400 and "input_tokens" in r.json()["error"]["message"]
 
 
+def test_a_compaction_request_answers_with_its_block_alone_streamed_and_not(server):
+    """The beta's top-level ``compaction`` (the SDK's ``compaction={"type": "summarize"}``): the conversation
+    summarised now, however short, and the block the whole answer; a later request sends it first."""
+    claude = anthropic.Anthropic(base_url=server.root, api_key=server.api_key, max_retries=0)
+    asked = {"model": MODEL, "max_tokens": 8, "messages": OTTERS, "betas": ["compact-2026-01-12"],
+             "compaction": {"type": "summarize", "instructions": "  "}, "extra_body": {"temperature": 0}}  # fmt: skip
+    message = claude.beta.messages.create(**asked)
+    assert message.stop_reason == "compaction" and [b.type for b in message.content] == ["compaction"]
+    assert message.content[0].content and [i.type for i in message.usage.iterations] == ["compaction"]
+    with claude.beta.messages.stream(**asked) as stream:
+        streamed = stream.get_final_message()
+    assert streamed.stop_reason == "compaction" and [b.type for b in streamed.content] == ["compaction"]
+    later = claude.beta.messages.create(**{**asked, "compaction": None, "max_tokens": 4, "messages": [
+        {"role": "assistant", "content": [message.content[0].model_dump()]}, {"role": "user", "content": "And then?"}]})
+    assert later.stop_reason in ("end_turn", "max_tokens") and later.content[0].type == "text"
+    for wrong, param in (({"type": "clear"}, "compaction.type"), ({"type": "summarize", "instructions": 5},
+                                                                  "compaction.instructions")):  # fmt: skip
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            claude.beta.messages.create(**{**asked, "compaction": wrong})
+        assert param in str(refused.value)
+    with pytest.raises(anthropic.BadRequestError, match="cannot be combined"):
+        claude.beta.messages.create(**asked, context_management=_compact())
+
+
 def test_compact_edit_compacts_a_conversation_longer_than_a_local_models_context(small_server):
     """The default trigger (150,000 tokens) is far past a local model's context: a conversation that does not fit is
     compacted as well, where without the edit it is refused."""
