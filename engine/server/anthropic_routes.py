@@ -354,8 +354,11 @@ def _request(body: CountTokensBody, params: SamplingParams | None = None, allow_
     )
 
 
-def _stop_reason(final: GenerationChunk) -> tuple[str, str | None]:
+def _stop_reason(final: GenerationChunk, asked: int | None) -> tuple[str, str | None]:
+    """The answer's ``stop_reason`` and ``stop_sequence``; ``asked``: its ``max_tokens``."""
     if final.finish_reason == "length":  # a call cut short too: its input is what was written of it
+        if asked is not None and 0 < final.completion_tokens < asked:  # the context filled first, as Anthropic says it
+            return "model_context_window_exceeded", None
         return "max_tokens", None
     if final.finish_reason == "tool_calls" or final.tool_calls:
         return "tool_use", None
@@ -437,7 +440,7 @@ async def create_message(request: Request, body: MessagesBody):
     if text or not final.tool_calls:
         content.append({"type": "text", "text": text})
     content += [_tool_use(c) for c in final.tool_calls]
-    stop_reason, stop_sequence = _stop_reason(final)
+    stop_reason, stop_sequence = _stop_reason(final, run.req.params.max_tokens)
     if warm:
         content, stop_reason, stop_sequence = [], "max_tokens", None
     message = {
@@ -742,7 +745,7 @@ async def _answer_events(
             yield event
     for event in blocks.close():
         yield event
-    stop_reason, stop_sequence = ("max_tokens", None) if warm else _stop_reason(final)
+    stop_reason, stop_sequence = ("max_tokens", None) if warm else _stop_reason(final, run.req.params.max_tokens)
     delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
     yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": _usage(final, warm=warm, compacted=compacted),
                                    **({"context_management": context} if context is not None else {})})  # fmt: skip

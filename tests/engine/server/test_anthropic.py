@@ -493,3 +493,22 @@ def test_a_compacted_answer_reads_the_last_step_with_its_calls_and_never_a_resul
     summary = ChatMessage("user", SUMMARY_LEAD + "We read a file.")
     assert _last_step((system, summary, result)) == ()
     assert _last_step((system, summary, result, ask)) == (ask,)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_answer_the_context_ends_says_so_and_one_max_tokens_ends_says_that(small_server, stream):
+    s = small_server  # a context of 512 tokens
+    claude = anthropic.Anthropic(base_url=s.root, api_key=s.api_key, max_retries=0, timeout=300)
+    long = [{"role": "user", "content": "Tell me about otters. " * 90}]  # most of the context
+
+    def ask(max_tokens: int):
+        kw = {"model": MODEL, "max_tokens": max_tokens, "messages": long, "extra_body": {"temperature": 0, "ignore_eos": True}}
+        if not stream:
+            return claude.messages.create(**kw)
+        with claude.messages.stream(**kw) as st:
+            return st.get_final_message()
+
+    filled = ask(400)
+    assert filled.stop_reason == "model_context_window_exceeded" and 0 < filled.usage.output_tokens < 400
+    cut = ask(4)
+    assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 4
