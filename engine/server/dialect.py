@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 
 from fastapi import Request
@@ -57,9 +57,12 @@ def ollama_error(status: int, message: str) -> dict:
     return {"error": message}
 
 
-def error_body_for_path(path: str, status: int, message: str) -> dict | None:
-    """The error body of the dialect that owns ``path`` (None: OpenAI's shape)."""
+def error_body_for_path(path: str, status: int, message: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> dict | None:
+    """The error body of the dialect that owns ``path`` (None: OpenAI's shape); ``headers``, the request's: ``/v1/models``
+    is Anthropic's for a request that carries ``anthropic-version`` (the Anthropic SDK's always do)."""
     if path.startswith(ANTHROPIC_PREFIX):
+        return anthropic_error(status, message)
+    if path.startswith("/v1/models") and any(k == b"anthropic-version" for k, _ in headers):
         return anthropic_error(status, message)
     if (path == "/api" or path.startswith("/api/")) and path[5:].split("/", 1)[0] not in HEARTH_API_SEGMENTS:
         return ollama_error(status, message)

@@ -181,7 +181,7 @@ def install_error_handlers(app: FastAPI) -> None:
             allowed = (exc.headers or {}).get("Allow", "")
             info = replace(info, message=f"Invalid method ({request.method} {request.url.path}): this endpoint takes "
                                          f"{allowed or 'other methods'}; send one of those.")  # fmt: skip
-        shaped = error_body_for_path(request.url.path, info.status, info.message)
+        shaped = error_body_for_path(request.url.path, info.status, info.message, request.scope.get("headers") or ())
         return info.response() if shaped is None else JSONResponse(shaped, status_code=info.status, headers=info.headers)
 
     @app.exception_handler(HearthError)

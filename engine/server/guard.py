@@ -207,11 +207,12 @@ class RequestGuard:
         self.keys = KeyRing(settings)
         self.max_body = settings.max_body_bytes
 
-    async def _reject(self, send, refusal: Refusal, path: str, origin: bytes | None = None, kind: str = "http") -> None:
-        """The refusal's answer; to a page the guard lets in (a wrong key, a body too large), with CORS's header,
-        so the page can read why. ``kind`` "websocket": the answer to a WebSocket's opening handshake."""
+    async def _reject(self, send, refusal: Refusal, scope, origin: bytes | None = None, kind: str = "http") -> None:
+        """The refusal's answer, in the shape of the dialect the request is in; to a page the guard lets in (a wrong
+        key, a body too large), with CORS's header, so the page can read why. ``kind`` "websocket": the answer to a
+        WebSocket's opening handshake."""
         cors = [(b"access-control-allow-origin", origin), (b"vary", b"Origin")] if origin is not None else []
-        shaped = error_body_for_path(path, refusal.status, refusal.message)
+        shaped = error_body_for_path(scope["path"], refusal.status, refusal.message, scope.get("headers") or ())
         body = json.dumps(
             shaped if shaped is not None else error_body(refusal.message, refusal.type, code=refusal.code)
         )
@@ -236,7 +237,7 @@ class RequestGuard:
         if (await receive())["type"] != "websocket.connect":
             return
         if "websocket.http.response" in (scope.get("extensions") or {}):
-            await self._reject(send, refusal, scope["path"], self._page(scope, refusal), kind="websocket")
+            await self._reject(send, refusal, scope, self._page(scope, refusal), kind="websocket")
         else:
             await send({"type": "websocket.close", "code": 1008})
 
@@ -295,7 +296,7 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         refusal = self.refusal(scope)
         if refusal is not None:
-            return await self._reject(send, refusal, scope["path"], self._page(scope, refusal))
+            return await self._reject(send, refusal, scope, self._page(scope, refusal))
         seen = 0
         over: Refusal | None = None
         started = False
@@ -370,4 +371,4 @@ class RequestGuard:
             if over is None:
                 raise
         if over is not None and not started:
-            await self._reject(send, over, scope["path"], self._page(scope, over))
+            await self._reject(send, over, scope, self._page(scope, over))

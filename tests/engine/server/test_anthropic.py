@@ -159,6 +159,11 @@ def test_x_api_key_is_required_and_refusals_are_anthropic_shaped(server):
         no_key.messages.create(model=MODEL, max_tokens=4, messages=QUESTION)
     assert err.value.status_code == 401
     assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "authentication_error"
+    for ask in (no_key.models.list, lambda: no_key.models.retrieve(MODEL)):  # /v1/models, the SDK's: Anthropic's too
+        with pytest.raises(anthropic.AuthenticationError) as err:
+            ask()
+        assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "authentication_error"
+    assert "type" not in httpx.get(f"{server.root}/v1/models").json()  # an OpenAI client's: OpenAI's shape
     r = httpx.post(f"{server.root}/v1/messages", json={"model": MODEL, "max_tokens": 4, "messages": QUESTION})
     assert r.status_code == 401 and r.json()["type"] == "error"
     bearer = httpx.post(
