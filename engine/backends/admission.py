@@ -72,7 +72,7 @@ class AdmissionQueue(Generic[S]):
             if self.max_waiting == 0:
                 why = f"All {self.max_running} of this model's slots are taken and it keeps no queue"
             else:
-                why = f"{queued} requests are already waiting for this model"
+                why = "1 request is already waiting for this model" if queued == 1 else f"{queued} requests are already waiting for this model"
             raise Overloaded(f"{why}; retry in a moment.", retry_after=2.0)
         self._by_id[seq.request_id] = seq
 

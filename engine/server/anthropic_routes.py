@@ -229,7 +229,7 @@ def _messages(body: CountTokensBody, allow_remote: bool = False) -> tuple[ChatMe
                 texts.append(_document_text(block) or "")
             elif kind in ("image", "document"):
                 raise InvalidRequest(
-                    f"{where} is an {kind} block that is not text; Hearth's models here read text only, send it as text.",
+                    f"{where} is {'an image' if kind == 'image' else 'a document'} block that is not text; Hearth's models here read text only, send it as text.",
                     param="messages",
                 )
             else:

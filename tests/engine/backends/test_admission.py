@@ -41,7 +41,7 @@ def test_requests_within_the_slots_are_never_refused_and_only_those_beyond_them_
     queue = AdmissionQueue[Item](max_waiting=1, max_running=2)
     for name in "abc":
         queue.submit(Item(name))
-    with pytest.raises(Overloaded, match="^1 requests are already waiting"):
+    with pytest.raises(Overloaded, match="^1 request is already waiting"):
         queue.submit(Item("d"))
     with queue._cond:  # one ends: its place is free again
         queue._by_id.pop("a")

@@ -153,7 +153,7 @@ def test_a_full_queue_refuses_a_request_and_unloading_cancels_the_rest(tmp_path)
             if backend.stats().waiting == 1 and not backend.loop._waiting:
                 break
             threading.Event().wait(0.01)
-        with pytest.raises(Overloaded, match="^1 requests are already waiting for this model"):
+        with pytest.raises(Overloaded, match="^1 request is already waiting for this model"):
             backend.stream(long_request())
         assert backend.stats().running == 1
     finally:
