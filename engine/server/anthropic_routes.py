@@ -342,6 +342,10 @@ def _unset(body: CountTokensBody) -> frozenset[str]:
 
 def _request(body: CountTokensBody, params: SamplingParams | None = None, allow_remote: bool = False) -> GenerationRequest:
     messages = _messages(body, allow_remote)
+    if answer_begun(messages) and messages[-1].content != messages[-1].content.rstrip():
+        # as Anthropic refuses it: a model going on from a space writes a word split in two
+        raise InvalidRequest("The final assistant message (the answer's start) ends with whitespace; send it without "
+                             "the trailing whitespace.", param="messages")  # fmt: skip
     return GenerationRequest(
         model=body.model,
         messages=messages,

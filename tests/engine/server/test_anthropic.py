@@ -305,6 +305,8 @@ def test_a_last_assistant_turn_is_gone_on_with_as_claude_does(claude):
     assert begun + went_on.content[0].text == whole.content[0].text
     counted = claude.messages.count_tokens(model=MODEL, messages=[*story, {"role": "assistant", "content": begun}])
     assert went_on.usage.input_tokens + (went_on.usage.cache_read_input_tokens or 0) == counted.input_tokens
+    with pytest.raises(anthropic.BadRequestError, match="ends with whitespace"):  # as Anthropic refuses it
+        claude.messages.create(model=MODEL, max_tokens=8, messages=[*story, {"role": "assistant", "content": "Once "}])
 
 
 def test_a_system_message_alone_is_a_400_that_says_a_user_message_is_missing(claude):
