@@ -509,7 +509,7 @@ async def _compacted_start(request: Request, body: MessagesBody, req: Generation
     _, n_ctx = await context_of(request, req, count=False)
     ask = compaction.ASK + (f"\n\n{compact.instructions}" if compact.instructions else "")
     longest = compaction.summary_tokens(compact.trigger_tokens, n_ctx)
-    summary_run = await compaction.summary_started(request, body.model, (), messages, longest, keep, ask)
+    summary_run = await compaction.summary_started(request, body.model, (), messages, longest, keep, ask, like=req)
     text, thinking, final = await summary_run.collect()
     if final.finish_reason == "cancelled":  # its client went, or the worker gave it up: nothing is compacted
         raise RequestCancelled()

@@ -162,12 +162,17 @@ def threshold(value: Any) -> tuple[bool, int | None]:
 
 
 async def summary_started(request: Request, model: str, system: tuple[ChatMessage, ...], history: tuple[ChatMessage, ...],
-                          max_tokens: int, keep: float | None, ask: str = ASK) -> DialectRun:  # fmt: skip
+                          max_tokens: int, keep: float | None, ask: str = ASK,
+                          like: GenerationRequest | None = None) -> DialectRun:  # fmt: skip
     """The model's summary of ``history`` (``ask`` after it), started; a conversation longer than the context is
-    summarised from its newest messages that fit (the system messages kept)."""
+    summarised from its newest messages that fit (the system messages kept). ``like``: the request it compacts,
+    whose temperature, top_p and seed it is sampled with where that request gave them (a greedy request's summary
+    is the same every time), else with the model's defaults."""
+    given = {} if like is None else {f: getattr(like.params, f) for f in ("temperature", "top_p") if f not in like.unset}
+    seed = None if like is None else like.params.seed
     req = GenerationRequest(model=model, messages=(*system, *history, ChatMessage("user", ask)),
-                            params=SamplingParams(max_tokens=max_tokens),
-                            unset=left_unset({"temperature": None, "top_p": None}))  # fmt: skip
+                            params=SamplingParams(max_tokens=max_tokens, seed=seed, **given),
+                            unset=left_unset({"temperature": given.get("temperature"), "top_p": given.get("top_p")}))  # fmt: skip
     try:
         return await DialectRun(request, req, keep_alive=keep).start()
     except ContextLengthExceeded as exc:

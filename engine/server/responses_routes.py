@@ -875,7 +875,8 @@ async def _first_started(request: Request, turn: _Turn) -> DialectRun:
 async def _summary_of(request: Request, turn: _Turn, longest: int) -> DialectRun:
     """The summary of the turn's conversation, started (``turn.summarizing``)."""
     turn.summarizing = True
-    return await compaction.summary_started(request, turn.body.model, _system(turn.body.instructions), turn.history, longest, turn.keep)
+    return await compaction.summary_started(request, turn.body.model, _system(turn.body.instructions), turn.history, longest,
+                                            turn.keep, like=turn.req)  # fmt: skip
 
 
 async def _compacted(request: Request, turn: _Turn, summary: str, final: GenerationChunk, model: str,

@@ -455,6 +455,7 @@ def test_a_compaction_request_answers_with_its_block_alone_streamed_and_not(serv
     with claude.beta.messages.stream(**asked) as stream:
         streamed = stream.get_final_message()
     assert streamed.stop_reason == "compaction" and [b.type for b in streamed.content] == ["compaction"]
+    assert streamed.content[0].content == message.content[0].content  # sampled as asked: greedy, the same summary
     later = claude.beta.messages.create(**{**asked, "compaction": None, "max_tokens": 4, "messages": [
         {"role": "assistant", "content": [message.content[0].model_dump()]}, {"role": "user", "content": "And then?"}]})
     assert later.stop_reason in ("end_turn", "max_tokens") and later.content[0].type == "text"
