@@ -784,14 +784,26 @@ def _remote_model(model_id: str, created: int = 0) -> dict:
 
 
 @models_router.get("/models", include_in_schema=False)
-async def list_models(request: Request) -> dict:
+async def list_models(request: Request, limit: int = 20, after_id: str | None = None, before_id: str | None = None) -> dict:
+    """Anthropic's paged list: ``limit`` (1-1000, 20 by default) models after ``after_id`` or before ``before_id``."""
+    if not 1 <= limit <= 1000:
+        raise InvalidRequest("'limit' must be from 1 to 1000.", param="limit")
     models = [_model(m) for m in await asyncio.to_thread(request.app.state.manager.available)]
     models += [_remote_model(m.id, m.created) for m in await remote_routes.remote_models(request)]
+    ids = [m["id"] for m in models]
+    if after_id is not None:
+        start = ids.index(after_id) + 1 if after_id in ids else len(ids)
+        page, more = models[start : start + limit], start + limit < len(models)
+    elif before_id is not None:
+        end = ids.index(before_id) if before_id in ids else 0
+        page, more = models[max(0, end - limit) : end], end - limit > 0
+    else:
+        page, more = models[:limit], limit < len(models)
     return {
-        "data": models,
-        "has_more": False,
-        "first_id": models[0]["id"] if models else None,
-        "last_id": models[-1]["id"] if models else None,
+        "data": page,
+        "has_more": more,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
     }
 
 

@@ -149,6 +149,13 @@ def test_models_list_in_anthropics_shape(claude, server):
     models = list(claude.models.list())
     assert MODEL in [m.id for m in models] and all(m.type == "model" for m in models)
     assert claude.models.retrieve(MODEL).id == MODEL
+    # paged as Anthropic pages it: the SDK's pages of one, followed to the end, are the whole list
+    assert [m.id for m in claude.models.list(limit=1)] == [m.id for m in models]
+    last = claude.models.list(after_id=models[-1].id)
+    assert last.data == [] and not last.has_more
+    assert [m.id for m in claude.models.list(before_id=models[-1].id).data] == [m.id for m in models[:-1]]
+    with pytest.raises(anthropic.BadRequestError, match="limit"):
+        claude.models.list(limit=0)
     openai_shape = httpx.get(f"{server.base_url}/models", headers=server.headers).json()
     assert openai_shape["object"] == "list"  # the same path without anthropic-version stays OpenAI's
 
