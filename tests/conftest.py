@@ -86,6 +86,7 @@ SLOW_FILES = (
     "tests/engine/documents/test_cli_api.py",
     "tests/engine/server/test_speculative_settings.py",
     "tests/engine/server/test_responses.py",
+    "tests/engine/server/test_anthropic.py",
     "tests/app/test_chat_window.py",
     "tests/engine/worker/test_supervisor.py",
     "tests/app/test_api_page.py",
