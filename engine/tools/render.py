@@ -271,10 +271,9 @@ def _runs_joined(messages: list) -> list:
     out: list = []
     for m in messages:
         prev = out[-1] if out else None
-        joins = prev is not None and prev.role == m.role and (
+        if prev is not None and prev.role == m.role and (
             m.role == "user" or (m.role == "assistant" and not prev.tool_calls and not m.tool_calls and not m.reasoning)
-        )
-        if joins:
+        ):
             out[-1] = replace(prev, content=f"{prev.content}\n\n{m.content}", media=prev.media + m.media)
         else:
             out.append(m)
