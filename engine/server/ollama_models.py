@@ -23,11 +23,12 @@ from engine import __version__
 from engine.errors import DownloadError, HearthError, InvalidRequest
 from engine.infill import file_has_markers
 from engine.remote.client import RemoteModel
+from engine.remote.routing import local_spelling
 from engine.server import remote_routes
 from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import error_route, ollama_error
 from engine.server.errors import error_info
-from engine.server.ollama_routes import NDJSON, resolve, short_name
+from engine.server.ollama_routes import NDJSON, resolve
 from engine.starter import STARTER_NAME, STARTER_REPO
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
@@ -311,7 +312,7 @@ async def _installed(request: Request, name: str) -> bool:
     try:
         m = await resolve(request, name)
     except HearthError:
-        if short_name(name).lower() not in (STARTER_NAME, STARTER_REPO.lower()):
+        if local_spelling(name).lower() not in (STARTER_NAME, STARTER_REPO.lower()):
             return False
         # the bundled starter, removed: registered again from the package, as a pull of it fetches it again
         registry = request.app.state.manager.registry

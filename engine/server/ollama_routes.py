@@ -205,9 +205,6 @@ def _duration_seconds(value: str) -> float:
     return sign * sum(float(n) * _UNIT[u] for n, u in parts)
 
 
-short_name = local_spelling  # Hearth's name for what an Ollama client wrote: without ``:latest`` and ``hf.co/``
-
-
 async def resolve(request: Request, name: str):
     """The local model an Ollama client means: Hearth's name, with ``:latest`` or ``hf.co/`` tolerated.
 
@@ -218,7 +215,7 @@ async def resolve(request: Request, name: str):
     try:
         return await asyncio.to_thread(manager.resolve, name)
     except ModelNotFound:
-        short = short_name(name)
+        short = local_spelling(name)
         if short == name:
             raise
         return await asyncio.to_thread(manager.resolve, short)
@@ -626,4 +623,4 @@ async def embeddings(request: Request, body: EmbeddingsBody) -> dict:
     return {"embedding": vectors[0]}
 
 
-__all__ = ["router", "resolve", "short_name", "keep_alive_seconds", "params", "response_format", "now_iso"]
+__all__ = ["router", "resolve", "keep_alive_seconds", "params", "response_format", "now_iso"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import ollama
@@ -262,8 +264,9 @@ def test_keep_alive_zero_unloads_after_the_answer(client):
     assert unloaded.done_reason == "unload" and client.ps().models == []
 
 
-def test_stopping_a_model_that_is_not_loaded_does_not_load_it_first(tmp_path):
-    # `ollama stop`: an empty prompt with keep_alive 0; a large model not loaded took its whole load, to be unloaded
+@contextmanager
+def _in_process(home: Path):
+    """The worker's app in this process on a data folder of its own: (its model manager, a client of it)."""
     from fastapi.testclient import TestClient
 
     from engine.backends import LoadOptions
@@ -271,22 +274,28 @@ def test_stopping_a_model_that_is_not_loaded_does_not_load_it_first(tmp_path):
     from engine.pool import ModelManager
     from engine.server import ServerSettings, create_app
 
-    registry = ModelRegistry(tmp_path)
+    registry = ModelRegistry(home)
     manager = ModelManager(registry, options=LoadOptions(n_ctx=512, n_seq_max=1))
-    loads = []
-    real_load = manager.load
-    manager.load = lambda *a, **kw: loads.append(a) or real_load(*a, **kw)  # counted, still the real load
     try:
         with TestClient(create_app(ServerSettings(), manager), base_url="http://127.0.0.1:8765") as web:
-            for path, body in (("/api/generate", {"prompt": ""}), ("/api/chat", {"messages": []})):
-                r = web.post(path, json={"model": MODEL, "keep_alive": 0, "stream": False, **body})
-                assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
-            assert loads == [] and manager.loaded() == []
-            r = web.post("/api/generate", json={"model": MODEL, "prompt": "", "stream": False})
-            assert r.json()["done_reason"] == "load" and len(loads) == 1  # an empty prompt alone loads it, as before
+            yield manager, web
     finally:
         manager.close()
         registry.close()
+
+
+def test_stopping_a_model_that_is_not_loaded_does_not_load_it_first(tmp_path):
+    # `ollama stop`: an empty prompt with keep_alive 0; a large model not loaded took its whole load, to be unloaded
+    with _in_process(tmp_path) as (manager, web):
+        loads = []
+        real_load = manager.load
+        manager.load = lambda *a, **kw: loads.append(a) or real_load(*a, **kw)  # counted, still the real load
+        for path, body in (("/api/generate", {"prompt": ""}), ("/api/chat", {"messages": []})):
+            r = web.post(path, json={"model": MODEL, "keep_alive": 0, "stream": False, **body})
+            assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
+        assert loads == [] and manager.loaded() == []
+        r = web.post("/api/generate", json={"model": MODEL, "prompt": "", "stream": False})
+        assert r.json()["done_reason"] == "load" and len(loads) == 1  # an empty prompt alone loads it, as before
 
 
 def _expires_in(ollama_server) -> float:
@@ -540,29 +549,17 @@ def test_malformed_message_parts_are_refused_saying_what_is_wrong(ollama_server)
 
 
 def test_the_starter_removed_is_pulled_back_from_the_package(tmp_path):
-    from fastapi.testclient import TestClient
-
-    from engine.backends import LoadOptions
-    from engine.catalog.registry import ModelRegistry
-    from engine.pool import ModelManager
-    from engine.server import ServerSettings, create_app
     from engine.starter import starter_model_path
 
-    registry = ModelRegistry(tmp_path)
-    manager = ModelManager(registry, options=LoadOptions(n_ctx=512, n_seq_max=1))
-    try:
-        with TestClient(create_app(ServerSettings(), manager), base_url="http://127.0.0.1:8765") as web:
-            assert web.request("DELETE", "/api/delete", json={"model": MODEL}).status_code == 200
-            assert starter_model_path().is_file()  # the package's file stays
-            assert f"{MODEL}:latest" not in [m["name"] for m in web.get("/api/tags").json()["models"]]
-            r = web.post("/api/pull", json={"model": MODEL, "stream": False})
-            assert r.status_code == 200 and r.json() == {"status": "success"}, r.text
-            assert f"{MODEL}:latest" in [m["name"] for m in web.get("/api/tags").json()["models"]]
-            r = web.post("/api/pull", json={"model": "no-such-model", "stream": False})
-            assert r.status_code == 400  # another name that is no repo is still refused
-    finally:
-        manager.close()
-        registry.close()
+    with _in_process(tmp_path) as (_, web):
+        assert web.request("DELETE", "/api/delete", json={"model": MODEL}).status_code == 200
+        assert starter_model_path().is_file()  # the package's file stays
+        assert f"{MODEL}:latest" not in [m["name"] for m in web.get("/api/tags").json()["models"]]
+        r = web.post("/api/pull", json={"model": MODEL, "stream": False})
+        assert r.status_code == 200 and r.json() == {"status": "success"}, r.text
+        assert f"{MODEL}:latest" in [m["name"] for m in web.get("/api/tags").json()["models"]]
+        r = web.post("/api/pull", json={"model": "no-such-model", "stream": False})
+        assert r.status_code == 400  # another name that is no repo is still refused
 
 
 def test_the_names_api_tags_lists_are_taken_in_every_dialect(ollama_server):
