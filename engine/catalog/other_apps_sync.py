@@ -90,19 +90,30 @@ def origin_info(found: FoundModel) -> dict[str, object]:
     info["defaults"] = defaults
     info["template_source"] = "gguf"
     if found.template:
-        from engine.catalog.go_template import UnsupportedTemplate, translate
-        from engine.chat_template import ChatTemplate, ChatTemplateError
+        from engine.catalog.go_template import UnsupportedTemplate
+        from engine.chat_template import ChatTemplateError
 
         try:
-            jinja = translate(found.template, default_system=found.system).jinja
-            ChatTemplate(jinja).render(_PROBE)  # a translation that cannot render is no use
+            info.update(template_info(found.template, found.system))
         except (UnsupportedTemplate, ChatTemplateError) as exc:
             info["template_note"] = f"Ollama's template was not translated ({exc}); the GGUF's own template is used."
-        else:
-            info["template_source"] = "ollama"
-            info["template"] = jinja
-            info["ollama_template"] = found.template
     return info
+
+
+def template_info(template: str, system: str | None) -> dict[str, object]:
+    """What the registry keeps of an Ollama (Go) chat template: its Jinja translation, which Hearth renders
+    (with ``system`` for a conversation without a system message), and the template as given.
+
+    Raises:
+        UnsupportedTemplate: the translator does not know a form the template uses.
+        ChatTemplateError: the translation cannot render a conversation.
+    """
+    from engine.catalog.go_template import translate
+    from engine.chat_template import ChatTemplate
+
+    jinja = translate(template, default_system=system).jinja
+    ChatTemplate(jinja).render(_PROBE)  # a translation that cannot render is no use
+    return {"template_source": "ollama", "template": jinja, "ollama_template": template}
 
 
 def _probe():
@@ -221,5 +232,6 @@ def new_models(registry: ModelRegistry, found: list[FoundModel]) -> list[FoundMo
 
 __all__ = [
     "SyncResult", "accept", "dismiss", "dismissed_names", "new_models", "origin_info", "owner_sentence", "refresh", "register_found",
+    "template_info",
     "watched_origins",
 ]  # fmt: skip

@@ -53,7 +53,7 @@ class ModelRow(Base):
     variant: Mapped[str | None] = mapped_column(String, nullable=True)
     path: Mapped[str] = mapped_column(String)
     format: Mapped[str] = mapped_column(String, default="gguf")
-    source: Mapped[str] = mapped_column(String, default="import")  # starter | hub | import | other-app
+    source: Mapped[str] = mapped_column(String, default="import")  # starter | hub | import | upload | other-app
     size_bytes: Mapped[int] = mapped_column(Integer, default=0)
     quantization: Mapped[str | None] = mapped_column(String, nullable=True)
     architecture: Mapped[str | None] = mapped_column(String, nullable=True)
@@ -67,6 +67,10 @@ class ModelRow(Base):
     # JSON: what its owner says about it (Ollama's manifest, params, system, translated template; the mmproj)
     origin_info: Mapped[str | None] = mapped_column(Text, nullable=True)
 
+
+#: Where a model's files are Hearth's own, deleted with the model: Hub downloads, and GGUF files sent to Hearth's
+#: port to build a model from (Ollama's ``/api/blobs`` and ``/api/create``).
+OWN_FILES = ("hub", "upload")
 
 # Columns added after the first release: an older registry.db gets them on open (create_all adds no columns).
 _ADDED_COLUMNS = {"origin": "VARCHAR", "origin_info": "TEXT"}
@@ -119,6 +123,17 @@ class LocalModel:
         info = self.origin_info or {}
         template = info.get("template")
         return template if info.get("template_source") == "ollama" and isinstance(template, str) else None
+
+    @property
+    def derived_from(self) -> str | None:
+        """The model this one was made from with other defaults (Ollama's ``create`` from a model, or ``copy``)."""
+        found = (self.origin_info or {}).get("derived_from")
+        return found if isinstance(found, str) and found else None
+
+    @property
+    def owns_files(self) -> bool:
+        """Whether removing the model deletes its files (Hearth's own download or upload, never another app's)."""
+        return self.source in OWN_FILES and not self.origin
 
     @property
     def mmproj(self) -> Path | None:
@@ -304,6 +319,48 @@ class ModelRegistry:
             s.commit()
             return LocalModel.from_row(row)
 
+    def derive(self, base: LocalModel, name: str, info: Mapping[str, object]) -> LocalModel:
+        """Register ``name`` as ``base``'s files with ``info`` for its ``origin_info`` (its own defaults and
+        template): Ollama's ``create`` from a model and ``copy``. The files are shared and stay ``base``'s: the
+        new entry keeps its source (a Hub download's files go with the last entry that uses them) and its origin
+        (another app's files are never deleted). ``name`` may be ``base``'s own (new defaults for it) or an
+        entry made so before, which it replaces.
+
+        Raises:
+            InvalidRequest: ``name`` is another model's, or ``base`` is another app's and ``name`` its own.
+        """
+        info = dict(info)
+        with self._lock, Session(self.engine) as s:
+            row = s.scalar(select(ModelRow).where(ModelRow.name == name))
+            if row is not None and name == base.name:
+                if base.origin:
+                    raise InvalidRequest(
+                        f"'{name}' is read in place from another app, which owns its settings; create the model under another name."
+                    )
+            elif row is not None and not (row.origin_info and json.loads(row.origin_info).get("derived_from")):
+                raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+            elif row is None:
+                row = ModelRow(name=name)
+                s.add(row)
+            if name != base.name:
+                info["derived_from"] = base.name
+                row.path = str(base.path)
+                row.repo, row.variant, row.format = base.repo, base.variant, base.format
+                row.source = "import" if base.source in ("starter", "path") else base.source
+                row.size_bytes, row.quantization, row.architecture = base.size_bytes, base.quantization, base.architecture
+                row.parameters, row.context_length, row.sha256 = base.parameters, base.context_length, base.sha256
+                row.origin = base.origin
+                row.added_at = datetime.now(UTC)
+            row.has_chat_template = base.has_chat_template or info.get("template_source") == "ollama"
+            row.origin_info = json.dumps(info) if info else None
+            s.commit()
+            return LocalModel.from_row(row)
+
+    def shares_files(self, model: LocalModel) -> bool:
+        """Whether another entry uses ``model``'s files (one made from it by Ollama's create or copy): removing
+        ``model`` then leaves them."""
+        return any(m.path == model.path and m.name != model.name for m in self.list())
+
     def list(self) -> list[LocalModel]:
         with Session(self.engine) as s:
             return [LocalModel.from_row(r) for r in s.scalars(select(ModelRow).order_by(ModelRow.added_at))]
@@ -353,8 +410,9 @@ class ModelRegistry:
         raise ModelNotFound(name)
 
     def remove(self, name: str, *, delete_files: bool = False) -> LocalModel:
-        """Unregister ``name`` (and delete its files when they are Hearth's own downloads). Another app's
-        model is only forgotten, and stays forgotten when that app's models are looked at again.
+        """Unregister ``name`` (and delete its files when they are Hearth's own, a download or an upload, and no
+        other entry uses them). Another app's model is only forgotten, and stays forgotten when that app's models
+        are looked at again.
 
         Raises:
             ModelNotFound: nothing local has that name.
@@ -368,11 +426,13 @@ class ModelRegistry:
         if model.origin:
             from engine.catalog.other_apps_sync import dismiss
 
-            dismiss(self, model.origin, model.name)
+            if model.derived_from is None:  # (a model made from it is Hearth's alone: nothing for the app to forget)
+                dismiss(self, model.origin, model.name)
             return model  # another app's files: never deleted
-        if delete_files and model.source == "hub" and model.path.exists():
+        if delete_files and model.owns_files and model.path.exists() and not self.shares_files(model):
+            others = self.list()
             projector = model.mmproj
-            if projector is not None and not any(m.mmproj == projector for m in self.list()):
+            if projector is not None and not any(m.mmproj == projector for m in others):
                 projector.unlink(missing_ok=True)  # pulled with it, and no other variant of the repo uses it
             delete_model_files(model.path, stop_at=self.home / "models")
         return model

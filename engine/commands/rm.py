@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     model = registry.resolve(args.name)
     if model.source == "starter":
         raise InvalidRequest("The starter model ships with Hearth and cannot be removed.")
-    deletes = model.source == "hub" and not model.origin
+    deletes = model.owns_files and not registry.shares_files(model)
     if not args.yes:
         if not sys.stdin.isatty():
             raise InvalidRequest(f"Pass --yes to remove '{model.name}' without being asked.")

@@ -89,12 +89,8 @@ _INFERENCE_ROUTES = (
     ("POST", "/api/generate"),
     ("POST", "/api/embed"),
     ("POST", "/api/embeddings"),
-    # Ollama's model building, which Hearth lacks: each answers that it does not have it, and changes nothing
-    ("POST", "/api/copy"),
-    ("POST", "/api/create"),
+    # Ollama's push to a registry, which Hearth lacks: it answers so, and changes nothing
     ("POST", "/api/push"),
-    ("HEAD", "/api/blobs/{digest}"),
-    ("POST", "/api/blobs/{digest}"),
     # llama-server's own: reranking (Jina's and Cohere's body too) and the vocabulary
     ("POST", "/v1/rerank"),
     ("POST", "/rerank"),
@@ -128,6 +124,11 @@ _ADMIN_ROUTES = (
     ("POST", "/api/folders"),
     ("DELETE", "/api/folders"),
     ("DELETE", "/api/delete"),
+    # Ollama's model building: new names for local models with their own defaults, models from files sent here
+    ("POST", "/api/create"),
+    ("POST", "/api/copy"),
+    ("HEAD", "/api/blobs/{digest}"),
+    ("POST", "/api/blobs/{digest}"),
     ("GET", "/api/fit"),
     ("GET", "/api/hardware"),
     # other apps' models: found on the disk, registered in place

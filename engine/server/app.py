@@ -23,6 +23,7 @@ from engine.server import (
     folder_routes,
     llama_routes,
     log_routes,
+    ollama_create,
     ollama_models,
     ollama_routes,
     openai_routes,
@@ -67,6 +68,8 @@ def create_app(
     app.include_router(ollama_routes.router)
     app.include_router(ollama_models.router)
     app.include_router(ollama_models.root_router)
+    app.include_router(ollama_create.router)
+    app.include_router(ollama_create.upload_router)
     app.include_router(admin_routes.router)
     app.include_router(settings_routes.router)
     app.include_router(folder_routes.router)

@@ -194,6 +194,12 @@ class _Refused(Exception):
     """Raised from the app's ``receive`` when the body passes a limit, to stop it reading."""
 
 
+def is_upload(scope) -> bool:
+    """Whether the request sends a file to be kept (Ollama's ``POST /api/blobs/sha256:...``, an admin route): its body
+    has no size limit but the disk's, and goes to the route as it comes, never gathered as JSON."""
+    return scope.get("method") == "POST" and scope["path"].startswith("/api/blobs/")
+
+
 class RequestGuard:
     """Pure-ASGI middleware: refuses a foreign Host or Origin (403), a missing or wrong key (401), an
     inference key on an admin route (403), a body over the limit (413, also when it comes chunked) and a body
@@ -282,7 +288,7 @@ class RequestGuard:
             return MISSING_KEY
         if check is KeyCheck.INFERENCE_ONLY:
             return ADMIN_KEY_NEEDED
-        if length is not None and length.isdigit() and int(length) > self.max_body:
+        if length is not None and length.isdigit() and int(length) > self.max_body and not is_upload(scope):
             return too_large(self.max_body)
         return None
 
@@ -300,8 +306,9 @@ class RequestGuard:
         seen = 0
         over: Refusal | None = None
         started = False
-        read = False  # the body has been handed to the app
-        limit = self.max_body
+        upload = is_upload(scope)
+        read = upload  # the body has been handed to the app (an upload's goes to it as it comes)
+        limit = 1 << 62 if upload else self.max_body
 
         body_done = False  # the last of the body arrived; receive() waits for the client to leave after it
 

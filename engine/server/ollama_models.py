@@ -204,6 +204,42 @@ def capabilities(m, template: str) -> list[str]:
     return caps + media_capabilities(m.mmproj)  # "vision", "audio" with a projector
 
 
+def _shown_value(value: object) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def parameters_text(defaults: dict) -> str:
+    """A model's Modelfile parameters as Ollama's ``/api/show`` gives them: a line each (``stop`` a line a value)."""
+    shown = [(k, v) for k, v in defaults.items() if k not in ("system", "messages")]
+    width = max((len(k) for k, _ in shown), default=0)
+    lines = []
+    for name, value in shown:
+        for one in value if isinstance(value, list) else [value]:
+            lines.append(f"{name:<{width}} {_shown_value(one)}")
+    return "\n".join(lines)
+
+
+def _quoted(text: str) -> str:
+    return f'"""{text}"""'
+
+
+def modelfile(m, template: str, system: str, defaults: dict, messages: list, license_: list[str]) -> str:
+    """The Modelfile that makes the model (``ollama show --modelfile``): ``FROM`` its name (a path is for the admin
+    key), the model it was made from, or its file's name; then its template, system, parameters, messages, licenses."""
+    lines = ["# Served by Hearth", f"FROM {m.derived_from or m.name}"]
+    own = m.origin_info or {}
+    if template and isinstance(own.get("ollama_template"), str):
+        lines.append(f"TEMPLATE {_quoted(template)}")
+    if system:
+        lines.append(f"SYSTEM {_quoted(system)}")
+    for name, value in defaults.items():
+        if name not in ("system", "messages"):
+            lines += [f"PARAMETER {name} {_shown_value(one)}" for one in (value if isinstance(value, list) else [value])]
+    lines += [f"MESSAGE {mm.get('role')} {_quoted(str(mm.get('content', '')))}" for mm in messages]
+    lines += [f"LICENSE {_quoted(text)}" for text in license_]
+    return "\n".join(lines) + "\n"
+
+
 @router.post("/show")
 async def show(request: Request, body: ModelBody) -> dict:
     m = await resolve(request, body.target)
@@ -223,11 +259,25 @@ async def show(request: Request, body: ModelBody) -> dict:
         info["general.parameter_count"] = m.parameters
     if m.context_length and m.architecture:
         info.setdefault(f"{m.architecture}.context_length", m.context_length)
+    own = m.origin_info or {}
+    if isinstance(own.get("ollama_template"), str):  # a template of Ollama's (Go): shown as given
+        template = own["ollama_template"]
+    given = own.get("defaults")
+    defaults: dict[str, Any] = given if isinstance(given, dict) else {}
+    system = defaults.get("system")
+    system = system if isinstance(system, str) else ""
+    messages = [mm for mm in defaults.get("messages") or () if isinstance(mm, dict)]
+    license_ = [t for t in own.get("license") or () if isinstance(t, str)]
+    details = _details(m)
+    details["parent_model"] = m.derived_from or ""
     return {
-        "modelfile": f"# Served by Hearth\nFROM {m.name}\n",  # the name: paths are for the admin key
-        "parameters": "",
+        "modelfile": modelfile(m, template, system, defaults, messages, license_),
+        "parameters": parameters_text(defaults),
         "template": template,
-        "details": _details(m),
+        **({"system": system} if system else {}),
+        **({"license": "\n".join(license_)} if license_ else {}),
+        **({"messages": messages} if messages else {}),
+        "details": details,
         "model_info": info,
         "capabilities": await asyncio.to_thread(capabilities, m, template),  # reads the vocabulary's bytes
         "modified_at": _iso(m.since),
@@ -248,16 +298,10 @@ class _NotOffered(HearthError):
     code = "not_found"
 
 
-async def _not_offered(request: Request) -> Response:
-    """Ollama's model-building endpoints, which Hearth does not have: an answer in Ollama's shape that says so."""
-    raise _NotOffered(f"Hearth has no {request.url.path}: get a model with /api/pull (a Hugging Face repo) or "
-                      "add a GGUF file in Hearth's Models page.")  # fmt: skip
-
-
-for _path, _methods in (("/copy", ["POST"]), ("/create", ["POST"]), ("/push", ["POST"]), ("/blobs/{digest}", ["HEAD", "POST"])):
-    for _method in _methods:
-        router.add_api_route(_path, _not_offered, methods=[_method], include_in_schema=False,
-                             operation_id=f"ollama_{_path.strip('/').split('/')[0]}_{_method.lower()}_not_offered")  # fmt: skip
+@router.post("/push", include_in_schema=False)
+async def push(request: Request) -> Response:
+    """Ollama's push to a registry, which Hearth has not: an answer in Ollama's shape that says so."""
+    raise _NotOffered("Hearth has no /api/push: its models stay on this machine; share a model's GGUF file instead.")
 
 
 def pull_target(name: str) -> tuple[str, str | None]:

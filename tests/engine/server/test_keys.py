@@ -113,6 +113,9 @@ def test_an_inference_key_gets_403_on_every_admin_route(split):
             continue
         r = split.request(method, concrete(path), json={}, headers=bearer(INFERENCE_KEY))
         assert r.status_code == 403, (method, path, r.text)
+        if method == "HEAD":  # the status alone
+            assert split.request(method, concrete(path)).status_code == 401, (method, path)
+            continue
         body = r.json()
         message = body["error"] if isinstance(body["error"], str) else body["error"]["message"]
         assert message == "This key can only run models; admin routes need the admin key."
@@ -441,9 +444,10 @@ def test_paths_no_file_can_have_are_a_400_in_one_sentence_on_the_admin_routes(sp
 
 def test_hearths_own_api_segments_are_those_of_the_apps_routes(manager):
     """Errors under /api answer in Ollama's shape except on Hearth's own routes (dialect.HEARTH_API_SEGMENTS)."""
-    from engine.server import ollama_models, ollama_routes
+    from engine.server import ollama_create, ollama_models, ollama_routes
     from engine.server.dialect import HEARTH_API_SEGMENTS
 
-    ollamas = {r.path.split("/")[2] for router in (ollama_routes.router, ollama_models.router) for r in router.routes}
+    routers = (ollama_routes.router, ollama_models.router, ollama_create.router, ollama_create.upload_router)
+    ollamas = {r.path.split("/")[2] for router in routers for r in router.routes}
     own = {path.split("/")[2] for _, path in app_routes(manager) if path.startswith("/api/")} - ollamas
     assert ollamas >= {"chat", "generate", "tags"} and own == HEARTH_API_SEGMENTS

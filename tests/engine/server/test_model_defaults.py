@@ -145,3 +145,21 @@ def test_modelfile_values_hearth_cannot_take_are_left_out_and_the_rest_kept():
     assert defaults.apply(req).params.top_k == 40 and defaults.apply(req).params.stop == ()
     assert defaults.apply(req).request_id == req.request_id
     assert ModelDefaults.from_info(None).is_empty and ModelDefaults.from_info({"defaults": "no"}).is_empty
+
+
+def test_a_modelfiles_messages_come_after_the_system_messages_and_before_the_requests():
+    from engine.model_defaults import ModelDefaults
+    from engine.types import ChatMessage, GenerationRequest
+
+    info = {"defaults": {"system": "Be Mario.", "messages": [{"role": "user", "content": "Who?"},
+                                                             {"role": "assistant", "content": "Mario!"},
+                                                             {"role": "tool", "content": "left out"}, "no"]}}  # fmt: skip
+    defaults = ModelDefaults.from_info(info)
+    assert [m.role for m in defaults.messages] == ["user", "assistant"] and not defaults.is_empty
+    asked = GenerationRequest(model="m", messages=(ChatMessage("user", "Hi"),))
+    assert [(m.role, m.content) for m in defaults.apply(asked).messages] == [
+        ("system", "Be Mario."), ("user", "Who?"), ("assistant", "Mario!"), ("user", "Hi")]  # fmt: skip
+    own = GenerationRequest(model="m", messages=(ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")))
+    assert [m.content for m in defaults.apply(own).messages] == ["Be brief.", "Who?", "Mario!", "Hi"]
+    raw = GenerationRequest(model="m", prompt="p")
+    assert defaults.apply(raw).prompt == "p" and defaults.apply(raw).messages is None

@@ -1,0 +1,376 @@
+"""Ollama's model-building endpoints: ``POST /api/create``, ``POST /api/copy`` and ``HEAD``/``POST /api/blobs``.
+
+What ``ollama create`` and ``ollama cp`` (and every client of the same API) do, on Hearth's registry:
+
+- ``create`` from a local model (``from``) registers a new name for its files with its own defaults: the
+  Modelfile's ``PARAMETER``s (over the base model's), ``SYSTEM``, ``MESSAGE``s, ``TEMPLATE`` (Ollama's Go template,
+  translated as an Ollama model's is) and ``LICENSE``; ``create`` of a model's own name gives it those defaults;
+- ``create`` from files (``files``: file name -> ``sha256:...``) builds a model from GGUF files sent first to
+  ``POST /api/blobs/sha256:...``: the model file (split ones as their parts) and a multimodal projector;
+- ``copy`` registers another name for a model, with its defaults.
+
+A model made from another shares its files (engine.catalog.registry.ModelRegistry.derive): removing either
+leaves them while the other uses them. A name that is taken is replaced only when a model made so holds it.
+Every route here changes the registry, and needs the admin key where keys are set (engine.server.access).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import Field, StrictBool
+
+from engine.catalog.registry import LocalModel, ModelRegistry, delete_model_files, short_name
+from engine.errors import HearthError, InvalidRequest, ModelLoadError, ModelNotFound
+from engine.model_defaults import checked_messages, checked_parameters
+from engine.remote.routing import local_spelling
+from engine.server.api_models import NullLeftOutBody
+from engine.server.dialect import error_route, ollama_error
+from engine.server.ollama_routes import NDJSON, resolve
+from engine.validation import model_name
+
+router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
+# the blob upload reads its body as it comes (a model file), never as JSON
+upload_router = APIRouter(prefix="/api", route_class=error_route(ollama_error))
+
+_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
+#: Bytes an upload gathers before they are hashed and written off the event loop.
+_WRITE_EVERY = 4 << 20
+#: Free disk space an upload leaves, beyond its own size.
+DISK_MARGIN_BYTES = 1 << 30
+#: Most files one model is built from (a split GGUF's parts and a projector).
+MAX_FILES = 256
+
+
+class _NoRoom(HearthError):
+    status = 507
+    code = "insufficient_storage"
+
+
+class CreateBody(NullLeftOutBody):
+    model: str | None = None
+    name: str | None = None  # Ollama's older spelling
+    from_: str | None = Field(None, alias="from")
+    files: dict[str, str] | None = None
+    adapters: dict[str, str] | None = None
+    template: str | None = None
+    license: str | list[str] | None = None
+    system: str | None = None
+    parameters: dict[str, Any] | None = None
+    messages: list[Any] | None = None
+    stream: StrictBool = True
+    quantize: str | None = None
+    quantization: str | None = None  # Ollama's older spelling
+    modelfile: str | None = None  # Ollama's clients before 0.5 sent the Modelfile's text
+
+
+class CopyBody(NullLeftOutBody):
+    source: str = Field(min_length=1)
+    destination: str = Field(min_length=1)
+
+
+def _name(given: str | None, field: str = "model") -> str:
+    """The registry name a created model gets: as given, without Ollama's ``:latest`` (``/api/tags`` adds it back).
+
+    Raises:
+        InvalidRequest: none given, or one that cannot name a model.
+    """
+    if not given:
+        raise InvalidRequest(f"'{field}' is required; name the model to create.", param=field)
+    return model_name(local_spelling(given.strip()), name=field)
+
+
+def blob_folder(registry: ModelRegistry) -> Path:
+    return registry.home / "blobs"
+
+
+def blob_path(registry: ModelRegistry, digest: str, *, param: str = "digest") -> Path:
+    """Where the blob ``sha256:HEX`` is kept.
+
+    Raises:
+        InvalidRequest: ``digest`` is not ``sha256:`` and 64 lower-case hex digits.
+    """
+    m = _DIGEST.fullmatch(digest)
+    if m is None:
+        raise InvalidRequest(f"'{digest}' is not a digest; give 'sha256:' and the file's 64 hex digits.", param=param)
+    return blob_folder(registry) / f"sha256-{m.group(1)}"
+
+
+@upload_router.head("/blobs/{digest}")
+async def blob_exists(request: Request, digest: str) -> Response:
+    path = blob_path(request.app.state.manager.registry, digest)
+    return Response(status_code=200 if await asyncio.to_thread(path.is_file) else 404)
+
+
+def _gather(f, h, pieces: list[bytes]) -> None:
+    for piece in pieces:
+        h.update(piece)
+        f.write(piece)
+
+
+@upload_router.post("/blobs/{digest}", status_code=201)
+async def create_blob(request: Request, digest: str) -> Response:
+    """A file for ``/api/create`` to build a model from, kept when its SHA-256 is ``digest`` (201; 200 when it is
+    here already, its body left unread)."""
+    path = blob_path(request.app.state.manager.registry, digest)
+    if await asyncio.to_thread(path.is_file):
+        return Response(status_code=200)
+    await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    length = request.headers.get("content-length", "")
+    if length.isdigit():
+        free = (await asyncio.to_thread(shutil.disk_usage, path.parent)).free
+        if int(length) + DISK_MARGIN_BYTES > free:
+            raise _NoRoom(f"The file is {int(length):,} bytes and the disk has {free:,} free; free some space and send it again.")
+    part = path.with_name(f".upload-{uuid.uuid4().hex}")
+    h = hashlib.sha256()
+    try:
+        with await asyncio.to_thread(part.open, "wb") as f:
+            pieces: list[bytes] = []
+            held = 0
+            async for chunk in request.stream():
+                pieces.append(chunk)
+                held += len(chunk)
+                if held >= _WRITE_EVERY:
+                    await asyncio.to_thread(_gather, f, h, pieces)
+                    pieces, held = [], 0
+            await asyncio.to_thread(_gather, f, h, pieces)
+        if h.hexdigest() != path.name.removeprefix("sha256-"):
+            raise InvalidRequest(
+                f"The file's SHA-256 is {h.hexdigest()}, not the digest it was sent to; send it to "
+                f"/api/blobs/sha256:{h.hexdigest()}.", param="digest",
+            )  # fmt: skip
+        await asyncio.to_thread(os.replace, part, path)
+    finally:
+        await asyncio.to_thread(part.unlink, missing_ok=True)
+    return Response(status_code=201)
+
+
+def _license(given: str | list[str] | None) -> list[str] | None:
+    if given is None:
+        return None
+    texts = [given] if isinstance(given, str) else given
+    if not all(isinstance(t, str) for t in texts):
+        raise InvalidRequest("'license' must be a string or a list of strings.", param="license")
+    return [t for t in texts if t]
+
+
+def _with_settings(body: CreateBody, base_info: dict[str, object]) -> dict[str, object]:
+    """``base_info`` (a model's ``origin_info``) with what ``body`` sets, as Ollama layers a Modelfile over its
+    ``FROM``: parameters over the base's, each of system, messages, template and license in place of the base's
+    where given (an empty text is not given, as in Ollama).
+
+    Raises:
+        InvalidRequest: a parameter, message or license Hearth cannot keep, or a template it cannot translate.
+    """
+    from engine.catalog.go_template import UnsupportedTemplate
+    from engine.catalog.other_apps_sync import template_info
+    from engine.chat_template import ChatTemplateError
+
+    info = dict(base_info)
+    given = info.get("defaults")
+    defaults: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+    defaults.update(checked_parameters(body.parameters or {}))
+    if body.system:
+        defaults["system"] = body.system
+    if body.messages is not None:
+        defaults["messages"] = checked_messages(body.messages)
+    if defaults:
+        info["defaults"] = defaults
+    license_ = _license(body.license)
+    if license_ is not None:
+        info["license"] = license_
+    template = body.template or (info.get("ollama_template") if body.system else None)
+    if isinstance(template, str) and template:
+        try:
+            info.update(template_info(template, defaults.get("system")))
+        except (UnsupportedTemplate, ChatTemplateError) as exc:
+            raise InvalidRequest(
+                f"The template cannot be used ({exc}); leave 'template' out to use the model's own.", param="template"
+            ) from None
+        info.pop("template_note", None)
+    return info
+
+
+def _refuse_unsupported(body: CreateBody) -> None:
+    if body.quantize or body.quantization:
+        raise InvalidRequest(
+            "Hearth does not quantize models; quantize the GGUF with llama.cpp's llama-quantize first, or pull a "
+            "quantized variant.", param="quantize",
+        )  # fmt: skip
+    if body.adapters:
+        raise InvalidRequest("LoRA adapters are not supported; merge the adapter into the model's GGUF first.", param="adapters")
+    if body.modelfile is not None and not body.from_ and body.files is None:
+        raise InvalidRequest(
+            "Send the Modelfile's instructions as fields ('from', 'system', 'parameters', ...), as Ollama's clients "
+            "since 0.5 do; update the client.", param="modelfile",
+        )  # fmt: skip
+    if not body.from_ and body.files is None:
+        raise InvalidRequest("Neither 'from' nor 'files' was given; name a model to build on, or send GGUF files.", param="from")
+
+
+def _file_name(given: str) -> str:
+    name = given.replace("\\", "/").rsplit("/", 1)[-1]
+    if name in ("", ".", "..") or ":" in name or any(ord(c) < 32 for c in name):
+        raise InvalidRequest(f"'{given}' cannot name a file; give the file's own name.", param="files")
+    return name
+
+
+def _is_gguf(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _is_projector(path: Path) -> bool:
+    from engine.catalog.gguf_header import read_gguf_file
+
+    try:
+        kv, _ = read_gguf_file(path)
+    except (OSError, ValueError):
+        return False
+    return kv.get("general.type") == "mmproj" or kv.get("general.architecture") == "clip"
+
+
+def _place_files(registry: ModelRegistry, name: str, files: dict[str, str]) -> tuple[Path, Path | None]:
+    """The blobs ``files`` names, moved into a folder of their own under Hearth's models, each under its file
+    name: ``(model file, projector or None)``.
+
+    Raises:
+        InvalidRequest: no files, a blob not sent, a file that is no GGUF, or not one model among them.
+    """
+    if not files:
+        raise InvalidRequest("'files' is empty; send the model's GGUF file to /api/blobs first and name it here.", param="files")
+    if len(files) > MAX_FILES:
+        raise InvalidRequest(f"'files' names {len(files)} files; a model is built from at most {MAX_FILES}.", param="files")
+    blobs: dict[str, Path] = {}
+    for given, digest in files.items():
+        file = _file_name(given)
+        if file in blobs:
+            raise InvalidRequest(f"'files' names two files '{file}'; give each file once.", param="files")
+        blob = blob_path(registry, digest, param="files")
+        if not blob.is_file():
+            raise InvalidRequest(
+                f"No file was sent for '{given}' ({digest}); send it to POST /api/blobs/{digest} first.", param="files"
+            )
+        if not _is_gguf(blob):
+            raise InvalidRequest(
+                f"'{given}' is not a GGUF file; Hearth builds models from GGUF files (convert others with llama.cpp's "
+                "convert_hf_to_gguf.py).", param="files",
+            )  # fmt: skip
+        blobs[file] = blob
+    projectors = [f for f, blob in blobs.items() if _is_projector(blob)]
+    if len(projectors) > 1:
+        raise InvalidRequest(f"'files' holds {len(projectors)} projectors ({', '.join(projectors)}); send one.", param="files")
+    models = sorted(f for f in blobs if f not in projectors)
+    split = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+    firsts = [f for f in models if not split.search(f) or int(split.search(f).group(1)) == 1]  # type: ignore[union-attr]
+    if len(firsts) != 1:
+        raise InvalidRequest(
+            f"'files' holds {len(firsts)} models ({', '.join(firsts) or 'none'}); send one model's file (its split "
+            "parts, if any) and at most one projector.", param="files",
+        )  # fmt: skip
+    folder = registry.home / "models" / "created" / short_name(name.replace(":", "-"))
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = folder.with_name(f"{short_name(name.replace(':', '-'))}-{n}")
+    folder.mkdir(parents=True)
+    for file, blob in blobs.items():
+        os.replace(blob, folder / file)
+    return folder / firsts[0], (folder / projectors[0]) if projectors else None
+
+
+def _put_back(registry: ModelRegistry, files: dict[str, str], folder: Path) -> None:
+    """The files of a model that could not be registered, back among the blobs (a client may send ``create`` again)."""
+    for given, digest in files.items():
+        placed = folder / _file_name(given)
+        if placed.exists():
+            os.replace(placed, blob_path(registry, digest))
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _create(request: Request, body: CreateBody, name: str, base: LocalModel | None) -> LocalModel:
+    """The registry's work of ``create`` (in a thread: it reads headers and moves files)."""
+    manager = request.app.state.manager
+    registry: ModelRegistry = manager.registry
+    existing = registry.get(name)
+    if base is not None:
+        model = registry.derive(base, name, _with_settings(body, dict(base.origin_info or {})))
+    else:
+        if existing is not None and existing.derived_from is None and existing.source != "upload":
+            raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+        info = _with_settings(body, {})
+        placed = _place_files(registry, name, body.files or {})
+        path, projector = placed
+        if projector is not None:
+            info["mmproj"] = str(projector)
+        try:  # Ollama's create replaces a name made so before
+            model = registry.register(path, name=name, source="upload", origin_info=info or None, replace=True)
+        except BaseException as exc:
+            _put_back(registry, body.files or {}, path.parent)
+            if isinstance(exc, ModelLoadError):
+                raise InvalidRequest(
+                    f"'{path.name}' is not a model Hearth can read ({exc.reason.split('; ')[0]}); send a whole GGUF model file.",
+                    param="files",
+                ) from None
+            raise
+        if existing is not None and existing.owns_files and not any(m.path == existing.path for m in registry.list()):
+            delete_model_files(existing.path, stop_at=registry.home / "models")  # the upload it replaces
+    if existing is not None:
+        manager.unload(name)  # loaded with the defaults it had: the next request loads it with these
+    return model
+
+
+def _lines(statuses: list[str]) -> AsyncIterator[bytes]:
+    async def lines() -> AsyncIterator[bytes]:
+        for status in statuses:
+            yield json.dumps({"status": status}).encode() + b"\n"
+
+    return lines()
+
+
+def _progress(model: LocalModel, body: CreateBody) -> list[str]:
+    layer = model.sha256 or hashlib.sha256(str(model.path).encode()).hexdigest()
+    first = "parsing GGUF" if body.from_ is None else f"using existing layer sha256:{layer}"
+    return [first, "writing manifest", "success"]
+
+
+@router.post("/create")
+async def create(request: Request, body: CreateBody):
+    name = _name(body.model or body.name)
+    _refuse_unsupported(body)
+    base = await resolve(request, body.from_) if body.from_ else None
+    model = await asyncio.to_thread(_create, request, body, name, base)
+    if not body.stream:
+        return {"status": "success"}
+    return StreamingResponse(_lines(_progress(model, body)), media_type=NDJSON)
+
+
+@router.post("/copy")
+async def copy(request: Request, body: CopyBody) -> Response:
+    manager = request.app.state.manager
+    try:
+        source = await resolve(request, body.source)
+    except ModelNotFound:
+        raise ModelNotFound(body.source, f"There is no model '{body.source}' to copy; `ollama list` (/api/tags) names them.") from None
+    name = _name(body.destination, "destination")
+    if name == source.name:
+        return Response(status_code=200)
+    existing = await asyncio.to_thread(manager.registry.get, name)
+    await asyncio.to_thread(manager.registry.derive, source, name, dict(source.origin_info or {}))
+    if existing is not None:
+        await asyncio.to_thread(manager.unload, name)
+    return Response(status_code=200)
+
+
+__all__ = ["CreateBody", "CopyBody", "blob_path", "router", "upload_router"]

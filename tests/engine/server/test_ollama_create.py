@@ -1,0 +1,219 @@
+"""Ollama's model building on Hearth's registry: /api/create (from a model, or from files sent to /api/blobs),
+/api/copy, and what /api/show then says. In process, nothing loaded: the models' answers are checked with the
+`ollama` client in test_ollama.py."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.server import ServerSettings, create_app
+from tests.engine.catalog.conftest import make_gguf
+
+STARTER = "smollm2-135m-instruct"
+GO_TEMPLATE = (
+    "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ range .Messages }}{{ if eq .Role \"user\" }}"
+    "<|im_start|>user\n{{ .Content }}<|im_end|>\n<|im_start|>assistant\n{{ else if eq .Role \"assistant\" }}{{ .Content }}"
+    "<|im_end|>\n{{ end }}{{ end }}"
+)
+MAX_BODY = 64 * 1024  # the uploads below are larger: a file sent to /api/blobs is not a request body
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    from engine.backends import LoadOptions
+    from engine.catalog.registry import ModelRegistry
+    from engine.pool import ModelManager
+
+    home = tmp_path_factory.mktemp("create-home")
+    registry = ModelRegistry(home)
+    manager = ModelManager(registry, options=LoadOptions(n_ctx=512, n_seq_max=1))
+    with TestClient(create_app(ServerSettings(max_body_bytes=MAX_BODY), manager), base_url="http://127.0.0.1") as client:
+        client.registry = registry  # type: ignore[attr-defined]
+        client.home = home  # type: ignore[attr-defined]
+        yield client
+    manager.close()
+    registry.close()
+
+
+def create(api, **body):
+    return api.post("/api/create", json={"stream": False, **body})
+
+
+def show(api, name: str) -> dict:
+    r = api.post("/api/show", json={"model": name})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def upload(api, data: bytes) -> str:
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    assert api.head(f"/api/blobs/{digest}").status_code == 404
+    assert api.post(f"/api/blobs/{digest}", content=data).status_code == 201
+    assert api.head(f"/api/blobs/{digest}").status_code == 200
+    return digest
+
+
+def test_a_model_made_from_another_has_its_own_modelfile_and_shares_the_files(api):
+    lines = api.post("/api/create", json={
+        "model": "mario:latest", "from": STARTER, "system": "You are Mario.", "license": ["MIT", "Apache-2.0"],
+        "parameters": {"temperature": 0.2, "top_k": 5, "stop": ["<|im_end|>", "Luigi"], "num_ctx": 1024},
+        "messages": [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "It's-a me!"}],
+    })  # fmt: skip
+    assert lines.status_code == 200 and lines.headers["content-type"].startswith("application/x-ndjson")
+    assert [line["status"] for line in map(__import__("json").loads, lines.text.splitlines())][-2:] == ["writing manifest", "success"]
+    assert "mario:latest" in [m["name"] for m in api.get("/api/tags").json()["models"]]
+    shown = show(api, "mario")
+    assert shown["system"] == "You are Mario." and shown["license"] == "MIT\nApache-2.0"
+    assert shown["messages"] == [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "It's-a me!"}]
+    assert shown["details"]["parent_model"] == STARTER and shown["details"]["family"] == "llama"
+    assert shown["parameters"].splitlines() == ['temperature 0.2', 'top_k       5', 'stop        "<|im_end|>"', 'stop        "Luigi"',
+                                                'num_ctx     1024']  # fmt: skip
+    assert shown["modelfile"].splitlines()[1:4] == [f"FROM {STARTER}", 'SYSTEM """You are Mario."""', "PARAMETER temperature 0.2"]
+    assert "<|im_start|>" in shown["template"]  # the GGUF's own, none given
+    mario, starter = api.registry.get("mario"), api.registry.get(STARTER)
+    assert mario.path == starter.path and mario.derived_from == STARTER and mario.source == "import"  # the starter's own: never deleted
+    from engine.model_defaults import ModelDefaults
+
+    defaults = ModelDefaults.from_info(mario.origin_info)
+    assert defaults.system == "You are Mario." and defaults.n_ctx == 1024 and len(defaults.messages) == 2
+    # built on again: parameters over the base's, the rest kept unless given; a copy keeps them all
+    assert create(api, model="mario-hot", **{"from": "mario"}, parameters={"temperature": 1.5}).json() == {"status": "success"}
+    hot = show(api, "mario-hot")
+    assert "temperature 1.5" in hot["parameters"] and "top_k       5" in hot["parameters"] and hot["system"] == "You are Mario."
+    assert hot["details"]["parent_model"] == "mario"
+    assert api.post("/api/copy", json={"source": "mario-hot:latest", "destination": "luigi"}).status_code == 200
+    luigi = show(api, "luigi")
+    assert luigi["parameters"] == hot["parameters"] and luigi["details"]["parent_model"] == "mario-hot"
+    # made again under the same name: replaced (as Ollama's create replaces a model)
+    assert create(api, model="luigi", **{"from": STARTER}, system="You are Luigi.").status_code == 200
+    assert show(api, "luigi")["system"] == "You are Luigi." and show(api, "luigi")["parameters"] == ""
+    for name in ("mario", "mario-hot", "luigi"):
+        assert api.request("DELETE", "/api/delete", json={"model": name}).status_code == 200
+    assert starter.path.exists() and api.registry.get(STARTER) is not None
+
+
+def test_an_ollama_template_is_translated_and_a_bad_one_refused(api):
+    assert create(api, model="templated", **{"from": STARTER}, template=GO_TEMPLATE, system="Be brief.").status_code == 200
+    shown = show(api, "templated")
+    assert shown["template"] == GO_TEMPLATE and 'TEMPLATE """' in shown["modelfile"]
+    from engine.chat_template import ChatTemplate
+    from engine.types import ChatMessage
+
+    model = api.registry.get("templated")
+    assert model.chat_template is not None and model.has_chat_template
+    text = ChatTemplate(model.chat_template).render((ChatMessage("user", "Hi"),))
+    assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi")  # its SYSTEM, as Ollama renders it
+    r = create(api, model="broken", **{"from": STARTER}, template="{{ if .System }}unclosed")
+    assert r.status_code == 400 and r.json()["error"].startswith("The template cannot be used (")
+    assert api.registry.get("broken") is None
+    api.request("DELETE", "/api/delete", json={"model": "templated"})
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "starts"),
+    [
+        ({"from": STARTER, "parameters": {"temprature": 1}}, 400, "'parameters.temprature' is not a Modelfile parameter"),
+        ({"from": STARTER, "parameters": {"temperature": -1}}, 400, "'parameters.temperature' must be between"),
+        ({"from": STARTER, "parameters": {"stop": [1]}}, 400, "'parameters.stop' must be a string or a list of strings"),
+        ({"from": STARTER, "parameters": {"num_ctx": 3}}, 400, "'parameters.num_ctx'"),
+        ({"from": STARTER, "parameters": {"num_predict": 1.5}}, 400, "'parameters.num_predict' must be a whole number"),
+        ({"from": STARTER, "messages": [{"role": "tool", "content": "x"}]}, 400, "'messages[0]' must have a role of"),
+        ({"from": STARTER, "license": ["MIT", 3]}, 400, ""),
+        ({"from": STARTER, "quantize": "q4_K_M"}, 400, "Hearth does not quantize models"),
+        ({"from": STARTER, "adapters": {"a.gguf": "sha256:" + "0" * 64}}, 400, "LoRA adapters are not supported"),
+        ({"modelfile": f"FROM {STARTER}"}, 400, "Send the Modelfile's instructions as fields"),
+        ({}, 400, "Neither 'from' nor 'files' was given"),
+        ({"from": "no-such-model"}, 404, "Model 'no-such-model' is not found"),
+        ({"from": "openai/gpt-4o"}, 404, ""),  # a provider's model is no base for a local one
+        ({"files": {"m.gguf": "sha256:abc"}}, 400, "'sha256:abc' is not a digest"),
+        ({"files": {"m.gguf": "sha256:" + "1" * 64}}, 400, "No file was sent for 'm.gguf'"),
+        ({"files": {}}, 400, "'files' is empty"),
+    ],
+)
+def test_what_create_cannot_do_is_refused_in_ollamas_shape_and_registers_nothing(api, body, status, starts):
+    r = create(api, model="refused", **body)
+    assert r.status_code == status, r.text
+    assert list(r.json()) == ["error"] and r.json()["error"].startswith(starts)
+    assert api.registry.get("refused") is None
+
+
+def test_names_that_cannot_be_made(api):
+    assert create(api, model="two words", **{"from": STARTER}).json()["error"].startswith("'two words' cannot name a model")
+    assert create(api, **{"from": STARTER}).json()["error"] == "'model' is required; name the model to create."
+    taken = create(api, model=STARTER, **{"from": STARTER}, system="Hi")  # a model's own name: its own defaults
+    assert taken.status_code == 200 and show(api, STARTER)["system"] == "Hi"
+    assert api.registry.get(STARTER).derived_from is None
+    create(api, model=STARTER, **{"from": STARTER}, system="", parameters={"temperature": 0.5})  # "" is not given
+    assert show(api, STARTER)["system"] == "Hi" and "temperature 0.5" in show(api, STARTER)["parameters"]
+    api.registry.derive(api.registry.get(STARTER), STARTER, {})  # back as it came
+    create(api, model="other", **{"from": STARTER})
+    refused = create(api, model=STARTER, **{"from": "other"})
+    assert refused.status_code == 400 and refused.json()["error"].startswith(f"A model named '{STARTER}' is already registered")
+    copied = api.post("/api/copy", json={"source": "other", "destination": STARTER})
+    assert copied.status_code == 400 and api.registry.get(STARTER).derived_from is None
+    missing = api.post("/api/copy", json={"source": "nothing", "destination": "x"})
+    assert missing.status_code == 404 and missing.json()["error"].startswith("There is no model 'nothing' to copy")
+    api.request("DELETE", "/api/delete", json={"model": "other"})
+
+
+def test_a_model_built_from_files_sent_to_the_port_owns_them(api, tmp_path):
+    data = make_gguf(tmp_path / "tiny.gguf", label="Q8_0", n_floats=40_000)  # larger than a request body may be
+    assert len(data) > MAX_BODY
+    assert api.post("/api/blobs/sha256:" + "0" * 64, content=data).json()["error"].startswith(
+        f"The file's SHA-256 is {hashlib.sha256(data).hexdigest()}, not the digest it was sent to"
+    )
+    assert api.post("/api/blobs/md5:abc", content=b"x").status_code == 400
+    digest = upload(api, data)
+    assert api.post(f"/api/blobs/{digest}", content=b"").status_code == 200  # here already: its body left unread
+    r = create(api, model="tiny:q8", files={"Tiny-Q8_0.gguf": digest}, system="Small.", parameters={"temperature": 0})
+    assert r.json() == {"status": "success"}, r.text
+    model = api.registry.get("tiny:q8")
+    assert model.source == "upload" and model.owns_files and model.path.name == "Tiny-Q8_0.gguf"
+    assert model.path.parent.parent == api.home / "models" / "created" and model.path.read_bytes() == data
+    assert api.head(f"/api/blobs/{digest}").status_code == 404  # moved, not copied
+    shown = show(api, "tiny:q8")
+    assert shown["system"] == "Small." and shown["details"]["quantization_level"] == "Q8_0"
+    # a copy shares the files: they go with the last of the two
+    assert api.post("/api/copy", json={"source": "tiny:q8", "destination": "tiny-copy"}).status_code == 200
+    assert api.request("DELETE", "/api/delete", json={"model": "tiny:q8"}).status_code == 200 and model.path.exists()
+    assert api.request("DELETE", "/api/delete", json={"model": "tiny-copy"}).status_code == 200
+    assert not model.path.exists() and not model.path.parent.exists()
+
+
+def test_files_that_make_no_model_are_refused_and_stay_to_be_sent_again(api, tmp_path):
+    text = upload(api, b"not a model at all")
+    refused = create(api, model="bad", files={"notes.txt": text})
+    assert refused.status_code == 400 and refused.json()["error"].startswith("'notes.txt' is not a GGUF file")
+    one = upload(api, make_gguf(tmp_path / "a.gguf", label="Q8_0", n_floats=1000, seed=1))
+    two = upload(api, make_gguf(tmp_path / "b.gguf", label="Q8_0", n_floats=1000, seed=2))
+    refused = create(api, model="bad", files={"a.gguf": one, "b.gguf": two})
+    assert refused.status_code == 400 and refused.json()["error"].startswith("'files' holds 2 models (a.gguf, b.gguf)")
+    assert create(api, model="bad", files={"../a.gguf": one, "a.gguf": two}).json()["error"] == "'files' names two files 'a.gguf'; give each file once."
+    broken = upload(api, b"GGUF" + b"\xff" * 64)  # a GGUF's magic, and nothing readable after it
+    refused = create(api, model="bad", files={"broken.gguf": broken})
+    assert refused.status_code == 400 and api.registry.get("bad") is None
+    for digest in (text, one, two, broken):
+        assert api.head(f"/api/blobs/{digest}").status_code == 200  # still there for the next try
+    assert not list((api.home / "models" / "created").glob("bad*"))
+    shutil.rmtree(api.home / "blobs")
+
+
+def test_removing_a_download_leaves_its_files_to_a_model_made_from_it(tmp_path):
+    from engine.catalog.registry import ModelRegistry
+
+    registry = ModelRegistry(tmp_path / "home", register_starter=False)
+    folder = registry.home / "models" / "TheOrg" / "Tiny-GGUF"
+    folder.mkdir(parents=True)
+    make_gguf(folder / "tiny.Q8_0.gguf", label="Q8_0", n_floats=1000)
+    base = registry.register(folder / "tiny.Q8_0.gguf", source="hub", repo="TheOrg/Tiny-GGUF", variant="Q8_0")
+    made = registry.derive(base, "mine", {"defaults": {"temperature": 0.1}})
+    assert made.source == "hub" and made.repo == base.repo and made.derived_from == base.name
+    registry.remove(base.name, delete_files=True)
+    assert made.path.exists()
+    registry.remove("mine", delete_files=True)
+    assert not made.path.exists()
+    registry.close()
