@@ -13,6 +13,7 @@ from engine import __version__
 COMMAND_MODULES = (
     "engine.commands.bench",
     "engine.commands.chat",
+    "engine.commands.create",
     "engine.commands.daemon",
     "engine.commands.fit",
     "engine.commands.folders",

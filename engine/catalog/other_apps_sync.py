@@ -197,31 +197,56 @@ def refresh(registry: ModelRegistry, roots: OtherAppRoots | None = None) -> Sync
     result = SyncResult()
     with sync_lock:
         foreign = [m for m in registry.list() if m.origin]
-        gone = [m.name for m in foreign if _gone(m)]
-        if gone:
-            with Session(registry.engine) as s:
-                s.execute(delete(ModelRow).where(ModelRow.name.in_(gone)))
-                s.commit()
-            log.info("forgot %d models their apps deleted: %s", len(gone), ", ".join(gone))
-            result.removed = gone
-        origins = watched_origins(registry)
-        if not origins:
-            return result
-        with _session(registry) as s:
-            dismissed = {(d.origin, d.name) for d in s.scalars(select(DismissedModel))}
-        known = {m.name: m for m in registry.list()}
-        for f in scan_other_apps(roots, origins=tuple(sorted(origins))):
-            if (f.origin, f.name) in dismissed:
-                continue
-            mine = known.get(f.name)
-            if mine is not None and (mine.origin != f.origin or mine.path == f.path.absolute()):
-                continue
-            try:
-                result.registered.append(register_found(registry, f))
-            except HearthError as exc:
-                log.info("skipped %s from %s: %s", f.name, f.label, exc)
-                result.skipped.append((f, str(exc)))
+        made = [m for m in foreign if m.derived_from is not None and _gone(m)]  # followed to their model, below
+        gone = [m.name for m in foreign if m.derived_from is None and _gone(m)]
+        try:
+            _register_new(registry, roots, result, gone)
+        finally:
+            _follow(registry, made, result)
     return result
+
+
+def _follow(registry: ModelRegistry, made: list[LocalModel], result: SyncResult) -> None:
+    """Models made from another app's models (``create``, ``copy``) whose files that app replaced (a new pull): each
+    follows its model to the new files, keeping its own settings; one whose model is gone goes too."""
+    for m in made:
+        base = registry.get(m.derived_from or "")
+        if base is not None and not _gone(base):
+            own = dict(m.origin_info or {})
+            own["manifest"] = (base.origin_info or {}).get("manifest")
+            registry.derive(base, m.name, own)
+            continue
+        with Session(registry.engine) as s:
+            s.execute(delete(ModelRow).where(ModelRow.name == m.name))
+            s.commit()
+        result.removed.append(m.name)
+
+
+def _register_new(registry: ModelRegistry, roots: OtherAppRoots | None, result: SyncResult, gone: list[str]) -> None:
+    """Forget ``gone``, then register the new models of the watched apps (see :func:`refresh`)."""
+    if gone:
+        with Session(registry.engine) as s:
+            s.execute(delete(ModelRow).where(ModelRow.name.in_(gone)))
+            s.commit()
+        log.info("forgot %d models their apps deleted: %s", len(gone), ", ".join(gone))
+        result.removed = gone
+    origins = watched_origins(registry)
+    if not origins:
+        return
+    with _session(registry) as s:
+        dismissed = {(d.origin, d.name) for d in s.scalars(select(DismissedModel))}
+    known = {m.name: m for m in registry.list()}
+    for f in scan_other_apps(roots, origins=tuple(sorted(origins))):
+        if (f.origin, f.name) in dismissed:
+            continue
+        mine = known.get(f.name)
+        if mine is not None and (mine.origin != f.origin or mine.path == f.path.absolute()):
+            continue
+        try:
+            result.registered.append(register_found(registry, f))
+        except HearthError as exc:
+            log.info("skipped %s from %s: %s", f.name, f.label, exc)
+            result.skipped.append((f, str(exc)))
 
 
 def new_models(registry: ModelRegistry, found: list[FoundModel]) -> list[FoundModel]:

@@ -131,6 +131,12 @@ class LocalModel:
         return found if isinstance(found, str) and found else None
 
     @property
+    def created(self) -> bool:
+        """Whether the entry was made by Ollama's ``create`` or ``copy`` (or ``hearth create``): such a name is
+        replaced when it is made again, as Ollama replaces it."""
+        return bool((self.origin_info or {}).get("created")) or self.derived_from is not None or self.source == "upload"
+
+    @property
     def owns_files(self) -> bool:
         """Whether removing the model deletes its files (Hearth's own download or upload, never another app's)."""
         return self.source in OWN_FILES and not self.origin
@@ -323,29 +329,39 @@ class ModelRegistry:
         """Register ``name`` as ``base``'s files with ``info`` for its ``origin_info`` (its own defaults and
         template): Ollama's ``create`` from a model and ``copy``. The files are shared and stay ``base``'s: the
         new entry keeps its source (a Hub download's files go with the last entry that uses them) and its origin
-        (another app's files are never deleted). ``name`` may be ``base``'s own (new defaults for it) or an
-        entry made so before, which it replaces.
+        (another app's files are never deleted), not its repo (the repo's name keeps naming the download). ``name``
+        may be ``base``'s own (new defaults for it) or that of a model made so before (:attr:`LocalModel.created`),
+        which it replaces; files that one alone used go with it.
 
         Raises:
-            InvalidRequest: ``name`` is another model's, or ``base`` is another app's and ``name`` its own.
+            InvalidRequest: ``name`` is another model's, ``base`` is another app's and ``name`` its own, or ``base``
+                is served from a path and ``name`` its own.
         """
         info = dict(info)
+        replaced: LocalModel | None = None
         with self._lock, Session(self.engine) as s:
             row = s.scalar(select(ModelRow).where(ModelRow.name == name))
-            if row is not None and name == base.name:
+            if name == base.name:
+                if row is None:
+                    raise InvalidRequest(f"'{name}' is served from a path, not registered; create the model under another name.")
                 if base.origin:
                     raise InvalidRequest(
                         f"'{name}' is read in place from another app, which owns its settings; create the model under another name."
                     )
-            elif row is not None and not (row.origin_info and json.loads(row.origin_info).get("derived_from")):
-                raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
-            elif row is None:
+            elif row is not None:
+                replaced = LocalModel.from_row(row)
+                if not replaced.created:
+                    raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+            else:
                 row = ModelRow(name=name)
                 s.add(row)
             if name != base.name:
                 info["derived_from"] = base.name
+                info["created"] = True
+                if base.origin and (base.origin_info or {}).get("manifest"):  # it goes when its app deletes the model
+                    info["manifest"] = (base.origin_info or {})["manifest"]
                 row.path = str(base.path)
-                row.repo, row.variant, row.format = base.repo, base.variant, base.format
+                row.repo, row.variant, row.format = None, None, base.format
                 row.source = "import" if base.source in ("starter", "path") else base.source
                 row.size_bytes, row.quantization, row.architecture = base.size_bytes, base.quantization, base.architecture
                 row.parameters, row.context_length, row.sha256 = base.parameters, base.context_length, base.sha256
@@ -354,12 +370,29 @@ class ModelRegistry:
             row.has_chat_template = base.has_chat_template or info.get("template_source") == "ollama"
             row.origin_info = json.dumps(info) if info else None
             s.commit()
-            return LocalModel.from_row(row)
+            made = LocalModel.from_row(row)
+        if replaced is not None:
+            self.release_files(replaced)
+        return made
 
     def shares_files(self, model: LocalModel) -> bool:
         """Whether another entry uses ``model``'s files (one made from it by Ollama's create or copy): removing
         ``model`` then leaves them."""
         return any(m.path == model.path and m.name != model.name for m in self.list())
+
+    def release_files(self, model: LocalModel) -> None:
+        """Delete the files of ``model``, an entry removed or replaced, when they are Hearth's own (a download or an
+        upload) and no entry uses them now: the model's file (with its split parts) and its projector, unless
+        another entry is paired with that."""
+        if not model.owns_files or not model.path.exists():
+            return
+        others = self.list()
+        if any(m.path == model.path for m in others):
+            return
+        projector = model.mmproj
+        if projector is not None and not any(m.mmproj == projector for m in others):
+            projector.unlink(missing_ok=True)  # pulled or sent with it, and no other entry is paired with it
+        delete_model_files(model.path, stop_at=self.home / "models")
 
     def list(self) -> list[LocalModel]:
         with Session(self.engine) as s:
@@ -405,7 +438,7 @@ class ModelRegistry:
         if len(rows) == 1:
             return LocalModel.from_row(rows[0])
         if len(rows) > 1:
-            variants = ", ".join(sorted(f"{r.repo}:{r.variant}" for r in rows))
+            variants = ", ".join(sorted(r.name for r in rows))
             raise AmbiguousModel(name, f"'{name}' has several local variants; name one of: {variants}.")
         raise ModelNotFound(name)
 
@@ -429,12 +462,8 @@ class ModelRegistry:
             if model.derived_from is None:  # (a model made from it is Hearth's alone: nothing for the app to forget)
                 dismiss(self, model.origin, model.name)
             return model  # another app's files: never deleted
-        if delete_files and model.owns_files and model.path.exists() and not self.shares_files(model):
-            others = self.list()
-            projector = model.mmproj
-            if projector is not None and not any(m.mmproj == projector for m in others):
-                projector.unlink(missing_ok=True)  # pulled with it, and no other variant of the repo uses it
-            delete_model_files(model.path, stop_at=self.home / "models")
+        if delete_files:
+            self.release_files(model)
         return model
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ Every route here changes the registry, and needs the admin key where keys are se
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
@@ -24,16 +25,18 @@ import re
 import shutil
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import Field, StrictBool
+from starlette.requests import ClientDisconnect
 
-from engine.catalog.registry import LocalModel, ModelRegistry, delete_model_files, short_name
+from engine.catalog.modelfile import Modelfile, layered, parse
+from engine.catalog.registry import LocalModel, ModelRegistry, short_name
 from engine.errors import HearthError, InvalidRequest, ModelLoadError, ModelNotFound
-from engine.model_defaults import checked_messages, checked_parameters
 from engine.remote.routing import local_spelling
 from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import error_route, ollama_error
@@ -127,6 +130,7 @@ async def create_blob(request: Request, digest: str) -> Response:
     if await asyncio.to_thread(path.is_file):
         return Response(status_code=200)
     await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    await asyncio.to_thread(sweep_blobs, path.parent)
     length = request.headers.get("content-length", "")
     if length.isdigit():
         free = (await asyncio.to_thread(shutil.disk_usage, path.parent)).free
@@ -145,6 +149,15 @@ async def create_blob(request: Request, digest: str) -> Response:
                     await asyncio.to_thread(_gather, f, h, pieces)
                     pieces, held = [], 0
             await asyncio.to_thread(_gather, f, h, pieces)
+    except ClientDisconnect:  # the client left: nobody to answer, nothing kept
+        await asyncio.to_thread(part.unlink, missing_ok=True)
+        return Response(status_code=400)
+    except OSError as exc:
+        await asyncio.to_thread(part.unlink, missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _NoRoom("The disk filled while the file was arriving; free some space and send it again.") from None
+        raise
+    try:
         if h.hexdigest() != path.name.removeprefix("sha256-"):
             raise InvalidRequest(
                 f"The file's SHA-256 is {h.hexdigest()}, not the digest it was sent to; send it to "
@@ -156,53 +169,45 @@ async def create_blob(request: Request, digest: str) -> Response:
     return Response(status_code=201)
 
 
+#: Seconds a blob no ``create`` took is kept, and an upload's part file that stopped growing.
+BLOB_SECONDS = 24 * 3600
+PART_SECONDS = 3600
+
+
+def sweep_blobs(folder: Path) -> None:
+    """Delete what uploads left in ``folder``: blobs no ``create`` took within a day, and part files of uploads that
+    stopped an hour ago (a worker killed mid-upload), as Ollama prunes the blobs no model uses."""
+    import time
+
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        keep = BLOB_SECONDS if entry.name.startswith("sha256-") else PART_SECONDS if entry.name.startswith(".upload-") else None
+        try:
+            if keep is not None and entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > keep:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
 def _license(given: str | list[str] | None) -> list[str] | None:
     if given is None:
         return None
     texts = [given] if isinstance(given, str) else given
     if not all(isinstance(t, str) for t in texts):
         raise InvalidRequest("'license' must be a string or a list of strings.", param="license")
-    return [t for t in texts if t]
+    return texts
 
 
-def _with_settings(body: CreateBody, base_info: dict[str, object]) -> dict[str, object]:
-    """``base_info`` (a model's ``origin_info``) with what ``body`` sets, as Ollama layers a Modelfile over its
-    ``FROM``: parameters over the base's, each of system, messages, template and license in place of the base's
-    where given (an empty text is not given, as in Ollama).
+def _asked(body: CreateBody) -> tuple[Modelfile, dict[str, str] | None]:
+    """What ``body`` asks for, as a Modelfile, and the files to build from (None: ``from`` a model).
 
     Raises:
-        InvalidRequest: a parameter, message or license Hearth cannot keep, or a template it cannot translate.
+        InvalidRequest: what Hearth cannot do (quantizing, adapters), or neither a model nor files to build from.
     """
-    from engine.catalog.go_template import UnsupportedTemplate
-    from engine.catalog.other_apps_sync import template_info
-    from engine.chat_template import ChatTemplateError
-
-    info = dict(base_info)
-    given = info.get("defaults")
-    defaults: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
-    defaults.update(checked_parameters(body.parameters or {}))
-    if body.system:
-        defaults["system"] = body.system
-    if body.messages is not None:
-        defaults["messages"] = checked_messages(body.messages)
-    if defaults:
-        info["defaults"] = defaults
-    license_ = _license(body.license)
-    if license_ is not None:
-        info["license"] = license_
-    template = body.template or (info.get("ollama_template") if body.system else None)
-    if isinstance(template, str) and template:
-        try:
-            info.update(template_info(template, defaults.get("system")))
-        except (UnsupportedTemplate, ChatTemplateError) as exc:
-            raise InvalidRequest(
-                f"The template cannot be used ({exc}); leave 'template' out to use the model's own.", param="template"
-            ) from None
-        info.pop("template_note", None)
-    return info
-
-
-def _refuse_unsupported(body: CreateBody) -> None:
     if body.quantize or body.quantization:
         raise InvalidRequest(
             "Hearth does not quantize models; quantize the GGUF with llama.cpp's llama-quantize first, or pull a "
@@ -210,19 +215,37 @@ def _refuse_unsupported(body: CreateBody) -> None:
         )  # fmt: skip
     if body.adapters:
         raise InvalidRequest("LoRA adapters are not supported; merge the adapter into the model's GGUF first.", param="adapters")
-    if body.modelfile is not None and not body.from_ and body.files is None:
-        raise InvalidRequest(
-            "Send the Modelfile's instructions as fields ('from', 'system', 'parameters', ...), as Ollama's clients "
-            "since 0.5 do; update the client.", param="modelfile",
-        )  # fmt: skip
+    if body.modelfile is not None and not body.from_ and body.files is None:  # the Modelfile's text: older clients
+        asked = parse(body.modelfile)
+        base = asked.base or ""
+        digest = re.fullmatch(r"@(sha256[:-][0-9a-f]{64})", base)
+        if digest is not None:  # a file those clients sent to /api/blobs first
+            return replace(asked, base=None), {"model.gguf": digest.group(1).replace("-", ":", 1)}
+        if base.startswith(("/", ".", "~")) or base.lower().endswith(".gguf") or re.match(r"[A-Za-z]:[\\/]", base):
+            raise InvalidRequest(
+                f"FROM {base[:80]} names a file on the client's machine; send it with a current Ollama client, or "
+                "`hearth create` on this one.", param="modelfile",
+            )  # fmt: skip
+        return asked, None
     if not body.from_ and body.files is None:
         raise InvalidRequest("Neither 'from' nor 'files' was given; name a model to build on, or send GGUF files.", param="from")
+    asked = Modelfile(
+        base=body.from_ or None, parameters=body.parameters or {}, system=body.system, template=body.template,
+        messages=body.messages, license=_license(body.license),
+    )  # fmt: skip
+    return asked, (body.files if not body.from_ else None)
+
+
+_NOT_IN_NAMES = frozenset('<>:"|?*')
 
 
 def _file_name(given: str) -> str:
     name = given.replace("\\", "/").rsplit("/", 1)[-1]
-    if name in ("", ".", "..") or ":" in name or any(ord(c) < 32 for c in name):
-        raise InvalidRequest(f"'{given}' cannot name a file; give the file's own name.", param="files")
+    if (
+        name in ("", ".", "..") or len(name.encode()) > 255 or name[-1] in ". " or any(c in _NOT_IN_NAMES for c in name)
+        or any(ord(c) < 32 for c in name)
+    ):  # fmt: skip
+        raise InvalidRequest(f"'{given[:80]}' cannot name a file; give the file's own name.", param="files")
     return name
 
 
@@ -241,12 +264,45 @@ def _is_projector(path: Path) -> bool:
     return kv.get("general.type") == "mmproj" or kv.get("general.architecture") == "clip"
 
 
+_SPLIT = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def _model_file(models: list[str]) -> str:
+    """The file a model loads from among ``models`` (the GGUF files that are not a projector): the one file, or
+    the first part of a split model whose every part is there.
+
+    Raises:
+        InvalidRequest: none, several models, or a split model with parts missing or of another split.
+    """
+    splits = {m: _SPLIT.match(m) for m in models}
+    if len(models) == 1 and splits[models[0]] is None:
+        return models[0]
+    parts = [found for found in splits.values() if found is not None]
+    sets = {(p.group(1), int(p.group(3))) for p in parts}
+    if len(parts) != len(models) or len(sets) != 1:
+        raise InvalidRequest(
+            f"'files' holds {len(models)} models ({', '.join(models) or 'none'}); send one model's file (or every part "
+            "of a split one) and at most one projector.", param="files",
+        )  # fmt: skip
+    ((prefix, count),) = sets
+    numbers = sorted(int(p.group(2)) for p in parts)
+    if numbers != list(range(1, count + 1)):
+        missing = sorted(set(range(1, count + 1)) - set(numbers))
+        raise InvalidRequest(
+            f"'files' holds {len(numbers)} of the {count} parts of {prefix}"
+            + (f" (part {missing[0]} is missing)" if missing else " (a part twice)")
+            + "; send every part.", param="files",
+        )  # fmt: skip
+    return next(m for m, found in splits.items() if found is not None and int(found.group(2)) == 1)
+
+
 def _place_files(registry: ModelRegistry, name: str, files: dict[str, str]) -> tuple[Path, Path | None]:
     """The blobs ``files`` names, moved into a folder of their own under Hearth's models, each under its file
     name: ``(model file, projector or None)``.
 
     Raises:
-        InvalidRequest: no files, a blob not sent, a file that is no GGUF, or not one model among them.
+        InvalidRequest: no files, a blob not sent or named twice, a file that is no GGUF, not one model among them,
+            or files that could not be moved (each blob then stays where it was).
     """
     if not files:
         raise InvalidRequest("'files' is empty; send the model's GGUF file to /api/blobs first and name it here.", param="files")
@@ -258,6 +314,8 @@ def _place_files(registry: ModelRegistry, name: str, files: dict[str, str]) -> t
         if file in blobs:
             raise InvalidRequest(f"'files' names two files '{file}'; give each file once.", param="files")
         blob = blob_path(registry, digest, param="files")
+        if blob in blobs.values():
+            raise InvalidRequest(f"'files' names {digest} twice; each file is sent, and named, once.", param="files")
         if not blob.is_file():
             raise InvalidRequest(
                 f"No file was sent for '{given}' ({digest}); send it to POST /api/blobs/{digest} first.", param="files"
@@ -271,23 +329,28 @@ def _place_files(registry: ModelRegistry, name: str, files: dict[str, str]) -> t
     projectors = [f for f, blob in blobs.items() if _is_projector(blob)]
     if len(projectors) > 1:
         raise InvalidRequest(f"'files' holds {len(projectors)} projectors ({', '.join(projectors)}); send one.", param="files")
-    models = sorted(f for f in blobs if f not in projectors)
-    split = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
-    firsts = [f for f in models if not split.search(f) or int(split.search(f).group(1)) == 1]  # type: ignore[union-attr]
-    if len(firsts) != 1:
-        raise InvalidRequest(
-            f"'files' holds {len(firsts)} models ({', '.join(firsts) or 'none'}); send one model's file (its split "
-            "parts, if any) and at most one projector.", param="files",
-        )  # fmt: skip
-    folder = registry.home / "models" / "created" / short_name(name.replace(":", "-"))
+    model = _model_file(sorted(f for f in blobs if f not in projectors))
+    stem = short_name(name.replace(":", "-"))
+    folder = registry.home / "models" / "created" / stem
     n = 1
     while folder.exists():
         n += 1
-        folder = folder.with_name(f"{short_name(name.replace(':', '-'))}-{n}")
-    folder.mkdir(parents=True)
-    for file, blob in blobs.items():
-        os.replace(blob, folder / file)
-    return folder / firsts[0], (folder / projectors[0]) if projectors else None
+        folder = folder.with_name(f"{stem}-{n}")
+    moved: list[tuple[Path, Path]] = []
+    try:
+        folder.mkdir(parents=True)
+        for file, blob in blobs.items():
+            os.replace(blob, folder / file)
+            moved.append((folder / file, blob))
+    except OSError as exc:
+        for placed, blob in moved:
+            os.replace(placed, blob)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise InvalidRequest(
+            f"The files could not be moved into Hearth's models folder ({exc.strerror or exc}); check the disk, then send "
+            "the create again.", param="files",
+        ) from None
+    return folder / model, (folder / projectors[0]) if projectors else None
 
 
 def _put_back(registry: ModelRegistry, files: dict[str, str], folder: Path) -> None:
@@ -299,35 +362,29 @@ def _put_back(registry: ModelRegistry, files: dict[str, str], folder: Path) -> N
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _create(request: Request, body: CreateBody, name: str, base: LocalModel | None) -> LocalModel:
+def _create(registry: ModelRegistry, asked: Modelfile, files: dict[str, str] | None, name: str, base: LocalModel | None) -> LocalModel:
     """The registry's work of ``create`` (in a thread: it reads headers and moves files)."""
-    manager = request.app.state.manager
-    registry: ModelRegistry = manager.registry
-    existing = registry.get(name)
     if base is not None:
-        model = registry.derive(base, name, _with_settings(body, dict(base.origin_info or {})))
-    else:
-        if existing is not None and existing.derived_from is None and existing.source != "upload":
-            raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
-        info = _with_settings(body, {})
-        placed = _place_files(registry, name, body.files or {})
-        path, projector = placed
-        if projector is not None:
-            info["mmproj"] = str(projector)
-        try:  # Ollama's create replaces a name made so before
-            model = registry.register(path, name=name, source="upload", origin_info=info or None, replace=True)
-        except BaseException as exc:
-            _put_back(registry, body.files or {}, path.parent)
-            if isinstance(exc, ModelLoadError):
-                raise InvalidRequest(
-                    f"'{path.name}' is not a model Hearth can read ({exc.reason.split('; ')[0]}); send a whole GGUF model file.",
-                    param="files",
-                ) from None
-            raise
-        if existing is not None and existing.owns_files and not any(m.path == existing.path for m in registry.list()):
-            delete_model_files(existing.path, stop_at=registry.home / "models")  # the upload it replaces
+        return registry.derive(base, name, layered(base.origin_info or {}, asked))
+    existing = registry.get(name)
+    if existing is not None and not existing.created:
+        raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+    info = layered({"created": True}, asked)
+    path, projector = _place_files(registry, name, files or {})
+    if projector is not None:
+        info["mmproj"] = str(projector)
+    try:  # Ollama's create replaces a name made so before
+        model = registry.register(path, name=name, source="upload", origin_info=info, replace=True)
+    except BaseException as exc:
+        _put_back(registry, files or {}, path.parent)
+        if isinstance(exc, ModelLoadError):
+            raise InvalidRequest(
+                f"'{path.name}' is not a model Hearth can read ({exc.reason.split('; ')[0]}); send a whole GGUF model file.",
+                param="files",
+            ) from None
+        raise
     if existing is not None:
-        manager.unload(name)  # loaded with the defaults it had: the next request loads it with these
+        registry.release_files(existing)  # the files of the model it replaces, if nothing else uses them
     return model
 
 
@@ -339,21 +396,22 @@ def _lines(statuses: list[str]) -> AsyncIterator[bytes]:
     return lines()
 
 
-def _progress(model: LocalModel, body: CreateBody) -> list[str]:
+def _progress(model: LocalModel, from_files: bool) -> list[str]:
     layer = model.sha256 or hashlib.sha256(str(model.path).encode()).hexdigest()
-    first = "parsing GGUF" if body.from_ is None else f"using existing layer sha256:{layer}"
+    first = "parsing GGUF" if from_files else f"using existing layer sha256:{layer}"
     return [first, "writing manifest", "success"]
 
 
 @router.post("/create")
 async def create(request: Request, body: CreateBody):
     name = _name(body.model or body.name)
-    _refuse_unsupported(body)
-    base = await resolve(request, body.from_) if body.from_ else None
-    model = await asyncio.to_thread(_create, request, body, name, base)
+    asked, files = _asked(body)
+    base = await resolve(request, asked.base) if files is None and asked.base else None
+    registry = request.app.state.manager.registry
+    model = await asyncio.to_thread(_create, registry, asked, files, name, base)
     if not body.stream:
         return {"status": "success"}
-    return StreamingResponse(_lines(_progress(model, body)), media_type=NDJSON)
+    return StreamingResponse(_lines(_progress(model, files is not None)), media_type=NDJSON)
 
 
 @router.post("/copy")
@@ -366,10 +424,7 @@ async def copy(request: Request, body: CopyBody) -> Response:
     name = _name(body.destination, "destination")
     if name == source.name:
         return Response(status_code=200)
-    existing = await asyncio.to_thread(manager.registry.get, name)
     await asyncio.to_thread(manager.registry.derive, source, name, dict(source.origin_info or {}))
-    if existing is not None:
-        await asyncio.to_thread(manager.unload, name)
     return Response(status_code=200)
 
 

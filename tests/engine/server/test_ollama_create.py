@@ -10,6 +10,7 @@ import shutil
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.errors import InvalidRequest
 from engine.server import ServerSettings, create_app
 from tests.engine.catalog.conftest import make_gguf
 
@@ -70,8 +71,9 @@ def test_a_model_made_from_another_has_its_own_modelfile_and_shares_the_files(ap
     assert shown["system"] == "You are Mario." and shown["license"] == "MIT\nApache-2.0"
     assert shown["messages"] == [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "It's-a me!"}]
     assert shown["details"]["parent_model"] == STARTER and shown["details"]["family"] == "llama"
-    assert shown["parameters"].splitlines() == ['temperature 0.2', 'top_k       5', 'stop        "<|im_end|>"', 'stop        "Luigi"',
-                                                'num_ctx     1024']  # fmt: skip
+    assert [line.split() for line in shown["parameters"].splitlines()] == [
+        ["temperature", "0.2"], ["top_k", "5"], ["stop", '"<|im_end|>"'], ["stop", '"Luigi"'], ["num_ctx", "1024"]]  # fmt: skip
+    assert shown["parameters"].startswith("temperature" + " " * 20 + "0.2")  # in 30 columns, as Ollama's
     assert shown["modelfile"].splitlines()[1:4] == [f"FROM {STARTER}", 'SYSTEM """You are Mario."""', "PARAMETER temperature 0.2"]
     assert "<|im_start|>" in shown["template"]  # the GGUF's own, none given
     mario, starter = api.registry.get("mario"), api.registry.get(STARTER)
@@ -83,7 +85,8 @@ def test_a_model_made_from_another_has_its_own_modelfile_and_shares_the_files(ap
     # built on again: parameters over the base's, the rest kept unless given; a copy keeps them all
     assert create(api, model="mario-hot", **{"from": "mario"}, parameters={"temperature": 1.5}).json() == {"status": "success"}
     hot = show(api, "mario-hot")
-    assert "temperature 1.5" in hot["parameters"] and "top_k       5" in hot["parameters"] and hot["system"] == "You are Mario."
+    assert ["temperature", "1.5"] in [line.split() for line in hot["parameters"].splitlines()]
+    assert ["top_k", "5"] in [line.split() for line in hot["parameters"].splitlines()] and hot["system"] == "You are Mario."
     assert hot["details"]["parent_model"] == "mario"
     assert api.post("/api/copy", json={"source": "mario-hot:latest", "destination": "luigi"}).status_code == 200
     luigi = show(api, "luigi")
@@ -125,7 +128,9 @@ def test_an_ollama_template_is_translated_and_a_bad_one_refused(api):
         ({"from": STARTER, "license": ["MIT", 3]}, 400, ""),
         ({"from": STARTER, "quantize": "q4_K_M"}, 400, "Hearth does not quantize models"),
         ({"from": STARTER, "adapters": {"a.gguf": "sha256:" + "0" * 64}}, 400, "LoRA adapters are not supported"),
-        ({"modelfile": f"FROM {STARTER}"}, 400, "Send the Modelfile's instructions as fields"),
+        ({"modelfile": "FROM ./model.gguf"}, 400, "FROM ./model.gguf names a file on the client's machine"),
+        ({"modelfile": f"FROM {STARTER}\nPARAMETER temperature hot"}, 400, "Modelfile line 2: PARAMETER temperature must be a number"),
+        ({"modelfile": f"FROM {STARTER}\nADAPTER ./lora.gguf"}, 400, "LoRA adapters are not supported"),
         ({}, 400, "Neither 'from' nor 'files' was given"),
         ({"from": "no-such-model"}, 404, "Model 'no-such-model' is not found"),
         ({"from": "openai/gpt-4o"}, 404, ""),  # a provider's model is no base for a local one
@@ -148,7 +153,7 @@ def test_names_that_cannot_be_made(api):
     assert taken.status_code == 200 and show(api, STARTER)["system"] == "Hi"
     assert api.registry.get(STARTER).derived_from is None
     create(api, model=STARTER, **{"from": STARTER}, system="", parameters={"temperature": 0.5})  # "" is not given
-    assert show(api, STARTER)["system"] == "Hi" and "temperature 0.5" in show(api, STARTER)["parameters"]
+    assert show(api, STARTER)["system"] == "Hi" and show(api, STARTER)["parameters"].split() == ["temperature", "0.5"]
     api.registry.derive(api.registry.get(STARTER), STARTER, {})  # back as it came
     create(api, model="other", **{"from": STARTER})
     refused = create(api, model=STARTER, **{"from": "other"})
@@ -198,8 +203,51 @@ def test_files_that_make_no_model_are_refused_and_stay_to_be_sent_again(api, tmp
     assert refused.status_code == 400 and api.registry.get("bad") is None
     for digest in (text, one, two, broken):
         assert api.head(f"/api/blobs/{digest}").status_code == 200  # still there for the next try
+    assert create(api, model="bad", files={"a.gguf": one, "b.gguf": one}).json()["error"].startswith(f"'files' names {one} twice")
+    assert create(api, model="bad", files={"a" * 300 + ".gguf": one}).json()["error"].endswith("cannot name a file; give the file's own name.")
+    assert create(api, model="bad", files={'a?.gguf': one}).status_code == 400
+    # a split model: every part, of one split
+    first, second = (upload(api, make_gguf(tmp_path / f"s{i}.gguf", label="Q8_0", n_floats=500, seed=i + 10, split=(i, 3))) for i in range(2))
+    refused = create(api, model="bad", files={"m-00001-of-00003.gguf": first, "m-00002-of-00003.gguf": second})
+    assert refused.json()["error"] == "'files' holds 2 of the 3 parts of m (part 3 is missing); send every part."
+    refused = create(api, model="bad", files={"m-00001-of-00003.gguf": first, "n-00002-of-00003.gguf": second})
+    assert refused.json()["error"].startswith("'files' holds 2 models (m-00001-of-00003.gguf, n-00002-of-00003.gguf)")
     assert not list((api.home / "models" / "created").glob("bad*"))
     shutil.rmtree(api.home / "blobs")
+
+
+def test_an_upload_made_again_leaves_nothing_of_the_one_it_replaces(api, tmp_path):
+    first = upload(api, make_gguf(tmp_path / "v1.gguf", label="Q8_0", n_floats=1000, seed=21))
+    projector = upload(api, _projector(tmp_path / "mmproj.gguf"))
+    assert create(api, model="seer", files={"v.gguf": first, "mmproj-v.gguf": projector}).status_code == 200
+    old = api.registry.get("seer")
+    assert old.mmproj is not None and old.mmproj.parent == old.path.parent
+    assert "vision" in show(api, "seer")["capabilities"]
+    again = upload(api, make_gguf(tmp_path / "v2.gguf", label="Q8_0", n_floats=1000, seed=22))
+    assert create(api, model="seer", files={"v.gguf": again}).status_code == 200
+    assert not old.path.parent.exists()  # its model file and projector went with it
+    new = api.registry.get("seer")
+    assert new.path.exists() and new.mmproj is None
+    assert api.request("DELETE", "/api/delete", json={"model": "seer"}).status_code == 200
+    assert not new.path.parent.exists()
+
+
+def test_old_uploads_are_swept_and_a_part_of_one_in_progress_is_kept(tmp_path):
+    import os
+    import time
+
+    from engine.server.ollama_create import sweep_blobs
+
+    folder = tmp_path / "blobs"
+    folder.mkdir()
+    names = ("sha256-" + "a" * 64, "sha256-" + "b" * 64, ".upload-old", ".upload-new", "other")
+    for name in names:
+        (folder / name).write_bytes(b"x")
+    day_ago = time.time() - 25 * 3600
+    for name in ("sha256-" + "a" * 64, ".upload-old", "other"):
+        os.utime(folder / name, (day_ago, day_ago))
+    sweep_blobs(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [".upload-new", "other", "sha256-" + "b" * 64]
 
 
 def test_removing_a_download_leaves_its_files_to_a_model_made_from_it(tmp_path):
@@ -207,13 +255,89 @@ def test_removing_a_download_leaves_its_files_to_a_model_made_from_it(tmp_path):
 
     registry = ModelRegistry(tmp_path / "home", register_starter=False)
     folder = registry.home / "models" / "TheOrg" / "Tiny-GGUF"
-    folder.mkdir(parents=True)
-    make_gguf(folder / "tiny.Q8_0.gguf", label="Q8_0", n_floats=1000)
-    base = registry.register(folder / "tiny.Q8_0.gguf", source="hub", repo="TheOrg/Tiny-GGUF", variant="Q8_0")
+    base = registry.register(_tiny(folder), source="hub", repo="TheOrg/Tiny-GGUF", variant="Q8_0")
     made = registry.derive(base, "mine", {"defaults": {"temperature": 0.1}})
-    assert made.source == "hub" and made.repo == base.repo and made.derived_from == base.name
+    assert made.source == "hub" and made.derived_from == base.name and made.created
+    assert made.repo is None and registry.resolve("TheOrg/Tiny-GGUF") == base  # the repo's name still names the download
     registry.remove(base.name, delete_files=True)
     assert made.path.exists()
     registry.remove("mine", delete_files=True)
     assert not made.path.exists()
+    # made again over a name that alone used a download's files: they go, as Ollama prunes the layers it replaced
+    base = registry.register(_tiny(folder), source="hub", repo="TheOrg/Tiny-GGUF", variant="Q8_0")
+    registry.derive(base, "mine", {})
+    registry.remove(base.name, delete_files=True)
+    other = registry.register(_tiny(registry.home / "elsewhere"), name="other")
+    registry.derive(other, "mine", {})
+    assert not base.path.exists() and other.path.exists()
+    with pytest.raises(InvalidRequest, match="'other' is already registered"):
+        registry.derive(registry.get("mine"), "other", {})
     registry.close()
+
+
+def _projector(path):
+    """A GGUF that is a multimodal projector by its header (a clip one, ``general.type`` mmproj)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_string("general.type", "mmproj")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_tensor("v.patch_embd.weight", np.zeros(64, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path.read_bytes()
+
+
+def _tiny(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    make_gguf(folder / "tiny.Q8_0.gguf", label="Q8_0", n_floats=1000)
+    return folder / "tiny.Q8_0.gguf"
+
+
+def test_an_older_clients_modelfile_text_is_read_as_its_fields(api, tmp_path):
+    text = f"""# an older client sends the Modelfile itself
+FROM {STARTER}:latest
+PARAMETER temperature 0.3
+PARAMETER stop "<|im_end|>"
+PARAMETER stop Luigi
+system \"\"\"You are Mario.
+Keep it short.\"\"\"
+MESSAGE user Who are you?
+"""
+    assert create(api, model="old-mario", modelfile=text).json() == {"status": "success"}
+    shown = show(api, "old-mario")
+    assert shown["system"] == "You are Mario.\nKeep it short." and shown["messages"] == [{"role": "user", "content": "Who are you?"}]
+    assert [line.split(None, 1) for line in shown["parameters"].splitlines()] == [
+        ["temperature", "0.3"], ["stop", '"<|im_end|>"'], ["stop", '"Luigi"']]  # fmt: skip
+    digest = upload(api, make_gguf(tmp_path / "t.gguf", label="Q8_0", n_floats=1000, seed=5))
+    assert create(api, model="old-file", modelfile=f"FROM @{digest}").json() == {"status": "success"}  # sent first, as they did
+    assert api.registry.get("old-file").source == "upload"
+    for name in ("old-mario", "old-file"):
+        api.request("DELETE", "/api/delete", json={"model": name})
+
+
+def test_a_model_made_again_answers_with_its_new_settings_without_a_restart(api):
+    def chat(**options) -> dict:
+        r = api.post("/api/chat", json={"model": "again", "stream": False, "options": options,
+                                        "messages": [{"role": "user", "content": "Name a colour."}]})  # fmt: skip
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert create(api, model="again", **{"from": STARTER}, parameters={"num_predict": 3, "temperature": 0}).status_code == 200
+    try:
+        assert chat()["eval_count"] == 3
+        loaded = next(lm for lm in api.app.state.manager.loaded() if lm.model.name == "again")
+        assert create(api, model="again", **{"from": STARTER}, parameters={"num_predict": 2, "temperature": 0}).status_code == 200
+        first = chat()
+        assert first["eval_count"] == 2  # the new defaults at once, the model still loaded as it was
+        assert next(lm for lm in api.app.state.manager.loaded() if lm.model.name == "again") is loaded
+        template = "{{ range .Messages }}{{ .Content }}\n{{ end }}"  # another template: loaded anew with it
+        assert create(api, model="again", **{"from": STARTER}, template=template, parameters={"num_predict": 2}).status_code == 200
+        plain = chat(temperature=0)
+        assert next(lm for lm in api.app.state.manager.loaded() if lm.model.name == "again") is not loaded
+        assert plain["prompt_eval_count"] < first["prompt_eval_count"]  # no ChatML markers around the one message
+    finally:
+        api.request("DELETE", "/api/delete", json={"model": "again"})
