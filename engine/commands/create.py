@@ -55,8 +55,7 @@ def run_create(args: argparse.Namespace) -> int:
     text, folder = _read(args.file)
     asked = parse(text)
     model = create_model(ModelRegistry(), name, asked, folder=folder)
-    made = f"from {model.derived_from}" if model.derived_from else f"from {model.path}"
-    print(f"Created {model.name} ({made}); a loaded model takes a new template at its next load.")
+    print(f"Created {model.name} from {model.derived_from or model.path}")
     return 0
 
 

@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
                         "source": m.source,
                         "origin": m.origin,
                         "origin_label": ORIGINS.get(m.origin) if m.origin else None,
+                        "made_from": m.derived_from,
                         "backend": choose_backend(m.format).backend,
                         "mmproj": str(m.mmproj) if m.mmproj else None,
                         "capabilities": model_capabilities(m),
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'NAME':<{width}}  {'FORMAT':<11} {'QUANT':<8} {'SIZE':>9}  {'BACKEND':<9}  FROM".rstrip())
     for m in models:
         backend = choose_backend(m.format).backend
-        origin = f"  {ORIGINS.get(m.origin, m.origin)}" if m.origin else ""
+        origin = f"  {ORIGINS.get(m.origin, m.origin)}" if m.origin else f"  {m.derived_from}" if m.derived_from else ""
         senses = "".join(f"  [{c}]" for c in capabilities_of(m))  # "[vision]", "[audio]": a projector paired with it
         print(f"{m.name:<{width}}  {m.format:<11} {m.quantization or '-':<8} {human_size(m.size_bytes):>9}  {backend:<9}{origin}{senses}")
     for provider, m in remote_models:

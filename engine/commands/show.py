@@ -53,6 +53,7 @@ def describe(m, registry) -> dict[str, Any]:
     template = _template(m, kv)
     defaults = dict(info.get("defaults") or {}) if isinstance(info.get("defaults"), dict) else {}
     system = defaults.pop("system", None)
+    messages = defaults.pop("messages", None)
     saved = _saved_settings(registry, m.name)
     return {
         "name": m.name,
@@ -66,6 +67,8 @@ def describe(m, registry) -> dict[str, Any]:
         "template": template,
         "template_source": info.get("template_source") or ("gguf" if template else None),
         "system": system if isinstance(system, str) else None,
+        "messages": messages if isinstance(messages, list) else [],  # a Modelfile's MESSAGE lines
+        "made_from": m.derived_from,  # the model it was made from (`hearth create`, `ollama create`, `cp`)
         "parameters_default": defaults,  # the owner's (an Ollama Modelfile's PARAMETER lines)
         "load_settings": saved,  # saved with `hearth load --save` or the app's Settings…
         "path": str(m.path),
@@ -96,6 +99,8 @@ def _lines(d: dict[str, Any]) -> list[str]:
            row("context", f"{d['context_length']:,} tokens" if d["context_length"] else "-"),
            row("quantization", d["quantization"] or "-"), row("size", human_size(d["size_bytes"] or 0)),
            row("file", d["path"]), row("belongs to", owner)]  # fmt: skip
+    if d["made_from"]:
+        out.append(row("made from", d["made_from"]))
     if d["mmproj"]:
         out.append(row("projector", d["mmproj"]))
     out += ["", "Capabilities", *(f"  {c}" for c in d["capabilities"] or ["-"])]
@@ -105,6 +110,8 @@ def _lines(d: dict[str, Any]) -> list[str]:
         out += ["", "Load settings (saved)", *(row(k, v) for k, v in sorted(d["load_settings"].items()))]
     if d["system"]:
         out += ["", "System", *(f"  {line}" for line in d["system"].splitlines())]
+    if d["messages"]:
+        out += ["", "Messages", *(f"  {m.get('role')}: {m.get('content')}" for m in d["messages"] if isinstance(m, dict))]
     if d["template"]:
         source = {"ollama": "Ollama's, translated", "gguf": "the GGUF file's"}.get(d["template_source"] or "", "")
         out += ["", f"Template ({source})" if source else "Template"]

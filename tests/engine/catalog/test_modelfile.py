@@ -70,7 +70,8 @@ def test_hearth_create_and_cp_make_models_from_a_model_or_a_file(tmp_path, capsy
     monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
     (tmp_path / "Modelfile").write_text(f"FROM {STARTER}\nSYSTEM You are Mario.\nPARAMETER temperature 0.1\n")
     assert main(["create", "mario", "-f", str(tmp_path / "Modelfile")]) == 0
-    assert capsys.readouterr().out.startswith(f"Created mario (from {STARTER})")
+    assert capsys.readouterr().out == f"Created mario from {STARTER}\n"
+    assert main(["models"]) == 0 and f"llamacpp   {STARTER}" in capsys.readouterr().out  # FROM: what it was made from
     assert main(["cp", "mario", "luigi:latest"]) == 0
     registry = ModelRegistry()
     luigi = registry.get("luigi")
