@@ -47,7 +47,8 @@ SYSTEM_ROLES = ("system", "developer")
 #: Modelfile PARAMETERs Ollama has that Hearth keeps and shows but does not use (docs/api.md lists them).
 UNUSED_PARAMETERS = frozenset({
     "num_keep", "typical_p", "penalize_newline", "numa", "num_batch", "num_gpu", "main_gpu", "low_vram",
-    "vocab_only", "use_mmap", "use_mlock", "num_thread", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta",
+    "vocab_only", "use_mmap", "use_mlock", "num_thread", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "f16_kv",
+    "logits_all",
 })  # fmt: skip
 #: Every parameter a Modelfile may set.
 PARAMETERS = frozenset(SAMPLING_PARAMETERS) | {"num_ctx"} | UNUSED_PARAMETERS
@@ -120,7 +121,7 @@ class ModelDefaults:
         messages = out.messages
         if self.system and not any(m.role in SYSTEM_ROLES for m in messages):
             messages = (ChatMessage("system", self.system), *messages)
-        if self.messages:
+        if self.messages and not out.context:  # a turn that continues an exchange's ids has them already
             lead = next((i for i, m in enumerate(messages) if m.role not in SYSTEM_ROLES), len(messages))
             messages = (*messages[:lead], *self.messages, *messages[lead:])
         return out if messages is out.messages else replace(out, messages=messages)

@@ -269,7 +269,7 @@ class ModelManager:
                     )
                 del self._loaded[key]  # reloaded below with the settings asked for
                 stale = lm
-            elif lm is not None and lm.model.spec != model.spec and not lm.in_use:
+            elif lm is not None and lm.model.source != "path" and lm.model.spec != model.spec and not lm.in_use:
                 del self._loaded[key]  # its entry changed (another file or template: `create` again): loaded anew
                 stale = lm
             else:

@@ -10,6 +10,7 @@ the settings of the model it is made from, as Ollama layers them (used by ``hear
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +24,20 @@ from engine.model_defaults import MESSAGE_ROLES, PARAMETERS, checked_messages, c
 MAX_MODELFILE_CHARS = 1 << 20
 _INTS = frozenset({"top_k", "seed", "num_predict", "repeat_last_n", "num_ctx", "num_keep", "num_batch", "num_gpu",
                    "main_gpu", "num_thread", "mirostat"})  # fmt: skip
-_BOOLS = frozenset({"penalize_newline", "numa", "low_vram", "vocab_only", "use_mmap", "use_mlock"})
-_INSTRUCTIONS = ("from", "parameter", "system", "template", "message", "license", "adapter")
+_BOOLS = frozenset({"penalize_newline", "numa", "low_vram", "vocab_only", "use_mmap", "use_mlock", "f16_kv", "logits_all"})
+_TRUE, _FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
+#: Parameters Ollama no longer takes: read, and left out (Ollama warns and drops them).
+_DROPPED = frozenset({"f16_kv", "logits_all"})
+_INSTRUCTIONS = ("from", "parameter", "system", "template", "message", "license", "adapter", "draft", "renderer", "parser",
+                 "requires")  # fmt: skip
+_WORD = re.compile(r"([A-Za-z]+)(?:[ \t]+|$)")
+_NAME = re.compile(r"([A-Za-z0-9_]+)(?:[ \t]+|$)")
 
 
 @dataclass(frozen=True, slots=True)
 class Modelfile:
-    """What a Modelfile (or ``/api/create``'s fields) asks for; None: not given."""
+    """What a Modelfile (or ``/api/create``'s fields) asks for; None: not given. ``more``: the ``FROM`` lines after
+    the first (``ollama show --modelfile`` writes a model's projector so)."""
 
     base: str | None = None
     parameters: Mapping[str, Any] = field(default_factory=dict)
@@ -38,26 +46,31 @@ class Modelfile:
     messages: Sequence[Mapping[str, Any]] | None = None
     license: Sequence[str] | None = None
     adapters: Sequence[str] = ()
+    more: Sequence[str] = ()
+
+
+def _complete(text: str) -> bool:
+    """Whether ``text`` (stripped) is a whole value: unquoted, or closed as it was opened (``\"`` or ``\"\"\"``)."""
+    if text.startswith('"""'):
+        return len(text) >= 6 and text.endswith('"""')
+    if text.startswith('"'):
+        return len(text) >= 2 and text.endswith('"')
+    return True
 
 
 def _value(rest: str, lines: list[str], i: int, where: str) -> tuple[str, int]:
-    """The value starting at ``rest`` (the text after the instruction on line ``i``), and the line after it."""
-    text = rest.strip()
-    if text.startswith('"""'):
-        body = text[3:]
-        j = i
-        while '"""' not in body:
-            j += 1
-            if j >= len(lines):
-                raise InvalidRequest(f"{where}: a value opened with \"\"\" is never closed; close it with \"\"\".")
-            body += "\n" + lines[j]
-        value, _, after = body.partition('"""')
-        if after.strip():
-            raise InvalidRequest(f"{where}: text after the closing \"\"\" ('{after.strip()[:40]}'); put it on a line of its own.")
-        return value, j + 1
-    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
-        return text[1:-1].replace('\\"', '"'), i + 1
-    return text, i + 1
+    """The value starting at ``rest`` (the text after the instruction on line ``i``), and the line after it, as
+    Ollama reads one: it ends at the first line end where what came is whole (unquoted, or its quotes closed);
+    the quotes go, three or one, and what is inside stays as written (backslashes and blanks too)."""
+    text, j = rest, i
+    while not _complete(text.strip()):
+        j += 1
+        if j >= len(lines):
+            raise InvalidRequest(f"{where}: a quoted value is never closed; close it with the quotes it opened with.")
+        text += "\n" + lines[j]
+    text = text.strip()
+    quotes = 3 if text.startswith('"""') else 1 if text.startswith('"') else 0
+    return (text[quotes:-quotes] if quotes else text), j + 1
 
 
 def _typed(name: str, text: str, where: str) -> Any:
@@ -66,9 +79,9 @@ def _typed(name: str, text: str, where: str) -> Any:
         if name in _INTS:
             return int(text)
         if name in _BOOLS:
-            if text.lower() not in ("true", "false"):
+            if text not in _TRUE + _FALSE:
                 raise ValueError(text)
-            return text.lower() == "true"
+            return text in _TRUE
         if name == "stop":
             return text
         return float(text)
@@ -78,16 +91,18 @@ def _typed(name: str, text: str, where: str) -> Any:
 
 
 def parse(text: str) -> Modelfile:
-    """The Modelfile ``text``.
+    """The Modelfile ``text``, read as Ollama reads one (a byte-order mark, CR or CRLF line ends, tabs between
+    words). ``REQUIRES``, ``RENDERER`` and ``PARSER`` (Ollama's own) are read and left out: Hearth renders with the
+    model's template.
 
     Raises:
         InvalidRequest: a line it cannot read, naming it (no ``FROM``, an unknown instruction or parameter, a
-            value of the wrong kind, a quote never closed).
+            value of the wrong kind, a quote never closed, a ``DRAFT`` model).
     """
     if len(text) > MAX_MODELFILE_CHARS:
         raise InvalidRequest(f"The Modelfile is over {MAX_MODELFILE_CHARS:,} characters; shorten it.")
-    lines = text.replace("\r\n", "\n").split("\n")
-    base: str | None = None
+    lines = re.split(r"\r\n|\r|\n", text.removeprefix("\ufeff"))
+    bases: list[str] = []
     parameters: dict[str, Any] = {}
     system = template = None
     messages: list[dict[str, str]] = []
@@ -95,48 +110,59 @@ def parse(text: str) -> Modelfile:
     adapters: list[str] = []
     i = 0
     while i < len(lines):
-        line = lines[i].strip()
+        line = lines[i].lstrip(" \t")
         where = f"Modelfile line {i + 1}"
         if not line or line.startswith("#"):
             i += 1
             continue
-        word, _, rest = line.partition(" ")
-        instruction = word.lower()
-        if instruction not in _INSTRUCTIONS:
-            raise InvalidRequest(f"{where}: '{word[:40]}' is not an instruction; use FROM, PARAMETER, SYSTEM, TEMPLATE, MESSAGE, "
+        word = _WORD.match(line)
+        instruction = word.group(1).lower() if word else ""
+        if word is None or instruction not in _INSTRUCTIONS:
+            shown = line.split()[0][:40]
+            raise InvalidRequest(f"{where}: '{shown}' is not an instruction; use FROM, PARAMETER, SYSTEM, TEMPLATE, MESSAGE, "
                                  "LICENSE or ADAPTER.")  # fmt: skip
+        rest = line[word.end() :]
         if instruction == "parameter":
-            name, _, rest = rest.strip().partition(" ")
-            if name not in PARAMETERS:
-                raise InvalidRequest(f"{where}: '{name[:40]}' is not a Modelfile parameter; docs/api.md lists them.")
-            value, i = _value(rest, lines, i, where)
-            typed = _typed(name, value, where)
-            if name == "stop":
+            name = _NAME.match(rest)
+            if name is None or name.group(1) not in PARAMETERS | _DROPPED:
+                shown = rest.split()[0][:40] if rest.split() else ""
+                raise InvalidRequest(f"{where}: '{shown}' is not a Modelfile parameter; docs/api.md lists them.")
+            value, i = _value(rest[name.end() :], lines, i, where)
+            key = name.group(1)
+            typed = _typed(key, value, where)
+            if key in _DROPPED:
+                continue
+            if key == "stop":
                 parameters.setdefault("stop", []).append(typed)
             else:
-                parameters[name] = typed
+                parameters[key] = typed
             continue
         if instruction == "message":
-            role, _, rest = rest.strip().partition(" ")
-            if role.lower() not in MESSAGE_ROLES:
-                raise InvalidRequest(f"{where}: a MESSAGE's role must be system, user or assistant, got '{role[:40]}'.")
-            value, i = _value(rest, lines, i, where)
-            messages.append({"role": role.lower(), "content": value})
+            role = _WORD.match(rest)
+            if role is None or role.group(1).lower() not in MESSAGE_ROLES:
+                shown = rest.split()[0][:40] if rest.split() else ""
+                raise InvalidRequest(f"{where}: a MESSAGE's role must be system, user or assistant, got '{shown}'.")
+            value, i = _value(rest[role.end() :], lines, i, where)
+            messages.append({"role": role.group(1).lower(), "content": value})
             continue
         value, i = _value(rest, lines, i, where)
         if instruction == "from":
-            base = value
+            bases.append(value)
         elif instruction == "system":
             system = value
         elif instruction == "template":
             template = value
         elif instruction == "license":
             licenses.append(value)
-        else:
+        elif instruction == "adapter":
             adapters.append(value)
-    if not base:
+        elif instruction == "draft":
+            raise InvalidRequest(f"{where}: a DRAFT model is not taken from a Modelfile; give it with --draft-model when "
+                                 "the model is served.")  # fmt: skip
+    if not bases or not bases[0]:
         raise InvalidRequest("The Modelfile has no FROM line; start it with FROM and the model (or GGUF file) to build on.")
-    return Modelfile(base, parameters, system, template, messages or None, licenses or None, tuple(adapters))
+    return Modelfile(bases[0], parameters, system, template, messages or None, licenses or None, tuple(adapters),
+                     tuple(bases[1:]))  # fmt: skip
 
 
 def layered(base_info: Mapping[str, object], asked: Modelfile) -> dict[str, object]:
@@ -180,18 +206,68 @@ def layered(base_info: Mapping[str, object], asked: Modelfile) -> dict[str, obje
 
 
 def _file(base: str, folder: Path) -> Path | None:
-    """The file (or model folder) ``FROM`` names, read from ``folder`` when relative; None: it names a model."""
-    looks = base.startswith(("/", "./", "../", "~", ".\\", "..\\")) or base.lower().endswith(".gguf")
+    """The file (or model folder) ``FROM`` names, read from ``folder`` when relative, as Ollama's client looks first for
+    a path; None: it names a model."""
+    looks = base in (".", "..") or base.startswith(("/", "./", "../", "~", ".\\", "..\\")) or base.lower().endswith(".gguf")
     path = Path(base).expanduser()
     path = path if path.is_absolute() else folder / path
-    return path if looks or (path.exists() and ("/" in base or "\\" in base)) else None
+    return path if looks or path.exists() else None
+
+
+def _in_folder(path: Path) -> Path:
+    """The model a folder ``FROM`` names holds: itself with a config.json (safetensors), else its one GGUF model
+    (or the first part of a split one), as Ollama reads a folder of GGUF files.
+
+    Raises:
+        InvalidRequest: neither, or several GGUF models.
+    """
+    from engine.catalog.variants import is_projector
+
+    if not path.is_dir() or (path / "config.json").is_file():
+        return path
+    models = sorted(p for p in path.glob("*.gguf") if not is_projector(p.name))
+    firsts = [p for p in models if not re.search(r"-\d{5}-of-\d{5}\.gguf$", p.name, re.I) or "-00001-of-" in p.name]
+    if len(firsts) != 1:
+        raise InvalidRequest(
+            f"{path} holds {len(firsts)} GGUF models and no config.json; name the model's file in FROM."
+        )
+    return firsts[0]
+
+
+def _files(asked: Modelfile, folder: Path) -> tuple[Path, Path | None] | None:
+    """The model file and projector the ``FROM`` lines name (``ollama show --modelfile`` writes a projector as a
+    second ``FROM``); None: they name a model.
+
+    Raises:
+        InvalidRequest: a file that is not there, or more files than a model and its projector.
+    """
+    from engine.catalog.pairing import check_projector
+
+    bases = [asked.base or "", *asked.more]
+    paths = [_file(base, folder) for base in bases]
+    if paths[0] is None:
+        return None
+    for base, path in zip(bases, paths, strict=True):
+        if path is None or not path.exists():
+            raise InvalidRequest(f"FROM {base}: there is no file at {path or base}; give the path of a GGUF file or a model folder.")
+    found = [p for p in paths if p is not None]
+    projectors = []
+    for path in found[1:]:
+        try:
+            projectors.append(check_projector(path))
+        except InvalidRequest:
+            raise InvalidRequest(f"FROM {path}: a second FROM must be the model's projector (mmproj); this is a model.") from None
+    if len(projectors) > 1:
+        raise InvalidRequest("The Modelfile names more than one projector; keep the one that belongs to the model.")
+    return _in_folder(found[0]), (projectors[0] if projectors else None)
 
 
 def create_model(registry: ModelRegistry, name: str, asked: Modelfile, *, folder: Path) -> LocalModel:
     """Register ``name`` as the Modelfile ``asked`` makes it (``hearth create``): ``FROM`` a local model, made from it
     (:meth:`ModelRegistry.derive`: the files shared), or ``FROM`` a GGUF file or model folder (relative to ``folder``),
-    read where it is as ``hearth import`` reads it (a projector beside it paired). A name made so before is
-    replaced; another model's name is refused.
+    read where it is as ``hearth import`` reads it (its projector paired: a second ``FROM``, else the one beside it).
+    A name made so before is replaced; another model's name is refused, as is one that differs from another's only in
+    case.
 
     Raises:
         ModelNotFound: ``FROM`` names no local model.
@@ -201,23 +277,24 @@ def create_model(registry: ModelRegistry, name: str, asked: Modelfile, *, folder
     from engine.catalog.pairing import check_projector, projector_beside
     from engine.remote.routing import local_spelling
 
-    base = asked.base or ""
-    path = _file(base, folder)
-    if path is None:
-        found = registry.resolve(local_spelling(base))
+    named = _files(asked, folder)
+    if named is None:
+        found = registry.resolve(local_spelling(asked.base or ""))
         return registry.derive(found, name, layered(found.origin_info or {}, asked))
-    if not path.exists():
-        raise InvalidRequest(f"FROM {base}: there is no file at {path}; give the path of a GGUF file or a model folder.")
+    path, projector = named
     existing = registry.get(name)
     if existing is not None and not existing.created:
         raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+    if existing is None:
+        registry.check_new_name(name)
     info = layered({"created": True}, asked)
-    projector = projector_beside(path)
-    if projector is not None:
+    if projector is None and (beside := projector_beside(path)) is not None:
         try:
-            info["mmproj"] = str(check_projector(projector))
+            projector = check_projector(beside)
         except InvalidRequest:  # a file named mmproj* that is not one: the model alone
-            pass
+            projector = None
+    if projector is not None:
+        info["mmproj"] = str(projector)
     model = registry.register(path, name=name, source="import", origin_info=info, replace=existing is not None)
     if existing is not None:
         registry.release_files(existing)  # an upload it replaces, when nothing else uses its files

@@ -140,7 +140,7 @@ def register_found(registry: ModelRegistry, found: FoundModel) -> LocalModel:
     existing = registry.get(found.name)
     info = origin_info(found)
     if existing is not None:
-        if existing.origin != found.origin:
+        if existing.origin != found.origin or existing.created:
             raise InvalidRequest(f"A model named '{found.name}' is already registered; remove it to use the {found.label} one.")
         if existing.path == found.path.absolute() and dict(existing.origin_info or {}) == info:
             return existing
@@ -206,20 +206,49 @@ def refresh(registry: ModelRegistry, roots: OtherAppRoots | None = None) -> Sync
     return result
 
 
+def _unplugged(m: LocalModel) -> bool:
+    """Whether ``m``'s files are out of reach rather than deleted: the folder that held them is gone as a whole (an
+    unmounted drive or store), not just the file in it."""
+    return not m.path.parent.exists()
+
+
 def _follow(registry: ModelRegistry, made: list[LocalModel], result: SyncResult) -> None:
-    """Models made from another app's models (``create``, ``copy``) whose files that app replaced (a new pull): each
-    follows its model to the new files, keeping its own settings; one whose model is gone goes too."""
-    for m in made:
-        base = registry.get(m.derived_from or "")
-        if base is not None and not _gone(base):
-            own = dict(m.origin_info or {})
-            own["manifest"] = (base.origin_info or {}).get("manifest")
-            registry.derive(base, m.name, own)
-            continue
-        with Session(registry.engine) as s:
-            s.execute(delete(ModelRow).where(ModelRow.name == m.name))
-            s.commit()
-        result.removed.append(m.name)
+    """Models made from another app's models (``create``, ``copy``) whose files are gone. One whose model that app
+    pulled again follows it to the new files (its own settings kept, the model's projector taken); one whose
+    files are out of reach (a drive not mounted) stays, for when they come back; one whose model the app deleted goes.
+    Each is looked at after the one it was made from (a chain of them), and read again before it is changed."""
+    pending = {m.name: m for m in made}
+    while pending:
+        ready = [m for m in pending.values() if m.derived_from not in pending]
+        for m in ready or list(pending.values()):  # a cycle (no model to start from): each on its own
+            del pending[m.name]
+            try:
+                _follow_one(registry, m, result)
+            except HearthError as exc:  # one that cannot follow never stops the others, nor the scan
+                log.info("left %s as it was: %s", m.name, exc)
+
+
+def _follow_one(registry: ModelRegistry, m: LocalModel, result: SyncResult) -> None:
+    now = registry.get(m.name)
+    if now is None or not now.created or not _gone(now):
+        return
+    base = registry.get(now.derived_from or "")
+    if base is not None and not _gone(base):
+        own = dict(now.origin_info or {})
+        for key in ("manifest", "mmproj"):
+            value = (base.origin_info or {}).get(key)
+            if value is None:
+                own.pop(key, None)
+            else:
+                own[key] = value
+        registry.derive(base, now.name, own)
+        return
+    if _unplugged(now):
+        return
+    with Session(registry.engine) as s:
+        s.execute(delete(ModelRow).where(ModelRow.name == now.name))
+        s.commit()
+    result.removed.append(now.name)
 
 
 def _register_new(registry: ModelRegistry, roots: OtherAppRoots | None, result: SyncResult, gone: list[str]) -> None:
@@ -240,8 +269,8 @@ def _register_new(registry: ModelRegistry, roots: OtherAppRoots | None, result: 
         if (f.origin, f.name) in dismissed:
             continue
         mine = known.get(f.name)
-        if mine is not None and (mine.origin != f.origin or mine.path == f.path.absolute()):
-            continue
+        if mine is not None and (mine.origin != f.origin or mine.path == f.path.absolute() or mine.created):
+            continue  # a name of Hearth's own, or one the user made (`create`): never taken over
         try:
             result.registered.append(register_found(registry, f))
         except HearthError as exc:

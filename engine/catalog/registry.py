@@ -344,7 +344,7 @@ class ModelRegistry:
             if name == base.name:
                 if row is None:
                     raise InvalidRequest(f"'{name}' is served from a path, not registered; create the model under another name.")
-                if base.origin:
+                if base.origin and base.derived_from is None:
                     raise InvalidRequest(
                         f"'{name}' is read in place from another app, which owns its settings; create the model under another name."
                     )
@@ -353,6 +353,7 @@ class ModelRegistry:
                 if not replaced.created:
                     raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
             else:
+                self._refuse_case_twin(s, name)
                 row = ModelRow(name=name)
                 s.add(row)
             if name != base.name:
@@ -374,6 +375,22 @@ class ModelRegistry:
         if replaced is not None:
             self.release_files(replaced)
         return made
+
+    @staticmethod
+    def _refuse_case_twin(s: Session, name: str) -> None:
+        twin = s.scalar(select(ModelRow.name).where(func.lower(ModelRow.name) == name.lower(), ModelRow.name != name))
+        if twin is not None:
+            raise InvalidRequest(f"'{name}' differs from the model '{twin}' only in case; use that name, or another.")
+
+    def check_new_name(self, name: str) -> None:
+        """Refuse a new model's ``name`` that another model's matches but for case (Ollama refuses it too: names are
+        looked up in any case).
+
+        Raises:
+            InvalidRequest: naming the model it would shadow.
+        """
+        with Session(self.engine) as s:
+            self._refuse_case_twin(s, name)
 
     def shares_files(self, model: LocalModel) -> bool:
         """Whether another entry uses ``model``'s files (one made from it by Ollama's create or copy): removing

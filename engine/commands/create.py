@@ -49,9 +49,10 @@ def _read(file: str) -> tuple[str, Path]:
 def run_create(args: argparse.Namespace) -> int:
     from engine.catalog.modelfile import create_model, parse
     from engine.catalog.registry import ModelRegistry
+    from engine.remote.routing import local_spelling
     from engine.validation import model_name
 
-    name = model_name(args.name.removesuffix(":latest"), name="NAME")
+    name = model_name(local_spelling(args.name), name="NAME")
     text, folder = _read(args.file)
     asked = parse(text)
     model = create_model(ModelRegistry(), name, asked, folder=folder)
@@ -61,11 +62,16 @@ def run_create(args: argparse.Namespace) -> int:
 
 def run_copy(args: argparse.Namespace) -> int:
     from engine.catalog.registry import ModelRegistry
+    from engine.errors import ModelNotFound
+    from engine.remote.routing import local_spelling
     from engine.validation import model_name
 
     registry = ModelRegistry()
-    source = registry.resolve(args.source)
-    name = model_name(args.destination.removesuffix(":latest"), name="DESTINATION")
+    try:
+        source = registry.resolve(args.source)
+    except ModelNotFound:
+        source = registry.resolve(local_spelling(args.source))  # as Ollama's clients write it: name:latest
+    name = model_name(local_spelling(args.destination), name="DESTINATION")
     if name != source.name:
         registry.derive(source, name, dict(source.origin_info or {}))
     print(f"Copied {source.name} to {name}")

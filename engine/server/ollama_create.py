@@ -40,7 +40,7 @@ from engine.errors import HearthError, InvalidRequest, ModelLoadError, ModelNotF
 from engine.remote.routing import local_spelling
 from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import error_route, ollama_error
-from engine.server.ollama_routes import NDJSON, resolve
+from engine.server.ollama_routes import NDJSON
 from engine.validation import model_name
 
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
@@ -217,11 +217,13 @@ def _asked(body: CreateBody) -> tuple[Modelfile, dict[str, str] | None]:
         raise InvalidRequest("LoRA adapters are not supported; merge the adapter into the model's GGUF first.", param="adapters")
     if body.modelfile is not None and not body.from_ and body.files is None:  # the Modelfile's text: older clients
         asked = parse(body.modelfile)
-        base = asked.base or ""
-        digest = re.fullmatch(r"@(sha256[:-][0-9a-f]{64})", base)
-        if digest is not None:  # a file those clients sent to /api/blobs first
-            return replace(asked, base=None), {"model.gguf": digest.group(1).replace("-", ":", 1)}
-        if base.startswith(("/", ".", "~")) or base.lower().endswith(".gguf") or re.match(r"[A-Za-z]:[\\/]", base):
+        bases = [asked.base or "", *asked.more]
+        digests = [re.fullmatch(r"@(sha256[:-][0-9a-f]{64})", base) for base in bases]
+        if all(digests):  # files those clients sent to /api/blobs first (a model, and its projector)
+            files = {f"file-{i}.gguf": d.group(1).replace("-", ":", 1) for i, d in enumerate(digests) if d is not None}
+            return replace(asked, base=None, more=()), files
+        base = bases[0]
+        if any(digests) or base.startswith(("/", ".", "~")) or base.lower().endswith(".gguf") or re.match(r"[A-Za-z]:[\\/]", base):
             raise InvalidRequest(
                 f"FROM {base[:80]} names a file on the client's machine; send it with a current Ollama client, or "
                 "`hearth create` on this one.", param="modelfile",
@@ -369,6 +371,8 @@ def _create(registry: ModelRegistry, asked: Modelfile, files: dict[str, str] | N
     existing = registry.get(name)
     if existing is not None and not existing.created:
         raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+    if existing is None:
+        registry.check_new_name(name)
     info = layered({"created": True}, asked)
     path, projector = _place_files(registry, name, files or {})
     if projector is not None:
@@ -406,19 +410,36 @@ def _progress(model: LocalModel, from_files: bool) -> list[str]:
 async def create(request: Request, body: CreateBody):
     name = _name(body.model or body.name)
     asked, files = _asked(body)
-    base = await resolve(request, asked.base) if files is None and asked.base else None
     registry = request.app.state.manager.registry
+    base = await asyncio.to_thread(_registered, registry, asked.base) if files is None and asked.base else None
     model = await asyncio.to_thread(_create, registry, asked, files, name, base)
     if not body.stream:
         return {"status": "success"}
     return StreamingResponse(_lines(_progress(model, files is not None)), media_type=NDJSON)
 
 
+def _registered(registry: ModelRegistry, name: str) -> LocalModel:
+    """The registered model ``name`` means (as Ollama's clients spell it too): as the registry has it, never as this
+    worker serves it (a projector paired for this run only, with ``--mmproj``, stays out of what is made from it).
+
+    Raises:
+        ModelNotFound: no registered model has that name (a file served by its path has none).
+    """
+    from engine.pool import not_served_message
+
+    for each in dict.fromkeys((name, local_spelling(name))):
+        try:
+            return registry.resolve(each)
+        except ModelNotFound:
+            continue
+    raise ModelNotFound(name, not_served_message(name))
+
+
 @router.post("/copy")
 async def copy(request: Request, body: CopyBody) -> Response:
     manager = request.app.state.manager
     try:
-        source = await resolve(request, body.source)
+        source = await asyncio.to_thread(_registered, manager.registry, body.source)
     except ModelNotFound:
         raise ModelNotFound(body.source, f"There is no model '{body.source}' to copy; `ollama list` (/api/tags) names them.") from None
     name = _name(body.destination, "destination")

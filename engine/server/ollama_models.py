@@ -218,8 +218,16 @@ def parameters_text(defaults: dict) -> str:
     return "\n".join(lines)
 
 
-def _quoted(text: str) -> str:
-    return f'"""{text}"""'
+def _quoted(text: object) -> str:
+    """A Modelfile value as Ollama writes one, so that a Modelfile reader reads it back: as it is, unless it holds a
+    line end or starts or ends with a blank (then in quotes, three where it holds a quote)."""
+    if isinstance(text, bool):
+        return str(text).lower()
+    if not isinstance(text, str):
+        return str(text)
+    if "\n" in text or text.startswith(" ") or text.endswith(" "):
+        return f'"""{text}"""' if '"' in text else f'"{text}"'
+    return text
 
 
 def modelfile(m, template: str, system: str, defaults: dict, messages: list, license_: list[str]) -> str:
@@ -233,7 +241,7 @@ def modelfile(m, template: str, system: str, defaults: dict, messages: list, lic
         lines.append(f"SYSTEM {_quoted(system)}")
     for name, value in defaults.items():
         if name not in ("system", "messages"):
-            lines += [f"PARAMETER {name} {_shown_value(one)}" for one in (value if isinstance(value, list) else [value])]
+            lines += [f"PARAMETER {name} {_quoted(one)}" for one in (value if isinstance(value, list) else [value])]
     lines += [f"MESSAGE {mm.get('role')} {_quoted(str(mm.get('content', '')))}" for mm in messages]
     lines += [f"LICENSE {_quoted(text)}" for text in license_]
     return "\n".join(lines) + "\n"

@@ -23,7 +23,6 @@ from engine.remote.routing import RemoteTarget, Target
 from engine.types import GenerationChunk, GenerationRequest
 
 if TYPE_CHECKING:
-    from engine.catalog.registry import LocalModel
     from engine.pool import LoadedModel, ModelManager
     from engine.remote.registry import RemoteRegistry
 
@@ -72,15 +71,16 @@ class Served:
 
 
 class LocalServed(Served):
-    def __init__(self, manager: ModelManager, lm: LoadedModel, model: LocalModel | None = None) -> None:
-        """``model``: the registry's entry as the request found it (its defaults may be newer than those the
-        model was loaded with: ``create`` again); None: the loaded one's."""
+    def __init__(self, manager: ModelManager, lm: LoadedModel) -> None:
         self.manager = manager
         self.lm = lm
         self._local = lm  # the same entry, never None here
         self.name = lm.model.name
         self.backend_name = lm.backend_name
-        self.defaults = ModelDefaults.from_info((model or lm.model).origin_info)
+        # the registry's entry as it is now (made again with other defaults while loaded: `create`), but for a file the
+        # local user serves by its path, whose name a registered model may have too
+        now = manager.registry.get(lm.model.name) if lm.model.source != "path" else None
+        self.defaults = ModelDefaults.from_info((now or lm.model).origin_info)
 
     def stream(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         return self._local.backend.stream(request)
@@ -126,7 +126,7 @@ async def acquire(request: Request, name: str, target: Target | None = None) -> 
         return RemoteServed(target)
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, target.name)
-    return LocalServed(manager, lm, target if target.name == lm.model.name else None)
+    return LocalServed(manager, lm)
 
 
 __all__ = ["LocalServed", "RemoteServed", "RemoteTarget", "Served", "Target", "acquire", "remotes_for", "resolve"]

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from engine.catalog.other_apps import OtherAppRoots, scan_other_apps, summary
 from engine.catalog.other_apps_sync import accept, dismissed_names, refresh
 from engine.catalog.registry import ModelRegistry
+from engine.errors import InvalidRequest
 from tests.engine.catalog.conftest import llama_config, make_gguf, make_safetensors
 from tests.engine.catalog.other_apps_fixtures import (
     PARAMS,
@@ -163,6 +164,50 @@ def test_a_model_made_from_an_ollama_model_follows_it_to_a_new_pull_and_goes_wit
     registry.derive(base, "mine", {})
     next(store.glob("manifests/**/135m")).unlink()  # Ollama deletes the model: the one made from it goes too
     assert sorted(refresh(registry, roots).removed) == ["mine", OLLAMA_NAME]
+
+
+def test_models_made_from_ollamas_wait_for_an_unplugged_store_follow_in_order_and_keep_their_names(tmp_path, registry, starter_path):
+    import shutil
+
+    store = tmp_path / "drive" / "ollama"
+    roots = OtherAppRoots(ollama=(store,))
+    projector = tmp_path / "p1.gguf"
+    make_gguf(projector, label="Q8_0", n_floats=100)  # (a model's file stands in for its projector: only its path counts)
+    ollama_store(store, starter_path, projector=projector)
+    accept(registry, scan_other_apps(roots))
+    base = registry.get(OLLAMA_NAME)
+    registry.derive(base, "b", {**base.origin_info, "defaults": {"top_k": 3}})
+    registry.derive(registry.get("b"), "c", {**registry.get("b").origin_info})
+    registry.derive(base, "b", {**base.origin_info, "defaults": {"top_k": 4}})  # made again: newer than c
+    # the drive is unplugged: Ollama's own entry is forgotten, the user's own models wait for it
+    (tmp_path / "drive").rename(tmp_path / "away")
+    assert refresh(registry, roots).removed == [OLLAMA_NAME]
+    assert registry.get("b") is not None and registry.get("c") is not None
+    (tmp_path / "away").rename(tmp_path / "drive")
+    refresh(registry, roots)
+    assert registry.get(OLLAMA_NAME) is not None and registry.get("b").origin_info["defaults"] == {"top_k": 4}
+    b = registry.get("b")  # the user's own: made again under its own name, unlike Ollama's entry
+    assert registry.derive(b, "b", {**b.origin_info, "defaults": {"top_k": 4}}).origin == "ollama"
+    with pytest.raises(InvalidRequest, match="read in place from another app"):
+        registry.derive(registry.get(OLLAMA_NAME), OLLAMA_NAME, {})
+    # Ollama pulls it again with a new projector: both follow, each after the one it was made from
+    again, projector2 = tmp_path / "again.gguf", tmp_path / "p2.gguf"
+    shutil.copy(starter_path, again)
+    make_gguf(projector2, label="Q8_0", n_floats=200)
+    old = registry.get(OLLAMA_NAME)
+    ollama_store(store, again, projector=projector2)
+    old.path.unlink()
+    old.mmproj.unlink()
+    assert refresh(registry, roots).removed == [OLLAMA_NAME]  # (its old entry; registered again at once)
+    new = registry.get(OLLAMA_NAME)
+    for name in ("b", "c"):
+        made = registry.get(name)
+        assert made.path == new.path and made.mmproj == new.mmproj and made.mmproj.exists(), name
+    # a model Ollama makes under a name the user made never takes it over
+    ollama_store(store, again, parts=("registry.ollama.ai", "library", "b", "latest"))
+    registry.derive(new, "b:latest", {})
+    refresh(registry, roots)
+    assert registry.get("b:latest").derived_from == OLLAMA_NAME
 
 
 def test_removing_forgets_the_entry_keeps_the_file_and_stays_forgotten(tmp_path, registry, starter_path):

@@ -163,3 +163,6 @@ def test_a_modelfiles_messages_come_after_the_system_messages_and_before_the_req
     assert [m.content for m in defaults.apply(own).messages] == ["Be brief.", "Who?", "Mario!", "Hi"]
     raw = GenerationRequest(model="m", prompt="p")
     assert defaults.apply(raw).prompt == "p" and defaults.apply(raw).messages is None
+    # a turn of /api/generate that goes on from an exchange's ids: they hold the conversation already
+    going_on = GenerationRequest(model="m", messages=(ChatMessage("user", "next"),), context=(1, 2, 3))
+    assert [m.content for m in defaults.apply(going_on).messages] == ["Be Mario.", "next"]

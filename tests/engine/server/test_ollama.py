@@ -117,7 +117,7 @@ def test_ollama_create_and_cp_make_models_that_answer_with_their_own_modelfile(c
         assert "mario:latest" in [m.model for m in client.list().models]
         shown = client.show("mario")
         assert shown.details.parent_model == MODEL and "num_predict" in shown.parameters
-        assert shown.modelfile.splitlines()[1:3] == [f"FROM {MODEL}", 'SYSTEM """You are Mario from Super Mario Bros."""']
+        assert shown.modelfile.splitlines()[1:3] == [f"FROM {MODEL}", "SYSTEM You are Mario from Super Mario Bros."]
         answer = client.chat(model="mario", messages=QUESTION)  # its Modelfile's num_predict, temperature and SYSTEM
         assert answer.eval_count == 5 and answer.model == "mario" and answer.message.content
         assert answer.prompt_eval_count == told.prompt_eval_count  # its SYSTEM in the prompt, as the one sent

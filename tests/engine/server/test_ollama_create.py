@@ -74,7 +74,13 @@ def test_a_model_made_from_another_has_its_own_modelfile_and_shares_the_files(ap
     assert [line.split() for line in shown["parameters"].splitlines()] == [
         ["temperature", "0.2"], ["top_k", "5"], ["stop", '"<|im_end|>"'], ["stop", '"Luigi"'], ["num_ctx", "1024"]]  # fmt: skip
     assert shown["parameters"].startswith("temperature" + " " * 20 + "0.2")  # in 30 columns, as Ollama's
-    assert shown["modelfile"].splitlines()[1:4] == [f"FROM {STARTER}", 'SYSTEM """You are Mario."""', "PARAMETER temperature 0.2"]
+    assert shown["modelfile"].splitlines()[1:4] == [f"FROM {STARTER}", "SYSTEM You are Mario.", "PARAMETER temperature 0.2"]
+    from engine.catalog.modelfile import parse
+
+    again = parse(shown["modelfile"])  # what it shows, a Modelfile reader reads back (Ollama's writes it so)
+    assert (again.base, again.system, again.license) == (STARTER, "You are Mario.", ["MIT", "Apache-2.0"])
+    assert again.parameters == {"temperature": 0.2, "top_k": 5, "stop": ["<|im_end|>", "Luigi"], "num_ctx": 1024}
+    assert again.messages == shown["messages"]
     assert "<|im_start|>" in shown["template"]  # the GGUF's own, none given
     mario, starter = api.registry.get("mario"), api.registry.get(STARTER)
     assert mario.path == starter.path and mario.derived_from == STARTER and mario.source == "import"  # the starter's own: never deleted
@@ -341,3 +347,25 @@ def test_a_model_made_again_answers_with_its_new_settings_without_a_restart(api)
         assert plain["prompt_eval_count"] < first["prompt_eval_count"]  # no ChatML markers around the one message
     finally:
         api.request("DELETE", "/api/delete", json={"model": "again"})
+
+
+def test_a_file_served_by_its_path_stays_loaded_beside_a_registered_model_of_its_name(tmp_path, starter_path):
+    import os
+
+    from engine.backends import LoadOptions
+    from engine.catalog.registry import ModelRegistry
+    from engine.pool import ModelManager
+
+    registry = ModelRegistry(tmp_path / "home")
+    manager = ModelManager(registry, options=LoadOptions(n_ctx=256, n_seq_max=1))
+    try:
+        mine = tmp_path / "mine" / f"{STARTER}.gguf"  # `hearth serve --model PATH`: a file with the starter's name
+        mine.parent.mkdir()
+        os.link(starter_path, mine)
+        served = manager.load(str(mine), allow_paths=True)
+        assert served.model.source == "path" and served.model.name == STARTER
+        assert manager.acquire(STARTER) is served  # not loaded again from the registered starter's file
+        manager.release(served)
+    finally:
+        manager.close()
+        registry.close()
