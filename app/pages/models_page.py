@@ -241,14 +241,12 @@ class ModelsPage(QWidget):
         call.failed.connect(lambda e: self._say(e.message, error=True))
 
     def confirm_delete(self, model: ModelInfo) -> None:
-        if model.origin:
-            confirm(
-                self,
-                "Remove model",
-                f"Remove {model.name} from Hearth? Its files belong to {model.origin_label} and stay where they are.",
-                "Remove",
-                lambda: self.delete(model),
-            )
+        if model.origin or not model.deletes_files:
+            owner = (
+                f"Its files belong to {model.origin_label} and stay where they are." if model.origin
+                else f"Its files ({model.path}) stay where they are."
+            )  # fmt: skip
+            confirm(self, "Remove model", f"Remove {model.name} from Hearth? {owner}", "Remove", lambda: self.delete(model))
             return
         confirm(
             self,
@@ -261,7 +259,11 @@ class ModelsPage(QWidget):
 
     def delete(self, model: ModelInfo) -> None:
         call = self.api.delete_model(model.name)
-        done = f"{{}} is removed from Hearth; {model.origin_label} keeps its files." if model.origin else "{} is deleted."
+        done = (
+            f"{{}} is removed from Hearth; {model.origin_label} keeps its files." if model.origin
+            else "{} is removed from Hearth; its files stay where they are." if not model.deletes_files
+            else "{} is deleted."
+        )  # fmt: skip
         call.succeeded.connect(lambda name: (self._say(done.format(name)), self.files_changed()))
         call.failed.connect(lambda e: self._say(e.message, error=True))
 

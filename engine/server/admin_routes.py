@@ -38,7 +38,8 @@ def _origin_entry(m) -> dict:
     }
 
 
-def _model_entry(m, state: str) -> dict:
+def _model_entry(m, state: str, shared: frozenset = frozenset()) -> dict:
+    """``shared``: the paths more than one entry uses (a model and one made from it)."""
     return {
         "name": m.name,
         "path": str(m.path),
@@ -56,6 +57,8 @@ def _model_entry(m, state: str) -> dict:
         "state": state,
         "capabilities": _capabilities(m),
         **_origin_entry(m),
+        "made_from": m.derived_from,
+        "deletes_files": m.owns_files and m.path not in shared,
     }
 
 
@@ -85,7 +88,9 @@ async def models(request: Request) -> dict:
     local = await asyncio.to_thread(manager.available)
     # a model's template is read from its file once per version of the file: off the event loop
     await asyncio.to_thread(lambda: [model_thinks(m) for m in local])
-    return {"models": [_model_entry(m, manager.state(m.name)) for m in local]}
+    seen: set = set()
+    shared = frozenset(m.path for m in local if m.path in seen or seen.add(m.path))
+    return {"models": [_model_entry(m, manager.state(m.name), shared) for m in local]}
 
 
 def _load_options(manager, body: ModelLoadBody):

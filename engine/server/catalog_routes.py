@@ -199,10 +199,13 @@ async def import_model(request: Request, body: ImportBody) -> dict:
 async def delete_model(request: Request, name: str) -> dict:
     manager = request.app.state.manager
     model = await asyncio.to_thread(manager.registry.resolve, name)
+    deletes = model.owns_files and not await asyncio.to_thread(manager.registry.shares_files, model)
     await asyncio.to_thread(manager.unload, model.name)
     await asyncio.to_thread(manager.registry.remove, model.name, delete_files=True)
     if model.origin:  # another app's model: only Hearth's entry goes
         from engine.catalog.other_apps_sync import owner_sentence
 
         return {"deleted": model.name, "files_kept": True, "origin": model.origin, "message": owner_sentence(model)}
+    if not deletes:  # an import's files, or files a model made from it still uses
+        return {"deleted": model.name, "files_kept": True, "message": f"Removed {model.name}; its files at {model.path} were left in place."}
     return {"deleted": model.name}

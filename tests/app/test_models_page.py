@@ -69,8 +69,10 @@ def test_importing_a_gguf_by_drop_adds_it_and_delete_removes_it(qtbot, window, s
     page.view.selectRow(row)
     page.delete_button.click()
     box = next(w for w in page.findChildren(QMessageBox) if w.isVisible())
+    assert box.text() == f"Remove {name} from Hearth? Its files ({copy}) stay where they are."  # an import's: kept
     box.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: name not in table_rows(page), timeout=30_000)
+    assert copy.exists()
 
 
 def test_an_ollama_model_has_its_badge_and_removing_it_keeps_its_files(qtbot, window, starter_path, tmp_path):

@@ -34,6 +34,8 @@ class ModelInfo(Answer):
     capabilities: list[str] = []  # "thinking" (its template can think); what it takes in besides text: "vision", "audio"
     defaults: dict[str, Any] | None = None  # an Ollama model's parameters and system prompt
     template_source: str | None = None
+    made_from: str | None = None  # the model it was made from (Ollama's create or copy, `hearth create`)
+    deletes_files: bool = False  # whether deleting it deletes its files (Hearth's own, and no other entry uses them)
 
 
 class ModelList(Answer):
@@ -57,7 +59,8 @@ class UnloadAnswer(Answer):
 
 
 class DeleteAnswer(Answer):
-    """Another app's model keeps its files: ``files_kept``, its ``origin`` and a ``message`` say so."""
+    """A model whose files stay (another app's, an import's, or files a model made from it still uses): ``files_kept``
+    and a ``message`` say so, with ``origin`` for another app's."""
 
     deleted: str
     files_kept: bool | None = None

@@ -122,7 +122,8 @@ def test_hearth_create_reads_a_folder_a_second_from_and_names_as_ollamas_clients
     folder.mkdir()
     make_gguf(folder / "tiny.gguf", label="Q8_0", n_floats=1000)
     _projector(tmp_path / "eyes.gguf")
-    (folder / "Modelfile").write_text(f"FROM .\nFROM {tmp_path / 'eyes.gguf'}\n")  # `ollama show --modelfile`'s projector
+    modelfile = f"FROM .\r\nFROM {tmp_path / 'eyes.gguf'}\r\n"  # `ollama show --modelfile`'s projector
+    (folder / "Modelfile").write_bytes(modelfile.encode("utf-16"))  # as Windows' PowerShell 5 writes one
     assert main(["create", "Seer:latest", "-f", str(folder / "Modelfile")]) == 0
     registry = ModelRegistry()
     seer = registry.get("Seer")

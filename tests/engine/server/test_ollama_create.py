@@ -369,3 +369,19 @@ def test_a_file_served_by_its_path_stays_loaded_beside_a_registered_model_of_its
     finally:
         manager.close()
         registry.close()
+
+
+def test_the_model_list_and_a_delete_say_whose_files_stay(api, tmp_path):
+    digest = upload(api, make_gguf(tmp_path / "own.gguf", label="Q8_0", n_floats=1000, seed=31))
+    assert create(api, model="own", files={"own.gguf": digest}).status_code == 200
+    assert create(api, model="own-hot", **{"from": "own"}, parameters={"temperature": 1.2}).status_code == 200
+    listed = {m["name"]: m for m in api.get("/api/models").json()["models"]}
+    assert listed["own-hot"]["made_from"] == "own" and listed[STARTER]["made_from"] is None
+    assert not listed["own"]["deletes_files"] and not listed["own-hot"]["deletes_files"]  # each uses them
+    assert not listed[STARTER]["deletes_files"]  # the starter ships with Hearth
+    path = api.registry.get("own").path
+    gone = api.delete("/api/models/own")
+    assert gone.json() == {"deleted": "own", "files_kept": True,
+                           "message": f"Removed own; its files at {path} were left in place."}  # fmt: skip
+    assert {m["name"]: m for m in api.get("/api/models").json()["models"]}["own-hot"]["deletes_files"]
+    assert api.delete("/api/models/own-hot").json() == {"deleted": "own-hot"} and not path.exists()
