@@ -40,6 +40,7 @@ from engine.errors import HearthError, InvalidRequest, ModelLoadError, ModelNotF
 from engine.remote.routing import local_spelling
 from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import error_route, ollama_error
+from engine.server.errors import error_info
 from engine.server.ollama_routes import NDJSON
 from engine.validation import model_name
 
@@ -406,12 +407,79 @@ def _progress(model: LocalModel, from_files: bool) -> list[str]:
     return [first, "writing manifest", "success"]
 
 
+def _hub_base(name: str, missing: ModelNotFound) -> tuple[str, str | None]:
+    """``(repo, variant)`` of a ``from`` that no local model has, when it names a Hub repo (Ollama pulls a ``FROM``
+    it lacks; ``hf.co/owner/repo:VARIANT`` as Ollama's clients write it).
+
+    Raises:
+        ModelNotFound: ``missing``, when the name is no Hub repo either.
+    """
+    from engine.server.ollama_models import pull_target
+
+    if "/" not in local_spelling(name):
+        raise missing
+    try:
+        return pull_target(name)
+    except InvalidRequest:
+        raise missing from None
+
+
+async def _pull_then_create(request: Request, body: CreateBody, name: str, asked: Modelfile, hub: tuple[str, str | None]):
+    """``create`` from a Hub model not here yet: pulled first (Ollama's progress lines), then made from."""
+    from engine.server.ollama_models import pull_lines
+
+    registry = request.app.state.manager.registry
+    pulled: dict[str, str] = {}
+    lines = pull_lines(request, hub[0], hub[1], pulled)
+    first = [await anext(lines), await anext(lines)]  # the listing is fetched here: a missing repo is an HTTP error
+
+    async def made() -> LocalModel:
+        base = await asyncio.to_thread(registry.resolve, pulled["name"])
+        return await asyncio.to_thread(_create, registry, asked, None, name, base)
+
+    if not body.stream:
+        async for _ in lines:
+            pass
+        await made()
+        return {"status": "success"}
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            for item in first:
+                yield json.dumps(item).encode() + b"\n"
+            async for item in lines:
+                if item.get("status") != "success":
+                    yield json.dumps(item).encode() + b"\n"
+            model = await made()
+        except HearthError as exc:
+            yield json.dumps({"error": error_info(exc).message}).encode() + b"\n"
+            return
+        async for line in _lines(_progress(model, False)):
+            yield line
+
+    return StreamingResponse(stream(), media_type=NDJSON)
+
+
 @router.post("/create")
 async def create(request: Request, body: CreateBody):
     name = _name(body.model or body.name)
     asked, files = _asked(body)
     registry = request.app.state.manager.registry
-    base = await asyncio.to_thread(_registered, registry, asked.base) if files is None and asked.base else None
+    base = None
+    if files is None and asked.base:
+        try:
+            base = await asyncio.to_thread(_registered, registry, asked.base)
+        except ModelNotFound as missing:
+            remotes = request.app.state.remotes
+            if remotes is not None and await remotes.route(asked.base) is not None:
+                raise InvalidRequest(
+                    f"'{asked.base}' is a remote provider's model; make a model from a local one.", param="from"
+                ) from None
+            hub = _hub_base(asked.base, missing)
+            await asyncio.to_thread(layered, {}, asked)  # what it asks for is checked before anything is fetched
+            if (existing := await asyncio.to_thread(registry.get, name)) is not None and not existing.created:
+                raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.") from None
+            return await _pull_then_create(request, body, name, asked, hub)
     model = await asyncio.to_thread(_create, registry, asked, files, name, base)
     if not body.stream:
         return {"status": "success"}

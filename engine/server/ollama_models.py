@@ -377,8 +377,11 @@ async def _have_lines() -> AsyncIterator[dict]:
     yield {"status": "success"}
 
 
-async def _pull_lines(request: Request, repo: str, variant: str | None) -> AsyncIterator[dict]:
-    """Ollama's progress objects for a download, ending with ``{"status": "success"}``.
+async def pull_lines(
+    request: Request, repo: str, variant: str | None, pulled: dict[str, str] | None = None
+) -> AsyncIterator[dict]:
+    """Ollama's progress objects for a download, ending with ``{"status": "success"}``; ``pulled`` gets the name of
+    the model fetched (``"name"``) once it is chosen.
 
     Raises:
         HearthError: the repo or variant cannot be fetched (before anything was downloaded, or when it fails).
@@ -388,6 +391,8 @@ async def _pull_lines(request: Request, repo: str, variant: str | None) -> Async
     yield {"status": "pulling manifest"}
     listing, chosen = await asyncio.to_thread(_choose, catalog, repo, variant)
     name = f"{listing.repo}:{chosen.name}"
+    if pulled is not None:
+        pulled["name"] = name
     existing = await asyncio.to_thread(registry.get, name)
     if existing is None or not existing.path.exists():
         loop = asyncio.get_running_loop()
@@ -429,7 +434,7 @@ async def pull(request: Request, body: PullBody):
         lines = _have_lines()
     else:
         repo, variant = pull_target(body.target)
-        lines = _pull_lines(request, repo, variant)
+        lines = pull_lines(request, repo, variant)
     first = [await anext(lines)]
     first.append(await anext(lines))  # the listing is fetched here: a missing repo is an HTTP error, not a line
     if not body.stream:
@@ -449,4 +454,4 @@ async def pull(request: Request, body: PullBody):
     return StreamingResponse(stream(), media_type=NDJSON)
 
 
-__all__ = ["router", "root_router", "OLLAMA_API_VERSION", "pull_target", "capabilities", "model_header"]
+__all__ = ["router", "root_router", "OLLAMA_API_VERSION", "pull_lines", "pull_target", "capabilities", "model_header"]

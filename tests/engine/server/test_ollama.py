@@ -357,6 +357,25 @@ def test_keep_alive_in_every_form_ollama_takes_and_a_huge_one_is_forever(ollama_
         assert _expires_in(ollama_server) > 0  # and the model is as it was
 
 
+def test_create_from_a_hub_model_not_here_pulls_it_first(client):
+    lines = list(client.create(model="tiny-brief", from_=f"hf.co/{REPO}:Q2_K", system="Be brief.", stream=True))
+    statuses = [line.status for line in lines]
+    assert statuses[0] == "pulling manifest" and any(s.startswith("pulling ") and s != "pulling manifest" for s in statuses)
+    assert statuses[-2:] == ["writing manifest", "success"] and statuses.count("success") == 1
+    try:
+        shown = client.show("tiny-brief")
+        assert shown.details.parent_model == f"{REPO}:Q2_K" and "SYSTEM Be brief." in shown.modelfile
+    finally:
+        assert client.delete("tiny-brief").status == "success" and client.delete(f"{REPO}:Q2_K").status == "success"
+    with pytest.raises(ollama.ResponseError) as refused:  # a name neither here nor on the Hub: as any unknown model
+        client.create(model="nothing", from_="llama3.2")
+    assert refused.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as refused:  # what it asks for is checked before anything is fetched
+        client.create(model="nothing", from_=f"hf.co/{REPO}:Q2_K", parameters={"temperature": 9})
+    assert refused.value.status_code == 400 and "'parameters.temperature'" in refused.value.error
+    assert f"{REPO}:Q2_K" not in [m.model for m in client.list().models]
+
+
 def test_pull_from_the_hub_with_progress_then_delete(client):
     progress = list(client.pull(f"hf.co/{REPO}:Q2_K", stream=True))
     statuses = [p.status for p in progress]

@@ -139,7 +139,7 @@ def test_an_ollama_template_is_translated_and_a_bad_one_refused(api):
         ({"modelfile": f"FROM {STARTER}\nADAPTER ./lora.gguf"}, 400, "LoRA adapters are not supported"),
         ({}, 400, "Neither 'from' nor 'files' was given"),
         ({"from": "no-such-model"}, 404, "Model 'no-such-model' is not found"),
-        ({"from": "openai/gpt-4o"}, 404, ""),  # a provider's model is no base for a local one
+        ({"from": "no/such/model"}, 404, "Model 'no/such/model' is not found"),  # nor a Hub repo, to pull
         ({"files": {"m.gguf": "sha256:abc"}}, 400, "'sha256:abc' is not a digest"),
         ({"files": {"m.gguf": "sha256:" + "1" * 64}}, 400, "No file was sent for 'm.gguf'"),
         ({"files": {}}, 400, "'files' is empty"),
@@ -385,3 +385,14 @@ def test_the_model_list_and_a_delete_say_whose_files_stay(api, tmp_path):
                            "message": f"Removed own; its files at {path} were left in place."}  # fmt: skip
     assert {m["name"]: m for m in api.get("/api/models").json()["models"]}["own-hot"]["deletes_files"]
     assert api.delete("/api/models/own-hot").json() == {"deleted": "own-hot"} and not path.exists()
+
+
+def test_a_remote_providers_model_is_no_base_for_a_local_one(api):
+    remotes = api.app.state.remotes
+    remotes.store.add("acme", "http://127.0.0.1:9/v1")  # (never reached: its name alone says whose the model is)
+    try:
+        refused = create(api, model="mine", **{"from": "acme/big-model"})
+        assert refused.status_code == 400 and refused.json()["error"] == (
+            "'acme/big-model' is a remote provider's model; make a model from a local one.")  # fmt: skip
+    finally:
+        remotes.store.remove("acme")
