@@ -282,11 +282,7 @@ def create_model(registry: ModelRegistry, name: str, asked: Modelfile, *, folder
         found = registry.resolve(local_spelling(asked.base or ""))
         return registry.derive(found, name, layered(found.origin_info or {}, asked))
     path, projector = named
-    existing = registry.get(name)
-    if existing is not None and not existing.created:
-        raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
-    if existing is None:
-        registry.check_new_name(name)
+    existing = registry.made_again(name)
     info = layered({"created": True}, asked)
     if projector is None and (beside := projector_beside(path)) is not None:
         try:

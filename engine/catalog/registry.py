@@ -382,15 +382,21 @@ class ModelRegistry:
         if twin is not None:
             raise InvalidRequest(f"'{name}' differs from the model '{twin}' only in case; use that name, or another.")
 
-    def check_new_name(self, name: str) -> None:
-        """Refuse a new model's ``name`` that another model's matches but for case (Ollama refuses it too: names are
-        looked up in any case).
+    def made_again(self, name: str) -> LocalModel | None:
+        """The entry a model made under ``name`` (Ollama's ``create``, ``hearth create``) replaces: one made so before,
+        or None for a new name.
 
         Raises:
-            InvalidRequest: naming the model it would shadow.
+            InvalidRequest: ``name`` is another model's, or matches another's but for case (Ollama refuses it too:
+                names are looked up in any case).
         """
-        with Session(self.engine) as s:
-            self._refuse_case_twin(s, name)
+        existing = self.get(name)
+        if existing is not None and not existing.created:
+            raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
+        if existing is None:
+            with Session(self.engine) as s:
+                self._refuse_case_twin(s, name)
+        return existing
 
     def shares_files(self, model: LocalModel) -> bool:
         """Whether another entry uses ``model``'s files (one made from it by Ollama's create or copy): removing

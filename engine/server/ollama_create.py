@@ -369,11 +369,7 @@ def _create(registry: ModelRegistry, asked: Modelfile, files: dict[str, str] | N
     """The registry's work of ``create`` (in a thread: it reads headers and moves files)."""
     if base is not None:
         return registry.derive(base, name, layered(base.origin_info or {}, asked))
-    existing = registry.get(name)
-    if existing is not None and not existing.created:
-        raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.")
-    if existing is None:
-        registry.check_new_name(name)
+    existing = registry.made_again(name)
     info = layered({"created": True}, asked)
     path, projector = _place_files(registry, name, files or {})
     if projector is not None:
@@ -476,9 +472,8 @@ async def create(request: Request, body: CreateBody):
                     f"'{asked.base}' is a remote provider's model; make a model from a local one.", param="from"
                 ) from None
             hub = _hub_base(asked.base, missing)
-            await asyncio.to_thread(layered, {}, asked)  # what it asks for is checked before anything is fetched
-            if (existing := await asyncio.to_thread(registry.get, name)) is not None and not existing.created:
-                raise InvalidRequest(f"A model named '{name}' is already registered; remove it first or pick another name.") from None
+            await asyncio.to_thread(layered, {}, asked)  # what it asks for, and its name, are checked before anything is fetched
+            await asyncio.to_thread(registry.made_again, name)
             return await _pull_then_create(request, body, name, asked, hub)
     model = await asyncio.to_thread(_create, registry, asked, files, name, base)
     if not body.stream:
