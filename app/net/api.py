@@ -94,8 +94,8 @@ class HearthApi(ApiClient):
         return self.post("/api/models/import", body, ModelInfo.model_validate, timeout_ms=LOAD_TIMEOUT_MS)
 
     def delete_model(self, name: str) -> ApiCall:
-        """str (the deleted name)"""
-        return self.delete(f"/api/models/{self.quote(name)}", lambda d: DeleteAnswer.model_validate(d).deleted)
+        """DeleteAnswer (the deleted name, and whether its files were kept, with the worker's sentence)"""
+        return self.delete(f"/api/models/{self.quote(name)}", DeleteAnswer.model_validate)
 
     def other_apps(self) -> ApiCall:
         """OtherAppsFound (the models other apps keep that Hearth does not list yet)"""

@@ -38,6 +38,13 @@ from app.widgets.model_folders import ModelFoldersSection
 from app.widgets.model_settings_dialog import ModelSettingsDialog
 
 
+def deleted_sentence(answer) -> str:
+    """What the page says after a deletion, as the worker answered it: whether the files went or stayed."""
+    if answer.files_kept:
+        return answer.message or f"{answer.deleted} is removed from Hearth; its files stay where they are."
+    return f"{answer.deleted} is deleted."
+
+
 class ModelsPage(QWidget):
     status = Signal(str)  # a sentence for the page's status line
 
@@ -241,7 +248,10 @@ class ModelsPage(QWidget):
         call.failed.connect(lambda e: self._say(e.message, error=True))
 
     def confirm_delete(self, model: ModelInfo) -> None:
-        if model.origin or not model.deletes_files:
+        deletes = model.deletes_files
+        if deletes is None:  # a worker that does not say: its files go where they are Hearth's own
+            deletes = model.source in ("hub", "upload") and not model.origin
+        if model.origin or not deletes:
             owner = (
                 f"Its files belong to {model.origin_label} and stay where they are." if model.origin
                 else f"Its files ({model.path}) stay where they are."
@@ -259,12 +269,7 @@ class ModelsPage(QWidget):
 
     def delete(self, model: ModelInfo) -> None:
         call = self.api.delete_model(model.name)
-        done = (
-            f"{{}} is removed from Hearth; {model.origin_label} keeps its files." if model.origin
-            else "{} is removed from Hearth; its files stay where they are." if not model.deletes_files
-            else "{} is deleted."
-        )  # fmt: skip
-        call.succeeded.connect(lambda name: (self._say(done.format(name)), self.files_changed()))
+        call.succeeded.connect(lambda answer: (self._say(deleted_sentence(answer)), self.files_changed()))
         call.failed.connect(lambda e: self._say(e.message, error=True))
 
     def files_changed(self) -> None:

@@ -193,6 +193,11 @@ def check_importable(path: Path) -> None:
         raise ModelLoadError(str(path), f"it is part {int(m.group(1))} of a split model; import the first part, {first.name}.")
 
 
+def overlaps(a: Path, b: Path) -> bool:
+    """Whether deleting one of two models' paths touches the other's: the same file or folder, or one inside the other."""
+    return a == b or a in b.parents or b in a.parents
+
+
 def delete_model_files(path: Path, *, stop_at: Path) -> None:
     """Delete a downloaded model: its folder, or its GGUF file with every split part beside it,
     then the folders left empty up to ``stop_at``."""
@@ -399,9 +404,10 @@ class ModelRegistry:
         return existing
 
     def shares_files(self, model: LocalModel) -> bool:
-        """Whether another entry uses ``model``'s files (one made from it by Ollama's create or copy): removing
-        ``model`` then leaves them."""
-        return any(m.path == model.path and m.name != model.name for m in self.list())
+        """Whether another entry uses ``model``'s files (one made from it by Ollama's create or copy, or a variant whose
+        file lies in the folder ``model`` is, a repo's safetensors beside its GGUF files): removing ``model`` then
+        leaves them."""
+        return any(overlaps(m.path, model.path) and m.name != model.name for m in self.list())
 
     def release_files(self, model: LocalModel) -> None:
         """Delete the files of ``model``, an entry removed or replaced, when they are Hearth's own (a download or an
@@ -410,7 +416,7 @@ class ModelRegistry:
         if not model.owns_files or not model.path.exists():
             return
         others = self.list()
-        if any(m.path == model.path for m in others):
+        if any(overlaps(m.path, model.path) for m in others):
             return
         projector = model.mmproj
         if projector is not None and not any(m.mmproj == projector for m in others):

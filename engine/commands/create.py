@@ -44,7 +44,7 @@ def _read(file: str) -> tuple[str, Path]:
         # as Ollama reads one: UTF-8, or UTF-16 with its byte-order mark (Windows editors and PowerShell write it)
         return data.decode("utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"), path.parent
     except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 or UTF-16 text"
         raise InvalidRequest(f"Could not read the Modelfile {path} ({reason}); give its path with -f.") from None
 
 

@@ -38,8 +38,10 @@ def _origin_entry(m) -> dict:
     }
 
 
-def _model_entry(m, state: str, shared: frozenset = frozenset()) -> dict:
-    """``shared``: the paths more than one entry uses (a model and one made from it)."""
+def _model_entry(m, state: str, others: tuple = ()) -> dict:
+    """``others``: the paths of the other entries (a model made from it, a variant in its folder, keep its files)."""
+    from engine.catalog.registry import overlaps
+
     return {
         "name": m.name,
         "path": str(m.path),
@@ -58,7 +60,7 @@ def _model_entry(m, state: str, shared: frozenset = frozenset()) -> dict:
         "capabilities": _capabilities(m),
         **_origin_entry(m),
         "made_from": m.derived_from,
-        "deletes_files": m.owns_files and m.path not in shared,
+        "deletes_files": m.owns_files and not any(overlaps(m.path, p) for p in others),
     }
 
 
@@ -88,9 +90,11 @@ async def models(request: Request) -> dict:
     local = await asyncio.to_thread(manager.available)
     # a model's template is read from its file once per version of the file: off the event loop
     await asyncio.to_thread(lambda: [model_thinks(m) for m in local])
-    seen: set = set()
-    shared = frozenset(m.path for m in local if m.path in seen or seen.add(m.path))
-    return {"models": [_model_entry(m, manager.state(m.name), shared) for m in local]}
+    entries = []
+    for i, m in enumerate(local):
+        others = tuple(o.path for j, o in enumerate(local) if j != i and m.owns_files)  # (only Hearth's own are compared)
+        entries.append(_model_entry(m, manager.state(m.name), others))
+    return {"models": entries}
 
 
 def _load_options(manager, body: ModelLoadBody):

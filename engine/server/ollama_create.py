@@ -37,6 +37,7 @@ from starlette.requests import ClientDisconnect
 from engine.catalog.modelfile import Modelfile, layered, parse
 from engine.catalog.registry import LocalModel, ModelRegistry, short_name
 from engine.errors import HearthError, InvalidRequest, ModelLoadError, ModelNotFound
+from engine.remote.providers import split_model_id
 from engine.remote.routing import local_spelling
 from engine.server.api_models import NullLeftOutBody
 from engine.server.dialect import error_route, ollama_error
@@ -420,38 +421,53 @@ def _hub_base(name: str, missing: ModelNotFound) -> tuple[str, str | None]:
         raise missing from None
 
 
+#: Creates from the Hub going on: each runs to its end when its client leaves, as a pull does.
+_UNDER_WAY: set[asyncio.Task] = set()
+
+
 async def _pull_then_create(request: Request, body: CreateBody, name: str, asked: Modelfile, hub: tuple[str, str | None]):
-    """``create`` from a Hub model not here yet: pulled first (Ollama's progress lines), then made from."""
+    """``create`` from a Hub model not here yet: pulled first (Ollama's progress lines), then made from. Both go on
+    to the end when the client leaves mid-download, streamed or not."""
     from engine.server.ollama_models import pull_lines
 
     registry = request.app.state.manager.registry
     pulled: dict[str, str] = {}
     lines = pull_lines(request, hub[0], hub[1], pulled)
     first = [await anext(lines), await anext(lines)]  # the listing is fetched here: a missing repo is an HTTP error
+    progress: asyncio.Queue[dict | None] = asyncio.Queue()
+    failed: list[HearthError] = []
 
-    async def made() -> LocalModel:
-        base = await asyncio.to_thread(registry.resolve, pulled["name"])
-        return await asyncio.to_thread(_create, registry, asked, None, name, base)
+    async def work() -> None:
+        try:
+            for item in first:
+                progress.put_nowait(item)
+            async for item in lines:
+                if item.get("status") != "success":  # the create's own "success" ends the lines
+                    progress.put_nowait(item)
+            base = await asyncio.to_thread(registry.resolve, pulled["name"])
+            model = await asyncio.to_thread(_create, registry, asked, None, name, base)
+            for status in _progress(model, False):
+                progress.put_nowait({"status": status})
+        except HearthError as exc:
+            failed.append(exc)
+            progress.put_nowait({"error": error_info(exc).message})
+        finally:
+            await lines.aclose()
+            progress.put_nowait(None)
 
+    task = asyncio.create_task(work())
+    _UNDER_WAY.add(task)
+    task.add_done_callback(_UNDER_WAY.discard)
     if not body.stream:
-        async for _ in lines:
+        while await progress.get() is not None:
             pass
-        await made()
+        if failed:
+            raise failed[0]
         return {"status": "success"}
 
     async def stream() -> AsyncIterator[bytes]:
-        try:
-            for item in first:
-                yield json.dumps(item).encode() + b"\n"
-            async for item in lines:
-                if item.get("status") != "success":
-                    yield json.dumps(item).encode() + b"\n"
-            model = await made()
-        except HearthError as exc:
-            yield json.dumps({"error": error_info(exc).message}).encode() + b"\n"
-            return
-        async for line in _lines(_progress(model, False)):
-            yield line
+        while (item := await progress.get()) is not None:
+            yield json.dumps(item).encode() + b"\n"
 
     return StreamingResponse(stream(), media_type=NDJSON)
 
@@ -467,9 +483,11 @@ async def create(request: Request, body: CreateBody):
             base = await asyncio.to_thread(_registered, registry, asked.base)
         except ModelNotFound as missing:
             remotes = request.app.state.remotes
-            if remotes is not None and await remotes.route(asked.base) is not None:
+            providers = set(await asyncio.to_thread(remotes.providers)) if remotes is not None else set()
+            if split_model_id(asked.base, providers) is not None:  # (its name says so: no key is read)
                 raise InvalidRequest(
-                    f"'{asked.base}' is a remote provider's model; make a model from a local one.", param="from"
+                    f"'{asked.base}' is a remote provider's model; make a model from a local one (a Hub repo of that "
+                    f"name: hf.co/{asked.base}).", param="from",
                 ) from None
             hub = _hub_base(asked.base, missing)
             await asyncio.to_thread(layered, {}, asked)  # what it asks for, and its name, are checked before anything is fetched

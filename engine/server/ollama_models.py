@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -379,7 +379,7 @@ async def _have_lines() -> AsyncIterator[dict]:
 
 async def pull_lines(
     request: Request, repo: str, variant: str | None, pulled: dict[str, str] | None = None
-) -> AsyncIterator[dict]:
+) -> AsyncGenerator[dict, None]:
     """Ollama's progress objects for a download, ending with ``{"status": "success"}``; ``pulled`` gets the name of
     the model fetched (``"name"``) once it is chosen.
 

@@ -72,7 +72,7 @@ def test_importing_a_gguf_by_drop_adds_it_and_delete_removes_it(qtbot, window, s
     assert box.text() == f"Remove {name} from Hearth? Its files ({copy}) stay where they are."  # an import's: kept
     box.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: name not in table_rows(page), timeout=30_000)
-    assert copy.exists()
+    assert copy.exists() and f"Removed {name}; its files at {copy} were left in place." in page.message.text()
 
 
 def test_an_ollama_model_has_its_badge_and_removing_it_keeps_its_files(qtbot, window, starter_path, tmp_path):
@@ -107,4 +107,4 @@ def test_an_ollama_model_has_its_badge_and_removing_it_keeps_its_files(qtbot, wi
     box.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: "badge-test:1b" not in table_rows(page), timeout=30_000)
     assert found.path.is_file()
-    assert "Ollama keeps its files" in page.message.text()
+    assert "belong to Ollama and were left in place" in page.message.text()  # the worker's own sentence

@@ -85,3 +85,22 @@ def test_the_model_folders_count_again_when_a_download_arrives(idle_window, monk
     monkeypatch.setattr(page.models, "refresh", lambda: asked.append("models"))
     page.downloads.model_arrived.emit("TheOrg/Tiny-Llama-GGUF:Q2_K")
     assert asked == ["models", "folders"]  # not "0 models" beside the folder the download went to
+
+
+def test_delete_asks_whether_the_files_go_as_the_worker_says_and_as_before_where_it_does_not(qtbot, idle_window):
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.net.types import ModelInfo
+
+    page = _page(idle_window)
+    for fields, question in [
+        ({"source": "hub", "deletes_files": False}, "Remove x from Hearth? Its files (/m/x.gguf) stay where they are."),
+        ({"source": "import", "deletes_files": True}, "Delete x? Its files (/m/x.gguf) are removed from this computer."),
+        ({"source": "hub"}, "Delete x? Its files (/m/x.gguf) are removed from this computer."),  # a worker that does not say
+        ({"source": "import"}, "Remove x from Hearth? Its files (/m/x.gguf) stay where they are."),
+    ]:
+        page.confirm_delete(ModelInfo(name="x", path="/m/x.gguf", **fields))
+        box = next(w for w in page.findChildren(QMessageBox) if w.isVisible())
+        assert box.text() == question, fields
+        box.button(QMessageBox.StandardButton.Cancel).click()
+        qtbot.waitUntil(lambda b=box: not b.isVisible())

@@ -35,7 +35,8 @@ class ModelInfo(Answer):
     defaults: dict[str, Any] | None = None  # an Ollama model's parameters and system prompt
     template_source: str | None = None
     made_from: str | None = None  # the model it was made from (Ollama's create or copy, `hearth create`)
-    deletes_files: bool = False  # whether deleting it deletes its files (Hearth's own, and no other entry uses them)
+    # whether deleting it deletes its files (Hearth's own, and no other entry uses them); None: a worker that does not say
+    deletes_files: bool | None = None
 
 
 class ModelList(Answer):

@@ -376,6 +376,21 @@ def test_create_from_a_hub_model_not_here_pulls_it_first(client):
     assert f"{REPO}:Q2_K" not in [m.model for m in client.list().models]
 
 
+def test_a_create_from_the_hub_goes_on_when_its_client_leaves(ollama_server, client):
+    body = {"model": "left-early", "from": f"hf.co/{REPO}:Q2_K", "system": "Be brief."}
+    with httpx.stream("POST", f"{ollama_server.root}/api/create", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        next(r.iter_lines())  # "pulling manifest", then the client is gone
+    deadline = time.monotonic() + 60
+    while "left-early:latest" not in [m.model for m in client.list().models] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        assert client.show("left-early").details.parent_model == f"{REPO}:Q2_K"
+    finally:
+        client.delete("left-early")
+        client.delete(f"{REPO}:Q2_K")
+
+
 def test_pull_from_the_hub_with_progress_then_delete(client):
     progress = list(client.pull(f"hf.co/{REPO}:Q2_K", stream=True))
     statuses = [p.status for p in progress]

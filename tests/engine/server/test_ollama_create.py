@@ -393,6 +393,27 @@ def test_a_remote_providers_model_is_no_base_for_a_local_one(api):
     try:
         refused = create(api, model="mine", **{"from": "acme/big-model"})
         assert refused.status_code == 400 and refused.json()["error"] == (
-            "'acme/big-model' is a remote provider's model; make a model from a local one.")  # fmt: skip
+            "'acme/big-model' is a remote provider's model; make a model from a local one (a Hub repo of that name: "
+            "hf.co/acme/big-model).")  # fmt: skip
     finally:
         remotes.store.remove("acme")
+
+
+def test_a_variant_in_another_variants_folder_keeps_its_file_when_that_one_goes(tmp_path):
+    from engine.catalog.registry import ModelRegistry
+    from tests.engine.catalog.conftest import llama_config, make_safetensors
+
+    registry = ModelRegistry(tmp_path / "home", register_starter=False)
+    folder = registry.home / "models" / "TheOrg" / "Mixed"  # a repo of safetensors (the BF16 variant) and a GGUF
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(llama_config(layers=2, heads=4, kv_heads=2, hidden=64, ctx=512))
+    (folder / "model.safetensors").write_bytes(make_safetensors(1000))
+    make_gguf(folder / "mixed.Q2_K.gguf", label="Q8_0", n_floats=1000)
+    whole = registry.register(folder, source="hub", repo="TheOrg/Mixed", variant="BF16")
+    gguf = registry.register(folder / "mixed.Q2_K.gguf", source="hub", repo="TheOrg/Mixed", variant="Q2_K")
+    assert registry.shares_files(whole) and registry.shares_files(gguf)
+    registry.remove(whole.name, delete_files=True)
+    assert gguf.path.exists()
+    registry.remove(gguf.name, delete_files=True)
+    assert not gguf.path.exists()
+    registry.close()
