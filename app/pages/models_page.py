@@ -253,7 +253,8 @@ class ModelsPage(QWidget):
             deletes = model.source in ("hub", "upload") and not model.origin
         if model.origin or not deletes:
             owner = (
-                f"Its files belong to {model.origin_label} and stay where they are." if model.origin
+                f"Its file ({model.path}) is in one of your model folders and stays there." if model.origin == "folder"
+                else f"Its files belong to {model.origin_label} and stay where they are." if model.origin
                 else f"Its files ({model.path}) stay where they are."
             )  # fmt: skip
             confirm(self, "Remove model", f"Remove {model.name} from Hearth? {owner}", "Remove", lambda: self.delete(model))

@@ -60,6 +60,8 @@ class LocalModelsTable(QAbstractTableModel):
             marks = [m.origin_label, *(c for c in m.capabilities if c in ("vision", "audio"))]
             return " · ".join(x for x in marks if x) or None
         if role == Qt.ItemDataRole.ToolTipRole:
+            if m.origin == "folder":
+                return f"{m.path}\nIn one of your model folders: read in place; its files stay there."
             if m.origin_label:
                 return f"{m.path}\nFrom {m.origin_label}: read in place; its files stay that app's."
             return m.path

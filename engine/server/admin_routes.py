@@ -24,14 +24,19 @@ from engine.server.api_models import (
 router = APIRouter(prefix="/api")
 
 
+#: The badge of a model found in one of the user's model folders (``origin`` "folder").
+FOLDER_LABEL = "Model folder"
+
+
 def _origin_entry(m) -> dict:
     """Another app's model: which app, the mmproj beside it, and for Ollama's its defaults and template."""
+    from engine.catalog.model_folders import ORIGIN as FOLDER
     from engine.catalog.other_apps import ORIGINS
 
     info = m.origin_info or {}
     return {
         "origin": m.origin,
-        "origin_label": ORIGINS.get(m.origin, m.origin) if m.origin else None,
+        "origin_label": (FOLDER_LABEL if m.origin == FOLDER else ORIGINS.get(m.origin, m.origin)) if m.origin else None,
         "mmproj": info.get("mmproj"),
         "defaults": info.get("defaults"),
         "template_source": info.get("template_source"),

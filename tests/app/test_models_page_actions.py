@@ -98,6 +98,9 @@ def test_delete_asks_whether_the_files_go_as_the_worker_says_and_as_before_where
         ({"source": "import", "deletes_files": True}, "Delete x? Its files (/m/x.gguf) are removed from this computer."),
         ({"source": "hub"}, "Delete x? Its files (/m/x.gguf) are removed from this computer."),  # a worker that does not say
         ({"source": "import"}, "Remove x from Hearth? Its files (/m/x.gguf) stay where they are."),
+        ({"origin": "folder", "origin_label": "Model folder"},
+         "Remove x from Hearth? Its file (/m/x.gguf) is in one of your model folders and stays there."),
+        ({"origin": "ollama", "origin_label": "Ollama"}, "Remove x from Hearth? Its files belong to Ollama and stay where they are."),
     ]:
         page.confirm_delete(ModelInfo(name="x", path="/m/x.gguf", **fields))
         box = next(w for w in page.findChildren(QMessageBox) if w.isVisible())

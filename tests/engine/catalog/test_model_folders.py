@@ -54,6 +54,7 @@ def test_a_folders_models_are_listed_in_place_and_an_offline_folder_is_no_error(
     assert [(f["path"], f["online"], f["downloads"], f["models"]) for f in added] == [(str(own), True, True, 0), (str(drive), True, False, 1)]
     (entry,) = [m for m in client.get("/api/models").json()["models"] if m["name"] == NAME]
     assert entry["path"] == str(drive / "TheOrg" / "Tiny-GGUF" / "tiny-Q4_1.gguf") and entry["origin"] == "folder"
+    assert entry["origin_label"] == "Model folder"  # the badge (the origin's own name is no word for the user)
     assert not any(own.rglob("*.gguf"))  # read in place, not copied
     assert client.post("/api/folders", json={"path": str(drive)}).status_code == 400  # listed already
 
