@@ -126,7 +126,11 @@ async def acquire(request: Request, name: str, target: Target | None = None) -> 
         return RemoteServed(target)
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, target.name)
-    return LocalServed(manager, lm)
+    try:
+        return await asyncio.to_thread(LocalServed, manager, lm)  # (it reads the registry: off the event loop)
+    except BaseException:
+        manager.release(lm)
+        raise
 
 
 __all__ = ["LocalServed", "RemoteServed", "RemoteTarget", "Served", "Target", "acquire", "remotes_for", "resolve"]
