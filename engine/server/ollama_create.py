@@ -7,6 +7,8 @@ What ``ollama create`` and ``ollama cp`` (and every client of the same API) do, 
   translated as an Ollama model's is) and ``LICENSE``; ``create`` of a model's own name gives it those defaults;
 - ``create`` from files (``files``: file name -> ``sha256:...``) builds a model from GGUF files sent first to
   ``POST /api/blobs/sha256:...``: the model file (split ones as their parts) and a multimodal projector;
+- ``create`` from a Hub repo that is not here (``hf.co/owner/repo:VARIANT``) pulls it first, as Ollama pulls a
+  ``FROM`` it lacks;
 - ``copy`` registers another name for a model, with its defaults.
 
 A model made from another shares its files (engine.catalog.registry.ModelRegistry.derive): removing either
@@ -20,6 +22,7 @@ import asyncio
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -45,6 +48,7 @@ from engine.server.errors import error_info
 from engine.server.ollama_routes import NDJSON
 from engine.validation import model_name
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api", route_class=error_route(ollama_error, json_body=True))
 # the blob upload reads its body as it comes (a model file), never as JSON
 upload_router = APIRouter(prefix="/api", route_class=error_route(ollama_error))
@@ -435,7 +439,7 @@ async def _pull_then_create(request: Request, body: CreateBody, name: str, asked
     lines = pull_lines(request, hub[0], hub[1], pulled)
     first = [await anext(lines), await anext(lines)]  # the listing is fetched here: a missing repo is an HTTP error
     progress: asyncio.Queue[dict | None] = asyncio.Queue()
-    failed: list[HearthError] = []
+    failed: list[Exception] = []
 
     async def work() -> None:
         try:
@@ -448,7 +452,9 @@ async def _pull_then_create(request: Request, body: CreateBody, name: str, asked
             model = await asyncio.to_thread(_create, registry, asked, None, name, base)
             for status in _progress(model, False):
                 progress.put_nowait({"status": status})
-        except HearthError as exc:
+        except Exception as exc:  # a Hub or disk fault, or one of Hearth's: the last line, or the answer, says it
+            if not isinstance(exc, HearthError):
+                log.exception("creating %s from %s failed", name, pulled.get("name", hub[0]))
             failed.append(exc)
             progress.put_nowait({"error": error_info(exc).message})
         finally:
