@@ -9,6 +9,12 @@ and the ratio.
     python benchmarks/paged_port.py                          # 256 streams, lengths 100-1024
     python benchmarks/paged_port.py --streams 64 --lengths 50 200 --rounds 2
     python benchmarks/paged_port.py --stream-interval 100     # the server sends an answer's tokens every 100 ms
+    python benchmarks/paged_port.py --port-idle               # the port's threads run only on idle CPU (Linux)
+
+On a machine whose cores the engine's threads fill (two here), the port's work (one socket write a token a
+stream, the client's read) shares those cores with the engine's threads: ``--port-idle`` shows how much of the
+gap that sharing is, by putting the serving process's threads on ``SCHED_IDLE`` once loaded. It is a probe, not
+a setting Hearth uses: a process without ``CAP_SYS_NICE`` cannot take its priority back.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=4096, help="context per sequence (default 4096)")
     ap.add_argument("--stream-interval", type=float, default=0.0, metavar="MS",
                     help="hearth serve's --stream-interval (default 0: every token as it comes)")  # fmt: skip
+    ap.add_argument("--port-idle", action="store_true",
+                    help="put the serving process's threads on SCHED_IDLE once loaded (Linux; a probe, see above)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="folder for the model (default: a temporary one)")
     args = ap.parse_args(argv)
 
@@ -49,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         served = Served(model, flags, log=work / "serve.log")
         try:
             served.load()
+            if args.port_idle:
+                print(f"the serving process's {served.idle_priority()} threads run on SCHED_IDLE", file=sys.stderr)
             for r in range(args.rounds):
                 # in-process, port, port, in-process: each side's figure is the mean of its two runs, so the
                 # machine's drift over the round (10-15% here from minute to minute) weighs on both alike. Every
