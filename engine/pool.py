@@ -168,8 +168,15 @@ class ModelManager:
     def available(self) -> list[LocalModel]:
         models = self.registry.list()
         names = {m.name for m in models}
-        extra = {m.name: m for m in self._by_path.values() if m.name not in names}
+        # a registered model paired with a projector (--mmproj) is listed as long as it is registered
+        extra = {m.name: m for m in list(self._by_path.values()) if m.name not in names and m.source == "path"}
         return models + list(extra.values())
+
+    def _forget_pairing(self, model: LocalModel) -> None:
+        """Drop a registered model's pairing with a projector once its registration is gone (deleted, or made
+        again from other files): the name then means what the registry says, or nothing."""
+        for key in [k for k, m in list(self._by_path.items()) if m is model]:
+            self._by_path.pop(key, None)
 
     def resolve(self, name: str, *, allow_paths: bool = False, fold_case: bool = True) -> LocalModel:
         """The model called ``name``: registered, or opened earlier by path by the local user.
@@ -183,6 +190,11 @@ class ModelManager:
                 in this case.
         """
         known = self._by_path.get(name)
+        if known is not None and known.source != "path":  # a registered model paired with --mmproj
+            registered = self.registry.get(known.name)
+            if registered is None or registered.path != known.path:
+                self._forget_pairing(known)
+                known = None
         if known is not None and (allow_paths or known.name == name):
             registered = self.registry.get(name)
             if registered is None or registered.path == known.path:  # that file (a registered one paired with --mmproj)

@@ -108,3 +108,29 @@ def test_a_registered_file_opened_by_its_path_is_that_model(tmp_path, starter_pa
         assert [m.name for m in pool.available()] == [STARTER_NAME]
     finally:
         pool.close()
+
+
+def test_a_paired_registered_model_goes_with_its_registration(tmp_path, starter_path):
+    """`hearth serve --model NAME --mmproj P` with a registered NAME, then NAME removed from the registry (`ollama
+    rm`, the app's Delete): it is no longer listed nor served by that name; the file itself, by its path, opens as
+    any file does."""
+    from engine.errors import ModelNotFound
+    from engine.starter import STARTER_NAME
+
+    registry = ModelRegistry(tmp_path / "home")
+    pool = ModelManager(registry, backend="llamacpp", options=OPTIONS)
+    try:
+        assert pool.resolve(str(starter_path), allow_paths=True).name == STARTER_NAME
+        projector = tmp_path / "mmproj.gguf"
+        projector.write_bytes(b"GGUF")
+        pool.pair_projector(STARTER_NAME, projector)
+        assert pool.resolve(STARTER_NAME).mmproj == projector.resolve()
+        registry.remove(STARTER_NAME)
+        assert pool.available() == []
+        with pytest.raises(ModelNotFound):
+            pool.resolve(STARTER_NAME)
+        opened = pool.resolve(str(starter_path), allow_paths=True)
+        assert opened.source == "path" and opened.mmproj is None and opened.path == starter_path
+        assert [m.name for m in pool.available()] == [opened.name]
+    finally:
+        pool.close()
