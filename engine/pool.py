@@ -292,12 +292,20 @@ class ModelManager:
                 return lm
             self._loading.add(key)
         if stale is not None:
-            stale.backend.close()
-            lm = stale = None  # nothing here holds the old model: it is collected below
-            return_freed_memory()
+            old = [stale]
+            lm = stale = None  # nothing here holds the old model: it is collected in _close
+            self._close(old, "to load it again")
         options = options or self.options_for(key)
         try:
             choice = choose_backend(model.format, override=self.backend_override)
+            with self._lock:  # the same weights loaded under another name: this name shares them
+                twin = next((t for t in self._loaded.values() if self._same_load(t, model, choice.backend, options)), None)
+                if twin is not None:
+                    lm = LoadedModel(model=model, backend=twin.backend, backend_name=twin.backend_name,
+                                     size_estimate=twin.size_estimate, options=options)  # fmt: skip
+                    self._loaded[key] = lm
+                    log.info("%s shares the weights %s loaded", key, twin.model.name)
+                    return lm
             if model.format == "gguf":
                 verify_gguf(model.path)  # a truncated or hostile file is refused here, not crashed on
             estimate = self._estimate(model, choice.backend, options)
@@ -321,6 +329,24 @@ class ModelManager:
             with self._lock:
                 self._loading.discard(key)
                 self._lock.notify_all()
+
+    def _same_load(self, loaded: LoadedModel, model: LocalModel, backend: str, options: LoadOptions) -> bool:
+        """Whether ``loaded`` is what loading ``model`` on ``backend`` with ``options`` would make again: the same
+        file and projector, template and load settings under another name (a model made from another with its own
+        system prompt or sampling defaults, or a copy). Such names share one backend, as Ollama's share a runner."""
+        other = loaded.model
+        if (loaded.backend_name, other.format, other.mmproj, other.chat_template) != (
+            backend, model.format, model.mmproj, model.chat_template
+        ) or (loaded.options or self.options) != options:
+            return False
+        try:
+            return other.path.resolve() == model.path.resolve()
+        except OSError:
+            return False
+
+    def _holders(self, lm: LoadedModel) -> list[LoadedModel]:
+        """The pool's entries that serve from ``lm``'s backend (the names that share its weights); with the lock."""
+        return [other for other in self._loaded.values() if other.backend is lm.backend]
 
     def options_for(self, name: str) -> LoadOptions:
         """The options a load of ``name`` takes when it names none: the manager's, under the model's own
@@ -368,13 +394,22 @@ class ModelManager:
 
     def _make_room(self, needed: int) -> None:
         with self._lock:
-            used = sum(lm.size_estimate for lm in self._loaded.values())
-            idle = sorted((lm for lm in self._loaded.values() if lm.in_use == 0), key=lambda lm: lm.last_used)
-            victims = []  # the only list that holds them once out of the pool (see _close)
+            # names that share one backend (its weights) count once, and leave together: one alone frees nothing
+            groups: dict[int, list[LoadedModel]] = {}
+            for lm in self._loaded.values():
+                groups.setdefault(id(lm.backend), []).append(lm)
+            used = sum(group[0].size_estimate for group in groups.values())
+            idle = sorted((g for g in groups.values() if all(lm.in_use == 0 for lm in g)),
+                          key=lambda g: max(lm.last_used for lm in g))  # fmt: skip
+            victims: list[LoadedModel] = []  # the only list that holds them once out of the pool (see _close)
             while used + needed > self.memory_budget and idle:
-                victims.append(idle.pop(0))
-                used -= victims[-1].size_estimate
-                del self._loaded[victims[-1].model.name]
+                group = idle.pop(0)
+                used -= group[0].size_estimate
+                for lm in group:
+                    victims.append(lm)
+                    del self._loaded[lm.model.name]
+            group = []
+            lm = None
         if victims:
             self._close(victims, "to make room")
 
@@ -436,16 +471,25 @@ class ModelManager:
             self._close(stale, "after being idle")
         return names
 
-    @staticmethod
-    def _close(models: list[LoadedModel], why: str) -> None:
+    def _close(self, models: list[LoadedModel], why: str) -> None:
         """Close the backends of ``models``, which are out of the pool, then collect and trim what they held. The
-        list is emptied: the callers hold them nowhere else, so nothing keeps them from the collection."""
+        list is emptied: the callers hold them nowhere else, so nothing keeps them from the collection. A backend
+        another name in the pool still serves from stays open (its weights are that name's too)."""
+        closed = False
         while models:
             lm = models.pop()
+            with self._lock:
+                kept = self._holders(lm)
+            if kept or any(other.backend is lm.backend for other in models):
+                log.info("%s leaves the pool %s; its weights stay loaded%s", lm.model.name, why,
+                         f" for {kept[0].model.name}" if kept else "")  # fmt: skip
+                continue
             log.info("unloading %s %s", lm.model.name, why)
             lm.backend.close()
-        lm = None
-        return_freed_memory()
+            closed = True
+        lm = kept = None
+        if closed:
+            return_freed_memory()
 
     def _reap_idle(self) -> None:
         while not self._closed.wait(1.0):
@@ -454,7 +498,7 @@ class ModelManager:
     def close(self) -> None:
         self._closed.set()
         with self._lock:
-            models = list(self._loaded.values())
+            backends = list({id(lm.backend): lm.backend for lm in self._loaded.values()}.values())
             self._loaded.clear()
-        for lm in models:
-            lm.backend.close()
+        for backend in backends:
+            backend.close()

@@ -134,3 +134,59 @@ def test_a_paired_registered_model_goes_with_its_registration(tmp_path, starter_
         assert [m.name for m in pool.available()] == [opened.name]
     finally:
         pool.close()
+
+
+def test_names_made_from_one_model_share_its_loaded_weights(tmp_path, starter_path):
+    """A model made from another with only its own defaults (Ollama's `create` with SYSTEM or PARAMETER lines, or
+    `copy`) serves from the weights the other loaded, as Ollama's share a runner: one load, counted once against the
+    memory budget, and open until the last name that uses it leaves. Another template or other load settings load
+    their own."""
+    from engine.backends import create_backend
+    from engine.starter import STARTER_NAME
+
+    made: list = []
+
+    def counting(name: str):
+        made.append(create_backend(name))
+        return made[-1]
+
+    registry = ModelRegistry(tmp_path / "home")
+    base = registry.get(STARTER_NAME)
+    assert base is not None
+    registry.derive(base, "pirate", {**(base.origin_info or {}), "defaults": {"system": "Talk like a pirate.", "temperature": 0.2}})
+    registry.derive(base, "short", {**(base.origin_info or {}), "defaults": {"num_ctx": 256}})
+    registry.derive(base, "plain-template", {**(base.origin_info or {}), "template": "{{ .Prompt }}", "template_source": "ollama"})
+    size = _plan_bytes(starter_path)
+    pool = ModelManager(registry, backend="llamacpp", options=OPTIONS, backend_factory=counting, memory_budget=size + MIB)
+    try:
+        first = pool.acquire(STARTER_NAME)
+        pirate = pool.acquire("pirate")
+        assert len(made) == 1 and pirate.backend is first.backend and pirate.model.name == "pirate"
+        assert {lm.model.name for lm in pool.loaded()} == {STARTER_NAME, "pirate"}
+        # both fit the budget of one: they are one load (nothing was unloaded to make room for the second name)
+        assert pool.state(STARTER_NAME) == pool.state("pirate") == "loaded"
+
+        assert pool.unload(STARTER_NAME)  # the weights stay: "pirate" answers from them
+        chunks = list(pirate.backend.stream(_greedy("Hi", 4)))
+        assert chunks[-1].finish_reason == "length" and chunks[-1].completion_tokens == 4
+        pool.release(pirate)
+        pool.release(first)
+        again = pool.acquire(STARTER_NAME)  # loaded again by sharing, not by a second load
+        assert len(made) == 1 and again.backend is pirate.backend
+        pool.release(again)
+
+        # another template, or other load settings: a load of their own (one at a time in this budget)
+        other = pool.load("plain-template")
+        assert len(made) == 2 and other.backend is not pirate.backend
+        assert {lm.model.name for lm in pool.loaded()} == {"plain-template"}  # both names of the first left together
+        short = pool.load("short")
+        assert len(made) == 3 and short.options is not None and short.options.n_ctx == 256
+    finally:
+        pool.close()
+
+
+def _greedy(text: str, n: int):
+    from engine.types import ChatMessage, GenerationRequest, SamplingParams
+
+    return GenerationRequest(model="m", messages=(ChatMessage("user", text),),
+                             params=SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))  # fmt: skip
