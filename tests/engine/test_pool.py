@@ -155,7 +155,8 @@ def test_names_made_from_one_model_share_its_loaded_weights(tmp_path, starter_pa
     assert base is not None
     registry.derive(base, "pirate", {**(base.origin_info or {}), "defaults": {"system": "Talk like a pirate.", "temperature": 0.2}})
     registry.derive(base, "short", {**(base.origin_info or {}), "defaults": {"num_ctx": 256}})
-    registry.derive(base, "plain-template", {**(base.origin_info or {}), "template": "{{ .Prompt }}", "template_source": "ollama"})
+    plain = "{% for m in messages %}{{ m.content }}\n{% endfor %}"  # (an Ollama template, as translated)
+    registry.derive(base, "plain-template", {**(base.origin_info or {}), "template": plain, "template_source": "ollama"})
     size = _plan_bytes(starter_path)
     pool = ModelManager(registry, backend="llamacpp", options=OPTIONS, backend_factory=counting, memory_budget=size + MIB)
     try:
@@ -177,7 +178,7 @@ def test_names_made_from_one_model_share_its_loaded_weights(tmp_path, starter_pa
 
         # another template, or other load settings: a load of their own (one at a time in this budget)
         other = pool.load("plain-template")
-        assert len(made) == 2 and other.backend is not pirate.backend
+        assert len(made) == 2 and other.backend is not pirate.backend and other.model.chat_template == plain
         assert {lm.model.name for lm in pool.loaded()} == {"plain-template"}  # both names of the first left together
         short = pool.load("short")
         assert len(made) == 3 and short.options is not None and short.options.n_ctx == 256
