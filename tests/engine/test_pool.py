@@ -145,10 +145,19 @@ def test_names_made_from_one_model_share_its_loaded_weights(tmp_path, starter_pa
     from engine.starter import STARTER_NAME
 
     made: list = []
+    closed: list = []
 
     def counting(name: str):
-        made.append(create_backend(name))
-        return made[-1]
+        backend = create_backend(name)
+        close = backend.close
+
+        def counted() -> None:
+            closed.append(backend)
+            close()
+
+        backend.close = counted
+        made.append(backend)
+        return backend
 
     registry = ModelRegistry(tmp_path / "home")
     base = registry.get(STARTER_NAME)
@@ -168,6 +177,7 @@ def test_names_made_from_one_model_share_its_loaded_weights(tmp_path, starter_pa
         assert pool.state(STARTER_NAME) == pool.state("pirate") == "loaded"
 
         assert pool.unload(STARTER_NAME)  # the weights stay: "pirate" answers from them
+        assert closed == []
         chunks = list(pirate.backend.stream(_greedy("Hi", 4)))
         assert chunks[-1].finish_reason == "length" and chunks[-1].completion_tokens == 4
         pool.release(pirate)
@@ -180,6 +190,7 @@ def test_names_made_from_one_model_share_its_loaded_weights(tmp_path, starter_pa
         other = pool.load("plain-template")
         assert len(made) == 2 and other.backend is not pirate.backend and other.model.chat_template == plain
         assert {lm.model.name for lm in pool.loaded()} == {"plain-template"}  # both names of the first left together
+        assert closed == [made[0]]  # closed once, with the last name that used it
         short = pool.load("short")
         assert len(made) == 3 and short.options is not None and short.options.n_ctx == 256
     finally:

@@ -349,6 +349,35 @@ def test_a_model_made_again_answers_with_its_new_settings_without_a_restart(api)
         api.request("DELETE", "/api/delete", json={"model": "again"})
 
 
+def test_a_model_made_with_its_own_defaults_answers_from_the_weights_its_base_loaded(api):
+    """As Ollama's models share a runner: one load for both names, each answering with its own settings; the base
+    unloaded, the other still answers from those weights; both gone, nothing of them stays loaded."""
+    def chat(model: str) -> dict:
+        r = api.post("/api/chat", json={"model": model, "stream": False, "options": {"temperature": 0, "num_predict": 4},
+                                        "messages": [{"role": "user", "content": "Name a colour."}]})  # fmt: skip
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    manager = api.app.state.manager
+    assert create(api, model="pirate", **{"from": STARTER}, system="Talk like a pirate.").status_code == 200
+    try:
+        base = chat(STARTER)
+        pirate = chat("pirate")
+        assert pirate["prompt_eval_count"] != base["prompt_eval_count"]  # its own system prompt
+        entries = {lm.model.name: lm for lm in manager.loaded()}
+        shared = entries["pirate"].backend
+        assert entries[STARTER].backend is shared
+        shown = {m["name"]: m for m in api.get("/api/ps").json()["models"]}
+        assert {"pirate:latest", f"{STARTER}:latest"} <= set(shown)
+        r = api.post("/api/generate", json={"model": STARTER, "keep_alive": 0})  # `ollama stop`
+        assert r.status_code == 200 and r.json()["done_reason"] == "unload"
+        assert [lm.model.name for lm in manager.loaded() if lm.backend is shared] == ["pirate"]
+        assert chat("pirate")["eval_count"] == 4
+    finally:
+        api.request("DELETE", "/api/delete", json={"model": "pirate"})
+    assert not any(lm.backend is shared for lm in manager.loaded())
+
+
 def test_a_file_served_by_its_path_stays_loaded_beside_a_registered_model_of_its_name(tmp_path, starter_path):
     import os
 
