@@ -344,6 +344,13 @@ class ModelManager:
         except OSError:
             return False
 
+    def sharing(self, name: str) -> list[str]:
+        """The other loaded names that answer from ``name``'s loaded weights (unloading ``name`` leaves them
+        loaded for those)."""
+        with self._lock:
+            lm = self._loaded.get(name)
+            return [] if lm is None else [o.model.name for o in self._holders(lm) if o is not lm]
+
     def _holders(self, lm: LoadedModel) -> list[LoadedModel]:
         """The pool's entries that serve from ``lm``'s backend (the names that share its weights); with the lock."""
         return [other for other in self._loaded.values() if other.backend is lm.backend]

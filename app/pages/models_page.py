@@ -45,6 +45,18 @@ def deleted_sentence(answer) -> str:
     return f"{answer.deleted} is deleted."
 
 
+def unloaded_sentence(name: str, answer) -> str:
+    """What the page says after an unload, as the worker answered it: whether the memory was freed, or the weights
+    stay loaded for names that answer from them too (a model made from this one, or a copy)."""
+    if not answer.unloaded:
+        return f"{name} was not loaded."
+    if answer.weights_kept_for:
+        others = answer.weights_kept_for
+        verb = "answers" if len(others) == 1 else "answer"
+        return f"{name} is unloaded; its weights stay loaded for {', '.join(others)}, which {verb} from them too."
+    return f"{name} is unloaded; its memory is free."
+
+
 class ModelsPage(QWidget):
     status = Signal(str)  # a sentence for the page's status line
 
@@ -244,7 +256,7 @@ class ModelsPage(QWidget):
 
     def unload(self, model: ModelInfo) -> None:
         call = self.api.unload_model(model.name)
-        call.succeeded.connect(lambda _r: (self._say(f"{model.name} is unloaded; its memory is free."), self.models.refresh()))
+        call.succeeded.connect(lambda r: (self._say(unloaded_sentence(model.name, r)), self.models.refresh()))
         call.failed.connect(lambda e: self._say(e.message, error=True))
 
     def confirm_delete(self, model: ModelInfo) -> None:

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     u = sub.add_parser(
         "unload",
         help="unload a model (or all) from the running worker",
-        description="Unload MODEL, or every model with --all, from the running worker; its memory is freed.",
+        description="Unload MODEL, or every model with --all, from the running worker; its memory is freed unless another "
+                    "loaded name answers from the same weights (a model made from it, or a copy).",
     )
     u.add_argument("model", metavar="MODEL", nargs="?", help="a loaded model's name (`hearth ps`)")
     u.add_argument("--all", action="store_true", help="unload every loaded model")
@@ -94,14 +95,20 @@ def run_unload(args: argparse.Namespace) -> int:
     else:
         names = [args.model]
     unloaded = []
+    kept: dict[str, list[str]] = {}  # name -> the loaded names its weights stay loaded for
     for name in names:
         answer = client.request("POST", "/api/models/unload", body={"model": name})
         if answer.get("unloaded"):
             unloaded.append(answer["name"])
+            kept[answer["name"]] = [n for n in answer.get("weights_kept_for") or [] if n not in unloaded]
     if args.json:
         print_json({"unloaded": unloaded})
     elif unloaded:
         print(f"Unloaded {', '.join(unloaded)}.")
+        for name, others in kept.items():
+            if others:
+                print(f"{name}'s weights stay loaded for {', '.join(others)}, which answers from them too; "
+                      f"unload {'it' if len(others) == 1 else 'those'} as well to free their memory.")  # fmt: skip
     else:
         print("Nothing was loaded." if args.all else f"{names[0]} was not loaded.")
     return 0

@@ -153,8 +153,9 @@ def _draft_refused(lm) -> str | None:
 async def unload(request: Request, body: LoadBody) -> dict:
     manager = request.app.state.manager
     model = await asyncio.to_thread(manager.resolve, body.model)
+    kept_for = manager.sharing(model.name)
     unloaded = await asyncio.to_thread(manager.unload, model.name)
-    return {"name": model.name, "state": "not-loaded", "unloaded": unloaded}
+    return {"name": model.name, "state": "not-loaded", "unloaded": unloaded, "weights_kept_for": kept_for}
 
 
 def _residency(manager, lm) -> dict:

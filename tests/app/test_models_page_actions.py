@@ -107,3 +107,19 @@ def test_delete_asks_whether_the_files_go_as_the_worker_says_and_as_before_where
         assert box.text() == question, fields
         box.button(QMessageBox.StandardButton.Cancel).click()
         qtbot.waitUntil(lambda b=box: not b.isVisible())
+
+
+def test_the_unload_sentence_says_whether_the_memory_was_freed():
+    """As the worker answers: a name whose weights another loaded name answers from frees no memory."""
+    from app.pages.models_page import unloaded_sentence
+    from engine.server.api_models import UnloadAnswer
+
+    def said(**answer) -> str:
+        return unloaded_sentence("base", UnloadAnswer(name="base", state="not-loaded", **answer))
+
+    assert said(unloaded=True) == "base is unloaded; its memory is free."
+    assert said(unloaded=True, weights_kept_for=["pirate"]) == (
+        "base is unloaded; its weights stay loaded for pirate, which answers from them too."
+    )
+    assert said(unloaded=True, weights_kept_for=["a", "b"]).endswith("for a, b, which answer from them too.")
+    assert said(unloaded=False) == "base was not loaded."

@@ -54,9 +54,13 @@ class LoadAnswer(Answer):
 
 
 class UnloadAnswer(Answer):
+    """``weights_kept_for``: the loaded names that answer from the same weights (a model made from this one with
+    its own defaults, or a copy): they stay loaded for them, and their memory is not freed."""
+
     name: str
     state: str
     unloaded: bool
+    weights_kept_for: list[str] = []
 
 
 class DeleteAnswer(Answer):

@@ -369,10 +369,16 @@ def test_a_model_made_with_its_own_defaults_answers_from_the_weights_its_base_lo
         assert entries[STARTER].backend is shared
         shown = {m["name"]: m for m in api.get("/api/ps").json()["models"]}
         assert {"pirate:latest", f"{STARTER}:latest"} <= set(shown)
-        r = api.post("/api/generate", json={"model": STARTER, "keep_alive": 0})  # `ollama stop`
-        assert r.status_code == 200 and r.json()["done_reason"] == "unload"
+        r = api.post("/api/models/unload", json={"model": STARTER})  # `hearth unload`, the app's Unload
+        assert r.status_code == 200 and r.json()["unloaded"] and r.json()["weights_kept_for"] == ["pirate"]
         assert [lm.model.name for lm in manager.loaded() if lm.backend is shared] == ["pirate"]
         assert chat("pirate")["eval_count"] == 4
+        chat(STARTER)  # loaded again: from the same weights
+        r = api.post("/api/generate", json={"model": "pirate", "keep_alive": 0})  # `ollama stop`
+        assert r.status_code == 200 and r.json()["done_reason"] == "unload"
+        assert [lm.model.name for lm in manager.loaded() if lm.backend is shared] == [STARTER]
+        r = api.post("/api/models/unload", json={"model": STARTER})
+        assert r.json()["unloaded"] and r.json()["weights_kept_for"] == []
     finally:
         api.request("DELETE", "/api/delete", json={"model": "pirate"})
     assert not any(lm.backend is shared for lm in manager.loaded())
