@@ -115,6 +115,8 @@ class LoadedModel:
     in_use: int = 0
     keep_alive: float | None = None  # idle seconds before unloading (None: the manager's idle_ttl; < 0: never)
     options: LoadOptions | None = None  # what it was loaded with (None: the manager's options)
+    # what its backend loaded (see ModelManager._identity): names whose loads are the same share one backend
+    identity: tuple | None = None
 
 
 class ModelManager:
@@ -152,6 +154,7 @@ class ModelManager:
         self._loaded: dict[str, LoadedModel] = {}
         self._by_path: dict[str, LocalModel] = {}  # models opened by file path, not registered
         self._loading: set[str] = set()
+        self._loading_as: dict[str, tuple] = {}  # what each load in progress makes (see _identity)
         self._lock = threading.Condition()
         self._closed = threading.Event()
         # Set when the worker begins to stop: streams that would never end (the request log) end then.
@@ -298,14 +301,21 @@ class ModelManager:
         options = options or self.options_for(key)
         try:
             choice = choose_backend(model.format, override=self.backend_override)
-            with self._lock:  # the same weights loaded under another name: this name shares them
-                twin = next((t for t in self._loaded.values() if self._same_load(t, model, choice.backend, options)), None)
-                if twin is not None:
-                    lm = LoadedModel(model=model, backend=twin.backend, backend_name=twin.backend_name,
-                                     size_estimate=twin.size_estimate, options=options)  # fmt: skip
-                    self._loaded[key] = lm
-                    log.info("%s shares the weights %s loaded", key, twin.model.name)
-                    return lm
+            identity = self._identity(model, choice.backend, options)
+            with self._lock:  # the same weights loaded (or loading) under another name: this name shares them
+                while True:
+                    twin = next((t for t in self._loaded.values() if identity and t.identity == identity), None)
+                    if twin is not None:
+                        lm = LoadedModel(model=model, backend=twin.backend, backend_name=twin.backend_name,
+                                         size_estimate=twin.size_estimate, options=options, identity=identity)  # fmt: skip
+                        self._loaded[key] = lm
+                        log.info("%s shares the weights %s loaded", key, twin.model.name)
+                        return lm
+                    if not identity or identity not in self._loading_as.values():
+                        break
+                    self._lock.wait()
+                if identity is not None:
+                    self._loading_as[key] = identity
             if model.format == "gguf":
                 verify_gguf(model.path)  # a truncated or hostile file is refused here, not crashed on
             estimate = self._estimate(model, choice.backend, options)
@@ -318,7 +328,7 @@ class ModelManager:
                 raise
             size = loaded_bytes(backend)  # what the loader planned and allocated, once it has
             lm = LoadedModel(model=model, backend=backend, backend_name=choice.backend,
-                             size_estimate=estimate if size is None else size, options=options)  # fmt: skip
+                             size_estimate=estimate if size is None else size, options=options, identity=identity)  # fmt: skip
             log.info("loaded %s on %s (%s); it takes %.0f MiB of the pool's %.0f MiB", key, choice.backend,
                      choice.reason, lm.size_estimate / 2**20, self.memory_budget / 2**20)  # fmt: skip
             with self._lock:
@@ -328,21 +338,19 @@ class ModelManager:
         finally:
             with self._lock:
                 self._loading.discard(key)
+                self._loading_as.pop(key, None)
                 self._lock.notify_all()
 
-    def _same_load(self, loaded: LoadedModel, model: LocalModel, backend: str, options: LoadOptions) -> bool:
-        """Whether ``loaded`` is what loading ``model`` on ``backend`` with ``options`` would make again: the same
-        file and projector, template and load settings under another name (a model made from another with its own
-        system prompt or sampling defaults, or a copy). Such names share one backend, as Ollama's share a runner."""
-        other = loaded.model
-        if (loaded.backend_name, other.format, other.mmproj, other.chat_template) != (
-            backend, model.format, model.mmproj, model.chat_template
-        ) or (loaded.options or self.options) != options:
-            return False
+    @staticmethod
+    def _identity(model: LocalModel, backend: str, options: LoadOptions) -> tuple | None:
+        """What a load of ``model`` on ``backend`` with ``options`` makes: the file and projector, the template and
+        the load settings. Two names with the same (a model made from another with its own system prompt or sampling
+        defaults, or a copy) share one backend, as Ollama's models share a runner. None: the file cannot be found."""
         try:
-            return other.path.resolve() == model.path.resolve()
+            path = model.path.resolve()
         except OSError:
-            return False
+            return None
+        return (backend, model.format, str(path), model.mmproj, model.chat_template, options)
 
     def sharing(self, name: str) -> list[str]:
         """The other loaded names that answer from ``name``'s loaded weights (unloading ``name`` leaves them

@@ -202,3 +202,43 @@ def _greedy(text: str, n: int):
 
     return GenerationRequest(model="m", messages=(ChatMessage("user", text),),
                              params=SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))  # fmt: skip
+
+
+def test_a_name_asked_for_while_its_twin_loads_waits_for_that_load(tmp_path):
+    """Two names of the same weights asked for at once (the worker's start model, and a model made from it): one
+    load, which the second waits for and shares."""
+    import threading
+
+    from engine.backends import create_backend
+    from engine.starter import STARTER_NAME
+
+    made: list = []
+    gate = threading.Event()
+
+    def slow(name: str):
+        made.append(name)
+        gate.wait(60)  # the first load is under way when the second name is asked for
+        return create_backend(name)
+
+    registry = ModelRegistry(tmp_path / "home")
+    base = registry.get(STARTER_NAME)
+    assert base is not None
+    registry.derive(base, "pirate", {**(base.origin_info or {}), "defaults": {"system": "Talk like a pirate."}})
+    pool = ModelManager(registry, backend="llamacpp", options=OPTIONS, backend_factory=slow)
+    try:
+        got: dict = {}
+        first = threading.Thread(target=lambda: got.setdefault(STARTER_NAME, pool.load(STARTER_NAME)))
+        first.start()
+        while not made:
+            first.join(0.01)
+        second = threading.Thread(target=lambda: got.setdefault("pirate", pool.load("pirate")))
+        second.start()
+        second.join(0.3)
+        assert second.is_alive()  # waiting for the load in progress, not loading a second copy
+        gate.set()
+        first.join(60)
+        second.join(60)
+        assert made == ["llamacpp"] and got["pirate"].backend is got[STARTER_NAME].backend
+    finally:
+        gate.set()
+        pool.close()
