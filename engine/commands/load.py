@@ -107,8 +107,9 @@ def run_unload(args: argparse.Namespace) -> int:
         print(f"Unloaded {', '.join(unloaded)}.")
         for name, others in kept.items():
             if others:
-                print(f"{name}'s weights stay loaded for {', '.join(others)}, which answers from them too; "
-                      f"unload {'it' if len(others) == 1 else 'those'} as well to free their memory.")  # fmt: skip
+                one = len(others) == 1
+                print(f"{name}'s weights stay loaded for {', '.join(others)}, which {'answers' if one else 'answer'} "
+                      f"from them too; unload {'it' if one else 'those'} as well to free their memory.")  # fmt: skip
     else:
         print("Nothing was loaded." if args.all else f"{names[0]} was not loaded.")
     return 0

@@ -45,3 +45,11 @@ def test_unloading_the_last_name_says_nothing_more(monkeypatch, capsys: pytest.C
     assert capsys.readouterr().out.splitlines() == ["Unloaded pirate."]
     assert _unload(monkeypatch, worker, "gone") == 0  # (an older worker's answer has no weights_kept_for)
     assert capsys.readouterr().out.splitlines() == ["gone was not loaded."]
+
+
+def test_weights_kept_for_several_names_are_said_in_the_plural(monkeypatch, capsys: pytest.CaptureFixture[str]):
+    worker = _Worker({"base": {"name": "base", "state": "not-loaded", "unloaded": True, "weights_kept_for": ["a", "b"]}})
+    assert _unload(monkeypatch, worker, "base") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "base's weights stay loaded for a, b, which answer from them too; unload those as well to free their memory."
+    )
