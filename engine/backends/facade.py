@@ -52,6 +52,11 @@ class BackendFacade(Generic[L]):
             raise self.not_loaded()
         return self._model_info(self.spec)
 
+    def _named(self, asked: str | None, fallback: str) -> str:
+        """The model as a refusal names it: as the request ``asked`` for it (several names can answer from these
+        weights, engine.pool), else as it was loaded, else ``fallback``."""
+        return asked or (self.spec.name if self.spec is not None else fallback)
+
     def _model_info(self, spec: ModelSpec) -> ModelInfo:
         """The loaded model's facts (``spec``: what was asked to load)."""
         raise NotImplementedError
@@ -67,7 +72,7 @@ class BackendFacade(Generic[L]):
         if request.infill is None:
             raise ValueError("not a fill-in-the-middle request")
         if fim is None:
-            raise no_infill(self.spec.name if self.spec is not None else request.model)
+            raise no_infill(self._named(request.model, "this model"))
         return infill_tokens(request.infill, request.prompt or "", fim=fim, encode=encode, bos=bos, n_ctx=self.info.n_ctx)
 
     def cancel(self, request_id: str) -> None:

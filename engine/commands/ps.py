@@ -39,6 +39,7 @@ def loaded_models(client: WorkerClient) -> list[dict]:
                 "idle_seconds": lm.get("idle_seconds"),
                 "keep_alive": lm.get("keep_alive"),
                 "expires_in": lm.get("expires_in"),
+                "shares_weights_with": lm.get("shares_weights_with", []),
             }
         )
     return rows
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     table = [("NAME", "BACKEND", "MEMORY", "CONTEXT", "SLOTS", "ACTIVE", "IDLE", "UNLOADS")]
     for r in rows:
         size = human_size(r["size_bytes"]) if r["size_bytes"] is not None else "-"
+        if r["shares_weights_with"]:  # one load: its memory is counted once, on the first of its names listed
+            first = next(x["name"] for x in rows if x["name"] == r["name"] or x["name"] in r["shares_weights_with"])
+            size = size if first == r["name"] else f"shared with {first}"
         active = f"{r['running']}+{r['waiting']}" if r["waiting"] else str(r["running"])
         idle = "in use" if r["in_use"] else _duration(r["idle_seconds"])
         table.append((r["name"], r["backend"], size, str(r["context_length"] or "-"), str(r["slots"] or "-"),

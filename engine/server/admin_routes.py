@@ -167,6 +167,7 @@ def _residency(manager, lm) -> dict:
         "idle_seconds": round(idle, 1),
         "keep_alive": ttl,
         "expires_in": None if ttl is None else round(max(0.0, ttl - idle), 1),
+        "shares_weights_with": manager.sharing(lm.model.name),
     }
 
 

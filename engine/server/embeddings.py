@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from engine.errors import InvalidRequest
+from engine.errors import EmbeddingsUnsupported, InvalidRequest
 from engine.limits import check_embedding_inputs
 
 T = TypeVar("T")
@@ -51,15 +51,19 @@ async def for_client(request: Request, work: Callable[[Callable[[], bool]], T]) 
 
 
 async def embed_for_client(
-    request: Request, backend, texts: Sequence[str], *, truncate: bool = False
+    request: Request, lm, texts: Sequence[str], *, truncate: bool = False
 ) -> tuple[list[list[float]], int]:
-    """``backend.embed(texts)`` off the event loop, cancelled between slices once the client disconnects;
-    ``truncate`` cuts a text longer than the context to fit instead of refusing it.
+    """The loaded model ``lm``'s ``backend.embed(texts)`` off the event loop, cancelled between slices once the client
+    disconnects; ``truncate`` cuts a text longer than the context to fit instead of refusing it.
 
     Raises:
+        EmbeddingsUnsupported: its backend makes no embeddings (named as asked: several names can share a backend).
         RequestCancelled: the client went away (nobody reads the answer).
         HearthError: what the backend raised.
     """
+    backend = lm.backend
+    if not backend.info.can_embed:
+        raise EmbeddingsUnsupported(lm.model.name, backend.name)
     return await for_client(request, lambda cancelled: backend.embed(texts, cancelled=cancelled, truncate=truncate))
 
 

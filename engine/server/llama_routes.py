@@ -460,7 +460,7 @@ async def embedding(request: Request, body: NativeEmbeddingBody) -> list[dict]:
     check_inputs(texts)
     lm = await acquire_local(request, body.model, "Embedding")
     try:
-        vectors, _ = await embed_for_client(request, lm.backend, texts)
+        vectors, _ = await embed_for_client(request, lm, texts)
     except ContextLengthExceeded as exc:
         raise ContextLengthExceeded(exc.prompt_tokens, exc.n_ctx, param="content",
                                     message=f"A text is {exc.prompt_tokens} tokens but model '{lm.model.name}' takes at most "

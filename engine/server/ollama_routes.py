@@ -584,7 +584,7 @@ async def _embed(
     load = time.perf_counter() - t0
     try:
         set_keep_alive(request, lm, keep)
-        vectors, n_tokens = await embed_for_client(request, lm.backend, texts, truncate=truncate)
+        vectors, n_tokens = await embed_for_client(request, lm, texts, truncate=truncate)
     except ContextLengthExceeded as exc:
         raise InvalidRequest(
             f"An input is {exc.prompt_tokens} tokens but model '{lm.model.name}' takes at most {exc.n_ctx}; "

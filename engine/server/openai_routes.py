@@ -626,7 +626,7 @@ async def embeddings(request: Request, body: EmbeddingBody):
     manager = request.app.state.manager
     lm = await asyncio.to_thread(manager.acquire, target.name)
     try:
-        vectors, n_tokens = await embed_for_client(request, lm.backend, texts)
+        vectors, n_tokens = await embed_for_client(request, lm, texts)
     except ContextLengthExceeded as exc:
         raise ContextLengthExceeded(
             exc.prompt_tokens, exc.n_ctx, param="input",

@@ -243,7 +243,7 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         media = request.media
         if not media:
             return model.tokenize_prompt(rendered.prompt, rendered.literal)
-        name = self.spec.name if self.spec is not None else str(model.path)
+        name = self._named(request.model, str(model.path))
         if self.projector is None:
             kind = "read images" if media[0].kind == "image" else "hear audio"
             raise InvalidRequest(
@@ -274,7 +274,7 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             Overloaded: too many requests are waiting.
         """
         model, loop = self._require()
-        self._refuse_generation(model)
+        self._refuse_generation(model, request.model)
         # a request's own grammar, read before anything is opened for the request (it may be refused)
         guide = guide_for(model, request.response_format) if request.response_format.type == "grammar" else None
         stream, prompt = RequestStream.open(
@@ -320,7 +320,7 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
             raise
         return stream.chunks(lambda: loop.cancel(request.request_id))
 
-    def _refuse_generation(self, model: GGUFModel) -> None:
+    def _refuse_generation(self, model: GGUFModel, asked: str) -> None:
         """An encoder (its attention not causal: BERT and its kin) cannot write text; what it gives instead
         is said, rather than tokens sampled from weights never trained to predict any.
 
@@ -329,7 +329,7 @@ class LlamaCppBackend(BackendFacade[DecodeLoop]):
         """
         if model.meta(f"{model.architecture}.attention.causal") != "false":
             return
-        name = self.spec.name if self.spec is not None else model.path.name
+        name = self._named(asked, model.path.name)
         if self.can_rerank():
             what = "a reranker: it scores documents against a query (POST /v1/rerank)"
         else:

@@ -103,6 +103,8 @@ class Residency(Answer):
     idle_seconds: float
     keep_alive: float | None = None
     expires_in: float | None = None
+    # the other loaded names that answer from the same weights (size_bytes is that one load's, counted once)
+    shares_weights_with: list[str] = []
 
 
 class ServerStats(Answer):

@@ -296,5 +296,9 @@ def test_a_burst_of_as_many_clients_as_slots_is_never_refused_in_any_dialect_and
         assert stats["engine_restarts"] == 1 and stats["engine_process"] != engine["engine_process"]
         shown = httpx.get(f"{s.root}/api/ps", headers=s.headers).json()["models"][0]
         assert shown["size"] > 0 and shown["size_vram"] == 0  # on this CPU: `ollama ps` would say 100% CPU
+        # the paged engine writes answers only: an embeddings request is refused in a sentence naming the model
+        for path, body in (("/v1/embeddings", {"input": "a colour"}), ("/api/embed", {"input": "a colour"})):
+            r = httpx.post(f"{s.root}{path}", json={"model": MODEL, **body}, headers=s.headers, timeout=60)
+            assert r.status_code == 400 and f"Model '{MODEL}' cannot make embeddings on the paged backend" in r.text
     finally:
         s.stop()

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from engine.errors import InvalidRequest
 from engine.server import ServerSettings, create_app
 from tests.engine.catalog.conftest import make_gguf
+from tests.engine.server.vision_fixtures import b64, checkerboard
 
 STARTER = "smollm2-135m-instruct"
 GO_TEMPLATE = (
@@ -369,6 +370,15 @@ def test_a_model_made_with_its_own_defaults_answers_from_the_weights_its_base_lo
         assert entries[STARTER].backend is shared
         shown = {m["name"]: m for m in api.get("/api/ps").json()["models"]}
         assert {"pirate:latest", f"{STARTER}:latest"} <= set(shown)
+        stats = {e["name"]: e for e in api.get("/api/stats").json()["loaded"]}  # `hearth ps` counts the load once
+        assert stats["pirate"]["shares_weights_with"] == [STARTER] and stats[STARTER]["shares_weights_with"] == ["pirate"]
+        assert stats["pirate"]["size_bytes"] == stats[STARTER]["size_bytes"]
+        # a refusal of the shared weights names the model asked for, not the one that loaded them
+        r = api.post("/api/chat", json={"model": "pirate", "stream": False,
+                                        "messages": [{"role": "user", "content": "What is this?", "images": [b64(checkerboard())]}]})  # fmt: skip
+        assert r.status_code == 400 and "Model 'pirate' cannot read images" in r.json()["error"], r.text
+        r = api.post("/api/embed", json={"model": "pirate", "input": "a colour"})
+        assert r.status_code == 200 and len(r.json()["embeddings"]) == 1, r.text
         r = api.post("/api/models/unload", json={"model": STARTER})  # `hearth unload`, the app's Unload
         assert r.status_code == 200 and r.json()["unloaded"] and r.json()["weights_kept_for"] == ["pirate"]
         assert [lm.model.name for lm in manager.loaded() if lm.backend is shared] == ["pirate"]
