@@ -43,9 +43,8 @@ def test_weights_shared_by_names_are_counted_once(monkeypatch, capsys: pytest.Ca
     assert "shared with base" in rows["pirate"] and "MB" not in rows["pirate"]
 
 
-def test_the_json_names_the_sharing(monkeypatch, capsys: pytest.CaptureFixture[str]):
+def test_the_json_names_the_sharing():
     worker = _Worker([_entry("base", ["pirate"]), _entry("pirate", ["base"])])
-    monkeypatch.setattr(WorkerClient, "from_args", classmethod(lambda cls, args: worker))
     rows = ps.loaded_models(worker)  # type: ignore[arg-type]
     assert [(r["name"], r["shares_weights_with"], r["size_bytes"]) for r in rows] == [
         ("base", ["pirate"], 150 * 2**20), ("pirate", ["base"], 150 * 2**20)
