@@ -32,9 +32,11 @@ MediaKind = Literal["image", "audio"]
 
 
 def _check_range(name: str, value: float, lo: float, hi: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise InvalidRequest(f"'{name}' must be a number.", param=name)
     if not lo <= value <= hi:
+        if hi == math.inf:
+            raise InvalidRequest(f"'{name}' must be {lo:g} or more, got {value}.", param=name)
         raise InvalidRequest(f"'{name}' must be between {lo} and {hi}, got {value}.", param=name)
 
 
@@ -76,7 +78,9 @@ class SamplingParams:
     thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
-        _check_range("temperature", self.temperature, 0.0, 2.0)
+        # no upper bound here (as Ollama, llama-server and vLLM take any): the dialects with one (OpenAI's 2, Anthropic's
+        # 1) check their own
+        _check_range("temperature", self.temperature, 0.0, math.inf)
         _check_range("top_p", self.top_p, 0.0, 1.0)
         _check_range("min_p", self.min_p, 0.0, 1.0)
         _check_range("repetition_penalty", self.repetition_penalty, 0.01, 10.0)

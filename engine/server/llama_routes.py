@@ -68,7 +68,7 @@ class NativeBody(BaseModel):
     prompt: Any = Field(None, json_schema_extra={"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]})
     n_predict: int | None = Field(None, ge=-1)
     max_tokens: int | None = Field(None, ge=-1)
-    temperature: float | None = Field(None, ge=0, le=2)
+    temperature: float | None = Field(None, ge=0)  # no upper bound, as llama-server's
     top_k: int | None = Field(None, ge=0)
     top_p: float | None = Field(None, ge=0, le=1)
     min_p: float | None = Field(None, ge=0, le=1)

@@ -76,7 +76,7 @@ class ResponsesBody(NullAsDefaultBody):
     input: str | list[dict[str, Any]] | None = ""
     instructions: str | None = None
     max_output_tokens: int | None = None
-    temperature: float | None = None
+    temperature: float | None = Field(None, ge=0, le=2)  # OpenAI's range
     top_p: float | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None

@@ -100,3 +100,14 @@ def test_include_stop_str_in_output_keeps_the_stop_string_that_ended_the_answer(
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
     assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "stop"
     assert text.endswith("e") and "e" not in text[:-1], text
+
+
+def test_a_temperature_over_two_is_taken_as_llama_server_takes_it_and_openais_routes_refuse_it(server):
+    hot = _post(server, "/completion", {"model": MODEL, "prompt": "Name a colour.", "n_predict": 5, "temperature": 3.5,
+                                        "seed": 7, "ignore_eos": True})  # fmt: skip
+    assert hot.status_code == 200 and hot.json()["tokens_predicted"] == 5, hot.text
+    assert _post(server, "/completion", {"model": MODEL, "prompt": "x", "temperature": -0.5}).status_code == 400
+    for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                       ("/v1/responses", {"input": "hi"})):  # fmt: skip
+        r = _post(server, path, {"model": MODEL, "temperature": 3.5, "max_tokens": 2, **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "temperature", r.text

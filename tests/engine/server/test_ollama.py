@@ -371,7 +371,7 @@ def test_create_from_a_hub_model_not_here_pulls_it_first(client):
         client.create(model="nothing", from_="llama3.2")
     assert refused.value.status_code == 404
     with pytest.raises(ollama.ResponseError) as refused:  # what it asks for is checked before anything is fetched
-        client.create(model="nothing", from_=f"hf.co/{REPO}:Q2_K", parameters={"temperature": 9})
+        client.create(model="nothing", from_=f"hf.co/{REPO}:Q2_K", parameters={"temperature": -1})
     assert refused.value.status_code == 400 and "'parameters.temperature'" in refused.value.error
     assert f"{REPO}:Q2_K" not in [m.model for m in client.list().models]
 
@@ -579,14 +579,23 @@ def test_any_path_under_api_that_is_not_hearths_own_answers_in_ollamas_shape(cli
 
 
 def test_an_option_out_of_range_is_named_as_the_client_sent_it(ollama_server):
-    for option, value in (("repeat_penalty", 0), ("repeat_last_n", -5), ("temperature", 9)):
+    for option, value in (("repeat_penalty", 0), ("repeat_last_n", -5), ("temperature", -1)):
         r = httpx.post(f"{ollama_server.root}/api/generate", timeout=60,
                        json={"model": MODEL, "prompt": "hi", "stream": False, "options": {option: value}})  # fmt: skip
         assert r.status_code == 400 and r.json()["error"].startswith(f"'options.{option}' must be"), r.text
     # one sent beside options (the AI SDK's way), as it was sent
     r = httpx.post(f"{ollama_server.root}/api/generate", timeout=60,
-                   json={"model": MODEL, "prompt": "hi", "stream": False, "temperature": 9})  # fmt: skip
-    assert r.status_code == 400 and r.json()["error"].startswith("'temperature' must be"), r.text
+                   json={"model": MODEL, "prompt": "hi", "stream": False, "temperature": -1})  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"] == "'temperature' must be 0 or more, got -1.", r.text
+
+
+def test_a_temperature_over_openais_two_is_taken_as_ollama_takes_it(ollama_server):
+    # Ollama (and llama-server) put no upper bound on it; a creative preset of a chat front end sends 2.5 or more
+    for body in ({"options": {"temperature": 4.5, "seed": 3, "num_predict": 6}},
+                 {"temperature": 4.5, "options": {"seed": 3, "num_predict": 6}}):  # fmt: skip
+        r = httpx.post(f"{ollama_server.root}/api/generate", timeout=60,
+                       json={"model": MODEL, "prompt": "Name a colour.", "stream": False, **body})  # fmt: skip
+        assert r.status_code == 200 and r.json()["eval_count"] == 6, r.text
 
 
 def test_a_value_of_no_type_a_field_takes_is_refused_saying_which_it_takes(ollama_server):
