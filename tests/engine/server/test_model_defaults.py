@@ -137,7 +137,7 @@ def test_modelfile_values_hearth_cannot_take_are_left_out_and_the_rest_kept():
     from engine.model_defaults import ModelDefaults
     from engine.types import GenerationRequest
 
-    info = {"defaults": {"temperature": 9, "top_k": 40, "stop": "END", "num_predict": -1, "num_ctx": 4,
+    info = {"defaults": {"temperature": -1, "top_k": 40, "stop": "END", "num_predict": -1, "num_ctx": 4,
                          "seed": "x", "mirostat": 2, "system": "  "}}  # fmt: skip
     defaults = ModelDefaults.from_info(info)
     assert defaults == ModelDefaults(sampling=(("top_k", 40), ("stop", ("END",))), system=None, n_ctx=None)
