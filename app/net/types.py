@@ -42,10 +42,13 @@ class LoadedModelStats:
 class StatsSnapshot:
     requests_in_flight: int = 0
     models: tuple[LoadedModelStats, ...] = ()
+    # loaded names whose engine figures are another listed name's: they answer from its weights (a model made from
+    # it with its own defaults, or a copy), so its counters are shown under each and counted once
+    sharing: frozenset[str] = frozenset()
 
     @property
     def generated_tokens(self) -> int:
-        return sum(m.generated_tokens for m in self.models)
+        return sum(m.generated_tokens for m in self.models if m.name not in self.sharing)
 
     def model(self, name: str) -> LoadedModelStats | None:
         return next((m for m in self.models if m.name == name), None)
@@ -71,7 +74,11 @@ class StatsSnapshot:
             )
             for name, s in stats.models.items()
         )
-        return cls(requests_in_flight=stats.requests_in_flight, models=models)
+        sharing: set[str] = set()
+        for entry in stats.loaded:  # the first name of each load is counted, the others it lists are not
+            if entry.name not in sharing:
+                sharing.update(entry.shares_weights_with)
+        return cls(requests_in_flight=stats.requests_in_flight, models=models, sharing=frozenset(sharing))
 
 
 @dataclass(frozen=True, slots=True)
