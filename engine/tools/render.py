@@ -280,6 +280,44 @@ def _runs_joined(messages: list) -> list:
     return out
 
 
+def _render_answered(template: ChatTemplate, messages: list, opening: bool, extra: dict) -> MarkedPrompt:
+    """``messages`` rendered; where a template that wants alternating roles refuses a user message right after tool
+    results (Mistral's checks the roles with tool turns left out, so a call, its results and the user's next words,
+    as an Anthropic client sends a result and text in one turn, read as two user turns in a row), rendered again
+    with an empty answer between them, as the model would have closed its turn.
+
+    Raises:
+        ChatTemplateError: the template refused the messages either way (its first refusal).
+    """
+    from engine.chat_template import ChatTemplateError, ChatTemplateTooCostly
+
+    try:
+        return template.render_marked(messages, add_generation_prompt=opening, **extra)
+    except ChatTemplateTooCostly:
+        raise
+    except ChatTemplateError as refused:
+        answered = _answers_after_results(messages) if template.alternates else messages
+        if answered is messages:
+            raise
+        try:
+            return template.render_marked(answered, add_generation_prompt=opening, **extra)
+        except ChatTemplateError:
+            raise refused from None
+
+
+def _answers_after_results(messages: list) -> list:
+    """``messages`` with an empty assistant answer between each tool result and a user message right after it
+    (``messages`` itself where there is no such place)."""
+    from engine.types import ChatMessage
+
+    out: list = []
+    for m in messages:
+        if m.role == "user" and out and out[-1].role == "tool":
+            out.append(ChatMessage("assistant", ""))
+        out.append(m)
+    return out if len(out) > len(messages) else messages
+
+
 def _cut_after(marked: MarkedPrompt, answer: str) -> MarkedPrompt:
     """``marked`` up to where the last message, the answer going on, ends (what its template closes it with,
     such as an end-of-turn token, left out).
@@ -331,7 +369,7 @@ def render_request(template: ChatTemplate, request: GenerationRequest, *, archit
         if offered:
             extra["tools"] = [t.as_openai() for t in offered]
         listed = _roles_it_takes(list(messages), template, harmony=fmt == "harmony")
-        marked = template.render_marked(listed, add_generation_prompt=opening, **extra)
+        marked = _render_answered(template, listed, opening, extra)
     if going_on is not None:
         marked = _cut_after(marked, going_on)
     prompt = marked.text

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from engine.chat_template import ChatTemplate
+from engine.chat_template import ChatTemplate, ChatTemplateError
 from engine.errors import InvalidRequest
 from engine.tools import ToolChoice, parse_tool_choice, parse_tools, render_request
 from engine.types import GenerationRequest, as_messages
-from tests.engine.tools.templates import HERMES, LLAMA31, PLAIN, THINKING
+from tests.engine.tools.templates import HERMES, LLAMA31, MISTRAL, PLAIN, THINKING
 
 TOOLS = parse_tools(
     [
@@ -181,3 +181,28 @@ def test_a_template_that_wants_alternating_roles_gets_runs_of_one_role_joined():
     # a template that takes them as they are gets each message as it was sent
     r = render_request(chatml, GenerationRequest(model="m", messages=messages[1:3]))
     assert r.prompt.count("<|im_start|>user\n") == 2
+
+
+def test_a_user_message_right_after_tool_results_gets_an_empty_answer_before_it_where_the_template_wants_one():
+    """Mistral's template checks that roles alternate with the tool turns left out, so a call, its result and the
+    user's next words (an Anthropic client's result and text in one turn) read as two user turns and it refuses
+    them; the turn is rendered with the model's turn closed empty between them instead."""
+    mistral = ChatTemplate(MISTRAL, bos_token="<s>", eos_token="</s>")
+    going_on = [*CONVERSATION, *as_messages([{"role": "user", "content": "And in Rome?"}])]
+    with pytest.raises(ChatTemplateError, match="must alternate"):
+        mistral.render(going_on)  # the template alone
+    prompt = render_request(mistral, request(messages=going_on)).prompt
+    assert prompt.startswith("<s>[INST] Weather in Paris?[/INST][TOOL_CALLS] [")
+    assert '"call_id": "' in prompt and prompt.count("[TOOL_RESULTS]") == 1
+    assert "[/TOOL_RESULTS] </s>[AVAILABLE_TOOLS]" in prompt and prompt.endswith("[INST] Be brief.\n\nAnd in Rome?[/INST]")
+    # where the answer is there, or the turn ends on the result, the conversation is rendered as it was sent
+    answered = [*CONVERSATION, *as_messages([{"role": "assistant", "content": "Sunny."}, {"role": "user", "content": "Rome?"}])]
+    assert "[/TOOL_RESULTS] Sunny.</s>" in render_request(mistral, request(messages=answered)).prompt
+    assert render_request(mistral, request()).prompt.endswith("[/TOOL_RESULTS]")
+    # a template that takes a user message after a result gets no empty answer
+    hermes = render_request(ChatTemplate(HERMES), request(messages=going_on)).prompt
+    assert "<|im_start|>assistant\n<|im_end|>" not in hermes and hermes.count("<|im_start|>assistant") == 2
+    # a conversation the template refuses either way is still refused in its own words
+    opening_answer = as_messages([{"role": "assistant", "content": "Hello."}])
+    with pytest.raises(ChatTemplateError, match="must alternate"):
+        render_request(mistral, request(messages=[CONVERSATION[0], *opening_answer, *going_on[1:]]))
