@@ -256,6 +256,19 @@ class ModelManager:
                 continue
         return out
 
+    def stats_by_load(self) -> dict[str, Any]:
+        """:meth:`stats` with each load once: names that share weights (one backend) are given under the first of
+        them, so a sum over ``/metrics``' ``model`` label counts a shared engine's requests once."""
+        out = self.stats()
+        with self._lock:
+            holders = list(self._loaded.values())
+        seen: set[int] = set()
+        for lm in holders:
+            if id(lm.backend) in seen:
+                out.pop(lm.model.name, None)
+            seen.add(id(lm.backend))
+        return out
+
     # -- loading --------------------------------------------------------------------------------
     def load(self, name: str, *, allow_paths: bool = False, options: LoadOptions | None = None) -> LoadedModel:
         """Load ``name`` (or return it if loaded), making room within the memory budget

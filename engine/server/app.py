@@ -54,7 +54,7 @@ def create_app(
     app = FastAPI(title="Hearth", version=__version__, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.settings = settings
     app.state.manager = manager
-    app.state.metrics = ServerMetrics(manager.stats)
+    app.state.metrics = ServerMetrics(manager.stats_by_load)
     app.state.catalog = catalog or CatalogServices(manager.registry)
     app.state.remotes = remotes or RemoteRegistry()
     install_error_handlers(app)

@@ -13,7 +13,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 
 
 
 class _EngineGauges:
-    """Reads running/waiting requests from the engines at scrape time."""
+    """Reads running/waiting requests from the engines at scrape time, each load once (names that share weights
+    under the first of them)."""
 
     def __init__(self, stats: Callable[[], dict]) -> None:
         self._stats = stats

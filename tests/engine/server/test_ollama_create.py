@@ -373,6 +373,9 @@ def test_a_model_made_with_its_own_defaults_answers_from_the_weights_its_base_lo
         stats = {e["name"]: e for e in api.get("/api/stats").json()["loaded"]}  # `hearth ps` counts the load once
         assert stats["pirate"]["shares_weights_with"] == [STARTER] and stats[STARTER]["shares_weights_with"] == ["pirate"]
         assert stats["pirate"]["size_bytes"] == stats[STARTER]["size_bytes"]
+        gauges = [line.split()[0] for line in api.get("/metrics").text.splitlines()
+                  if line.startswith("hearth_requests_running{") and ("pirate" in line or STARTER in line)]  # fmt: skip
+        assert gauges == [f'hearth_requests_running{{model="{STARTER}"}}'], gauges  # one engine, counted once
         # a refusal of the shared weights names the model asked for, not the one that loaded them
         r = api.post("/api/chat", json={"model": "pirate", "stream": False,
                                         "messages": [{"role": "user", "content": "What is this?", "images": [b64(checkerboard())]}]})  # fmt: skip
