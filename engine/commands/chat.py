@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "when none runs, as `ollama run` does), so the chat shares the loaded model and shows in `hearth ps` and "
         "`hearth log stream`. --local, --backend, --quantization, --docs and --mcp run it in this process.",
     )  # fmt: skip
+    p.add_argument("first", nargs="?", metavar="MODEL",
+                   help="the model to chat with, as `ollama run MODEL` takes it (a word that names no model here and "
+                        "has no ':' or '/' is the message)")  # fmt: skip
     p.add_argument("prompt", nargs="?", help="answer this one message and exit (omit for a conversation; what is "
                    "piped to standard input is one message too)")
     p.add_argument("--model", "-m", help="model name (default: the starter model)")
@@ -131,6 +134,59 @@ def _open_remote(name: str | None):
     return chat, chat
 
 
+def _model_and_message(args: argparse.Namespace) -> str | None:
+    """Read the positional words as `ollama run MODEL [PROMPT]` reads them: two are a model and a message; one is
+    the model when it names one here (or has the ':' or '/' of a model's name and no space), else the message, as
+    ``hearth chat "Hello"`` always was. A local name may be written as Ollama's clients write it (``:latest``,
+    ``hf.co/``). None, or why the words cannot be read (one sentence)."""
+    first, second = getattr(args, "first", None), args.prompt
+    if second is not None:
+        if args.model is not None:
+            return f"Give the model once: as the first word or with --model, not both ('{first}' and '{args.model}')."
+        args.model = _model_named(first) or first
+    elif first is not None:
+        named = _model_named(first) if args.model is None else None
+        if named is not None:
+            args.model = named
+        elif args.model is None and _shaped_as_model(first):
+            args.model = first  # refused as no model here, before anything starts
+        else:
+            args.prompt = first
+    return None
+
+
+def _model_named(word: str | None) -> str | None:
+    """The name ``word`` means, as `hearth models` would find it (a name, a file's path, a remote provider's
+    ``PROVIDER/MODEL``; ``:latest`` and ``hf.co/`` tolerated), or None where it names none."""
+    from engine.catalog.registry import resolve_model
+    from engine.errors import ModelNotFound
+    from engine.remote.routing import local_spelling
+
+    if not word or not word.strip() or any(c.isspace() for c in word):
+        return None
+    for spelling in dict.fromkeys((word, local_spelling(word))):
+        try:
+            resolve_model(spelling)
+        except (ModelNotFound, OSError, ValueError):
+            continue
+        return spelling
+    if "/" in word:
+        from engine.remote.chat import find_remote
+
+        if find_remote(word) is not None:
+            return word
+    return None
+
+
+def _shaped_as_model(word: str) -> bool:
+    """Whether ``word`` is written as a model's name (``llama3.2:3b``, ``owner/repo``): a ':' or '/', a letter, no
+    space, nothing a message would hold."""
+    import re
+
+    return bool(re.fullmatch(r"[\w.\-]+(/[\w.\-]+)*(:[\w.\-]+)?", word)) and ("/" in word or ":" in word) \
+        and re.search(r"[A-Za-z]", word) is not None
+
+
 def _runs_here(args: argparse.Namespace, model) -> bool:
     """Whether this chat runs the model in this process: asked for (--local), or it needs what only an
     in-process run has (a backend or quantization of its own, document collections, a model file by path)."""
@@ -142,6 +198,9 @@ def run(args: argparse.Namespace) -> int:
     from engine.load_settings import ModelLoadSettings
     from engine.types import SamplingParams
 
+    if (refused := _model_and_message(args)) is not None:
+        print(f"hearth: {refused}", file=sys.stderr)
+        return 2
     params = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens
     )

@@ -189,3 +189,34 @@ def test_text_piped_in_beside_a_message_comes_before_it_and_a_pipe_never_written
         held.wait(timeout=60)
     alone = hearth("chat", "--local", "--temperature", "0", "--max-tokens", "8", "Name the fruit.")
     assert held.returncode == 0 and out == alone.stdout
+
+
+def test_chat_takes_the_model_as_its_first_word_as_ollama_run_does():
+    """`hearth chat MODEL "message"`, as `ollama run MODEL "message"` (`:latest` as Ollama's clients write it),
+    answers as --model does; one word is the model where it names one, else the message, as before."""
+    import argparse
+
+    from engine.commands.chat import _model_and_message
+    from engine.starter import STARTER_NAME
+
+    ask = ("chat", "--local", "--temperature", "0", "--max-tokens", "8")
+    named = hearth(*ask, f"{STARTER_NAME}:latest", "Name a fruit.")
+    assert named.returncode == 0, named.stderr
+    assert named.stdout.strip() == hearth(*ask, "--model", STARTER_NAME, "Name a fruit.").stdout.strip() != ""
+
+    def read(*words: str, model: str | None = None) -> tuple[str | None, str | None]:
+        args = argparse.Namespace(first=words[0] if words else None, prompt=words[1] if len(words) > 1 else None, model=model)
+        assert _model_and_message(args) is None
+        return args.model, args.prompt
+
+    assert read(STARTER_NAME) == (STARTER_NAME, None)  # a conversation with it
+    assert read(f"hf.co/{STARTER_NAME}:latest") == (STARTER_NAME, None)
+    assert read("hello") == (None, "hello")  # the message, to the default model
+    assert read("2/3") == (None, "2/3") and read("What is 2/3?") == (None, "What is 2/3?")
+    assert read("llama3.2:3b") == ("llama3.2:3b", None)  # shaped as a model: refused as one that is not here
+    assert read(STARTER_NAME, model=STARTER_NAME) == (STARTER_NAME, STARTER_NAME)  # --model given: the word is the message
+    # not here: one line naming it, before anything starts; the model given twice: one line saying so
+    missing = hearth("chat", "llama3.2:3b", "hi")
+    assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1 and "'llama3.2:3b'" in missing.stderr
+    twice = hearth("chat", "-m", STARTER_NAME, STARTER_NAME, "hi")
+    assert twice.returncode == 2 and "Give the model once" in twice.stderr and "Traceback" not in twice.stderr

@@ -75,7 +75,7 @@ def test_a_mistyped_option_is_refused_by_its_command_with_the_option_meant(capsy
     import pytest
 
     for argv, said in [
-        (["chat", "--temprature", "0", "hi"], "hearth chat: error: unrecognized arguments: --temprature hi (did you mean --temperature?)"),
+        (["chat", "--temprature", "0", "hi"], "hearth chat: error: unrecognized arguments: --temprature (did you mean --temperature?)"),
         (["daemon", "status", "--jsn"], "hearth daemon status: error: unrecognized arguments: --jsn (did you mean --json?)"),
         (["models", "extra"], "hearth models: error: unrecognized arguments: extra"),
     ]:
