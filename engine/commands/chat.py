@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "chat", help="chat with a model in the terminal",
+        "chat", aliases=["run"], help="chat with a model in the terminal",
         description="Chat with a local model, through the worker of this data folder (the daemon's; one is started "
         "when none runs, as `ollama run` does), so the chat shares the loaded model and shows in `hearth ps` and "
         "`hearth log stream`. --local, --backend, --quantization, --docs and --mcp run it in this process.",

@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_load)
     u = sub.add_parser(
         "unload",
+        aliases=["stop"],  # `ollama stop MODEL`
         help="unload a model (or all) from the running worker",
         description="Unload MODEL, or every model with --all, from the running worker; its memory is freed unless another "
                     "loaded name answers from the same weights (a model made from it, or a copy).",

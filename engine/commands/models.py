@@ -10,6 +10,7 @@ import sys
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "models",
+        aliases=["list", "ls"],  # `ollama list`, `ollama ls`
         help="list local models (and remote providers' models)",
         description="List the models on this machine, and those of the remote providers (`hearth remote`) as NAME/MODEL. "
         "Models of other apps (Ollama, LM Studio, Jan, GPT4All, the Hugging Face cache) are listed with their origin "

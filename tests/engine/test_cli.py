@@ -149,6 +149,16 @@ def test_version_and_models():
     out = hearth("models")
     assert out.returncode == 0
     assert "smollm2-135m-instruct" in out.stdout
+    assert hearth("ls").stdout == hearth("list").stdout == out.stdout  # Ollama's words for it
+
+
+def test_ollamas_command_words_run_hearths_commands():
+    from engine.cli import build_parser
+
+    parser = build_parser()
+    for said, meant in (("run", "chat"), ("list", "models"), ("ls", "models"), ("stop", "unload")):
+        assert parser.parse_args([said, *(["x"] if said == "stop" else [])]).run is parser.parse_args(
+            [meant, *(["x"] if meant == "unload" else [])]).run, said  # fmt: skip
 
 
 def test_a_broken_model_file_is_one_line_not_a_traceback(tmp_path):

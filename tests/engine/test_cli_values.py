@@ -22,7 +22,10 @@ def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
     yield path, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
+            named = {}
+            for name, sub in action.choices.items():  # each command once, by its own name (not an alias: `ls`)
+                named.setdefault(id(sub), (name, sub))
+            for name, sub in named.values():
                 yield from _parsers(sub, (*path, name))
 
 
