@@ -286,9 +286,45 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name
             system = {"role": "system", "content": docs.system(line, args.system)}
             history = [system, *(m for m in history if m["role"] != "system")]
         history.append(user_message(line, images))
+        reply = _answer_within_context(ask, history)
+        if reply is None:  # refused: said on stderr, and the message taken back; the conversation goes on
+            history.pop()
+            continue
         images = []  # the pictures go with the first message, and stay in the conversation
-        reply = ask(history)
         history.append({"role": "assistant", "content": reply.text})
         if docs is not None:
             docs.print_sources(reply.text)
     return 0
+
+
+def _answer_within_context(ask: Callable[[list[dict]], Reply], history: list[dict]) -> Reply | None:
+    """``ask(history)``; a conversation grown past the model's context loses its oldest exchanges (in ``history``
+    too; the system prompt and the message asked stay) until it fits, as `ollama run`'s does, rather than ending the
+    chat. None: the request was refused (a message too long alone, a picture the model cannot read, a worker
+    gone), said on stderr."""
+    from engine.errors import HearthError
+
+    told = False
+    while True:
+        try:
+            return ask(history)
+        except HearthError as exc:
+            if exc.code != "context_length_exceeded" or not _leave_out_oldest(history):
+                print(f"hearth: {exc}", file=sys.stderr)
+                return None
+            if not told:
+                print(_dim("(earlier messages left out to fit the model's context)"), file=sys.stderr)
+                told = True
+
+
+def _leave_out_oldest(history: list[dict]) -> bool:
+    """Drop the oldest exchange of ``history`` (a user message and the answers after it), never a system message
+    nor the last message; False where nothing is left to drop."""
+    first = next((i for i, m in enumerate(history) if m["role"] != "system"), len(history))
+    end = first + 1
+    while end < len(history) - 1 and history[end]["role"] != "user":
+        end += 1
+    if end >= len(history):  # the message asked is all there is
+        return False
+    del history[first:end]
+    return True

@@ -70,11 +70,15 @@ class WorkerClient:
             return WorkerUnreachable(
                 f"The worker at {self.url} refused the key; set HEARTH_ADMIN_KEY to its admin key."
             )
+        code = None
         try:
-            message = r.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
+            error = r.json()["error"]
+            message, code = error["message"], error.get("code")
+        except (ValueError, KeyError, TypeError, AttributeError):
             message = f"The worker at {self.url} answered {r.status_code}; see its log."
-        return HearthError(message)
+        failed = HearthError(message)
+        failed.status, failed.code = r.status_code, code if isinstance(code, str) else None  # as the worker said it
+        return failed
 
     def unreachable(self, exc: Exception) -> WorkerUnreachable:
         return WorkerUnreachable(
