@@ -50,6 +50,7 @@ class Pick:
     description: str
     shape: ModelShape
     variants: tuple[Variant, ...]
+    ollama: tuple[str, ...] = ()  # what Ollama's library calls the same model (``llama3.2``, ``llama3.2:3b``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,7 @@ def _pick(item: dict[str, Any]) -> Pick:
         description=item["description"],
         shape=shape,
         variants=variants,
+        ollama=tuple(str(n) for n in item.get("ollama") or ()),
     )
 
 
@@ -239,6 +241,51 @@ def load_picks(path: Path | None = None) -> PickList:
         return PickList(as_of=str(data["as_of"]), picks=picks, categories=dict(data.get("categories") or {}))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{path or PICKS_FILE} is not a list of recommended models ({exc!r})") from exc
+
+
+# -- Ollama's library names ----------------------------------------------------------------------
+
+# A tag's parts Ollama writes between a size and a quantization that name the same chat model.
+_CHAT_TAG_WORDS = frozenset({"instruct", "it", "chat"})
+
+
+def ollama_library_repo(name: str, picks: PickList | None = None) -> tuple[str, str | None] | None:
+    """``(repo, variant)`` of the listed model that Ollama's library calls ``name``, as ``ollama pull`` takes it
+    (``llama3.2``, ``qwen3:8b``, ``gemma3:4b-it-q8_0``, ``registry.ollama.ai/library/llama3.2:latest``): the variant
+    is the tag's quantization (``q8_0`` is ``Q8_0``, ``fp16`` ``F16``), None where the tag names none. None where the
+    list has no such model, or the tag names another kind of it (``llama3.2:3b-text``, a base model)."""
+    import re
+
+    spec = name.strip().lower()
+    for prefix in ("registry.ollama.ai/", "library/"):
+        spec = spec.removeprefix(prefix)
+    base, _, tag = spec.partition(":")
+    if not base or "/" in base or "/" in tag:
+        return None
+    parts = [] if tag in ("", "latest") else tag.split("-")
+    quant = None
+    if parts and re.fullmatch(r"i?q\d\w*|fp16|bf16|f16|f32", parts[-1]):
+        word = parts.pop()
+        quant = {"fp16": "F16", "f16": "F16", "bf16": "BF16", "f32": "F32"}.get(word, word.upper())
+    size = parts.pop(0) if parts and re.fullmatch(r"\d+(\.\d+)?[bm]|e\d+b|v\d+(\.\d+)?", parts[0]) else None
+    if not set(parts) <= _CHAT_TAG_WORDS:
+        return None
+    key = f"{base}:{size}" if size else base
+    for pick in (picks or _picks()).picks:
+        if key in pick.ollama:
+            return pick.repo, quant
+    return None
+
+
+_cached_picks: PickList | None = None
+
+
+def _picks() -> PickList:
+    """The list beside this module, read once."""
+    global _cached_picks
+    if _cached_picks is None:
+        _cached_picks = load_picks()
+    return _cached_picks
 
 
 # -- the hub's details -------------------------------------------------------------------------
@@ -334,5 +381,6 @@ __all__ = [
     "Recommendation",
     "RecommendedList",
     "load_picks",
+    "ollama_library_repo",
     "recommend",
 ]

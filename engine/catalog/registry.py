@@ -469,7 +469,35 @@ class ModelRegistry:
         if len(rows) > 1:
             variants = ", ".join(sorted(r.name for r in rows))
             raise AmbiguousModel(name, f"'{name}' has several local variants; name one of: {variants}.")
+        pulled = self._pulled_as(name)
+        if pulled is not None:
+            return pulled
         raise ModelNotFound(name)
+
+    def _pulled_as(self, name: str) -> LocalModel | None:
+        """The model a pull of Ollama's library name ``name`` fetched (``llama3.2``: the listed repo Hearth pulls for
+        it, :func:`engine.catalog.recommended.ollama_library_repo`), where it is here, so a client that pulled
+        ``llama3.2`` chats with ``llama3.2`` as it would on Ollama.
+
+        Raises:
+            AmbiguousModel: several variants of that repo are here and the name's tag names none of them.
+        """
+        if "/" in name.removeprefix("registry.ollama.ai/library/").removeprefix("library/"):
+            return None
+        from engine.catalog.recommended import ollama_library_repo
+
+        found = ollama_library_repo(name)
+        if found is None:
+            return None
+        repo, variant = found
+        if variant is not None:
+            return self.get(f"{repo}:{variant}")
+        try:
+            return self.resolve(repo, fold_case=False)
+        except AmbiguousModel as exc:
+            raise AmbiguousModel(name, f"'{name}' is {repo}, which has several local variants; name one of them.") from exc
+        except ModelNotFound:
+            return None
 
     def remove(self, name: str, *, delete_files: bool = False) -> LocalModel:
         """Unregister ``name`` (and delete its files when they are Hearth's own, a download or an upload, and no

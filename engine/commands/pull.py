@@ -14,9 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "pull",
         help="download a model from the hub",
         description="Download a model as REPO:VARIANT (e.g. TheOrg/Model-GGUF:Q4_K_M). Without a variant, the "
-        "highest-quality one that fits this machine is taken. An interrupted pull resumes where it stopped.",
+        "highest-quality one that fits this machine is taken. An interrupted pull resumes where it stopped. The models "
+        "of Hearth's list are also pulled by the names of Ollama's library (`hearth pull llama3.2`).",
     )
-    p.add_argument("model", help="REPO or REPO:VARIANT")
+    p.add_argument("model", help="REPO or REPO:VARIANT, or a name of Ollama's library that Hearth lists (llama3.2, qwen3:8b)")
     p.add_argument("--ctx", type=valid.whole(valid.CTX), default=None, help="context length to plan memory for (default 4096)")
     p.add_argument("--revision", help="a branch or commit of the repo (default: the latest)")
     p.add_argument(
@@ -102,9 +103,18 @@ def run(args: argparse.Namespace) -> int:
         except ModelNotFound:
             local = None
         if local is not None:
-            print(f"{local.name} is already on this machine ({local.path}); chat with it: `hearth chat -m {local.name}`.")
+            print(f"{local.name} is already on this machine ({local.path}); chat with it: `hearth chat {local.name}`.")
             return 0
     repo, wanted = split_spec(args.model)
+    if "/" not in args.model:  # Ollama's library name of a model Hearth lists (`llama3.2`): that model's repo
+        from engine.catalog.recommended import ollama_library_repo
+
+        library = ollama_library_repo(args.model)
+        if library is None:
+            raise InvalidRequest(f"'{args.model}' is neither a model here nor one of Ollama's library that Hearth lists; "
+                                 "pull a hub repo as owner/name[:VARIANT] (`hearth search WORDS` finds them).")  # fmt: skip
+        repo, wanted = library
+        print(f"{args.model} is Ollama's name for {repo}; pulling that (chat with it as {args.model} or by its own name).")
     hub = HubClient()
     listing = hub.repo(repo, revision=args.revision)
     registry = ModelRegistry()

@@ -410,17 +410,16 @@ def _progress(model: LocalModel, from_files: bool) -> list[str]:
 
 def _hub_base(name: str, missing: ModelNotFound) -> tuple[str, str | None]:
     """``(repo, variant)`` of a ``from`` that no local model has, when it names a Hub repo (Ollama pulls a ``FROM``
-    it lacks; ``hf.co/owner/repo:VARIANT`` as Ollama's clients write it).
+    it lacks; ``hf.co/owner/repo:VARIANT`` as Ollama's clients write it) or a model of Ollama's library that Hearth
+    lists (``llama3.2``).
 
     Raises:
         ModelNotFound: ``missing``, when the name is no Hub repo either.
     """
     from engine.server.ollama_models import pull_target
 
-    if "/" not in local_spelling(name):
-        raise missing
     try:
-        return pull_target(name)
+        return pull_target(name)  # a Hub repo, or a model of Ollama's library that Hearth lists (`llama3.2`)
     except InvalidRequest:
         raise missing from None
 

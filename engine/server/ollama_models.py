@@ -329,13 +329,20 @@ def pull_target(name: str) -> tuple[str, str | None]:
         repo = repo.removesuffix(":latest")
     if variant is not None and variant.lower() == "latest":
         variant = None
+    if "/" not in repo:  # Ollama's library name of a model Hearth lists (`llama3.2`): that model's repo
+        from engine.catalog.recommended import ollama_library_repo
+
+        library = ollama_library_repo(spec)
+        if library is not None:
+            return library
     from engine.catalog.hub import check_repo_id
 
     try:
         check_repo_id(repo)
     except InvalidRequest as exc:
         raise InvalidRequest(
-            f"'model' names no Hugging Face repo ('{name}'); pull models as owner/repo or owner/repo:VARIANT (e.g. a GGUF repo).",
+            f"'model' names no Hugging Face repo ('{name}') nor a model of Ollama's library that Hearth lists; pull models "
+            "as owner/repo or owner/repo:VARIANT (e.g. a GGUF repo).",
             param="model",
         ) from exc
     return repo, variant

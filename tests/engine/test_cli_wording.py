@@ -91,7 +91,7 @@ def test_pull_of_a_model_already_here_says_so_and_succeeds(tmp_path, monkeypatch
     monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
     assert main(["pull", MODEL]) == 0  # as `ollama pull` of a model it has; no hub is asked
     out = capsys.readouterr().out
-    assert out.startswith(f"{MODEL} is already on this machine (") and f"`hearth chat -m {MODEL}`" in out
+    assert out.startswith(f"{MODEL} is already on this machine (") and f"`hearth chat {MODEL}`" in out
 
 
 def test_fit_of_an_unknown_name_says_so_before_this_machine_is_measured(tmp_path, monkeypatch, capsys):

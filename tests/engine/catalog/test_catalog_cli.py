@@ -117,3 +117,25 @@ def test_import_registers_local_files_and_refuses_partials(env, tmp_path):
     out = hearth(env, "rm", "my-model", "--yes")
     assert out.returncode == 0 and "left in place" in out.stdout
     assert (source / "my-model.Q8_0.gguf").exists()
+
+
+def test_pull_by_a_name_of_ollamas_library_takes_the_listed_repo(env, hub, tmp_path):
+    """`hearth pull llama3.2:1b`, as `ollama pull` is typed: the repo Hearth's list has for that model; the model
+    then answers to that name; a library name the list has not is one sentence."""
+    from tests.hubserver import HubFile, HubRepo
+
+    repo = "bartowski/Llama-3.2-1B-Instruct-GGUF"
+    data = make_gguf(tmp_path / "listed.gguf", label="Q8_0", n_floats=1000, seed=60)
+    hub.repos[repo] = HubRepo(repo, [HubFile("Llama-3.2-1B-Instruct-Q8_0.gguf", data)], tags=["gguf"])
+    try:
+        out = hearth(env, "pull", "llama3.2:1b")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"llama3.2:1b is Ollama's name for {repo}; pulling that")
+        assert f"Pulled {repo}:Q8_0" in out.stdout
+        again = hearth(env, "pull", "llama3.2:1b")  # here now, by that name
+        assert again.returncode == 0 and again.stdout.startswith(f"{repo}:Q8_0 is already on this machine")
+        shown = hearth(env, "show", "llama3.2:1b", "--json")
+        assert shown.returncode == 0 and json.loads(shown.stdout)["name"] == f"{repo}:Q8_0"
+    finally:
+        del hub.repos[repo]
+    assert "Ollama's library that Hearth lists" in one_clear_line(hearth(env, "pull", "mistral"))

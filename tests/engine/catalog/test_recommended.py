@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from engine.catalog.advisor import advise
 from engine.catalog.hub import check_repo_id
-from engine.catalog.recommended import CATEGORIES, load_picks, recommend
+from engine.catalog.recommended import CATEGORIES, load_picks, ollama_library_repo, recommend
 from engine.catalog.variants import group_variants, quant_label
 from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareInfo
 from tests.engine.catalog.conftest import TOKEN, make_gguf
@@ -295,3 +295,20 @@ def test_a_mixture_of_experts_says_so_where_a_dense_model_says_nothing():
     models = {m["repo"]: m for m in recommend(load_picks(), machine(ram_gb=32)).to_dict()["models"]}
     assert models["unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF"]["experts"] == 128
     assert models["bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"]["experts"] is None
+
+
+def test_names_of_ollamas_library_find_the_listed_repo_and_the_tags_quantization():
+    picks = load_picks()
+    named = [n for p in picks.picks for n in p.ollama]
+    assert len(named) == len(set(named)) and all(n == n.lower() and "/" not in n for n in named)  # each name one model
+    llama = "bartowski/Llama-3.2-3B-Instruct-GGUF"
+    assert ollama_library_repo("llama3.2") == ollama_library_repo("llama3.2:latest") == (llama, None)
+    assert ollama_library_repo("Llama3.2:3B") == (llama, None)  # as Ollama, in any case
+    assert ollama_library_repo("registry.ollama.ai/library/llama3.2:3b-instruct-q8_0") == (llama, "Q8_0")
+    assert ollama_library_repo("qwen3:8b-fp16") == ("Qwen/Qwen3-8B-GGUF", "F16")
+    assert ollama_library_repo("gemma3:4b-it-q4_K_M") == ("ggml-org/gemma-3-4b-it-GGUF", "Q4_K_M")
+    assert ollama_library_repo("llama3.2:1b") == ("bartowski/Llama-3.2-1B-Instruct-GGUF", None)
+    for other in ("llama3.2:3b-text-q4_K_M", "qwen3:30b", "mistral", "hf.co/owner/repo", "acme/llama3.2", "", ":3b"):
+        assert ollama_library_repo(other) is None, other  # a base model, a size or a model not listed, a Hub repo
+    every = {pick.repo for pick in picks.picks if pick.ollama}
+    assert {ollama_library_repo(n, picks)[0] for p in picks.picks for n in p.ollama} == every  # type: ignore[index]

@@ -115,3 +115,36 @@ def test_a_folder_named_as_a_model_in_another_case_is_that_folder(tmp_path, monk
             assert resolve_model("SMOLLM2-135M-INSTRUCT", registry).name == STARTER_NAME  # no such folder: the name
     finally:
         registry.close()
+
+
+def test_a_name_of_ollamas_library_finds_the_listed_repos_model_pulled_here(tmp_path):
+    """After `ollama pull llama3.2:1b` fetched the listed repo's variant, `llama3.2:1b` names it (a tag's
+    quantization names one of several); an exact name still wins, and a name it does not have is not found."""
+    import pytest
+
+    from engine.errors import AmbiguousModel, ModelNotFound
+
+    repo = "bartowski/Llama-3.2-1B-Instruct-GGUF"
+    registry = ModelRegistry(tmp_path)
+    try:
+        with pytest.raises(ModelNotFound):
+            registry.resolve("llama3.2:1b")  # not pulled
+        q8 = tmp_path / "q8.gguf"
+        shutil.copyfile(starter_model_path(), q8)
+        registry.register(q8, name=f"{repo}:Q8_0", source="download", repo=repo, variant="Q8_0")
+        assert registry.resolve("llama3.2:1b").name == f"{repo}:Q8_0"
+        assert registry.resolve("library/llama3.2:1b-instruct-q8_0").name == f"{repo}:Q8_0"
+        with pytest.raises(ModelNotFound):
+            registry.resolve("llama3.2:1b-q4_K_M")  # that quantization is not here
+        with pytest.raises(ModelNotFound):
+            registry.resolve("llama3.2:3b")  # another model of the list
+        q4 = tmp_path / "q4.gguf"
+        shutil.copyfile(starter_model_path(), q4)
+        registry.register(q4, name=f"{repo}:Q4_K_M", source="download", repo=repo, variant="Q4_K_M")
+        with pytest.raises(AmbiguousModel, match="several local variants"):
+            registry.resolve("llama3.2:1b")
+        assert registry.resolve("llama3.2:1b-q4_K_M").name == f"{repo}:Q4_K_M"
+        registry.register(q8, name="llama3.2:1b")  # a model called so (as Ollama's own, seen with --scan) wins
+        assert registry.resolve("llama3.2:1b").path == q8
+    finally:
+        registry.close()

@@ -6,6 +6,7 @@ behind it for /api/pull.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from engine.worker.supervisor import free_port
 from tests.engine.server.conftest import MODEL, Server
 
 REPO = "TheOrg/Tiny-Llama-GGUF"
+LIBRARY_REPO = "bartowski/Llama-3.2-1B-Instruct-GGUF"  # Hearth's list's model for Ollama's llama3.2:1b
 QUESTION = [{"role": "user", "content": "Name three colours."}]
 GREEDY = {"temperature": 0, "num_predict": 8}
 
@@ -32,7 +34,9 @@ def fake_hub(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ollama-hub")
     gguf = make_gguf(folder / "tiny-llama.Q2_K.gguf", label="Q2_K", n_floats=30_000)
     repo = HubRepo(REPO, [HubFile("README.md", b"# Tiny\n", lfs=False), HubFile("tiny-llama.Q2_K.gguf", gguf)], tags=["gguf"])
-    with FakeHub([repo], chunk=16 * 1024) as hub:
+    listed = make_gguf(folder / "listed.gguf", label="Q8_0", n_floats=20_000)  # the repo Hearth pulls for llama3.2:1b
+    library = HubRepo(LIBRARY_REPO, [HubFile("Llama-3.2-1B-Instruct-Q8_0.gguf", listed)], tags=["gguf"])
+    with FakeHub([repo, library], chunk=16 * 1024) as hub:
         hub.throttle["tiny-llama.Q2_K.gguf"] = 0.1  # eight chunks: progress lines before the end
         yield hub
 
@@ -368,7 +372,7 @@ def test_create_from_a_hub_model_not_here_pulls_it_first(client):
     finally:
         assert client.delete("tiny-brief").status == "success" and client.delete(f"{REPO}:Q2_K").status == "success"
     with pytest.raises(ollama.ResponseError) as refused:  # a name neither here nor on the Hub: as any unknown model
-        client.create(model="nothing", from_="llama3.2")
+        client.create(model="nothing", from_="mistral")
     assert refused.value.status_code == 404
     with pytest.raises(ollama.ResponseError) as refused:  # what it asks for is checked before anything is fetched
         client.create(model="nothing", from_=f"hf.co/{REPO}:Q2_K", parameters={"temperature": -1})
@@ -409,13 +413,39 @@ def test_pull_from_the_hub_with_progress_then_delete(client):
     assert err.value.status_code == 404
 
 
+def test_a_name_of_ollamas_library_pulls_the_listed_repo_and_then_names_it(client):
+    """`ollama pull llama3.2:1b`, as Open WebUI's box and scripts write it (and a Modelfile's FROM): the repo Hearth's
+    list has for that model, which then answers to the name it was pulled by (show, pull again, delete), as on
+    Ollama."""
+    statuses = [line.status for line in client.create(model="lib-brief", from_="llama3.2:1b", system="Be brief.", stream=True)]
+    assert statuses[0] == "pulling manifest" and statuses[-2:] == ["writing manifest", "success"]  # a FROM it lacks
+    name = f"{LIBRARY_REPO}:Q8_0"
+    try:
+        assert client.show("lib-brief").details.parent_model == name and client.delete("lib-brief").status == "success"
+        assert client.delete("llama3.2:1b").status == "success"
+        statuses = [p.status for p in client.pull("llama3.2:1b", stream=True)]
+        assert statuses[0] == "pulling manifest" and statuses[-1] == "success" and len(statuses) > 2
+        assert name in [m.model for m in client.list().models]
+        assert client.show("llama3.2:1b").details.quantization_level == "Q8_0"
+        assert client.show("library/llama3.2:1b-instruct-q8_0").details.quantization_level == "Q8_0"
+        assert [p.status for p in client.pull("llama3.2:1b", stream=True)] == ["pulling manifest", "success"]  # here
+        with pytest.raises(ollama.ResponseError) as err:  # another size of it is another model, not here
+            client.show("llama3.2:3b")
+        assert err.value.status_code == 404
+    finally:
+        for left in ("lib-brief", "llama3.2:1b"):
+            with contextlib.suppress(ollama.ResponseError):
+                client.delete(left)
+    assert name not in [m.model for m in client.list().models]
+
+
 def test_pull_of_what_the_hub_lacks_is_an_ollama_error(client):
     with pytest.raises(ollama.ResponseError) as err:
         client.pull("TheOrg/No-Such-Repo-GGUF:Q4_K_M")
     assert err.value.status_code == 404
     with pytest.raises(ollama.ResponseError) as err:
-        client.pull("llama3.2")  # an Ollama library name, not a Hub repo
-    assert err.value.status_code == 400 and "owner/repo" in err.value.error
+        client.pull("mistral")  # a name of Ollama's library that Hearth's list has not, and not a Hub repo
+    assert err.value.status_code == 400 and "owner/repo" in err.value.error and "Ollama's library" in err.value.error
     # a model Hearth has, by the name /api/tags lists (a script's "make sure it is there"): nothing to fetch
     assert client.pull(MODEL).status == "success" and client.pull(f"{MODEL}:latest").status == "success"
     assert [p.status for p in client.pull(MODEL, stream=True)] == ["pulling manifest", "success"]
