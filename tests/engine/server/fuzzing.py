@@ -159,6 +159,10 @@ def openai_spec_for_hearth(spec: dict, model: str, *, max_n: int = MAX_N) -> dic
     props["tool_choice"] = {"anyOf": [{"type": "string", "enum": ["auto", "none"]}, {"type": "null"}]}
     props["function_call"] = {"type": "string", "enum": ["auto", "none"]}  # the deprecated functions' tool_choice
     schemas["ChatCompletionMessageToolCalls"]["items"] = {"$ref": "#/components/schemas/ChatCompletionMessageToolCall"}
+    # A function's parameters go into the prompt: a free-form object of a few short values, so that a case fits the
+    # model's context (the spec's "any object" drew dozens of nested keys, a prompt of 2,000 tokens and its 400).
+    schemas["FunctionParameters"] = {"type": "object", "maxProperties": MAX_ITEMS, "additionalProperties": {
+        "type": ["string", "number", "boolean", "null"], "maxLength": MAX_TEXT}}  # fmt: skip
     # A function's name is "a-z, A-Z, 0-9, or underscores and dashes, at most 64" in the spec's own words.
     name = {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}
     schemas["FunctionObject"]["properties"]["name"] = name
