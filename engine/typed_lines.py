@@ -10,14 +10,16 @@ from collections.abc import Callable, Iterator
 LEAVE = frozenset({"/bye", "/exit", "/quit"})
 MAX_PIPED_CHARS = 8 << 20  # of text piped in beside a message: more than any model's context holds
 HELP = ("/clear starts the conversation over; /bye leaves (also /exit, /quit, Ctrl-D); Ctrl-C stops an answer; "
-        "/? or /help shows this.")
+        '""" begins a message of several lines and """ ends it; /? or /help shows this.')
+QUOTES = '"""'  # around a message of several lines, as in ``ollama run``
 
 
 def typed_lines(greeting: str, clear: Callable[[], None] | None = None) -> Iterator[str]:
     """The lines a person types at ``> `` after ``greeting`` (on stderr), blank ones left out: Ctrl-C at the prompt
     starts a new line, Ctrl-D or ``/bye`` ends, ``/clear`` calls ``clear`` (the caller forgets the conversation so
-    far, as ``ollama run``'s ``/clear``), ``/help`` says so; another ``/word`` is named as unknown, not sent. (Ctrl-C
-    during an answer is the caller's: it stops that answer.)"""
+    far, as ``ollama run``'s ``/clear``), ``/help`` says so; another ``/word`` is named as unknown, not sent; the lines
+    between two ``QUOTES`` (three double quotes) are one message, as ``ollama run`` reads them (a pasted text with its questions).
+    (Ctrl-C during an answer is the caller's: it stops that answer.)"""
     print(f"{greeting} Ctrl-C stops an answer, /bye or Ctrl-D leaves.", file=sys.stderr)
     while True:
         try:
@@ -42,8 +44,34 @@ def typed_lines(greeting: str, clear: Callable[[], None] | None = None) -> Itera
             print(f"Unknown command {line.strip()}; /help lists them (begin with a space to send it as text).",
                   file=sys.stderr)  # fmt: skip
             continue
+        if line.lstrip().startswith(QUOTES):
+            line = _quoted(line.lstrip()[len(QUOTES) :])
+            if line is None:
+                continue
         if line.strip():
             yield line
+
+
+def _quoted(first: str) -> str | None:
+    """The message of several lines that began with :data:`QUOTES` followed by ``first``: the lines typed at
+    ``... `` up to one that ends with them (on the same line, quotes, text and quotes are that text), joined by
+    newlines. None: Ctrl-C left it; Ctrl-D ends it where it is."""
+    lines: list[str] = []
+    line = first
+    while True:
+        if line.rstrip().endswith(QUOTES):
+            lines.append(line.rstrip()[: -len(QUOTES)])
+            return "\n".join(lines)
+        if lines or line.strip():  # (the quotes alone on the first line open it)
+            lines.append(line)
+        try:
+            line = input("... ")
+        except EOFError:
+            print(file=sys.stderr)
+            return "\n".join(lines)
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            return None
 
 
 def piped_message() -> str | None:

@@ -135,6 +135,38 @@ def test_typed_bye_leaves_the_conversation_and_help_says_how(monkeypatch, capsys
     assert "/bye leaves" in capsys.readouterr().err
 
 
+def test_a_message_of_several_lines_goes_between_triple_quotes_as_in_ollama_run(monkeypatch, capsys):
+    from engine.typed_lines import typed_lines
+
+    def typing(*lines: str):
+        said = iter(lines)
+
+        def typed(prompt: str) -> str:
+            try:
+                line = next(said)
+            except StopIteration:
+                raise EOFError from None
+            if isinstance(line, BaseException):
+                raise line
+            prompts.append(prompt)
+            return line
+
+        prompts: list[str] = []
+        monkeypatch.setattr("builtins.input", typed)
+        return prompts
+
+    prompts = typing('"""Here is a poem:', "", "  roses are red,", 'violets are blue."""', "What rhymes?")
+    assert list(typed_lines("Chatting with m.")) == ["Here is a poem:\n\n  roses are red,\nviolets are blue.", "What rhymes?"]
+    assert prompts == ["> ", "... ", "... ", "... ", "> "]
+    typing('"""one line"""', '"""', "left with Ctrl-C", KeyboardInterrupt(), "next")  # Ctrl-C drops what was typed
+    assert list(typed_lines("Chatting with m.")) == ["one line", "next"]
+    typing('"""', "cut short by Ctrl-D")
+    assert list(typed_lines("Chatting with m.")) == ["cut short by Ctrl-D"]
+    typing("/help")
+    assert list(typed_lines("Chatting with m.")) == []
+    assert '""" begins a message of several lines and """ ends it' in capsys.readouterr().err
+
+
 def test_missing_model_is_one_line_naming_it_and_non_zero():
     out = hearth("chat", "--model", "no-such-model", "hi")
     assert out.returncode != 0
