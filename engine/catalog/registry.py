@@ -445,7 +445,8 @@ class ModelRegistry:
         return found
 
     def resolve(self, name: str, *, fold_case: bool = True) -> LocalModel:
-        """The model called ``name``: an exact name, or a repo with a single local variant; else (``fold_case``)
+        """The model called ``name``: an exact name (or, without a tag, that name's ``:latest``, as Ollama's models
+        are named), or a repo with a single local variant; else (``fold_case``)
         the same in another case, where one model alone matches so (``SmolLM2-135M-Instruct``: names are matched
         as Ollama and the Hub match them).
 
@@ -453,6 +454,8 @@ class ModelRegistry:
             ModelNotFound: nothing local matches.
         """
         found = self.get(name)
+        if found is None and name and ":" not in name.rsplit("/", 1)[-1]:
+            found = self.get(f"{name}:latest")  # as Ollama reads a name without a tag (its models keep theirs)
         if found is not None:
             return found
         with Session(self.engine) as s:

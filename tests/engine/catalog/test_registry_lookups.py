@@ -148,3 +148,27 @@ def test_a_name_of_ollamas_library_finds_the_listed_repos_model_pulled_here(tmp_
         assert registry.resolve("llama3.2:1b").path == q8
     finally:
         registry.close()
+
+
+def test_a_name_without_a_tag_is_its_latest_as_ollama_reads_it(tmp_path):
+    """Ollama's models keep their names (`llama3.2:latest`); `llama3.2`, as scripts write it, is that one, and an
+    exact name still wins."""
+    import pytest
+
+    from engine.errors import ModelNotFound
+
+    registry = ModelRegistry(tmp_path)
+    try:
+        tagged = tmp_path / "tagged.gguf"
+        shutil.copyfile(starter_model_path(), tagged)
+        registry.register(tagged, name="myllama:latest")
+        assert registry.resolve("myllama").name == "myllama:latest"
+        assert registry.resolve("myllama", fold_case=False).name == "myllama:latest"
+        with pytest.raises(ModelNotFound):
+            registry.resolve("myllama:3b")  # another tag is another model
+        plain = tmp_path / "plain.gguf"
+        shutil.copyfile(starter_model_path(), plain)
+        registry.register(plain, name="myllama")
+        assert registry.resolve("myllama").path == plain
+    finally:
+        registry.close()
