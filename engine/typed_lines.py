@@ -74,6 +74,24 @@ def _quoted(first: str) -> str | None:
             return None
 
 
+def leave_out_oldest(history: list[dict]) -> bool:
+    """Drop the oldest exchange of a terminal conversation's ``history`` (a user message and what followed it up to
+    the next one), never a system message nor the last message, when it has outgrown the model's context: the
+    conversation goes on, as `ollama run`'s does. False where nothing is left to drop."""
+    first = next((i for i, m in enumerate(history) if m["role"] != "system"), len(history))
+    end = first + 1
+    while end < len(history) - 1 and history[end]["role"] != "user":
+        end += 1
+    if end >= len(history):  # the message asked is all there is
+        return False
+    del history[first:end]
+    return True
+
+
+#: Said (dimmed) when a terminal conversation first leaves turns out.
+LEFT_OUT = "(earlier messages left out to fit the model's context)"
+
+
 def piped_message() -> str | None:
     """Standard input read whole, as one message, where it is not a terminal (``echo hi | hearth chat``,
     ``hearth chat < notes.txt``, as ``ollama run`` takes it); None at a terminal, where the conversation is typed.

@@ -139,7 +139,9 @@ class ChatClient:
             async with self.http.stream("POST", self.url, json=turn_body(body), headers=self.headers) as response:
                 if response.status_code >= 400:
                     raw = await response.aread()
-                    raise ModelTurnError(_error_message(raw, response.status_code))
+                    refused = ModelTurnError(_error_message(raw, response.status_code))
+                    refused.code = _error_code(raw)  # (context_length_exceeded: the terminal's chat leaves turns out)
+                    raise refused
                 async for piece in response.aiter_bytes():
                     for event in parser.feed(piece):
                         if event != DONE:
@@ -154,6 +156,16 @@ class ChatClient:
     async def close(self) -> None:
         if self._own:
             await self.http.aclose()
+
+
+def _error_code(raw: bytes) -> str | None:
+    """The API's ``error.code`` in a refusal's body (None where it has none)."""
+    try:
+        err = json.loads(raw).get("error")
+    except (ValueError, AttributeError):
+        return None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _error_message(raw: bytes, status: int) -> str:

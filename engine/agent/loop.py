@@ -77,6 +77,7 @@ class AgentResult:
     completion_tokens: int = 0  # every turn's, as the API counted them
     reasoning_tokens: int = 0
     error: str | None = None
+    error_code: str | None = None  # the API's code for ``error`` (``context_length_exceeded``...)
 
 
 def _assistant(turn: ModelTurn) -> dict[str, Any]:
@@ -167,7 +168,7 @@ class AgentLoop:
             if task is not None and hasattr(task, "uncancel"):
                 task.uncancel()
         except ModelTurnError as exc:
-            result.error = str(exc)
+            result.error, result.error_code = str(exc), exc.code
             self._emit("error", text=str(exc))
         return result
 

@@ -18,7 +18,7 @@ from engine.agent.config import load_mcp_file
 from engine.agent.loop import AgentEvent, AgentLoop, ToolCallRecord, truncate
 from engine.agent.runtime import AgentRuntime
 from engine.agent.sessions import McpHub
-from engine.typed_lines import typed_lines
+from engine.typed_lines import LEFT_OUT, leave_out_oldest, typed_lines
 
 CARD_RESULT_CHARS = 400
 
@@ -173,26 +173,50 @@ def run_agent_chat(args: Any, options) -> int:
             params["max_tokens"] = args.max_tokens
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
 
-        def answer(line: str) -> None:
-            nonlocal history
+        def attempt(asked: list[dict], held: list[AgentEvent]):
+            """One run of the loop on ``asked``; its error is held in ``held``, not yet printed."""
+
+            def show(event: AgentEvent) -> None:
+                if event.kind == "error":
+                    held.append(event)
+                else:
+                    printer(event)
+
             loop = AgentLoop(
                 client, hub, approval, model=model_name, tool_choice=args.tool_choice,
-                max_rounds=args.max_rounds, params=params, on_event=printer,
+                max_rounds=args.max_rounds, params=params, on_event=show,
             )  # fmt: skip
-            run = runtime.start(loop.run([*history, {"role": "user", "content": line}]))
+            run = runtime.start(loop.run(list(asked)))
             while True:
                 try:
-                    result = run.result(timeout=0.2)
-                    break
+                    return run.result(timeout=0.2)
                 except TimeoutError:
                     continue
                 except KeyboardInterrupt:
                     run.stop()
+
+        def answer(line: str) -> None:
+            """The answer to ``line``: a conversation grown past the context leaves out its oldest exchanges and
+            goes on (as `hearth chat`'s); a turn refused before any tool ran is taken back."""
+            nonlocal history
+            asked = [*history, {"role": "user", "content": line}]
+            told = False
+            while True:
+                held: list[AgentEvent] = []
+                result = attempt(asked, held)
+                if (result is None or result.error_code != "context_length_exceeded" or result.calls
+                        or not leave_out_oldest(asked)):  # fmt: skip
+                    break
+                if not told:
+                    print(f"\x1b[2m{LEFT_OUT}\x1b[0m" if printer.dim else LEFT_OUT, file=sys.stderr)
+                    told = True
+            for event in held:
+                printer(event)
             printer._newline()
             if result is None or result.stopped:
                 print("[stopped]", file=sys.stderr)
             if result is not None:
-                history = result.messages
+                history = asked[:-1] if result.error is not None and not result.calls else result.messages
 
         if args.prompt is not None:
             answer(args.prompt)

@@ -303,28 +303,16 @@ def _answer_within_context(ask: Callable[[list[dict]], Reply], history: list[dic
     chat. None: the request was refused (a message too long alone, a picture the model cannot read, a worker
     gone), said on stderr."""
     from engine.errors import HearthError
+    from engine.typed_lines import LEFT_OUT, leave_out_oldest
 
     told = False
     while True:
         try:
             return ask(history)
         except HearthError as exc:
-            if exc.code != "context_length_exceeded" or not _leave_out_oldest(history):
+            if exc.code != "context_length_exceeded" or not leave_out_oldest(history):
                 print(f"hearth: {exc}", file=sys.stderr)
                 return None
             if not told:
-                print(_dim("(earlier messages left out to fit the model's context)"), file=sys.stderr)
+                print(_dim(LEFT_OUT), file=sys.stderr)
                 told = True
-
-
-def _leave_out_oldest(history: list[dict]) -> bool:
-    """Drop the oldest exchange of ``history`` (a user message and the answers after it), never a system message
-    nor the last message; False where nothing is left to drop."""
-    first = next((i for i, m in enumerate(history) if m["role"] != "system"), len(history))
-    end = first + 1
-    while end < len(history) - 1 and history[end]["role"] != "user":
-        end += 1
-    if end >= len(history):  # the message asked is all there is
-        return False
-    del history[first:end]
-    return True
