@@ -106,15 +106,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"{local.name} is already on this machine ({local.path}); chat with it: `hearth chat {local.name}`.")
             return 0
     repo, wanted = split_spec(args.model)
-    if "/" not in args.model:  # Ollama's library name of a model Hearth lists (`llama3.2`): that model's repo
-        from engine.catalog.recommended import ollama_library_repo
+    from engine.catalog.recommended import ollama_library_repo
 
-        library = ollama_library_repo(args.model)
-        if library is None:
-            raise InvalidRequest(f"'{args.model}' is neither a model here nor one of Ollama's library that Hearth lists; "
-                                 "pull a hub repo as owner/name[:VARIANT] (`hearth search WORDS` finds them).")  # fmt: skip
+    library = ollama_library_repo(args.model)  # Ollama's library name of a model Hearth lists (`llama3.2`): its repo
+    if library is not None:
         repo, wanted = library
         print(f"{args.model} is Ollama's name for {repo}; pulling that (chat with it as {args.model} or by its own name).")
+    elif "/" not in args.model:
+        raise InvalidRequest(f"'{args.model}' is neither a model here nor one of Ollama's library that Hearth lists; "
+                             "pull a hub repo as owner/name[:VARIANT] (`hearth search WORDS` finds them).")  # fmt: skip
     hub = HubClient()
     listing = hub.repo(repo, revision=args.revision)
     registry = ModelRegistry()

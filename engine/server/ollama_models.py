@@ -329,12 +329,11 @@ def pull_target(name: str) -> tuple[str, str | None]:
         repo = repo.removesuffix(":latest")
     if variant is not None and variant.lower() == "latest":
         variant = None
-    if "/" not in repo:  # Ollama's library name of a model Hearth lists (`llama3.2`): that model's repo
-        from engine.catalog.recommended import ollama_library_repo
+    from engine.catalog.recommended import ollama_library_repo
 
-        library = ollama_library_repo(spec)
-        if library is not None:
-            return library
+    library = ollama_library_repo(spec)  # Ollama's library name of a model Hearth lists (`llama3.2`): its repo
+    if library is not None:
+        return library
     from engine.catalog.hub import check_repo_id
 
     try:
