@@ -187,6 +187,39 @@ def _shaped_as_model(word: str) -> bool:
         and re.search(r"[A-Za-z]", word) is not None
 
 
+def _pull_missing(name: str | None, ctx: int | None) -> int | None:
+    """`ollama run NAME` pulls a model it lacks: here a model of Ollama's library that Hearth lists (``llama3.2``), or
+    a Hub repo (``owner/repo[:VARIANT]``), not on this machine is offered for download at a terminal first (asked:
+    it can be gigabytes), and pulled as `hearth pull` pulls it. None: nothing to pull (the name is here, or names
+    nothing a pull could fetch: refused as before); else `hearth pull`'s exit status.
+
+    Raises:
+        ModelNotFound: it could be pulled, but is not (no terminal to ask at, or the answer was no); the sentence
+            names the command that pulls it.
+    """
+    from engine.catalog.recommended import ollama_library_repo
+    from engine.errors import ModelNotFound
+
+    if name is None or _model_named(name) is not None:
+        return None
+    library = ollama_library_repo(name)
+    if library is None and ("/" not in name or any(c.isspace() for c in name)):
+        return None
+    missing = ModelNotFound(name, f"Model '{name}' is not on this machine; get it with `hearth pull {name}`.")
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise missing
+    what = f"{name} (Ollama's name for {library[0]})" if library is not None else name
+    try:
+        said = input(f"{what} is not on this machine; pull it now? [y/N] ")
+    except (EOFError, KeyboardInterrupt):
+        said = ""
+    if said.strip().lower() not in ("y", "yes"):
+        raise missing
+    from engine.commands import pull
+
+    return pull.run(argparse.Namespace(model=name, ctx=ctx, revision=None, mmproj_variant=None))
+
+
 def _runs_here(args: argparse.Namespace, model) -> bool:
     """Whether this chat runs the model in this process: asked for (--local), or it needs what only an
     in-process run has (a backend or quantization of its own, document collections, a model file by path)."""
@@ -220,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
     if args.quantization and args.backend != "paged":
         print("hearth: --quantization applies to the paged engine; add --backend paged.", file=sys.stderr)
         return 2
+    if (pulled := _pull_missing(args.model, args.ctx)) is not None and pulled != 0:
+        return pulled
     options = ModelLoadSettings(n_ctx=args.ctx, n_seq_max=1).apply(LoadOptions(paged=PagedOptions(quantization=args.quantization)))
     if args.mcp:  # the agent loop is a client of Hearth's API, served for the run
         if args.image:

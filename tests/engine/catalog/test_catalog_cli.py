@@ -139,3 +139,55 @@ def test_pull_by_a_name_of_ollamas_library_takes_the_listed_repo(env, hub, tmp_p
     finally:
         del hub.repos[repo]
     assert "Ollama's library that Hearth lists" in one_clear_line(hearth(env, "pull", "mistral"))
+
+
+def test_chat_with_a_model_not_here_offers_to_pull_it_at_a_terminal(env, hub, tmp_path):
+    """`hearth chat llama3.2:1b "..."`, as `ollama run` pulls what it lacks: at a terminal it asks, pulls the
+    listed repo and answers; told no, or with no terminal, it says which command gets the model."""
+    import pty
+    import select
+
+    from engine.starter import starter_model_path
+    from tests.engine.test_cli import _read_until
+    from tests.hubserver import HubFile, HubRepo
+
+    repo = "bartowski/Llama-3.2-1B-Instruct-GGUF"
+    hub.repos[repo] = HubRepo(repo, [HubFile("Llama-3.2-1B-Instruct-Q4_1.gguf", starter_model_path().read_bytes())],
+                              tags=["gguf"])  # fmt: skip
+    ask = [sys.executable, "-m", "engine.cli", "chat", "--local", "-t", "0", "--max-tokens", "4", "llama3.2:1b"]
+
+    def at_a_terminal(answer: bytes) -> tuple[int, str]:
+        main_fd, term = pty.openpty()
+        proc = subprocess.Popen([*ask, "Name a colour."], stdin=term, stdout=term, stderr=term, env=env)
+        os.close(term)
+        seen = bytearray()
+        try:
+            _read_until(main_fd, b"[y/N] ", seen)
+            os.write(main_fd, answer)
+            proc.wait(timeout=120)
+            while select.select([main_fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(main_fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(main_fd)
+        return proc.returncode, bytes(seen).replace(b"\r\n", b"\n").decode()
+
+    try:
+        code, said = at_a_terminal(b"n\n")
+        assert code == 1 and "get it with `hearth pull llama3.2:1b`" in said, said
+        assert said.startswith(f"llama3.2:1b (Ollama's name for {repo}) is not on this machine; pull it now? [y/N]")
+        piped = subprocess.run([*ask, "Name a colour."], capture_output=True, text=True, env=env, timeout=60)
+        assert piped.returncode == 1 and "get it with `hearth pull llama3.2:1b`" in one_clear_line(piped)
+        code, said = at_a_terminal(b"y\n")
+        assert code == 0, said
+        assert f"Pulled {repo}:Q4_1" in said and said.strip().splitlines()[-1].strip()  # then the answer
+        assert hearth(env, "chat", "--local", "-t", "0", "--max-tokens", "4", "llama3.2:1b", "Hi").returncode == 0
+    finally:
+        del hub.repos[repo]
