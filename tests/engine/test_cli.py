@@ -69,6 +69,56 @@ def test_chat_on_the_terminal_answers_each_typed_line_and_leaves_at_the_end_of_i
     assert b"Traceback" not in said
 
 
+def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_turns_and_goes_on():
+    """As `ollama run`'s: past the context (512 tokens here) the oldest exchanges are left out, said once, instead of
+    the chat ending; a message too long on its own is refused in a sentence and taken back; the next is answered."""
+    main_fd, term = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "chat", "--local", "--ctx", "512", "-t", "0", "--max-tokens", "4"],
+        stdin=term, stdout=term, stderr=term,
+    )  # fmt: skip
+    os.close(term)
+    seen = bytearray()
+    long = " ".join(["The quick brown fox jumps over the lazy dog."] * 17)  # about 170 tokens
+    try:
+        _read_until(main_fd, b"> ", seen)
+        for line in [f"{n}. {long}" for n in range(3)] + [" ".join(f"{i:04d}" for i in range(150)), "Name a colour."]:
+            os.write(main_fd, line.encode() + b"\n")
+            _read_until(main_fd, b"> ", seen)
+        os.write(main_fd, b"\x04")
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(main_fd)
+    said = bytes(seen).replace(b"\r\n", b"\n").decode()
+    assert proc.returncode == 0, said
+    turns = said.split("> ")[1:]
+    assert len(turns) == 6 and "Traceback" not in said
+    assert "earlier messages left out to fit the model's context" in turns[2]  # the third no longer fits with both before
+    for turn in turns[:3]:
+        assert turn.strip().splitlines()[-1].strip() and "hearth:" not in turn  # each answered
+    assert "hearth: " in turns[3] and "context" in turns[3]  # 750 tokens alone: said, and taken back
+    assert "hearth:" not in turns[4] and turns[4].strip().splitlines()[-1].strip() != "Name a colour."
+
+
+def test_the_workers_refusal_keeps_its_code_for_the_terminal_chat():
+    """`hearth chat` through the worker reads a refusal's ``code`` as the worker said it (a conversation past the
+    context is told apart from other refusals so), and its sentence as it is."""
+    import httpx
+
+    from engine.commands.worker_client import WorkerClient
+
+    client = WorkerClient("http://127.0.0.1:1", None)
+    body = {"error": {"message": "The conversation is too long.", "code": "context_length_exceeded"}}
+    refused = client.fail(httpx.Response(400, json=body))
+    assert (str(refused), refused.code, refused.status) == ("The conversation is too long.", "context_length_exceeded", 400)
+    other = client.fail(httpx.Response(400, json={"error": {"message": "No.", "code": None}}))
+    assert (str(other), other.code) == ("No.", None)
+    broken = client.fail(httpx.Response(502, text="<html>bad gateway</html>"))
+    assert broken.code is None and "answered 502" in str(broken)
+
+
 def test_piped_input_is_one_message_answered_with_no_prompts_in_the_output():
     out = subprocess.run(
         [sys.executable, "-m", "engine.cli", "chat", "--local", "--temperature", "0", "--max-tokens", "8"],

@@ -58,14 +58,14 @@ def test_an_mcp_conversation_longer_than_the_context_leaves_out_its_oldest_turns
     mcp.write_text(json.dumps({"mcpServers": {"broken": {"command": sys.executable, "args": [str(SERVER), "stdio"],
                                                          "env": {"HEARTH_TEST_MCP_FAIL": "1"}}}}))  # fmt: skip
     main_fd, term = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", "--mcp", str(mcp), "--ctx", "1024",
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", "--mcp", str(mcp), "--ctx", "512",
                              "--temperature", "0", "--max-tokens", "4"], stdin=term, stdout=term, stderr=term)  # fmt: skip
     os.close(term)
     seen = bytearray()
-    long = " ".join(["The quick brown fox jumps over the lazy dog."] * 40)  # about 400 tokens
+    long = " ".join(["The quick brown fox jumps over the lazy dog."] * 17)  # about 170 tokens
     try:
         _read_until(main_fd, b"> ", seen, timeout=300)
-        for line in [f"{n}. {long}" for n in range(3)] + [" ".join(f"{i:04d}" for i in range(600)), "Name a colour."]:
+        for line in [f"{n}. {long}" for n in range(3)] + [" ".join(f"{i:04d}" for i in range(150)), "Name a colour."]:
             os.write(main_fd, line.encode() + b"\n")
             _read_until(main_fd, b"> ", seen)
         os.write(main_fd, b"\x04")
@@ -79,5 +79,5 @@ def test_an_mcp_conversation_longer_than_the_context_leaves_out_its_oldest_turns
     turns = said.split("> ")[1:]
     assert len(turns) == 6 and "Traceback" not in said
     assert "earlier messages left out to fit the model's context" in turns[2] and "hearth:" not in turns[2]
-    assert "hearth: " in turns[3] and "context" in turns[3]  # 3,000 tokens alone: said, and taken back
+    assert "hearth: " in turns[3] and "context" in turns[3]  # 750 tokens alone: said, and taken back
     assert "hearth:" not in turns[4] and turns[4].strip().splitlines()[-1].strip() != "Name a colour."

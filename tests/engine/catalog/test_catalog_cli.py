@@ -188,6 +188,5 @@ def test_chat_with_a_model_not_here_offers_to_pull_it_at_a_terminal(env, hub, tm
         code, said = at_a_terminal(b"y\n")
         assert code == 0, said
         assert f"Pulled {repo}:Q4_1" in said and said.strip().splitlines()[-1].strip()  # then the answer
-        assert hearth(env, "chat", "--local", "-t", "0", "--max-tokens", "4", "llama3.2:1b", "Hi").returncode == 0
     finally:
         del hub.repos[repo]

@@ -167,46 +167,6 @@ def test_chat_talks_to_the_daemons_worker_and_shows_in_its_log_and_ps(daemon):
     hearth_json("unload", "--all", home=home)
 
 
-def test_a_terminal_conversation_longer_than_the_context_leaves_out_its_oldest_turns_and_goes_on(daemon):
-    """As `ollama run`'s: the daemon's model holds 1,024 tokens; a conversation that outgrows them loses its
-    oldest exchanges instead of ending, and a message too long on its own is refused and taken back."""
-    import pty
-
-    from tests.engine.test_cli import _read_until
-
-    home, _ = daemon
-    main_fd, term = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", "-t", "0", "--max-tokens", "4"],
-                            stdin=term, stdout=term, stderr=term, env={**os.environ, "HEARTH_HOME": str(home)})  # fmt: skip
-    os.close(term)
-    seen = bytearray()
-    long = " ".join(["The quick brown fox jumps over the lazy dog."] * 40)  # about 400 tokens
-    try:
-        _read_until(main_fd, b"> ", seen)
-        for line in (f"{n}. {long}" for n in range(3)):
-            os.write(main_fd, line.encode() + b"\n")
-            _read_until(main_fd, b"> ", seen)
-        os.write(main_fd, " ".join(f"{i:04d}" for i in range(600)).encode() + b"\n")  # 3,000 tokens: over it alone
-        _read_until(main_fd, b"> ", seen)
-        os.write(main_fd, b"Name a colour.\n")
-        _read_until(main_fd, b"> ", seen)
-        os.write(main_fd, b"\x04")
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(main_fd)
-    said = bytes(seen).replace(b"\r\n", b"\n").decode()
-    assert proc.returncode == 0, said
-    turns = said.split("> ")[1:]
-    assert len(turns) == 6 and "Traceback" not in said
-    assert "earlier messages left out to fit the model's context" in turns[2]  # the third no longer fits with both before
-    for turn in turns[:3]:
-        assert turn.strip().splitlines()[-1].strip() and "hearth:" not in turn  # each answered
-    assert "hearth: " in turns[3] and "context" in turns[3]  # the one too long alone: said, and taken back
-    assert "hearth:" not in turns[4] and turns[4].strip().splitlines()[-1].strip() != "Name a colour."
-
-
 def test_chat_starts_a_daemon_when_none_runs_and_it_keeps_running(tmp_path):
     # the model's saved settings (a small context, one thread) are what the daemon's load takes
     (tmp_path / "load-settings.json").write_text(json.dumps({MODEL: {"n_ctx": 256, "n_threads": 1}}))
