@@ -69,20 +69,21 @@ def test_chat_on_the_terminal_answers_each_typed_line_and_leaves_at_the_end_of_i
     assert b"Traceback" not in said
 
 
-def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_turns_and_goes_on():
-    """As `ollama run`'s: past the context (512 tokens here) the oldest exchanges are left out, said once, instead of
-    the chat ending; a message too long on its own is refused in a sentence and taken back; the next is answered."""
+#: A conversation that outgrows 512 tokens of context: three messages of about 170 tokens, one of 750 alone, one short.
+OVERFLOWING = [*(f"{n}. " + " ".join(["The quick brown fox jumps over the lazy dog."] * 17) for n in range(3)),
+               " ".join(f"{i:04d}" for i in range(150)), "Name a colour."]  # fmt: skip
+
+
+def converse_at_a_terminal(argv: list[str], lines: list[str], *, first_timeout: float = 120) -> tuple[int, list[str]]:
+    """`hearth ARGV` on a terminal, each of ``lines`` typed at its prompt, then Ctrl-D: its exit status and what
+    followed each ``> `` prompt."""
     main_fd, term = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "chat", "--local", "--ctx", "512", "-t", "0", "--max-tokens", "4"],
-        stdin=term, stdout=term, stderr=term,
-    )  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", *argv], stdin=term, stdout=term, stderr=term)
     os.close(term)
     seen = bytearray()
-    long = " ".join(["The quick brown fox jumps over the lazy dog."] * 17)  # about 170 tokens
     try:
-        _read_until(main_fd, b"> ", seen)
-        for line in [f"{n}. {long}" for n in range(3)] + [" ".join(f"{i:04d}" for i in range(150)), "Name a colour."]:
+        _read_until(main_fd, b"> ", seen, timeout=first_timeout)
+        for line in lines:
             os.write(main_fd, line.encode() + b"\n")
             _read_until(main_fd, b"> ", seen)
         os.write(main_fd, b"\x04")
@@ -92,14 +93,27 @@ def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_turns_and_
             proc.kill()
         os.close(main_fd)
     said = bytes(seen).replace(b"\r\n", b"\n").decode()
-    assert proc.returncode == 0, said
-    turns = said.split("> ")[1:]
-    assert len(turns) == 6 and "Traceback" not in said
+    assert "Traceback" not in said, said
+    return proc.returncode, said.split("> ")[1:]
+
+
+def assert_the_overflow_was_handled(turns: list[str]) -> None:
+    """What :data:`OVERFLOWING` gets: the third message leaves the first exchange out (said once), the long one is
+    refused and taken back, and the conversation goes on."""
+    assert len(turns) == 6, turns
     assert "earlier messages left out to fit the model's context" in turns[2]  # the third no longer fits with both before
     for turn in turns[:3]:
         assert turn.strip().splitlines()[-1].strip() and "hearth:" not in turn  # each answered
     assert "hearth: " in turns[3] and "context" in turns[3]  # 750 tokens alone: said, and taken back
     assert "hearth:" not in turns[4] and turns[4].strip().splitlines()[-1].strip() != "Name a colour."
+
+
+def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_turns_and_goes_on():
+    """As `ollama run`'s: past the context the oldest exchanges are left out, said once, instead of the chat ending;
+    a message too long on its own is refused in a sentence and taken back; the next is answered."""
+    code, turns = converse_at_a_terminal(["chat", "--local", "--ctx", "512", "-t", "0", "--max-tokens", "4"], OVERFLOWING)
+    assert code == 0, turns
+    assert_the_overflow_was_handled(turns)
 
 
 def test_the_workers_refusal_keeps_its_code_for_the_terminal_chat():

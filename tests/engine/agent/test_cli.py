@@ -49,35 +49,12 @@ def test_bad_mcp_file_is_one_sentence(tmp_path):
 def test_an_mcp_conversation_longer_than_the_context_leaves_out_its_oldest_turns_and_goes_on(tmp_path):
     """As `hearth chat`'s: past the context, the oldest exchanges are left out (said once, dimmed) instead of every
     later turn failing; a message too long alone is said and taken back; the next one is answered."""
-    import os
-    import pty
-
-    from tests.engine.test_cli import _read_until
+    from tests.engine.test_cli import OVERFLOWING, assert_the_overflow_was_handled, converse_at_a_terminal
 
     mcp = tmp_path / "mcp.json"  # a server that does not start: no tools, the agent loop answers as a chat
     mcp.write_text(json.dumps({"mcpServers": {"broken": {"command": sys.executable, "args": [str(SERVER), "stdio"],
                                                          "env": {"HEARTH_TEST_MCP_FAIL": "1"}}}}))  # fmt: skip
-    main_fd, term = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", "--mcp", str(mcp), "--ctx", "512",
-                             "--temperature", "0", "--max-tokens", "4"], stdin=term, stdout=term, stderr=term)  # fmt: skip
-    os.close(term)
-    seen = bytearray()
-    long = " ".join(["The quick brown fox jumps over the lazy dog."] * 17)  # about 170 tokens
-    try:
-        _read_until(main_fd, b"> ", seen, timeout=300)
-        for line in [f"{n}. {long}" for n in range(3)] + [" ".join(f"{i:04d}" for i in range(150)), "Name a colour."]:
-            os.write(main_fd, line.encode() + b"\n")
-            _read_until(main_fd, b"> ", seen)
-        os.write(main_fd, b"\x04")
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(main_fd)
-    said = bytes(seen).replace(b"\r\n", b"\n").decode()
-    assert proc.returncode == 0, said
-    turns = said.split("> ")[1:]
-    assert len(turns) == 6 and "Traceback" not in said
-    assert "earlier messages left out to fit the model's context" in turns[2] and "hearth:" not in turns[2]
-    assert "hearth: " in turns[3] and "context" in turns[3]  # 750 tokens alone: said, and taken back
-    assert "hearth:" not in turns[4] and turns[4].strip().splitlines()[-1].strip() != "Name a colour."
+    argv = ["chat", "--mcp", str(mcp), "--ctx", "512", "--temperature", "0", "--max-tokens", "4"]
+    code, turns = converse_at_a_terminal(argv, OVERFLOWING, first_timeout=300)
+    assert code == 0, turns
+    assert_the_overflow_was_handled(turns)
