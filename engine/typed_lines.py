@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 #: What leaves a conversation typed at the prompt, as in ``ollama run``.
 LEAVE = frozenset({"/bye", "/exit", "/quit"})
@@ -12,14 +12,19 @@ MAX_PIPED_CHARS = 8 << 20  # of text piped in beside a message: more than any mo
 HELP = ("/clear starts the conversation over; /bye leaves (also /exit, /quit, Ctrl-D); Ctrl-C stops an answer; "
         '""" begins a message of several lines and """ ends it; /? or /help shows this.')
 QUOTES = '"""'  # around a message of several lines, as in ``ollama run``
+COMMANDS_HELP = (" /set system TEXT sets the system prompt; /set parameter NAME VALUE sets temperature, top_p, seed "
+                 "or num_predict for the answers after; /show parameters and /show system say what is set.")
 
 
-def typed_lines(greeting: str, clear: Callable[[], None] | None = None) -> Iterator[str]:
+def typed_lines(
+    greeting: str, clear: Callable[[], None] | None = None, commands: Mapping[str, Callable[[str], str]] | None = None
+) -> Iterator[str]:
     """The lines a person types at ``> `` after ``greeting`` (on stderr), blank ones left out: Ctrl-C at the prompt
     starts a new line, Ctrl-D or ``/bye`` ends, ``/clear`` calls ``clear`` (the caller forgets the conversation so
     far, as ``ollama run``'s ``/clear``), ``/help`` says so; another ``/word`` is named as unknown, not sent; the lines
     between two ``QUOTES`` (three double quotes) are one message, as ``ollama run`` reads them (a pasted text with its questions).
-    (Ctrl-C during an answer is the caller's: it stops that answer.)"""
+    ``commands`` (``/set``, ``/show``) each take the rest of their line and give the sentence said. (Ctrl-C during an
+    answer is the caller's: it stops that answer.)"""
     print(f"{greeting} Ctrl-C stops an answer, /bye or Ctrl-D leaves.", file=sys.stderr)
     while True:
         try:
@@ -34,7 +39,11 @@ def typed_lines(greeting: str, clear: Callable[[], None] | None = None) -> Itera
         if word in LEAVE:
             return
         if word in ("/?", "/help"):
-            print(HELP, file=sys.stderr)
+            print(HELP + (COMMANDS_HELP if commands else ""), file=sys.stderr)
+            continue
+        head, _, rest = line.strip().partition(" ")
+        if commands and head.lower() in commands:
+            print(commands[head.lower()](rest.strip()), file=sys.stderr)
             continue
         if word == "/clear" and clear is not None:
             clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine import validation as valid
 from engine.commands.load_flags import add_flag
@@ -234,9 +234,10 @@ def run(args: argparse.Namespace) -> int:
     if (refused := _model_and_message(args)) is not None:
         print(f"hearth: {refused}", file=sys.stderr)
         return 2
-    params = SamplingParams(
-        temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens
-    )
+    # what each answer is sampled with; `/set parameter` changes it for the rest of a conversation
+    sampling: dict[str, Any] = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
+                                "max_tokens": args.max_tokens}  # fmt: skip
+    SamplingParams(**sampling)  # (checked before anything starts)
     if args.prompt is None:  # piped in, it is one message to answer, as a prompt given here is
         from engine.typed_lines import piped_message
 
@@ -276,10 +277,10 @@ def run(args: argparse.Namespace) -> int:
         if not _runs_here(args, local):
             from engine.commands.chat_worker import WorkerChat, daemon_client
 
-            chat = WorkerChat(daemon_client(), local.name, {"temperature": args.temperature, "top_p": args.top_p,
-                              "seed": args.seed, "max_tokens": args.max_tokens})  # fmt: skip
+            chat = WorkerChat(daemon_client(), local.name, sampling)
             chat.load(args.ctx)
-            return _converse(args, lambda history: chat.answer(history, show_stats=args.stats), local.name, images)
+            return _converse(args, lambda history: chat.answer(history, show_stats=args.stats), local.name, images,
+                             sampling=sampling)  # fmt: skip
     from engine.loading import open_model
 
     backend, model = remote or open_model(args.model, backend=args.backend, options=options)
@@ -289,17 +290,20 @@ def run(args: argparse.Namespace) -> int:
             from engine.commands.docs import ChatDocs
 
             docs = ChatDocs(args.docs, backend, args.max_tokens)
-        return _converse(args, lambda history: _answer(backend, model.name, history, params, args.stats), model.name,
-                         images, docs)  # fmt: skip
+        return _converse(args, lambda history: _answer(backend, model.name, history, SamplingParams(**sampling), args.stats),
+                         model.name, images, docs, sampling=sampling)  # fmt: skip
     finally:
         if docs is not None:
             docs.close()
         backend.close()
 
 
-def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name: str, images: list, docs=None) -> int:
+def _converse(
+    args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name: str, images: list, docs=None, *,
+    sampling: dict[str, Any] | None = None,
+) -> int:  # fmt: skip
     """One answer to ``args.prompt`` (exiting 130 when Ctrl-C stopped it, 1 when it failed), or a conversation on
-    the terminal; ``ask`` streams each answer."""
+    the terminal; ``ask`` streams each answer, sampled as ``sampling`` says (which `/set parameter` changes)."""
     from engine.commands.chat_images import user_message
 
     history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
@@ -316,7 +320,13 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name
     def clear() -> None:
         history[:] = [m for m in history[:1] if m["role"] == "system"]
 
-    for line in typed_lines(f"Chatting with {name}.", clear):
+    def set_system(text: str) -> None:
+        args.system = text or None
+        kept = [m for m in history if m["role"] != "system"]
+        history[:] = ([{"role": "system", "content": text}] if text else []) + kept
+
+    commands = _commands(name, args, sampling if sampling is not None else {}, set_system)
+    for line in typed_lines(f"Chatting with {name}.", clear, commands):
         if docs is not None:  # each question brings its own sources
             system = {"role": "system", "content": docs.system(line, args.system)}
             history = [system, *(m for m in history if m["role"] != "system")]
@@ -330,6 +340,47 @@ def _converse(args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name
         if docs is not None:
             docs.print_sources(reply.text)
     return 0
+
+
+#: `/set parameter NAME`: Ollama's names of what `hearth chat` samples with, and each one's rule.
+_PARAMETERS = {"temperature": ("temperature", valid.TEMPERATURE), "top_p": ("top_p", valid.TOP_P),
+               "seed": ("seed", valid.SEED), "num_predict": ("max_tokens", valid.MAX_TOKENS)}  # fmt: skip
+
+
+def _commands(name: str, args: argparse.Namespace, sampling: dict[str, Any], set_system: Callable[[str], None]):
+    """`ollama run`'s `/set` and `/show` for a terminal conversation: each a function of the rest of its line,
+    returning the sentence to say."""
+
+    def set_(rest: str) -> str:
+        what, _, value = rest.partition(" ")
+        if what == "system":
+            set_system(value.strip().strip('"'))
+            return "The system prompt is set." if value.strip() else "The system prompt is cleared."
+        if what == "parameter":
+            key, _, text = value.strip().partition(" ")
+            if key not in _PARAMETERS:
+                return (f"'{key}' is not a parameter this chat sets; set one of {', '.join(_PARAMETERS)} (the context: "
+                        "start `hearth chat --ctx N`).")  # fmt: skip
+            from engine.errors import InvalidRequest
+
+            field, rule = _PARAMETERS[key]
+            try:
+                sampling[field] = rule.parse(text)
+            except InvalidRequest as exc:
+                return str(exc).replace(f"'{rule.name}'", f"'{key}'")
+            return f"Set '{key}' to {text.strip()}."
+        return "Use /set system TEXT or /set parameter NAME VALUE."
+
+    def show(rest: str) -> str:
+        if rest == "system":
+            return args.system or "There is no system prompt; /set system TEXT sets one."
+        if rest in ("parameters", "info", ""):
+            shown = ", ".join(f"{key} {'-' if sampling.get(field) is None else sampling[field]}"
+                              for key, (field, _) in _PARAMETERS.items())  # fmt: skip
+            return f"{name}: {shown}" + (f"; system prompt: {args.system}" if args.system else "")
+        return "Use /show system, /show parameters or /show info."
+
+    return {"/set": set_, "/show": show}
 
 
 def _answer_within_context(ask: Callable[[list[dict]], Reply], history: list[dict]) -> Reply | None:

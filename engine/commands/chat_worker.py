@@ -52,7 +52,7 @@ class WorkerChat:
     def __init__(self, client: WorkerClient, model: str, sampling: dict[str, Any]) -> None:
         self.client = client
         self.model = model
-        self.sampling = {k: v for k, v in sampling.items() if v is not None}
+        self.sampling = sampling  # the conversation's, which `/set parameter` changes (None: the model's default)
 
     def load(self, ctx: int | None) -> None:
         """Load the model now (with ``ctx`` tokens of context for this load, when given), so that a model that
@@ -76,7 +76,7 @@ class WorkerChat:
         import httpx
 
         body = {"model": self.model, "messages": list(history), "stream": True,
-                "stream_options": {"include_usage": True}, **self.sampling}  # fmt: skip
+                "stream_options": {"include_usage": True}, **{k: v for k, v in self.sampling.items() if v is not None}}  # fmt: skip
         parts: list[str] = []
         started = time.monotonic()
         first: float | None = None

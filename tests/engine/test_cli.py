@@ -116,6 +116,24 @@ def test_a_conversation_longer_than_the_context_leaves_out_its_oldest_turns_and_
     assert_the_overflow_was_handled(turns)
 
 
+def test_set_and_show_change_the_conversations_sampling_and_system_prompt_as_in_ollama_run():
+    """`/set parameter` and `/set system` take effect for the answers after them: the last answer is the one a chat
+    started with those settings gives; a parameter this chat does not set, or a value out of range, is a sentence."""
+    lines = ["/set parameter temperature 0", "/set parameter num_predict 6", "/set parameter num_ctx 8192",
+             "/set parameter temperature 9", "/set system Answer in French.", "/show parameters", "/show system",
+             "Name a fruit."]  # fmt: skip
+    code, turns = converse_at_a_terminal(["chat", "--local", "-t", "1.5", "--max-tokens", "40"], lines)
+    assert code == 0, turns
+    said = dict(zip(lines, (t.split("\n", 1)[1].strip() for t in turns), strict=False))  # (after the line's echo)
+    assert said["/set parameter temperature 0"].startswith("Set 'temperature' to 0.")
+    assert "'num_ctx' is not a parameter this chat sets" in said["/set parameter num_ctx 8192"]
+    assert "'temperature' must be a number from 0 to 2." in said["/set parameter temperature 9"]
+    assert said["/show parameters"].startswith("smollm2-135m-instruct: temperature 0.0, top_p 0.95, seed -, num_predict 6")
+    assert said["/show system"].startswith("Answer in French.")
+    alone = hearth("chat", "--local", "-t", "0", "--max-tokens", "6", "--system", "Answer in French.", "Name a fruit.")
+    assert said["Name a fruit."].splitlines()[-1].strip() == alone.stdout.strip() != ""
+
+
 def test_the_workers_refusal_keeps_its_code_for_the_terminal_chat():
     """`hearth chat` through the worker reads a refusal's ``code`` as the worker said it (a conversation past the
     context is told apart from other refusals so), and its sentence as it is."""
