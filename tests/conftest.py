@@ -91,6 +91,9 @@ SLOW_FILES = (
     "tests/engine/worker/test_supervisor.py",
     "tests/app/test_api_page.py",
     "tests/engine/catalog/test_vision_cli.py",
+    "tests/engine/test_cli.py",
+    "tests/engine/catalog/test_catalog_cli.py",
+    "tests/engine/agent/test_cli.py",
 )
 
 
