@@ -41,7 +41,7 @@ def typed_lines(
         if word in ("/?", "/help"):
             print(HELP + (COMMANDS_HELP if commands else ""), file=sys.stderr)
             continue
-        head, _, rest = line.strip().partition(" ")
+        head, _, rest = line.rstrip().partition(" ")  # (a leading space sends the line as text)
         if commands and head.lower() in commands:
             print(commands[head.lower()](rest.strip()), file=sys.stderr)
             continue

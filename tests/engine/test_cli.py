@@ -247,6 +247,9 @@ def test_a_message_of_several_lines_goes_between_triple_quotes_as_in_ollama_run(
     typing("/help")
     assert list(typed_lines("Chatting with m.")) == []
     assert '""" begins a message of several lines and """ ends it' in capsys.readouterr().err
+    typing("/set x", " /set x")  # a command, then the same begun with a space: sent as text
+    assert list(typed_lines("Chatting with m.", commands={"/set": lambda rest: f"set {rest}"})) == [" /set x"]
+    assert "set x" in capsys.readouterr().err
 
 
 def test_missing_model_is_one_line_naming_it_and_non_zero():
