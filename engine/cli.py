@@ -65,10 +65,28 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         parser = subs[0].choices[name]
 
 
+def _intermixed(own: argparse.ArgumentParser, args: argparse.Namespace, unknown: list[str]) -> list[str]:
+    """The words of ``unknown`` that are left once each fills an optional positional its command's parser left empty
+    (argparse reads a command's positionals in one run, so ``hearth chat llama3.2 --local "Hello"`` had the message
+    as an unknown word, where ``ollama run llama3.2 --verbose "Hello"`` reads both); a word after an unknown flag is
+    that flag's."""
+    empty = [a for a in own._actions if not a.option_strings and a.nargs == "?" and getattr(args, a.dest, None) is None]
+    left: list[str] = []
+    for i, word in enumerate(unknown):
+        after_flag = i > 0 and unknown[i - 1].startswith("-") and "=" not in unknown[i - 1]
+        if empty and not word.startswith("-") and not after_flag:
+            setattr(args, empty.pop(0).dest, word)
+        else:
+            left.append(word)
+    return left
+
+
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``argv`` parsed; what the command does not know is refused by that command's parser, with its usage and
     the option meant where one is close (``--temprature``: did you mean --temperature?)."""
     args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        unknown = _intermixed(_innermost(parser, args), args, unknown)
     if unknown:
         import difflib
 

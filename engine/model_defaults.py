@@ -213,7 +213,22 @@ def load_defaults(origin_info: Mapping[str, object] | None) -> ModelLoadSettings
     return ModelLoadSettings(n_ctx=ModelDefaults.from_info(origin_info).n_ctx)
 
 
+#: What a terminal chat (`hearth chat`) samples with where neither its flags, `/set parameter` nor the model's own
+#: settings say: warmer than greedy, as a conversation wants.
+CHAT_SAMPLING: Mapping[str, Any] = {"temperature": 0.7, "top_p": 0.95}
+
+
+def chat_sampling(asked: Mapping[str, Any], origin_info: Mapping[str, object] | None) -> dict[str, Any]:
+    """The sampling fields a terminal chat's request carries: those ``asked`` (its flags and `/set parameter`; None is
+    not asked), and :data:`CHAT_SAMPLING`'s where the model has no setting of its own (a Modelfile's ``PARAMETER``, an
+    Ollama model's), whose own settings then hold for the fields the request leaves out, as in ``ollama run``."""
+    own = {field for field, _ in ModelDefaults.from_info(origin_info).sampling}
+    out = {k: v for k, v in asked.items() if v is not None}
+    out.update({k: v for k, v in CHAT_SAMPLING.items() if k not in out and k not in own})
+    return out
+
+
 __all__ = [
-    "MESSAGE_ROLES", "ModelDefaults", "PARAMETERS", "SAMPLING_FIELDS", "SAMPLING_PARAMETERS", "checked_messages",
-    "checked_parameters", "left_unset", "load_defaults",
+    "CHAT_SAMPLING", "MESSAGE_ROLES", "ModelDefaults", "PARAMETERS", "SAMPLING_FIELDS", "SAMPLING_PARAMETERS", "chat_sampling",
+    "checked_messages", "checked_parameters", "left_unset", "load_defaults",
 ]  # fmt: skip

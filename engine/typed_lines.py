@@ -13,7 +13,9 @@ HELP = ("/clear starts the conversation over; /bye leaves (also /exit, /quit, Ct
         '""" begins a message of several lines and """ ends it; /? or /help shows this.')
 QUOTES = '"""'  # around a message of several lines, as in ``ollama run``
 COMMANDS_HELP = (" /set system TEXT sets the system prompt; /set parameter NAME VALUE sets temperature, top_p, seed "
-                 "or num_predict for the answers after; /show parameters and /show system say what is set.")
+                 "or num_predict for the answers after; /show parameters and /show system say what is set; /load MODEL "
+                 "goes on with another model (the conversation starts over); /save NAME makes the model NAME from this "
+                 "one, with the settings and the conversation so far.")
 
 
 def typed_lines(
@@ -23,7 +25,7 @@ def typed_lines(
     starts a new line, Ctrl-D or ``/bye`` ends, ``/clear`` calls ``clear`` (the caller forgets the conversation so
     far, as ``ollama run``'s ``/clear``), ``/help`` says so; another ``/word`` is named as unknown, not sent; the lines
     between two ``QUOTES`` (three double quotes) are one message, as ``ollama run`` reads them (a pasted text with its questions).
-    ``commands`` (``/set``, ``/show``) each take the rest of their line and give the sentence said. (Ctrl-C during an
+    ``commands`` (``/set``, ``/show``, ``/load``, ``/save``) each take the rest of their line and give the sentence said. (Ctrl-C during an
     answer is the caller's: it stops that answer.)"""
     print(f"{greeting} Ctrl-C stops an answer, /bye or Ctrl-D leaves.", file=sys.stderr)
     while True:

@@ -18,6 +18,7 @@ from engine.agent.config import load_mcp_file
 from engine.agent.loop import AgentEvent, AgentLoop, ToolCallRecord, truncate
 from engine.agent.runtime import AgentRuntime
 from engine.agent.sessions import McpHub
+from engine.model_defaults import chat_sampling
 from engine.typed_lines import LEFT_OUT, leave_out_oldest, typed_lines
 
 CARD_RESULT_CHARS = 400
@@ -147,7 +148,8 @@ def run_agent_chat(args: Any, options) -> int:
     except Exception as exc:  # McpConfigError says what to fix
         print(f"hearth: {exc}", file=sys.stderr)
         return 2
-    model_name = resolve_model(args.model).name
+    model = resolve_model(args.model)
+    model_name = model.name
     api = _LocalApi(args.backend, options)
     base_url, key = api.base_url, api.key
     runtime = AgentRuntime()
@@ -166,11 +168,8 @@ def run_agent_chat(args: Any, options) -> int:
 
         approval = ApprovalPolicy(None if args.allow_tools else ask, allow_all=args.allow_tools)
         client = ChatClient(base_url, api_key=key)
-        params: dict[str, Any] = {"temperature": args.temperature, "top_p": args.top_p}
-        if args.seed is not None:
-            params["seed"] = args.seed
-        if args.max_tokens is not None:
-            params["max_tokens"] = args.max_tokens
+        params = chat_sampling({"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
+                                "max_tokens": args.max_tokens}, model.origin_info)  # fmt: skip
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
 
         def attempt(asked: list[dict], held: list[AgentEvent]):

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine import validation as valid
 from engine.commands.load_flags import add_flag
 
 if TYPE_CHECKING:
+    from engine.catalog.registry import LocalModel
     from engine.commands.chat_reply import Reply
 
 
@@ -33,8 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", "-b", help="llamacpp, paged or mlx (default: chosen for the model and machine); "
                    "runs the model in this process")  # fmt: skip
     p.add_argument("--max-tokens", type=valid.whole(valid.MAX_TOKENS), default=None, help="most tokens per answer")
-    p.add_argument("--temperature", "-t", type=valid.number(valid.TEMPERATURE), default=0.7)
-    p.add_argument("--top-p", type=valid.number(valid.TOP_P), default=0.95)
+    p.add_argument("--temperature", "-t", type=valid.number(valid.TEMPERATURE), default=None,
+                   help="(default: the model's own setting, else 0.7)")
+    p.add_argument("--top-p", type=valid.number(valid.TOP_P), default=None,
+                   help="(default: the model's own setting, else 0.95)")
     p.add_argument("--seed", type=valid.whole(valid.SEED), default=None)
     p.add_argument("--system", help="system prompt")
     p.add_argument(
@@ -62,12 +67,74 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _answer(backend, model_name: str, history: list, params, show_stats: bool) -> Reply:
+@dataclass(frozen=True, slots=True)
+class _Talk:
+    """The model a terminal conversation talks to, and how an answer is asked of it.
+
+    Attributes:
+        name: The model's name.
+        ask: Streams the answer to a conversation to the terminal.
+        model: The local model (None: a remote provider's).
+        backend: The backend it runs on in this process (None: the worker's).
+        close: Lets go of what this process holds for it.
+    """
+
+    name: str
+    ask: Callable[[list[dict]], Reply]
+    model: LocalModel | None = None
+    backend: Any = None
+    close: Callable[[], None] = lambda: None
+
+
+def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: dict[str, Any], *, sees: bool = False) -> _Talk:
+    """The conversation's model ``name``: a remote provider's, a local one through the worker, or in this process
+    where the chat asks for that (:func:`_runs_here`). Each answer is sampled as ``sampling`` says when it is asked
+    (`/set parameter` changes it), the model's own settings holding for the rest.
+
+    Raises:
+        HearthError: no such model, or it cannot load (the sentence says why).
+    """
+    from engine.model_defaults import ModelDefaults, chat_sampling
+
+    remote = _open_remote(name)
+    if remote is not None:
+        chat = remote[0]
+        return _Talk(chat.name, lambda history: _answer(chat, chat.name, history, chat_sampling(sampling, None), None,
+                                                         args.stats), backend=chat, close=chat.close)  # fmt: skip
+    from engine.catalog.registry import resolve_model
+
+    local = resolve_model(name)  # an unknown name is refused before anything starts
+    if sees:
+        from engine.commands.chat_images import check_sees
+
+        check_sees(local)
+    if not _runs_here(args, local):
+        from engine.commands.chat_worker import WorkerChat, daemon_client
+
+        worker = WorkerChat(daemon_client(), local.name)
+        worker.load(args.ctx)
+        return _Talk(local.name, lambda history: worker.answer(history, chat_sampling(sampling, local.origin_info),
+                                                               show_stats=args.stats), model=local)  # fmt: skip
+    from engine.loading import open_model
+
+    backend, model = open_model(name, backend=args.backend, options=options)
+    defaults = ModelDefaults.from_info(model.origin_info)  # applied here as the worker applies them
+    return _Talk(model.name, lambda history: _answer(backend, model.name, history, chat_sampling(sampling, model.origin_info),
+                                                     defaults, args.stats), model=model, backend=backend, close=backend.close)  # fmt: skip
+
+
+def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defaults, show_stats: bool) -> Reply:
+    """Stream the answer to ``history`` from ``backend`` in this process, sampled with the fields ``sent`` and, for
+    the rest, the model's ``defaults`` (its system prompt and messages too) where it has them."""
     from engine.commands.chat_images import chat_messages
     from engine.commands.chat_reply import Reply
-    from engine.types import GenerationRequest
+    from engine.model_defaults import SAMPLING_FIELDS
+    from engine.types import GenerationRequest, SamplingParams
 
-    request = GenerationRequest(model=model_name, messages=chat_messages(history), params=params)
+    request = GenerationRequest(model=model_name, messages=chat_messages(history), params=SamplingParams(**sent),
+                                unset=SAMPLING_FIELDS - sent.keys())  # fmt: skip
+    if defaults is not None:
+        request = defaults.apply(request)
     stream = backend.stream(request)
     parts: list[str] = []
     last = None
@@ -234,10 +301,10 @@ def run(args: argparse.Namespace) -> int:
     if (refused := _model_and_message(args)) is not None:
         print(f"hearth: {refused}", file=sys.stderr)
         return 2
-    # what each answer is sampled with; `/set parameter` changes it for the rest of a conversation
+    # what each answer is sampled with; `/set parameter` changes it for the rest of a conversation (None: not asked)
     sampling: dict[str, Any] = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
                                 "max_tokens": args.max_tokens}  # fmt: skip
-    SamplingParams(**sampling)  # (checked before anything starts)
+    SamplingParams(**{k: v for k, v in sampling.items() if v is not None})  # (checked before anything starts)
     if args.prompt is None:  # piped in, it is one message to answer, as a prompt given here is
         from engine.typed_lines import piped_message
 
@@ -264,46 +331,39 @@ def run(args: argparse.Namespace) -> int:
         from engine.agent.terminal import run_agent_chat
 
         return run_agent_chat(args, options)
-    from engine.commands.chat_images import check_sees, image_part
+    from engine.commands.chat_images import image_part
 
     images = [image_part(path) for path in args.image or ()]  # an unreadable file is refused before any load
-    remote = _open_remote(args.model)
-    if remote is None:
-        from engine.catalog.registry import resolve_model
+    talk = _open_talk(args.model, args, options, sampling, sees=bool(images))
 
-        local = resolve_model(args.model)  # an unknown name is refused before anything starts
-        if images:
-            check_sees(local)
-        if not _runs_here(args, local):
-            from engine.commands.chat_worker import WorkerChat, daemon_client
+    def reopen(name: str) -> _Talk:
+        """`/load NAME`: the conversation goes on with that model, the one before let go of once it is open."""
+        nonlocal talk
+        opened = _open_talk(name, args, options, sampling)
+        talk.close()
+        talk = opened
+        return opened
 
-            chat = WorkerChat(daemon_client(), local.name, sampling)
-            chat.load(args.ctx)
-            return _converse(args, lambda history: chat.answer(history, show_stats=args.stats), local.name, images,
-                             sampling=sampling)  # fmt: skip
-    from engine.loading import open_model
-
-    backend, model = remote or open_model(args.model, backend=args.backend, options=options)
     docs = None
     try:
         if args.docs:
             from engine.commands.docs import ChatDocs
 
-            docs = ChatDocs(args.docs, backend, args.max_tokens)
-        return _converse(args, lambda history: _answer(backend, model.name, history, SamplingParams(**sampling), args.stats),
-                         model.name, images, docs, sampling=sampling)  # fmt: skip
+            docs = ChatDocs(args.docs, talk.backend, args.max_tokens)
+        return _converse(args, talk, images, docs, sampling=sampling, reopen=None if docs is not None else reopen)
     finally:
         if docs is not None:
             docs.close()
-        backend.close()
+        talk.close()
 
 
 def _converse(
-    args: argparse.Namespace, ask: Callable[[list[dict]], Reply], name: str, images: list, docs=None, *,
-    sampling: dict[str, Any] | None = None,
+    args: argparse.Namespace, talk: _Talk, images: list, docs=None, *, sampling: dict[str, Any],
+    reopen: Callable[[str], _Talk] | None = None,
 ) -> int:  # fmt: skip
     """One answer to ``args.prompt`` (exiting 130 when Ctrl-C stopped it, 1 when it failed), or a conversation on
-    the terminal; ``ask`` streams each answer, sampled as ``sampling`` says (which `/set parameter` changes)."""
+    the terminal with ``talk``'s model; each answer is sampled as ``sampling`` says (which `/set parameter` changes),
+    and ``reopen`` opens another model for `/load` (None: it cannot change here)."""
     from engine.commands.chat_images import user_message
 
     history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
@@ -311,7 +371,7 @@ def _converse(
         if docs is not None:
             history = [{"role": "system", "content": docs.system(args.prompt, args.system)}]
         history.append(user_message(args.prompt, images))
-        reply = ask(history)
+        reply = talk.ask(history)
         if docs is not None:
             docs.print_sources(reply.text)
         return reply.exit_code
@@ -325,13 +385,37 @@ def _converse(
         kept = [m for m in history if m["role"] != "system"]
         history[:] = ([{"role": "system", "content": text}] if text else []) + kept
 
-    commands = _commands(name, args, sampling if sampling is not None else {}, set_system)
-    for line in typed_lines(f"Chatting with {name}.", clear, commands):
+    def load(name: str) -> str:
+        nonlocal talk
+        if reopen is None:
+            return "/load does not go with --docs; start `hearth chat MODEL --docs NAME` with the other model."
+        from engine.errors import HearthError
+
+        try:
+            talk = reopen(_model_named(name) or name)
+        except HearthError as exc:
+            return str(exc)
+        clear()
+        return f"Chatting with {talk.name}; the conversation starts over."
+
+    def save(name: str) -> str:
+        if talk.model is None:
+            return f"{talk.name} is a remote provider's model; /save makes models from local ones."
+        from engine.errors import HearthError
+
+        try:
+            made = save_conversation(talk.model, name, sampling, args.system, history)
+        except HearthError as exc:
+            return str(exc)
+        return f"Created {made.name}: `hearth chat {made.name}` starts from this conversation and its settings."
+
+    commands = _commands(lambda: talk, args, sampling, set_system, load, save)
+    for line in typed_lines(f"Chatting with {talk.name}.", clear, commands):
         if docs is not None:  # each question brings its own sources
             system = {"role": "system", "content": docs.system(line, args.system)}
             history = [system, *(m for m in history if m["role"] != "system")]
         history.append(user_message(line, images))
-        reply = _answer_within_context(ask, history)
+        reply = _answer_within_context(talk.ask, history)
         if reply is None:  # refused: said on stderr, and the message taken back; the conversation goes on
             history.pop()
             continue
@@ -347,9 +431,39 @@ _PARAMETERS = {"temperature": ("temperature", valid.TEMPERATURE), "top_p": ("top
                "seed": ("seed", valid.SEED), "num_predict": ("max_tokens", valid.MAX_TOKENS)}  # fmt: skip
 
 
-def _commands(name: str, args: argparse.Namespace, sampling: dict[str, Any], set_system: Callable[[str], None]):
-    """`ollama run`'s `/set` and `/show` for a terminal conversation: each a function of the rest of its line,
-    returning the sentence to say."""
+def save_conversation(base: LocalModel, name: str, sampling: dict[str, Any], system: str | None,
+                      history: list[dict]) -> LocalModel:  # fmt: skip
+    """`/save NAME`, as `ollama run`'s: the model ``name`` made from ``base`` (its files shared, as `hearth create`
+    makes one) with the settings asked in this chat (flags, `/set`), its system prompt, and for messages ``base``'s
+    own followed by the conversation so far, which every chat with ``name`` then starts from.
+
+    Raises:
+        InvalidRequest: ``name`` is not a name a model can have, or another model's.
+    """
+    from engine.catalog.modelfile import Modelfile, create_model
+    from engine.catalog.registry import ModelRegistry
+    from engine.model_defaults import ModelDefaults
+    from engine.remote.routing import local_spelling
+    from engine.validation import model_name
+
+    checked = model_name(local_spelling(name.strip()), name="NAME")
+    messages = [{"role": m.role, "content": m.content} for m in ModelDefaults.from_info(base.origin_info).messages]
+    for m in history:
+        if m["role"] in ("user", "assistant"):
+            content = m["content"]
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            messages.append({"role": m["role"], "content": text})
+    parameters = {key: sampling[field] for key, (field, _) in _PARAMETERS.items() if sampling.get(field) is not None}
+    asked = Modelfile(base=base.name, parameters=parameters, system=system, messages=messages)
+    return create_model(ModelRegistry(), checked, asked, folder=Path.cwd())
+
+
+def _commands(
+    current: Callable[[], _Talk], args: argparse.Namespace, sampling: dict[str, Any], set_system: Callable[[str], None],
+    load: Callable[[str], str], save: Callable[[str], str],
+):  # fmt: skip
+    """`ollama run`'s `/set`, `/show`, `/load` and `/save` for a terminal conversation with ``current()``'s model: each
+    a function of the rest of its line, returning the sentence to say."""
 
     def set_(rest: str) -> str:
         what, _, value = rest.partition(" ")
@@ -372,15 +486,24 @@ def _commands(name: str, args: argparse.Namespace, sampling: dict[str, Any], set
         return "Use /set system TEXT or /set parameter NAME VALUE."
 
     def show(rest: str) -> str:
+        talk = current()
         if rest == "system":
             return args.system or "There is no system prompt; /set system TEXT sets one."
         if rest in ("parameters", "info", ""):
-            shown = ", ".join(f"{key} {'-' if sampling.get(field) is None else sampling[field]}"
+            from engine.model_defaults import ModelDefaults, chat_sampling
+
+            info = talk.model.origin_info if talk.model is not None else None
+            used = {**dict(ModelDefaults.from_info(info).sampling), **chat_sampling(sampling, info)}
+            shown = ", ".join(f"{key} {'-' if used.get(field) is None else used[field]}"
                               for key, (field, _) in _PARAMETERS.items())  # fmt: skip
-            return f"{name}: {shown}" + (f"; system prompt: {args.system}" if args.system else "")
+            return f"{talk.name}: {shown}" + (f"; system prompt: {args.system}" if args.system else "")
         return "Use /show system, /show parameters or /show info."
 
-    return {"/set": set_, "/show": show}
+    def one_name(command: str, then: Callable[[str], str], what: str) -> Callable[[str], str]:
+        return lambda rest: then(rest) if rest and not any(c.isspace() for c in rest) else f"Use {command} {what}."
+
+    return {"/set": set_, "/show": show, "/load": one_name("/load", load, "MODEL (a model `hearth models` lists)"),
+            "/save": one_name("/save", save, "NAME (the new model's name)")}  # fmt: skip
 
 
 def _answer_within_context(ask: Callable[[list[dict]], Reply], history: list[dict]) -> Reply | None:

@@ -46,13 +46,11 @@ class WorkerChat:
     Args:
         client: The worker.
         model: The model's name, as the worker knows it.
-        sampling: The request fields every answer takes (temperature, top_p, seed, max_tokens).
     """
 
-    def __init__(self, client: WorkerClient, model: str, sampling: dict[str, Any]) -> None:
+    def __init__(self, client: WorkerClient, model: str) -> None:
         self.client = client
         self.model = model
-        self.sampling = sampling  # the conversation's, which `/set parameter` changes (None: the model's default)
 
     def load(self, ctx: int | None) -> None:
         """Load the model now (with ``ctx`` tokens of context for this load, when given), so that a model that
@@ -66,8 +64,9 @@ class WorkerChat:
             body["ctx"] = ctx
         self.client.request("POST", "/api/models/load", body=body, timeout=600.0)
 
-    def answer(self, history: Sequence[dict[str, Any]], *, show_stats: bool) -> Reply:
-        """Stream the answer to ``history`` to stdout and return it (Ctrl-C stops it: the worker cancels the
+    def answer(self, history: Sequence[dict[str, Any]], sampling: dict[str, Any], *, show_stats: bool) -> Reply:
+        """Stream the answer to ``history``, sampled with the request fields ``sampling`` (the model's own settings
+        holding for the rest), to stdout and return it (Ctrl-C stops it: the worker cancels the
         generation when the stream closes; an error the stream ends with is said on stderr).
 
         Raises:
@@ -76,7 +75,7 @@ class WorkerChat:
         import httpx
 
         body = {"model": self.model, "messages": list(history), "stream": True,
-                "stream_options": {"include_usage": True}, **{k: v for k, v in self.sampling.items() if v is not None}}  # fmt: skip
+                "stream_options": {"include_usage": True}, **sampling}  # fmt: skip
         parts: list[str] = []
         started = time.monotonic()
         first: float | None = None

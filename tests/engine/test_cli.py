@@ -347,3 +347,41 @@ def test_chat_takes_the_model_as_its_first_word_as_ollama_run_does():
     assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1 and "'llama3.2:3b'" in missing.stderr
     twice = hearth("chat", "-m", STARTER_NAME, STARTER_NAME, "hi")
     assert twice.returncode == 2 and "Give the model once" in twice.stderr and "Traceback" not in twice.stderr
+
+
+def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_ollama_run(tmp_path, monkeypatch):
+    """A model made with `hearth create` answers `hearth chat` with its own PARAMETER and SYSTEM lines, in this
+    process as through the worker (the chat's 0.7 and 0.95 only where the model has none); `/save NAME` makes a
+    model of the conversation so far and the settings asked; `/load MODEL` goes on with another, starting over."""
+    from engine.catalog.registry import ModelRegistry
+    from engine.cli import main
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    modelfile = tmp_path / "Modelfile"
+    modelfile.write_text("FROM smollm2-135m-instruct\nPARAMETER temperature 0\nSYSTEM Answer in French.\n")
+    assert main(["create", "french", "-f", str(modelfile)]) == 0
+    made = hearth("chat", "french", "--local", "--max-tokens", "8", "Name a fruit.").stdout.strip()
+    plain = hearth("chat", "--local", "-t", "0", "--max-tokens", "8", "--system", "Answer in French.", "Name a fruit.")
+    assert made == plain.stdout.strip() != ""
+    lines = ["/set parameter num_predict 8", "/set parameter seed 5", "Name a fruit.", "/save fruity", "/load french",
+             "/show parameters", "Name a fruit.", "/load no-such-model", "/save", "/save smollm2 but"]  # fmt: skip
+    code, turns = converse_at_a_terminal(["chat", "--local"], lines)
+    assert code == 0, turns
+    said = dict(zip(lines, (t.split("\n", 1)[1].strip() for t in turns), strict=False))
+    assert said["/save fruity"].startswith("Created fruity:")
+    assert said["/load french"] == "Chatting with french; the conversation starts over."
+    assert said["/show parameters"].startswith("french: temperature 0.0, top_p 0.95, seed 5, num_predict 8")
+    assert said["Name a fruit."].splitlines()[-1].strip() == made  # the model's own temperature and system prompt
+    assert "no-such-model" in said["/load no-such-model"] and "hearth pull" in said["/load no-such-model"]
+    assert said["/save"] == said["/save smollm2 but"] == "Use /save NAME (the new model's name)."
+    registry = ModelRegistry()
+    try:
+        fruity = registry.get("fruity")
+        assert fruity is not None and fruity.derived_from == "smollm2-135m-instruct"
+        defaults = fruity.origin_info["defaults"]
+        first_answer = turns[2].split("\n", 1)[1].strip()
+        assert defaults["num_predict"] == 8 and defaults["seed"] == 5 and "temperature" not in defaults
+        assert defaults["messages"] == [{"role": "user", "content": "Name a fruit."},
+                                        {"role": "assistant", "content": first_answer}]  # fmt: skip
+    finally:
+        registry.close()

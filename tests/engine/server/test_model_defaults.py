@@ -166,3 +166,17 @@ def test_a_modelfiles_messages_come_after_the_system_messages_and_before_the_req
     # a turn of /api/generate that goes on from an exchange's ids: they hold the conversation already
     going_on = GenerationRequest(model="m", messages=(ChatMessage("user", "next"),), context=(1, 2, 3))
     assert [m.content for m in defaults.apply(going_on).messages] == ["Be Mario.", "next"]
+
+
+def test_the_terminal_chat_sends_its_own_sampling_only_where_asked_or_the_model_has_none():
+    """`hearth chat`'s 0.7 and 0.95 are for a model without settings of its own: a Modelfile's temperature holds
+    (the worker fills what a request leaves out), and a flag or `/set parameter` goes over both."""
+    from engine.model_defaults import chat_sampling
+
+    asked = {"temperature": None, "top_p": None, "seed": 5, "max_tokens": None}
+    own = {"defaults": {"temperature": 0, "num_predict": 24}}
+    assert chat_sampling(asked, None) == {"temperature": 0.7, "top_p": 0.95, "seed": 5}
+    assert chat_sampling(asked, own) == {"top_p": 0.95, "seed": 5}
+    assert chat_sampling({**asked, "temperature": 1.2, "max_tokens": 3}, own) == {"temperature": 1.2, "top_p": 0.95,
+                                                                                  "seed": 5, "max_tokens": 3}  # fmt: skip
+    assert chat_sampling(asked, {"defaults": {"temperature": "hot"}}) == {"temperature": 0.7, "top_p": 0.95, "seed": 5}
