@@ -13,7 +13,8 @@ HELP = ("/clear starts the conversation over; /bye leaves (also /exit, /quit, Ct
         '""" begins a message of several lines and """ ends it; /? or /help shows this.')
 QUOTES = '"""'  # around a message of several lines, as in ``ollama run``
 COMMANDS_HELP = (" /set system TEXT sets the system prompt; /set parameter NAME VALUE sets temperature, top_p, seed "
-                 "or num_predict for the answers after; /show parameters and /show system say what is set; /load MODEL "
+                 "or num_predict for the answers after; /set format json, /set noformat, /set think, /set nothink, /set verbose "
+                 "and /set quiet switch those; /show parameters and /show system say what is set; /load MODEL "
                  "goes on with another model (the conversation starts over); /save NAME makes the model NAME from this "
                  "one, with the settings and the conversation so far.")
 

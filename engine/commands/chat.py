@@ -54,7 +54,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("int4", "int8", "fp8"),
         help="paged backend: weight quantization (int4: the CPU's fast path; int8, fp8: GPUs)",
     )
-    p.add_argument("--stats", action="store_true", help="print tokens/s and time to first token after each answer")
+    p.add_argument("--stats", "--verbose", dest="stats", action="store_true",
+                   help="print tokens/s and time to first token after each answer")  # fmt: skip
+    p.add_argument("--format", type=valid.cli_type(_format, "format"), default=None,
+                   help="json, or a JSON schema: the answer is JSON (that fits the schema), as `ollama run --format json`")  # fmt: skip
+    p.add_argument("--think", nargs="?", const="true", type=valid.cli_type(_think, "think"), default=None,
+                   metavar="true|false|low|medium|high",
+                   help="a thinking model thinks first (true, or an effort) or not (false); default: the model's way")  # fmt: skip
+    p.add_argument("--hidethinking", action="store_true", help="the model thinks, but its thinking is not printed")
+    p.add_argument("--keepalive", type=valid.cli_type(lambda text: valid.request_keep_alive(text, name="keepalive"),
+                                                      "keepalive"), default=None, metavar="DURATION",
+                   help="how long the worker keeps the model loaded once the chat is idle (5m, 1h, 0; -1: always)")  # fmt: skip
     p.add_argument(
         "--docs", action="append", metavar="NAME", help="answer from this document collection (`hearth docs`), with sources"
     )
@@ -65,6 +75,84 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-tools", action="store_true", help="with --mcp: run every tool call without asking")
     p.add_argument("--max-rounds", type=valid.whole(valid.COUNT, "max_rounds"), default=8, help="with --mcp: most model turns that call tools")
     p.set_defaults(run=run)
+
+
+def _format(text: str) -> str | dict[str, Any]:
+    """``--format``: ``json``, or a JSON schema object as text.
+
+    Raises:
+        InvalidRequest: neither.
+    """
+    import json
+
+    from engine.errors import InvalidRequest
+
+    if text.strip().lower() == "json":
+        return "json"
+    try:
+        schema = json.loads(text)
+    except ValueError:
+        schema = None
+    if not isinstance(schema, dict):
+        raise InvalidRequest("'format' must be json or a JSON schema object; got " + repr(text[:80]) + ".", param="format")
+    return schema
+
+
+def _think(text: str) -> bool | str:
+    """``--think``: true or false, or an effort (low, medium, high), as `ollama run --think` takes it.
+
+    Raises:
+        InvalidRequest: anything else.
+    """
+    from engine.errors import InvalidRequest
+
+    word = text.strip().lower()
+    if word in ("true", "false"):
+        return word == "true"
+    if word in ("low", "medium", "high"):
+        return word
+    raise InvalidRequest(f"'think' must be true, false, low, medium or high; got {text!r} (a message goes before "
+                         "--think, or write --think=true).", param="think")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What `hearth chat`'s flags ask of every answer beside its sampling: JSON (``--format``), thinking
+    (``--think``) and, through the worker, how long the model stays loaded (``--keepalive``)."""
+
+    format: str | dict[str, Any] | None = None
+    think: bool | str | None = None
+    keep_alive: float | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The fields of the worker's chat completion request."""
+        out: dict[str, Any] = {}
+        if self.format == "json":
+            out["response_format"] = {"type": "json_object"}
+        elif self.format is not None:
+            out["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": self.format}}
+        if isinstance(self.think, bool):
+            out["chat_template_kwargs"] = {"enable_thinking": self.think}
+        elif self.think is not None:
+            out["reasoning_effort"] = self.think
+        if self.keep_alive is not None:
+            out["keep_alive"] = self.keep_alive
+        return out
+
+    def request(self) -> dict[str, Any]:
+        """The same as :class:`GenerationRequest` fields, for a model in this process."""
+        from engine.types import ResponseFormat
+
+        out: dict[str, Any] = {}
+        if self.format == "json":
+            out["response_format"] = ResponseFormat(type="json_object", param="format")
+        elif isinstance(self.format, dict):
+            out["response_format"] = ResponseFormat(type="json_schema", schema=self.format, param="format")
+        if self.think is not None:
+            out["thinking"] = bool(self.think)
+            if isinstance(self.think, str):
+                out["template_kwargs"] = (("reasoning_effort", self.think),)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +184,14 @@ def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: di
     """
     from engine.model_defaults import ModelDefaults, chat_sampling
 
+    def shape() -> _Shape:  # as the flags and `/set` say when the answer is asked
+        return _Shape(args.format, args.think, args.keepalive)
+
     remote = _open_remote(name)
     if remote is not None:
         chat = remote[0]
         return _Talk(chat.name, lambda history: _answer(chat, chat.name, history, chat_sampling(sampling, None), None,
-                                                         args.stats), backend=chat, close=chat.close)  # fmt: skip
+                                                         shape(), args), backend=chat, close=chat.close)  # fmt: skip
     from engine.catalog.registry import resolve_model
 
     local = resolve_model(name)  # an unknown name is refused before anything starts
@@ -113,28 +204,31 @@ def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: di
 
         worker = WorkerChat(daemon_client(), local.name)
         worker.load(args.ctx)
-        return _Talk(local.name, lambda history: worker.answer(history, chat_sampling(sampling, local.origin_info),
-                                                               show_stats=args.stats), model=local)  # fmt: skip
+        return _Talk(local.name, lambda history: worker.answer(
+            history, {**chat_sampling(sampling, local.origin_info), **shape().body()}, show_stats=args.stats,
+            show_thinking=not args.hidethinking), model=local)  # fmt: skip
     from engine.loading import open_model
 
     backend, model = open_model(name, backend=args.backend, options=options)
     defaults = ModelDefaults.from_info(model.origin_info)  # applied here as the worker applies them
     return _Talk(model.name, lambda history: _answer(backend, model.name, history, chat_sampling(sampling, model.origin_info),
-                                                     defaults, args.stats), model=model, backend=backend, close=backend.close)  # fmt: skip
+                                                     defaults, shape(), args), model=model, backend=backend, close=backend.close)  # fmt: skip
 
 
-def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defaults, show_stats: bool) -> Reply:
+def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defaults, shape: _Shape, args) -> Reply:
     """Stream the answer to ``history`` from ``backend`` in this process, sampled with the fields ``sent`` and, for
-    the rest, the model's ``defaults`` (its system prompt and messages too) where it has them."""
+    the rest, the model's ``defaults`` (its system prompt and messages too) where it has them; ``shape`` as the
+    flags ask, the thinking printed unless ``--hidethinking`` and the figures after it with ``--stats``."""
     from engine.commands.chat_images import chat_messages
     from engine.commands.chat_reply import Reply
     from engine.model_defaults import SAMPLING_FIELDS
     from engine.types import GenerationRequest, SamplingParams
 
     request = GenerationRequest(model=model_name, messages=chat_messages(history), params=SamplingParams(**sent),
-                                unset=SAMPLING_FIELDS - sent.keys())  # fmt: skip
+                                unset=SAMPLING_FIELDS - sent.keys(), **shape.request())  # fmt: skip
     if defaults is not None:
         request = defaults.apply(request)
+    show_stats, show_thinking = args.stats, not args.hidethinking
     stream = backend.stream(request)
     parts: list[str] = []
     last = None
@@ -142,7 +236,7 @@ def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defau
     stopped = False
     try:
         for chunk in stream:
-            if chunk.reasoning:  # thinking, dimmed, before the answer (docs/tools.md)
+            if chunk.reasoning and show_thinking:  # thinking, dimmed, before the answer (docs/tools.md)
                 sys.stdout.write(_dim(chunk.reasoning))
                 thinking = True
             if chunk.text:
@@ -483,7 +577,16 @@ def _commands(
             except InvalidRequest as exc:
                 return str(exc).replace(f"'{rule.name}'", f"'{key}'")
             return f"Set '{key}' to {text.strip()}."
-        return "Use /set system TEXT or /set parameter NAME VALUE."
+        switches = {"think": ("think", True), "nothink": ("think", False), "noformat": ("format", None),
+                    "verbose": ("stats", True), "quiet": ("stats", False)}  # fmt: skip
+        if what in switches and not value.strip():
+            setattr(args, *switches[what])
+            return f"Set '{what}' mode."
+        if what == "format" and value.strip() == "json":
+            args.format = "json"
+            return "Set format to 'json' mode."
+        return ("Use /set system TEXT, /set parameter NAME VALUE, /set format json, /set noformat, /set think, "
+                "/set nothink, /set verbose or /set quiet.")  # fmt: skip
 
     def show(rest: str) -> str:
         talk = current()

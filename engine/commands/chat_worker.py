@@ -64,9 +64,10 @@ class WorkerChat:
             body["ctx"] = ctx
         self.client.request("POST", "/api/models/load", body=body, timeout=600.0)
 
-    def answer(self, history: Sequence[dict[str, Any]], sampling: dict[str, Any], *, show_stats: bool) -> Reply:
-        """Stream the answer to ``history``, sampled with the request fields ``sampling`` (the model's own settings
-        holding for the rest), to stdout and return it (Ctrl-C stops it: the worker cancels the
+    def answer(self, history: Sequence[dict[str, Any]], fields: dict[str, Any], *, show_stats: bool,
+               show_thinking: bool = True) -> Reply:  # fmt: skip
+        """Stream the answer to ``history``, asked with the request ``fields`` (sampling, format, thinking; the
+        model's own settings holding for the rest), to stdout (its thinking dimmed, or left out) and return it (Ctrl-C stops it: the worker cancels the
         generation when the stream closes; an error the stream ends with is said on stderr).
 
         Raises:
@@ -75,7 +76,7 @@ class WorkerChat:
         import httpx
 
         body = {"model": self.model, "messages": list(history), "stream": True,
-                "stream_options": {"include_usage": True}, **sampling}  # fmt: skip
+                "stream_options": {"include_usage": True}, **fields}  # fmt: skip
         parts: list[str] = []
         started = time.monotonic()
         first: float | None = None
@@ -96,7 +97,7 @@ class WorkerChat:
                     usage = event.get("usage") or usage
                     for choice in event.get("choices") or ():
                         delta = choice.get("delta") or {}
-                        if delta.get("reasoning_content"):  # thinking, dimmed, before the answer (docs/tools.md)
+                        if delta.get("reasoning_content") and show_thinking:  # thinking, dimmed, before the answer (docs/tools.md)
                             sys.stdout.write(_dim(delta["reasoning_content"]))
                             thinking = True
                         if delta.get("content"):

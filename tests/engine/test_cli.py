@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 
 def hearth(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -364,7 +366,8 @@ def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_oll
     plain = hearth("chat", "--local", "-t", "0", "--max-tokens", "8", "--system", "Answer in French.", "Name a fruit.")
     assert made == plain.stdout.strip() != ""
     lines = ["/set parameter num_predict 8", "/set parameter seed 5", "Name a fruit.", "/save fruity", "/load french",
-             "/show parameters", "Name a fruit.", "/load no-such-model", "/save", "/save smollm2 but"]  # fmt: skip
+             "/show parameters", "Name a fruit.", "/load no-such-model", "/save", "/save smollm2 but", "/set nothink",
+             "/set format yaml"]  # fmt: skip
     code, turns = converse_at_a_terminal(["chat", "--local"], lines)
     assert code == 0, turns
     said = dict(zip(lines, (t.split("\n", 1)[1].strip() for t in turns), strict=False))
@@ -374,6 +377,7 @@ def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_oll
     assert said["Name a fruit."].splitlines()[-1].strip() == made  # the model's own temperature and system prompt
     assert "no-such-model" in said["/load no-such-model"] and "hearth pull" in said["/load no-such-model"]
     assert said["/save"] == said["/save smollm2 but"] == "Use /save NAME (the new model's name)."
+    assert said["/set nothink"] == "Set 'nothink' mode." and said["/set format yaml"].startswith("Use /set system TEXT")
     registry = ModelRegistry()
     try:
         fruity = registry.get("fruity")
@@ -385,3 +389,29 @@ def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_oll
                                         {"role": "assistant", "content": first_answer}]  # fmt: skip
     finally:
         registry.close()
+
+
+def test_format_think_and_keepalive_as_ollama_run_takes_them(capsys):
+    """`--format json` or a schema holds the answer to JSON; `--think`, `--hidethinking` and `--keepalive` reach the
+    request as the worker's API and the in-process engine read them; a value neither takes is a usage error."""
+    import json
+
+    from engine.cli import main
+    from engine.commands.chat import _Shape
+
+    schema = {"type": "object", "properties": {"fruit": {"type": "string", "maxLength": 12}}, "required": ["fruit"],
+              "additionalProperties": False}  # fmt: skip
+    out = hearth("chat", "--local", "-t", "0", "--max-tokens", "40", "--format", json.dumps(schema), "Name a fruit.")
+    assert out.returncode == 0 and set(json.loads(out.stdout)) == {"fruit"}, out
+    for flags, said in ((["--format", "yaml"], "'format' must be json or a JSON schema object"),
+                        (["--think", "Hello"], "a message goes before --think, or write --think=true"),
+                        (["--keepalive", "soon"], "'keepalive' must be seconds")):  # fmt: skip
+        with pytest.raises(SystemExit) as exited:
+            main(["chat", "--local", *flags])
+        assert exited.value.code == 2 and said in capsys.readouterr().err
+    shape = _Shape("json", "high", 300.0)
+    assert shape.body() == {"response_format": {"type": "json_object"}, "reasoning_effort": "high", "keep_alive": 300.0}
+    assert shape.request()["thinking"] is True and shape.request()["template_kwargs"] == (("reasoning_effort", "high"),)
+    off = _Shape(schema, False, None)
+    assert off.body()["chat_template_kwargs"] == {"enable_thinking": False} and off.request()["thinking"] is False
+    assert off.request()["response_format"].schema == schema and "keep_alive" not in off.body()
