@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from engine.commands.chat import _answer
+from argparse import Namespace
+
+from engine.commands.chat import _answer, _Shape
 from engine.tools import ToolCall
-from engine.types import GenerationChunk, SamplingParams
+from engine.types import GenerationChunk
+
+SHOWN = Namespace(stats=False, hidethinking=False)  # `hearth chat`'s flags as these answers read them
 
 
 class ScriptedModel:
@@ -22,16 +26,18 @@ def test_thinking_comes_before_the_answer_and_is_not_part_of_it(capsys):
         GenerationChunk(reasoning="The user wants "), GenerationChunk(reasoning="a sum."),
         GenerationChunk(text="It is "), GenerationChunk(text="4.", finish_reason="stop"),
     ])  # fmt: skip
-    reply = _answer(model, "m", [{"role": "user", "content": "2+2?"}], SamplingParams(), False)
+    reply = _answer(model, "m", [{"role": "user", "content": "2+2?"}], {}, None, _Shape(), SHOWN)
     assert reply.text == "It is 4." and reply.exit_code == 0
     assert capsys.readouterr().out == "The user wants a sum.\nIt is 4.\n"
+    hidden = _answer(model, "m", [{"role": "user", "content": "2+2?"}], {}, None, _Shape(), Namespace(stats=False, hidethinking=True))
+    assert hidden.text == "It is 4." and capsys.readouterr().out == "It is 4.\n"  # --hidethinking: thought, not shown
 
 
 def test_tool_calls_are_shown_apart_from_the_text(capsys):
     call = ToolCall(name="get_weather", arguments='{"city": "Paris"}')
     model = ScriptedModel([GenerationChunk(text="Checking."), GenerationChunk(finish_reason="tool_calls",
                                                                             tool_calls=(call,))])  # fmt: skip
-    _answer(model, "m", [{"role": "user", "content": "Weather?"}], SamplingParams(), False)
+    _answer(model, "m", [{"role": "user", "content": "Weather?"}], {}, None, _Shape(), SHOWN)
     assert capsys.readouterr().out == 'Checking.\n\u2192 get_weather({"city": "Paris"})\n'
 
 
@@ -57,7 +63,7 @@ class InterruptedModel:
 
 def test_ctrl_c_stops_the_answer_and_a_one_shot_chat_exits_130(capsys):
     model = InterruptedModel()
-    reply = _answer(model, "m", [{"role": "user", "content": "A story."}], SamplingParams(), False)
+    reply = _answer(model, "m", [{"role": "user", "content": "A story."}], {}, None, _Shape(), SHOWN)
     assert model.closed  # the generation was cancelled
     assert (reply.text, reply.stopped, reply.exit_code) == ("Once upon", True, 130)
     assert capsys.readouterr().out == "Once upon [stopped]\n"
@@ -65,6 +71,6 @@ def test_ctrl_c_stops_the_answer_and_a_one_shot_chat_exits_130(capsys):
 
 def test_an_answer_that_ends_in_an_error_says_so_and_a_one_shot_chat_exits_1(capsys):
     model = ScriptedModel([GenerationChunk(text="Part"), GenerationChunk(finish_reason="error", error="the model broke")])
-    reply = _answer(model, "m", [{"role": "user", "content": "Hi"}], SamplingParams(), False)
+    reply = _answer(model, "m", [{"role": "user", "content": "Hi"}], {}, None, _Shape(), SHOWN)
     assert (reply.text, reply.failed, reply.exit_code) == ("Part", True, 1)
     assert capsys.readouterr().err == "hearth: the model broke\n"
