@@ -17,8 +17,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default and saved load settings, where its file is and which app it belongs to.",
     )
     p.add_argument("model", metavar="MODEL", help="a model name, as `hearth models` lists it")
-    p.add_argument("--template", action="store_true", help="print the chat template only")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--template", action="store_true", help="print the chat template only")
+    only.add_argument("--modelfile", action="store_true",
+                      help="print the Modelfile that makes it (`hearth create NAME -f` reads it back)")  # fmt: skip
+    only.add_argument("--parameters", action="store_true", help="print its own parameters only, a line each")
+    only.add_argument("--system", action="store_true", help="print its system prompt only")
+    only.add_argument("--license", action="store_true", help="print its license only")
+    only.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
 
@@ -129,6 +135,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, indent=2))
     elif args.template:
         print(d["template"] or "")
+    elif args.modelfile or args.parameters or args.system or args.license:
+        from engine.server.ollama_models import model_header, modelfile, own_settings, parameters_text
+
+        kv = model_header(model)
+        given = kv.get("tokenizer.chat_template") or kv.get("chat_template") or ""
+        template, system, defaults, messages, license_ = own_settings(model, given if isinstance(given, str) else "")
+        if args.modelfile:
+            print(modelfile(model, template, system, defaults, messages, license_), end="")
+        else:
+            print(parameters_text(defaults) if args.parameters else system if args.system else "\n".join(license_))
     else:
         print("\n".join(_lines(d)))
     return 0

@@ -247,6 +247,21 @@ def modelfile(m, template: str, system: str, defaults: dict, messages: list, lic
     return "\n".join(lines) + "\n"
 
 
+def own_settings(m, template: str) -> tuple[str, str, dict[str, Any], list[dict], list[str]]:
+    """What the model's Modelfile says, as ``/api/show`` and `hearth show --modelfile` give it: its template (one of
+    Ollama's, in Go, as given; else ``template``, its file's), system prompt, parameters, messages and licenses."""
+    own = m.origin_info or {}
+    if isinstance(own.get("ollama_template"), str):  # a template of Ollama's (Go): shown as given
+        template = own["ollama_template"]
+    given = own.get("defaults")
+    defaults: dict[str, Any] = given if isinstance(given, dict) else {}
+    system = defaults.get("system")
+    system = system if isinstance(system, str) else ""
+    messages = [mm for mm in defaults.get("messages") or () if isinstance(mm, dict)]
+    license_ = [t for t in own.get("license") or () if isinstance(t, str)]
+    return template, system, defaults, messages, license_
+
+
 @router.post("/show")
 async def show(request: Request, body: ModelBody) -> dict:
     m = await resolve(request, body.target)
@@ -267,15 +282,7 @@ async def show(request: Request, body: ModelBody) -> dict:
     if m.context_length and m.architecture:
         info.setdefault(f"{m.architecture}.context_length", m.context_length)
     rendered = m.chat_template or template  # what the model renders with: its capabilities are read from it
-    own = m.origin_info or {}
-    if isinstance(own.get("ollama_template"), str):  # a template of Ollama's (Go): shown as given
-        template = own["ollama_template"]
-    given = own.get("defaults")
-    defaults: dict[str, Any] = given if isinstance(given, dict) else {}
-    system = defaults.get("system")
-    system = system if isinstance(system, str) else ""
-    messages = [mm for mm in defaults.get("messages") or () if isinstance(mm, dict)]
-    license_ = [t for t in own.get("license") or () if isinstance(t, str)]
+    template, system, defaults, messages, license_ = own_settings(m, template)
     details = _details(m)
     details["parent_model"] = m.derived_from or ""
     return {

@@ -91,6 +91,15 @@ def test_hearth_create_and_cp_make_models_from_a_model_or_a_file(tmp_path, capsy
     assert main(["create", "mario", "-f", str(tmp_path / "Modelfile")]) == 0
     assert capsys.readouterr().out == f"Created mario from {STARTER}\n"
     assert main(["models"]) == 0 and f"llamacpp   {STARTER}" in capsys.readouterr().out  # FROM: what it was made from
+    # `hearth show --modelfile` writes what `hearth create` reads back; the other flags print one part, as Ollama's
+    assert main(["show", "mario", "--modelfile"]) == 0
+    written = capsys.readouterr().out
+    assert f"FROM {STARTER}\nSYSTEM You are Mario.\nPARAMETER temperature 0.1\n" in written
+    (tmp_path / "Again").write_text(written)
+    assert main(["create", "mario2", "-f", str(tmp_path / "Again")]) == 0 and main(["show", "mario2", "--modelfile"]) == 0
+    assert capsys.readouterr().out.endswith(written)
+    assert main(["show", "mario", "--system"]) == 0 and capsys.readouterr().out == "You are Mario.\n"
+    assert main(["show", "mario", "--parameters"]) == 0 and capsys.readouterr().out.split() == ["temperature", "0.1"]
     assert main(["cp", "mario", "luigi:latest"]) == 0
     registry = ModelRegistry()
     luigi = registry.get("luigi")
