@@ -165,6 +165,7 @@ class _Talk:
         model: The local model (None: a remote provider's).
         backend: The backend it runs on in this process (None: the worker's).
         close: Lets go of what this process holds for it.
+        sees: The model reads pictures (a message's paths to them are sent as pictures, as `ollama run` sends them).
     """
 
     name: str
@@ -172,6 +173,7 @@ class _Talk:
     model: LocalModel | None = None
     backend: Any = None
     close: Callable[[], None] = lambda: None
+    sees: bool = False
 
 
 def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: dict[str, Any], *, sees: bool = False) -> _Talk:
@@ -193,11 +195,10 @@ def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: di
         return _Talk(chat.name, lambda history: _answer(chat, chat.name, history, chat_sampling(sampling, None), None,
                                                          shape(), args), backend=chat, close=chat.close)  # fmt: skip
     from engine.catalog.registry import resolve_model
+    from engine.commands.chat_images import can_see, check_sees
 
     local = resolve_model(name)  # an unknown name is refused before anything starts
     if sees:
-        from engine.commands.chat_images import check_sees
-
         check_sees(local)
     if not _runs_here(args, local):
         from engine.commands.chat_worker import WorkerChat, daemon_client
@@ -206,13 +207,14 @@ def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: di
         worker.load(args.ctx)
         return _Talk(local.name, lambda history: worker.answer(
             history, {**chat_sampling(sampling, local.origin_info), **shape().body()}, show_stats=args.stats,
-            show_thinking=not args.hidethinking), model=local)  # fmt: skip
+            show_thinking=not args.hidethinking), model=local, sees=can_see(local))  # fmt: skip
     from engine.loading import open_model
 
     backend, model = open_model(name, backend=args.backend, options=options)
     defaults = ModelDefaults.from_info(model.origin_info)  # applied here as the worker applies them
     return _Talk(model.name, lambda history: _answer(backend, model.name, history, chat_sampling(sampling, model.origin_info),
-                                                     defaults, shape(), args), model=model, backend=backend, close=backend.close)  # fmt: skip
+                                                     defaults, shape(), args), model=model, backend=backend,
+                 close=backend.close, sees=can_see(model))  # fmt: skip
 
 
 def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defaults, shape: _Shape, args) -> Reply:
@@ -458,13 +460,14 @@ def _converse(
     """One answer to ``args.prompt`` (exiting 130 when Ctrl-C stopped it, 1 when it failed), or a conversation on
     the terminal with ``talk``'s model; each answer is sampled as ``sampling`` says (which `/set parameter` changes),
     and ``reopen`` opens another model for `/load` (None: it cannot change here)."""
-    from engine.commands.chat_images import user_message
+    from engine.commands.chat_images import pictures_in, user_message
 
     history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:
         if docs is not None:
             history = [{"role": "system", "content": docs.system(args.prompt, args.system)}]
-        history.append(user_message(args.prompt, images))
+        text, named = pictures_in(args.prompt) if talk.sees else (args.prompt, [])
+        history.append(user_message(text, [*images, *named]))
         reply = talk.ask(history)
         if docs is not None:
             docs.print_sources(reply.text)
@@ -508,6 +511,15 @@ def _converse(
         if docs is not None:  # each question brings its own sources
             system = {"role": "system", "content": docs.system(line, args.system)}
             history = [system, *(m for m in history if m["role"] != "system")]
+        if talk.sees:
+            from engine.errors import InvalidRequest
+
+            try:
+                line, named = pictures_in(line)
+            except InvalidRequest as exc:  # a file named that is not a picture: said, and the message not sent
+                print(f"hearth: {exc}", file=sys.stderr)
+                continue
+            images = [*images, *named]
         history.append(user_message(line, images))
         reply = _answer_within_context(talk.ask, history)
         if reply is None:  # refused: said on stderr, and the message taken back; the conversation goes on

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import mimetypes
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,15 +77,48 @@ def chat_messages(history: Sequence[Mapping[str, Any]]) -> tuple[ChatMessage, ..
     return with_media(as_messages(items), found)
 
 
+#: A picture's path written in a message, as `ollama run` finds one: from ``/``, ``./``, ``~/`` or ``\`` (a drive letter
+#: before it on Windows) to a ``.jpg``, ``.jpeg``, ``.png`` or ``.webp`` ending; spaces escaped with ``\`` kept in it.
+_PICTURE_PATH = re.compile(r"(?:[a-zA-Z]:)?(?:\./|/|~/|\\)[\S\\ ]+?\.(?i:jpe?g|png|webp)\b")
+
+
+def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """The pictures ``text`` names by path, attached as `ollama run` attaches them for a model that sees: each path of
+    a file there taken out of the text (quotes around it too) and said on stderr; a path to no file stays text.
+
+    Raises:
+        InvalidRequest: a file named so that is not a picture, naming it.
+    """
+    parts = []
+    for written in dict.fromkeys(_PICTURE_PATH.findall(text)):
+        path = written.replace("\\ ", " ")
+        try:
+            there = Path(path).expanduser().is_file()
+        except (OSError, ValueError):
+            there = False
+        if not there:
+            continue
+        parts.append(image_part(path))
+        print(f"Added image '{path}'", file=sys.stderr)
+        for spelled in (f"'{written}'", f'"{written}"', written):
+            text = text.replace(spelled, "")
+    return text.strip(), parts
+
+
+def can_see(model: Any) -> bool:
+    """Whether the local model ``model`` has a projector that sees."""
+    from engine.catalog.pairing import projector_senses
+
+    return model.mmproj is not None and "vision" in projector_senses(model.mmproj)
+
+
 def check_sees(model: Any) -> None:
     """Refuse pictures for a local model without a projector that sees, before it is loaded.
 
     Raises:
         InvalidRequest: the model cannot see, saying how to give it a projector.
     """
-    from engine.catalog.pairing import projector_senses
-
-    if model.mmproj is None or "vision" not in projector_senses(model.mmproj):
+    if not can_see(model):
         raise InvalidRequest(
             f"Model '{model.name}' cannot see images; choose one that can (`hearth models` marks them [vision]), or "
             "pair it with its projector: `hearth import FILE.gguf --mmproj MMPROJ.gguf`.",
@@ -91,4 +126,4 @@ def check_sees(model: Any) -> None:
         )
 
 
-__all__ = ["image_part", "user_message", "chat_messages", "check_sees"]
+__all__ = ["can_see", "chat_messages", "check_sees", "image_part", "pictures_in", "user_message"]

@@ -61,7 +61,12 @@ def test_import_pairs_the_projector_beside_and_chat_sends_pictures(env, tmp_path
         assert out.returncode == 0, out.stderr
         return out.stdout
 
-    assert ask(pictures["check.png"]) != ask(pictures["gradient.png"])  # it sees which picture it was given
+    seen = ask(pictures["check.png"])
+    assert seen != ask(pictures["gradient.png"])  # it sees which picture it was given
+    # a picture's path in the message is sent as the picture, as `ollama run` sends it (the message without it)
+    named = hearth(env, "chat", "--local", f"{QUESTION} '{pictures['check.png']}'", "--model", "eyes", "-t", "0",
+                   "--max-tokens", "8")  # fmt: skip
+    assert named.returncode == 0 and named.stdout == seen and f"Added image '{pictures['check.png']}'" in named.stderr
 
     (tmp_path / "notes.png").write_text("not a picture")
     broken = hearth(env, "chat", QUESTION, "--model", "eyes", "--image", str(tmp_path / "notes.png"))
@@ -84,3 +89,13 @@ def test_a_picture_goes_as_a_data_url_part_and_comes_back_as_the_same_bytes(tmp_
     assert message.content == "Look." + MEDIA_MARKER and message.media[0].data == checkerboard()
     with pytest.raises(InvalidRequest, match="Cannot read the image .*gone.png"):
         image_part(tmp_path / "gone.png")
+    from engine.commands.chat_images import pictures_in
+
+    (tmp_path / "my pic.png").write_bytes(gradient())
+    spaced = str(tmp_path / "my pic.png").replace(" ", "\\ ")
+    text, parts = pictures_in(f"Compare {tmp_path}/a.png with {spaced}, not {tmp_path}/gone.png or https://x.org/b.png.")
+    assert text == f"Compare  with , not {tmp_path}/gone.png or https://x.org/b.png." and len(parts) == 2
+    assert parts[1] == image_part(tmp_path / "my pic.png")
+    (tmp_path / "notes.png").write_text("not a picture")
+    with pytest.raises(InvalidRequest, match="notes.png is not a readable image"):
+        pictures_in(f"Read {tmp_path}/notes.png")
