@@ -62,9 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    metavar="true|false|low|medium|high",
                    help="a thinking model thinks first (true, or an effort) or not (false); default: the model's way")  # fmt: skip
     p.add_argument("--hidethinking", action="store_true", help="the model thinks, but its thinking is not printed")
-    p.add_argument("--keepalive", type=valid.cli_type(lambda text: valid.request_keep_alive(text, name="keepalive"),
-                                                      "keepalive"), default=None, metavar="DURATION",
-                   help="how long the worker keeps the model loaded once the chat is idle (5m, 1h, 0; -1: always)")  # fmt: skip
+    p.add_argument("--keepalive", type=valid.cli_type(_keepalive, "keepalive"), default=None, metavar="DURATION",
+                   help="how long the worker keeps the model loaded once the chat is idle (5m, 1h, 0, never)")  # fmt: skip
     p.add_argument(
         "--docs", action="append", metavar="NAME", help="answer from this document collection (`hearth docs`), with sources"
     )
@@ -96,6 +95,17 @@ def _format(text: str) -> str | dict[str, Any]:
     if not isinstance(schema, dict):
         raise InvalidRequest("'format' must be json or a JSON schema object; got " + repr(text[:80]) + ".", param="format")
     return schema
+
+
+def _keepalive(text: str) -> float:
+    """``--keepalive``: seconds, a duration (``10m``) or ``never`` (-1, as a request's ``keep_alive`` says it), as the
+    other flags that keep a model loaded take it.
+
+    Raises:
+        InvalidRequest: anything else.
+    """
+    seconds = valid.keep_alive(text, name="keepalive")
+    return -1.0 if seconds is None else seconds
 
 
 def _think(text: str) -> bool | str:

@@ -16,7 +16,7 @@ ASK = [{"role": "user", "content": "Name three colours."}]
 def test_anthropic_failures_are_api_errors_plain_and_streamed(failing):  # noqa: F811
     client, backend = failing
     backend.mode = "chunk"
-    body = {"model": MODEL, "max_tokens": 20, "messages": ASK}
+    body = {"model": MODEL, "max_tokens": 20, "messages": ASK, "temperature": 0}
     r = client.post("/v1/messages", json=body)
     assert r.status_code == 500
     assert r.json() == {"type": "error", "error": {"type": "api_error", "message": DECODE_ERROR}}
@@ -39,7 +39,7 @@ def test_anthropic_failures_are_api_errors_plain_and_streamed(failing):  # noqa:
 def test_ollama_failures_are_error_lines(failing):  # noqa: F811
     client, backend = failing
     backend.mode = "chunk"
-    body = {"model": MODEL, "messages": ASK, "options": {"num_predict": 20}}
+    body = {"model": MODEL, "messages": ASK, "options": {"num_predict": 20, "temperature": 0}}
     r = client.post("/api/chat", json={**body, "stream": False})
     assert r.status_code == 500 and r.json() == {"error": DECODE_ERROR}
     with client.stream("POST", "/api/chat", json=body) as s:
@@ -50,7 +50,7 @@ def test_ollama_failures_are_error_lines(failing):  # noqa: F811
 def test_responses_failures_are_server_errors_and_response_failed(failing):  # noqa: F811
     client, backend = failing
     backend.mode = "chunk"
-    body = {"model": MODEL, "input": "Name three colours.", "max_output_tokens": 20}
+    body = {"model": MODEL, "input": "Name three colours.", "max_output_tokens": 20, "temperature": 0}
     r = client.post("/v1/responses", json=body)
     assert r.status_code == 500 and r.json()["error"]["code"] == "generation_failed"
     assert r.json()["error"]["message"] == DECODE_ERROR
