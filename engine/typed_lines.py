@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 
@@ -11,6 +12,7 @@ LEAVE = frozenset({"/bye", "/exit", "/quit"})
 MAX_PIPED_CHARS = 8 << 20  # of text piped in beside a message: more than any model's context holds
 HELP = ("/clear starts the conversation over; /bye leaves (also /exit, /quit, Ctrl-D); Ctrl-C stops an answer; "
         '""" begins a message of several lines and """ ends it; /? or /help shows this.')
+HISTORY_LINES = 1000  # of what was typed at the prompt, kept between conversations
 QUOTES = '"""'  # around a message of several lines, as in ``ollama run``
 COMMANDS_HELP = (" /set system TEXT sets the system prompt; /set parameter NAME VALUE sets temperature, top_p, seed "
                  "or num_predict for the answers after; /set format json, /set noformat, /set think, /set nothink, /set verbose "
@@ -29,6 +31,46 @@ def typed_lines(
     ``commands`` (``/set``, ``/show``, ``/load``, ``/save``) each take the rest of their line and give the sentence said. (Ctrl-C during an
     answer is the caller's: it stops that answer.)"""
     print(f"{greeting} Ctrl-C stops an answer, /bye or Ctrl-D leaves.", file=sys.stderr)
+    save_history = _line_editing()
+    try:
+        yield from _read(clear, commands)
+    finally:
+        save_history()
+
+
+def _line_editing() -> Callable[[], None]:
+    """At a terminal, the prompt's line editing (arrow keys, Ctrl-A/E, Ctrl-R) and the history of what was typed,
+    kept in the data folder as ``ollama run`` keeps ``~/.ollama/history`` (private to its owner; not kept with
+    ``HEARTH_NOHISTORY`` set). Returns what saves the history at the end. Nothing where readline is missing
+    (Windows): the prompt then reads plain lines."""
+    if not sys.stdin.isatty():
+        return lambda: None
+    try:
+        import readline
+    except ImportError:
+        return lambda: None
+    readline.parse_and_bind("set enable-bracketed-paste off")  # a pasted text comes a line at a time, as typed
+    if os.environ.get("HEARTH_NOHISTORY"):
+        return lambda: None
+    from engine.paths import hearth_home, private_file
+
+    path = hearth_home() / "history"
+    try:
+        readline.read_history_file(path)
+    except OSError:  # none yet, or unreadable: a history starts now
+        pass
+    readline.set_history_length(HISTORY_LINES)
+
+    def save() -> None:
+        try:
+            readline.write_history_file(private_file(path))
+        except OSError:
+            pass
+
+    return save
+
+
+def _read(clear: Callable[[], None] | None, commands: Mapping[str, Callable[[str], str]] | None) -> Iterator[str]:
     while True:
         try:
             line = input("> ")

@@ -415,3 +415,19 @@ def test_format_think_and_keepalive_as_ollama_run_takes_them(capsys):
     off = _Shape(schema, False, None)
     assert off.body()["chat_template_kwargs"] == {"enable_thinking": False} and off.request()["thinking"] is False
     assert off.request()["response_format"].schema == schema and "keep_alive" not in off.body()
+
+
+def test_the_prompt_edits_lines_and_keeps_what_was_typed_as_ollama_run_does(tmp_path, monkeypatch):
+    """At a terminal the up arrow brings the last line back (readline: arrow keys, not their escape codes), and what
+    was typed is kept for the next conversation in a file only its owner reads; HEARTH_NOHISTORY keeps none."""
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    lines = ["/set system Be brief.", "/show system", "\x1b[A"]  # the arrow and Enter: /show system again
+    code, turns = converse_at_a_terminal(["chat", "--local"], lines)
+    assert code == 0, turns
+    assert turns[2].strip().endswith("Be brief.") and "[A" not in turns[2], turns
+    history = tmp_path / "home" / "history"
+    assert history.read_text().splitlines() == ["/set system Be brief.", "/show system"]  # (a line again once)
+    assert history.stat().st_mode & 0o077 == 0
+    monkeypatch.setenv("HEARTH_NOHISTORY", "1")
+    code, turns = converse_at_a_terminal(["chat", "--local"], ["\x1b[A", "/show parameters"])
+    assert code == 0 and "Be brief." not in turns[0] and history.read_text().splitlines()[-1] == "/show system"
