@@ -24,7 +24,7 @@ PRIVATE_FILE_MODE = 0o600
 OWN_FILES = (
     "chats.db", "chats.damaged-*.db", "chats-unsaved-*.db", "registry.db", "documents.db", "agent-steps.db",
     "remotes.json", "remote-keys.json", "mcp-servers.json", "mcp-secrets.json", "app-secrets.json", "app.lock",
-    "daemon.json", "load-settings.json", "model-folders.json",
+    "daemon.json", "load-settings.json", "model-folders.json", "history",
 )  # fmt: skip
 SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 # Folders of Hearth's own files: the folder is made 0700 and the files in it 0600.
