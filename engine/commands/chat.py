@@ -232,7 +232,7 @@ def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defau
     the rest, the model's ``defaults`` (its system prompt and messages too) where it has them; ``shape`` as the
     flags ask, the thinking printed unless ``--hidethinking`` and the figures after it with ``--stats``."""
     from engine.commands.chat_images import chat_messages
-    from engine.commands.chat_reply import Reply
+    from engine.commands.chat_reply import Reply, thinking_out
     from engine.model_defaults import SAMPLING_FIELDS
     from engine.types import GenerationRequest, SamplingParams
 
@@ -246,23 +246,27 @@ def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defau
     last = None
     thinking = False
     stopped = False
+    aside = thinking_out()
     try:
         for chunk in stream:
             if chunk.reasoning and show_thinking:  # thinking, dimmed, before the answer (docs/tools.md)
-                sys.stdout.write(_dim(chunk.reasoning))
+                aside.write(_dim(chunk.reasoning))
                 thinking = True
             if chunk.text:
                 if thinking:
-                    sys.stdout.write("\n")
+                    aside.write("\n")
                     thinking = False
                 parts.append(chunk.text)
                 sys.stdout.write(chunk.text)
             for call in chunk.tool_calls:  # calls apart from the answer text, one line each
-                if parts or thinking:
+                if thinking:
+                    aside.write("\n")
+                elif parts:
                     sys.stdout.write("\n")
                 sys.stdout.write(f"\u2192 {call.name}({call.arguments})")
                 parts.append("")
                 thinking = False
+            aside.flush()
             sys.stdout.flush()
             last = chunk
     except KeyboardInterrupt:

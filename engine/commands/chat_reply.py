@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import TextIO
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,4 +27,10 @@ class Reply:
         return 130 if self.stopped else 1 if self.failed else 0
 
 
-__all__ = ["Reply"]
+def thinking_out() -> TextIO:
+    """Where `hearth chat` prints a model's thinking: before the answer at a terminal (dimmed), on stderr when the
+    answer goes to a file or another program, which then get the answer alone (``--hidethinking`` prints none)."""
+    return sys.stdout if sys.stdout.isatty() else sys.stderr
+
+
+__all__ = ["Reply", "thinking_out"]

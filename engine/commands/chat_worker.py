@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.commands.chat_reply import Reply
+from engine.commands.chat_reply import Reply, thinking_out
 from engine.commands.worker_client import WorkerClient
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class WorkerChat:
         first: float | None = None
         usage: dict[str, Any] = {}
         thinking = False
+        aside = thinking_out()
         timeout = httpx.Timeout(30.0, read=None)
         try:
             with httpx.stream("POST", f"{self.client.url}/v1/chat/completions", json=body,
@@ -98,15 +99,16 @@ class WorkerChat:
                     for choice in event.get("choices") or ():
                         delta = choice.get("delta") or {}
                         if delta.get("reasoning_content") and show_thinking:  # thinking, dimmed, before the answer (docs/tools.md)
-                            sys.stdout.write(_dim(delta["reasoning_content"]))
+                            aside.write(_dim(delta["reasoning_content"]))
                             thinking = True
                         if delta.get("content"):
                             first = first or time.monotonic()
                             if thinking:
-                                sys.stdout.write("\n")
+                                aside.write("\n")
                                 thinking = False
                             parts.append(delta["content"])
                             sys.stdout.write(delta["content"])
+                        aside.flush()
                         sys.stdout.flush()
         except KeyboardInterrupt:
             sys.stdout.write(" [stopped]\n")  # leaving the block closed the stream: the worker cancelled it

@@ -21,14 +21,19 @@ class ScriptedModel:
         return iter(self.chunks)
 
 
-def test_thinking_comes_before_the_answer_and_is_not_part_of_it(capsys):
+def test_thinking_comes_before_the_answer_and_is_not_part_of_it(capsys, monkeypatch):
     model = ScriptedModel([
         GenerationChunk(reasoning="The user wants "), GenerationChunk(reasoning="a sum."),
         GenerationChunk(text="It is "), GenerationChunk(text="4.", finish_reason="stop"),
     ])  # fmt: skip
     reply = _answer(model, "m", [{"role": "user", "content": "2+2?"}], {}, None, _Shape(), SHOWN)
     assert reply.text == "It is 4." and reply.exit_code == 0
-    assert capsys.readouterr().out == "The user wants a sum.\nIt is 4.\n"
+    said = capsys.readouterr()  # (not a terminal: the thinking on stderr, the answer alone on stdout)
+    assert (said.out, said.err) == ("It is 4.\n", "The user wants a sum.\n")
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)  # at a terminal: before the answer, on stdout
+    _answer(model, "m", [{"role": "user", "content": "2+2?"}], {}, None, _Shape(), SHOWN)
+    assert capsys.readouterr().out == "\x1b[2mThe user wants \x1b[0m\x1b[2ma sum.\x1b[0m\nIt is 4.\n"
+    monkeypatch.undo()
     hidden = _answer(model, "m", [{"role": "user", "content": "2+2?"}], {}, None, _Shape(), Namespace(stats=False, hidethinking=True))
     assert hidden.text == "It is 4." and capsys.readouterr().out == "It is 4.\n"  # --hidethinking: thought, not shown
 
