@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import httpx
 
 
-def daemon_client() -> WorkerClient:
+def daemon_client(purpose: str = "this chat") -> WorkerClient:
     """The running daemon's worker, or a daemon started now (on the usual port, else any free one).
 
     Raises:
@@ -34,7 +34,7 @@ def daemon_client() -> WorkerClient:
             port = DEFAULT_PORT
         except OSError:  # the usual port is someone else's: the daemon.json names whichever it gets
             port = 0
-        print("Starting the Hearth daemon for this chat; it keeps running (`hearth daemon down` stops it).",
+        print(f"Starting the Hearth daemon for {purpose}; it keeps running (`hearth daemon down` stops it).",
               file=sys.stderr)  # fmt: skip
         info = start_daemon(port=port)
     return WorkerClient(info.url, info.admin_key)

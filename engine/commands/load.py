@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "load",
         help="load a model in the running worker",
-        description="Load MODEL in the running worker (the daemon's, or --url's) now, instead of on its first request. "
+        description="Load MODEL in the running worker (the daemon's, started when none runs, or --url's) now, instead "
+        "of on its first request. "
         "Settings given here are for this load, over the model's saved ones (--save remembers them for every later "
         "load, requests' just-in-time loads included): a model loaded with others is reloaded (when no request uses "
         "it), and settings that do not fit are refused with what would.",
@@ -47,7 +48,7 @@ def _ttl(text: str) -> str:
 
 
 def run_load(args: argparse.Namespace) -> int:
-    client = WorkerClient.from_args(args)
+    client = WorkerClient.from_args(args, start=True)
     # A load may take minutes for a large model; the worker answers once it is loaded.
     body = {"model": args.model, **given(args).to_wire(), "save": args.save or None, "keep_alive": args.ttl}
     answer = client.request("POST", "/api/models/load", body={k: v for k, v in body.items() if v is not None}, timeout=600.0)

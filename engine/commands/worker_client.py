@@ -47,11 +47,13 @@ class WorkerClient:
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> WorkerClient:
-        """The worker ``--url``/``HEARTH_URL`` names, else the running daemon's.
+    def from_args(cls, args: argparse.Namespace, *, start: bool = False) -> WorkerClient:
+        """The worker ``--url``/``HEARTH_URL`` names, else the running daemon's; with ``start``, a daemon started now
+        where none runs (as `hearth chat` starts one: the command's whole point is the worker's).
 
         Raises:
-            WorkerUnreachable: neither is there.
+            WorkerUnreachable: neither is there (and ``start`` is not asked).
+            DaemonError: the daemon could not be started.
         """
         url = args.url or os.environ.get("HEARTH_URL")
         if url:
@@ -59,6 +61,10 @@ class WorkerClient:
         from engine.worker.daemon import find_daemon
 
         info = find_daemon()
+        if info is None and start:
+            from engine.commands.chat_worker import daemon_client
+
+            return daemon_client(f"`hearth {getattr(args, 'command', None) or 'load'}`")
         if info is None:
             raise WorkerUnreachable(
                 "No Hearth daemon is running; start one with `hearth daemon up`, or name a worker with --url."

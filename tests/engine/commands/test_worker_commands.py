@@ -178,6 +178,12 @@ def test_chat_starts_a_daemon_when_none_runs_and_it_keeps_running(tmp_path):
         assert status["running"] is True
         (row,) = hearth_json("ps", home=tmp_path)["models"]
         assert (row["name"], row["context_length"]) == (MODEL, 256)
+        assert hearth_json("daemon", "down", home=tmp_path)["stopped"] is True
+        # `hearth load` likewise: its whole point is the worker's
+        loaded = hearth("load", MODEL, "--ttl", "10m", home=tmp_path, timeout=300)
+        assert loaded.returncode == 0, loaded.stderr
+        assert loaded.stderr.startswith("Starting the Hearth daemon for `hearth load`; it keeps running")
+        assert loaded.stdout.startswith(f"Loaded {MODEL} on llamacpp with 256 tokens of context")
     finally:
         assert hearth_json("daemon", "down", home=tmp_path)["stopped"] is True
 
@@ -202,7 +208,7 @@ def test_the_admin_routes_need_the_daemons_key(daemon):
 
 
 def test_without_a_daemon_each_command_says_what_to_do(tmp_path):
-    for args in (("ps",), ("load", MODEL), ("unload", "--all"), ("log", "stream")):
+    for args in (("ps",), ("unload", "--all"), ("log", "stream")):  # (`hearth load` starts one)
         out = hearth(*args, home=tmp_path)
         assert out.returncode == 1, args
         assert out.stderr.strip().splitlines() == [
