@@ -65,6 +65,23 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         parser = subs[0].choices[name]
 
 
+#: Flags with an optional value of a few words: the next word is the flag's only when it is one of them, as Ollama's
+#: CLI reads ``--think`` (so `hearth chat qwen3 --think "Why?"` asks the question, thinking).
+_WORD_FLAGS = {"--think": ("true", "false", "low", "medium", "high")}
+
+
+def _word_flags(argv: list[str]) -> list[str]:
+    out = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return out + argv[i:]
+        words = _WORD_FLAGS.get(arg)
+        if words is not None and (i + 1 == len(argv) or argv[i + 1].strip().lower() not in words):
+            arg = f"{arg}=true"
+        out.append(arg)
+    return out
+
+
 def _intermixed(own: argparse.ArgumentParser, args: argparse.Namespace, unknown: list[str]) -> list[str]:
     """The words of ``unknown`` that are left once each fills an optional positional its command's parser left empty
     (argparse reads a command's positionals in one run, so ``hearth chat llama3.2 --local "Hello"`` had the message
@@ -84,7 +101,7 @@ def _intermixed(own: argparse.ArgumentParser, args: argparse.Namespace, unknown:
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``argv`` parsed; what the command does not know is refused by that command's parser, with its usage and
     the option meant where one is close (``--temprature``: did you mean --temperature?)."""
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(_word_flags(argv))
     if unknown:
         unknown = _intermixed(_innermost(parser, args), args, unknown)
     if unknown:

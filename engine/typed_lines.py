@@ -60,10 +60,11 @@ def _line_editing() -> Callable[[], None]:
     except OSError:  # none yet, or unreadable: a history starts now
         pass
     readline.set_history_length(HISTORY_LINES)
+    before = readline.get_current_history_length()
 
-    def save() -> None:
+    def save() -> None:  # this conversation's lines added (two chats at once keep both), the file kept to its length
         try:
-            readline.write_history_file(private_file(path))
+            readline.append_history_file(max(0, readline.get_current_history_length() - before), private_file(path))
         except OSError:
             pass
 

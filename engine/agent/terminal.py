@@ -18,6 +18,8 @@ from engine.agent.config import load_mcp_file
 from engine.agent.loop import AgentEvent, AgentLoop, ToolCallRecord, truncate
 from engine.agent.runtime import AgentRuntime
 from engine.agent.sessions import McpHub
+from engine.commands.chat_reply import thinking_out
+from engine.commands.chat_shape import Shape
 from engine.model_defaults import chat_sampling
 from engine.typed_lines import LEFT_OUT, leave_out_oldest, typed_lines
 
@@ -43,18 +45,23 @@ def format_card(call: ToolCallRecord) -> str:
 
 
 class _Printer:
-    def __init__(self) -> None:
+    def __init__(self, show_thinking: bool = True) -> None:
         self.dim = sys.stdout.isatty()
+        self.aside = thinking_out()  # the thinking: beside the answer at a terminal, else on stderr
+        self.show_thinking = show_thinking
         self.thinking = False
         self.mid_line = False
 
     def __call__(self, event: AgentEvent) -> None:
         out = sys.stdout
         if event.kind == "thinking":
+            if not self.show_thinking:
+                return
             if not self.thinking:
-                out.write("\x1b[2m" if self.dim else "[thinking] ")
+                self.aside.write("\x1b[2m" if self.dim else "[thinking] ")
                 self.thinking = True
-            out.write(event.text)
+            self.aside.write(event.text)
+            self.aside.flush()
         elif event.kind == "content":
             self._end_thinking()
             out.write(event.text)
@@ -80,7 +87,8 @@ class _Printer:
 
     def _end_thinking(self) -> None:
         if self.thinking:
-            sys.stdout.write("\x1b[0m\n" if self.dim else "\n")
+            self.aside.write("\x1b[0m\n" if self.dim else "\n")
+            self.aside.flush()
             self.thinking = False
 
     def _newline(self) -> None:
@@ -157,7 +165,7 @@ def run_agent_chat(args: Any, options) -> int:
     client = None
     try:
         runtime.call(hub.start())
-        printer = _Printer()
+        printer = _Printer(show_thinking=not getattr(args, "hidethinking", False))
         for failure in hub.new_failures():
             printer(AgentEvent("server_failed", server=failure.server, text=failure.stderr or failure.reason))
         names = ", ".join(t.name for t in hub.tools()) or "none"
@@ -170,6 +178,8 @@ def run_agent_chat(args: Any, options) -> int:
         client = ChatClient(base_url, api_key=key)
         params = chat_sampling({"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
                                 "max_tokens": args.max_tokens}, model.origin_info)  # fmt: skip
+        params.update(Shape(getattr(args, "format", None), getattr(args, "think", None),
+                             getattr(args, "keepalive", None)).body())  # fmt: skip
         history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
 
         def attempt(asked: list[dict], held: list[AgentEvent]):

@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine import validation as valid
+from engine.commands.chat_shape import Shape, parse_format, parse_keepalive, parse_think
 from engine.commands.load_flags import add_flag
 
 if TYPE_CHECKING:
@@ -56,13 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--stats", "--verbose", dest="stats", action="store_true",
                    help="print tokens/s and time to first token after each answer")  # fmt: skip
-    p.add_argument("--format", type=valid.cli_type(_format, "format"), default=None,
+    p.add_argument("--format", type=valid.cli_type(parse_format, "format"), default=None,
                    help="json, or a JSON schema: the answer is JSON (that fits the schema), as `ollama run --format json`")  # fmt: skip
-    p.add_argument("--think", nargs="?", const="true", type=valid.cli_type(_think, "think"), default=None,
+    p.add_argument("--think", nargs="?", const="true", type=valid.cli_type(parse_think, "think"), default=None,
                    metavar="true|false|low|medium|high",
                    help="a thinking model thinks first (true, or an effort) or not (false); default: the model's way")  # fmt: skip
     p.add_argument("--hidethinking", action="store_true", help="the model thinks, but its thinking is not printed")
-    p.add_argument("--keepalive", type=valid.cli_type(_keepalive, "keepalive"), default=None, metavar="DURATION",
+    p.add_argument("--keepalive", type=valid.cli_type(parse_keepalive, "keepalive"), default=None, metavar="DURATION",
                    help="how long the worker keeps the model loaded once the chat is idle (5m, 1h, 0, never)")  # fmt: skip
     p.add_argument(
         "--docs", action="append", metavar="NAME", help="answer from this document collection (`hearth docs`), with sources"
@@ -74,95 +74,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-tools", action="store_true", help="with --mcp: run every tool call without asking")
     p.add_argument("--max-rounds", type=valid.whole(valid.COUNT, "max_rounds"), default=8, help="with --mcp: most model turns that call tools")
     p.set_defaults(run=run)
-
-
-def _format(text: str) -> str | dict[str, Any]:
-    """``--format``: ``json``, or a JSON schema object as text.
-
-    Raises:
-        InvalidRequest: neither.
-    """
-    import json
-
-    from engine.errors import InvalidRequest
-
-    if text.strip().lower() == "json":
-        return "json"
-    try:
-        schema = json.loads(text)
-    except ValueError:
-        schema = None
-    if not isinstance(schema, dict):
-        raise InvalidRequest("'format' must be json or a JSON schema object; got " + repr(text[:80]) + ".", param="format")
-    return schema
-
-
-def _keepalive(text: str) -> float:
-    """``--keepalive``: seconds, a duration (``10m``) or ``never`` (-1, as a request's ``keep_alive`` says it), as the
-    other flags that keep a model loaded take it.
-
-    Raises:
-        InvalidRequest: anything else.
-    """
-    seconds = valid.keep_alive(text, name="keepalive")
-    return -1.0 if seconds is None else seconds
-
-
-def _think(text: str) -> bool | str:
-    """``--think``: true or false, or an effort (low, medium, high), as `ollama run --think` takes it.
-
-    Raises:
-        InvalidRequest: anything else.
-    """
-    from engine.errors import InvalidRequest
-
-    word = text.strip().lower()
-    if word in ("true", "false"):
-        return word == "true"
-    if word in ("low", "medium", "high"):
-        return word
-    raise InvalidRequest(f"'think' must be true, false, low, medium or high; got {text!r} (a message goes before "
-                         "--think, or write --think=true).", param="think")  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    """What `hearth chat`'s flags ask of every answer beside its sampling: JSON (``--format``), thinking
-    (``--think``) and, through the worker, how long the model stays loaded (``--keepalive``)."""
-
-    format: str | dict[str, Any] | None = None
-    think: bool | str | None = None
-    keep_alive: float | None = None
-
-    def body(self) -> dict[str, Any]:
-        """The fields of the worker's chat completion request."""
-        out: dict[str, Any] = {}
-        if self.format == "json":
-            out["response_format"] = {"type": "json_object"}
-        elif self.format is not None:
-            out["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": self.format}}
-        if isinstance(self.think, bool):
-            out["chat_template_kwargs"] = {"enable_thinking": self.think}
-        elif self.think is not None:
-            out["reasoning_effort"] = self.think
-        if self.keep_alive is not None:
-            out["keep_alive"] = self.keep_alive
-        return out
-
-    def request(self) -> dict[str, Any]:
-        """The same as :class:`GenerationRequest` fields, for a model in this process."""
-        from engine.types import ResponseFormat
-
-        out: dict[str, Any] = {}
-        if self.format == "json":
-            out["response_format"] = ResponseFormat(type="json_object", param="format")
-        elif isinstance(self.format, dict):
-            out["response_format"] = ResponseFormat(type="json_schema", schema=self.format, param="format")
-        if self.think is not None:
-            out["thinking"] = bool(self.think)
-            if isinstance(self.think, str):
-                out["template_kwargs"] = (("reasoning_effort", self.think),)
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +107,8 @@ def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: di
     """
     from engine.model_defaults import ModelDefaults, chat_sampling
 
-    def shape() -> _Shape:  # as the flags and `/set` say when the answer is asked
-        return _Shape(args.format, args.think, args.keepalive)
+    def shape() -> Shape:  # as the flags and `/set` say when the answer is asked
+        return Shape(args.format, args.think, args.keepalive)
 
     remote = _open_remote(name)
     if remote is not None:
@@ -214,7 +125,7 @@ def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: di
         from engine.commands.chat_worker import WorkerChat, daemon_client
 
         worker = WorkerChat(daemon_client(), local.name)
-        worker.load(args.ctx)
+        worker.load(args.ctx, args.keepalive)
         return _Talk(local.name, lambda history: worker.answer(
             history, {**chat_sampling(sampling, local.origin_info), **shape().body()}, show_stats=args.stats,
             show_thinking=not args.hidethinking), model=local, sees=can_see(local))  # fmt: skip
@@ -227,7 +138,7 @@ def _open_talk(name: str | None, args: argparse.Namespace, options, sampling: di
                  close=backend.close, sees=can_see(model))  # fmt: skip
 
 
-def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defaults, shape: _Shape, args) -> Reply:
+def _answer(backend, model_name: str, history: list, sent: dict[str, Any], defaults, shape: Shape, args) -> Reply:
     """Stream the answer to ``history`` from ``backend`` in this process, sampled with the fields ``sent`` and, for
     the rest, the model's ``defaults`` (its system prompt and messages too) where it has them; ``shape`` as the
     flags ask, the thinking printed unless ``--hidethinking`` and the figures after it with ``--stats``."""
@@ -506,7 +417,11 @@ def _converse(
             talk = reopen(_model_named(name) or name)
         except HearthError as exc:
             return str(exc)
+        except KeyboardInterrupt:
+            return f"Stopped loading {name}; still chatting with {talk.name}."
         clear()
+        if not talk.sees:
+            pending.clear()  # the pictures given for the first message: this model cannot read them
         return f"Chatting with {talk.name}; the conversation starts over."
 
     def save(name: str) -> str:
@@ -520,6 +435,7 @@ def _converse(
             return str(exc)
         return f"Created {made.name}: `hearth chat {made.name}` starts from this conversation and its settings."
 
+    pending = list(images)  # pictures for the next message: --image's for the first, or those a message names
     commands = _commands(lambda: talk, args, sampling, set_system, load, save)
     for line in typed_lines(f"Chatting with {talk.name}.", clear, commands):
         if docs is not None:  # each question brings its own sources
@@ -533,13 +449,13 @@ def _converse(
             except InvalidRequest as exc:  # a file named that is not a picture: said, and the message not sent
                 print(f"hearth: {exc}", file=sys.stderr)
                 continue
-            images = [*images, *named]
-        history.append(user_message(line, images))
+            pending.extend(named)
+        history.append(user_message(line, pending))
         reply = _answer_within_context(talk.ask, history)
-        if reply is None:  # refused: said on stderr, and the message taken back; the conversation goes on
+        pending.clear()  # the pictures went with this message (and stay in the conversation), or it was refused
+        if reply is None:  # refused: said on stderr, and the message taken back (its pictures too); it goes on
             history.pop()
             continue
-        images = []  # the pictures go with the first message, and stay in the conversation
         history.append({"role": "assistant", "content": reply.text})
         if docs is not None:
             docs.print_sources(reply.text)
@@ -554,13 +470,13 @@ _PARAMETERS = {"temperature": ("temperature", valid.TEMPERATURE), "top_p": ("top
 def save_conversation(base: LocalModel, name: str, sampling: dict[str, Any], system: str | None,
                       history: list[dict]) -> LocalModel:  # fmt: skip
     """`/save NAME`, as `ollama run`'s: the model ``name`` made from ``base`` (its files shared, as `hearth create`
-    makes one) with the settings asked in this chat (flags, `/set`), its system prompt, and for messages ``base``'s
+    makes one from a model) with the settings asked in this chat (flags, `/set`), its system prompt, and for messages ``base``'s
     own followed by the conversation so far, which every chat with ``name`` then starts from.
 
     Raises:
         InvalidRequest: ``name`` is not a name a model can have, or another model's.
     """
-    from engine.catalog.modelfile import Modelfile, create_model
+    from engine.catalog.modelfile import Modelfile, layered
     from engine.catalog.registry import ModelRegistry
     from engine.model_defaults import ModelDefaults
     from engine.remote.routing import local_spelling
@@ -575,7 +491,9 @@ def save_conversation(base: LocalModel, name: str, sampling: dict[str, Any], sys
             messages.append({"role": m["role"], "content": text})
     parameters = {key: sampling[field] for key, (field, _) in _PARAMETERS.items() if sampling.get(field) is not None}
     asked = Modelfile(base=base.name, parameters=parameters, system=system, messages=messages)
-    return create_model(ModelRegistry(), checked, asked, folder=Path.cwd())
+    registry = ModelRegistry()
+    base = registry.resolve(base.name)  # as it is now (its settings may have changed since the chat began)
+    return registry.derive(base, checked, layered(base.origin_info or {}, asked))
 
 
 def _commands(

@@ -77,9 +77,23 @@ def chat_messages(history: Sequence[Mapping[str, Any]]) -> tuple[ChatMessage, ..
     return with_media(as_messages(items), found)
 
 
-#: A picture's path written in a message, as `ollama run` finds one: from ``/``, ``./``, ``~/`` or ``\`` (a drive letter
-#: before it on Windows) to a ``.jpg``, ``.jpeg``, ``.png`` or ``.webp`` ending; spaces escaped with ``\`` kept in it.
-_PICTURE_PATH = re.compile(r"(?:[a-zA-Z]:)?(?:\./|/|~/|\\)[\S\\ ]+?\.(?i:jpe?g|png|webp)\b")
+#: A picture's path, as `ollama run` finds one in a message: from ``/``, ``./``, ``~/`` or ``\`` (a drive letter before
+#: it on Windows) to a ``.jpg``, ``.jpeg``, ``.png`` or ``.webp`` ending.
+_PICTURE_PATH = re.compile(r"(?:[a-zA-Z]:)?(?:\./|/|~/|\\).*\.(?i:jpe?g|png|webp)", re.DOTALL)
+_QUOTED = re.compile(r"'([^'\n]{1,4096})'|\"([^\"\n]{1,4096})\"")  # a path with spaces, in quotes
+_WORDS = re.compile(r"(?<!\\)\s+")  # blanks, but for the spaces of a path escaped with a backslash
+MAX_NAMED_PICTURES = 16  # a message's paths looked at (a longer list is text)
+
+
+def _written_paths(text: str):
+    """``(as written, the path)`` for each word or quoted text of ``text`` shaped as a picture's path; linear in the
+    text's length, however many slashes a pasted text holds."""
+    for m in _QUOTED.finditer(text):
+        yield m.group(0), m.group(1) or m.group(2)
+    for word in _WORDS.split(text):
+        word = word.strip("([{<").rstrip(".,;:!?)]}>")  # `What is in ./photo.jpg?`
+        if 2 < len(word) <= 4096:
+            yield word, word.replace("\\ ", " ")
 
 
 def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -89,9 +103,12 @@ def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
     Raises:
         InvalidRequest: a file named so that is not a picture, naming it.
     """
-    parts = []
-    for written in dict.fromkeys(_PICTURE_PATH.findall(text)):
-        path = written.replace("\\ ", " ")
+    parts: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for written, path in _written_paths(text):
+        if len(parts) >= MAX_NAMED_PICTURES or path in seen or not _PICTURE_PATH.fullmatch(path):
+            continue
+        seen.add(path)
         try:
             there = Path(path).expanduser().is_file()
         except (OSError, ValueError):
@@ -100,8 +117,7 @@ def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
             continue
         parts.append(image_part(path))
         print(f"Added image '{path}'", file=sys.stderr)
-        for spelled in (f"'{written}'", f'"{written}"', written):
-            text = text.replace(spelled, "")
+        text = text.replace(written, "")
     return text.strip(), parts
 
 

@@ -52,9 +52,9 @@ class WorkerChat:
         self.client = client
         self.model = model
 
-    def load(self, ctx: int | None) -> None:
-        """Load the model now (with ``ctx`` tokens of context for this load, when given), so that a model that
-        cannot load says so before the first question.
+    def load(self, ctx: int | None, keep_alive: float | None = None) -> None:
+        """Load the model now (with ``ctx`` tokens of context for this load, when given, and kept ``keep_alive``
+        seconds once idle, -1 for ever), so that a model that cannot load says so before the first question.
 
         Raises:
             HearthError: the worker's reason.
@@ -62,6 +62,8 @@ class WorkerChat:
         body: dict[str, Any] = {"model": self.model}
         if ctx is not None:
             body["ctx"] = ctx
+        if keep_alive is not None:
+            body["keep_alive"] = "never" if keep_alive < 0 else keep_alive
         self.client.request("POST", "/api/models/load", body=body, timeout=600.0)
 
     def answer(self, history: Sequence[dict[str, Any]], fields: dict[str, Any], *, show_stats: bool,

@@ -368,6 +368,8 @@ def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_oll
     lines = ["/set parameter num_predict 8", "/set parameter seed 5", "Name a fruit.", "/save fruity", "/load french",
              "/show parameters", "Name a fruit.", "/load no-such-model", "/save", "/save smollm2 but", "/set nothink",
              "/set format yaml"]  # fmt: skip
+    (tmp_path / "smollm2-135m-instruct").mkdir()  # a folder named as the model, where the chat runs: not read
+    monkeypatch.chdir(tmp_path)
     code, turns = converse_at_a_terminal(["chat", "--local"], lines)
     assert code == 0, turns
     said = dict(zip(lines, (t.split("\n", 1)[1].strip() for t in turns), strict=False))
@@ -396,23 +398,26 @@ def test_format_think_and_keepalive_as_ollama_run_takes_them(capsys):
     request as the worker's API and the in-process engine read them; a value neither takes is a usage error."""
     import json
 
-    from engine.cli import main
-    from engine.commands.chat import _Shape
+    from engine.cli import _parse, build_parser, main
+    from engine.commands.chat_shape import Shape
 
     schema = {"type": "object", "properties": {"fruit": {"type": "string", "maxLength": 12}}, "required": ["fruit"],
               "additionalProperties": False}  # fmt: skip
     out = hearth("chat", "--local", "-t", "0", "--max-tokens", "40", "--format", json.dumps(schema), "Name a fruit.")
     assert out.returncode == 0 and set(json.loads(out.stdout)) == {"fruit"}, out
     for flags, said in ((["--format", "yaml"], "'format' must be json or a JSON schema object"),
-                        (["--think", "Hello"], "a message goes before --think, or write --think=true"),
+                        (["--think=maybe", "Hello"], "'think' must be true, false, low, medium or high"),
                         (["--keepalive", "soon"], "'keepalive' must be seconds")):  # fmt: skip
         with pytest.raises(SystemExit) as exited:
             main(["chat", "--local", *flags])
         assert exited.value.code == 2 and said in capsys.readouterr().err
-    shape = _Shape("json", "high", 300.0)
+    args = _parse(build_parser(), ["chat", "qwen3", "--think", "Why?"])  # as Ollama's CLI reads it
+    assert (args.first, args.prompt, args.think) == ("qwen3", "Why?", True)
+    assert _parse(build_parser(), ["chat", "--think", "low", "Hi"]).think == "low"
+    shape = Shape("json", "high", 300.0)
     assert shape.body() == {"response_format": {"type": "json_object"}, "reasoning_effort": "high", "keep_alive": 300.0}
     assert shape.request()["thinking"] is True and shape.request()["template_kwargs"] == (("reasoning_effort", "high"),)
-    off = _Shape(schema, False, None)
+    off = Shape(schema, False, None)
     assert off.body()["chat_template_kwargs"] == {"enable_thinking": False} and off.request()["thinking"] is False
     assert off.request()["response_format"].schema == schema and "keep_alive" not in off.body()
 

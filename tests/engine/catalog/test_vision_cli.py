@@ -93,8 +93,9 @@ def test_a_picture_goes_as_a_data_url_part_and_comes_back_as_the_same_bytes(tmp_
 
     (tmp_path / "my pic.png").write_bytes(gradient())
     spaced = str(tmp_path / "my pic.png").replace(" ", "\\ ")
-    text, parts = pictures_in(f"Compare {tmp_path}/a.png with {spaced}, not {tmp_path}/gone.png or https://x.org/b.png.")
-    assert text == f"Compare  with , not {tmp_path}/gone.png or https://x.org/b.png." and len(parts) == 2
+    text, parts = pictures_in(f"Compare and/or 1/2 {tmp_path}/a.png with {spaced}, not {tmp_path}/gone.png or "
+                              f"https://x.org/b.png.")  # fmt: skip
+    assert text == f"Compare and/or 1/2  with , not {tmp_path}/gone.png or https://x.org/b.png." and len(parts) == 2
     assert parts[1] == image_part(tmp_path / "my pic.png")
     (tmp_path / "notes.png").write_text("not a picture")
     with pytest.raises(InvalidRequest, match="notes.png is not a readable image"):
