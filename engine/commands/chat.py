@@ -37,9 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "runs the model in this process")  # fmt: skip
     p.add_argument("--max-tokens", type=valid.whole(valid.MAX_TOKENS), default=None, help="most tokens per answer")
     p.add_argument("--temperature", "-t", type=valid.number(valid.TEMPERATURE), default=None,
-                   help="(default: the model's own setting, else 0.7)")
+                   help="sampling temperature, 0 for the likeliest tokens (default: the model's own setting, else 0.7)")
     p.add_argument("--top-p", type=valid.number(valid.TOP_P), default=None,
-                   help="(default: the model's own setting, else 0.95)")
+                   help="nucleus sampling's share of probability (default: the model's own setting, else 0.95)")
     p.add_argument("--seed", type=valid.whole(valid.SEED), default=None)
     p.add_argument("--system", help="system prompt")
     p.add_argument(
@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="json, or a JSON schema: the answer is JSON (that fits the schema), as `ollama run --format json`")  # fmt: skip
     p.add_argument("--think", nargs="?", const="true", type=valid.cli_type(parse_think, "think"), default=None,
                    metavar="true|false|low|medium|high",
-                   help="a thinking model thinks first (true, or an effort) or not (false); default: the model's way")  # fmt: skip
+                   help="a thinking model thinks first (--think, or an effort: --think=high) or not (--think=false); "
+                        "default: the model's way")  # fmt: skip
     p.add_argument("--hidethinking", action="store_true", help="the model thinks, but its thinking is not printed")
     p.add_argument("--keepalive", type=valid.cli_type(parse_keepalive, "keepalive"), default=None, metavar="DURATION",
                    help="how long the worker keeps the model loaded once the chat is idle (5m, 1h, 0, never)")  # fmt: skip
