@@ -16,7 +16,7 @@ HISTORY_LINES = 1000  # of what was typed at the prompt, kept between conversati
 QUOTES = '"""'  # around a message of several lines, as in ``ollama run``
 COMMANDS_HELP = (" /set system TEXT sets the system prompt; /set parameter NAME VALUE sets temperature, top_p, seed "
                  "or num_predict for the answers after; /set format json, /set noformat, /set think, /set nothink, /set verbose "
-                 "and /set quiet switch those; /show parameters and /show system say what is set; /load MODEL "
+                 "and /set quiet switch those; /show parameters and /show system say what is set, /show info what the model is; /load MODEL "
                  "goes on with another model (the conversation starts over); /save NAME makes the model NAME from this "
                  "one, with the settings and the conversation so far.")
 

@@ -537,6 +537,13 @@ def _commands(
         talk = current()
         if rest == "system":
             return args.system or "There is no system prompt; /set system TEXT sets one."
+        if rest == "info" and talk.model is not None:  # as `hearth show` says it, up to its template
+            from engine.catalog.registry import ModelRegistry
+            from engine.commands.show import describe, shown_lines
+
+            registry = ModelRegistry()
+            lines = shown_lines(describe(talk.model, registry))
+            return "\n".join(lines[: next((i for i, line in enumerate(lines) if line.startswith("Template")), len(lines))]).strip()
         if rest in ("parameters", "info", ""):
             from engine.model_defaults import ModelDefaults, chat_sampling
 

@@ -91,7 +91,8 @@ def _saved_settings(registry, name: str) -> dict[str, Any]:
     return {k: v for k, v in LoadSettingsStore(registry.home).get(name).to_dict().items() if v is not None}
 
 
-def _lines(d: dict[str, Any]) -> list[str]:
+def shown_lines(d: dict[str, Any]) -> list[str]:
+    """What `hearth show` prints of :func:`describe`'s answer, a line each."""
     from engine.commands.models import human_size
 
     def row(label: str, value: Any) -> str:
@@ -146,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(parameters_text(defaults) if args.parameters else system if args.system else "\n".join(license_))
     else:
-        print("\n".join(_lines(d)))
+        print("\n".join(shown_lines(d)))
     return 0
 
 
-__all__ = ["describe", "register"]
+__all__ = ["describe", "register", "shown_lines"]

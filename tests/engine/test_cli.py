@@ -366,7 +366,7 @@ def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_oll
     plain = hearth("chat", "--local", "-t", "0", "--max-tokens", "8", "--system", "Answer in French.", "Name a fruit.")
     assert made == plain.stdout.strip() != ""
     lines = ["/set parameter num_predict 8", "/set parameter seed 5", "Name a fruit.", "/save fruity", "/load french",
-             "/show parameters", "Name a fruit.", "/load no-such-model", "/save", "/save smollm2 but", "/set nothink",
+             "/show parameters", "/show info", "Name a fruit.", "/load no-such-model", "/save", "/save smollm2 but", "/set nothink",
              "/set format yaml"]  # fmt: skip
     (tmp_path / "smollm2-135m-instruct").mkdir()  # a folder named as the model, where the chat runs: not read
     monkeypatch.chdir(tmp_path)
@@ -376,6 +376,7 @@ def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_oll
     assert said["/save fruity"].startswith("Created fruity:")
     assert said["/load french"] == "Chatting with french; the conversation starts over."
     assert said["/show parameters"].startswith("french: temperature 0.0, top_p 0.95, seed 5, num_predict 8")
+    assert "made from     smollm2-135m-instruct" in said["/show info"] and "Answer in French." in said["/show info"]
     assert said["Name a fruit."].splitlines()[-1].strip() == made  # the model's own temperature and system prompt
     assert "no-such-model" in said["/load no-such-model"] and "hearth pull" in said["/load no-such-model"]
     assert said["/save"] == said["/save smollm2 but"] == "Use /save NAME (the new model's name)."
