@@ -49,7 +49,8 @@ def _line_editing() -> Callable[[], None]:
         import readline
     except ImportError:
         return lambda: None
-    readline.parse_and_bind("set enable-bracketed-paste off")  # a pasted text comes a line at a time, as typed
+    if "libedit" not in (readline.__doc__ or ""):  # GNU readline's words (macOS's libedit has other commands)
+        readline.parse_and_bind("set enable-bracketed-paste off")  # a pasted text comes a line at a time, as typed
     if os.environ.get("HEARTH_NOHISTORY"):
         return lambda: None
     from engine.paths import hearth_home, private_file
