@@ -65,7 +65,10 @@ def _line_editing() -> Callable[[], None]:
 
     def save() -> None:  # this conversation's lines added (two chats at once keep both), the file kept to its length
         try:
-            readline.append_history_file(max(0, readline.get_current_history_length() - before), private_file(path))
+            if hasattr(readline, "append_history_file"):
+                readline.append_history_file(max(0, readline.get_current_history_length() - before), private_file(path))
+            else:  # a readline without it (some libedit builds): the whole history written
+                readline.write_history_file(private_file(path))
         except OSError:
             pass
 
