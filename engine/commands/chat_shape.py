@@ -83,13 +83,11 @@ class Shape:
 
     def request(self) -> dict[str, Any]:
         """The same as :class:`GenerationRequest` fields, for a model in this process."""
-        from engine.types import ResponseFormat
+        from engine.server.ollama_routes import response_format
 
         out: dict[str, Any] = {}
-        if self.format == "json":
-            out["response_format"] = ResponseFormat(type="json_object", param="format")
-        elif isinstance(self.format, dict):
-            out["response_format"] = ResponseFormat(type="json_schema", schema=self.format, param="format")
+        if self.format is not None:
+            out["response_format"] = response_format(self.format)
         if self.think is not None:
             out["thinking"] = bool(self.think)
             if isinstance(self.think, str):

@@ -261,12 +261,13 @@ def unset(options: dict[str, Any] | None) -> frozenset[str]:
 
 
 def response_format(fmt: str | dict[str, Any] | None) -> ResponseFormat:
+    """Ollama's ``format`` (as `hearth chat --format` takes it too): ``json``, or a JSON schema the answer follows."""
     if fmt in (None, ""):
         return ResponseFormat()
     if fmt == "json":
-        return ResponseFormat(type="json_object")
+        return ResponseFormat(type="json_object", param="format")
     if isinstance(fmt, dict):
-        return ResponseFormat(type="json_schema", schema=fmt)
+        return ResponseFormat(type="json_schema", schema=fmt, param="format")
     raise InvalidRequest("'format' must be \"json\" or a JSON schema object.", param="format")
 
 
