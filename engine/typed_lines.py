@@ -31,18 +31,19 @@ def typed_lines(
     ``commands`` (``/set``, ``/show``, ``/load``, ``/save``) each take the rest of their line and give the sentence said. (Ctrl-C during an
     answer is the caller's: it stops that answer.)"""
     print(f"{greeting} Ctrl-C stops an answer, /bye or Ctrl-D leaves.", file=sys.stderr)
-    save_history = _line_editing()
+    keep = _line_editing()
     try:
-        yield from _read(clear, commands)
+        yield from _read(clear, commands, keep)
     finally:
-        save_history()
+        keep()
 
 
 def _line_editing() -> Callable[[], None]:
     """At a terminal, the prompt's line editing (arrow keys, Ctrl-A/E, Ctrl-R) and the history of what was typed,
     kept in the data folder as ``ollama run`` keeps ``~/.ollama/history`` (private to its owner; not kept with
-    ``HEARTH_NOHISTORY`` set). Returns what saves the history at the end. Nothing where readline is missing
-    (Windows): the prompt then reads plain lines."""
+    ``HEARTH_NOHISTORY`` set). Returns what adds the lines typed since it was last called to the file, called after
+    each line as ``ollama run`` writes its history (a terminal closed mid-chat keeps them). Nothing where readline is
+    missing (Windows): the prompt then reads plain lines."""
     if not sys.stdin.isatty():
         return lambda: None
     try:
@@ -61,21 +62,28 @@ def _line_editing() -> Callable[[], None]:
     except OSError:  # none yet, or unreadable: a history starts now
         pass
     readline.set_history_length(HISTORY_LINES)
-    before = readline.get_current_history_length()
+    kept = readline.get_current_history_length()
 
-    def save() -> None:  # this conversation's lines added (two chats at once keep both), the file kept to its length
+    def keep() -> None:  # the lines typed since (two chats at once keep both), the file kept to its length
+        nonlocal kept
+        now = readline.get_current_history_length()
+        if now == kept:
+            return
         try:
             if hasattr(readline, "append_history_file"):
-                readline.append_history_file(max(0, readline.get_current_history_length() - before), private_file(path))
+                readline.append_history_file(max(0, now - kept), private_file(path))
             else:  # a readline without it (some libedit builds): the whole history written
                 readline.write_history_file(private_file(path))
         except OSError:
             pass
+        kept = now
 
-    return save
+    return keep
 
 
-def _read(clear: Callable[[], None] | None, commands: Mapping[str, Callable[[str], str]] | None) -> Iterator[str]:
+def _read(
+    clear: Callable[[], None] | None, commands: Mapping[str, Callable[[str], str]] | None, keep: Callable[[], None]
+) -> Iterator[str]:
     while True:
         try:
             line = input("> ")
@@ -85,6 +93,7 @@ def _read(clear: Callable[[], None] | None, commands: Mapping[str, Callable[[str
         except KeyboardInterrupt:
             print(file=sys.stderr)
             continue
+        keep()
         word = line.strip().lower()
         if word in LEAVE:
             return
@@ -104,14 +113,14 @@ def _read(clear: Callable[[], None] | None, commands: Mapping[str, Callable[[str
                   file=sys.stderr)  # fmt: skip
             continue
         if line.lstrip().startswith(QUOTES):
-            line = _quoted(line.lstrip()[len(QUOTES) :])
+            line = _quoted(line.lstrip()[len(QUOTES) :], keep)
             if line is None:
                 continue
         if line.strip():
             yield line
 
 
-def _quoted(first: str) -> str | None:
+def _quoted(first: str, keep: Callable[[], None]) -> str | None:
     """The message of several lines that began with :data:`QUOTES` followed by ``first``: the lines typed at
     ``... `` up to one that ends with them (on the same line, quotes, text and quotes are that text), joined by
     newlines. None: Ctrl-C left it; Ctrl-D ends it where it is."""
@@ -131,6 +140,7 @@ def _quoted(first: str) -> str | None:
         except KeyboardInterrupt:
             print(file=sys.stderr)
             return None
+        keep()
 
 
 def leave_out_oldest(history: list[dict]) -> bool:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -76,9 +77,11 @@ OVERFLOWING = [*(f"{n}. " + " ".join(["The quick brown fox jumps over the lazy d
                " ".join(f"{i:04d}" for i in range(150)), "Name a colour."]  # fmt: skip
 
 
-def converse_at_a_terminal(argv: list[str], lines: list[str], *, first_timeout: float = 120) -> tuple[int, list[str]]:
-    """`hearth ARGV` on a terminal, each of ``lines`` typed at its prompt, then Ctrl-D: its exit status and what
-    followed each ``> `` prompt."""
+def converse_at_a_terminal(
+    argv: list[str], lines: list[str], *, first_timeout: float = 120, before_end: Callable[[], None] = lambda: None
+) -> tuple[int, list[str]]:
+    """`hearth ARGV` on a terminal, each of ``lines`` typed at its prompt, ``before_end`` called, then Ctrl-D: its
+    exit status and what followed each ``> `` prompt."""
     main_fd, term = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", *argv], stdin=term, stdout=term, stderr=term)
     os.close(term)
@@ -88,6 +91,7 @@ def converse_at_a_terminal(argv: list[str], lines: list[str], *, first_timeout: 
         for line in lines:
             os.write(main_fd, line.encode() + b"\n")
             _read_until(main_fd, b"> ", seen)
+        before_end()
         os.write(main_fd, b"\x04")
         proc.wait(timeout=60)
     finally:
@@ -428,10 +432,12 @@ def test_the_prompt_edits_lines_and_keeps_what_was_typed_as_ollama_run_does(tmp_
     was typed is kept for the next conversation in a file only its owner reads; HEARTH_NOHISTORY keeps none."""
     monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
     lines = ["/set system Be brief.", "/show system", "\x1b[A"]  # the arrow and Enter: /show system again
-    code, turns = converse_at_a_terminal(["chat", "--local"], lines)
+    history = tmp_path / "home" / "history"
+    typed = []  # each line is kept as it is typed, as ollama run's: a terminal closed mid-chat loses none
+    code, turns = converse_at_a_terminal(["chat", "--local"], lines, before_end=lambda: typed.append(history.read_text()))
     assert code == 0, turns
     assert turns[2].strip().endswith("Be brief.") and "[A" not in turns[2], turns
-    history = tmp_path / "home" / "history"
+    assert typed == ["/set system Be brief.\n/show system\n"]
     assert history.read_text().splitlines() == ["/set system Be brief.", "/show system"]  # (a line again once)
     assert history.stat().st_mode & 0o077 == 0
     monkeypatch.setenv("HEARTH_NOHISTORY", "1")
