@@ -8,6 +8,7 @@ reads an error's message to classify it.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -87,7 +88,10 @@ def error_info(exc: BaseException) -> ErrorInfo:
         message, param = _describe_validation(exc)
         return ErrorInfo(400, message, code="invalid_value", param=param)
     if isinstance(exc, StarletteHTTPException):
-        if exc.status_code == 400 and exc.detail == _FASTAPI_BODY_ERROR:  # json could not read it (nested too deep)
+        if exc.status_code == 400 and exc.detail == _FASTAPI_BODY_ERROR:  # json could not read it
+            if isinstance(exc.__cause__, ValueError) and "integer string conversion" in str(exc.__cause__):
+                return ErrorInfo(400, f"The request body could not be read as JSON: a number in it has more than "
+                                      f"{sys.get_int_max_str_digits():,} digits; send a shorter one.", code="invalid_value")  # fmt: skip
             return ErrorInfo(400, "The request body could not be read as JSON (it may nest too deeply); send a flatter "
                                   "JSON object.", code="invalid_value")  # fmt: skip
         type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"

@@ -378,6 +378,10 @@ def test_a_body_nested_deeper_than_json_reads_is_a_400_saying_what_to_do(manager
             r = client.post(path, content=deep, headers={"Content-Type": "application/json"})
             assert r.status_code == 400, (path, r.text)
             assert (r.json()["error"] if path == "/api/chat" else r.json()["error"]["message"]) == sentence
+        # a number longer than Python reads is said as that, not as nesting
+        r = client.post("/v1/chat/completions", content=b'{"model": "x", "max_tokens": ' + b"9" * 5000 + b"}",
+                        headers={"Content-Type": "application/json"})  # fmt: skip
+        assert r.status_code == 400 and "a number in it has more than 4,300 digits" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
