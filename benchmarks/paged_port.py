@@ -15,12 +15,18 @@ On a machine whose cores the engine's threads fill (two here), the port's work (
 stream, the client's read) shares those cores with the engine's threads: ``--port-idle`` shows how much of the
 gap that sharing is, by putting the serving process's threads on ``SCHED_IDLE`` once loaded. It is a probe, not
 a setting Hearth uses: a process without ``CAP_SYS_NICE`` cannot take its priority back.
+
+The engine's own process has its OpenMP threads sleep between operations (``OMP_WAIT_POLICY=PASSIVE``): spinning
+there would take the cores the server needs. In-process they spin for a while first (OpenMP's default), which
+spares a wake-up at each of a small model's many short operations. ``--passive-waits`` runs the in-process side
+with the engine process's waits, so what is left of the ratio is the port's own cost.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -41,8 +47,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="hearth serve's --stream-interval (default 0: every token as it comes)")  # fmt: skip
     ap.add_argument("--port-idle", action="store_true",
                     help="put the serving process's threads on SCHED_IDLE once loaded (Linux; a probe, see above)")  # fmt: skip
+    ap.add_argument("--passive-waits", action="store_true",
+                    help="the in-process engine's OpenMP threads sleep between operations, as the engine process's do")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="folder for the model (default: a temporary one)")
     args = ap.parse_args(argv)
+    if args.passive_waits:
+        if "torch" in sys.modules:
+            ap.error("--passive-waits must be set before torch is loaded; run the script on its own.")
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # read when OpenMP loads (with torch, below); the server's too
 
     from engine.backends.base import LoadOptions
     from engine.backends.speculative import SpeculativeOptions
