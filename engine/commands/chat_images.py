@@ -80,20 +80,40 @@ def chat_messages(history: Sequence[Mapping[str, Any]]) -> tuple[ChatMessage, ..
 #: A picture's path, as `ollama run` finds one in a message: from ``/``, ``./``, ``~/`` or ``\`` (a drive letter before
 #: it on Windows) to a ``.jpg``, ``.jpeg``, ``.png`` or ``.webp`` ending.
 _PICTURE_PATH = re.compile(r"(?:[a-zA-Z]:)?(?:\./|/|~/|\\).*\.(?i:jpe?g|png|webp)", re.DOTALL)
-_QUOTED = re.compile(r"'([^'\n]{1,4096})'|\"([^\"\n]{1,4096})\"")  # a path with spaces, in quotes
-_WORDS = re.compile(r"(?<!\\)\s+")  # blanks, but for the spaces of a path escaped with a backslash
-MAX_NAMED_PICTURES = 16  # a message's paths looked at (a longer list is text)
+_QUOTED = re.compile(r"(?=('([^'\n]{1,4096})'|\"([^\"\n]{1,4096})\"|`([^`\n]{1,4096})`))")  # in quotes, from each quote
+_WORD = re.compile(r"(?:\\\s|\S)+")  # a word: blanks escaped with a backslash stay in it
+_PICTURE_END = re.compile(r"\.(?i:jpe?g|png|webp)$")
+_LEADING, _TRAILING = "([{<`'\"", ".,;:!?)]}>`'\""  # around a path in a sentence: `What is in ./photo.jpg?`
+MAX_NAMED_PICTURES = 16  # a message's paths attached (a longer list is text)
+MAX_PATH_WORDS = 8  # words of a path written with plain spaces (`/tmp/my pic.png`), as `ollama run` reads one
+MAX_LOOKS = 64  # files a message's words are looked up as
 
 
 def _written_paths(text: str):
-    """``(as written, the path)`` for each word or quoted text of ``text`` shaped as a picture's path; linear in the
-    text's length, however many slashes a pasted text holds."""
+    """``(as written, the path)`` for each text of ``text`` shaped as a picture's path, nearest first: in quotes or
+    backticks, a word (``.png's`` and the punctuation around it left out), and a word with the words before it
+    where a path has plain spaces; linear in the text's length, however many slashes or quotes a pasted text holds."""
     for m in _QUOTED.finditer(text):
-        yield m.group(0), m.group(1) or m.group(2)
-    for word in _WORDS.split(text):
-        word = word.strip("([{<").rstrip(".,;:!?)]}>")  # `What is in ./photo.jpg?`
-        if 2 < len(word) <= 4096:
-            yield word, word.replace("\\ ", " ")
+        yield m.group(1), m.group(2) or m.group(3) or m.group(4)
+    words = []
+    for m in _WORD.finditer(text):
+        start, end = m.span()
+        while start < end and text[start] in _LEADING:
+            start += 1
+        if text[start:end].lower().endswith("'s"):  # `/tmp/x.png's colours`
+            end -= 2
+        while end > start and text[end - 1] in _TRAILING:
+            end -= 1
+        words.append((start, end))
+    for i, (start, end) in enumerate(words):
+        if not 2 < end - start <= 4096 or not _PICTURE_END.search(text[start:end]):
+            continue
+        for first in range(i, max(-1, i - MAX_PATH_WORDS), -1):
+            begin = words[first][0]
+            if end - begin > 4096:
+                break
+            written = text[begin:end]
+            yield written, written.replace("\\ ", " ")
 
 
 def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -105,10 +125,16 @@ def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
     """
     parts: list[dict[str, Any]] = []
     seen: set[str] = set()
+    looks = 0
     for written, path in _written_paths(text):
-        if len(parts) >= MAX_NAMED_PICTURES or path in seen or not _PICTURE_PATH.fullmatch(path):
+        if len(parts) >= MAX_NAMED_PICTURES or looks >= MAX_LOOKS:
+            break
+        if path in seen or not _PICTURE_PATH.fullmatch(path):
             continue
         seen.add(path)
+        looks += 1
+        if written not in text:  # part of a path taken out already
+            continue
         try:
             there = Path(path).expanduser().is_file()
         except (OSError, ValueError):
@@ -118,7 +144,7 @@ def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
         parts.append(image_part(path))
         print(f"Added image '{path}'", file=sys.stderr)
         text = text.replace(written, "")
-    return text.strip(), parts
+    return (text.strip() if parts else text), parts
 
 
 def can_see(model: Any) -> bool:

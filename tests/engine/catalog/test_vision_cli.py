@@ -97,6 +97,14 @@ def test_a_picture_goes_as_a_data_url_part_and_comes_back_as_the_same_bytes(tmp_
                               f"https://x.org/b.png.")  # fmt: skip
     assert text == f"Compare and/or 1/2  with , not {tmp_path}/gone.png or https://x.org/b.png." and len(parts) == 2
     assert parts[1] == image_part(tmp_path / "my pic.png")
+    # as `ollama run` finds them too: a path with plain spaces, in quotes after an apostrophe, in backticks, with 's
+    (tmp_path / "rv pics").mkdir()
+    (tmp_path / "rv pics" / "my pic.png").write_bytes(gradient())
+    spaced, plain = tmp_path / "rv pics" / "my pic.png", tmp_path / "a.png"
+    for said, left, path in ((f"What's in '{spaced}'?", "What's in ?", spaced), (f"What is in {spaced}", "What is in", spaced),
+                             (f"Look at `{plain}`.", "Look at .", plain), (f"Is {plain}'s square red?", "Is 's square red?", plain)):  # fmt: skip
+        assert pictures_in(said) == (left, [image_part(path)]), said
+    assert pictures_in("   indented\n  x = 1") == ("   indented\n  x = 1", [])  # no picture: the text as it was
     (tmp_path / "notes.png").write_text("not a picture")
     with pytest.raises(InvalidRequest, match="notes.png is not a readable image"):
         pictures_in(f"Read {tmp_path}/notes.png")
