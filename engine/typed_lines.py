@@ -51,8 +51,9 @@ def _line_editing() -> Callable[[], None]:
     except ImportError:
         return lambda: None
     if "libedit" not in (readline.__doc__ or ""):  # GNU readline's words (macOS's libedit has other commands)
-        readline.parse_and_bind("set enable-bracketed-paste off")  # a pasted text comes a line at a time, as typed
-    if os.environ.get("HEARTH_NOHISTORY"):
+        # a pasted text of several lines is one message, as `ollama run` reads it (Python turns this off)
+        readline.parse_and_bind("set enable-bracketed-paste on")
+    if os.environ.get("HEARTH_NOHISTORY", "").strip().lower() not in ("", "0", "false", "no", "off"):
         return lambda: None
     from engine.paths import hearth_home, private_file
 
@@ -102,6 +103,11 @@ def _read(
             continue
         head, _, rest = line.rstrip().partition(" ")  # (a leading space sends the line as text)
         if commands and head.lower() in commands:
+            if (at := rest.find(QUOTES)) >= 0:  # `/set system """` and the lines up to the closing quotes
+                text = _quoted(rest[at + len(QUOTES) :], keep)
+                if text is None:
+                    continue
+                rest = rest[:at] + text
             print(commands[head.lower()](rest.strip()), file=sys.stderr)
             continue
         if word == "/clear" and clear is not None:

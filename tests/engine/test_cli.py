@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -37,6 +38,12 @@ def _read_until(fd: int, marker: bytes, seen: bytearray, timeout: float = 120) -
             seen += os.read(fd, 4096)
 
 
+def _as_shown(seen: bytearray) -> str:
+    """What a terminal was sent, with Unix line ends and without readline's bracketed paste switches (around each
+    line read)."""
+    return re.sub(r"\x1b\[\?2004[hl]\r?", "", bytes(seen).replace(b"\r\n", b"\n").decode())
+
+
 def test_chat_on_the_terminal_answers_each_typed_line_and_leaves_at_the_end_of_input():
     main_fd, term = pty.openpty()  # a real terminal: what is typed there is a conversation
     proc = subprocess.Popen(
@@ -56,7 +63,7 @@ def test_chat_on_the_terminal_answers_each_typed_line_and_leaves_at_the_end_of_i
         if proc.poll() is None:
             proc.kill()
         os.close(main_fd)
-    said = bytes(seen).replace(b"\r\n", b"\n")
+    said = _as_shown(seen).encode()
     assert proc.returncode == 0, said
     greeting, *turns = said.split(b"> ")
     assert greeting.startswith(b"Chatting with") and b"Ctrl-D leaves." in greeting
@@ -78,10 +85,11 @@ OVERFLOWING = [*(f"{n}. " + " ".join(["The quick brown fox jumps over the lazy d
 
 
 def converse_at_a_terminal(
-    argv: list[str], lines: list[str], *, first_timeout: float = 120, before_end: Callable[[], None] = lambda: None
+    argv: list[str], lines: list[str], *, first_timeout: float = 120, before_end: Callable[[], None] = lambda: None,
+    raw: bytearray | None = None,
 ) -> tuple[int, list[str]]:
     """`hearth ARGV` on a terminal, each of ``lines`` typed at its prompt, ``before_end`` called, then Ctrl-D: its
-    exit status and what followed each ``> `` prompt."""
+    exit status and what followed each ``> `` prompt (``raw``: what the terminal was sent, as it was)."""
     main_fd, term = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", *argv], stdin=term, stdout=term, stderr=term)
     os.close(term)
@@ -98,7 +106,9 @@ def converse_at_a_terminal(
         if proc.poll() is None:
             proc.kill()
         os.close(main_fd)
-    said = bytes(seen).replace(b"\r\n", b"\n").decode()
+    if raw is not None:
+        raw += seen
+    said = _as_shown(seen)
     assert "Traceback" not in said, said
     return proc.returncode, said.split("> ")[1:]
 
@@ -425,6 +435,22 @@ def test_format_think_and_keepalive_as_ollama_run_takes_them(capsys):
     off = Shape(schema, False, None)
     assert off.body()["chat_template_kwargs"] == {"enable_thinking": False} and off.request()["thinking"] is False
     assert off.request()["response_format"].schema == schema and "keep_alive" not in off.body()
+
+
+def test_a_pasted_text_and_a_quoted_system_prompt_of_several_lines_are_one_each(tmp_path, monkeypatch):
+    """As `ollama run` reads them: a text of several lines pasted at the prompt is one message (readline's bracketed
+    paste), and `/set system \"\"\"` takes the lines up to the closing quotes as one system prompt."""
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TERM", "xterm")  # a terminal that has bracketed paste
+    lines = ['/set system """You are', 'a pirate."""', "/show system", "\x1b[200~/set system One\nTwo\x1b[201~",
+             "/show system"]  # fmt: skip
+    raw = bytearray()
+    code, turns = converse_at_a_terminal(["chat", "--local", "--max-tokens", "2"], [lines[0] + "\n" + lines[1], *lines[2:]],
+                                         raw=raw)  # fmt: skip
+    assert code == 0, turns
+    assert b"\x1b[?2004h" in raw  # the terminal is asked to mark what is pasted, so it comes as one
+    assert turns[1].strip().endswith("You are\na pirate."), turns
+    assert turns[3].strip().endswith("One\nTwo"), turns  # not "One", then "Two" answered as a message
 
 
 def test_the_prompt_edits_lines_and_keeps_what_was_typed_as_ollama_run_does(tmp_path, monkeypatch):
