@@ -83,16 +83,20 @@ def _word_flags(argv: list[str]) -> list[str]:
 
 
 def _intermixed(own: argparse.ArgumentParser, args: argparse.Namespace, unknown: list[str]) -> list[str]:
-    """The words of ``unknown`` that are left once each fills an optional positional its command's parser left empty
-    (argparse reads a command's positionals in one run, so ``hearth chat llama3.2 --local "Hello"`` had the message
-    as an unknown word, where ``ollama run llama3.2 --verbose "Hello"`` reads both); a word after an unknown flag is
-    that flag's."""
-    empty = [a for a in own._actions if not a.option_strings and a.nargs == "?" and getattr(args, a.dest, None) is None]
+    """The words of ``unknown`` that are left once each fills an optional positional its command's parser left empty,
+    the rest going to a positional of any number of words (argparse reads a command's positionals in one run, so
+    ``hearth chat llama3.2 --local "Hello"`` had the message as an unknown word, where ``ollama run llama3.2 --verbose
+    "Hello"`` reads both); a word after an unknown flag is that flag's."""
+    empty = [a for a in own._actions if not a.option_strings and (
+        (a.nargs == "?" and getattr(args, a.dest, None) is None) or a.nargs == "*")]  # fmt: skip
     left: list[str] = []
     for i, word in enumerate(unknown):
         after_flag = i > 0 and unknown[i - 1].startswith("-") and "=" not in unknown[i - 1]
         if empty and not word.startswith("-") and not after_flag:
-            setattr(args, empty.pop(0).dest, word)
+            if empty[0].nargs == "*":  # the rest of the words
+                setattr(args, empty[0].dest, [*(getattr(args, empty[0].dest, None) or []), word])
+            else:
+                setattr(args, empty.pop(0).dest, word)
         else:
             left.append(word)
     return left

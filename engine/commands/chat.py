@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the model to chat with, as `ollama run MODEL` takes it (a word that names no model here and "
                         "has no ':' or '/' is the message)")  # fmt: skip
     p.add_argument("prompt", nargs="?", help="answer this one message and exit (omit for a conversation; what is "
-                   "piped to standard input is one message too)")
+                   "piped to standard input is one message too; its words may come unquoted, as `ollama run` takes them)")
+    p.add_argument("more", nargs="*", help=argparse.SUPPRESS)  # the message's other words, unquoted
     p.add_argument("--model", "-m", help="model name (default: the starter model)")
     p.add_argument("--local", action="store_true",
                    help="run the model in this process, not in the worker of this data folder (the daemon's, "
@@ -228,6 +229,9 @@ def _model_and_message(args: argparse.Namespace) -> str | None:
     the model when it names one here (or has the ':' or '/' of a model's name and no space), else the message, as
     ``hearth chat "Hello"`` always was. A local name may be written as Ollama's clients write it (``:latest``,
     ``hf.co/``). None, or why the words cannot be read (one sentence)."""
+    if getattr(args, "more", None):  # `hearth chat llama3.2 why is the sky blue`: one message
+        args.prompt = " ".join([args.prompt, *args.more])
+        args.more = []
     first, second = getattr(args, "first", None), args.prompt
     if second is not None:
         if args.model is not None:
@@ -475,10 +479,12 @@ def save_conversation(base: LocalModel, name: str, sampling: dict[str, Any], sys
     own followed by the conversation so far, which every chat with ``name`` then starts from.
 
     Raises:
-        InvalidRequest: ``name`` is not a name a model can have, or another model's.
+        InvalidRequest: ``name`` is not a name a model can have, or another model's; ``base`` is a file Hearth does
+            not list.
     """
     from engine.catalog.modelfile import Modelfile, layered
     from engine.catalog.registry import ModelRegistry
+    from engine.errors import InvalidRequest, ModelNotFound
     from engine.model_defaults import ModelDefaults
     from engine.remote.routing import local_spelling
     from engine.validation import model_name
@@ -493,7 +499,11 @@ def save_conversation(base: LocalModel, name: str, sampling: dict[str, Any], sys
     parameters = {key: sampling[field] for key, (field, _) in _PARAMETERS.items() if sampling.get(field) is not None}
     asked = Modelfile(base=base.name, parameters=parameters, system=system, messages=messages)
     registry = ModelRegistry()
-    base = registry.resolve(base.name)  # as it is now (its settings may have changed since the chat began)
+    try:
+        base = registry.resolve(base.name)  # as it is now (its settings may have changed since the chat began)
+    except ModelNotFound:
+        raise InvalidRequest(f"/save makes a model from one Hearth lists, and {base.path} is not among them; add it "
+                             f"with `hearth import {base.path}`, then chat with it by name.") from None  # fmt: skip
     return registry.derive(base, checked, layered(base.origin_info or {}, asked))
 
 
@@ -517,6 +527,10 @@ def _commands(
             from engine.errors import InvalidRequest
 
             field, rule = _PARAMETERS[key]
+            if key in ("num_predict", "seed") and text.strip() in ("-1", "-2"):  # as Ollama reads them
+                sampling.pop(field, None)
+                return f"Set '{key}' to {text.strip()}: " + ("no limit of the chat's own." if key == "num_predict"
+                                                            else "a new seed for each answer.")  # fmt: skip
             try:
                 sampling[field] = rule.parse(text)
             except InvalidRequest as exc:

@@ -6,6 +6,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,14 +137,15 @@ def test_set_and_show_change_the_conversations_sampling_and_system_prompt_as_in_
     """`/set parameter` and `/set system` take effect for the answers after them: the last answer is the one a chat
     started with those settings gives; a parameter this chat does not set, or a value out of range, is a sentence."""
     lines = ["/set parameter temperature 0", "/set parameter num_predict 6", "/set parameter num_ctx 8192",
-             "/set parameter temperature 9", "/set system Answer in French.", "/show parameters", "/show system",
-             "Name a fruit."]  # fmt: skip
+             "/set parameter temperature 9", "/set parameter seed 7", "/set parameter seed -1",
+             "/set system Answer in French.", "/show parameters", "/show system", "Name a fruit."]  # fmt: skip
     code, turns = converse_at_a_terminal(["chat", "--local", "-t", "1.5", "--max-tokens", "40"], lines)
     assert code == 0, turns
     said = dict(zip(lines, (t.split("\n", 1)[1].strip() for t in turns), strict=False))  # (after the line's echo)
     assert said["/set parameter temperature 0"].startswith("Set 'temperature' to 0.")
     assert "'num_ctx' is not a parameter this chat sets" in said["/set parameter num_ctx 8192"]
     assert "'temperature' must be a number from 0 to 2." in said["/set parameter temperature 9"]
+    assert said["/set parameter seed -1"].startswith("Set 'seed' to -1: a new seed for each answer.")  # as Ollama's -1
     assert said["/show parameters"].startswith("smollm2-135m-instruct: temperature 0.0, top_p 0.95, seed -, num_predict 6")
     assert said["/show system"].startswith("Answer in French.")
     alone = hearth("chat", "--local", "-t", "0", "--max-tokens", "6", "--system", "Answer in French.", "Name a fruit.")
@@ -365,6 +367,18 @@ def test_chat_takes_the_model_as_its_first_word_as_ollama_run_does():
     assert twice.returncode == 2 and "Give the model once" in twice.stderr and "Traceback" not in twice.stderr
 
 
+def test_save_from_a_file_hearth_does_not_list_says_to_import_it(tmp_path, monkeypatch, starter_path):
+    """`hearth chat ./model.gguf` then `/save NAME`: a model is made from one Hearth lists; the sentence says how."""
+    from engine.catalog.registry import resolve_model
+    from engine.commands.chat import save_conversation
+    from engine.errors import InvalidRequest
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    shutil.copyfile(starter_path, tmp_path / "loose.gguf")  # (a link would be read as the starter's own file)
+    with pytest.raises(InvalidRequest, match=r"add it with `hearth import .*loose.gguf`, then chat with it by name"):
+        save_conversation(resolve_model(str(tmp_path / "loose.gguf")), "mine", {}, None, [])
+
+
 def test_a_models_own_settings_hold_in_the_chat_and_load_and_save_work_as_in_ollama_run(tmp_path, monkeypatch):
     """A model made with `hearth create` answers `hearth chat` with its own PARAMETER and SYSTEM lines, in this
     process as through the worker (the chat's 0.7 and 0.95 only where the model has none); `/save NAME` makes a
@@ -428,6 +442,10 @@ def test_format_think_and_keepalive_as_ollama_run_takes_them(capsys):
         assert exited.value.code == 2 and said in capsys.readouterr().err
     args = _parse(build_parser(), ["chat", "qwen3", "--think", "Why?"])  # as Ollama's CLI reads it
     assert (args.first, args.prompt, args.think) == ("qwen3", "Why?", True)
+    from engine.commands.chat import _model_and_message
+
+    args = _parse(build_parser(), ["chat", "qwen3:8b", "why", "is", "--hidethinking", "the", "sky", "blue?"])
+    assert _model_and_message(args) is None and (args.model, args.prompt) == ("qwen3:8b", "why is the sky blue?")
     assert _parse(build_parser(), ["chat", "--think", "low", "Hi"]).think == "low"
     shape = Shape("json", "high", 300.0)
     assert shape.body() == {"response_format": {"type": "json_object"}, "reasoning_effort": "high", "keep_alive": 300.0}
