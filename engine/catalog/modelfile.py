@@ -73,6 +73,25 @@ def _value(rest: str, lines: list[str], i: int, where: str) -> tuple[str, int]:
     return (text[quotes:-quotes] if quotes else text), j + 1
 
 
+def written(text: str) -> str:
+    """``text`` as a Modelfile value that :func:`parse` reads back as it is: as Ollama writes one (as it is, unless it
+    holds a line end or starts or ends with a blank or a quote; then in quotes, three where it holds a quote). A text
+    with a line inside it that ends in a quote (a Python docstring's) has no spelling a reader takes back whole, in
+    Ollama's format as in Hearth's reading of it: it is written in three quotes, as Ollama writes it."""
+
+    def reads_back(value: str) -> bool:
+        lines = value.split("\n")
+        try:
+            got, after = _value(lines[0], lines, 0, "")
+        except InvalidRequest:
+            return False
+        return got == text and after == len(lines)
+
+    plain = [text] if text and text.strip() == text and not text.startswith('"') and "\n" not in text else []
+    quoted = [f'"""{text}"""', f'"{text}"'] if '"' in text else [f'"{text}"', f'"""{text}"""']
+    return next((value for value in (*plain, *quoted) if reads_back(value)), f'"""{text}"""')
+
+
 def _typed(name: str, text: str, where: str) -> Any:
     """A PARAMETER's text as the value Ollama's option of that name takes."""
     try:

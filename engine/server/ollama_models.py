@@ -219,15 +219,15 @@ def parameters_text(defaults: dict) -> str:
 
 
 def _quoted(text: object) -> str:
-    """A Modelfile value as Ollama writes one, so that a Modelfile reader reads it back: as it is, unless it holds a
-    line end or starts or ends with a blank (then in quotes, three where it holds a quote)."""
+    """A Modelfile value as Ollama writes one, so that a Modelfile reader (Hearth's :func:`~engine.catalog.modelfile.parse`
+    too) reads it back."""
     if isinstance(text, bool):
         return str(text).lower()
     if not isinstance(text, str):
         return str(text)
-    if "\n" in text or text.startswith(" ") or text.endswith(" "):
-        return f'"""{text}"""' if '"' in text else f'"{text}"'
-    return text
+    from engine.catalog.modelfile import written
+
+    return written(text)
 
 
 def modelfile(m, template: str, system: str, defaults: dict, messages: list, license_: list[str]) -> str:

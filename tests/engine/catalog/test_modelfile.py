@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.catalog.modelfile import Modelfile, layered, parse
+from engine.catalog.modelfile import Modelfile, layered, parse, written
 from engine.cli import main
 from engine.errors import InvalidRequest
 from tests.engine.catalog.conftest import make_gguf
@@ -51,6 +51,9 @@ def test_what_ollama_show_writes_reads_back():
     assert mf.system == 'Say "yes".' and mf.license == ['the "Licensed Work"']
     assert mf.parameters == {"stop": ["<|end|>", "a\\nb"], "use_mmap": True}  # f16_kv: dropped, as Ollama drops it
     assert mf.messages == [{"role": "user", "content": "  spaced  \nand more"}]
+    # and what Hearth writes (`hearth show --modelfile`, a conversation `/save`d) reads back as it was
+    for said in ('"Hello" there', "  spaced", 'say "hi"\nok', 'ends in a quote"', "", '"""', 'a\n"quoted line"\nend', "7"):
+        assert parse(f"FROM a\nMESSAGE assistant {written(said)}").messages == [{"role": "assistant", "content": said}]
 
 
 @pytest.mark.parametrize(
