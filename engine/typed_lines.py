@@ -50,7 +50,8 @@ def _line_editing() -> Callable[[], None]:
         import readline
     except ImportError:
         return lambda: None
-    if "libedit" not in (readline.__doc__ or ""):  # GNU readline's words (macOS's libedit has other commands)
+    if "libedit" not in (readline.__doc__ or "") and os.environ.get("TERM", "dumb") != "dumb":  # (GNU readline's words;
+        # a dumb terminal, as Emacs' shell, would show the switches)
         # a pasted text of several lines is one message, as `ollama run` reads it (Python turns this off)
         readline.parse_and_bind("set enable-bracketed-paste on")
     if os.environ.get("HEARTH_NOHISTORY", "").strip().lower() not in ("", "0", "false", "no", "off"):
@@ -103,11 +104,12 @@ def _read(
             continue
         head, _, rest = line.rstrip().partition(" ")  # (a leading space sends the line as text)
         if commands and head.lower() in commands:
-            if (at := rest.find(QUOTES)) >= 0:  # `/set system """` and the lines up to the closing quotes
-                text = _quoted(rest[at + len(QUOTES) :], keep)
+            what, _, value = rest.partition(" ")
+            if head.lower() == "/set" and what == "system" and value.lstrip().startswith(QUOTES):  # as `ollama run`
+                text = _quoted(value.lstrip()[len(QUOTES) :], keep)  # the lines up to the closing quotes
                 if text is None:
                     continue
-                rest = rest[:at] + text
+                rest = f"system {text}"
             print(commands[head.lower()](rest.strip()), file=sys.stderr)
             continue
         if word == "/clear" and clear is not None:

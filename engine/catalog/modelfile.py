@@ -77,7 +77,9 @@ def written(text: str) -> str:
     """``text`` as a Modelfile value that :func:`parse` reads back as it is: as Ollama writes one (as it is, unless it
     holds a line end or starts or ends with a blank or a quote; then in quotes, three where it holds a quote). A text
     with a line inside it that ends in a quote (a Python docstring's) has no spelling a reader takes back whole, in
-    Ollama's format as in Hearth's reading of it: it is written in three quotes, as Ollama writes it."""
+    Ollama's format as in Hearth's reading of it: it is written in three quotes, as Ollama writes it. Line ends are
+    written as ``\\n``: a reader takes ``\\r\\n`` and ``\\r`` for one too."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
 
     def reads_back(value: str) -> bool:
         lines = value.split("\n")

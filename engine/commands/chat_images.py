@@ -86,7 +86,7 @@ _PICTURE_END = re.compile(r"\.(?i:jpe?g|png|webp)$")
 _LEADING, _TRAILING = "([{<`'\"", ".,;:!?)]}>`'\""  # around a path in a sentence: `What is in ./photo.jpg?`
 MAX_NAMED_PICTURES = 16  # a message's paths attached (a longer list is text)
 MAX_PATH_WORDS = 8  # words of a path written with plain spaces (`/tmp/my pic.png`), as `ollama run` reads one
-MAX_LOOKS = 64  # files a message's words are looked up as
+MAX_LOOKS = 256  # files a message's words are looked up as (a look costs microseconds)
 
 
 def _written_paths(text: str):
@@ -110,8 +110,8 @@ def _written_paths(text: str):
             continue
         for first in range(i, max(-1, i - MAX_PATH_WORDS), -1):
             begin = words[first][0]
-            if end - begin > 4096:
-                break
+            if end - begin > 4096 or (first < i and _PICTURE_END.search(text[begin : words[first][1]])):
+                break  # (a path with blanks holds no other picture's name)
             written = text[begin:end]
             yield written, written.replace("\\ ", " ")
 
@@ -129,12 +129,10 @@ def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
     for written, path in _written_paths(text):
         if len(parts) >= MAX_NAMED_PICTURES or looks >= MAX_LOOKS:
             break
-        if path in seen or not _PICTURE_PATH.fullmatch(path):
+        if path in seen or not _PICTURE_PATH.fullmatch(path) or written not in text:  # (a part taken out already)
             continue
         seen.add(path)
         looks += 1
-        if written not in text:  # part of a path taken out already
-            continue
         try:
             there = Path(path).expanduser().is_file()
         except (OSError, ValueError):
@@ -143,7 +141,7 @@ def pictures_in(text: str) -> tuple[str, list[dict[str, Any]]]:
             continue
         parts.append(image_part(path))
         print(f"Added image '{path}'", file=sys.stderr)
-        text = text.replace(written, "")
+        text = text.replace(written, "", 1)  # (where it comes first: a longer path may hold it)
     return (text.strip() if parts else text), parts
 
 

@@ -461,7 +461,7 @@ def test_a_pasted_text_and_a_quoted_system_prompt_of_several_lines_are_one_each(
     monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TERM", "xterm")  # a terminal that has bracketed paste
     lines = ['/set system """You are', 'a pirate."""', "/show system", "\x1b[200~/set system One\nTwo\x1b[201~",
-             "/show system"]  # fmt: skip
+             "/show system", '/set system Quote docstrings in """.', "/show system"]  # fmt: skip
     raw = bytearray()
     code, turns = converse_at_a_terminal(["chat", "--local", "--max-tokens", "2"], [lines[0] + "\n" + lines[1], *lines[2:]],
                                          raw=raw)  # fmt: skip
@@ -469,6 +469,10 @@ def test_a_pasted_text_and_a_quoted_system_prompt_of_several_lines_are_one_each(
     assert b"\x1b[?2004h" in raw  # the terminal is asked to mark what is pasted, so it comes as one
     assert turns[1].strip().endswith("You are\na pirate."), turns
     assert turns[3].strip().endswith("One\nTwo"), turns  # not "One", then "Two" answered as a message
+    assert turns[5].strip().endswith('Quote docstrings in """.'), turns  # quotes inside a line are its text
+    monkeypatch.setenv("TERM", "dumb")  # (Emacs' shell): no switches it would show
+    raw.clear()
+    assert converse_at_a_terminal(["chat", "--local"], ["/show system"], raw=raw)[0] == 0 and b"\x1b[?2004" not in raw
 
 
 def test_the_prompt_edits_lines_and_keeps_what_was_typed_as_ollama_run_does(tmp_path, monkeypatch):

@@ -52,8 +52,10 @@ def test_what_ollama_show_writes_reads_back():
     assert mf.parameters == {"stop": ["<|end|>", "a\\nb"], "use_mmap": True}  # f16_kv: dropped, as Ollama drops it
     assert mf.messages == [{"role": "user", "content": "  spaced  \nand more"}]
     # and what Hearth writes (`hearth show --modelfile`, a conversation `/save`d) reads back as it was
-    for said in ('"Hello" there', "  spaced", 'say "hi"\nok', 'ends in a quote"', "", '"""', 'a\n"quoted line"\nend', "7"):
-        assert parse(f"FROM a\nMESSAGE assistant {written(said)}").messages == [{"role": "assistant", "content": said}]
+    for said in ('"Hello" there', "  spaced", 'say "hi"\nok', 'ends in a quote"', "", '"""', 'a\n"quoted line"\nend', "7",
+                 "a\rb", "x\r\ny"):  # fmt: skip
+        read = parse(f"FROM a\nMESSAGE assistant {written(said)}").messages
+        assert read == [{"role": "assistant", "content": said.replace("\r\n", "\n").replace("\r", "\n")}], said
 
 
 @pytest.mark.parametrize(

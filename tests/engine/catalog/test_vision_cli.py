@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +106,16 @@ def test_a_picture_goes_as_a_data_url_part_and_comes_back_as_the_same_bytes(tmp_
                              (f"Look at `{plain}`.", "Look at .", plain), (f"Is {plain}'s square red?", "Is 's square red?", plain)):  # fmt: skip
         assert pictures_in(said) == (left, [image_part(path)]), said
     assert pictures_in("   indented\n  x = 1") == ("   indented\n  x = 1", [])  # no picture: the text as it was
+    many = [tmp_path / f"p{i}.png" for i in range(16)]  # as many as a message takes, each attached
+    for path in many:
+        path.write_bytes(gradient())
+    assert len(pictures_in("Describe " + " ".join(map(str, many)))[1]) == 16
+    missing = " ".join(f"/static/img/icon{i}.png" for i in range(12))  # paths to no file do not crowd out a real one
+    assert pictures_in(f"{missing} What is in {plain}?") == (f"{missing} What is in ?", [image_part(plain)])
+    nested = tmp_path / "b" / Path(*tmp_path.parts[1:]) / "a.png"  # a path that holds the other's whole name
+    nested.parent.mkdir(parents=True)
+    nested.write_bytes(gradient())
+    assert pictures_in(f"Compare {plain} with {nested}") == ("Compare  with", [image_part(plain), image_part(nested)])
     (tmp_path / "notes.png").write_text("not a picture")
     with pytest.raises(InvalidRequest, match="notes.png is not a readable image"):
         pictures_in(f"Read {tmp_path}/notes.png")
