@@ -50,9 +50,9 @@ def _line_editing() -> Callable[[], None]:
         import readline
     except ImportError:
         return lambda: None
-    if "libedit" not in (readline.__doc__ or "") and os.environ.get("TERM", "dumb") != "dumb":  # (GNU readline's words;
-        # a dumb terminal, as Emacs' shell, would show the switches)
-        # a pasted text of several lines is one message, as `ollama run` reads it (Python turns this off)
+    # A pasted text of several lines is one message, as `ollama run` reads it (Python turns bracketed paste off): GNU
+    # readline's setting (macOS's libedit has other commands), not on a dumb terminal (Emacs' shell would show it).
+    if "libedit" not in (readline.__doc__ or "") and os.environ.get("TERM", "dumb") != "dumb":
         readline.parse_and_bind("set enable-bracketed-paste on")
     if os.environ.get("HEARTH_NOHISTORY", "").strip().lower() not in ("", "0", "false", "no", "off"):
         return lambda: None

@@ -100,10 +100,11 @@ def _written_paths(text: str):
         start, end = m.span()
         while start < end and text[start] in _LEADING:
             start += 1
-        if text[start:end].lower().endswith("'s"):  # `/tmp/x.png's colours`
-            end -= 2
-        while end > start and text[end - 1] in _TRAILING:
-            end -= 1
+        for _ in range(2):  # `/tmp/x.png's colours`, `/tmp/x.png's,`
+            while end > start and text[end - 1] in _TRAILING:
+                end -= 1
+            if text[start:end].lower().endswith("'s"):
+                end -= 2
         words.append((start, end))
     for i, (start, end) in enumerate(words):
         if not 2 < end - start <= 4096 or not _PICTURE_END.search(text[start:end]):

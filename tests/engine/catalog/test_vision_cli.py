@@ -103,7 +103,8 @@ def test_a_picture_goes_as_a_data_url_part_and_comes_back_as_the_same_bytes(tmp_
     (tmp_path / "rv pics" / "my pic.png").write_bytes(gradient())
     spaced, plain = tmp_path / "rv pics" / "my pic.png", tmp_path / "a.png"
     for said, left, path in ((f"What's in '{spaced}'?", "What's in ?", spaced), (f"What is in {spaced}", "What is in", spaced),
-                             (f"Look at `{plain}`.", "Look at .", plain), (f"Is {plain}'s square red?", "Is 's square red?", plain)):  # fmt: skip
+                             (f"Look at `{plain}`.", "Look at .", plain), (f"Is {plain}'s square red?", "Is 's square red?", plain),
+                             (f"In {plain}'s, what?", "In 's, what?", plain)):  # fmt: skip
         assert pictures_in(said) == (left, [image_part(path)]), said
     assert pictures_in("   indented\n  x = 1") == ("   indented\n  x = 1", [])  # no picture: the text as it was
     many = [tmp_path / f"p{i}.png" for i in range(16)]  # as many as a message takes, each attached
